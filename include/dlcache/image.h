@@ -1,0 +1,112 @@
+/**
+ * @file image.h
+ * @brief JPEG decode/encode (libjpeg-turbo) and the resampling that the
+ *        builder and the loader share.
+ *
+ * The resize is an antialiased separable filter computed like Pillow's
+ * BILINEAR resample (the filter torchvision's Resize uses on PIL images): a
+ * triangle kernel whose support grows with the reduction factor, coefficients
+ * normalised per output pixel and applied in fixed point, horizontal pass then
+ * vertical pass. So a store built by dlcache looks like Resize(N) +
+ * CenterCrop(N) in torchvision, and a random-resized-crop in the loader looks
+ * like torchvision's RandomResizedCrop.
+ *
+ * A ::dlc_codec is a per-thread context: it owns the libjpeg-turbo handles and
+ * scratch buffers that grow to the largest image seen and are then reused, so
+ * a steady stream of images allocates nothing. It must not be shared between
+ * threads. The free functions without a codec (dlc_resize...) allocate nothing
+ * and work in the caller's buffers.
+ *
+ * Errors: DLC_EDECODE (not a JPEG, truncated, unsupported), DLC_EINVAL,
+ * -ENOMEM. dlc_errmsg() says what libjpeg-turbo said.
+ */
+#ifndef DLCACHE_IMAGE_H
+#define DLCACHE_IMAGE_H
+
+#include <dlcache/status.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Per-thread JPEG and resampling context. */
+typedef struct dlc_codec dlc_codec;
+
+/** An interleaved uint8 RGB image. */
+typedef struct dlc_image {
+    uint8_t *data;     /**< First pixel (row 0, column 0, channel 0). */
+    uint32_t width;    /**< Pixels. */
+    uint32_t height;   /**< Pixels. */
+    uint32_t channels; /**< 3 (RGB). */
+    size_t stride;     /**< Bytes from one row to the next (>= width * channels). */
+} dlc_image;
+
+/** @brief Create a codec. @param[out] out Release with dlc_codec_destroy(). */
+DLC_API dlc_status dlc_codec_create(dlc_codec **out);
+/** Free @p c and its buffers. Accepts NULL. */
+DLC_API void dlc_codec_destroy(dlc_codec *c);
+
+/**
+ * @brief Read a JPEG's dimensions without decoding it.
+ * @return DLC_OK or DLC_EDECODE.
+ */
+DLC_API dlc_status dlc_jpeg_info(dlc_codec *c, const void *jpeg, size_t size, uint32_t *width,
+                                 uint32_t *height);
+
+/**
+ * @brief Decode a JPEG to RGB. Grayscale and CMYK/YCCK images become RGB.
+ *        When @p min_width and @p min_height are non-zero, libjpeg-turbo's DCT
+ *        scaling (1/2, 1/4, 1/8) is used for the largest reduction that keeps
+ *        the decoded image at least that large; pass 0, 0 for full size.
+ * @param[out] out Pixels in the codec's scratch buffer: valid until the next
+ *             call on @p c.
+ * @return DLC_OK, DLC_EDECODE, -ENOMEM.
+ */
+DLC_API dlc_status dlc_jpeg_decode(dlc_codec *c, const void *jpeg, size_t size,
+                                   uint32_t min_width, uint32_t min_height, dlc_image *out);
+
+/**
+ * @brief The heavy transform of the builder: decode, resize so the shorter
+ *        side is @p short_side (aspect kept, torchvision's rounding), then
+ *        optionally a center crop of short_side x short_side (torchvision's
+ *        CenterCrop offsets). DCT scaling is used only while the decoded
+ *        image stays at least twice the size it is resized to, so quality
+ *        matches a full decode followed by the antialiased resize.
+ * @param[out] out Result in the codec's scratch: valid until the next call on @p c.
+ * @return DLC_OK, DLC_EDECODE, DLC_EINVAL, -ENOMEM.
+ */
+DLC_API dlc_status dlc_jpeg_decode_resize(dlc_codec *c, const void *jpeg, size_t size,
+                                          uint32_t short_side, int center_crop, dlc_image *out);
+
+/**
+ * @brief Encode RGB pixels as a baseline JPEG (4:2:0 subsampling for quality
+ *        < 90, 4:4:4 from 90).
+ * @param[out] jpeg The encoded bytes, in the codec's scratch: valid until the
+ *             next call on @p c.
+ * @return DLC_OK, DLC_EINVAL, -ENOMEM.
+ */
+DLC_API dlc_status dlc_jpeg_encode(dlc_codec *c, const dlc_image *img, int quality,
+                                   const uint8_t **jpeg, size_t *size);
+
+/**
+ * @brief Scratch bytes dlc_resize() needs to map a @p src_w x @p src_h region
+ *        to @p dst_w x @p dst_h with @p channels channels.
+ */
+DLC_API size_t dlc_resize_scratch_bound(uint32_t src_w, uint32_t src_h, uint32_t dst_w,
+                                        uint32_t dst_h, uint32_t channels);
+
+/**
+ * @brief Antialiased bilinear resample (Pillow's BILINEAR) of the region
+ *        (@p x, @p y, @p w, @p h) of @p src, given in source pixels and
+ *        possibly fractional, to all of @p dst. No allocation.
+ * @param[in] scratch At least dlc_resize_scratch_bound() bytes, 16-byte aligned.
+ * @return DLC_OK or DLC_EINVAL (region outside src, empty sizes, small scratch).
+ * Thread safety: reentrant.
+ */
+DLC_API dlc_status dlc_resize(const dlc_image *src, double x, double y, double w, double h,
+                              const dlc_image *dst, void *scratch, size_t scratch_size);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DLCACHE_IMAGE_H */

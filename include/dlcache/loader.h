@@ -1,0 +1,224 @@
+/**
+ * @file loader.h
+ * @brief Shuffled, augmented, collated batches from a store, at memory speed.
+ *
+ * The loader reads a store made by cachebuild and lends out batches. Worker
+ * threads crop, flip and convert each sample straight from its view in the
+ * memory map into its final place in a batch slot; slots form a ring of
+ * `prefetch` batches allocated at open, so the hot path allocates nothing and
+ * takes no lock per sample.
+ *
+ * Determinism: the order of samples and every augmentation parameter are a
+ * pure function of (seed, epoch, rank, world size, position). The number of
+ * threads, the prefetch depth and timing never change an output byte.
+ *
+ * Sharding follows torch's DistributedSampler: each epoch has one global
+ * order of the store's records (a permutation when shuffling); it is padded
+ * by repeating its first entries to a multiple of world_size (or cut to one
+ * with drop_last), and rank r takes every world_size-th position starting at
+ * r. With drop_last the last incomplete batch of a rank is dropped too.
+ *
+ * Lifetime of a batch: the ::dlc_batch filled by dlc_loader_next() and the
+ * memory it points to are lent to the caller until dlc_loader_release() on
+ * it or the next dlc_loader_next(), whichever comes first; then the slot is
+ * refilled.
+ *
+ * Thread safety: one consumer thread at a time calls dlc_loader_* on a given
+ * loader (the loader runs its own workers). Different loaders are independent.
+ *
+ * Errors: DLC_OK, DLC_END (not an error: the epoch is over), DLC_EINVAL (bad
+ * config, with the field named in dlc_errmsg()), DLC_ECORRUPT (a record that
+ * fails its checksum or header check, with on_corrupt = DLC_CORRUPT_FAIL; the
+ * message names the store and the record), DLC_ESTATE, -errno.
+ */
+#ifndef DLCACHE_LOADER_H
+#define DLCACHE_LOADER_H
+
+#include <dlcache/status.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dlc_loader dlc_loader;
+
+/** How the epoch's global order is made. */
+typedef enum dlc_sampler {
+    DLC_SAMPLER_SEQUENTIAL = 0, /**< 0, 1, 2, ... */
+    DLC_SAMPLER_SHUFFLE = 1,    /**< A fresh permutation per (seed, epoch). */
+    DLC_SAMPLER_WEIGHTED = 2,   /**< Draws with replacement, P(record) proportional to
+                                     class_weights[label]. */
+    DLC_SAMPLER_QUASI_RANDOM = 3, /**< Shuffled groups of neighbouring records, shuffled again
+                                       within a window: large sequential reads for stores
+                                       larger than memory (io = direct). */
+} dlc_sampler;
+
+/** Per-sample spatial augmentation. */
+typedef enum dlc_augment {
+    DLC_AUGMENT_CENTER_CROP = 0,   /**< Central crop_h x crop_w (evaluation). */
+    DLC_AUGMENT_RANDOM_CROP = 1,   /**< A uniformly placed crop_h x crop_w window. */
+    DLC_AUGMENT_RANDOM_RESIZED_CROP = 2, /**< torchvision RandomResizedCrop(scale, ratio) resized
+                                             to crop_h x crop_w, antialiased bilinear. */
+} dlc_augment;
+
+/** Element type of the batch. */
+typedef enum dlc_dtype {
+    DLC_DTYPE_UINT8 = 0,   /**< Pixels as stored, layout NHWC. */
+    DLC_DTYPE_FLOAT32 = 1, /**< (x/255 - mean) / std, layout NCHW. */
+    DLC_DTYPE_FLOAT16 = 2, /**< Same as float32, IEEE half, layout NCHW. */
+} dlc_dtype;
+
+typedef enum dlc_layout {
+    DLC_LAYOUT_NHWC = 0,
+    DLC_LAYOUT_NCHW = 1,
+} dlc_layout;
+
+/** When record checksums are checked. */
+typedef enum dlc_verify_mode {
+    DLC_VERIFY_OFF = 0,    /**< Never (headers and bounds are always checked). */
+    DLC_VERIFY_FIRST = 1,  /**< The first time this loader reads each record. */
+    DLC_VERIFY_ALWAYS = 2, /**< Every read. */
+} dlc_verify_mode;
+
+/** What happens to a record that fails its check. */
+typedef enum dlc_corrupt_policy {
+    DLC_CORRUPT_FAIL = 0,    /**< dlc_loader_next() fails with DLC_ECORRUPT naming the record. */
+    DLC_CORRUPT_REPLACE = 1, /**< It is replaced by a deterministically chosen good record and
+                                  counted in the stats; the batch keeps its size. */
+} dlc_corrupt_policy;
+
+/** How records reach memory. */
+typedef enum dlc_io_mode {
+    DLC_IO_AUTO = 0,   /**< mmap when the store fits in memory, else direct. */
+    DLC_IO_MMAP = 1,   /**< Views into the shared page cache, with io_uring/fadvise readahead. */
+    DLC_IO_DIRECT = 2, /**< O_DIRECT reads through io_uring into registered buffers. */
+} dlc_io_mode;
+
+/** Loader options. dlc_loader_config_init() sets every field to its default. */
+typedef struct dlc_loader_config {
+    uint32_t batch_size;      /**< Samples per batch (default 256). */
+    int drop_last;            /**< Cut to a multiple of world_size and drop a short last batch
+                                   (default 0). */
+    uint32_t sampler;         /**< A ::dlc_sampler (default DLC_SAMPLER_SHUFFLE). */
+    uint64_t seed;            /**< Default 0. */
+    uint64_t epoch;           /**< First epoch (default 0). */
+    uint32_t rank;            /**< This process's rank (default 0). */
+    uint32_t world_size;      /**< Number of ranks (default 1). */
+    uint32_t threads;         /**< Worker threads; 0 = all online cores (default). */
+    uint32_t prefetch;        /**< Batches in flight (default 4, at least 1). */
+    const double *class_weights; /**< DLC_SAMPLER_WEIGHTED: one weight per label; copied at open. */
+    uint32_t num_class_weights;  /**< Entries in class_weights (must equal the store's labels). */
+    uint64_t num_samples;     /**< DLC_SAMPLER_WEIGHTED: draws per epoch (0 = the store's count). */
+    uint32_t quasi_group;     /**< DLC_SAMPLER_QUASI_RANDOM: records per group (default 64). */
+    uint32_t augment;         /**< A ::dlc_augment (default DLC_AUGMENT_RANDOM_CROP). */
+    uint32_t crop_h;          /**< Output height (default 224; 0 = the store's height). */
+    uint32_t crop_w;          /**< Output width (default 224; 0 = the store's width). */
+    float rrc_scale[2];       /**< RandomResizedCrop area fraction range (default 0.08, 1). */
+    float rrc_ratio[2];       /**< RandomResizedCrop aspect range (default 3/4, 4/3). */
+    float flip_prob;          /**< Horizontal flip probability (default 0.5; 0 for eval). */
+    uint32_t dtype;           /**< A ::dlc_dtype (default DLC_DTYPE_UINT8). */
+    float mean[3];            /**< Per channel, on the 0..1 scale (default ImageNet's). */
+    float std[3];             /**< Per channel, on the 0..1 scale (default ImageNet's). */
+    uint32_t verify;          /**< A ::dlc_verify_mode (default DLC_VERIFY_OFF). */
+    uint32_t on_corrupt;      /**< A ::dlc_corrupt_policy (default DLC_CORRUPT_FAIL). */
+    uint32_t io;              /**< A ::dlc_io_mode (default DLC_IO_AUTO). */
+    int32_t device;           /**< CUDA device for the upload, or -1 for host batches (default). */
+    dlc_log_fn log;           /**< Notices (chosen I/O mode, no GPU...); may be NULL. */
+    void *log_user;
+} dlc_loader_config;
+
+/** A lent batch. Pointers stay valid until dlc_loader_release() or the next
+ *  dlc_loader_next(); never free them. */
+typedef struct dlc_batch {
+    void *data;              /**< Host batch: count x shape, contiguous, 64-byte aligned. */
+    const int64_t *labels;   /**< count labels. */
+    const uint64_t *indices; /**< count store record numbers. */
+    uint32_t count;          /**< Samples in this batch (the last may be short). */
+    uint32_t dtype;          /**< A ::dlc_dtype. */
+    uint32_t layout;         /**< A ::dlc_layout. */
+    uint32_t shape[4];       /**< N, then H, W, C for NHWC or C, H, W for NCHW; N = count. */
+    size_t bytes;            /**< Bytes of data used by this batch. */
+    uint64_t epoch;          /**< Epoch this batch belongs to. */
+    uint64_t batch_index;    /**< Batch number within the epoch for this rank. */
+    void *device_data;       /**< Device copy when a CUDA device is configured, else NULL. */
+    void *ready_event;       /**< cudaEvent_t to wait on before reading device_data, or NULL. */
+} dlc_batch;
+
+/** Counters since open. */
+typedef struct dlc_loader_stats {
+    uint64_t batches;         /**< Batches delivered. */
+    uint64_t samples;         /**< Samples delivered. */
+    double wait_seconds;      /**< Time the consumer spent blocked in dlc_loader_next(). */
+    double io_wait_seconds;   /**< Time workers spent blocked on I/O (page faults aside). */
+    uint64_t corrupt_replaced;/**< Corrupt records replaced (DLC_CORRUPT_REPLACE). */
+    uint64_t bytes_read;      /**< Payload bytes read from the store. */
+    uint32_t io_mode;         /**< The ::dlc_io_mode actually in use (never AUTO). */
+    uint32_t threads;         /**< Worker threads in use. */
+} dlc_loader_stats;
+
+/** Bytes of a serialized loader state (see dlc_loader_state_save()). */
+#define DLC_LOADER_STATE_SIZE 64u
+
+/** Fill @p c with the defaults. */
+DLC_API void dlc_loader_config_init(dlc_loader_config *c);
+
+/**
+ * @brief Open the store at @p path and start the workers on the first epoch.
+ * @param[in] path Store file (not retained).
+ * @param[in] config Copied; NULL means all defaults.
+ * @param[out] out Release with dlc_loader_close().
+ * @return DLC_OK, DLC_EINVAL (a bad field, named), the errors of dlc_store_open().
+ */
+DLC_API dlc_status dlc_loader_open(const char *path, const dlc_loader_config *config,
+                                   dlc_loader **out);
+
+/**
+ * @brief Lend the next batch of the current epoch, waiting for it if needed.
+ *        Releases the batch lent before, if it was not released.
+ * @return DLC_OK, DLC_END when the epoch has no more batches for this rank
+ *         (then call dlc_loader_set_epoch()), DLC_ECORRUPT, -errno.
+ */
+DLC_API dlc_status dlc_loader_next(dlc_loader *l, dlc_batch *batch);
+
+/** @brief Give back a lent batch early so its slot can be refilled.
+ *  @return DLC_OK, or DLC_EINVAL when @p batch is not the one lent. */
+DLC_API dlc_status dlc_loader_release(dlc_loader *l, const dlc_batch *batch);
+
+/** @brief Batches per epoch for this rank (what len() of a DataLoader says). */
+DLC_API uint64_t dlc_loader_batches_per_epoch(const dlc_loader *l);
+
+/** @brief Samples of the store (not of the epoch). */
+DLC_API uint64_t dlc_loader_store_count(const dlc_loader *l);
+
+/**
+ * @brief Start epoch @p epoch from its beginning (also to repeat an epoch).
+ *        Batches in flight are discarded; a lent batch must not be used after.
+ * @return DLC_OK or -errno.
+ */
+DLC_API dlc_status dlc_loader_set_epoch(dlc_loader *l, uint64_t epoch);
+
+/**
+ * @brief Serialize the stream's position: seed, epoch, and how far the
+ *        epoch's global order has been consumed by all ranks together.
+ * @param[out] buf DLC_LOADER_STATE_SIZE bytes, little-endian, checksummed.
+ */
+DLC_API dlc_status dlc_loader_state_save(const dlc_loader *l, uint8_t buf[DLC_LOADER_STATE_SIZE]);
+
+/**
+ * @brief Continue from a saved position, also under another world size: the
+ *        samples of the epoch not yet delivered are then split among the new
+ *        ranks. The seed in the state replaces the configured one.
+ * @return DLC_OK, DLC_EINVAL (wrong size, bad checksum, another store count).
+ */
+DLC_API dlc_status dlc_loader_state_restore(dlc_loader *l, const void *buf, size_t size);
+
+/** @brief Counters since open. */
+DLC_API void dlc_loader_get_stats(const dlc_loader *l, dlc_loader_stats *stats);
+
+/** Stop the workers and free everything. Accepts NULL. Lent batches die. */
+DLC_API void dlc_loader_close(dlc_loader *l);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DLCACHE_LOADER_H */

@@ -1,0 +1,104 @@
+/**
+ * @file status.h
+ * @brief Status codes, error text and logging shared by every dlcache part.
+ *
+ * Every call that can fail returns a ::dlc_status:
+ *   - ::DLC_OK (0) on success;
+ *   - a negated errno value (-ENOENT, -ENOSPC, ...) when the system said no;
+ *   - one of the DLC_E* codes below (all <= -1000) for dlcache's own reasons.
+ * A few calls also return small positive values that are not errors (for
+ * example ::DLC_END from dlc_loader_next()); their documentation says so.
+ *
+ * The library never sets errno and never prints. When a call fails it leaves a
+ * sentence naming the file, the record and the reason in a thread-local buffer
+ * that dlc_errmsg() returns; notices that are not errors go to the log
+ * callback that the caller passes in its options.
+ */
+#ifndef DLCACHE_STATUS_H
+#define DLCACHE_STATUS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Marks the symbols that libdlcache exports; everything else is hidden. */
+#if defined(__GNUC__)
+#define DLC_API __attribute__((visibility("default")))
+#else
+#define DLC_API
+#endif
+
+/** 0, a negated errno value, or a DLC_E* code (see the file comment). */
+typedef int dlc_status;
+
+/** Success. */
+#define DLC_OK 0
+/** Not an error: the epoch (or the stream) has no more batches. */
+#define DLC_END 1
+
+/**
+ * dlcache's own error codes: XX(name, value, text). One list gives the enum
+ * and the strings of dlc_strerror(), so the two cannot drift apart.
+ */
+#define DLC_ERRORS(XX)                                                                             \
+    XX(EINVAL, -1000, "invalid argument")                                                          \
+    XX(ECORRUPT, -1001, "corrupt data")                                                            \
+    XX(EVERSION, -1002, "unsupported store format version")                                       \
+    XX(ENOTFOUND, -1003, "not found")                                                              \
+    XX(EDECODE, -1004, "image cannot be decoded")                                                  \
+    XX(ENOIMAGES, -1005, "no valid image in the sources")                                          \
+    XX(EEXIST, -1006, "destination exists")                                                        \
+    XX(EHTTP, -1007, "the server refused the request")                                            \
+    XX(ENETWORK, -1008, "network failure")                                                         \
+    XX(ECHANGED, -1009, "the source changed while it was read")                                   \
+    XX(ECANCELED, -1010, "canceled")                                                               \
+    XX(ESTATE, -1011, "call not valid in the current state")                                      \
+    XX(ECUDA, -1012, "CUDA error")                                                                 \
+    XX(ENOSYS, -1013, "not supported on this system")
+
+enum dlc_error_code {
+#define DLC__ERR_ENUM(name, value, text) DLC_##name = (value),
+    DLC_ERRORS(DLC__ERR_ENUM)
+#undef DLC__ERR_ENUM
+};
+
+/**
+ * @brief A short static description of @p status ("corrupt data", "No space
+ *        left on device", ...).
+ * @return A string owned by the library, never NULL, valid forever.
+ * Thread safety: safe from any thread.
+ */
+DLC_API const char *dlc_strerror(dlc_status status);
+
+/**
+ * @brief The detail of the last failure on the calling thread: a sentence that
+ *        names the file, the record and the reason.
+ * @return A thread-local string owned by the library, valid until the next
+ *         dlcache call on this thread; "" when the last call recorded nothing.
+ */
+DLC_API const char *dlc_errmsg(void);
+
+/** Severity of a log notice. */
+typedef enum dlc_log_level {
+    DLC_LOG_DEBUG = 0,
+    DLC_LOG_INFO = 1,
+    DLC_LOG_WARN = 2,
+} dlc_log_level;
+
+/**
+ * Log callback. @p msg is a full sentence without a trailing newline, valid
+ * only during the call. It may be called from any of the library's threads,
+ * so it must be thread-safe. NULL callbacks mean "stay silent".
+ */
+typedef void (*dlc_log_fn)(void *user, dlc_log_level level, const char *msg);
+
+/** The library's version as "MAJOR.MINOR.PATCH"; static storage. */
+DLC_API const char *dlc_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DLCACHE_STATUS_H */
