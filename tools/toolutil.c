@@ -1,0 +1,250 @@
+#include "toolutil.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+double tool_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int tool_parse_u64(const char *s, uint64_t max, uint64_t *out)
+{
+    if (!s || *s < '0' || *s > '9')
+        return -1;
+    errno = 0;
+    char *end = NULL;
+    const unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end != '\0' || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int tool_parse_size(const char *s, uint64_t *out)
+{
+    if (!s || *s < '0' || *s > '9')
+        return -1;
+    errno = 0;
+    char *end = NULL;
+    const unsigned long long v = strtoull(s, &end, 10);
+    if (errno)
+        return -1;
+    unsigned shift = 0;
+    switch (*end) {
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    case 't': case 'T': shift = 40; end++; break;
+    default: break;
+    }
+    if (shift && *end == 'i')
+        end++;
+    if (*end == 'b' || *end == 'B')
+        end++;
+    if (*end != '\0' || (shift && v > (UINT64_MAX >> shift)))
+        return -1;
+    *out = (uint64_t)v << shift;
+    return 0;
+}
+
+const char *tool_human_bytes(uint64_t bytes, char *buf, size_t size)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    double v = (double)bytes;
+    size_t u = 0;
+    while (v >= 1024.0 && u + 1 < sizeof units / sizeof units[0]) {
+        v /= 1024.0;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, size, "%llu B", (unsigned long long)bytes);
+    else
+        snprintf(buf, size, "%.*f %s", v < 10 ? 2 : 1, v, units[u]);
+    return buf;
+}
+
+const char *tool_human_seconds(double s, char *buf, size_t size)
+{
+    if (!isfinite(s) || s < 0) {
+        snprintf(buf, size, "?");
+        return buf;
+    }
+    const unsigned long long t = (unsigned long long)(s + 0.5);
+    if (t >= 3600)
+        snprintf(buf, size, "%lluh%02llum", t / 3600, t / 60 % 60);
+    else if (t >= 60)
+        snprintf(buf, size, "%llum%02llus", t / 60, t % 60);
+    else
+        snprintf(buf, size, "%llus", t);
+    return buf;
+}
+
+void tool_report(const char *tool, dlc_status rc, const char *what)
+{
+    const char *detail = dlc_errmsg();
+    if (detail && *detail)
+        fprintf(stderr, "%s: error: %s: %s\n", tool, what ? what : dlc_strerror(rc), detail);
+    else
+        fprintf(stderr, "%s: error: %s%s%s\n", tool, what ? what : "", what ? ": " : "",
+                dlc_strerror(rc));
+}
+
+void tool_progress_init(tool_progress *p, double hz)
+{
+    p->tty = isatty(STDERR_FILENO);
+    p->last = 0;
+    p->min_gap = hz > 0 ? 1.0 / hz : 0.1;
+    p->drawn = 0;
+}
+
+void tool_progress_line(tool_progress *p, int force, const char *fmt, ...)
+{
+    if (!p->tty)
+        return;
+    const double now = tool_now();
+    if (!force && p->drawn && now - p->last < p->min_gap)
+        return;
+    p->last = now;
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("\r", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputs("\033[K", stderr); /* clear what a longer previous line left */
+    va_end(ap);
+    fflush(stderr);
+    p->drawn = 1;
+}
+
+void tool_progress_end(tool_progress *p)
+{
+    if (p->tty && p->drawn)
+        fputs("\n", stderr);
+    p->drawn = 0;
+}
+
+void tool_json_init(tool_json *j, FILE *out)
+{
+    memset(j, 0, sizeof *j);
+    j->out = out;
+    j->first[0] = 1;
+}
+
+static void json_string(FILE *out, const char *s)
+{
+    fputc('"', out);
+    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+        switch (*c) {
+        case '"': fputs("\\\"", out); break;
+        case '\\': fputs("\\\\", out); break;
+        case '\n': fputs("\\n", out); break;
+        case '\r': fputs("\\r", out); break;
+        case '\t': fputs("\\t", out); break;
+        default:
+            if (*c < 0x20)
+                fprintf(out, "\\u%04x", *c);
+            else
+                fputc(*c, out);
+        }
+    }
+    fputc('"', out);
+}
+
+/* Comma, newline, indentation and key before a member at the current depth. */
+static void json_member(tool_json *j, const char *key)
+{
+    if (j->depth == 0)
+        return;
+    fputs(j->first[j->depth] ? "\n" : ",\n", j->out);
+    j->first[j->depth] = 0;
+    for (int i = 0; i < j->depth; i++)
+        fputs("  ", j->out);
+    if (!j->in_array[j->depth] && key) {
+        json_string(j->out, key);
+        fputs(": ", j->out);
+    }
+}
+
+static void json_open(tool_json *j, const char *key, char c, int array)
+{
+    json_member(j, key);
+    fputc(c, j->out);
+    if (j->depth + 1 < 32) {
+        j->depth++;
+        j->first[j->depth] = 1;
+        j->in_array[j->depth] = array;
+    }
+}
+
+static void json_close(tool_json *j, char c)
+{
+    const int empty = j->first[j->depth];
+    if (j->depth > 0)
+        j->depth--;
+    if (!empty) {
+        fputc('\n', j->out);
+        for (int i = 0; i < j->depth; i++)
+            fputs("  ", j->out);
+    }
+    fputc(c, j->out);
+}
+
+void tool_json_object_begin(tool_json *j, const char *key) { json_open(j, key, '{', 0); }
+void tool_json_object_end(tool_json *j) { json_close(j, '}'); }
+void tool_json_array_begin(tool_json *j, const char *key) { json_open(j, key, '[', 1); }
+void tool_json_array_end(tool_json *j) { json_close(j, ']'); }
+
+void tool_json_str(tool_json *j, const char *key, const char *value)
+{
+    json_member(j, key);
+    if (value)
+        json_string(j->out, value);
+    else
+        fputs("null", j->out);
+}
+
+void tool_json_u64(tool_json *j, const char *key, uint64_t value)
+{
+    json_member(j, key);
+    fprintf(j->out, "%llu", (unsigned long long)value);
+}
+
+void tool_json_i64(tool_json *j, const char *key, int64_t value)
+{
+    json_member(j, key);
+    fprintf(j->out, "%lld", (long long)value);
+}
+
+void tool_json_f64(tool_json *j, const char *key, double value)
+{
+    json_member(j, key);
+    if (isfinite(value))
+        fprintf(j->out, "%.6g", value);
+    else
+        fputs("null", j->out);
+}
+
+void tool_json_bool(tool_json *j, const char *key, int value)
+{
+    json_member(j, key);
+    fputs(value ? "true" : "false", j->out);
+}
+
+void tool_json_hex64(tool_json *j, const char *key, uint64_t value)
+{
+    json_member(j, key);
+    fprintf(j->out, "\"%016llx\"", (unsigned long long)value);
+}
+
+void tool_json_finish(tool_json *j)
+{
+    fputc('\n', j->out);
+    fflush(j->out);
+}

@@ -1,0 +1,72 @@
+/* Shared by the command-line tools: clocks, sizes, progress lines, JSON
+ * output and error reports. Tools use only the public headers and this. */
+#ifndef DLCACHE_TOOLUTIL_H
+#define DLCACHE_TOOLUTIL_H
+
+#include <dlcache/status.h>
+
+#include <stdio.h>
+
+/* Monotonic seconds. */
+double tool_now(void);
+
+/* Parse "123", "4K", "64M", "2G", "1T" (powers of 1024; a trailing "B" or
+ * "iB" is accepted). Returns 0 on success, -1 on a malformed value. */
+int tool_parse_size(const char *s, uint64_t *out);
+
+/* Parse a whole non-negative decimal number that fits in @p max. */
+int tool_parse_u64(const char *s, uint64_t max, uint64_t *out);
+
+/* "1.5 GiB" into @p buf. */
+const char *tool_human_bytes(uint64_t bytes, char *buf, size_t size);
+
+/* "1h02m", "3m05s", "12s" into @p buf; "?" for a negative or non-finite value. */
+const char *tool_human_seconds(double seconds, char *buf, size_t size);
+
+/* Print "TOOL: error: STRERROR: DETAIL" on stderr for a failed call. */
+void tool_report(const char *tool, dlc_status rc, const char *what);
+
+/* A progress line on stderr: redrawn in place at most @p hz times a second
+ * when stderr is a terminal, silent otherwise (the tool then prints one
+ * summary line at the end). */
+typedef struct tool_progress {
+    int tty;        /* stderr is a terminal */
+    double last;    /* tool_now() of the last redraw */
+    double min_gap; /* seconds between redraws */
+    int drawn;      /* a line is on screen and must be ended */
+} tool_progress;
+
+void tool_progress_init(tool_progress *p, double hz);
+/* Redraw with printf-style text when due (or when @p force). */
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+void tool_progress_line(tool_progress *p, int force, const char *fmt, ...);
+/* End the line on screen, if any. */
+void tool_progress_end(tool_progress *p);
+
+/* A streaming JSON writer with indentation and comma handling. Keys are
+ * ignored inside arrays (pass NULL). Nesting is limited to 32 levels. */
+typedef struct tool_json {
+    FILE *out;
+    int depth;
+    int first[32]; /* no member written yet at this depth */
+    int in_array[32];
+} tool_json;
+
+void tool_json_init(tool_json *j, FILE *out);
+void tool_json_object_begin(tool_json *j, const char *key);
+void tool_json_object_end(tool_json *j);
+void tool_json_array_begin(tool_json *j, const char *key);
+void tool_json_array_end(tool_json *j);
+void tool_json_str(tool_json *j, const char *key, const char *value); /* NULL writes null */
+void tool_json_u64(tool_json *j, const char *key, uint64_t value);
+void tool_json_i64(tool_json *j, const char *key, int64_t value);
+void tool_json_f64(tool_json *j, const char *key, double value);       /* non-finite -> null */
+void tool_json_bool(tool_json *j, const char *key, int value);
+/* A 64-bit digest as 16 lower-case hex digits, quoted. */
+void tool_json_hex64(tool_json *j, const char *key, uint64_t value);
+/* Finish the document with a newline. */
+void tool_json_finish(tool_json *j);
+
+#endif /* DLCACHE_TOOLUTIL_H */
