@@ -1,0 +1,369 @@
+/*
+ * JPEG decode and encode through the TurboJPEG API of libjpeg-turbo 2.1, and
+ * the builder's heavy transform (decode, Resize(N), CenterCrop(N)).
+ *
+ * Decoding uses TurboJPEG's defaults on purpose: the accurate integer IDCT
+ * (JDCT_ISLOW) and fancy (smooth) chroma upsampling. That is what Pillow's
+ * JPEG decoder gets from the same libjpeg-turbo, so a full-size decode here
+ * is bit-identical to PIL.Image.open(f).convert("RGB").
+ *
+ * A codec grows its buffers to the largest image it has seen and keeps them,
+ * so a stream of images of similar sizes allocates nothing after the first.
+ */
+#include "image_internal.h"
+#include "internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <turbojpeg.h>
+
+/* Pillow refuses images above 2 x Image.MAX_IMAGE_PIXELS as decompression
+ * bombs; a 12-byte header claiming 65535 x 65535 must not make us allocate
+ * 12 GiB either. */
+#define MAX_PIXELS ((uint64_t)2 * 89478485u)
+
+/* A buffer that grows to the largest size asked for and is then reused. */
+typedef struct grow_buf {
+    uint8_t *p;
+    size_t cap;
+} grow_buf;
+
+struct dlc_codec {
+    tjhandle dec;          /**< Decompressor, made at create. */
+    tjhandle enc;          /**< Compressor, made on the first encode. */
+    grow_buf pix;          /**< Decoded RGB image. */
+    grow_buf cmyk;         /**< Decoded CMYK image before conversion. */
+    grow_buf out;          /**< Result of decode_resize. */
+    grow_buf scratch;      /**< Resampler scratch. */
+    unsigned char *jpeg;   /**< Encoded output, from tjAlloc(). */
+    unsigned long jpeg_cap; /**< Bytes at jpeg. */
+};
+
+static dlc_status buf_reserve(grow_buf *b, size_t need)
+{
+    if (need <= b->cap)
+        return DLC_OK;
+    /* Round up so that images a little larger than the last do not cause a
+     * new allocation each. */
+    const size_t cap = (need + need / 8 + 65535) & ~(size_t)65535;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, cap) != 0)
+        return dlc__errorf(-ENOMEM, "image codec: cannot allocate %zu bytes", cap);
+    free(b->p);
+    b->p = p;
+    b->cap = cap;
+    return DLC_OK;
+}
+
+dlc_status dlc_codec_create(dlc_codec **out)
+{
+    if (!out)
+        return dlc__errorf(DLC_EINVAL, "dlc_codec_create: out is NULL");
+    *out = NULL;
+    dlc_codec *c = calloc(1, sizeof *c);
+    if (!c)
+        return dlc__errorf(-ENOMEM, "image codec: cannot allocate the context");
+    c->dec = tjInitDecompress();
+    if (!c->dec) {
+        const dlc_status rc =
+            dlc__errorf(-ENOMEM, "image codec: cannot create a JPEG decompressor: %s",
+                        tjGetErrorStr2(NULL));
+        free(c);
+        return rc;
+    }
+    *out = c;
+    return DLC_OK;
+}
+
+void dlc_codec_destroy(dlc_codec *c)
+{
+    if (!c)
+        return;
+    if (c->dec)
+        tjDestroy(c->dec);
+    if (c->enc)
+        tjDestroy(c->enc);
+    free(c->pix.p);
+    free(c->cmyk.p);
+    free(c->out.p);
+    free(c->scratch.p);
+    tjFree(c->jpeg);
+    free(c);
+}
+
+typedef struct jpeg_header {
+    int width, height, subsamp, colorspace;
+} jpeg_header;
+
+static dlc_status read_header(dlc_codec *c, const void *jpeg, size_t size, jpeg_header *hd)
+{
+    if (!c || (!jpeg && size))
+        return dlc__errorf(DLC_EINVAL, "JPEG decode: NULL codec or data");
+    if (size == 0)
+        return dlc__errorf(DLC_EDECODE, "JPEG decode: empty input");
+    if (size > (size_t)0xffffffffu)
+        return dlc__errorf(DLC_EDECODE, "JPEG decode: %zu bytes is too large a JPEG", size);
+    if (tjDecompressHeader3(c->dec, jpeg, (unsigned long)size, &hd->width, &hd->height,
+                            &hd->subsamp, &hd->colorspace) != 0)
+        return dlc__errorf(DLC_EDECODE, "JPEG header (%zu bytes): %s", size,
+                           tjGetErrorStr2(c->dec));
+    if (hd->width <= 0 || hd->height <= 0 || (uint32_t)hd->width > DLC__IMAGE_MAX_SIDE ||
+        (uint32_t)hd->height > DLC__IMAGE_MAX_SIDE ||
+        (uint64_t)hd->width * (uint64_t)hd->height > MAX_PIXELS)
+        return dlc__errorf(DLC_EDECODE, "JPEG header (%zu bytes): %dx%d is too large to decode",
+                           size, hd->width, hd->height);
+    return DLC_OK;
+}
+
+dlc_status dlc_jpeg_info(dlc_codec *c, const void *jpeg, size_t size, uint32_t *width,
+                         uint32_t *height)
+{
+    jpeg_header hd;
+    const dlc_status rc = read_header(c, jpeg, size, &hd);
+    if (rc < 0)
+        return rc;
+    if (width)
+        *width = (uint32_t)hd.width;
+    if (height)
+        *height = (uint32_t)hd.height;
+    return DLC_OK;
+}
+
+/* The DCT scaling factors we use: the power-of-two reductions, which
+ * libjpeg-turbo implements with reduced IDCTs that skip most of the work. */
+static const tjscalingfactor REDUCTIONS[] = {{1, 8}, {1, 4}, {1, 2}, {1, 1}};
+
+/* The largest reduction whose decoded size is at least min_w x min_h. */
+static tjscalingfactor pick_scale(const jpeg_header *hd, uint32_t min_w, uint32_t min_h)
+{
+    if (!min_w && !min_h)
+        return (tjscalingfactor){1, 1};
+    for (size_t i = 0; i < sizeof REDUCTIONS / sizeof REDUCTIONS[0]; i++) {
+        const tjscalingfactor sf = REDUCTIONS[i];
+        if ((uint32_t)TJSCALED(hd->width, sf) >= min_w &&
+            (uint32_t)TJSCALED(hd->height, sf) >= min_h)
+            return sf;
+    }
+    return (tjscalingfactor){1, 1};
+}
+
+/*
+ * libjpeg-turbo reports a truncated file as a warning ("Premature end of JPEG
+ * file", "Corrupt JPEG data: premature end of data segment") and fills the
+ * missing part with grey; tjDecompress2() then returns -1 with
+ * TJERR_WARNING. A grey-filled image must never be stored, so those warnings
+ * fail the decode. Other warnings (extraneous bytes before a marker, as some
+ * cameras write) leave every pixel decoded; Pillow accepts such files, and so
+ * do we. TurboJPEG keeps the first warning's text.
+ */
+static dlc_status decode_failed(dlc_codec *c, size_t size)
+{
+    const char *msg = tjGetErrorStr2(c->dec);
+    if (tjGetErrorCode(c->dec) == TJERR_WARNING && !strcasestr(msg, "premature end"))
+        return DLC_OK;
+    return dlc__errorf(DLC_EDECODE, "JPEG decode (%zu bytes): %s", size, msg);
+}
+
+/*
+ * CMYK to RGB as Pillow 9.4 does it, so a CMYK JPEG looks the same here as
+ * after PIL's convert("RGB"). Pillow reads every CMYK JPEG with the Adobe
+ * (Photoshop) convention that the stored values are inverted (raw mode
+ * "CMYK;I": C = 255 - stored), then computes R = 255 - K' - C * (255 - K) /
+ * 255 rounded with MULDIV255 (Convert.c, cmyk2rgb). With the inversion folded
+ * in, nk = 255 - K = stored K and C = 255 - stored C.
+ */
+static void cmyk_to_rgb(const uint8_t *restrict in, uint8_t *restrict out, size_t pixels)
+{
+    for (size_t i = 0; i < pixels; i++) {
+        const int nk = in[4 * i + 3];
+        for (int ch = 0; ch < 3; ch++) {
+            const int cc = 255 - in[4 * i + ch];
+            const int t = cc * nk + 128;
+            const int v = nk - (((t >> 8) + t) >> 8);
+            out[3 * i + ch] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+        }
+    }
+}
+
+/* Decode at scale @p sf into c->pix as packed RGB. */
+static dlc_status decode_rgb(dlc_codec *c, const void *jpeg, size_t size, const jpeg_header *hd,
+                             tjscalingfactor sf, dlc_image *out)
+{
+    const int w = TJSCALED(hd->width, sf), h = TJSCALED(hd->height, sf);
+    const size_t pixels = (size_t)w * (size_t)h;
+    dlc_status rc = buf_reserve(&c->pix, pixels * 3);
+    if (rc < 0)
+        return rc;
+    if (hd->colorspace == TJCS_CMYK || hd->colorspace == TJCS_YCCK) {
+        /* libjpeg-turbo cannot convert CMYK to RGB itself. */
+        rc = buf_reserve(&c->cmyk, pixels * 4);
+        if (rc < 0)
+            return rc;
+        if (tjDecompress2(c->dec, jpeg, (unsigned long)size, c->cmyk.p, w, (size_t)w * 4, h,
+                          TJPF_CMYK, 0) != 0) {
+            rc = decode_failed(c, size);
+            if (rc < 0)
+                return rc;
+        }
+        cmyk_to_rgb(c->cmyk.p, c->pix.p, pixels);
+    } else {
+        /* Grayscale is replicated into R, G and B by libjpeg, as Pillow's
+         * L -> RGB conversion does. */
+        if (tjDecompress2(c->dec, jpeg, (unsigned long)size, c->pix.p, w, (size_t)w * 3, h,
+                          TJPF_RGB, 0) != 0) {
+            rc = decode_failed(c, size);
+            if (rc < 0)
+                return rc;
+        }
+    }
+    out->data = c->pix.p;
+    out->width = (uint32_t)w;
+    out->height = (uint32_t)h;
+    out->channels = 3;
+    out->stride = (size_t)w * 3;
+    return DLC_OK;
+}
+
+dlc_status dlc_jpeg_decode(dlc_codec *c, const void *jpeg, size_t size, uint32_t min_width,
+                           uint32_t min_height, dlc_image *out)
+{
+    if (!out)
+        return dlc__errorf(DLC_EINVAL, "JPEG decode: out is NULL");
+    jpeg_header hd;
+    const dlc_status rc = read_header(c, jpeg, size, &hd);
+    if (rc < 0)
+        return rc;
+    return decode_rgb(c, jpeg, size, &hd, pick_scale(&hd, min_width, min_height), out);
+}
+
+/* torchvision 0.14 _compute_resized_output_size for Resize(N) with an int N:
+ * the shorter side becomes N, the longer int(N * long / short) (truncated). */
+static void resized_size(uint32_t w, uint32_t h, uint32_t n, uint32_t *ow, uint32_t *oh)
+{
+    const uint32_t shorter = w <= h ? w : h, longer = w <= h ? h : w;
+    const uint32_t new_long = (uint32_t)((double)n * longer / shorter);
+    *ow = w <= h ? n : new_long;
+    *oh = w <= h ? new_long : n;
+}
+
+/* torchvision's CenterCrop offset int(round(d / 2.0)): Python rounds half to
+ * even, so an odd d gives whichever of d/2 -+ 0.5 is even. */
+static uint32_t center_offset(uint32_t d)
+{
+    uint32_t q = d / 2;
+    if ((d & 1u) && (q & 1u))
+        q++;
+    return q;
+}
+
+dlc_status dlc_jpeg_decode_resize(dlc_codec *c, const void *jpeg, size_t size,
+                                  uint32_t short_side, int center_crop, dlc_image *out)
+{
+    if (!out)
+        return dlc__errorf(DLC_EINVAL, "JPEG decode: out is NULL");
+    if (short_side == 0 || short_side > DLC__IMAGE_MAX_SIDE)
+        return dlc__errorf(DLC_EINVAL, "JPEG decode: resize to a short side of %u pixels",
+                           short_side);
+    jpeg_header hd;
+    dlc_status rc = read_header(c, jpeg, size, &hd);
+    if (rc < 0)
+        return rc;
+    uint32_t rw, rh;
+    resized_size((uint32_t)hd.width, (uint32_t)hd.height, short_side, &rw, &rh);
+    if (rw == 0 || rh == 0 || rw > DLC__IMAGE_MAX_SIDE || rh > DLC__IMAGE_MAX_SIDE)
+        return dlc__errorf(DLC_EDECODE, "JPEG %dx%d: resizing to a short side of %u gives %ux%u",
+                           hd.width, hd.height, short_side, rw, rh);
+
+    /* Decode with DCT scaling only while the decode stays at least twice the
+     * resize target on both axes: the antialiasing filter then still sees
+     * two or more decoded pixels per output pixel, and the result stays
+     * within a fraction of a grey level of a full decode (PSNR measured in
+     * tests/e2e/image_psnr.sh). A smaller decode would visibly blur. */
+    const uint64_t min_w = 2 * (uint64_t)rw, min_h = 2 * (uint64_t)rh;
+    tjscalingfactor sf = {1, 1};
+    if (min_w <= (uint64_t)hd.width && min_h <= (uint64_t)hd.height)
+        sf = pick_scale(&hd, (uint32_t)min_w, (uint32_t)min_h);
+    dlc_image dec;
+    rc = decode_rgb(c, jpeg, size, &hd, sf, &dec);
+    if (rc < 0)
+        return rc;
+
+    uint32_t ow = rw, oh = rh, ox = 0, oy = 0;
+    if (center_crop) {
+        /* With the shorter side equal to N only the longer side is cut;
+         * torchvision pads when the crop is larger, which cannot happen here. */
+        ow = rw < short_side ? rw : short_side;
+        oh = rh < short_side ? rh : short_side;
+        ox = center_offset(rw - ow);
+        oy = center_offset(rh - oh);
+    }
+    dlc_image res = {.width = ow, .height = oh, .channels = 3, .stride = (size_t)ow * 3};
+    rc = buf_reserve(&c->out, (size_t)oh * res.stride);
+    if (rc < 0)
+        return rc;
+    res.data = c->out.p;
+    /* The decoded image stands for the whole original: at a reduced scale its
+     * box is the full decoded size, as in Pillow after draft(). */
+    const size_t need = dlc__resize_window_need(&dec, 0, 0, dec.width, dec.height, rw, rh, oy, &res);
+    if (need == 0)
+        return dlc__errorf(DLC_EINVAL, "JPEG %dx%d: cannot plan the resize to %ux%u", hd.width,
+                           hd.height, rw, rh);
+    rc = buf_reserve(&c->scratch, need);
+    if (rc < 0)
+        return rc;
+    rc = dlc__resize_window(&dec, 0, 0, dec.width, dec.height, rw, rh, ox, oy, &res,
+                            c->scratch.p, c->scratch.cap);
+    if (rc < 0)
+        return rc;
+    *out = res;
+    return DLC_OK;
+}
+
+dlc_status dlc_jpeg_encode(dlc_codec *c, const dlc_image *img, int quality, const uint8_t **jpeg,
+                           size_t *size)
+{
+    if (!c || !img || !img->data || !jpeg || !size)
+        return dlc__errorf(DLC_EINVAL, "JPEG encode: NULL argument");
+    if (img->channels != 3 && img->channels != 1)
+        return dlc__errorf(DLC_EINVAL, "JPEG encode: %u channels (1 or 3 supported)",
+                           img->channels);
+    if (!img->width || !img->height || img->width > DLC__IMAGE_MAX_SIDE ||
+        img->height > DLC__IMAGE_MAX_SIDE || img->stride < (size_t)img->width * img->channels)
+        return dlc__errorf(DLC_EINVAL, "JPEG encode: bad image geometry %ux%u stride %zu",
+                           img->width, img->height, img->stride);
+    if (quality < 1 || quality > 100)
+        return dlc__errorf(DLC_EINVAL, "JPEG encode: quality %d is not in 1..100", quality);
+    if (!c->enc) {
+        c->enc = tjInitCompress();
+        if (!c->enc)
+            return dlc__errorf(-ENOMEM, "image codec: cannot create a JPEG compressor: %s",
+                               tjGetErrorStr2(NULL));
+    }
+    const int gray = img->channels == 1;
+    const int subsamp = gray ? TJSAMP_GRAY : quality < 90 ? TJSAMP_420 : TJSAMP_444;
+    const unsigned long bound = tjBufSize((int)img->width, (int)img->height, subsamp);
+    if (bound == (unsigned long)-1 || bound > 0x7fffffffUL)
+        return dlc__errorf(DLC_EINVAL, "JPEG encode: %ux%u is too large to encode", img->width,
+                           img->height);
+    if (bound > c->jpeg_cap) {
+        /* TJFLAG_NOREALLOC below needs a buffer of tjBufSize() bytes. */
+        unsigned char *p = tjAlloc((int)bound);
+        if (!p)
+            return dlc__errorf(-ENOMEM, "JPEG encode: cannot allocate %lu bytes", bound);
+        tjFree(c->jpeg);
+        c->jpeg = p;
+        c->jpeg_cap = bound;
+    }
+    unsigned char *buf = c->jpeg;
+    unsigned long len = c->jpeg_cap;
+    if (tjCompress2(c->enc, img->data, (int)img->width, (int)img->stride, (int)img->height,
+                    gray ? TJPF_GRAY : TJPF_RGB, &buf, &len, subsamp, quality,
+                    TJFLAG_NOREALLOC) != 0)
+        return dlc__errorf(DLC_EINVAL, "JPEG encode %ux%u: %s", img->width, img->height,
+                           tjGetErrorStr2(c->enc));
+    *jpeg = buf;
+    *size = len;
+    return DLC_OK;
+}

@@ -1,0 +1,403 @@
+/*
+ * The antialiased bilinear resampler shared by the builder (Resize + CenterCrop)
+ * and the loader (RandomResizedCrop).
+ *
+ * It reproduces Pillow's Image.resize(size, BILINEAR, box) bit for bit
+ * (src/libImaging/Resample.c, Pillow 9.4 as in Debian 12), because that is
+ * what torchvision's Resize and RandomResizedCrop run on PIL images, and a
+ * model trained on dlcache should see the pixels it would have seen with
+ * torchvision:
+ *   - per output pixel xx, center = in0 + (xx + 0.5) * scale with
+ *     scale = (in1 - in0) / out; the triangle filter's support is
+ *     max(scale, 1), so a reduction averages every source pixel it covers
+ *     (antialiasing) instead of sampling two of them;
+ *   - the window [xmin, xmax) is rounded by truncation of center -+ support
+ *     + 0.5 and clipped to the image, the weights are normalised to sum 1 in
+ *     double, then converted to fixed point with 22 fractional bits
+ *     (PRECISION_BITS = 32 - 8 - 2);
+ *   - the horizontal pass runs first, over only the rows the vertical pass
+ *     reads, and its result is rounded and clipped to uint8 before the
+ *     vertical pass, exactly as Pillow keeps an 8-bit intermediate image;
+ *   - the box is single precision (Pillow parses it as C floats), and a pass
+ *     whose axis is unchanged (same size, box covering the whole axis) is
+ *     skipped, as in ImagingResampleInner.
+ *
+ * Coefficients live in the caller's scratch, so a call allocates nothing.
+ * Unlike Pillow, the vertical pass walks the taps in the outer loop and the
+ * row in the inner loop (int32 accumulators over a contiguous row), which the
+ * compiler vectorises; integer addition is associative, so the sums are the
+ * same as Pillow's per-pixel loop.
+ */
+#include "image_internal.h"
+#include "internal.h"
+
+#include <math.h>
+#include <string.h>
+
+#define PRECISION_BITS (32 - 8 - 2)
+#define SCRATCH_ALIGN 64u
+
+/* One axis of the resample: where the region lies in the source and how
+ * wide the filter is. in0 and scale are doubles computed from the single
+ * precision box exactly as Pillow's precompute_coeffs does. */
+typedef struct axis {
+    double in0;
+    double scale;
+    double support;
+    double inv_filterscale;
+    uint32_t in_size; /* pixels of the whole source along this axis */
+    uint32_t ksize;   /* coefficient slots per output pixel */
+} axis;
+
+static void axis_setup(axis *a, float in0, float in1, uint32_t out_size, uint32_t in_size)
+{
+    /* The subtraction is in single precision on purpose: Pillow computes
+     * (double)(in1 - in0) with float operands. */
+    const float span = in1 - in0;
+    const double scale = (double)span / out_size;
+    const double filterscale = scale < 1.0 ? 1.0 : scale;
+    a->in0 = in0;
+    a->scale = scale;
+    a->support = 1.0 * filterscale; /* BILINEAR's support is 1 */
+    a->inv_filterscale = 1.0 / filterscale;
+    a->in_size = in_size;
+    a->ksize = (uint32_t)ceil(a->support) * 2 + 1;
+}
+
+/* The source window of output pixel @p xx: first pixel and tap count. */
+static void axis_bounds(const axis *a, uint32_t xx, int32_t *first, int32_t *count)
+{
+    const double center = a->in0 + (xx + 0.5) * a->scale;
+    int32_t xmin = (int32_t)(center - a->support + 0.5);
+    int32_t xmax = (int32_t)(center + a->support + 0.5);
+    if (xmin < 0)
+        xmin = 0;
+    if (xmax > (int32_t)a->in_size)
+        xmax = (int32_t)a->in_size;
+    *first = xmin;
+    *count = xmax - xmin;
+}
+
+static double bilinear(double x)
+{
+    if (x < 0.0)
+        x = -x;
+    return x < 1.0 ? 1.0 - x : 0.0;
+}
+
+/* Fixed-point weights and windows of output pixels [o0, o0 + n) into
+ * bounds[2 * i] (first source pixel), bounds[2 * i + 1] (taps) and
+ * kk[i * ksize ...]. The weights are computed twice (once for their sum, once
+ * to normalise) instead of being stored as doubles: the same expression gives
+ * the same double, and no per-call buffer of ksize doubles is needed. */
+static void axis_coeffs(const axis *a, uint32_t o0, uint32_t n, int32_t *bounds, int32_t *kk)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        const uint32_t xx = o0 + i;
+        const double center = a->in0 + (xx + 0.5) * a->scale;
+        int32_t xmin, count;
+        axis_bounds(a, xx, &xmin, &count);
+        double ww = 0.0;
+        for (int32_t x = 0; x < count; x++)
+            ww += bilinear((x + xmin - center + 0.5) * a->inv_filterscale);
+        int32_t *k = kk + (size_t)i * a->ksize;
+        for (int32_t x = 0; x < count; x++) {
+            double w = bilinear((x + xmin - center + 0.5) * a->inv_filterscale);
+            if (ww != 0.0)
+                w /= ww;
+            /* normalize_coeffs_8bpc: round half away from zero. */
+            k[x] = w < 0 ? (int32_t)(-0.5 + w * (1 << PRECISION_BITS))
+                         : (int32_t)(0.5 + w * (1 << PRECISION_BITS));
+        }
+        for (uint32_t x = (uint32_t)count; x < a->ksize; x++)
+            k[x] = 0;
+        bounds[2 * i] = xmin;
+        bounds[2 * i + 1] = count;
+    }
+}
+
+static inline uint8_t clip8(int32_t acc)
+{
+    const int32_t v = acc >> PRECISION_BITS;
+    return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+}
+
+/* Horizontal pass over one row. The channel count is a compile-time
+ * constant in each instantiation so the tap loop keeps its accumulators in
+ * registers. */
+#define DEFINE_HPASS(C)                                                                            \
+    static void hpass_##C(const uint8_t *restrict in, uint8_t *restrict out, uint32_t out_w,      \
+                          const int32_t *restrict bounds, const int32_t *restrict kk,             \
+                          uint32_t ksize)                                                          \
+    {                                                                                              \
+        for (uint32_t xx = 0; xx < out_w; xx++) {                                                  \
+            const uint8_t *p = in + (size_t)bounds[2 * xx] * (C);                                  \
+            const int32_t n = bounds[2 * xx + 1];                                                  \
+            const int32_t *k = kk + (size_t)xx * ksize;                                            \
+            int32_t s[C];                                                                          \
+            for (int c = 0; c < (C); c++)                                                          \
+                s[c] = 1 << (PRECISION_BITS - 1);                                                  \
+            for (int32_t t = 0; t < n; t++)                                                        \
+                for (int c = 0; c < (C); c++)                                                      \
+                    s[c] += p[t * (C) + c] * k[t];                                                 \
+            for (int c = 0; c < (C); c++)                                                          \
+                out[xx * (C) + c] = clip8(s[c]);                                                   \
+        }                                                                                          \
+    }
+DEFINE_HPASS(1)
+DEFINE_HPASS(2)
+DEFINE_HPASS(3)
+DEFINE_HPASS(4)
+
+static void hpass(uint32_t channels, const uint8_t *in, uint8_t *out, uint32_t out_w,
+                  const int32_t *bounds, const int32_t *kk, uint32_t ksize)
+{
+    switch (channels) {
+    case 1:
+        hpass_1(in, out, out_w, bounds, kk, ksize);
+        break;
+    case 2:
+        hpass_2(in, out, out_w, bounds, kk, ksize);
+        break;
+    case 3:
+        hpass_3(in, out, out_w, bounds, kk, ksize);
+        break;
+    default:
+        hpass_4(in, out, out_w, bounds, kk, ksize);
+        break;
+    }
+}
+
+/* Vertical pass for one output row of @p n bytes: taps outside, bytes
+ * inside, two taps per sweep to halve the accumulator traffic. */
+static void vpass_row(const uint8_t *restrict in, size_t in_stride, int32_t taps,
+                      const int32_t *restrict k, int32_t *restrict acc, uint8_t *restrict out,
+                      size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        acc[i] = 1 << (PRECISION_BITS - 1);
+    int32_t t = 0;
+    for (; t + 1 < taps; t += 2) {
+        const uint8_t *restrict r0 = in + (size_t)t * in_stride;
+        const uint8_t *restrict r1 = r0 + in_stride;
+        const int32_t k0 = k[t], k1 = k[t + 1];
+        for (size_t i = 0; i < n; i++)
+            acc[i] += r0[i] * k0 + r1[i] * k1;
+    }
+    if (t < taps) {
+        const uint8_t *restrict r0 = in + (size_t)t * in_stride;
+        const int32_t k0 = k[t];
+        for (size_t i = 0; i < n; i++)
+            acc[i] += r0[i] * k0;
+    }
+    for (size_t i = 0; i < n; i++)
+        out[i] = clip8(acc[i]);
+}
+
+static size_t align_up(size_t n)
+{
+    return (n + SCRATCH_ALIGN - 1) & ~(size_t)(SCRATCH_ALIGN - 1);
+}
+
+/* Scratch layout, each part 64-byte aligned: horizontal bounds and weights,
+ * vertical bounds and weights, one int32 accumulator row, then the
+ * intermediate image of the rows the vertical pass reads. */
+typedef struct layout {
+    size_t hb, hk, vb, vk, acc, tmp, total;
+} layout;
+
+static void make_layout(layout *l, uint32_t dst_w, uint32_t dst_h, uint32_t ks_h, uint32_t ks_v,
+                        uint32_t channels, size_t tmp_rows)
+{
+    size_t off = 0;
+    l->hb = off;
+    off += align_up((size_t)dst_w * 2 * sizeof(int32_t));
+    l->hk = off;
+    off += align_up((size_t)dst_w * ks_h * sizeof(int32_t));
+    l->vb = off;
+    off += align_up((size_t)dst_h * 2 * sizeof(int32_t));
+    l->vk = off;
+    off += align_up((size_t)dst_h * ks_v * sizeof(int32_t));
+    l->acc = off;
+    off += align_up((size_t)dst_w * channels * sizeof(int32_t));
+    l->tmp = off;
+    off += align_up((size_t)dst_w * channels * tmp_rows);
+    l->total = off + SCRATCH_ALIGN; /* room to align an unaligned scratch pointer */
+}
+
+size_t dlc_resize_scratch_bound(uint32_t src_w, uint32_t src_h, uint32_t dst_w, uint32_t dst_h,
+                                uint32_t channels)
+{
+    if (!src_w || !src_h || !dst_w || !dst_h || !channels || channels > 4 ||
+        src_w > DLC__IMAGE_MAX_SIDE || src_h > DLC__IMAGE_MAX_SIDE ||
+        dst_w > DLC__IMAGE_MAX_SIDE || dst_h > DLC__IMAGE_MAX_SIDE)
+        return 0;
+    /* One extra source pixel per axis covers a fractional region whose
+     * rounded-down size the caller passed; two extra taps and rows cover the
+     * rounding of the window bounds. */
+    const double sh = (double)(src_w + 1) / dst_w, sv = (double)(src_h + 1) / dst_h;
+    const uint32_t ks_h = (uint32_t)ceil(sh < 1.0 ? 1.0 : sh) * 2 + 3;
+    const uint32_t ks_v = (uint32_t)ceil(sv < 1.0 ? 1.0 : sv) * 2 + 3;
+    layout l;
+    make_layout(&l, dst_w, dst_h, ks_h, ks_v, channels, (size_t)src_h + 1 + ks_v);
+    return l.total;
+}
+
+static dlc_status check_image(const dlc_image *im, const char *what)
+{
+    if (!im || !im->data)
+        return dlc__errorf(DLC_EINVAL, "resize: %s image is NULL", what);
+    if (!im->width || !im->height || im->width > DLC__IMAGE_MAX_SIDE ||
+        im->height > DLC__IMAGE_MAX_SIDE)
+        return dlc__errorf(DLC_EINVAL, "resize: %s image is %ux%u (each side must be 1..%u)",
+                           what, im->width, im->height, DLC__IMAGE_MAX_SIDE);
+    if (im->channels < 1 || im->channels > 4)
+        return dlc__errorf(DLC_EINVAL, "resize: %s image has %u channels (1..4 supported)", what,
+                           im->channels);
+    if (im->stride < (size_t)im->width * im->channels)
+        return dlc__errorf(DLC_EINVAL, "resize: %s image stride %zu is below width %u x %u", what,
+                           im->stride, im->width, im->channels);
+    return DLC_OK;
+}
+
+/* Validate the arguments and set up both axes and the layout. */
+static dlc_status plan(const dlc_image *src, double x, double y, double w, double h,
+                       uint32_t out_w, uint32_t out_h, uint32_t ox, uint32_t oy,
+                       const dlc_image *dst, axis *ah, axis *av, int *need_h, int *need_v,
+                       int32_t *row_first, size_t *tmp_rows, layout *l)
+{
+    dlc_status rc = check_image(src, "source");
+    if (rc < 0)
+        return rc;
+    rc = check_image(dst, "destination");
+    if (rc < 0)
+        return rc;
+    if (src->channels != dst->channels)
+        return dlc__errorf(DLC_EINVAL, "resize: source has %u channels, destination %u",
+                           src->channels, dst->channels);
+    if (!out_w || !out_h || out_w > DLC__IMAGE_MAX_SIDE || out_h > DLC__IMAGE_MAX_SIDE ||
+        ox > out_w || oy > out_h || dst->width > out_w - ox || dst->height > out_h - oy)
+        return dlc__errorf(DLC_EINVAL,
+                           "resize: window %ux%u at (%u, %u) is not inside the %ux%u output",
+                           dst->width, dst->height, ox, oy, out_w, out_h);
+    /* The !(a <= b) forms also reject NaN. */
+    if (!(x >= 0.0) || !(y >= 0.0) || !(w > 0.0) || !(h > 0.0) || !(x + w <= src->width) ||
+        !(y + h <= src->height))
+        return dlc__errorf(DLC_EINVAL,
+                           "resize: region (%g, %g) %gx%g is empty or not inside the %ux%u source",
+                           x, y, w, h, src->width, src->height);
+
+    /* Pillow's box is (x0, y0, x1, y1) in single precision. */
+    const float x0 = (float)x, y0 = (float)y, x1 = (float)(x + w), y1 = (float)(y + h);
+    if (!(x1 > x0) || !(y1 > y0))
+        return dlc__errorf(DLC_EINVAL, "resize: region (%g, %g) %gx%g is empty in single precision",
+                           x, y, w, h);
+    axis_setup(ah, x0, x1, out_w, src->width);
+    axis_setup(av, y0, y1, out_h, src->height);
+    /* ImagingResampleInner's test, including its comparison of the box's
+     * right edge with the output size: a pass is skipped only when it would
+     * be the identity. */
+    *need_h = out_w != src->width || x0 != 0.0f || x1 != (float)out_w;
+    *need_v = out_h != src->height || y0 != 0.0f || y1 != (float)out_h;
+
+    int32_t f0, n0, f1, n1;
+    axis_bounds(av, oy, &f0, &n0);
+    axis_bounds(av, oy + dst->height - 1, &f1, &n1);
+    *row_first = f0;
+    *tmp_rows = (size_t)(f1 + n1 - f0);
+    make_layout(l, dst->width, dst->height, ah->ksize, av->ksize, src->channels,
+                *need_h && *need_v ? *tmp_rows : 0);
+    return DLC_OK;
+}
+
+size_t dlc__resize_window_need(const dlc_image *src, double x, double y, double w, double h,
+                               uint32_t out_w, uint32_t out_h, uint32_t oy, const dlc_image *dst)
+{
+    axis ah, av;
+    int need_h, need_v;
+    int32_t row_first;
+    size_t tmp_rows;
+    layout l;
+    if (plan(src, x, y, w, h, out_w, out_h, 0, oy, dst, &ah, &av, &need_h, &need_v, &row_first,
+             &tmp_rows, &l) < 0)
+        return 0;
+    return l.total;
+}
+
+dlc_status dlc__resize_window(const dlc_image *src, double x, double y, double w, double h,
+                              uint32_t out_w, uint32_t out_h, uint32_t ox, uint32_t oy,
+                              const dlc_image *dst, void *scratch, size_t scratch_size)
+{
+    axis ah, av;
+    int need_h, need_v;
+    int32_t row_first;
+    size_t tmp_rows;
+    layout l;
+    const dlc_status rc = plan(src, x, y, w, h, out_w, out_h, ox, oy, dst, &ah, &av, &need_h,
+                               &need_v, &row_first, &tmp_rows, &l);
+    if (rc < 0)
+        return rc;
+    if (!scratch || scratch_size < l.total)
+        return dlc__errorf(DLC_EINVAL, "resize: scratch of %zu bytes is below the %zu needed",
+                           scratch_size, l.total);
+
+    const uint32_t C = src->channels;
+    const uint32_t dw = dst->width, dh = dst->height;
+    const size_t row_bytes = (size_t)dw * C;
+    uint8_t *base = (uint8_t *)(((uintptr_t)scratch + SCRATCH_ALIGN - 1) &
+                                ~(uintptr_t)(SCRATCH_ALIGN - 1));
+    int32_t *hb = (int32_t *)(void *)(base + l.hb), *hk = (int32_t *)(void *)(base + l.hk);
+    int32_t *vb = (int32_t *)(void *)(base + l.vb), *vk = (int32_t *)(void *)(base + l.vk);
+    int32_t *acc = (int32_t *)(void *)(base + l.acc);
+    uint8_t *tmp = base + l.tmp;
+
+    if (!need_h && !need_v) {
+        /* Same size, whole image: Pillow copies. */
+        for (uint32_t r = 0; r < dh; r++)
+            memcpy(dst->data + r * dst->stride, src->data + (size_t)(oy + r) * src->stride +
+                                                    (size_t)ox * C,
+                   row_bytes);
+        return DLC_OK;
+    }
+    if (need_h)
+        axis_coeffs(&ah, ox, dw, hb, hk);
+    if (!need_v) {
+        /* Output row oy + r is source row oy + r, resampled horizontally. */
+        for (uint32_t r = 0; r < dh; r++)
+            hpass(C, src->data + (size_t)(oy + r) * src->stride, dst->data + r * dst->stride, dw,
+                  hb, hk, ah.ksize);
+        return DLC_OK;
+    }
+
+    axis_coeffs(&av, oy, dh, vb, vk);
+    const uint8_t *in;
+    size_t in_stride;
+    if (need_h) {
+        /* Only the rows the vertical taps reach are resampled horizontally
+         * (Pillow's ybox_first..ybox_last); the vertical bounds become
+         * relative to the first of them. */
+        for (size_t r = 0; r < tmp_rows; r++)
+            hpass(C, src->data + (size_t)(row_first + (int32_t)r) * src->stride,
+                  tmp + r * row_bytes, dw, hb, hk, ah.ksize);
+        for (uint32_t i = 0; i < dh; i++)
+            vb[2 * i] -= row_first;
+        in = tmp;
+        in_stride = row_bytes;
+    } else {
+        in = src->data + (size_t)ox * C;
+        in_stride = src->stride;
+    }
+    for (uint32_t r = 0; r < dh; r++)
+        vpass_row(in + (size_t)vb[2 * r] * in_stride, in_stride, vb[2 * r + 1],
+                  vk + (size_t)r * av.ksize, acc, dst->data + r * dst->stride, row_bytes);
+    return DLC_OK;
+}
+
+dlc_status dlc_resize(const dlc_image *src, double x, double y, double w, double h,
+                      const dlc_image *dst, void *scratch, size_t scratch_size)
+{
+    if (!dst)
+        return dlc__errorf(DLC_EINVAL, "resize: destination image is NULL");
+    return dlc__resize_window(src, x, y, w, h, dst->width, dst->height, 0, 0, dst, scratch,
+                              scratch_size);
+}
