@@ -1,0 +1,512 @@
+/*
+ * mkdemo: make an ImageNet-like ImageFolder tree from a few real photographs.
+ *
+ *   mkdemo OUTDIR [--count N] [--classes K] [--seed S] [--photos DIR] [--threads T]
+ *
+ * writes OUTDIR/train/<class>/<n>.jpg. Class k is made from the k-th photo of
+ * DIR (default /usr/share/backgrounds/mate/nature, *.jpg sorted by name) and
+ * named after it in lower case ("aqua", "blinds", ...). Each image is a random
+ * crop of its class's photo (10% to 100% of the area, aspect 3/4 to 4/3, as
+ * RandomResizedCrop draws them), resized so both sides are 300 to 600 pixels
+ * and saved as JPEG at quality 85 to 95, which is roughly what ImageNet's
+ * training images look like. Real photographs matter: decode and resize cost
+ * depend on the content, and a benchmark on flat synthetic images would flatter
+ * any JPEG path.
+ *
+ * Everything is a function of the seed and the image's index, never of the
+ * thread that made it, so the same arguments give the same bytes. The tool
+ * uses only dlcache's codec and resampler.
+ */
+#include <dlcache/image.h>
+
+#include "toolutil.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define TOOL "mkdemo"
+#define DEFAULT_PHOTOS "/usr/share/backgrounds/mate/nature"
+#define MAX_CLASSES 1000
+#define MAX_THREADS 64
+#define MIN_SIDE 300u
+#define MAX_SIDE 600u
+/* Photos are decoded once with DCT scaling to a shorter side of at least
+ * this many pixels (about 1500 on the longer side for the 16:10 wallpapers):
+ * enough that a crop of a tenth of the area still shrinks to its output size,
+ * and a fraction of the memory and time of a full decode. */
+#define PHOTO_MIN_SHORT 800u
+
+typedef struct photo {
+    char name[256];  /* class name: file name without extension, lower case */
+    char path[4096]; /* source file */
+    uint8_t *pix;    /* decoded RGB, owned */
+    dlc_image img;
+} photo;
+
+typedef struct job {
+    const char *outdir;
+    photo *photos;
+    uint32_t classes;
+    uint64_t count;
+    uint64_t seed;
+    uint32_t thread;
+    uint32_t threads;
+    uint64_t bytes;      /* written by this thread */
+    dlc_status rc;       /* first failure of this thread */
+    char err[1200];      /* its message */
+} job;
+
+/* splitmix64: a tiny, well-mixed generator; one stream per image. */
+static uint64_t mix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [0, 1). */
+static double uniform(uint64_t *s)
+{
+    return (double)(mix64(s) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* Uniform integer in [lo, hi]. */
+static uint32_t uniform_int(uint64_t *s, uint32_t lo, uint32_t hi)
+{
+    return lo + (uint32_t)(mix64(s) % ((uint64_t)hi - lo + 1));
+}
+
+static int name_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int has_jpeg_ext(const char *n)
+{
+    const char *dot = strrchr(n, '.');
+    return dot && (strcasecmp(dot, ".jpg") == 0 || strcasecmp(dot, ".jpeg") == 0);
+}
+
+/* The first @p want JPEG files of @p dir in name order. */
+static int list_photos(const char *dir, photo *out, uint32_t want, uint32_t *found)
+{
+    DIR *d = opendir(dir);
+    if (!d) {
+        fprintf(stderr, TOOL ": error: cannot open %s: %s\n", dir, strerror(errno));
+        return -1;
+    }
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.' || !has_jpeg_ext(e->d_name))
+            continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 64;
+            char **p = realloc(names, cap * sizeof *names);
+            if (!p)
+                break;
+            names = p;
+        }
+        names[n] = strdup(e->d_name);
+        if (!names[n])
+            break;
+        n++;
+    }
+    closedir(d);
+    qsort(names, n, sizeof *names, name_cmp);
+    uint32_t k = 0;
+    for (size_t i = 0; i < n && k < want; i++) {
+        photo *p = &out[k];
+        snprintf(p->path, sizeof p->path, "%s/%s", dir, names[i]);
+        snprintf(p->name, sizeof p->name, "%s", names[i]);
+        char *dot = strrchr(p->name, '.');
+        if (dot)
+            *dot = '\0';
+        for (char *c = p->name; *c; c++)
+            *c = (char)tolower((unsigned char)*c);
+        k++;
+    }
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+    *found = k;
+    return 0;
+}
+
+static int read_file(const char *path, uint8_t **data, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -errno;
+    uint8_t *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len == cap) {
+            cap = cap ? cap * 2 : 1 << 20;
+            uint8_t *p = realloc(buf, cap);
+            if (!p) {
+                free(buf);
+                fclose(f);
+                return -ENOMEM;
+            }
+            buf = p;
+        }
+        const size_t got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (got == 0)
+            break;
+    }
+    const int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        return -EIO;
+    }
+    *data = buf;
+    *size = len;
+    return 0;
+}
+
+/* Decode every class photo once, DCT-scaled, into memory it owns. */
+static int load_photos(photo *photos, uint32_t n)
+{
+    dlc_codec *c = NULL;
+    dlc_status rc = dlc_codec_create(&c);
+    if (rc < 0) {
+        tool_report(TOOL, rc, "dlc_codec_create");
+        return -1;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        photo *p = &photos[i];
+        uint8_t *data = NULL;
+        size_t size = 0;
+        const int err = read_file(p->path, &data, &size);
+        if (err < 0) {
+            fprintf(stderr, TOOL ": error: cannot read %s: %s\n", p->path, strerror(-err));
+            dlc_codec_destroy(c);
+            return -1;
+        }
+        uint32_t w, h;
+        rc = dlc_jpeg_info(c, data, size, &w, &h);
+        if (rc == DLC_OK) {
+            /* Ask for a shorter side of PHOTO_MIN_SHORT; the decode keeps the
+             * aspect, so give the other axis its proportional minimum. */
+            const double f = (double)PHOTO_MIN_SHORT / (w < h ? w : h);
+            const uint32_t mw = f < 1.0 ? (uint32_t)ceil(w * f) : 0;
+            const uint32_t mh = f < 1.0 ? (uint32_t)ceil(h * f) : 0;
+            rc = dlc_jpeg_decode(c, data, size, mw, mh, &p->img);
+        }
+        free(data);
+        if (rc < 0) {
+            char what[4200];
+            snprintf(what, sizeof what, "decoding %s", p->path);
+            tool_report(TOOL, rc, what);
+            dlc_codec_destroy(c);
+            return -1;
+        }
+        if (p->img.width < MIN_SIDE || p->img.height < MIN_SIDE) {
+            fprintf(stderr, TOOL ": error: %s is %ux%u, below %ux%u\n", p->path, p->img.width,
+                    p->img.height, MIN_SIDE, MIN_SIDE);
+            dlc_codec_destroy(c);
+            return -1;
+        }
+        /* The codec's buffer is reused by the next decode: keep a copy. */
+        const size_t bytes = p->img.stride * p->img.height;
+        p->pix = malloc(bytes);
+        if (!p->pix) {
+            fprintf(stderr, TOOL ": error: out of memory for %s\n", p->path);
+            dlc_codec_destroy(c);
+            return -1;
+        }
+        memcpy(p->pix, p->img.data, bytes);
+        p->img.data = p->pix;
+    }
+    dlc_codec_destroy(c);
+    return 0;
+}
+
+/* RandomResizedCrop's get_params (torchvision) with scale (0.1, 1) and ratio
+ * (3/4, 4/3): ten tries at a random area and log-uniform aspect, then a
+ * central crop. */
+static void pick_crop(uint64_t *s, uint32_t W, uint32_t H, uint32_t *x, uint32_t *y, uint32_t *w,
+                      uint32_t *h)
+{
+    const double area = (double)W * H;
+    const double lo = log(3.0 / 4.0), hi = log(4.0 / 3.0);
+    for (int attempt = 0; attempt < 10; attempt++) {
+        const double target = area * (0.1 + 0.9 * uniform(s));
+        const double ratio = exp(lo + (hi - lo) * uniform(s));
+        const double cw = round(sqrt(target * ratio)), ch = round(sqrt(target / ratio));
+        if (cw >= 1 && ch >= 1 && cw <= W && ch <= H) {
+            *w = (uint32_t)cw;
+            *h = (uint32_t)ch;
+            *x = uniform_int(s, 0, W - *w);
+            *y = uniform_int(s, 0, H - *h);
+            return;
+        }
+    }
+    const double in_ratio = (double)W / H;
+    if (in_ratio < 3.0 / 4.0) {
+        *w = W;
+        *h = (uint32_t)round(W / (3.0 / 4.0));
+    } else if (in_ratio > 4.0 / 3.0) {
+        *h = H;
+        *w = (uint32_t)round(H * (4.0 / 3.0));
+    } else {
+        *w = W;
+        *h = H;
+    }
+    *x = (W - *w) / 2;
+    *y = (H - *h) / 2;
+}
+
+static int write_file(const char *path, const uint8_t *data, size_t size)
+{
+    const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -errno;
+    size_t off = 0;
+    while (off < size) {
+        const ssize_t n = write(fd, data + off, size - off);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            const int e = errno;
+            close(fd);
+            return -e;
+        }
+        off += (size_t)n;
+    }
+    if (close(fd) != 0)
+        return -errno;
+    return 0;
+}
+
+static void *worker(void *arg)
+{
+    job *j = arg;
+    dlc_codec *codec = NULL;
+    uint8_t *out = malloc((size_t)MAX_SIDE * MAX_SIDE * 3);
+    size_t scratch_size = 0;
+    for (uint32_t k = 0; k < j->classes; k++) {
+        const size_t b = dlc_resize_scratch_bound(j->photos[k].img.width, j->photos[k].img.height,
+                                                  MAX_SIDE, MAX_SIDE, 3);
+        if (b > scratch_size)
+            scratch_size = b;
+    }
+    void *scratch = aligned_alloc(64, (scratch_size + 63) & ~(size_t)63);
+    if (!out || !scratch) {
+        j->rc = -ENOMEM;
+        snprintf(j->err, sizeof j->err, "out of memory");
+        goto done;
+    }
+    j->rc = dlc_codec_create(&codec);
+    if (j->rc < 0) {
+        snprintf(j->err, sizeof j->err, "dlc_codec_create: %s", dlc_errmsg());
+        goto done;
+    }
+    for (uint64_t i = j->thread; i < j->count; i += j->threads) {
+        /* One random stream per image, from the seed and the index only. */
+        uint64_t s = j->seed ^ (0xd1b54a32d192ed03ull * (i + 1));
+        mix64(&s);
+        const uint32_t cls = (uint32_t)(i % j->classes);
+        const photo *p = &j->photos[cls];
+        uint32_t cx, cy, cw, ch;
+        pick_crop(&s, p->img.width, p->img.height, &cx, &cy, &cw, &ch);
+        /* Shorter side 300..450, the longer one by the crop's aspect (at
+         * most 4/3 of it, so at most 600). */
+        const uint32_t short_side = uniform_int(&s, MIN_SIDE, MAX_SIDE * 3 / 4);
+        uint32_t ow, oh;
+        if (cw >= ch) {
+            oh = short_side;
+            ow = (uint32_t)lround((double)short_side * cw / ch);
+        } else {
+            ow = short_side;
+            oh = (uint32_t)lround((double)short_side * ch / cw);
+        }
+        ow = ow > MAX_SIDE ? MAX_SIDE : ow;
+        oh = oh > MAX_SIDE ? MAX_SIDE : oh;
+        const int quality = (int)uniform_int(&s, 85, 95);
+
+        const dlc_image dst = {out, ow, oh, 3, (size_t)ow * 3};
+        j->rc = dlc_resize(&p->img, cx, cy, cw, ch, &dst, scratch, scratch_size);
+        if (j->rc < 0) {
+            snprintf(j->err, sizeof j->err, "image %llu: resize: %s", (unsigned long long)i,
+                     dlc_errmsg());
+            goto done;
+        }
+        const uint8_t *jpeg;
+        size_t jpeg_size;
+        j->rc = dlc_jpeg_encode(codec, &dst, quality, &jpeg, &jpeg_size);
+        if (j->rc < 0) {
+            snprintf(j->err, sizeof j->err, "image %llu: encode: %s", (unsigned long long)i,
+                     dlc_errmsg());
+            goto done;
+        }
+        char path[8192];
+        snprintf(path, sizeof path, "%s/train/%s/%05llu.jpg", j->outdir, p->name,
+                 (unsigned long long)(i / j->classes));
+        const int err = write_file(path, jpeg, jpeg_size);
+        if (err < 0) {
+            j->rc = err;
+            snprintf(j->err, sizeof j->err, "cannot write %.1000s: %s", path, strerror(-err));
+            goto done;
+        }
+        j->bytes += jpeg_size;
+    }
+done:
+    dlc_codec_destroy(codec);
+    free(scratch);
+    free(out);
+    return NULL;
+}
+
+static int make_dir(const char *path)
+{
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, TOOL ": error: cannot create %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: " TOOL " OUTDIR [--count N (3000)] [--classes K (10)] [--seed S (0)]\n"
+               "              [--photos DIR (" DEFAULT_PHOTOS ")] [--threads T (2)]\n"
+               "Makes OUTDIR/train/<class>/<n>.jpg from real photographs, one class per photo.\n");
+}
+
+int main(int argc, char **argv)
+{
+    const char *outdir = NULL, *photos_dir = DEFAULT_PHOTOS;
+    uint64_t count = 3000, classes = 10, seed = 0, threads = 2;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        uint64_t *num = NULL, max = 0;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (strcmp(a, "--count") == 0) {
+            num = &count;
+            max = 100000000;
+        } else if (strcmp(a, "--classes") == 0) {
+            num = &classes;
+            max = MAX_CLASSES;
+        } else if (strcmp(a, "--seed") == 0) {
+            num = &seed;
+            max = UINT64_MAX;
+        } else if (strcmp(a, "--threads") == 0) {
+            num = &threads;
+            max = MAX_THREADS;
+        } else if (strcmp(a, "--photos") == 0) {
+            if (++i >= argc) {
+                usage(stderr);
+                return 2;
+            }
+            photos_dir = argv[i];
+            continue;
+        } else if (a[0] == '-' || outdir) {
+            fprintf(stderr, TOOL ": error: unexpected argument '%s'\n", a);
+            usage(stderr);
+            return 2;
+        } else {
+            outdir = a;
+            continue;
+        }
+        if (++i >= argc || tool_parse_u64(argv[i], max, num) != 0) {
+            fprintf(stderr, TOOL ": error: %s needs a number up to %llu\n", a,
+                    (unsigned long long)max);
+            return 2;
+        }
+    }
+    if (!outdir || classes == 0 || threads == 0) {
+        usage(stderr);
+        return 2;
+    }
+
+    const double t0 = tool_now();
+    int status = 1;
+    photo *photos = calloc(classes, sizeof *photos);
+    job *jobs = calloc(threads, sizeof *jobs);
+    pthread_t *tids = calloc(threads, sizeof *tids);
+    uint32_t found = 0;
+    if (!photos || !jobs || !tids) {
+        fprintf(stderr, TOOL ": error: out of memory\n");
+        goto out;
+    }
+    if (list_photos(photos_dir, photos, (uint32_t)classes, &found) != 0)
+        goto out;
+    if (found < classes) {
+        fprintf(stderr, TOOL ": error: %s has %u JPEG photos, %llu classes need one each\n",
+                photos_dir, found, (unsigned long long)classes);
+        goto out;
+    }
+    if (load_photos(photos, (uint32_t)classes) != 0)
+        goto out;
+
+    char path[8192];
+    snprintf(path, sizeof path, "%s/train", outdir);
+    if (make_dir(outdir) != 0 || make_dir(path) != 0)
+        goto out;
+    for (uint32_t k = 0; k < classes; k++) {
+        snprintf(path, sizeof path, "%s/train/%s", outdir, photos[k].name);
+        if (make_dir(path) != 0)
+            goto out;
+    }
+
+    uint32_t started = 0;
+    for (uint32_t t = 0; t < threads; t++) {
+        jobs[t] = (job){.outdir = outdir,
+                        .photos = photos,
+                        .classes = (uint32_t)classes,
+                        .count = count,
+                        .seed = seed,
+                        .thread = t,
+                        .threads = (uint32_t)threads};
+        if (pthread_create(&tids[t], NULL, worker, &jobs[t]) != 0) {
+            jobs[t].rc = -EAGAIN;
+            snprintf(jobs[t].err, sizeof jobs[t].err, "cannot start a thread");
+            break;
+        }
+        started++;
+    }
+    for (uint32_t t = 0; t < started; t++)
+        pthread_join(tids[t], NULL);
+    uint64_t bytes = 0;
+    status = 0;
+    for (uint32_t t = 0; t < threads; t++) {
+        if (jobs[t].rc < 0) {
+            fprintf(stderr, TOOL ": error: %s\n", jobs[t].err);
+            status = 1;
+        }
+        bytes += jobs[t].bytes;
+    }
+    if (status == 0) {
+        char hb[32];
+        printf(TOOL ": wrote %llu images in %llu classes to %s/train (%s, %.1f s, seed %llu)\n",
+               (unsigned long long)count, (unsigned long long)classes, outdir,
+               tool_human_bytes(bytes, hb, sizeof hb), tool_now() - t0,
+               (unsigned long long)seed);
+    }
+out:
+    if (photos)
+        for (uint32_t k = 0; k < classes; k++)
+            free(photos[k].pix);
+    free(photos);
+    free(jobs);
+    free(tids);
+    return status;
+}
