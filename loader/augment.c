@@ -1,0 +1,181 @@
+/* Crop parameters (torchvision's algorithms) and the one-pass crop + flip + convert kernel. */
+#include "internal.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Python's round(): half to even, which is nearbyint() in the default rounding mode. */
+static int64_t py_round(double x)
+{
+    return (int64_t)nearbyint(x);
+}
+
+dlc__box dlc__rrc_params(uint32_t width, uint32_t height, const float scale[2],
+                         const float ratio[2], dlc__rng *rng)
+{
+    const double area = (double)height * (double)width;
+    const double log_r0 = log((double)ratio[0]), log_r1 = log((double)ratio[1]);
+    for (int attempt = 0; attempt < 10; attempt++) {
+        const double target_area =
+            area * (scale[0] + (scale[1] - (double)scale[0]) * dlc__rng_uniform(rng));
+        const double aspect = exp(log_r0 + (log_r1 - log_r0) * dlc__rng_uniform(rng));
+        const int64_t w = py_round(sqrt(target_area * aspect));
+        const int64_t h = py_round(sqrt(target_area / aspect));
+        if (w > 0 && w <= (int64_t)width && h > 0 && h <= (int64_t)height) {
+            dlc__box b;
+            b.top = (uint32_t)dlc__rng_below(rng, (uint64_t)(height - h + 1));
+            b.left = (uint32_t)dlc__rng_below(rng, (uint64_t)(width - w + 1));
+            b.h = (uint32_t)h;
+            b.w = (uint32_t)w;
+            return b;
+        }
+    }
+    /* Fallback to a central crop of the closest allowed aspect ratio. */
+    const double in_ratio = (double)width / (double)height;
+    const double rmin = fmin(ratio[0], ratio[1]), rmax = fmax(ratio[0], ratio[1]);
+    int64_t w, h;
+    if (in_ratio < rmin) {
+        w = width;
+        h = py_round((double)w / rmin);
+    } else if (in_ratio > rmax) {
+        h = height;
+        w = py_round((double)h * rmax);
+    } else {
+        w = width;
+        h = height;
+    }
+    /* Guard rounding at the edges: the box must stay inside the image and not be empty. */
+    if (h < 1)
+        h = 1;
+    if (w < 1)
+        w = 1;
+    if (h > (int64_t)height)
+        h = height;
+    if (w > (int64_t)width)
+        w = width;
+    dlc__box b = {(uint32_t)((height - h) / 2), (uint32_t)((width - w) / 2), (uint32_t)h,
+                  (uint32_t)w};
+    return b;
+}
+
+dlc__box dlc__center_box(uint32_t width, uint32_t height, uint32_t crop_w, uint32_t crop_h)
+{
+    dlc__box b = {(uint32_t)py_round(((double)height - crop_h) / 2.0),
+                  (uint32_t)py_round(((double)width - crop_w) / 2.0), crop_h, crop_w};
+    return b;
+}
+
+dlc__box dlc__random_box(uint32_t width, uint32_t height, uint32_t crop_w, uint32_t crop_h,
+                         dlc__rng *rng)
+{
+    dlc__box b = {0, 0, crop_h, crop_w};
+    b.top = (uint32_t)dlc__rng_below(rng, (uint64_t)(height - crop_h) + 1);
+    b.left = (uint32_t)dlc__rng_below(rng, (uint64_t)(width - crop_w) + 1);
+    return b;
+}
+
+uint16_t dlc__f32_to_f16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    const uint32_t sign = (x >> 16) & 0x8000u;
+    const uint32_t absx = x & 0x7fffffffu;
+    if (absx >= 0x7f800000u) /* Inf or NaN (NaN stays a quiet NaN). */
+        return (uint16_t)(sign | 0x7c00u | (absx > 0x7f800000u ? 0x200u : 0));
+    if (absx >= 0x477ff000u) /* Rounds to a value beyond the largest half: infinity. */
+        return (uint16_t)(sign | 0x7c00u);
+    if (absx < 0x38800000u) {
+        /* Subnormal half (or zero): shift the full significand into place, round to even. */
+        if (absx < 0x33000000u)
+            return (uint16_t)sign;
+        const uint32_t e = absx >> 23;
+        const uint32_t m = (absx & 0x7fffffu) | 0x800000u;
+        const uint32_t shift = 126 - e; /* 14..24 */
+        uint32_t h = m >> shift;
+        const uint32_t rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (h & 1u)))
+            h++;
+        return (uint16_t)(sign | h);
+    }
+    /* Normal: rebias the exponent and round the 13 dropped bits to nearest even; a carry into
+     * the exponent is the correct result. */
+    uint32_t h = ((absx - 0x38000000u) >> 13);
+    const uint32_t rem = absx & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u)))
+        h++;
+    return (uint16_t)(sign | h);
+}
+
+void dlc__convert_init(dlc__convert *cv, uint32_t dtype, uint32_t channels, const float mean[3],
+                       const float std[3])
+{
+    memset(cv, 0, sizeof *cv);
+    cv->dtype = dtype;
+    cv->channels = channels;
+    for (int c = 0; c < 3; c++) {
+        for (int v = 0; v < 256; v++) {
+            /* Exactly the reference expression in float, so outputs are bit-identical to a
+             * straightforward (x / 255 - mean) / std. */
+            const float f = ((float)v / 255.0f - mean[c]) / std[c];
+            cv->f32[c][v] = f;
+            cv->f16[c][v] = dlc__f32_to_f16(f);
+        }
+    }
+}
+
+void dlc__crop_convert(const uint8_t *src, size_t stride, dlc__box box, int flip,
+                       const dlc__convert *cv, void *dst)
+{
+    const uint32_t C = cv->channels, W = box.w, H = box.h;
+    const uint8_t *base = src + (size_t)box.top * stride + (size_t)box.left * C;
+    if (cv->dtype == DLC_DTYPE_UINT8) {
+        uint8_t *out = dst;
+        const size_t row = (size_t)W * C;
+        for (uint32_t y = 0; y < H; y++, out += row) {
+            const uint8_t *in = base + (size_t)y * stride;
+            if (!flip) {
+                memcpy(out, in, row);
+                continue;
+            }
+            if (C == 3) {
+                for (uint32_t x = 0; x < W; x++) {
+                    const uint8_t *p = in + (size_t)(W - 1 - x) * 3;
+                    out[x * 3 + 0] = p[0];
+                    out[x * 3 + 1] = p[1];
+                    out[x * 3 + 2] = p[2];
+                }
+            } else {
+                for (uint32_t x = 0; x < W; x++)
+                    memcpy(out + (size_t)x * C, in + (size_t)(W - 1 - x) * C, C);
+            }
+        }
+        return;
+    }
+    /* NCHW: three planes written row by row while the source row is read once. Channels are 3
+     * here (checked at open). */
+    const size_t plane = (size_t)W * H;
+    const ptrdiff_t step = flip ? -3 : 3;
+    if (cv->dtype == DLC_DTYPE_FLOAT32) {
+        float *o0 = dst, *o1 = o0 + plane, *o2 = o1 + plane;
+        for (uint32_t y = 0; y < H; y++) {
+            const uint8_t *p = base + (size_t)y * stride + (flip ? (size_t)(W - 1) * 3 : 0);
+            for (uint32_t x = 0; x < W; x++, p += step) {
+                o0[x] = cv->f32[0][p[0]];
+                o1[x] = cv->f32[1][p[1]];
+                o2[x] = cv->f32[2][p[2]];
+            }
+            o0 += W, o1 += W, o2 += W;
+        }
+    } else {
+        uint16_t *o0 = dst, *o1 = o0 + plane, *o2 = o1 + plane;
+        for (uint32_t y = 0; y < H; y++) {
+            const uint8_t *p = base + (size_t)y * stride + (flip ? (size_t)(W - 1) * 3 : 0);
+            for (uint32_t x = 0; x < W; x++, p += step) {
+                o0[x] = cv->f16[0][p[0]];
+                o1[x] = cv->f16[1][p[1]];
+                o2[x] = cv->f16[2][p[2]];
+            }
+            o0 += W, o1 += W, o2 += W;
+        }
+    }
+}

@@ -1,0 +1,333 @@
+/* The I/O thread: works a few batches ahead of the workers. For each batch it looks the records
+ * up (headers only) and asks the kernel for their payloads, either as readahead into the page
+ * cache (mmap mode: IORING_OP_MADVISE WILLNEED on the mapped range) or as O_DIRECT reads into
+ * the slot's own buffers (direct mode), so workers do not stall on page faults of a cold store. */
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#define IO_ALIGN 4096u
+#define RING_ENTRIES 256u
+
+uint64_t dlc__now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Bytes the page cache can still take, from MemAvailable in /proc/meminfo; 0 when unknown. */
+static uint64_t mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "re");
+    if (!f)
+        return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+            break;
+    fclose(f);
+    return (uint64_t)kb * 1024;
+}
+
+static size_t align_up(size_t x, size_t a)
+{
+    return (x + a - 1) / a * a;
+}
+
+dlc_status dlc__io_open(dlc_loader *l)
+{
+    dlc_status rc = DLC_OK;
+    const dlc_loader_config *c = &l->cfg;
+    l->direct_fd = -1;
+    l->io_mode = c->io;
+    if (l->io_mode == DLC_IO_AUTO) {
+        const uint64_t avail = mem_available();
+        l->io_mode = avail && l->info->file_bytes > avail ? DLC_IO_DIRECT : DLC_IO_MMAP;
+        dlc__logf(c->log, c->log_user, DLC_LOG_INFO,
+                  "%s: %llu bytes, %llu bytes of memory available: io mode %s", l->path,
+                  (unsigned long long)l->info->file_bytes, (unsigned long long)avail,
+                  l->io_mode == DLC_IO_DIRECT ? "direct" : "mmap");
+    }
+
+    const int qrc = io_uring_queue_init(RING_ENTRIES, &l->ring, 0);
+    if (qrc == 0) {
+        l->uring_ok = 1;
+    } else {
+        dlc__logf(c->log, c->log_user, DLC_LOG_WARN,
+                  "io_uring is not available (%s): reading ahead with posix_fadvise/pread instead",
+                  dlc_strerror(qrc));
+    }
+
+    if (l->io_mode == DLC_IO_DIRECT) {
+        /* A buffer per sample that covers its record's 4096-aligned span. Fixed-size raw records
+         * have a known span; otherwise twice the average payload plus slack, and a larger
+         * record is read from the map instead (counted as mmap reads, still correct). */
+        const dlc_store_info *in = l->info;
+        size_t payload;
+        if (in->encoding == DLC_ENCODING_RAW && in->height && in->width)
+            payload = (size_t)in->height * in->width * in->channels;
+        else
+            payload = (size_t)(2 * (in->payload_bytes / (in->count ? in->count : 1))) + 65536;
+        l->io_cap = align_up(payload, IO_ALIGN) + IO_ALIGN;
+        const size_t slot_bytes = l->io_cap * l->cfg.batch_size;
+        for (uint32_t i = 0; i < l->nslots; i++) {
+            void *p = NULL;
+            FAIL_IF(posix_memalign(&p, IO_ALIGN, slot_bytes), -ENOMEM,
+                    "%s: out of memory for %zu bytes of direct I/O buffers", l->path, slot_bytes);
+            l->slots[i].iobuf = p;
+        }
+        l->direct_fd = open(l->path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+        if (l->direct_fd < 0) {
+            /* Some file systems (tmpfs) refuse O_DIRECT; the same aligned reads still work
+             * through the page cache. */
+            dlc__logf(c->log, c->log_user, DLC_LOG_WARN,
+                      "%s: O_DIRECT refused (%s): direct mode reads through the page cache",
+                      l->path, dlc_strerror(-errno));
+            l->direct_fd = open(l->path, O_RDONLY | O_CLOEXEC);
+            FAIL_IF(l->direct_fd < 0, -errno, "%s: cannot open: %s", l->path, strerror(errno));
+        }
+        if (l->uring_ok && slot_bytes <= (1u << 30)) {
+            struct iovec *iov = calloc(l->nslots, sizeof *iov);
+            FAIL_IF(!iov, -ENOMEM, "%s: out of memory", l->path);
+            for (uint32_t i = 0; i < l->nslots; i++) {
+                iov[i].iov_base = l->slots[i].iobuf;
+                iov[i].iov_len = slot_bytes;
+            }
+            /* Registered once: the kernel pins the pages and skips per-read mapping. It counts
+             * against RLIMIT_MEMLOCK, so a small limit leaves plain reads. */
+            const int r = io_uring_register_buffers(&l->ring, iov, l->nslots);
+            free(iov);
+            if (r == 0)
+                l->bufs_registered = 1;
+            else
+                dlc__logf(c->log, c->log_user, DLC_LOG_INFO,
+                          "%s: io_uring_register_buffers of %zu bytes failed (%s): unregistered "
+                          "reads",
+                          l->path, slot_bytes * l->nslots, dlc_strerror(r));
+        }
+    }
+    return DLC_OK;
+fail:
+    return rc;
+}
+
+void dlc__io_close(dlc_loader *l)
+{
+    if (l->uring_ok) {
+        io_uring_queue_exit(&l->ring);
+        l->uring_ok = 0;
+    }
+    if (l->direct_fd >= 0)
+        close(l->direct_fd);
+    l->direct_fd = -1;
+}
+
+/* Collect finished readahead requests without waiting; their results do not matter. */
+static void reap_madvise(dlc_loader *l)
+{
+    struct io_uring_cqe *cqe;
+    while (l->madvise_inflight && io_uring_peek_cqe(&l->ring, &cqe) == 0) {
+        io_uring_cqe_seen(&l->ring, cqe);
+        l->madvise_inflight--;
+    }
+}
+
+static struct io_uring_sqe *get_sqe(dlc_loader *l)
+{
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&l->ring);
+    if (!sqe) {
+        io_uring_submit(&l->ring);
+        sqe = io_uring_get_sqe(&l->ring);
+    }
+    return sqe;
+}
+
+static void readahead_mmap(dlc_loader *l, dlc__slot *s)
+{
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    for (uint32_t j = 0; j < s->count; j++) {
+        const dlc__sample_io *si = &s->io[j];
+        if (si->status != DLC_OK)
+            continue;
+        if (l->uring_ok) {
+            /* Keep the completion queue from filling with answers nobody waits for. */
+            if (l->madvise_inflight >= RING_ENTRIES)
+                reap_madvise(l);
+            if (l->madvise_inflight >= RING_ENTRIES)
+                break;
+            struct io_uring_sqe *sqe = get_sqe(l);
+            if (!sqe)
+                break;
+            const uintptr_t a = (uintptr_t)si->rec.data & ~(page - 1);
+            const uintptr_t e = (uintptr_t)si->rec.data + si->rec.size;
+            io_uring_prep_madvise(sqe, (void *)a, (off_t)(e - a), MADV_WILLNEED);
+            io_uring_sqe_set_data64(sqe, 0);
+            l->madvise_inflight++;
+        } else {
+            posix_fadvise(dlc_store_fd(l->store), (off_t)si->rec.offset, (off_t)si->rec.size,
+                          POSIX_FADV_WILLNEED);
+        }
+    }
+    if (l->uring_ok) {
+        io_uring_submit(&l->ring);
+        reap_madvise(l);
+    }
+}
+
+/* Where record @p si's aligned span starts and how many bytes must arrive. */
+static void span_of(const dlc__sample_io *si, uint64_t *start, size_t *len, size_t *need)
+{
+    *start = si->rec.offset & ~(uint64_t)(IO_ALIGN - 1);
+    *need = (size_t)(si->rec.offset + si->rec.size - *start);
+    *len = align_up(*need, IO_ALIGN);
+}
+
+static void read_direct(dlc_loader *l, dlc__slot *s, uint32_t slot_index)
+{
+    uint32_t inflight = 0;
+    for (uint32_t j = 0; j < s->count; j++) {
+        dlc__sample_io *si = &s->io[j];
+        if (si->status != DLC_OK)
+            continue;
+        uint64_t start;
+        size_t len, need;
+        span_of(si, &start, &len, &need);
+        if (len > l->io_cap)
+            continue; /* Larger than a buffer: the worker reads it from the map. */
+        uint8_t *buf = s->iobuf + (size_t)j * l->io_cap;
+        si->payload = buf + (si->rec.offset - start);
+        atomic_fetch_add_explicit(&l->st_bytes, si->rec.size, memory_order_relaxed);
+        if (!l->uring_ok) {
+            const ssize_t r = pread(l->direct_fd, buf, len, (off_t)start);
+            if (r < 0 || (size_t)r < need)
+                si->status = r < 0 ? -errno : -EIO;
+            continue;
+        }
+        struct io_uring_sqe *sqe = get_sqe(l);
+        if (!sqe) {
+            si->status = -EBUSY;
+            continue;
+        }
+        if (l->bufs_registered)
+            io_uring_prep_read_fixed(sqe, l->direct_fd, buf, (unsigned)len, start,
+                                     (int)slot_index);
+        else
+            io_uring_prep_read(sqe, l->direct_fd, buf, (unsigned)len, start);
+        io_uring_sqe_set_data64(sqe, j);
+        inflight++;
+    }
+    if (!l->uring_ok)
+        return;
+    io_uring_submit(&l->ring);
+    while (inflight) {
+        struct io_uring_cqe *cqe;
+        const int r = io_uring_wait_cqe(&l->ring, &cqe);
+        if (r == -EINTR)
+            continue;
+        if (r < 0)
+            break;
+        const uint64_t j = io_uring_cqe_get_data64(cqe);
+        const int res = cqe->res;
+        io_uring_cqe_seen(&l->ring, cqe);
+        inflight--;
+        dlc__sample_io *si = &s->io[j];
+        uint64_t start;
+        size_t len, need;
+        span_of(si, &start, &len, &need);
+        if (res < 0)
+            si->status = res;
+        else if ((size_t)res < need)
+            si->status = -EIO; /* A short read: the file ends inside the record. */
+    }
+}
+
+/* Look the records of slot @p s up and start their I/O. Runs on the I/O thread without mu. */
+static void resolve(dlc_loader *l, dlc__slot *s, uint32_t slot_index)
+{
+    const dlc__shard *sh = &l->shard;
+    s->io_err_at = UINT32_MAX;
+    for (uint32_t j = 0; j < s->count; j++) {
+        dlc__sample_io *si = &s->io[j];
+        si->pos = dlc__shard_pos(sh, s->batch * sh->batch + j);
+        const uint64_t idx = dlc__sampler_at(&l->sampler, si->pos);
+        si->status = dlc_store_read(l->io_reader, idx, &si->rec);
+        if (si->status != DLC_OK) {
+            memset(&si->rec, 0, sizeof si->rec);
+            si->rec.index = idx;
+            si->payload = NULL;
+            if (s->io_err_at == UINT32_MAX) {
+                s->io_err_at = j;
+                snprintf(s->io_msg, sizeof s->io_msg, "%s", dlc_errmsg());
+            }
+            continue;
+        }
+        si->payload = si->rec.data;
+    }
+    if (l->io_mode == DLC_IO_DIRECT) {
+        read_direct(l, s, slot_index);
+    } else {
+        for (uint32_t j = 0; j < s->count; j++)
+            if (s->io[j].status == DLC_OK)
+                atomic_fetch_add_explicit(&l->st_bytes, s->io[j].rec.size,
+                                          memory_order_relaxed);
+        readahead_mmap(l, s);
+    }
+}
+
+void *dlc__io_main(void *arg)
+{
+    dlc_loader *l = arg;
+    /* A reader belongs to the thread that opens it. */
+    const dlc_status orc = dlc_store_reader_open(l->store, &l->io_reader);
+    pthread_mutex_lock(&l->mu);
+    l->ready_workers++;
+    if (orc != DLC_OK && l->start_rc == DLC_OK) {
+        l->start_rc = orc;
+        snprintf(l->start_msg, sizeof l->start_msg, "%s", dlc_errmsg());
+    }
+    pthread_cond_broadcast(&l->cv_done);
+    for (;;) {
+        while (!l->stop &&
+               (l->paused || l->fill_next >= l->shard.batches ||
+                l->slots[l->fill_next % l->nslots].state != DLC__SLOT_FREE))
+            pthread_cond_wait(&l->cv_io, &l->mu);
+        if (l->stop)
+            break;
+        const uint64_t b = l->fill_next++;
+        const uint32_t si = (uint32_t)(b % l->nslots);
+        dlc__slot *s = &l->slots[si];
+        s->state = DLC__SLOT_IO;
+        s->batch = b;
+        const uint64_t first = b * l->shard.batch;
+        const uint64_t left = l->shard.per_rank - first;
+        s->count = (uint32_t)(left < l->shard.batch ? left : l->shard.batch);
+        s->seed = l->sampler.seed;
+        s->epoch = l->sampler.epoch;
+        s->err = DLC_OK;
+        s->err_at = UINT32_MAX;
+        s->errmsg[0] = '\0';
+        atomic_store(&s->claim, 0);
+        atomic_store(&s->done, 0);
+        pthread_mutex_unlock(&l->mu);
+
+        resolve(l, s, si);
+
+        pthread_mutex_lock(&l->mu);
+        s->state = DLC__SLOT_FILL;
+        pthread_cond_broadcast(&l->cv_work);
+        pthread_cond_broadcast(&l->cv_done);
+    }
+    pthread_mutex_unlock(&l->mu);
+    dlc_store_reader_close(l->io_reader);
+    l->io_reader = NULL;
+    return NULL;
+}

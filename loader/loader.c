@@ -1,0 +1,536 @@
+/* The public loader API: configuration, open/close, lending batches, state and stats. */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+void dlc_loader_config_init(dlc_loader_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->batch_size = 256;
+    c->sampler = DLC_SAMPLER_SHUFFLE;
+    c->world_size = 1;
+    c->prefetch = 4;
+    c->quasi_group = 64;
+    c->augment = DLC_AUGMENT_RANDOM_CROP;
+    c->crop_h = 224;
+    c->crop_w = 224;
+    c->rrc_scale[0] = 0.08f;
+    c->rrc_scale[1] = 1.0f;
+    c->rrc_ratio[0] = 3.0f / 4.0f;
+    c->rrc_ratio[1] = 4.0f / 3.0f;
+    c->flip_prob = 0.5f;
+    c->dtype = DLC_DTYPE_UINT8;
+    c->mean[0] = 0.485f, c->mean[1] = 0.456f, c->mean[2] = 0.406f;
+    c->std[0] = 0.229f, c->std[1] = 0.224f, c->std[2] = 0.225f;
+    c->verify = DLC_VERIFY_OFF;
+    c->on_corrupt = DLC_CORRUPT_FAIL;
+    c->io = DLC_IO_AUTO;
+    c->device = -1;
+}
+
+/* Every field that can be wrong, named, before anything is allocated. */
+static dlc_status check_config(const dlc_loader_config *c, const char *path)
+{
+    dlc_status rc = DLC_OK;
+    FAIL_IF(c->batch_size == 0 || c->batch_size > (1u << 24), DLC_EINVAL,
+            "%s: config.batch_size = %u must be in 1..16777216", path, c->batch_size);
+    FAIL_IF(c->world_size == 0, DLC_EINVAL, "%s: config.world_size must be at least 1", path);
+    FAIL_IF(c->rank >= c->world_size, DLC_EINVAL, "%s: config.rank = %u is not below world_size %u",
+            path, c->rank, c->world_size);
+    FAIL_IF(c->prefetch == 0 || c->prefetch > 1024, DLC_EINVAL,
+            "%s: config.prefetch = %u must be in 1..1024", path, c->prefetch);
+    FAIL_IF(c->threads > 1024, DLC_EINVAL, "%s: config.threads = %u is more than 1024", path,
+            c->threads);
+    FAIL_IF(c->sampler > DLC_SAMPLER_QUASI_RANDOM, DLC_EINVAL,
+            "%s: config.sampler = %u is not a dlc_sampler", path, c->sampler);
+    FAIL_IF(c->augment > DLC_AUGMENT_RANDOM_RESIZED_CROP, DLC_EINVAL,
+            "%s: config.augment = %u is not a dlc_augment", path, c->augment);
+    FAIL_IF(c->dtype > DLC_DTYPE_FLOAT16, DLC_EINVAL, "%s: config.dtype = %u is not a dlc_dtype",
+            path, c->dtype);
+    FAIL_IF(c->verify > DLC_VERIFY_ALWAYS, DLC_EINVAL,
+            "%s: config.verify = %u is not a dlc_verify_mode", path, c->verify);
+    FAIL_IF(c->on_corrupt > DLC_CORRUPT_REPLACE, DLC_EINVAL,
+            "%s: config.on_corrupt = %u is not a dlc_corrupt_policy", path, c->on_corrupt);
+    FAIL_IF(c->io > DLC_IO_DIRECT, DLC_EINVAL, "%s: config.io = %u is not a dlc_io_mode", path,
+            c->io);
+    FAIL_IF(!(c->flip_prob >= 0 && c->flip_prob <= 1), DLC_EINVAL,
+            "%s: config.flip_prob = %g must be in [0, 1]", path, c->flip_prob);
+    if (c->augment == DLC_AUGMENT_RANDOM_RESIZED_CROP) {
+        FAIL_IF(!(c->rrc_scale[0] > 0 && c->rrc_scale[0] <= c->rrc_scale[1] &&
+                  c->rrc_scale[1] <= 1e6f),
+                DLC_EINVAL, "%s: config.rrc_scale = (%g, %g) must satisfy 0 < lo <= hi", path,
+                c->rrc_scale[0], c->rrc_scale[1]);
+        FAIL_IF(!(c->rrc_ratio[0] > 0 && c->rrc_ratio[0] <= c->rrc_ratio[1] &&
+                  c->rrc_ratio[1] <= 1e6f),
+                DLC_EINVAL, "%s: config.rrc_ratio = (%g, %g) must satisfy 0 < lo <= hi", path,
+                c->rrc_ratio[0], c->rrc_ratio[1]);
+    }
+    if (c->dtype != DLC_DTYPE_UINT8)
+        for (int i = 0; i < 3; i++)
+            FAIL_IF(!(c->std[i] > 0 || c->std[i] < 0) || c->mean[i] != c->mean[i], DLC_EINVAL,
+                    "%s: config.std[%d] = %g / mean = %g cannot normalize", path, i, c->std[i],
+                    c->mean[i]);
+    return DLC_OK;
+fail:
+    return rc;
+}
+
+static void log_cb_once(const dlc_loader_config *c, const char *msg)
+{
+    dlc__logf(c->log, c->log_user, DLC_LOG_WARN, "%s", msg);
+}
+
+/* Labels of every record, for the weighted sampler's per-class lists. */
+static dlc_status read_labels(dlc_loader *l, int64_t **out)
+{
+    dlc_status rc = DLC_OK;
+    dlc_store_reader *r = NULL;
+    int64_t *labels = malloc(l->info->count * sizeof *labels);
+    FAIL_IF(!labels, -ENOMEM, "%s: out of memory for %llu labels", l->path,
+            (unsigned long long)l->info->count);
+    CHECK(dlc_store_reader_open(l->store, &r));
+    for (uint64_t i = 0; i < l->info->count; i++) {
+        dlc_record rec;
+        CHECK(dlc_store_read(r, i, &rec));
+        labels[i] = rec.label;
+    }
+    dlc_store_reader_close(r);
+    *out = labels;
+    return DLC_OK;
+fail:
+    dlc_store_reader_close(r);
+    free(labels);
+    return rc;
+}
+
+static void stop_threads(dlc_loader *l)
+{
+    pthread_mutex_lock(&l->mu);
+    l->stop = 1;
+    pthread_cond_broadcast(&l->cv_io);
+    pthread_cond_broadcast(&l->cv_work);
+    pthread_cond_broadcast(&l->cv_done);
+    pthread_mutex_unlock(&l->mu);
+    if (l->io_started)
+        pthread_join(l->io_thread, NULL);
+    l->io_started = 0;
+    for (uint32_t i = 0; i < l->nworkers; i++) {
+        if (l->workers[i].started)
+            pthread_join(l->workers[i].thread, NULL);
+        l->workers[i].started = 0;
+    }
+}
+
+dlc_status dlc_loader_open(const char *path, const dlc_loader_config *config, dlc_loader **out)
+{
+    dlc_status rc = DLC_OK;
+    dlc_loader *l = NULL;
+    int64_t *labels = NULL;
+    int sync_made = 0;
+    FAIL_IF(!path || !out, DLC_EINVAL, "loader: path and out must not be NULL");
+    *out = NULL;
+    dlc_loader_config cfg;
+    if (config)
+        cfg = *config;
+    else
+        dlc_loader_config_init(&cfg);
+    CHECK(check_config(&cfg, path));
+
+    l = calloc(1, sizeof *l);
+    FAIL_IF(!l, -ENOMEM, "%s: out of memory", path);
+    l->cfg = cfg;
+    l->lent = -1;
+    l->direct_fd = -1;
+    l->paused = 1; /* Until every thread has started. */
+    CHECK(dlc_store_open(path, DLC_STORE_RANDOM, &l->store));
+    l->info = dlc_store_get_info(l->store);
+    l->path = dlc_store_path(l->store);
+    const dlc_store_info *in = l->info;
+    FAIL_IF(in->count == 0, DLC_EINVAL, "%s: the store has no records", l->path);
+    FAIL_IF(in->encoding > DLC_ENCODING_JPEG, DLC_ECORRUPT, "%s: unknown encoding %u", l->path,
+            in->encoding);
+
+    /* Output geometry: the crop, or the store's own size when asked for 0. */
+    l->out_c = in->channels ? in->channels : 3;
+    l->out_h = cfg.crop_h ? cfg.crop_h : in->height;
+    l->out_w = cfg.crop_w ? cfg.crop_w : in->width;
+    FAIL_IF(!l->out_h || !l->out_w, DLC_EINVAL,
+            "%s: config.crop_h/crop_w = 0 asks for the store's size, but its records differ in "
+            "size",
+            l->path);
+    FAIL_IF(l->out_c > 16, DLC_ECORRUPT, "%s: %u channels per pixel", l->path, l->out_c);
+    FAIL_IF(cfg.dtype != DLC_DTYPE_UINT8 && l->out_c != 3, DLC_EINVAL,
+            "%s: config.dtype: float output needs 3 channels, the store has %u", l->path,
+            l->out_c);
+    FAIL_IF(cfg.augment != DLC_AUGMENT_RANDOM_RESIZED_CROP && in->height && in->width &&
+                (l->out_h > in->height || l->out_w > in->width),
+            DLC_EINVAL, "%s: config.crop_h x crop_w = %ux%u is larger than the store's %ux%u",
+            l->path, l->out_h, l->out_w, in->height, in->width);
+    const size_t elem = cfg.dtype == DLC_DTYPE_FLOAT32 ? 4 : cfg.dtype == DLC_DTYPE_FLOAT16 ? 2 : 1;
+    l->sample_bytes = (size_t)l->out_h * l->out_w * l->out_c * elem;
+    FAIL_IF(l->sample_bytes > ((size_t)1 << 34) / cfg.batch_size, DLC_EINVAL,
+            "%s: a batch of %u samples of %zu bytes is too large", l->path, cfg.batch_size,
+            l->sample_bytes);
+    dlc__convert_init(&l->cv, cfg.dtype, l->out_c, cfg.mean, cfg.std);
+
+    if (cfg.sampler == DLC_SAMPLER_WEIGHTED) {
+        FAIL_IF(!cfg.class_weights || cfg.num_class_weights != in->num_labels, DLC_EINVAL,
+                "%s: config.class_weights: the weighted sampler needs %u weights, got %u",
+                l->path, in->num_labels, cfg.class_weights ? cfg.num_class_weights : 0);
+        l->weights = malloc(in->num_labels * sizeof *l->weights);
+        FAIL_IF(!l->weights, -ENOMEM, "%s: out of memory", l->path);
+        memcpy(l->weights, cfg.class_weights, in->num_labels * sizeof *l->weights);
+        l->cfg.class_weights = l->weights;
+        CHECK(read_labels(l, &labels));
+    }
+    CHECK(dlc__sampler_init(&l->sampler, cfg.sampler, in->count, cfg.num_samples, cfg.quasi_group,
+                            labels, in->num_labels, l->weights));
+    free(labels);
+    labels = NULL;
+
+    if (cfg.verify != DLC_VERIFY_OFF) {
+        const size_t words = (size_t)(in->count + 63) / 64;
+        l->verified_ok = calloc(words, sizeof *l->verified_ok);
+        l->verified_bad = calloc(words, sizeof *l->verified_bad);
+        FAIL_IF(!l->verified_ok || !l->verified_bad, -ENOMEM, "%s: out of memory", l->path);
+    }
+
+    /* The ring of slots: everything a batch needs, allocated once. */
+    l->nslots = cfg.prefetch;
+    l->slots = calloc(l->nslots, sizeof *l->slots);
+    FAIL_IF(!l->slots, -ENOMEM, "%s: out of memory", l->path);
+    const size_t data_bytes = (l->sample_bytes * cfg.batch_size + 63) / 64 * 64;
+    for (uint32_t i = 0; i < l->nslots; i++) {
+        dlc__slot *s = &l->slots[i];
+        s->data = aligned_alloc(64, data_bytes);
+        s->labels = calloc(cfg.batch_size, sizeof *s->labels);
+        s->indices = calloc(cfg.batch_size, sizeof *s->indices);
+        s->io = calloc(cfg.batch_size, sizeof *s->io);
+        FAIL_IF(!s->data || !s->labels || !s->indices || !s->io, -ENOMEM,
+                "%s: out of memory for %u batch slots of %zu bytes", l->path, l->nslots,
+                data_bytes);
+        atomic_init(&s->claim, 0);
+        atomic_init(&s->done, 0);
+    }
+    CHECK(dlc__io_open(l));
+
+    if (cfg.device >= 0)
+        log_cb_once(&cfg, "built without CUDA: serving host batches");
+
+    /* Plan the first epoch, then start the threads (paused until all report in). */
+    dlc__sampler_set_epoch(&l->sampler, cfg.seed, cfg.epoch);
+    dlc__shard_plan(&l->shard, l->sampler.len, 0, cfg.rank, cfg.world_size, cfg.batch_size,
+                    cfg.drop_last);
+    FAIL_IF(pthread_mutex_init(&l->mu, NULL), -ENOMEM, "%s: pthread_mutex_init failed", l->path);
+    if (pthread_cond_init(&l->cv_io, NULL) || pthread_cond_init(&l->cv_work, NULL) ||
+        pthread_cond_init(&l->cv_done, NULL)) {
+        pthread_mutex_destroy(&l->mu);
+        FAIL_IF(1, -ENOMEM, "%s: pthread_cond_init failed", l->path);
+    }
+    sync_made = 1;
+    uint32_t threads = cfg.threads;
+    if (!threads) {
+        const long n = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = n > 0 ? (uint32_t)(n < 256 ? n : 256) : 1;
+    }
+    l->nworkers = threads;
+    l->workers = calloc(threads, sizeof *l->workers);
+    FAIL_IF(!l->workers, -ENOMEM, "%s: out of memory", l->path);
+    int prc = pthread_create(&l->io_thread, NULL, dlc__io_main, l);
+    FAIL_IF(prc, -prc, "%s: cannot start the I/O thread: %s", l->path, strerror(prc));
+    l->io_started = 1;
+    uint32_t started = 1;
+    for (uint32_t i = 0; i < threads; i++) {
+        dlc__worker *w = &l->workers[i];
+        w->l = l;
+        w->id = i;
+        prc = pthread_create(&w->thread, NULL, dlc__worker_main, w);
+        FAIL_IF(prc, -prc, "%s: cannot start worker %u: %s", l->path, i, strerror(prc));
+        w->started = 1;
+        started++;
+    }
+    pthread_mutex_lock(&l->mu);
+    while (l->ready_workers < started)
+        pthread_cond_wait(&l->cv_done, &l->mu);
+    rc = l->start_rc;
+    if (rc == DLC_OK) {
+        l->paused = 0;
+        pthread_cond_broadcast(&l->cv_io);
+    }
+    pthread_mutex_unlock(&l->mu);
+    FAIL_IF(rc != DLC_OK, rc, "%s", l->start_msg);
+    *out = l;
+    return DLC_OK;
+fail:
+    free(labels);
+    if (l) {
+        /* Keep the failure's message: closing must not overwrite it. */
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", dlc_errmsg());
+        if (sync_made)
+            stop_threads(l);
+        dlc_loader_close(l);
+        dlc__errorf(rc, "%s", msg);
+    }
+    return rc;
+}
+
+void dlc_loader_close(dlc_loader *l)
+{
+    if (!l)
+        return;
+    if (l->workers || l->io_started) {
+        stop_threads(l);
+    }
+    if (l->workers) {
+        for (uint32_t i = 0; i < l->nworkers; i++) {
+            dlc_codec_destroy(l->workers[i].codec);
+            free(l->workers[i].tmp);
+            free(l->workers[i].scratch);
+        }
+        free(l->workers);
+        pthread_cond_destroy(&l->cv_io);
+        pthread_cond_destroy(&l->cv_work);
+        pthread_cond_destroy(&l->cv_done);
+        pthread_mutex_destroy(&l->mu);
+    }
+    dlc__io_close(l);
+    if (l->slots) {
+        for (uint32_t i = 0; i < l->nslots; i++) {
+            free(l->slots[i].data);
+            free(l->slots[i].labels);
+            free(l->slots[i].indices);
+            free(l->slots[i].io);
+            free(l->slots[i].iobuf);
+        }
+        free(l->slots);
+    }
+    free((void *)l->verified_ok);
+    free((void *)l->verified_bad);
+    dlc__sampler_free(&l->sampler);
+    free(l->weights);
+    dlc_store_close(l->store);
+    free(l);
+}
+
+dlc_status dlc_loader_next(dlc_loader *l, dlc_batch *batch)
+{
+    if (!l || !batch)
+        return dlc__errorf(DLC_EINVAL, "loader: dlc_loader_next() needs a loader and a batch");
+    pthread_mutex_lock(&l->mu);
+    if (l->lent >= 0) {
+        l->slots[l->lent].state = DLC__SLOT_FREE;
+        l->lent = -1;
+        pthread_cond_broadcast(&l->cv_io);
+    }
+    if (l->cons_next >= l->shard.batches) {
+        pthread_mutex_unlock(&l->mu);
+        memset(batch, 0, sizeof *batch);
+        return DLC_END;
+    }
+    const uint64_t b = l->cons_next;
+    const uint32_t si = (uint32_t)(b % l->nslots);
+    dlc__slot *s = &l->slots[si];
+    if (!(s->state == DLC__SLOT_READY && s->batch == b)) {
+        const uint64_t t0 = dlc__now_ns();
+        while (!(s->state == DLC__SLOT_READY && s->batch == b))
+            pthread_cond_wait(&l->cv_done, &l->mu);
+        atomic_fetch_add_explicit(&l->st_wait_ns, dlc__now_ns() - t0, memory_order_relaxed);
+    }
+    l->cons_next++;
+    if (s->err != DLC_OK) {
+        /* The batch is consumed: the stream moves past it, and the caller decides. */
+        const dlc_status err = s->err;
+        dlc__errorf(err, "%s", s->errmsg);
+        s->state = DLC__SLOT_FREE;
+        pthread_cond_broadcast(&l->cv_io);
+        pthread_mutex_unlock(&l->mu);
+        memset(batch, 0, sizeof *batch);
+        return err;
+    }
+    s->state = DLC__SLOT_LENT;
+    l->lent = (int)si;
+    pthread_mutex_unlock(&l->mu);
+
+    memset(batch, 0, sizeof *batch);
+    batch->data = s->data;
+    batch->labels = s->labels;
+    batch->indices = s->indices;
+    batch->count = s->count;
+    batch->dtype = l->cfg.dtype;
+    batch->shape[0] = s->count;
+    if (l->cfg.dtype == DLC_DTYPE_UINT8) {
+        batch->layout = DLC_LAYOUT_NHWC;
+        batch->shape[1] = l->out_h, batch->shape[2] = l->out_w, batch->shape[3] = l->out_c;
+    } else {
+        batch->layout = DLC_LAYOUT_NCHW;
+        batch->shape[1] = l->out_c, batch->shape[2] = l->out_h, batch->shape[3] = l->out_w;
+    }
+    batch->bytes = (size_t)s->count * l->sample_bytes;
+    batch->epoch = s->epoch;
+    batch->batch_index = l->batch_base + b;
+    atomic_fetch_add_explicit(&l->st_batches, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&l->st_samples, s->count, memory_order_relaxed);
+    return DLC_OK;
+}
+
+dlc_status dlc_loader_release(dlc_loader *l, const dlc_batch *batch)
+{
+    if (!l || !batch)
+        return dlc__errorf(DLC_EINVAL, "loader: dlc_loader_release() needs a loader and a batch");
+    pthread_mutex_lock(&l->mu);
+    if (l->lent < 0 || batch->data != l->slots[l->lent].data) {
+        pthread_mutex_unlock(&l->mu);
+        return dlc__errorf(DLC_EINVAL, "loader: the batch released is not the one lent");
+    }
+    l->slots[l->lent].state = DLC__SLOT_FREE;
+    l->lent = -1;
+    pthread_cond_broadcast(&l->cv_io);
+    pthread_mutex_unlock(&l->mu);
+    return DLC_OK;
+}
+
+uint64_t dlc_loader_batches_per_epoch(const dlc_loader *l)
+{
+    dlc__shard sh;
+    dlc__shard_plan(&sh, l->sampler.len, 0, l->cfg.rank, l->cfg.world_size, l->cfg.batch_size,
+                    l->cfg.drop_last);
+    return sh.batches;
+}
+
+uint64_t dlc_loader_store_count(const dlc_loader *l)
+{
+    return l->info->count;
+}
+
+dlc_status dlc_loader_set_epoch(dlc_loader *l, uint64_t epoch)
+{
+    if (!l)
+        return dlc__errorf(DLC_EINVAL, "loader: NULL loader");
+    dlc__pipeline_reset(l, l->sampler.seed, epoch, 0);
+    return DLC_OK;
+}
+
+/* ---- State ---- */
+
+#define STATE_MAGIC 0x31545344434c44ull /* "DLCDST1" + NUL, little-endian. */
+#define STATE_VERSION 1u
+
+static void put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++)
+        v |= (uint32_t)p[i] << (8 * i);
+    return v;
+}
+
+/* Layout (little-endian): magic u64 | version u32 | sampler u32 | seed u64 | epoch u64 |
+ * position u64 | store count u64 | epoch length u64 | XXH3-64 of bytes 0..55. */
+_Static_assert(DLC_LOADER_STATE_SIZE == 64, "the state layout fills 64 bytes");
+
+dlc_status dlc_loader_state_save(const dlc_loader *l, uint8_t buf[DLC_LOADER_STATE_SIZE])
+{
+    if (!l || !buf)
+        return dlc__errorf(DLC_EINVAL, "loader: dlc_loader_state_save() needs a loader and a buffer");
+    dlc_loader *m = (dlc_loader *)l; /* The mutex is not part of the logical state. */
+    pthread_mutex_lock(&m->mu);
+    const dlc__shard *sh = &l->shard;
+    uint64_t pos;
+    if (l->cons_next >= sh->batches) {
+        /* Everything of this rank's share was delivered: the epoch is complete, also for the
+         * few samples drop_last cut. */
+        pos = sh->start + sh->per_rank * sh->world;
+        if (pos < l->sampler.len)
+            pos = l->sampler.len;
+    } else {
+        pos = sh->start + l->cons_next * sh->batch * sh->world;
+    }
+    put64(buf + 0, STATE_MAGIC);
+    put32(buf + 8, STATE_VERSION);
+    put32(buf + 12, l->sampler.kind);
+    put64(buf + 16, l->sampler.seed);
+    put64(buf + 24, l->sampler.epoch);
+    put64(buf + 32, pos);
+    put64(buf + 40, l->info->count);
+    put64(buf + 48, l->sampler.len);
+    pthread_mutex_unlock(&m->mu);
+    put64(buf + 56, XXH3_64bits(buf, 56));
+    return DLC_OK;
+}
+
+dlc_status dlc_loader_state_restore(dlc_loader *l, const void *buf, size_t size)
+{
+    if (!l || !buf)
+        return dlc__errorf(DLC_EINVAL, "loader: dlc_loader_state_restore() needs a loader and a "
+                                       "buffer");
+    if (size != DLC_LOADER_STATE_SIZE)
+        return dlc__errorf(DLC_EINVAL, "%s: loader state: %zu bytes, expected %u", l->path, size,
+                           DLC_LOADER_STATE_SIZE);
+    const uint8_t *p = buf;
+    if (get64(p) != STATE_MAGIC)
+        return dlc__errorf(DLC_EINVAL, "%s: loader state: bad magic", l->path);
+    if (get64(p + 56) != XXH3_64bits(p, 56))
+        return dlc__errorf(DLC_EINVAL, "%s: loader state: checksum mismatch", l->path);
+    if (get32(p + 8) != STATE_VERSION)
+        return dlc__errorf(DLC_EINVAL, "%s: loader state: version %u, this library reads %u",
+                           l->path, get32(p + 8), STATE_VERSION);
+    if (get32(p + 12) != l->sampler.kind)
+        return dlc__errorf(DLC_EINVAL, "%s: loader state: saved with sampler %u, this loader uses %u",
+                           l->path, get32(p + 12), l->sampler.kind);
+    if (get64(p + 40) != l->info->count)
+        return dlc__errorf(DLC_EINVAL,
+                           "%s: loader state: saved for a store of %llu records, this one has %llu",
+                           l->path, (unsigned long long)get64(p + 40),
+                           (unsigned long long)l->info->count);
+    if (get64(p + 48) != l->sampler.len)
+        return dlc__errorf(DLC_EINVAL,
+                           "%s: loader state: an epoch of %llu samples, this loader's has %llu",
+                           l->path, (unsigned long long)get64(p + 48),
+                           (unsigned long long)l->sampler.len);
+    const uint64_t pos = get64(p + 32);
+    /* Padding can take a position past the epoch's length by less than a world size. */
+    if (pos > l->sampler.len + UINT32_MAX)
+        return dlc__errorf(DLC_EINVAL, "%s: loader state: position %llu is beyond the epoch",
+                           l->path, (unsigned long long)pos);
+    dlc__pipeline_reset(l, get64(p + 16), get64(p + 24), pos);
+    return DLC_OK;
+}
+
+void dlc_loader_get_stats(const dlc_loader *l, dlc_loader_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    dlc_loader *m = (dlc_loader *)l; /* Atomic loads need a non-const object in C11. */
+    st->batches = atomic_load(&m->st_batches);
+    st->samples = atomic_load(&m->st_samples);
+    st->wait_seconds = (double)atomic_load(&m->st_wait_ns) * 1e-9;
+    st->io_wait_seconds = (double)atomic_load(&m->st_io_wait_ns) * 1e-9;
+    st->corrupt_replaced = atomic_load(&m->st_replaced);
+    st->bytes_read = atomic_load(&m->st_bytes);
+    st->io_mode = l->io_mode;
+    st->threads = l->nworkers;
+}
