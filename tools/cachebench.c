@@ -990,7 +990,7 @@ static int parse_load(int argc, char **argv, load_opts *o)
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0, takes = 1;
-        uint32_t u32;
+        uint32_t u32 = 0;
         if (!strcmp(a, "--json")) {
             o->json = 1, takes = 0;
         } else if (!strcmp(a, "--random-resized-crop")) {
