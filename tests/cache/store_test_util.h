@@ -1,0 +1,113 @@
+/* Helpers shared by the store's unit tests: temporary directories and
+ * deterministic stores written with the real writer. Header-only, so each
+ * test program stays one file. */
+#ifndef DLCACHE_TEST_STORE_UTIL_H
+#define DLCACHE_TEST_STORE_UTIL_H
+
+#include "../../cache/store_writer.h"
+
+#include <dlcache/store.h>
+
+#include <criterion/criterion.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static inline int tsu_rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
+{
+    (void)st;
+    (void)flag;
+    (void)f;
+    return remove(p);
+}
+
+/* A fresh directory under /tmp; remove it with tsu_rmdir(). */
+static inline char *tsu_mkdtemp(void)
+{
+    char *d = strdup("/tmp/dlc-store-test-XXXXXX");
+    cr_assert(mkdtemp(d) != NULL);
+    return d;
+}
+
+static inline void tsu_rmdir(char *d)
+{
+    if (d)
+        nftw(d, tsu_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    free(d);
+}
+
+static inline char *tsu_path(const char *dir, const char *name)
+{
+    char *p = NULL;
+    cr_assert(asprintf(&p, "%s/%s", dir, name) > 0);
+    return p;
+}
+
+/* The deterministic byte j of record i's payload. */
+static inline uint8_t tsu_byte(uint64_t i, uint64_t j)
+{
+    return (uint8_t)((i * 131u + j * 7u + (j >> 8) * 13u) ^ (i >> 3));
+}
+
+static inline void tsu_fill(uint8_t *p, uint64_t i, size_t n)
+{
+    for (size_t j = 0; j < n; j++)
+        p[j] = tsu_byte(i, j);
+}
+
+/* Shapes that cover inline values (a few bytes, under LMDB's ~2 KiB node
+ * limit), values just over it, and large ones on many overflow pages. */
+static const uint32_t tsu_shapes[][3] = {
+    {2, 2, 3}, {10, 10, 3}, {20, 30, 3}, {24, 30, 3}, {256, 256, 3}, {1, 1, 3}, {100, 200, 3},
+};
+#define TSU_NSHAPES (sizeof tsu_shapes / sizeof tsu_shapes[0])
+
+static const char *const tsu_labels[] = {"cat", "dog", "emu"};
+
+/* Shape of record i in a store written by tsu_write_store(). */
+static inline const uint32_t *tsu_shape(uint64_t i, int uniform)
+{
+    return uniform ? tsu_shapes[4] : tsu_shapes[i % TSU_NSHAPES];
+}
+
+/* Write @p n raw records (label i % 3) to @p path with the real writer. */
+static inline void tsu_write_store(const char *path, uint64_t n, int uniform, int force)
+{
+    dlc__store_writer *w = NULL;
+    dlc_status rc = dlc__store_writer_open(path, force, 0, &w);
+    cr_assert_eq(rc, DLC_OK, "writer_open: %s", dlc_errmsg());
+    uint8_t *buf = malloc(256 * 256 * 3);
+    for (uint64_t i = 0; i < n; i++) {
+        const uint32_t *s = tsu_shape(i, uniform);
+        const size_t size = (size_t)s[0] * s[1] * s[2];
+        tsu_fill(buf, i, size);
+        rc = dlc__store_writer_put(w, (int64_t)(i % 3), s[0], s[1], s[2], DLC_ENCODING_RAW, buf,
+                                   size);
+        cr_assert_eq(rc, DLC_OK, "put %llu: %s", (unsigned long long)i, dlc_errmsg());
+    }
+    free(buf);
+    const dlc__store_meta meta = {
+        .label_names = tsu_labels,
+        .num_labels = 3,
+        .skipped = 5,
+        .build_json = "{\"tool\":\"test\"}",
+        .source_digest = 0xdeadbeefull,
+    };
+    rc = dlc__store_writer_finish(w, &meta);
+    cr_assert_eq(rc, DLC_OK, "finish: %s", dlc_errmsg());
+}
+
+/* Does any entry of @p dir contain ".tmp-"? */
+static inline int tsu_has_temp(const char *dir)
+{
+    char *cmd = NULL;
+    cr_assert(asprintf(&cmd, "ls -a '%s' | grep -q '\\.tmp-'", dir) > 0);
+    const int found = system(cmd) == 0;
+    free(cmd);
+    return found;
+}
+
+#endif /* DLCACHE_TEST_STORE_UTIL_H */
