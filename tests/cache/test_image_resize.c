@@ -1,0 +1,271 @@
+/* Tests of the Pillow-compatible resampler (cache/image_resize.c). */
+#include <dlcache/image.h>
+
+#include "../../cache/image_internal.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A test image with its own pixels and stride. */
+typedef struct owned {
+    dlc_image img;
+    uint8_t *buf;
+} owned;
+
+static owned make_image(uint32_t w, uint32_t h, size_t pad)
+{
+    owned o;
+    o.img.width = w;
+    o.img.height = h;
+    o.img.channels = 3;
+    o.img.stride = (size_t)w * 3 + pad;
+    o.buf = calloc(o.img.stride * h, 1);
+    cr_assert_not_null(o.buf);
+    o.img.data = o.buf;
+    return o;
+}
+
+static void fill_random(owned *o, uint32_t seed)
+{
+    uint32_t s = seed * 2654435761u + 1;
+    for (uint32_t y = 0; y < o->img.height; y++)
+        for (size_t i = 0; i < (size_t)o->img.width * 3; i++) {
+            s = s * 1664525u + 1013904223u;
+            o->img.data[y * o->img.stride + i] = (uint8_t)(s >> 24);
+        }
+}
+
+static dlc_status resize(const owned *src, double x, double y, double w, double h, owned *dst)
+{
+    const size_t n = dlc_resize_scratch_bound((uint32_t)ceil(w), (uint32_t)ceil(h),
+                                              dst->img.width, dst->img.height, 3);
+    cr_assert_gt(n, 0);
+    void *scratch = aligned_alloc(64, (n + 63) & ~(size_t)63);
+    const dlc_status rc = dlc_resize(&src->img, x, y, w, h, &dst->img, scratch, n);
+    free(scratch);
+    return rc;
+}
+
+static int rows_equal(const owned *a, const owned *b)
+{
+    for (uint32_t y = 0; y < a->img.height; y++)
+        if (memcmp(a->img.data + y * a->img.stride, b->img.data + y * b->img.stride,
+                   (size_t)a->img.width * 3) != 0)
+            return 0;
+    return 1;
+}
+
+/* The 5x3 image below, resized by Pillow 9.4 (values printed by
+ * PIL.Image.resize in Debian 12's python3-pil). */
+static owned pillow_source(void)
+{
+    static const uint8_t a[3][5] = {
+        {0, 100, 200, 40, 90}, {10, 20, 30, 40, 50}, {255, 0, 255, 0, 255}};
+    owned o = make_image(5, 3, 0);
+    for (int y = 0; y < 3; y++)
+        for (int x = 0; x < 5; x++) {
+            uint8_t *p = o.img.data + y * o.img.stride + x * 3;
+            p[0] = a[y][x];
+            p[1] = a[2 - y][x];
+            p[2] = (uint8_t)(255 - a[y][x]);
+        }
+    return o;
+}
+
+Test(image_resize, matches_pillow_downscale)
+{
+    static const uint8_t want[] = {32, 97, 223, 100, 100, 155, 60, 109, 195,
+                                   97, 32, 159, 100, 100, 155, 109, 60, 147};
+    owned src = pillow_source(), dst = make_image(3, 2, 0);
+    cr_assert_eq(resize(&src, 0, 0, 5, 3, &dst), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_arr_eq(dst.img.data, want, sizeof want);
+    free(src.buf);
+    free(dst.buf);
+}
+
+Test(image_resize, matches_pillow_fractional_box)
+{
+    /* Image.resize((2, 2), BILINEAR, box=(0.5, 0.25, 4.75, 2.5)) */
+    static const uint8_t want[] = {72, 91, 183, 74, 103, 181, 69, 57, 186, 84, 64, 171};
+    owned src = pillow_source(), dst = make_image(2, 2, 0);
+    cr_assert_eq(resize(&src, 0.5, 0.25, 4.25, 2.25, &dst), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_arr_eq(dst.img.data, want, sizeof want);
+    free(src.buf);
+    free(dst.buf);
+}
+
+Test(image_resize, matches_pillow_upscale)
+{
+    static const uint8_t want[] = {
+        0,   255, 255, 57,  109, 198, 129, 73,  126, 200, 255, 55,  86,  73,  169, 61,  109,
+        194, 90,  255, 165, 6,   102, 249, 31,  51,  224, 63,  42,  192, 94,  114, 161, 55,
+        51,  200, 50,  68,  205, 65,  127, 190, 102, 6,   153, 51,  31,  204, 42,  63,  213,
+        114, 94,  141, 51,  55,  205, 68,  50,  187, 127, 65,  128, 255, 0,   0,   109, 57,
+        146, 73,  129, 182, 255, 200, 0,   73,  86,  182, 109, 61,  146, 255, 90,  0};
+    owned src = pillow_source(), dst = make_image(7, 4, 0);
+    cr_assert_eq(resize(&src, 0, 0, 5, 3, &dst), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_arr_eq(dst.img.data, want, sizeof want);
+    free(src.buf);
+    free(dst.buf);
+}
+
+Test(image_resize, same_size_is_identity)
+{
+    owned src = make_image(37, 23, 5), dst = make_image(37, 23, 11);
+    fill_random(&src, 1);
+    cr_assert_eq(resize(&src, 0, 0, 37, 23, &dst), DLC_OK, "%s", dlc_errmsg());
+    cr_assert(rows_equal(&src, &dst));
+    free(src.buf);
+    free(dst.buf);
+}
+
+Test(image_resize, integer_box_of_same_size_is_a_crop)
+{
+    owned src = make_image(40, 30, 0), dst = make_image(17, 9, 0);
+    fill_random(&src, 2);
+    cr_assert_eq(resize(&src, 5, 7, 17, 9, &dst), DLC_OK, "%s", dlc_errmsg());
+    for (uint32_t y = 0; y < 9; y++)
+        cr_assert_arr_eq(dst.img.data + y * dst.img.stride,
+                         src.img.data + (y + 7) * src.img.stride + 5 * 3, 17 * 3);
+    free(src.buf);
+    free(dst.buf);
+}
+
+Test(image_resize, constant_stays_constant)
+{
+    owned src = make_image(100, 80, 3);
+    for (uint32_t y = 0; y < 80; y++)
+        for (uint32_t x = 0; x < 100; x++) {
+            uint8_t *p = src.img.data + y * src.img.stride + x * 3;
+            p[0] = 17;
+            p[1] = 200;
+            p[2] = 255;
+        }
+    static const struct {
+        uint32_t w, h;
+        double x, y, bw, bh;
+    } cases[] = {{31, 7, 0, 0, 100, 80},       {250, 190, 0, 0, 100, 80},
+                 {13, 29, 3.3, 1.7, 90.1, 70.2}, {1, 1, 0, 0, 100, 80},
+                 {300, 2, 10.5, 20.25, 5.5, 0.75}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        owned dst = make_image(cases[i].w, cases[i].h, 0);
+        cr_assert_eq(resize(&src, cases[i].x, cases[i].y, cases[i].bw, cases[i].bh, &dst),
+                     DLC_OK, "%s", dlc_errmsg());
+        for (size_t k = 0; k < (size_t)cases[i].w * cases[i].h; k++) {
+            cr_assert_eq(dst.img.data[3 * k], 17, "case %zu pixel %zu", i, k);
+            cr_assert_eq(dst.img.data[3 * k + 1], 200, "case %zu pixel %zu", i, k);
+            cr_assert_eq(dst.img.data[3 * k + 2], 255, "case %zu pixel %zu", i, k);
+        }
+        free(dst.buf);
+    }
+    free(src.buf);
+}
+
+Test(image_resize, region_outside_is_einval)
+{
+    owned src = make_image(20, 10, 0), dst = make_image(8, 8, 0);
+    const size_t n = dlc_resize_scratch_bound(20, 10, 8, 8, 3);
+    void *scratch = aligned_alloc(64, (n + 63) & ~(size_t)63);
+    static const double bad[][4] = {{-1, 0, 10, 5},  {0, -0.5, 10, 5}, {15, 0, 6, 5},
+                                    {0, 5, 10, 5.5}, {0, 0, 0, 5},     {0, 0, 10, -1},
+                                    {NAN, 0, 10, 5}, {0, 0, INFINITY, 5}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        cr_assert_eq(dlc_resize(&src.img, bad[i][0], bad[i][1], bad[i][2], bad[i][3], &dst.img,
+                                scratch, n),
+                     DLC_EINVAL, "case %zu", i);
+    cr_assert_str_not_empty(dlc_errmsg());
+    free(scratch);
+    free(src.buf);
+    free(dst.buf);
+}
+
+Test(image_resize, bad_images_are_einval)
+{
+    owned src = make_image(20, 10, 0), dst = make_image(8, 8, 0);
+    const size_t n = dlc_resize_scratch_bound(20, 10, 8, 8, 3);
+    void *scratch = aligned_alloc(64, (n + 63) & ~(size_t)63);
+    dlc_image d = dst.img;
+    d.channels = 4;
+    cr_assert_eq(dlc_resize(&src.img, 0, 0, 20, 10, &d, scratch, n), DLC_EINVAL);
+    d = dst.img;
+    d.stride = 5;
+    cr_assert_eq(dlc_resize(&src.img, 0, 0, 20, 10, &d, scratch, n), DLC_EINVAL);
+    d = dst.img;
+    d.width = 0;
+    cr_assert_eq(dlc_resize(&src.img, 0, 0, 20, 10, &d, scratch, n), DLC_EINVAL);
+    cr_assert_eq(dlc_resize(NULL, 0, 0, 20, 10, &dst.img, scratch, n), DLC_EINVAL);
+    cr_assert_eq(dlc_resize_scratch_bound(0, 10, 8, 8, 3), 0);
+    free(scratch);
+    free(src.buf);
+    free(dst.buf);
+}
+
+Test(image_resize, small_scratch_is_einval)
+{
+    owned src = make_image(200, 100, 0), dst = make_image(64, 48, 0);
+    fill_random(&src, 3);
+    const size_t n = dlc_resize_scratch_bound(200, 100, 64, 48, 3);
+    void *scratch = aligned_alloc(64, (n + 63) & ~(size_t)63);
+    cr_assert_eq(dlc_resize(&src.img, 0, 0, 200, 100, &dst.img, scratch, 100), DLC_EINVAL);
+    cr_assert_eq(dlc_resize(&src.img, 0, 0, 200, 100, &dst.img, NULL, n), DLC_EINVAL);
+    cr_assert_eq(dlc_resize(&src.img, 0, 0, 200, 100, &dst.img, scratch, n), DLC_OK);
+    free(scratch);
+    free(src.buf);
+    free(dst.buf);
+}
+
+/* The bound covers every region of the size it was asked for, wherever it
+ * lies and however fractional it is, also for an unaligned scratch. */
+Test(image_resize, bound_is_enough)
+{
+    owned src = make_image(300, 200, 0);
+    fill_random(&src, 4);
+    uint32_t s = 99;
+    for (int i = 0; i < 300; i++) {
+        s = s * 1664525u + 1013904223u;
+        const double w = 1 + (s >> 8) % 299 + ((s >> 4) & 15) / 16.0;
+        s = s * 1664525u + 1013904223u;
+        const double h = 1 + (s >> 8) % 199 + ((s >> 4) & 15) / 16.0;
+        s = s * 1664525u + 1013904223u;
+        const double x = (300 - w) * ((s >> 8) & 1023) / 1023.0;
+        const double y = (200 - h) * ((s >> 18) & 1023) / 1023.0;
+        const uint32_t dw = 1 + (s >> 3) % 260, dh = 1 + (s >> 13) % 260;
+        owned dst = make_image(dw, dh, 0);
+        const size_t n = dlc_resize_scratch_bound((uint32_t)ceil(w), (uint32_t)ceil(h), dw, dh, 3);
+        uint8_t *scratch = malloc(n + 1);
+        cr_assert_eq(dlc_resize(&src.img, x, y, w, h, &dst.img, scratch + 1, n), DLC_OK,
+                     "case %d: %s", i, dlc_errmsg());
+        free(scratch);
+        free(dst.buf);
+    }
+    free(src.buf);
+}
+
+/* A window of the virtual output is bit-identical to resizing the whole and
+ * cropping, which decode_resize relies on for its center crop. */
+Test(image_resize, window_equals_crop_of_whole)
+{
+    owned src = make_image(123, 77, 0);
+    fill_random(&src, 5);
+    owned whole = make_image(61, 90, 0);
+    cr_assert_eq(resize(&src, 1.5, 2.25, 120, 70.5, &whole), DLC_OK, "%s", dlc_errmsg());
+    owned win = make_image(20, 33, 0);
+    const size_t n = dlc_resize_scratch_bound(123, 77, 61, 90, 3);
+    void *scratch = aligned_alloc(64, (n + 63) & ~(size_t)63);
+    cr_assert_eq(dlc__resize_window(&src.img, 1.5, 2.25, 120, 70.5, 61, 90, 13, 41, &win.img,
+                                    scratch, n),
+                 DLC_OK, "%s", dlc_errmsg());
+    for (uint32_t y = 0; y < 33; y++)
+        cr_assert_arr_eq(win.img.data + y * win.img.stride,
+                         whole.img.data + (y + 41) * whole.img.stride + 13 * 3, 20 * 3, "row %u",
+                         y);
+    cr_assert_eq(dlc__resize_window(&src.img, 1.5, 2.25, 120, 70.5, 61, 90, 50, 41, &win.img,
+                                    scratch, n),
+                 DLC_EINVAL, "a window past the output's edge must be refused");
+    free(scratch);
+    free(src.buf);
+    free(whole.buf);
+    free(win.buf);
+}
