@@ -906,6 +906,8 @@ static void log_to_stderr(void *user, dlc_log_level level, const char *msg)
 {
     (void)user;
     static const char *const names[] = {"debug", "info", "warning"};
+    if (level == DLC_LOG_DEBUG && !getenv("CACHEBENCH_DEBUG"))
+        return;
     fprintf(stderr, TOOL ": loader %s: %s\n", names[level <= DLC_LOG_WARN ? level : 0], msg);
 }
 
@@ -1127,7 +1129,7 @@ static int measure_loader(const load_opts *o, loader_result *res)
     dlc_status rc = dlc_loader_open(o->store, &o->cfg, &l);
     res->open_seconds = tool_now() - t0;
     if (rc != DLC_OK) {
-        tool_report(TOOL, rc, o->store);
+        tool_report(TOOL, rc, "opening the loader");
         goto fail;
     }
     rc = dlc_loader_next(l, &b);
@@ -1138,7 +1140,7 @@ static int measure_loader(const load_opts *o, loader_result *res)
         goto fail;
     }
     if (rc != DLC_OK) {
-        tool_report(TOOL, rc, o->store);
+        tool_report(TOOL, rc, "first batch");
         goto fail;
     }
     memory_now(&res->rss_first_batch, &res->anon_first_batch);
@@ -1164,13 +1166,13 @@ static int measure_loader(const load_opts *o, loader_result *res)
                 break;
             rc = dlc_loader_set_epoch(l, ++epoch);
             if (rc != DLC_OK) {
-                tool_report(TOOL, rc, o->store);
+                tool_report(TOOL, rc, "starting the next epoch");
                 goto fail;
             }
             continue;
         }
         if (rc != DLC_OK) {
-            tool_report(TOOL, rc, o->store);
+            tool_report(TOOL, rc, "next batch");
             goto fail;
         }
         if (st)
@@ -1215,7 +1217,7 @@ static int cmd_load(int argc, char **argv)
     dlc_store *store = NULL;
     dlc_status rc = dlc_store_open(o.store, 0, &store);
     if (rc != DLC_OK) {
-        tool_report(TOOL, rc, o.store);
+        tool_report(TOOL, rc, "opening the store");
         return 1;
     }
     const dlc_store_info info = *dlc_store_get_info(store);
