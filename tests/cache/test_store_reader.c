@@ -1,0 +1,446 @@
+/* The store reader (cache/store_reader.c, cache/store_check.c): checksums,
+ * verification, and files that are damaged, truncated, foreign or hostile.
+ * Every bad file must give an error naming the file (and the record), never
+ * a crash. The last test reads from several threads at once.
+ * dlc-test-label: threads */
+#include "store_test_util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <lmdb.h>
+#include <pthread.h>
+#include <xxhash.h>
+
+static char *dir;
+
+static void setup(void)
+{
+    dir = tsu_mkdtemp();
+}
+
+static void teardown(void)
+{
+    tsu_rmdir(dir);
+    dir = NULL;
+}
+
+TestSuite(store_reader, .init = setup, .fini = teardown);
+
+static void write_bytes(const char *path, const void *data, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fwrite(data, 1, n, f), n);
+    fclose(f);
+}
+
+static void copy_file(const char *from, const char *to)
+{
+    char *cmd = NULL;
+    cr_assert(asprintf(&cmd, "cp '%s' '%s'", from, to) > 0);
+    cr_assert_eq(system(cmd), 0);
+    free(cmd);
+}
+
+static uint64_t file_size(const char *path)
+{
+    struct stat st;
+    cr_assert_eq(stat(path, &st), 0);
+    return (uint64_t)st.st_size;
+}
+
+/* File offset of record @p index's payload, through the reader. */
+static uint64_t record_offset(const char *path, uint64_t index)
+{
+    dlc_store *s = NULL;
+    dlc_store_reader *r = NULL;
+    dlc_record rec;
+    cr_assert_eq(dlc_store_open(path, 0, &s), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(dlc_store_reader_open(s, &r), DLC_OK);
+    cr_assert_eq(dlc_store_read(r, index, &rec), DLC_OK);
+    dlc_store_reader_close(r);
+    dlc_store_close(s);
+    return rec.offset;
+}
+
+static void xor_byte(const char *path, uint64_t off, uint8_t mask)
+{
+    const int fd = open(path, O_RDWR);
+    cr_assert(fd >= 0);
+    uint8_t b;
+    cr_assert_eq(pread(fd, &b, 1, (off_t)off), 1);
+    b ^= mask;
+    cr_assert_eq(pwrite(fd, &b, 1, (off_t)off), 1);
+    close(fd);
+}
+
+typedef struct calls {
+    uint64_t progress;
+    uint64_t bad;
+    uint64_t bad_index;
+    uint64_t last_done;
+    char msg[512];
+    int stop_on_bad;
+} calls;
+
+static int on_verify(void *user, const dlc_verify_progress *p)
+{
+    calls *c = user;
+    if (p->bad_status != 0) {
+        c->bad++;
+        c->bad_index = p->bad_index;
+        snprintf(c->msg, sizeof c->msg, "%s", p->bad_msg);
+        return c->stop_on_bad;
+    }
+    c->progress++;
+    c->last_done = p->done;
+    return 0;
+}
+
+Test(store_reader, verify_passes_then_names_a_flipped_payload_byte)
+{
+    char *path = tsu_path(dir, "v.dlc");
+    tsu_write_store(path, 20, 0, 0);
+    dlc_store *s = NULL;
+    cr_assert_eq(dlc_store_open(path, DLC_STORE_SEQUENTIAL, &s), DLC_OK, "%s", dlc_errmsg());
+    calls c = {0};
+    uint64_t bad = 99;
+    cr_assert_eq(dlc_store_verify(s, on_verify, &c, &bad), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(bad, 0);
+    cr_assert_eq(c.bad, 0);
+    cr_assert(c.progress >= 1, "a final progress call");
+    cr_assert_eq(c.last_done, 20);
+    dlc_store_close(s);
+
+    /* Record 4 is 256x256x3: flip a byte in the middle of its payload. */
+    xor_byte(path, record_offset(path, 4) + 1000, 0x40);
+    cr_assert_eq(dlc_store_open(path, 0, &s), DLC_OK, "a payload byte does not stop open");
+    dlc_store_reader *r = NULL;
+    dlc_record rec;
+    cr_assert_eq(dlc_store_reader_open(s, &r), DLC_OK);
+    cr_assert_eq(dlc_store_read(r, 4, &rec), DLC_OK);
+    cr_assert_eq(dlc_record_verify(s, &rec), DLC_ECORRUPT);
+    cr_assert(strstr(dlc_errmsg(), "record 4: checksum mismatch"), "%s", dlc_errmsg());
+    cr_assert(strstr(dlc_errmsg(), path), "%s", dlc_errmsg());
+    dlc_store_reader_close(r);
+
+    memset(&c, 0, sizeof c);
+    cr_assert_eq(dlc_store_verify(s, on_verify, &c, &bad), DLC_ECORRUPT);
+    cr_assert_eq(bad, 1);
+    cr_assert_eq(c.bad, 1);
+    cr_assert_eq(c.bad_index, 4);
+    cr_assert(strstr(c.msg, "record 4"), "%s", c.msg);
+    cr_assert(strstr(dlc_errmsg(), "record 4: checksum mismatch"), "first problem: %s",
+              dlc_errmsg());
+
+    /* A callback that returns non-zero stops the scan. */
+    memset(&c, 0, sizeof c);
+    c.stop_on_bad = 1;
+    cr_assert_eq(dlc_store_verify(s, on_verify, &c, NULL), DLC_ECANCELED);
+    dlc_store_close(s);
+    free(path);
+}
+
+Test(store_reader, damaged_record_header_is_named)
+{
+    char *path = tsu_path(dir, "h.dlc");
+    tsu_write_store(path, 12, 0, 0);
+    /* The header sits right before the payload: break record 11's magic. */
+    xor_byte(path, record_offset(path, 11) - 48, 0x01);
+    dlc_store *s = NULL;
+    cr_assert_eq(dlc_store_open(path, 0, &s), DLC_OK, "%s", dlc_errmsg());
+    dlc_store_reader *r = NULL;
+    dlc_record rec;
+    cr_assert_eq(dlc_store_reader_open(s, &r), DLC_OK);
+    cr_assert_eq(dlc_store_read(r, 10, &rec), DLC_OK);
+    cr_assert_eq(dlc_store_read(r, 11, &rec), DLC_ECORRUPT);
+    cr_assert(strstr(dlc_errmsg(), "record 11: bad header magic"), "%s", dlc_errmsg());
+    dlc_store_reader_close(r);
+    uint64_t bad = 0;
+    cr_assert_eq(dlc_store_verify(s, NULL, NULL, &bad), DLC_ECORRUPT);
+    cr_assert_eq(bad, 1);
+    dlc_store_close(s);
+
+    /* The payload size in the header must match the value. */
+    xor_byte(path, record_offset(path, 4) - 48 + 32, 0x01);
+    cr_assert_eq(dlc_store_open(path, 0, &s), DLC_OK);
+    cr_assert_eq(dlc_store_reader_open(s, &r), DLC_OK);
+    cr_assert_eq(dlc_store_read(r, 4, &rec), DLC_ECORRUPT);
+    cr_assert(strstr(dlc_errmsg(), "record 4: header says"), "%s", dlc_errmsg());
+    dlc_store_reader_close(r);
+    dlc_store_close(s);
+    free(path);
+}
+
+Test(store_reader, truncated_file_fails_at_open)
+{
+    char *path = tsu_path(dir, "t.dlc");
+    tsu_write_store(path, 20, 0, 0);
+    const uint64_t size = file_size(path);
+    cr_assert_eq(truncate(path, (off_t)(size - 3 * 4096)), 0);
+    dlc_store *s = (dlc_store *)1;
+    cr_assert_eq(dlc_store_open(path, 0, &s), DLC_ECORRUPT);
+    cr_assert_null(s);
+    cr_assert(strstr(dlc_errmsg(), "truncated: file has"), "%s", dlc_errmsg());
+    cr_assert(strstr(dlc_errmsg(), path), "%s", dlc_errmsg());
+    /* Cut inside the second meta page. */
+    cr_assert_eq(truncate(path, 4096 + 100), 0);
+    cr_assert_eq(dlc_store_open(path, 0, &s), DLC_ECORRUPT);
+    cr_assert(strstr(dlc_errmsg(), "truncated"), "%s", dlc_errmsg());
+    free(path);
+}
+
+Test(store_reader, foreign_files_fail_cleanly)
+{
+    dlc_store *s = NULL;
+    char *missing = tsu_path(dir, "missing.dlc");
+    cr_assert_eq(dlc_store_open(missing, 0, &s), -ENOENT);
+    cr_assert(strstr(dlc_errmsg(), missing), "%s", dlc_errmsg());
+    cr_assert_eq(dlc_store_open(dir, 0, &s), DLC_EINVAL, "a directory");
+
+    char *empty = tsu_path(dir, "empty.dlc");
+    write_bytes(empty, "", 0);
+    cr_assert_eq(dlc_store_open(empty, 0, &s), DLC_EVERSION);
+    cr_assert(strstr(dlc_errmsg(), "not a dlcache store"), "%s", dlc_errmsg());
+
+    char *garbage = tsu_path(dir, "garbage.dlc");
+    uint8_t *junk = malloc(1 << 16);
+    for (size_t i = 0; i < (1u << 16); i++)
+        junk[i] = (uint8_t)(i * 2654435761u >> 13);
+    write_bytes(garbage, junk, 1 << 16);
+    cr_assert_eq(dlc_store_open(garbage, 0, &s), DLC_EVERSION);
+    cr_assert(strstr(dlc_errmsg(), "not a dlcache store"), "%s", dlc_errmsg());
+    write_bytes(garbage, junk, 100);
+    cr_assert_eq(dlc_store_open(garbage, 0, &s), DLC_EVERSION);
+    free(junk);
+
+    /* A valid LMDB file that is not a store: plain keys in the main database. */
+    char *plain = tsu_path(dir, "plain.mdb");
+    MDB_env *env;
+    MDB_txn *txn;
+    MDB_dbi dbi;
+    cr_assert_eq(mdb_env_create(&env), 0);
+    mdb_env_set_maxdbs(env, 4);
+    cr_assert_eq(mdb_env_open(env, plain, MDB_NOSUBDIR | MDB_NOLOCK, 0644), 0);
+    cr_assert_eq(mdb_txn_begin(env, NULL, 0, &txn), 0);
+    cr_assert_eq(mdb_dbi_open(txn, NULL, 0, &dbi), 0);
+    MDB_val k = {5, "hello"}, v = {5, "world"};
+    cr_assert_eq(mdb_put(txn, dbi, &k, &v, 0), 0);
+    cr_assert_eq(mdb_txn_commit(txn), 0);
+    cr_assert_eq(dlc_store_open(plain, 0, &s), DLC_EVERSION);
+    cr_assert(strstr(dlc_errmsg(), "not a dlcache store"), "%s", dlc_errmsg());
+
+    /* Both databases, but no "format" record. */
+    cr_assert_eq(mdb_txn_begin(env, NULL, 0, &txn), 0);
+    cr_assert_eq(mdb_del(txn, dbi, &k, NULL), 0);
+    cr_assert_eq(mdb_dbi_open(txn, "meta", MDB_CREATE, &dbi), 0);
+    cr_assert_eq(mdb_put(txn, dbi, &k, &v, 0), 0);
+    cr_assert_eq(mdb_dbi_open(txn, "samples", MDB_CREATE, &dbi), 0);
+    cr_assert_eq(mdb_txn_commit(txn), 0);
+    mdb_env_close(env);
+    cr_assert_eq(dlc_store_open(plain, 0, &s), DLC_EVERSION);
+    cr_assert(strstr(dlc_errmsg(), "no \"format\""), "%s", dlc_errmsg());
+    cr_assert_null(s);
+    free(missing);
+    free(empty);
+    free(garbage);
+    free(plain);
+}
+
+/* Find the first occurrence of @p needle in the file. */
+static uint64_t find_in_file(const char *path, const void *needle, size_t n)
+{
+    const uint64_t size = file_size(path);
+    uint8_t *buf = malloc(size);
+    FILE *f = fopen(path, "rb");
+    cr_assert_eq(fread(buf, 1, size, f), size);
+    fclose(f);
+    const uint8_t *hit = memmem(buf, size, needle, n);
+    cr_assert_not_null(hit);
+    const uint64_t off = (uint64_t)(hit - buf);
+    free(buf);
+    return off;
+}
+
+Test(store_reader, damaged_or_newer_metadata_is_refused)
+{
+    char *path = tsu_path(dir, "m.dlc");
+    char *copy = tsu_path(dir, "m2.dlc");
+    tsu_write_store(path, 6, 0, 0);
+    const uint64_t info = find_in_file(path, "DLCSTORE", 8);
+    dlc_store *s = NULL;
+
+    copy_file(path, copy);
+    xor_byte(copy, info + 16, 0x01); /* count */
+    cr_assert_eq(dlc_store_open(copy, 0, &s), DLC_ECORRUPT);
+    cr_assert(strstr(dlc_errmsg(), "format record checksum mismatch"), "%s", dlc_errmsg());
+
+    copy_file(path, copy);
+    xor_byte(copy, info + 8, 0x03); /* version 1 -> 2 */
+    cr_assert_eq(dlc_store_open(copy, 0, &s), DLC_EVERSION);
+    cr_assert(strstr(dlc_errmsg(), "format version 2"), "%s", dlc_errmsg());
+
+    copy_file(path, copy);
+    const uint64_t labels = find_in_file(path, "cat\0dog\0emu", 12);
+    xor_byte(copy, labels + 3, 'x'); /* "catxdog": one name fewer */
+    cr_assert_eq(dlc_store_open(copy, 0, &s), DLC_ECORRUPT);
+    cr_assert(strstr(dlc_errmsg(), "\"labels\" holds 2 names"), "%s", dlc_errmsg());
+    free(path);
+    free(copy);
+}
+
+/* Mutations of LMDB's own branch and leaf pages: LMDB would follow them out
+ * of the map; the page walk at open must refuse every one that matters, and
+ * whatever opens must read and verify without crashing. */
+Test(store_reader, hostile_lmdb_pages_never_crash)
+{
+    char *path = tsu_path(dir, "p.dlc");
+    char *copy = tsu_path(dir, "p2.dlc");
+    /* Enough small records for a two-level samples tree. */
+    dlc__store_writer *w = NULL;
+    cr_assert_eq(dlc__store_writer_open(path, 0, 0, &w), DLC_OK);
+    uint8_t buf[300];
+    for (uint64_t i = 0; i < 400; i++) {
+        tsu_fill(buf, i, sizeof buf);
+        cr_assert_eq(dlc__store_writer_put(w, (int64_t)(i % 3), 10, 10, 3, DLC_ENCODING_RAW,
+                                           buf, sizeof buf), DLC_OK);
+    }
+    const dlc__store_meta meta = {.label_names = tsu_labels, .num_labels = 3};
+    cr_assert_eq(dlc__store_writer_finish(w, &meta), DLC_OK, "%s", dlc_errmsg());
+
+    const uint64_t size = file_size(path);
+    const uint64_t pages = size / 4096;
+    uint8_t *orig = malloc(size);
+    FILE *f = fopen(path, "rb");
+    cr_assert_eq(fread(orig, 1, size, f), size);
+    fclose(f);
+
+    /* (offset in page, value) pairs, applied to the page header and to the
+     * first node of the page. */
+    int detected[6] = {0};
+    for (uint64_t pg = 2; pg < pages; pg++) {
+        uint8_t *p = orig + pg * 4096;
+        const uint16_t flags = (uint16_t)(p[10] | p[11] << 8);
+        if (flags != 1 && flags != 2)
+            continue;
+        const uint16_t node = (uint16_t)(p[16] | p[17] << 8);
+        for (int m = 0; m < 6; m++) {
+            uint8_t *mut = malloc(size);
+            memcpy(mut, orig, size);
+            uint8_t *q = mut + pg * 4096;
+            switch (m) {
+            case 0: q[12] = 0xfe; q[13] = 0xff; break;           /* lower */
+            case 1: q[16] = 0xfc; q[17] = 0x0f; break;           /* node at page end */
+            case 2: q[node + 6] = 0xff; q[node + 7] = 0xff; break; /* key size */
+            case 3: q[node + 0] = 0xff; q[node + 2] = 0xff; q[node + 3] = 0x7f; break;
+            case 4: q[0] ^= 0x01; break;                         /* page number */
+            case 5: q[node + 4] = 0x04; break;                   /* node flags */
+            }
+            write_bytes(copy, mut, size);
+            free(mut);
+            dlc_store *s = NULL;
+            const dlc_status rc = dlc_store_open(copy, 0, &s);
+            cr_assert(rc == DLC_OK || rc == DLC_ECORRUPT || rc == DLC_EVERSION,
+                      "page %llu mutation %d: %d %s", (unsigned long long)pg, m, rc,
+                      dlc_errmsg());
+            if (rc != DLC_OK) {
+                cr_assert(strstr(dlc_errmsg(), copy), "%s", dlc_errmsg());
+                detected[m]++;
+                continue;
+            }
+            dlc_store_reader *r = NULL;
+            cr_assert_eq(dlc_store_reader_open(s, &r), DLC_OK);
+            for (uint64_t i = 0; i < dlc_store_get_info(s)->count; i++) {
+                dlc_record rec;
+                (void)dlc_store_read(r, i, &rec);
+            }
+            dlc_store_reader_close(r);
+            (void)dlc_store_verify(s, NULL, NULL, NULL);
+            dlc_store_close(s);
+        }
+    }
+    for (int m = 0; m < 6; m++)
+        cr_assert(detected[m] > 0, "mutation %d never detected", m);
+    free(orig);
+    free(path);
+    free(copy);
+}
+
+Test(store_reader, resident_bytes_are_sane)
+{
+    char *path = tsu_path(dir, "r.dlc");
+    tsu_write_store(path, 14, 0, 0);
+    dlc_store *s = NULL;
+    cr_assert_eq(dlc_store_open(path, 0, &s), DLC_OK, "%s", dlc_errmsg());
+    dlc_store_reader *r = NULL;
+    cr_assert_eq(dlc_store_reader_open(s, &r), DLC_OK);
+    uint64_t sum = 0;
+    for (uint64_t i = 0; i < 14; i++) {
+        dlc_record rec;
+        cr_assert_eq(dlc_store_read(r, i, &rec), DLC_OK);
+        for (size_t j = 0; j < rec.size; j += 4096)
+            sum += rec.data[j]; /* Touch every page of every payload. */
+    }
+    dlc_store_reader_close(r);
+    uint64_t res = 0;
+    cr_assert_eq(dlc_store_resident(s, &res), DLC_OK);
+    const uint64_t fb = dlc_store_get_info(s)->file_bytes;
+    cr_assert(res > 0 && res <= fb, "resident %llu of %llu (%llu)", (unsigned long long)res,
+              (unsigned long long)fb, (unsigned long long)sum);
+    cr_assert(res % 4096 == 0 || res == fb);
+    dlc_store_close(s);
+    free(path);
+}
+
+typedef struct thread_arg {
+    const dlc_store *s;
+    uint64_t digest;
+    dlc_status rc;
+} thread_arg;
+
+static void *read_all(void *p)
+{
+    thread_arg *a = p;
+    dlc_store_reader *r = NULL;
+    a->rc = dlc_store_reader_open(a->s, &r);
+    if (a->rc != DLC_OK)
+        return NULL;
+    uint64_t d = 0;
+    const uint64_t n = dlc_store_get_info(a->s)->count;
+    for (int pass = 0; pass < 3; pass++) {
+        for (uint64_t k = 0; k < n; k++) {
+            const uint64_t i = (k * 7 + (uint64_t)pass) % n;
+            dlc_record rec;
+            a->rc = dlc_store_read(r, i, &rec);
+            if (a->rc == DLC_OK)
+                a->rc = dlc_record_verify(a->s, &rec);
+            if (a->rc != DLC_OK)
+                break;
+            d += XXH3_64bits(rec.data, rec.size) ^ i;
+        }
+    }
+    a->digest = d;
+    dlc_store_reader_close(r);
+    return NULL;
+}
+
+Test(store_reader, one_store_many_reader_threads)
+{
+    char *path = tsu_path(dir, "th.dlc");
+    tsu_write_store(path, 30, 0, 0);
+    dlc_store *s = NULL;
+    cr_assert_eq(dlc_store_open(path, 0, &s), DLC_OK, "%s", dlc_errmsg());
+    pthread_t t[4];
+    thread_arg a[4];
+    for (int i = 0; i < 4; i++) {
+        a[i] = (thread_arg){.s = s};
+        cr_assert_eq(pthread_create(&t[i], NULL, read_all, &a[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        cr_assert_eq(a[i].rc, DLC_OK);
+        cr_assert_eq(a[i].digest, a[0].digest);
+    }
+    dlc_store_close(s);
+    free(path);
+}
