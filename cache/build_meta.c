@@ -1,0 +1,233 @@
+/* The builder's bookkeeping around the pipeline: the "build" metadata text,
+ * stale temporary files of dead builds, the report. */
+#include "build_internal.h"
+
+#include "internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+void dlc_build_options_init(dlc_build_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->size = 256;
+    o->center_crop = 1;
+    o->encoding = DLC_ENCODING_RAW;
+    o->quality = 90;
+}
+
+void dlc_build_report_free(dlc_build_report *r)
+{
+    if (!r)
+        return;
+    for (uint64_t i = 0; i < r->skipped; i++) {
+        free((char *)r->skips[i].path);
+        free((char *)r->skips[i].reason);
+    }
+    free(r->skips);
+    free(r);
+}
+
+dlc_status dlc__report_add_skip(dlc_build_report *r, size_t *cap, const char *path,
+                                const char *reason)
+{
+    if (r->skipped == *cap) {
+        const size_t n = *cap ? *cap * 2 : 16;
+        dlc_build_skip *p = realloc(r->skips, n * sizeof *p);
+        if (!p)
+            return dlc__errorf(-ENOMEM, "build report: out of memory");
+        r->skips = p;
+        *cap = n;
+    }
+    char *a = strdup(path), *b = strdup(reason);
+    if (!a || !b) {
+        free(a);
+        free(b);
+        return dlc__errorf(-ENOMEM, "build report: out of memory");
+    }
+    r->skips[r->skipped].path = a;
+    r->skips[r->skipped].reason = b;
+    r->skipped++;
+    return DLC_OK;
+}
+
+/* A growable text buffer for the JSON document. */
+typedef struct sbuf {
+    char *p;
+    size_t len, cap;
+    int oom;
+} sbuf;
+
+static void sb_put(sbuf *b, const char *s, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 1024;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = 1;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void sb_printf(sbuf *b, const char *fmt, ...)
+{
+    char tmp[256];
+    va_list ap;
+    va_start(ap, fmt);
+    const int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        sb_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
+}
+
+/* A JSON string: quotes, backslashes and control characters escaped; other
+ * bytes as they are (file names are UTF-8 on any sane system). */
+static void sb_json_str(sbuf *b, const char *s)
+{
+    sb_put(b, "\"", 1);
+    if (!s) {
+        sb_put(b, "\"", 1);
+        return;
+    }
+    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+        if (*c == '"' || *c == '\\') {
+            const char e[2] = {'\\', (char)*c};
+            sb_put(b, e, 2);
+        } else if (*c < 0x20) {
+            sb_printf(b, "\\u%04x", *c);
+        } else {
+            sb_put(b, (const char *)c, 1);
+        }
+    }
+    sb_put(b, "\"", 1);
+}
+
+char *dlc__build_json(const char *const *sources, size_t nsources, const dlc_build_options *o,
+                      uint32_t threads, uint64_t items, uint64_t count, uint64_t skipped,
+                      double seconds)
+{
+    sbuf b = {0};
+    /* SOURCE_DATE_EPOCH lets a reproducible build pin the date it records. */
+    time_t now = time(NULL);
+    const char *sde = getenv("SOURCE_DATE_EPOCH");
+    if (sde && *sde) {
+        char *end;
+        const long long v = strtoll(sde, &end, 10);
+        if (*end == '\0' && v >= 0)
+            now = (time_t)v;
+    }
+    struct tm tm;
+    char date[32] = "";
+    if (gmtime_r(&now, &tm))
+        strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tm);
+
+    sb_put(&b, "{\"tool\":", 8);
+    sb_json_str(&b, "dlc_build");
+    sb_put(&b, ",\"version\":", 11);
+    sb_json_str(&b, dlc_version());
+    sb_put(&b, ",\"command\":", 11);
+    if (o->command)
+        sb_json_str(&b, o->command);
+    else
+        sb_put(&b, "null", 4);
+    sb_put(&b, ",\"date\":", 8);
+    sb_json_str(&b, date);
+    sb_printf(&b, ",\"options\":{\"size\":%u,\"crop\":\"%s\",\"encoding\":\"%s\"", o->size,
+              o->center_crop ? "center" : "none",
+              o->encoding == DLC_ENCODING_JPEG ? "jpeg" : "raw");
+    if (o->encoding == DLC_ENCODING_JPEG)
+        sb_printf(&b, ",\"quality\":%d", o->quality);
+    sb_printf(&b, ",\"strict\":%s,\"threads\":%u}", o->strict ? "true" : "false", threads);
+    sb_put(&b, ",\"sources\":[", 12);
+    for (size_t i = 0; i < nsources; i++) {
+        char abs[PATH_MAX];
+        if (i)
+            sb_put(&b, ",", 1);
+        sb_json_str(&b, realpath(sources[i], abs) ? abs : sources[i]);
+    }
+    sb_printf(&b, "],\"items\":%llu,\"count\":%llu,\"skipped\":%llu,\"seconds\":%.3f}",
+              (unsigned long long)items, (unsigned long long)count,
+              (unsigned long long)skipped, seconds);
+    if (b.oom) {
+        free(b.p);
+        return NULL;
+    }
+    return b.p;
+}
+
+/* Parse "PID" or "PID-lock" (LMDB's lock file, should a writer ever make one). */
+static int temp_pid(const char *s, long *pid)
+{
+    long v = 0;
+    const char *p = s;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        v = v * 10 + (*p - '0');
+        if (v > INT_MAX)
+            return -1;
+    }
+    if (p == s || (*p != '\0' && strcmp(p, "-lock") != 0))
+        return -1;
+    *pid = v;
+    return 0;
+}
+
+void dlc__build_remove_stale_temps(const char *out, dlc_log_fn log, void *user)
+{
+    const char *slash = strrchr(out, '/');
+    char dir[PATH_MAX];
+    const char *base = out;
+    if (slash) {
+        const size_t n = (size_t)(slash - out);
+        if (n >= sizeof dir)
+            return;
+        memcpy(dir, out, n);
+        dir[n] = '\0';
+        if (n == 0)
+            strcpy(dir, "/");
+        base = slash + 1;
+    } else {
+        strcpy(dir, ".");
+    }
+    const size_t blen = strlen(base);
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, base, blen) != 0 || strncmp(e->d_name + blen, ".tmp-", 5) != 0)
+            continue;
+        long pid;
+        if (temp_pid(e->d_name + blen + 5, &pid) != 0 || pid == (long)getpid())
+            continue;
+        /* kill(pid, 0) fails with ESRCH only when no such process exists; a
+         * live process (even one we may not signal) keeps its file. */
+        if (pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH) {
+            if (unlinkat(dirfd(d), e->d_name, 0) == 0)
+                dlc__logf(log, user, DLC_LOG_INFO,
+                          "%s/%s: removed the temporary file of an interrupted build (pid %ld)",
+                          dir, e->d_name, pid);
+        }
+    }
+    closedir(d);
+}

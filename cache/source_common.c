@@ -1,0 +1,243 @@
+/* The source item list: storage, source dispatch, and reading an item. */
+#include "source.h"
+
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+const char *dlc__skip_reason(dlc__skip_code code)
+{
+    switch (code) {
+    case DLC__SKIP_NONE:
+        return "not skipped";
+    case DLC__SKIP_NOT_JPEG:
+        return "not a JPEG (only .jpg/.jpeg images are stored)";
+    case DLC__SKIP_NO_CLS:
+        return "no KEY.cls label member for this sample";
+    case DLC__SKIP_BAD_CLS:
+        return "the KEY.cls member is not a label number";
+    case DLC__SKIP_NO_JPEG:
+        return "no KEY.jpg or KEY.jpeg member for this sample";
+    }
+    return "skipped";
+}
+
+void dlc__source_init(dlc__source_set *s)
+{
+    memset(s, 0, sizeof *s);
+    s->max_label = -1;
+}
+
+void dlc__source_free(dlc__source_set *s)
+{
+    for (uint32_t i = 0; i < s->nshards; i++)
+        close(s->shards[i].fd);
+    free(s->shards);
+    free(s->items);
+    free(s->arena);
+    free(s->class_names);
+    memset(s, 0, sizeof *s);
+    s->max_label = -1;
+}
+
+/* Grow an array of @p elem-byte elements to hold at least @p need. */
+static dlc_status grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return DLC_OK;
+    size_t n = *cap ? *cap : 64;
+    while (n < need)
+        n *= 2;
+    if (n > SIZE_MAX / elem)
+        return dlc__errorf(-ENOMEM, "source list: too many items");
+    void *q = realloc(*p, n * elem);
+    if (!q)
+        return dlc__errorf(-ENOMEM, "source list: out of memory for %zu items", n);
+    *p = q;
+    *cap = n;
+    return DLC_OK;
+}
+
+dlc_status dlc__source_intern(dlc__source_set *s, const char *str, size_t len, uint64_t *off)
+{
+    const dlc_status rc = grow((void **)&s->arena, &s->arena_cap, s->arena_len + len + 1, 1);
+    if (rc < 0)
+        return rc;
+    memcpy(s->arena + s->arena_len, str, len);
+    s->arena[s->arena_len + len] = '\0';
+    *off = s->arena_len;
+    s->arena_len += len + 1;
+    return DLC_OK;
+}
+
+dlc_status dlc__source_push(dlc__source_set *s, const dlc__item *it)
+{
+    const dlc_status rc = grow((void **)&s->items, &s->cap, s->count + 1, sizeof *it);
+    if (rc < 0)
+        return rc;
+    s->items[s->count++] = *it;
+    if (it->label > s->max_label)
+        s->max_label = it->label;
+    return DLC_OK;
+}
+
+static int ends_with_ci(const char *s, const char *suffix)
+{
+    const size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcasecmp(s + n - m, suffix) == 0;
+}
+
+dlc_status dlc__source_add(dlc__source_set *s, const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return dlc__errorf(-errno, "%s: cannot open source: %s", path, strerror(errno));
+    if (S_ISDIR(st.st_mode)) {
+        if (s->kind != DLC__SOURCE_NONE)
+            return dlc__errorf(DLC_EINVAL,
+                               "%s: an ImageFolder directory must be the only source", path);
+        s->kind = DLC__SOURCE_FOLDER;
+        return dlc__source_scan_folder(s, path);
+    }
+    if (s->kind == DLC__SOURCE_FOLDER)
+        return dlc__errorf(DLC_EINVAL, "%s: an ImageFolder directory must be the only source",
+                           path);
+    s->kind = DLC__SOURCE_LIST;
+    if (ends_with_ci(path, ".tar"))
+        return dlc__source_scan_tar(s, path);
+    return dlc__source_scan_manifest(s, path);
+}
+
+uint32_t dlc__source_num_labels(const dlc__source_set *s)
+{
+    if (s->kind == DLC__SOURCE_FOLDER)
+        return s->nclasses;
+    return (uint32_t)(s->max_label + 1);
+}
+
+const char *dlc__source_label_name(const dlc__source_set *s, uint32_t i, char *buf, size_t size)
+{
+    if (s->kind == DLC__SOURCE_FOLDER)
+        return i < s->nclasses ? s->arena + s->class_names[i] : NULL;
+    snprintf(buf, size, "%" PRIu32, i);
+    return buf;
+}
+
+/* pread all of [offset, offset + size), retrying short reads. Returns the
+ * bytes read (fewer at end of file) or -errno. */
+static int64_t pread_full(int fd, uint8_t *dst, size_t size, uint64_t offset)
+{
+    size_t got = 0;
+    while (got < size) {
+        const ssize_t n = pread(fd, dst + got, size - got, (off_t)(offset + got));
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (n == 0)
+            break;
+        got += (size_t)n;
+    }
+    return (int64_t)got;
+}
+
+static dlc_status ensure_buf(uint8_t **buf, size_t *cap, size_t need, const char *path)
+{
+    if (need <= *cap)
+        return DLC_OK;
+    /* Round up so that a stream of slightly growing files does not realloc each time. */
+    const size_t n = (need + 65535) & ~(size_t)65535;
+    uint8_t *p = realloc(*buf, n);
+    if (!p)
+        return dlc__errorf(-ENOMEM, "%s: out of memory for a %zu-byte read buffer", path, n);
+    *buf = p;
+    *cap = n;
+    return DLC_OK;
+}
+
+dlc_status dlc__source_read(const dlc__source_set *s, size_t index, uint8_t **buf, size_t *cap,
+                            dlc__source_data *out, char *why, size_t why_size)
+{
+    const dlc__item *it = &s->items[index];
+    const char *path = dlc__source_path(s, it);
+    memset(out, 0, sizeof *out);
+    dlc_status rc;
+
+    if (it->shard != UINT32_MAX) {
+        out->file_size = it->size;
+        out->mtime_ns = it->mtime_ns;
+        if (it->size == 0) {
+            snprintf(why, why_size, "empty member");
+            return DLC_EDECODE;
+        }
+        if (it->size > DLC__SOURCE_MAX_FILE) {
+            snprintf(why, why_size, "member of %" PRIu64 " bytes is too large for an image",
+                     it->size);
+            return DLC_EDECODE;
+        }
+        if ((rc = ensure_buf(buf, cap, (size_t)it->size, path)) < 0)
+            return rc;
+        const int64_t n = pread_full(s->shards[it->shard].fd, *buf, (size_t)it->size, it->offset);
+        if (n < 0) {
+            snprintf(why, why_size, "cannot read the shard: %s", strerror((int)-n));
+            return DLC_EDECODE;
+        }
+        out->data = *buf;
+        out->size = (size_t)n;
+        return DLC_OK;
+    }
+
+    /* O_NONBLOCK: a FIFO that torchvision would list as a file must not hang the build. */
+    const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0) {
+        snprintf(why, why_size, "cannot open: %s", strerror(errno));
+        return DLC_EDECODE;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        snprintf(why, why_size, "cannot stat: %s", strerror(errno));
+        rc = DLC_EDECODE;
+        goto done;
+    }
+    out->file_size = (uint64_t)st.st_size;
+    out->mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(why, why_size, "not a regular file");
+        rc = DLC_EDECODE;
+        goto done;
+    }
+    if (st.st_size == 0) {
+        snprintf(why, why_size, "empty file");
+        rc = DLC_EDECODE;
+        goto done;
+    }
+    if ((uint64_t)st.st_size > DLC__SOURCE_MAX_FILE) {
+        snprintf(why, why_size, "file of %" PRIu64 " bytes is too large for an image",
+                 (uint64_t)st.st_size);
+        rc = DLC_EDECODE;
+        goto done;
+    }
+    if ((rc = ensure_buf(buf, cap, (size_t)st.st_size, path)) < 0)
+        goto done;
+    const int64_t n = pread_full(fd, *buf, (size_t)st.st_size, 0);
+    if (n < 0) {
+        snprintf(why, why_size, "cannot read: %s", strerror((int)-n));
+        rc = DLC_EDECODE;
+        goto done;
+    }
+    out->data = *buf;
+    out->size = (size_t)n;
+    rc = DLC_OK;
+done:
+    close(fd);
+    return rc;
+}

@@ -1,0 +1,295 @@
+/* ImageFolder scan: the same classes, labels and sample order as
+ * torchvision.datasets.ImageFolder (torchvision 0.14, datasets/folder.py).
+ *
+ * torchvision does:
+ *   classes = sorted(e.name for e in os.scandir(root) if e.is_dir())
+ *   for each class in that order, label = its position:
+ *     for root, _, fnames in sorted(os.walk(root/class, followlinks=True)):
+ *       for fname in sorted(fnames):
+ *         if fname.lower().endswith(IMG_EXTENSIONS): sample (root/fname, label)
+ * so: directory symlinks are followed; a class folder's subfolders are
+ * searched too, visited in the sorted order of their full paths (which is not
+ * the order of a depth-first walk: "a b" sorts before "a/x"); a "file" is any
+ * entry that is not a directory after following symlinks, dangling symlinks
+ * included. Python sorts str by code point; for UTF-8 names byte order
+ * (strcmp) is the same order.
+ *
+ * Where we differ, on purpose:
+ *   - torchvision raises when a class has no image file; we keep the class
+ *     (its label number stays its position) with no records and log a notice.
+ *   - os.walk follows a directory symlink loop until the path is too long; we
+ *     skip a directory that is its own ancestor and log a notice.
+ *   - Files with an image extension other than .jpg/.jpeg keep their place in
+ *     the numbering but are skipped with "not a JPEG".
+ */
+#include "source.h"
+
+#include "internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Deeper trees are not data sets; the bound keeps the recursion's stack small. */
+#define MAX_DEPTH 64
+
+/* torchvision's IMG_EXTENSIONS; the first two are what we can decode. */
+static const char *const img_ext[] = {".jpg", ".jpeg", ".png", ".ppm", ".bmp",
+                                      ".pgm", ".tif",  ".tiff", ".webp"};
+
+/* 0: not an image for torchvision, 1: JPEG, 2: another image type. */
+static int image_kind(const char *name)
+{
+    const size_t n = strlen(name);
+    for (size_t i = 0; i < sizeof img_ext / sizeof img_ext[0]; i++) {
+        const size_t m = strlen(img_ext[i]);
+        if (n >= m && strcasecmp(name + n - m, img_ext[i]) == 0)
+            return i < 2 ? 1 : 2;
+    }
+    return 0;
+}
+
+/* Python's DirEntry.is_dir(): follows symlinks; an error means "not a dir". */
+static int entry_is_dir(int dfd, const struct dirent *e, struct stat *st)
+{
+    if (e->d_type == DT_DIR) {
+        if (st && fstatat(dfd, e->d_name, st, 0) != 0)
+            return 0;
+        return 1;
+    }
+    if (e->d_type != DT_LNK && e->d_type != DT_UNKNOWN)
+        return 0;
+    struct stat tmp;
+    struct stat *sp = st ? st : &tmp;
+    return fstatat(dfd, e->d_name, sp, 0) == 0 && S_ISDIR(sp->st_mode);
+}
+
+static int is_dot(const char *n)
+{
+    return n[0] == '.' && (n[1] == '\0' || (n[1] == '.' && n[2] == '\0'));
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* A growable list of malloc'd strings. */
+typedef struct strlist {
+    char **v;
+    size_t n, cap;
+} strlist;
+
+static dlc_status strlist_push(strlist *l, char *s)
+{
+    if (!s)
+        return dlc__errorf(-ENOMEM, "ImageFolder scan: out of memory");
+    if (l->n == l->cap) {
+        const size_t cap = l->cap ? l->cap * 2 : 32;
+        char **v = realloc(l->v, cap * sizeof *v);
+        if (!v) {
+            free(s);
+            return dlc__errorf(-ENOMEM, "ImageFolder scan: out of memory");
+        }
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n++] = s;
+    return DLC_OK;
+}
+
+static void strlist_free(strlist *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->v[i]);
+    free(l->v);
+    memset(l, 0, sizeof *l);
+}
+
+static char *join(const char *a, const char *b)
+{
+    const size_t na = strlen(a), nb = strlen(b);
+    char *p = malloc(na + nb + 2);
+    if (!p)
+        return NULL;
+    memcpy(p, a, na);
+    p[na] = '/';
+    memcpy(p + na + 1, b, nb + 1);
+    return p;
+}
+
+typedef struct ancestor {
+    dev_t dev;
+    ino_t ino;
+} ancestor;
+
+/* Collect @p dir and every directory below it (following symlinks) into @p out. */
+static dlc_status collect_dirs(dlc__source_set *s, const char *dir, ancestor *anc, int depth,
+                               strlist *out)
+{
+    dlc_status rc = strlist_push(out, strdup(dir));
+    if (rc < 0)
+        return rc;
+    if (depth >= MAX_DEPTH) {
+        dlc__logf(s->log, s->log_user, DLC_LOG_WARN,
+                  "%s: deeper than %d folders; not searched further", dir, MAX_DEPTH);
+        return DLC_OK;
+    }
+    DIR *d = opendir(dir);
+    if (!d) {
+        /* os.walk ignores folders it cannot list; say so at least. */
+        dlc__logf(s->log, s->log_user, DLC_LOG_WARN, "%s: cannot list folder: %s", dir,
+                  strerror(errno));
+        return DLC_OK;
+    }
+    const int dfd = dirfd(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (is_dot(e->d_name))
+            continue;
+        struct stat st;
+        if (!entry_is_dir(dfd, e, &st))
+            continue;
+        int loop = 0;
+        for (int i = 0; i <= depth; i++)
+            loop |= anc[i].dev == st.st_dev && anc[i].ino == st.st_ino;
+        char *sub = join(dir, e->d_name);
+        if (!sub) {
+            rc = dlc__errorf(-ENOMEM, "ImageFolder scan: out of memory");
+            break;
+        }
+        if (loop) {
+            dlc__logf(s->log, s->log_user, DLC_LOG_WARN,
+                      "%s: a link back to a folder above it; not followed", sub);
+            free(sub);
+            continue;
+        }
+        anc[depth + 1].dev = st.st_dev;
+        anc[depth + 1].ino = st.st_ino;
+        rc = collect_dirs(s, sub, anc, depth + 1, out);
+        free(sub);
+        if (rc < 0)
+            break;
+    }
+    closedir(d);
+    return rc;
+}
+
+/* Push the files of one folder, sorted, as items of @p label. Returns the
+ * number of image files through @p found. */
+static dlc_status scan_files(dlc__source_set *s, const char *dir, int64_t label, size_t *found)
+{
+    strlist names = {0};
+    dlc_status rc = DLC_OK;
+    DIR *d = opendir(dir);
+    if (!d)
+        return DLC_OK; /* collect_dirs() already logged it */
+    const int dfd = dirfd(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (is_dot(e->d_name) || !image_kind(e->d_name) || entry_is_dir(dfd, e, NULL))
+            continue;
+        if ((rc = strlist_push(&names, strdup(e->d_name))) < 0)
+            goto fail;
+    }
+    qsort(names.v, names.n, sizeof *names.v, cmp_str);
+    for (size_t i = 0; i < names.n; i++) {
+        char *path = join(dir, names.v[i]);
+        FAIL_IF(!path, -ENOMEM, "ImageFolder scan: out of memory");
+        dlc__item it = {.label = label, .shard = UINT32_MAX};
+        it.skip = image_kind(names.v[i]) == 1 ? DLC__SKIP_NONE : DLC__SKIP_NOT_JPEG;
+        rc = dlc__source_intern(s, path, strlen(path), &it.path);
+        free(path);
+        CHECK(rc);
+        CHECK(dlc__source_push(s, &it));
+    }
+    *found += names.n;
+    rc = DLC_OK;
+fail:
+    closedir(d);
+    strlist_free(&names);
+    return rc;
+}
+
+dlc_status dlc__source_scan_folder(dlc__source_set *s, const char *dir_in)
+{
+    dlc_status rc;
+    strlist classes = {0}, dirs = {0};
+    ancestor *anc = NULL;
+    /* os.path.join drops the separator a trailing slash already gives. */
+    char *dir = strdup(dir_in);
+    FAIL_IF(!dir, -ENOMEM, "ImageFolder scan: out of memory");
+    for (size_t n = strlen(dir); n > 1 && dir[n - 1] == '/'; n--)
+        dir[n - 1] = '\0';
+
+    DIR *d = opendir(dir);
+    FAIL_IF(!d, -errno, "%s: cannot list folder: %s", dir, strerror(errno));
+    const int dfd = dirfd(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (is_dot(e->d_name) || !entry_is_dir(dfd, e, NULL))
+            continue;
+        rc = strlist_push(&classes, strdup(e->d_name));
+        if (rc < 0) {
+            closedir(d);
+            goto fail;
+        }
+    }
+    closedir(d);
+    FAIL_IF(classes.n == 0, DLC_ENOIMAGES,
+            "%s: no class folder (an ImageFolder holds one folder per class)", dir);
+    FAIL_IF(classes.n > (size_t)DLC__SOURCE_MAX_LABEL, DLC_EINVAL, "%s: %zu classes, at most %lld",
+            dir, classes.n, (long long)DLC__SOURCE_MAX_LABEL);
+    qsort(classes.v, classes.n, sizeof *classes.v, cmp_str);
+
+    s->class_names = calloc(classes.n, sizeof *s->class_names);
+    anc = calloc(MAX_DEPTH + 2, sizeof *anc);
+    FAIL_IF(!s->class_names || !anc, -ENOMEM, "ImageFolder scan: out of memory");
+    s->classes_cap = (uint32_t)classes.n;
+    for (size_t c = 0; c < classes.n; c++) {
+        CHECK(dlc__source_intern(s, classes.v[c], strlen(classes.v[c]), &s->class_names[c]));
+        s->nclasses = (uint32_t)c + 1;
+
+        char *cdir = join(dir, classes.v[c]);
+        FAIL_IF(!cdir, -ENOMEM, "ImageFolder scan: out of memory");
+        struct stat st;
+        if (stat(cdir, &st) == 0) {
+            anc[0].dev = st.st_dev;
+            anc[0].ino = st.st_ino;
+        }
+        rc = collect_dirs(s, cdir, anc, 0, &dirs);
+        if (rc < 0) {
+            free(cdir);
+            goto fail;
+        }
+        /* sorted(os.walk(...)) orders the walk by the full folder path. */
+        qsort(dirs.v, dirs.n, sizeof *dirs.v, cmp_str);
+        size_t found = 0;
+        for (size_t i = 0; i < dirs.n; i++) {
+            rc = scan_files(s, dirs.v[i], (int64_t)c, &found);
+            if (rc < 0) {
+                free(cdir);
+                goto fail;
+            }
+        }
+        if (found == 0)
+            dlc__logf(s->log, s->log_user, DLC_LOG_WARN,
+                      "%s: no image file; label %zu keeps its number but has no records "
+                      "(torchvision's ImageFolder refuses a tree with an empty class)",
+                      cdir, c);
+        free(cdir);
+        strlist_free(&dirs);
+    }
+    rc = DLC_OK;
+fail:
+    free(anc);
+    strlist_free(&dirs);
+    strlist_free(&classes);
+    free(dir);
+    return rc;
+}

@@ -1,0 +1,434 @@
+/* WebDataset tar shard scan.
+ *
+ * A shard is a tar file whose members are grouped into samples by key, as
+ * webdataset's group_by_keys() does: the key is the member path up to the
+ * first '.' of its file name, the extension is the rest, lower-cased;
+ * consecutive members with the same key form one sample. A sample becomes an
+ * item when it has a "jpg" or "jpeg" member; its label is the decimal number
+ * in its "cls" member. Samples with a cls but no JPEG, or with another image
+ * type (png, webp...), are items that the build skips with a reason, so they
+ * are reported instead of silently lost. Members in tar order give the item
+ * order; several shards are concatenated in the order given.
+ *
+ * Tar dialects: POSIX ustar (with the 155-byte name prefix), GNU (long names
+ * in 'L' members, base-256 sizes), and pax extended headers ('x': path and
+ * size records). Directories, links and other special members are ignored.
+ * The scan reads only the 512-byte headers and the small cls members with
+ * pread; image data is read later, by the workers, at the recorded offsets.
+ *
+ * A header with a bad checksum, or a member that runs past the end of the
+ * file, is an error naming the shard and the byte offset: a damaged shard
+ * cannot be trusted to say where its next member starts.
+ */
+#include "source.h"
+
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define BLOCK 512u
+/* GNU long names and pax headers larger than this are not names. */
+#define MAX_META 65536u
+/* A cls member is a short number; a larger one is not a label. */
+#define MAX_CLS 64u
+
+/* Read a numeric header field: octal ASCII (leading blanks, NUL or space
+ * terminated), or GNU base-256 when the first byte has its high bit set. */
+static int tar_number(const uint8_t *f, size_t n, uint64_t *out)
+{
+    uint64_t v = 0;
+    if (f[0] & 0x80) {
+        if (f[0] & 0x40)
+            return -1; /* negative */
+        v = f[0] & 0x3f;
+        for (size_t i = 1; i < n; i++) {
+            if (v >> 56)
+                return -1;
+            v = v << 8 | f[i];
+        }
+        *out = v;
+        return 0;
+    }
+    size_t i = 0;
+    while (i < n && (f[i] == ' ' || f[i] == '\0'))
+        i++;
+    if (i == n) {
+        *out = 0; /* An all-blank field is zero (seen in old writers' mtime). */
+        return 0;
+    }
+    for (; i < n && f[i] >= '0' && f[i] <= '7'; i++) {
+        if (v >> 60)
+            return -1;
+        v = v << 3 | (uint64_t)(f[i] - '0');
+    }
+    for (; i < n; i++)
+        if (f[i] != ' ' && f[i] != '\0')
+            return -1;
+    *out = v;
+    return 0;
+}
+
+static int checksum_ok(const uint8_t *h)
+{
+    uint64_t want;
+    if (tar_number(h + 148, 8, &want) != 0)
+        return 0;
+    /* The checksum field counts as eight spaces. Old writers summed signed
+     * chars; accept either sum. */
+    uint64_t u = 0;
+    int64_t sgn = 0;
+    for (size_t i = 0; i < BLOCK; i++) {
+        const uint8_t c = (i >= 148 && i < 156) ? ' ' : h[i];
+        u += c;
+        sgn += (int8_t)c;
+    }
+    return u == want || (uint64_t)sgn == want;
+}
+
+static int all_zero(const uint8_t *h)
+{
+    for (size_t i = 0; i < BLOCK; i++)
+        if (h[i])
+            return 0;
+    return 1;
+}
+
+static int64_t pread_all(int fd, void *dst, size_t n, uint64_t off)
+{
+    size_t got = 0;
+    while (got < n) {
+        const ssize_t r = pread(fd, (uint8_t *)dst + got, n - got, (off_t)(off + got));
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (r == 0)
+            break;
+        got += (size_t)r;
+    }
+    return (int64_t)got;
+}
+
+/* The sample being assembled from consecutive members with one key. */
+typedef struct group {
+    char *key;              /* malloc'd; NULL when no group is open */
+    char *jpg;              /* member name of the JPEG */
+    char *other;            /* member name of a non-JPEG image */
+    uint64_t jpg_off, jpg_size;
+    int64_t jpg_mtime_ns;
+    int has_cls, cls_bad;
+    int64_t label;
+} group;
+
+static void group_clear(group *g)
+{
+    free(g->key);
+    free(g->jpg);
+    free(g->other);
+    memset(g, 0, sizeof *g);
+    g->label = -1;
+}
+
+/* Extensions torchvision treats as images besides JPEG: reported as "not a JPEG". */
+static int other_image_ext(const char *ext)
+{
+    static const char *const exts[] = {"png", "ppm", "bmp", "pgm", "tif", "tiff", "webp"};
+    for (size_t i = 0; i < sizeof exts / sizeof exts[0]; i++)
+        if (strcmp(ext, exts[i]) == 0)
+            return 1;
+    return 0;
+}
+
+static dlc_status push_member_item(dlc__source_set *s, const char *shard_path, const char *member,
+                                   dlc__item *it)
+{
+    const size_t a = strlen(shard_path), b = strlen(member);
+    char *p = malloc(a + b + 2);
+    if (!p)
+        return dlc__errorf(-ENOMEM, "%s: out of memory", shard_path);
+    memcpy(p, shard_path, a);
+    p[a] = ':';
+    memcpy(p + a + 1, member, b + 1);
+    dlc_status rc = dlc__source_intern(s, p, a + b + 1, &it->path);
+    free(p);
+    if (rc >= 0)
+        rc = dlc__source_push(s, it);
+    return rc;
+}
+
+/* Turn the finished group into an item (or nothing) and clear it. */
+static dlc_status group_flush(dlc__source_set *s, const char *shard_path, uint32_t shard,
+                              group *g)
+{
+    dlc_status rc = DLC_OK;
+    if (!g->key)
+        return DLC_OK;
+    dlc__item it = {.label = g->has_cls && !g->cls_bad ? g->label : -1, .shard = shard};
+    if (g->jpg) {
+        it.offset = g->jpg_off;
+        it.size = g->jpg_size;
+        it.mtime_ns = g->jpg_mtime_ns;
+        if (!g->has_cls)
+            it.skip = DLC__SKIP_NO_CLS;
+        else if (g->cls_bad)
+            it.skip = DLC__SKIP_BAD_CLS;
+        rc = push_member_item(s, shard_path, g->jpg, &it);
+    } else if (g->other) {
+        it.skip = DLC__SKIP_NOT_JPEG;
+        rc = push_member_item(s, shard_path, g->other, &it);
+    } else if (g->has_cls) {
+        it.skip = DLC__SKIP_NO_JPEG;
+        rc = push_member_item(s, shard_path, g->key, &it);
+    }
+    group_clear(g);
+    return rc;
+}
+
+/* Parse a cls member: a decimal number with optional surrounding whitespace. */
+static int parse_cls(const char *p, size_t n, int64_t *out)
+{
+    size_t i = 0;
+    while (i < n && (p[i] == ' ' || p[i] == '\t' || p[i] == '\n' || p[i] == '\r'))
+        i++;
+    int64_t v = 0;
+    size_t digits = 0;
+    for (; i < n && p[i] >= '0' && p[i] <= '9'; i++, digits++) {
+        v = v * 10 + (p[i] - '0');
+        if (v >= DLC__SOURCE_MAX_LABEL)
+            return -1;
+    }
+    while (i < n && (p[i] == ' ' || p[i] == '\t' || p[i] == '\n' || p[i] == '\r'))
+        i++;
+    if (!digits || i != n)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* Parse pax records "LEN key=value\n" for path and size. */
+static int pax_parse(const char *p, size_t n, char **path, uint64_t *size, int *has_size)
+{
+    size_t i = 0;
+    while (i < n) {
+        size_t len = 0, j = i;
+        while (j < n && p[j] >= '0' && p[j] <= '9') {
+            len = len * 10 + (size_t)(p[j] - '0');
+            if (len > n)
+                return -1;
+            j++;
+        }
+        if (j == i || j >= n || p[j] != ' ' || len < (j - i) + 2 || i + len > n ||
+            p[i + len - 1] != '\n')
+            return -1;
+        const char *kv = p + j + 1, *end = p + i + len - 1;
+        const char *eq = memchr(kv, '=', (size_t)(end - kv));
+        if (!eq)
+            return -1;
+        const size_t klen = (size_t)(eq - kv);
+        if (klen == 4 && memcmp(kv, "path", 4) == 0) {
+            free(*path);
+            *path = strndup(eq + 1, (size_t)(end - eq - 1));
+            if (!*path)
+                return -1;
+        } else if (klen == 4 && memcmp(kv, "size", 4) == 0) {
+            uint64_t v = 0;
+            const char *q = eq + 1;
+            if (q == end)
+                return -1;
+            for (; q < end; q++) {
+                if (*q < '0' || *q > '9' || v > (UINT64_MAX - 9) / 10)
+                    return -1;
+                v = v * 10 + (uint64_t)(*q - '0');
+            }
+            *size = v;
+            *has_size = 1;
+        }
+        i += len;
+    }
+    return 0;
+}
+
+dlc_status dlc__source_scan_tar(dlc__source_set *s, const char *path)
+{
+    dlc_status rc = DLC_OK;
+    group g = {0};
+    group_clear(&g);
+    char *long_name = NULL, *pax_path = NULL, *meta = NULL;
+    uint64_t pax_size = 0;
+    int pax_has_size = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    FAIL_IF(fd < 0, -errno, "%s: cannot open tar shard: %s", path, strerror(errno));
+    struct stat st;
+    FAIL_IF(fstat(fd, &st) != 0, -errno, "%s: cannot stat: %s", path, strerror(errno));
+    FAIL_IF(!S_ISREG(st.st_mode), DLC_EINVAL, "%s: a tar shard must be a regular file", path);
+    const uint64_t fsize = (uint64_t)st.st_size;
+
+    /* The shard table owns fd from here on. */
+    if (s->nshards == s->shards_cap) {
+        const uint32_t cap = s->shards_cap ? s->shards_cap * 2 : 8;
+        dlc__shard *p = realloc(s->shards, cap * sizeof *p);
+        FAIL_IF(!p, -ENOMEM, "%s: out of memory", path);
+        s->shards = p;
+        s->shards_cap = cap;
+    }
+    const uint32_t shard = s->nshards;
+    s->shards[shard].fd = fd;
+    s->shards[shard].size = fsize;
+    CHECK(dlc__source_intern(s, path, strlen(path), &s->shards[shard].path));
+    s->nshards++;
+    fd = -1;
+    const int sfd = s->shards[shard].fd;
+
+    uint64_t pos = 0;
+    uint8_t h[BLOCK];
+    size_t members = 0;
+    for (;;) {
+        if (pos == fsize)
+            break; /* Some writers omit the two zero blocks at the end. */
+        const int64_t got = pread_all(sfd, h, BLOCK, pos);
+        FAIL_IF(got < 0, (dlc_status)got, "%s: cannot read at byte %" PRIu64 ": %s", path, pos,
+                strerror((int)-got));
+        FAIL_IF(got < BLOCK, DLC_ECORRUPT,
+                "%s: truncated: the file ends inside the header at byte %" PRIu64, path, pos);
+        if (all_zero(h))
+            break; /* End of archive. */
+        FAIL_IF(!checksum_ok(h), DLC_ECORRUPT,
+                "%s: bad tar header at byte %" PRIu64 " (checksum mismatch; not a tar file, "
+                "or damaged)",
+                path, pos);
+        uint64_t size, mtime;
+        FAIL_IF(tar_number(h + 124, 12, &size) != 0, DLC_ECORRUPT,
+                "%s: bad size field in the tar header at byte %" PRIu64, path, pos);
+        if (tar_number(h + 136, 12, &mtime) != 0)
+            mtime = 0;
+        const char type = (char)h[156];
+        if (pax_has_size && type != 'x' && type != 'g' && type != 'L' && type != 'K')
+            size = pax_size;
+        const uint64_t data = pos + BLOCK;
+        FAIL_IF(size > fsize || data > fsize - size, DLC_ECORRUPT,
+                "%s: truncated: the member at byte %" PRIu64 " needs %" PRIu64
+                " data bytes, the file ends %" PRIu64 " bytes after its header",
+                path, pos, size, fsize - data);
+        const uint64_t next = data + ((size + BLOCK - 1) / BLOCK) * BLOCK;
+        pos = next > fsize ? fsize : next;
+
+        if (type == 'L' || type == 'x') {
+            FAIL_IF(size > MAX_META, DLC_ECORRUPT,
+                    "%s: %s header at byte %" PRIu64 " is %" PRIu64 " bytes, too large", path,
+                    type == 'L' ? "GNU long-name" : "pax", data - BLOCK, size);
+            free(meta);
+            meta = malloc(size + 1);
+            FAIL_IF(!meta, -ENOMEM, "%s: out of memory", path);
+            const int64_t n = pread_all(sfd, meta, (size_t)size, data);
+            FAIL_IF(n != (int64_t)size, n < 0 ? (dlc_status)n : DLC_ECORRUPT,
+                    "%s: cannot read the header at byte %" PRIu64, path, data - BLOCK);
+            meta[size] = '\0';
+            if (type == 'L') {
+                free(long_name);
+                long_name = strndup(meta, size);
+                FAIL_IF(!long_name, -ENOMEM, "%s: out of memory", path);
+            } else {
+                FAIL_IF(pax_parse(meta, (size_t)size, &pax_path, &pax_size, &pax_has_size) != 0,
+                        DLC_ECORRUPT, "%s: malformed pax header at byte %" PRIu64, path,
+                        data - BLOCK);
+            }
+            continue;
+        }
+        if (type == 'g' || type == 'K')
+            continue; /* Global pax defaults and long link names do not name members. */
+
+        /* The member's name: pax path, else GNU long name, else ustar prefix + name. */
+        char name[256 + 2];
+        const char *mname;
+        if (pax_path) {
+            mname = pax_path;
+        } else if (long_name) {
+            mname = long_name;
+        } else {
+            const size_t nlen = strnlen((const char *)h, 100);
+            size_t off = 0;
+            if (memcmp(h + 257, "ustar\0", 6) == 0 && h[345] != '\0') {
+                const size_t plen = strnlen((const char *)h + 345, 155);
+                memcpy(name, h + 345, plen);
+                name[plen] = '/';
+                off = plen + 1;
+            }
+            memcpy(name + off, h, nlen);
+            name[off + nlen] = '\0';
+            mname = name;
+        }
+        const int regular = type == '0' || type == '\0' || type == '7';
+        members++;
+
+        if (regular) {
+            const char *base = strrchr(mname, '/');
+            base = base ? base + 1 : mname;
+            const char *dot = strchr(base, '.');
+            if (dot && dot != base) {
+                const size_t klen = (size_t)(dot - mname);
+                char ext[16];
+                const size_t elen = strlen(dot + 1);
+                if (elen < sizeof ext) {
+                    for (size_t i = 0; i <= elen; i++) {
+                        const char c = dot[1 + i];
+                        ext[i] = (char)(c >= 'A' && c <= 'Z' ? c + 32 : c);
+                    }
+                } else {
+                    ext[0] = '\0';
+                }
+                const int is_jpg = strcmp(ext, "jpg") == 0 || strcmp(ext, "jpeg") == 0;
+                const int is_cls = strcmp(ext, "cls") == 0;
+                const int is_other = other_image_ext(ext);
+                /* A new key, or a second JPEG/cls under the same key, starts a new sample. */
+                if (g.key && (strlen(g.key) != klen || memcmp(g.key, mname, klen) != 0 ||
+                              (is_jpg && g.jpg) || (is_cls && g.has_cls)))
+                    CHECK(group_flush(s, path, shard, &g));
+                if (!g.key) {
+                    g.key = strndup(mname, klen);
+                    FAIL_IF(!g.key, -ENOMEM, "%s: out of memory", path);
+                }
+                if (is_jpg) {
+                    g.jpg = strdup(mname);
+                    FAIL_IF(!g.jpg, -ENOMEM, "%s: out of memory", path);
+                    g.jpg_off = data;
+                    g.jpg_size = size;
+                    g.jpg_mtime_ns = (int64_t)(mtime > INT64_MAX / 1000000000 ? 0 : mtime) *
+                                     1000000000;
+                } else if (is_cls) {
+                    g.has_cls = 1;
+                    char buf[MAX_CLS];
+                    if (size > MAX_CLS ||
+                        pread_all(sfd, buf, (size_t)size, data) != (int64_t)size ||
+                        parse_cls(buf, (size_t)size, &g.label) != 0)
+                        g.cls_bad = 1;
+                } else if (is_other && !g.other) {
+                    g.other = strdup(mname);
+                    FAIL_IF(!g.other, -ENOMEM, "%s: out of memory", path);
+                }
+            }
+        }
+        free(long_name);
+        free(pax_path);
+        long_name = pax_path = NULL;
+        pax_has_size = 0;
+    }
+    CHECK(group_flush(s, path, shard, &g));
+    if (members == 0)
+        dlc__logf(s->log, s->log_user, DLC_LOG_WARN, "%s: no member in this tar shard", path);
+    rc = DLC_OK;
+fail:
+    if (fd >= 0)
+        close(fd);
+    group_clear(&g);
+    free(long_name);
+    free(pax_path);
+    free(meta);
+    return rc;
+}

@@ -1,0 +1,315 @@
+/*
+ * cachebuild: turn JPEG sources into a dlcache store.
+ *
+ *   cachebuild SOURCE... -o STORE [--size N] [--crop center|none]
+ *              [--encoding raw|jpeg] [--quality Q] [--threads N]
+ *              [--strict] [--force] [--json]
+ *
+ * A thin shell over dlc_build(): it parses flags, draws a progress line,
+ * turns SIGINT/SIGTERM into a clean cancel (the library then removes its
+ * temporary file) and prints the report.
+ *
+ * Exit status: 0 built, 1 failed (including no valid image, and a bad image
+ * with --strict), 2 usage error or the output exists without --force,
+ * 128+signal when interrupted.
+ */
+#include <dlcache/build.h>
+#include <dlcache/store.h>
+
+#include "toolutil.h"
+
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TOOL "cachebuild"
+/* Skips printed as warnings; the report (--json) lists all of them. */
+#define MAX_SKIP_LINES 20
+
+static volatile sig_atomic_t g_signal;
+
+static void on_signal(int sig)
+{
+    if (g_signal) {
+        /* A second Ctrl-C: the user does not want to wait for cleanup. */
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    g_signal = sig;
+}
+
+static void usage(FILE *f)
+{
+    fputs("usage: " TOOL " SOURCE... -o STORE [options]\n"
+          "\n"
+          "Decode, resize and store JPEG images once, for fast training input.\n"
+          "\n"
+          "SOURCE is an ImageFolder directory (one folder per class; labels numbered\n"
+          "like torchvision's ImageFolder), a manifest (PATH<TAB>LABEL lines, paths\n"
+          "relative to the manifest), or WebDataset .tar shards (KEY.jpg + KEY.cls).\n"
+          "\n"
+          "options:\n"
+          "  -o, --output STORE     store file to write (required)\n"
+          "  --size N               shorter side after resize, pixels (default 256)\n"
+          "  --crop center|none     center crop to N x N (default), or keep the aspect\n"
+          "  --encoding raw|jpeg    raw uint8 RGB pixels (default), or re-encoded JPEG\n"
+          "  --quality Q            JPEG quality with --encoding jpeg (default 90)\n"
+          "  --threads N            decoding threads (default: all cores)\n"
+          "  --strict               stop at the first bad image instead of skipping it\n"
+          "  --force                replace STORE if it exists\n"
+          "  --json                 print the report as JSON on stdout\n"
+          "  -h, --help             this text\n",
+          f);
+}
+
+typedef struct tool_state {
+    tool_progress pg;
+    int json;
+    unsigned warned;
+} tool_state;
+
+static int on_progress(void *user, const dlc_build_progress *p)
+{
+    tool_state *t = user;
+    const double rate = p->seconds > 0 ? (double)p->done / p->seconds : 0;
+    const double mbs = p->seconds > 0 ? (double)p->bytes_in / p->seconds / 1e6 : 0;
+    char eta[32], skipped[48] = "";
+    tool_human_seconds(rate > 0 ? (double)(p->total - p->done) / rate : -1, eta, sizeof eta);
+    if (p->skipped)
+        snprintf(skipped, sizeof skipped, "  (%llu skipped)", (unsigned long long)p->skipped);
+    tool_progress_line(&t->pg, p->done == p->total,
+                       "%llu/%llu images  %.0f img/s  %.1f MB/s  ETA %s%s",
+                       (unsigned long long)p->done, (unsigned long long)p->total, rate, mbs, eta,
+                       skipped);
+    return g_signal != 0;
+}
+
+static void on_log(void *user, dlc_log_level level, const char *msg)
+{
+    tool_state *t = user;
+    if (level < DLC_LOG_WARN)
+        return;
+    if (t->warned++ >= MAX_SKIP_LINES) {
+        if (t->warned == MAX_SKIP_LINES + 1)
+            fprintf(stderr, "%s%s: warning: more warnings not shown%s\n", t->pg.drawn ? "\r\033[K" : "",
+                    TOOL, t->json ? "" : " (--json lists every skipped file)");
+        return;
+    }
+    fprintf(stderr, "%s%s: warning: %s\n", t->pg.drawn ? "\r\033[K" : "", TOOL, msg);
+    t->pg.drawn = 0;
+}
+
+/* The command line, shell-quoted where needed, for the store's metadata. */
+static char *command_line(int argc, char **argv)
+{
+    size_t n = 1;
+    for (int i = 0; i < argc; i++)
+        n += 4 * strlen(argv[i]) + 3;
+    char *s = malloc(n), *p = s;
+    if (!s)
+        return NULL;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const int plain = *a && strspn(a, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                          "0123456789-_./=:,+@%") == strlen(a);
+        if (i)
+            *p++ = ' ';
+        if (plain) {
+            p += sprintf(p, "%s", a);
+            continue;
+        }
+        *p++ = '\'';
+        for (; *a; a++) {
+            if (*a == '\'') {
+                memcpy(p, "'\\''", 4);
+                p += 4;
+            } else {
+                *p++ = *a;
+            }
+        }
+        *p++ = '\'';
+    }
+    *p = '\0';
+    return s;
+}
+
+static void print_json(const dlc_build_report *r, const char *store, dlc_status rc)
+{
+    tool_json j;
+    tool_json_init(&j, stdout);
+    tool_json_object_begin(&j, NULL);
+    tool_json_bool(&j, "ok", rc == DLC_OK);
+    if (rc != DLC_OK) {
+        tool_json_str(&j, "error", dlc_strerror(rc));
+        tool_json_str(&j, "message", dlc_errmsg());
+    }
+    tool_json_str(&j, "store", store);
+    tool_json_u64(&j, "count", r->count);
+    tool_json_u64(&j, "skipped_count", r->skipped);
+    tool_json_array_begin(&j, "skipped");
+    for (uint64_t i = 0; i < r->skipped; i++) {
+        tool_json_object_begin(&j, NULL);
+        tool_json_str(&j, "path", r->skips[i].path);
+        tool_json_str(&j, "reason", r->skips[i].reason);
+        tool_json_object_end(&j);
+    }
+    tool_json_array_end(&j);
+    tool_json_u64(&j, "bytes_in", r->bytes_in);
+    tool_json_u64(&j, "bytes_out", r->bytes_out);
+    tool_json_u64(&j, "file_bytes", r->file_bytes);
+    tool_json_f64(&j, "seconds", r->seconds);
+    tool_json_f64(&j, "images_per_s", r->images_per_s);
+    tool_json_u64(&j, "threads", r->threads);
+    if (rc == DLC_OK)
+        tool_json_hex64(&j, "content_digest", r->content_digest);
+    else
+        tool_json_str(&j, "content_digest", NULL);
+    tool_json_object_end(&j);
+    tool_json_finish(&j);
+}
+
+int main(int argc, char **argv)
+{
+    enum { O_SIZE = 256, O_CROP, O_ENC, O_QUALITY, O_THREADS, O_STRICT, O_FORCE, O_JSON };
+    static const struct option longopts[] = {
+        {"output", required_argument, NULL, 'o'},  {"size", required_argument, NULL, O_SIZE},
+        {"crop", required_argument, NULL, O_CROP}, {"encoding", required_argument, NULL, O_ENC},
+        {"quality", required_argument, NULL, O_QUALITY},
+        {"threads", required_argument, NULL, O_THREADS},
+        {"strict", no_argument, NULL, O_STRICT},   {"force", no_argument, NULL, O_FORCE},
+        {"json", no_argument, NULL, O_JSON},       {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    dlc_build_options o;
+    dlc_build_options_init(&o);
+    const char *out = NULL;
+    tool_state t = {0};
+    uint64_t v;
+    int c;
+    /* Before getopt_long(), which permutes argv. */
+    char *cmd = command_line(argc, argv);
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "o:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'o':
+            out = optarg;
+            break;
+        case O_SIZE:
+            if (tool_parse_u64(optarg, 8192, &v) != 0 || v == 0) {
+                fprintf(stderr, "%s: error: --size wants a number of pixels in 1..8192, not '%s'\n",
+                        TOOL, optarg);
+                return 2;
+            }
+            o.size = (uint32_t)v;
+            break;
+        case O_CROP:
+            if (strcmp(optarg, "center") == 0) {
+                o.center_crop = 1;
+            } else if (strcmp(optarg, "none") == 0) {
+                o.center_crop = 0;
+            } else {
+                fprintf(stderr, "%s: error: --crop is center or none, not '%s'\n", TOOL, optarg);
+                return 2;
+            }
+            break;
+        case O_ENC:
+            if (strcmp(optarg, "raw") == 0) {
+                o.encoding = DLC_ENCODING_RAW;
+            } else if (strcmp(optarg, "jpeg") == 0) {
+                o.encoding = DLC_ENCODING_JPEG;
+            } else {
+                fprintf(stderr, "%s: error: --encoding is raw or jpeg, not '%s'\n", TOOL, optarg);
+                return 2;
+            }
+            break;
+        case O_QUALITY:
+            if (tool_parse_u64(optarg, 100, &v) != 0 || v == 0) {
+                fprintf(stderr, "%s: error: --quality is 1..100, not '%s'\n", TOOL, optarg);
+                return 2;
+            }
+            o.quality = (int)v;
+            break;
+        case O_THREADS:
+            if (tool_parse_u64(optarg, 256, &v) != 0) {
+                fprintf(stderr, "%s: error: --threads is 0..256 (0: all cores), not '%s'\n",
+                        TOOL, optarg);
+                return 2;
+            }
+            o.threads = (uint32_t)v;
+            break;
+        case O_STRICT:
+            o.strict = 1;
+            break;
+        case O_FORCE:
+            o.force = 1;
+            break;
+        case O_JSON:
+            t.json = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            fprintf(stderr, "%s: error: unknown option or missing value: %s\n", TOOL,
+                    argv[optind - 1]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!out || optind >= argc) {
+        fprintf(stderr, "%s: error: %s\n", TOOL, !out ? "-o STORE is required" : "no SOURCE given");
+        usage(stderr);
+        return 2;
+    }
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+
+    o.command = cmd;
+    tool_progress_init(&t.pg, 10);
+    o.progress = on_progress;
+    o.progress_user = &t;
+    o.log = on_log;
+    o.log_user = &t;
+
+    dlc_build_report *r = NULL;
+    const dlc_status rc =
+        dlc_build((const char *const *)argv + optind, (size_t)(argc - optind), out, &o, &r);
+    tool_progress_end(&t.pg);
+    int status = 0;
+    if (rc != DLC_OK) {
+        if (rc == DLC_ECANCELED && g_signal) {
+            fprintf(stderr, "%s: interrupted; %s was not written\n", TOOL, out);
+            status = 128 + g_signal;
+        } else {
+            tool_report(TOOL, rc, NULL);
+            if (rc == DLC_EEXIST)
+                fprintf(stderr, "%s: pass --force to replace %s\n", TOOL, out);
+            status = rc == DLC_EEXIST ? 2 : 1;
+        }
+    }
+    if (r && t.json)
+        print_json(r, out, rc);
+    if (rc == DLC_OK) {
+        char fb[32], el[32];
+        fprintf(stderr,
+                "%s: %s: %llu images (%llu skipped) in %s, %.0f img/s on %u threads, "
+                "%.1f MB/s read, %s on disk, digest %016llx\n",
+                TOOL, out, (unsigned long long)r->count, (unsigned long long)r->skipped,
+                tool_human_seconds(r->seconds, el, sizeof el), r->images_per_s, r->threads,
+                r->seconds > 0 ? (double)r->bytes_in / r->seconds / 1e6 : 0.0,
+                tool_human_bytes(r->file_bytes, fb, sizeof fb),
+                (unsigned long long)r->content_digest);
+    }
+    dlc_build_report_free(r);
+    free(cmd);
+    return status;
+}
