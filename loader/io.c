@@ -298,7 +298,10 @@ void *dlc__io_main(void *arg)
     for (;;) {
         while (!l->stop &&
                (l->paused || l->fill_next >= l->shard.batches ||
-                l->slots[l->fill_next % l->nslots].state != DLC__SLOT_FREE))
+                l->slots[l->fill_next % l->nslots].state != DLC__SLOT_FREE ||
+                /* A worker may still be about to find the slot's claims exhausted; reusing the
+                 * slot before it leaves would hand it a fresh claim of the next batch. */
+                l->slots[l->fill_next % l->nslots].active))
             pthread_cond_wait(&l->cv_io, &l->mu);
         if (l->stop)
             break;

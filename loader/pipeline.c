@@ -290,6 +290,8 @@ void *dlc__worker_main(void *arg)
             s->state = DLC__SLOT_READY;
         if (finished || s->active == 0)
             pthread_cond_broadcast(&l->cv_done);
+        if (s->active == 0)
+            pthread_cond_broadcast(&l->cv_io);
     }
     pthread_mutex_unlock(&l->mu);
     dlc_store_reader_close(w->reader);
