@@ -1,0 +1,50 @@
+"""dlcache: pre-decoded image caches that keep GPUs fed.
+
+A thin ctypes binding over libdlcache (no compiled extension):
+
+* ``dlcache.build(sources, out, ...)`` turns an ImageFolder tree (or
+  manifests, or WebDataset shards) into a store once;
+* ``dlcache.info(path, verify=False)`` describes (and checks) a store;
+* ``dlcache.Loader(path, batch_size, ...)`` iterates shuffled, augmented,
+  collated batches of a store as torch tensors, zero-copy, with
+  ``state_dict()``/``load_state_dict()`` and DistributedSampler sharding.
+
+Errors of the C library arrive as ``dlcache.DlcacheError`` subclasses that
+carry the status code and the library's message (file, record, reason).
+
+The shared library is found at $DLCACHE_LIB, the prefix recorded by
+``make install``, the source tree's build/lib, or the system library path
+(see ``dlcache._lib.find_library``).
+"""
+
+from ._lib import lib as _clib, lib_path as library_path
+from .errors import (  # noqa: F401
+    CanceledError, ChangedError, CorruptError, CudaError, DecodeError, DlcacheError,
+    DlcacheOSError, ExistsError, FileNotFound, HTTPError, InvalidArgumentError, NetworkError,
+    NoImagesError, NotFoundError, PermissionDenied, StateError, UnsupportedError, VersionError,
+)
+from .store import BuildReport, StoreInfo, build, info  # noqa: F401
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # torch is imported only when the Loader is first used, so build() and
+    # info() work (and load fast) in a Python without torch.
+    if name == "Loader":
+        from .loader import Loader
+        return Loader
+    raise AttributeError("module 'dlcache' has no attribute %r" % name)
+
+
+def version():
+    """The version of the loaded libdlcache ("MAJOR.MINOR.PATCH")."""
+    return _clib.dlc_version().decode()
+
+
+__all__ = [
+    "Loader", "build", "info", "version", "library_path", "BuildReport", "StoreInfo",
+    "DlcacheError", "InvalidArgumentError", "CorruptError", "VersionError", "NotFoundError",
+    "DecodeError", "NoImagesError", "ExistsError", "CanceledError", "StateError",
+    "DlcacheOSError", "FileNotFound", "PermissionDenied",
+]

@@ -1,0 +1,334 @@
+"""ctypes view of libdlcache: finding the library, struct layouts, prototypes.
+
+The structures below mirror include/dlcache/*.h field by field; ctypes applies
+the platform's C alignment rules, so the offsets match the compiler's as long
+as the field types match. tests/python/test_layout.py compiles a small C
+program that prints sizeof/offsetof of every mirrored struct and compares them
+with these classes, so a header change that is not followed here fails a test
+instead of corrupting memory.
+
+Every function is called through a ctypes.CDLL handle, which releases the GIL
+for the duration of each call: a training thread blocked in dlc_loader_next()
+or dlc_build() leaves the interpreter to the other Python threads.
+"""
+
+import ctypes
+import ctypes.util
+import os
+
+__all__ = ["lib", "lib_path", "find_library"]
+
+c_status = ctypes.c_int
+c_u8p = ctypes.POINTER(ctypes.c_uint8)
+
+# status.h: void (*dlc_log_fn)(void *user, dlc_log_level level, const char *msg)
+LOG_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p)
+
+
+# ---------------------------------------------------------------- store.h
+class StoreInfo(ctypes.Structure):
+    _fields_ = [
+        ("format_version", ctypes.c_uint32),
+        ("encoding", ctypes.c_uint32),
+        ("count", ctypes.c_uint64),
+        ("height", ctypes.c_uint32),
+        ("width", ctypes.c_uint32),
+        ("channels", ctypes.c_uint32),
+        ("num_labels", ctypes.c_uint32),
+        ("skipped", ctypes.c_uint64),
+        ("payload_bytes", ctypes.c_uint64),
+        ("content_digest", ctypes.c_uint64),
+        ("file_bytes", ctypes.c_uint64),
+    ]
+
+
+class Record(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("size", ctypes.c_size_t),
+        ("offset", ctypes.c_uint64),
+        ("index", ctypes.c_uint64),
+        ("label", ctypes.c_int64),
+        ("height", ctypes.c_uint32),
+        ("width", ctypes.c_uint32),
+        ("channels", ctypes.c_uint32),
+        ("encoding", ctypes.c_uint32),
+        ("xxh3", ctypes.c_uint64),
+    ]
+
+
+class VerifyProgress(ctypes.Structure):
+    _fields_ = [
+        ("done", ctypes.c_uint64),
+        ("total", ctypes.c_uint64),
+        ("bytes_done", ctypes.c_uint64),
+        ("bad", ctypes.c_uint64),
+        ("bad_index", ctypes.c_uint64),
+        ("bad_status", c_status),
+        ("bad_msg", ctypes.c_char_p),
+    ]
+
+
+VERIFY_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(VerifyProgress))
+
+
+# ---------------------------------------------------------------- build.h
+class BuildProgress(ctypes.Structure):
+    _fields_ = [
+        ("done", ctypes.c_uint64),
+        ("total", ctypes.c_uint64),
+        ("skipped", ctypes.c_uint64),
+        ("bytes_in", ctypes.c_uint64),
+        ("bytes_out", ctypes.c_uint64),
+        ("seconds", ctypes.c_double),
+    ]
+
+
+BUILD_PROGRESS_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(BuildProgress))
+
+
+class BuildOptions(ctypes.Structure):
+    _fields_ = [
+        ("size", ctypes.c_uint32),
+        ("center_crop", ctypes.c_int),
+        ("encoding", ctypes.c_uint32),
+        ("quality", ctypes.c_int),
+        ("threads", ctypes.c_uint32),
+        ("strict", ctypes.c_int),
+        ("force", ctypes.c_int),
+        ("command", ctypes.c_char_p),
+        ("progress", BUILD_PROGRESS_FN),
+        ("progress_user", ctypes.c_void_p),
+        ("log", LOG_FN),
+        ("log_user", ctypes.c_void_p),
+    ]
+
+
+class BuildSkip(ctypes.Structure):
+    _fields_ = [("path", ctypes.c_char_p), ("reason", ctypes.c_char_p)]
+
+
+class BuildReport(ctypes.Structure):
+    _fields_ = [
+        ("count", ctypes.c_uint64),
+        ("skipped", ctypes.c_uint64),
+        ("bytes_in", ctypes.c_uint64),
+        ("bytes_out", ctypes.c_uint64),
+        ("file_bytes", ctypes.c_uint64),
+        ("seconds", ctypes.c_double),
+        ("images_per_s", ctypes.c_double),
+        ("threads", ctypes.c_uint32),
+        ("content_digest", ctypes.c_uint64),
+        ("skips", ctypes.POINTER(BuildSkip)),
+    ]
+
+
+# ---------------------------------------------------------------- loader.h
+class LoaderConfig(ctypes.Structure):
+    _fields_ = [
+        ("batch_size", ctypes.c_uint32),
+        ("drop_last", ctypes.c_int),
+        ("sampler", ctypes.c_uint32),
+        ("seed", ctypes.c_uint64),
+        ("epoch", ctypes.c_uint64),
+        ("rank", ctypes.c_uint32),
+        ("world_size", ctypes.c_uint32),
+        ("threads", ctypes.c_uint32),
+        ("prefetch", ctypes.c_uint32),
+        ("class_weights", ctypes.POINTER(ctypes.c_double)),
+        ("num_class_weights", ctypes.c_uint32),
+        ("num_samples", ctypes.c_uint64),
+        ("quasi_group", ctypes.c_uint32),
+        ("augment", ctypes.c_uint32),
+        ("crop_h", ctypes.c_uint32),
+        ("crop_w", ctypes.c_uint32),
+        ("rrc_scale", ctypes.c_float * 2),
+        ("rrc_ratio", ctypes.c_float * 2),
+        ("flip_prob", ctypes.c_float),
+        ("dtype", ctypes.c_uint32),
+        ("mean", ctypes.c_float * 3),
+        ("std", ctypes.c_float * 3),
+        ("verify", ctypes.c_uint32),
+        ("on_corrupt", ctypes.c_uint32),
+        ("io", ctypes.c_uint32),
+        ("device", ctypes.c_int32),
+        ("log", LOG_FN),
+        ("log_user", ctypes.c_void_p),
+    ]
+
+
+class Batch(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("labels", ctypes.c_void_p),
+        ("indices", ctypes.c_void_p),
+        ("count", ctypes.c_uint32),
+        ("dtype", ctypes.c_uint32),
+        ("layout", ctypes.c_uint32),
+        ("shape", ctypes.c_uint32 * 4),
+        ("bytes", ctypes.c_size_t),
+        ("epoch", ctypes.c_uint64),
+        ("batch_index", ctypes.c_uint64),
+        ("device_data", ctypes.c_void_p),
+        ("ready_event", ctypes.c_void_p),
+    ]
+
+
+class LoaderStats(ctypes.Structure):
+    _fields_ = [
+        ("batches", ctypes.c_uint64),
+        ("samples", ctypes.c_uint64),
+        ("wait_seconds", ctypes.c_double),
+        ("io_wait_seconds", ctypes.c_double),
+        ("corrupt_replaced", ctypes.c_uint64),
+        ("bytes_read", ctypes.c_uint64),
+        ("io_mode", ctypes.c_uint32),
+        ("threads", ctypes.c_uint32),
+    ]
+
+
+# Constants from the headers.
+DLC_OK = 0
+DLC_END = 1
+LOADER_STATE_SIZE = 64
+ENCODING_RAW, ENCODING_JPEG = 0, 1
+STORE_RANDOM, STORE_SEQUENTIAL = 0, 1
+SAMPLER_SEQUENTIAL, SAMPLER_SHUFFLE = 0, 1
+AUGMENT_CENTER_CROP, AUGMENT_RANDOM_CROP, AUGMENT_RANDOM_RESIZED_CROP = 0, 1, 2
+DTYPE_UINT8, DTYPE_FLOAT32, DTYPE_FLOAT16 = 0, 1, 2
+LAYOUT_NHWC, LAYOUT_NCHW = 0, 1
+VERIFY_OFF, VERIFY_FIRST, VERIFY_ALWAYS = 0, 1, 2
+CORRUPT_FAIL, CORRUPT_REPLACE = 0, 1
+IO_AUTO, IO_MMAP, IO_DIRECT = 0, 1, 2
+
+# name: (restype, argtypes). Declared once so that ctypes converts and checks
+# every argument; a missing symbol (a part not built) is reported when the
+# function is first used, not at import.
+_P = ctypes.c_void_p
+_PROTOTYPES = {
+    "dlc_strerror": (ctypes.c_char_p, [c_status]),
+    "dlc_errmsg": (ctypes.c_char_p, []),
+    "dlc_version": (ctypes.c_char_p, []),
+    # store.h
+    "dlc_store_open": (c_status, [ctypes.c_char_p, ctypes.c_uint32, ctypes.POINTER(_P)]),
+    "dlc_store_close": (None, [_P]),
+    "dlc_store_get_info": (ctypes.POINTER(StoreInfo), [_P]),
+    "dlc_store_path": (ctypes.c_char_p, [_P]),
+    "dlc_store_label_name": (ctypes.c_char_p, [_P, ctypes.c_uint32]),
+    "dlc_store_label_counts": (ctypes.POINTER(ctypes.c_uint64), [_P]),
+    "dlc_store_meta": (c_status, [_P, ctypes.c_char_p, ctypes.POINTER(_P),
+                                  ctypes.POINTER(ctypes.c_size_t)]),
+    "dlc_store_resident": (c_status, [_P, ctypes.POINTER(ctypes.c_uint64)]),
+    "dlc_store_reader_open": (c_status, [_P, ctypes.POINTER(_P)]),
+    "dlc_store_reader_close": (None, [_P]),
+    "dlc_store_read": (c_status, [_P, ctypes.c_uint64, ctypes.POINTER(Record)]),
+    "dlc_record_verify": (c_status, [_P, ctypes.POINTER(Record)]),
+    "dlc_store_verify": (c_status, [_P, VERIFY_FN, _P, ctypes.POINTER(ctypes.c_uint64)]),
+    # build.h
+    "dlc_build_options_init": (None, [ctypes.POINTER(BuildOptions)]),
+    "dlc_build": (c_status, [ctypes.POINTER(ctypes.c_char_p), ctypes.c_size_t, ctypes.c_char_p,
+                             ctypes.POINTER(BuildOptions),
+                             ctypes.POINTER(ctypes.POINTER(BuildReport))]),
+    "dlc_build_report_free": (None, [ctypes.POINTER(BuildReport)]),
+    # loader.h
+    "dlc_loader_config_init": (None, [ctypes.POINTER(LoaderConfig)]),
+    "dlc_loader_open": (c_status, [ctypes.c_char_p, ctypes.POINTER(LoaderConfig),
+                                   ctypes.POINTER(_P)]),
+    "dlc_loader_next": (c_status, [_P, ctypes.POINTER(Batch)]),
+    "dlc_loader_release": (c_status, [_P, ctypes.POINTER(Batch)]),
+    "dlc_loader_batches_per_epoch": (ctypes.c_uint64, [_P]),
+    "dlc_loader_store_count": (ctypes.c_uint64, [_P]),
+    "dlc_loader_set_epoch": (c_status, [_P, ctypes.c_uint64]),
+    "dlc_loader_state_save": (c_status, [_P, ctypes.c_char_p]),
+    "dlc_loader_state_restore": (c_status, [_P, ctypes.c_char_p, ctypes.c_size_t]),
+    "dlc_loader_get_stats": (None, [_P, ctypes.POINTER(LoaderStats)]),
+    "dlc_loader_close": (None, [_P]),
+}
+
+_SONAMES = ("libdlcache.so", "libdlcache.so.0")
+
+
+def _candidates():
+    """Where libdlcache may be, most specific first (see find_library)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = os.environ.get("DLCACHE_LIB")
+    if env:
+        # An explicit choice wins, and is not second-guessed: a wrong value is
+        # an error rather than a silent fallback to some other build.
+        if os.path.isdir(env):
+            return [os.path.join(env, _SONAMES[0])], True
+        return [env], True
+    out = []
+    # Installed by `make install`: the install step writes the library
+    # directory it used into _install.py next to this file.
+    try:
+        from . import _install  # type: ignore[attr-defined]
+        out += [os.path.join(_install.LIBDIR, n) for n in _SONAMES]
+    except ImportError:
+        pass
+    # The source tree: python/dlcache -> build/lib.
+    out.append(os.path.join(here, "..", "..", "build", "lib", _SONAMES[0]))
+    # An installed prefix without _install.py (copied trees):
+    # PREFIX/lib/python3/dist-packages/dlcache -> PREFIX/lib[/<multiarch>].
+    prefix_lib = os.path.normpath(os.path.join(here, "..", "..", ".."))
+    out.append(os.path.join(prefix_lib, _SONAMES[0]))
+    multiarch = getattr(__import__("sys").implementation, "_multiarch", None)
+    if multiarch:
+        out.append(os.path.join(prefix_lib, multiarch, _SONAMES[0]))
+    # Next to the package (a self-contained copy).
+    out.append(os.path.join(here, _SONAMES[0]))
+    return out, False
+
+
+def find_library():
+    """Return the path of the libdlcache shared library that will be loaded.
+
+    Order: $DLCACHE_LIB (a file or a directory; when set it must be right),
+    the prefix recorded by `make install`, the source tree's build/lib, an
+    installed prefix relative to this package, a copy next to the package,
+    then the system's library search path (ldconfig).
+    """
+    paths, explicit = _candidates()
+    for p in paths:
+        if os.path.isfile(p):
+            return os.path.normpath(p)
+    if explicit:
+        raise OSError("DLCACHE_LIB=%s: no such file; unset it or point it at libdlcache.so"
+                      % os.environ.get("DLCACHE_LIB"))
+    sys_path = ctypes.util.find_library("dlcache")
+    if sys_path:
+        return sys_path
+    raise OSError("libdlcache.so not found; looked in: %s and the system library path. "
+                  "Build it (make build), install it (make install), or set DLCACHE_LIB."
+                  % ", ".join(os.path.normpath(p) for p in paths))
+
+
+class _Lib:
+    """The loaded library with prototypes applied lazily per symbol."""
+
+    def __init__(self, path):
+        self.path = path
+        self._dll = ctypes.CDLL(path)
+
+    def __getattr__(self, name):
+        try:
+            restype, argtypes = _PROTOTYPES[name]
+        except KeyError:
+            raise AttributeError(name) from None
+        try:
+            fn = getattr(self._dll, name)
+        except AttributeError:
+            raise NotImplementedError(
+                "%s: %s is not exported (that part of dlcache is not in this build)"
+                % (self.path, name)) from None
+        fn.restype = restype
+        fn.argtypes = argtypes
+        setattr(self, name, fn)
+        return fn
+
+    def has(self, name):
+        return hasattr(self._dll, name)
+
+
+lib_path = find_library()
+lib = _Lib(lib_path)

@@ -1,0 +1,154 @@
+"""Exceptions raised for failed C calls.
+
+Every C call returns a dlc_status; a failure becomes an exception of the
+class below that matches its code, carrying the code (``status``), the short
+text of dlc_strerror() (``strerror``) and the sentence of dlc_errmsg() that
+names the file, the record and the reason (``detail``). Classes also derive
+from the builtin exception a Python user would catch for that kind of error
+(ValueError for a bad argument, FileNotFoundError for a missing file...).
+"""
+
+import errno as _errno
+
+from ._lib import lib
+
+__all__ = [
+    "DlcacheError", "InvalidArgumentError", "CorruptError", "VersionError", "NotFoundError",
+    "DecodeError", "NoImagesError", "ExistsError", "HTTPError", "NetworkError", "ChangedError",
+    "CanceledError", "StateError", "CudaError", "UnsupportedError", "DlcacheOSError",
+    "check", "error_for",
+]
+
+
+class DlcacheError(Exception):
+    """A dlcache C call failed.
+
+    Attributes: ``status`` (the negative dlc_status), ``strerror`` (its short
+    description) and ``detail`` (the message the library recorded: file,
+    record and reason; may be empty).
+    """
+
+    def __init__(self, status, strerror, detail, context=None):
+        self.status = status
+        self.strerror = strerror
+        self.detail = detail
+        self.context = context
+        text = detail or strerror
+        if detail and strerror and strerror.lower() not in detail.lower():
+            text = "%s: %s" % (strerror, detail)
+        if context:
+            text = "%s: %s" % (context, text)
+        self._text = text
+        Exception.__init__(self, text)
+
+    def __str__(self):
+        return self._text
+
+    def __reduce__(self):
+        return (type(self), (self.status, self.strerror, self.detail, self.context))
+
+
+class InvalidArgumentError(DlcacheError, ValueError):
+    """DLC_EINVAL: a bad argument or option; the detail names it."""
+
+
+class CorruptError(DlcacheError):
+    """DLC_ECORRUPT: a record or structure of the store is damaged."""
+
+
+class VersionError(DlcacheError):
+    """DLC_EVERSION: not a dlcache store, or a newer format."""
+
+
+class NotFoundError(DlcacheError, LookupError):
+    """DLC_ENOTFOUND: no such record or metadata key."""
+
+
+class DecodeError(DlcacheError):
+    """DLC_EDECODE: an image that cannot be decoded."""
+
+
+class NoImagesError(DlcacheError):
+    """DLC_ENOIMAGES: the sources hold no valid image."""
+
+
+class ExistsError(DlcacheError, FileExistsError):
+    """DLC_EEXIST: the output exists and force was not given."""
+
+
+class HTTPError(DlcacheError):
+    """DLC_EHTTP."""
+
+
+class NetworkError(DlcacheError):
+    """DLC_ENETWORK."""
+
+
+class ChangedError(DlcacheError):
+    """DLC_ECHANGED: a source changed while it was read."""
+
+
+class CanceledError(DlcacheError):
+    """DLC_ECANCELED: a callback asked to stop."""
+
+
+class StateError(DlcacheError, RuntimeError):
+    """DLC_ESTATE: a call that is not valid in the current state."""
+
+
+class CudaError(DlcacheError):
+    """DLC_ECUDA."""
+
+
+class UnsupportedError(DlcacheError, NotImplementedError):
+    """DLC_ENOSYS: not supported on this system."""
+
+
+class DlcacheOSError(DlcacheError, OSError):
+    """The system refused (a negated errno value); ``errno`` is set."""
+
+    def __init__(self, status, strerror, detail, context=None):
+        DlcacheError.__init__(self, status, strerror, detail, context)
+        self.errno = -status
+
+
+class FileNotFound(DlcacheOSError, FileNotFoundError):
+    """-ENOENT."""
+
+
+class PermissionDenied(DlcacheOSError, PermissionError):
+    """-EACCES, -EPERM."""
+
+
+_BY_CODE = {
+    -1000: InvalidArgumentError, -1001: CorruptError, -1002: VersionError,
+    -1003: NotFoundError, -1004: DecodeError, -1005: NoImagesError, -1006: ExistsError,
+    -1007: HTTPError, -1008: NetworkError, -1009: ChangedError, -1010: CanceledError,
+    -1011: StateError, -1012: CudaError, -1013: UnsupportedError,
+}
+_BY_ERRNO = {_errno.ENOENT: FileNotFound, _errno.EACCES: PermissionDenied,
+             _errno.EPERM: PermissionDenied}
+
+
+def _text(b):
+    return b.decode("utf-8", "replace") if b else ""
+
+
+def error_for(status, context=None):
+    """Build the exception for a failed call. Call it on the thread that made
+    the call and before any other dlcache call: dlc_errmsg() is thread-local
+    and overwritten by the next call."""
+    detail = _text(lib.dlc_errmsg())
+    strerror = _text(lib.dlc_strerror(status))
+    if status <= -1000:
+        cls = _BY_CODE.get(status, DlcacheError)
+    else:
+        cls = _BY_ERRNO.get(-status, DlcacheOSError)
+    return cls(status, strerror, detail, context)
+
+
+def check(status, context=None):
+    """Raise the matching DlcacheError when @p status is negative; return it otherwise."""
+    if status < 0:
+        raise error_for(status, context)
+    return status

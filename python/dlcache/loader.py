@@ -1,0 +1,544 @@
+"""dlcache.Loader: shuffled, augmented batches from a store as torch tensors."""
+
+import ctypes
+import logging
+import math
+import os
+import warnings
+import weakref
+
+import torch
+
+from . import _lib as L
+from ._lib import lib
+from .errors import check, error_for
+from .store import _fspath, _uint, info as _store_info
+
+__all__ = ["Loader"]
+
+_log = logging.getLogger("dlcache")
+
+_DTYPES = {
+    "uint8": L.DTYPE_UINT8, "float32": L.DTYPE_FLOAT32, "float16": L.DTYPE_FLOAT16,
+    torch.uint8: L.DTYPE_UINT8, torch.float32: L.DTYPE_FLOAT32, torch.float16: L.DTYPE_FLOAT16,
+}
+_TORCH_DTYPE = {L.DTYPE_UINT8: torch.uint8, L.DTYPE_FLOAT32: torch.float32,
+                L.DTYPE_FLOAT16: torch.float16}
+_ITEMSIZE = {L.DTYPE_UINT8: 1, L.DTYPE_FLOAT32: 4, L.DTYPE_FLOAT16: 2}
+_VERIFY = {"off": L.VERIFY_OFF, "first": L.VERIFY_FIRST, "always": L.VERIFY_ALWAYS,
+           False: L.VERIFY_OFF, True: L.VERIFY_FIRST}
+_CORRUPT = {"replace": L.CORRUPT_REPLACE, "fail": L.CORRUPT_FAIL, "raise": L.CORRUPT_FAIL}
+
+# Where the stream stands, as far as iter() is concerned.
+_FRESH = 0    # The C loader sits at the start of self._epoch; nothing was taken from it.
+_RESUMED = 1  # load_state_dict() put it in the middle of self._epoch.
+_RUNNING = 2  # An iterator took batches of self._epoch and did not reach its end.
+_DONE = 3     # self._epoch was iterated to its end.
+
+_STATE_VERSION = 1
+_warned_device = False
+
+
+def _log_cb(_user, level, msg):
+    lvl = {0: logging.DEBUG, 1: logging.INFO, 2: logging.WARNING}.get(level, logging.INFO)
+    _log.log(lvl, "%s", msg.decode("utf-8", "replace") if msg else "")
+
+
+# One callback object for every loader: ctypes keeps it alive with the module.
+_LOG_CB = L.LOG_FN(_log_cb)
+
+
+def _close_loader(ptr):
+    lib.dlc_loader_close(ptr)
+
+
+class _Handle:
+    """Owns the dlc_loader pointer. Tensors lent from a batch hold a reference
+    to it, so the slot memory they view is not freed under them by garbage
+    collection of the Loader (an explicit close() still frees it). The
+    finalizer also runs at interpreter exit, before the modules are torn
+    down, so worker threads never call the log callback into a dying
+    interpreter."""
+
+    __slots__ = ("ptr", "_fin", "__weakref__")
+
+    def __init__(self, ptr):
+        self.ptr = ptr
+        self._fin = weakref.finalize(self, _close_loader, ptr)
+
+    def close(self):
+        if self.ptr is not None:
+            self.ptr = None
+            self._fin()
+
+
+def _view(ptr, dtype_code, shape, owner):
+    """A torch tensor over C memory at @p ptr, without a copy; it keeps @p owner alive."""
+    numel = 1
+    for s in shape:
+        numel *= s
+    buf = (ctypes.c_char * (numel * _ITEMSIZE[dtype_code])).from_address(ptr)
+    buf._owner = owner
+    return torch.frombuffer(buf, dtype=_TORCH_DTYPE[dtype_code], count=numel).view(shape)
+
+
+def _default_rank_world(rank, world_size):
+    r = w = None
+    try:
+        import torch.distributed as dist
+        if dist.is_available() and dist.is_initialized():
+            r, w = dist.get_rank(), dist.get_world_size()
+    except Exception:  # a torch without distributed support: fall through to the env
+        pass
+    if r is None:
+        r = int(os.environ.get("RANK", "0") or 0)
+        w = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    return (r if rank is None else rank), (w if world_size is None else world_size)
+
+
+def _default_threads():
+    # One process per GPU is the usual layout; giving each of them every core
+    # would oversubscribe the node, so share the cores among local ranks.
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    return max(1, cores // max(1, local))
+
+
+def _triple(value, name):
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = (value,) * 3
+    try:
+        vals = [float(v) for v in value]
+    except (TypeError, ValueError):
+        raise ValueError("%s must be a number or 3 numbers, got %r" % (name, value)) from None
+    if len(vals) != 3:
+        raise ValueError("%s must have 3 values (R, G, B), got %d" % (name, len(vals)))
+    if any(math.isnan(v) or math.isinf(v) for v in vals):
+        raise ValueError("%s must be finite, got %r" % (name, value))
+    return vals
+
+
+def _pair(value, name):
+    try:
+        a, b = (float(v) for v in value)
+    except (TypeError, ValueError):
+        raise ValueError("%s must be a pair (lo, hi), got %r" % (name, value)) from None
+    if not (0 < a <= b) or math.isinf(b):
+        raise ValueError("%s must satisfy 0 < lo <= hi, got %r" % (name, value))
+    return a, b
+
+
+class Loader:
+    """Batches of a dlcache store as torch tensors, like a torch DataLoader.
+
+    ``for images, labels in Loader(path, batch_size=256): ...``
+
+    Each epoch visits every record once in an order that is a pure function
+    of (seed, epoch, rank, world_size); with several ranks the epoch is split
+    like torch's DistributedSampler (padded by repeating the first samples,
+    or cut with drop_last). Augmentation (crop, flip) is decided by the same
+    function, so the number of threads never changes an output byte.
+
+    Args:
+        path: store file made by ``dlcache.build`` or ``cachebuild``.
+        batch_size: samples per batch.
+        shuffle: a new permutation per epoch (False: records in order).
+        seed: seed of the order and of the augmentation.
+        drop_last: drop the last short batch (and cut the epoch to a multiple
+            of world_size instead of padding it).
+        crop: output size, an int or (height, width); None = the store's size.
+        random_resized_crop: None/False for a plain crop, True for torchvision's
+            RandomResizedCrop(scale=(0.08, 1), ratio=(3/4, 4/3)) resized to
+            ``crop``, or a pair (scale, ratio) of pairs.
+        random_crop: without random_resized_crop, True places the crop window
+            uniformly at random (training), False takes the center (evaluation).
+        flip: probability of a horizontal flip (0 for evaluation).
+        dtype: "uint8" (pixels as stored, NHWC), "float32" or "float16"
+            (``(x / 255 - mean) / std``, NCHW).
+        mean, std: per channel on the 0..1 scale, float dtypes only; None =
+            ImageNet's (0.485, 0.456, 0.406), (0.229, 0.224, 0.225).
+        device: None or "cpu" for host tensors; "cuda[:N]" copies each batch
+            with ``tensor.to(device, non_blocking=True)`` (this build of the C
+            library has no CUDA upload of its own; a notice says so once).
+        rank, world_size: this process's shard; default to torch.distributed's
+            when it is initialized, else to $RANK and $WORLD_SIZE, else 0 and 1.
+        threads: worker threads of the C loader; None = the cores available
+            divided by $LOCAL_WORLD_SIZE.
+        prefetch: batches prepared ahead (slots of the ring); None = the C default (4).
+        verify: "off", "first" (check each record's checksum the first time
+            it is read) or "always".
+        on_corrupt: "replace" (a record that fails its check is replaced by a
+            deterministically chosen good one and counted in stats()) or
+            "fail" (iteration raises CorruptError naming the record).
+        return_indices: also yield the store record number of each sample.
+
+    Iterating yields ``(images, labels)`` or ``(images, labels, indices)``:
+    images uint8 [N, H, W, C] or float [N, C, H, W], labels and indices int64 [N].
+
+    **Lifetime of a batch.** On the host the tensors are views of the C
+    loader's batch slot, made without copying (torch.frombuffer over the
+    slot). They are valid until the next batch is requested from this Loader
+    (the next loop iteration), when the slot is handed back to the workers and
+    refilled. Use them within the step, or keep a copy: ``images.clone()``
+    (or ``.to(device)``, which copies). Closing the Loader frees the slots.
+
+    Resuming: ``state_dict()`` at any point (also mid-epoch) and
+    ``load_state_dict()`` into a fresh Loader continue the stream exactly,
+    also under another world size (the remaining samples of the epoch are then
+    split among the new ranks). ``set_epoch(e)`` starts epoch e at the next
+    ``iter()``; without it each new ``iter()`` after a finished or abandoned
+    epoch starts the following epoch.
+
+    The GIL is released while the C library works; the Python side does a
+    constant amount of work per batch, none per sample.
+    """
+
+    def __init__(self, path, batch_size, shuffle=True, seed=0, drop_last=False, crop=224,
+                 random_resized_crop=None, flip=0.5, dtype="uint8", mean=None, std=None,
+                 device=None, rank=None, world_size=None, threads=None, prefetch=None,
+                 verify="off", on_corrupt="replace", return_indices=False, random_crop=True):
+        self._handle = None
+        self._path = _fspath(path, "path")
+        cfg = L.LoaderConfig()
+        lib.dlc_loader_config_init(ctypes.byref(cfg))
+        cfg.batch_size = _uint(batch_size, "batch_size", 1)
+        cfg.drop_last = 1 if drop_last else 0
+        cfg.sampler = L.SAMPLER_SHUFFLE if shuffle else L.SAMPLER_SEQUENTIAL
+        cfg.seed = _uint(seed, "seed", 0, 2**64 - 1)
+        self._seed = seed
+
+        if crop is None:
+            cfg.crop_h = cfg.crop_w = 0
+        elif isinstance(crop, int) and not isinstance(crop, bool):
+            cfg.crop_h = cfg.crop_w = _uint(crop, "crop", 1, 65535)
+        else:
+            try:
+                h, w = crop
+            except (TypeError, ValueError):
+                raise ValueError("crop must be an int, (height, width) or None, got %r"
+                                 % (crop,)) from None
+            cfg.crop_h = _uint(h, "crop height", 1, 65535)
+            cfg.crop_w = _uint(w, "crop width", 1, 65535)
+
+        if random_resized_crop is None or random_resized_crop is False:
+            cfg.augment = L.AUGMENT_RANDOM_CROP if random_crop else L.AUGMENT_CENTER_CROP
+        else:
+            cfg.augment = L.AUGMENT_RANDOM_RESIZED_CROP
+            if random_resized_crop is not True:
+                if isinstance(random_resized_crop, dict):
+                    scale = random_resized_crop.get("scale", (cfg.rrc_scale[0], cfg.rrc_scale[1]))
+                    ratio = random_resized_crop.get("ratio", (cfg.rrc_ratio[0], cfg.rrc_ratio[1]))
+                else:
+                    try:
+                        scale, ratio = random_resized_crop
+                    except (TypeError, ValueError):
+                        raise ValueError("random_resized_crop must be None, True or "
+                                         "(scale, ratio), got %r" % (random_resized_crop,)) from None
+                scale = _pair(scale, "random_resized_crop scale")
+                if scale[1] > 1:
+                    raise ValueError("random_resized_crop scale must lie in (0, 1], got %r"
+                                     % (scale,))
+                cfg.rrc_scale[0], cfg.rrc_scale[1] = scale
+                cfg.rrc_ratio[0], cfg.rrc_ratio[1] = _pair(ratio, "random_resized_crop ratio")
+
+        if isinstance(flip, bool):
+            flip = 0.5 if flip else 0.0
+        try:
+            flip = float(flip)
+        except (TypeError, ValueError):
+            raise ValueError("flip must be a probability in [0, 1], got %r" % (flip,)) from None
+        if not 0.0 <= flip <= 1.0:
+            raise ValueError("flip must be a probability in [0, 1], got %r" % (flip,))
+        cfg.flip_prob = flip
+
+        key = dtype
+        if isinstance(dtype, str):
+            key = dtype.lower()
+        if key not in _DTYPES:
+            raise ValueError("dtype must be 'uint8', 'float32' or 'float16', got %r" % (dtype,))
+        cfg.dtype = _DTYPES[key]
+        if cfg.dtype == L.DTYPE_UINT8 and (mean is not None or std is not None):
+            raise ValueError("mean and std apply to dtype 'float32' or 'float16' only, "
+                             "not to 'uint8' (pixels are delivered as stored)")
+        if mean is not None:
+            m = _triple(mean, "mean")
+            if any(abs(v) > 1.0 for v in m):
+                raise ValueError("mean is on the 0..1 scale (ImageNet's is 0.485, 0.456, "
+                                 "0.406), got %r" % (mean,))
+            for i in range(3):
+                cfg.mean[i] = m[i]
+        if std is not None:
+            s = _triple(std, "std")
+            if any(v <= 0 for v in s):
+                raise ValueError("std must be positive, got %r" % (std,))
+            for i in range(3):
+                cfg.std[i] = s[i]
+
+        r, w = _default_rank_world(rank, world_size)
+        cfg.world_size = _uint(w, "world_size", 1)
+        cfg.rank = _uint(r, "rank", 0, cfg.world_size - 1)
+        cfg.threads = _uint(_default_threads() if threads is None else threads, "threads", 1, 4096)
+        if prefetch is not None:
+            cfg.prefetch = _uint(prefetch, "prefetch", 1, 1024)
+        if verify not in _VERIFY:
+            raise ValueError("verify must be 'off', 'first' or 'always', got %r" % (verify,))
+        cfg.verify = _VERIFY[verify]
+        if on_corrupt not in _CORRUPT:
+            raise ValueError("on_corrupt must be 'replace' or 'fail', got %r" % (on_corrupt,))
+        cfg.on_corrupt = _CORRUPT[on_corrupt]
+
+        # The C loader has no CUDA upload in this build: it always makes host
+        # batches and the copy to the device is torch's.
+        cfg.device = -1
+        self._device = None
+        if device is not None:
+            try:
+                dev = torch.device(device)
+            except (RuntimeError, TypeError) as e:
+                raise ValueError("device must be None, 'cpu' or 'cuda[:N]', got %r (%s)"
+                                 % (device, e)) from None
+            if dev.type == "cuda":
+                if not torch.cuda.is_available():
+                    raise ValueError("device=%r: torch.cuda.is_available() is False" % (device,))
+                global _warned_device
+                if not _warned_device:
+                    _warned_device = True
+                    warnings.warn("dlcache: this build of libdlcache has no CUDA upload; "
+                                  "batches are made in host memory and copied with "
+                                  "tensor.to(%r, non_blocking=True)" % str(dev),
+                                  RuntimeWarning, stacklevel=2)
+                self._device = dev
+            elif dev.type != "cpu":
+                raise ValueError("device must be None, 'cpu' or 'cuda[:N]', got %r" % (device,))
+        cfg.log = _LOG_CB
+        self._return_indices = bool(return_indices)
+        self._config = cfg
+
+        h = ctypes.c_void_p()
+        check(lib.dlc_loader_open(self._path, ctypes.byref(cfg), ctypes.byref(h)),
+              "dlcache.Loader(%s)" % os.fsdecode(self._path))
+        self._handle = _Handle(h.value)
+        self._len = int(lib.dlc_loader_batches_per_epoch(h.value))
+        self._count = int(lib.dlc_loader_store_count(h.value))
+        self._epoch = cfg.epoch
+        self._pos = _FRESH
+        self._pending_epoch = None
+        self._yielded = 0
+        self._gen = 0
+        self._copy_event = None
+        self._info = None
+        self._batch = L.Batch()
+
+    # ------------------------------------------------------------ properties
+    @property
+    def batch_size(self):
+        return self._config.batch_size
+
+    @property
+    def rank(self):
+        return self._config.rank
+
+    @property
+    def world_size(self):
+        return self._config.world_size
+
+    @property
+    def epoch(self):
+        """The epoch the last iter() started (or will resume)."""
+        return self._epoch
+
+    @property
+    def store_info(self):
+        """dlcache.info() of the store (classes, count, size...), read once."""
+        if self._info is None:
+            self._info = _store_info(self._path)
+        return self._info
+
+    @property
+    def num_classes(self):
+        return self.store_info["num_labels"]
+
+    @property
+    def classes(self):
+        return list(self.store_info["classes"])
+
+    def __len__(self):
+        """Batches per epoch for this rank."""
+        return self._len
+
+    @property
+    def num_samples(self):
+        """Samples in the store (not in this rank's share of the epoch)."""
+        return self._count
+
+    def _ptr(self):
+        if self._handle is None or self._handle.ptr is None:
+            raise ValueError("this dlcache.Loader is closed")
+        return self._handle.ptr
+
+    # ------------------------------------------------------------ epochs
+    def set_epoch(self, epoch):
+        """Make the next iter() start epoch ``epoch`` from its beginning.
+
+        Like DistributedSampler.set_epoch(). After load_state_dict() of a
+        mid-epoch state, set_epoch() with that same epoch keeps the restored
+        position (the usual resume loop calls set_epoch(e) for every e).
+        """
+        self._pending_epoch = _uint(epoch, "epoch", 0, 2**63 - 1)
+
+    def _start(self):
+        ptr = self._ptr()
+        e = self._pending_epoch
+        self._pending_epoch = None
+        if e is None:
+            if self._pos in (_FRESH, _RESUMED):
+                return
+            e = self._epoch + 1
+        elif e == self._epoch and self._pos in (_FRESH, _RESUMED):
+            return
+        self._sync_device()
+        check(lib.dlc_loader_set_epoch(ptr, e), "dlcache.Loader.set_epoch(%d)" % e)
+        self._epoch = e
+        self._pos = _FRESH
+        self._yielded = 0
+
+    def __iter__(self):
+        self._start()
+        self._gen += 1
+        return self._iterate(self._gen)
+
+    def _iterate(self, gen):
+        batch = self._batch
+        ref = ctypes.byref(batch)
+        next_fn = lib.dlc_loader_next
+        owner = self._handle
+        ctx = "dlcache.Loader(%s)" % os.fsdecode(self._path)
+        while True:
+            if gen != self._gen:
+                raise RuntimeError("this dlcache.Loader iterator is stale: iter(), "
+                                   "load_state_dict() or close() was called on the Loader since")
+            ptr = self._ptr()
+            self._sync_device()
+            rc = next_fn(ptr, ref)  # GIL released while the workers finish the batch
+            if rc == L.DLC_END:
+                self._pos = _DONE
+                return
+            if rc < 0:
+                raise error_for(rc, ctx)
+            if self._pos != _RUNNING:
+                # After a restore this rank's count of the epoch is unknown
+                # (the world size may have changed): then it stays None.
+                self._pos = _RUNNING
+            if self._yielded is not None:
+                self._yielded += 1
+            shape = tuple(batch.shape)
+            n = batch.count
+            images = _view(batch.data, batch.dtype, shape, owner)
+            labels = _view(batch.labels, L.DTYPE_UINT8, (n * 8,), owner).view(torch.int64)
+            if self._device is not None:
+                images = images.to(self._device, non_blocking=True)
+                labels = labels.to(self._device, non_blocking=True)
+            if self._return_indices:
+                # Record numbers are < 2**63: int64 is the same bytes as the C uint64.
+                indices = _view(batch.indices, L.DTYPE_UINT8, (n * 8,), owner).view(torch.int64)
+                if self._device is not None:
+                    indices = indices.to(self._device, non_blocking=True)
+                    self._record_copy()
+                yield images, labels, indices
+            else:
+                if self._device is not None:
+                    self._record_copy()
+                yield images, labels
+
+    def _record_copy(self):
+        # A copy from pinned memory may still be reading the slot when the
+        # next batch is asked for; the event makes _sync_device() wait for it
+        # (and for nothing else queued later on the stream).
+        ev = torch.cuda.Event()
+        ev.record()
+        self._copy_event = ev
+
+    def _sync_device(self):
+        if self._copy_event is not None:
+            self._copy_event.synchronize()
+            self._copy_event = None
+
+    # ------------------------------------------------------------ state
+    def _finished(self):
+        if self._pos == _DONE:
+            return True
+        return self._pos == _RUNNING and self._yielded is not None and self._yielded >= self._len
+
+    def state_dict(self):
+        """The stream's position, to save with a checkpoint (torch.save-able).
+
+        Taken mid-epoch, it counts every batch already yielded (including the
+        one in use) as consumed; a fresh Loader given it by load_state_dict()
+        yields exactly the batches that this one would yield next.
+        """
+        buf = ctypes.create_string_buffer(L.LOADER_STATE_SIZE)
+        check(lib.dlc_loader_state_save(self._ptr(), buf), "dlcache.Loader.state_dict")
+        return {
+            "dlcache_loader_state": _STATE_VERSION,
+            "state": buf.raw,
+            "epoch": int(self._epoch),
+            "epoch_finished": bool(self._finished()),
+            "seed": self._seed,
+            "num_samples": self._count,
+            "world_size": int(self.world_size),
+            "batch_size": int(self.batch_size),
+        }
+
+    def load_state_dict(self, state_dict):
+        """Continue from a state_dict() (also one saved under another world size)."""
+        if not isinstance(state_dict, dict) or "dlcache_loader_state" not in state_dict:
+            raise ValueError("state_dict is not a dlcache.Loader state_dict")
+        if state_dict["dlcache_loader_state"] != _STATE_VERSION:
+            raise ValueError("state_dict version %r is not supported (expected %d)"
+                             % (state_dict["dlcache_loader_state"], _STATE_VERSION))
+        raw = state_dict.get("state")
+        if isinstance(raw, torch.Tensor):
+            raw = bytes(raw.to(torch.uint8).tolist())
+        if not isinstance(raw, (bytes, bytearray)) or len(raw) != L.LOADER_STATE_SIZE:
+            raise ValueError("state_dict['state'] must be %d bytes" % L.LOADER_STATE_SIZE)
+        self._sync_device()
+        check(lib.dlc_loader_state_restore(self._ptr(), bytes(raw), len(raw)),
+              "dlcache.Loader.load_state_dict")
+        self._gen += 1  # iterators over the old position must not go on
+        self._epoch = int(state_dict["epoch"])
+        self._seed = state_dict.get("seed", self._seed)
+        self._pending_epoch = None
+        self._pos = _DONE if state_dict.get("epoch_finished") else _RESUMED
+        self._yielded = None
+
+    # ------------------------------------------------------------ misc
+    def stats(self):
+        """Counters since open: batches, samples, wait_seconds (time this
+        process waited for data), io_wait_seconds, corrupt_replaced,
+        bytes_read, io_mode, threads."""
+        s = L.LoaderStats()
+        lib.dlc_loader_get_stats(self._ptr(), ctypes.byref(s))
+        return {name: getattr(s, name) for name, _ in L.LoaderStats._fields_}
+
+    def close(self):
+        """Stop the workers and free the slots. Tensors still viewing a slot
+        must not be used after this. Idempotent."""
+        self._gen += 1
+        self._copy_event = None
+        if self._handle is not None:
+            self._handle.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        c = self._config
+        return ("dlcache.Loader(%r, batch_size=%d, rank=%d/%d, epoch=%d, %d batches/epoch)"
+                % (os.fsdecode(self._path), c.batch_size, c.rank, c.world_size, self._epoch,
+                   self._len))

@@ -1,0 +1,290 @@
+"""dlcache.build() and dlcache.info(): the builder and the store reader for notebooks."""
+
+import ctypes
+import json
+import os
+import sys
+
+from . import _lib as L
+from ._lib import lib
+from .errors import CorruptError, check, error_for
+
+__all__ = ["build", "info", "BuildReport", "StoreInfo"]
+
+_ENCODINGS = {"raw": L.ENCODING_RAW, "jpeg": L.ENCODING_JPEG}
+_ENCODING_NAMES = {v: k for k, v in _ENCODINGS.items()}
+
+
+def _fspath(value, name):
+    try:
+        p = os.fspath(value)
+    except TypeError:
+        raise TypeError("%s must be a path (str or os.PathLike), not %s"
+                        % (name, type(value).__name__)) from None
+    if isinstance(p, str):
+        p = p.encode(sys.getfilesystemencoding(), "surrogateescape")
+    if not p:
+        raise ValueError("%s must not be empty" % name)
+    if b"\0" in p:
+        raise ValueError("%s must not contain NUL bytes" % name)
+    return p
+
+
+def _uint(value, name, lo=0, hi=2**32 - 1):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError("%s must be an integer, not %r" % (name, value))
+    if not lo <= value <= hi:
+        raise ValueError("%s must be in [%d, %d], got %d" % (name, lo, hi, value))
+    return value
+
+
+class BuildReport(dict):
+    """What dlcache.build() did: a dict with attribute access.
+
+    Keys: path, count, skipped, skips (list of (path, reason)), bytes_in,
+    bytes_out, file_bytes, seconds, images_per_s, threads, content_digest.
+    """
+
+    __getattr__ = dict.get
+
+    def __repr__(self):
+        return "BuildReport(%s)" % ", ".join(
+            "%s=%r" % (k, v) for k, v in self.items() if k != "skips")
+
+
+class StoreInfo(dict):
+    """What dlcache.info() found: a dict with attribute access.
+
+    Keys: path, format_version, encoding ("raw"/"jpeg"), count, height, width,
+    channels, num_labels, classes (names by label), label_counts, skipped,
+    payload_bytes, content_digest, file_bytes, resident_bytes, build (the
+    builder's metadata as a dict, or None), verified (True after verify=True).
+    """
+
+    __getattr__ = dict.get
+
+    def __repr__(self):
+        return "StoreInfo(%s)" % ", ".join(
+            "%s=%r" % (k, v) for k, v in self.items() if k not in ("classes", "label_counts"))
+
+
+def _log_to_logging(_user, level, msg):
+    import logging
+    lvl = {0: logging.DEBUG, 1: logging.INFO, 2: logging.WARNING}.get(level, logging.INFO)
+    logging.getLogger("dlcache").log(lvl, "%s", msg.decode("utf-8", "replace") if msg else "")
+
+
+_LOG_CB = L.LOG_FN(_log_to_logging)
+
+
+def build(sources, out, size=256, crop="center", encoding="raw", quality=90, threads=None,
+          strict=False, force=False, progress=None):
+    """Build the store ``out`` from image sources (the library behind `cachebuild`).
+
+    Args:
+        sources: a path or a list of paths: one ImageFolder directory (one
+            folder per class, numbered like torchvision's ImageFolder), or
+            manifest files (``path<TAB>label``), or WebDataset ``.tar`` shards.
+        out: the store file to write. It is written to ``out.tmp-PID`` and
+            renamed, so a failure leaves the previous store or none.
+        size: shorter side after the resize, in pixels.
+        crop: "center" to keep a size x size center crop, "none" to keep the
+            aspect ratio (the loader then needs a crop smaller than any image).
+        encoding: "raw" (uint8 pixels, fastest to load) or "jpeg" (smaller).
+        quality: JPEG quality with encoding="jpeg".
+        threads: worker threads (None = all cores).
+        strict: stop at the first bad image instead of skipping it.
+        force: replace an existing ``out``.
+        progress: None; True for a progress line on stderr; or a callable
+            taking a dict (done, total, skipped, bytes_in, bytes_out, seconds)
+            about 10 times a second and returning True to cancel.
+
+    Returns:
+        A BuildReport (count, skipped, skips, seconds, images_per_s, ...).
+
+    Raises:
+        ValueError for a bad argument; ExistsError when ``out`` exists without
+        force; NoImagesError; DecodeError (strict); CanceledError (progress
+        returned True, or KeyboardInterrupt arrived; then that exception is
+        re-raised); DlcacheOSError (-errno, e.g. a full disk).
+        Each message carries the C library's text naming file and reason.
+
+    The GIL is released while the build runs; callbacks run on this thread.
+    """
+    if isinstance(sources, (str, bytes, os.PathLike)):
+        sources = [sources]
+    try:
+        srcs = [_fspath(s, "sources") for s in sources]
+    except TypeError:
+        raise
+    if not srcs:
+        raise ValueError("sources must name at least one path")
+    outp = _fspath(out, "out")
+
+    opts = L.BuildOptions()
+    lib.dlc_build_options_init(ctypes.byref(opts))
+    opts.size = _uint(size, "size", 1, 65535)
+    if crop in ("center", True):
+        opts.center_crop = 1
+    elif crop in ("none", None, False):
+        opts.center_crop = 0
+    else:
+        raise ValueError("crop must be 'center' or 'none', got %r" % (crop,))
+    if encoding not in _ENCODINGS:
+        raise ValueError("encoding must be 'raw' or 'jpeg', got %r" % (encoding,))
+    opts.encoding = _ENCODINGS[encoding]
+    opts.quality = _uint(quality, "quality", 1, 100)
+    opts.threads = 0 if threads is None else _uint(threads, "threads", 1, 4096)
+    opts.strict = 1 if strict else 0
+    opts.force = 1 if force else 0
+    command = "dlcache.build(%r, %r, size=%d, crop=%r, encoding=%r, quality=%d)" % (
+        [os.fsdecode(s) for s in srcs], os.fsdecode(outp), size, crop, encoding, quality)
+    opts.command = command.encode("utf-8", "replace")
+    opts.log = _LOG_CB
+
+    if progress is not None and progress is not False and not callable(progress) \
+            and progress is not True:
+        raise ValueError("progress must be None, True or a callable, got %r" % (progress,))
+
+    # The callback always runs: it is how Ctrl-C reaches a long build. A
+    # Python exception cannot cross the C frames, so it is kept here, the
+    # build is canceled, and the exception is raised again afterwards.
+    pending = []
+
+    def on_progress(_user, p):
+        try:
+            c = p.contents
+            d = {"done": c.done, "total": c.total, "skipped": c.skipped,
+                 "bytes_in": c.bytes_in, "bytes_out": c.bytes_out, "seconds": c.seconds}
+            if progress is True:
+                sys.stderr.write("\rdlcache.build: %d/%d images, %d skipped, %.1f s"
+                                 % (d["done"], d["total"], d["skipped"], d["seconds"]))
+                sys.stderr.flush()
+                return 0
+            if callable(progress):
+                return 1 if progress(d) else 0
+            return 0
+        except BaseException as e:  # noqa: B902 - KeyboardInterrupt included on purpose
+            pending.append(e)
+            return 1
+
+    cb = L.BUILD_PROGRESS_FN(on_progress)
+    opts.progress = cb
+
+    arr = (ctypes.c_char_p * len(srcs))(*srcs)
+    rep = ctypes.POINTER(L.BuildReport)()
+    rc = lib.dlc_build(arr, len(srcs), outp, ctypes.byref(opts), ctypes.byref(rep))
+    if progress is True:
+        sys.stderr.write("\n")
+    err = error_for(rc, "dlcache.build(%s)" % os.fsdecode(outp)) if rc < 0 else None
+    try:
+        if pending:
+            raise pending[0]
+        if err is not None:
+            raise err
+        r = rep.contents
+        skips = [(r.skips[i].path.decode("utf-8", "replace"),
+                  r.skips[i].reason.decode("utf-8", "replace"))
+                 for i in range(r.skipped)] if r.skips else []
+        return BuildReport(path=os.fsdecode(outp), count=r.count, skipped=r.skipped, skips=skips,
+                           bytes_in=r.bytes_in, bytes_out=r.bytes_out, file_bytes=r.file_bytes,
+                           seconds=r.seconds, images_per_s=r.images_per_s, threads=r.threads,
+                           content_digest=r.content_digest)
+    finally:
+        lib.dlc_build_report_free(rep)
+
+
+class _Store:
+    """An open store handle (internal); closes itself."""
+
+    def __init__(self, path, flags=0):
+        self.h = None
+        self.path = _fspath(path, "path")
+        h = ctypes.c_void_p()
+        check(lib.dlc_store_open(self.path, flags, ctypes.byref(h)), os.fsdecode(self.path))
+        self.h = h
+
+    def close(self):
+        if self.h:
+            lib.dlc_store_close(self.h)
+            self.h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()
+
+
+def _read_info(st):
+    i = lib.dlc_store_get_info(st.h).contents
+    counts_p = lib.dlc_store_label_counts(st.h)
+    classes = []
+    for k in range(i.num_labels):
+        name = lib.dlc_store_label_name(st.h, k)
+        classes.append(name.decode("utf-8", "replace") if name is not None else str(k))
+    counts = [int(counts_p[k]) for k in range(i.num_labels)] if counts_p else []
+    build_meta = None
+    data, size = ctypes.c_void_p(), ctypes.c_size_t()
+    if lib.dlc_store_meta(st.h, b"build", ctypes.byref(data), ctypes.byref(size)) == 0 and data:
+        raw = ctypes.string_at(data, size.value)
+        try:
+            build_meta = json.loads(raw.decode("utf-8"))
+        except ValueError:
+            build_meta = raw.decode("utf-8", "replace")
+    resident = ctypes.c_uint64()
+    res = resident.value if lib.dlc_store_resident(st.h, ctypes.byref(resident)) == 0 else None
+    return StoreInfo(path=os.fsdecode(st.path), format_version=i.format_version,
+                     encoding=_ENCODING_NAMES.get(i.encoding, str(i.encoding)), count=i.count,
+                     height=i.height, width=i.width, channels=i.channels,
+                     num_labels=i.num_labels, classes=classes, label_counts=counts,
+                     skipped=i.skipped, payload_bytes=i.payload_bytes,
+                     content_digest=i.content_digest, file_bytes=i.file_bytes,
+                     resident_bytes=res, build=build_meta, verified=False)
+
+
+def info(path, verify=False):
+    """Describe the store at ``path`` (what `cacheinfo` prints), as a StoreInfo dict.
+
+    With verify=True every record is re-hashed and the counts and content
+    digest are checked against the metadata (reads the whole file); a
+    mismatch raises CorruptError whose ``bad`` attribute lists
+    (record, message) for each bad record.
+
+    Raises FileNotFound, VersionError (not a dlcache store), CorruptError, ...
+    with the C library's message naming the file and the reason.
+    """
+    with _Store(path, L.STORE_SEQUENTIAL if verify else 0) as st:
+        out = _read_info(st)
+        if verify:
+            bad_list, pending = [], []
+
+            def on_verify(_user, p):
+                try:
+                    c = p.contents
+                    if c.bad_status != 0:
+                        bad_list.append((int(c.bad_index),
+                                         (c.bad_msg or b"").decode("utf-8", "replace")))
+                    return 0
+                except BaseException as e:  # noqa: B902
+                    pending.append(e)
+                    return 1
+
+            cb = L.VERIFY_FN(on_verify)
+            bad = ctypes.c_uint64()
+            rc = lib.dlc_store_verify(st.h, cb, None, ctypes.byref(bad))
+            err = error_for(rc, "dlcache.info(%s, verify=True)" % out["path"]) if rc < 0 else None
+            if pending:
+                raise pending[0]
+            if err is not None:
+                err.bad = bad_list
+                if isinstance(err, CorruptError) and bad.value:
+                    err.args = ("%s (%d bad records)" % (err, bad.value),)
+                    err._text = err.args[0]
+                raise err
+            out["verified"] = True
+        return out
+

@@ -1,0 +1,101 @@
+"""dlcache.build() and dlcache.info() over the C builder and store reader."""
+
+import os
+import subprocess
+
+import pytest
+
+from conftest import DEMO_CLASSES, DEMO_COUNT, STORE_SIZE, require_lib, tool
+
+require_lib("dlc_build", "dlc_store_open")
+
+import dlcache  # noqa: E402
+
+
+def test_info_of_session_store(store, demo_dir):
+    i = dlcache.info(store)
+    assert i.count == DEMO_COUNT and i.num_labels == DEMO_CLASSES
+    assert (i.height, i.width, i.channels) == (STORE_SIZE, STORE_SIZE, 3)
+    assert i.encoding == "raw" and i.format_version == 1
+    assert sum(i.label_counts) == DEMO_COUNT
+    assert i.classes == sorted(os.listdir(demo_dir))
+    assert i.payload_bytes == DEMO_COUNT * STORE_SIZE * STORE_SIZE * 3
+    assert i.file_bytes == os.path.getsize(store)
+    assert not i.verified
+    assert dlcache.info(store, verify=True).verified
+
+
+def test_build_report_progress_and_jpeg(demo_dir, tmp_path):
+    seen = []
+    out = tmp_path / "j.dlc"
+    r = dlcache.build(str(demo_dir), out, size=48, encoding="jpeg", quality=80, threads=2,
+                      progress=lambda p: seen.append(p))
+    assert r.count == DEMO_COUNT and r.skipped == 0 and r.skips == []
+    assert r.file_bytes == os.path.getsize(out) and r.images_per_s > 0
+    i = dlcache.info(out)
+    assert i.encoding == "jpeg" and i.content_digest == r.content_digest
+    assert all(p["done"] <= p["total"] for p in seen)
+    # Same sources, same options: same content whatever the thread count.
+    r1 = dlcache.build(str(demo_dir), tmp_path / "j1.dlc", size=48, encoding="jpeg",
+                       quality=80, threads=1)
+    assert r1.content_digest == r.content_digest
+
+
+def test_build_matches_cachebuild(demo_dir, store, tmp_path):
+    """The binding builds the same store content as the command-line tool."""
+    out = tmp_path / "cli.dlc"
+    subprocess.run([tool("cachebuild"), str(demo_dir), "-o", str(out), "--size",
+                    str(STORE_SIZE)], check=True, capture_output=True)
+    assert dlcache.info(out).content_digest == dlcache.info(store).content_digest
+
+
+def many_images(demo_dir, tmp_path, copies=12):
+    """An ImageFolder of links to the demo images, large enough that a
+    one-thread build outlasts the first progress call (after 0.1 s)."""
+    src = tmp_path / "many"
+    for cls in sorted(os.listdir(demo_dir)):
+        (src / cls).mkdir(parents=True)
+        for name in os.listdir(demo_dir / cls):
+            for k in range(copies):
+                os.symlink(demo_dir / cls / name, src / cls / ("%d_%s" % (k, name)))
+    return src
+
+
+def test_build_cancel_leaves_no_store(demo_dir, tmp_path):
+    out = tmp_path / "c.dlc"
+    calls = []
+    with pytest.raises(dlcache.CanceledError):
+        dlcache.build(many_images(demo_dir, tmp_path), out, size=32, threads=1,
+                      progress=lambda p: calls.append(p) or True)
+    assert len(calls) == 1 and calls[0]["done"] < calls[0]["total"]
+    assert not out.exists()
+    assert not [f for f in os.listdir(tmp_path) if f.startswith("c.dlc")]
+
+
+def test_build_keyboard_interrupt_in_callback(demo_dir, tmp_path):
+    def boom(p):
+        raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        dlcache.build(many_images(demo_dir, tmp_path), tmp_path / "k.dlc", size=32, threads=1,
+                      progress=boom)
+    assert not (tmp_path / "k.dlc").exists()
+
+
+def test_skipped_file_is_reported(demo_dir, tmp_path):
+    src = tmp_path / "src"
+    cls = src / "a"
+    cls.mkdir(parents=True)
+    some = sorted(os.listdir(demo_dir / os.listdir(demo_dir)[0]))[:3]
+    for n in some:
+        os.symlink(demo_dir / os.listdir(demo_dir)[0] / n, cls / n)
+    (cls / "zz_broken.jpg").write_bytes(b"\xff\xd8\xff garbage")
+    r = dlcache.build(src, tmp_path / "s.dlc", size=32)
+    assert r.count == 3 and r.skipped == 1
+    assert r.skips[0][0].endswith("zz_broken.jpg") and r.skips[0][1]
+    with pytest.raises(dlcache.DecodeError, match="zz_broken.jpg"):
+        dlcache.build(src, tmp_path / "t.dlc", size=32, strict=True)
+
+
+def test_version():
+    v = dlcache.version()
+    assert v.count(".") == 2 and os.path.isfile(dlcache.library_path)
