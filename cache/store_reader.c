@@ -259,7 +259,9 @@ dlc_status dlc_store_open(const char *path, uint32_t flags, dlc_store **out)
     mrc = mdb_get(txn, dbi_meta, &fk, &fv);
     FAIL_IF(mrc != 0, lmdb_status(mrc), "%s: metadata: %s", path, mdb_strerror(mrc));
     const uintptr_t base = (uintptr_t)fv.mv_data - (uintptr_t)fmt->val_off;
-    FAIL_IF(base % (uintptr_t)layout.psize != 0 || fv.mv_size != fmt->val_len, DLC_ECORRUPT,
+    const long os_page = sysconf(_SC_PAGESIZE);
+    FAIL_IF(base % (uintptr_t)(os_page > 0 ? os_page : 4096) != 0 || fv.mv_size != fmt->val_len,
+            DLC_ECORRUPT,
             "%s: corrupt: LMDB and the page walk disagree on the metadata", path);
     s->map = (const uint8_t *)base;
     if (flags & DLC_STORE_SEQUENTIAL)
