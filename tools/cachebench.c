@@ -564,61 +564,82 @@ static size_t ceiling_source_bytes(void)
     return want;
 }
 
+/* The ceiling's buffers, made once and used for the windows before and
+ * after the loader. */
+typedef struct ceiling {
+    ceiling_shared sh;
+    ceiling_arg *args;
+    uint8_t *src;
+    size_t src_bytes;
+    int threads;
+} ceiling;
+
+static void ceiling_free(ceiling *c)
+{
+    if (c->args)
+        for (int t = 0; t < c->threads; t++)
+            free(c->args[t].dst);
+    free(c->args);
+    free(c->src);
+    memset(c, 0, sizeof *c);
+}
+
+static int ceiling_setup(ceiling *c, int threads, uint32_t batch, size_t sample_bytes)
+{
+    memset(c, 0, sizeof *c);
+    const size_t stride = (sample_bytes + 63) & ~(size_t)63;
+    c->threads = threads;
+    c->src_bytes = ceiling_source_bytes();
+    if (c->src_bytes < stride * 4)
+        c->src_bytes = stride * 4;
+    c->src = xaligned(c->src_bytes);
+    c->args = calloc((size_t)threads, sizeof *c->args);
+    if (!c->src || !c->args)
+        goto oom;
+    /* Touch every page now so that page faults are not timed, with bytes
+     * that are not all zero (no zero-page tricks). */
+    for (size_t i = 0; i < c->src_bytes; i += 8) {
+        const uint64_t v = mix64(i);
+        memcpy(c->src + i, &v, c->src_bytes - i < 8 ? c->src_bytes - i : 8);
+    }
+    c->sh = (ceiling_shared){.src = c->src,
+                             .slots = c->src_bytes / stride,
+                             .slot_stride = stride,
+                             .sample_bytes = sample_bytes,
+                             .batch = batch};
+    atomic_init(&c->sh.sync.failed, 0);
+    for (int t = 0; t < threads; t++) {
+        c->args[t].sh = &c->sh;
+        c->args[t].seed = 0x5eed0000u + (uint64_t)t;
+        c->args[t].dst = xaligned((size_t)batch * sample_bytes);
+        if (!c->args[t].dst)
+            goto oom;
+        memset(c->args[t].dst, 1, (size_t)batch * sample_bytes);
+    }
+    return 0;
+oom:
+    fprintf(stderr, TOOL ": error: out of memory for the memcpy ceiling\n");
+    ceiling_free(c);
+    return -1;
+}
+
 typedef struct ceiling_result {
     double seconds;
     uint64_t samples;
     double gbytes_per_s;
-    size_t source_bytes;
 } ceiling_result;
 
-static int measure_ceiling(int threads, uint32_t batch, size_t sample_bytes, double seconds,
-                           ceiling_result *res)
+static void ceiling_run(ceiling *c, double seconds, ceiling_result *res)
 {
-    memset(res, 0, sizeof *res);
-    const size_t stride = (sample_bytes + 63) & ~(size_t)63;
-    size_t src_bytes = ceiling_source_bytes();
-    if (src_bytes < stride * 4)
-        src_bytes = stride * 4;
-    uint8_t *src = xaligned(src_bytes);
-    ceiling_arg *args = calloc((size_t)threads, sizeof *args);
-    int rc = -1;
-    if (!src || !args)
-        goto done;
-    /* Touch every page now so that page faults are not timed, with bytes
-     * that are not all zero (no zero-page tricks). */
-    for (size_t i = 0; i < src_bytes; i += 8) {
-        const uint64_t v = mix64(i);
-        memcpy(src + i, &v, src_bytes - i < 8 ? src_bytes - i : 8);
-    }
-    ceiling_shared sh = {.src = src,
-                         .slots = src_bytes / stride,
-                         .slot_stride = stride,
-                         .sample_bytes = sample_bytes,
-                         .batch = batch};
-    atomic_init(&sh.sync.failed, 0);
-    for (int t = 0; t < threads; t++) {
-        args[t].sh = &sh;
-        args[t].seed = 0x5eed0000u + (uint64_t)t;
-        args[t].dst = xaligned((size_t)batch * sample_bytes);
-        if (!args[t].dst)
-            goto done;
-        memset(args[t].dst, 1, (size_t)batch * sample_bytes);
-    }
-    res->seconds = run_window(threads, ceiling_worker, args, sizeof *args, &sh.sync, seconds);
-    for (int t = 0; t < threads; t++)
-        res->samples += args[t].samples;
-    res->gbytes_per_s = (double)res->samples * (double)sample_bytes / res->seconds / 1e9;
-    res->source_bytes = src_bytes;
-    rc = 0;
-done:
-    if (rc != 0)
-        fprintf(stderr, TOOL ": error: out of memory for the memcpy ceiling\n");
-    if (args)
-        for (int t = 0; t < threads; t++)
-            free(args[t].dst);
-    free(args);
-    free(src);
-    return rc;
+    for (int t = 0; t < c->threads; t++)
+        c->args[t].samples = 0;
+    res->seconds = run_window(c->threads, ceiling_worker, c->args, sizeof *c->args, &c->sh.sync,
+                              seconds);
+    res->samples = 0;
+    for (int t = 0; t < c->threads; t++)
+        res->samples += c->args[t].samples;
+    res->gbytes_per_s =
+        (double)res->samples * (double)c->sh.sample_bytes / res->seconds / 1e9;
 }
 
 /* ---- load: the decode-every-epoch path ------------------------------------------------------- */
@@ -1241,16 +1262,30 @@ static int cmd_load(int argc, char **argv)
         resident_after = 0;
     const int threads = (int)o.cfg.threads;
 
-    ceiling_result ceil;
-    if (measure_ceiling(threads, o.cfg.batch_size, sample_bytes, o.seconds, &ceil) != 0) {
+    /* The ceiling is measured on both sides of the loader, half the window
+     * each, and averaged: on a shared machine the load changes within
+     * seconds, and a ceiling taken only before would move the ratio with it. */
+    const double half = o.seconds / 2 > 0.5 ? o.seconds / 2 : 0.5;
+    ceiling cl;
+    if (ceiling_setup(&cl, threads, o.cfg.batch_size, sample_bytes) != 0) {
         dlc_store_close(store);
         return 1;
     }
+    ceiling_result ceil, ceil_after;
+    ceiling_run(&cl, half, &ceil);
     loader_result lr;
     if (measure_loader(&o, &lr) != 0) {
+        ceiling_free(&cl);
         dlc_store_close(store);
         return 1;
     }
+    ceiling_run(&cl, half, &ceil_after);
+    const size_t ceil_source_bytes = cl.src_bytes;
+    ceiling_free(&cl);
+    const double ceil_before_gbps = ceil.gbytes_per_s;
+    ceil.samples += ceil_after.samples;
+    ceil.seconds += ceil_after.seconds;
+    ceil.gbytes_per_s = (double)ceil.samples * (double)sample_bytes / ceil.seconds / 1e9;
     jpeg_result jr = {0};
     if (o.jpeg_dir) {
         if (info.height == 0 || info.width != info.height) {
@@ -1332,7 +1367,9 @@ static int cmd_load(int argc, char **argv)
         tool_json_u64(&j, "rss_end_bytes", lr.rss_end);
         tool_json_u64(&j, "anon_end_bytes", lr.anon_end);
         tool_json_f64(&j, "ceiling_seconds", ceil.seconds);
-        tool_json_u64(&j, "ceiling_source_bytes", ceil.source_bytes);
+        tool_json_f64(&j, "ceiling_before_gbytes_per_s", ceil_before_gbps);
+        tool_json_f64(&j, "ceiling_after_gbytes_per_s", ceil_after.gbytes_per_s);
+        tool_json_u64(&j, "ceiling_source_bytes", ceil_source_bytes);
         if (o.jpeg_dir) {
             tool_json_str(&j, "jpeg_dir", o.jpeg_dir);
             tool_json_u64(&j, "jpeg_files", jr.files);
