@@ -461,9 +461,11 @@ dlc_status dlc_build(const char *const *sources, size_t nsources, const char *ou
         }
     }
     atomic_store(&p.stop, 1);
-    for (uint32_t t = 0; t < nworkers; t++)
+    for (uint32_t t = 0; t < nworkers; t++) {
         if (workers[t].started)
             pthread_join(workers[t].tid, NULL);
+        workers[t].started = 0;
+    }
 
     rep->count = dlc__store_writer_count(wr);
     rep->bytes_in = prog.bytes_in;

@@ -197,7 +197,8 @@ static dlc_status scan_files(dlc__source_set *s, const char *dir, int64_t label,
         if ((rc = strlist_push(&names, strdup(e->d_name))) < 0)
             goto fail;
     }
-    qsort(names.v, names.n, sizeof *names.v, cmp_str);
+    if (names.n > 1)
+        qsort(names.v, names.n, sizeof *names.v, cmp_str);
     for (size_t i = 0; i < names.n; i++) {
         char *path = join(dir, names.v[i]);
         FAIL_IF(!path, -ENOMEM, "ImageFolder scan: out of memory");
