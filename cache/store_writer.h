@@ -33,8 +33,10 @@ dlc_status dlc__store_writer_open(const char *final_path, int force, uint64_t si
 /* Append record number w->count. Copies the payload into LMDB (MDB_RESERVE + memcpy of
  * header and payload). Commits a write txn every ~256 MiB or 4096 records. Grows the
  * map before it can fill. The label must be in 0..2^24-1 here and below num_labels at
- * finish; a raw payload must hold exactly height*width*channels bytes. After a failure
- * the writer only accepts dlc__store_writer_abort(). */
+ * finish; a raw payload must hold exactly height*width*channels bytes, and every record
+ * shares the first record's encoding. A record refused for its arguments (DLC_EINVAL)
+ * leaves the writer usable; after a write failure (disk full, I/O error) the writer only
+ * accepts dlc__store_writer_abort() (finish then fails with DLC_ESTATE). */
 dlc_status dlc__store_writer_put(dlc__store_writer *w, int64_t label, uint32_t height,
                                  uint32_t width, uint32_t channels, uint32_t encoding,
                                  const void *payload, size_t size);
