@@ -1,0 +1,642 @@
+/* The download itself: a probe for size and ETag, then parallel ranged GETs on
+ * libcurl's multi interface, each written at its offset with pwrite(), each
+ * response checked (status, Content-Range, ETag, length), failures retried
+ * with backoff, and completed chunks journaled by a thread of their own once
+ * their bytes are synced. */
+#include "internal.h"
+#include "warm_internal.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Why a write callback stopped a transfer (libcurl then says WRITE_ERROR). */
+enum abort_reason {
+    ABORT_NONE = 0,
+    ABORT_RANGE,   /* Content-Range is not the range we asked for. */
+    ABORT_IGNORED, /* 200 (whole object) to a request for a part. */
+    ABORT_LONG,    /* More bytes than asked for. */
+    ABORT_CHANGED, /* The ETag is not the one the download started with. */
+    ABORT_IO,      /* pwrite() failed: errno in io_errno. */
+    ABORT_PROBE,   /* The probe has its headers and stops on purpose. */
+};
+
+/* One transfer slot: an easy handle and the chunk it is working on. */
+typedef struct xfer {
+    CURL *h;
+    struct curl_slist *hdrs;
+    dlc__warm_fetch_job *job;
+    char errbuf[CURL_ERROR_SIZE];
+    int active;    /* Added to the multi handle. */
+    int assigned;  /* Holds a chunk (active, or waiting for its retry time). */
+    uint64_t chunk;
+    uint64_t start; /* This attempt's first byte (after bytes of earlier attempts). */
+    uint64_t end;   /* Inclusive last byte of the chunk. */
+    uint64_t got;   /* Bytes written by this attempt. */
+    unsigned attempts;
+    double retry_at;
+    /* The response, from the header callback. */
+    long status;
+    int have_range;
+    uint64_t cr_start, cr_end, cr_total;
+    int64_t content_length;
+    char etag[DLC__WARM_ETAG_MAX];
+    int checked; /* Headers checked at the first body byte. */
+    enum abort_reason why;
+    int io_errno;
+    char body[DLC__WARM_ERRBODY_MAX];
+    size_t body_len;
+} xfer;
+
+static void trim_value(const char *v, size_t n, char *out, size_t cap)
+{
+    while (n > 0 && (*v == ' ' || *v == '\t')) {
+        v++;
+        n--;
+    }
+    while (n > 0 && (v[n - 1] == '\r' || v[n - 1] == '\n' || v[n - 1] == ' '))
+        n--;
+    if (n >= cap)
+        n = cap - 1;
+    memcpy(out, v, n);
+    out[n] = '\0';
+}
+
+static void reset_response(xfer *x)
+{
+    x->status = 0;
+    x->have_range = 0;
+    x->content_length = -1;
+    x->etag[0] = '\0';
+    x->checked = 0;
+    x->why = ABORT_NONE;
+    x->body_len = 0;
+    x->body[0] = '\0';
+}
+
+static size_t on_header(char *p, size_t size, size_t n, void *user)
+{
+    xfer *x = user;
+    const size_t len = size * n;
+    if (len >= 5 && strncmp(p, "HTTP/", 5) == 0) {
+        /* A new response (after a redirect or a 100): forget the previous. */
+        reset_response(x);
+        const char *sp = memchr(p, ' ', len);
+        if (sp)
+            x->status = strtol(sp + 1, NULL, 10);
+        return len;
+    }
+    const char *colon = memchr(p, ':', len);
+    if (!colon)
+        return len;
+    const size_t klen = (size_t)(colon - p);
+    const char *v = colon + 1;
+    const size_t vlen = len - klen - 1;
+    char val[256];
+    if (klen == 13 && strncasecmp(p, "Content-Range", 13) == 0) {
+        trim_value(v, vlen, val, sizeof val);
+        x->have_range =
+            dlc__warm_parse_content_range(val, &x->cr_start, &x->cr_end, &x->cr_total) == 0;
+    } else if (klen == 14 && strncasecmp(p, "Content-Length", 14) == 0) {
+        trim_value(v, vlen, val, sizeof val);
+        char *end = NULL;
+        const unsigned long long cl = strtoull(val, &end, 10);
+        x->content_length = (end && *end == '\0' && end != val) ? (int64_t)cl : -1;
+    } else if (klen == 4 && strncasecmp(p, "ETag", 4) == 0) {
+        trim_value(v, vlen, x->etag, sizeof x->etag);
+    }
+    return len;
+}
+
+static int is_ok_status(long s)
+{
+    return s == 200 || s == 206;
+}
+
+/* Check a response's headers against the request before its first byte is
+ * written anywhere. */
+static enum abort_reason check_headers(xfer *x)
+{
+    const dlc__warm_fetch_job *job = x->job;
+    const uint64_t size = job->obj->size;
+    const char *want_etag = job->obj->etag;
+    if (*want_etag && *x->etag && strcmp(want_etag, x->etag) != 0)
+        return ABORT_CHANGED;
+    if (x->status == 200) {
+        /* A whole-object answer is only right when the whole object is what
+         * this attempt asked for. */
+        if (x->start != 0 || x->end + 1 != size)
+            return ABORT_IGNORED;
+        if (x->content_length >= 0 && (uint64_t)x->content_length != size)
+            return ABORT_CHANGED;
+        return ABORT_NONE;
+    }
+    if (!x->have_range || x->cr_start != x->start || x->cr_end != x->end ||
+        (x->cr_total != UINT64_MAX && x->cr_total != size))
+        return x->have_range && x->cr_total != UINT64_MAX && x->cr_total != size ? ABORT_CHANGED
+                                                                                : ABORT_RANGE;
+    if (x->content_length >= 0 && (uint64_t)x->content_length != x->end - x->start + 1)
+        return ABORT_RANGE;
+    return ABORT_NONE;
+}
+
+static size_t on_body(char *p, size_t size, size_t n, void *user)
+{
+    xfer *x = user;
+    const size_t len = size * n;
+    if (!is_ok_status(x->status)) {
+        /* An error answer: keep its start for the message, write nothing. */
+        const size_t room = sizeof x->body - 1 - x->body_len;
+        const size_t take = len < room ? len : room;
+        memcpy(x->body + x->body_len, p, take);
+        x->body_len += take;
+        x->body[x->body_len] = '\0';
+        return len;
+    }
+    if (!x->job) {
+        /* The probe: headers are all it wanted. */
+        x->why = ABORT_PROBE;
+        return 0;
+    }
+    if (!x->checked) {
+        x->why = check_headers(x);
+        if (x->why != ABORT_NONE)
+            return 0;
+        x->checked = 1;
+    }
+    const uint64_t want = x->end - x->start + 1;
+    if (x->got + len > want) {
+        x->why = ABORT_LONG;
+        return 0;
+    }
+    const char *b = p;
+    size_t left = len;
+    off_t off = (off_t)(x->start + x->got);
+    while (left > 0) {
+        const ssize_t w = pwrite(x->job->fd, b, left, off);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            x->why = ABORT_IO;
+            x->io_errno = errno;
+            return 0;
+        }
+        b += w;
+        left -= (size_t)w;
+        off += w;
+    }
+    x->got += len;
+    x->job->downloaded += len;
+    return len;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The journal thread: fdatasync the data, then record the chunks that the
+ * sync made durable. Syncing on the transfer thread would stop every
+ * connection for the length of each sync. */
+
+typedef struct syncer {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    dlc__warm_fetch_job *job;
+    uint64_t *pending; /* Chunks complete in the page cache, not yet journaled. */
+    size_t npending;
+    uint64_t *batch;   /* The syncer's own copy while it works. */
+    int stop;
+    dlc_status rc;     /* First failure; the transfer thread stops on it. */
+    char msg[1024];
+} syncer;
+
+static void *sync_main(void *arg)
+{
+    syncer *s = arg;
+    dlc__warm_fetch_job *job = s->job;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (s->npending == 0 && !s->stop)
+            pthread_cond_wait(&s->cv, &s->mu);
+        if (s->npending == 0 && s->stop)
+            break;
+        const size_t n = s->npending;
+        memcpy(s->batch, s->pending, n * sizeof *s->batch);
+        s->npending = 0;
+        pthread_mutex_unlock(&s->mu);
+        dlc_status rc = DLC_OK;
+        /* Data first, then the record that claims it: a journal entry must
+         * never name bytes that a power cut could still lose. */
+        if (fdatasync(job->fd) < 0)
+            rc = dlc__errorf(-errno, "%s: fdatasync: %s", job->part_path, strerror(errno));
+        else
+            rc = dlc__warm_journal_append(job->journal_fd, job->journal_path, job->jid, s->batch,
+                                          n);
+        pthread_mutex_lock(&s->mu);
+        if (rc < 0 && s->rc == DLC_OK) {
+            s->rc = rc;
+            snprintf(s->msg, sizeof s->msg, "%s", dlc_errmsg());
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+static void sync_push(syncer *s, uint64_t chunk)
+{
+    pthread_mutex_lock(&s->mu);
+    s->pending[s->npending++] = chunk;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static dlc_status sync_failed(syncer *s)
+{
+    pthread_mutex_lock(&s->mu);
+    const dlc_status rc = s->rc;
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+
+static dlc_status start_attempt(CURLM *m, xfer *x)
+{
+    dlc__warm_fetch_job *job = x->job;
+    curl_slist_free_all(x->hdrs);
+    x->hdrs = NULL;
+    const int whole = x->start == 0 && x->end + 1 == job->obj->size && !job->obj->ranges;
+    dlc_status rc = dlc__warm_request_headers(job->src, x->start, whole ? UINT64_MAX : x->end,
+                                              job->obj->etag, &x->hdrs);
+    if (rc < 0)
+        return rc;
+    curl_easy_setopt(x->h, CURLOPT_HTTPHEADER, x->hdrs);
+    reset_response(x);
+    x->got = 0;
+    x->errbuf[0] = '\0';
+    const CURLMcode mc = curl_multi_add_handle(m, x->h);
+    if (mc != CURLM_OK)
+        return dlc__errorf(-ENOMEM, "warm: curl_multi_add_handle: %s", curl_multi_strerror(mc));
+    x->active = 1;
+    return DLC_OK;
+}
+
+static const char *reason_text(enum abort_reason r)
+{
+    switch (r) {
+    case ABORT_RANGE:
+        return "the Content-Range or length of the answer is not the range asked for";
+    case ABORT_IGNORED:
+        return "the server ignored the Range header and sent the whole object";
+    case ABORT_LONG:
+        return "the server sent more bytes than asked for";
+    case ABORT_CHANGED:
+        return "the object changed during the download (ETag or size differ); run again to "
+               "start over";
+    default:
+        return "transfer stopped";
+    }
+}
+
+/* Decide what a finished attempt means: DLC_OK with *complete set, a
+ * retry (returns 1), or a fatal error. */
+static int finish_attempt(xfer *x, CURLcode res, dlc_status *fatal, char *why, size_t whycap)
+{
+    dlc__warm_fetch_job *job = x->job;
+    const char *shown = job->src->shown;
+    why[0] = '\0';
+    if (res == CURLE_OK && is_ok_status(x->status)) {
+        if (x->got == x->end - x->start + 1)
+            return 0;
+        snprintf(why, whycap, "short answer: %" PRIu64 " of %" PRIu64 " bytes", x->got,
+                 x->end - x->start + 1);
+        return 1;
+    }
+    if (res == CURLE_WRITE_ERROR && x->why != ABORT_NONE) {
+        if (x->why == ABORT_IO) {
+            *fatal = dlc__errorf(-x->io_errno, "%s: write at offset %" PRIu64 ": %s",
+                                 job->part_path, x->start + x->got, strerror(x->io_errno));
+        } else {
+            *fatal = dlc__errorf(x->why == ABORT_CHANGED ? DLC_ECHANGED : DLC_ECORRUPT,
+                                 "%s: bytes %" PRIu64 "-%" PRIu64 ": %s", shown, x->start,
+                                 x->end, reason_text(x->why));
+        }
+        return -1;
+    }
+    if (res == CURLE_OK) {
+        char said[600];
+        dlc__warm_describe_body(x->body, x->body_len, said, sizeof said);
+        if (dlc__warm_retryable_http(x->status)) {
+            snprintf(why, whycap, "HTTP %ld%s%s", x->status, *said ? ": " : "", said);
+            return 1;
+        }
+        *fatal = dlc__errorf(x->status == 412 ? DLC_ECHANGED : DLC_EHTTP,
+                             "%s: HTTP %ld%s%s", shown, x->status, *said ? ": " : "",
+                             *said ? said : "(no detail from the server)");
+        return -1;
+    }
+    const char *detail = x->errbuf[0] ? x->errbuf : curl_easy_strerror(res);
+    if (dlc__warm_retryable_curl(res)) {
+        snprintf(why, whycap, "%s", detail);
+        return 1;
+    }
+    *fatal = dlc__errorf(DLC_ENETWORK, "%s: %s", shown, detail);
+    return -1;
+}
+
+static int want_cancel(dlc__warm_fetch_job *job, const xfer *xs, size_t nx, double *last)
+{
+    const dlc_warm_options *opt = job->opt;
+    if (!opt->progress)
+        return 0;
+    const double now = dlc__warm_now();
+    if (now - *last < 0.1)
+        return 0;
+    *last = now;
+    uint64_t partial = 0;
+    for (size_t i = 0; i < nx; i++)
+        if (xs[i].assigned)
+            partial += xs[i].start - (xs[i].chunk * job->chunk_size) + (xs[i].active ? xs[i].got : 0);
+    dlc_warm_progress p = {.total = job->obj->size,
+                           .done = job->done_bytes + partial,
+                           .downloaded = job->downloaded,
+                           .seconds = now - job->t0,
+                           .verifying = 0};
+    return opt->progress(opt->progress_user, &p) != 0;
+}
+
+dlc_status dlc__warm_fetch(dlc__warm_fetch_job *job)
+{
+    dlc_status rc = DLC_OK;
+    const dlc_warm_options *opt = job->opt;
+    const uint64_t size = job->obj->size;
+    const uint32_t max_retries = opt->max_retries ? opt->max_retries : DLC__WARM_DEFAULT_RETRIES;
+    uint64_t missing = 0;
+    for (uint64_t c = 0; c < job->nchunks; c++)
+        missing += !job->done[c];
+    if (missing == 0)
+        return DLC_OK;
+    size_t nx = opt->connections ? opt->connections : DLC__WARM_DEFAULT_CONNECTIONS;
+    if (nx > missing)
+        nx = (size_t)missing;
+
+    CURLM *m = curl_multi_init();
+    xfer *xs = calloc(nx, sizeof *xs);
+    syncer sy;
+    memset(&sy, 0, sizeof sy);
+    int sync_started = 0;
+    uint64_t rng = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^ (uint64_t)(dlc__warm_now() * 1e9);
+    FAIL_IF(!m || !xs, -ENOMEM, "warm: out of memory");
+    curl_multi_setopt(m, CURLMOPT_MAX_HOST_CONNECTIONS, (long)nx);
+    for (size_t i = 0; i < nx; i++) {
+        xs[i].job = job;
+        xs[i].h = curl_easy_init();
+        FAIL_IF(!xs[i].h, -ENOMEM, "warm: out of memory");
+        CHECK(dlc__warm_easy_setup(xs[i].h, job->src, opt));
+        curl_easy_setopt(xs[i].h, CURLOPT_WRITEFUNCTION, on_body);
+        curl_easy_setopt(xs[i].h, CURLOPT_WRITEDATA, &xs[i]);
+        curl_easy_setopt(xs[i].h, CURLOPT_HEADERFUNCTION, on_header);
+        curl_easy_setopt(xs[i].h, CURLOPT_HEADERDATA, &xs[i]);
+        curl_easy_setopt(xs[i].h, CURLOPT_ERRORBUFFER, xs[i].errbuf);
+        curl_easy_setopt(xs[i].h, CURLOPT_PRIVATE, &xs[i]);
+    }
+    if (job->journal_fd >= 0) {
+        sy.job = job;
+        sy.pending = malloc(job->nchunks * sizeof *sy.pending);
+        sy.batch = malloc(job->nchunks * sizeof *sy.batch);
+        FAIL_IF(!sy.pending || !sy.batch, -ENOMEM, "warm: out of memory");
+        pthread_mutex_init(&sy.mu, NULL);
+        pthread_cond_init(&sy.cv, NULL);
+        const int e = pthread_create(&sy.thread, NULL, sync_main, &sy);
+        if (e != 0) {
+            pthread_mutex_destroy(&sy.mu);
+            pthread_cond_destroy(&sy.cv);
+            FAIL_IF(1, -e, "warm: cannot start the journal thread: %s", strerror(e));
+        }
+        sync_started = 1;
+    }
+
+    uint64_t next = 0; /* Next chunk index to look at for assignment. */
+    double last_progress = 0.0;
+    while (missing > 0) {
+        const double now = dlc__warm_now();
+        for (size_t i = 0; i < nx; i++) {
+            xfer *x = &xs[i];
+            if (x->active)
+                continue;
+            if (!x->assigned) {
+                while (next < job->nchunks && job->done[next])
+                    next++;
+                if (next >= job->nchunks)
+                    continue;
+                x->assigned = 1;
+                x->chunk = next++;
+                x->start = x->chunk * job->chunk_size;
+                x->end = x->start + job->chunk_size - 1;
+                if (x->end >= size)
+                    x->end = size - 1;
+                x->attempts = 0;
+                x->retry_at = 0;
+                job->chunks_fetched++;
+            }
+            if (now >= x->retry_at)
+                CHECK(start_attempt(m, x));
+        }
+
+        int running = 0;
+        CURLMcode mc = curl_multi_perform(m, &running);
+        FAIL_IF(mc != CURLM_OK, DLC_ENETWORK, "warm: curl_multi_perform: %s",
+                curl_multi_strerror(mc));
+        CURLMsg *msg;
+        int left;
+        while ((msg = curl_multi_info_read(m, &left))) {
+            if (msg->msg != CURLMSG_DONE)
+                continue;
+            xfer *x = NULL;
+            curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&x);
+            const CURLcode res = msg->data.result;
+            curl_multi_remove_handle(m, x->h);
+            x->active = 0;
+            dlc_status fatal = DLC_OK;
+            char why[700];
+            const int verdict = finish_attempt(x, res, &fatal, why, sizeof why);
+            if (verdict < 0) {
+                rc = fatal;
+                goto fail;
+            }
+            if (verdict == 0) {
+                job->done[x->chunk] = 1;
+                job->done_bytes += x->end - (x->chunk * job->chunk_size) + 1;
+                x->assigned = 0;
+                missing--;
+                if (sync_started)
+                    sync_push(&sy, x->chunk);
+                continue;
+            }
+            /* Retry what is still missing of the chunk. Bytes that arrived
+             * in a checked answer are in place, so the next attempt asks for
+             * the rest only; an attempt that made progress resets the count. */
+            x->start += x->got;
+            x->attempts = x->got > 0 ? 1 : x->attempts + 1;
+            job->retries++;
+            if (x->attempts > max_retries) {
+                rc = dlc__errorf(DLC_ENETWORK,
+                                 "%s: bytes %" PRIu64 "-%" PRIu64 ": gave up after %u attempts: %s",
+                                 job->src->shown, x->start, x->end, x->attempts, why);
+                goto fail;
+            }
+            const double delay = dlc__warm_backoff(x->attempts, &rng);
+            x->retry_at = dlc__warm_now() + delay;
+            dlc__logf(opt->log, opt->log_user, DLC_LOG_WARN,
+                      "%s: bytes %" PRIu64 "-%" PRIu64 ": %s; retry %u in %.2f s",
+                      job->src->shown, x->start, x->end, why, x->attempts, delay);
+        }
+        if (sync_started)
+            CHECK(sync_failed(&sy));
+        if (want_cancel(job, xs, nx, &last_progress)) {
+            rc = dlc__errorf(DLC_ECANCELED, "%s: download canceled; a rerun resumes it",
+                             job->src->shown);
+            goto fail;
+        }
+        if (missing == 0)
+            break;
+        /* Sleep until a socket is ready, a retry is due, or 100 ms pass
+         * (the progress callback's pace). */
+        double wait = 0.1;
+        const double now2 = dlc__warm_now();
+        for (size_t i = 0; i < nx; i++)
+            if (xs[i].assigned && !xs[i].active) {
+                const double d = xs[i].retry_at - now2;
+                if (d < wait)
+                    wait = d;
+            }
+        if (wait > 0) {
+            mc = curl_multi_poll(m, NULL, 0, (int)(wait * 1000.0) + 1, NULL);
+            FAIL_IF(mc != CURLM_OK, DLC_ENETWORK, "warm: curl_multi_poll: %s",
+                    curl_multi_strerror(mc));
+        }
+    }
+fail:
+    if (xs) {
+        for (size_t i = 0; i < nx; i++) {
+            if (xs[i].active)
+                curl_multi_remove_handle(m, xs[i].h);
+            if (xs[i].h)
+                curl_easy_cleanup(xs[i].h);
+            curl_slist_free_all(xs[i].hdrs);
+        }
+    }
+    if (sync_started) {
+        /* Let the journal catch up with every chunk that did complete, also
+         * on failure: that is what the rerun resumes from. */
+        pthread_mutex_lock(&sy.mu);
+        sy.stop = 1;
+        pthread_cond_signal(&sy.cv);
+        pthread_mutex_unlock(&sy.mu);
+        pthread_join(sy.thread, NULL);
+        if (rc == DLC_OK && sy.rc < 0)
+            rc = dlc__errorf(sy.rc, "%s", sy.msg);
+        pthread_mutex_destroy(&sy.mu);
+        pthread_cond_destroy(&sy.cv);
+    }
+    free(sy.pending);
+    free(sy.batch);
+    free(xs);
+    if (m)
+        curl_multi_cleanup(m);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+
+dlc_status dlc__warm_probe(const dlc__warm_source *src, const dlc_warm_options *opt,
+                           dlc__warm_object *obj, uint32_t *retries)
+{
+    dlc_status rc = DLC_OK;
+    memset(obj, 0, sizeof *obj);
+    const uint32_t max_retries = opt->max_retries ? opt->max_retries : DLC__WARM_DEFAULT_RETRIES;
+    const uint64_t chunk = opt->chunk_size ? opt->chunk_size : DLC__WARM_DEFAULT_CHUNK;
+    uint64_t rng = (uint64_t)getpid() ^ (uint64_t)(dlc__warm_now() * 1e9);
+    xfer *x = calloc(1, sizeof *x);
+    CURL *h = curl_easy_init();
+    FAIL_IF(!x || !h, -ENOMEM, "warm: out of memory");
+    CHECK(dlc__warm_easy_setup(h, src, opt));
+    /* Ask for the first chunk and stop at the first body byte: this works
+     * for pre-signed GET URLs, where a HEAD would not match the signature. */
+    CHECK(dlc__warm_request_headers(src, 0, chunk - 1, NULL, &x->hdrs));
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, x->hdrs);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, x);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, x->errbuf);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, x);
+    /* Without a job, on_body() stops at the first byte of a 2xx answer. */
+    for (unsigned attempt = 1;; attempt++) {
+        reset_response(x);
+        x->errbuf[0] = '\0';
+        x->job = NULL;
+        const CURLcode res = curl_easy_perform(h);
+        const long status = x->status;
+        if ((res == CURLE_OK || res == CURLE_WRITE_ERROR) && is_ok_status(status)) {
+            snprintf(obj->etag, sizeof obj->etag, "%s", x->etag);
+            if (status == 206) {
+                FAIL_IF(!x->have_range || x->cr_total == UINT64_MAX, DLC_EHTTP,
+                        "%s: a 206 answer without the object's size in Content-Range",
+                        src->shown);
+                FAIL_IF(x->cr_start != 0, DLC_ECORRUPT,
+                        "%s: asked for bytes from 0, the server sent from %" PRIu64, src->shown,
+                        x->cr_start);
+                obj->size = x->cr_total;
+                obj->ranges = 1;
+            } else {
+                FAIL_IF(x->content_length < 0, DLC_EHTTP,
+                        "%s: the server neither does ranges nor says the size (no "
+                        "Content-Length)",
+                        src->shown);
+                obj->size = (uint64_t)x->content_length;
+                obj->ranges = 0;
+            }
+            break;
+        }
+        if (res == CURLE_OK && status == 416 && x->have_range && x->cr_start == UINT64_MAX &&
+            x->cr_total == 0) {
+            obj->size = 0; /* An empty object: nothing to range over. */
+            snprintf(obj->etag, sizeof obj->etag, "%s", x->etag);
+            break;
+        }
+        char why[700];
+        int retry = 0;
+        if (res == CURLE_OK) {
+            char said[600];
+            dlc__warm_describe_body(x->body, x->body_len, said, sizeof said);
+            snprintf(why, sizeof why, "HTTP %ld%s%s", status, *said ? ": " : "",
+                     *said ? said : "(no detail from the server)");
+            retry = dlc__warm_retryable_http(status);
+            FAIL_IF(!retry, DLC_EHTTP, "%s: %s", src->shown, why);
+        } else {
+            snprintf(why, sizeof why, "%s", x->errbuf[0] ? x->errbuf : curl_easy_strerror(res));
+            retry = dlc__warm_retryable_curl(res);
+            FAIL_IF(!retry, DLC_ENETWORK, "%s: %s", src->shown, why);
+        }
+        FAIL_IF(attempt > max_retries, DLC_ENETWORK, "%s: gave up after %u attempts: %s",
+                src->shown, attempt, why);
+        const double delay = dlc__warm_backoff(attempt, &rng);
+        dlc__logf(opt->log, opt->log_user, DLC_LOG_WARN, "%s: %s; retry %u in %.2f s",
+                  src->shown, why, attempt, delay);
+        (*retries)++;
+        struct timespec ts = {(time_t)delay, (long)((delay - (double)(time_t)delay) * 1e9)};
+        while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
+        }
+    }
+fail:
+    if (h)
+        curl_easy_cleanup(h);
+    if (x)
+        curl_slist_free_all(x->hdrs);
+    free(x);
+    return rc;
+}

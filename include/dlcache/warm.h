@@ -1,0 +1,155 @@
+/**
+ * @file warm.h
+ * @brief Fill a node's local SSD with a store from object storage: S3, Google
+ *        Cloud Storage or a plain (possibly pre-signed) https URL.
+ *
+ * dlc_warm() downloads one object with parallel ranged GETs (libcurl's multi
+ * interface) into a preallocated temporary file beside the destination, each
+ * chunk written at its own offset. Completed chunks are journaled and synced,
+ * so a rerun after a crash, SIGKILL or a network failure fetches only what is
+ * missing, provided the object is unchanged (same size and ETag); otherwise it
+ * starts over. After the last byte it checks the size, verifies every record
+ * of the store (dlc_store_verify()) unless ::DLC_WARM_NO_VERIFY, syncs and
+ * renames into place, then syncs the directory. Nothing half-copied ever
+ * carries the destination's name.
+ *
+ * Files beside DEST (all in the destination's directory):
+ *   - `DEST.lock`: an flock(2) lock file. Several processes (the ranks of one
+ *     node) may warm the same destination at once: one downloads, the others
+ *     wait for the lock and return success once the first has published.
+ *     The lock file stays behind; deleting it while nobody holds it is safe.
+ *   - `DEST.warm-part` and `DEST.warm-journal`: the partial download and its
+ *     journal; removed after publishing.
+ *   - `DEST.warm`: a small text sidecar recording the source (URL without its
+ *     query string), size and ETag of the published file. When it matches the
+ *     object and DEST, dlc_warm() returns at once without downloading.
+ *
+ * Sources and credentials (read from the environment at each call):
+ *   - `s3://BUCKET/KEY`: AWS Signature V4 by libcurl with AWS_ACCESS_KEY_ID,
+ *     AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN (anonymous requests when no
+ *     key is set). Region: dlc_warm_options::region, else AWS_REGION, else
+ *     AWS_DEFAULT_REGION, else us-east-1. Endpoint: dlc_warm_options::endpoint,
+ *     else AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL; a custom endpoint is
+ *     addressed path-style (ENDPOINT/BUCKET/KEY), AWS itself virtual-host style
+ *     (https://BUCKET.s3.REGION.amazonaws.com/KEY).
+ *   - `gs://BUCKET/OBJECT`: the JSON API's media download with a bearer token
+ *     from GOOGLE_OAUTH_ACCESS_TOKEN, else from the GCE metadata server
+ *     (GCE_METADATA_HOST overrides metadata.google.internal), else anonymous.
+ *     Endpoint: dlc_warm_options::endpoint, else DLCACHE_GCS_ENDPOINT, else
+ *     https://storage.googleapis.com.
+ *   - `https://...` (and `http://...`): public or pre-signed URLs, as given.
+ *
+ * Secrets never leave the library: error messages, log lines and results name
+ * URLs with their query string replaced by "?REDACTED" and never contain keys,
+ * tokens or Authorization headers. TLS peers are verified unless
+ * ::DLC_WARM_INSECURE.
+ *
+ * Errors: DLC_OK; DLC_EINVAL (bad URL or option); DLC_EHTTP (the server
+ * refused: 403, 404, 416...; dlc_errmsg() names the URL and what the server
+ * said, such as S3's error Code and Message); DLC_ENETWORK (retries exhausted
+ * on timeouts, resets or 5xx); DLC_ECHANGED (the object changed during the
+ * download; a rerun starts over); DLC_ECORRUPT (size, Content-Range or a
+ * record checksum disagree); DLC_ECANCELED (the progress callback said stop;
+ * the partial download is kept for a rerun); -errno from the file system
+ * (-ENOSPC when the destination is full; the partial file is then removed).
+ */
+#ifndef DLCACHE_WARM_H
+#define DLCACHE_WARM_H
+
+#include <dlcache/status.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** dlc_warm_options::flags. */
+enum dlc_warm_flags {
+    /** Skip dlc_store_verify() before publishing (for objects that are not
+     *  stores, or when the caller verifies itself). Sizes are still checked. */
+    DLC_WARM_NO_VERIFY = 1u << 0,
+    /** Do not verify the server's TLS certificate or host name. */
+    DLC_WARM_INSECURE = 1u << 1,
+    /** Do not resume: discard any partial download and start over. */
+    DLC_WARM_NO_RESUME = 1u << 2,
+};
+
+/** Progress of a download, passed to ::dlc_warm_progress_fn. */
+typedef struct dlc_warm_progress {
+    uint64_t total;      /**< Object size in bytes (0 until known). */
+    uint64_t done;       /**< Bytes in place, including those resumed from an earlier run. */
+    uint64_t downloaded; /**< Bytes received by this call (excluding discarded retries). */
+    double seconds;      /**< Since the call started. */
+    int verifying;       /**< 1 while the store's checksums are being verified. */
+} dlc_warm_progress;
+
+/** Called about ten times a second from the calling thread. Return non-zero to
+ *  stop: dlc_warm() then returns DLC_ECANCELED and keeps what it has. */
+typedef int (*dlc_warm_progress_fn)(void *user, const dlc_warm_progress *p);
+
+/** How to download. Start from dlc_warm_options_init(); zero fields mean the
+ *  default. Strings are not retained after dlc_warm() returns. */
+typedef struct dlc_warm_options {
+    uint32_t connections;         /**< Parallel ranged GETs; default 8, at most 256. */
+    uint64_t chunk_size;          /**< Bytes per ranged GET; default 16 MiB, at least 64 KiB. */
+    const char *endpoint;         /**< S3 or GCS endpoint URL ("http://127.0.0.1:4568"); NULL: from the environment. */
+    const char *region;           /**< S3 region; NULL: from the environment. */
+    uint32_t flags;               /**< ::dlc_warm_flags. */
+    uint32_t max_retries;         /**< Attempts per chunk after the first; default 8. */
+    double timeout_s;             /**< A transfer that receives nothing for this long is retried; default 30. */
+    double connect_timeout_s;     /**< Default 10. */
+    dlc_warm_progress_fn progress;/**< May be NULL. */
+    void *progress_user;          /**< Passed to progress. */
+    dlc_log_fn log;               /**< Notices (retries, resume, waiting for the lock); may be NULL. */
+    void *log_user;               /**< Passed to log. */
+} dlc_warm_options;
+
+/** What dlc_warm() did. */
+typedef struct dlc_warm_result {
+    uint64_t bytes;            /**< Size of the object and of the destination. */
+    uint64_t bytes_downloaded; /**< Payload bytes received by this call (retried bytes included). */
+    double seconds;            /**< Wall time of the call. */
+    double verify_seconds;     /**< Of which spent in dlc_store_verify(). */
+    int resumed;               /**< 1: continued a partial download of an earlier run. */
+    int already_complete;      /**< 1: DEST was complete and unchanged; nothing was fetched. */
+    int waited;                /**< 1: another process held DEST.lock and published DEST. */
+    int verified;              /**< 1: every record's checksum was verified. */
+    uint32_t retries;          /**< Requests that were retried. */
+    uint64_t chunks;           /**< Chunks of the object. */
+    uint64_t chunks_fetched;   /**< Chunks (or parts of chunks) fetched by this call. */
+    char etag[128];            /**< The object's ETag (quotes kept), "" when the server sent none. */
+} dlc_warm_result;
+
+/** @brief Fill @p o with the defaults. */
+DLC_API void dlc_warm_options_init(dlc_warm_options *o);
+
+/**
+ * @brief Download @p url to the local file @p dest, resuming, verifying and
+ *        publishing atomically as described in the file comment.
+ * @param[in] url `s3://BUCKET/KEY`, `gs://BUCKET/OBJECT`, `https://...` or
+ *        `http://...`; not retained.
+ * @param[in] dest Destination path; its directory must exist. Not retained.
+ * @param[in] opt Options, or NULL for the defaults.
+ * @param[out] res Filled on success and, as far as known, on failure (may be NULL).
+ * @return DLC_OK or an error listed in the file comment; dlc_errmsg() has the
+ *         detail (with secrets redacted).
+ * Thread safety: any number of threads and processes may call dlc_warm() at
+ * once, also for the same destination (each call opens DEST.lock itself, and
+ * flock locks belong to the open file, so calls exclude each other). The log
+ * and progress callbacks run on the calling thread.
+ */
+DLC_API dlc_status dlc_warm(const char *url, const char *dest, const dlc_warm_options *opt,
+                            dlc_warm_result *res);
+
+/**
+ * @brief Copy @p url into @p buf with its query string and any user:password
+ *        replaced by "REDACTED", for showing to people.
+ * @param[out] buf Receives a NUL-terminated string, truncated to @p cap.
+ * @return @p buf.
+ * Thread safety: safe from any thread.
+ */
+DLC_API const char *dlc_warm_redact_url(const char *url, char *buf, size_t cap);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DLCACHE_WARM_H */

@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""A fault-injecting HTTP proxy for the cachewarm tests (Python stdlib only).
+
+It sits in front of a real server (s3rver) on 127.0.0.1 and forwards each
+request unchanged, except that the Nth data request (a GET with a body) gets the
+fault named at position N of --pattern, cycling:
+
+  ok      forward as is
+  503     answer 503 SlowDown (S3's XML) without asking upstream
+  reset   forward the headers and part of the body, then reset the connection
+  stall   forward the headers and part of the body, then say nothing for
+          --stall seconds and close
+  short   forward the headers and part of the body, then close cleanly
+
+It counts requests: GET /__proxy/stats answers
+{"gets": N, "range_gets": N, "bytes": N, "faults": {...}} and
+POST /__proxy/reset sets the counters to zero. --rate limits the bytes per
+second of all bodies together (for tests that must stop a download midway).
+The chosen port is written to --port-file once the socket listens.
+"""
+import argparse
+import http.client
+import http.server
+import json
+import socket
+import struct
+import threading
+import time
+
+HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
+       "trailers", "transfer-encoding", "upgrade"}
+
+
+class State:
+    def __init__(self, args):
+        self.args = args
+        self.pattern = [p.strip() for p in args.pattern.split(",") if p.strip()] or ["ok"]
+        self.lock = threading.Lock()
+        self.reset()
+        self.rate_next = time.monotonic()
+
+    def reset(self):
+        with getattr(self, "lock", threading.Lock()):
+            self.gets = 0
+            self.range_gets = 0
+            self.bytes = 0
+            self.faults = {}
+            self.n = 0
+
+    def next_fault(self):
+        with self.lock:
+            f = self.pattern[self.n % len(self.pattern)]
+            self.n += 1
+            if f != "ok":
+                self.faults[f] = self.faults.get(f, 0) + 1
+            return f
+
+    def throttle(self, n):
+        """Token bucket over every connection: sleep until n bytes may go."""
+        rate = self.args.rate
+        if rate <= 0:
+            return
+        with self.lock:
+            now = time.monotonic()
+            start = max(now, self.rate_next)
+            self.rate_next = start + n / rate
+        delay = start - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, fmt, *a):  # quiet: the test reads the stats instead
+        pass
+
+    def _stats(self):
+        st = self.server.state
+        with st.lock:
+            body = json.dumps({"gets": st.gets, "range_gets": st.range_gets,
+                               "bytes": st.bytes, "faults": st.faults}).encode()
+        self._reply(200, body, "application/json")
+
+    def _reply(self, code, body, ctype="application/xml"):
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _kill(self, hard):
+        # SO_LINGER with a zero timeout turns close() into a TCP reset.
+        sock = self.connection
+        if hard:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        try:
+            sock.close()
+        except OSError:
+            pass
+        self.close_connection = True
+
+    def _forward(self):
+        st = self.server.state
+        if self.path == "/__proxy/stats":
+            return self._stats()
+        if self.path == "/__proxy/reset":
+            st.reset()
+            return self._reply(200, b"{}", "application/json")
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else None
+        fault = "ok"
+        if self.command == "GET":
+            with st.lock:
+                st.gets += 1
+                if "Range" in self.headers:
+                    st.range_gets += 1
+            fault = st.next_fault()
+        if fault == "503":
+            return self._reply(503, b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown'
+                               b'</Code><Message>Please reduce your request rate.</Message></Error>')
+        up = http.client.HTTPConnection(st.args.upstream_host, st.args.upstream_port, timeout=60)
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP}
+        up.request(self.command, self.path, body=body, headers=headers)
+        resp = up.getresponse()
+        self.send_response(resp.status, resp.reason)
+        for k, v in resp.getheaders():
+            if k.lower() not in HOP:
+                self.send_header(k, v)
+        if resp.getheader("Content-Length") is None:
+            self.close_connection = True
+        self.end_headers()
+        sent = 0
+        cut = None
+        if fault in ("reset", "stall", "short"):
+            total = int(resp.getheader("Content-Length") or 0)
+            cut = max(1, total // 3)
+        while True:
+            want = 256 * 1024
+            if cut is not None:
+                want = min(want, cut - sent)
+                if want <= 0:
+                    break
+            data = resp.read(want)
+            if not data:
+                break
+            st.throttle(len(data))
+            try:
+                self.wfile.write(data)
+            except OSError:
+                up.close()
+                self.close_connection = True
+                return
+            sent += len(data)
+            with st.lock:
+                st.bytes += len(data)
+        up.close()
+        if cut is not None:
+            self.wfile.flush()
+            if fault == "stall":
+                time.sleep(st.args.stall)
+            self._kill(hard=(fault == "reset"))
+
+    do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--upstream", required=True, help="HOST:PORT of the real server")
+    ap.add_argument("--port-file", required=True)
+    ap.add_argument("--pattern", default="ok")
+    ap.add_argument("--stall", type=float, default=5.0)
+    ap.add_argument("--rate", type=float, default=0.0, help="bytes per second, all bodies")
+    args = ap.parse_args()
+    host, port = args.upstream.rsplit(":", 1)
+    args.upstream_host, args.upstream_port = host, int(port)
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    srv.daemon_threads = True
+    srv.state = State(args)
+    with open(args.port_file + ".tmp", "w") as f:
+        f.write(str(srv.server_address[1]))
+    import os
+    os.replace(args.port_file + ".tmp", args.port_file)
+    srv.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,262 @@
+/* cachewarm: fill a node's local SSD with a store from S3, GCS or https.
+ * A thin shell over dlc_warm() (include/dlcache/warm.h): flags, a progress
+ * line, a summary or a JSON report. */
+#include <dlcache/warm.h>
+
+#include "toolutil.h"
+
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const tool = "cachewarm";
+
+static volatile sig_atomic_t interrupted;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    interrupted = 1;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: cachewarm URL -o DEST [options]\n"
+            "Download a store (or any object with --no-verify) to local disk with parallel\n"
+            "ranged GETs; resumable, verified and published atomically.\n"
+            "\n"
+            "  URL                  s3://BUCKET/KEY, gs://BUCKET/OBJECT, https://... or http://...\n"
+            "  -o, --output DEST    destination file (its directory must exist)\n"
+            "  --connections N      parallel requests (default 8)\n"
+            "  --chunk-size SIZE    bytes per request: 4M, 64M... (default 16M)\n"
+            "  --endpoint URL       S3 or GCS endpoint (default: AWS_ENDPOINT_URL or\n"
+            "                       DLCACHE_GCS_ENDPOINT, else the cloud's own)\n"
+            "  --region REGION      S3 region (default: AWS_REGION, else us-east-1)\n"
+            "  --no-verify          do not check the store's record checksums\n"
+            "  --no-resume          discard an earlier partial download\n"
+            "  --insecure           do not verify TLS certificates\n"
+            "  --timeout SECONDS    retry a request that receives nothing this long (default 30)\n"
+            "  --retries N          attempts per request after the first, 1..1000 (default 8)\n"
+            "  --json               print a JSON report on stdout\n"
+            "  -q, --quiet          no progress line, notices or summary\n"
+            "  -h, --help           this text\n"
+            "\n"
+            "Credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN for s3://;\n"
+            "GOOGLE_OAUTH_ACCESS_TOKEN or the GCE metadata server for gs://.\n"
+            "Several processes warming the same DEST at once download it once.\n");
+}
+
+typedef struct ui {
+    tool_progress bar;
+    int quiet;
+} ui;
+
+static void on_log(void *user, dlc_log_level level, const char *msg)
+{
+    ui *u = user;
+    if (u->quiet && level < DLC_LOG_WARN)
+        return;
+    tool_progress_end(&u->bar);
+    fprintf(stderr, "%s: %s%s\n", tool, level == DLC_LOG_WARN ? "warning: " : "", msg);
+}
+
+static int on_progress(void *user, const dlc_warm_progress *p)
+{
+    ui *u = user;
+    if (!u->quiet) {
+        char done[32], total[32], eta[32];
+        const double rate = p->seconds > 0 ? (double)p->downloaded / p->seconds : 0.0;
+        const double left = p->total > p->done ? (double)(p->total - p->done) : 0.0;
+        tool_human_bytes(p->done, done, sizeof done);
+        tool_human_bytes(p->total, total, sizeof total);
+        if (p->verifying)
+            tool_progress_line(&u->bar, 0, "verifying %s", total);
+        else
+            tool_progress_line(&u->bar, 0, "%s / %s  %.1f MB/s  ETA %s", done, total, rate / 1e6,
+                               tool_human_seconds(rate > 0 ? left / rate : -1.0, eta, sizeof eta));
+    }
+    return interrupted != 0;
+}
+
+int main(int argc, char **argv)
+{
+    enum {
+        OPT_CONNECTIONS = 256,
+        OPT_CHUNK,
+        OPT_ENDPOINT,
+        OPT_REGION,
+        OPT_NO_VERIFY,
+        OPT_NO_RESUME,
+        OPT_INSECURE,
+        OPT_TIMEOUT,
+        OPT_RETRIES,
+        OPT_JSON,
+    };
+    static const struct option longopts[] = {
+        {"output", required_argument, NULL, 'o'},
+        {"connections", required_argument, NULL, OPT_CONNECTIONS},
+        {"chunk-size", required_argument, NULL, OPT_CHUNK},
+        {"endpoint", required_argument, NULL, OPT_ENDPOINT},
+        {"region", required_argument, NULL, OPT_REGION},
+        {"no-verify", no_argument, NULL, OPT_NO_VERIFY},
+        {"no-resume", no_argument, NULL, OPT_NO_RESUME},
+        {"insecure", no_argument, NULL, OPT_INSECURE},
+        {"timeout", required_argument, NULL, OPT_TIMEOUT},
+        {"retries", required_argument, NULL, OPT_RETRIES},
+        {"json", no_argument, NULL, OPT_JSON},
+        {"quiet", no_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    dlc_warm_options opt;
+    dlc_warm_options_init(&opt);
+    const char *dest = NULL;
+    int json = 0;
+    ui u;
+    memset(&u, 0, sizeof u);
+    uint64_t v = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "o:qh", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'o':
+            dest = optarg;
+            break;
+        case OPT_CONNECTIONS:
+            if (tool_parse_u64(optarg, 256, &v) < 0 || v == 0) {
+                fprintf(stderr, "%s: error: --connections wants 1..256, not '%s'\n", tool, optarg);
+                return 2;
+            }
+            opt.connections = (uint32_t)v;
+            break;
+        case OPT_CHUNK:
+            if (tool_parse_size(optarg, &v) < 0 || v < (64u << 10)) {
+                fprintf(stderr, "%s: error: --chunk-size wants a size of 64K or more, not '%s'\n",
+                        tool, optarg);
+                return 2;
+            }
+            opt.chunk_size = v;
+            break;
+        case OPT_ENDPOINT:
+            opt.endpoint = optarg;
+            break;
+        case OPT_REGION:
+            opt.region = optarg;
+            break;
+        case OPT_NO_VERIFY:
+            opt.flags |= DLC_WARM_NO_VERIFY;
+            break;
+        case OPT_NO_RESUME:
+            opt.flags |= DLC_WARM_NO_RESUME;
+            break;
+        case OPT_INSECURE:
+            opt.flags |= DLC_WARM_INSECURE;
+            break;
+        case OPT_TIMEOUT: {
+            char *end = NULL;
+            const double t = strtod(optarg, &end);
+            if (!end || *end || !(t > 0) || t > 3600) {
+                fprintf(stderr, "%s: error: --timeout wants seconds, not '%s'\n", tool, optarg);
+                return 2;
+            }
+            opt.timeout_s = t;
+            break;
+        }
+        case OPT_RETRIES:
+            if (tool_parse_u64(optarg, 1000, &v) < 0 || v == 0) {
+                fprintf(stderr, "%s: error: --retries wants 1..1000, not '%s'\n", tool, optarg);
+                return 2;
+            }
+            opt.max_retries = (uint32_t)v;
+            break;
+        case OPT_JSON:
+            json = 1;
+            break;
+        case 'q':
+            u.quiet = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind != argc - 1 || !dest) {
+        usage(stderr);
+        return 2;
+    }
+    const char *url = argv[optind];
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+
+    tool_progress_init(&u.bar, 10);
+    opt.progress = on_progress;
+    opt.progress_user = &u;
+    opt.log = on_log;
+    opt.log_user = &u;
+
+    dlc_warm_result r;
+    const dlc_status rc = dlc_warm(url, dest, &opt, &r);
+    tool_progress_end(&u.bar);
+    char shown[2048];
+    dlc_warm_redact_url(url, shown, sizeof shown);
+    const double rate = r.seconds > 0 ? (double)r.bytes_downloaded / r.seconds / 1e6 : 0.0;
+    if (json) {
+        tool_json j;
+        tool_json_init(&j, stdout);
+        tool_json_object_begin(&j, NULL);
+        tool_json_str(&j, "tool", tool);
+        tool_json_str(&j, "url", shown);
+        tool_json_str(&j, "dest", dest);
+        tool_json_bool(&j, "ok", rc == 0);
+        if (rc != 0) {
+            tool_json_str(&j, "error", dlc_strerror(rc));
+            tool_json_str(&j, "detail", dlc_errmsg());
+        }
+        tool_json_u64(&j, "bytes", r.bytes);
+        tool_json_u64(&j, "bytes_downloaded", r.bytes_downloaded);
+        tool_json_f64(&j, "seconds", r.seconds);
+        tool_json_f64(&j, "verify_seconds", r.verify_seconds);
+        tool_json_f64(&j, "mb_per_s", rate);
+        tool_json_bool(&j, "resumed", r.resumed);
+        tool_json_bool(&j, "already_complete", r.already_complete);
+        tool_json_bool(&j, "waited", r.waited);
+        tool_json_bool(&j, "verified", r.verified);
+        tool_json_u64(&j, "retries", r.retries);
+        tool_json_u64(&j, "chunks", r.chunks);
+        tool_json_u64(&j, "chunks_fetched", r.chunks_fetched);
+        tool_json_u64(&j, "connections", opt.connections);
+        tool_json_u64(&j, "chunk_size", opt.chunk_size);
+        tool_json_str(&j, "etag", r.etag);
+        tool_json_object_end(&j);
+        tool_json_finish(&j);
+        fflush(stdout);
+    }
+    if (rc != 0) {
+        tool_report(tool, rc, NULL);
+        return rc == DLC_ECANCELED ? 130 : 1;
+    }
+    if (!u.quiet) {
+        char total[32], got[32];
+        tool_human_bytes(r.bytes, total, sizeof total);
+        tool_human_bytes(r.bytes_downloaded, got, sizeof got);
+        if (r.already_complete)
+            fprintf(stderr, "%s: %s is already complete (%s from %s)%s\n", tool, dest, total,
+                    shown, r.waited ? "; another process downloaded it" : "");
+        else
+            fprintf(stderr, "%s: %s -> %s: %s, downloaded %s in %.2f s (%.1f MB/s)%s%s\n", tool,
+                    shown, dest, total, got, r.seconds, rate, r.resumed ? ", resumed" : "",
+                    r.verified ? ", verified" : "");
+    }
+    return 0;
+}
