@@ -392,8 +392,11 @@ dlc_status dlc_build(const char *const *sources, size_t nsources, const char *ou
         workers[t].started = 1;
     }
 
-    /* The writer: items in order. */
-    dlc_build_progress prog = {.total = src.count};
+    /* The writer: items in order. A first progress call before any record
+     * shows the total at once and lets a caller cancel at any point. */
+    dlc_build_progress prog = {.total = src.count, .seconds = now_s() - t0};
+    FAIL_IF(o.progress && o.progress(o.progress_user, &prog), DLC_ECANCELED,
+            "%s: build canceled", out);
     double next_progress = now_s() + PROGRESS_GAP;
     for (size_t j = 0; j < p.n; j++) {
         slot *sl = &p.slots[j % p.window];
