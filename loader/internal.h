@@ -193,6 +193,9 @@ typedef struct dlc__convert {
 void dlc__convert_init(dlc__convert *cv, uint32_t dtype, uint32_t channels, const float mean[3],
                        const float std[3]);
 
+/** Mirror a row of @p w RGB pixels into @p out (no overlap): SSSE3 where the CPU has it. */
+void dlc__flip_row_rgb(const uint8_t *in, uint8_t *out, uint32_t w);
+
 /**
  * The one pass of the loader: copy the @p box of an interleaved uint8 image (rows @p stride bytes
  * apart), mirrored left-right when @p flip, converted as @p cv says, to @p dst: box.h x box.w x C

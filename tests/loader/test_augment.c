@@ -181,3 +181,19 @@ Test(augment, crop_convert_equals_reference_for_every_dtype_and_flip)
         }
     }
 }
+
+Test(augment, flip_row_matches_the_definition_for_every_width)
+{
+    uint8_t in[3 * 300], out[3 * 300];
+    for (size_t i = 0; i < sizeof in; i++)
+        in[i] = (uint8_t)(dlc__mix64(i + 17) >> 32);
+    for (uint32_t w = 1; w <= 300; w++) {
+        memset(out, 0xEE, sizeof out);
+        dlc__flip_row_rgb(in, out, w);
+        for (uint32_t x = 0; x < w; x++)
+            for (int c = 0; c < 3; c++)
+                cr_assert_eq(out[x * 3 + c], in[(w - 1 - x) * 3 + c], "w %u x %u", w, x);
+        for (size_t k = (size_t)w * 3; k < sizeof out; k++)
+            cr_assert_eq(out[k], 0xEE, "no write past the row (w %u)", w);
+    }
+}
