@@ -31,7 +31,9 @@ typedef enum dlc__warm_kind {
 typedef struct dlc__warm_source {
     dlc__warm_kind kind;
     char *url;                   /* The http(s) URL of the object's bytes (secret: may carry a signature). */
-    char *shown;                 /* url with the query string redacted: for messages and the sidecar. */
+    char *shown;                 /* url with the query string redacted: for messages. */
+    char *name;                  /* The caller's URL, redacted ("s3://b/k"): names the object in
+                                  * the journal and the sidecar, whichever endpoint served it. */
     char *sigv4;                 /* "aws:amz:REGION:s3" for CURLOPT_AWS_SIGV4, or NULL. */
     char *access_key;            /* Secret. NULL for anonymous requests. */
     char *secret_key;            /* Secret. */

@@ -146,7 +146,7 @@ static dlc_status publish(const char *dest, const paths *p, int fd, const dlc__w
         return rc;
     dlc__warm_sidecar sc;
     memset(&sc, 0, sizeof sc);
-    snprintf(sc.source, sizeof sc.source, "%s", src->shown);
+    snprintf(sc.source, sizeof sc.source, "%s", src->name);
     snprintf(sc.etag, sizeof sc.etag, "%s", obj->etag);
     sc.size = obj->size;
     rc = dlc__warm_sidecar_stat(dest, &sc);
@@ -210,7 +210,7 @@ dlc_status dlc_warm(const char *url, const char *dest, const dlc_warm_options *o
         /* The holder just probed the object and published it: trust that
          * rather than sending every rank's probe to the server. */
         dlc__warm_sidecar sc;
-        if (complete_copy(dest, p, src.shown, NULL, NULL, &sc)) {
+        if (complete_copy(dest, p, src.name, NULL, NULL, &sc)) {
             r.bytes = sc.size;
             r.already_complete = 1;
             r.verified = !(opt.flags & DLC_WARM_NO_VERIFY);
@@ -226,7 +226,7 @@ dlc_status dlc_warm(const char *url, const char *dest, const dlc_warm_options *o
     snprintf(r.etag, sizeof r.etag, "%s", obj.etag);
     {
         dlc__warm_sidecar sc;
-        if (*obj.etag && complete_copy(dest, p, src.shown, obj.etag, &obj.size, &sc)) {
+        if (*obj.etag && complete_copy(dest, p, src.name, obj.etag, &obj.size, &sc)) {
             r.already_complete = 1;
             r.verified = !(opt.flags & DLC_WARM_NO_VERIFY);
             goto done;
@@ -243,7 +243,7 @@ dlc_status dlc_warm(const char *url, const char *dest, const dlc_warm_options *o
     FAIL_IF(!done, -ENOMEM, "dlc_warm: out of memory");
     const dlc__warm_journal_id jid = {.size = obj.size,
                                       .chunk_size = chunk,
-                                      .id = dlc__warm_journal_key(src.shown, obj.etag)};
+                                      .id = dlc__warm_journal_key(src.name, obj.etag)};
     uint64_t resumed_chunks = 0;
     if (resumable) {
         part_fd = open(p->part, O_RDWR | O_CLOEXEC);

@@ -237,6 +237,7 @@ void dlc__warm_source_free(dlc__warm_source *src)
         return;
     free(src->url);
     free(src->shown);
+    free(src->name);
     free(src->sigv4);
     /* Wipe the secret before the memory goes back to the allocator. */
     if (src->secret_key)
@@ -491,6 +492,9 @@ dlc_status dlc__warm_source_init(dlc__warm_source *src, const char *url,
     src->shown = malloc(cap);
     FAIL_IF(!src->shown, -ENOMEM, "warm: out of memory");
     dlc_warm_redact_url(src->url, src->shown, cap);
+    src->name = malloc(strlen(url) + 32);
+    FAIL_IF(!src->name, -ENOMEM, "warm: out of memory");
+    dlc_warm_redact_url(url, src->name, strlen(url) + 32);
     return DLC_OK;
 fail:
     dlc__warm_source_free(src);
