@@ -35,6 +35,17 @@
 #include <string.h>
 
 #define PRECISION_BITS (32 - 8 - 2)
+
+/* The two passes get an AVX2 clone chosen at load time (an ifunc): it has
+ * the 32-bit vector multiply (vpmulld) that the vertical pass's int32
+ * accumulators need and SSE2 lacks, and wider registers. The results are the
+ * same integers either way. */
+#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) &&                          \
+    (!defined(__clang__) || __clang_major__ >= 14)
+#define HOT_CLONES __attribute__((target_clones("default", "avx2")))
+#else
+#define HOT_CLONES
+#endif
 #define SCRATCH_ALIGN 64u
 
 /* One axis of the resample: where the region lies in the source and how
@@ -89,9 +100,16 @@ static double bilinear(double x)
  * bounds[2 * i] (first source pixel), bounds[2 * i + 1] (taps) and
  * kk[i * ksize ...]. The weights are computed twice (once for their sum, once
  * to normalise) instead of being stored as doubles: the same expression gives
- * the same double, and no per-call buffer of ksize doubles is needed. */
-static void axis_coeffs(const axis *a, uint32_t o0, uint32_t n, int32_t *bounds, int32_t *kk)
+ * the same double, and no per-call buffer of ksize doubles is needed.
+ *
+ * With @p pad, every window is widened to exactly ksize taps (moved left at
+ * the right edge so it stays inside the image) and the extra taps get weight
+ * 0. Adding zero products leaves every sum unchanged, and a tap count known
+ * at compile time lets the horizontal pass unroll its loop. */
+static void axis_coeffs(const axis *a, uint32_t o0, uint32_t n, int pad, int32_t *bounds,
+                        int32_t *kk)
 {
+    pad = pad && a->in_size >= a->ksize;
     for (uint32_t i = 0; i < n; i++) {
         const uint32_t xx = o0 + i;
         const double center = a->in0 + (xx + 0.5) * a->scale;
@@ -101,18 +119,24 @@ static void axis_coeffs(const axis *a, uint32_t o0, uint32_t n, int32_t *bounds,
         for (int32_t x = 0; x < count; x++)
             ww += bilinear((x + xmin - center + 0.5) * a->inv_filterscale);
         int32_t *k = kk + (size_t)i * a->ksize;
+        for (uint32_t x = 0; x < a->ksize; x++)
+            k[x] = 0;
+        int32_t first = xmin, shift = 0;
+        if (pad) {
+            const int32_t over = xmin + (int32_t)a->ksize - (int32_t)a->in_size;
+            shift = over > 0 ? over : 0;
+            first = xmin - shift;
+        }
         for (int32_t x = 0; x < count; x++) {
             double w = bilinear((x + xmin - center + 0.5) * a->inv_filterscale);
             if (ww != 0.0)
                 w /= ww;
             /* normalize_coeffs_8bpc: round half away from zero. */
-            k[x] = w < 0 ? (int32_t)(-0.5 + w * (1 << PRECISION_BITS))
-                         : (int32_t)(0.5 + w * (1 << PRECISION_BITS));
+            k[shift + x] = w < 0 ? (int32_t)(-0.5 + w * (1 << PRECISION_BITS))
+                                 : (int32_t)(0.5 + w * (1 << PRECISION_BITS));
         }
-        for (uint32_t x = (uint32_t)count; x < a->ksize; x++)
-            k[x] = 0;
-        bounds[2 * i] = xmin;
-        bounds[2 * i + 1] = count;
+        bounds[2 * i] = first;
+        bounds[2 * i + 1] = pad ? (int32_t)a->ksize : count;
     }
 }
 
@@ -122,55 +146,82 @@ static inline uint8_t clip8(int32_t acc)
     return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
 }
 
-/* Horizontal pass over one row. The channel count is a compile-time
- * constant in each instantiation so the tap loop keeps its accumulators in
- * registers. */
-#define DEFINE_HPASS(C)                                                                            \
-    static void hpass_##C(const uint8_t *restrict in, uint8_t *restrict out, uint32_t out_w,      \
-                          const int32_t *restrict bounds, const int32_t *restrict kk,             \
-                          uint32_t ksize)                                                          \
+/* Horizontal pass over one row, generic: any channel count, any window. */
+static void hpass_any(uint32_t channels, const uint8_t *restrict in, uint8_t *restrict out,
+                      uint32_t out_w, const int32_t *restrict bounds, const int32_t *restrict kk,
+                      uint32_t ksize)
+{
+    for (uint32_t xx = 0; xx < out_w; xx++) {
+        const uint8_t *p = in + (size_t)bounds[2 * xx] * channels;
+        const int32_t n = bounds[2 * xx + 1];
+        const int32_t *k = kk + (size_t)xx * ksize;
+        int32_t s[4];
+        for (uint32_t c = 0; c < channels; c++)
+            s[c] = 1 << (PRECISION_BITS - 1);
+        for (int32_t t = 0; t < n; t++)
+            for (uint32_t c = 0; c < channels; c++)
+                s[c] += p[t * channels + c] * k[t];
+        for (uint32_t c = 0; c < channels; c++)
+            out[xx * channels + c] = clip8(s[c]);
+    }
+}
+
+/* Horizontal pass over one RGB row with padded windows of exactly K taps
+ * (see axis_coeffs): the compiler unrolls the tap loop and keeps the three
+ * accumulators in registers. Small K is the common case: upscaling and
+ * reductions up to 3x, which is every random-resized crop of a stored
+ * image. */
+#define DEFINE_HPASS_RGB(K)                                                                        \
+    HOT_CLONES static void hpass_rgb_##K(const uint8_t *restrict in, uint8_t *restrict out, uint32_t out_w,  \
+                              const int32_t *restrict bounds, const int32_t *restrict kk)         \
     {                                                                                              \
         for (uint32_t xx = 0; xx < out_w; xx++) {                                                  \
-            const uint8_t *p = in + (size_t)bounds[2 * xx] * (C);                                  \
-            const int32_t n = bounds[2 * xx + 1];                                                  \
-            const int32_t *k = kk + (size_t)xx * ksize;                                            \
-            int32_t s[C];                                                                          \
-            for (int c = 0; c < (C); c++)                                                          \
-                s[c] = 1 << (PRECISION_BITS - 1);                                                  \
-            for (int32_t t = 0; t < n; t++)                                                        \
-                for (int c = 0; c < (C); c++)                                                      \
-                    s[c] += p[t * (C) + c] * k[t];                                                 \
-            for (int c = 0; c < (C); c++)                                                          \
-                out[xx * (C) + c] = clip8(s[c]);                                                   \
+            const uint8_t *p = in + (size_t)bounds[2 * xx] * 3;                                    \
+            const int32_t *k = kk + (size_t)xx * (K);                                              \
+            int32_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;                              \
+            _Pragma("GCC unroll 9") for (int t = 0; t < (K); t++) {                                \
+                s0 += p[3 * t] * k[t];                                                             \
+                s1 += p[3 * t + 1] * k[t];                                                         \
+                s2 += p[3 * t + 2] * k[t];                                                         \
+            }                                                                                      \
+            out[3 * xx] = clip8(s0);                                                               \
+            out[3 * xx + 1] = clip8(s1);                                                           \
+            out[3 * xx + 2] = clip8(s2);                                                           \
         }                                                                                          \
     }
-DEFINE_HPASS(1)
-DEFINE_HPASS(2)
-DEFINE_HPASS(3)
-DEFINE_HPASS(4)
+DEFINE_HPASS_RGB(3)
+DEFINE_HPASS_RGB(5)
+DEFINE_HPASS_RGB(7)
+DEFINE_HPASS_RGB(9)
 
-static void hpass(uint32_t channels, const uint8_t *in, uint8_t *out, uint32_t out_w,
+/* @p padded: every window has exactly ksize taps (axis_coeffs with pad). */
+static void hpass(uint32_t channels, int padded, const uint8_t *in, uint8_t *out, uint32_t out_w,
                   const int32_t *bounds, const int32_t *kk, uint32_t ksize)
 {
-    switch (channels) {
-    case 1:
-        hpass_1(in, out, out_w, bounds, kk, ksize);
-        break;
-    case 2:
-        hpass_2(in, out, out_w, bounds, kk, ksize);
-        break;
-    case 3:
-        hpass_3(in, out, out_w, bounds, kk, ksize);
-        break;
-    default:
-        hpass_4(in, out, out_w, bounds, kk, ksize);
-        break;
+    if (channels == 3 && padded) {
+        switch (ksize) {
+        case 3:
+            hpass_rgb_3(in, out, out_w, bounds, kk);
+            return;
+        case 5:
+            hpass_rgb_5(in, out, out_w, bounds, kk);
+            return;
+        case 7:
+            hpass_rgb_7(in, out, out_w, bounds, kk);
+            return;
+        case 9:
+            hpass_rgb_9(in, out, out_w, bounds, kk);
+            return;
+        default:
+            break;
+        }
     }
+    hpass_any(channels, in, out, out_w, bounds, kk, ksize);
 }
 
 /* Vertical pass for one output row of @p n bytes: taps outside, bytes
  * inside, two taps per sweep to halve the accumulator traffic. */
-static void vpass_row(const uint8_t *restrict in, size_t in_stride, int32_t taps,
+HOT_CLONES static void vpass_row(const uint8_t *restrict in, size_t in_stride, int32_t taps,
                       const int32_t *restrict k, int32_t *restrict acc, uint8_t *restrict out,
                       size_t n)
 {
@@ -313,11 +364,13 @@ static dlc_status plan(const dlc_image *src, double x, double y, double w, doubl
 size_t dlc__resize_window_need(const dlc_image *src, double x, double y, double w, double h,
                                uint32_t out_w, uint32_t out_h, uint32_t oy, const dlc_image *dst)
 {
-    axis ah, av;
-    int need_h, need_v;
-    int32_t row_first;
-    size_t tmp_rows;
-    layout l;
+    /* Zeroed only to quiet -Wmaybe-uninitialized: plan() sets them all
+     * before returning DLC_OK. */
+    axis ah = {0}, av = {0};
+    int need_h = 0, need_v = 0;
+    int32_t row_first = 0;
+    size_t tmp_rows = 0;
+    layout l = {0};
     if (plan(src, x, y, w, h, out_w, out_h, 0, oy, dst, &ah, &av, &need_h, &need_v, &row_first,
              &tmp_rows, &l) < 0)
         return 0;
@@ -328,11 +381,13 @@ dlc_status dlc__resize_window(const dlc_image *src, double x, double y, double w
                               uint32_t out_w, uint32_t out_h, uint32_t ox, uint32_t oy,
                               const dlc_image *dst, void *scratch, size_t scratch_size)
 {
-    axis ah, av;
-    int need_h, need_v;
-    int32_t row_first;
-    size_t tmp_rows;
-    layout l;
+    /* Zeroed only to quiet -Wmaybe-uninitialized: plan() sets them all
+     * before returning DLC_OK. */
+    axis ah = {0}, av = {0};
+    int need_h = 0, need_v = 0;
+    int32_t row_first = 0;
+    size_t tmp_rows = 0;
+    layout l = {0};
     const dlc_status rc = plan(src, x, y, w, h, out_w, out_h, ox, oy, dst, &ah, &av, &need_h,
                                &need_v, &row_first, &tmp_rows, &l);
     if (rc < 0)
@@ -359,17 +414,18 @@ dlc_status dlc__resize_window(const dlc_image *src, double x, double y, double w
                    row_bytes);
         return DLC_OK;
     }
+    const int padded = ah.in_size >= ah.ksize;
     if (need_h)
-        axis_coeffs(&ah, ox, dw, hb, hk);
+        axis_coeffs(&ah, ox, dw, 1, hb, hk);
     if (!need_v) {
         /* Output row oy + r is source row oy + r, resampled horizontally. */
         for (uint32_t r = 0; r < dh; r++)
-            hpass(C, src->data + (size_t)(oy + r) * src->stride, dst->data + r * dst->stride, dw,
-                  hb, hk, ah.ksize);
+            hpass(C, padded, src->data + (size_t)(oy + r) * src->stride,
+                  dst->data + r * dst->stride, dw, hb, hk, ah.ksize);
         return DLC_OK;
     }
 
-    axis_coeffs(&av, oy, dh, vb, vk);
+    axis_coeffs(&av, oy, dh, 0, vb, vk);
     const uint8_t *in;
     size_t in_stride;
     if (need_h) {
@@ -377,7 +433,7 @@ dlc_status dlc__resize_window(const dlc_image *src, double x, double y, double w
          * (Pillow's ybox_first..ybox_last); the vertical bounds become
          * relative to the first of them. */
         for (size_t r = 0; r < tmp_rows; r++)
-            hpass(C, src->data + (size_t)(row_first + (int32_t)r) * src->stride,
+            hpass(C, padded, src->data + (size_t)(row_first + (int32_t)r) * src->stride,
                   tmp + r * row_bytes, dw, hb, hk, ah.ksize);
         for (uint32_t i = 0; i < dh; i++)
             vb[2 * i] -= row_first;
