@@ -1,7 +1,8 @@
 /* The loader end to end on real small stores: determinism under any thread count and prefetch
  * depth, sharding, save/restore, corruption, output conversion and I/O modes.
- * The same pipeline paths run under ThreadSanitizer in loader_stress.c: Criterion's runner itself
- * cannot start under TSan (Snaipe/Criterion#274), so this file carries no threads label. */
+ * dlc-test-label: threads
+ * (Under TSan, Criterion cannot start, Snaipe/Criterion#274; loader_stress.c drives the same
+ * pipeline paths there as a plain program.) */
 #include "loader_fixture.h"
 
 #include <fcntl.h>
