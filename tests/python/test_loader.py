@@ -261,3 +261,23 @@ def test_cuda_device_needs_cuda(store):
     else:
         with pytest.raises(ValueError, match="cuda"):
             dlcache.Loader(store, 16, device="cuda:0")
+
+
+def test_state_dict_into_another_world_size(store):
+    """Saved at world size 1 mid-epoch, resumed by two ranks: together they
+    deliver exactly the samples not yet seen (plus padding to equal shares)."""
+    kw = dict(batch_size=10, seed=9, crop=8, return_indices=True)
+    with dlcache.Loader(store, **kw) as a:
+        it = iter(a)
+        seen = torch.cat([next(it)[2].clone() for _ in range(4)]).tolist()
+        sd = a.state_dict()
+    rest = []
+    for r in range(2):
+        with dlcache.Loader(store, rank=r, world_size=2, **kw) as b:
+            b.load_state_dict(sd)
+            rest.append(torch.cat([idx.clone() for _, _, idx in b]).tolist())
+    together = rest[0] + rest[1]
+    assert len(rest[0]) == len(rest[1]), "equal shares, like DistributedSampler"
+    assert not set(seen) & set(together), "nothing delivered twice across the resume"
+    assert set(together) == set(range(DEMO_COUNT)) - set(seen), "each remaining sample"
+    assert len(together) - len(set(together)) == (DEMO_COUNT - len(seen)) % 2, "plus padding"
