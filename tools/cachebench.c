@@ -1122,6 +1122,7 @@ typedef struct loader_result {
     uint64_t warmup_samples; /* the first batch, not timed */
     uint64_t samples, batches, bytes, epochs_done;
     uint64_t digest;
+    uint64_t rss_open, anon_open; /* before dlc_loader_open */
     uint64_t rss_first_batch, anon_first_batch, rss_end, anon_end;
     dlc_loader_stats stats;
 } loader_result;
@@ -1146,6 +1147,7 @@ static int measure_loader(const load_opts *o, loader_result *res)
     }
     dlc_loader *l = NULL;
     dlc_batch b;
+    memory_now(&res->rss_open, &res->anon_open);
     const double t0 = tool_now();
     dlc_status rc = dlc_loader_open(o->store, &o->cfg, &l);
     res->open_seconds = tool_now() - t0;
@@ -1362,10 +1364,16 @@ static int cmd_load(int argc, char **argv)
         tool_json_f64(&j, "io_wait_seconds", lr.stats.io_wait_seconds);
         tool_json_u64(&j, "bytes_read", lr.stats.bytes_read);
         tool_json_u64(&j, "corrupt_replaced", lr.stats.corrupt_replaced);
-        tool_json_u64(&j, "rss_first_batch_bytes", lr.rss_first_batch);
-        tool_json_u64(&j, "anon_first_batch_bytes", lr.anon_first_batch);
-        tool_json_u64(&j, "rss_end_bytes", lr.rss_end);
-        tool_json_u64(&j, "anon_end_bytes", lr.anon_end);
+        /* Growth of this process's memory from just before dlc_loader_open:
+         * the loader's own (anonymous) allocations, and the resident total,
+         * which adds the pages of the store's map it touched. The ceiling's
+         * buffers exist during the loader's run and are not counted. */
+        tool_json_i64(&j, "loader_anon_first_batch_bytes",
+                      (int64_t)lr.anon_first_batch - (int64_t)lr.anon_open);
+        tool_json_i64(&j, "loader_rss_first_batch_bytes",
+                      (int64_t)lr.rss_first_batch - (int64_t)lr.rss_open);
+        tool_json_i64(&j, "loader_anon_end_bytes", (int64_t)lr.anon_end - (int64_t)lr.anon_open);
+        tool_json_i64(&j, "loader_rss_end_bytes", (int64_t)lr.rss_end - (int64_t)lr.rss_open);
         tool_json_f64(&j, "ceiling_seconds", ceil.seconds);
         tool_json_f64(&j, "ceiling_before_gbytes_per_s", ceil_before_gbps);
         tool_json_f64(&j, "ceiling_after_gbytes_per_s", ceil_after.gbytes_per_s);
