@@ -40,8 +40,10 @@
  * the 32-bit vector multiply (vpmulld) that the vertical pass's int32
  * accumulators need and SSE2 lacks, and wider registers. The results are the
  * same integers either way. */
+/* ThreadSanitizer's runtime is not ready when the ifunc resolver runs at
+ * load time and the program crashes before main, so TSan builds go without. */
 #if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) &&                          \
-    (!defined(__clang__) || __clang_major__ >= 14)
+    (!defined(__clang__) || __clang_major__ >= 14) && !defined(__SANITIZE_THREAD__)
 #define HOT_CLONES __attribute__((target_clones("default", "avx2")))
 #else
 #define HOT_CLONES
