@@ -75,4 +75,27 @@ grep -q "no valid image" "$tmp/err" || fail "no images: $(cat "$tmp/err")"
 "$DLC_BIN/cacheinfo" "$tmp/s.dlc" --dump 3 -o "$tmp/r3.ppm" 2>/dev/null
 [ "$(head -c 2 "$tmp/r3.ppm")" = P6 ] || fail "--dump did not write a PPM"
 [ "$(stat -c %s "$tmp/r3.ppm")" -eq $((32 * 32 * 3 + 13)) ] || fail "--dump size"
+# cacheinfo --verify names a damaged record and exits 1: flip one payload
+# byte of record 5 (found through python3-lmdb, as docs/FORMAT.md reads it).
+cp "$tmp/s.dlc" "$tmp/bad.dlc"
+$PY - "$tmp/bad.dlc" <<'PYEOF'
+import lmdb, struct, sys
+path = sys.argv[1]
+env = lmdb.open(path, subdir=False, readonly=True, lock=False, max_dbs=2)
+with env.begin(db=env.open_db(b"samples", create=False)) as txn:
+    payload = bytes(txn.get(struct.pack(">Q", 5)))[48:]
+env.close()
+data = bytearray(open(path, "rb").read())
+at = data.find(payload)
+assert at > 0 and data.find(payload, at + 1) < 0
+data[at + 100] ^= 0xFF
+open(path, "wb").write(data)
+PYEOF
+set +e
+"$DLC_BIN/cacheinfo" "$tmp/bad.dlc" --verify --json > "$tmp/v.json" 2>"$tmp/err"
+rc=$?
+set -e
+[ "$rc" = 1 ] || fail "--verify of a damaged store: exit status $rc, want 1"
+grep -q "record 5" "$tmp/err" || fail "--verify does not name record 5: $(cat "$tmp/err")"
+$PY -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["ok"] is False and d["bad"] == [5], d' "$tmp/v.json"
 echo "build_corrupt: ok"
