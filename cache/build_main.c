@@ -340,8 +340,12 @@ dlc_status dlc_build(const char *const *sources, size_t nsources, const char *ou
     rep = calloc(1, sizeof *rep);
     FAIL_IF(!rep, -ENOMEM, "build: out of memory");
     keep_report = 1; /* From here, ENOIMAGES and strict EDECODE come with a report. */
-    FAIL_IF(src.count == 0, DLC_ENOIMAGES, "%s: no image file in the source%s", sources[0],
-            nsources > 1 ? "s" : "");
+    FAIL_IF(src.count == 0, DLC_ENOIMAGES, "%s: no image file in the source%s%s", sources[0],
+            nsources > 1 ? "s" : "",
+            src.kind == DLC__SOURCE_LIST
+                ? " (a tar sample is KEY.jpg with KEY.cls, and the key ends at the first '.' "
+                  "of the member's file name)"
+                : "");
 
     const uint32_t threads_want = o.threads ? o.threads : online_cores();
     nworkers = threads_want < MAX_THREADS ? threads_want : MAX_THREADS;
