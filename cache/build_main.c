@@ -48,7 +48,7 @@
 enum slot_state {
     SLOT_FREE = 0, /* being worked on, or not claimed yet */
     SLOT_READY,    /* payload copied into the slot's buffer */
-    SLOT_BORROWED, /* payload in the worker's codec; the worker waits for SLOT_FREE */
+    SLOT_BORROWED, /* payload in the worker's codec; the worker waits until write_next passes it */
     SLOT_SKIP,     /* item skipped; why says why */
     SLOT_FATAL,    /* a failure that stops the build; status and why */
 };
@@ -217,7 +217,9 @@ publish:
         sl->size = psize;
         sl->state = SLOT_BORROWED;
         pthread_cond_signal(&p->ready);
-        while (sl->state == SLOT_BORROWED && !atomic_load(&p->stop))
+        /* Wait on write_next, not on the slot's state: once consumed, the
+         * slot may be claimed and lent again for item i + window. */
+        while (p->write_next <= i && !atomic_load(&p->stop))
             pthread_cond_wait(&p->space, &p->mu);
         pthread_mutex_unlock(&p->mu);
         return;

@@ -9,11 +9,44 @@
  * deterministic order, decoded and resized on all threads, and written in
  * that order, so the store's bytes do not depend on the number of threads.
  *
+ * Items. Every file a source names is an item, numbered in source order,
+ * also those that cannot become records; those are skipped and reported, so
+ * an ImageFolder's item numbers are torchvision's sample numbers:
+ *   - ImageFolder: exactly torchvision.datasets.ImageFolder's classes and
+ *     samples (class folders sorted by byte value, each class folder walked
+ *     recursively following folder links, in sorted full-path order, files
+ *     sorted, torchvision's IMG_EXTENSIONS compared without case). Files with
+ *     an image extension other than .jpg/.jpeg are items skipped as "not a
+ *     JPEG". A class folder without any image keeps its label number (its
+ *     position) with no records; torchvision would refuse such a tree.
+ *   - Manifest: lines `PATH<TAB>LABEL` (split at the last tab), PATH absolute
+ *     or relative to the manifest's folder, LABEL 0..2^24-1; blank lines and
+ *     lines starting with '#' are ignored; anything else is DLC_EINVAL naming
+ *     the manifest and line. Label names are "0".."K-1", K = largest label + 1.
+ *   - WebDataset tar: members grouped into samples by key as webdataset does
+ *     (key = member path up to the first '.' of its file name, extension
+ *     lower-cased); a sample with a jpg/jpeg member is an item labelled by
+ *     its cls member (decimal). A sample without cls, with a bad cls, with a
+ *     cls but no JPEG, or with another image type is an item skipped with
+ *     that reason. ustar, GNU (long names) and pax headers are read; a bad
+ *     header checksum or a member past the end of the file is DLC_ECORRUPT.
+ * A skipped item is named in the report ("SHARD:MEMBER" for tar members) and
+ * counted in the store's `skipped` metadata; record numbers are dense over
+ * the items that were stored.
+ *
+ * The store's "source_digest" is XXH3-64 over every item in order: its path
+ * as reported (NUL-terminated), then its size, mtime (ns) and label as
+ * little-endian 64-bit values, so it changes when a source file does.
+ *
  * The store is written to `OUT.tmp-PID`, synced, and renamed to OUT; the
  * directory is synced after the rename. A failure, a signal or a full disk
  * leaves the previous OUT (or no OUT) and removes the temporary file when the
- * process is still alive to do it. An existing OUT is replaced only with
- * ::dlc_build_options.force.
+ * process is still alive to do it; a later build of the same OUT removes
+ * `OUT.tmp-PID` files whose process no longer exists. An existing OUT is
+ * replaced only with ::dlc_build_options.force.
+ *
+ * Memory: one small entry per item, plus a window of 4 x threads + 4 records
+ * in flight, whatever the size of the data set.
  *
  * Thread safety: dlc_build() may run on any thread; it starts its own workers
  * and joins them before it returns. Callbacks run on the calling thread.
@@ -37,8 +70,10 @@ typedef struct dlc_build_progress {
     double seconds;     /**< Since the build started. */
 } dlc_build_progress;
 
-/** Called about 10 times a second from the calling thread; return non-zero
- *  to cancel (the build then fails with DLC_ECANCELED and leaves no store). */
+/** Called once before the first record, then about 10 times a second, and
+ *  once at the end, from the calling thread; return non-zero to cancel (the
+ *  build then fails with DLC_ECANCELED and leaves no new store). Safe place to
+ *  poll a flag set by a signal handler. */
 typedef int (*dlc_build_progress_fn)(void *user, const dlc_build_progress *p);
 
 /** Options; dlc_build_options_init() sets the defaults named below. */
