@@ -87,6 +87,13 @@ dlc_status dlc__lmdb_read_layout(const char *path, int fd, uint64_t file_size,
             if (psize < 512 || psize > 65536 || (psize & (psize - 1)) != 0)
                 return dlc__errorf(DLC_ECORRUPT, "%s: LMDB page size %" PRIu64
                                    " is impossible", path, psize);
+        } else if (dlc__ld32(m[1] + META_FREE_DB) != psize) {
+            /* LMDB sizes its map and finds meta page 1 with the page size of
+             * the newer meta page, not of page 0: a disagreement would send
+             * it past the end of the file (SIGBUS; found by fuzz_store). */
+            return dlc__errorf(DLC_ECORRUPT, "%s: corrupt: LMDB meta pages disagree on the page "
+                               "size (%" PRIu64 " and %u)", path, psize,
+                               dlc__ld32(m[1] + META_FREE_DB));
         }
     }
     /* Like LMDB, use the meta page of the newer transaction. */
