@@ -49,6 +49,12 @@ const char *dlc_warm_redact_url(const char *url, char *buf, size_t cap)
     size_t out = 0;
     const char *p = url;
     const char *authority = strstr(url, "://");
+    /* A "://" after the first '/', '?' or '#' is not the scheme's but part of
+     * the path or query (a redirect parameter of a pre-signed URL, or a URL
+     * without a scheme): everything before it would be shown as a "scheme",
+     * query string included (found by fuzz_warm). */
+    if (authority && (size_t)(authority - url) > strcspn(url, "/?#"))
+        authority = NULL;
     const char *host = url;
     if (authority) {
         authority += 3;
