@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# cachebench, bench_threads.sh and plot_bench.py on a small real store. No
+# timing is asserted (DESIGN.md): the checks are that every figure is present
+# and positive, that the digest of a fixed-length run does not depend on the
+# number of threads or the prefetch depth, that every delivered sample is
+# counted, that errors name their cause with the right exit status, and that
+# the plot is well-formed SVG with the three series.
+set -euo pipefail
+: "${DLC_BIN:?DLC_BIN must name the bin directory of the build}"
+: "${DLC_SRC:?DLC_SRC must name the source tree}"
+PY=/usr/bin/python3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "bench_tools: $*" >&2; exit 1; }
+B=$DLC_BIN/cachebench
+
+"$DLC_BIN/mkdemo" "$tmp/demo" --count 40 --classes 4 >/dev/null
+tree=$tmp/demo/train
+"$DLC_BIN/cachebuild" "$tree" -o "$tmp/s.dlc" --size 64 --threads 2 >/dev/null 2>&1
+
+# decode: whole passes over the 40 files, positive rates.
+"$B" decode "$tree" --threads 2 --seconds 0.2 --json >"$tmp/dec.json"
+$PY - "$tmp/dec.json" <<'EOF' || fail "decode JSON"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["files"] == 40, r
+assert r["images"] >= 40 and r["threads"] == 2, r
+for k in ("seconds", "images_per_s", "megapixels_per_s", "mbytes_per_s"):
+    assert r[k] > 0, (k, r)
+EOF
+"$B" decode "$tree" --limit 5 --seconds 0.1 --json | grep -q '"files": 5' || fail "--limit 5"
+
+# load: two epochs of 40 samples in batches of 8; the same bytes whatever the
+# threads and prefetch.
+run() { # run OUT.json ARGS...
+    local out=$1; shift
+    "$B" load "$tmp/s.dlc" --batch 8 --crop 48 --epochs 2 --seconds 0.2 --json "$@" >"$out" \
+        2>"$out.err" || { cat "$out.err" >&2; fail "load $*"; }
+}
+run "$tmp/a.json" --threads 1 --prefetch 1
+run "$tmp/b.json" --threads 2 --prefetch 3
+run "$tmp/c.json" --threads 3 --prefetch 2 --io direct
+$PY - "$tmp/a.json" "$tmp/b.json" "$tmp/c.json" <<'EOF' || fail "load JSON or digests"
+import json, sys
+runs = [json.load(open(p)) for p in sys.argv[1:]]
+for r in runs:
+    assert r["warmup_samples"] + r["samples"] == 80, r
+    assert r["batches"] == 9 and r["epochs"] == 2, r
+    for k in ("samples_per_s", "gbytes_per_s", "ceiling_gbytes_per_s", "ratio_to_ceiling",
+              "open_seconds", "first_batch_seconds"):
+        assert r[k] > 0, (k, r)
+    assert r["first_batch_seconds"] >= r["open_seconds"], r
+    assert r["sample_bytes"] == 48 * 48 * 3 and r["dtype"] == "uint8", r
+    assert r["jpeg_samples_per_s"] is None and r["speedup_vs_jpeg"] is None, r
+    assert len(r["digest"]) == 16, r
+digests = {r["digest"] for r in runs}
+assert len(digests) == 1, digests
+assert runs[2]["io"] == "direct" or runs[2]["io_requested"] == "direct", runs[2]
+EOF
+# Another seed is another stream.
+run "$tmp/d.json" --threads 2 --seed 7
+[ "$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["digest"])' "$tmp/a.json")" != \
+  "$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["digest"])' "$tmp/d.json")" ] ||
+    fail "seed 7 gave the digest of seed 0"
+
+# float16 + RandomResizedCrop + the JPEG path, a time-based window (no digest).
+"$B" load "$tmp/s.dlc" --batch 8 --crop 32 --dtype float16 --random-resized-crop --threads 2 \
+    --seconds 0.3 --jpeg-dir "$tree" --device 0 --json >"$tmp/e.json" 2>"$tmp/e.err"
+$PY - "$tmp/e.json" <<'EOF' || fail "float16 + JPEG path JSON"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["digest"] is None and r["batches_requested"] is None, r
+assert r["sample_bytes"] == 32 * 32 * 3 * 2 and r["augment"] == "random_resized_crop", r
+assert r["jpeg_files"] == 40 and r["jpeg_samples"] > 0, r
+for k in ("samples_per_s", "jpeg_samples_per_s", "speedup_vs_jpeg", "ratio_to_ceiling"):
+    assert r[k] > 0, (k, r)
+EOF
+grep -q "cachebench: loader" "$tmp/e.err" || fail "--device 0: no loader notice on stderr"
+
+# Errors: a missing store names it (exit 1); a bad option is a usage error (exit 2).
+set +e
+"$B" load "$tmp/none.dlc" --seconds 0.1 2>"$tmp/err1"; rc1=$?
+"$B" load "$tmp/s.dlc" --dtype int4 2>"$tmp/err2"; rc2=$?
+"$B" load "$tmp/s.dlc" --crop 96 --seconds 0.1 2>"$tmp/err3"; rc3=$?
+"$B" decode "$tmp/empty-dir-that-is-missing" 2>"$tmp/err4"; rc4=$?
+set -e
+[ $rc1 = 1 ] && grep -q "none.dlc" "$tmp/err1" || fail "missing store: rc $rc1, $(cat "$tmp/err1")"
+[ $rc2 = 2 ] && grep -q -- "--dtype" "$tmp/err2" || fail "bad dtype: rc $rc2, $(cat "$tmp/err2")"
+[ $rc3 = 1 ] && grep -q "crop" "$tmp/err3" || fail "crop too large: rc $rc3, $(cat "$tmp/err3")"
+[ $rc4 = 1 ] && grep -q "empty-dir-that-is-missing" "$tmp/err4" || fail "missing source: rc $rc4"
+
+# The sweep over 1 and 2 threads and its plot.
+THREADS="1 2" BIN=$DLC_BIN SVG=$tmp/sweep.svg bash "$DLC_SRC/tools/bench_threads.sh" \
+    "$tmp/s.dlc" "$tree" "$tmp/sweep.json" --batch 8 --crop 48 --seconds 0.2 2>"$tmp/sweep.err" ||
+    { cat "$tmp/sweep.err" >&2; fail "bench_threads.sh"; }
+$PY - "$tmp/sweep.json" "$tmp/sweep.svg" <<'EOF' || fail "sweep JSON or SVG"
+import json, sys, xml.etree.ElementTree as ET
+doc = json.load(open(sys.argv[1]))
+assert [r["threads"] for r in doc["runs"]] == [1, 2], doc
+assert doc["host"]["nproc"] >= 1 and doc["measured_at"], doc
+svg = ET.parse(sys.argv[2]).getroot()
+ns = "{http://www.w3.org/2000/svg}"
+assert svg.tag == ns + "svg", svg.tag
+lines = svg.findall(ns + "polyline")
+assert len(lines) == 3, len(lines)  # ceiling, loader, JPEG path
+assert len(svg.findall(ns + "circle")) == 6
+EOF
+# plot_bench.py also takes single results, and refuses what is not one.
+$PY "$DLC_SRC/tools/plot_bench.py" "$tmp/a.json" "$tmp/b.json" -o "$tmp/two.svg"
+$PY -c 'import sys, xml.etree.ElementTree as ET; ET.parse(sys.argv[1])' "$tmp/two.svg"
+if $PY "$DLC_SRC/tools/plot_bench.py" "$tmp/dec.json" -o "$tmp/bad.svg" 2>/dev/null; then
+    fail "plot_bench.py accepted a decode result"
+fi
+echo "bench_tools: ok"
