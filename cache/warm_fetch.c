@@ -453,6 +453,7 @@ dlc_status dlc__warm_fetch(dlc__warm_fetch_job *job)
                 curl_multi_strerror(mc));
         CURLMsg *msg;
         int left;
+        int freed = 0; /* A slot finished: start its next request without sleeping. */
         while ((msg = curl_multi_info_read(m, &left))) {
             if (msg->msg != CURLMSG_DONE)
                 continue;
@@ -461,6 +462,7 @@ dlc_status dlc__warm_fetch(dlc__warm_fetch_job *job)
             const CURLcode res = msg->data.result;
             curl_multi_remove_handle(m, x->h);
             x->active = 0;
+            freed = 1;
             dlc_status fatal = DLC_OK;
             char why[700];
             const int verdict = finish_attempt(x, res, &fatal, why, sizeof why);
@@ -506,7 +508,7 @@ dlc_status dlc__warm_fetch(dlc__warm_fetch_job *job)
             break;
         /* Sleep until a socket is ready, a retry is due, or 100 ms pass
          * (the progress callback's pace). */
-        double wait = 0.1;
+        double wait = freed ? 0.0 : 0.1;
         const double now2 = dlc__warm_now();
         for (size_t i = 0; i < nx; i++)
             if (xs[i].assigned && !xs[i].active) {

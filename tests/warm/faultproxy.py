@@ -164,6 +164,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
     do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward
 
 
+class Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        # Resets are what this proxy is for; no tracebacks.
+        pass
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--upstream", required=True, help="HOST:PORT of the real server")
@@ -174,8 +182,7 @@ def main():
     args = ap.parse_args()
     host, port = args.upstream.rsplit(":", 1)
     args.upstream_host, args.upstream_port = host, int(port)
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    srv.daemon_threads = True
+    srv = Server(("127.0.0.1", 0), Handler)
     srv.state = State(args)
     with open(args.port_file + ".tmp", "w") as f:
         f.write(str(srv.server_address[1]))

@@ -147,6 +147,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
     do_HEAD = do_GET
 
 
+class Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        # Clients stop reading on purpose (a probe, a canceled download):
+        # a reset connection is not worth a traceback.
+        pass
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", required=True)
@@ -154,8 +163,7 @@ def main():
     ap.add_argument("--token", default="")
     ap.add_argument("--sig", default="")
     args = ap.parse_args()
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    srv.daemon_threads = True
+    srv = Server(("127.0.0.1", 0), Handler)
     srv.args = args
     srv.lock = threading.Lock()
     srv.gets = srv.data_gets = 0

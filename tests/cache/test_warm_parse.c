@@ -1,0 +1,221 @@
+/* The warm part's small pieces: Content-Range parsing, URL redaction and
+ * encoding, error-body descriptions, retry classes, backoff bounds, the
+ * resume journal (torn tails, foreign headers) and the sidecar. */
+#include "../../cache/warm_internal.h"
+
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
+{
+    (void)st;
+    (void)flag;
+    (void)f;
+    return remove(p);
+}
+
+static char *tmpdir(void)
+{
+    char *d = strdup("/tmp/dlc-warm-test-XXXXXX");
+    cr_assert(mkdtemp(d) != NULL);
+    return d;
+}
+
+static void rmdir_all(char *d)
+{
+    nftw(d, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    free(d);
+}
+
+Test(warm_parse, content_range)
+{
+    uint64_t a, b, t;
+    cr_assert_eq(dlc__warm_parse_content_range("bytes 0-9/100", &a, &b, &t), 0);
+    cr_assert(a == 0 && b == 9 && t == 100);
+    cr_assert_eq(dlc__warm_parse_content_range(" bytes 90-99/100\r\n", &a, &b, &t), 0);
+    cr_assert(a == 90 && b == 99 && t == 100);
+    cr_assert_eq(dlc__warm_parse_content_range("bytes 5-9/*", &a, &b, &t), 0);
+    cr_assert(t == UINT64_MAX);
+    cr_assert_eq(dlc__warm_parse_content_range("bytes */42", &a, &b, &t), 0);
+    cr_assert(a == UINT64_MAX && t == 42);
+    /* Malformed or impossible. */
+    cr_assert_eq(dlc__warm_parse_content_range("bytes 9-5/100", &a, &b, &t), -1);
+    cr_assert_eq(dlc__warm_parse_content_range("bytes 0-100/100", &a, &b, &t), -1);
+    cr_assert_eq(dlc__warm_parse_content_range("bytes */*", &a, &b, &t), -1);
+    cr_assert_eq(dlc__warm_parse_content_range("items 0-9/100", &a, &b, &t), -1);
+    cr_assert_eq(dlc__warm_parse_content_range("bytes 0-9/100x", &a, &b, &t), -1);
+    cr_assert_eq(dlc__warm_parse_content_range("bytes 0-99999999999999999999/1", &a, &b, &t), -1);
+    cr_assert_eq(dlc__warm_parse_content_range("", &a, &b, &t), -1);
+}
+
+Test(warm_parse, redact_url)
+{
+    char buf[256];
+    cr_assert_str_eq(dlc_warm_redact_url("https://h/p/o.dlc?X-Amz-Signature=abc&x=1", buf,
+                                         sizeof buf),
+                     "https://h/p/o.dlc?REDACTED");
+    cr_assert_str_eq(dlc_warm_redact_url("https://user:pw@h:8443/o#frag", buf, sizeof buf),
+                     "https://REDACTED@h:8443/o");
+    cr_assert_str_eq(dlc_warm_redact_url("s3://b/k", buf, sizeof buf), "s3://b/k");
+    cr_assert_str_eq(dlc_warm_redact_url("http://h/a@b", buf, sizeof buf), "http://h/a@b");
+    /* Truncation never leaks the query. */
+    char small[12];
+    dlc_warm_redact_url("https://h/?secret", small, sizeof small);
+    cr_assert_null(strstr(small, "secret"));
+}
+
+Test(warm_parse, urlencode)
+{
+    char *s = dlc__warm_urlencode("a b/c+d~e.f_g-h%", 1);
+    cr_assert_str_eq(s, "a%20b/c%2Bd~e.f_g-h%25");
+    free(s);
+    s = dlc__warm_urlencode("a/b", 0);
+    cr_assert_str_eq(s, "a%2Fb");
+    free(s);
+    s = dlc__warm_urlencode("\xc3\xa9", 0);
+    cr_assert_str_eq(s, "%C3%A9");
+    free(s);
+}
+
+Test(warm_parse, describe_body)
+{
+    char out[256];
+    const char *xml = "<?xml version=\"1.0\"?><Error><Code>NoSuchKey</Code><Message>The "
+                      "specified key does not exist.</Message><Key>k</Key></Error>";
+    dlc__warm_describe_body(xml, strlen(xml), out, sizeof out);
+    cr_assert_str_eq(out, "NoSuchKey: The specified key does not exist.");
+    const char *json = "{\"error\": {\"code\": 403, \"message\": \"Invalid \\\"x\\\"\"}}";
+    dlc__warm_describe_body(json, strlen(json), out, sizeof out);
+    cr_assert_str_eq(out, "Invalid \"x\"");
+    const char *text = "plain\r\ntext";
+    dlc__warm_describe_body(text, strlen(text), out, sizeof out);
+    cr_assert_str_eq(out, "plain  text");
+    dlc__warm_describe_body("", 0, out, sizeof out);
+    cr_assert_str_eq(out, "");
+    /* An unterminated tag is not read past the body. */
+    const char *cut = "<Code>NoSuch";
+    dlc__warm_describe_body(cut, strlen(cut), out, sizeof out);
+    cr_assert_str_eq(out, "<Code>NoSuch");
+}
+
+Test(warm_parse, retry_classes_and_backoff)
+{
+    cr_assert(dlc__warm_retryable_http(500));
+    cr_assert(dlc__warm_retryable_http(503));
+    cr_assert(dlc__warm_retryable_http(429));
+    cr_assert_not(dlc__warm_retryable_http(403));
+    cr_assert_not(dlc__warm_retryable_http(404));
+    cr_assert_not(dlc__warm_retryable_http(416));
+    cr_assert(dlc__warm_retryable_curl(CURLE_OPERATION_TIMEDOUT));
+    cr_assert(dlc__warm_retryable_curl(CURLE_RECV_ERROR));
+    cr_assert_not(dlc__warm_retryable_curl(CURLE_PEER_FAILED_VERIFICATION));
+    uint64_t rng = 1;
+    for (unsigned a = 1; a < 20; a++) {
+        double cap = 0.1;
+        for (unsigned i = 1; i < a && cap < 5.0; i++)
+            cap *= 2;
+        if (cap > 5.0)
+            cap = 5.0;
+        for (int k = 0; k < 50; k++) {
+            const double d = dlc__warm_backoff(a, &rng);
+            cr_assert(d >= cap * 0.5 && d <= cap, "attempt %u: %f", a, d);
+        }
+    }
+}
+
+static off_t file_size(const char *p)
+{
+    struct stat st;
+    cr_assert_eq(stat(p, &st), 0);
+    return st.st_size;
+}
+
+Test(warm_parse, journal_resume_torn_tail_and_foreign_header)
+{
+    char *dir = tmpdir();
+    char path[512];
+    snprintf(path, sizeof path, "%s/x.warm-journal", dir);
+    const dlc__warm_journal_id id = {.size = 1000, .chunk_size = 100,
+                                     .id = dlc__warm_journal_key("s3://b/k", "\"e1\"")};
+    uint8_t done[10] = {0};
+    uint64_t resumed = 99;
+    int fd = -1;
+    cr_assert_eq(dlc__warm_journal_open(path, &id, done, 10, &resumed, &fd), DLC_OK);
+    cr_assert_eq(resumed, 0);
+    const uint64_t chunks[] = {3, 7, 0};
+    cr_assert_eq(dlc__warm_journal_append(fd, path, &id, chunks, 3), DLC_OK);
+    close(fd);
+    cr_assert_eq(file_size(path), 40 + 3 * 16);
+
+    /* A crash in the middle of an append leaves a torn record: ignored and cut. */
+    const int a = open(path, O_WRONLY | O_APPEND);
+    cr_assert_eq(write(a, "\x05\x00\x00\x00\x00\x00\x00\x00\x01\x02", 10), 10);
+    close(a);
+    memset(done, 0, sizeof done);
+    cr_assert_eq(dlc__warm_journal_open(path, &id, done, 10, &resumed, &fd), DLC_OK);
+    cr_assert_eq(resumed, 3);
+    cr_assert(done[0] && done[3] && done[7] && !done[5]);
+    cr_assert_eq(file_size(path), 40 + 3 * 16);
+    const uint64_t more[] = {5};
+    cr_assert_eq(dlc__warm_journal_append(fd, path, &id, more, 1), DLC_OK);
+    close(fd);
+    memset(done, 0, sizeof done);
+    cr_assert_eq(dlc__warm_journal_open(path, &id, done, 10, &resumed, &fd), DLC_OK);
+    cr_assert_eq(resumed, 4);
+    close(fd);
+
+    /* Another ETag (the object changed): the journal is started over. */
+    const dlc__warm_journal_id other = {.size = 1000, .chunk_size = 100,
+                                        .id = dlc__warm_journal_key("s3://b/k", "\"e2\"")};
+    memset(done, 0, sizeof done);
+    cr_assert_eq(dlc__warm_journal_open(path, &other, done, 10, &resumed, &fd), DLC_OK);
+    cr_assert_eq(resumed, 0);
+    cr_assert_eq(file_size(path), 40);
+    close(fd);
+    /* Another chunk size: also started over. */
+    const dlc__warm_journal_id resized = {.size = 1000, .chunk_size = 200, .id = other.id};
+    cr_assert_eq(dlc__warm_journal_open(path, &resized, done, 5, &resumed, &fd), DLC_OK);
+    cr_assert_eq(resumed, 0);
+    close(fd);
+    rmdir_all(dir);
+}
+
+Test(warm_parse, sidecar_round_trip)
+{
+    char *dir = tmpdir();
+    char dest[512], sidecar[512];
+    snprintf(dest, sizeof dest, "%s/d.dlc", dir);
+    snprintf(sidecar, sizeof sidecar, "%s/d.dlc.warm", dir);
+    FILE *f = fopen(dest, "w");
+    fputs("12345", f);
+    fclose(f);
+    dlc__warm_sidecar sc;
+    memset(&sc, 0, sizeof sc);
+    strcpy(sc.source, "s3://b/k");
+    strcpy(sc.etag, "\"abc\"");
+    sc.size = 5;
+    cr_assert_eq(dlc__warm_sidecar_stat(dest, &sc), DLC_OK);
+    cr_assert_eq(dlc__warm_sidecar_write(sidecar, &sc), DLC_OK);
+    dlc__warm_sidecar back;
+    cr_assert_eq(dlc__warm_sidecar_read(sidecar, &back), DLC_OK);
+    cr_assert_str_eq(back.source, "s3://b/k");
+    cr_assert_str_eq(back.etag, "\"abc\"");
+    cr_assert_eq(back.size, 5);
+    cr_assert_eq(back.inode, sc.inode);
+    cr_assert_eq(back.mtime_ns, sc.mtime_ns);
+    /* The size no longer matches once the file changes. */
+    back.size = 6;
+    cr_assert_eq(dlc__warm_sidecar_stat(dest, &back), DLC_ECHANGED);
+    /* Garbage is not a sidecar. */
+    f = fopen(sidecar, "w");
+    fputs("dlcache-warm 1\nsource x\n", f);
+    fclose(f);
+    cr_assert_eq(dlc__warm_sidecar_read(sidecar, &back), DLC_ENOTFOUND);
+    rmdir_all(dir);
+}
