@@ -16,18 +16,20 @@ DEB_PKGS := build-essential cmake pkg-config git curl ca-certificates \
             liblmdb-dev lmdb-utils libturbojpeg0-dev liburing-dev libxxhash-dev \
             libcriterion-dev libcurl4-openssl-dev \
             python3 python3-numpy python3-torch python3-torchvision python3-lmdb python3-pytest \
-            mate-backgrounds nodejs npm clang libclang-rt-dev valgrind
+            mate-backgrounds clang libclang-rt-dev valgrind
 
 .PHONY: all deps build demo test install fuzz bench clean
 
 all: build
 
 # Install only what is missing, so a machine that has everything is not
-# touched (and needs no root).
+# touched (and needs no root). Node is checked as a command: a NodeSource
+# nodejs package carries npm itself and conflicts with Debian's npm package.
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do \
 	    dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; \
 	  done); \
+	command -v npm >/dev/null || missing="$$missing nodejs npm"; \
 	if [ -n "$$missing" ]; then \
 	  echo "Installing Debian packages:" $$missing; \
 	  if [ "$$(id -u)" != 0 ]; then echo "error: run as root (or install: $$missing)" >&2; exit 1; fi; \
