@@ -1,0 +1,140 @@
+/* Fuzz the loader's state restore (dlc_loader_state_restore() in
+ * loader/loader.c): a checkpoint is a file the user hands back to us, so its
+ * 64 bytes are untrusted. One small real store and one loader are made once;
+ * each input is restored twice: as given (almost always refused by the
+ * checksum), and with its checksum recomputed, so that the fuzzer reaches
+ * the field checks and the pipeline restart behind them (a position beyond
+ * the epoch, a huge epoch number, another sampler). After a restore that is
+ * accepted, batches are drawn until the epoch ends or a few have come: a
+ * state that was accepted must give a stream that works. Each input starts
+ * from the same loader state, so a crash replays from its input alone.
+ *
+ * Seeds: states saved by this harness at a few positions when it runs with
+ * DLC_FUZZ_SEED_DIR set (tests/fuzz/make_seeds.sh does that). */
+#include "fuzz_util.h"
+
+#include "../../cache/store_writer.h"
+
+#include <dlcache/loader.h>
+
+#include <xxhash.h>
+
+#define RECORDS 37u
+#define SIDE 8u
+
+static dlc_loader *loader;
+static uint8_t initial[DLC_LOADER_STATE_SIZE];
+
+static void die(const char *what)
+{
+    fprintf(stderr, "fuzz_state: %s: %s\n", what, dlc_errmsg());
+    abort();
+}
+
+static void write_store(const char *path)
+{
+    dlc__store_writer *w = NULL;
+    if (dlc__store_writer_open(path, 1, 0, &w) != DLC_OK)
+        die("writer_open");
+    uint8_t px[SIDE * SIDE * 3];
+    for (uint32_t i = 0; i < RECORDS; i++) {
+        for (size_t j = 0; j < sizeof px; j++)
+            px[j] = (uint8_t)(i * 29 + j);
+        if (dlc__store_writer_put(w, i % 3, SIDE, SIDE, 3, DLC_ENCODING_RAW, px, sizeof px) != 0)
+            die("writer_put");
+    }
+    static const char *const names[] = {"a", "b", "c"};
+    const dlc__store_meta meta = {.label_names = names, .num_labels = 3};
+    if (dlc__store_writer_finish(w, &meta) != DLC_OK)
+        die("writer_finish");
+}
+
+static void save_seed(const char *dir, const char *name)
+{
+    uint8_t st[DLC_LOADER_STATE_SIZE];
+    if (dlc_loader_state_save(loader, st) != DLC_OK)
+        die("state_save");
+    char p[1024];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    fz_write_file(p, st, sizeof st);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    char path[512];
+    fz_path(path, sizeof path, "state.dlc");
+    write_store(path);
+    dlc_loader_config c;
+    dlc_loader_config_init(&c);
+    c.batch_size = 5;
+    c.threads = 1;
+    c.prefetch = 2;
+    c.crop_h = c.crop_w = 4;
+    c.seed = 7;
+    if (dlc_loader_open(path, &c, &loader) != DLC_OK)
+        die("loader_open");
+    if (dlc_loader_state_save(loader, initial) != DLC_OK)
+        die("state_save");
+    const char *seeds = getenv("DLC_FUZZ_SEED_DIR");
+    if (seeds) {
+        /* The start, mid-epoch, the last batch, the end, and a later epoch. */
+        dlc_batch b;
+        save_seed(seeds, "start");
+        for (int i = 0; i < 3; i++)
+            if (dlc_loader_next(loader, &b) != DLC_OK)
+                die("next");
+        save_seed(seeds, "mid");
+        while (dlc_loader_next(loader, &b) == DLC_OK)
+            ;
+        save_seed(seeds, "end");
+        if (dlc_loader_set_epoch(loader, 5) != DLC_OK)
+            die("set_epoch");
+        save_seed(seeds, "epoch5");
+        if (dlc_loader_state_restore(loader, initial, sizeof initial) != DLC_OK)
+            die("restore initial");
+    }
+    return 0;
+}
+
+static void draw(void)
+{
+    dlc_batch b;
+    for (int i = 0; i < 12; i++) {
+        const dlc_status rc = dlc_loader_next(loader, &b);
+        if (rc == DLC_END)
+            break;
+        if (rc != DLC_OK)
+            die("next after an accepted restore");
+        if (b.count == 0 || b.count > 5 || b.shape[0] != b.count)
+            abort();
+        for (uint32_t k = 0; k < b.count; k++)
+            if (b.indices[k] >= RECORDS || b.labels[k] != (int64_t)(b.indices[k] % 3))
+                abort();
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    dlc_status rc = dlc_loader_state_restore(loader, data, size);
+    if (rc < 0 && dlc_errmsg()[0] == '\0')
+        abort();
+    if (rc == DLC_OK)
+        draw();
+    if (size == DLC_LOADER_STATE_SIZE) {
+        uint8_t fixed[DLC_LOADER_STATE_SIZE];
+        memcpy(fixed, data, size);
+        const uint64_t h = XXH3_64bits(fixed, 56);
+        for (int i = 0; i < 8; i++)
+            fixed[56 + i] = (uint8_t)(h >> (8 * i));
+        rc = dlc_loader_state_restore(loader, fixed, sizeof fixed);
+        if (rc < 0 && dlc_errmsg()[0] == '\0')
+            abort();
+        if (rc == DLC_OK)
+            draw();
+    }
+    if (dlc_loader_state_restore(loader, initial, sizeof initial) != DLC_OK)
+        die("restore initial");
+    return 0;
+}

@@ -1,0 +1,198 @@
+/* Fuzz what the warm part parses from the outside world (cache/warm_*.c):
+ * the server's Content-Range values, error bodies (S3's XML, GCS's JSON,
+ * anything else) turned into one line of an error message, the URL redactor
+ * that stands between pre-signed URLs and every message, and the two small
+ * files a download leaves beside its destination (the sidecar and the
+ * resume journal), which a crash or another program may have mangled.
+ *
+ * The first input byte picks the surface; the rest is its input. Besides
+ * "no crash", the harness checks the promises: a parsed range is ordered and
+ * inside its total; a described body is one printable line; a redacted URL
+ * keeps no byte of its query string or password. */
+#include "fuzz_util.h"
+
+#include "../../cache/warm_internal.h"
+
+#define JOURNAL_SOURCE "http://127.0.0.1/x"
+#define JOURNAL_ETAG "\"etag\""
+
+static dlc__warm_journal_id journal_id(void)
+{
+    /* 1 MiB in 64 KiB chunks. */
+    const dlc__warm_journal_id id = {
+        .size = 1u << 20,
+        .chunk_size = 64u << 10,
+        .id = dlc__warm_journal_key(JOURNAL_SOURCE, JOURNAL_ETAG),
+    };
+    return id;
+}
+
+static char *cstr(const uint8_t *p, size_t n)
+{
+    char *s = malloc(n + 1);
+    if (!s)
+        abort();
+    memcpy(s, p, n);
+    s[n] = '\0';
+    return s;
+}
+
+static void fuzz_range(const uint8_t *p, size_t n)
+{
+    char *s = cstr(p, n);
+    uint64_t a = 1, b = 2, t = 3;
+    if (dlc__warm_parse_content_range(s, &a, &b, &t) == 0) {
+        if (a == UINT64_MAX) {
+            if (b != UINT64_MAX || t == UINT64_MAX)
+                abort(); /* "bytes * /T" */
+        } else if (b < a || (t != UINT64_MAX && b >= t)) {
+            abort();
+        }
+    }
+    free(s);
+}
+
+static void fuzz_body(const uint8_t *p, size_t n)
+{
+    char out[512];
+    dlc__warm_describe_body((const char *)p, n, out, 1 + (n % sizeof out));
+    for (const char *c = out; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f)
+            abort(); /* It goes into a one-line message. */
+}
+
+/* Does @p hay contain @p needle (n bytes)? */
+static int contains(const char *hay, const char *needle, size_t n)
+{
+    return n > 0 && memmem(hay, strlen(hay), needle, n) != NULL;
+}
+
+static void fuzz_redact(const uint8_t *p, size_t n)
+{
+    char *url = cstr(p, n);
+    const size_t cap = 2 * n + 64;
+    char *out = malloc(cap);
+    if (!out)
+        abort();
+    dlc_warm_redact_url(url, out, cap);
+    if (strlen(out) >= cap)
+        abort();
+    /* The query string (up to a fragment) must be gone, unless the same
+     * bytes also occur in the part that is kept or in the marker itself. */
+    static const char marker[] = "REDACTED@?REDACTED";
+    const char *q = strchr(url, '?');
+    if (q) {
+        const size_t qn = strcspn(q + 1, "#");
+        if (qn >= 4 && contains(out, q + 1, qn) &&
+            memmem(url, (size_t)(q - url), q + 1, qn) == NULL &&
+            memmem(marker, sizeof marker - 1, q + 1, qn) == NULL)
+            abort();
+    }
+    /* So must a password in scheme://user:password@host. */
+    const char *auth = strstr(url, "://");
+    if (auth) {
+        auth += 3;
+        const size_t alen = strcspn(auth, "/?#");
+        const char *at = memchr(auth, '@', alen);
+        const char *colon = at ? memchr(auth, ':', (size_t)(at - auth)) : NULL;
+        if (colon) {
+            const size_t pn = (size_t)(at - colon - 1);
+            if (pn >= 4 && contains(out, colon + 1, pn) &&
+                memmem(at, strlen(at), colon + 1, pn) == NULL &&
+                memmem(url, (size_t)(colon - url), colon + 1, pn) == NULL &&
+                memmem(marker, sizeof marker - 1, colon + 1, pn) == NULL)
+                abort();
+        }
+    }
+    free(out);
+    free(url);
+}
+
+static void fuzz_sidecar(const uint8_t *p, size_t n)
+{
+    static char path[512];
+    if (!path[0])
+        fz_path(path, sizeof path, "dest.warm");
+    fz_write_file(path, p, n);
+    dlc__warm_sidecar sc;
+    if (dlc__warm_sidecar_read(path, &sc) == DLC_OK) {
+        if (!memchr(sc.source, '\0', sizeof sc.source) || !memchr(sc.etag, '\0', sizeof sc.etag))
+            abort();
+    }
+}
+
+static void fuzz_journal(const uint8_t *p, size_t n)
+{
+    static char path[512];
+    if (!path[0])
+        fz_path(path, sizeof path, "dest.warm-journal");
+    fz_write_file(path, p, n);
+    const dlc__warm_journal_id id = journal_id();
+    uint8_t done[16] = {0};
+    uint64_t resumed = 0;
+    int fd = -1;
+    if (dlc__warm_journal_open(path, &id, done, 16, &resumed, &fd) == DLC_OK) {
+        uint64_t marked = 0;
+        for (int i = 0; i < 16; i++)
+            marked += done[i];
+        if (marked != resumed || fd < 0)
+            abort();
+        close(fd);
+    }
+}
+
+/* Seeds that need our own hashes: journals with a few chunks recorded, one
+ * with a torn tail, each prefixed with the selector byte of fuzz_journal. */
+static void write_seeds(const char *dir)
+{
+    const dlc__warm_journal_id id = journal_id();
+    char tmp[512], path[1024];
+    fz_path(tmp, sizeof tmp, "seed.journal");
+    for (int k = 0; k < 3; k++) {
+        unlink(tmp);
+        uint8_t done[16] = {0};
+        uint64_t resumed = 0;
+        int fd = -1;
+        if (dlc__warm_journal_open(tmp, &id, done, 16, &resumed, &fd) != DLC_OK)
+            abort();
+        const uint64_t chunks[] = {3, 0, 15, 7};
+        if (k > 0 && dlc__warm_journal_append(fd, tmp, &id, chunks, k == 1 ? 2 : 4) != DLC_OK)
+            abort();
+        if (k == 2 && write(fd, "torn", 4) != 4)
+            abort();
+        const off_t len = lseek(fd, 0, SEEK_END);
+        uint8_t buf[256];
+        buf[0] = 4;
+        if (len <= 0 || len > (off_t)sizeof buf - 1 || pread(fd, buf + 1, (size_t)len, 0) != len)
+            abort();
+        close(fd);
+        snprintf(path, sizeof path, "%s/journal%d", dir, k);
+        fz_write_file(path, buf, (size_t)len + 1);
+    }
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    const char *dir = getenv("DLC_FUZZ_SEED_DIR");
+    if (dir)
+        write_seeds(dir);
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size == 0)
+        return 0;
+    const uint8_t *p = data + 1;
+    const size_t n = size - 1;
+    switch (data[0] % 5) {
+    case 0: fuzz_range(p, n); break;
+    case 1: fuzz_body(p, n); break;
+    case 2: fuzz_redact(p, n); break;
+    case 3: fuzz_sidecar(p, n); break;
+    default: fuzz_journal(p, n); break;
+    }
+    return 0;
+}

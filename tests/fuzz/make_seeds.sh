@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# make_seeds.sh FUZZ_BIN_DIR OUT_DIR: fill OUT_DIR/<harness>/ with the seed
+# inputs of every harness: the small hand-written ones committed in
+# tests/fuzz/corpus/<harness>/, plus the ones that are made rather than
+# committed because they are binary and derived from our own code (stores
+# written by the real writer, JPEGs from our encoder, loader states, resume
+# journals with our hashes) or tiny tar shards in each tar dialect. The
+# harnesses write their own seeds when DLC_FUZZ_SEED_DIR is set; -runs=0
+# makes libFuzzer stop right after initialising.
+set -euo pipefail
+bin=$1
+out=$2
+here=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$out"
+for h in store manifest tar jpeg state warm; do
+    mkdir -p "$out/$h"
+    if [ -d "$here/corpus/$h" ]; then
+        find "$here/corpus/$h" -maxdepth 1 -type f -exec cp -f {} "$out/$h/" \;
+    fi
+done
+for h in store jpeg state warm; do
+    if [ -x "$bin/fuzz_$h" ]; then
+        DLC_FUZZ_SEED_DIR="$out/$h" "$bin/fuzz_$h" -runs=0 >/dev/null 2>&1 || {
+            echo "make_seeds: fuzz_$h could not write its seeds" >&2
+            exit 1
+        }
+    fi
+done
+
+# WebDataset shards: ustar, GNU (long names) and pax (long names, size
+# records), with a good sample, a sample without .cls, one with a bad .cls,
+# a .png sample and a directory; the trailing zero blocks are cut to the two
+# the format asks for, to keep the seeds small.
+"${PY:-/usr/bin/python3}" - "$out/tar" <<'PY'
+import io, sys, tarfile
+out = sys.argv[1]
+jpeg = b"\xff\xd8\xff\xe0" + b"\0" * 28 + b"\xff\xd9"
+def shard(name, fmt, members):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=fmt) as t:
+        for n, data in members:
+            ti = tarfile.TarInfo(n)
+            if data is None:
+                ti.type = tarfile.DIRTYPE
+                t.addfile(ti)
+                continue
+            ti.size = len(data)
+            ti.mtime = 1700000000
+            t.addfile(ti, io.BytesIO(data))
+    raw = buf.getvalue().rstrip(b"\0")
+    raw += b"\0" * (-len(raw) % 512) + b"\0" * 1024
+    open(f"{out}/{name}", "wb").write(raw)
+shard("ustar", tarfile.USTAR_FORMAT,
+      [("d", None), ("d/s0.jpg", jpeg), ("d/s0.cls", b"3\n"), ("d/s1.jpeg", jpeg),
+       ("d/s2.cls", b"7"), ("d/s3.png", b"png"), ("d/s3.cls", b"1"), ("d/s4.jpg", jpeg),
+       ("d/s4.cls", b"x1")])
+shard("gnu", tarfile.GNU_FORMAT,
+      [("L" * 120 + "/a.b.jpg", jpeg), ("L" * 120 + "/a.b.cls", b"12")])
+shard("pax", tarfile.PAX_FORMAT,
+      [("P" * 200 + "/k.JPG", jpeg), ("P" * 200 + "/k.cls", b"0"), ("\u00e9t\u00e9.jpg", jpeg),
+       ("\u00e9t\u00e9.cls", b"5")])
+PY
