@@ -74,8 +74,8 @@ done
 cp "$tmp/old.dlc" "$tmp/s.dlc"
 "$DLC_BIN/cachebuild" "$tree" -o "$tmp/s.dlc" "${args[@]}" --force 2>"$tmp/err" &
 pid=$!
-sleep 0.3
-kill -INT "$pid"
+sleep "$($PY -c "print(round($full * 0.25, 3))")"
+kill -INT "$pid" 2>/dev/null || true
 set +e
 wait "$pid"
 rc=$?
