@@ -7,6 +7,7 @@
 #include "warm_internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -214,20 +215,49 @@ typedef struct syncer {
     char msg[1024];
 } syncer;
 
+/* Journal at most this often: each fdatasync stalls writers on pages under
+ * writeback, and a rerun loses at most this much work. */
+#define SYNC_INTERVAL_S 0.5
+
 static void *sync_main(void *arg)
 {
     syncer *s = arg;
     dlc__warm_fetch_job *job = s->job;
+    size_t nbatch = 0;
+    double last_sync = dlc__warm_now();
     pthread_mutex_lock(&s->mu);
     for (;;) {
-        while (s->npending == 0 && !s->stop)
+        while (s->npending == 0 && nbatch == 0 && !s->stop)
             pthread_cond_wait(&s->cv, &s->mu);
-        if (s->npending == 0 && s->stop)
+        if (s->npending == 0 && nbatch == 0 && s->stop)
             break;
         const size_t n = s->npending;
-        memcpy(s->batch, s->pending, n * sizeof *s->batch);
+        memcpy(s->batch + nbatch, s->pending, n * sizeof *s->batch);
         s->npending = 0;
+        const int stopping = s->stop;
         pthread_mutex_unlock(&s->mu);
+        /* Start writing the new chunks back now, so that the checkpoint's
+         * fdatasync (and the final fsync) find little left to do. */
+        for (size_t i = nbatch; i < nbatch + n; i++) {
+            const uint64_t off = s->batch[i] * job->chunk_size;
+            const uint64_t len = job->chunk_size;
+            sync_file_range(job->fd, (off_t)off, (off_t)len, SYNC_FILE_RANGE_WRITE);
+        }
+        nbatch += n;
+        const double due = last_sync + SYNC_INTERVAL_S;
+        if (!stopping && dlc__warm_now() < due) {
+            pthread_mutex_lock(&s->mu);
+            const double wait = due - dlc__warm_now();
+            if (wait > 0 && !s->stop) {
+                struct timespec ts;
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                const long ns = ts.tv_nsec + (long)(wait * 1e9);
+                ts.tv_sec += ns / 1000000000L;
+                ts.tv_nsec = ns % 1000000000L;
+                pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+            }
+            continue;
+        }
         dlc_status rc = DLC_OK;
         /* Data first, then the record that claims it: a journal entry must
          * never name bytes that a power cut could still lose. */
@@ -235,7 +265,9 @@ static void *sync_main(void *arg)
             rc = dlc__errorf(-errno, "%s: fdatasync: %s", job->part_path, strerror(errno));
         else
             rc = dlc__warm_journal_append(job->journal_fd, job->journal_path, job->jid, s->batch,
-                                          n);
+                                          nbatch);
+        nbatch = 0;
+        last_sync = dlc__warm_now();
         pthread_mutex_lock(&s->mu);
         if (rc < 0 && s->rc == DLC_OK) {
             s->rc = rc;
@@ -410,7 +442,11 @@ dlc_status dlc__warm_fetch(dlc__warm_fetch_job *job)
         sy.batch = malloc(job->nchunks * sizeof *sy.batch);
         FAIL_IF(!sy.pending || !sy.batch, -ENOMEM, "warm: out of memory");
         pthread_mutex_init(&sy.mu, NULL);
-        pthread_cond_init(&sy.cv, NULL);
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&sy.cv, &ca);
+        pthread_condattr_destroy(&ca);
         const int e = pthread_create(&sy.thread, NULL, sync_main, &sy);
         if (e != 0) {
             pthread_mutex_destroy(&sy.mu);
