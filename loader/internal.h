@@ -312,6 +312,11 @@ dlc_status dlc__io_open(struct dlc_loader *l);
 void dlc__io_close(struct dlc_loader *l);
 /** The I/O thread's body. */
 void *dlc__io_main(void *arg);
+/* Has the store file shrunk below its size at open (truncated in place)? Then a touch of a page
+ * past its new end would raise SIGBUS, so the caller must not read records: returns 1 and the
+ * current size in *now. One fstat; called once per batch by the I/O thread and once per claimed
+ * chunk by the workers. */
+int dlc__store_shrunk(const struct dlc_loader *l, uint64_t *now);
 /** A worker's body. */
 void *dlc__worker_main(void *arg);
 /** Stop the threads' work on the current plan and start a new plan at global position @p start.*/

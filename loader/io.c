@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -250,11 +251,43 @@ static void read_direct(dlc_loader *l, dlc__slot *s, uint32_t slot_index)
     }
 }
 
+int dlc__store_shrunk(const dlc_loader *l, uint64_t *now)
+{
+    struct stat st;
+    if (fstat(dlc_store_fd(l->store), &st) != 0 || (uint64_t)st.st_size >= l->info->file_bytes)
+        return 0;
+    *now = (uint64_t)st.st_size;
+    return 1;
+}
+
 /* Look the records of slot @p s up and start their I/O. Runs on the I/O thread without mu. */
 static void resolve(dlc_loader *l, dlc__slot *s, uint32_t slot_index)
 {
     const dlc__shard *sh = &l->shard;
     s->io_err_at = UINT32_MAX;
+    /* A store truncated in place under the loader would kill the process with SIGBUS at the
+     * first touch of a page past its new end, here in LMDB's lookup or later in a worker. The
+     * library installs no signal handler (it would be the whole process's), so it checks the
+     * size, once per batch, before it looks up any record of the batch: the batch then fails
+     * with DLC_ECHANGED naming the store and its first record. */
+    uint64_t now;
+    if (dlc__store_shrunk(l, &now)) {
+        for (uint32_t j = 0; j < s->count; j++) {
+            dlc__sample_io *si = &s->io[j];
+            si->pos = dlc__shard_pos(sh, s->batch * sh->batch + j);
+            memset(&si->rec, 0, sizeof si->rec);
+            si->rec.index = dlc__sampler_at(&l->sampler, si->pos);
+            si->payload = NULL;
+            si->status = DLC_ECHANGED;
+        }
+        s->io_err_at = 0;
+        snprintf(s->io_msg, sizeof s->io_msg,
+                 "%s: record %llu: the store shrank from %llu to %llu bytes while the loader was "
+                 "reading it (truncated in place; replace a store by renaming a new file over it)",
+                 l->path, (unsigned long long)s->io[0].rec.index,
+                 (unsigned long long)l->info->file_bytes, (unsigned long long)now);
+        return;
+    }
     for (uint32_t j = 0; j < s->count; j++) {
         dlc__sample_io *si = &s->io[j];
         si->pos = dlc__shard_pos(sh, s->batch * sh->batch + j);

@@ -278,8 +278,22 @@ void *dlc__worker_main(void *arg)
             if (i >= count)
                 break;
             const uint32_t n = count - i < CHUNK ? count - i : CHUNK;
-            for (uint32_t j = i; j < i + n; j++)
-                process(l, w, s, j);
+            /* The I/O stage checked the store's size before this batch; check again before
+             * touching its payloads, since a batch may wait in the ring (see resolve()). */
+            uint64_t now;
+            if (dlc__store_shrunk(l, &now)) {
+                char msg[512];
+                snprintf(msg, sizeof msg,
+                         "%s: record %llu: the store shrank from %llu to %llu bytes while the "
+                         "loader was reading it (truncated in place; replace a store by renaming "
+                         "a new file over it)",
+                         l->path, (unsigned long long)s->io[i].rec.index,
+                         (unsigned long long)l->info->file_bytes, (unsigned long long)now);
+                slot_fail(l, s, i, DLC_ECHANGED, msg);
+            } else {
+                for (uint32_t j = i; j < i + n; j++)
+                    process(l, w, s, j);
+            }
             if (atomic_fetch_add(&s->done, n) + n == count)
                 finished = 1;
         }
