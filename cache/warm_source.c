@@ -126,7 +126,10 @@ int dlc__warm_parse_content_range(const char *v, uint64_t *start, uint64_t *end,
         *start = *end = UINT64_MAX;
         v++;
     } else {
-        if (parse_u64(&v, start) < 0 || *v++ != '-' || parse_u64(&v, end) < 0 || *end < *start)
+        /* A start of UINT64_MAX would pass for the "*" form below, and no byte can be there
+         * anyway (found by fuzz_warm). */
+        if (parse_u64(&v, start) < 0 || *start == UINT64_MAX || *v++ != '-' ||
+            parse_u64(&v, end) < 0 || *end < *start)
             return -1;
     }
     if (*v++ != '/')

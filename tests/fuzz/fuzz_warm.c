@@ -81,6 +81,10 @@ static void fuzz_redact(const uint8_t *p, size_t n)
      * bytes also occur in the part that is kept or in the marker itself. */
     static const char marker[] = "REDACTED@?REDACTED";
     const char *q = strchr(url, '?');
+    /* Judge the kept text only: the marker at its end could join with it into the query. */
+    const size_t olen = strlen(out);
+    if (olen >= 9 && strcmp(out + olen - 9, "?REDACTED") == 0)
+        out[olen - 9] = '\0';
     if (q) {
         const size_t qn = strcspn(q + 1, "#");
         if (qn >= 4 && contains(out, q + 1, qn) &&
@@ -88,9 +92,10 @@ static void fuzz_redact(const uint8_t *p, size_t n)
             memmem(marker, sizeof marker - 1, q + 1, qn) == NULL)
             abort();
     }
-    /* So must a password in scheme://user:password@host. */
+    /* So must a password in scheme://user:password@host. Only a "://" before the first '/',
+     * '?' or '#' starts an authority; text that merely looks like one further on is a path. */
     const char *auth = strstr(url, "://");
-    if (auth) {
+    if (auth && (size_t)(auth - url) <= strcspn(url, "/?#")) {
         auth += 3;
         const size_t alen = strcspn(auth, "/?#");
         const char *at = memchr(auth, '@', alen);
