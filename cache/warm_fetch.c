@@ -518,8 +518,10 @@ dlc_status dlc__warm_fetch(dlc__warm_fetch_job *job)
             /* Retry what is still missing of the chunk. Bytes that arrived
              * in a checked answer are in place, so the next attempt asks for
              * the rest only; an attempt that made progress resets the count. */
-            x->start += x->got;
-            x->attempts = x->got > 0 ? 1 : x->attempts + 1;
+            x->attempts = (x->got > 0 && job->obj->ranges) ? 1 : x->attempts + 1;
+            /* A server without ranges can only send the whole object again. */
+            if (job->obj->ranges)
+                x->start += x->got;
             job->retries++;
             if (x->attempts > max_retries) {
                 rc = dlc__errorf(DLC_ENETWORK,
