@@ -34,8 +34,8 @@ typedef struct xfer {
     struct curl_slist *hdrs;
     dlc__warm_fetch_job *job;
     char errbuf[CURL_ERROR_SIZE];
-    int active;    /* Added to the multi handle. */
-    int assigned;  /* Holds a chunk (active, or waiting for its retry time). */
+    int active;   /* Added to the multi handle. */
+    int assigned; /* Holds a chunk (active, or waiting for its retry time). */
     uint64_t chunk;
     uint64_t start; /* This attempt's first byte (after bytes of earlier attempts). */
     uint64_t end;   /* Inclusive last byte of the chunk. */
@@ -55,8 +55,7 @@ typedef struct xfer {
     size_t body_len;
 } xfer;
 
-static void trim_value(const char *v, size_t n, char *out, size_t cap)
-{
+static void trim_value(const char *v, size_t n, char *out, size_t cap) {
     while (n > 0 && (*v == ' ' || *v == '\t')) {
         v++;
         n--;
@@ -69,8 +68,7 @@ static void trim_value(const char *v, size_t n, char *out, size_t cap)
     out[n] = '\0';
 }
 
-static void reset_response(xfer *x)
-{
+static void reset_response(xfer *x) {
     x->status = 0;
     x->have_range = 0;
     x->content_length = -1;
@@ -81,8 +79,7 @@ static void reset_response(xfer *x)
     x->body[0] = '\0';
 }
 
-static size_t on_header(char *p, size_t size, size_t n, void *user)
-{
+static size_t on_header(char *p, size_t size, size_t n, void *user) {
     xfer *x = user;
     const size_t len = size * n;
     if (len >= 5 && strncmp(p, "HTTP/", 5) == 0) {
@@ -115,15 +112,13 @@ static size_t on_header(char *p, size_t size, size_t n, void *user)
     return len;
 }
 
-static int is_ok_status(long s)
-{
+static int is_ok_status(long s) {
     return s == 200 || s == 206;
 }
 
 /* Check a response's headers against the request before its first byte is
  * written anywhere. */
-static enum abort_reason check_headers(xfer *x)
-{
+static enum abort_reason check_headers(xfer *x) {
     const dlc__warm_fetch_job *job = x->job;
     const uint64_t size = job->obj->size;
     const char *want_etag = job->obj->etag;
@@ -141,14 +136,13 @@ static enum abort_reason check_headers(xfer *x)
     if (!x->have_range || x->cr_start != x->start || x->cr_end != x->end ||
         (x->cr_total != UINT64_MAX && x->cr_total != size))
         return x->have_range && x->cr_total != UINT64_MAX && x->cr_total != size ? ABORT_CHANGED
-                                                                                : ABORT_RANGE;
+                                                                                 : ABORT_RANGE;
     if (x->content_length >= 0 && (uint64_t)x->content_length != x->end - x->start + 1)
         return ABORT_RANGE;
     return ABORT_NONE;
 }
 
-static size_t on_body(char *p, size_t size, size_t n, void *user)
-{
+static size_t on_body(char *p, size_t size, size_t n, void *user) {
     xfer *x = user;
     const size_t len = size * n;
     if (!is_ok_status(x->status)) {
@@ -209,9 +203,9 @@ typedef struct syncer {
     dlc__warm_fetch_job *job;
     uint64_t *pending; /* Chunks complete in the page cache, not yet journaled. */
     size_t npending;
-    uint64_t *batch;   /* The syncer's own copy while it works. */
+    uint64_t *batch; /* The syncer's own copy while it works. */
     int stop;
-    dlc_status rc;     /* First failure; the transfer thread stops on it. */
+    dlc_status rc; /* First failure; the transfer thread stops on it. */
     char msg[1024];
 } syncer;
 
@@ -219,8 +213,7 @@ typedef struct syncer {
  * writeback, and a rerun loses at most this much work. */
 #define SYNC_INTERVAL_S 0.5
 
-static void *sync_main(void *arg)
-{
+static void *sync_main(void *arg) {
     syncer *s = arg;
     dlc__warm_fetch_job *job = s->job;
     size_t nbatch = 0;
@@ -278,16 +271,14 @@ static void *sync_main(void *arg)
     return NULL;
 }
 
-static void sync_push(syncer *s, uint64_t chunk)
-{
+static void sync_push(syncer *s, uint64_t chunk) {
     pthread_mutex_lock(&s->mu);
     s->pending[s->npending++] = chunk;
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
 }
 
-static dlc_status sync_failed(syncer *s)
-{
+static dlc_status sync_failed(syncer *s) {
     pthread_mutex_lock(&s->mu);
     const dlc_status rc = s->rc;
     pthread_mutex_unlock(&s->mu);
@@ -296,8 +287,7 @@ static dlc_status sync_failed(syncer *s)
 
 /* ------------------------------------------------------------------------ */
 
-static dlc_status start_attempt(CURLM *m, xfer *x)
-{
+static dlc_status start_attempt(CURLM *m, xfer *x) {
     dlc__warm_fetch_job *job = x->job;
     curl_slist_free_all(x->hdrs);
     x->hdrs = NULL;
@@ -317,8 +307,7 @@ static dlc_status start_attempt(CURLM *m, xfer *x)
     return DLC_OK;
 }
 
-static const char *reason_text(enum abort_reason r)
-{
+static const char *reason_text(enum abort_reason r) {
     switch (r) {
     case ABORT_RANGE:
         return "the Content-Range or length of the answer is not the range asked for";
@@ -336,8 +325,7 @@ static const char *reason_text(enum abort_reason r)
 
 /* Decide what a finished attempt means: DLC_OK with *complete set, a
  * retry (returns 1), or a fatal error. */
-static int finish_attempt(xfer *x, CURLcode res, dlc_status *fatal, char *why, size_t whycap)
-{
+static int finish_attempt(xfer *x, CURLcode res, dlc_status *fatal, char *why, size_t whycap) {
     dlc__warm_fetch_job *job = x->job;
     const char *shown = job->src->shown;
     why[0] = '\0';
@@ -354,8 +342,8 @@ static int finish_attempt(xfer *x, CURLcode res, dlc_status *fatal, char *why, s
                                  job->part_path, x->start + x->got, strerror(x->io_errno));
         } else {
             *fatal = dlc__errorf(x->why == ABORT_CHANGED ? DLC_ECHANGED : DLC_ECORRUPT,
-                                 "%s: bytes %" PRIu64 "-%" PRIu64 ": %s", shown, x->start,
-                                 x->end, reason_text(x->why));
+                                 "%s: bytes %" PRIu64 "-%" PRIu64 ": %s", shown, x->start, x->end,
+                                 reason_text(x->why));
         }
         return -1;
     }
@@ -366,9 +354,9 @@ static int finish_attempt(xfer *x, CURLcode res, dlc_status *fatal, char *why, s
             snprintf(why, whycap, "HTTP %ld%s%s", x->status, *said ? ": " : "", said);
             return 1;
         }
-        *fatal = dlc__errorf(x->status == 412 ? DLC_ECHANGED : DLC_EHTTP,
-                             "%s: HTTP %ld%s%s", shown, x->status, *said ? ": " : "",
-                             *said ? said : "(no detail from the server)");
+        *fatal =
+            dlc__errorf(x->status == 412 ? DLC_ECHANGED : DLC_EHTTP, "%s: HTTP %ld%s%s", shown,
+                        x->status, *said ? ": " : "", *said ? said : "(no detail from the server)");
         return -1;
     }
     const char *detail = x->errbuf[0] ? x->errbuf : curl_easy_strerror(res);
@@ -380,8 +368,7 @@ static int finish_attempt(xfer *x, CURLcode res, dlc_status *fatal, char *why, s
     return -1;
 }
 
-static int want_cancel(dlc__warm_fetch_job *job, const xfer *xs, size_t nx, double *last)
-{
+static int want_cancel(dlc__warm_fetch_job *job, const xfer *xs, size_t nx, double *last) {
     const dlc_warm_options *opt = job->opt;
     if (!opt->progress)
         return 0;
@@ -392,7 +379,8 @@ static int want_cancel(dlc__warm_fetch_job *job, const xfer *xs, size_t nx, doub
     uint64_t partial = 0;
     for (size_t i = 0; i < nx; i++)
         if (xs[i].assigned)
-            partial += xs[i].start - (xs[i].chunk * job->chunk_size) + (xs[i].active ? xs[i].got : 0);
+            partial +=
+                xs[i].start - (xs[i].chunk * job->chunk_size) + (xs[i].active ? xs[i].got : 0);
     dlc_warm_progress p = {.total = job->obj->size,
                            .done = job->done_bytes + partial,
                            .downloaded = job->downloaded,
@@ -401,8 +389,7 @@ static int want_cancel(dlc__warm_fetch_job *job, const xfer *xs, size_t nx, doub
     return opt->progress(opt->progress_user, &p) != 0;
 }
 
-dlc_status dlc__warm_fetch(dlc__warm_fetch_job *job)
-{
+dlc_status dlc__warm_fetch(dlc__warm_fetch_job *job) {
     dlc_status rc = DLC_OK;
     const dlc_warm_options *opt = job->opt;
     const uint64_t size = job->obj->size;
@@ -532,8 +519,8 @@ dlc_status dlc__warm_fetch(dlc__warm_fetch_job *job)
             const double delay = dlc__warm_backoff(x->attempts, &rng);
             x->retry_at = dlc__warm_now() + delay;
             dlc__logf(opt->log, opt->log_user, DLC_LOG_WARN,
-                      "%s: bytes %" PRIu64 "-%" PRIu64 ": %s; retry %u in %.2f s",
-                      job->src->shown, x->start, x->end, why, x->attempts, delay);
+                      "%s: bytes %" PRIu64 "-%" PRIu64 ": %s; retry %u in %.2f s", job->src->shown,
+                      x->start, x->end, why, x->attempts, delay);
         }
         if (sync_started)
             CHECK(sync_failed(&sy));
@@ -594,8 +581,7 @@ fail:
 /* ------------------------------------------------------------------------ */
 
 dlc_status dlc__warm_probe(const dlc__warm_source *src, const dlc_warm_options *opt,
-                           dlc__warm_object *obj, uint32_t *retries)
-{
+                           dlc__warm_object *obj, uint32_t *retries) {
     dlc_status rc = DLC_OK;
     memset(obj, 0, sizeof *obj);
     const uint32_t max_retries = opt->max_retries ? opt->max_retries : DLC__WARM_DEFAULT_RETRIES;
@@ -625,8 +611,7 @@ dlc_status dlc__warm_probe(const dlc__warm_source *src, const dlc_warm_options *
             snprintf(obj->etag, sizeof obj->etag, "%s", x->etag);
             if (status == 206) {
                 FAIL_IF(!x->have_range || x->cr_total == UINT64_MAX, DLC_EHTTP,
-                        "%s: a 206 answer without the object's size in Content-Range",
-                        src->shown);
+                        "%s: a 206 answer without the object's size in Content-Range", src->shown);
                 FAIL_IF(x->cr_start != 0, DLC_ECORRUPT,
                         "%s: asked for bytes from 0, the server sent from %" PRIu64, src->shown,
                         x->cr_start);
@@ -665,8 +650,8 @@ dlc_status dlc__warm_probe(const dlc__warm_source *src, const dlc_warm_options *
         FAIL_IF(attempt > max_retries, DLC_ENETWORK, "%s: gave up after %u attempts: %s",
                 src->shown, attempt, why);
         const double delay = dlc__warm_backoff(attempt, &rng);
-        dlc__logf(opt->log, opt->log_user, DLC_LOG_WARN, "%s: %s; retry %u in %.2f s",
-                  src->shown, why, attempt, delay);
+        dlc__logf(opt->log, opt->log_user, DLC_LOG_WARN, "%s: %s; retry %u in %.2f s", src->shown,
+                  why, attempt, delay);
         (*retries)++;
         struct timespec ts = {(time_t)delay, (long)((delay - (double)(time_t)delay) * 1e9)};
         while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {

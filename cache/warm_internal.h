@@ -11,8 +11,8 @@
 #include <stdint.h>
 
 enum {
-    DLC__WARM_ETAG_MAX = 128,       /* Longest ETag kept (S3's are 34-70 bytes). */
-    DLC__WARM_ERRBODY_MAX = 4096,   /* Bytes of an error response kept for the message. */
+    DLC__WARM_ETAG_MAX = 128,     /* Longest ETag kept (S3's are 34-70 bytes). */
+    DLC__WARM_ERRBODY_MAX = 4096, /* Bytes of an error response kept for the message. */
     DLC__WARM_DEFAULT_CONNECTIONS = 8,
     DLC__WARM_MAX_CONNECTIONS = 256,
     DLC__WARM_DEFAULT_RETRIES = 8,
@@ -30,16 +30,16 @@ typedef enum dlc__warm_kind {
  * fields marked secret must never be copied into a message or a log line. */
 typedef struct dlc__warm_source {
     dlc__warm_kind kind;
-    char *url;                   /* The http(s) URL of the object's bytes (secret: may carry a signature). */
-    char *shown;                 /* url with the query string redacted: for messages. */
-    char *name;                  /* The caller's URL, redacted ("s3://b/k"): names the object in
-                                  * the journal and the sidecar, whichever endpoint served it. */
-    char *sigv4;                 /* "aws:amz:REGION:s3" for CURLOPT_AWS_SIGV4, or NULL. */
-    char *access_key;            /* Secret. NULL for anonymous requests. */
-    char *secret_key;            /* Secret. */
-    struct curl_slist *headers;  /* Sent with every request (secret: tokens). */
-    int follow_redirects;        /* Plain URLs may redirect (CDNs); S3 and GCS do not. */
-    int send_if_match;           /* The server honours If-Match on GET (S3). */
+    char *url;        /* The http(s) URL of the object's bytes (secret: may carry a signature). */
+    char *shown;      /* url with the query string redacted: for messages. */
+    char *name;       /* The caller's URL, redacted ("s3://b/k"): names the object in
+                       * the journal and the sidecar, whichever endpoint served it. */
+    char *sigv4;      /* "aws:amz:REGION:s3" for CURLOPT_AWS_SIGV4, or NULL. */
+    char *access_key; /* Secret. NULL for anonymous requests. */
+    char *secret_key; /* Secret. */
+    struct curl_slist *headers; /* Sent with every request (secret: tokens). */
+    int follow_redirects;       /* Plain URLs may redirect (CDNs); S3 and GCS do not. */
+    int send_if_match;          /* The server honours If-Match on GET (S3). */
 } dlc__warm_source;
 
 /* Resolve @p url (s3://, gs://, http(s)://) with the options and the
@@ -57,7 +57,7 @@ dlc_status dlc__warm_easy_setup(CURL *h, const dlc__warm_source *src, const dlc_
  * for an open end, no header at all when START is 0 and END is UINT64_MAX)
  * and If-Match. *out may be NULL (no header). Free with curl_slist_free_all(). */
 dlc_status dlc__warm_request_headers(const dlc__warm_source *src, uint64_t start, uint64_t end,
-                                    const char *if_match, struct curl_slist **out);
+                                     const char *if_match, struct curl_slist **out);
 
 /* Percent-encode @p s (RFC 3986 unreserved characters stay; '/' stays when
  * @p keep_slash). Returns a malloc'd string or NULL when out of memory. */
@@ -136,16 +136,16 @@ typedef struct dlc__warm_fetch_job {
     const dlc__warm_source *src;
     const dlc_warm_options *opt;
     const dlc__warm_object *obj;
-    int fd;                        /* DEST.warm-part, preallocated to obj->size. */
-    const char *part_path;         /* For messages. */
-    int journal_fd;                /* -1: no journal (the server cannot do ranges). */
+    int fd;                /* DEST.warm-part, preallocated to obj->size. */
+    const char *part_path; /* For messages. */
+    int journal_fd;        /* -1: no journal (the server cannot do ranges). */
     const char *journal_path;
     const dlc__warm_journal_id *jid;
     uint64_t chunk_size;
     uint64_t nchunks;
-    uint8_t *done;                 /* One byte per chunk; set as chunks complete. */
-    uint64_t done_bytes;           /* In: bytes already in place (resumed). */
-    double t0;                     /* Start of the dlc_warm() call (progress seconds). */
+    uint8_t *done;       /* One byte per chunk; set as chunks complete. */
+    uint64_t done_bytes; /* In: bytes already in place (resumed). */
+    double t0;           /* Start of the dlc_warm() call (progress seconds). */
     /* Out: */
     uint64_t downloaded;
     uint64_t chunks_fetched;

@@ -15,8 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-void dlc_warm_options_init(dlc_warm_options *o)
-{
+void dlc_warm_options_init(dlc_warm_options *o) {
     memset(o, 0, sizeof *o);
     o->connections = DLC__WARM_DEFAULT_CONNECTIONS;
     o->chunk_size = DLC__WARM_DEFAULT_CHUNK;
@@ -32,8 +31,7 @@ typedef struct paths {
     char sidecar[4096];
 } paths;
 
-static dlc_status make_paths(const char *dest, paths *p)
-{
+static dlc_status make_paths(const char *dest, paths *p) {
     const size_t cap = sizeof p->lock;
     if ((size_t)snprintf(p->lock, cap, "%s.lock", dest) >= cap ||
         (size_t)snprintf(p->part, cap, "%s.warm-part", dest) >= cap ||
@@ -46,8 +44,7 @@ static dlc_status make_paths(const char *dest, paths *p)
 /* DEST is a complete copy of @p source (size and, when @p etag is not NULL,
  * ETag) if the sidecar says so and DEST is still the file it describes. */
 static int complete_copy(const char *dest, const paths *p, const char *source, const char *etag,
-                         const uint64_t *size, dlc__warm_sidecar *sc)
-{
+                         const uint64_t *size, dlc__warm_sidecar *sc) {
     if (dlc__warm_sidecar_read(p->sidecar, sc) != DLC_OK)
         return 0;
     if (strcmp(sc->source, source) != 0 || (etag && strcmp(sc->etag, etag) != 0) ||
@@ -67,8 +64,7 @@ typedef struct verify_ctx {
     double last;
 } verify_ctx;
 
-static int on_verify(void *user, const dlc_verify_progress *vp)
-{
+static int on_verify(void *user, const dlc_verify_progress *vp) {
     verify_ctx *v = user;
     if (!v->opt->progress || vp->bad_status != 0)
         return 0;
@@ -84,8 +80,7 @@ static int on_verify(void *user, const dlc_verify_progress *vp)
     return v->opt->progress(v->opt->progress_user, &p);
 }
 
-static dlc_status verify_store(const char *part, const dlc__warm_source *src, verify_ctx *v)
-{
+static dlc_status verify_store(const char *part, const dlc__warm_source *src, verify_ctx *v) {
     dlc_store *s = NULL;
     dlc_status rc = dlc_store_open(part, DLC_STORE_SEQUENTIAL, &s);
     if (rc == DLC_OK) {
@@ -97,14 +92,12 @@ static dlc_status verify_store(const char *part, const dlc__warm_source *src, ve
         char detail[1024];
         snprintf(detail, sizeof detail, "%s", dlc_errmsg());
         return dlc__errorf(rc, "%s: the download is not a valid store%s: %s", src->shown,
-                           rc == DLC_EVERSION ? " (use --no-verify for other files)" : "",
-                           detail);
+                           rc == DLC_EVERSION ? " (use --no-verify for other files)" : "", detail);
     }
     return rc;
 }
 
-static dlc_status open_part(const paths *p, uint64_t size, int *fd_out)
-{
+static dlc_status open_part(const paths *p, uint64_t size, int *fd_out) {
     dlc_status rc = DLC_OK;
     /* A journal describes one particular part file: it goes first. */
     if (unlink(p->journal) < 0 && errno != ENOENT)
@@ -120,8 +113,7 @@ static dlc_status open_part(const paths *p, uint64_t size, int *fd_out)
             FAIL_IF(ftruncate(fd, (off_t)size) < 0, -errno, "%s: truncate to %" PRIu64 ": %s",
                     p->part, size, strerror(errno));
         } else {
-            FAIL_IF(1, -e, "%s: cannot reserve %" PRIu64 " bytes: %s", p->part, size,
-                    strerror(e));
+            FAIL_IF(1, -e, "%s: cannot reserve %" PRIu64 " bytes: %s", p->part, size, strerror(e));
         }
     }
     *fd_out = fd;
@@ -133,8 +125,7 @@ fail:
 }
 
 static dlc_status publish(const char *dest, const paths *p, int fd, const dlc__warm_source *src,
-                          const dlc__warm_object *obj)
-{
+                          const dlc__warm_object *obj) {
     /* The data must be durable before the name points at it, and the name
      * before the sidecar vouches for it. */
     if (fsync(fd) < 0)
@@ -160,8 +151,7 @@ static dlc_status publish(const char *dest, const paths *p, int fd, const dlc__w
 }
 
 dlc_status dlc_warm(const char *url, const char *dest, const dlc_warm_options *opt_in,
-                    dlc_warm_result *res)
-{
+                    dlc_warm_result *res) {
     dlc_status rc = DLC_OK;
     dlc_warm_options opt;
     if (opt_in)
@@ -241,9 +231,8 @@ dlc_status dlc_warm(const char *url, const char *dest, const dlc_warm_options *o
     r.chunks = nchunks;
     done = calloc(nchunks ? nchunks : 1, 1);
     FAIL_IF(!done, -ENOMEM, "dlc_warm: out of memory");
-    const dlc__warm_journal_id jid = {.size = obj.size,
-                                      .chunk_size = chunk,
-                                      .id = dlc__warm_journal_key(src.name, obj.etag)};
+    const dlc__warm_journal_id jid = {
+        .size = obj.size, .chunk_size = chunk, .id = dlc__warm_journal_key(src.name, obj.etag)};
     uint64_t resumed_chunks = 0;
     if (resumable) {
         part_fd = open(p->part, O_RDWR | O_CLOEXEC);
@@ -257,8 +246,8 @@ dlc_status dlc_warm(const char *url, const char *dest, const dlc_warm_options *o
                                          &journal_fd));
             if (resumed_chunks > 0)
                 dlc__logf(opt.log, opt.log_user, DLC_LOG_INFO,
-                          "%s: resuming: %" PRIu64 " of %" PRIu64 " chunks are already here",
-                          dest, resumed_chunks, nchunks);
+                          "%s: resuming: %" PRIu64 " of %" PRIu64 " chunks are already here", dest,
+                          resumed_chunks, nchunks);
         } else {
             CHECK(open_part(p, obj.size, &part_fd));
             CHECK(dlc__warm_journal_open(p->journal, &jid, done, nchunks, &resumed_chunks,

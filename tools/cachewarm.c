@@ -16,38 +16,36 @@ static const char *const tool = "cachewarm";
 
 static volatile sig_atomic_t interrupted;
 
-static void on_signal(int sig)
-{
+static void on_signal(int sig) {
     (void)sig;
     interrupted = 1;
 }
 
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "usage: cachewarm URL -o DEST [options]\n"
-            "Download a store (or any object with --no-verify) to local disk with parallel\n"
-            "ranged GETs; resumable, verified and published atomically.\n"
-            "\n"
-            "  URL                  s3://BUCKET/KEY, gs://BUCKET/OBJECT, https://... or http://...\n"
-            "  -o, --output DEST    destination file (its directory must exist)\n"
-            "  --connections N      parallel requests (default 8)\n"
-            "  --chunk-size SIZE    bytes per request: 4M, 64M... (default 16M)\n"
-            "  --endpoint URL       S3 or GCS endpoint (default: AWS_ENDPOINT_URL or\n"
-            "                       DLCACHE_GCS_ENDPOINT, else the cloud's own)\n"
-            "  --region REGION      S3 region (default: AWS_REGION, else us-east-1)\n"
-            "  --no-verify          do not check the store's record checksums\n"
-            "  --no-resume          discard an earlier partial download\n"
-            "  --insecure           do not verify TLS certificates\n"
-            "  --timeout SECONDS    retry a request that receives nothing this long (default 30)\n"
-            "  --retries N          attempts per request after the first, 1..1000 (default 8)\n"
-            "  --json               print a JSON report on stdout\n"
-            "  -q, --quiet          no progress line, notices or summary\n"
-            "  -h, --help           this text\n"
-            "\n"
-            "Credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN for s3://;\n"
-            "GOOGLE_OAUTH_ACCESS_TOKEN or the GCE metadata server for gs://.\n"
-            "Several processes warming the same DEST at once download it once.\n");
+static void usage(FILE *f) {
+    fprintf(
+        f, "usage: cachewarm URL -o DEST [options]\n"
+           "Download a store (or any object with --no-verify) to local disk with parallel\n"
+           "ranged GETs; resumable, verified and published atomically.\n"
+           "\n"
+           "  URL                  s3://BUCKET/KEY, gs://BUCKET/OBJECT, https://... or http://...\n"
+           "  -o, --output DEST    destination file (its directory must exist)\n"
+           "  --connections N      parallel requests (default 8)\n"
+           "  --chunk-size SIZE    bytes per request: 4M, 64M... (default 16M)\n"
+           "  --endpoint URL       S3 or GCS endpoint (default: AWS_ENDPOINT_URL or\n"
+           "                       DLCACHE_GCS_ENDPOINT, else the cloud's own)\n"
+           "  --region REGION      S3 region (default: AWS_REGION, else us-east-1)\n"
+           "  --no-verify          do not check the store's record checksums\n"
+           "  --no-resume          discard an earlier partial download\n"
+           "  --insecure           do not verify TLS certificates\n"
+           "  --timeout SECONDS    retry a request that receives nothing this long (default 30)\n"
+           "  --retries N          attempts per request after the first, 1..1000 (default 8)\n"
+           "  --json               print a JSON report on stdout\n"
+           "  -q, --quiet          no progress line, notices or summary\n"
+           "  -h, --help           this text\n"
+           "\n"
+           "Credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN for s3://;\n"
+           "GOOGLE_OAUTH_ACCESS_TOKEN or the GCE metadata server for gs://.\n"
+           "Several processes warming the same DEST at once download it once.\n");
 }
 
 typedef struct ui {
@@ -55,8 +53,7 @@ typedef struct ui {
     int quiet;
 } ui;
 
-static void on_log(void *user, dlc_log_level level, const char *msg)
-{
+static void on_log(void *user, dlc_log_level level, const char *msg) {
     ui *u = user;
     if (u->quiet && level < DLC_LOG_WARN)
         return;
@@ -64,8 +61,7 @@ static void on_log(void *user, dlc_log_level level, const char *msg)
     fprintf(stderr, "%s: %s%s\n", tool, level == DLC_LOG_WARN ? "warning: " : "", msg);
 }
 
-static int on_progress(void *user, const dlc_warm_progress *p)
-{
+static int on_progress(void *user, const dlc_warm_progress *p) {
     ui *u = user;
     if (!u->quiet) {
         char done[32], total[32], eta[32];
@@ -82,8 +78,7 @@ static int on_progress(void *user, const dlc_warm_progress *p)
     return interrupted != 0;
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     enum {
         OPT_CONNECTIONS = 256,
         OPT_CHUNK,
@@ -251,8 +246,8 @@ int main(int argc, char **argv)
         tool_human_bytes(r.bytes, total, sizeof total);
         tool_human_bytes(r.bytes_downloaded, got, sizeof got);
         if (r.already_complete)
-            fprintf(stderr, "%s: %s is already complete (%s from %s)%s\n", tool, dest, total,
-                    shown, r.waited ? "; another process downloaded it" : "");
+            fprintf(stderr, "%s: %s is already complete (%s from %s)%s\n", tool, dest, total, shown,
+                    r.waited ? "; another process downloaded it" : "");
         else
             fprintf(stderr, "%s: %s -> %s: %s, downloaded %s in %.2f s (%.1f MB/s)%s%s\n", tool,
                     shown, dest, total, got, r.seconds, rate, r.resumed ? ", resumed" : "",

@@ -89,18 +89,19 @@ typedef int (*dlc_warm_progress_fn)(void *user, const dlc_warm_progress *p);
 /** How to download. Start from dlc_warm_options_init(); zero fields mean the
  *  default. Strings are not retained after dlc_warm() returns. */
 typedef struct dlc_warm_options {
-    uint32_t connections;         /**< Parallel ranged GETs; default 8, at most 256. */
-    uint64_t chunk_size;          /**< Bytes per ranged GET; default 16 MiB, at least 64 KiB. */
-    const char *endpoint;         /**< S3 or GCS endpoint URL ("http://127.0.0.1:4568"); NULL: from the environment. */
-    const char *region;           /**< S3 region; NULL: from the environment. */
-    uint32_t flags;               /**< ::dlc_warm_flags. */
-    uint32_t max_retries;         /**< Attempts per chunk after the first; default 8. */
-    double timeout_s;             /**< A transfer that receives nothing for this long is retried; default 30. */
-    double connect_timeout_s;     /**< Default 10. */
-    dlc_warm_progress_fn progress;/**< May be NULL. */
-    void *progress_user;          /**< Passed to progress. */
-    dlc_log_fn log;               /**< Notices (retries, resume, waiting for the lock); may be NULL. */
-    void *log_user;               /**< Passed to log. */
+    uint32_t connections; /**< Parallel ranged GETs; default 8, at most 256. */
+    uint64_t chunk_size;  /**< Bytes per ranged GET; default 16 MiB, at least 64 KiB. */
+    const char *endpoint; /**< S3 or GCS endpoint URL ("http://127.0.0.1:4568"); NULL: from the
+                             environment. */
+    const char *region;   /**< S3 region; NULL: from the environment. */
+    uint32_t flags;       /**< ::dlc_warm_flags. */
+    uint32_t max_retries; /**< Attempts per chunk after the first; default 8. */
+    double timeout_s; /**< A transfer that receives nothing for this long is retried; default 30. */
+    double connect_timeout_s;      /**< Default 10. */
+    dlc_warm_progress_fn progress; /**< May be NULL. */
+    void *progress_user;           /**< Passed to progress. */
+    dlc_log_fn log; /**< Notices (retries, resume, waiting for the lock); may be NULL. */
+    void *log_user; /**< Passed to log. */
 } dlc_warm_options;
 
 /** What dlc_warm() did. */
@@ -116,7 +117,7 @@ typedef struct dlc_warm_result {
     uint32_t retries;          /**< Requests that were retried. */
     uint64_t chunks;           /**< Chunks of the object. */
     uint64_t chunks_fetched;   /**< Chunks (or parts of chunks) fetched by this call. */
-    char etag[128];            /**< The object's ETag (quotes kept), "" when the server sent none. */
+    char etag[128]; /**< The object's ETag (quotes kept), "" when the server sent none. */
 } dlc_warm_result;
 
 /** @brief Fill @p o with the defaults. */
