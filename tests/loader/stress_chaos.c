@@ -1,0 +1,182 @@
+/* stress_chaos: the loader driven the way a careless training script drives it, under
+ * ThreadSanitizer (a plain program: Criterion's runner cannot start under TSan). Each round
+ * draws a random configuration (threads 1-6, prefetch 1-6, batch 1-9, mmap or direct I/O,
+ * shuffled or sequential) and a random script of calls: next, next while still holding the
+ * previous batch (abandoning it), an early release, a release of a batch that is not the one
+ * lent, set_epoch mid-epoch, save, and restore into a second loader with another thread count
+ * and prefetch depth, which must then deliver exactly the batches the first one delivers;
+ * loaders are closed mid-epoch with a batch lent. The random seed comes from DLC_STRESS_SEED
+ * (default 1), so a failure replays. Exit status 0 = pass. */
+#include "../../cache/store_writer.h"
+#include "../../loader/internal.h"
+
+#include <dlcache/loader.h>
+#include <dlcache/store.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#define N 53
+#define H 14
+#define W 12
+
+#define REQUIRE(cond)                                                                              \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: round %u: failed: %s (%s)\n", __FILE__, __LINE__, round_no,    \
+                    #cond, dlc_errmsg());                                                          \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static char dir[64], path[128];
+static unsigned round_no;
+static uint64_t rng_state;
+
+static uint32_t rnd(uint32_t n)
+{
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)((rng_state >> 33) % n);
+}
+
+static void make_store(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/dlc-chaos-XXXXXX");
+    REQUIRE(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/s.dlc", dir);
+    dlc__store_writer *w;
+    REQUIRE(dlc__store_writer_open(path, 0, 0, &w) == DLC_OK);
+    uint8_t px[H * W * 3];
+    for (uint64_t i = 0; i < N; i++) {
+        for (size_t k = 0; k < sizeof px; k++)
+            px[k] = (uint8_t)(dlc__mix64(i * 131 + k) >> 56);
+        REQUIRE(dlc__store_writer_put(w, (int64_t)(i % 4), H, W, 3, DLC_ENCODING_RAW, px,
+                                      sizeof px) == DLC_OK);
+    }
+    const char *names[4] = {"a", "b", "c", "d"};
+    dlc__store_meta meta = {names, 4, 0, NULL, 0};
+    REQUIRE(dlc__store_writer_finish(w, &meta) == DLC_OK);
+}
+
+static uint64_t batch_hash(const dlc_batch *b)
+{
+    uint64_t h = XXH3_64bits(b->data, b->bytes);
+    h = XXH3_64bits_withSeed(b->indices, b->count * sizeof *b->indices, h);
+    return XXH3_64bits_withSeed(b->labels, b->count * sizeof *b->labels, h ^ b->batch_index);
+}
+
+static dlc_loader *open_random(dlc_loader_config *c)
+{
+    c->threads = 1 + rnd(6);
+    c->prefetch = 1 + rnd(6);
+    dlc_loader *l = NULL;
+    REQUIRE(dlc_loader_open(path, c, &l) == DLC_OK);
+    return l;
+}
+
+static void one_round(void)
+{
+    dlc_loader_config c;
+    dlc_loader_config_init(&c);
+    c.batch_size = 1 + rnd(9);
+    c.crop_h = 8;
+    c.crop_w = 8;
+    c.seed = rnd(1000);
+    c.sampler = rnd(2) ? DLC_SAMPLER_SHUFFLE : DLC_SAMPLER_SEQUENTIAL;
+    c.io = rnd(3) == 0 ? DLC_IO_DIRECT : DLC_IO_MMAP;
+    c.drop_last = (int)rnd(2);
+    c.dtype = rnd(3) == 0 ? DLC_DTYPE_FLOAT32 : DLC_DTYPE_UINT8;
+    dlc_loader *l = open_random(&c);
+    dlc_batch b, held;
+    int holding = 0;
+    const unsigned steps = 10 + rnd(40);
+    for (unsigned k = 0; k < steps; k++) {
+        switch (rnd(8)) {
+        case 0:
+        case 1:
+        case 2: {
+            /* next; sometimes keep the batch "held" and ask again, abandoning it. */
+            const dlc_status rc = dlc_loader_next(l, &b);
+            REQUIRE(rc == DLC_OK || rc == DLC_END);
+            if (rc == DLC_END) {
+                REQUIRE(dlc_loader_set_epoch(l, rnd(3)) == DLC_OK);
+                holding = 0;
+            } else {
+                REQUIRE(b.count >= 1 && b.count <= c.batch_size);
+                held = b;
+                holding = 1;
+            }
+            break;
+        }
+        case 3:
+            if (holding) {
+                REQUIRE(dlc_loader_release(l, &held) == DLC_OK);
+                holding = 0;
+            }
+            break;
+        case 4: {
+            /* A batch that is not the one lent is refused without harm. */
+            dlc_batch fake = {0};
+            REQUIRE(dlc_loader_release(l, &fake) == DLC_EINVAL);
+            break;
+        }
+        case 5:
+            REQUIRE(dlc_loader_set_epoch(l, rnd(4)) == DLC_OK);
+            holding = 0;
+            break;
+        case 6: {
+            /* Save, restore into another loader with other threads and prefetch, and compare
+             * the next few batches of both. */
+            uint8_t st[DLC_LOADER_STATE_SIZE];
+            REQUIRE(dlc_loader_state_save(l, st) == DLC_OK);
+            dlc_loader *m = open_random(&c);
+            REQUIRE(dlc_loader_state_restore(m, st, sizeof st) == DLC_OK);
+            holding = 0;
+            for (int t = 0; t < 3; t++) {
+                dlc_batch x, y;
+                const dlc_status r1 = dlc_loader_next(l, &x);
+                const dlc_status r2 = dlc_loader_next(m, &y);
+                REQUIRE(r1 == r2);
+                if (r1 != DLC_OK)
+                    break;
+                REQUIRE(x.count == y.count && x.batch_index == y.batch_index);
+                REQUIRE(batch_hash(&x) == batch_hash(&y));
+            }
+            /* Close the second one mid-epoch, sometimes with a batch lent. */
+            if (rnd(2))
+                (void)dlc_loader_next(m, &b);
+            dlc_loader_close(m);
+            break;
+        }
+        default: {
+            /* Restore this loader's own saved state mid-epoch. */
+            uint8_t st[DLC_LOADER_STATE_SIZE];
+            REQUIRE(dlc_loader_state_save(l, st) == DLC_OK);
+            (void)dlc_loader_next(l, &b);
+            REQUIRE(dlc_loader_state_restore(l, st, sizeof st) == DLC_OK);
+            holding = 0;
+            break;
+        }
+        }
+    }
+    /* Closed mid-epoch, with or without a lent batch and with batches in flight. */
+    dlc_loader_close(l);
+}
+
+int main(void)
+{
+    const char *s = getenv("DLC_STRESS_SEED");
+    rng_state = s ? strtoull(s, NULL, 10) : 1;
+    const char *r = getenv("DLC_STRESS_ROUNDS");
+    const unsigned rounds = r ? (unsigned)strtoul(r, NULL, 10) : 60;
+    make_store();
+    for (round_no = 0; round_no < rounds; round_no++)
+        one_round();
+    unlink(path);
+    rmdir(dir);
+    printf("stress_chaos: ok (%u rounds, seed %s)\n", rounds, s ? s : "1");
+    return 0;
+}
