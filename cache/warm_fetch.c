@@ -55,7 +55,8 @@ typedef struct xfer {
     size_t body_len;
 } xfer;
 
-static void trim_value(const char *v, size_t n, char *out, size_t cap) {
+static void trim_value(const char *v, size_t n, char *out, size_t cap)
+{
     while (n > 0 && (*v == ' ' || *v == '\t')) {
         v++;
         n--;
@@ -68,7 +69,8 @@ static void trim_value(const char *v, size_t n, char *out, size_t cap) {
     out[n] = '\0';
 }
 
-static void reset_response(xfer *x) {
+static void reset_response(xfer *x)
+{
     x->status = 0;
     x->have_range = 0;
     x->content_length = -1;
@@ -79,7 +81,8 @@ static void reset_response(xfer *x) {
     x->body[0] = '\0';
 }
 
-static size_t on_header(char *p, size_t size, size_t n, void *user) {
+static size_t on_header(char *p, size_t size, size_t n, void *user)
+{
     xfer *x = user;
     const size_t len = size * n;
     if (len >= 5 && strncmp(p, "HTTP/", 5) == 0) {
@@ -112,13 +115,15 @@ static size_t on_header(char *p, size_t size, size_t n, void *user) {
     return len;
 }
 
-static int is_ok_status(long s) {
+static int is_ok_status(long s)
+{
     return s == 200 || s == 206;
 }
 
 /* Check a response's headers against the request before its first byte is
  * written anywhere. */
-static enum abort_reason check_headers(xfer *x) {
+static enum abort_reason check_headers(xfer *x)
+{
     const dlc__warm_fetch_job *job = x->job;
     const uint64_t size = job->obj->size;
     const char *want_etag = job->obj->etag;
@@ -142,7 +147,8 @@ static enum abort_reason check_headers(xfer *x) {
     return ABORT_NONE;
 }
 
-static size_t on_body(char *p, size_t size, size_t n, void *user) {
+static size_t on_body(char *p, size_t size, size_t n, void *user)
+{
     xfer *x = user;
     const size_t len = size * n;
     if (!is_ok_status(x->status)) {
@@ -213,7 +219,8 @@ typedef struct syncer {
  * writeback, and a rerun loses at most this much work. */
 #define SYNC_INTERVAL_S 0.5
 
-static void *sync_main(void *arg) {
+static void *sync_main(void *arg)
+{
     syncer *s = arg;
     dlc__warm_fetch_job *job = s->job;
     size_t nbatch = 0;
@@ -271,14 +278,16 @@ static void *sync_main(void *arg) {
     return NULL;
 }
 
-static void sync_push(syncer *s, uint64_t chunk) {
+static void sync_push(syncer *s, uint64_t chunk)
+{
     pthread_mutex_lock(&s->mu);
     s->pending[s->npending++] = chunk;
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
 }
 
-static dlc_status sync_failed(syncer *s) {
+static dlc_status sync_failed(syncer *s)
+{
     pthread_mutex_lock(&s->mu);
     const dlc_status rc = s->rc;
     pthread_mutex_unlock(&s->mu);
@@ -287,7 +296,8 @@ static dlc_status sync_failed(syncer *s) {
 
 /* ------------------------------------------------------------------------ */
 
-static dlc_status start_attempt(CURLM *m, xfer *x) {
+static dlc_status start_attempt(CURLM *m, xfer *x)
+{
     dlc__warm_fetch_job *job = x->job;
     curl_slist_free_all(x->hdrs);
     x->hdrs = NULL;
@@ -307,7 +317,8 @@ static dlc_status start_attempt(CURLM *m, xfer *x) {
     return DLC_OK;
 }
 
-static const char *reason_text(enum abort_reason r) {
+static const char *reason_text(enum abort_reason r)
+{
     switch (r) {
     case ABORT_RANGE:
         return "the Content-Range or length of the answer is not the range asked for";
@@ -325,7 +336,8 @@ static const char *reason_text(enum abort_reason r) {
 
 /* Decide what a finished attempt means: DLC_OK with *complete set, a
  * retry (returns 1), or a fatal error. */
-static int finish_attempt(xfer *x, CURLcode res, dlc_status *fatal, char *why, size_t whycap) {
+static int finish_attempt(xfer *x, CURLcode res, dlc_status *fatal, char *why, size_t whycap)
+{
     dlc__warm_fetch_job *job = x->job;
     const char *shown = job->src->shown;
     why[0] = '\0';
@@ -368,7 +380,8 @@ static int finish_attempt(xfer *x, CURLcode res, dlc_status *fatal, char *why, s
     return -1;
 }
 
-static int want_cancel(dlc__warm_fetch_job *job, const xfer *xs, size_t nx, double *last) {
+static int want_cancel(dlc__warm_fetch_job *job, const xfer *xs, size_t nx, double *last)
+{
     const dlc_warm_options *opt = job->opt;
     if (!opt->progress)
         return 0;
@@ -389,7 +402,8 @@ static int want_cancel(dlc__warm_fetch_job *job, const xfer *xs, size_t nx, doub
     return opt->progress(opt->progress_user, &p) != 0;
 }
 
-dlc_status dlc__warm_fetch(dlc__warm_fetch_job *job) {
+dlc_status dlc__warm_fetch(dlc__warm_fetch_job *job)
+{
     dlc_status rc = DLC_OK;
     const dlc_warm_options *opt = job->opt;
     const uint64_t size = job->obj->size;
@@ -581,7 +595,8 @@ fail:
 /* ------------------------------------------------------------------------ */
 
 dlc_status dlc__warm_probe(const dlc__warm_source *src, const dlc_warm_options *opt,
-                           dlc__warm_object *obj, uint32_t *retries) {
+                           dlc__warm_object *obj, uint32_t *retries)
+{
     dlc_status rc = DLC_OK;
     memset(obj, 0, sizeof *obj);
     const uint32_t max_retries = opt->max_retries ? opt->max_retries : DLC__WARM_DEFAULT_RETRIES;

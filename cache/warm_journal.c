@@ -19,25 +19,29 @@
 static const char journal_magic[8] = {'D', 'L', 'C', 'W', 'A', 'R', 'M', '1'};
 enum { JOURNAL_HEADER = 40, JOURNAL_RECORD = 16 };
 
-static void put64(uint8_t *p, uint64_t v) {
+static void put64(uint8_t *p, uint64_t v)
+{
     for (int i = 0; i < 8; i++)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
-static uint64_t get64(const uint8_t *p) {
+static uint64_t get64(const uint8_t *p)
+{
     uint64_t v = 0;
     for (int i = 0; i < 8; i++)
         v |= (uint64_t)p[i] << (8 * i);
     return v;
 }
 
-uint64_t dlc__warm_journal_key(const char *source, const char *etag) {
+uint64_t dlc__warm_journal_key(const char *source, const char *etag)
+{
     /* Chained rather than streamed: the seed carries the source's hash. */
     const uint64_t h = XXH3_64bits(source, strlen(source) + 1);
     return XXH3_64bits_withSeed(etag, strlen(etag), h);
 }
 
-static void header_bytes(const dlc__warm_journal_id *id, uint8_t h[JOURNAL_HEADER]) {
+static void header_bytes(const dlc__warm_journal_id *id, uint8_t h[JOURNAL_HEADER])
+{
     memcpy(h, journal_magic, 8);
     put64(h + 8, id->size);
     put64(h + 16, id->chunk_size);
@@ -45,13 +49,15 @@ static void header_bytes(const dlc__warm_journal_id *id, uint8_t h[JOURNAL_HEADE
     put64(h + 32, XXH3_64bits(h, 32));
 }
 
-static uint64_t record_check(const dlc__warm_journal_id *id, uint64_t chunk) {
+static uint64_t record_check(const dlc__warm_journal_id *id, uint64_t chunk)
+{
     uint8_t b[8];
     put64(b, chunk);
     return XXH3_64bits_withSeed(b, 8, id->id);
 }
 
-dlc_status dlc__warm_sync_dir(const char *path) {
+dlc_status dlc__warm_sync_dir(const char *path)
+{
     char *copy = strdup(path);
     if (!copy)
         return -ENOMEM;
@@ -68,7 +74,8 @@ dlc_status dlc__warm_sync_dir(const char *path) {
     return rc;
 }
 
-static dlc_status write_all(int fd, const void *p, size_t n, off_t off, const char *path) {
+static dlc_status write_all(int fd, const void *p, size_t n, off_t off, const char *path)
+{
     const uint8_t *b = p;
     while (n > 0) {
         const ssize_t w = pwrite(fd, b, n, off);
@@ -85,7 +92,8 @@ static dlc_status write_all(int fd, const void *p, size_t n, off_t off, const ch
 }
 
 dlc_status dlc__warm_journal_open(const char *path, const dlc__warm_journal_id *id, uint8_t *done,
-                                  uint64_t nchunks, uint64_t *resumed_chunks, int *fd_out) {
+                                  uint64_t nchunks, uint64_t *resumed_chunks, int *fd_out)
+{
     dlc_status rc = DLC_OK;
     uint8_t *buf = NULL;
     *resumed_chunks = 0;
@@ -142,7 +150,8 @@ fail:
 }
 
 dlc_status dlc__warm_journal_append(int fd, const char *path, const dlc__warm_journal_id *id,
-                                    const uint64_t *chunks, size_t n) {
+                                    const uint64_t *chunks, size_t n)
+{
     uint8_t rec[64 * JOURNAL_RECORD];
     struct stat st;
     if (fstat(fd, &st) < 0)
@@ -166,7 +175,8 @@ dlc_status dlc__warm_journal_append(int fd, const char *path, const dlc__warm_jo
     return DLC_OK;
 }
 
-dlc_status dlc__warm_sidecar_stat(const char *dest, dlc__warm_sidecar *sc) {
+dlc_status dlc__warm_sidecar_stat(const char *dest, dlc__warm_sidecar *sc)
+{
     struct stat st;
     if (stat(dest, &st) < 0)
         return -errno;
@@ -179,7 +189,8 @@ dlc_status dlc__warm_sidecar_stat(const char *dest, dlc__warm_sidecar *sc) {
     return DLC_OK;
 }
 
-dlc_status dlc__warm_sidecar_read(const char *path, dlc__warm_sidecar *sc) {
+dlc_status dlc__warm_sidecar_read(const char *path, dlc__warm_sidecar *sc)
+{
     memset(sc, 0, sizeof *sc);
     FILE *f = fopen(path, "re");
     if (!f)
@@ -219,7 +230,8 @@ bad:
     return DLC_ENOTFOUND;
 }
 
-dlc_status dlc__warm_sidecar_write(const char *path, const dlc__warm_sidecar *sc) {
+dlc_status dlc__warm_sidecar_write(const char *path, const dlc__warm_sidecar *sc)
+{
     dlc_status rc = DLC_OK;
     char tmp[4096];
     int fd = -1;

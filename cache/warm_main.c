@@ -15,7 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-void dlc_warm_options_init(dlc_warm_options *o) {
+void dlc_warm_options_init(dlc_warm_options *o)
+{
     memset(o, 0, sizeof *o);
     o->connections = DLC__WARM_DEFAULT_CONNECTIONS;
     o->chunk_size = DLC__WARM_DEFAULT_CHUNK;
@@ -31,7 +32,8 @@ typedef struct paths {
     char sidecar[4096];
 } paths;
 
-static dlc_status make_paths(const char *dest, paths *p) {
+static dlc_status make_paths(const char *dest, paths *p)
+{
     const size_t cap = sizeof p->lock;
     if ((size_t)snprintf(p->lock, cap, "%s.lock", dest) >= cap ||
         (size_t)snprintf(p->part, cap, "%s.warm-part", dest) >= cap ||
@@ -44,7 +46,8 @@ static dlc_status make_paths(const char *dest, paths *p) {
 /* DEST is a complete copy of @p source (size and, when @p etag is not NULL,
  * ETag) if the sidecar says so and DEST is still the file it describes. */
 static int complete_copy(const char *dest, const paths *p, const char *source, const char *etag,
-                         const uint64_t *size, dlc__warm_sidecar *sc) {
+                         const uint64_t *size, dlc__warm_sidecar *sc)
+{
     if (dlc__warm_sidecar_read(p->sidecar, sc) != DLC_OK)
         return 0;
     if (strcmp(sc->source, source) != 0 || (etag && strcmp(sc->etag, etag) != 0) ||
@@ -64,7 +67,8 @@ typedef struct verify_ctx {
     double last;
 } verify_ctx;
 
-static int on_verify(void *user, const dlc_verify_progress *vp) {
+static int on_verify(void *user, const dlc_verify_progress *vp)
+{
     verify_ctx *v = user;
     if (!v->opt->progress || vp->bad_status != 0)
         return 0;
@@ -80,7 +84,8 @@ static int on_verify(void *user, const dlc_verify_progress *vp) {
     return v->opt->progress(v->opt->progress_user, &p);
 }
 
-static dlc_status verify_store(const char *part, const dlc__warm_source *src, verify_ctx *v) {
+static dlc_status verify_store(const char *part, const dlc__warm_source *src, verify_ctx *v)
+{
     dlc_store *s = NULL;
     dlc_status rc = dlc_store_open(part, DLC_STORE_SEQUENTIAL, &s);
     if (rc == DLC_OK) {
@@ -97,7 +102,8 @@ static dlc_status verify_store(const char *part, const dlc__warm_source *src, ve
     return rc;
 }
 
-static dlc_status open_part(const paths *p, uint64_t size, int *fd_out) {
+static dlc_status open_part(const paths *p, uint64_t size, int *fd_out)
+{
     dlc_status rc = DLC_OK;
     /* A journal describes one particular part file: it goes first. */
     if (unlink(p->journal) < 0 && errno != ENOENT)
@@ -125,7 +131,8 @@ fail:
 }
 
 static dlc_status publish(const char *dest, const paths *p, int fd, const dlc__warm_source *src,
-                          const dlc__warm_object *obj) {
+                          const dlc__warm_object *obj)
+{
     /* The data must be durable before the name points at it, and the name
      * before the sidecar vouches for it. */
     if (fsync(fd) < 0)
@@ -151,7 +158,8 @@ static dlc_status publish(const char *dest, const paths *p, int fd, const dlc__w
 }
 
 dlc_status dlc_warm(const char *url, const char *dest, const dlc_warm_options *opt_in,
-                    dlc_warm_result *res) {
+                    dlc_warm_result *res)
+{
     dlc_status rc = DLC_OK;
     dlc_warm_options opt;
     if (opt_in)

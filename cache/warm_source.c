@@ -13,13 +13,15 @@
 #include <strings.h>
 #include <time.h>
 
-double dlc__warm_now(void) {
+double dlc__warm_now(void)
+{
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-double dlc__warm_backoff(unsigned attempt, uint64_t *rng) {
+double dlc__warm_backoff(unsigned attempt, uint64_t *rng)
+{
     double d = 0.1;
     for (unsigned i = 1; i < attempt && d < 5.0; i++)
         d *= 2.0;
@@ -35,7 +37,8 @@ double dlc__warm_backoff(unsigned attempt, uint64_t *rng) {
     return d * (0.5 + 0.5 * u);
 }
 
-const char *dlc_warm_redact_url(const char *url, char *buf, size_t cap) {
+const char *dlc_warm_redact_url(const char *url, char *buf, size_t cap)
+{
     if (!buf || cap == 0)
         return buf;
     if (!url) {
@@ -70,7 +73,8 @@ const char *dlc_warm_redact_url(const char *url, char *buf, size_t cap) {
     return buf;
 }
 
-char *dlc__warm_urlencode(const char *s, int keep_slash) {
+char *dlc__warm_urlencode(const char *s, int keep_slash)
+{
     static const char hex[] = "0123456789ABCDEF";
     const size_t n = strlen(s);
     char *out = malloc(3 * n + 1);
@@ -92,7 +96,8 @@ char *dlc__warm_urlencode(const char *s, int keep_slash) {
     return out;
 }
 
-static int parse_u64(const char **pp, uint64_t *v) {
+static int parse_u64(const char **pp, uint64_t *v)
+{
     const char *p = *pp;
     if (*p < '0' || *p > '9')
         return -1;
@@ -109,7 +114,8 @@ static int parse_u64(const char **pp, uint64_t *v) {
     return 0;
 }
 
-int dlc__warm_parse_content_range(const char *v, uint64_t *start, uint64_t *end, uint64_t *total) {
+int dlc__warm_parse_content_range(const char *v, uint64_t *start, uint64_t *end, uint64_t *total)
+{
     while (*v == ' ' || *v == '\t')
         v++;
     if (strncasecmp(v, "bytes", 5) != 0)
@@ -143,7 +149,8 @@ int dlc__warm_parse_content_range(const char *v, uint64_t *start, uint64_t *end,
 }
 
 /* Copy the text between <tag> and </tag> in @p body, or return 0. */
-static int xml_field(const char *body, size_t len, const char *tag, char *out, size_t cap) {
+static int xml_field(const char *body, size_t len, const char *tag, char *out, size_t cap)
+{
     char open[64], close[64];
     snprintf(open, sizeof open, "<%s>", tag);
     snprintf(close, sizeof close, "</%s>", tag);
@@ -159,7 +166,8 @@ static int xml_field(const char *body, size_t len, const char *tag, char *out, s
 }
 
 /* Copy the string value of the first "key": "value" in a JSON text. */
-static int json_string(const char *body, size_t len, const char *key, char *out, size_t cap) {
+static int json_string(const char *body, size_t len, const char *key, char *out, size_t cap)
+{
     char pat[64];
     snprintf(pat, sizeof pat, "\"%s\"", key);
     const char *a = memmem(body, len, pat, strlen(pat));
@@ -182,13 +190,15 @@ static int json_string(const char *body, size_t len, const char *key, char *out,
     return a < end && *a == '"';
 }
 
-static void printable(char *s) {
+static void printable(char *s)
+{
     for (; *s; s++)
         if ((unsigned char)*s < 0x20 || (unsigned char)*s == 0x7f)
             *s = ' ';
 }
 
-void dlc__warm_describe_body(const char *body, size_t len, char *out, size_t cap) {
+void dlc__warm_describe_body(const char *body, size_t len, char *out, size_t cap)
+{
     out[0] = '\0';
     if (!body || len == 0 || cap == 0)
         return;
@@ -206,11 +216,13 @@ void dlc__warm_describe_body(const char *body, size_t len, char *out, size_t cap
     printable(out);
 }
 
-int dlc__warm_retryable_http(long status) {
+int dlc__warm_retryable_http(long status)
+{
     return status >= 500 || status == 408 || status == 429;
 }
 
-int dlc__warm_retryable_curl(CURLcode code) {
+int dlc__warm_retryable_curl(CURLcode code)
+{
     switch (code) {
     case CURLE_OPERATION_TIMEDOUT:
     case CURLE_COULDNT_CONNECT:
@@ -229,7 +241,8 @@ int dlc__warm_retryable_curl(CURLcode code) {
     }
 }
 
-void dlc__warm_source_free(dlc__warm_source *src) {
+void dlc__warm_source_free(dlc__warm_source *src)
+{
     if (!src)
         return;
     free(src->url);
@@ -245,12 +258,14 @@ void dlc__warm_source_free(dlc__warm_source *src) {
     memset(src, 0, sizeof *src);
 }
 
-static const char *env(const char *name) {
+static const char *env(const char *name)
+{
     const char *v = getenv(name);
     return v && *v ? v : NULL;
 }
 
-static dlc_status add_header(dlc__warm_source *src, const char *fmt, const char *value) {
+static dlc_status add_header(dlc__warm_source *src, const char *fmt, const char *value)
+{
     char line[8192];
     const int n = snprintf(line, sizeof line, fmt, value);
     if (n < 0 || (size_t)n >= sizeof line)
@@ -265,7 +280,8 @@ static dlc_status add_header(dlc__warm_source *src, const char *fmt, const char 
 }
 
 /* Split "BUCKET/KEY" after the scheme into two malloc'd strings. */
-static dlc_status split_bucket(const char *url, const char *rest, char **bucket, char **key) {
+static dlc_status split_bucket(const char *url, const char *rest, char **bucket, char **key)
+{
     const char *slash = strchr(rest, '/');
     if (!slash || slash == rest || slash[1] == '\0')
         return dlc__errorf(DLC_EINVAL, "%s: expected SCHEME://BUCKET/OBJECT", url);
@@ -276,11 +292,13 @@ static dlc_status split_bucket(const char *url, const char *rest, char **bucket,
     return DLC_OK;
 }
 
-static int is_http_url(const char *u) {
+static int is_http_url(const char *u)
+{
     return strncasecmp(u, "http://", 7) == 0 || strncasecmp(u, "https://", 8) == 0;
 }
 
-static char *trim_endpoint(const char *e) {
+static char *trim_endpoint(const char *e)
+{
     char *s = strdup(e);
     if (s) {
         size_t n = strlen(s);
@@ -290,7 +308,8 @@ static char *trim_endpoint(const char *e) {
     return s;
 }
 
-static dlc_status resolve_s3(dlc__warm_source *src, const char *url, const dlc_warm_options *opt) {
+static dlc_status resolve_s3(dlc__warm_source *src, const char *url, const dlc_warm_options *opt)
+{
     dlc_status rc = DLC_OK;
     char *bucket = NULL, *key = NULL, *ekey = NULL, *endpoint = NULL;
     CHECK(split_bucket(url, url + 5, &bucket, &key));
@@ -361,7 +380,8 @@ typedef struct membuf {
     size_t len;
 } membuf;
 
-static size_t membuf_write(char *p, size_t size, size_t n, void *user) {
+static size_t membuf_write(char *p, size_t size, size_t n, void *user)
+{
     membuf *m = user;
     const size_t len = size * n;
     const size_t room = sizeof m->data - 1 - m->len;
@@ -375,7 +395,8 @@ static size_t membuf_write(char *p, size_t size, size_t n, void *user) {
 /* Ask the GCE metadata server for the default service account's token. Off
  * GCE the name does not resolve (or the port is closed) and the request fails
  * quickly; the caller then goes on without a token. */
-static dlc_status gce_token(const dlc_warm_options *opt, char *token, size_t cap) {
+static dlc_status gce_token(const dlc_warm_options *opt, char *token, size_t cap)
+{
     const char *host = env("GCE_METADATA_HOST");
     if (!host)
         host = "metadata.google.internal";
@@ -411,7 +432,8 @@ static dlc_status gce_token(const dlc_warm_options *opt, char *token, size_t cap
     return rc;
 }
 
-static dlc_status resolve_gcs(dlc__warm_source *src, const char *url, const dlc_warm_options *opt) {
+static dlc_status resolve_gcs(dlc__warm_source *src, const char *url, const dlc_warm_options *opt)
+{
     dlc_status rc = DLC_OK;
     char *bucket = NULL, *key = NULL, *ekey = NULL, *ebucket = NULL, *endpoint = NULL;
     char token[4096] = "";
@@ -456,7 +478,8 @@ fail:
 }
 
 dlc_status dlc__warm_source_init(dlc__warm_source *src, const char *url,
-                                 const dlc_warm_options *opt) {
+                                 const dlc_warm_options *opt)
+{
     memset(src, 0, sizeof *src);
     dlc_status rc = DLC_OK;
     if (strncmp(url, "s3://", 5) == 0) {
@@ -488,7 +511,8 @@ fail:
     return rc;
 }
 
-dlc_status dlc__warm_easy_setup(CURL *h, const dlc__warm_source *src, const dlc_warm_options *opt) {
+dlc_status dlc__warm_easy_setup(CURL *h, const dlc__warm_source *src, const dlc_warm_options *opt)
+{
     CURLcode c = CURLE_OK;
 #define SET(o, v)                                                                                  \
     do {                                                                                           \
@@ -534,7 +558,8 @@ dlc_status dlc__warm_easy_setup(CURL *h, const dlc__warm_source *src, const dlc_
 }
 
 dlc_status dlc__warm_request_headers(const dlc__warm_source *src, uint64_t start, uint64_t end,
-                                     const char *if_match, struct curl_slist **out) {
+                                     const char *if_match, struct curl_slist **out)
+{
     *out = NULL;
     struct curl_slist *l = NULL;
     for (const struct curl_slist *s = src->headers; s; s = s->next) {

@@ -16,12 +16,14 @@ static const char *const tool = "cachewarm";
 
 static volatile sig_atomic_t interrupted;
 
-static void on_signal(int sig) {
+static void on_signal(int sig)
+{
     (void)sig;
     interrupted = 1;
 }
 
-static void usage(FILE *f) {
+static void usage(FILE *f)
+{
     fprintf(
         f, "usage: cachewarm URL -o DEST [options]\n"
            "Download a store (or any object with --no-verify) to local disk with parallel\n"
@@ -53,7 +55,8 @@ typedef struct ui {
     int quiet;
 } ui;
 
-static void on_log(void *user, dlc_log_level level, const char *msg) {
+static void on_log(void *user, dlc_log_level level, const char *msg)
+{
     ui *u = user;
     if (u->quiet && level < DLC_LOG_WARN)
         return;
@@ -61,7 +64,8 @@ static void on_log(void *user, dlc_log_level level, const char *msg) {
     fprintf(stderr, "%s: %s%s\n", tool, level == DLC_LOG_WARN ? "warning: " : "", msg);
 }
 
-static int on_progress(void *user, const dlc_warm_progress *p) {
+static int on_progress(void *user, const dlc_warm_progress *p)
+{
     ui *u = user;
     if (!u->quiet) {
         char done[32], total[32], eta[32];
@@ -78,7 +82,8 @@ static int on_progress(void *user, const dlc_warm_progress *p) {
     return interrupted != 0;
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     enum {
         OPT_CONNECTIONS = 256,
         OPT_CHUNK,

@@ -25,7 +25,8 @@ static pid_t server = -1;
 static int port;
 static char base[128]; /* http://127.0.0.1:PORT */
 
-static void start_server(void) {
+static void start_server(void)
+{
     root = tsu_mkdtemp();
     work = tsu_mkdtemp();
     char *files = tsu_path(root, "files");
@@ -60,7 +61,8 @@ static void start_server(void) {
     unsetenv("HTTP_PROXY");
 }
 
-static void stop_server(void) {
+static void stop_server(void)
+{
     if (server > 0) {
         kill(server, SIGTERM);
         waitpid(server, NULL, 0);
@@ -71,31 +73,36 @@ static void stop_server(void) {
 
 TestSuite(warm_fetch, .init = start_server, .fini = stop_server, .timeout = 120);
 
-static char *put_store(const char *name, uint64_t records) {
+static char *put_store(const char *name, uint64_t records)
+{
     char *p = NULL;
     cr_assert(asprintf(&p, "%s/files/%s", root, name) > 0);
     tsu_write_store(p, records, 1, 1);
     return p;
 }
 
-static void assert_same(const char *a, const char *b) {
+static void assert_same(const char *a, const char *b)
+{
     char *cmd = NULL;
     cr_assert(asprintf(&cmd, "cmp -s '%s' '%s'", a, b) > 0);
     cr_assert_eq(system(cmd), 0, "%s and %s differ", a, b);
     free(cmd);
 }
 
-static int exists(const char *p) {
+static int exists(const char *p)
+{
     return access(p, F_OK) == 0;
 }
 
-static off_t size_of(const char *p) {
+static off_t size_of(const char *p)
+{
     struct stat st;
     cr_assert_eq(stat(p, &st), 0, "%s", p);
     return st.st_size;
 }
 
-static dlc_warm_options small_chunks(void) {
+static dlc_warm_options small_chunks(void)
+{
     dlc_warm_options o;
     dlc_warm_options_init(&o);
     o.chunk_size = 64 << 10;
@@ -104,7 +111,8 @@ static dlc_warm_options small_chunks(void) {
     return o;
 }
 
-Test(warm_fetch, store_arrives_verified_and_second_call_returns_at_once) {
+Test(warm_fetch, store_arrives_verified_and_second_call_returns_at_once)
+{
     char *src = put_store("s.dlc", 40);
     char *url = NULL, *dest = tsu_path(work, "s.dlc");
     cr_assert(asprintf(&url, "%s/files/s.dlc", base) > 0);
@@ -128,7 +136,8 @@ Test(warm_fetch, store_arrives_verified_and_second_call_returns_at_once) {
     free(src);
 }
 
-Test(warm_fetch, resume_fetches_only_missing_chunks) {
+Test(warm_fetch, resume_fetches_only_missing_chunks)
+{
     char *src = put_store("r.dlc", 40);
     char *url = NULL, *dest = tsu_path(work, "r.dlc");
     cr_assert(asprintf(&url, "%s/files/r.dlc", base) > 0);
@@ -197,18 +206,21 @@ Test(warm_fetch, resume_fetches_only_missing_chunks) {
     free(src);
 }
 
-static int cancel_after_half(void *user, const dlc_warm_progress *p) {
+static int cancel_after_half(void *user, const dlc_warm_progress *p)
+{
     (void)user;
     return p->done > p->total / 2;
 }
 
-static int slow_and_cancel(void *user, const dlc_warm_progress *p) {
+static int slow_and_cancel(void *user, const dlc_warm_progress *p)
+{
     int *calls = user;
     (*calls)++;
     return cancel_after_half(NULL, p);
 }
 
-Test(warm_fetch, cancel_keeps_the_partial_download_for_a_rerun) {
+Test(warm_fetch, cancel_keeps_the_partial_download_for_a_rerun)
+{
     char *src = put_store("c.dlc", 150);
     char *url = NULL, *dest = tsu_path(work, "c.dlc");
     cr_assert(asprintf(&url, "%s/files/c.dlc", base) > 0);
@@ -235,7 +247,8 @@ Test(warm_fetch, cancel_keeps_the_partial_download_for_a_rerun) {
     free(src);
 }
 
-Test(warm_fetch, not_found_is_a_clear_error_and_leaves_nothing) {
+Test(warm_fetch, not_found_is_a_clear_error_and_leaves_nothing)
+{
     char *url = NULL, *dest = tsu_path(work, "missing.dlc");
     cr_assert(asprintf(&url, "%s/files/missing.dlc?sig=secret", base) > 0);
     const dlc_warm_options o = small_chunks();
@@ -250,7 +263,8 @@ Test(warm_fetch, not_found_is_a_clear_error_and_leaves_nothing) {
     free(dest);
 }
 
-Test(warm_fetch, corrupt_store_is_refused_and_removed) {
+Test(warm_fetch, corrupt_store_is_refused_and_removed)
+{
     char *src = put_store("bad.dlc", 40);
     /* Flip bytes in several places so that one is surely in a payload. */
     const int fd = open(src, O_RDWR);
@@ -277,7 +291,8 @@ Test(warm_fetch, corrupt_store_is_refused_and_removed) {
     free(src);
 }
 
-Test(warm_fetch, server_without_ranges_gets_one_whole_object_request) {
+Test(warm_fetch, server_without_ranges_gets_one_whole_object_request)
+{
     char *src = put_store("n.dlc", 20);
     char *url = NULL, *dest = tsu_path(work, "n.dlc");
     cr_assert(asprintf(&url, "%s/norange/n.dlc", base) > 0);
@@ -291,7 +306,8 @@ Test(warm_fetch, server_without_ranges_gets_one_whole_object_request) {
     free(src);
 }
 
-Test(warm_fetch, gcs_with_bearer_token) {
+Test(warm_fetch, gcs_with_bearer_token)
+{
     char *p = NULL;
     cr_assert(asprintf(&p, "%s/bkt/dir", root) > 0);
     cr_assert_eq(mkdir(p, 0755), 0);
@@ -314,7 +330,8 @@ Test(warm_fetch, gcs_with_bearer_token) {
     free(dest);
 }
 
-Test(warm_fetch, rejects_bad_options) {
+Test(warm_fetch, rejects_bad_options)
+{
     char *dest = tsu_path(work, "x.dlc");
     dlc_warm_options o;
     dlc_warm_options_init(&o);

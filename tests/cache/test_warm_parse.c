@@ -12,25 +12,29 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f) {
+static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
+{
     (void)st;
     (void)flag;
     (void)f;
     return remove(p);
 }
 
-static char *tmpdir(void) {
+static char *tmpdir(void)
+{
     char *d = strdup("/tmp/dlc-warm-test-XXXXXX");
     cr_assert(mkdtemp(d) != NULL);
     return d;
 }
 
-static void rmdir_all(char *d) {
+static void rmdir_all(char *d)
+{
     nftw(d, rm_one, 16, FTW_DEPTH | FTW_PHYS);
     free(d);
 }
 
-Test(warm_parse, content_range) {
+Test(warm_parse, content_range)
+{
     uint64_t a, b, t;
     cr_assert_eq(dlc__warm_parse_content_range("bytes 0-9/100", &a, &b, &t), 0);
     cr_assert(a == 0 && b == 9 && t == 100);
@@ -50,7 +54,8 @@ Test(warm_parse, content_range) {
     cr_assert_eq(dlc__warm_parse_content_range("", &a, &b, &t), -1);
 }
 
-Test(warm_parse, redact_url) {
+Test(warm_parse, redact_url)
+{
     char buf[256];
     cr_assert_str_eq(
         dlc_warm_redact_url("https://h/p/o.dlc?X-Amz-Signature=abc&x=1", buf, sizeof buf),
@@ -65,7 +70,8 @@ Test(warm_parse, redact_url) {
     cr_assert_null(strstr(small, "secret"));
 }
 
-Test(warm_parse, urlencode) {
+Test(warm_parse, urlencode)
+{
     char *s = dlc__warm_urlencode("a b/c+d~e.f_g-h%", 1);
     cr_assert_str_eq(s, "a%20b/c%2Bd~e.f_g-h%25");
     free(s);
@@ -77,7 +83,8 @@ Test(warm_parse, urlencode) {
     free(s);
 }
 
-Test(warm_parse, describe_body) {
+Test(warm_parse, describe_body)
+{
     char out[256];
     const char *xml = "<?xml version=\"1.0\"?><Error><Code>NoSuchKey</Code><Message>The "
                       "specified key does not exist.</Message><Key>k</Key></Error>";
@@ -97,7 +104,8 @@ Test(warm_parse, describe_body) {
     cr_assert_str_eq(out, "<Code>NoSuch");
 }
 
-Test(warm_parse, retry_classes_and_backoff) {
+Test(warm_parse, retry_classes_and_backoff)
+{
     cr_assert(dlc__warm_retryable_http(500));
     cr_assert(dlc__warm_retryable_http(503));
     cr_assert(dlc__warm_retryable_http(429));
@@ -121,13 +129,15 @@ Test(warm_parse, retry_classes_and_backoff) {
     }
 }
 
-static off_t file_size(const char *p) {
+static off_t file_size(const char *p)
+{
     struct stat st;
     cr_assert_eq(stat(p, &st), 0);
     return st.st_size;
 }
 
-Test(warm_parse, journal_resume_torn_tail_and_foreign_header) {
+Test(warm_parse, journal_resume_torn_tail_and_foreign_header)
+{
     char *dir = tmpdir();
     char path[512];
     snprintf(path, sizeof path, "%s/x.warm-journal", dir);
@@ -176,7 +186,8 @@ Test(warm_parse, journal_resume_torn_tail_and_foreign_header) {
     rmdir_all(dir);
 }
 
-Test(warm_parse, sidecar_round_trip) {
+Test(warm_parse, sidecar_round_trip)
+{
     char *dir = tmpdir();
     char dest[512], sidecar[512];
     snprintf(dest, sizeof dest, "%s/d.dlc", dir);

@@ -26,7 +26,8 @@ typedef struct one_shot {
 } one_shot;
 
 /* Accept one connection, keep the request head, answer 200 with 10 bytes. */
-static void *serve_one(void *arg) {
+static void *serve_one(void *arg)
+{
     one_shot *s = arg;
     const int c = accept(s->listen_fd, NULL, NULL);
     if (c < 0)
@@ -49,7 +50,8 @@ static void *serve_one(void *arg) {
     return NULL;
 }
 
-static void one_shot_start(one_shot *s) {
+static void one_shot_start(one_shot *s)
+{
     memset(s, 0, sizeof *s);
     s->listen_fd = socket(AF_INET, SOCK_STREAM, 0);
     cr_assert(s->listen_fd >= 0);
@@ -62,7 +64,8 @@ static void one_shot_start(one_shot *s) {
     cr_assert(pthread_create(&s->thread, NULL, serve_one, s) == 0);
 }
 
-static void one_shot_stop(one_shot *s) {
+static void one_shot_stop(one_shot *s)
+{
     pthread_join(s->thread, NULL);
     close(s->listen_fd);
 }
@@ -71,7 +74,8 @@ typedef struct captured {
     char auth[1024];
 } captured;
 
-static int on_debug(CURL *h, curl_infotype type, char *data, size_t size, void *user) {
+static int on_debug(CURL *h, curl_infotype type, char *data, size_t size, void *user)
+{
     (void)h;
     captured *c = user;
     if (type != CURLINFO_HEADER_OUT)
@@ -87,13 +91,15 @@ static int on_debug(CURL *h, curl_infotype type, char *data, size_t size, void *
     return 0;
 }
 
-static size_t sink(char *p, size_t size, size_t n, void *user) {
+static size_t sink(char *p, size_t size, size_t n, void *user)
+{
     (void)p;
     (void)user;
     return size * n;
 }
 
-Test(warm_sigv4, matches_the_aws_documentation_example) {
+Test(warm_sigv4, matches_the_aws_documentation_example)
+{
     one_shot srv;
     one_shot_start(&srv);
 
@@ -157,14 +163,16 @@ Test(warm_sigv4, matches_the_aws_documentation_example) {
     dlc__warm_source_free(&src);
 }
 
-static int has_header(const struct curl_slist *l, const char *line) {
+static int has_header(const struct curl_slist *l, const char *line)
+{
     for (; l; l = l->next)
         if (strcmp(l->data, line) == 0)
             return 1;
     return 0;
 }
 
-Test(warm_sigv4, s3_custom_endpoint_is_path_style_with_signed_payload_header) {
+Test(warm_sigv4, s3_custom_endpoint_is_path_style_with_signed_payload_header)
+{
     setenv("AWS_ACCESS_KEY_ID", "AKID", 1);
     setenv("AWS_SECRET_ACCESS_KEY", "SECRET", 1);
     setenv("AWS_SESSION_TOKEN", "TOKEN", 1);
@@ -192,7 +200,8 @@ Test(warm_sigv4, s3_custom_endpoint_is_path_style_with_signed_payload_header) {
     dlc__warm_source_free(&src);
 }
 
-Test(warm_sigv4, s3_on_aws_is_virtual_host_style) {
+Test(warm_sigv4, s3_on_aws_is_virtual_host_style)
+{
     setenv("AWS_ACCESS_KEY_ID", "AKID", 1);
     setenv("AWS_SECRET_ACCESS_KEY", "SECRET", 1);
     unsetenv("AWS_SESSION_TOKEN");
@@ -214,7 +223,8 @@ Test(warm_sigv4, s3_on_aws_is_virtual_host_style) {
     dlc__warm_source_free(&src);
 }
 
-Test(warm_sigv4, gcs_media_url_and_bearer_token) {
+Test(warm_sigv4, gcs_media_url_and_bearer_token)
+{
     setenv("GOOGLE_OAUTH_ACCESS_TOKEN", "ya29.secret", 1);
     unsetenv("DLCACHE_GCS_ENDPOINT");
     dlc_warm_options opt;
@@ -231,7 +241,8 @@ Test(warm_sigv4, gcs_media_url_and_bearer_token) {
     dlc__warm_source_free(&src);
 }
 
-Test(warm_sigv4, rejects_unknown_schemes_and_bad_endpoints) {
+Test(warm_sigv4, rejects_unknown_schemes_and_bad_endpoints)
+{
     dlc_warm_options opt;
     dlc_warm_options_init(&opt);
     dlc__warm_source src;
