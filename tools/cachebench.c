@@ -691,6 +691,7 @@ typedef struct jpeg_shared {
 
 typedef struct jpeg_arg {
     jpeg_shared *sh;
+    dlc_codec *codec; /* this thread's; made at setup so that no window times its creation */
     uint8_t *batch;  /* batch x sample_bytes */
     int64_t *labels; /* batch */
     uint8_t *tmp;    /* crop x crop x 3: the resized crop before flip/convert */
@@ -775,14 +776,8 @@ static void *jpeg_worker(void *p)
     jpeg_arg *a = p;
     jpeg_shared *sh = a->sh;
     const uint64_t n = sh->set->count;
-    dlc_codec *codec = NULL;
-    const dlc_status crc = dlc_codec_create(&codec);
+    dlc_codec *codec = a->codec;
     pthread_barrier_wait(&sh->sync.start);
-    if (crc != DLC_OK) {
-        tool_report(TOOL, crc, "creating a codec");
-        atomic_store(&sh->sync.failed, 1);
-        return NULL;
-    }
     while (!atomic_load_explicit(&sh->sync.stop, memory_order_relaxed)) {
         const uint64_t k = atomic_fetch_add(&sh->next, 1);
         const uint64_t epoch = sh->epoch + k / n;
@@ -823,46 +818,68 @@ static void *jpeg_worker(void *p)
         a->labels[slot] = f->label;
         a->samples++;
     }
-    dlc_codec_destroy(codec);
     return NULL;
 }
 
 typedef struct jpeg_result {
     double seconds;
     uint64_t samples;
-    uint64_t files;
 } jpeg_result;
 
-static int measure_jpeg(const char *dir, int threads, const dlc_loader_config *cfg,
-                        uint32_t store_side, size_t sample_bytes, double seconds, jpeg_result *res)
-{
-    memset(res, 0, sizeof *res);
+/* The JPEG path's files and buffers, made once and used for the windows
+ * before and after the loader. */
+typedef struct jpeg_bench {
     jpeg_set set;
-    jpeg_shared *sh = NULL;
-    jpeg_arg *args = NULL;
-    uint32_t *order = NULL;
-    int rc = -1;
-    if (jpeg_set_load(&set, dir, 0) != 0)
-        goto done;
-    if (set.count > UINT32_MAX) {
-        fprintf(stderr, TOOL ": error: %s: too many files\n", dir);
-        goto done;
+    jpeg_shared *sh;
+    jpeg_arg *args;
+    uint32_t *order;
+    int threads;
+} jpeg_bench;
+
+static void jpeg_bench_free(jpeg_bench *jb)
+{
+    if (jb->args) {
+        for (int t = 0; t < jb->threads; t++) {
+            dlc_codec_destroy(jb->args[t].codec);
+            free(jb->args[t].batch);
+            free(jb->args[t].labels);
+            free(jb->args[t].tmp);
+            free(jb->args[t].scratch);
+        }
     }
-    sh = calloc(1, sizeof *sh);
-    args = calloc((size_t)threads, sizeof *args);
-    order = malloc(set.count * sizeof *order);
-    if (!sh || !args || !order)
+    free(jb->args);
+    free(jb->sh);
+    free(jb->order);
+    jpeg_set_free(&jb->set);
+    memset(jb, 0, sizeof *jb);
+}
+
+static int jpeg_bench_setup(jpeg_bench *jb, const char *dir, int threads,
+                            const dlc_loader_config *cfg, uint32_t store_side, size_t sample_bytes)
+{
+    memset(jb, 0, sizeof *jb);
+    jb->threads = threads;
+    if (jpeg_set_load(&jb->set, dir, 0) != 0)
+        goto fail;
+    if (jb->set.count > UINT32_MAX) {
+        fprintf(stderr, TOOL ": error: %s: too many files\n", dir);
+        goto fail;
+    }
+    jpeg_shared *sh = jb->sh = calloc(1, sizeof *sh);
+    jb->args = calloc((size_t)threads, sizeof *jb->args);
+    uint32_t *order = jb->order = malloc(jb->set.count * sizeof *order);
+    if (!sh || !jb->args || !order)
         goto oom;
     /* A shuffled order, as a training epoch reads the files. */
-    for (size_t i = 0; i < set.count; i++)
+    for (size_t i = 0; i < jb->set.count; i++)
         order[i] = (uint32_t)i;
-    for (size_t i = set.count - 1; i > 0; i--) {
+    for (size_t i = jb->set.count - 1; i > 0; i--) {
         const size_t j = (size_t)(mix64(cfg->seed ^ i) % (i + 1));
         const uint32_t t = order[i];
         order[i] = order[j];
         order[j] = t;
     }
-    sh->set = &set;
+    sh->set = &jb->set;
     sh->order = order;
     sh->store_side = store_side;
     sh->crop = cfg->crop_h;
@@ -886,8 +903,13 @@ static int measure_jpeg(const char *dir, int threads, const dlc_loader_config *c
     atomic_init(&sh->sync.failed, 0);
     const size_t scratch = dlc_resize_scratch_bound(store_side, store_side, sh->crop, sh->crop, 3);
     for (int t = 0; t < threads; t++) {
-        jpeg_arg *a = &args[t];
+        jpeg_arg *a = &jb->args[t];
         a->sh = sh;
+        const dlc_status rc = dlc_codec_create(&a->codec);
+        if (rc != DLC_OK) {
+            tool_report(TOOL, rc, "creating a codec");
+            goto fail;
+        }
         a->batch = xaligned((size_t)sh->batch * sample_bytes);
         a->labels = calloc(sh->batch, sizeof *a->labels);
         a->tmp = xaligned((size_t)sh->crop * sh->crop * 3);
@@ -897,28 +919,25 @@ static int measure_jpeg(const char *dir, int threads, const dlc_loader_config *c
             goto oom;
         memset(a->batch, 0, (size_t)sh->batch * sample_bytes);
     }
-    res->seconds = run_window(threads, jpeg_worker, args, sizeof *args, &sh->sync, seconds);
-    for (int t = 0; t < threads; t++)
-        res->samples += args[t].samples;
-    res->files = set.count;
-    rc = atomic_load(&sh->sync.failed) ? -1 : 0;
-    goto done;
+    return 0;
 oom:
     fprintf(stderr, TOOL ": error: out of memory for the JPEG path\n");
-done:
-    if (args) {
-        for (int t = 0; t < threads; t++) {
-            free(args[t].batch);
-            free(args[t].labels);
-            free(args[t].tmp);
-            free(args[t].scratch);
-        }
-    }
-    free(args);
-    free(sh);
-    free(order);
-    jpeg_set_free(&set);
-    return rc;
+fail:
+    jpeg_bench_free(jb);
+    return -1;
+}
+
+/* One window of the JPEG path; the files' order continues from the last. */
+static int jpeg_bench_run(jpeg_bench *jb, double seconds, jpeg_result *res)
+{
+    for (int t = 0; t < jb->threads; t++)
+        jb->args[t].samples = 0;
+    res->seconds = run_window(jb->threads, jpeg_worker, jb->args, sizeof *jb->args, &jb->sh->sync,
+                              seconds);
+    res->samples = 0;
+    for (int t = 0; t < jb->threads; t++)
+        res->samples += jb->args[t].samples;
+    return atomic_load(&jb->sh->sync.failed) ? -1 : 0;
 }
 
 /* ---- load: the loader ------------------------------------------------------------------------ */
@@ -1263,46 +1282,52 @@ static int cmd_load(int argc, char **argv)
     if (dlc_store_resident(store, &resident_after) != DLC_OK)
         resident_after = 0;
     const int threads = (int)o.cfg.threads;
-
-    /* The ceiling is measured on both sides of the loader, half the window
-     * each, and averaged: on a shared machine the load changes within
-     * seconds, and a ceiling taken only before would move the ratio with it. */
-    const double half = o.seconds / 2 > 0.5 ? o.seconds / 2 : 0.5;
-    ceiling cl;
-    if (ceiling_setup(&cl, threads, o.cfg.batch_size, sample_bytes) != 0) {
-        dlc_store_close(store);
-        return 1;
-    }
-    ceiling_result ceil, ceil_after;
-    ceiling_run(&cl, half, &ceil);
+    int status = 1;
+    ceiling cl = {0};
+    jpeg_bench jb = {0};
+    ceiling_result ceil = {0}, ceil_after = {0};
+    jpeg_result jr = {0}, jr_after = {0};
     loader_result lr;
-    if (measure_loader(&o, &lr) != 0) {
-        ceiling_free(&cl);
-        dlc_store_close(store);
-        return 1;
-    }
-    ceiling_run(&cl, half, &ceil_after);
-    const size_t ceil_source_bytes = cl.src_bytes;
-    ceiling_free(&cl);
-    const double ceil_before_gbps = ceil.gbytes_per_s;
-    ceil.samples += ceil_after.samples;
-    ceil.seconds += ceil_after.seconds;
-    ceil.gbytes_per_s = (double)ceil.samples * (double)sample_bytes / ceil.seconds / 1e9;
-    jpeg_result jr = {0};
     if (o.jpeg_dir) {
         if (info.height == 0 || info.width != info.height) {
             fprintf(stderr, TOOL ": error: %s: the JPEG path needs a store of square images "
                             "(built with a center crop) to know the resize target\n", o.store);
-            dlc_store_close(store);
-            return 1;
+            goto out;
         }
-        if (measure_jpeg(o.jpeg_dir, threads, &o.cfg, info.height, sample_bytes, o.seconds,
-                         &jr) != 0) {
-            dlc_store_close(store);
-            return 1;
-        }
+        if (jpeg_bench_setup(&jb, o.jpeg_dir, threads, &o.cfg, info.height, sample_bytes) != 0)
+            goto out;
     }
+    if (ceiling_setup(&cl, threads, o.cfg.batch_size, sample_bytes) != 0)
+        goto out;
+
+    /* The references are measured on both sides of the loader, half their
+     * window each, and pooled: on a shared machine the load changes within
+     * seconds, and a reference taken on one side only would move the ratio
+     * with it. The order is symmetric around the loader. */
+    const double half = o.seconds / 2 > 0.5 ? o.seconds / 2 : 0.5;
+    if (o.jpeg_dir && jpeg_bench_run(&jb, half, &jr) != 0)
+        goto out;
+    ceiling_run(&cl, half, &ceil);
+    if (measure_loader(&o, &lr) != 0)
+        goto out;
+    ceiling_run(&cl, half, &ceil_after);
+    if (o.jpeg_dir && jpeg_bench_run(&jb, half, &jr_after) != 0)
+        goto out;
+    const uint64_t jpeg_files = jb.set.count;
+    const size_t ceil_source_bytes = cl.src_bytes;
+    jpeg_bench_free(&jb);
+    ceiling_free(&cl);
     dlc_store_close(store);
+    store = NULL;
+
+    const double ceil_before_gbps = ceil.gbytes_per_s;
+    ceil.samples += ceil_after.samples;
+    ceil.seconds += ceil_after.seconds;
+    ceil.gbytes_per_s = (double)ceil.samples * (double)sample_bytes / ceil.seconds / 1e9;
+    const double jpeg_before_sps = (double)jr.samples / jr.seconds;
+    const double jpeg_after_sps = (double)jr_after.samples / jr_after.seconds;
+    jr.samples += jr_after.samples;
+    jr.seconds += jr_after.seconds;
 
     const double sps = (double)lr.samples / lr.seconds;
     const double gbps = (double)lr.bytes / lr.seconds / 1e9;
@@ -1380,9 +1405,11 @@ static int cmd_load(int argc, char **argv)
         tool_json_u64(&j, "ceiling_source_bytes", ceil_source_bytes);
         if (o.jpeg_dir) {
             tool_json_str(&j, "jpeg_dir", o.jpeg_dir);
-            tool_json_u64(&j, "jpeg_files", jr.files);
+            tool_json_u64(&j, "jpeg_files", jpeg_files);
             tool_json_u64(&j, "jpeg_samples", jr.samples);
             tool_json_f64(&j, "jpeg_seconds", jr.seconds);
+            tool_json_f64(&j, "jpeg_before_samples_per_s", jpeg_before_sps);
+            tool_json_f64(&j, "jpeg_after_samples_per_s", jpeg_after_sps);
         }
         tool_json_object_begin(&j, "store_info");
         tool_json_u64(&j, "count", info.count);
@@ -1418,7 +1445,12 @@ static int cmd_load(int argc, char **argv)
             printf("; digest %016llx", (unsigned long long)lr.digest);
         printf("\n");
     }
-    return 0;
+    status = 0;
+out:
+    jpeg_bench_free(&jb);
+    ceiling_free(&cl);
+    dlc_store_close(store);
+    return status;
 }
 
 int main(int argc, char **argv)
