@@ -332,6 +332,14 @@ done:
 fail:
     if (rc < 0)
         r.seconds = dlc__warm_now() - t0;
+    /* A full disk leaves nothing worth keeping wherever it struck (the journal's header, the
+     * sync before publishing), not only during the fetch: the partial file would hold on to the
+     * space the user must free. part_fd >= 0 means this call holds the lock and made the part
+     * (found by tests/e2e/fault_warm.sh: ENOSPC on the journal header left both behind). */
+    if ((rc == -ENOSPC || rc == -EDQUOT) && part_fd >= 0) {
+        unlink(p->part);
+        unlink(p->journal);
+    }
     if (part_fd >= 0)
         close(part_fd);
     if (journal_fd >= 0)
