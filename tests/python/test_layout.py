@@ -12,7 +12,9 @@ import subprocess
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, require_lib
+
+require_lib()
 
 STRUCTS = {
     "dlc_store_info": "StoreInfo",
