@@ -315,6 +315,55 @@ Test(image_codec, decode_resize_rejects_zero_size)
     free(pix);
 }
 
+/* decode_resize of @p w x @p h to a short side of 256 equals a decode at
+ * the DCT scale whose minimum size is @p min_w x @p min_h (0, 0: full size)
+ * followed by dlc_resize, pixel for pixel: that pins which scale the
+ * builder's rule picks. */
+static void check_scale_rule(uint32_t w, uint32_t h, uint32_t min_w, uint32_t min_h,
+                             uint32_t want_dec_w)
+{
+    uint8_t *pix = noise(w, h);
+    unsigned long size;
+    unsigned char *jpeg = tj_encode(pix, w, h, TJPF_RGB, TJSAMP_420, 90, &size);
+    dlc_image out;
+    cr_assert_eq(dlc_jpeg_decode_resize(codec, jpeg, size, 256, 0, &out), DLC_OK, "%s",
+                 dlc_errmsg());
+    const uint32_t ow = out.width, oh = out.height;
+    const size_t stride = out.stride;
+    uint8_t *got = malloc(stride * oh);
+    memcpy(got, out.data, stride * oh);
+    dlc_image dec;
+    cr_assert_eq(dlc_jpeg_decode(codec, jpeg, size, min_w, min_h, &dec), DLC_OK);
+    cr_assert_eq(dec.width, want_dec_w, "%ux%u: decoded at width %u, want %u", w, h, dec.width,
+                 want_dec_w);
+    uint8_t *ref = malloc((size_t)ow * oh * 3);
+    const dlc_image dst = {ref, ow, oh, 3, (size_t)ow * 3};
+    const size_t n = dlc_resize_scratch_bound(dec.width, dec.height, ow, oh, 3);
+    void *scratch = aligned_alloc(64, (n + 63) & ~(size_t)63);
+    cr_assert_eq(dlc_resize(&dec, 0, 0, dec.width, dec.height, &dst, scratch, n), DLC_OK);
+    for (uint32_t y = 0; y < oh; y++)
+        cr_assert_arr_eq(got + y * stride, ref + (size_t)y * dst.stride, (size_t)ow * 3,
+                         "%ux%u: row %u differs from decode at width %u + resize", w, h, y,
+                         want_dec_w);
+    free(scratch);
+    free(ref);
+    free(got);
+    tjFree(jpeg);
+    free(pix);
+}
+
+/* DCT scaling applies when the image is at least twice the resize target
+ * on both axes, and then keeps the decode at least as large as the target. */
+Test(image_codec, dct_scaling_rule_of_decode_resize)
+{
+    check_scale_rule(800, 600, 341, 256, 400);    /* 2.3x: 1/2 -> 400x300 */
+    check_scale_rule(2100, 1100, 488, 256, 525);  /* 4.3x: 1/4 -> 525x275 */
+    check_scale_rule(2200, 2100, 268, 256, 275);  /* 8.2x: 1/8 -> 275x263 */
+    check_scale_rule(2000, 1000, 512, 256, 1000); /* 3.9x: 1/4 = 500 < 512, 1/2 */
+    check_scale_rule(600, 500, 0, 0, 600);        /* 1.95x: full size */
+    check_scale_rule(1024, 511, 0, 0, 1024);      /* 2x wide, 1.996x high: full size */
+}
+
 /* The DCT-scaled path (decode at 1/2 or 1/4, then resize) against a full
  * decode followed by the same resize, on a real photograph. */
 Test(image_codec, dct_scaled_path_is_close_to_full_decode)
