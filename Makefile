@@ -47,7 +47,12 @@ demo: build
 test: build
 	bash tests/run_all.sh
 
+# Debian's python3 reads /usr/lib/python3/dist-packages for packages of the
+# system and /usr/local/lib/python3.X/dist-packages for local ones.
+PYDIR = $(if $(filter /usr,$(PREFIX)),lib/python3/dist-packages,lib/python3.$(shell $(PY) -c 'import sys; print(sys.version_info[1])')/dist-packages)
+
 install: build
+	cmake -S . -B build -DDLCACHE_PYTHON_DIR=$(PYDIR) >/dev/null
 	cmake --install build --prefix $(PREFIX)
 
 fuzz: deps
