@@ -272,16 +272,18 @@ void *dlc__worker_main(void *arg)
         const uint32_t count = s->count;
         pthread_mutex_unlock(&l->mu);
 
+        /* The I/O stage checked the store's size before this batch; check once more as this
+         * worker joins it, since a batch may wait in the ring (see resolve()). Once per batch
+         * and worker, not per sample: the hot path makes no system call. */
+        uint64_t now = 0;
+        const int shrunk = dlc__store_shrunk(l, &now);
         int finished = 0;
         for (;;) {
             const uint32_t i = atomic_fetch_add(&s->claim, CHUNK);
             if (i >= count)
                 break;
             const uint32_t n = count - i < CHUNK ? count - i : CHUNK;
-            /* The I/O stage checked the store's size before this batch; check again before
-             * touching its payloads, since a batch may wait in the ring (see resolve()). */
-            uint64_t now;
-            if (dlc__store_shrunk(l, &now)) {
+            if (shrunk) {
                 char msg[512];
                 snprintf(msg, sizeof msg,
                          "%s: record %llu: the store shrank from %llu to %llu bytes while the "
