@@ -40,8 +40,8 @@ if [ -d tests/python ] && ls tests/python/test_*.py >/dev/null 2>&1; then
 fi
 
 if [ -x tests/fuzz/run.sh ]; then
-    step "fuzzing, ${FUZZ_SECONDS:-30} s per harness"
-    run fuzz bash tests/fuzz/run.sh "${FUZZ_SECONDS:-30}"
+    step "fuzzing, ${FUZZ_SECONDS:-25} s per harness"
+    run fuzz bash tests/fuzz/run.sh "${FUZZ_SECONDS:-25}"
 fi
 
 echo

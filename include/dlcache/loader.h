@@ -176,7 +176,9 @@ DLC_API dlc_status dlc_loader_open(const char *path, const dlc_loader_config *co
  * @brief Lend the next batch of the current epoch, waiting for it if needed.
  *        Releases the batch lent before, if it was not released.
  * @return DLC_OK, DLC_END when the epoch has no more batches for this rank
- *         (then call dlc_loader_set_epoch()), DLC_ECORRUPT, -errno.
+ *         (then call dlc_loader_set_epoch()), DLC_ECORRUPT, DLC_ECHANGED (the
+ *         store file shrank under the loader: replace stores by renaming a new
+ *         file over them, never by truncating in place), -errno.
  */
 DLC_API dlc_status dlc_loader_next(dlc_loader *l, dlc_batch *batch);
 
