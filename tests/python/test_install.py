@@ -1,5 +1,5 @@
 """`cmake --install` into a temp prefix gives a working layout: the Python
-package imports from PREFIX/lib/python3/dist-packages and loads the installed
+package imports from the configured dist-packages under PREFIX and loads the installed
 library (not the build tree's), pkg-config and find_package(dlcache) compile
 and link a C program against it."""
 
@@ -30,6 +30,16 @@ def prefix(tmp_path_factory):
     return p
 
 
+def _pydir(prefix):
+    """Where the build put the Python package: DLCACHE_PYTHON_DIR, which `make
+    install` sets per prefix (lib/python3/dist-packages or lib/python3.X/...)."""
+    with open(os.path.join(BUILD, "CMakeCache.txt")) as f:
+        for line in f:
+            if line.startswith("DLCACHE_PYTHON_DIR:"):
+                return os.path.join(prefix, line.split("=", 1)[1].strip())
+    return os.path.join(prefix, "lib", "python3", "dist-packages")
+
+
 def _libdir(prefix):
     for d in ("lib", os.path.join("lib", "x86_64-linux-gnu"), "lib64"):
         if os.path.exists(os.path.join(prefix, d, "libdlcache.so")):
@@ -39,10 +49,10 @@ def _libdir(prefix):
 
 def test_layout(prefix):
     libdir = _libdir(prefix)
-    for f in ("include/dlcache/status.h", "include/dlcache/loader.h",
-              "lib/python3/dist-packages/dlcache/__init__.py",
-              "lib/python3/dist-packages/dlcache/_install.py"):
+    for f in ("include/dlcache/status.h", "include/dlcache/loader.h"):
         assert os.path.isfile(os.path.join(prefix, f)), f
+    for f in ("dlcache/__init__.py", "dlcache/_install.py"):
+        assert os.path.isfile(os.path.join(_pydir(prefix), f)), f
     assert os.path.isfile(os.path.join(libdir, "pkgconfig", "dlcache.pc"))
     assert os.path.isfile(os.path.join(libdir, "cmake", "dlcache", "dlcacheConfig.cmake"))
     for t in ("cachebuild", "cacheinfo", "mkdemo"):
@@ -52,7 +62,7 @@ def test_layout(prefix):
 
 def test_installed_package_uses_installed_library(prefix, tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("DLCACHE_LIB", "PYTHONPATH")}
-    env["PYTHONPATH"] = os.path.join(prefix, "lib", "python3", "dist-packages")
+    env["PYTHONPATH"] = _pydir(prefix)
     code = "import dlcache, sys; print(dlcache.__file__); print(dlcache.library_path); " \
            "print(dlcache.version())"
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=str(tmp_path),
