@@ -195,6 +195,22 @@ void dlc__flip_row_rgb(const uint8_t *in, uint8_t *out, uint32_t w)
     flip_row_rgb_scalar(in, out, w);
 }
 
+/* Rows ahead of the one being mirrored whose source bytes are prefetched (see below). */
+#define FLIP_PREFETCH_ROWS 2u
+
+/* Ask for the @p bytes at @p p to be brought into the cache. A mirrored row is read from its end
+ * backwards, and the hardware prefetchers follow ascending streams only: measured on the AMD EPYC
+ * (Zen 4) we build on, a flipped 224 x 224 crop of a cold 256 x 256 record took 3 to 5 times as
+ * long as the plain row copies (every line of every row a cache miss), and with the rows two ahead
+ * prefetched it runs at the speed of those copies. Prefetches never fault, so the call is safe
+ * even where the bytes are not mapped, but the callers only pass rows of the image. */
+static inline void prefetch_bytes(const uint8_t *p, size_t bytes)
+{
+    for (size_t o = 0; o < bytes; o += 64)
+        __builtin_prefetch(p + o);
+    __builtin_prefetch(p + bytes - 1);
+}
+
 void dlc__crop_convert(const uint8_t *src, size_t stride, dlc__box box, int flip,
                        const dlc__convert *cv, void *dst)
 {
@@ -209,6 +225,8 @@ void dlc__crop_convert(const uint8_t *src, size_t stride, dlc__box box, int flip
                 memcpy(out, in, row);
                 continue;
             }
+            if (y + FLIP_PREFETCH_ROWS < H)
+                prefetch_bytes(in + FLIP_PREFETCH_ROWS * stride, row);
             if (C == 3) {
                 dlc__flip_row_rgb(in, out, W);
             } else {
@@ -225,6 +243,8 @@ void dlc__crop_convert(const uint8_t *src, size_t stride, dlc__box box, int flip
     if (cv->dtype == DLC_DTYPE_FLOAT32) {
         float *o0 = dst, *o1 = o0 + plane, *o2 = o1 + plane;
         for (uint32_t y = 0; y < H; y++) {
+            if (flip && y + FLIP_PREFETCH_ROWS < H)
+                prefetch_bytes(base + (size_t)(y + FLIP_PREFETCH_ROWS) * stride, (size_t)W * 3);
             const uint8_t *p = base + (size_t)y * stride + (flip ? (size_t)(W - 1) * 3 : 0);
             for (uint32_t x = 0; x < W; x++, p += step) {
                 o0[x] = cv->f32[0][p[0]];
@@ -236,6 +256,8 @@ void dlc__crop_convert(const uint8_t *src, size_t stride, dlc__box box, int flip
     } else {
         uint16_t *o0 = dst, *o1 = o0 + plane, *o2 = o1 + plane;
         for (uint32_t y = 0; y < H; y++) {
+            if (flip && y + FLIP_PREFETCH_ROWS < H)
+                prefetch_bytes(base + (size_t)(y + FLIP_PREFETCH_ROWS) * stride, (size_t)W * 3);
             const uint8_t *p = base + (size_t)y * stride + (flip ? (size_t)(W - 1) * 3 : 0);
             for (uint32_t x = 0; x < W; x++, p += step) {
                 o0[x] = cv->f16[0][p[0]];
