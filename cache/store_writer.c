@@ -17,10 +17,13 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-/* A write transaction is committed after this many payload bytes or records:
- * large enough that commits cost nothing next to the writes, small enough that
- * LMDB's dirty-page list (its limit is MDB_IDL_UM_MAX pages) never fills. */
-#define TXN_MAX_BYTES (256ull << 20)
+/* A write transaction is committed after this many payload bytes or records.
+ * LMDB copies a transaction's dirty pages into the page cache at commit, on the
+ * writer's thread; with 16 MiB commits that copy overlaps the workers' decoding
+ * instead of stalling them behind one long commit (3000 demo images, 1 worker:
+ * 552/609/493 images/s with 256 MiB commits, 647/782/616 with 16 MiB). It also
+ * keeps LMDB's dirty-page list (MDB_IDL_UM_MAX pages) far from full. */
+#define TXN_MAX_BYTES (16ull << 20)
 #define TXN_MAX_RECORDS 4096u
 /* Smallest map; also the slack added to every estimate of the map we need. */
 #define MAP_MIN (64ull << 20)
