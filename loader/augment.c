@@ -5,8 +5,10 @@
 #include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
-#include <tmmintrin.h>
+#include <cpuid.h>
+#include <immintrin.h>
 #define DLC_HAVE_SSSE3_FLIP 1
+#define DLC_HAVE_AVX2_CONVERT 1
 #endif
 
 /* Python's round(): half to even, which is nearbyint() in the default rounding mode. */
@@ -111,6 +113,162 @@ uint16_t dlc__f32_to_f16(float f)
     return (uint16_t)(sign | h);
 }
 
+/* Rows ahead of the one being mirrored whose source bytes are prefetched (see below). */
+#define FLIP_PREFETCH_ROWS 2u
+
+/* Ask for the @p bytes at @p p to be brought into the cache. A mirrored row is read from its end
+ * backwards, and the hardware prefetchers follow ascending streams only: measured on the AMD EPYC
+ * (Zen 4) we build on, a flipped 224 x 224 crop of a cold 256 x 256 record took 3 to 5 times as
+ * long as the plain row copies (every line of every row a cache miss), and with the rows two ahead
+ * prefetched it runs at the speed of those copies. Prefetches never fault, so the call is safe
+ * even where the bytes are not mapped, but the callers only pass rows of the image. */
+static inline void prefetch_bytes(const uint8_t *p, size_t bytes)
+{
+    for (size_t o = 0; o < bytes; o += 64)
+        __builtin_prefetch(p + o);
+    __builtin_prefetch(p + bytes - 1);
+}
+
+#ifdef DLC_HAVE_AVX2_CONVERT
+/* Byte shuffles that pick, out of 8 RGB pixels (their first 16 bytes in one vector, the last 8
+ * in another), the 8 values of channel 0 (bytes 0-7) and channel 1 (bytes 8-15), and those of
+ * channel 2 (bytes 0-7), in pixel order ([0]) or mirrored ([1]): {rg from the first vector, rg
+ * from the second, b from the first, b from the second}; 0x80 gives a zero to OR with. */
+static const uint8_t deinterleave_masks[2][4][16] = {
+    {
+        {0x00, 0x03, 0x06, 0x09, 0x0c, 0x0f, 0x80, 0x80, 0x01, 0x04, 0x07, 0x0a, 0x0d, 0x80, 0x80, 0x80},
+        {0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x02, 0x05, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00, 0x03, 0x06},
+        {0x02, 0x05, 0x08, 0x0b, 0x0e, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80},
+        {0x80, 0x80, 0x80, 0x80, 0x80, 0x01, 0x04, 0x07, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80},
+    },
+    {
+        {0x80, 0x80, 0x0f, 0x0c, 0x09, 0x06, 0x03, 0x00, 0x80, 0x80, 0x80, 0x0d, 0x0a, 0x07, 0x04, 0x01},
+        {0x05, 0x02, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x06, 0x03, 0x00, 0x80, 0x80, 0x80, 0x80, 0x80},
+        {0x80, 0x80, 0x80, 0x0e, 0x0b, 0x08, 0x05, 0x02, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80},
+        {0x07, 0x04, 0x01, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80},
+    },
+};
+
+#define AVX2_CONVERT_TARGET __attribute__((target("avx2,fma,f16c")))
+
+/* The constants of the reference expression for one channel, in vectors. */
+typedef struct norm_consts {
+    __m256 mean, std, rstd;
+} norm_consts;
+
+/* ((float)v / 255 - mean) / std for 8 byte values @p v, with each division done as a product by
+ * the rounded reciprocal and one FMA correction step (Markstein's). A vector division per step
+ * would be exact by construction but costs about as much as the table lookups it replaces; the
+ * corrected product is the correctly rounded quotient for almost every operand, and the operands
+ * here are only 256 per channel, so dlc__convert_init() tries them all and keeps this path only
+ * when every result is the table's. */
+static inline AVX2_CONVERT_TARGET __m256 normalize8(__m128i v, const norm_consts *k)
+{
+    const __m256 c255 = _mm256_set1_ps(255.0f), r255 = _mm256_set1_ps(1.0f / 255.0f);
+    const __m256 x = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
+    __m256 q = _mm256_mul_ps(x, r255);
+    q = _mm256_fmadd_ps(_mm256_fnmadd_ps(q, c255, x), r255, q);
+    const __m256 t = _mm256_sub_ps(q, k->mean);
+    const __m256 r = _mm256_mul_ps(t, k->rstd);
+    return _mm256_fmadd_ps(_mm256_fnmadd_ps(r, k->std, t), k->rstd, r);
+}
+
+/* dlc__crop_convert() for float32 and float16 (NCHW) on CPUs with AVX2, FMA and F16C: 8 pixels
+ * at a time are deinterleaved with byte shuffles (mirrored by the same shuffles when @p flip),
+ * normalized in float and stored to the three planes; the last W % 8 pixels of a row go through
+ * the tables, which hold the same bits. */
+static inline AVX2_CONVERT_TARGET __attribute__((always_inline)) void
+crop_convert_avx2_body(const uint8_t *base, size_t stride, uint32_t W, uint32_t H, int flip,
+                       const dlc__convert *cv, void *dst, const int f16)
+{
+    norm_consts k[3];
+    for (int c = 0; c < 3; c++) {
+        k[c].mean = _mm256_set1_ps(cv->mean[c]);
+        k[c].std = _mm256_set1_ps(cv->std[c]);
+        k[c].rstd = _mm256_set1_ps(1.0f / cv->std[c]);
+    }
+    const uint8_t(*m)[16] = deinterleave_masks[flip ? 1 : 0];
+    const __m128i m_rg_lo = _mm_loadu_si128((const __m128i *)m[0]);
+    const __m128i m_rg_hi = _mm_loadu_si128((const __m128i *)m[1]);
+    const __m128i m_b_lo = _mm_loadu_si128((const __m128i *)m[2]);
+    const __m128i m_b_hi = _mm_loadu_si128((const __m128i *)m[3]);
+    const size_t plane = (size_t)W * H;
+    const uint32_t W8 = W & ~7u;
+    for (uint32_t y = 0; y < H; y++) {
+        const uint8_t *row = base + (size_t)y * stride;
+        if (flip && y + FLIP_PREFETCH_ROWS < H)
+            prefetch_bytes(row + FLIP_PREFETCH_ROWS * stride, (size_t)W * 3);
+        const size_t o = (size_t)y * W;
+        for (uint32_t x = 0; x < W8; x += 8) {
+            /* Output pixels x..x+7 are source pixels x..x+7, or W-8-x..W-1-x mirrored: 24
+             * bytes, read as 16 + 8 so that nothing past the row is touched. */
+            const uint8_t *p = row + (size_t)(flip ? W - 8 - x : x) * 3;
+            const __m128i lo = _mm_loadu_si128((const __m128i *)p);
+            const __m128i hi = _mm_loadl_epi64((const __m128i *)(p + 16));
+            const __m128i rg =
+                _mm_or_si128(_mm_shuffle_epi8(lo, m_rg_lo), _mm_shuffle_epi8(hi, m_rg_hi));
+            const __m128i b =
+                _mm_or_si128(_mm_shuffle_epi8(lo, m_b_lo), _mm_shuffle_epi8(hi, m_b_hi));
+            const __m256 v0 = normalize8(rg, &k[0]);
+            const __m256 v1 = normalize8(_mm_srli_si128(rg, 8), &k[1]);
+            const __m256 v2 = normalize8(b, &k[2]);
+            if (f16) {
+                uint16_t *d = (uint16_t *)dst + o + x;
+                _mm_storeu_si128((__m128i *)d, _mm256_cvtps_ph(v0, _MM_FROUND_TO_NEAREST_INT));
+                _mm_storeu_si128((__m128i *)(d + plane),
+                                 _mm256_cvtps_ph(v1, _MM_FROUND_TO_NEAREST_INT));
+                _mm_storeu_si128((__m128i *)(d + 2 * plane),
+                                 _mm256_cvtps_ph(v2, _MM_FROUND_TO_NEAREST_INT));
+            } else {
+                float *d = (float *)dst + o + x;
+                _mm256_storeu_ps(d, v0);
+                _mm256_storeu_ps(d + plane, v1);
+                _mm256_storeu_ps(d + 2 * plane, v2);
+            }
+        }
+        for (uint32_t x = W8; x < W; x++) {
+            const uint8_t *p = row + (size_t)(flip ? W - 1 - x : x) * 3;
+            for (uint32_t c = 0; c < 3; c++) {
+                if (f16)
+                    ((uint16_t *)dst)[c * plane + o + x] = cv->f16[c][p[c]];
+                else
+                    ((float *)dst)[c * plane + o + x] = cv->f32[c][p[c]];
+            }
+        }
+    }
+}
+
+/* The body once per output type, so that the store is chosen outside the loops. */
+static AVX2_CONVERT_TARGET void crop_convert_avx2(const uint8_t *base, size_t stride, uint32_t W,
+                                                  uint32_t H, int flip, const dlc__convert *cv,
+                                                  void *dst)
+{
+    if (cv->dtype == DLC_DTYPE_FLOAT16)
+        crop_convert_avx2_body(base, stride, W, H, flip, cv, dst, 1);
+    else
+        crop_convert_avx2_body(base, stride, W, H, flip, cv, dst, 0);
+}
+
+/* Does the vector kernel run here, and give the tables' bits for every input? It is an
+ * elementwise function of (channel, byte), so one row holding every byte value in every
+ * channel tries all of its inputs. */
+static int avx2_convert_matches_tables(const dlc__convert *cv)
+{
+    unsigned a, b, c, d;
+    if (!__builtin_cpu_supports("avx2") || !__get_cpuid(1, &a, &b, &c, &d) ||
+        !(c & bit_FMA) || !(c & bit_F16C))
+        return 0;
+    uint8_t row[256 * 3];
+    for (int v = 0; v < 256; v++)
+        row[v * 3] = row[v * 3 + 1] = row[v * 3 + 2] = (uint8_t)v;
+    float out[3 * 256]; /* Large enough for the float16 planes too. */
+    crop_convert_avx2(row, sizeof row, 256, 1, 0, cv, out);
+    if (cv->dtype == DLC_DTYPE_FLOAT16)
+        return memcmp(out, cv->f16, sizeof cv->f16) == 0;
+    return memcmp(out, cv->f32, sizeof cv->f32) == 0;
+}
+#endif
+
 void dlc__convert_init(dlc__convert *cv, uint32_t dtype, uint32_t channels, const float mean[3],
                        const float std[3])
 {
@@ -118,6 +276,8 @@ void dlc__convert_init(dlc__convert *cv, uint32_t dtype, uint32_t channels, cons
     cv->dtype = dtype;
     cv->channels = channels;
     for (int c = 0; c < 3; c++) {
+        cv->mean[c] = mean[c];
+        cv->std[c] = std[c];
         for (int v = 0; v < 256; v++) {
             /* Exactly the reference expression in float, so outputs are bit-identical to a
              * straightforward (x / 255 - mean) / std. */
@@ -126,6 +286,10 @@ void dlc__convert_init(dlc__convert *cv, uint32_t dtype, uint32_t channels, cons
             cv->f16[c][v] = dlc__f32_to_f16(f);
         }
     }
+#ifdef DLC_HAVE_AVX2_CONVERT
+    if (channels == 3 && (dtype == DLC_DTYPE_FLOAT32 || dtype == DLC_DTYPE_FLOAT16))
+        cv->simd = avx2_convert_matches_tables(cv);
+#endif
 }
 
 /* Mirror one row of @p w RGB pixels: out[x] = in[w - 1 - x]. */
@@ -195,22 +359,6 @@ void dlc__flip_row_rgb(const uint8_t *in, uint8_t *out, uint32_t w)
     flip_row_rgb_scalar(in, out, w);
 }
 
-/* Rows ahead of the one being mirrored whose source bytes are prefetched (see below). */
-#define FLIP_PREFETCH_ROWS 2u
-
-/* Ask for the @p bytes at @p p to be brought into the cache. A mirrored row is read from its end
- * backwards, and the hardware prefetchers follow ascending streams only: measured on the AMD EPYC
- * (Zen 4) we build on, a flipped 224 x 224 crop of a cold 256 x 256 record took 3 to 5 times as
- * long as the plain row copies (every line of every row a cache miss), and with the rows two ahead
- * prefetched it runs at the speed of those copies. Prefetches never fault, so the call is safe
- * even where the bytes are not mapped, but the callers only pass rows of the image. */
-static inline void prefetch_bytes(const uint8_t *p, size_t bytes)
-{
-    for (size_t o = 0; o < bytes; o += 64)
-        __builtin_prefetch(p + o);
-    __builtin_prefetch(p + bytes - 1);
-}
-
 void dlc__crop_convert(const uint8_t *src, size_t stride, dlc__box box, int flip,
                        const dlc__convert *cv, void *dst)
 {
@@ -238,6 +386,12 @@ void dlc__crop_convert(const uint8_t *src, size_t stride, dlc__box box, int flip
     }
     /* NCHW: three planes written row by row while the source row is read once. Channels are 3
      * here (checked at open). */
+#ifdef DLC_HAVE_AVX2_CONVERT
+    if (cv->simd) {
+        crop_convert_avx2(base, stride, W, H, flip, cv, dst);
+        return;
+    }
+#endif
     const size_t plane = (size_t)W * H;
     const ptrdiff_t step = flip ? -3 : 3;
     if (cv->dtype == DLC_DTYPE_FLOAT32) {

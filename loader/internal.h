@@ -188,6 +188,9 @@ typedef struct dlc__convert {
     uint32_t channels; /**< Channels per pixel. */
     float f32[3][256];
     uint16_t f16[3][256];
+    float mean[3], std[3]; /**< As configured: the vector path computes with them. */
+    int simd; /**< Float outputs use the AVX2 + FMA + F16C kernel: the CPU has it and, tried on
+                   every byte value of every channel at init, it gave exactly the tables' bits. */
 } dlc__convert;
 
 void dlc__convert_init(dlc__convert *cv, uint32_t dtype, uint32_t channels, const float mean[3],

@@ -5,6 +5,9 @@
 #include <criterion/criterion.h>
 
 #include <math.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -196,4 +199,79 @@ Test(augment, flip_row_matches_the_definition_for_every_width)
         for (size_t k = (size_t)w * 3; k < sizeof out; k++)
             cr_assert_eq(out[k], 0xEE, "no write past the row (w %u)", w);
     }
+}
+
+/* The float kernels against the reference expression for every box width from 1 to 40 (the
+ * vector path takes 8 pixels at a time and leaves a tail of up to 7), mirrored or not, with the
+ * vector path on (where the CPU has it) and forced off. */
+Test(augment, float_kernels_equal_reference_for_every_width)
+{
+    enum { W = 45, H = 4 };
+    static uint8_t img[W * H * 3];
+    fill(img, W, H);
+    const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
+    static float out32[3 * 40 * 3];
+    for (uint32_t dtype = DLC_DTYPE_FLOAT32; dtype <= DLC_DTYPE_FLOAT16; dtype++) {
+        dlc__convert cv;
+        dlc__convert_init(&cv, dtype, 3, mean, std);
+        for (int simd = cv.simd; simd >= 0; simd--) {
+            cv.simd = simd;
+            for (uint32_t w = 1; w <= 40; w++) {
+                for (int flip = 0; flip < 2; flip++) {
+                    const dlc__box box = {1, 2, 3, w};
+                    memset(out32, 0xEE, sizeof out32);
+                    dlc__crop_convert(img, W * 3, box, flip, &cv, out32);
+                    const uint16_t *out16 = (const uint16_t *)out32;
+                    for (uint32_t c = 0; c < 3; c++)
+                        for (uint32_t y = 0; y < box.h; y++)
+                            for (uint32_t x = 0; x < w; x++) {
+                                const uint32_t sx = box.left + (flip ? w - 1 - x : x);
+                                const uint8_t v = img[((box.top + y) * W + sx) * 3 + c];
+                                const float ref = ((float)v / 255.0f - mean[c]) / std[c];
+                                const size_t i = (c * box.h + y) * w + x;
+                                if (dtype == DLC_DTYPE_FLOAT32) {
+                                    cr_assert(memcmp(&out32[i], &ref, 4) == 0,
+                                              "simd %d w %u flip %d: %a vs %a", simd, w, flip,
+                                              out32[i], ref);
+                                } else {
+                                    const _Float16 h = (_Float16)ref;
+                                    uint16_t bits;
+                                    memcpy(&bits, &h, 2);
+                                    cr_assert_eq(out16[i], bits, "simd %d w %u flip %d", simd, w,
+                                                 flip);
+                                }
+                            }
+                    /* Nothing is written past the three planes. */
+                    const size_t used = (size_t)3 * box.h * w * (dtype == DLC_DTYPE_FLOAT32 ? 4 : 2);
+                    for (size_t k = used; k < sizeof out32; k++)
+                        cr_assert_eq(((const uint8_t *)out32)[k], 0xEE);
+                }
+            }
+        }
+    }
+}
+
+/* The vector path is kept only when it reproduces the tables on every input; with the ImageNet
+ * constants it must, or the loader silently runs at the tables' speed. */
+Test(augment, vector_convert_is_used_where_the_cpu_has_it)
+{
+#if defined(__x86_64__)
+    unsigned a, b, c, d;
+    if (!__builtin_cpu_supports("avx2") || !__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_FMA) ||
+        !(c & bit_F16C))
+        cr_skip_test("the CPU has no AVX2, FMA or F16C");
+    const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
+    const float mean1[3] = {0.5f, 0.5f, 0.5f}, std1[3] = {0.5f, 0.5f, 0.5f};
+    dlc__convert cv;
+    for (uint32_t dtype = DLC_DTYPE_FLOAT32; dtype <= DLC_DTYPE_FLOAT16; dtype++) {
+        dlc__convert_init(&cv, dtype, 3, mean, std);
+        cr_assert(cv.simd, "dtype %u, ImageNet constants", dtype);
+        dlc__convert_init(&cv, dtype, 3, mean1, std1);
+        cr_assert(cv.simd, "dtype %u, mean = std = 0.5", dtype);
+    }
+    dlc__convert_init(&cv, DLC_DTYPE_UINT8, 3, mean, std);
+    cr_assert(!cv.simd);
+#else
+    cr_skip_test("not x86-64");
+#endif
 }
