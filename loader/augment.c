@@ -133,21 +133,23 @@ static inline void prefetch_bytes(const uint8_t *p, size_t bytes)
 /* Byte shuffles that pick, out of 8 RGB pixels (their first 16 bytes in one vector, the last 8
  * in another), the 8 values of channel 0 (bytes 0-7) and channel 1 (bytes 8-15), and those of
  * channel 2 (bytes 0-7), in pixel order ([0]) or mirrored ([1]): {rg from the first vector, rg
- * from the second, b from the first, b from the second}; 0x80 gives a zero to OR with. */
+ * from the second, b from the first, b from the second}; NO (0x80) gives a zero to OR with. */
+#define NO 0x80
 static const uint8_t deinterleave_masks[2][4][16] = {
     {
-        {0x00, 0x03, 0x06, 0x09, 0x0c, 0x0f, 0x80, 0x80, 0x01, 0x04, 0x07, 0x0a, 0x0d, 0x80, 0x80, 0x80},
-        {0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x02, 0x05, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00, 0x03, 0x06},
-        {0x02, 0x05, 0x08, 0x0b, 0x0e, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80},
-        {0x80, 0x80, 0x80, 0x80, 0x80, 0x01, 0x04, 0x07, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80},
+        {0, 3, 6, 9, 12, 15, NO, NO, 1, 4, 7, 10, 13, NO, NO, NO},
+        {NO, NO, NO, NO, NO, NO, 2, 5, NO, NO, NO, NO, NO, 0, 3, 6},
+        {2, 5, 8, 11, 14, NO, NO, NO, NO, NO, NO, NO, NO, NO, NO, NO},
+        {NO, NO, NO, NO, NO, 1, 4, 7, NO, NO, NO, NO, NO, NO, NO, NO},
     },
     {
-        {0x80, 0x80, 0x0f, 0x0c, 0x09, 0x06, 0x03, 0x00, 0x80, 0x80, 0x80, 0x0d, 0x0a, 0x07, 0x04, 0x01},
-        {0x05, 0x02, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x06, 0x03, 0x00, 0x80, 0x80, 0x80, 0x80, 0x80},
-        {0x80, 0x80, 0x80, 0x0e, 0x0b, 0x08, 0x05, 0x02, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80},
-        {0x07, 0x04, 0x01, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80},
+        {NO, NO, 15, 12, 9, 6, 3, 0, NO, NO, NO, 13, 10, 7, 4, 1},
+        {5, 2, NO, NO, NO, NO, NO, NO, 6, 3, 0, NO, NO, NO, NO, NO},
+        {NO, NO, NO, 14, 11, 8, 5, 2, NO, NO, NO, NO, NO, NO, NO, NO},
+        {7, 4, 1, NO, NO, NO, NO, NO, NO, NO, NO, NO, NO, NO, NO, NO},
     },
 };
+#undef NO
 
 #define AVX2_CONVERT_TARGET __attribute__((target("avx2,fma,f16c")))
 
@@ -255,8 +257,8 @@ static AVX2_CONVERT_TARGET void crop_convert_avx2(const uint8_t *base, size_t st
 static int avx2_convert_matches_tables(const dlc__convert *cv)
 {
     unsigned a, b, c, d;
-    if (!__builtin_cpu_supports("avx2") || !__get_cpuid(1, &a, &b, &c, &d) ||
-        !(c & bit_FMA) || !(c & bit_F16C))
+    if (!__builtin_cpu_supports("avx2") || !__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_FMA) ||
+        !(c & bit_F16C))
         return 0;
     uint8_t row[256 * 3];
     for (int v = 0; v < 256; v++)

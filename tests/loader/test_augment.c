@@ -242,7 +242,8 @@ Test(augment, float_kernels_equal_reference_for_every_width)
                                 }
                             }
                     /* Nothing is written past the three planes. */
-                    const size_t used = (size_t)3 * box.h * w * (dtype == DLC_DTYPE_FLOAT32 ? 4 : 2);
+                    const size_t used =
+                        (size_t)3 * box.h * w * (dtype == DLC_DTYPE_FLOAT32 ? 4 : 2);
                     for (size_t k = used; k < sizeof out32; k++)
                         cr_assert_eq(((const uint8_t *)out32)[k], 0xEE);
                 }
