@@ -361,29 +361,6 @@ void dlc__flip_row_rgb(const uint8_t *in, uint8_t *out, uint32_t w)
     flip_row_rgb_scalar(in, out, w);
 }
 
-void dlc__mirror_inplace(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t channels)
-{
-    /* A row is mirrored from a copy on the stack (L1) back into its place, which reuses the row
-     * kernel and costs one more pass over bytes that are already in the cache. */
-    uint8_t row[4096];
-    const size_t bytes = (size_t)w * channels;
-    for (uint32_t y = 0; y < h; y++) {
-        uint8_t *r = img + (size_t)y * stride;
-        if (channels == 3 && bytes <= sizeof row) {
-            memcpy(row, r, bytes);
-            dlc__flip_row_rgb(row, r, w);
-            continue;
-        }
-        for (uint32_t a = 0, b = w - 1; a < b; a++, b--) {
-            for (uint32_t c = 0; c < channels; c++) {
-                const uint8_t t = r[(size_t)a * channels + c];
-                r[(size_t)a * channels + c] = r[(size_t)b * channels + c];
-                r[(size_t)b * channels + c] = t;
-            }
-        }
-    }
-}
-
 void dlc__crop_convert(const uint8_t *src, size_t stride, dlc__box box, int flip,
                        const dlc__convert *cv, void *dst)
 {

@@ -199,10 +199,6 @@ void dlc__convert_init(dlc__convert *cv, uint32_t dtype, uint32_t channels, cons
 /** Mirror a row of @p w RGB pixels into @p out (no overlap): SSSE3 where the CPU has it. */
 void dlc__flip_row_rgb(const uint8_t *in, uint8_t *out, uint32_t w);
 
-/** Mirror left-right, in place, an image of @p h rows of @p w pixels of @p channels bytes, rows
- *  @p stride bytes apart. */
-void dlc__mirror_inplace(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t channels);
-
 /**
  * The one pass of the loader: copy the @p box of an interleaved uint8 image (rows @p stride bytes
  * apart), mirrored left-right when @p flip, converted as @p cv says, to @p dst: box.h x box.w x C

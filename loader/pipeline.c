@@ -104,18 +104,13 @@ static dlc_status augment(dlc_loader *l, dlc__worker *w, const dlc__slot *s, uin
     if (rc != DLC_OK)
         return rc;
     const dlc_image in = {(uint8_t *)src, width, height, C, stride};
-    /* A uint8 sample is resized straight into its place, and mirrored there when flipped; a
-     * float sample goes through a small staging image that the convert pass reads once. Mirroring
-     * in place rather than from the staging image moves the sample's first writes (cache misses
-     * on the batch) into the resize, whose arithmetic hides them: with flip 0.5 the staged way
-     * cost about 10% of the RandomResizedCrop rate. */
-    const int direct = l->cv.dtype == DLC_DTYPE_UINT8;
+    /* Without flip or conversion the resize writes the final sample itself; otherwise it
+     * writes a small staging image that the convert pass reads once. */
+    const int direct = !flip && l->cv.dtype == DLC_DTYPE_UINT8;
     const dlc_image out = {direct ? dst : w->tmp, ow, oh, C, (size_t)ow * C};
     rc = dlc_resize(&in, box.left, box.top, box.w, box.h, &out, w->scratch, w->scratch_size);
     if (rc != DLC_OK)
         return rc;
-    if (direct && flip)
-        dlc__mirror_inplace(dst, (size_t)ow * C, ow, oh, C);
     if (!direct) {
         const dlc__box all = {0, 0, oh, ow};
         dlc__crop_convert(w->tmp, (size_t)ow * C, all, flip, &l->cv, dst);
@@ -166,14 +161,12 @@ static dlc_status decode_and_augment(dlc_loader *l, dlc__worker *w, const dlc__s
     rc = ensure_scratch(w, dlc_resize_scratch_bound(bw, bh, ow, oh, C));
     if (rc != DLC_OK)
         return rc;
-    const int direct = l->cv.dtype == DLC_DTYPE_UINT8; /* As in augment(). */
+    const int direct = !flip && l->cv.dtype == DLC_DTYPE_UINT8;
     const dlc_image out = {direct ? dst : w->tmp, ow, oh, C, (size_t)ow * C};
     rc = dlc_resize(&img, box.left * sx, box.top * sy, box.w * sx, box.h * sy, &out, w->scratch,
                     w->scratch_size);
     if (rc != DLC_OK)
         return rc;
-    if (direct && flip)
-        dlc__mirror_inplace(dst, (size_t)ow * C, ow, oh, C);
     if (!direct) {
         const dlc__box all = {0, 0, oh, ow};
         dlc__crop_convert(w->tmp, (size_t)ow * C, all, flip, &l->cv, dst);

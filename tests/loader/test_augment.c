@@ -276,28 +276,3 @@ Test(augment, vector_convert_is_used_where_the_cpu_has_it)
     cr_skip_test("not x86-64");
 #endif
 }
-
-/* In-place mirroring (RandomResizedCrop's uint8 path) for every width, 1 and 3 channels, and
- * rows with padding past the pixels, which must stay as they were. */
-Test(augment, mirror_inplace_matches_the_definition)
-{
-    enum { MAXW = 300, H = 3, PAD = 5 };
-    static uint8_t img[H * (MAXW * 3 + PAD)], ref[sizeof img];
-    for (uint32_t ch = 1; ch <= 3; ch += 2) {
-        for (uint32_t w = 1; w <= MAXW; w++) {
-            const size_t stride = (size_t)w * ch + PAD;
-            for (size_t i = 0; i < sizeof img; i++)
-                img[i] = (uint8_t)(dlc__mix64(i * 31 + w) >> 24);
-            memcpy(ref, img, sizeof img);
-            dlc__mirror_inplace(img, stride, w, H, ch);
-            for (uint32_t y = 0; y < H; y++) {
-                for (uint32_t x = 0; x < w; x++)
-                    for (uint32_t c = 0; c < ch; c++)
-                        cr_assert_eq(img[y * stride + x * ch + c],
-                                     ref[y * stride + (w - 1 - x) * ch + c], "ch %u w %u", ch, w);
-                for (size_t k = (size_t)w * ch; k < stride; k++)
-                    cr_assert_eq(img[y * stride + k], ref[y * stride + k], "padding, w %u", w);
-            }
-        }
-    }
-}
