@@ -104,14 +104,34 @@ static double bilinear(double x)
  * to normalise) instead of being stored as doubles: the same expression gives
  * the same double, and no per-call buffer of ksize doubles is needed.
  *
- * With @p pad, every window is widened to exactly ksize taps (moved left at
- * the right edge so it stays inside the image) and the extra taps get weight
- * 0. Adding zero products leaves every sum unchanged, and a tap count known
- * at compile time lets the horizontal pass unroll its loop. */
-static void axis_coeffs(const axis *a, uint32_t o0, uint32_t n, int pad, int32_t *bounds,
-                        int32_t *kk)
+ * With @p pad, every window is widened to the same number of taps K, the
+ * largest window of the n pixels (moved left at the right edge so it stays
+ * inside the image), and the extra taps get weight 0. Adding zero products
+ * leaves every sum unchanged, and a tap count known at compile time lets the
+ * horizontal pass unroll its loop. K is below ksize when the windows are
+ * smaller than the filter's bound: an upscale has 2 taps per pixel, not the
+ * 3 of ksize, and the third would be a third more work for nothing.
+ *
+ * Returns the weights' stride in kk: K when padded (*padded = 1), else ksize
+ * with each window's own count in bounds. */
+static uint32_t axis_coeffs(const axis *a, uint32_t o0, uint32_t n, int pad, int32_t *bounds,
+                            int32_t *kk, int *padded)
 {
-    pad = pad && a->in_size >= a->ksize;
+    uint32_t K = a->ksize;
+    if (pad) {
+        int32_t most = 1;
+        for (uint32_t i = 0; i < n; i++) {
+            int32_t xmin, count;
+            axis_bounds(a, o0 + i, &xmin, &count);
+            if (count > most)
+                most = count;
+        }
+        K = (uint32_t)most;
+    }
+    pad = pad && a->in_size >= K;
+    *padded = pad;
+    if (!pad)
+        K = a->ksize;
     for (uint32_t i = 0; i < n; i++) {
         const uint32_t xx = o0 + i;
         const double center = a->in0 + (xx + 0.5) * a->scale;
@@ -120,12 +140,12 @@ static void axis_coeffs(const axis *a, uint32_t o0, uint32_t n, int pad, int32_t
         double ww = 0.0;
         for (int32_t x = 0; x < count; x++)
             ww += bilinear((x + xmin - center + 0.5) * a->inv_filterscale);
-        int32_t *k = kk + (size_t)i * a->ksize;
-        for (uint32_t x = 0; x < a->ksize; x++)
+        int32_t *k = kk + (size_t)i * K;
+        for (uint32_t x = 0; x < K; x++)
             k[x] = 0;
         int32_t first = xmin, shift = 0;
         if (pad) {
-            const int32_t over = xmin + (int32_t)a->ksize - (int32_t)a->in_size;
+            const int32_t over = xmin + (int32_t)K - (int32_t)a->in_size;
             shift = over > 0 ? over : 0;
             first = xmin - shift;
         }
@@ -138,8 +158,9 @@ static void axis_coeffs(const axis *a, uint32_t o0, uint32_t n, int pad, int32_t
                                  : (int32_t)(0.5 + w * (1 << PRECISION_BITS));
         }
         bounds[2 * i] = first;
-        bounds[2 * i + 1] = pad ? (int32_t)a->ksize : count;
+        bounds[2 * i + 1] = pad ? (int32_t)K : count;
     }
+    return K;
 }
 
 static inline uint8_t clip8(int32_t acc)
@@ -191,6 +212,7 @@ static void hpass_any(uint32_t channels, const uint8_t *restrict in, uint8_t *re
             out[3 * xx + 2] = clip8(s2);                                                           \
         }                                                                                          \
     }
+DEFINE_HPASS_RGB(2)
 DEFINE_HPASS_RGB(3)
 DEFINE_HPASS_RGB(5)
 DEFINE_HPASS_RGB(7)
@@ -275,6 +297,48 @@ hpass_rgb_avx2_k(const uint8_t *restrict in, size_t in_bytes, uint8_t *restrict 
     const __m256i round = _mm256_set1_epi32(1 << (PRECISION_BITS - 1));
     const size_t reach = avx2_reach(K);
     uint32_t xx = 0;
+    if (K <= 5) {
+        /* Four pixels per step while 16 more output bytes fit in the row:
+         * two accumulators packed together, one byte shuffle to drop the
+         * zero lanes and one 16-byte store (its last 4 bytes are the next
+         * step's), instead of a pack and a scalar merge per pair. */
+        const __m128i squeeze =
+            _mm_setr_epi8(0, 1, 2, 8, 9, 10, 4, 5, 6, 12, 13, 14, Z, Z, Z, Z);
+        for (; xx + 6 <= out_w; xx += 4) {
+            const size_t o0 = (size_t)bounds[2 * xx] * 3, o1 = (size_t)bounds[2 * xx + 2] * 3;
+            const size_t o2 = (size_t)bounds[2 * xx + 4] * 3, o3 = (size_t)bounds[2 * xx + 6] * 3;
+            if (o3 + reach > in_bytes)
+                break; /* windows only move right: o0..o2 are inside too */
+            const __m256i *c = (const __m256i *)(const void *)(hx + (size_t)xx / 2 * K * 8);
+            const __m256i v0 = _mm256_inserti128_si256(
+                _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(in + o0))),
+                _mm_loadu_si128((const __m128i *)(const void *)(in + o1)), 1);
+            const __m256i v1 = _mm256_inserti128_si256(
+                _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(in + o2))),
+                _mm_loadu_si128((const __m128i *)(const void *)(in + o3)), 1);
+            __m256i a0 = round, a1 = round;
+            for (uint32_t u = 0; u < K; u++) {
+                __m256i mask;
+                switch (u) {
+                case 0: mask = TAP_MASK(0); break;
+                case 1: mask = TAP_MASK(1); break;
+                case 2: mask = TAP_MASK(2); break;
+                case 3: mask = TAP_MASK(3); break;
+                default: mask = TAP_MASK(4); break;
+                }
+                a0 = _mm256_add_epi32(a0, _mm256_mullo_epi32(_mm256_shuffle_epi8(v0, mask),
+                                                             _mm256_load_si256(c + u)));
+                a1 = _mm256_add_epi32(a1, _mm256_mullo_epi32(_mm256_shuffle_epi8(v1, mask),
+                                                             _mm256_load_si256(c + K + u)));
+            }
+            a0 = _mm256_srai_epi32(a0, PRECISION_BITS);
+            a1 = _mm256_srai_epi32(a1, PRECISION_BITS);
+            /* Bytes: low half (p0, p2), high half (p1, p3), each (R, G, B, 0). */
+            const __m256i w = _mm256_packus_epi16(_mm256_packs_epi32(a0, a1), a0);
+            const __m128i q = _mm256_castsi256_si128(_mm256_permute4x64_epi64(w, 0x08));
+            _mm_storeu_si128((__m128i *)(void *)(out + (size_t)xx * 3), _mm_shuffle_epi8(q, squeeze));
+        }
+    }
     for (; xx + 1 < out_w; xx += 2) {
         const size_t oa = (size_t)bounds[2 * xx] * 3, ob = (size_t)bounds[2 * xx + 2] * 3;
         if (oa + reach > in_bytes || ob + reach > in_bytes)
@@ -324,6 +388,7 @@ hpass_rgb_avx2_k(const uint8_t *restrict in, size_t in_bytes, uint8_t *restrict 
     {                                                                                              \
         hpass_rgb_avx2_k(in, in_bytes, out, out_w, bounds, kk, hx, KEXPR);                        \
     }
+DEFINE_HPASS_AVX2(hpass_rgb_avx2_2, 2)
 DEFINE_HPASS_AVX2(hpass_rgb_avx2_3, 3)
 DEFINE_HPASS_AVX2(hpass_rgb_avx2_5, 5)
 DEFINE_HPASS_AVX2(hpass_rgb_avx2_7, 7)
@@ -339,7 +404,7 @@ typedef struct hpass_ctx {
     int padded;       /* every window has exactly ksize taps (axis_coeffs with pad) */
     int avx2;         /* the AVX2 kernel runs (RGB, padded, CPU has AVX2) */
     const int32_t *hx; /* its coefficients, from expand_hcoeffs() */
-    uint32_t ksize;
+    uint32_t ksize;   /* taps per window when padded, else the weights' stride */
     size_t in_bytes;  /* bytes of one source row the pass may read (width x channels) */
 } hpass_ctx;
 
@@ -351,6 +416,9 @@ static void hpass(const hpass_ctx *h, const uint8_t *in, uint8_t *out, uint32_t 
 #ifdef HAVE_HPASS_AVX2
         if (h->avx2) {
             switch (ksize) {
+            case 2:
+                hpass_rgb_avx2_2(in, h->in_bytes, out, out_w, bounds, kk, h->hx, ksize);
+                return;
             case 3:
                 hpass_rgb_avx2_3(in, h->in_bytes, out, out_w, bounds, kk, h->hx, ksize);
                 return;
@@ -370,6 +438,9 @@ static void hpass(const hpass_ctx *h, const uint8_t *in, uint8_t *out, uint32_t 
         }
 #endif
         switch (ksize) {
+        case 2:
+            hpass_rgb_2(in, out, out_w, bounds, kk);
+            return;
         case 3:
             hpass_rgb_3(in, out, out_w, bounds, kk);
             return;
@@ -685,17 +756,16 @@ dlc_status dlc__resize_window(const dlc_image *src, double x, double y, double w
     }
     hpass_ctx hc = {
         .channels = C,
-        .padded = ah.in_size >= ah.ksize,
         .ksize = ah.ksize,
         .in_bytes = (size_t)src->width * C,
     };
     if (need_h) {
-        axis_coeffs(&ah, ox, dw, 1, hb, hk);
+        hc.ksize = axis_coeffs(&ah, ox, dw, 1, hb, hk, &hc.padded);
 #ifdef HAVE_HPASS_AVX2
         hc.avx2 = C == 3 && hc.padded && cpu_has_avx2();
         if (hc.avx2) {
             int32_t *hx = (int32_t *)(void *)(base + l.hx);
-            expand_hcoeffs(hk, ah.ksize, dw, hx);
+            expand_hcoeffs(hk, hc.ksize, dw, hx);
             hc.hx = hx;
         }
 #endif
@@ -708,7 +778,8 @@ dlc_status dlc__resize_window(const dlc_image *src, double x, double y, double w
         return DLC_OK;
     }
 
-    axis_coeffs(&av, oy, dh, 0, vb, vk);
+    int vpadded;
+    const uint32_t vstride = axis_coeffs(&av, oy, dh, 0, vb, vk, &vpadded);
     const uint8_t *in;
     size_t in_stride;
     if (need_h) {
@@ -730,13 +801,13 @@ dlc_status dlc__resize_window(const dlc_image *src, double x, double y, double w
     if (cpu_has_avx2()) {
         for (uint32_t r = 0; r < dh; r++)
             vpass_row_avx2(in + (size_t)vb[2 * r] * in_stride, in_stride, vb[2 * r + 1],
-                           vk + (size_t)r * av.ksize, dst->data + r * dst->stride, row_bytes);
+                           vk + (size_t)r * vstride, dst->data + r * dst->stride, row_bytes);
         return DLC_OK;
     }
 #endif
     for (uint32_t r = 0; r < dh; r++)
         vpass_row(in + (size_t)vb[2 * r] * in_stride, in_stride, vb[2 * r + 1],
-                  vk + (size_t)r * av.ksize, acc, dst->data + r * dst->stride, row_bytes);
+                  vk + (size_t)r * vstride, acc, dst->data + r * dst->stride, row_bytes);
     return DLC_OK;
 }
 

@@ -397,3 +397,37 @@ Test(image_resize, matches_per_pixel_reference)
         free(want.buf);
     }
 }
+
+/* Random-resized crops as the loader makes them (a 256x256 record, boxes of
+ * 8% to 100% of its area, 224x224 out) against the per-pixel reference:
+ * mostly upscales, whose windows have 2 taps (the padded 2-tap kernels),
+ * and some mild reductions (4 and 5 taps), with boxes touching every edge. */
+Test(image_resize, random_resized_crops_match_reference)
+{
+    owned src = make_image(256, 256, 0);
+    fill_random(&src, 7);
+    owned got = make_image(224, 224, 0), want = make_image(224, 224, 0);
+    uint32_t s = 777;
+    for (int i = 0; i < 40; i++) {
+        s = s * 1664525u + 1013904223u;
+        const double area = 256.0 * 256.0 * (0.08 + 0.92 * ((s >> 8) & 0xffff) / 65535.0);
+        s = s * 1664525u + 1013904223u;
+        const double aspect = exp(log(3.0 / 4) + log(16.0 / 9) * ((s >> 8) & 0xffff) / 65535.0);
+        uint32_t bw = (uint32_t)lround(sqrt(area * aspect)), bh = (uint32_t)lround(sqrt(area / aspect));
+        bw = bw < 1 ? 1 : bw > 256 ? 256 : bw;
+        bh = bh < 1 ? 1 : bh > 256 ? 256 : bh;
+        s = s * 1664525u + 1013904223u;
+        /* Every fourth box sits at the right and bottom edges, every fourth at the origin. */
+        const uint32_t bx = i % 4 == 1 ? 256 - bw : i % 4 == 2 ? 0 : (s >> 8) % (257 - bw);
+        const uint32_t by = i % 4 == 1 ? 256 - bh : i % 4 == 2 ? 0 : (s >> 20) % (257 - bh);
+        cr_assert_eq(resize(&src, bx, by, bw, bh, &got), DLC_OK, "case %d: %s", i, dlc_errmsg());
+        ref_resize(&src, (float)bx, (float)by, (float)(bx + bw), (float)(by + bh), &want);
+        for (uint32_t y = 0; y < 224; y++)
+            cr_assert_arr_eq(got.img.data + y * got.img.stride, want.img.data + y * want.img.stride,
+                             224 * 3, "case %d: box (%u, %u) %ux%u: row %u differs", i, bx, by, bw,
+                             bh, y);
+    }
+    free(src.buf);
+    free(got.buf);
+    free(want.buf);
+}
