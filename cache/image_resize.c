@@ -404,9 +404,16 @@ typedef struct hpass_ctx {
     int padded;       /* every window has exactly ksize taps (axis_coeffs with pad) */
     int avx2;         /* the AVX2 kernel runs (RGB, padded, CPU has AVX2) */
     const int32_t *hx; /* its coefficients, from expand_hcoeffs() */
+    const void *dense; /* 2-tap tables from dense2_setup(), or NULL */
+    uint32_t dense_groups; /* groups of 8 output bytes the 2-tap kernel may compute */
     uint32_t ksize;   /* taps per window when padded, else the weights' stride */
     size_t in_bytes;  /* bytes of one source row the pass may read (width x channels) */
 } hpass_ctx;
+
+#ifdef HAVE_HPASS_AVX2
+static void hpass_rgb_dense2(const hpass_ctx *h, const uint8_t *in, uint8_t *out, uint32_t out_w,
+                             const int32_t *bounds, const int32_t *kk);
+#endif
 
 static void hpass(const hpass_ctx *h, const uint8_t *in, uint8_t *out, uint32_t out_w,
                   const int32_t *bounds, const int32_t *kk)
@@ -414,6 +421,10 @@ static void hpass(const hpass_ctx *h, const uint8_t *in, uint8_t *out, uint32_t 
     const uint32_t ksize = h->ksize;
     if (h->channels == 3 && h->padded) {
 #ifdef HAVE_HPASS_AVX2
+        if (h->dense) {
+            hpass_rgb_dense2(h, in, out, out_w, bounds, kk);
+            return;
+        }
         if (h->avx2) {
             switch (ksize) {
             case 2:
@@ -578,6 +589,123 @@ __attribute__((target("avx2"))) static void vpass_row_avx2(const uint8_t *restri
         out[i] = clip8(s);
     }
 }
+
+/*
+ * The horizontal pass on RGB for windows of 2 taps (every upscale), with
+ * no idle lane: a register of eight int32 holds eight consecutive output
+ * bytes (R, G, B, R, ...), four per 128-bit half, each half loaded from the
+ * source at the window of its first output byte. A per-group byte shuffle,
+ * made once per call, gathers each output byte's two source bytes as a pair
+ * of 16-bit words, and vpmaddwd multiplies and adds the pair. Its 16-bit
+ * factors cannot hold a 22-bit weight, so each weight k is split as
+ * k = hi * 2^11 + lo (hi <= 2^11, lo < 2^11) and the sum is
+ * (sum p * hi) * 2^11 + sum p * lo: the same int32 as Pillow's sum of
+ * p * k, so the result is bit-identical. Four groups (32 output bytes) are
+ * then packed and stored as in the vertical pass.
+ */
+typedef struct dense2_group {
+    __m256i mask; /* per half: byte pairs (tap 0, tap 1) zero-extended to words */
+    __m256i hi;   /* per lane: (k0 >> 11, k1 >> 11) as int16 */
+    __m256i lo;   /* per lane: (k0 & 2047, k1 & 2047) as int16 */
+} dense2_group;
+
+/* Bytes dense2_setup() needs for @p out_w RGB output pixels. */
+static size_t dense2_bytes(uint32_t out_w)
+{
+    const size_t groups = ((size_t)out_w * 3 + 7) / 8;
+    return groups * (sizeof(dense2_group) + 2 * sizeof(int32_t));
+}
+
+/* Build the tables of the 2-tap kernel into @p mem (32-byte aligned, at
+ * least dense2_bytes()). Returns how many leading groups the kernel can
+ * compute with loads inside a source row of @p in_bytes, or 0 when some
+ * window lies too far from its half's load (or a weight is negative) and
+ * the kernel cannot be used at all. */
+static uint32_t dense2_setup(const int32_t *restrict bounds, const int32_t *restrict kk,
+                             uint32_t out_w, size_t in_bytes, void *mem)
+{
+    const size_t nbytes = (size_t)out_w * 3, groups = (nbytes + 7) / 8;
+    dense2_group *g = mem;
+    int32_t *base = (int32_t *)(void *)(g + groups);
+    uint32_t usable = (uint32_t)groups;
+    for (size_t i = 0; i < groups; i++) {
+        uint8_t mask[32];
+        int16_t hi[16], lo[16];
+        for (int h = 0; h < 2; h++) {
+            const size_t j0 = 8 * i + 4 * (size_t)h;
+            const size_t x0 = (j0 < nbytes ? j0 : nbytes - 1) / 3;
+            const int32_t b = bounds[2 * x0] * 3;
+            base[2 * i + h] = b;
+            if (usable == groups && (size_t)b + 16 > in_bytes)
+                usable = (uint32_t)i;
+            for (int l = 0; l < 4; l++) {
+                const size_t j = j0 + (size_t)l;
+                uint8_t *m = mask + 16 * h + 4 * l;
+                int16_t *ch = hi + 8 * h + 2 * l, *cl = lo + 8 * h + 2 * l;
+                if (j >= nbytes) {
+                    m[0] = m[1] = m[2] = m[3] = 0x80;
+                    ch[0] = ch[1] = cl[0] = cl[1] = 0;
+                    continue;
+                }
+                const size_t x = j / 3;
+                const int32_t o = bounds[2 * x] * 3 + (int32_t)(j % 3) - b;
+                const int32_t k0 = kk[2 * x], k1 = kk[2 * x + 1];
+                if (o < 0 || o + 3 > 15 || k0 < 0 || k1 < 0 || k0 > (1 << PRECISION_BITS) ||
+                    k1 > (1 << PRECISION_BITS))
+                    return 0;
+                m[0] = (uint8_t)o;
+                m[2] = (uint8_t)(o + 3);
+                m[1] = m[3] = 0x80;
+                ch[0] = (int16_t)(k0 >> 11);
+                ch[1] = (int16_t)(k1 >> 11);
+                cl[0] = (int16_t)(k0 & 2047);
+                cl[1] = (int16_t)(k1 & 2047);
+            }
+        }
+        memcpy(&g[i].mask, mask, 32);
+        memcpy(&g[i].hi, hi, 32);
+        memcpy(&g[i].lo, lo, 32);
+    }
+    return usable;
+}
+
+__attribute__((target("avx2"), always_inline)) static inline __m256i
+dense2_one(const uint8_t *in, const dense2_group *g, const int32_t *base, __m256i round)
+{
+    const __m256i v = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(in + base[0]))),
+        _mm_loadu_si128((const __m128i *)(const void *)(in + base[1])), 1);
+    const __m256i p = _mm256_shuffle_epi8(v, _mm256_load_si256(&g->mask));
+    const __m256i h = _mm256_madd_epi16(p, _mm256_load_si256(&g->hi));
+    const __m256i l = _mm256_madd_epi16(p, _mm256_load_si256(&g->lo));
+    return _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(h, 11), l), round);
+}
+
+__attribute__((target("avx2"))) static void hpass_rgb_dense2(const hpass_ctx *h,
+                                                             const uint8_t *restrict in,
+                                                             uint8_t *restrict out, uint32_t out_w,
+                                                             const int32_t *restrict bounds,
+                                                             const int32_t *restrict kk)
+{
+    const __m256i round = _mm256_set1_epi32(1 << (PRECISION_BITS - 1));
+    const dense2_group *g = h->dense;
+    const size_t nbytes = (size_t)out_w * 3, groups = (nbytes + 7) / 8;
+    const int32_t *base = (const int32_t *)(const void *)(g + groups);
+    size_t i = 0;
+    /* Four groups at a time while they are usable and their 32 bytes fit. */
+    for (; i + 4 <= h->dense_groups && 8 * i + 32 <= nbytes; i += 4)
+        vstore32(out + 8 * i, dense2_one(in, g + i, base + 2 * i, round),
+                 dense2_one(in, g + i + 1, base + 2 * i + 2, round),
+                 dense2_one(in, g + i + 2, base + 2 * i + 4, round),
+                 dense2_one(in, g + i + 3, base + 2 * i + 6, round));
+    /* The rest byte by byte: near the row's end, where a 16-byte load would
+     * pass the end of the source row, or an output not a multiple of 32. */
+    for (size_t j = 8 * i; j < nbytes; j++) {
+        const size_t x = j / 3;
+        const uint8_t *p = in + (size_t)bounds[2 * x] * 3 + j % 3;
+        out[j] = clip8((1 << (PRECISION_BITS - 1)) + p[0] * kk[2 * x] + p[3] * kk[2 * x + 1]);
+    }
+}
 #endif
 
 static size_t align_up(size_t n)
@@ -603,8 +731,17 @@ static void make_layout(layout *l, uint32_t dst_w, uint32_t dst_h, uint32_t ks_h
     /* The AVX2 kernel's expanded coefficients: eight int32 per tap per pair
      * of RGB output pixels (expand_hcoeffs). */
     l->hx = off;
+#ifdef HAVE_HPASS_AVX2
+    /* The same room holds the 2-tap kernel's tables (dense2_setup). */
+    if (channels == 3) {
+        const size_t pairs = align_up((size_t)(dst_w / 2) * ks_h * 8 * sizeof(int32_t));
+        const size_t dense = align_up(dense2_bytes(dst_w));
+        off += pairs > dense ? pairs : dense;
+    }
+#else
     if (channels == 3)
         off += align_up((size_t)(dst_w / 2) * ks_h * 8 * sizeof(int32_t));
+#endif
     l->vb = off;
     off += align_up((size_t)dst_h * 2 * sizeof(int32_t));
     l->vk = off;
@@ -763,7 +900,12 @@ dlc_status dlc__resize_window(const dlc_image *src, double x, double y, double w
         hc.ksize = axis_coeffs(&ah, ox, dw, 1, hb, hk, &hc.padded);
 #ifdef HAVE_HPASS_AVX2
         hc.avx2 = C == 3 && hc.padded && cpu_has_avx2();
-        if (hc.avx2) {
+        if (hc.avx2 && hc.ksize == 2) {
+            hc.dense_groups = dense2_setup(hb, hk, dw, hc.in_bytes, base + l.hx);
+            if (hc.dense_groups)
+                hc.dense = base + l.hx;
+        }
+        if (hc.avx2 && !hc.dense) {
             int32_t *hx = (int32_t *)(void *)(base + l.hx);
             expand_hcoeffs(hk, hc.ksize, dw, hx);
             hc.hx = hx;
