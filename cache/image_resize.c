@@ -25,8 +25,10 @@
  * Coefficients live in the caller's scratch, so a call allocates nothing.
  * Unlike Pillow, the vertical pass walks the taps in the outer loop and the
  * row in the inner loop (int32 accumulators over a contiguous row), which the
- * compiler vectorises; integer addition is associative, so the sums are the
- * same as Pillow's per-pixel loop.
+ * compiler vectorises, and with AVX2 (chosen at run time with
+ * __builtin_cpu_supports) hand-written kernels keep the accumulators in
+ * registers; integer addition is associative, so the sums are the same as
+ * Pillow's per-pixel loop.
  */
 #include "image_internal.h"
 #include "internal.h"
@@ -302,8 +304,7 @@ hpass_rgb_avx2_k(const uint8_t *restrict in, size_t in_bytes, uint8_t *restrict 
          * two accumulators packed together, one byte shuffle to drop the
          * zero lanes and one 16-byte store (its last 4 bytes are the next
          * step's), instead of a pack and a scalar merge per pair. */
-        const __m128i squeeze =
-            _mm_setr_epi8(0, 1, 2, 8, 9, 10, 4, 5, 6, 12, 13, 14, Z, Z, Z, Z);
+        const __m128i squeeze = _mm_setr_epi8(0, 1, 2, 8, 9, 10, 4, 5, 6, 12, 13, 14, Z, Z, Z, Z);
         for (; xx + 6 <= out_w; xx += 4) {
             const size_t o0 = (size_t)bounds[2 * xx] * 3, o1 = (size_t)bounds[2 * xx + 2] * 3;
             const size_t o2 = (size_t)bounds[2 * xx + 4] * 3, o3 = (size_t)bounds[2 * xx + 6] * 3;
@@ -320,11 +321,21 @@ hpass_rgb_avx2_k(const uint8_t *restrict in, size_t in_bytes, uint8_t *restrict 
             for (uint32_t u = 0; u < K; u++) {
                 __m256i mask;
                 switch (u) {
-                case 0: mask = TAP_MASK(0); break;
-                case 1: mask = TAP_MASK(1); break;
-                case 2: mask = TAP_MASK(2); break;
-                case 3: mask = TAP_MASK(3); break;
-                default: mask = TAP_MASK(4); break;
+                case 0:
+                    mask = TAP_MASK(0);
+                    break;
+                case 1:
+                    mask = TAP_MASK(1);
+                    break;
+                case 2:
+                    mask = TAP_MASK(2);
+                    break;
+                case 3:
+                    mask = TAP_MASK(3);
+                    break;
+                default:
+                    mask = TAP_MASK(4);
+                    break;
                 }
                 a0 = _mm256_add_epi32(a0, _mm256_mullo_epi32(_mm256_shuffle_epi8(v0, mask),
                                                              _mm256_load_si256(c + u)));
@@ -336,7 +347,8 @@ hpass_rgb_avx2_k(const uint8_t *restrict in, size_t in_bytes, uint8_t *restrict 
             /* Bytes: low half (p0, p2), high half (p1, p3), each (R, G, B, 0). */
             const __m256i w = _mm256_packus_epi16(_mm256_packs_epi32(a0, a1), a0);
             const __m128i q = _mm256_castsi256_si128(_mm256_permute4x64_epi64(w, 0x08));
-            _mm_storeu_si128((__m128i *)(void *)(out + (size_t)xx * 3), _mm_shuffle_epi8(q, squeeze));
+            _mm_storeu_si128((__m128i *)(void *)(out + (size_t)xx * 3),
+                             _mm_shuffle_epi8(q, squeeze));
         }
     }
     for (; xx + 1 < out_w; xx += 2) {
@@ -406,7 +418,7 @@ typedef struct hpass_ctx {
     const int32_t *hx; /* its coefficients, from expand_hcoeffs() */
     const void *dense; /* 2-tap tables from dense2_setup(), or NULL */
     uint32_t dense_groups; /* groups of 8 output bytes the 2-tap kernel may compute */
-    uint32_t ksize;   /* taps per window when padded, else the weights' stride */
+    uint32_t ksize;        /* taps per window when padded, else the weights' stride */
     size_t in_bytes;  /* bytes of one source row the pass may read (width x channels) */
 } hpass_ctx;
 
@@ -517,11 +529,11 @@ HOT_CLONES static void vpass_row(const uint8_t *restrict in, size_t in_stride, i
  * bit-identical. Two and three taps (upscaling and mild reductions, every
  * random-resized crop) get their own unrolled loops.
  */
-__attribute__((target("avx2"), always_inline)) static inline __m256i
-vtap8(const uint8_t *p, __m256i k)
+__attribute__((target("avx2"), always_inline)) static inline __m256i vtap8(const uint8_t *p,
+                                                                           __m256i k)
 {
-    return _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p)),
-                              k);
+    return _mm256_mullo_epi32(
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p)), k);
 }
 
 __attribute__((target("avx2"), always_inline)) static inline void
@@ -681,11 +693,9 @@ dense2_one(const uint8_t *in, const dense2_group *g, const int32_t *base, __m256
     return _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(h, 11), l), round);
 }
 
-__attribute__((target("avx2"))) static void hpass_rgb_dense2(const hpass_ctx *h,
-                                                             const uint8_t *restrict in,
-                                                             uint8_t *restrict out, uint32_t out_w,
-                                                             const int32_t *restrict bounds,
-                                                             const int32_t *restrict kk)
+__attribute__((target("avx2"))) static void
+hpass_rgb_dense2(const hpass_ctx *h, const uint8_t *restrict in, uint8_t *restrict out,
+                 uint32_t out_w, const int32_t *restrict bounds, const int32_t *restrict kk)
 {
     const __m256i round = _mm256_set1_epi32(1 << (PRECISION_BITS - 1));
     const dense2_group *g = h->dense;

@@ -413,7 +413,8 @@ Test(image_resize, random_resized_crops_match_reference)
         const double area = 256.0 * 256.0 * (0.08 + 0.92 * ((s >> 8) & 0xffff) / 65535.0);
         s = s * 1664525u + 1013904223u;
         const double aspect = exp(log(3.0 / 4) + log(16.0 / 9) * ((s >> 8) & 0xffff) / 65535.0);
-        uint32_t bw = (uint32_t)lround(sqrt(area * aspect)), bh = (uint32_t)lround(sqrt(area / aspect));
+        uint32_t bw = (uint32_t)lround(sqrt(area * aspect)),
+                 bh = (uint32_t)lround(sqrt(area / aspect));
         bw = bw < 1 ? 1 : bw > 256 ? 256 : bw;
         bh = bh < 1 ? 1 : bh > 256 ? 256 : bh;
         s = s * 1664525u + 1013904223u;
