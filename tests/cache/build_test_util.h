@@ -6,6 +6,8 @@
 
 #include <dlcache/image.h>
 
+#include "tmpdir_util.h"
+
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -14,37 +16,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static inline int btu_rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
-{
-    (void)st;
-    (void)flag;
-    (void)f;
-    return remove(p);
-}
-
-/* A fresh directory under /tmp; remove it with btu_rmdir(). */
-static inline char *btu_mkdtemp(void)
-{
-    char *d = strdup("/tmp/dlc-build-test-XXXXXX");
-    cr_assert(mkdtemp(d) != NULL);
-    return d;
-}
-
-static inline void btu_rmdir(char *d)
-{
-    if (d)
-        nftw(d, btu_rm_one, 16, FTW_DEPTH | FTW_PHYS);
-    free(d);
-}
-
-/* "dir/name", malloc'd. */
-static inline char *btu_path(const char *dir, const char *name)
-{
-    char *p = NULL;
-    cr_assert(asprintf(&p, "%s/%s", dir, name) > 0);
-    return p;
-}
 
 static inline void btu_write(const char *path, const void *data, size_t size)
 {
@@ -61,7 +32,7 @@ static inline void btu_write_str(const char *path, const char *text)
 
 static inline void btu_mkdir(const char *dir, const char *name)
 {
-    char *p = btu_path(dir, name);
+    char *p = tmp_path(dir, name);
     cr_assert(mkdir(p, 0755) == 0, "mkdir %s", p);
     free(p);
 }
@@ -89,7 +60,7 @@ static inline void btu_jpeg(const char *dir, const char *name, uint32_t w, uint3
     const uint8_t *jpeg;
     size_t size;
     cr_assert(dlc_jpeg_encode(c, &img, 90, &jpeg, &size) == DLC_OK);
-    char *path = btu_path(dir, name);
+    char *path = tmp_path(dir, name);
     btu_write(path, jpeg, size);
     free(path);
     free(px);

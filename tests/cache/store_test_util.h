@@ -8,6 +8,8 @@
 
 #include <dlcache/store.h>
 
+#include "tmpdir_util.h"
+
 #include <criterion/criterion.h>
 #include <ftw.h>
 #include <stdio.h>
@@ -15,36 +17,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static inline int tsu_rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
-{
-    (void)st;
-    (void)flag;
-    (void)f;
-    return remove(p);
-}
-
-/* A fresh directory under /tmp; remove it with tsu_rmdir(). */
-static inline char *tsu_mkdtemp(void)
-{
-    char *d = strdup("/tmp/dlc-store-test-XXXXXX");
-    cr_assert(mkdtemp(d) != NULL);
-    return d;
-}
-
-static inline void tsu_rmdir(char *d)
-{
-    if (d)
-        nftw(d, tsu_rm_one, 16, FTW_DEPTH | FTW_PHYS);
-    free(d);
-}
-
-static inline char *tsu_path(const char *dir, const char *name)
-{
-    char *p = NULL;
-    cr_assert(asprintf(&p, "%s/%s", dir, name) > 0);
-    return p;
-}
 
 /* The deterministic byte j of record i's payload. */
 static inline uint8_t tsu_byte(uint64_t i, uint64_t j)

@@ -18,11 +18,11 @@ static char *dir;
 
 static void setup(void)
 {
-    dir = btu_mkdtemp();
+    dir = tmp_mkdtemp();
 }
 static void teardown(void)
 {
-    btu_rmdir(dir);
+    tmp_rmdir(dir);
     dir = NULL;
 }
 
@@ -33,10 +33,10 @@ static char *make_tree(int per_class)
 {
     static const char *const classes[] = {"cat", "dog", "eel"};
     btu_mkdir(dir, "train");
-    char *train = btu_path(dir, "train");
+    char *train = tmp_path(dir, "train");
     for (int c = 0; c < 3; c++) {
         btu_mkdir(train, classes[c]);
-        char *cdir = btu_path(train, classes[c]);
+        char *cdir = tmp_path(train, classes[c]);
         for (int i = 0; i < per_class; i++) {
             char name[32];
             snprintf(name, sizeof name, "%03d.jpg", i);
@@ -84,7 +84,7 @@ Test(build, same_store_for_any_thread_count)
     for (int k = 0; k < 4; k++) {
         char name[32];
         snprintf(name, sizeof name, "s%u.dlc", threads[k]);
-        char *out = btu_path(dir, name);
+        char *out = tmp_path(dir, name);
         dlc_build_options o = opts(threads[k]);
         dlc_build_report *r = NULL;
         cr_assert_eq(build(train, out, &o, &r), DLC_OK, "%s", dlc_errmsg());
@@ -132,7 +132,7 @@ Test(build, same_store_for_any_thread_count)
 Test(build, crop_none_and_jpeg_encoding)
 {
     char *train = make_tree(4);
-    char *out = btu_path(dir, "j.dlc");
+    char *out = tmp_path(dir, "j.dlc");
     dlc_build_options o = opts(2);
     o.center_crop = 0;
     o.encoding = DLC_ENCODING_JPEG;
@@ -167,30 +167,30 @@ Test(build, crop_none_and_jpeg_encoding)
 Test(build, bad_files_are_skipped_and_named)
 {
     char *train = make_tree(3);
-    char *cat = btu_path(train, "cat");
-    char *p = btu_path(cat, "0text.jpg");
+    char *cat = tmp_path(train, "cat");
+    char *p = tmp_path(cat, "0text.jpg");
     btu_write_str(p, "this is not an image\n");
     free(p);
-    p = btu_path(cat, "1empty.jpg");
+    p = tmp_path(cat, "1empty.jpg");
     btu_write_str(p, "");
     free(p);
     /* A JPEG cut in half. */
-    char *good = btu_path(cat, "000.jpg");
+    char *good = tmp_path(cat, "000.jpg");
     FILE *f = fopen(good, "rb");
     uint8_t buf[65536];
     const size_t n = fread(buf, 1, sizeof buf, f);
     fclose(f);
-    p = btu_path(cat, "2trunc.jpg");
+    p = tmp_path(cat, "2trunc.jpg");
     btu_write(p, buf, n / 2);
     free(p);
-    p = btu_path(cat, "3gone.jpg");
+    p = tmp_path(cat, "3gone.jpg");
     cr_assert(symlink("/nonexistent.jpg", p) == 0);
     free(p);
-    p = btu_path(cat, "4pic.png");
+    p = tmp_path(cat, "4pic.png");
     btu_write_str(p, "png");
     free(p);
 
-    char *out = btu_path(dir, "s.dlc");
+    char *out = tmp_path(dir, "s.dlc");
     dlc_build_options o = opts(2);
     dlc_build_report *r = NULL;
     cr_assert_eq(build(train, out, &o, &r), DLC_OK, "%s", dlc_errmsg());
@@ -214,7 +214,7 @@ Test(build, bad_files_are_skipped_and_named)
     dlc_build_report_free(r);
 
     /* Strict: the first bad item in order stops the build; no store, no temp. */
-    char *out2 = btu_path(dir, "strict.dlc");
+    char *out2 = tmp_path(dir, "strict.dlc");
     o.strict = 1;
     cr_assert_eq(build(train, out2, &o, &r), DLC_EDECODE);
     cr_assert(strstr(dlc_errmsg(), "0text.jpg") != NULL, "%s", dlc_errmsg());
@@ -233,13 +233,13 @@ Test(build, bad_files_are_skipped_and_named)
 Test(build, no_valid_image)
 {
     btu_mkdir(dir, "t");
-    char *t = btu_path(dir, "t");
+    char *t = tmp_path(dir, "t");
     btu_mkdir(t, "a");
     btu_mkdir(t, "b");
-    char *p = btu_path(t, "a/x.jpg");
+    char *p = tmp_path(t, "a/x.jpg");
     btu_write_str(p, "nope");
     free(p);
-    char *out = btu_path(dir, "s.dlc");
+    char *out = tmp_path(dir, "s.dlc");
     dlc_build_options o = opts(2);
     dlc_build_report *r = NULL;
     cr_assert_eq(build(t, out, &o, &r), DLC_ENOIMAGES, "%s", dlc_errmsg());
@@ -251,7 +251,7 @@ Test(build, no_valid_image)
     cr_assert_eq(temp_files(), 0);
 
     /* Class folders without any file at all. */
-    p = btu_path(t, "a/x.jpg");
+    p = tmp_path(t, "a/x.jpg");
     unlink(p);
     free(p);
     cr_assert_eq(build(t, out, &o, &r), DLC_ENOIMAGES);
@@ -264,7 +264,7 @@ Test(build, no_valid_image)
 Test(build, existing_store_needs_force)
 {
     char *train = make_tree(2);
-    char *out = btu_path(dir, "s.dlc");
+    char *out = tmp_path(dir, "s.dlc");
     btu_write_str(out, "precious");
     dlc_build_options o = opts(1);
     dlc_build_report *r = NULL;
@@ -302,7 +302,7 @@ static int cancel_at(void *user, const dlc_build_progress *p)
 Test(build, cancel_leaves_nothing)
 {
     char *train = make_tree(20);
-    char *out = btu_path(dir, "s.dlc");
+    char *out = tmp_path(dir, "s.dlc");
     for (int at = 1; at <= 3; at++) {
         dlc_build_options o = opts(2);
         cancel_state c = {.at = at};
@@ -330,7 +330,7 @@ Test(build, cancel_leaves_nothing)
 Test(build, stale_temp_of_dead_build_is_removed)
 {
     char *train = make_tree(2);
-    char *out = btu_path(dir, "s.dlc");
+    char *out = tmp_path(dir, "s.dlc");
     /* The PID of a process that has exited: its temp file is stale. */
     const pid_t child = fork();
     if (child == 0)
@@ -339,10 +339,10 @@ Test(build, stale_temp_of_dead_build_is_removed)
     cr_assert_eq(waitpid(child, NULL, 0), child);
     char name[64];
     snprintf(name, sizeof name, "s.dlc.tmp-%d", (int)child);
-    char *stale = btu_path(dir, name);
+    char *stale = tmp_path(dir, name);
     btu_write_str(stale, "half a store");
     /* A live process's temp file (ours, pid 1) stays. */
-    char *live = btu_path(dir, "s.dlc.tmp-1");
+    char *live = tmp_path(dir, "s.dlc.tmp-1");
     btu_write_str(live, "someone else's build");
     dlc_build_options o = opts(1);
     dlc_build_report *r = NULL;
@@ -359,9 +359,9 @@ Test(build, stale_temp_of_dead_build_is_removed)
 Test(build, manifest_and_tar_labels)
 {
     char *train = make_tree(2);
-    char *m = btu_path(dir, "list.tsv");
+    char *m = tmp_path(dir, "list.tsv");
     btu_write_str(m, "train/cat/000.jpg\t4\ntrain/dog/001.jpg\t1\n# end\n");
-    char *out = btu_path(dir, "m.dlc");
+    char *out = tmp_path(dir, "m.dlc");
     dlc_build_options o = opts(2);
     dlc_build_report *r = NULL;
     cr_assert_eq(build(m, out, &o, &r), DLC_OK, "%s", dlc_errmsg());
@@ -395,7 +395,7 @@ Test(build, manifest_and_tar_labels)
 
 Test(build, bad_options)
 {
-    char *out = btu_path(dir, "s.dlc");
+    char *out = tmp_path(dir, "s.dlc");
     dlc_build_options o = opts(1);
     o.size = 0;
     dlc_build_report *r = NULL;

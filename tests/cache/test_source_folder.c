@@ -13,11 +13,11 @@ static char *dir;
 
 static void setup(void)
 {
-    dir = btu_mkdtemp();
+    dir = tmp_mkdtemp();
 }
 static void teardown(void)
 {
-    btu_rmdir(dir);
+    tmp_rmdir(dir);
     dir = NULL;
 }
 
@@ -25,7 +25,7 @@ TestSuite(source_folder, .init = setup, .fini = teardown);
 
 static void touch(const char *rel)
 {
-    char *p = btu_path(dir, rel);
+    char *p = tmp_path(dir, rel);
     btu_write_str(p, "x");
     free(p);
 }
@@ -106,15 +106,15 @@ Test(source_folder, links_and_empty_classes)
     touch("elsewhere/inner/e.jpg");
     touch("c0/a.jpg");
     /* A dangling link is a "file" for os.walk, so it is an item (skipped later). */
-    char *p = btu_path(dir, "c0/b.jpg");
+    char *p = tmp_path(dir, "c0/b.jpg");
     cr_assert(symlink("/nonexistent/b.jpg", p) == 0);
     free(p);
     /* A link to a folder is followed (followlinks=True), also as a class. */
-    p = btu_path(dir, "c0/linked");
+    p = tmp_path(dir, "c0/linked");
     cr_assert(symlink("../elsewhere/inner", p) == 0);
     free(p);
     /* A link to its own folder would loop forever; it is not followed. */
-    p = btu_path(dir, "c0/loop");
+    p = tmp_path(dir, "c0/loop");
     cr_assert(symlink(".", p) == 0);
     free(p);
     /* c1 has no image: it keeps label 1, with no items. */
@@ -143,7 +143,7 @@ Test(source_folder, no_class_folder)
 Test(source_folder, folder_is_the_only_source)
 {
     btu_mkdir(dir, "c");
-    char *m = btu_path(dir, "m.tsv");
+    char *m = tmp_path(dir, "m.tsv");
     btu_write_str(m, "x.jpg\t0\n");
     dlc__source_set s;
     dlc__source_init(&s);

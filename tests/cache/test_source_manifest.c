@@ -13,11 +13,11 @@ static char *dir;
 
 static void setup(void)
 {
-    dir = btu_mkdtemp();
+    dir = tmp_mkdtemp();
 }
 static void teardown(void)
 {
-    btu_rmdir(dir);
+    tmp_rmdir(dir);
     dir = NULL;
 }
 
@@ -26,7 +26,7 @@ TestSuite(source_manifest, .init = setup, .fini = teardown);
 /* Scan a manifest with @p text; returns the status, the set stays for checks. */
 static dlc_status scan(dlc__source_set *s, const char *text)
 {
-    char *m = btu_path(dir, "list.tsv");
+    char *m = tmp_path(dir, "list.tsv");
     btu_write_str(m, text);
     dlc__source_init(s);
     const dlc_status rc = dlc__source_add(s, m);
@@ -47,8 +47,8 @@ Test(source_manifest, paths_labels_and_comments)
                           "with\ttab.jpg\t1"),
                  DLC_OK, "%s", dlc_errmsg());
     cr_assert_eq(s.count, 4);
-    char *a = btu_path(dir, "a.jpg"), *b = btu_path(dir, "sub/b c.jpg"),
-         *t = btu_path(dir, "with\ttab.jpg");
+    char *a = tmp_path(dir, "a.jpg"), *b = tmp_path(dir, "sub/b c.jpg"),
+         *t = tmp_path(dir, "with\ttab.jpg");
     cr_assert_str_eq(dlc__source_path(&s, &s.items[0]), a);
     cr_assert_str_eq(dlc__source_path(&s, &s.items[1]), b, "relative to the manifest's folder");
     cr_assert_str_eq(dlc__source_path(&s, &s.items[2]), "/abs/x.jpg", "absolute kept");
@@ -91,7 +91,7 @@ Test(source_manifest, malformed_lines_name_the_line)
 Test(source_manifest, nul_byte_is_an_error)
 {
     dlc__source_set s;
-    char *m = btu_path(dir, "list.tsv");
+    char *m = tmp_path(dir, "list.tsv");
     btu_write(m, "a.jpg\t1\nb\0.jpg\t2\n", 17);
     dlc__source_init(&s);
     cr_assert_eq(dlc__source_add(&s, m), DLC_EINVAL);
@@ -113,7 +113,7 @@ Test(source_manifest, missing_manifest)
 {
     dlc__source_set s;
     dlc__source_init(&s);
-    char *m = btu_path(dir, "nope.tsv");
+    char *m = tmp_path(dir, "nope.tsv");
     cr_assert_eq(dlc__source_add(&s, m), -ENOENT);
     cr_assert(strstr(dlc_errmsg(), "nope.tsv") != NULL);
     free(m);
@@ -122,7 +122,7 @@ Test(source_manifest, missing_manifest)
 
 Test(source_manifest, manifests_concatenate)
 {
-    char *m1 = btu_path(dir, "one.tsv"), *m2 = btu_path(dir, "two.tsv");
+    char *m1 = tmp_path(dir, "one.tsv"), *m2 = tmp_path(dir, "two.tsv");
     btu_write_str(m1, "a.jpg\t0\nb.jpg\t1\n");
     btu_write_str(m2, "c.jpg\t5\n");
     dlc__source_set s;

@@ -14,11 +14,11 @@ static char *dir;
 
 static void setup(void)
 {
-    dir = btu_mkdtemp();
+    dir = tmp_mkdtemp();
 }
 static void teardown(void)
 {
-    btu_rmdir(dir);
+    tmp_rmdir(dir);
     dir = NULL;
 }
 
@@ -106,13 +106,13 @@ static void tw_end(tarw *t)
 /* Write the shard to dir/NAME and scan it into @p s. */
 static dlc_status tw_scan(tarw *t, const char *name, dlc__source_set *s)
 {
-    char *p = btu_path(dir, name);
+    char *p = tmp_path(dir, name);
     btu_write(p, t->buf, t->len);
     free(p);
     free(t->buf);
     memset(t, 0, sizeof *t);
     dlc__source_init(s);
-    p = btu_path(dir, name);
+    p = tmp_path(dir, name);
     const dlc_status rc = dlc__source_add(s, p);
     free(p);
     return rc;
@@ -365,7 +365,7 @@ Test(source_tar, truncated_header)
 
 Test(source_tar, not_a_tar)
 {
-    char *p = btu_path(dir, "text.tar");
+    char *p = tmp_path(dir, "text.tar");
     char junk[2048];
     memset(junk, 'x', sizeof junk);
     btu_write(p, junk, sizeof junk);
@@ -383,7 +383,7 @@ Test(source_tar, shards_concatenate)
     tw_str(&t, "a.jpg", "A");
     tw_str(&t, "a.cls", "0");
     tw_end(&t);
-    char *p1 = btu_path(dir, "s1.tar"), *p2 = btu_path(dir, "s2.tar");
+    char *p1 = tmp_path(dir, "s1.tar"), *p2 = tmp_path(dir, "s2.tar");
     btu_write(p1, t.buf, t.len);
     t.len = 0;
     tw_str(&t, "a.jpg", "A2");

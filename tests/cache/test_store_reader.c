@@ -15,12 +15,12 @@ static char *dir;
 
 static void setup(void)
 {
-    dir = tsu_mkdtemp();
+    dir = tmp_mkdtemp();
 }
 
 static void teardown(void)
 {
-    tsu_rmdir(dir);
+    tmp_rmdir(dir);
     dir = NULL;
 }
 
@@ -99,7 +99,7 @@ static int on_verify(void *user, const dlc_verify_progress *p)
 
 Test(store_reader, verify_passes_then_names_a_flipped_payload_byte)
 {
-    char *path = tsu_path(dir, "v.dlc");
+    char *path = tmp_path(dir, "v.dlc");
     tsu_write_store(path, 20, 0, 0);
     dlc_store *s = NULL;
     cr_assert_eq(dlc_store_open(path, DLC_STORE_SEQUENTIAL, &s), DLC_OK, "%s", dlc_errmsg());
@@ -143,7 +143,7 @@ Test(store_reader, verify_passes_then_names_a_flipped_payload_byte)
 
 Test(store_reader, damaged_record_header_is_named)
 {
-    char *path = tsu_path(dir, "h.dlc");
+    char *path = tmp_path(dir, "h.dlc");
     tsu_write_store(path, 12, 0, 0);
     /* The header sits right before the payload: break record 11's magic. */
     xor_byte(path, record_offset(path, 11) - 48, 0x01);
@@ -174,7 +174,7 @@ Test(store_reader, damaged_record_header_is_named)
 
 Test(store_reader, truncated_file_fails_at_open)
 {
-    char *path = tsu_path(dir, "t.dlc");
+    char *path = tmp_path(dir, "t.dlc");
     tsu_write_store(path, 20, 0, 0);
     const uint64_t size = file_size(path);
     cr_assert_eq(truncate(path, (off_t)(size - 3 * 4096)), 0);
@@ -193,17 +193,17 @@ Test(store_reader, truncated_file_fails_at_open)
 Test(store_reader, foreign_files_fail_cleanly)
 {
     dlc_store *s = NULL;
-    char *missing = tsu_path(dir, "missing.dlc");
+    char *missing = tmp_path(dir, "missing.dlc");
     cr_assert_eq(dlc_store_open(missing, 0, &s), -ENOENT);
     cr_assert(strstr(dlc_errmsg(), missing), "%s", dlc_errmsg());
     cr_assert_eq(dlc_store_open(dir, 0, &s), DLC_EINVAL, "a directory");
 
-    char *empty = tsu_path(dir, "empty.dlc");
+    char *empty = tmp_path(dir, "empty.dlc");
     write_bytes(empty, "", 0);
     cr_assert_eq(dlc_store_open(empty, 0, &s), DLC_EVERSION);
     cr_assert(strstr(dlc_errmsg(), "not a dlcache store"), "%s", dlc_errmsg());
 
-    char *garbage = tsu_path(dir, "garbage.dlc");
+    char *garbage = tmp_path(dir, "garbage.dlc");
     uint8_t *junk = malloc(1 << 16);
     for (size_t i = 0; i < (1u << 16); i++)
         junk[i] = (uint8_t)(i * 2654435761u >> 13);
@@ -215,7 +215,7 @@ Test(store_reader, foreign_files_fail_cleanly)
     free(junk);
 
     /* A valid LMDB file that is not a store: plain keys in the main database. */
-    char *plain = tsu_path(dir, "plain.mdb");
+    char *plain = tmp_path(dir, "plain.mdb");
     MDB_env *env;
     MDB_txn *txn;
     MDB_dbi dbi;
@@ -264,8 +264,8 @@ static uint64_t find_in_file(const char *path, const void *needle, size_t n)
 
 Test(store_reader, damaged_or_newer_metadata_is_refused)
 {
-    char *path = tsu_path(dir, "m.dlc");
-    char *copy = tsu_path(dir, "m2.dlc");
+    char *path = tmp_path(dir, "m.dlc");
+    char *copy = tmp_path(dir, "m2.dlc");
     tsu_write_store(path, 6, 0, 0);
     const uint64_t info = find_in_file(path, "DLCSTORE", 8);
     dlc_store *s = NULL;
@@ -294,8 +294,8 @@ Test(store_reader, damaged_or_newer_metadata_is_refused)
  * whatever opens must read and verify without crashing. */
 Test(store_reader, hostile_lmdb_pages_never_crash)
 {
-    char *path = tsu_path(dir, "p.dlc");
-    char *copy = tsu_path(dir, "p2.dlc");
+    char *path = tmp_path(dir, "p.dlc");
+    char *copy = tmp_path(dir, "p2.dlc");
     /* Enough small records for a two-level samples tree. */
     dlc__store_writer *w = NULL;
     cr_assert_eq(dlc__store_writer_open(path, 0, 0, &w), DLC_OK);
@@ -368,7 +368,7 @@ Test(store_reader, hostile_lmdb_pages_never_crash)
 
 Test(store_reader, resident_bytes_are_sane)
 {
-    char *path = tsu_path(dir, "r.dlc");
+    char *path = tmp_path(dir, "r.dlc");
     tsu_write_store(path, 14, 0, 0);
     dlc_store *s = NULL;
     cr_assert_eq(dlc_store_open(path, 0, &s), DLC_OK, "%s", dlc_errmsg());
@@ -426,7 +426,7 @@ static void *read_all(void *p)
 
 Test(store_reader, one_store_many_reader_threads)
 {
-    char *path = tsu_path(dir, "th.dlc");
+    char *path = tmp_path(dir, "th.dlc");
     tsu_write_store(path, 30, 0, 0);
     dlc_store *s = NULL;
     cr_assert_eq(dlc_store_open(path, 0, &s), DLC_OK, "%s", dlc_errmsg());

@@ -11,12 +11,12 @@ static char *dir;
 
 static void setup(void)
 {
-    dir = tsu_mkdtemp();
+    dir = tmp_mkdtemp();
 }
 
 static void teardown(void)
 {
-    tsu_rmdir(dir);
+    tmp_rmdir(dir);
     dir = NULL;
 }
 
@@ -26,7 +26,7 @@ TestSuite(store_writer, .init = setup, .fini = teardown);
  * pread of the file at that offset returns. */
 Test(store_writer, round_trip_every_field_and_byte)
 {
-    char *path = tsu_path(dir, "a.dlc");
+    char *path = tmp_path(dir, "a.dlc");
     const uint64_t n = 40;
     tsu_write_store(path, n, 0, 0);
 
@@ -114,7 +114,7 @@ Test(store_writer, round_trip_every_field_and_byte)
 
 Test(store_writer, uniform_shape_is_recorded)
 {
-    char *path = tsu_path(dir, "u.dlc");
+    char *path = tmp_path(dir, "u.dlc");
     tsu_write_store(path, 5, 1, 0);
     dlc_store *s = NULL;
     cr_assert_eq(dlc_store_open(path, 0, &s), DLC_OK, "%s", dlc_errmsg());
@@ -129,7 +129,7 @@ Test(store_writer, uniform_shape_is_recorded)
  * size hint forces the map to grow past its 64 MiB start. */
 Test(store_writer, many_records_and_map_growth)
 {
-    char *path = tsu_path(dir, "big.dlc");
+    char *path = tmp_path(dir, "big.dlc");
     dlc__store_writer *w = NULL;
     cr_assert_eq(dlc__store_writer_open(path, 0, 0, &w), DLC_OK, "%s", dlc_errmsg());
     const size_t big = 256 * 256 * 3;
@@ -168,7 +168,7 @@ Test(store_writer, many_records_and_map_growth)
 
 Test(store_writer, existing_store_needs_force)
 {
-    char *path = tsu_path(dir, "s.dlc");
+    char *path = tmp_path(dir, "s.dlc");
     tsu_write_store(path, 3, 0, 0);
     dlc__store_writer *w = (dlc__store_writer *)1;
     cr_assert_eq(dlc__store_writer_open(path, 0, 0, &w), DLC_EEXIST);
@@ -187,7 +187,7 @@ Test(store_writer, existing_store_needs_force)
 
 Test(store_writer, abort_keeps_the_old_store_and_no_temp)
 {
-    char *path = tsu_path(dir, "s.dlc");
+    char *path = tmp_path(dir, "s.dlc");
     tsu_write_store(path, 3, 0, 0);
     dlc__store_writer *w = NULL;
     cr_assert_eq(dlc__store_writer_open(path, 1, 1u << 20, &w), DLC_OK, "%s", dlc_errmsg());
@@ -207,7 +207,7 @@ Test(store_writer, abort_keeps_the_old_store_and_no_temp)
 
 Test(store_writer, label_out_of_range_is_rejected)
 {
-    char *path = tsu_path(dir, "l.dlc");
+    char *path = tmp_path(dir, "l.dlc");
     dlc__store_writer *w = NULL;
     cr_assert_eq(dlc__store_writer_open(path, 0, 0, &w), DLC_OK);
     uint8_t buf[12] = {0};
@@ -225,7 +225,7 @@ Test(store_writer, label_out_of_range_is_rejected)
 
 Test(store_writer, bad_records_are_rejected)
 {
-    char *path = tsu_path(dir, "b.dlc");
+    char *path = tmp_path(dir, "b.dlc");
     dlc__store_writer *w = NULL;
     cr_assert_eq(dlc__store_writer_open(path, 0, 0, &w), DLC_OK);
     uint8_t buf[64] = {0};
@@ -253,7 +253,7 @@ Test(store_writer, bad_records_are_rejected)
 
 Test(store_writer, missing_directory_fails_cleanly)
 {
-    char *path = tsu_path(dir, "no/such/dir/s.dlc");
+    char *path = tmp_path(dir, "no/such/dir/s.dlc");
     dlc__store_writer *w = NULL;
     cr_assert_eq(dlc__store_writer_open(path, 0, 0, &w), -ENOENT);
     cr_assert(strstr(dlc_errmsg(), "no/such/dir") != NULL, "%s", dlc_errmsg());
@@ -264,7 +264,7 @@ Test(store_writer, missing_directory_fails_cleanly)
  * hours later. */
 Test(store_writer, impossible_size_hint_reports_disk_full)
 {
-    char *path = tsu_path(dir, "huge.dlc");
+    char *path = tmp_path(dir, "huge.dlc");
     dlc__store_writer *w = NULL;
     const dlc_status rc = dlc__store_writer_open(path, 0, 1ull << 50, &w);
     if (rc == DLC_OK) {

@@ -27,15 +27,15 @@ static char base[128]; /* http://127.0.0.1:PORT */
 
 static void start_server(void)
 {
-    root = tsu_mkdtemp();
-    work = tsu_mkdtemp();
-    char *files = tsu_path(root, "files");
-    char *bkt = tsu_path(root, "bkt");
+    root = tmp_mkdtemp();
+    work = tmp_mkdtemp();
+    char *files = tmp_path(root, "files");
+    char *bkt = tmp_path(root, "bkt");
     cr_assert_eq(mkdir(files, 0755), 0);
     cr_assert_eq(mkdir(bkt, 0755), 0);
     free(files);
     free(bkt);
-    char *port_file = tsu_path(work, "port");
+    char *port_file = tmp_path(work, "port");
     server = fork();
     cr_assert(server >= 0);
     if (server == 0) {
@@ -67,8 +67,8 @@ static void stop_server(void)
         kill(server, SIGTERM);
         waitpid(server, NULL, 0);
     }
-    tsu_rmdir(root);
-    tsu_rmdir(work);
+    tmp_rmdir(root);
+    tmp_rmdir(work);
 }
 
 TestSuite(warm_fetch, .init = start_server, .fini = stop_server, .timeout = 120);
@@ -114,7 +114,7 @@ static dlc_warm_options small_chunks(void)
 Test(warm_fetch, store_arrives_verified_and_second_call_returns_at_once)
 {
     char *src = put_store("s.dlc", 40);
-    char *url = NULL, *dest = tsu_path(work, "s.dlc");
+    char *url = NULL, *dest = tmp_path(work, "s.dlc");
     cr_assert(asprintf(&url, "%s/files/s.dlc", base) > 0);
     const dlc_warm_options o = small_chunks();
     dlc_warm_result r;
@@ -139,7 +139,7 @@ Test(warm_fetch, store_arrives_verified_and_second_call_returns_at_once)
 Test(warm_fetch, resume_fetches_only_missing_chunks)
 {
     char *src = put_store("r.dlc", 40);
-    char *url = NULL, *dest = tsu_path(work, "r.dlc");
+    char *url = NULL, *dest = tmp_path(work, "r.dlc");
     cr_assert(asprintf(&url, "%s/files/r.dlc", base) > 0);
     dlc_warm_options o = small_chunks();
     /* Learn the ETag the way dlc_warm() does. */
@@ -222,7 +222,7 @@ static int slow_and_cancel(void *user, const dlc_warm_progress *p)
 Test(warm_fetch, cancel_keeps_the_partial_download_for_a_rerun)
 {
     char *src = put_store("c.dlc", 150);
-    char *url = NULL, *dest = tsu_path(work, "c.dlc");
+    char *url = NULL, *dest = tmp_path(work, "c.dlc");
     cr_assert(asprintf(&url, "%s/files/c.dlc", base) > 0);
     dlc_warm_options o = small_chunks();
     o.connections = 1;
@@ -249,7 +249,7 @@ Test(warm_fetch, cancel_keeps_the_partial_download_for_a_rerun)
 
 Test(warm_fetch, not_found_is_a_clear_error_and_leaves_nothing)
 {
-    char *url = NULL, *dest = tsu_path(work, "missing.dlc");
+    char *url = NULL, *dest = tmp_path(work, "missing.dlc");
     cr_assert(asprintf(&url, "%s/files/missing.dlc?sig=secret", base) > 0);
     const dlc_warm_options o = small_chunks();
     dlc_warm_result r;
@@ -276,7 +276,7 @@ Test(warm_fetch, corrupt_store_is_refused_and_removed)
         cr_assert_eq(pwrite(fd, &b, 1, i * n / 8 + 777), 1);
     }
     close(fd);
-    char *url = NULL, *dest = tsu_path(work, "bad.dlc"), *part = NULL;
+    char *url = NULL, *dest = tmp_path(work, "bad.dlc"), *part = NULL;
     cr_assert(asprintf(&url, "%s/files/bad.dlc", base) > 0);
     cr_assert(asprintf(&part, "%s.warm-part", dest) > 0);
     const dlc_warm_options o = small_chunks();
@@ -294,7 +294,7 @@ Test(warm_fetch, corrupt_store_is_refused_and_removed)
 Test(warm_fetch, server_without_ranges_gets_one_whole_object_request)
 {
     char *src = put_store("n.dlc", 20);
-    char *url = NULL, *dest = tsu_path(work, "n.dlc");
+    char *url = NULL, *dest = tmp_path(work, "n.dlc");
     cr_assert(asprintf(&url, "%s/norange/n.dlc", base) > 0);
     const dlc_warm_options o = small_chunks();
     dlc_warm_result r;
@@ -314,7 +314,7 @@ Test(warm_fetch, gcs_with_bearer_token)
     free(p);
     cr_assert(asprintf(&p, "%s/bkt/dir/g.dlc", root) > 0);
     tsu_write_store(p, 30, 0, 1);
-    char *dest = tsu_path(work, "g.dlc");
+    char *dest = tmp_path(work, "g.dlc");
     dlc_warm_options o = small_chunks();
     o.endpoint = base;
     dlc_warm_result r;
@@ -332,7 +332,7 @@ Test(warm_fetch, gcs_with_bearer_token)
 
 Test(warm_fetch, rejects_bad_options)
 {
-    char *dest = tsu_path(work, "x.dlc");
+    char *dest = tmp_path(work, "x.dlc");
     dlc_warm_options o;
     dlc_warm_options_init(&o);
     o.chunk_size = 1000;
@@ -341,7 +341,7 @@ Test(warm_fetch, rejects_bad_options)
     o.connections = 100000;
     cr_assert_eq(dlc_warm("http://127.0.0.1:1/x", dest, &o, NULL), DLC_EINVAL);
     cr_assert_eq(dlc_warm(NULL, dest, NULL, NULL), DLC_EINVAL);
-    char *nodir = tsu_path(work, "no/such/dir/x.dlc");
+    char *nodir = tmp_path(work, "no/such/dir/x.dlc");
     char *url = NULL;
     cr_assert(asprintf(&url, "%s/files/x", base) > 0);
     cr_assert_eq(dlc_warm(url, nodir, NULL, NULL), -ENOENT);
