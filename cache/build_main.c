@@ -22,7 +22,7 @@
  * call the progress callback about ten times a second.
  */
 #include "build_internal.h"
-#include "internal.h"
+#include "common.h"
 #include "source.h"
 #include "store_writer.h"
 
@@ -89,22 +89,6 @@ typedef struct worker {
     pthread_t tid;
     int started;
 } worker;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static uint32_t online_cores(void)
-{
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
-        return (uint32_t)CPU_COUNT(&set);
-    const long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (uint32_t)n : 1u;
-}
 
 /* Copy the payload into the slot's own buffer (rows packed). */
 static dlc_status slot_copy(slot *sl, const uint8_t *data, size_t size, size_t row,
@@ -303,7 +287,7 @@ dlc_status dlc_build(const char *const *sources, size_t nsources, const char *ou
                      const dlc_build_options *opts_in, dlc_build_report **report_out)
 {
     dlc_status rc;
-    const double t0 = now_s();
+    const double t0 = dlc__now_s();
     dlc_build_options o;
     if (opts_in)
         o = *opts_in;
@@ -349,7 +333,7 @@ dlc_status dlc_build(const char *const *sources, size_t nsources, const char *ou
                   "of the member's file name)"
                 : "");
 
-    const uint32_t threads_want = o.threads ? o.threads : online_cores();
+    const uint32_t threads_want = o.threads ? o.threads : dlc__cpu_count();
     nworkers = threads_want < MAX_THREADS ? threads_want : MAX_THREADS;
     if (nworkers > src.count)
         nworkers = (uint32_t)src.count;
@@ -400,20 +384,20 @@ dlc_status dlc_build(const char *const *sources, size_t nsources, const char *ou
 
     /* The writer: items in order. A first progress call before any record
      * shows the total at once and lets a caller cancel at any point. */
-    dlc_build_progress prog = {.total = src.count, .seconds = now_s() - t0};
+    dlc_build_progress prog = {.total = src.count, .seconds = dlc__now_s() - t0};
     FAIL_IF(o.progress && o.progress(o.progress_user, &prog), DLC_ECANCELED,
             "%s: build canceled", out);
-    double next_progress = now_s() + PROGRESS_GAP;
+    double next_progress = dlc__now_s() + PROGRESS_GAP;
     for (size_t j = 0; j < p.n; j++) {
         slot *sl = &p.slots[j % p.window];
         pthread_mutex_lock(&p.mu);
         while (sl->state == SLOT_FREE) {
-            double now = now_s();
+            double now = dlc__now_s();
             if (now >= next_progress && o.progress) {
                 pthread_mutex_unlock(&p.mu);
                 prog.seconds = now - t0;
                 const int cancel = o.progress(o.progress_user, &prog);
-                next_progress = now_s() + PROGRESS_GAP;
+                next_progress = dlc__now_s() + PROGRESS_GAP;
                 FAIL_IF(cancel, DLC_ECANCELED, "%s: build canceled", out);
                 pthread_mutex_lock(&p.mu);
                 continue;
@@ -461,12 +445,12 @@ dlc_status dlc_build(const char *const *sources, size_t nsources, const char *ou
         pthread_cond_broadcast(&p.space);
         pthread_mutex_unlock(&p.mu);
 
-        const double now = now_s();
+        const double now = dlc__now_s();
         if (o.progress && now >= next_progress) {
             prog.seconds = now - t0;
             FAIL_IF(o.progress(o.progress_user, &prog), DLC_ECANCELED, "%s: build canceled",
                     out);
-            next_progress = now_s() + PROGRESS_GAP;
+            next_progress = dlc__now_s() + PROGRESS_GAP;
         }
     }
     atomic_store(&p.stop, 1);
@@ -490,7 +474,7 @@ dlc_status dlc_build(const char *const *sources, size_t nsources, const char *ou
     for (uint32_t l = 0; l < nl; l++)
         names[l] = dlc__source_label_name(&src, l, name_buf + (size_t)l * 24, 24);
     json = dlc__build_json(sources, nsources, &o, nworkers, src.count, rep->count, rep->skipped,
-                           now_s() - t0);
+                           dlc__now_s() - t0);
     FAIL_IF(!json, -ENOMEM, "build: out of memory");
     const dlc__store_meta meta = {
         .label_names = names,
@@ -509,7 +493,7 @@ dlc_status dlc_build(const char *const *sources, size_t nsources, const char *ou
     const dlc_store_info *info = dlc_store_get_info(store);
     rep->content_digest = info->content_digest;
     rep->file_bytes = info->file_bytes;
-    rep->seconds = now_s() - t0;
+    rep->seconds = dlc__now_s() - t0;
     rep->images_per_s = rep->seconds > 0 ? (double)src.count / rep->seconds : 0;
     if (o.progress) {
         prog.seconds = rep->seconds;
@@ -519,7 +503,7 @@ dlc_status dlc_build(const char *const *sources, size_t nsources, const char *ou
 
 fail:
     if (rc < 0 && rep) {
-        rep->seconds = now_s() - t0;
+        rep->seconds = dlc__now_s() - t0;
         rep->images_per_s = rep->seconds > 0 ? (double)rep->count / rep->seconds : 0;
     }
     atomic_store(&p.stop, 1);
@@ -541,9 +525,9 @@ fail:
         free(workers);
     }
     /* Keep the message of the failure: abort and cleanup must not replace it. */
-    char saved[1024];
+    dlc__errsave saved;
     if (rc < 0)
-        snprintf(saved, sizeof saved, "%s", dlc_errmsg());
+        dlc__err_save(&saved);
     dlc__store_writer_abort(wr);
     dlc_store_close(store);
     if (p.slots) {
@@ -563,7 +547,7 @@ fail:
     free(name_buf);
     dlc__source_free(&src);
     if (rc < 0)
-        dlc__errorf(rc, "%s", saved);
+        dlc__err_restore(&saved, rc);
     const int give_report = rc == DLC_OK || (keep_report && (rc == DLC_ENOIMAGES ||
                                                               rc == DLC_EDECODE));
     if (give_report && report_out)

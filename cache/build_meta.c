@@ -2,7 +2,7 @@
  * stale temporary files of dead builds, the report. */
 #include "build_internal.h"
 
-#include "internal.h"
+#include "common.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -11,7 +11,7 @@
  * so a stream of images of similar sizes allocates nothing after the first.
  */
 #include "image_internal.h"
-#include "internal.h"
+#include "common.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -31,7 +31,7 @@
  * Pillow's per-pixel loop.
  */
 #include "image_internal.h"
-#include "internal.h"
+#include "common.h"
 
 #include <math.h>
 #include <string.h>

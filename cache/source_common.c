@@ -1,7 +1,7 @@
 /* The source item list: storage, source dispatch, and reading an item. */
 #include "source.h"
 
-#include "internal.h"
+#include "common.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -24,7 +24,7 @@
  */
 #include "source.h"
 
-#include "internal.h"
+#include "common.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -11,7 +11,7 @@
  */
 #include "source.h"
 
-#include "internal.h"
+#include "common.h"
 
 #include <errno.h>
 #include <stdio.h>

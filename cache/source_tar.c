@@ -22,7 +22,7 @@
  */
 #include "source.h"
 
-#include "internal.h"
+#include "common.h"
 
 #include <errno.h>
 #include <fcntl.h>

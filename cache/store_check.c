@@ -13,7 +13,7 @@
  * a page starts with a 16-byte header {pgno u64, pad u16, flags u16,
  * lower u16, upper u16 | overflow page count u32}, then an array of u16 node
  * offsets; a node is {lo u16, hi u16, flags u16, ksize u16, key, data}. */
-#include "internal.h"
+#include "common.h"
 #include "store_format.h"
 
 #include <errno.h>

@@ -3,10 +3,12 @@
  * a change here is a format change and needs a new DLC_STORE_FORMAT_VERSION.
  *
  * Every multi-byte field is little-endian and is read and written with the
- * explicit byte-order helpers below, through memcpy: values inside the LMDB
+ * explicit byte-order helpers of common.h: values inside the LMDB
  * map have no alignment promise, so mapped bytes are never cast to a struct. */
 #ifndef DLCACHE_STORE_FORMAT_H
 #define DLCACHE_STORE_FORMAT_H
+
+#include "common.h"
 
 #include <dlcache/store.h>
 
@@ -85,35 +87,6 @@ typedef struct dlc__store_info_disk {
     uint64_t xxh3;           /**< off 96: XXH3_64bits(bytes 0..95). */
 } dlc__store_info_disk;
 _Static_assert(sizeof(dlc__store_info_disk) == DLC__INFO_SIZE, "the info block is 104 bytes");
-
-/* ---- Little-endian loads and stores on unaligned bytes. ---- */
-static inline uint16_t dlc__ld16(const uint8_t *p)
-{
-    return (uint16_t)(p[0] | (uint16_t)p[1] << 8);
-}
-static inline uint32_t dlc__ld32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-static inline uint64_t dlc__ld64(const uint8_t *p)
-{
-    return (uint64_t)dlc__ld32(p) | (uint64_t)dlc__ld32(p + 4) << 32;
-}
-static inline void dlc__st16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-static inline void dlc__st32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-static inline void dlc__st64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
 
 /* Record keys are big-endian so that byte order equals numeric order. */
 static inline void dlc__record_key(uint8_t key[DLC__KEY_SIZE], uint64_t index)

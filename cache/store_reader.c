@@ -1,6 +1,6 @@
 /* The store reader: open and check a store, lend records as views into the
  * LMDB map, verify checksums (include/dlcache/store.h, docs/FORMAT.md). */
-#include "internal.h"
+#include "common.h"
 #include "store_format.h"
 
 #include <errno.h>

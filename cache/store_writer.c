@@ -2,7 +2,7 @@
  * metadata, syncs, trims and renames (cache/store_writer.h). */
 #include "store_writer.h"
 
-#include "internal.h"
+#include "common.h"
 #include "store_format.h"
 
 #include <errno.h>
@@ -502,7 +502,6 @@ fail:
 static dlc_status seal_file(dlc__store_writer *w, uint64_t used)
 {
     dlc_status rc = DLC_OK;
-    int dfd = -1;
     const int fd = open(w->temp_path, O_RDWR | O_CLOEXEC);
     FAIL_IF(fd < 0, -errno, "%s: cannot reopen: %s", w->temp_path, strerror(errno));
     FAIL_IF(ftruncate(fd, (off_t)used) != 0, -errno, "%s: cannot trim to %" PRIu64 " bytes: %s",
@@ -518,14 +517,10 @@ static dlc_status seal_file(dlc__store_writer *w, uint64_t used)
      * absent), after it the new one, whole and synced. */
     FAIL_IF(rename(w->temp_path, w->final_path) != 0, -errno, "%s: cannot rename to %s: %s",
             w->temp_path, w->final_path, strerror(errno));
-    dfd = open(w->dir_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     /* Without this fsync a crash could forget the rename itself. */
-    FAIL_IF(dfd < 0 || fsync(dfd) != 0, -errno, "%s: fsync of the directory: %s", w->dir_path,
-            strerror(errno));
+    CHECK(dlc__fsync_dir(w->final_path));
 
 fail:
-    if (dfd >= 0)
-        close(dfd);
     if (fd >= 0)
         close(fd);
     return rc;

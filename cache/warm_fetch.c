@@ -3,7 +3,7 @@
  * response checked (status, Content-Range, ETag, length), failures retried
  * with backoff, and completed chunks journaled by a thread of their own once
  * their bytes are synced. */
-#include "internal.h"
+#include "common.h"
 #include "warm_internal.h"
 
 #include <errno.h>
@@ -224,7 +224,7 @@ static void *sync_main(void *arg)
     syncer *s = arg;
     dlc__warm_fetch_job *job = s->job;
     size_t nbatch = 0;
-    double last_sync = dlc__warm_now();
+    double last_sync = dlc__now_s();
     pthread_mutex_lock(&s->mu);
     for (;;) {
         while (s->npending == 0 && nbatch == 0 && !s->stop)
@@ -245,9 +245,9 @@ static void *sync_main(void *arg)
         }
         nbatch += n;
         const double due = last_sync + SYNC_INTERVAL_S;
-        if (!stopping && dlc__warm_now() < due) {
+        if (!stopping && dlc__now_s() < due) {
             pthread_mutex_lock(&s->mu);
-            const double wait = due - dlc__warm_now();
+            const double wait = due - dlc__now_s();
             if (wait > 0 && !s->stop) {
                 struct timespec ts;
                 clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -267,7 +267,7 @@ static void *sync_main(void *arg)
             rc = dlc__warm_journal_append(job->journal_fd, job->journal_path, job->jid, s->batch,
                                           nbatch);
         nbatch = 0;
-        last_sync = dlc__warm_now();
+        last_sync = dlc__now_s();
         pthread_mutex_lock(&s->mu);
         if (rc < 0 && s->rc == DLC_OK) {
             s->rc = rc;
@@ -385,7 +385,7 @@ static int want_cancel(dlc__warm_fetch_job *job, const xfer *xs, size_t nx, doub
     const dlc_warm_options *opt = job->opt;
     if (!opt->progress)
         return 0;
-    const double now = dlc__warm_now();
+    const double now = dlc__now_s();
     if (now - *last < 0.1)
         return 0;
     *last = now;
@@ -422,7 +422,7 @@ dlc_status dlc__warm_fetch(dlc__warm_fetch_job *job)
     syncer sy;
     memset(&sy, 0, sizeof sy);
     int sync_started = 0;
-    uint64_t rng = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^ (uint64_t)(dlc__warm_now() * 1e9);
+    uint64_t rng = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^ (uint64_t)(dlc__now_s() * 1e9);
     FAIL_IF(!m || !xs, -ENOMEM, "warm: out of memory");
     curl_multi_setopt(m, CURLMOPT_MAX_HOST_CONNECTIONS, (long)nx);
     for (size_t i = 0; i < nx; i++) {
@@ -460,7 +460,7 @@ dlc_status dlc__warm_fetch(dlc__warm_fetch_job *job)
     uint64_t next = 0; /* Next chunk index to look at for assignment. */
     double last_progress = 0.0;
     while (missing > 0) {
-        const double now = dlc__warm_now();
+        const double now = dlc__now_s();
         for (size_t i = 0; i < nx; i++) {
             xfer *x = &xs[i];
             if (x->active)
@@ -531,7 +531,7 @@ dlc_status dlc__warm_fetch(dlc__warm_fetch_job *job)
                 goto fail;
             }
             const double delay = dlc__warm_backoff(x->attempts, &rng);
-            x->retry_at = dlc__warm_now() + delay;
+            x->retry_at = dlc__now_s() + delay;
             dlc__logf(opt->log, opt->log_user, DLC_LOG_WARN,
                       "%s: bytes %" PRIu64 "-%" PRIu64 ": %s; retry %u in %.2f s", job->src->shown,
                       x->start, x->end, why, x->attempts, delay);
@@ -548,7 +548,7 @@ dlc_status dlc__warm_fetch(dlc__warm_fetch_job *job)
         /* Sleep until a socket is ready, a retry is due, or 100 ms pass
          * (the progress callback's pace). */
         double wait = freed ? 0.0 : 0.1;
-        const double now2 = dlc__warm_now();
+        const double now2 = dlc__now_s();
         for (size_t i = 0; i < nx; i++)
             if (xs[i].assigned && !xs[i].active) {
                 const double d = xs[i].retry_at - now2;
@@ -601,7 +601,7 @@ dlc_status dlc__warm_probe(const dlc__warm_source *src, const dlc_warm_options *
     memset(obj, 0, sizeof *obj);
     const uint32_t max_retries = opt->max_retries ? opt->max_retries : DLC__WARM_DEFAULT_RETRIES;
     const uint64_t chunk = opt->chunk_size ? opt->chunk_size : DLC__WARM_DEFAULT_CHUNK;
-    uint64_t rng = (uint64_t)getpid() ^ (uint64_t)(dlc__warm_now() * 1e9);
+    uint64_t rng = (uint64_t)getpid() ^ (uint64_t)(dlc__now_s() * 1e9);
     xfer *x = calloc(1, sizeof *x);
     CURL *h = curl_easy_init();
     FAIL_IF(!x || !h, -ENOMEM, "warm: out of memory");

@@ -116,9 +116,6 @@ dlc_status dlc__warm_sidecar_write(const char *path, const dlc__warm_sidecar *sc
 /* Fill inode and mtime_ns from the file at @p dest; -errno when it is absent. */
 dlc_status dlc__warm_sidecar_stat(const char *dest, dlc__warm_sidecar *sc);
 
-/* fsync the directory holding @p path (so a rename or create is durable). */
-dlc_status dlc__warm_sync_dir(const char *path);
-
 /* What the first request learned about the object. */
 typedef struct dlc__warm_object {
     uint64_t size;
@@ -155,9 +152,6 @@ typedef struct dlc__warm_fetch_job {
 /* Fetch every missing chunk, journaling each after its bytes are synced.
  * On failure the chunks completed so far stay journaled (resumable). */
 dlc_status dlc__warm_fetch(dlc__warm_fetch_job *job);
-
-/* Seconds on the monotonic clock. */
-double dlc__warm_now(void);
 
 /* Backoff before attempt @p attempt (1, 2, ...): exponential from 0.1 s,
  * capped at 5 s, with "equal jitter" (half fixed, half random) drawn from

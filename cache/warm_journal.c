@@ -2,13 +2,12 @@
  * Both are small files beside the destination; both are written so that a
  * crash at any point leaves something that is either right or detectably
  * wrong (and then ignored), never something that lies. */
-#include "internal.h"
+#include "common.h"
 #include "warm_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,20 +17,6 @@
 
 static const char journal_magic[8] = {'D', 'L', 'C', 'W', 'A', 'R', 'M', '1'};
 enum { JOURNAL_HEADER = 40, JOURNAL_RECORD = 16 };
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
 
 uint64_t dlc__warm_journal_key(const char *source, const char *etag)
 {
@@ -43,35 +28,17 @@ uint64_t dlc__warm_journal_key(const char *source, const char *etag)
 static void header_bytes(const dlc__warm_journal_id *id, uint8_t h[JOURNAL_HEADER])
 {
     memcpy(h, journal_magic, 8);
-    put64(h + 8, id->size);
-    put64(h + 16, id->chunk_size);
-    put64(h + 24, id->id);
-    put64(h + 32, XXH3_64bits(h, 32));
+    dlc__st64(h + 8, id->size);
+    dlc__st64(h + 16, id->chunk_size);
+    dlc__st64(h + 24, id->id);
+    dlc__st64(h + 32, XXH3_64bits(h, 32));
 }
 
 static uint64_t record_check(const dlc__warm_journal_id *id, uint64_t chunk)
 {
     uint8_t b[8];
-    put64(b, chunk);
+    dlc__st64(b, chunk);
     return XXH3_64bits_withSeed(b, 8, id->id);
-}
-
-dlc_status dlc__warm_sync_dir(const char *path)
-{
-    char *copy = strdup(path);
-    if (!copy)
-        return -ENOMEM;
-    const char *dir = dirname(copy);
-    const int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    dlc_status rc = DLC_OK;
-    if (fd < 0)
-        rc = dlc__errorf(-errno, "%s: cannot open directory to sync: %s", dir, strerror(errno));
-    else if (fsync(fd) < 0 && errno != EINVAL)
-        rc = dlc__errorf(-errno, "%s: fsync of directory: %s", dir, strerror(errno));
-    if (fd >= 0)
-        close(fd);
-    free(copy);
-    return rc;
 }
 
 static dlc_status write_all(int fd, const void *p, size_t n, off_t off, const char *path)
@@ -112,8 +79,8 @@ dlc_status dlc__warm_journal_open(const char *path, const dlc__warm_journal_id *
             FAIL_IF(pread(fd, buf, len, 0) != (ssize_t)len, -EIO, "%s: short read", path);
             size_t off = JOURNAL_HEADER;
             for (; off + JOURNAL_RECORD <= len; off += JOURNAL_RECORD) {
-                const uint64_t chunk = get64(buf + off);
-                if (chunk >= nchunks || get64(buf + off + 8) != record_check(id, chunk))
+                const uint64_t chunk = dlc__ld64(buf + off);
+                if (chunk >= nchunks || dlc__ld64(buf + off + 8) != record_check(id, chunk))
                     break; /* A torn append: everything after it is unsynced. */
                 if (!done[chunk]) {
                     done[chunk] = 1;
@@ -139,7 +106,7 @@ dlc_status dlc__warm_journal_open(const char *path, const dlc__warm_journal_id *
     header_bytes(id, h);
     CHECK(write_all(fd, h, sizeof h, 0, path));
     FAIL_IF(fdatasync(fd) < 0, -errno, "%s: fdatasync: %s", path, strerror(errno));
-    CHECK(dlc__warm_sync_dir(path));
+    CHECK(dlc__fsync_dir(path));
     *fd_out = fd;
     return DLC_OK;
 fail:
@@ -160,8 +127,8 @@ dlc_status dlc__warm_journal_append(int fd, const char *path, const dlc__warm_jo
     while (n > 0) {
         const size_t k = n < 64 ? n : 64;
         for (size_t i = 0; i < k; i++) {
-            put64(rec + i * JOURNAL_RECORD, chunks[i]);
-            put64(rec + i * JOURNAL_RECORD + 8, record_check(id, chunks[i]));
+            dlc__st64(rec + i * JOURNAL_RECORD, chunks[i]);
+            dlc__st64(rec + i * JOURNAL_RECORD + 8, record_check(id, chunks[i]));
         }
         const dlc_status rc = write_all(fd, rec, k * JOURNAL_RECORD, off, path);
         if (rc < 0)
@@ -250,7 +217,7 @@ dlc_status dlc__warm_sidecar_write(const char *path, const dlc__warm_sidecar *sc
     close(fd);
     fd = -1;
     FAIL_IF(rename(tmp, path) < 0, -errno, "%s: rename: %s", path, strerror(errno));
-    return dlc__warm_sync_dir(path);
+    return dlc__fsync_dir(path);
 fail:
     if (fd >= 0) {
         close(fd);

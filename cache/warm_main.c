@@ -1,6 +1,6 @@
 /* dlc_warm(): lock, look for a complete copy, probe, resume or start the
  * download, verify the store, and publish it under its final name. */
-#include "internal.h"
+#include "common.h"
 #include "warm_internal.h"
 
 #include <dlcache/store.h>
@@ -72,7 +72,7 @@ static int on_verify(void *user, const dlc_verify_progress *vp)
     verify_ctx *v = user;
     if (!v->opt->progress || vp->bad_status != 0)
         return 0;
-    const double now = dlc__warm_now();
+    const double now = dlc__now_s();
     if (now - v->last < 0.1 && vp->done != vp->total)
         return 0;
     v->last = now;
@@ -139,7 +139,7 @@ static dlc_status publish(const char *dest, const paths *p, int fd, const dlc__w
         return dlc__errorf(-errno, "%s: fsync: %s", p->part, strerror(errno));
     if (rename(p->part, dest) < 0)
         return dlc__errorf(-errno, "%s: rename to %s: %s", p->part, dest, strerror(errno));
-    dlc_status rc = dlc__warm_sync_dir(dest);
+    dlc_status rc = dlc__fsync_dir(dest);
     if (rc < 0)
         return rc;
     dlc__warm_sidecar sc;
@@ -168,7 +168,7 @@ dlc_status dlc_warm(const char *url, const char *dest, const dlc_warm_options *o
         dlc_warm_options_init(&opt);
     dlc_warm_result r;
     memset(&r, 0, sizeof r);
-    const double t0 = dlc__warm_now();
+    const double t0 = dlc__now_s();
     dlc__warm_source src;
     memset(&src, 0, sizeof src);
     paths *p = NULL;
@@ -304,9 +304,9 @@ dlc_status dlc_warm(const char *url, const char *dest, const dlc_warm_options *o
     if (!(opt.flags & DLC_WARM_NO_VERIFY)) {
         FAIL_IF(fdatasync(part_fd) < 0, -errno, "%s: fdatasync: %s", p->part, strerror(errno));
         verify_ctx v = {.opt = &opt, .size = obj.size, .downloaded = job.downloaded, .t0 = t0};
-        const double tv = dlc__warm_now();
+        const double tv = dlc__now_s();
         rc = verify_store(p->part, &src, &v);
-        r.verify_seconds = dlc__warm_now() - tv;
+        r.verify_seconds = dlc__now_s() - tv;
         if (rc == DLC_ECORRUPT) {
             /* Bad bytes: the rerun must fetch them again, not trust them. */
             unlink(p->part);
@@ -319,7 +319,7 @@ dlc_status dlc_warm(const char *url, const char *dest, const dlc_warm_options *o
     CHECK(publish(dest, p, part_fd, &src, &obj));
 
 done:
-    r.seconds = dlc__warm_now() - t0;
+    r.seconds = dlc__now_s() - t0;
     if (opt.progress) {
         dlc_warm_progress pr = {.total = r.bytes,
                                 .done = r.bytes,
@@ -331,7 +331,7 @@ done:
     rc = DLC_OK;
 fail:
     if (rc < 0)
-        r.seconds = dlc__warm_now() - t0;
+        r.seconds = dlc__now_s() - t0;
     /* A full disk leaves nothing worth keeping wherever it struck (the journal's header, the
      * sync before publishing), not only during the fetch: the partial file would hold on to the
      * space the user must free. part_fd >= 0 means this call holds the lock and made the part

@@ -1,7 +1,7 @@
 /* Where the bytes of a warm source live and how requests for them are
  * authorized: s3:// (SigV4 by libcurl), gs:// (bearer token) and plain URLs.
  * Also the small parsers shared by the probe and the fetcher. */
-#include "internal.h"
+#include "common.h"
 #include "warm_internal.h"
 
 #include <ctype.h>
@@ -12,13 +12,6 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
-
-double dlc__warm_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 double dlc__warm_backoff(unsigned attempt, uint64_t *rng)
 {

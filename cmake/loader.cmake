@@ -3,7 +3,7 @@
 # plain program. It carries the "threads" label, so tests/run_all.sh runs it under TSan too.
 if(DLCACHE_TESTS AND TARGET dlc_loader AND EXISTS ${PROJECT_SOURCE_DIR}/tests/loader/loader_stress.c)
   add_executable(loader_stress ${PROJECT_SOURCE_DIR}/tests/loader/loader_stress.c)
-  target_link_libraries(loader_stress PRIVATE dlc_loader PkgConfig::XXHASH)
+  target_link_libraries(loader_stress PRIVATE dlc_loader PkgConfig::XXHASH dlc_test_headers)
   set_target_properties(loader_stress PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   add_test(NAME loader_stress COMMAND loader_stress)
   set_tests_properties(loader_stress PROPERTIES LABELS "unit;threads" TIMEOUT 600)

@@ -4,5 +4,5 @@
 # (Python's lmdb module, mdb_stat). Only for tests; not installed.
 if(TARGET dlc_store AND DLCACHE_TESTS)
   add_executable(store_fixture ${PROJECT_SOURCE_DIR}/tests/e2e/store_fixture.c)
-  target_link_libraries(store_fixture PRIVATE dlc_store)
+  target_link_libraries(store_fixture PRIVATE dlc_store dlc_test_headers)
 endif()

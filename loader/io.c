@@ -11,18 +11,10 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #define IO_ALIGN 4096u
 #define RING_ENTRIES 256u
-
-uint64_t dlc__now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* Bytes the page cache can still take, from MemAvailable in /proc/meminfo; 0 when unknown. */
 static uint64_t mem_available(void)

@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include <xxhash.h>
 
 void dlc_loader_config_init(dlc_loader_config *c)
@@ -235,8 +234,8 @@ dlc_status dlc_loader_open(const char *path, const dlc_loader_config *config, dl
     sync_made = 1;
     uint32_t threads = cfg.threads;
     if (!threads) {
-        const long n = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = n > 0 ? (uint32_t)(n < 256 ? n : 256) : 1;
+        threads = dlc__cpu_count();
+        threads = threads < 256 ? threads : 256;
     }
     l->nworkers = threads;
     l->workers = calloc(threads, sizeof *l->workers);
@@ -270,12 +269,12 @@ fail:
     free(labels);
     if (l) {
         /* Keep the failure's message: closing must not overwrite it. */
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", dlc_errmsg());
+        dlc__errsave es;
+        dlc__err_save(&es);
         if (sync_made)
             stop_threads(l);
         dlc_loader_close(l);
-        dlc__errorf(rc, "%s", msg);
+        dlc__err_restore(&es, rc);
     }
     return rc;
 }
@@ -421,34 +420,6 @@ dlc_status dlc_loader_set_epoch(dlc_loader *l, uint64_t epoch)
 #define STATE_MAGIC 0x31545344434c44ull /* "DLCDST1" + NUL, little-endian. */
 #define STATE_VERSION 1u
 
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++)
-        v |= (uint32_t)p[i] << (8 * i);
-    return v;
-}
-
 /* Layout (little-endian): magic u64 | version u32 | sampler u32 | seed u64 | epoch u64 |
  * position u64 | store count u64 | epoch length u64 | XXH3-64 of bytes 0..55. */
 _Static_assert(DLC_LOADER_STATE_SIZE == 64, "the state layout fills 64 bytes");
@@ -470,16 +441,16 @@ dlc_status dlc_loader_state_save(const dlc_loader *l, uint8_t buf[DLC_LOADER_STA
     } else {
         pos = sh->start + l->cons_next * sh->batch * sh->world;
     }
-    put64(buf + 0, STATE_MAGIC);
-    put32(buf + 8, STATE_VERSION);
-    put32(buf + 12, l->sampler.kind);
-    put64(buf + 16, l->sampler.seed);
-    put64(buf + 24, l->sampler.epoch);
-    put64(buf + 32, pos);
-    put64(buf + 40, l->info->count);
-    put64(buf + 48, l->sampler.len);
+    dlc__st64(buf + 0, STATE_MAGIC);
+    dlc__st32(buf + 8, STATE_VERSION);
+    dlc__st32(buf + 12, l->sampler.kind);
+    dlc__st64(buf + 16, l->sampler.seed);
+    dlc__st64(buf + 24, l->sampler.epoch);
+    dlc__st64(buf + 32, pos);
+    dlc__st64(buf + 40, l->info->count);
+    dlc__st64(buf + 48, l->sampler.len);
     pthread_mutex_unlock(&m->mu);
-    put64(buf + 56, XXH3_64bits(buf, 56));
+    dlc__st64(buf + 56, XXH3_64bits(buf, 56));
     return DLC_OK;
 }
 
@@ -492,32 +463,32 @@ dlc_status dlc_loader_state_restore(dlc_loader *l, const void *buf, size_t size)
         return dlc__errorf(DLC_EINVAL, "%s: loader state: %zu bytes, expected %u", l->path, size,
                            DLC_LOADER_STATE_SIZE);
     const uint8_t *p = buf;
-    if (get64(p) != STATE_MAGIC)
+    if (dlc__ld64(p) != STATE_MAGIC)
         return dlc__errorf(DLC_EINVAL, "%s: loader state: bad magic", l->path);
-    if (get64(p + 56) != XXH3_64bits(p, 56))
+    if (dlc__ld64(p + 56) != XXH3_64bits(p, 56))
         return dlc__errorf(DLC_EINVAL, "%s: loader state: checksum mismatch", l->path);
-    if (get32(p + 8) != STATE_VERSION)
+    if (dlc__ld32(p + 8) != STATE_VERSION)
         return dlc__errorf(DLC_EINVAL, "%s: loader state: version %u, this library reads %u",
-                           l->path, get32(p + 8), STATE_VERSION);
-    if (get32(p + 12) != l->sampler.kind)
+                           l->path, dlc__ld32(p + 8), STATE_VERSION);
+    if (dlc__ld32(p + 12) != l->sampler.kind)
         return dlc__errorf(DLC_EINVAL, "%s: loader state: saved with sampler %u, this loader uses %u",
-                           l->path, get32(p + 12), l->sampler.kind);
-    if (get64(p + 40) != l->info->count)
+                           l->path, dlc__ld32(p + 12), l->sampler.kind);
+    if (dlc__ld64(p + 40) != l->info->count)
         return dlc__errorf(DLC_EINVAL,
                            "%s: loader state: saved for a store of %llu records, this one has %llu",
-                           l->path, (unsigned long long)get64(p + 40),
+                           l->path, (unsigned long long)dlc__ld64(p + 40),
                            (unsigned long long)l->info->count);
-    if (get64(p + 48) != l->sampler.len)
+    if (dlc__ld64(p + 48) != l->sampler.len)
         return dlc__errorf(DLC_EINVAL,
                            "%s: loader state: an epoch of %llu samples, this loader's has %llu",
-                           l->path, (unsigned long long)get64(p + 48),
+                           l->path, (unsigned long long)dlc__ld64(p + 48),
                            (unsigned long long)l->sampler.len);
-    const uint64_t pos = get64(p + 32);
+    const uint64_t pos = dlc__ld64(p + 32);
     /* Padding can take a position past the epoch's length by less than a world size. */
     if (pos > l->sampler.len + UINT32_MAX)
         return dlc__errorf(DLC_EINVAL, "%s: loader state: position %llu is beyond the epoch",
                            l->path, (unsigned long long)pos);
-    dlc__pipeline_reset(l, get64(p + 16), get64(p + 24), pos);
+    dlc__pipeline_reset(l, dlc__ld64(p + 16), dlc__ld64(p + 24), pos);
     return DLC_OK;
 }
 

@@ -1,26 +1,11 @@
 /* The epoch's order and the rank's share of it: pure functions of (seed, epoch, position, rank,
  * world), computed per position in O(1) time and memory so that a 1.3M-record store's first batch
  * needs no per-epoch permutation array. */
-#include "internal.h"
+#include "sampler.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-
-uint64_t dlc__rng_below(dlc__rng *r, uint64_t n)
-{
-    /* Lemire's multiply-shift with rejection: unbiased, and rejects almost never. */
-    unsigned __int128 m = (unsigned __int128)dlc__rng_next(r) * n;
-    uint64_t low = (uint64_t)m;
-    if (low < n) {
-        const uint64_t threshold = -n % n;
-        while (low < threshold) {
-            m = (unsigned __int128)dlc__rng_next(r) * n;
-            low = (uint64_t)m;
-        }
-    }
-    return (uint64_t)(m >> 64);
-}
 
 /* ---- Feistel permutation ---- */
 

@@ -148,7 +148,7 @@ typedef struct bench_sync {
     pthread_barrier_t start;
     atomic_int stop;   /* set by the main thread when the window is over */
     atomic_int failed; /* a worker hit an error and reported it */
-    double t0;         /* tool_now() when the window opened */
+    double t0;         /* dlc__now_s() when the window opened */
 } bench_sync;
 
 /* Start @p n threads running @p fn on args[i], open the window when all are
@@ -171,12 +171,12 @@ static double run_window(int n, void *(*fn)(void *), void *args, size_t arg_size
             exit(1);
         }
     }
-    sync->t0 = tool_now();
+    sync->t0 = dlc__now_s();
     pthread_barrier_wait(&sync->start);
     if (seconds > 0) {
         /* Sleep in short steps so a failing worker ends the window early. */
         while (!atomic_load(&sync->failed)) {
-            const double left = sync->t0 + seconds - tool_now();
+            const double left = sync->t0 + seconds - dlc__now_s();
             if (left <= 0)
                 break;
             usleep(left > 0.05 ? 50000 : (useconds_t)(left * 1e6) + 1);
@@ -185,7 +185,7 @@ static double run_window(int n, void *(*fn)(void *), void *args, size_t arg_size
     }
     for (int i = 0; i < n; i++)
         pthread_join(tids[i], NULL);
-    const double elapsed = tool_now() - sync->t0;
+    const double elapsed = dlc__now_s() - sync->t0;
     pthread_barrier_destroy(&sync->start);
     free(tids);
     return elapsed;
@@ -383,7 +383,7 @@ static void *decode_worker(void *p)
             break;
         /* Passes are whole: the window may only close where a pass begins, so
          * that every image weighs the same in the result. */
-        if (k % n == 0 && k > 0 && tool_now() - sh->sync.t0 >= sh->min_seconds) {
+        if (k % n == 0 && k > 0 && dlc__now_s() - sh->sync.t0 >= sh->min_seconds) {
             uint_fast64_t cur = atomic_load(&sh->limit);
             while (k < cur && !atomic_compare_exchange_weak(&sh->limit, &cur, k)) {
             }
@@ -975,7 +975,7 @@ static double prewarm_store(const dlc_store *store, uint64_t *resident_before)
     if (*resident_before >= info->file_bytes ||
         (pages > 0 && page > 0 && info->file_bytes > (uint64_t)pages * (uint64_t)page / 2))
         return 0;
-    const double t0 = tool_now();
+    const double t0 = dlc__now_s();
     const int fd = dlc_store_fd(store);
     const size_t chunk = (size_t)4 << 20;
     uint8_t *buf = malloc(chunk);
@@ -986,7 +986,7 @@ static double prewarm_store(const dlc_store *store, uint64_t *resident_before)
             break;
     }
     free(buf);
-    return tool_now() - t0;
+    return dlc__now_s() - t0;
 }
 
 typedef struct load_opts {
@@ -1167,15 +1167,15 @@ static int measure_loader(const load_opts *o, loader_result *res)
     dlc_loader *l = NULL;
     dlc_batch b;
     memory_now(&res->rss_open, &res->anon_open);
-    const double t0 = tool_now();
+    const double t0 = dlc__now_s();
     dlc_status rc = dlc_loader_open(o->store, &o->cfg, &l);
-    res->open_seconds = tool_now() - t0;
+    res->open_seconds = dlc__now_s() - t0;
     if (rc != DLC_OK) {
         tool_report(TOOL, rc, "opening the loader");
         goto fail;
     }
     rc = dlc_loader_next(l, &b);
-    res->first_batch_seconds = tool_now() - t0;
+    res->first_batch_seconds = dlc__now_s() - t0;
     if (rc == DLC_END) {
         fprintf(stderr, TOOL ": error: %s: epoch %llu has no batch for rank %u\n", o->store,
                 (unsigned long long)o->cfg.epoch, o->cfg.rank);
@@ -1195,11 +1195,11 @@ static int measure_loader(const load_opts *o, loader_result *res)
     uint64_t epoch = o->cfg.epoch;
     tool_progress prog;
     tool_progress_init(&prog, 4);
-    const double w0 = tool_now();
+    const double w0 = dlc__now_s();
     for (;;) {
         if (o->batches && res->batches >= o->batches)
             break;
-        if (!o->batches && !o->epochs && tool_now() - w0 >= o->seconds)
+        if (!o->batches && !o->epochs && dlc__now_s() - w0 >= o->seconds)
             break;
         rc = dlc_loader_next(l, &b);
         if (rc == DLC_END) {
@@ -1224,9 +1224,9 @@ static int measure_loader(const load_opts *o, loader_result *res)
         res->bytes += b.bytes;
         tool_progress_line(&prog, 0, "load: %llu batches, %.0f samples/s",
                            (unsigned long long)res->batches,
-                           (double)res->samples / (tool_now() - w0));
+                           (double)res->samples / (dlc__now_s() - w0));
     }
-    res->seconds = tool_now() - w0;
+    res->seconds = dlc__now_s() - w0;
     tool_progress_end(&prog);
     memory_now(&res->rss_end, &res->anon_end);
     dlc_loader_get_stats(l, &res->stats);

@@ -265,7 +265,7 @@ static int on_verify(void *user, const dlc_verify_progress *p)
         v->bad[v->nbad++] = p->bad_index;
         return 0;
     }
-    const double dt = tool_now() - v->t0;
+    const double dt = dlc__now_s() - v->t0;
     char eta[32];
     const double rate = dt > 0 ? (double)p->done / dt : 0;
     tool_human_seconds(rate > 0 ? (double)(p->total - p->done) / rate : -1, eta, sizeof eta);
@@ -431,7 +431,7 @@ int main(int argc, char **argv)
     dlc_status vrc = DLC_OK;
     if (verify) {
         tool_progress_init(&v.pg, 10);
-        v.t0 = tool_now();
+        v.t0 = dlc__now_s();
         vrc = dlc_store_verify(s, on_verify, &v, &nbad);
         tool_progress_end(&v.pg);
         if (vrc < 0)

@@ -66,13 +66,12 @@ typedef struct job {
     char err[1200];      /* its message */
 } job;
 
-/* splitmix64: a tiny, well-mixed generator; one stream per image. */
+/* splitmix64 as a sequential generator: one stream per image. */
 static uint64_t mix64(uint64_t *s)
 {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    const uint64_t z = dlc__mix64(*s);
+    *s += 0x9e3779b97f4a7c15ull;
+    return z;
 }
 
 /* Uniform in [0, 1). */
@@ -437,7 +436,7 @@ int main(int argc, char **argv)
         return 2;
     }
 
-    const double t0 = tool_now();
+    const double t0 = dlc__now_s();
     int status = 1;
     photo *photos = calloc(classes, sizeof *photos);
     job *jobs = calloc(threads, sizeof *jobs);
@@ -498,7 +497,7 @@ int main(int argc, char **argv)
         char hb[32];
         printf(TOOL ": wrote %llu images in %llu classes to %s/train (%s, %.1f s, seed %llu)\n",
                (unsigned long long)count, (unsigned long long)classes, outdir,
-               tool_human_bytes(bytes, hb, sizeof hb), tool_now() - t0,
+               tool_human_bytes(bytes, hb, sizeof hb), dlc__now_s() - t0,
                (unsigned long long)seed);
     }
 out:

@@ -5,15 +5,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
-
-double tool_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 int tool_parse_u64(const char *s, uint64_t max, uint64_t *out)
 {
@@ -109,7 +101,7 @@ void tool_progress_line(tool_progress *p, int force, const char *fmt, ...)
 {
     if (!p->tty)
         return;
-    const double now = tool_now();
+    const double now = dlc__now_s();
     if (!force && p->drawn && now - p->last < p->min_gap)
         return;
     p->last = now;

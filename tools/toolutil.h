@@ -1,14 +1,14 @@
-/* Shared by the command-line tools: clocks, sizes, progress lines, JSON
- * output and error reports. Tools use only the public headers and this. */
+/* Shared by the command-line tools: sizes, progress lines, JSON output and
+ * error reports. Tools use the public headers, this, and the library's common
+ * part (common.h: clock, core count, random streams) for plumbing. */
 #ifndef DLCACHE_TOOLUTIL_H
 #define DLCACHE_TOOLUTIL_H
+
+#include "common.h"
 
 #include <dlcache/status.h>
 
 #include <stdio.h>
-
-/* Monotonic seconds. */
-double tool_now(void);
 
 /* Parse "123", "4K", "64M", "2G", "1T" (powers of 1024; a trailing "B" or
  * "iB" is accepted). Returns 0 on success, -1 on a malformed value. */
@@ -31,7 +31,7 @@ void tool_report(const char *tool, dlc_status rc, const char *what);
  * summary line at the end). */
 typedef struct tool_progress {
     int tty;        /* stderr is a terminal */
-    double last;    /* tool_now() of the last redraw */
+    double last;    /* dlc__now_s() of the last redraw */
     double min_gap; /* seconds between redraws */
     int drawn;      /* a line is on screen and must be ended */
 } tool_progress;

@@ -4,7 +4,7 @@
 #ifndef DLCACHE_TEST_STORE_UTIL_H
 #define DLCACHE_TEST_STORE_UTIL_H
 
-#include "../../cache/store_writer.h"
+#include "store_writer.h"
 
 #include <dlcache/store.h>
 

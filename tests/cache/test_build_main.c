@@ -3,7 +3,7 @@
  * stops, nothing is replaced without force, a cancel leaves nothing behind.
  *
  * dlc-test-label: threads (the build runs worker threads; TSan checks them). */
-#include "../../cache/source.h"
+#include "source.h"
 #include "build_test_util.h"
 
 #include <dlcache/build.h>

@@ -1,7 +1,7 @@
 /* Tests of the Pillow-compatible resampler (cache/image_resize.c). */
 #include <dlcache/image.h>
 
-#include "../../cache/image_internal.h"
+#include "image_internal.h"
 
 #include <criterion/criterion.h>
 #include <math.h>

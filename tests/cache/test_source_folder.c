@@ -2,7 +2,7 @@
  * torchvision.datasets.ImageFolder gives them (sorted class folders, a
  * sorted walk of each class folder including subfolders and folder links,
  * torchvision's extension list, case-insensitive). */
-#include "../../cache/source.h"
+#include "source.h"
 #include "build_test_util.h"
 
 #include <dlcache/status.h>

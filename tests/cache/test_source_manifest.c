@@ -1,6 +1,6 @@
 /* The manifest reader: PATH<TAB>LABEL lines, paths relative to the manifest,
  * comments, and errors that name the manifest and the line. */
-#include "../../cache/source.h"
+#include "source.h"
 #include "build_test_util.h"
 
 #include <dlcache/status.h>

@@ -2,7 +2,7 @@
  * dialects (ustar prefix, GNU long names, pax paths, base-256 sizes), and
  * damaged shards. The shards are written byte by byte here, so each odd
  * header is exactly what the test says. */
-#include "../../cache/source.h"
+#include "source.h"
 #include "build_test_util.h"
 
 #include <dlcache/status.h>

@@ -5,7 +5,7 @@
  * cancel keeps the partial file for a rerun; a 404, a corrupt store and a
  * server without ranges behave as documented; gs:// sends the bearer token.
  * This is the part of the warm code that the unit tests run under ASan. */
-#include "../../cache/warm_internal.h"
+#include "warm_internal.h"
 #include "store_test_util.h"
 
 #include <criterion/criterion.h>

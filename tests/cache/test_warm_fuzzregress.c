@@ -1,7 +1,7 @@
 /* What fuzz_warm found in the warm part's parsers, as plain tests that run in the normal and
  * ASan builds: a Content-Range whose start is UINT64_MAX, and URLs whose first "://" lies in the
  * path or query, whose query the redactor used to copy out. */
-#include "../../cache/warm_internal.h"
+#include "warm_internal.h"
 
 #include <criterion/criterion.h>
 #include <string.h>

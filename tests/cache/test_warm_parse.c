@@ -1,7 +1,7 @@
 /* The warm part's small pieces: Content-Range parsing, URL redaction and
  * encoding, error-body descriptions, retry classes, backoff bounds, the
  * resume journal (torn tails, foreign headers) and the sidecar. */
-#include "../../cache/warm_internal.h"
+#include "warm_internal.h"
 
 #include <criterion/criterion.h>
 #include <fcntl.h>

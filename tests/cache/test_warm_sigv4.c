@@ -5,7 +5,7 @@
  * test's own; the Authorization header is read both from libcurl's debug
  * callback and from what the server received. Also the S3 and GCS URL
  * resolution from the environment. */
-#include "../../cache/warm_internal.h"
+#include "warm_internal.h"
 
 #include <criterion/criterion.h>
 #include <netinet/in.h>

@@ -140,8 +140,17 @@ for calls in pwrite fdatasync fsync fallocate rename write; do
         rm -f "$tmp/fault.log"
         warm "$gs_url" DLC_FAULT_CALLS=$calls DLC_FAULT_PATH="$out/" DLC_FAULT_AT=$at \
             DLC_FAULT_STICKY=1 DLC_FAULT_ERRNO=$e DLC_FAULT_LOG="$tmp/fault.log" LD_PRELOAD="$FI"
-        grep -q "^fault " "$tmp/fault.log" || fail "$calls at $at: no fault was injected"
         what="$calls call $at of $n ($e)"
+        if ! grep -q "^fault " "$tmp/fault.log"; then
+            # How many pieces libcurl hands over, and so how many pwrite calls a download makes,
+            # depends on how the bytes arrive: a run may make fewer calls than the counting run.
+            # Then nothing failed, and the download must simply be right.
+            [ "$at" != 1 ] || fail "$what: no fault was injected"
+            [ "$rc" = 0 ] || fail "$what: no fault was injected, yet exit $rc"
+            cmp "$dest" "$root/bkt/new.dlc" || fail "$what: no fault, and a wrong file"
+            note "$what: this run made fewer calls; it completed and is right"
+            continue
+        fi
         first_rc=$rc
         first_err="exit $rc: $(grep -v '^$' "$logs/$run.err" | tail -1)"
         if [ "$rc" = 0 ]; then

@@ -4,7 +4,7 @@
  * a shape that alternates between values stored inline in LMDB leaf pages and
  * values on overflow pages, and payload byte j = (31*i + 7*j + (j >> 9)) & 255.
  * Built by cmake/store.cmake; not installed. */
-#include "../../cache/store_writer.h"
+#include "store_writer.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -5,7 +5,7 @@
  * nowhere, and reading them must be a per-item skip, not a failure. */
 #include "fuzz_util.h"
 
-#include "../../cache/source.h"
+#include "source.h"
 
 #include <dlcache/build.h>
 

@@ -13,7 +13,7 @@
  * DLC_FUZZ_SEED_DIR set (tests/fuzz/make_seeds.sh does that). */
 #include "fuzz_util.h"
 
-#include "../../cache/store_writer.h"
+#include "store_writer.h"
 
 #include <dlcache/loader.h>
 

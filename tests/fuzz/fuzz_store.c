@@ -8,7 +8,7 @@
  * when it runs with DLC_FUZZ_SEED_DIR set (tests/fuzz/make_seeds.sh). */
 #include "fuzz_util.h"
 
-#include "../../cache/store_writer.h"
+#include "store_writer.h"
 
 #include <dlcache/store.h>
 

@@ -6,7 +6,7 @@
  * the scan fails with a message naming the shard and the offset. */
 #include "fuzz_util.h"
 
-#include "../../cache/source.h"
+#include "source.h"
 
 #include <errno.h>
 

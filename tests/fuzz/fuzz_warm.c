@@ -11,7 +11,7 @@
  * keeps no byte of its query string or password. */
 #include "fuzz_util.h"
 
-#include "../../cache/warm_internal.h"
+#include "warm_internal.h"
 
 #define JOURNAL_SOURCE "http://127.0.0.1/x"
 #define JOURNAL_ETAG "\"etag\""

@@ -3,8 +3,8 @@
 #ifndef DLC_TEST_LOADER_FIXTURE_H
 #define DLC_TEST_LOADER_FIXTURE_H
 
-#include "../../cache/store_writer.h"
-#include "../../loader/internal.h"
+#include "store_writer.h"
+#include "common.h"
 
 #include <criterion/criterion.h>
 #include <dlcache/image.h>

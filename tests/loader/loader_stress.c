@@ -3,8 +3,8 @@
  * drives the same pipeline paths (many workers, prefetch 1 and 8, resets mid-epoch, restore,
  * corrupt-record replacement, direct I/O) and checks that the bytes do not depend on threading.
  * Exit status 0 = pass. Run by ctest with the label "threads" (cmake/loader.cmake). */
-#include "../../cache/store_writer.h"
-#include "../../loader/internal.h"
+#include "store_writer.h"
+#include "common.h"
 
 #include <dlcache/loader.h>
 #include <dlcache/store.h>

@@ -7,8 +7,8 @@
  * and prefetch depth, which must then deliver exactly the batches the first one delivers;
  * loaders are closed mid-epoch with a batch lent. The random seed comes from DLC_STRESS_SEED
  * (default 1), so a failure replays. Exit status 0 = pass. */
-#include "../../cache/store_writer.h"
-#include "../../loader/internal.h"
+#include "store_writer.h"
+#include "common.h"
 
 #include <dlcache/loader.h>
 #include <dlcache/store.h>

@@ -1,6 +1,6 @@
 /* Crop parameters against torchvision's algorithms, the half-float conversion, and the one-pass
  * crop/flip/convert kernel against a straightforward reference. */
-#include "../../loader/internal.h"
+#include "augment.h"
 
 #include <criterion/criterion.h>
 

@@ -3,6 +3,7 @@
  * dlc-test-label: threads
  * (Under TSan, Criterion cannot start, Snaipe/Criterion#274; loader_stress.c drives the same
  * pipeline paths there as a plain program.) */
+#include "augment.h"
 #include "loader_fixture.h"
 
 #include <fcntl.h>

@@ -1,6 +1,6 @@
 /* The epoch's order and sharding: bijections, coverage across ranks, DistributedSampler's
  * padding, and weighted proportions. Pure functions: no store needed. */
-#include "../../loader/internal.h"
+#include "sampler.h"
 
 #include <criterion/criterion.h>
 

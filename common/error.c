@@ -1,5 +1,5 @@
 /* Status strings and the thread-local error detail shared by every part. */
-#include "internal.h"
+#include "common.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -67,4 +67,14 @@ void dlc__logf(dlc_log_fn log, void *user, dlc_log_level level, const char *fmt,
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
     log(user, level, line);
+}
+
+void dlc__err_save(dlc__errsave *es)
+{
+    snprintf(es->msg, sizeof es->msg, "%s", dlc__msg);
+}
+
+dlc_status dlc__err_restore(const dlc__errsave *es, dlc_status status)
+{
+    return dlc__errorf(status, "%s", es->msg);
 }

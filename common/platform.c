@@ -1,0 +1,55 @@
+/* The monotonic clock, the usable core count and directory syncs. */
+#include "common.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+uint64_t dlc__now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+double dlc__now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+uint32_t dlc__cpu_count(void)
+{
+    /* The affinity mask, not the online count: under taskset, cgroups' cpusets or a container
+     * the process may use fewer cores than the machine has. */
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return (uint32_t)CPU_COUNT(&set);
+    const long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (uint32_t)n : 1u;
+}
+
+dlc_status dlc__fsync_dir(const char *path)
+{
+    char *copy = strdup(path);
+    if (!copy)
+        return dlc__errorf(-ENOMEM, "%s: out of memory", path);
+    const char *dir = dirname(copy);
+    dlc_status rc = DLC_OK;
+    const int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        rc = dlc__errorf(-errno, "%s: cannot open the directory to sync it: %s", dir,
+                         strerror(errno));
+    else if (fsync(fd) != 0 && errno != EINVAL)
+        rc = dlc__errorf(-errno, "%s: fsync of the directory: %s", dir, strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    free(copy);
+    return rc;
+}

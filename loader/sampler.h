@@ -1,0 +1,86 @@
+/* Private to loader/: the epoch's order and a rank's share of it (sampler.c). Pure functions of
+ * (seed, epoch, rank, world, position) with no threads and no I/O, so tools and tests include
+ * this without liburing or pthreads. */
+#ifndef DLCACHE_LOADER_SAMPLER_H
+#define DLCACHE_LOADER_SAMPLER_H
+
+#include "common.h"
+
+#include <dlcache/loader.h>
+
+#include <stdint.h>
+
+/* ---- Bijective shuffle of [0, n) (sampler.c) --------------------------------------------------
+ * A balanced Feistel network over the smallest even number of bits that covers n, made a
+ * permutation of [0, n) by cycle walking (re-applying it while the result is >= n). The domain is
+ * at most 4n, so a walk takes fewer than 4 rounds on average. O(1) memory whatever n is. */
+typedef struct dlc__perm {
+    uint64_t n;
+    uint32_t half_bits;
+    uint64_t half_mask;
+    uint64_t keys[4];
+} dlc__perm;
+
+void dlc__perm_init(dlc__perm *p, uint64_t n, uint64_t key);
+uint64_t dlc__perm_apply(const dlc__perm *p, uint64_t i);
+uint64_t dlc__perm_invert(const dlc__perm *p, uint64_t i);
+
+/* ---- The epoch's global order (sampler.c) ---------------------------------------------------- */
+typedef struct dlc__sampler {
+    uint32_t kind;  /**< A ::dlc_sampler. */
+    uint64_t count; /**< Records in the store. */
+    uint64_t len;   /**< Length of one epoch's order (count, or num_samples when weighted). */
+    uint64_t seed;
+    uint64_t epoch;
+    dlc__perm perm; /**< Shuffle: the permutation; quasi-random: the permutation of groups. */
+    /* Quasi-random. */
+    uint64_t group;     /**< Records per group. */
+    uint64_t ngroups;   /**< ceil(count / group). */
+    uint64_t tail;      /**< Records in the last, short group (0 when it is full). */
+    uint64_t tail_pos;  /**< Position of the short group in the permuted order of groups. */
+    uint64_t window;    /**< Positions shuffled together in the second stage. */
+    /* Weighted: records grouped by class, and a Walker alias table over classes. Owned by the
+     * sampler (allocated by dlc__sampler_init). */
+    uint32_t nclasses;
+    uint64_t *by_class;    /**< count record numbers, class 0's first. */
+    uint64_t *class_start; /**< nclasses + 1 offsets into by_class. */
+    double *alias_prob;    /**< nclasses acceptance probabilities. */
+    uint32_t *alias_idx;   /**< nclasses alias classes. */
+} dlc__sampler;
+
+/**
+ * Prepare a sampler. For DLC_SAMPLER_WEIGHTED, @p labels gives each record's label (count of
+ * them, each < nclasses) and @p weights one non-negative weight per class; both are only read
+ * during the call. Returns DLC_OK, DLC_EINVAL (named) or -ENOMEM.
+ */
+dlc_status dlc__sampler_init(dlc__sampler *s, uint32_t kind, uint64_t count, uint64_t num_samples,
+                             uint32_t quasi_group, const int64_t *labels, uint32_t nclasses,
+                             const double *weights);
+void dlc__sampler_free(dlc__sampler *s);
+/** Key the order to (seed, epoch). */
+void dlc__sampler_set_epoch(dlc__sampler *s, uint64_t seed, uint64_t epoch);
+/** Record at position @p pos of the epoch's order extended cyclically (pos may be >= len: that
+ *  is DistributedSampler's padding, which repeats the order from its start). */
+uint64_t dlc__sampler_at(const dlc__sampler *s, uint64_t pos);
+
+/**
+ * One rank's share of what is left of an epoch. Positions are in the epoch's cyclically extended
+ * order; what is left is [start, len). It is padded to a multiple of world (or cut, with
+ * drop_last), and rank r takes positions start + r, start + r + world, ...
+ */
+typedef struct dlc__shard {
+    uint64_t start;    /**< First global position not yet consumed. */
+    uint64_t per_rank; /**< Samples this rank delivers (after drop_last cuts a short batch). */
+    uint64_t batches;  /**< Batches this rank delivers. */
+    uint32_t rank, world, batch;
+} dlc__shard;
+
+void dlc__shard_plan(dlc__shard *sh, uint64_t len, uint64_t start, uint32_t rank, uint32_t world,
+                     uint32_t batch, int drop_last);
+/** Global position of this rank's @p j-th sample. */
+static inline uint64_t dlc__shard_pos(const dlc__shard *sh, uint64_t j)
+{
+    return sh->start + sh->rank + j * sh->world;
+}
+
+#endif /* DLCACHE_LOADER_SAMPLER_H */
