@@ -16,7 +16,7 @@ DEB_PKGS := build-essential cmake pkg-config git curl ca-certificates \
             liblmdb-dev lmdb-utils libturbojpeg0-dev liburing-dev libxxhash-dev \
             libcriterion-dev libcurl4-openssl-dev \
             python3 python3-numpy python3-torch python3-torchvision python3-lmdb python3-pytest \
-            mate-backgrounds clang libclang-rt-dev valgrind openssl
+            mate-backgrounds clang libclang-rt-dev clang-format-14 valgrind openssl
 
 .PHONY: all deps build demo test install fuzz bench clean
 
@@ -37,8 +37,12 @@ deps:
 	  apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
 
+# Warnings are errors for the developers' and CI's builds (make test), not for a user's.
+WERROR ?= OFF
+test: WERROR = ON
+
 build: deps
-	cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLCACHE_WERROR=$(WERROR) >/dev/null
 	cmake --build build -j $(JOBS)
 
 demo: build

@@ -54,27 +54,27 @@ enum slot_state {
 };
 
 typedef struct slot {
-    int state;            /* enum slot_state; guarded by build_pipe.mu */
-    uint8_t *buf;         /* owned copy of a payload; grows to the largest record */
+    int state;    /* enum slot_state; guarded by build_pipe.mu */
+    uint8_t *buf; /* owned copy of a payload; grows to the largest record */
     size_t cap;
-    const uint8_t *data;  /* payload to write: buf, or the lending worker's codec output */
+    const uint8_t *data; /* payload to write: buf, or the lending worker's codec output */
     size_t size;
     uint32_t height, width, channels;
-    uint64_t bytes_in;    /* source bytes read for this item */
-    uint64_t file_size;   /* for the source digest */
+    uint64_t bytes_in;  /* source bytes read for this item */
+    uint64_t file_size; /* for the source digest */
     int64_t mtime_ns;
-    dlc_status status;    /* SLOT_FATAL */
-    char why[WHY_SIZE];   /* SLOT_SKIP reason, SLOT_FATAL message */
+    dlc_status status;  /* SLOT_FATAL */
+    char why[WHY_SIZE]; /* SLOT_SKIP reason, SLOT_FATAL message */
 } slot;
 
 typedef struct build_pipe {
     const dlc__source_set *src;
     const dlc_build_options *opts;
-    size_t n;             /* items */
-    size_t window;        /* slots */
+    size_t n;      /* items */
+    size_t window; /* slots */
     slot *slots;
-    atomic_size_t next;   /* next item to claim */
-    atomic_int stop;      /* set by the writer: workers finish their item and leave */
+    atomic_size_t next; /* next item to claim */
+    atomic_int stop;    /* set by the writer: workers finish their item and leave */
     pthread_mutex_t mu;
     pthread_cond_t ready; /* a slot was filled (the writer waits) */
     pthread_cond_t space; /* write_next moved or stop was set (workers wait) */
@@ -91,8 +91,8 @@ typedef struct worker {
 } worker;
 
 /* Copy the payload into the slot's own buffer (rows packed). */
-static dlc_status slot_copy(slot *sl, const uint8_t *data, size_t size, size_t row,
-                            size_t stride, uint32_t rows)
+static dlc_status slot_copy(slot *sl, const uint8_t *data, size_t size, size_t row, size_t stride,
+                            uint32_t rows)
 {
     if (size > sl->cap) {
         uint8_t *b = realloc(sl->buf, size);
@@ -210,7 +210,8 @@ publish:
     }
     pthread_mutex_unlock(&p->mu);
     if (state == SLOT_READY) {
-        rc = slot_copy(sl, payload, psize, row, stride, o->encoding == DLC_ENCODING_JPEG ? 1 : img.height);
+        rc = slot_copy(sl, payload, psize, row, stride,
+                       o->encoding == DLC_ENCODING_JPEG ? 1 : img.height);
         if (rc < 0) {
             set_fatal(sl, rc);
             state = SLOT_FATAL;
@@ -317,8 +318,7 @@ dlc_status dlc_build(const char *const *sources, size_t nsources, const char *ou
     CHECK(check_options(sources, nsources, out, &o));
     struct stat st;
     FAIL_IF(!o.force && lstat(out, &st) == 0, DLC_EEXIST,
-            "%s: a store (or another file) is already there; it is replaced only with force",
-            out);
+            "%s: a store (or another file) is already there; it is replaced only with force", out);
     dlc__build_remove_stale_temps(out, o.log, o.log_user);
 
     for (size_t i = 0; i < nsources; i++)
@@ -385,8 +385,8 @@ dlc_status dlc_build(const char *const *sources, size_t nsources, const char *ou
     /* The writer: items in order. A first progress call before any record
      * shows the total at once and lets a caller cancel at any point. */
     dlc_build_progress prog = {.total = src.count, .seconds = dlc__now_s() - t0};
-    FAIL_IF(o.progress && o.progress(o.progress_user, &prog), DLC_ECANCELED,
-            "%s: build canceled", out);
+    FAIL_IF(o.progress && o.progress(o.progress_user, &prog), DLC_ECANCELED, "%s: build canceled",
+            out);
     double next_progress = dlc__now_s() + PROGRESS_GAP;
     for (size_t j = 0; j < p.n; j++) {
         slot *sl = &p.slots[j % p.window];
@@ -448,8 +448,7 @@ dlc_status dlc_build(const char *const *sources, size_t nsources, const char *ou
         const double now = dlc__now_s();
         if (o.progress && now >= next_progress) {
             prog.seconds = now - t0;
-            FAIL_IF(o.progress(o.progress_user, &prog), DLC_ECANCELED, "%s: build canceled",
-                    out);
+            FAIL_IF(o.progress(o.progress_user, &prog), DLC_ECANCELED, "%s: build canceled", out);
             next_progress = dlc__now_s() + PROGRESS_GAP;
         }
     }
@@ -548,8 +547,8 @@ fail:
     dlc__source_free(&src);
     if (rc < 0)
         dlc__err_restore(&saved, rc);
-    const int give_report = rc == DLC_OK || (keep_report && (rc == DLC_ENOIMAGES ||
-                                                              rc == DLC_EDECODE));
+    const int give_report =
+        rc == DLC_OK || (keep_report && (rc == DLC_ENOIMAGES || rc == DLC_EDECODE));
     if (give_report && report_out)
         *report_out = rep;
     else

@@ -90,7 +90,8 @@ static void sb_put(sbuf *b, const char *s, size_t n)
 #if defined(__GNUC__)
 __attribute__((format(printf, 2, 3)))
 #endif
-static void sb_printf(sbuf *b, const char *fmt, ...)
+static void
+sb_printf(sbuf *b, const char *fmt, ...)
 {
     char tmp[256];
     va_list ap;
@@ -167,8 +168,8 @@ char *dlc__build_json(const char *const *sources, size_t nsources, const dlc_bui
         sb_json_str(&b, realpath(sources[i], abs) ? abs : sources[i]);
     }
     sb_printf(&b, "],\"items\":%llu,\"count\":%llu,\"skipped\":%llu,\"seconds\":%.3f}",
-              (unsigned long long)items, (unsigned long long)count,
-              (unsigned long long)skipped, seconds);
+              (unsigned long long)items, (unsigned long long)count, (unsigned long long)skipped,
+              seconds);
     if (b.oom) {
         free(b.p);
         return NULL;

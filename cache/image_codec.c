@@ -31,13 +31,13 @@ typedef struct grow_buf {
 } grow_buf;
 
 struct dlc_codec {
-    tjhandle dec;          /**< Decompressor, made at create. */
-    tjhandle enc;          /**< Compressor, made on the first encode. */
-    grow_buf pix;          /**< Decoded RGB image. */
-    grow_buf cmyk;         /**< Decoded CMYK image before conversion. */
-    grow_buf out;          /**< Result of decode_resize. */
-    grow_buf scratch;      /**< Resampler scratch. */
-    unsigned char *jpeg;   /**< Encoded output, from tjAlloc(). */
+    tjhandle dec;           /**< Decompressor, made at create. */
+    tjhandle enc;           /**< Compressor, made on the first encode. */
+    grow_buf pix;           /**< Decoded RGB image. */
+    grow_buf cmyk;          /**< Decoded CMYK image before conversion. */
+    grow_buf out;           /**< Result of decode_resize. */
+    grow_buf scratch;       /**< Resampler scratch. */
+    unsigned char *jpeg;    /**< Encoded output, from tjAlloc(). */
     unsigned long jpeg_cap; /**< Bytes at jpeg. */
 };
 
@@ -67,9 +67,8 @@ dlc_status dlc_codec_create(dlc_codec **out)
         return dlc__errorf(-ENOMEM, "image codec: cannot allocate the context");
     c->dec = tjInitDecompress();
     if (!c->dec) {
-        const dlc_status rc =
-            dlc__errorf(-ENOMEM, "image codec: cannot create a JPEG decompressor: %s",
-                        tjGetErrorStr2(NULL));
+        const dlc_status rc = dlc__errorf(
+            -ENOMEM, "image codec: cannot create a JPEG decompressor: %s", tjGetErrorStr2(NULL));
         free(c);
         return rc;
     }
@@ -258,8 +257,8 @@ static uint32_t center_offset(uint32_t d)
     return q;
 }
 
-dlc_status dlc_jpeg_decode_resize(dlc_codec *c, const void *jpeg, size_t size,
-                                  uint32_t short_side, int center_crop, dlc_image *out)
+dlc_status dlc_jpeg_decode_resize(dlc_codec *c, const void *jpeg, size_t size, uint32_t short_side,
+                                  int center_crop, dlc_image *out)
 {
     if (!out)
         return dlc__errorf(DLC_EINVAL, "JPEG decode: out is NULL");
@@ -316,15 +315,16 @@ dlc_status dlc_jpeg_decode_resize(dlc_codec *c, const void *jpeg, size_t size,
     res.data = c->out.p;
     /* The decoded image stands for the whole original: at a reduced scale its
      * box is the full decoded size, as in Pillow after draft(). */
-    const size_t need = dlc__resize_window_need(&dec, 0, 0, dec.width, dec.height, rw, rh, oy, &res);
+    const size_t need =
+        dlc__resize_window_need(&dec, 0, 0, dec.width, dec.height, rw, rh, oy, &res);
     if (need == 0)
         return dlc__errorf(DLC_EINVAL, "JPEG %dx%d: cannot plan the resize to %ux%u", hd.width,
                            hd.height, rw, rh);
     rc = buf_reserve(&c->scratch, need);
     if (rc < 0)
         return rc;
-    rc = dlc__resize_window(&dec, 0, 0, dec.width, dec.height, rw, rh, ox, oy, &res,
-                            c->scratch.p, c->scratch.cap);
+    rc = dlc__resize_window(&dec, 0, 0, dec.width, dec.height, rw, rh, ox, oy, &res, c->scratch.p,
+                            c->scratch.cap);
     if (rc < 0)
         return rc;
     *out = res;

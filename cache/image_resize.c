@@ -44,7 +44,7 @@
  * same integers either way. */
 /* ThreadSanitizer's runtime is not ready when the ifunc resolver runs at
  * load time and the program crashes before main, so TSan builds go without. */
-#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) &&                          \
+#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) &&                              \
     (!defined(__clang__) || __clang_major__ >= 14) && !defined(__SANITIZE_THREAD__)
 #define HOT_CLONES __attribute__((target_clones("default", "avx2")))
 #else
@@ -197,14 +197,16 @@ static void hpass_any(uint32_t channels, const uint8_t *restrict in, uint8_t *re
  * reductions up to 3x, which is every random-resized crop of a stored
  * image. */
 #define DEFINE_HPASS_RGB(K)                                                                        \
-    HOT_CLONES static void hpass_rgb_##K(const uint8_t *restrict in, uint8_t *restrict out, uint32_t out_w,  \
-                              const int32_t *restrict bounds, const int32_t *restrict kk)         \
+    HOT_CLONES static void hpass_rgb_##K(const uint8_t *restrict in, uint8_t *restrict out,        \
+                                         uint32_t out_w, const int32_t *restrict bounds,           \
+                                         const int32_t *restrict kk)                               \
     {                                                                                              \
         for (uint32_t xx = 0; xx < out_w; xx++) {                                                  \
             const uint8_t *p = in + (size_t)bounds[2 * xx] * 3;                                    \
             const int32_t *k = kk + (size_t)xx * (K);                                              \
             int32_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;                              \
-            _Pragma("GCC unroll 9") for (int t = 0; t < (K); t++) {                                \
+            _Pragma("GCC unroll 9") for (int t = 0; t < (K); t++)                                  \
+            {                                                                                      \
                 s0 += p[3 * t] * k[t];                                                             \
                 s1 += p[3 * t + 1] * k[t];                                                         \
                 s2 += p[3 * t + 2] * k[t];                                                         \
@@ -251,12 +253,12 @@ DEFINE_HPASS_RGB(9)
 /* Tap u (0..4) of a 16-byte load, zero-extended into lanes 0..2 of both
  * halves. */
 #define TAP_MASK(u)                                                                                \
-    _mm256_setr_epi8(3 * (u), Z, Z, Z, 3 * (u) + 1, Z, Z, Z, 3 * (u) + 2, Z, Z, Z, Z, Z, Z, Z,      \
+    _mm256_setr_epi8(3 * (u), Z, Z, Z, 3 * (u) + 1, Z, Z, Z, 3 * (u) + 2, Z, Z, Z, Z, Z, Z, Z,     \
                      3 * (u), Z, Z, Z, 3 * (u) + 1, Z, Z, Z, 3 * (u) + 2, Z, Z, Z, Z, Z, Z, Z)
 
 /* Scalar sums of one output pixel. */
-static inline void hpass_rgb_pixel(const uint8_t *restrict p, const int32_t *restrict k,
-                                   uint32_t K, uint8_t *restrict out)
+static inline void hpass_rgb_pixel(const uint8_t *restrict p, const int32_t *restrict k, uint32_t K,
+                                   uint8_t *restrict out)
 {
     int32_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;
     for (uint32_t t = 0; t < K; t++) {
@@ -292,8 +294,8 @@ static void expand_hcoeffs(const int32_t *restrict kk, uint32_t K, uint32_t out_
 }
 
 __attribute__((target("avx2"), always_inline)) static inline void
-hpass_rgb_avx2_k(const uint8_t *restrict in, size_t in_bytes, uint8_t *restrict out,
-                 uint32_t out_w, const int32_t *restrict bounds, const int32_t *restrict kk,
+hpass_rgb_avx2_k(const uint8_t *restrict in, size_t in_bytes, uint8_t *restrict out, uint32_t out_w,
+                 const int32_t *restrict bounds, const int32_t *restrict kk,
                  const int32_t *restrict hx, const uint32_t K)
 {
     const __m256i round = _mm256_set1_epi32(1 << (PRECISION_BITS - 1));
@@ -360,16 +362,27 @@ hpass_rgb_avx2_k(const uint8_t *restrict in, size_t in_bytes, uint8_t *restrict 
         __m256i acc = round;
         for (uint32_t g = 0; g < K; g += 5) {
             const __m256i v = _mm256_inserti128_si256(
-                _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(pa + 3 * g))),
+                _mm256_castsi128_si256(
+                    _mm_loadu_si128((const __m128i *)(const void *)(pa + 3 * g))),
                 _mm_loadu_si128((const __m128i *)(const void *)(pb + 3 * g)), 1);
             for (uint32_t u = 0; u < 5 && g + u < K; u++) {
                 __m256i mask;
                 switch (u) {
-                case 0: mask = TAP_MASK(0); break;
-                case 1: mask = TAP_MASK(1); break;
-                case 2: mask = TAP_MASK(2); break;
-                case 3: mask = TAP_MASK(3); break;
-                default: mask = TAP_MASK(4); break;
+                case 0:
+                    mask = TAP_MASK(0);
+                    break;
+                case 1:
+                    mask = TAP_MASK(1);
+                    break;
+                case 2:
+                    mask = TAP_MASK(2);
+                    break;
+                case 3:
+                    mask = TAP_MASK(3);
+                    break;
+                default:
+                    mask = TAP_MASK(4);
+                    break;
                 }
                 const __m256i px = _mm256_shuffle_epi8(v, mask);
                 acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(px, _mm256_load_si256(c + g + u)));
@@ -393,12 +406,12 @@ hpass_rgb_avx2_k(const uint8_t *restrict in, size_t in_bytes, uint8_t *restrict 
 
 /* One function per common K so that the loops unroll, and a generic one. */
 #define DEFINE_HPASS_AVX2(NAME, KEXPR)                                                             \
-    __attribute__((target("avx2"))) static void NAME(                                             \
-        const uint8_t *restrict in, size_t in_bytes, uint8_t *restrict out, uint32_t out_w,       \
-        const int32_t *restrict bounds, const int32_t *restrict kk, const int32_t *restrict hx,   \
+    __attribute__((target("avx2"))) static void NAME(                                              \
+        const uint8_t *restrict in, size_t in_bytes, uint8_t *restrict out, uint32_t out_w,        \
+        const int32_t *restrict bounds, const int32_t *restrict kk, const int32_t *restrict hx,    \
         uint32_t ksize)                                                                            \
     {                                                                                              \
-        hpass_rgb_avx2_k(in, in_bytes, out, out_w, bounds, kk, hx, KEXPR);                        \
+        hpass_rgb_avx2_k(in, in_bytes, out, out_w, bounds, kk, hx, KEXPR);                         \
     }
 DEFINE_HPASS_AVX2(hpass_rgb_avx2_2, 2)
 DEFINE_HPASS_AVX2(hpass_rgb_avx2_3, 3)
@@ -413,13 +426,13 @@ DEFINE_HPASS_AVX2(hpass_rgb_avx2_any, ksize)
 /* Which horizontal kernel a resize uses, chosen once per call. */
 typedef struct hpass_ctx {
     uint32_t channels;
-    int padded;       /* every window has exactly ksize taps (axis_coeffs with pad) */
-    int avx2;         /* the AVX2 kernel runs (RGB, padded, CPU has AVX2) */
-    const int32_t *hx; /* its coefficients, from expand_hcoeffs() */
-    const void *dense; /* 2-tap tables from dense2_setup(), or NULL */
+    int padded;            /* every window has exactly ksize taps (axis_coeffs with pad) */
+    int avx2;              /* the AVX2 kernel runs (RGB, padded, CPU has AVX2) */
+    const int32_t *hx;     /* its coefficients, from expand_hcoeffs() */
+    const void *dense;     /* 2-tap tables from dense2_setup(), or NULL */
     uint32_t dense_groups; /* groups of 8 output bytes the 2-tap kernel may compute */
     uint32_t ksize;        /* taps per window when padded, else the weights' stride */
-    size_t in_bytes;  /* bytes of one source row the pass may read (width x channels) */
+    size_t in_bytes;       /* bytes of one source row the pass may read (width x channels) */
 } hpass_ctx;
 
 #ifdef HAVE_HPASS_AVX2
@@ -495,8 +508,8 @@ static int cpu_has_avx2(void)
 /* Vertical pass for one output row of @p n bytes: taps outside, bytes
  * inside, two taps per sweep to halve the accumulator traffic. */
 HOT_CLONES static void vpass_row(const uint8_t *restrict in, size_t in_stride, int32_t taps,
-                      const int32_t *restrict k, int32_t *restrict acc, uint8_t *restrict out,
-                      size_t n)
+                                 const int32_t *restrict k, int32_t *restrict acc,
+                                 uint8_t *restrict out, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         acc[i] = 1 << (PRECISION_BITS - 1);
@@ -767,8 +780,8 @@ size_t dlc_resize_scratch_bound(uint32_t src_w, uint32_t src_h, uint32_t dst_w, 
                                 uint32_t channels)
 {
     if (!src_w || !src_h || !dst_w || !dst_h || !channels || channels > 4 ||
-        src_w > DLC__IMAGE_MAX_SIDE || src_h > DLC__IMAGE_MAX_SIDE ||
-        dst_w > DLC__IMAGE_MAX_SIDE || dst_h > DLC__IMAGE_MAX_SIDE)
+        src_w > DLC__IMAGE_MAX_SIDE || src_h > DLC__IMAGE_MAX_SIDE || dst_w > DLC__IMAGE_MAX_SIDE ||
+        dst_h > DLC__IMAGE_MAX_SIDE)
         return 0;
     /* One extra source pixel per axis covers a fractional region whose
      * rounded-down size the caller passed; two extra taps and rows cover the
@@ -787,8 +800,8 @@ static dlc_status check_image(const dlc_image *im, const char *what)
         return dlc__errorf(DLC_EINVAL, "resize: %s image is NULL", what);
     if (!im->width || !im->height || im->width > DLC__IMAGE_MAX_SIDE ||
         im->height > DLC__IMAGE_MAX_SIDE)
-        return dlc__errorf(DLC_EINVAL, "resize: %s image is %ux%u (each side must be 1..%u)",
-                           what, im->width, im->height, DLC__IMAGE_MAX_SIDE);
+        return dlc__errorf(DLC_EINVAL, "resize: %s image is %ux%u (each side must be 1..%u)", what,
+                           im->width, im->height, DLC__IMAGE_MAX_SIDE);
     if (im->channels < 1 || im->channels > 4)
         return dlc__errorf(DLC_EINVAL, "resize: %s image has %u channels (1..4 supported)", what,
                            im->channels);
@@ -799,10 +812,10 @@ static dlc_status check_image(const dlc_image *im, const char *what)
 }
 
 /* Validate the arguments and set up both axes and the layout. */
-static dlc_status plan(const dlc_image *src, double x, double y, double w, double h,
-                       uint32_t out_w, uint32_t out_h, uint32_t ox, uint32_t oy,
-                       const dlc_image *dst, axis *ah, axis *av, int *need_h, int *need_v,
-                       int32_t *row_first, size_t *tmp_rows, layout *l)
+static dlc_status plan(const dlc_image *src, double x, double y, double w, double h, uint32_t out_w,
+                       uint32_t out_h, uint32_t ox, uint32_t oy, const dlc_image *dst, axis *ah,
+                       axis *av, int *need_h, int *need_v, int32_t *row_first, size_t *tmp_rows,
+                       layout *l)
 {
     dlc_status rc = check_image(src, "source");
     if (rc < 0)
@@ -886,8 +899,8 @@ dlc_status dlc__resize_window(const dlc_image *src, double x, double y, double w
     const uint32_t C = src->channels;
     const uint32_t dw = dst->width, dh = dst->height;
     const size_t row_bytes = (size_t)dw * C;
-    uint8_t *base = (uint8_t *)(((uintptr_t)scratch + SCRATCH_ALIGN - 1) &
-                                ~(uintptr_t)(SCRATCH_ALIGN - 1));
+    uint8_t *base =
+        (uint8_t *)(((uintptr_t)scratch + SCRATCH_ALIGN - 1) & ~(uintptr_t)(SCRATCH_ALIGN - 1));
     int32_t *hb = (int32_t *)(void *)(base + l.hb), *hk = (int32_t *)(void *)(base + l.hk);
     int32_t *vb = (int32_t *)(void *)(base + l.vb), *vk = (int32_t *)(void *)(base + l.vk);
     int32_t *acc = (int32_t *)(void *)(base + l.acc);
@@ -896,9 +909,8 @@ dlc_status dlc__resize_window(const dlc_image *src, double x, double y, double w
     if (!need_h && !need_v) {
         /* Same size, whole image: Pillow copies. */
         for (uint32_t r = 0; r < dh; r++)
-            memcpy(dst->data + r * dst->stride, src->data + (size_t)(oy + r) * src->stride +
-                                                    (size_t)ox * C,
-                   row_bytes);
+            memcpy(dst->data + r * dst->stride,
+                   src->data + (size_t)(oy + r) * src->stride + (size_t)ox * C, row_bytes);
         return DLC_OK;
     }
     hpass_ctx hc = {
@@ -925,8 +937,8 @@ dlc_status dlc__resize_window(const dlc_image *src, double x, double y, double w
     if (!need_v) {
         /* Output row oy + r is source row oy + r, resampled horizontally. */
         for (uint32_t r = 0; r < dh; r++)
-            hpass(&hc, src->data + (size_t)(oy + r) * src->stride, dst->data + r * dst->stride,
-                  dw, hb, hk);
+            hpass(&hc, src->data + (size_t)(oy + r) * src->stride, dst->data + r * dst->stride, dw,
+                  hb, hk);
         return DLC_OK;
     }
 

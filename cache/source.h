@@ -34,10 +34,10 @@
 /* Why the scan already knows an item cannot become a record. */
 typedef enum dlc__skip_code {
     DLC__SKIP_NONE = 0,
-    DLC__SKIP_NOT_JPEG,    /* an image extension torchvision accepts, but not .jpg/.jpeg */
-    DLC__SKIP_NO_CLS,      /* tar sample with an image but no KEY.cls */
-    DLC__SKIP_BAD_CLS,     /* tar KEY.cls that is not a label number */
-    DLC__SKIP_NO_JPEG,     /* tar sample with a KEY.cls but no KEY.jpg/KEY.jpeg */
+    DLC__SKIP_NOT_JPEG, /* an image extension torchvision accepts, but not .jpg/.jpeg */
+    DLC__SKIP_NO_CLS,   /* tar sample with an image but no KEY.cls */
+    DLC__SKIP_BAD_CLS,  /* tar KEY.cls that is not a label number */
+    DLC__SKIP_NO_JPEG,  /* tar sample with a KEY.cls but no KEY.jpg/KEY.jpeg */
 } dlc__skip_code;
 
 /* The sentence for a scan-time skip. */
@@ -57,9 +57,9 @@ typedef struct dlc__item {
 
 /* A tar shard, open for the whole build so members are read with pread. */
 typedef struct dlc__shard {
-    int fd;           /* O_RDONLY; owned. */
-    uint64_t size;    /* Bytes when scanned. */
-    uint64_t path;    /* Arena offset of the path as given. */
+    int fd;        /* O_RDONLY; owned. */
+    uint64_t size; /* Bytes when scanned. */
+    uint64_t path; /* Arena offset of the path as given. */
 } dlc__shard;
 
 typedef enum dlc__source_kind {
@@ -77,9 +77,9 @@ typedef struct dlc__source_set {
     uint32_t nshards, shards_cap;
     uint64_t *class_names; /* FOLDER: arena offsets of the class names, in label order. */
     uint32_t nclasses, classes_cap;
-    int64_t max_label;     /* LIST: the largest label seen, -1 when none. */
+    int64_t max_label; /* LIST: the largest label seen, -1 when none. */
     dlc__source_kind kind;
-    dlc_log_fn log;        /* Notices from the scan (empty classes...); may be NULL. */
+    dlc_log_fn log; /* Notices from the scan (empty classes...); may be NULL. */
     void *log_user;
 } dlc__source_set;
 
@@ -116,7 +116,7 @@ static inline const char *dlc__source_path(const dlc__source_set *s, const dlc__
 typedef struct dlc__source_data {
     const uint8_t *data; /* The item's bytes, in *buf. */
     size_t size;
-    uint64_t file_size;  /* For the source digest. */
+    uint64_t file_size; /* For the source digest. */
     int64_t mtime_ns;
 } dlc__source_data;
 

@@ -102,8 +102,8 @@ dlc_status dlc__source_add(dlc__source_set *s, const char *path)
         return dlc__errorf(-errno, "%s: cannot open source: %s", path, strerror(errno));
     if (S_ISDIR(st.st_mode)) {
         if (s->kind != DLC__SOURCE_NONE)
-            return dlc__errorf(DLC_EINVAL,
-                               "%s: an ImageFolder directory must be the only source", path);
+            return dlc__errorf(DLC_EINVAL, "%s: an ImageFolder directory must be the only source",
+                               path);
         s->kind = DLC__SOURCE_FOLDER;
         return dlc__source_scan_folder(s, path);
     }

@@ -39,7 +39,7 @@
 #define MAX_DEPTH 64
 
 /* torchvision's IMG_EXTENSIONS; the first two are what we can decode. */
-static const char *const img_ext[] = {".jpg", ".jpeg", ".png", ".ppm", ".bmp",
+static const char *const img_ext[] = {".jpg", ".jpeg", ".png",  ".ppm", ".bmp",
                                       ".pgm", ".tif",  ".tiff", ".webp"};
 
 /* 0: not an image for torchvision, 1: JPEG, 2: another image type. */

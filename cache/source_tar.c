@@ -118,9 +118,9 @@ static int64_t pread_all(int fd, void *dst, size_t n, uint64_t off)
 
 /* The sample being assembled from consecutive members with one key. */
 typedef struct group {
-    char *key;              /* malloc'd; NULL when no group is open */
-    char *jpg;              /* member name of the JPEG */
-    char *other;            /* member name of a non-JPEG image */
+    char *key;   /* malloc'd; NULL when no group is open */
+    char *jpg;   /* member name of the JPEG */
+    char *other; /* member name of a non-JPEG image */
     uint64_t jpg_off, jpg_size;
     int64_t jpg_mtime_ns;
     int has_cls, cls_bad;
@@ -164,8 +164,7 @@ static dlc_status push_member_item(dlc__source_set *s, const char *shard_path, c
 }
 
 /* Turn the finished group into an item (or nothing) and clear it. */
-static dlc_status group_flush(dlc__source_set *s, const char *shard_path, uint32_t shard,
-                              group *g)
+static dlc_status group_flush(dlc__source_set *s, const char *shard_path, uint32_t shard, group *g)
 {
     dlc_status rc = DLC_OK;
     if (!g->key)
@@ -399,8 +398,8 @@ dlc_status dlc__source_scan_tar(dlc__source_set *s, const char *path)
                     FAIL_IF(!g.jpg, -ENOMEM, "%s: out of memory", path);
                     g.jpg_off = data;
                     g.jpg_size = size;
-                    g.jpg_mtime_ns = (int64_t)(mtime > INT64_MAX / 1000000000 ? 0 : mtime) *
-                                     1000000000;
+                    g.jpg_mtime_ns =
+                        (int64_t)(mtime > INT64_MAX / 1000000000 ? 0 : mtime) * 1000000000;
                 } else if (is_cls) {
                     g.has_cls = 1;
                     char buf[MAX_CLS];

@@ -34,8 +34,8 @@
 #define MDB_MAGIC 0xBEEFC0DEu
 #define MDB_DATA_VERSION 1u
 #define NODESIZE 8u
-#define MDB_DB_SIZE 48u   /* sizeof(MDB_db) on 64-bit. */
-#define CURSOR_STACK 32u  /* LMDB's deepest tree. */
+#define MDB_DB_SIZE 48u  /* sizeof(MDB_db) on 64-bit. */
+#define CURSOR_STACK 32u /* LMDB's deepest tree. */
 #define P_INVALID UINT64_MAX
 
 /* Offsets inside a meta page (page header, then MDB_meta). */
@@ -65,11 +65,14 @@ dlc_status dlc__lmdb_read_layout(const char *path, int fd, uint64_t file_size,
     for (int i = 0; i < 2; i++) {
         const uint64_t off = i == 0 ? 0 : psize;
         if (off + META_END > file_size)
-            return i == 0 ? dlc__errorf(DLC_EVERSION, "%s: not a dlcache store (%" PRIu64
-                                        " bytes, too small for an LMDB file)", path, file_size)
-                          : dlc__errorf(DLC_ECORRUPT, "%s: truncated: file has %" PRIu64
-                                        " bytes, LMDB needs at least %" PRIu64, path,
-                                        file_size, 2 * psize);
+            return i == 0 ? dlc__errorf(DLC_EVERSION,
+                                        "%s: not a dlcache store (%" PRIu64
+                                        " bytes, too small for an LMDB file)",
+                                        path, file_size)
+                          : dlc__errorf(DLC_ECORRUPT,
+                                        "%s: truncated: file has %" PRIu64
+                                        " bytes, LMDB needs at least %" PRIu64,
+                                        path, file_size, 2 * psize);
         const ssize_t n = pread(fd, m[i], META_END, (off_t)off);
         if (n < 0)
             return dlc__errorf(-errno, "%s: read: %s", path, strerror(errno));
@@ -80,20 +83,21 @@ dlc_status dlc__lmdb_read_layout(const char *path, int fd, uint64_t file_size,
                                "%s: %s (LMDB meta page %d has no LMDB magic)", path,
                                i == 0 ? "not a dlcache store" : "corrupt", i);
         if (dlc__ld32(m[i] + META_VERSION) != MDB_DATA_VERSION)
-            return dlc__errorf(DLC_EVERSION, "%s: LMDB data format %u, this library reads %u",
-                               path, dlc__ld32(m[i] + META_VERSION), MDB_DATA_VERSION);
+            return dlc__errorf(DLC_EVERSION, "%s: LMDB data format %u, this library reads %u", path,
+                               dlc__ld32(m[i] + META_VERSION), MDB_DATA_VERSION);
         if (i == 0) {
             psize = dlc__ld32(m[0] + META_FREE_DB);
             if (psize < 512 || psize > 65536 || (psize & (psize - 1)) != 0)
-                return dlc__errorf(DLC_ECORRUPT, "%s: LMDB page size %" PRIu64
-                                   " is impossible", path, psize);
+                return dlc__errorf(DLC_ECORRUPT, "%s: LMDB page size %" PRIu64 " is impossible",
+                                   path, psize);
         } else if (dlc__ld32(m[1] + META_FREE_DB) != psize) {
             /* LMDB sizes its map and finds meta page 1 with the page size of
              * the newer meta page, not of page 0: a disagreement would send
              * it past the end of the file (SIGBUS; found by fuzz_store). */
-            return dlc__errorf(DLC_ECORRUPT, "%s: corrupt: LMDB meta pages disagree on the page "
-                               "size (%" PRIu64 " and %u)", path, psize,
-                               dlc__ld32(m[1] + META_FREE_DB));
+            return dlc__errorf(DLC_ECORRUPT,
+                               "%s: corrupt: LMDB meta pages disagree on the page "
+                               "size (%" PRIu64 " and %u)",
+                               path, psize, dlc__ld32(m[1] + META_FREE_DB));
         }
     }
     /* Like LMDB, use the meta page of the newer transaction. */
@@ -108,22 +112,23 @@ dlc_status dlc__lmdb_read_layout(const char *path, int fd, uint64_t file_size,
                            out->last_pg);
     const uint64_t need = (out->last_pg + 1) * psize;
     if (file_size < need)
-        return dlc__errorf(DLC_ECORRUPT, "%s: truncated: file has %" PRIu64
-                           " bytes, LMDB needs %" PRIu64, path, file_size, need);
+        return dlc__errorf(DLC_ECORRUPT,
+                           "%s: truncated: file has %" PRIu64 " bytes, LMDB needs %" PRIu64, path,
+                           file_size, need);
     return DLC_OK;
 }
 
 typedef struct walk {
     const char *path;
-    const char *db;        /* Name of the database being walked, for messages. */
+    const char *db; /* Name of the database being walked, for messages. */
     const uint8_t *map;
     uint64_t file_size;
     uint64_t psize;
     uint64_t last_pg;
-    uint8_t *seen;         /* One bit per page: no page is part of two trees or twice of one. */
-    uint64_t leaves;       /* Leaf entries found. */
-    int leaf_depth;        /* Depth of the first leaf; every leaf must be at it. */
-    int is_main;           /* Leaves of the main database name the other databases. */
+    uint8_t *seen;   /* One bit per page: no page is part of two trees or twice of one. */
+    uint64_t leaves; /* Leaf entries found. */
+    int leaf_depth;  /* Depth of the first leaf; every leaf must be at it. */
+    int is_main;     /* Leaves of the main database name the other databases. */
     dlc__lmdb_db *meta_db;
     dlc__lmdb_db *samples_db;
     dlc__lmdb_entry *entries; /* Filled while walking "meta". */
@@ -194,8 +199,7 @@ static dlc_status walk_page(walk *w, uint64_t pgno, int depth)
                 return bad_page(w, pgno, "overflow page number outside the page");
             const uint64_t ov = dlc__ld64(p + data_off);
             /* ov <= last_pg keeps ov * ps + 16 inside the file: no underflow. */
-            if (ov < 2 || ov > w->last_pg ||
-                dsize > w->file_size - ov * ps - DLC__LMDB_PAGEHDRSZ)
+            if (ov < 2 || ov > w->last_pg || dsize > w->file_size - ov * ps - DLC__LMDB_PAGEHDRSZ)
                 return bad_page(w, pgno, "value outside the file");
             val_file_off = ov * ps + DLC__LMDB_PAGEHDRSZ;
         } else if (nflags == F_SUBDATA && w->is_main) {
@@ -235,18 +239,20 @@ static dlc_status walk_db(walk *w, const char *name, const dlc__lmdb_db *db)
     w->leaf_depth = 0;
     if (db->root == P_INVALID) {
         if (db->entries != 0 || db->depth != 0)
-            return dlc__errorf(DLC_ECORRUPT, "%s: corrupt: %s database is empty but claims %"
-                               PRIu64 " entries", w->path, name, db->entries);
+            return dlc__errorf(DLC_ECORRUPT,
+                               "%s: corrupt: %s database is empty but claims %" PRIu64 " entries",
+                               w->path, name, db->entries);
         return DLC_OK;
     }
     if (db->flags != 0)
-        return dlc__errorf(DLC_ECORRUPT, "%s: corrupt: %s database has flags 0x%x", w->path,
-                           name, db->flags);
+        return dlc__errorf(DLC_ECORRUPT, "%s: corrupt: %s database has flags 0x%x", w->path, name,
+                           db->flags);
     const dlc_status rc = walk_page(w, db->root, 1);
     if (rc < 0)
         return rc;
     if (w->leaves != db->entries || w->leaf_depth != db->depth)
-        return dlc__errorf(DLC_ECORRUPT, "%s: corrupt: %s database has %" PRIu64
+        return dlc__errorf(DLC_ECORRUPT,
+                           "%s: corrupt: %s database has %" PRIu64
                            " entries in %d levels, its record says %" PRIu64 " in %u",
                            w->path, name, w->leaves, w->leaf_depth, db->entries, db->depth);
     return DLC_OK;

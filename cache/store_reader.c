@@ -29,13 +29,13 @@ typedef struct meta_entry {
 
 struct dlc_store {
     char *path;
-    int fd;             /* Our own O_RDONLY descriptor, for pread and io_uring. */
+    int fd; /* Our own O_RDONLY descriptor, for pread and io_uring. */
     uint64_t file_size;
     MDB_env *env;
     MDB_dbi dbi_samples;
     const uint8_t *map; /* LMDB's map of the whole file. */
     dlc_store_info info;
-    char *labels;       /* Copy of the "labels" value. */
+    char *labels; /* Copy of the "labels" value. */
     const char **label_names;
     uint64_t *label_counts;
     meta_entry *meta;
@@ -89,13 +89,15 @@ static dlc_status load_info(dlc_store *s, uint64_t samples_entries)
     dlc__store_info_disk d;
     dlc__info_load(e->val, &d);
     const uint64_t h = XXH3_64bits(e->val, DLC__INFO_HASHED);
-    FAIL_IF(h != d.xxh3, DLC_ECORRUPT, "%s: corrupt: format record checksum mismatch "
-            "(stored %016" PRIx64 ", computed %016" PRIx64 ")", s->path, d.xxh3, h);
+    FAIL_IF(h != d.xxh3, DLC_ECORRUPT,
+            "%s: corrupt: format record checksum mismatch "
+            "(stored %016" PRIx64 ", computed %016" PRIx64 ")",
+            s->path, d.xxh3, h);
     FAIL_IF(d.encoding > DLC_ENCODING_JPEG, DLC_ECORRUPT, "%s: corrupt: unknown encoding %u",
             s->path, d.encoding);
     FAIL_IF(d.count != samples_entries, DLC_ECORRUPT,
-            "%s: corrupt: metadata counts %" PRIu64 " records, the samples database holds %"
-            PRIu64, s->path, d.count, samples_entries);
+            "%s: corrupt: metadata counts %" PRIu64 " records, the samples database holds %" PRIu64,
+            s->path, d.count, samples_entries);
     FAIL_IF(d.num_labels > DLC__MAX_LABELS || (d.count > 0 && d.num_labels == 0), DLC_ECORRUPT,
             "%s: corrupt: %u labels for %" PRIu64 " records", s->path, d.num_labels, d.count);
     FAIL_IF(d.payload_bytes > s->file_size, DLC_ECORRUPT,
@@ -131,8 +133,8 @@ static dlc_status load_info(dlc_store *s, uint64_t samples_entries)
         s->label_counts[i] = dlc__ld64(ce->val + (size_t)i * 8);
         sum += s->label_counts[i];
     }
-    FAIL_IF(sum != d.count, DLC_ECORRUPT, "%s: corrupt: label counts add up to %" PRIu64
-            ", not %" PRIu64, s->path, sum, d.count);
+    FAIL_IF(sum != d.count, DLC_ECORRUPT,
+            "%s: corrupt: label counts add up to %" PRIu64 ", not %" PRIu64, s->path, sum, d.count);
 
     s->info = (dlc_store_info){
         .format_version = d.format_version,
@@ -162,8 +164,8 @@ dlc_status dlc_store_open(const char *path, uint32_t flags, dlc_store **out)
     if (out)
         *out = NULL;
     FAIL_IF(!path || !out, DLC_EINVAL, "dlc_store_open: NULL argument");
-    FAIL_IF(flags & ~(uint32_t)DLC_STORE_SEQUENTIAL, DLC_EINVAL, "%s: unknown flags 0x%x",
-            path, flags);
+    FAIL_IF(flags & ~(uint32_t)DLC_STORE_SEQUENTIAL, DLC_EINVAL, "%s: unknown flags 0x%x", path,
+            flags);
 
     s = calloc(1, sizeof *s);
     FAIL_IF(!s, -ENOMEM, "%s: out of memory", path);
@@ -223,8 +225,8 @@ dlc_status dlc_store_open(const char *path, uint32_t flags, dlc_store **out)
     mdb_env_stat(s->env, &ms);
     const uint64_t need = ((uint64_t)ei.me_last_pgno + 1) * ms.ms_psize;
     FAIL_IF(s->file_size < need, DLC_ECORRUPT,
-            "%s: truncated: file has %" PRIu64 " bytes, LMDB needs %" PRIu64, path,
-            s->file_size, need);
+            "%s: truncated: file has %" PRIu64 " bytes, LMDB needs %" PRIu64, path, s->file_size,
+            need);
     int lfd = -1;
     struct stat lst;
     mdb_env_get_fd(s->env, &lfd);
@@ -253,16 +255,17 @@ dlc_status dlc_store_open(const char *path, uint32_t flags, dlc_store **out)
             memcmp(own_map + e->key_off, DLC__META_FORMAT, e->key_len) == 0)
             fmt = e;
     }
-    FAIL_IF(!fmt, DLC_EVERSION, "%s: not a dlcache store (no \"format\" record in its "
-            "metadata)", path);
+    FAIL_IF(!fmt, DLC_EVERSION,
+            "%s: not a dlcache store (no \"format\" record in its "
+            "metadata)",
+            path);
     MDB_val fk = {.mv_size = strlen(DLC__META_FORMAT), .mv_data = (void *)DLC__META_FORMAT}, fv;
     mrc = mdb_get(txn, dbi_meta, &fk, &fv);
     FAIL_IF(mrc != 0, lmdb_status(mrc), "%s: metadata: %s", path, mdb_strerror(mrc));
     const uintptr_t base = (uintptr_t)fv.mv_data - (uintptr_t)fmt->val_off;
     const long os_page = sysconf(_SC_PAGESIZE);
     FAIL_IF(base % (uintptr_t)(os_page > 0 ? os_page : 4096) != 0 || fv.mv_size != fmt->val_len,
-            DLC_ECORRUPT,
-            "%s: corrupt: LMDB and the page walk disagree on the metadata", path);
+            DLC_ECORRUPT, "%s: corrupt: LMDB and the page walk disagree on the metadata", path);
     s->map = (const uint8_t *)base;
     if (flags & DLC_STORE_SEQUENTIAL)
         (void)madvise((void *)s->map, (size_t)s->file_size, MADV_SEQUENTIAL);
@@ -403,46 +406,54 @@ static dlc_status parse_record(const dlc_store *s, uint64_t index, const MDB_val
 {
     const uint8_t *p = v->mv_data;
     if (!in_file(s, p, v->mv_size))
-        return dlc__errorf(DLC_ECORRUPT, "%s: record %" PRIu64 ": value outside the file",
-                           s->path, index);
+        return dlc__errorf(DLC_ECORRUPT, "%s: record %" PRIu64 ": value outside the file", s->path,
+                           index);
     if (v->mv_size < DLC__RECORD_HEADER_SIZE)
-        return dlc__errorf(DLC_ECORRUPT, "%s: record %" PRIu64 ": %zu bytes, shorter than "
-                           "its header", s->path, index, v->mv_size);
+        return dlc__errorf(DLC_ECORRUPT,
+                           "%s: record %" PRIu64 ": %zu bytes, shorter than "
+                           "its header",
+                           s->path, index, v->mv_size);
     dlc__record_header h;
     dlc__record_header_load(p, &h);
     if (h.magic != DLC__RECORD_MAGIC)
-        return dlc__errorf(DLC_ECORRUPT, "%s: record %" PRIu64 ": bad header magic 0x%08x",
-                           s->path, index, h.magic);
+        return dlc__errorf(DLC_ECORRUPT, "%s: record %" PRIu64 ": bad header magic 0x%08x", s->path,
+                           index, h.magic);
     if (h.header_size != DLC__RECORD_HEADER_SIZE)
         return dlc__errorf(DLC_ECORRUPT, "%s: record %" PRIu64 ": header size %u, expected %u",
                            s->path, index, h.header_size, DLC__RECORD_HEADER_SIZE);
     if (h.encoding != s->info.encoding)
-        return dlc__errorf(DLC_ECORRUPT, "%s: record %" PRIu64 ": encoding %u in a store of "
-                           "encoding %u", s->path, index, h.encoding, s->info.encoding);
+        return dlc__errorf(DLC_ECORRUPT,
+                           "%s: record %" PRIu64 ": encoding %u in a store of "
+                           "encoding %u",
+                           s->path, index, h.encoding, s->info.encoding);
     if (h.payload_size != v->mv_size - DLC__RECORD_HEADER_SIZE)
-        return dlc__errorf(DLC_ECORRUPT, "%s: record %" PRIu64 ": header says %" PRIu64
-                           " payload bytes, the value holds %zu", s->path, index,
-                           h.payload_size, v->mv_size - DLC__RECORD_HEADER_SIZE);
+        return dlc__errorf(DLC_ECORRUPT,
+                           "%s: record %" PRIu64 ": header says %" PRIu64
+                           " payload bytes, the value holds %zu",
+                           s->path, index, h.payload_size, v->mv_size - DLC__RECORD_HEADER_SIZE);
     if (h.flags != 0)
         return dlc__errorf(DLC_ECORRUPT, "%s: record %" PRIu64 ": unknown flags 0x%x", s->path,
                            index, h.flags);
     if (h.label < 0 || h.label >= (int64_t)s->info.num_labels)
-        return dlc__errorf(DLC_ECORRUPT, "%s: record %" PRIu64 ": label %" PRId64
-                           " outside 0..%u", s->path, index, h.label,
+        return dlc__errorf(DLC_ECORRUPT, "%s: record %" PRIu64 ": label %" PRId64 " outside 0..%u",
+                           s->path, index, h.label,
                            s->info.num_labels ? s->info.num_labels - 1 : 0);
     if ((s->info.height && h.height != s->info.height) ||
         (s->info.width && h.width != s->info.width) ||
         (s->info.channels && h.channels != s->info.channels))
-        return dlc__errorf(DLC_ECORRUPT, "%s: record %" PRIu64 ": shape %ux%ux%u in a store "
-                           "of %ux%ux%u", s->path, index, h.height, h.width, h.channels,
-                           s->info.height, s->info.width, s->info.channels);
+        return dlc__errorf(DLC_ECORRUPT,
+                           "%s: record %" PRIu64 ": shape %ux%ux%u in a store "
+                           "of %ux%ux%u",
+                           s->path, index, h.height, h.width, h.channels, s->info.height,
+                           s->info.width, s->info.channels);
     if (h.encoding == DLC_ENCODING_RAW) {
         uint64_t px;
         if (__builtin_mul_overflow((uint64_t)h.height, (uint64_t)h.width, &px) ||
             __builtin_mul_overflow(px, (uint64_t)h.channels, &px) || px != h.payload_size)
-            return dlc__errorf(DLC_ECORRUPT, "%s: record %" PRIu64 ": %" PRIu64 " bytes cannot "
-                               "be %ux%ux%u raw pixels", s->path, index, h.payload_size,
-                               h.height, h.width, h.channels);
+            return dlc__errorf(DLC_ECORRUPT,
+                               "%s: record %" PRIu64 ": %" PRIu64 " bytes cannot "
+                               "be %ux%ux%u raw pixels",
+                               s->path, index, h.payload_size, h.height, h.width, h.channels);
     }
     rec->data = p + DLC__RECORD_HEADER_SIZE;
     rec->size = (size_t)h.payload_size;
@@ -461,15 +472,19 @@ dlc_status dlc_store_read(dlc_store_reader *r, uint64_t index, dlc_record *rec)
 {
     const dlc_store *s = r->s;
     if (index >= s->info.count)
-        return dlc__errorf(DLC_ENOTFOUND, "%s: record %" PRIu64 ": no such record (the store "
-                           "has %" PRIu64 ")", s->path, index, s->info.count);
+        return dlc__errorf(DLC_ENOTFOUND,
+                           "%s: record %" PRIu64 ": no such record (the store "
+                           "has %" PRIu64 ")",
+                           s->path, index, s->info.count);
     uint8_t key[DLC__KEY_SIZE];
     dlc__record_key(key, index);
     MDB_val k = {.mv_size = sizeof key, .mv_data = key}, v;
     const int mrc = mdb_get(r->txn, s->dbi_samples, &k, &v);
     if (mrc == MDB_NOTFOUND)
-        return dlc__errorf(DLC_ECORRUPT, "%s: record %" PRIu64 ": missing from the samples "
-                           "database", s->path, index);
+        return dlc__errorf(DLC_ECORRUPT,
+                           "%s: record %" PRIu64 ": missing from the samples "
+                           "database",
+                           s->path, index);
     if (mrc != 0)
         return dlc__errorf(lmdb_status(mrc), "%s: record %" PRIu64 ": %s", s->path, index,
                            mdb_strerror(mrc));
@@ -480,9 +495,10 @@ dlc_status dlc_record_verify(const dlc_store *s, const dlc_record *rec)
 {
     const uint64_t h = XXH3_64bits(rec->data, rec->size);
     if (h != rec->xxh3)
-        return dlc__errorf(DLC_ECORRUPT, "%s: record %" PRIu64 ": checksum mismatch (stored %016"
-                           PRIx64 ", computed %016" PRIx64 ")", s ? s->path : "store",
-                           rec->index, rec->xxh3, h);
+        return dlc__errorf(DLC_ECORRUPT,
+                           "%s: record %" PRIu64 ": checksum mismatch (stored %016" PRIx64
+                           ", computed %016" PRIx64 ")",
+                           s ? s->path : "store", rec->index, rec->xxh3, h);
     return DLC_OK;
 }
 
@@ -552,8 +568,10 @@ dlc_status dlc_store_verify(const dlc_store *s, dlc_verify_fn fn, void *user, ui
         dlc_record rec;
         dlc_status st;
         if (k.mv_size != DLC__KEY_SIZE || dlc__record_key_value(k.mv_data) != i)
-            st = dlc__errorf(DLC_ECORRUPT, "%s: record %" PRIu64 ": wrong key (records must "
-                             "be keyed 0..count-1 in order)", s->path, i);
+            st = dlc__errorf(DLC_ECORRUPT,
+                             "%s: record %" PRIu64 ": wrong key (records must "
+                             "be keyed 0..count-1 in order)",
+                             s->path, i);
         else
             st = parse_record(s, i, &v, &rec);
         if (st == DLC_OK) {
@@ -580,15 +598,16 @@ dlc_status dlc_store_verify(const dlc_store *s, dlc_verify_fn fn, void *user, ui
 
     int problem = vs->p.bad > 0;
     if (i != s->info.count) {
-        dlc__errorf(DLC_ECORRUPT, "%s: %" PRIu64 " records, the metadata says %" PRIu64,
-                    s->path, i, s->info.count);
+        dlc__errorf(DLC_ECORRUPT, "%s: %" PRIu64 " records, the metadata says %" PRIu64, s->path, i,
+                    s->info.count);
         note_first(vs);
         problem = 1;
     }
     for (uint32_t l = 0; l < s->info.num_labels; l++) {
         if (counts[l] != s->label_counts[l]) {
-            dlc__errorf(DLC_ECORRUPT, "%s: label %u: %" PRIu64 " records, the metadata says %"
-                        PRIu64, s->path, l, counts[l], s->label_counts[l]);
+            dlc__errorf(DLC_ECORRUPT,
+                        "%s: label %u: %" PRIu64 " records, the metadata says %" PRIu64, s->path, l,
+                        counts[l], s->label_counts[l]);
             note_first(vs);
             problem = 1;
             break;
@@ -596,8 +615,10 @@ dlc_status dlc_store_verify(const dlc_store *s, dlc_verify_fn fn, void *user, ui
     }
     const uint64_t d = XXH3_64bits_digest(digest);
     if (d != s->info.content_digest) {
-        dlc__errorf(DLC_ECORRUPT, "%s: content digest %016" PRIx64 " does not match the "
-                    "metadata's %016" PRIx64, s->path, d, s->info.content_digest);
+        dlc__errorf(DLC_ECORRUPT,
+                    "%s: content digest %016" PRIx64 " does not match the "
+                    "metadata's %016" PRIx64,
+                    s->path, d, s->info.content_digest);
         note_first(vs);
         problem = 1;
     }

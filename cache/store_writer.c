@@ -29,11 +29,11 @@
 #define MAP_MIN (64ull << 20)
 
 struct dlc__store_writer {
-    char *final_path;   /* Where the store goes at finish. */
-    char *temp_path;    /* FINAL.tmp-PID: ".tmp-" marks it as never a store. */
-    char *dir_path;     /* Directory of both, for statvfs and the final fsync. */
+    char *final_path; /* Where the store goes at finish. */
+    char *temp_path;  /* FINAL.tmp-PID: ".tmp-" marks it as never a store. */
+    char *dir_path;   /* Directory of both, for statvfs and the final fsync. */
     MDB_env *env;
-    MDB_txn *txn;       /* The open write transaction, or NULL. */
+    MDB_txn *txn; /* The open write transaction, or NULL. */
     MDB_dbi dbi_meta;
     MDB_dbi dbi_samples;
     uint64_t psize;     /* LMDB page size. */
@@ -42,9 +42,9 @@ struct dlc__store_writer {
     uint64_t pending;   /* Estimated file bytes of the open transaction. */
     uint64_t txn_bytes; /* Payload bytes in the open transaction. */
     uint32_t txn_records;
-    uint64_t prealloc;  /* Bytes reserved with fallocate (0: none). */
+    uint64_t prealloc; /* Bytes reserved with fallocate (0: none). */
     uint64_t size_hint;
-    int failed;         /* A put failed: only abort is valid now. */
+    int failed; /* A put failed: only abort is valid now. */
 
     uint64_t count;
     uint64_t payload_bytes;
@@ -104,11 +104,12 @@ static uint64_t record_cost(const dlc__store_writer *w, uint64_t value_len)
 static dlc_status write_error(dlc__store_writer *w, int rc, const char *what)
 {
     const uint64_t avail = free_bytes(w);
-    const uint64_t need = w->size_hint > w->payload_bytes ? w->size_hint - w->payload_bytes
-                                                          : w->pending + (1u << 20);
+    const uint64_t need =
+        w->size_hint > w->payload_bytes ? w->size_hint - w->payload_bytes : w->pending + (1u << 20);
     if (rc == ENOSPC || ((rc == EIO || rc == EFBIG) && avail < need + (16u << 20)))
-        return dlc__errorf(-ENOSPC, "%s: disk full: need about %" PRIu64 " more bytes, %" PRIu64
-                           " free", w->temp_path, need, avail);
+        return dlc__errorf(-ENOSPC,
+                           "%s: disk full: need about %" PRIu64 " more bytes, %" PRIu64 " free",
+                           w->temp_path, need, avail);
     return dlc__errorf(lmdb_status(rc), "%s: %s: %s", w->temp_path, what, mdb_strerror(rc));
 }
 
@@ -244,8 +245,7 @@ dlc_status dlc__store_writer_open(const char *final_path, int force, uint64_t si
      * killing the process with SIGBUS on a sparse page of the map. */
     mrc = mdb_env_open(w->env, w->temp_path,
                        MDB_NOSUBDIR | MDB_NOSYNC | MDB_NOMETASYNC | MDB_NOLOCK | MDB_NOTLS, 0644);
-    FAIL_IF(mrc != 0, lmdb_status(mrc), "%s: cannot create: %s", w->temp_path,
-            mdb_strerror(mrc));
+    FAIL_IF(mrc != 0, lmdb_status(mrc), "%s: cannot create: %s", w->temp_path, mdb_strerror(mrc));
     MDB_stat ms;
     mdb_env_stat(w->env, &ms);
     w->psize = ms.ms_psize;
@@ -260,8 +260,9 @@ dlc_status dlc__store_writer_open(const char *final_path, int force, uint64_t si
         if (fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)want) == 0) {
             w->prealloc = want;
         } else if (errno == ENOSPC) {
-            rc = dlc__errorf(-ENOSPC, "%s: disk full: need about %" PRIu64 " bytes, %" PRIu64
-                             " free", w->temp_path, want, free_bytes(w));
+            rc = dlc__errorf(-ENOSPC,
+                             "%s: disk full: need about %" PRIu64 " bytes, %" PRIu64 " free",
+                             w->temp_path, want, free_bytes(w));
             goto fail;
         }
         /* Other errors (EOPNOTSUPP on some file systems) only lose the early
@@ -326,28 +327,32 @@ dlc_status dlc__store_writer_put(dlc__store_writer *w, int64_t label, uint32_t h
                            w->temp_path);
     const uint64_t index = w->count;
     if (label < 0 || label >= (int64_t)DLC__MAX_LABELS)
-        return dlc__errorf(DLC_EINVAL, "%s: record %" PRIu64 ": label %" PRId64
-                           " out of range 0..%u", w->temp_path, index, label,
-                           DLC__MAX_LABELS - 1);
+        return dlc__errorf(DLC_EINVAL,
+                           "%s: record %" PRIu64 ": label %" PRId64 " out of range 0..%u",
+                           w->temp_path, index, label, DLC__MAX_LABELS - 1);
     if (encoding > DLC_ENCODING_JPEG)
-        return dlc__errorf(DLC_EINVAL, "%s: record %" PRIu64 ": unknown encoding %u",
-                           w->temp_path, index, encoding);
+        return dlc__errorf(DLC_EINVAL, "%s: record %" PRIu64 ": unknown encoding %u", w->temp_path,
+                           index, encoding);
     if (index > 0 && encoding != w->encoding)
-        return dlc__errorf(DLC_EINVAL, "%s: record %" PRIu64 ": encoding %u, but the store's "
-                           "records are encoding %u", w->temp_path, index, encoding, w->encoding);
+        return dlc__errorf(DLC_EINVAL,
+                           "%s: record %" PRIu64 ": encoding %u, but the store's "
+                           "records are encoding %u",
+                           w->temp_path, index, encoding, w->encoding);
     if (!payload && size > 0)
-        return dlc__errorf(DLC_EINVAL, "%s: record %" PRIu64 ": NULL payload", w->temp_path,
-                           index);
+        return dlc__errorf(DLC_EINVAL, "%s: record %" PRIu64 ": NULL payload", w->temp_path, index);
     if (size > UINT32_MAX - DLC__RECORD_HEADER_SIZE)
-        return dlc__errorf(DLC_EINVAL, "%s: record %" PRIu64 ": payload of %zu bytes is over "
-                           "LMDB's 4 GiB value limit", w->temp_path, index, size);
+        return dlc__errorf(DLC_EINVAL,
+                           "%s: record %" PRIu64 ": payload of %zu bytes is over "
+                           "LMDB's 4 GiB value limit",
+                           w->temp_path, index, size);
     if (encoding == DLC_ENCODING_RAW) {
         uint64_t px;
         if (__builtin_mul_overflow((uint64_t)height, (uint64_t)width, &px) ||
             __builtin_mul_overflow(px, (uint64_t)channels, &px) || px != size)
-            return dlc__errorf(DLC_EINVAL, "%s: record %" PRIu64 ": raw payload of %zu bytes "
-                               "is not %ux%ux%u", w->temp_path, index, size, height, width,
-                               channels);
+            return dlc__errorf(DLC_EINVAL,
+                               "%s: record %" PRIu64 ": raw payload of %zu bytes "
+                               "is not %ux%ux%u",
+                               w->temp_path, index, size, height, width, channels);
     }
     if ((size_t)label >= w->label_cap) {
         rc = grow_label_counts(w, (size_t)label);

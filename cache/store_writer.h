@@ -18,9 +18,9 @@ typedef struct dlc__store_writer dlc__store_writer;
 typedef struct dlc__store_meta {
     const char *const *label_names; /* num_labels names (UTF-8, no NUL inside) */
     uint32_t num_labels;
-    uint64_t skipped;               /* items the builder skipped */
-    const char *build_json;         /* "build" meta value, may be NULL */
-    uint64_t source_digest;         /* written as 16 hex chars */
+    uint64_t skipped;       /* items the builder skipped */
+    const char *build_json; /* "build" meta value, may be NULL */
+    uint64_t source_digest; /* written as 16 hex chars */
 } dlc__store_meta;
 
 /* Create FINAL.tmp-PID next to FINAL. DLC_EEXIST when FINAL exists and !force.

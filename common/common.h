@@ -26,7 +26,8 @@
 #if defined(__GNUC__)
 __attribute__((format(printf, 2, 3)))
 #endif
-dlc_status dlc__errorf(dlc_status status, const char *fmt, ...);
+dlc_status
+dlc__errorf(dlc_status status, const char *fmt, ...);
 void dlc__clear_error(void);
 /* Send a notice to @p log, if there is one. */
 #if defined(__GNUC__)
@@ -131,14 +132,13 @@ static inline uint64_t dlc__key4(uint64_t a, uint64_t b, uint64_t c, uint64_t d)
 
 /* Purposes that separate the loader's random streams (the first word of dlc__key4). */
 enum {
-    DLC__KEY_SHUFFLE = 1,   /**< The epoch's permutation. */
-    DLC__KEY_GROUPS = 2,    /**< Quasi-random: order of groups. */
-    DLC__KEY_WINDOW = 3,    /**< Quasi-random: order within a window. */
-    DLC__KEY_WEIGHTED = 4,  /**< Weighted draws. */
-    DLC__KEY_AUGMENT = 5,   /**< Crop and flip of one sample. */
-    DLC__KEY_REPLACE = 6,   /**< Choice of a replacement for a corrupt record. */
+    DLC__KEY_SHUFFLE = 1,  /**< The epoch's permutation. */
+    DLC__KEY_GROUPS = 2,   /**< Quasi-random: order of groups. */
+    DLC__KEY_WINDOW = 3,   /**< Quasi-random: order within a window. */
+    DLC__KEY_WEIGHTED = 4, /**< Weighted draws. */
+    DLC__KEY_AUGMENT = 5,  /**< Crop and flip of one sample. */
+    DLC__KEY_REPLACE = 6,  /**< Choice of a replacement for a corrupt record. */
 };
-
 
 /* A counter-based stream: the n-th output is mix64(key ^ n * odd constant). */
 typedef struct dlc__rng {
@@ -161,7 +161,8 @@ static inline double dlc__rng_uniform(dlc__rng *r)
 /* Uniform integer in [0, n), n > 0, without modulo bias (Lemire's method). */
 uint64_t dlc__rng_below(dlc__rng *r, uint64_t n);
 
-/* ---- IEEE binary16 (half.c) -------------------------------------------------------------------- */
+/* ---- IEEE binary16 (half.c) --------------------------------------------------------------------
+ */
 
 /* Binary16 bits of @p f, rounded to nearest even (what torch's .half() does); NaN stays a quiet
  * NaN, values beyond the largest half become infinities. */

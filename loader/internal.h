@@ -32,15 +32,15 @@ typedef struct dlc__sample_io {
 } dlc__sample_io;
 
 typedef struct dlc__slot {
-    int state;        /**< DLC__SLOT_*; under mu. */
-    uint64_t batch;   /**< Batch number in the current plan. */
-    uint32_t count;   /**< Samples in it. */
+    int state;            /**< DLC__SLOT_*; under mu. */
+    uint64_t batch;       /**< Batch number in the current plan. */
+    uint32_t count;       /**< Samples in it. */
     uint64_t seed, epoch; /**< Keys of its augmentation. */
-    uint8_t *data;    /**< batch_size * sample_bytes, 64-byte aligned. */
+    uint8_t *data;        /**< batch_size * sample_bytes, 64-byte aligned. */
     int64_t *labels;
     uint64_t *indices;
     dlc__sample_io *io;
-    uint8_t *iobuf;   /**< Direct mode: batch_size * io_cap bytes, 4096-aligned. */
+    uint8_t *iobuf;    /**< Direct mode: batch_size * io_cap bytes, 4096-aligned. */
     atomic_uint claim; /**< Next sample to hand to a worker (a chunk at a time). */
     atomic_uint done;  /**< Samples finished; the worker that completes the batch marks it READY. */
     uint32_t active;   /**< Workers inside the slot; under mu. */
@@ -97,11 +97,11 @@ struct dlc_loader {
     dlc__worker *workers;
 
     /* I/O (io.c). */
-    uint32_t io_mode;  /**< DLC_IO_MMAP or DLC_IO_DIRECT. */
+    uint32_t io_mode; /**< DLC_IO_MMAP or DLC_IO_DIRECT. */
     int uring_ok;
     struct io_uring ring;
-    int direct_fd;     /**< O_DIRECT descriptor (or a plain one where O_DIRECT is refused). */
-    size_t io_cap;     /**< Bytes of direct buffer per sample. */
+    int direct_fd; /**< O_DIRECT descriptor (or a plain one where O_DIRECT is refused). */
+    size_t io_cap; /**< Bytes of direct buffer per sample. */
     int bufs_registered;
     uint32_t madvise_inflight;
 

@@ -211,8 +211,7 @@ static void read_direct(dlc_loader *l, dlc__slot *s, uint32_t slot_index)
             continue;
         }
         if (l->bufs_registered)
-            io_uring_prep_read_fixed(sqe, l->direct_fd, buf, (unsigned)len, start,
-                                     (int)slot_index);
+            io_uring_prep_read_fixed(sqe, l->direct_fd, buf, (unsigned)len, start, (int)slot_index);
         else
             io_uring_prep_read(sqe, l->direct_fd, buf, (unsigned)len, start);
         io_uring_sqe_set_data64(sqe, j);
@@ -302,8 +301,7 @@ static void resolve(dlc_loader *l, dlc__slot *s, uint32_t slot_index)
     } else {
         for (uint32_t j = 0; j < s->count; j++)
             if (s->io[j].status == DLC_OK)
-                atomic_fetch_add_explicit(&l->st_bytes, s->io[j].rec.size,
-                                          memory_order_relaxed);
+                atomic_fetch_add_explicit(&l->st_bytes, s->io[j].rec.size, memory_order_relaxed);
         readahead_mmap(l, s);
     }
 }

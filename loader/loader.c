@@ -60,14 +60,14 @@ static dlc_status check_config(const dlc_loader_config *c, const char *path)
     FAIL_IF(!(c->flip_prob >= 0 && c->flip_prob <= 1), DLC_EINVAL,
             "%s: config.flip_prob = %g must be in [0, 1]", path, c->flip_prob);
     if (c->augment == DLC_AUGMENT_RANDOM_RESIZED_CROP) {
-        FAIL_IF(!(c->rrc_scale[0] > 0 && c->rrc_scale[0] <= c->rrc_scale[1] &&
-                  c->rrc_scale[1] <= 1e6f),
-                DLC_EINVAL, "%s: config.rrc_scale = (%g, %g) must satisfy 0 < lo <= hi", path,
-                c->rrc_scale[0], c->rrc_scale[1]);
-        FAIL_IF(!(c->rrc_ratio[0] > 0 && c->rrc_ratio[0] <= c->rrc_ratio[1] &&
-                  c->rrc_ratio[1] <= 1e6f),
-                DLC_EINVAL, "%s: config.rrc_ratio = (%g, %g) must satisfy 0 < lo <= hi", path,
-                c->rrc_ratio[0], c->rrc_ratio[1]);
+        FAIL_IF(
+            !(c->rrc_scale[0] > 0 && c->rrc_scale[0] <= c->rrc_scale[1] && c->rrc_scale[1] <= 1e6f),
+            DLC_EINVAL, "%s: config.rrc_scale = (%g, %g) must satisfy 0 < lo <= hi", path,
+            c->rrc_scale[0], c->rrc_scale[1]);
+        FAIL_IF(
+            !(c->rrc_ratio[0] > 0 && c->rrc_ratio[0] <= c->rrc_ratio[1] && c->rrc_ratio[1] <= 1e6f),
+            DLC_EINVAL, "%s: config.rrc_ratio = (%g, %g) must satisfy 0 < lo <= hi", path,
+            c->rrc_ratio[0], c->rrc_ratio[1]);
     }
     if (c->dtype != DLC_DTYPE_UINT8)
         for (int i = 0; i < 3; i++)
@@ -164,8 +164,7 @@ dlc_status dlc_loader_open(const char *path, const dlc_loader_config *config, dl
             l->path);
     FAIL_IF(l->out_c > 16, DLC_ECORRUPT, "%s: %u channels per pixel", l->path, l->out_c);
     FAIL_IF(cfg.dtype != DLC_DTYPE_UINT8 && l->out_c != 3, DLC_EINVAL,
-            "%s: config.dtype: float output needs 3 channels, the store has %u", l->path,
-            l->out_c);
+            "%s: config.dtype: float output needs 3 channels, the store has %u", l->path, l->out_c);
     FAIL_IF(cfg.augment != DLC_AUGMENT_RANDOM_RESIZED_CROP && in->height && in->width &&
                 (l->out_h > in->height || l->out_w > in->width),
             DLC_EINVAL, "%s: config.crop_h x crop_w = %ux%u is larger than the store's %ux%u",
@@ -179,8 +178,8 @@ dlc_status dlc_loader_open(const char *path, const dlc_loader_config *config, dl
 
     if (cfg.sampler == DLC_SAMPLER_WEIGHTED) {
         FAIL_IF(!cfg.class_weights || cfg.num_class_weights != in->num_labels, DLC_EINVAL,
-                "%s: config.class_weights: the weighted sampler needs %u weights, got %u",
-                l->path, in->num_labels, cfg.class_weights ? cfg.num_class_weights : 0);
+                "%s: config.class_weights: the weighted sampler needs %u weights, got %u", l->path,
+                in->num_labels, cfg.class_weights ? cfg.num_class_weights : 0);
         l->weights = malloc(in->num_labels * sizeof *l->weights);
         FAIL_IF(!l->weights, -ENOMEM, "%s: out of memory", l->path);
         memcpy(l->weights, cfg.class_weights, in->num_labels * sizeof *l->weights);
@@ -427,7 +426,8 @@ _Static_assert(DLC_LOADER_STATE_SIZE == 64, "the state layout fills 64 bytes");
 dlc_status dlc_loader_state_save(const dlc_loader *l, uint8_t buf[DLC_LOADER_STATE_SIZE])
 {
     if (!l || !buf)
-        return dlc__errorf(DLC_EINVAL, "loader: dlc_loader_state_save() needs a loader and a buffer");
+        return dlc__errorf(DLC_EINVAL,
+                           "loader: dlc_loader_state_save() needs a loader and a buffer");
     dlc_loader *m = (dlc_loader *)l; /* The mutex is not part of the logical state. */
     pthread_mutex_lock(&m->mu);
     const dlc__shard *sh = &l->shard;
@@ -471,18 +471,17 @@ dlc_status dlc_loader_state_restore(dlc_loader *l, const void *buf, size_t size)
         return dlc__errorf(DLC_EINVAL, "%s: loader state: version %u, this library reads %u",
                            l->path, dlc__ld32(p + 8), STATE_VERSION);
     if (dlc__ld32(p + 12) != l->sampler.kind)
-        return dlc__errorf(DLC_EINVAL, "%s: loader state: saved with sampler %u, this loader uses %u",
-                           l->path, dlc__ld32(p + 12), l->sampler.kind);
+        return dlc__errorf(DLC_EINVAL,
+                           "%s: loader state: saved with sampler %u, this loader uses %u", l->path,
+                           dlc__ld32(p + 12), l->sampler.kind);
     if (dlc__ld64(p + 40) != l->info->count)
-        return dlc__errorf(DLC_EINVAL,
-                           "%s: loader state: saved for a store of %llu records, this one has %llu",
-                           l->path, (unsigned long long)dlc__ld64(p + 40),
-                           (unsigned long long)l->info->count);
+        return dlc__errorf(
+            DLC_EINVAL, "%s: loader state: saved for a store of %llu records, this one has %llu",
+            l->path, (unsigned long long)dlc__ld64(p + 40), (unsigned long long)l->info->count);
     if (dlc__ld64(p + 48) != l->sampler.len)
-        return dlc__errorf(DLC_EINVAL,
-                           "%s: loader state: an epoch of %llu samples, this loader's has %llu",
-                           l->path, (unsigned long long)dlc__ld64(p + 48),
-                           (unsigned long long)l->sampler.len);
+        return dlc__errorf(
+            DLC_EINVAL, "%s: loader state: an epoch of %llu samples, this loader's has %llu",
+            l->path, (unsigned long long)dlc__ld64(p + 48), (unsigned long long)l->sampler.len);
     const uint64_t pos = dlc__ld64(p + 32);
     /* Padding can take a position past the epoch's length by less than a world size. */
     if (pos > l->sampler.len + UINT32_MAX)

@@ -70,8 +70,7 @@ static dlc_status ensure_scratch(dlc__worker *w, size_t need)
     /* Grows to the largest box seen and stays: a steady stream allocates nothing. */
     void *p = NULL;
     if (posix_memalign(&p, 64, need))
-        return dlc__errorf(-ENOMEM, "loader: out of memory for %zu bytes of resize scratch",
-                           need);
+        return dlc__errorf(-ENOMEM, "loader: out of memory for %zu bytes of resize scratch", need);
     free(w->scratch);
     w->scratch = p;
     w->scratch_size = need;
@@ -147,9 +146,9 @@ static dlc_status decode_and_augment(dlc_loader *l, dlc__worker *w, const dlc__s
     if (img.width == rec->width && img.height == rec->height)
         return augment(l, w, s, pos, rec, img.data, img.width, img.height, img.stride, dst);
     if (!min_w || img.width > rec->width || img.height > rec->height)
-        return dlc__errorf(DLC_ECORRUPT, "%s: record %llu: the JPEG is %ux%u, its header says %ux%u",
-                           l->path, (unsigned long long)rec->index, img.width, img.height,
-                           rec->width, rec->height);
+        return dlc__errorf(
+            DLC_ECORRUPT, "%s: record %llu: the JPEG is %ux%u, its header says %ux%u", l->path,
+            (unsigned long long)rec->index, img.width, img.height, rec->width, rec->height);
     /* Scaled decode: map the box into the smaller image and resize from there. */
     const dlc_loader_config *c = &l->cfg;
     dlc__rng r = {dlc__key4(DLC__KEY_AUGMENT, s->seed, s->epoch, pos), 0};
@@ -228,8 +227,8 @@ static dlc_status worker_start(dlc_loader *l, dlc__worker *w)
         return dlc__errorf(-ENOMEM, "loader: out of memory for a worker");
     if (l->info->height && l->info->width && l->info->encoding == DLC_ENCODING_RAW &&
         l->cfg.augment == DLC_AUGMENT_RANDOM_RESIZED_CROP)
-        return ensure_scratch(w, dlc_resize_scratch_bound(l->info->width, l->info->height,
-                                                          l->out_w, l->out_h, l->out_c));
+        return ensure_scratch(w, dlc_resize_scratch_bound(l->info->width, l->info->height, l->out_w,
+                                                          l->out_h, l->out_c));
     return DLC_OK;
 }
 

@@ -34,11 +34,11 @@ typedef struct dlc__sampler {
     uint64_t epoch;
     dlc__perm perm; /**< Shuffle: the permutation; quasi-random: the permutation of groups. */
     /* Quasi-random. */
-    uint64_t group;     /**< Records per group. */
-    uint64_t ngroups;   /**< ceil(count / group). */
-    uint64_t tail;      /**< Records in the last, short group (0 when it is full). */
-    uint64_t tail_pos;  /**< Position of the short group in the permuted order of groups. */
-    uint64_t window;    /**< Positions shuffled together in the second stage. */
+    uint64_t group;    /**< Records per group. */
+    uint64_t ngroups;  /**< ceil(count / group). */
+    uint64_t tail;     /**< Records in the last, short group (0 when it is full). */
+    uint64_t tail_pos; /**< Position of the short group in the permuted order of groups. */
+    uint64_t window;   /**< Positions shuffled together in the second stage. */
     /* Weighted: records grouped by class, and a Walker alias table over classes. Owned by the
      * sampler (allocated by dlc__sampler_init). */
     uint32_t nclasses;

@@ -15,19 +15,22 @@ run() { # run NAME CMD...: record a failing step, keep going
     if ! "$@"; then failed+=("$name"); fi
 }
 
+step "layout of the C sources (clang-format-14)"
+run format bash tests/check_format.sh
+
 step "unit and end-to-end tests (build/)"
 run ctest ctest --test-dir build --output-on-failure -j "$JOBS"
 
 step "unit tests under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DDLCACHE_SANITIZE=address,undefined \
-      -DDLCACHE_E2E=OFF >/dev/null &&
+      -DDLCACHE_E2E=OFF -DDLCACHE_WERROR=ON >/dev/null &&
     cmake --build build-asan -j "$JOBS" >/dev/null &&
     run asan env ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
         ctest --test-dir build-asan -L unit --output-on-failure -j "$JOBS" || failed+=(asan-build)
 
 step "loader threading tests under ThreadSanitizer (build-tsan/)"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DDLCACHE_SANITIZE=thread \
-      -DDLCACHE_E2E=OFF >/dev/null &&
+      -DDLCACHE_E2E=OFF -DDLCACHE_WERROR=ON >/dev/null &&
     cmake --build build-tsan -j "$JOBS" >/dev/null &&
     run tsan env TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
         ctest --test-dir build-tsan -L threads --output-on-failure -j "$JOBS" \

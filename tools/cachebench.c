@@ -42,42 +42,41 @@
 
 static void usage(FILE *out)
 {
-    fputs(
-        "usage: cachebench decode SOURCE [--threads T] [--limit N] [--seconds S] [--json]\n"
-        "       cachebench load STORE [options] [--json]\n"
-        "\n"
-        "decode: plain libjpeg-turbo decode at full size of every JPEG under SOURCE (an\n"
-        "  ImageFolder tree or any directory of .jpg files, searched recursively and\n"
-        "  sorted), on T threads with one codec each. Files are read into memory first\n"
-        "  (not timed); passes over all images repeat until S seconds (default 2) have\n"
-        "  passed. This is the reference the builder's images/s is compared with.\n"
-        "\n"
-        "load: in one run, (1) the memcpy ceiling: T threads copy sample-sized blocks from a\n"
-        "  buffer larger than the last-level cache into batch-sized destinations, (2) the\n"
-        "  loader's samples/s and GB/s of output, (3) with --jpeg-dir, the decode-every-\n"
-        "  epoch path: decode + resize to the store's size + crop + flip + convert into a\n"
-        "  batch, on the same T threads. Options:\n"
-        "  --batch B            samples per batch (default 256)\n"
-        "  --threads T          worker threads for all three (default: all cores)\n"
-        "  --prefetch P         batches in flight (default 4)\n"
-        "  --crop C             output C x C (default 224; 0 = the store's size)\n"
-        "  --random-resized-crop  RandomResizedCrop(C) instead of a random C x C crop\n"
-        "  --flip P             horizontal flip probability (default 0.5)\n"
-        "  --dtype uint8|float32|float16  (default uint8; floats are normalized NCHW)\n"
-        "  --seed S --epoch E   sampler seed and first epoch (default 0, 0)\n"
-        "  --epochs K | --batches K  measure exactly K epochs or K batches after the\n"
-        "                       warm-up batch (default: as many as fit in S seconds)\n"
-        "  --seconds S          length of each time-based window (default 2)\n"
-        "  --io auto|mmap|direct  how the loader reads records (default auto)\n"
-        "  --rank R --world-size W  read rank R's shard of W\n"
-        "  --device N           CUDA device for the loader (host batches in a CPU build)\n"
-        "  --jpeg-dir DIR       the JPEGs the store was built from: also time the\n"
-        "                       decode-every-epoch path and report the loader's speed-up\n"
-        "  --digest | --no-digest  hash every delivered batch (default: on with\n"
-        "                       --epochs/--batches, where the run length is fixed)\n"
-        "  --no-prewarm         do not read the store into the page cache first\n"
-        "  --json               print one JSON object on stdout\n",
-        out);
+    fputs("usage: cachebench decode SOURCE [--threads T] [--limit N] [--seconds S] [--json]\n"
+          "       cachebench load STORE [options] [--json]\n"
+          "\n"
+          "decode: plain libjpeg-turbo decode at full size of every JPEG under SOURCE (an\n"
+          "  ImageFolder tree or any directory of .jpg files, searched recursively and\n"
+          "  sorted), on T threads with one codec each. Files are read into memory first\n"
+          "  (not timed); passes over all images repeat until S seconds (default 2) have\n"
+          "  passed. This is the reference the builder's images/s is compared with.\n"
+          "\n"
+          "load: in one run, (1) the memcpy ceiling: T threads copy sample-sized blocks from a\n"
+          "  buffer larger than the last-level cache into batch-sized destinations, (2) the\n"
+          "  loader's samples/s and GB/s of output, (3) with --jpeg-dir, the decode-every-\n"
+          "  epoch path: decode + resize to the store's size + crop + flip + convert into a\n"
+          "  batch, on the same T threads. Options:\n"
+          "  --batch B            samples per batch (default 256)\n"
+          "  --threads T          worker threads for all three (default: all cores)\n"
+          "  --prefetch P         batches in flight (default 4)\n"
+          "  --crop C             output C x C (default 224; 0 = the store's size)\n"
+          "  --random-resized-crop  RandomResizedCrop(C) instead of a random C x C crop\n"
+          "  --flip P             horizontal flip probability (default 0.5)\n"
+          "  --dtype uint8|float32|float16  (default uint8; floats are normalized NCHW)\n"
+          "  --seed S --epoch E   sampler seed and first epoch (default 0, 0)\n"
+          "  --epochs K | --batches K  measure exactly K epochs or K batches after the\n"
+          "                       warm-up batch (default: as many as fit in S seconds)\n"
+          "  --seconds S          length of each time-based window (default 2)\n"
+          "  --io auto|mmap|direct  how the loader reads records (default auto)\n"
+          "  --rank R --world-size W  read rank R's shard of W\n"
+          "  --device N           CUDA device for the loader (host batches in a CPU build)\n"
+          "  --jpeg-dir DIR       the JPEGs the store was built from: also time the\n"
+          "                       decode-every-epoch path and report the loader's speed-up\n"
+          "  --digest | --no-digest  hash every delivered batch (default: on with\n"
+          "                       --epochs/--batches, where the run length is fixed)\n"
+          "  --no-prewarm         do not read the store into the page cache first\n"
+          "  --json               print one JSON object on stdout\n",
+          out);
 }
 
 /* ---- Small helpers --------------------------------------------------------------------------- */
@@ -191,7 +190,8 @@ static double run_window(int n, void *(*fn)(void *), void *args, size_t arg_size
     return elapsed;
 }
 
-/* ---- JPEG files in memory --------------------------------------------------------------------- */
+/* ---- JPEG files in memory ---------------------------------------------------------------------
+ */
 
 typedef struct jpeg_file {
     char *path;    /* full path, for error messages */
@@ -284,8 +284,8 @@ static int scan_dir(jpeg_set *set, const char *dir, int64_t label)
                 }
                 set->files = grown;
             }
-            set->files[set->count++] =
-                (jpeg_file){.path = path, .size = (size_t)st.st_size, .label = label < 0 ? 0 : label};
+            set->files[set->count++] = (jpeg_file){
+                .path = path, .size = (size_t)st.st_size, .label = label < 0 ? 0 : label};
         } else {
             free(path);
         }
@@ -633,13 +633,12 @@ static void ceiling_run(ceiling *c, double seconds, ceiling_result *res)
 {
     for (int t = 0; t < c->threads; t++)
         c->args[t].samples = 0;
-    res->seconds = run_window(c->threads, ceiling_worker, c->args, sizeof *c->args, &c->sh.sync,
-                              seconds);
+    res->seconds =
+        run_window(c->threads, ceiling_worker, c->args, sizeof *c->args, &c->sh.sync, seconds);
     res->samples = 0;
     for (int t = 0; t < c->threads; t++)
         res->samples += c->args[t].samples;
-    res->gbytes_per_s =
-        (double)res->samples * (double)c->sh.sample_bytes / res->seconds / 1e9;
+    res->gbytes_per_s = (double)res->samples * (double)c->sh.sample_bytes / res->seconds / 1e9;
 }
 
 /* ---- load: the decode-every-epoch path ------------------------------------------------------- */
@@ -692,10 +691,10 @@ typedef struct jpeg_shared {
 typedef struct jpeg_arg {
     jpeg_shared *sh;
     dlc_codec *codec; /* this thread's; made at setup so that no window times its creation */
-    uint8_t *batch;  /* batch x sample_bytes */
-    int64_t *labels; /* batch */
-    uint8_t *tmp;    /* crop x crop x 3: the resized crop before flip/convert */
-    void *scratch;   /* dlc_resize() scratch */
+    uint8_t *batch;   /* batch x sample_bytes */
+    int64_t *labels;  /* batch */
+    uint8_t *tmp;     /* crop x crop x 3: the resized crop before flip/convert */
+    void *scratch;    /* dlc_resize() scratch */
     size_t scratch_size;
     uint64_t samples;
 } jpeg_arg;
@@ -785,8 +784,7 @@ static void *jpeg_worker(void *p)
         /* The same heavy transform as the builder, every epoch: decode, resize
          * the shorter side to the store's size, center crop. */
         dlc_image img;
-        dlc_status rc =
-            dlc_jpeg_decode_resize(codec, f->data, f->size, sh->store_side, 1, &img);
+        dlc_status rc = dlc_jpeg_decode_resize(codec, f->data, f->size, sh->store_side, 1, &img);
         if (rc == DLC_OK && (img.width < sh->crop || img.height < sh->crop))
             rc = DLC_EINVAL;
         if (rc != DLC_OK) {
@@ -800,8 +798,11 @@ static void *jpeg_worker(void *p)
         if (sh->rrc) {
             double x, y, w, h;
             rrc_params(&r, sh, img.width, img.height, &x, &y, &w, &h);
-            const dlc_image dst = {.data = a->tmp, .width = sh->crop, .height = sh->crop,
-                                   .channels = 3, .stride = (size_t)sh->crop * 3};
+            const dlc_image dst = {.data = a->tmp,
+                                   .width = sh->crop,
+                                   .height = sh->crop,
+                                   .channels = 3,
+                                   .stride = (size_t)sh->crop * 3};
             rc = dlc_resize(&img, x, y, w, h, &dst, a->scratch, a->scratch_size);
             if (rc != DLC_OK) {
                 tool_report(TOOL, rc, f->path);
@@ -932,8 +933,8 @@ static int jpeg_bench_run(jpeg_bench *jb, double seconds, jpeg_result *res)
 {
     for (int t = 0; t < jb->threads; t++)
         jb->args[t].samples = 0;
-    res->seconds = run_window(jb->threads, jpeg_worker, jb->args, sizeof *jb->args, &jb->sh->sync,
-                              seconds);
+    res->seconds =
+        run_window(jb->threads, jpeg_worker, jb->args, sizeof *jb->args, &jb->sh->sync, seconds);
     res->samples = 0;
     for (int t = 0; t < jb->threads; t++)
         res->samples += jb->args[t].samples;
@@ -953,7 +954,9 @@ static void log_to_stderr(void *user, dlc_log_level level, const char *msg)
 
 static const char *dtype_name(uint32_t dtype)
 {
-    return dtype == DLC_DTYPE_FLOAT32 ? "float32" : dtype == DLC_DTYPE_FLOAT16 ? "float16" : "uint8";
+    return dtype == DLC_DTYPE_FLOAT32   ? "float32"
+           : dtype == DLC_DTYPE_FLOAT16 ? "float16"
+                                        : "uint8";
 }
 
 static const char *io_name(uint32_t io)
@@ -1127,8 +1130,8 @@ static int parse_load(int argc, char **argv, load_opts *o)
         return -1;
     }
     if (o->cfg.rank >= o->cfg.world_size) {
-        fprintf(stderr, TOOL ": error: load: --rank %u is not below --world-size %u\n",
-                o->cfg.rank, o->cfg.world_size);
+        fprintf(stderr, TOOL ": error: load: --rank %u is not below --world-size %u\n", o->cfg.rank,
+                o->cfg.world_size);
         return -1;
     }
     if (o->digest < 0)
@@ -1236,8 +1239,9 @@ static int measure_loader(const load_opts *o, loader_result *res)
         XXH3_freeState(st);
     }
     if (res->batches == 0) {
-        fprintf(stderr, TOOL ": error: %s: no batch after the warm-up one to time "
-                        "(the epoch is one batch long; use a smaller --batch or --epochs 2)\n",
+        fprintf(stderr,
+                TOOL ": error: %s: no batch after the warm-up one to time "
+                     "(the epoch is one batch long; use a smaller --batch or --epochs 2)\n",
                 o->store);
         return -1;
     }
@@ -1265,14 +1269,15 @@ static int cmd_load(int argc, char **argv)
     const dlc_store_info info = *dlc_store_get_info(store);
     if (o.cfg.crop_h == 0) {
         if (info.height == 0 || info.width != info.height) {
-            fprintf(stderr, TOOL ": error: %s: --crop 0 needs a store of square images\n",
-                    o.store);
+            fprintf(stderr, TOOL ": error: %s: --crop 0 needs a store of square images\n", o.store);
             dlc_store_close(store);
             return 2;
         }
         o.cfg.crop_h = o.cfg.crop_w = info.height;
     }
-    const size_t esize = o.cfg.dtype == DLC_DTYPE_UINT8 ? 1 : o.cfg.dtype == DLC_DTYPE_FLOAT16 ? 2 : 4;
+    const size_t esize = o.cfg.dtype == DLC_DTYPE_UINT8     ? 1
+                         : o.cfg.dtype == DLC_DTYPE_FLOAT16 ? 2
+                                                            : 4;
     const size_t sample_bytes = (size_t)o.cfg.crop_h * o.cfg.crop_w * 3 * esize;
     uint64_t resident_before = 0;
     const double prewarm_seconds = o.prewarm ? prewarm_store(store, &resident_before) : 0;
@@ -1290,8 +1295,10 @@ static int cmd_load(int argc, char **argv)
     loader_result lr;
     if (o.jpeg_dir) {
         if (info.height == 0 || info.width != info.height) {
-            fprintf(stderr, TOOL ": error: %s: the JPEG path needs a store of square images "
-                            "(built with a center crop) to know the resize target\n", o.store);
+            fprintf(stderr,
+                    TOOL ": error: %s: the JPEG path needs a store of square images "
+                         "(built with a center crop) to know the resize target\n",
+                    o.store);
             goto out;
         }
         if (jpeg_bench_setup(&jb, o.jpeg_dir, threads, &o.cfg, info.height, sample_bytes) != 0)
@@ -1358,8 +1365,9 @@ static int cmd_load(int argc, char **argv)
         tool_json_u64(&j, "loader_threads", lr.stats.threads);
         tool_json_u64(&j, "prefetch", o.cfg.prefetch);
         tool_json_u64(&j, "crop", o.cfg.crop_h);
-        tool_json_str(&j, "augment", o.cfg.augment == DLC_AUGMENT_RANDOM_RESIZED_CROP
-                                         ? "random_resized_crop" : "random_crop");
+        tool_json_str(&j, "augment",
+                      o.cfg.augment == DLC_AUGMENT_RANDOM_RESIZED_CROP ? "random_resized_crop"
+                                                                       : "random_crop");
         tool_json_f64(&j, "flip", o.cfg.flip_prob);
         tool_json_str(&j, "dtype", dtype_name(o.cfg.dtype));
         tool_json_u64(&j, "sample_bytes", sample_bytes);

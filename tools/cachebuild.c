@@ -80,10 +80,9 @@ static int on_progress(void *user, const dlc_build_progress *p)
     tool_human_seconds(rate > 0 ? (double)(p->total - p->done) / rate : -1, eta, sizeof eta);
     if (p->skipped)
         snprintf(skipped, sizeof skipped, "  (%llu skipped)", (unsigned long long)p->skipped);
-    tool_progress_line(&t->pg, p->done == p->total,
-                       "%llu/%llu images  %.0f img/s  %.1f MB/s  ETA %s%s",
-                       (unsigned long long)p->done, (unsigned long long)p->total, rate, mbs, eta,
-                       skipped);
+    tool_progress_line(
+        &t->pg, p->done == p->total, "%llu/%llu images  %.0f img/s  %.1f MB/s  ETA %s%s",
+        (unsigned long long)p->done, (unsigned long long)p->total, rate, mbs, eta, skipped);
     return g_signal != 0;
 }
 
@@ -94,8 +93,9 @@ static void on_log(void *user, dlc_log_level level, const char *msg)
         return;
     if (t->warned++ >= MAX_SKIP_LINES) {
         if (t->warned == MAX_SKIP_LINES + 1)
-            fprintf(stderr, "%s%s: warning: more warnings not shown%s\n", t->pg.drawn ? "\r\033[K" : "",
-                    TOOL, t->json ? "" : " (--json lists every skipped file)");
+            fprintf(stderr, "%s%s: warning: more warnings not shown%s\n",
+                    t->pg.drawn ? "\r\033[K" : "", TOOL,
+                    t->json ? "" : " (--json lists every skipped file)");
         return;
     }
     fprintf(stderr, "%s%s: warning: %s\n", t->pg.drawn ? "\r\033[K" : "", TOOL, msg);
@@ -175,12 +175,16 @@ int main(int argc, char **argv)
 {
     enum { O_SIZE = 256, O_CROP, O_ENC, O_QUALITY, O_THREADS, O_STRICT, O_FORCE, O_JSON };
     static const struct option longopts[] = {
-        {"output", required_argument, NULL, 'o'},  {"size", required_argument, NULL, O_SIZE},
-        {"crop", required_argument, NULL, O_CROP}, {"encoding", required_argument, NULL, O_ENC},
+        {"output", required_argument, NULL, 'o'},
+        {"size", required_argument, NULL, O_SIZE},
+        {"crop", required_argument, NULL, O_CROP},
+        {"encoding", required_argument, NULL, O_ENC},
         {"quality", required_argument, NULL, O_QUALITY},
         {"threads", required_argument, NULL, O_THREADS},
-        {"strict", no_argument, NULL, O_STRICT},   {"force", no_argument, NULL, O_FORCE},
-        {"json", no_argument, NULL, O_JSON},       {"help", no_argument, NULL, 'h'},
+        {"strict", no_argument, NULL, O_STRICT},
+        {"force", no_argument, NULL, O_FORCE},
+        {"json", no_argument, NULL, O_JSON},
+        {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     dlc_build_options o;
@@ -234,8 +238,8 @@ int main(int argc, char **argv)
             break;
         case O_THREADS:
             if (tool_parse_u64(optarg, 256, &v) != 0) {
-                fprintf(stderr, "%s: error: --threads is 0..256 (0: all cores), not '%s'\n",
-                        TOOL, optarg);
+                fprintf(stderr, "%s: error: --threads is 0..256 (0: all cores), not '%s'\n", TOOL,
+                        optarg);
                 return 2;
             }
             o.threads = (uint32_t)v;

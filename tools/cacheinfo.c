@@ -71,12 +71,26 @@ static const char *js_string(const char *p, const char *end, char *out, size_t c
                 return NULL;
             const char e = *p++;
             switch (e) {
-            case '"': case '\\': case '/': c = (unsigned char)e; break;
-            case 'b': c = '\b'; break;
-            case 'f': c = '\f'; break;
-            case 'n': c = '\n'; break;
-            case 'r': c = '\r'; break;
-            case 't': c = '\t'; break;
+            case '"':
+            case '\\':
+            case '/':
+                c = (unsigned char)e;
+                break;
+            case 'b':
+                c = '\b';
+                break;
+            case 'f':
+                c = '\f';
+                break;
+            case 'n':
+                c = '\n';
+                break;
+            case 'r':
+                c = '\r';
+                break;
+            case 't':
+                c = '\t';
+                break;
             case 'u': {
                 if (end - p < 4)
                     return NULL;
@@ -84,10 +98,14 @@ static const char *js_string(const char *p, const char *end, char *out, size_t c
                 for (int i = 0; i < 4; i++) {
                     const char h = *p++;
                     c <<= 4;
-                    if (h >= '0' && h <= '9') c |= (unsigned)(h - '0');
-                    else if (h >= 'a' && h <= 'f') c |= (unsigned)(h - 'a' + 10);
-                    else if (h >= 'A' && h <= 'F') c |= (unsigned)(h - 'A' + 10);
-                    else return NULL;
+                    if (h >= '0' && h <= '9')
+                        c |= (unsigned)(h - '0');
+                    else if (h >= 'a' && h <= 'f')
+                        c |= (unsigned)(h - 'a' + 10);
+                    else if (h >= 'A' && h <= 'F')
+                        c |= (unsigned)(h - 'A' + 10);
+                    else
+                        return NULL;
                 }
                 if (c >= 0x80)
                     c = '?'; /* Only control characters are escaped by our writer. */
@@ -301,8 +319,11 @@ static int dump_record(const dlc_store *s, uint64_t index, const char *path)
         status = 1;
         goto done;
     }
-    dlc_image img = {.data = (uint8_t *)rec.data, .width = rec.width, .height = rec.height,
-                     .channels = rec.channels, .stride = (size_t)rec.width * rec.channels};
+    dlc_image img = {.data = (uint8_t *)rec.data,
+                     .width = rec.width,
+                     .height = rec.height,
+                     .channels = rec.channels,
+                     .stride = (size_t)rec.width * rec.channels};
     if (rec.encoding == DLC_ENCODING_JPEG) {
         if ((rc = dlc_codec_create(&codec)) < 0 ||
             (rc = dlc_jpeg_decode(codec, rec.data, rec.size, 0, 0, &img)) < 0) {
@@ -348,9 +369,9 @@ int main(int argc, char **argv)
 {
     enum { O_JSON = 256, O_VERIFY, O_DUMP };
     static const struct option longopts[] = {
-        {"json", no_argument, NULL, O_JSON},   {"verify", no_argument, NULL, O_VERIFY},
+        {"json", no_argument, NULL, O_JSON},       {"verify", no_argument, NULL, O_VERIFY},
         {"dump", required_argument, NULL, O_DUMP}, {"output", required_argument, NULL, 'o'},
-        {"help", no_argument, NULL, 'h'},      {NULL, 0, NULL, 0},
+        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
     int json = 0, verify = 0, dump = 0;
     uint64_t dump_index = 0;

@@ -61,9 +61,9 @@ typedef struct job {
     uint64_t seed;
     uint32_t thread;
     uint32_t threads;
-    uint64_t bytes;      /* written by this thread */
-    dlc_status rc;       /* first failure of this thread */
-    char err[1200];      /* its message */
+    uint64_t bytes; /* written by this thread */
+    dlc_status rc;  /* first failure of this thread */
+    char err[1200]; /* its message */
 } job;
 
 /* splitmix64 as a sequential generator: one stream per image. */
@@ -497,8 +497,7 @@ int main(int argc, char **argv)
         char hb[32];
         printf(TOOL ": wrote %llu images in %llu classes to %s/train (%s, %.1f s, seed %llu)\n",
                (unsigned long long)count, (unsigned long long)classes, outdir,
-               tool_human_bytes(bytes, hb, sizeof hb), dlc__now_s() - t0,
-               (unsigned long long)seed);
+               tool_human_bytes(bytes, hb, sizeof hb), dlc__now_s() - t0, (unsigned long long)seed);
     }
 out:
     if (photos)

@@ -31,11 +31,28 @@ int tool_parse_size(const char *s, uint64_t *out)
         return -1;
     unsigned shift = 0;
     switch (*end) {
-    case 'k': case 'K': shift = 10; end++; break;
-    case 'm': case 'M': shift = 20; end++; break;
-    case 'g': case 'G': shift = 30; end++; break;
-    case 't': case 'T': shift = 40; end++; break;
-    default: break;
+    case 'k':
+    case 'K':
+        shift = 10;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        shift = 20;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        shift = 30;
+        end++;
+        break;
+    case 't':
+    case 'T':
+        shift = 40;
+        end++;
+        break;
+    default:
+        break;
     }
     if (shift && *end == 'i')
         end++;
@@ -134,11 +151,21 @@ static void json_string(FILE *out, const char *s)
     fputc('"', out);
     for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
         switch (*c) {
-        case '"': fputs("\\\"", out); break;
-        case '\\': fputs("\\\\", out); break;
-        case '\n': fputs("\\n", out); break;
-        case '\r': fputs("\\r", out); break;
-        case '\t': fputs("\\t", out); break;
+        case '"':
+            fputs("\\\"", out);
+            break;
+        case '\\':
+            fputs("\\\\", out);
+            break;
+        case '\n':
+            fputs("\\n", out);
+            break;
+        case '\r':
+            fputs("\\r", out);
+            break;
+        case '\t':
+            fputs("\\t", out);
+            break;
         default:
             if (*c < 0x20)
                 fprintf(out, "\\u%04x", *c);
@@ -188,10 +215,22 @@ static void json_close(tool_json *j, char c)
     fputc(c, j->out);
 }
 
-void tool_json_object_begin(tool_json *j, const char *key) { json_open(j, key, '{', 0); }
-void tool_json_object_end(tool_json *j) { json_close(j, '}'); }
-void tool_json_array_begin(tool_json *j, const char *key) { json_open(j, key, '[', 1); }
-void tool_json_array_end(tool_json *j) { json_close(j, ']'); }
+void tool_json_object_begin(tool_json *j, const char *key)
+{
+    json_open(j, key, '{', 0);
+}
+void tool_json_object_end(tool_json *j)
+{
+    json_close(j, '}');
+}
+void tool_json_array_begin(tool_json *j, const char *key)
+{
+    json_open(j, key, '[', 1);
+}
+void tool_json_array_end(tool_json *j)
+{
+    json_close(j, ']');
+}
 
 void tool_json_str(tool_json *j, const char *key, const char *value)
 {

@@ -62,7 +62,7 @@ void tool_json_array_end(tool_json *j);
 void tool_json_str(tool_json *j, const char *key, const char *value); /* NULL writes null */
 void tool_json_u64(tool_json *j, const char *key, uint64_t value);
 void tool_json_i64(tool_json *j, const char *key, int64_t value);
-void tool_json_f64(tool_json *j, const char *key, double value);       /* non-finite -> null */
+void tool_json_f64(tool_json *j, const char *key, double value); /* non-finite -> null */
 void tool_json_bool(tool_json *j, const char *key, int value);
 /* A 64-bit digest as 16 lower-case hex digits, quoted. */
 void tool_json_hex64(tool_json *j, const char *key, uint64_t value);

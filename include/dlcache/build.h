@@ -78,17 +78,17 @@ typedef int (*dlc_build_progress_fn)(void *user, const dlc_build_progress *p);
 
 /** Options; dlc_build_options_init() sets the defaults named below. */
 typedef struct dlc_build_options {
-    uint32_t size;        /**< Shorter side after resize (default 256). */
-    int center_crop;      /**< 1: crop to size x size (default); 0: keep the aspect. */
-    uint32_t encoding;    /**< A ::dlc_encoding (default DLC_ENCODING_RAW). */
-    int quality;          /**< JPEG quality with DLC_ENCODING_JPEG (default 90). */
-    uint32_t threads;     /**< Worker threads; 0 = all online cores (default). */
-    int strict;           /**< Stop at the first bad image instead of skipping it. */
-    int force;            /**< Replace an existing output store. */
-    const char *command;  /**< Command line to record in the store's "build" metadata, or NULL. */
+    uint32_t size;       /**< Shorter side after resize (default 256). */
+    int center_crop;     /**< 1: crop to size x size (default); 0: keep the aspect. */
+    uint32_t encoding;   /**< A ::dlc_encoding (default DLC_ENCODING_RAW). */
+    int quality;         /**< JPEG quality with DLC_ENCODING_JPEG (default 90). */
+    uint32_t threads;    /**< Worker threads; 0 = all online cores (default). */
+    int strict;          /**< Stop at the first bad image instead of skipping it. */
+    int force;           /**< Replace an existing output store. */
+    const char *command; /**< Command line to record in the store's "build" metadata, or NULL. */
     dlc_build_progress_fn progress; /**< May be NULL. */
     void *progress_user;
-    dlc_log_fn log;       /**< Notices (skipped files...); may be NULL. */
+    dlc_log_fn log; /**< Notices (skipped files...); may be NULL. */
     void *log_user;
 } dlc_build_options;
 

@@ -62,8 +62,8 @@ DLC_API dlc_status dlc_jpeg_info(dlc_codec *c, const void *jpeg, size_t size, ui
  *             call on @p c.
  * @return DLC_OK, DLC_EDECODE, -ENOMEM.
  */
-DLC_API dlc_status dlc_jpeg_decode(dlc_codec *c, const void *jpeg, size_t size,
-                                   uint32_t min_width, uint32_t min_height, dlc_image *out);
+DLC_API dlc_status dlc_jpeg_decode(dlc_codec *c, const void *jpeg, size_t size, uint32_t min_width,
+                                   uint32_t min_height, dlc_image *out);
 
 /**
  * @brief The heavy transform of the builder: decode, resize so the shorter

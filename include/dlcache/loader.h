@@ -44,10 +44,10 @@ typedef struct dlc_loader dlc_loader;
 
 /** How the epoch's global order is made. */
 typedef enum dlc_sampler {
-    DLC_SAMPLER_SEQUENTIAL = 0, /**< 0, 1, 2, ... */
-    DLC_SAMPLER_SHUFFLE = 1,    /**< A fresh permutation per (seed, epoch). */
-    DLC_SAMPLER_WEIGHTED = 2,   /**< Draws with replacement, P(record) proportional to
-                                     class_weights[label]. */
+    DLC_SAMPLER_SEQUENTIAL = 0,   /**< 0, 1, 2, ... */
+    DLC_SAMPLER_SHUFFLE = 1,      /**< A fresh permutation per (seed, epoch). */
+    DLC_SAMPLER_WEIGHTED = 2,     /**< Draws with replacement, P(record) proportional to
+                                       class_weights[label]. */
     DLC_SAMPLER_QUASI_RANDOM = 3, /**< Shuffled groups of neighbouring records, shuffled again
                                        within a window: large sequential reads for stores
                                        larger than memory (io = direct). */
@@ -55,8 +55,8 @@ typedef enum dlc_sampler {
 
 /** Per-sample spatial augmentation. */
 typedef enum dlc_augment {
-    DLC_AUGMENT_CENTER_CROP = 0,   /**< Central crop_h x crop_w (evaluation). */
-    DLC_AUGMENT_RANDOM_CROP = 1,   /**< A uniformly placed crop_h x crop_w window. */
+    DLC_AUGMENT_CENTER_CROP = 0,         /**< Central crop_h x crop_w (evaluation). */
+    DLC_AUGMENT_RANDOM_CROP = 1,         /**< A uniformly placed crop_h x crop_w window. */
     DLC_AUGMENT_RANDOM_RESIZED_CROP = 2, /**< torchvision RandomResizedCrop(scale, ratio) resized
                                              to crop_h x crop_w, antialiased bilinear. */
 } dlc_augment;
@@ -96,34 +96,34 @@ typedef enum dlc_io_mode {
 
 /** Loader options. dlc_loader_config_init() sets every field to its default. */
 typedef struct dlc_loader_config {
-    uint32_t batch_size;      /**< Samples per batch (default 256). */
-    int drop_last;            /**< Cut to a multiple of world_size and drop a short last batch
-                                   (default 0). */
-    uint32_t sampler;         /**< A ::dlc_sampler (default DLC_SAMPLER_SHUFFLE). */
-    uint64_t seed;            /**< Default 0. */
-    uint64_t epoch;           /**< First epoch (default 0). */
-    uint32_t rank;            /**< This process's rank (default 0). */
-    uint32_t world_size;      /**< Number of ranks (default 1). */
-    uint32_t threads;         /**< Worker threads; 0 = all online cores (default). */
-    uint32_t prefetch;        /**< Batches in flight (default 4, at least 1). */
+    uint32_t batch_size;         /**< Samples per batch (default 256). */
+    int drop_last;               /**< Cut to a multiple of world_size and drop a short last batch
+                                      (default 0). */
+    uint32_t sampler;            /**< A ::dlc_sampler (default DLC_SAMPLER_SHUFFLE). */
+    uint64_t seed;               /**< Default 0. */
+    uint64_t epoch;              /**< First epoch (default 0). */
+    uint32_t rank;               /**< This process's rank (default 0). */
+    uint32_t world_size;         /**< Number of ranks (default 1). */
+    uint32_t threads;            /**< Worker threads; 0 = all online cores (default). */
+    uint32_t prefetch;           /**< Batches in flight (default 4, at least 1). */
     const double *class_weights; /**< DLC_SAMPLER_WEIGHTED: one weight per label; copied at open. */
     uint32_t num_class_weights;  /**< Entries in class_weights (must equal the store's labels). */
-    uint64_t num_samples;     /**< DLC_SAMPLER_WEIGHTED: draws per epoch (0 = the store's count). */
-    uint32_t quasi_group;     /**< DLC_SAMPLER_QUASI_RANDOM: records per group (default 64). */
-    uint32_t augment;         /**< A ::dlc_augment (default DLC_AUGMENT_RANDOM_CROP). */
-    uint32_t crop_h;          /**< Output height (default 224; 0 = the store's height). */
-    uint32_t crop_w;          /**< Output width (default 224; 0 = the store's width). */
-    float rrc_scale[2];       /**< RandomResizedCrop area fraction range (default 0.08, 1). */
-    float rrc_ratio[2];       /**< RandomResizedCrop aspect range (default 3/4, 4/3). */
-    float flip_prob;          /**< Horizontal flip probability (default 0.5; 0 for eval). */
-    uint32_t dtype;           /**< A ::dlc_dtype (default DLC_DTYPE_UINT8). */
-    float mean[3];            /**< Per channel, on the 0..1 scale (default ImageNet's). */
-    float std[3];             /**< Per channel, on the 0..1 scale (default ImageNet's). */
-    uint32_t verify;          /**< A ::dlc_verify_mode (default DLC_VERIFY_OFF). */
-    uint32_t on_corrupt;      /**< A ::dlc_corrupt_policy (default DLC_CORRUPT_FAIL). */
-    uint32_t io;              /**< A ::dlc_io_mode (default DLC_IO_AUTO). */
-    int32_t device;           /**< CUDA device for the upload, or -1 for host batches (default). */
-    dlc_log_fn log;           /**< Notices (chosen I/O mode, no GPU...); may be NULL. */
+    uint64_t num_samples; /**< DLC_SAMPLER_WEIGHTED: draws per epoch (0 = the store's count). */
+    uint32_t quasi_group; /**< DLC_SAMPLER_QUASI_RANDOM: records per group (default 64). */
+    uint32_t augment;     /**< A ::dlc_augment (default DLC_AUGMENT_RANDOM_CROP). */
+    uint32_t crop_h;      /**< Output height (default 224; 0 = the store's height). */
+    uint32_t crop_w;      /**< Output width (default 224; 0 = the store's width). */
+    float rrc_scale[2];   /**< RandomResizedCrop area fraction range (default 0.08, 1). */
+    float rrc_ratio[2];   /**< RandomResizedCrop aspect range (default 3/4, 4/3). */
+    float flip_prob;      /**< Horizontal flip probability (default 0.5; 0 for eval). */
+    uint32_t dtype;       /**< A ::dlc_dtype (default DLC_DTYPE_UINT8). */
+    float mean[3];        /**< Per channel, on the 0..1 scale (default ImageNet's). */
+    float std[3];         /**< Per channel, on the 0..1 scale (default ImageNet's). */
+    uint32_t verify;      /**< A ::dlc_verify_mode (default DLC_VERIFY_OFF). */
+    uint32_t on_corrupt;  /**< A ::dlc_corrupt_policy (default DLC_CORRUPT_FAIL). */
+    uint32_t io;          /**< A ::dlc_io_mode (default DLC_IO_AUTO). */
+    int32_t device;       /**< CUDA device for the upload, or -1 for host batches (default). */
+    dlc_log_fn log;       /**< Notices (chosen I/O mode, no GPU...); may be NULL. */
     void *log_user;
 } dlc_loader_config;
 
@@ -146,14 +146,14 @@ typedef struct dlc_batch {
 
 /** Counters since open. */
 typedef struct dlc_loader_stats {
-    uint64_t batches;         /**< Batches delivered. */
-    uint64_t samples;         /**< Samples delivered. */
-    double wait_seconds;      /**< Time the consumer spent blocked in dlc_loader_next(). */
-    double io_wait_seconds;   /**< Time workers spent blocked on I/O (page faults aside). */
-    uint64_t corrupt_replaced;/**< Corrupt records replaced (DLC_CORRUPT_REPLACE). */
-    uint64_t bytes_read;      /**< Payload bytes read from the store. */
-    uint32_t io_mode;         /**< The ::dlc_io_mode actually in use (never AUTO). */
-    uint32_t threads;         /**< Worker threads in use. */
+    uint64_t batches;          /**< Batches delivered. */
+    uint64_t samples;          /**< Samples delivered. */
+    double wait_seconds;       /**< Time the consumer spent blocked in dlc_loader_next(). */
+    double io_wait_seconds;    /**< Time workers spent blocked on I/O (page faults aside). */
+    uint64_t corrupt_replaced; /**< Corrupt records replaced (DLC_CORRUPT_REPLACE). */
+    uint64_t bytes_read;       /**< Payload bytes read from the store. */
+    uint32_t io_mode;          /**< The ::dlc_io_mode actually in use (never AUTO). */
+    uint32_t threads;          /**< Worker threads in use. */
 } dlc_loader_stats;
 
 /** Bytes of a serialized loader state (see dlc_loader_state_save()). */

@@ -46,16 +46,16 @@ typedef int dlc_status;
 #define DLC_ERRORS(XX)                                                                             \
     XX(EINVAL, -1000, "invalid argument")                                                          \
     XX(ECORRUPT, -1001, "corrupt data")                                                            \
-    XX(EVERSION, -1002, "unsupported store format version")                                       \
+    XX(EVERSION, -1002, "unsupported store format version")                                        \
     XX(ENOTFOUND, -1003, "not found")                                                              \
     XX(EDECODE, -1004, "image cannot be decoded")                                                  \
     XX(ENOIMAGES, -1005, "no valid image in the sources")                                          \
     XX(EEXIST, -1006, "destination exists")                                                        \
-    XX(EHTTP, -1007, "the server refused the request")                                            \
+    XX(EHTTP, -1007, "the server refused the request")                                             \
     XX(ENETWORK, -1008, "network failure")                                                         \
-    XX(ECHANGED, -1009, "the source changed while it was read")                                   \
+    XX(ECHANGED, -1009, "the source changed while it was read")                                    \
     XX(ECANCELED, -1010, "canceled")                                                               \
-    XX(ESTATE, -1011, "call not valid in the current state")                                      \
+    XX(ESTATE, -1011, "call not valid in the current state")                                       \
     XX(ECUDA, -1012, "CUDA error")                                                                 \
     XX(ENOSYS, -1013, "not supported on this system")
 

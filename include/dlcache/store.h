@@ -59,8 +59,9 @@ typedef struct dlc_store_info {
     uint32_t num_labels;     /**< Label values are 0..num_labels-1. */
     uint64_t skipped;        /**< Source files the builder skipped as unreadable. */
     uint64_t payload_bytes;  /**< Sum of every record's payload size. */
-    uint64_t content_digest; /**< XXH3-64 over each record's label (int64 LE) and payload, in order. */
-    uint64_t file_bytes;     /**< Size of the store file. */
+    uint64_t
+        content_digest;  /**< XXH3-64 over each record's label (int64 LE) and payload, in order. */
+    uint64_t file_bytes; /**< Size of the store file. */
 } dlc_store_info;
 
 /** One record, as a view into the map. Nothing in it is owned by the caller. */
@@ -162,13 +163,13 @@ DLC_API dlc_status dlc_record_verify(const dlc_store *s, const dlc_record *rec);
 
 /** Called by dlc_store_verify() for progress and for each bad record. */
 typedef struct dlc_verify_progress {
-    uint64_t done;        /**< Records checked so far. */
-    uint64_t total;       /**< Records in the store. */
-    uint64_t bytes_done;  /**< Payload bytes hashed so far. */
-    uint64_t bad;         /**< Bad records found so far. */
-    uint64_t bad_index;   /**< With bad_status != 0: the record that failed. */
-    dlc_status bad_status;/**< 0 for a progress call; the error for a bad record. */
-    const char *bad_msg;  /**< With bad_status != 0: the reason, valid during the call. */
+    uint64_t done;         /**< Records checked so far. */
+    uint64_t total;        /**< Records in the store. */
+    uint64_t bytes_done;   /**< Payload bytes hashed so far. */
+    uint64_t bad;          /**< Bad records found so far. */
+    uint64_t bad_index;    /**< With bad_status != 0: the record that failed. */
+    dlc_status bad_status; /**< 0 for a progress call; the error for a bad record. */
+    const char *bad_msg;   /**< With bad_status != 0: the reason, valid during the call. */
 } dlc_verify_progress;
 
 /** Return non-zero to stop the verification early (dlc_store_verify() then

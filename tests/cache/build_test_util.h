@@ -55,8 +55,8 @@ static inline void btu_jpeg(const char *dir, const char *name, uint32_t w, uint3
             p[1] = (uint8_t)(y * 255 / (h ? h : 1) ^ (seed * 17));
             p[2] = (uint8_t)(r >> 24);
         }
-    const dlc_image img = {.data = px, .width = w, .height = h, .channels = 3,
-                           .stride = (size_t)w * 3};
+    const dlc_image img = {
+        .data = px, .width = w, .height = h, .channels = 3, .stride = (size_t)w * 3};
     const uint8_t *jpeg;
     size_t size;
     cr_assert(dlc_jpeg_encode(c, &img, 90, &jpeg, &size) == DLC_OK);

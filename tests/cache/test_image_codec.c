@@ -69,8 +69,8 @@ static unsigned char *tj_encode(const uint8_t *pix, uint32_t w, uint32_t h, int 
     return jpeg;
 }
 
-static double psnr(const uint8_t *a, size_t a_stride, const uint8_t *b, size_t b_stride,
-                   uint32_t w, uint32_t h, uint32_t ch)
+static double psnr(const uint8_t *a, size_t a_stride, const uint8_t *b, size_t b_stride, uint32_t w,
+                   uint32_t h, uint32_t ch)
 {
     double sse = 0;
     for (uint32_t y = 0; y < h; y++)
@@ -183,8 +183,8 @@ Test(image_codec, cmyk_becomes_rgb_like_pillow)
     static const int want[3] = {141, 71, 35};
     for (size_t i = 0; i < (size_t)w * h; i++)
         for (int c = 0; c < 3; c++)
-            cr_assert_leq(abs((int)out.data[3 * i + c] - want[c]), 2, "pixel %zu channel %d: %d",
-                          i, c, out.data[3 * i + c]);
+            cr_assert_leq(abs((int)out.data[3 * i + c] - want[c]), 2, "pixel %zu channel %d: %d", i,
+                          c, out.data[3 * i + c]);
     tjFree(jpeg);
     free(cmyk);
 }
@@ -243,19 +243,17 @@ Test(image_codec, dct_scaling_picks_the_largest_reduction)
     free(pix);
 }
 
-static void check_resized_size(uint32_t w, uint32_t h, uint32_t n, uint32_t want_w,
-                               uint32_t want_h)
+static void check_resized_size(uint32_t w, uint32_t h, uint32_t n, uint32_t want_w, uint32_t want_h)
 {
     uint8_t *pix = gradient(w, h, 3);
     unsigned long size;
     unsigned char *jpeg = tj_encode(pix, w, h, TJPF_RGB, TJSAMP_420, 85, &size);
     dlc_image out;
-    cr_assert_eq(dlc_jpeg_decode_resize(codec, jpeg, size, n, 0, &out), DLC_OK, "%s",
-                 dlc_errmsg());
+    cr_assert_eq(dlc_jpeg_decode_resize(codec, jpeg, size, n, 0, &out), DLC_OK, "%s", dlc_errmsg());
     cr_assert_eq(out.width, want_w, "%ux%u -> Resize(%u): width %u, want %u", w, h, n, out.width,
                  want_w);
-    cr_assert_eq(out.height, want_h, "%ux%u -> Resize(%u): height %u, want %u", w, h, n,
-                 out.height, want_h);
+    cr_assert_eq(out.height, want_h, "%ux%u -> Resize(%u): height %u, want %u", w, h, n, out.height,
+                 want_h);
     cr_assert_eq(dlc_jpeg_decode_resize(codec, jpeg, size, n, 1, &out), DLC_OK);
     cr_assert_eq(out.width, want_w < n ? want_w : n);
     cr_assert_eq(out.height, want_h < n ? want_h : n);

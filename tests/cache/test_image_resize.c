@@ -39,8 +39,8 @@ static void fill_random(owned *o, uint32_t seed)
 
 static dlc_status resize(const owned *src, double x, double y, double w, double h, owned *dst)
 {
-    const size_t n = dlc_resize_scratch_bound((uint32_t)ceil(w), (uint32_t)ceil(h),
-                                              dst->img.width, dst->img.height, 3);
+    const size_t n = dlc_resize_scratch_bound((uint32_t)ceil(w), (uint32_t)ceil(h), dst->img.width,
+                                              dst->img.height, 3);
     cr_assert_gt(n, 0);
     void *scratch = aligned_alloc(64, (n + 63) & ~(size_t)63);
     const dlc_status rc = dlc_resize(&src->img, x, y, w, h, &dst->img, scratch, n);
@@ -76,8 +76,8 @@ static owned pillow_source(void)
 
 Test(image_resize, matches_pillow_downscale)
 {
-    static const uint8_t want[] = {32, 97, 223, 100, 100, 155, 60, 109, 195,
-                                   97, 32, 159, 100, 100, 155, 109, 60, 147};
+    static const uint8_t want[] = {32, 97, 223, 100, 100, 155, 60,  109, 195,
+                                   97, 32, 159, 100, 100, 155, 109, 60,  147};
     owned src = pillow_source(), dst = make_image(3, 2, 0);
     cr_assert_eq(resize(&src, 0, 0, 5, 3, &dst), DLC_OK, "%s", dlc_errmsg());
     cr_assert_arr_eq(dst.img.data, want, sizeof want);
@@ -146,13 +146,15 @@ Test(image_resize, constant_stays_constant)
     static const struct {
         uint32_t w, h;
         double x, y, bw, bh;
-    } cases[] = {{31, 7, 0, 0, 100, 80},       {250, 190, 0, 0, 100, 80},
-                 {13, 29, 3.3, 1.7, 90.1, 70.2}, {1, 1, 0, 0, 100, 80},
+    } cases[] = {{31, 7, 0, 0, 100, 80},
+                 {250, 190, 0, 0, 100, 80},
+                 {13, 29, 3.3, 1.7, 90.1, 70.2},
+                 {1, 1, 0, 0, 100, 80},
                  {300, 2, 10.5, 20.25, 5.5, 0.75}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         owned dst = make_image(cases[i].w, cases[i].h, 0);
-        cr_assert_eq(resize(&src, cases[i].x, cases[i].y, cases[i].bw, cases[i].bh, &dst),
-                     DLC_OK, "%s", dlc_errmsg());
+        cr_assert_eq(resize(&src, cases[i].x, cases[i].y, cases[i].bw, cases[i].bh, &dst), DLC_OK,
+                     "%s", dlc_errmsg());
         for (size_t k = 0; k < (size_t)cases[i].w * cases[i].h; k++) {
             cr_assert_eq(dst.img.data[3 * k], 17, "case %zu pixel %zu", i, k);
             cr_assert_eq(dst.img.data[3 * k + 1], 200, "case %zu pixel %zu", i, k);
@@ -168,13 +170,13 @@ Test(image_resize, region_outside_is_einval)
     owned src = make_image(20, 10, 0), dst = make_image(8, 8, 0);
     const size_t n = dlc_resize_scratch_bound(20, 10, 8, 8, 3);
     void *scratch = aligned_alloc(64, (n + 63) & ~(size_t)63);
-    static const double bad[][4] = {{-1, 0, 10, 5},  {0, -0.5, 10, 5}, {15, 0, 6, 5},
-                                    {0, 5, 10, 5.5}, {0, 0, 0, 5},     {0, 0, 10, -1},
+    static const double bad[][4] = {{-1, 0, 10, 5},  {0, -0.5, 10, 5},   {15, 0, 6, 5},
+                                    {0, 5, 10, 5.5}, {0, 0, 0, 5},       {0, 0, 10, -1},
                                     {NAN, 0, 10, 5}, {0, 0, INFINITY, 5}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        cr_assert_eq(dlc_resize(&src.img, bad[i][0], bad[i][1], bad[i][2], bad[i][3], &dst.img,
-                                scratch, n),
-                     DLC_EINVAL, "case %zu", i);
+        cr_assert_eq(
+            dlc_resize(&src.img, bad[i][0], bad[i][1], bad[i][2], bad[i][3], &dst.img, scratch, n),
+            DLC_EINVAL, "case %zu", i);
     cr_assert_str_not_empty(dlc_errmsg());
     free(scratch);
     free(src.buf);
@@ -254,16 +256,16 @@ Test(image_resize, window_equals_crop_of_whole)
     owned win = make_image(20, 33, 0);
     const size_t n = dlc_resize_scratch_bound(123, 77, 61, 90, 3);
     void *scratch = aligned_alloc(64, (n + 63) & ~(size_t)63);
-    cr_assert_eq(dlc__resize_window(&src.img, 1.5, 2.25, 120, 70.5, 61, 90, 13, 41, &win.img,
-                                    scratch, n),
-                 DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(
+        dlc__resize_window(&src.img, 1.5, 2.25, 120, 70.5, 61, 90, 13, 41, &win.img, scratch, n),
+        DLC_OK, "%s", dlc_errmsg());
     for (uint32_t y = 0; y < 33; y++)
         cr_assert_arr_eq(win.img.data + y * win.img.stride,
                          whole.img.data + (y + 41) * whole.img.stride + 13 * 3, 20 * 3, "row %u",
                          y);
-    cr_assert_eq(dlc__resize_window(&src.img, 1.5, 2.25, 120, 70.5, 61, 90, 50, 41, &win.img,
-                                    scratch, n),
-                 DLC_EINVAL, "a window past the output's edge must be refused");
+    cr_assert_eq(
+        dlc__resize_window(&src.img, 1.5, 2.25, 120, 70.5, 61, 90, 50, 41, &win.img, scratch, n),
+        DLC_EINVAL, "a window past the output's edge must be refused");
     free(scratch);
     free(src.buf);
     free(whole.buf);
@@ -273,8 +275,8 @@ Test(image_resize, window_equals_crop_of_whole)
 /* Pillow's ImagingResample, written per pixel as in Resample.c with no
  * padding, no windowing and no vector kernel: the reference for the
  * optimised passes. */
-static void ref_coeffs(float in0, float in1, uint32_t in_size, uint32_t out_size,
-                       int32_t *bounds, int32_t *kk, uint32_t *ksize_out)
+static void ref_coeffs(float in0, float in1, uint32_t in_size, uint32_t out_size, int32_t *bounds,
+                       int32_t *kk, uint32_t *ksize_out)
 {
     const double scale = (double)(in1 - in0) / out_size; /* float subtraction, as Pillow */
     const double filterscale = scale < 1.0 ? 1.0 : scale;
@@ -296,7 +298,8 @@ static void ref_coeffs(float in0, float in1, uint32_t in_size, uint32_t out_size
         }
         for (int32_t x = 0; x < xmax; x++) {
             const double w = ww != 0.0 ? k[x] / ww : k[x];
-            kk[xx * ksize + x] = w < 0 ? (int32_t)(-0.5 + w * (1 << 22)) : (int32_t)(0.5 + w * (1 << 22));
+            kk[xx * ksize + x] =
+                w < 0 ? (int32_t)(-0.5 + w * (1 << 22)) : (int32_t)(0.5 + w * (1 << 22));
         }
         bounds[2 * xx] = xmin;
         bounds[2 * xx + 1] = xmax;
@@ -329,7 +332,8 @@ static void ref_resize(const owned *src, float x0, float y0, float x1, float y1,
         for (uint32_t xx = 0; xx < tw; xx++)
             for (int c = 0; c < 3; c++) {
                 if (!need_h) {
-                    tmp[((size_t)y * tw + xx) * 3 + c] = src->img.data[y * src->img.stride + xx * 3 + c];
+                    tmp[((size_t)y * tw + xx) * 3 + c] =
+                        src->img.data[y * src->img.stride + xx * 3 + c];
                     continue;
                 }
                 int64_t s = 1 << 21;

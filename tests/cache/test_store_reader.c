@@ -302,8 +302,9 @@ Test(store_reader, hostile_lmdb_pages_never_crash)
     uint8_t buf[300];
     for (uint64_t i = 0; i < 400; i++) {
         tsu_fill(buf, i, sizeof buf);
-        cr_assert_eq(dlc__store_writer_put(w, (int64_t)(i % 3), 10, 10, 3, DLC_ENCODING_RAW,
-                                           buf, sizeof buf), DLC_OK);
+        cr_assert_eq(dlc__store_writer_put(w, (int64_t)(i % 3), 10, 10, 3, DLC_ENCODING_RAW, buf,
+                                           sizeof buf),
+                     DLC_OK);
     }
     const dlc__store_meta meta = {.label_names = tsu_labels, .num_labels = 3};
     cr_assert_eq(dlc__store_writer_finish(w, &meta), DLC_OK, "%s", dlc_errmsg());
@@ -329,20 +330,36 @@ Test(store_reader, hostile_lmdb_pages_never_crash)
             memcpy(mut, orig, size);
             uint8_t *q = mut + pg * 4096;
             switch (m) {
-            case 0: q[12] = 0xfe; q[13] = 0xff; break;           /* lower */
-            case 1: q[16] = 0xfc; q[17] = 0x0f; break;           /* node at page end */
-            case 2: q[node + 6] = 0xff; q[node + 7] = 0xff; break; /* key size */
-            case 3: q[node + 0] = 0xff; q[node + 2] = 0xff; q[node + 3] = 0x7f; break;
-            case 4: q[0] ^= 0x01; break;                         /* page number */
-            case 5: q[node + 4] = 0x04; break;                   /* node flags */
+            case 0:
+                q[12] = 0xfe;
+                q[13] = 0xff;
+                break; /* lower */
+            case 1:
+                q[16] = 0xfc;
+                q[17] = 0x0f;
+                break; /* node at page end */
+            case 2:
+                q[node + 6] = 0xff;
+                q[node + 7] = 0xff;
+                break; /* key size */
+            case 3:
+                q[node + 0] = 0xff;
+                q[node + 2] = 0xff;
+                q[node + 3] = 0x7f;
+                break;
+            case 4:
+                q[0] ^= 0x01;
+                break; /* page number */
+            case 5:
+                q[node + 4] = 0x04;
+                break; /* node flags */
             }
             write_bytes(copy, mut, size);
             free(mut);
             dlc_store *s = NULL;
             const dlc_status rc = dlc_store_open(copy, 0, &s);
             cr_assert(rc == DLC_OK || rc == DLC_ECORRUPT || rc == DLC_EVERSION,
-                      "page %llu mutation %d: %d %s", (unsigned long long)pg, m, rc,
-                      dlc_errmsg());
+                      "page %llu mutation %d: %d %s", (unsigned long long)pg, m, rc, dlc_errmsg());
             if (rc != DLC_OK) {
                 cr_assert(strstr(dlc_errmsg(), copy), "%s", dlc_errmsg());
                 detected[m]++;

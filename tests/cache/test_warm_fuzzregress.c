@@ -9,10 +9,10 @@
 Test(warm_fuzzregress, content_range_start_at_uint64_max_is_refused)
 {
     uint64_t a, b, t;
-    cr_assert_eq(dlc__warm_parse_content_range(
-                     "bytes 18446744073709551615-18446744073709551615/18446744073709551615", &a,
-                     &b, &t),
-                 -1);
+    cr_assert_eq(
+        dlc__warm_parse_content_range(
+            "bytes 18446744073709551615-18446744073709551615/18446744073709551615", &a, &b, &t),
+        -1);
     cr_assert_eq(dlc__warm_parse_content_range("bytes 0-99/1000", &a, &b, &t), 0);
     cr_assert(a == 0 && b == 99 && t == 1000);
     cr_assert_eq(dlc__warm_parse_content_range("bytes */1000", &a, &b, &t), 0);
@@ -29,8 +29,7 @@ static const char *redact(const char *url)
 
 Test(warm_fuzzregress, a_scheme_like_text_in_the_query_does_not_expose_it)
 {
-    cr_assert_str_eq(redact("host/obj?X-Amz-Signature=s3cr3t&u=https://cdn"),
-                     "host/obj?REDACTED");
+    cr_assert_str_eq(redact("host/obj?X-Amz-Signature=s3cr3t&u=https://cdn"), "host/obj?REDACTED");
     cr_assert_str_eq(redact("https:r no//user:pw@host/p?token=s3cr3t&next=https://x"),
                      "https:r no//user:pw@host/p?REDACTED");
     cr_assert_str_eq(redact("https://user:hunter22@host:8080/path/obj?token=s3cr3t#frag"),

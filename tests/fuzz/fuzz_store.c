@@ -36,8 +36,8 @@ static void seed_store(const char *dir, const char *name, uint32_t n, uint32_t h
             abort();
     }
     static const char *const names[] = {"cat", "dog"};
-    const dlc__store_meta meta = {.label_names = names, .num_labels = 2, .skipped = 1,
-                                  .build_json = "{\"tool\":\"fuzz\"}"};
+    const dlc__store_meta meta = {
+        .label_names = names, .num_labels = 2, .skipped = 1, .build_json = "{\"tool\":\"fuzz\"}"};
     if (dlc__store_writer_finish(wr, &meta) != DLC_OK)
         abort();
 }

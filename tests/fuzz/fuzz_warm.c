@@ -205,11 +205,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const uint8_t *p = data + 1;
     const size_t n = size - 1;
     switch (data[0] % 5) {
-    case 0: fuzz_range(p, n); break;
-    case 1: fuzz_body(p, n); break;
-    case 2: fuzz_redact(p, n); break;
-    case 3: fuzz_sidecar(p, n); break;
-    default: fuzz_journal(p, n); break;
+    case 0:
+        fuzz_range(p, n);
+        break;
+    case 1:
+        fuzz_body(p, n);
+        break;
+    case 2:
+        fuzz_redact(p, n);
+        break;
+    case 3:
+        fuzz_sidecar(p, n);
+        break;
+    default:
+        fuzz_journal(p, n);
+        break;
     }
     return 0;
 }

@@ -23,7 +23,7 @@ fi
 
 echo "fuzz: building the harnesses in $build (clang, libFuzzer + ASan + UBSan)"
 if ! CC=clang cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLCACHE_FUZZ=ON \
-        -DDLCACHE_TESTS=OFF -DDLCACHE_SANITIZE=address,undefined \
+        -DDLCACHE_TESTS=OFF -DDLCACHE_SANITIZE=address,undefined -DDLCACHE_WERROR=ON \
         -DCMAKE_C_FLAGS=-fsanitize=fuzzer-no-link >"$build.configure.log" 2>&1; then
     cat "$build.configure.log" >&2
     echo "fuzz: FAILED to configure build-fuzz" >&2

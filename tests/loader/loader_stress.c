@@ -23,7 +23,7 @@
 #define REQUIRE(cond)                                                                              \
     do {                                                                                           \
         if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: failed: %s (%s)\n", __FILE__, __LINE__, #cond, dlc_errmsg()); \
+            fprintf(stderr, "%s:%d: failed: %s (%s)\n", __FILE__, __LINE__, #cond, dlc_errmsg());  \
             exit(1);                                                                               \
         }                                                                                          \
     } while (0)

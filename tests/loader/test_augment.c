@@ -19,7 +19,8 @@ static void reference_rrc(uint32_t width, uint32_t height, const float scale[2],
     const double area = (double)height * width;
     const double lr0 = log(ratio[0]), lr1 = log(ratio[1]);
     for (int k = 0; k < 10; k++) {
-        const double target_area = area * (scale[0] + (scale[1] - scale[0]) * dlc__rng_uniform(rng));
+        const double target_area =
+            area * (scale[0] + (scale[1] - scale[0]) * dlc__rng_uniform(rng));
         const double aspect_ratio = exp(lr0 + (lr1 - lr0) * dlc__rng_uniform(rng));
         const long w = lrint(sqrt(target_area * aspect_ratio));
         const long h = lrint(sqrt(target_area / aspect_ratio));
@@ -119,8 +120,9 @@ Test(augment, random_box_stays_inside_and_reaches_every_offset)
 Test(augment, f16_conversion_matches_the_compiler)
 {
     /* _Float16 conversion in GCC rounds to nearest even, like torch's .half(). */
-    const float special[] = {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 65519.0f, 65520.0f, 1e-8f,
-                             5.96e-8f, 2.98e-8f, 6.1e-5f, 3.14159f, -1e6f, INFINITY, -INFINITY};
+    const float special[] = {0.0f,     -0.0f,    1.0f,  -2.5f,    65504.0f,
+                             65519.0f, 65520.0f, 1e-8f, 5.96e-8f, 2.98e-8f,
+                             6.1e-5f,  3.14159f, -1e6f, INFINITY, -INFINITY};
     for (size_t i = 0; i < sizeof special / sizeof *special; i++) {
         const _Float16 h = (_Float16)special[i];
         uint16_t bits;

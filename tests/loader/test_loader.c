@@ -83,8 +83,7 @@ Test(loader, epochs_differ_and_repeat_exactly)
 }
 
 /* Indices of every rank for an epoch, concatenated. */
-static uint64_t collect_ranks(const char *path, dlc_loader_config c, uint32_t world,
-                              uint32_t *hits)
+static uint64_t collect_ranks(const char *path, dlc_loader_config c, uint32_t world, uint32_t *hits)
 {
     uint64_t total = 0;
     for (uint32_t r = 0; r < world; r++) {
@@ -172,8 +171,7 @@ Test(loader, restore_continues_exactly_under_the_same_world_size)
         c2.epoch = 0;
         c2.threads = 3;
         l = open_ok(d.path, &c2);
-        cr_assert_eq(dlc_loader_state_restore(l, state, sizeof state), DLC_OK, "%s",
-                     dlc_errmsg());
+        cr_assert_eq(dlc_loader_state_restore(l, state, sizeof state), DLC_OK, "%s", dlc_errmsg());
         int i = k;
         while (dlc_loader_next(l, &b) == DLC_OK) {
             cr_assert_lt(i, nfull);
@@ -218,8 +216,7 @@ Test(loader, restore_under_another_world_size_covers_exactly_the_remainder)
         c.world_size = 3;
         c.rank = r;
         dlc_loader *l = open_ok(d.path, &c);
-        cr_assert_eq(dlc_loader_state_restore(l, state, sizeof state), DLC_OK, "%s",
-                     dlc_errmsg());
+        cr_assert_eq(dlc_loader_state_restore(l, state, sizeof state), DLC_OK, "%s", dlc_errmsg());
         dlc_batch b;
         while (dlc_loader_next(l, &b) == DLC_OK) {
             for (uint32_t j = 0; j < b.count; j++)

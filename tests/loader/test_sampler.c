@@ -211,8 +211,7 @@ Test(sampler, weighted_rejects_bad_weights)
     int64_t labels[4] = {0, 1, 0, 1};
     const double zero[2] = {0, 0}, neg[2] = {1, -1};
     dlc__sampler s;
-    cr_assert_eq(dlc__sampler_init(&s, DLC_SAMPLER_WEIGHTED, 4, 0, 0, labels, 2, zero),
-                 DLC_EINVAL);
+    cr_assert_eq(dlc__sampler_init(&s, DLC_SAMPLER_WEIGHTED, 4, 0, 0, labels, 2, zero), DLC_EINVAL);
     cr_assert_eq(dlc__sampler_init(&s, DLC_SAMPLER_WEIGHTED, 4, 0, 0, labels, 2, neg), DLC_EINVAL);
     cr_assert(strstr(dlc_errmsg(), "class_weights[1]"));
 }

@@ -81,8 +81,8 @@ Test(stress_lifecycle, open_close_10000_times_fds_and_rss_flat, .timeout = 900)
                          i + 1, count_fds(), fds0);
     }
     const long rss1 = rss_kib();
-    cr_log_info("%u loaders: descriptors %d -> %d, RSS %ld -> %ld KiB", rounds, fds0,
-                count_fds(), rss0, rss1);
+    cr_log_info("%u loaders: descriptors %d -> %d, RSS %ld -> %ld KiB", rounds, fds0, count_fds(),
+                rss0, rss1);
     cr_assert_eq(count_fds(), fds0);
     /* A leak of even one small allocation per loader would show as rounds x its size; the
      * bound allows for allocator noise, not for per-loader growth of 400 bytes or more. Under
