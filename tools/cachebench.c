@@ -1,7 +1,7 @@
 /*
  * cachebench: throughput of the loader, measured against the machine's memcpy
  * ceiling and against decoding the JPEGs every epoch, in one process and one
- * run (DESIGN.md, "Performance, measured in one run").
+ * run (docs/BENCHMARKS.md).
  *
  *   cachebench decode SOURCE --threads T [--json] [--limit N]
  *   cachebench load STORE --batch B --threads T ... [--jpeg-dir DIR] [--json]
@@ -966,7 +966,7 @@ static const char *io_name(uint32_t io)
 
 /* Read the store file once, unless it is resident already, so that the
  * loader is measured at memory speed rather than at the disk's (the store
- * lives on local SSD and in the page cache in the steady state DESIGN.md
+ * lives on local SSD and in the page cache in the steady state README.md
  * describes). Skipped when the file would take more than half the RAM. */
 static double prewarm_store(const dlc_store *store, uint64_t *resident_before)
 {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # cachebench, bench_threads.sh and plot_bench.py on a small real store. No
-# timing is asserted (DESIGN.md): the checks are that every figure is present
+# timing is asserted (docs/BENCHMARKS.md): the checks are that every figure is present
 # and positive, that the digest of a fixed-length run does not depend on the
 # number of threads or the prefetch depth, that every delivered sample is
 # counted, that errors name their cause with the right exit status, and that

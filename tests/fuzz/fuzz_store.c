@@ -57,7 +57,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 
 static void check_msg(dlc_status rc)
 {
-    /* Every failure explains itself (STYLE.md: errors name file, record, reason). */
+    /* Every failure explains itself (docs/ARCHITECTURE.md: errors name file, record, reason). */
     if (rc < 0 && dlc_errmsg()[0] == '\0')
         abort();
 }

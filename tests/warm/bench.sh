@@ -7,7 +7,7 @@
 #
 #   DLC_BIN=build/bin DLC_SRC=. bash tests/warm/bench.sh [ROUNDS (5)]
 #
-# Not a test (no assertion); docs/bench_warm.md has the figures.
+# Not a test (no assertion); docs/BENCHMARKS.md has the figures.
 set -euo pipefail
 : "${DLC_SRC:=$(cd "$(dirname "$0")/../.." && pwd)}"
 : "${DLC_BIN:=$DLC_SRC/build/bin}"
