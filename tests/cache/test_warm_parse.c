@@ -1,37 +1,16 @@
 /* The warm part's small pieces: Content-Range parsing, URL redaction and
  * encoding, error-body descriptions, retry classes, backoff bounds, the
  * resume journal (torn tails, foreign headers) and the sidecar. */
+#include "tmpdir_util.h"
 #include "warm_internal.h"
 
 #include <criterion/criterion.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
-{
-    (void)st;
-    (void)flag;
-    (void)f;
-    return remove(p);
-}
-
-static char *tmpdir(void)
-{
-    char *d = strdup("/tmp/dlc-warm-test-XXXXXX");
-    cr_assert(mkdtemp(d) != NULL);
-    return d;
-}
-
-static void rmdir_all(char *d)
-{
-    nftw(d, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-    free(d);
-}
 
 Test(warm_parse, content_range)
 {
@@ -138,7 +117,7 @@ static off_t file_size(const char *p)
 
 Test(warm_parse, journal_resume_torn_tail_and_foreign_header)
 {
-    char *dir = tmpdir();
+    char *dir = tmp_mkdtemp();
     char path[512];
     snprintf(path, sizeof path, "%s/x.warm-journal", dir);
     const dlc__warm_journal_id id = {
@@ -183,12 +162,12 @@ Test(warm_parse, journal_resume_torn_tail_and_foreign_header)
     cr_assert_eq(dlc__warm_journal_open(path, &resized, done, 5, &resumed, &fd), DLC_OK);
     cr_assert_eq(resumed, 0);
     close(fd);
-    rmdir_all(dir);
+    tmp_rmdir(dir);
 }
 
 Test(warm_parse, sidecar_round_trip)
 {
-    char *dir = tmpdir();
+    char *dir = tmp_mkdtemp();
     char dest[512], sidecar[512];
     snprintf(dest, sizeof dest, "%s/d.dlc", dir);
     snprintf(sidecar, sizeof sidecar, "%s/d.dlc.warm", dir);
@@ -217,5 +196,5 @@ Test(warm_parse, sidecar_round_trip)
     fputs("dlcache-warm 1\nsource x\n", f);
     fclose(f);
     cr_assert_eq(dlc__warm_sidecar_read(sidecar, &back), DLC_ENOTFOUND);
-    rmdir_all(dir);
+    tmp_rmdir(dir);
 }

@@ -13,8 +13,6 @@
  * DLC_FUZZ_SEED_DIR set (tests/fuzz/make_seeds.sh does that). */
 #include "fuzz_util.h"
 
-#include "store_writer.h"
-
 #include <dlcache/loader.h>
 
 #include <xxhash.h>
@@ -33,20 +31,8 @@ static void die(const char *what)
 
 static void write_store(const char *path)
 {
-    dlc__store_writer *w = NULL;
-    if (dlc__store_writer_open(path, 1, 0, &w) != DLC_OK)
-        die("writer_open");
-    uint8_t px[SIDE * SIDE * 3];
-    for (uint32_t i = 0; i < RECORDS; i++) {
-        for (size_t j = 0; j < sizeof px; j++)
-            px[j] = (uint8_t)(i * 29 + j);
-        if (dlc__store_writer_put(w, i % 3, SIDE, SIDE, 3, DLC_ENCODING_RAW, px, sizeof px) != 0)
-            die("writer_put");
-    }
-    static const char *const names[] = {"a", "b", "c"};
-    const dlc__store_meta meta = {.label_names = names, .num_labels = 3};
-    if (dlc__store_writer_finish(w, &meta) != DLC_OK)
-        die("writer_finish");
+    if (tu_make_store(path, RECORDS, SIDE, SIDE, 3, 0) != DLC_OK)
+        die("tu_make_store");
 }
 
 static void save_seed(const char *dir, const char *name)

@@ -5,8 +5,9 @@
 #ifndef DLCACHE_FUZZ_UTIL_H
 #define DLCACHE_FUZZ_UTIL_H
 
+#include "test_util.h"
+
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,30 +18,23 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 
-static char fz_dir[256];
-
-static inline int fz_rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
-{
-    (void)st;
-    (void)flag;
-    (void)f;
-    return remove(p);
-}
+static char *fz_dir;
 
 static inline void fz_cleanup(void)
 {
-    if (fz_dir[0])
-        nftw(fz_dir, fz_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    tu_rmtree(fz_dir);
+    free(fz_dir);
+    fz_dir = NULL;
 }
 
 /* The scratch directory, made on first use and removed at exit. */
 static inline const char *fz_scratch(void)
 {
-    if (!fz_dir[0]) {
+    if (!fz_dir) {
         struct stat st;
         const char *base = stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) ? "/dev/shm" : "/tmp";
-        snprintf(fz_dir, sizeof fz_dir, "%s/dlc-fuzz-XXXXXX", base);
-        if (!mkdtemp(fz_dir)) {
+        fz_dir = tu_mkdtemp_in(base);
+        if (!fz_dir) {
             perror("fuzz: mkdtemp");
             abort();
         }

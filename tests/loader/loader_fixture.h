@@ -1,10 +1,9 @@
-/* Shared by the loader's tests: small real stores of tiny images in a temp dir, made with the
- * store's private writer, and a helper that hashes a whole epoch's output. */
+/* Shared by the loader's Criterion tests: a store from tests/test_util.h in a temporary
+ * directory, the tests' usual configuration, and a helper that hashes a whole epoch's output. */
 #ifndef DLC_TEST_LOADER_FIXTURE_H
 #define DLC_TEST_LOADER_FIXTURE_H
 
-#include "store_writer.h"
-#include "common.h"
+#include "test_util.h"
 
 #include <criterion/criterion.h>
 #include <dlcache/image.h>
@@ -18,67 +17,28 @@
 #include <xxhash.h>
 
 typedef struct fx_dir {
-    char dir[256];
-    char path[300];
+    char *dir;  /**< The temporary directory (tu_mkdtemp). */
+    char *path; /**< dir/store.dlc. */
 } fx_dir;
-
-/* Pixel value of record i at (y, x, c): deterministic, varied, and record-specific. */
-static inline uint8_t fx_pixel(uint64_t i, uint32_t y, uint32_t x, uint32_t c)
-{
-    return (uint8_t)(dlc__mix64(i * 1000003u + y * 1009u + x * 3u + c) >> 56);
-}
 
 static inline void fx_rmdir(fx_dir *d)
 {
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", d->dir);
-    cr_assert_eq(system(cmd), 0);
+    tu_rmtree(d->dir);
+    free(d->dir);
+    free(d->path);
+    d->dir = d->path = NULL;
 }
 
-/* A raw store of @p n records of h x w x 3 pixels, label i % classes. With @p jpeg, the
- * records are JPEGs of the same pixels (quality 95). */
+/* A store of @p n records of h x w x 3 tu_pixel() pixels, label i % classes, in a fresh
+ * temporary directory. With @p jpeg, the records are JPEGs of the same pixels (quality 95). */
 static inline void fx_make_store(fx_dir *d, uint64_t n, uint32_t h, uint32_t w, uint32_t classes,
                                  int jpeg)
 {
-    snprintf(d->dir, sizeof d->dir, "/tmp/dlc-loader-test-XXXXXX");
-    cr_assert_not_null(mkdtemp(d->dir));
-    snprintf(d->path, sizeof d->path, "%s/store.dlc", d->dir);
-    dlc__store_writer *wr = NULL;
-    cr_assert_eq(dlc__store_writer_open(d->path, 0, n * h * w * 3, &wr), DLC_OK, "%s",
-                 dlc_errmsg());
-    uint8_t *px = malloc((size_t)h * w * 3);
-    dlc_codec *codec = NULL;
-    if (jpeg)
-        cr_assert_eq(dlc_codec_create(&codec), DLC_OK);
-    for (uint64_t i = 0; i < n; i++) {
-        for (uint32_t y = 0; y < h; y++)
-            for (uint32_t x = 0; x < w; x++)
-                for (uint32_t c = 0; c < 3; c++)
-                    px[((size_t)y * w + x) * 3 + c] = fx_pixel(i, y, x, c);
-        const void *payload = px;
-        size_t size = (size_t)h * w * 3;
-        if (jpeg) {
-            const dlc_image img = {px, w, h, 3, (size_t)w * 3};
-            const uint8_t *j;
-            cr_assert_eq(dlc_jpeg_encode(codec, &img, 95, &j, &size), DLC_OK);
-            payload = j;
-        }
-        cr_assert_eq(dlc__store_writer_put(wr, (int64_t)(i % classes), h, w, 3,
-                                           jpeg ? DLC_ENCODING_JPEG : DLC_ENCODING_RAW, payload,
-                                           size),
-                     DLC_OK, "%s", dlc_errmsg());
-    }
-    dlc_codec_destroy(codec);
-    free(px);
-    char names[64][16];
-    const char *ptrs[64];
-    cr_assert(classes <= 64);
-    for (uint32_t c = 0; c < classes; c++) {
-        snprintf(names[c], sizeof names[c], "class%02u", c);
-        ptrs[c] = names[c];
-    }
-    dlc__store_meta meta = {ptrs, classes, 0, NULL, 0};
-    cr_assert_eq(dlc__store_writer_finish(wr, &meta), DLC_OK, "%s", dlc_errmsg());
+    d->dir = tu_mkdtemp();
+    cr_assert_not_null(d->dir);
+    d->path = tu_path(d->dir, "store.dlc");
+    cr_assert_not_null(d->path);
+    cr_assert_eq(tu_make_store(d->path, n, h, w, classes, jpeg), DLC_OK, "%s", dlc_errmsg());
 }
 
 static inline dlc_loader_config fx_config(void)

@@ -3,8 +3,7 @@
  * drives the same pipeline paths (many workers, prefetch 1 and 8, resets mid-epoch, restore,
  * corrupt-record replacement, direct I/O) and checks that the bytes do not depend on threading.
  * Exit status 0 = pass. Run by ctest with the label "threads" (cmake/loader.cmake). */
-#include "store_writer.h"
-#include "common.h"
+#include "test_util.h"
 
 #include <dlcache/loader.h>
 #include <dlcache/store.h>
@@ -19,34 +18,17 @@
 #define N 60
 #define H 20
 #define W 18
+#define CLASSES 3
 
-#define REQUIRE(cond)                                                                              \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: failed: %s (%s)\n", __FILE__, __LINE__, #cond, dlc_errmsg());  \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
-
-static char dir[64], path[128];
+static char *dir, *path;
 
 static void make_store(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/dlc-loader-stress-XXXXXX");
-    REQUIRE(mkdtemp(dir));
-    snprintf(path, sizeof path, "%s/s.dlc", dir);
-    dlc__store_writer *w;
-    REQUIRE(dlc__store_writer_open(path, 0, 0, &w) == DLC_OK);
-    uint8_t px[H * W * 3];
-    for (uint64_t i = 0; i < N; i++) {
-        for (size_t k = 0; k < sizeof px; k++)
-            px[k] = (uint8_t)(dlc__mix64(i * 7919 + k) >> 56);
-        REQUIRE(dlc__store_writer_put(w, (int64_t)(i % 3), H, W, 3, DLC_ENCODING_RAW, px,
-                                      sizeof px) == DLC_OK);
-    }
-    const char *names[3] = {"a", "b", "c"};
-    dlc__store_meta meta = {names, 3, 0, NULL, 0};
-    REQUIRE(dlc__store_writer_finish(w, &meta) == DLC_OK);
+    dir = tu_mkdtemp();
+    TU_REQUIRE(dir);
+    path = tu_path(dir, "s.dlc");
+    TU_REQUIRE(path);
+    TU_REQUIRE(tu_make_store(path, N, H, W, CLASSES, 0) == DLC_OK);
 }
 
 static uint64_t epoch_hash(dlc_loader *l, int stop_after)
@@ -61,19 +43,19 @@ static uint64_t epoch_hash(dlc_loader *l, int stop_after)
         if (++n == stop_after)
             return h;
     }
-    REQUIRE(rc == DLC_END);
+    TU_REQUIRE(rc == DLC_END);
     return h;
 }
 
 static uint64_t run(dlc_loader_config c)
 {
     dlc_loader *l;
-    REQUIRE(dlc_loader_open(path, &c, &l) == DLC_OK);
+    TU_REQUIRE(dlc_loader_open(path, &c, &l) == DLC_OK);
     /* Reset in the middle of an epoch, with batches still in flight. */
     epoch_hash(l, 2);
-    REQUIRE(dlc_loader_set_epoch(l, 1) == DLC_OK);
+    TU_REQUIRE(dlc_loader_set_epoch(l, 1) == DLC_OK);
     uint64_t h = epoch_hash(l, 0);
-    REQUIRE(dlc_loader_set_epoch(l, 2) == DLC_OK);
+    TU_REQUIRE(dlc_loader_set_epoch(l, 2) == DLC_OK);
     h ^= epoch_hash(l, 0) * 3;
     dlc_loader_close(l);
     return h;
@@ -84,17 +66,17 @@ int main(void)
     make_store();
     /* Flip a payload byte of record 11 so replacement runs in the workers. */
     dlc_store *s;
-    REQUIRE(dlc_store_open(path, 0, &s) == DLC_OK);
+    TU_REQUIRE(dlc_store_open(path, 0, &s) == DLC_OK);
     dlc_store_reader *r;
-    REQUIRE(dlc_store_reader_open(s, &r) == DLC_OK);
+    TU_REQUIRE(dlc_store_reader_open(s, &r) == DLC_OK);
     dlc_record rec;
-    REQUIRE(dlc_store_read(r, 11, &rec) == DLC_OK);
+    TU_REQUIRE(dlc_store_read(r, 11, &rec) == DLC_OK);
     const uint8_t bad = rec.data[5] ^ 0x80;
     const uint64_t off = rec.offset + 5;
     dlc_store_reader_close(r);
     dlc_store_close(s);
     const int fd = open(path, O_WRONLY);
-    REQUIRE(fd >= 0 && pwrite(fd, &bad, 1, (off_t)off) == 1);
+    TU_REQUIRE(fd >= 0 && pwrite(fd, &bad, 1, (off_t)off) == 1);
     close(fd);
 
     dlc_loader_config c;
@@ -117,37 +99,35 @@ int main(void)
             for (int t = 0; t < 2; t++)
                 for (int p = 0; p < 2; p++) {
                     c.threads = threads[t], c.prefetch = prefetch[p];
-                    REQUIRE(run(c) == ref);
+                    TU_REQUIRE(run(c) == ref);
                 }
         }
 
     /* Save and restore while workers run ahead. */
     c.threads = 6, c.prefetch = 4, c.io = DLC_IO_MMAP;
     dlc_loader *l;
-    REQUIRE(dlc_loader_open(path, &c, &l) == DLC_OK);
+    TU_REQUIRE(dlc_loader_open(path, &c, &l) == DLC_OK);
     const uint64_t full = epoch_hash(l, 0);
-    REQUIRE(dlc_loader_set_epoch(l, c.epoch) == DLC_OK);
+    TU_REQUIRE(dlc_loader_set_epoch(l, c.epoch) == DLC_OK);
     uint64_t h = epoch_hash(l, 3);
     uint8_t st[DLC_LOADER_STATE_SIZE];
-    REQUIRE(dlc_loader_state_save(l, st) == DLC_OK);
+    TU_REQUIRE(dlc_loader_state_save(l, st) == DLC_OK);
     dlc_loader_close(l);
-    REQUIRE(dlc_loader_open(path, &c, &l) == DLC_OK);
-    REQUIRE(dlc_loader_state_restore(l, st, sizeof st) == DLC_OK);
+    TU_REQUIRE(dlc_loader_open(path, &c, &l) == DLC_OK);
+    TU_REQUIRE(dlc_loader_state_restore(l, st, sizeof st) == DLC_OK);
     dlc_batch b;
     dlc_status rc;
     while ((rc = dlc_loader_next(l, &b)) == DLC_OK) {
         h = XXH3_64bits_withSeed(b.data, b.bytes, h);
         h = XXH3_64bits_withSeed(b.indices, b.count * sizeof *b.indices, h);
     }
-    REQUIRE(rc == DLC_END && h == full);
+    TU_REQUIRE(rc == DLC_END && h == full);
     dlc_loader_stats stats;
     dlc_loader_get_stats(l, &stats);
-    REQUIRE(stats.threads == 6);
+    TU_REQUIRE(stats.threads == 6);
     dlc_loader_close(l);
 
-    char cmd[160];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    REQUIRE(system(cmd) == 0);
+    tu_rmtree(dir);
     puts("loader_stress: ok");
     return 0;
 }

@@ -7,8 +7,7 @@
  * and prefetch depth, which must then deliver exactly the batches the first one delivers;
  * loaders are closed mid-epoch with a batch lent. The random seed comes from DLC_STRESS_SEED
  * (default 1), so a failure replays. Exit status 0 = pass. */
-#include "store_writer.h"
-#include "common.h"
+#include "test_util.h"
 
 #include <dlcache/loader.h>
 #include <dlcache/store.h>
@@ -22,17 +21,9 @@
 #define N 53
 #define H 14
 #define W 12
+#define CLASSES 4
 
-#define REQUIRE(cond)                                                                              \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: round %u: failed: %s (%s)\n", __FILE__, __LINE__, round_no,    \
-                    #cond, dlc_errmsg());                                                          \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
-
-static char dir[64], path[128];
+static char *dir, *path;
 static unsigned round_no;
 static uint64_t rng_state;
 
@@ -44,21 +35,11 @@ static uint32_t rnd(uint32_t n)
 
 static void make_store(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/dlc-chaos-XXXXXX");
-    REQUIRE(mkdtemp(dir));
-    snprintf(path, sizeof path, "%s/s.dlc", dir);
-    dlc__store_writer *w;
-    REQUIRE(dlc__store_writer_open(path, 0, 0, &w) == DLC_OK);
-    uint8_t px[H * W * 3];
-    for (uint64_t i = 0; i < N; i++) {
-        for (size_t k = 0; k < sizeof px; k++)
-            px[k] = (uint8_t)(dlc__mix64(i * 131 + k) >> 56);
-        REQUIRE(dlc__store_writer_put(w, (int64_t)(i % 4), H, W, 3, DLC_ENCODING_RAW, px,
-                                      sizeof px) == DLC_OK);
-    }
-    const char *names[4] = {"a", "b", "c", "d"};
-    dlc__store_meta meta = {names, 4, 0, NULL, 0};
-    REQUIRE(dlc__store_writer_finish(w, &meta) == DLC_OK);
+    dir = tu_mkdtemp();
+    TU_REQUIRE(dir);
+    path = tu_path(dir, "s.dlc");
+    TU_REQUIRE(path);
+    TU_REQUIRE(tu_make_store(path, N, H, W, CLASSES, 0) == DLC_OK);
 }
 
 static uint64_t batch_hash(const dlc_batch *b)
@@ -73,7 +54,7 @@ static dlc_loader *open_random(dlc_loader_config *c)
     c->threads = 1 + rnd(6);
     c->prefetch = 1 + rnd(6);
     dlc_loader *l = NULL;
-    REQUIRE(dlc_loader_open(path, c, &l) == DLC_OK);
+    TU_REQUIRE(dlc_loader_open(path, c, &l) == DLC_OK);
     return l;
 }
 
@@ -100,12 +81,12 @@ static void one_round(void)
         case 2: {
             /* next; sometimes keep the batch "held" and ask again, abandoning it. */
             const dlc_status rc = dlc_loader_next(l, &b);
-            REQUIRE(rc == DLC_OK || rc == DLC_END);
+            TU_REQUIRE(rc == DLC_OK || rc == DLC_END);
             if (rc == DLC_END) {
-                REQUIRE(dlc_loader_set_epoch(l, rnd(3)) == DLC_OK);
+                TU_REQUIRE(dlc_loader_set_epoch(l, rnd(3)) == DLC_OK);
                 holding = 0;
             } else {
-                REQUIRE(b.count >= 1 && b.count <= c.batch_size);
+                TU_REQUIRE(b.count >= 1 && b.count <= c.batch_size);
                 held = b;
                 holding = 1;
             }
@@ -113,37 +94,37 @@ static void one_round(void)
         }
         case 3:
             if (holding) {
-                REQUIRE(dlc_loader_release(l, &held) == DLC_OK);
+                TU_REQUIRE(dlc_loader_release(l, &held) == DLC_OK);
                 holding = 0;
             }
             break;
         case 4: {
             /* A batch that is not the one lent is refused without harm. */
             dlc_batch fake = {0};
-            REQUIRE(dlc_loader_release(l, &fake) == DLC_EINVAL);
+            TU_REQUIRE(dlc_loader_release(l, &fake) == DLC_EINVAL);
             break;
         }
         case 5:
-            REQUIRE(dlc_loader_set_epoch(l, rnd(4)) == DLC_OK);
+            TU_REQUIRE(dlc_loader_set_epoch(l, rnd(4)) == DLC_OK);
             holding = 0;
             break;
         case 6: {
             /* Save, restore into another loader with other threads and prefetch, and compare
              * the next few batches of both. */
             uint8_t st[DLC_LOADER_STATE_SIZE];
-            REQUIRE(dlc_loader_state_save(l, st) == DLC_OK);
+            TU_REQUIRE(dlc_loader_state_save(l, st) == DLC_OK);
             dlc_loader *m = open_random(&c);
-            REQUIRE(dlc_loader_state_restore(m, st, sizeof st) == DLC_OK);
+            TU_REQUIRE(dlc_loader_state_restore(m, st, sizeof st) == DLC_OK);
             holding = 0;
             for (int t = 0; t < 3; t++) {
                 dlc_batch x, y;
                 const dlc_status r1 = dlc_loader_next(l, &x);
                 const dlc_status r2 = dlc_loader_next(m, &y);
-                REQUIRE(r1 == r2);
+                TU_REQUIRE(r1 == r2);
                 if (r1 != DLC_OK)
                     break;
-                REQUIRE(x.count == y.count && x.batch_index == y.batch_index);
-                REQUIRE(batch_hash(&x) == batch_hash(&y));
+                TU_REQUIRE(x.count == y.count && x.batch_index == y.batch_index);
+                TU_REQUIRE(batch_hash(&x) == batch_hash(&y));
             }
             /* Close the second one mid-epoch, sometimes with a batch lent. */
             if (rnd(2))
@@ -154,9 +135,9 @@ static void one_round(void)
         default: {
             /* Restore this loader's own saved state mid-epoch. */
             uint8_t st[DLC_LOADER_STATE_SIZE];
-            REQUIRE(dlc_loader_state_save(l, st) == DLC_OK);
+            TU_REQUIRE(dlc_loader_state_save(l, st) == DLC_OK);
             (void)dlc_loader_next(l, &b);
-            REQUIRE(dlc_loader_state_restore(l, st, sizeof st) == DLC_OK);
+            TU_REQUIRE(dlc_loader_state_restore(l, st, sizeof st) == DLC_OK);
             holding = 0;
             break;
         }
@@ -175,8 +156,7 @@ int main(void)
     make_store();
     for (round_no = 0; round_no < rounds; round_no++)
         one_round();
-    unlink(path);
-    rmdir(dir);
+    tu_rmtree(dir);
     printf("stress_chaos: ok (%u rounds, seed %s)\n", rounds, s ? s : "1");
     return 0;
 }

@@ -393,7 +393,7 @@ Test(loader, float_outputs_equal_a_reference_computation)
                         for (uint32_t y = 0; y < c.crop_h; y++)
                             for (uint32_t x = 0; x < c.crop_w; x++) {
                                 const uint32_t sx = box.left + (flip ? c.crop_w - 1 - x : x);
-                                const uint8_t v = fx_pixel(b.indices[s], box.top + y, sx, ch);
+                                const uint8_t v = tu_pixel(b.indices[s], box.top + y, sx, ch);
                                 const float ref = ((float)v / 255.0f - c.mean[ch]) / c.std[ch];
                                 const size_t at =
                                     (((size_t)s * 3 + ch) * c.crop_h + y) * c.crop_w + x;
@@ -432,7 +432,7 @@ Test(loader, random_resized_crop_is_the_box_resized)
             for (uint32_t y = 0; y < H; y++)
                 for (uint32_t x = 0; x < W; x++)
                     for (uint32_t ch = 0; ch < 3; ch++)
-                        src[(y * W + x) * 3 + ch] = fx_pixel(idx, y, x, ch);
+                        src[(y * W + x) * 3 + ch] = tu_pixel(idx, y, x, ch);
             dlc__rng r = {dlc__key4(DLC__KEY_AUGMENT, c.seed, c.epoch, idx), 0};
             const dlc__box box = dlc__rrc_params(W, H, c.rrc_scale, c.rrc_ratio, &r);
             const dlc_image in = {src, W, H, 3, W * 3}, out = {ref, 10, 12, 3, 30};
@@ -580,7 +580,7 @@ Test(loader, config_errors_are_named_and_device_falls_back_to_host)
     for (uint32_t y = 0; y < H; y++)
         for (uint32_t x = 0; x < W; x++)
             cr_assert_eq(((uint8_t *)b.data)[((size_t)H * W * 3) + (y * W + x) * 3 + 1],
-                         fx_pixel(1, y, x, 1));
+                         tu_pixel(1, y, x, 1));
     dlc_loader_close(l);
     fx_rmdir(&d);
 }
