@@ -59,7 +59,11 @@ static void tw_header(tarw *t, const char *name, const char *prefix, char type, 
     memcpy(h + 108, "0001750", 8);
     memcpy(h + 116, "0001750", 8);
     if (size < 077777777777ull) {
-        snprintf((char *)h + 124, 12, "%011llo", (unsigned long long)size);
+        /* Through a buffer wide enough for any value: gcc cannot see that the bound above keeps
+         * the text at 11 digits, and warns (format-truncation) when it goes straight in. */
+        char octal[24];
+        snprintf(octal, sizeof octal, "%011llo", (unsigned long long)size);
+        memcpy(h + 124, octal, 12);
     } else {
         /* GNU base-256 for sizes an 11-digit octal field cannot hold. */
         h[124] = 0x80;
