@@ -38,11 +38,15 @@ deps:
 	fi
 
 # Warnings are errors for the developers' and CI's builds (make test), not for a user's.
+# The tests are built when Criterion is there (AUTO); make test requires them.
 WERROR ?= OFF
+TESTS  ?= AUTO
 test: WERROR = ON
+test: TESTS = ON
 
 build: deps
-	cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLCACHE_WERROR=$(WERROR) >/dev/null
+	cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLCACHE_WERROR=$(WERROR) \
+	      -DDLCACHE_TESTS=$(TESTS) >/dev/null
 	cmake --build build -j $(JOBS)
 
 demo: build
@@ -63,4 +67,4 @@ fuzz: deps
 	bash tests/fuzz/run.sh $(FUZZ_SECONDS)
 
 clean:
-	rm -rf build build-asan build-tsan build-fuzz
+	rm -rf build build-*

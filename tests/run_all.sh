@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Every test, in the order that fails fastest: the unit and end-to-end tests of
-# the normal build, the unit tests again under ASan+UBSan, the loader's
-# threading tests under TSan, the Python tests, and a short fuzzing run.
+# Every test, in the order that fails fastest: the layout check, the unit and
+# end-to-end tests of the normal build, the unit tests again under ASan+UBSan,
+# the loader's threading tests under TSan, the Python tests, Release builds
+# with gcc and clang, and a short fuzzing run.
 # `make test` runs this after `make build`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -23,14 +24,14 @@ run ctest ctest --test-dir build --output-on-failure -j "$JOBS"
 
 step "unit tests under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DDLCACHE_SANITIZE=address,undefined \
-      -DDLCACHE_E2E=OFF -DDLCACHE_WERROR=ON >/dev/null &&
+      -DDLCACHE_E2E=OFF -DDLCACHE_TESTS=ON -DDLCACHE_WERROR=ON >/dev/null &&
     cmake --build build-asan -j "$JOBS" >/dev/null &&
     run asan env ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
         ctest --test-dir build-asan -L unit --output-on-failure -j "$JOBS" || failed+=(asan-build)
 
 step "loader threading tests under ThreadSanitizer (build-tsan/)"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DDLCACHE_SANITIZE=thread \
-      -DDLCACHE_E2E=OFF -DDLCACHE_WERROR=ON >/dev/null &&
+      -DDLCACHE_E2E=OFF -DDLCACHE_TESTS=ON -DDLCACHE_WERROR=ON >/dev/null &&
     cmake --build build-tsan -j "$JOBS" >/dev/null &&
     run tsan env TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
         ctest --test-dir build-tsan -L threads --output-on-failure -j "$JOBS" \
@@ -41,6 +42,15 @@ if [ -d tests/python ] && ls tests/python/test_*.py >/dev/null 2>&1; then
     run pytest env DLCACHE_LIB="$PWD/build/lib/libdlcache.so" PYTHONPATH="$PWD/python" \
         "$PY" -m pytest -q tests/python
 fi
+
+step "Release builds with gcc and clang, as a user makes them (warnings as errors here)"
+for cc in gcc clang; do
+    if command -v "$cc" >/dev/null; then
+        CC=$cc cmake -S . -B "build-release-$cc" -DCMAKE_BUILD_TYPE=Release -DDLCACHE_WERROR=ON \
+            >/dev/null && cmake --build "build-release-$cc" -j "$JOBS" >"build-release-$cc/build.log" 2>&1 ||
+            { tail -30 "build-release-$cc/build.log"; failed+=("release-$cc"); }
+    fi
+done
 
 if [ -x tests/fuzz/run.sh ]; then
     step "fuzzing, ${FUZZ_SECONDS:-25} s per harness"
