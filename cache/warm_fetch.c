@@ -402,197 +402,355 @@ static int want_cancel(dlc__warm_fetch_job *job, const xfer *xs, size_t nx, doub
     return opt->progress(opt->progress_user, &p) != 0;
 }
 
-dlc_status dlc__warm_fetch(dlc__warm_fetch_job *job)
-{
-    dlc_status rc = DLC_OK;
-    const dlc_warm_options *opt = job->opt;
-    const uint64_t size = job->obj->size;
-    const uint32_t max_retries = opt->max_retries ? opt->max_retries : DLC__WARM_DEFAULT_RETRIES;
-    uint64_t missing = 0;
-    for (uint64_t c = 0; c < job->nchunks; c++)
-        missing += !job->done[c];
-    if (missing == 0)
-        return DLC_OK;
-    size_t nx = opt->connections ? opt->connections : DLC__WARM_DEFAULT_CONNECTIONS;
-    if (nx > missing)
-        nx = (size_t)missing;
-
-    CURLM *m = curl_multi_init();
-    xfer *xs = calloc(nx, sizeof *xs);
+/* The state of one dlc__warm_fetch() call, shared by its stages. */
+typedef struct fetcher {
+    dlc__warm_fetch_job *job;
+    CURLM *m;
+    xfer *xs; /* nx transfer slots. */
+    size_t nx;
     syncer sy;
-    memset(&sy, 0, sizeof sy);
-    int sync_started = 0;
-    uint64_t rng = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^ (uint64_t)(dlc__now_s() * 1e9);
-    FAIL_IF(!m || !xs, -ENOMEM, "warm: out of memory");
-    curl_multi_setopt(m, CURLMOPT_MAX_HOST_CONNECTIONS, (long)nx);
-    for (size_t i = 0; i < nx; i++) {
-        xs[i].job = job;
-        xs[i].h = curl_easy_init();
-        FAIL_IF(!xs[i].h, -ENOMEM, "warm: out of memory");
-        CHECK(dlc__warm_easy_setup(xs[i].h, job->src, opt));
-        curl_easy_setopt(xs[i].h, CURLOPT_WRITEFUNCTION, on_body);
-        curl_easy_setopt(xs[i].h, CURLOPT_WRITEDATA, &xs[i]);
-        curl_easy_setopt(xs[i].h, CURLOPT_HEADERFUNCTION, on_header);
-        curl_easy_setopt(xs[i].h, CURLOPT_HEADERDATA, &xs[i]);
-        curl_easy_setopt(xs[i].h, CURLOPT_ERRORBUFFER, xs[i].errbuf);
-        curl_easy_setopt(xs[i].h, CURLOPT_PRIVATE, &xs[i]);
-    }
-    if (job->journal_fd >= 0) {
-        sy.job = job;
-        sy.pending = malloc(job->nchunks * sizeof *sy.pending);
-        sy.batch = malloc(job->nchunks * sizeof *sy.batch);
-        FAIL_IF(!sy.pending || !sy.batch, -ENOMEM, "warm: out of memory");
-        pthread_mutex_init(&sy.mu, NULL);
-        pthread_condattr_t ca;
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&sy.cv, &ca);
-        pthread_condattr_destroy(&ca);
-        const int e = pthread_create(&sy.thread, NULL, sync_main, &sy);
-        if (e != 0) {
-            pthread_mutex_destroy(&sy.mu);
-            pthread_cond_destroy(&sy.cv);
-            FAIL_IF(1, -e, "warm: cannot start the journal thread: %s", strerror(e));
-        }
-        sync_started = 1;
-    }
+    int sync_started; /* The journal thread runs and must be joined. */
+    uint32_t max_retries;
+    uint64_t rng;     /* Backoff jitter. */
+    uint64_t missing; /* Chunks not yet complete. */
+    uint64_t next;    /* Next chunk index to look at for assignment. */
+    double last_progress;
+} fetcher;
 
-    uint64_t next = 0; /* Next chunk index to look at for assignment. */
-    double last_progress = 0.0;
-    while (missing > 0) {
-        const double now = dlc__now_s();
-        for (size_t i = 0; i < nx; i++) {
-            xfer *x = &xs[i];
-            if (x->active)
-                continue;
-            if (!x->assigned) {
-                while (next < job->nchunks && job->done[next])
-                    next++;
-                if (next >= job->nchunks)
-                    continue;
-                x->assigned = 1;
-                x->chunk = next++;
-                x->start = x->chunk * job->chunk_size;
-                x->end = x->start + job->chunk_size - 1;
-                if (x->end >= size)
-                    x->end = size - 1;
-                x->attempts = 0;
-                x->retry_at = 0;
-                job->chunks_fetched++;
-            }
-            if (now >= x->retry_at)
-                CHECK(start_attempt(m, x));
-        }
+/* One easy handle per slot, all sharing the source's settings. */
+static dlc_status open_transfers(fetcher *f)
+{
+    f->m = curl_multi_init();
+    f->xs = calloc(f->nx, sizeof *f->xs);
+    if (!f->m || !f->xs)
+        return dlc__errorf(-ENOMEM, "warm: out of memory");
+    curl_multi_setopt(f->m, CURLMOPT_MAX_HOST_CONNECTIONS, (long)f->nx);
+    for (size_t i = 0; i < f->nx; i++) {
+        xfer *x = &f->xs[i];
+        x->job = f->job;
+        x->h = curl_easy_init();
+        if (!x->h)
+            return dlc__errorf(-ENOMEM, "warm: out of memory");
+        const dlc_status rc = dlc__warm_easy_setup(x->h, f->job->src, f->job->opt);
+        if (rc < 0)
+            return rc;
+        curl_easy_setopt(x->h, CURLOPT_WRITEFUNCTION, on_body);
+        curl_easy_setopt(x->h, CURLOPT_WRITEDATA, x);
+        curl_easy_setopt(x->h, CURLOPT_HEADERFUNCTION, on_header);
+        curl_easy_setopt(x->h, CURLOPT_HEADERDATA, x);
+        curl_easy_setopt(x->h, CURLOPT_ERRORBUFFER, x->errbuf);
+        curl_easy_setopt(x->h, CURLOPT_PRIVATE, x);
+    }
+    return DLC_OK;
+}
 
-        int running = 0;
-        CURLMcode mc = curl_multi_perform(m, &running);
-        FAIL_IF(mc != CURLM_OK, DLC_ENETWORK, "warm: curl_multi_perform: %s",
-                curl_multi_strerror(mc));
-        CURLMsg *msg;
-        int left;
-        int freed = 0; /* A slot finished: start its next request without sleeping. */
-        while ((msg = curl_multi_info_read(m, &left))) {
-            if (msg->msg != CURLMSG_DONE)
-                continue;
-            xfer *x = NULL;
-            curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&x);
-            const CURLcode res = msg->data.result;
-            curl_multi_remove_handle(m, x->h);
-            x->active = 0;
-            freed = 1;
-            dlc_status fatal = DLC_OK;
-            char why[700];
-            const int verdict = finish_attempt(x, res, &fatal, why, sizeof why);
-            if (verdict < 0) {
-                rc = fatal;
-                goto fail;
-            }
-            if (verdict == 0) {
-                job->done[x->chunk] = 1;
-                job->done_bytes += x->end - (x->chunk * job->chunk_size) + 1;
-                x->assigned = 0;
-                missing--;
-                if (sync_started)
-                    sync_push(&sy, x->chunk);
-                continue;
-            }
-            /* Retry what is still missing of the chunk. Bytes that arrived
-             * in a checked answer are in place, so the next attempt asks for
-             * the rest only; an attempt that made progress resets the count. */
-            x->attempts = (x->got > 0 && job->obj->ranges) ? 1 : x->attempts + 1;
-            /* A server without ranges can only send the whole object again. */
-            if (job->obj->ranges)
-                x->start += x->got;
-            job->retries++;
-            if (x->attempts > max_retries) {
-                rc = dlc__errorf(DLC_ENETWORK,
-                                 "%s: bytes %" PRIu64 "-%" PRIu64 ": gave up after %u attempts: %s",
-                                 job->src->shown, x->start, x->end, x->attempts, why);
-                goto fail;
-            }
-            const double delay = dlc__warm_backoff(x->attempts, &rng);
-            x->retry_at = dlc__now_s() + delay;
-            dlc__logf(opt->log, opt->log_user, DLC_LOG_WARN,
-                      "%s: bytes %" PRIu64 "-%" PRIu64 ": %s; retry %u in %.2f s", job->src->shown,
-                      x->start, x->end, why, x->attempts, delay);
-        }
-        if (sync_started)
-            CHECK(sync_failed(&sy));
-        if (want_cancel(job, xs, nx, &last_progress)) {
-            rc = dlc__errorf(DLC_ECANCELED, "%s: download canceled; a rerun resumes it",
-                             job->src->shown);
-            goto fail;
-        }
-        if (missing == 0)
-            break;
-        /* Sleep until a socket is ready, a retry is due, or 100 ms pass
-         * (the progress callback's pace). */
-        double wait = freed ? 0.0 : 0.1;
-        const double now2 = dlc__now_s();
-        for (size_t i = 0; i < nx; i++)
-            if (xs[i].assigned && !xs[i].active) {
-                const double d = xs[i].retry_at - now2;
-                if (d < wait)
-                    wait = d;
-            }
-        if (wait > 0) {
-            mc = curl_multi_poll(m, NULL, 0, (int)(wait * 1000.0) + 1, NULL);
-            FAIL_IF(mc != CURLM_OK, DLC_ENETWORK, "warm: curl_multi_poll: %s",
-                    curl_multi_strerror(mc));
+/* Start the journal thread when there is a journal. */
+static dlc_status start_syncer(fetcher *f)
+{
+    dlc__warm_fetch_job *job = f->job;
+    syncer *sy = &f->sy;
+    if (job->journal_fd < 0)
+        return DLC_OK;
+    sy->job = job;
+    sy->pending = malloc(job->nchunks * sizeof *sy->pending);
+    sy->batch = malloc(job->nchunks * sizeof *sy->batch);
+    if (!sy->pending || !sy->batch)
+        return dlc__errorf(-ENOMEM, "warm: out of memory");
+    pthread_mutex_init(&sy->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&sy->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    const int e = pthread_create(&sy->thread, NULL, sync_main, sy);
+    if (e != 0) {
+        pthread_mutex_destroy(&sy->mu);
+        pthread_cond_destroy(&sy->cv);
+        return dlc__errorf(-e, "warm: cannot start the journal thread: %s", strerror(e));
+    }
+    f->sync_started = 1;
+    return DLC_OK;
+}
+
+/* Give @p x the next chunk that is neither complete nor taken; 0 when none is left. */
+static int assign_next_chunk(fetcher *f, xfer *x)
+{
+    dlc__warm_fetch_job *job = f->job;
+    while (f->next < job->nchunks && job->done[f->next])
+        f->next++;
+    if (f->next >= job->nchunks)
+        return 0;
+    x->assigned = 1;
+    x->chunk = f->next++;
+    x->start = x->chunk * job->chunk_size;
+    x->end = x->start + job->chunk_size - 1;
+    if (x->end >= job->obj->size)
+        x->end = job->obj->size - 1;
+    x->attempts = 0;
+    x->retry_at = 0;
+    job->chunks_fetched++;
+    return 1;
+}
+
+/* Every idle slot takes a chunk, and starts its request once its retry is due. */
+static dlc_status start_due_attempts(fetcher *f)
+{
+    const double now = dlc__now_s();
+    for (size_t i = 0; i < f->nx; i++) {
+        xfer *x = &f->xs[i];
+        if (x->active)
+            continue;
+        if (!x->assigned && !assign_next_chunk(f, x))
+            continue;
+        if (now >= x->retry_at) {
+            const dlc_status rc = start_attempt(f->m, x);
+            if (rc < 0)
+                return rc;
         }
     }
-fail:
-    if (xs) {
-        for (size_t i = 0; i < nx; i++) {
-            if (xs[i].active)
-                curl_multi_remove_handle(m, xs[i].h);
-            if (xs[i].h)
-                curl_easy_cleanup(xs[i].h);
-            curl_slist_free_all(xs[i].hdrs);
+    return DLC_OK;
+}
+
+/* All bytes of the chunk of @p x are in place: count it and hand it to the journal. */
+static void complete_chunk(fetcher *f, xfer *x)
+{
+    dlc__warm_fetch_job *job = f->job;
+    job->done[x->chunk] = 1;
+    job->done_bytes += x->end - (x->chunk * job->chunk_size) + 1;
+    x->assigned = 0;
+    f->missing--;
+    if (f->sync_started)
+        sync_push(&f->sy, x->chunk);
+}
+
+/* Retry what is still missing of the chunk of @p x after a backoff, or give up. */
+static dlc_status schedule_retry(fetcher *f, xfer *x, const char *why)
+{
+    dlc__warm_fetch_job *job = f->job;
+    const dlc_warm_options *opt = job->opt;
+    /* Bytes that arrived in a checked answer are in place, so the next attempt
+     * asks for the rest only; an attempt that made progress resets the count. */
+    x->attempts = (x->got > 0 && job->obj->ranges) ? 1 : x->attempts + 1;
+    /* A server without ranges can only send the whole object again. */
+    if (job->obj->ranges)
+        x->start += x->got;
+    job->retries++;
+    if (x->attempts > f->max_retries)
+        return dlc__errorf(DLC_ENETWORK,
+                           "%s: bytes %" PRIu64 "-%" PRIu64 ": gave up after %u attempts: %s",
+                           job->src->shown, x->start, x->end, x->attempts, why);
+    const double delay = dlc__warm_backoff(x->attempts, &f->rng);
+    x->retry_at = dlc__now_s() + delay;
+    dlc__logf(opt->log, opt->log_user, DLC_LOG_WARN,
+              "%s: bytes %" PRIu64 "-%" PRIu64 ": %s; retry %u in %.2f s", job->src->shown,
+              x->start, x->end, why, x->attempts, delay);
+    return DLC_OK;
+}
+
+/* Judge every transfer that libcurl reports finished. *freed says whether a
+ * slot became free, so that its next request starts without sleeping. */
+static dlc_status collect_finished(fetcher *f, int *freed)
+{
+    CURLMsg *msg;
+    int left;
+    *freed = 0;
+    while ((msg = curl_multi_info_read(f->m, &left))) {
+        if (msg->msg != CURLMSG_DONE)
+            continue;
+        xfer *x = NULL;
+        curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&x);
+        const CURLcode res = msg->data.result;
+        curl_multi_remove_handle(f->m, x->h);
+        x->active = 0;
+        *freed = 1;
+        dlc_status fatal = DLC_OK;
+        char why[700];
+        const int verdict = finish_attempt(x, res, &fatal, why, sizeof why);
+        if (verdict < 0)
+            return fatal;
+        if (verdict == 0) {
+            complete_chunk(f, x);
+            continue;
+        }
+        const dlc_status rc = schedule_retry(f, x, why);
+        if (rc < 0)
+            return rc;
+    }
+    return DLC_OK;
+}
+
+/* Sleep until a socket is ready, a retry is due, or 100 ms pass (the progress
+ * callback's pace); not at all when a slot was freed. */
+static dlc_status wait_for_work(fetcher *f, int freed)
+{
+    double wait = freed ? 0.0 : 0.1;
+    const double now = dlc__now_s();
+    for (size_t i = 0; i < f->nx; i++)
+        if (f->xs[i].assigned && !f->xs[i].active) {
+            const double d = f->xs[i].retry_at - now;
+            if (d < wait)
+                wait = d;
+        }
+    if (wait <= 0)
+        return DLC_OK;
+    const CURLMcode mc = curl_multi_poll(f->m, NULL, 0, (int)(wait * 1000.0) + 1, NULL);
+    if (mc != CURLM_OK)
+        return dlc__errorf(DLC_ENETWORK, "warm: curl_multi_poll: %s", curl_multi_strerror(mc));
+    return DLC_OK;
+}
+
+/* One turn of the transfer loop. */
+static dlc_status fetch_step(fetcher *f)
+{
+    dlc_status rc = start_due_attempts(f);
+    if (rc < 0)
+        return rc;
+    int running = 0;
+    const CURLMcode mc = curl_multi_perform(f->m, &running);
+    if (mc != CURLM_OK)
+        return dlc__errorf(DLC_ENETWORK, "warm: curl_multi_perform: %s", curl_multi_strerror(mc));
+    int freed = 0;
+    rc = collect_finished(f, &freed);
+    if (rc == DLC_OK && f->sync_started)
+        rc = sync_failed(&f->sy);
+    if (rc < 0)
+        return rc;
+    if (want_cancel(f->job, f->xs, f->nx, &f->last_progress))
+        return dlc__errorf(DLC_ECANCELED, "%s: download canceled; a rerun resumes it",
+                           f->job->src->shown);
+    return f->missing == 0 ? DLC_OK : wait_for_work(f, freed);
+}
+
+/* Free the transfers and stop the journal thread; returns @p rc, or the
+ * journal's failure when everything else went well. */
+static dlc_status close_fetcher(fetcher *f, dlc_status rc)
+{
+    if (f->xs) {
+        for (size_t i = 0; i < f->nx; i++) {
+            if (f->xs[i].active)
+                curl_multi_remove_handle(f->m, f->xs[i].h);
+            if (f->xs[i].h)
+                curl_easy_cleanup(f->xs[i].h);
+            curl_slist_free_all(f->xs[i].hdrs);
         }
     }
-    if (sync_started) {
+    syncer *sy = &f->sy;
+    if (f->sync_started) {
         /* Let the journal catch up with every chunk that did complete, also
          * on failure: that is what the rerun resumes from. */
-        pthread_mutex_lock(&sy.mu);
-        sy.stop = 1;
-        pthread_cond_signal(&sy.cv);
-        pthread_mutex_unlock(&sy.mu);
-        pthread_join(sy.thread, NULL);
-        if (rc == DLC_OK && sy.rc < 0)
-            rc = dlc__errorf(sy.rc, "%s", sy.msg);
-        pthread_mutex_destroy(&sy.mu);
-        pthread_cond_destroy(&sy.cv);
+        pthread_mutex_lock(&sy->mu);
+        sy->stop = 1;
+        pthread_cond_signal(&sy->cv);
+        pthread_mutex_unlock(&sy->mu);
+        pthread_join(sy->thread, NULL);
+        if (rc == DLC_OK && sy->rc < 0)
+            rc = dlc__errorf(sy->rc, "%s", sy->msg);
+        pthread_mutex_destroy(&sy->mu);
+        pthread_cond_destroy(&sy->cv);
     }
-    free(sy.pending);
-    free(sy.batch);
-    free(xs);
-    if (m)
-        curl_multi_cleanup(m);
+    free(sy->pending);
+    free(sy->batch);
+    free(f->xs);
+    if (f->m)
+        curl_multi_cleanup(f->m);
     return rc;
 }
 
+dlc_status dlc__warm_fetch(dlc__warm_fetch_job *job)
+{
+    const dlc_warm_options *opt = job->opt;
+    fetcher f;
+    memset(&f, 0, sizeof f);
+    f.job = job;
+    f.max_retries = opt->max_retries ? opt->max_retries : DLC__WARM_DEFAULT_RETRIES;
+    for (uint64_t c = 0; c < job->nchunks; c++)
+        f.missing += !job->done[c];
+    if (f.missing == 0)
+        return DLC_OK;
+    f.nx = opt->connections ? opt->connections : DLC__WARM_DEFAULT_CONNECTIONS;
+    if (f.nx > f.missing)
+        f.nx = (size_t)f.missing;
+    f.rng = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^ (uint64_t)(dlc__now_s() * 1e9);
+
+    dlc_status rc = open_transfers(&f);
+    if (rc == DLC_OK)
+        rc = start_syncer(&f);
+    while (rc == DLC_OK && f.missing > 0)
+        rc = fetch_step(&f);
+    return close_fetcher(&f, rc);
+}
+
 /* ------------------------------------------------------------------------ */
+
+/* What a probe's answer says about the object. *learned is 1 when it says
+ * (size, ETag, ranges in @p obj), 0 when it is a failure for
+ * probe_retry_or_fail() to judge. */
+static dlc_status read_probe_answer(const xfer *x, CURLcode res, const dlc__warm_source *src,
+                                    dlc__warm_object *obj, int *learned)
+{
+    *learned = 0;
+    if ((res == CURLE_OK || res == CURLE_WRITE_ERROR) && is_ok_status(x->status)) {
+        snprintf(obj->etag, sizeof obj->etag, "%s", x->etag);
+        if (x->status == 206) {
+            if (!x->have_range || x->cr_total == UINT64_MAX)
+                return dlc__errorf(DLC_EHTTP,
+                                   "%s: a 206 answer without the object's size in Content-Range",
+                                   src->shown);
+            if (x->cr_start != 0)
+                return dlc__errorf(DLC_ECORRUPT,
+                                   "%s: asked for bytes from 0, the server sent from %" PRIu64,
+                                   src->shown, x->cr_start);
+            obj->size = x->cr_total;
+            obj->ranges = 1;
+        } else {
+            if (x->content_length < 0)
+                return dlc__errorf(DLC_EHTTP,
+                                   "%s: the server neither does ranges nor says the size (no "
+                                   "Content-Length)",
+                                   src->shown);
+            obj->size = (uint64_t)x->content_length;
+            obj->ranges = 0;
+        }
+        *learned = 1;
+    } else if (res == CURLE_OK && x->status == 416 && x->have_range && x->cr_start == UINT64_MAX &&
+               x->cr_total == 0) {
+        obj->size = 0; /* An empty object: nothing to range over. */
+        snprintf(obj->etag, sizeof obj->etag, "%s", x->etag);
+        *learned = 1;
+    }
+    return DLC_OK;
+}
+
+/* A failed probe: DLC_OK with the reason in @p why when it is worth another
+ * try, else the error. */
+static dlc_status probe_retry_or_fail(const xfer *x, CURLcode res, const dlc__warm_source *src,
+                                      unsigned attempt, uint32_t max_retries, char *why,
+                                      size_t whycap)
+{
+    if (res == CURLE_OK) {
+        char said[600];
+        dlc__warm_describe_body(x->body, x->body_len, said, sizeof said);
+        snprintf(why, whycap, "HTTP %ld%s%s", x->status, *said ? ": " : "",
+                 *said ? said : "(no detail from the server)");
+        if (!dlc__warm_retryable_http(x->status))
+            return dlc__errorf(DLC_EHTTP, "%s: %s", src->shown, why);
+    } else {
+        snprintf(why, whycap, "%s", x->errbuf[0] ? x->errbuf : curl_easy_strerror(res));
+        if (!dlc__warm_retryable_curl(res))
+            return dlc__errorf(DLC_ENETWORK, "%s: %s", src->shown, why);
+    }
+    if (attempt > max_retries)
+        return dlc__errorf(DLC_ENETWORK, "%s: gave up after %u attempts: %s", src->shown, attempt,
+                           why);
+    return DLC_OK;
+}
+
+static void sleep_s(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
+    }
+}
 
 dlc_status dlc__warm_probe(const dlc__warm_source *src, const dlc_warm_options *opt,
                            dlc__warm_object *obj, uint32_t *retries)
@@ -621,56 +779,17 @@ dlc_status dlc__warm_probe(const dlc__warm_source *src, const dlc_warm_options *
         x->errbuf[0] = '\0';
         x->job = NULL;
         const CURLcode res = curl_easy_perform(h);
-        const long status = x->status;
-        if ((res == CURLE_OK || res == CURLE_WRITE_ERROR) && is_ok_status(status)) {
-            snprintf(obj->etag, sizeof obj->etag, "%s", x->etag);
-            if (status == 206) {
-                FAIL_IF(!x->have_range || x->cr_total == UINT64_MAX, DLC_EHTTP,
-                        "%s: a 206 answer without the object's size in Content-Range", src->shown);
-                FAIL_IF(x->cr_start != 0, DLC_ECORRUPT,
-                        "%s: asked for bytes from 0, the server sent from %" PRIu64, src->shown,
-                        x->cr_start);
-                obj->size = x->cr_total;
-                obj->ranges = 1;
-            } else {
-                FAIL_IF(x->content_length < 0, DLC_EHTTP,
-                        "%s: the server neither does ranges nor says the size (no "
-                        "Content-Length)",
-                        src->shown);
-                obj->size = (uint64_t)x->content_length;
-                obj->ranges = 0;
-            }
+        int learned = 0;
+        CHECK(read_probe_answer(x, res, src, obj, &learned));
+        if (learned)
             break;
-        }
-        if (res == CURLE_OK && status == 416 && x->have_range && x->cr_start == UINT64_MAX &&
-            x->cr_total == 0) {
-            obj->size = 0; /* An empty object: nothing to range over. */
-            snprintf(obj->etag, sizeof obj->etag, "%s", x->etag);
-            break;
-        }
         char why[700];
-        int retry = 0;
-        if (res == CURLE_OK) {
-            char said[600];
-            dlc__warm_describe_body(x->body, x->body_len, said, sizeof said);
-            snprintf(why, sizeof why, "HTTP %ld%s%s", status, *said ? ": " : "",
-                     *said ? said : "(no detail from the server)");
-            retry = dlc__warm_retryable_http(status);
-            FAIL_IF(!retry, DLC_EHTTP, "%s: %s", src->shown, why);
-        } else {
-            snprintf(why, sizeof why, "%s", x->errbuf[0] ? x->errbuf : curl_easy_strerror(res));
-            retry = dlc__warm_retryable_curl(res);
-            FAIL_IF(!retry, DLC_ENETWORK, "%s: %s", src->shown, why);
-        }
-        FAIL_IF(attempt > max_retries, DLC_ENETWORK, "%s: gave up after %u attempts: %s",
-                src->shown, attempt, why);
+        CHECK(probe_retry_or_fail(x, res, src, attempt, max_retries, why, sizeof why));
         const double delay = dlc__warm_backoff(attempt, &rng);
         dlc__logf(opt->log, opt->log_user, DLC_LOG_WARN, "%s: %s; retry %u in %.2f s", src->shown,
                   why, attempt, delay);
         (*retries)++;
-        struct timespec ts = {(time_t)delay, (long)((delay - (double)(time_t)delay) * 1e9)};
-        while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
-        }
+        sleep_s(delay);
     }
 fail:
     if (h)

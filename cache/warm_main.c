@@ -157,202 +157,297 @@ static dlc_status publish(const char *dest, const paths *p, int fd, const dlc__w
     return DLC_OK;
 }
 
-dlc_status dlc_warm(const char *url, const char *dest, const dlc_warm_options *opt_in,
-                    dlc_warm_result *res)
-{
-    dlc_status rc = DLC_OK;
+/* The state of one dlc_warm() call, shared by its stages. */
+typedef struct warm_call {
+    const char *dest;
     dlc_warm_options opt;
-    if (opt_in)
-        opt = *opt_in;
-    else
-        dlc_warm_options_init(&opt);
     dlc_warm_result r;
-    memset(&r, 0, sizeof r);
-    const double t0 = dlc__now_s();
+    double t0;
     dlc__warm_source src;
-    memset(&src, 0, sizeof src);
-    paths *p = NULL;
-    uint8_t *done = NULL;
-    int lock_fd = -1, part_fd = -1, journal_fd = -1, curl_inited = 0;
+    paths *p;
     dlc__warm_object obj;
-    memset(&obj, 0, sizeof obj);
+    int lock_fd;     /* DEST.lock, held from lock_or_wait() on. */
+    int part_fd;     /* >= 0: this call holds the lock and made or reopened the part file. */
+    int journal_fd;  /* -1: no journal (not resumable). */
+    int curl_inited; /* curl_global_init() succeeded and needs its cleanup. */
+    /* The plan of the download (open_download()). */
+    int resumable;
+    uint64_t chunk;
+    uint64_t nchunks;
+    uint8_t *done; /* One byte per chunk. */
+    dlc__warm_journal_id jid;
+} warm_call;
 
-    FAIL_IF(!url || !dest || !*dest, DLC_EINVAL, "dlc_warm: url and dest are required");
-    if (opt.connections == 0)
-        opt.connections = DLC__WARM_DEFAULT_CONNECTIONS;
-    if (opt.chunk_size == 0)
-        opt.chunk_size = DLC__WARM_DEFAULT_CHUNK;
-    FAIL_IF(opt.connections > DLC__WARM_MAX_CONNECTIONS, DLC_EINVAL,
-            "dlc_warm: %u connections (at most %d)", opt.connections, DLC__WARM_MAX_CONNECTIONS);
-    FAIL_IF(opt.chunk_size < DLC__WARM_MIN_CHUNK, DLC_EINVAL,
-            "dlc_warm: chunk size %" PRIu64 " is below the minimum of %llu bytes", opt.chunk_size,
-            (unsigned long long)DLC__WARM_MIN_CHUNK);
-    p = malloc(sizeof *p);
-    FAIL_IF(!p, -ENOMEM, "dlc_warm: out of memory");
-    CHECK(make_paths(dest, p));
-    FAIL_IF(curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK, DLC_ENOSYS,
-            "dlc_warm: libcurl failed to initialize");
-    curl_inited = 1;
-    CHECK(dlc__warm_source_init(&src, url, &opt));
+/* Fill in the defaults and refuse options out of range. */
+static dlc_status check_options(dlc_warm_options *opt, const char *url, const char *dest)
+{
+    if (!url || !dest || !*dest)
+        return dlc__errorf(DLC_EINVAL, "dlc_warm: url and dest are required");
+    if (opt->connections == 0)
+        opt->connections = DLC__WARM_DEFAULT_CONNECTIONS;
+    if (opt->chunk_size == 0)
+        opt->chunk_size = DLC__WARM_DEFAULT_CHUNK;
+    if (opt->connections > DLC__WARM_MAX_CONNECTIONS)
+        return dlc__errorf(DLC_EINVAL, "dlc_warm: %u connections (at most %d)", opt->connections,
+                           DLC__WARM_MAX_CONNECTIONS);
+    if (opt->chunk_size < DLC__WARM_MIN_CHUNK)
+        return dlc__errorf(DLC_EINVAL,
+                           "dlc_warm: chunk size %" PRIu64 " is below the minimum of %llu bytes",
+                           opt->chunk_size, (unsigned long long)DLC__WARM_MIN_CHUNK);
+    return DLC_OK;
+}
 
-    /* One process per node downloads; the others queue here. */
-    lock_fd = open(p->lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    FAIL_IF(lock_fd < 0, -errno, "%s: cannot create the lock file: %s", p->lock, strerror(errno));
-    if (flock(lock_fd, LOCK_EX | LOCK_NB) < 0) {
-        FAIL_IF(errno != EWOULDBLOCK, -errno, "%s: flock: %s", p->lock, strerror(errno));
-        dlc__logf(opt.log, opt.log_user, DLC_LOG_INFO,
-                  "%s: another process is warming it; waiting for it to finish", dest);
-        while (flock(lock_fd, LOCK_EX) < 0)
-            FAIL_IF(errno != EINTR, -errno, "%s: flock: %s", p->lock, strerror(errno));
-        r.waited = 1;
-        /* The holder just probed the object and published it: trust that
-         * rather than sending every rank's probe to the server. */
-        dlc__warm_sidecar sc;
-        if (complete_copy(dest, p, src.name, NULL, NULL, &sc)) {
-            r.bytes = sc.size;
-            r.already_complete = 1;
-            r.verified = !(opt.flags & DLC_WARM_NO_VERIFY);
-            snprintf(r.etag, sizeof r.etag, "%s", sc.etag);
-            goto done;
-        }
-        dlc__logf(opt.log, opt.log_user, DLC_LOG_INFO,
-                  "%s: the other process did not finish it; continuing here", dest);
-    }
-
-    CHECK(dlc__warm_probe(&src, &opt, &obj, &r.retries));
-    r.bytes = obj.size;
-    snprintf(r.etag, sizeof r.etag, "%s", obj.etag);
-    {
-        dlc__warm_sidecar sc;
-        if (*obj.etag && complete_copy(dest, p, src.name, obj.etag, &obj.size, &sc)) {
-            r.already_complete = 1;
-            r.verified = !(opt.flags & DLC_WARM_NO_VERIFY);
-            goto done;
-        }
-    }
-
-    /* Plan the chunks. A server without ranges gets one whole-object GET,
-     * which cannot be resumed. */
-    const int resumable = obj.ranges && *obj.etag && !(opt.flags & DLC_WARM_NO_RESUME);
-    const uint64_t chunk = obj.ranges ? opt.chunk_size : (obj.size ? obj.size : 1);
-    const uint64_t nchunks = (obj.size + chunk - 1) / chunk;
-    r.chunks = nchunks;
-    done = calloc(nchunks ? nchunks : 1, 1);
-    FAIL_IF(!done, -ENOMEM, "dlc_warm: out of memory");
-    const dlc__warm_journal_id jid = {
-        .size = obj.size, .chunk_size = chunk, .id = dlc__warm_journal_key(src.name, obj.etag)};
-    uint64_t resumed_chunks = 0;
-    if (resumable) {
-        part_fd = open(p->part, O_RDWR | O_CLOEXEC);
-        struct stat st;
-        if (part_fd >= 0 && (fstat(part_fd, &st) < 0 || (uint64_t)st.st_size != obj.size)) {
-            close(part_fd);
-            part_fd = -1;
-        }
-        if (part_fd >= 0) {
-            CHECK(dlc__warm_journal_open(p->journal, &jid, done, nchunks, &resumed_chunks,
-                                         &journal_fd));
-            if (resumed_chunks > 0)
-                dlc__logf(opt.log, opt.log_user, DLC_LOG_INFO,
-                          "%s: resuming: %" PRIu64 " of %" PRIu64 " chunks are already here", dest,
-                          resumed_chunks, nchunks);
-        } else {
-            CHECK(open_part(p, obj.size, &part_fd));
-            CHECK(dlc__warm_journal_open(p->journal, &jid, done, nchunks, &resumed_chunks,
-                                         &journal_fd));
-        }
-    } else {
-        CHECK(open_part(p, obj.size, &part_fd));
-    }
-    r.resumed = resumed_chunks > 0;
-
-    dlc__warm_fetch_job job = {.src = &src,
-                               .opt = &opt,
-                               .obj = &obj,
-                               .fd = part_fd,
-                               .part_path = p->part,
-                               .journal_fd = journal_fd,
-                               .journal_path = p->journal,
-                               .jid = &jid,
-                               .chunk_size = chunk,
-                               .nchunks = nchunks,
-                               .done = done,
-                               .done_bytes = 0,
-                               .t0 = t0};
-    for (uint64_t c = 0; c < nchunks; c++)
-        if (done[c])
-            job.done_bytes += (c + 1 == nchunks) ? obj.size - c * chunk : chunk;
-    rc = dlc__warm_fetch(&job);
-    r.bytes_downloaded = job.downloaded;
-    r.chunks_fetched = job.chunks_fetched;
-    r.retries += job.retries;
-    if (rc < 0) {
-        /* A full disk or an unresumable download leaves nothing worth
-         * keeping; anything else is kept for the rerun. */
-        if (rc == -ENOSPC || rc == -EDQUOT || !resumable) {
-            unlink(p->part);
-            unlink(p->journal);
-        }
-        goto fail;
-    }
-
-    struct stat st;
-    FAIL_IF(fstat(part_fd, &st) < 0, -errno, "%s: stat: %s", p->part, strerror(errno));
-    FAIL_IF((uint64_t)st.st_size != obj.size, DLC_ECORRUPT,
-            "%s: is %lld bytes after the download, the object has %" PRIu64, p->part,
-            (long long)st.st_size, obj.size);
-    if (!(opt.flags & DLC_WARM_NO_VERIFY)) {
-        FAIL_IF(fdatasync(part_fd) < 0, -errno, "%s: fdatasync: %s", p->part, strerror(errno));
-        verify_ctx v = {.opt = &opt, .size = obj.size, .downloaded = job.downloaded, .t0 = t0};
-        const double tv = dlc__now_s();
-        rc = verify_store(p->part, &src, &v);
-        r.verify_seconds = dlc__now_s() - tv;
-        if (rc == DLC_ECORRUPT) {
-            /* Bad bytes: the rerun must fetch them again, not trust them. */
-            unlink(p->part);
-            unlink(p->journal);
-        }
-        if (rc < 0)
-            goto fail;
-        r.verified = 1;
-    }
-    CHECK(publish(dest, p, part_fd, &src, &obj));
-
-done:
-    r.seconds = dlc__now_s() - t0;
-    if (opt.progress) {
-        dlc_warm_progress pr = {.total = r.bytes,
-                                .done = r.bytes,
-                                .downloaded = r.bytes_downloaded,
-                                .seconds = r.seconds,
-                                .verifying = 0};
-        opt.progress(opt.progress_user, &pr);
-    }
-    rc = DLC_OK;
-fail:
+/* The names beside DEST, libcurl and the resolved source. */
+static dlc_status prepare(warm_call *w, const char *url)
+{
+    w->p = malloc(sizeof *w->p);
+    if (!w->p)
+        return dlc__errorf(-ENOMEM, "dlc_warm: out of memory");
+    dlc_status rc = make_paths(w->dest, w->p);
     if (rc < 0)
-        r.seconds = dlc__now_s() - t0;
+        return rc;
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+        return dlc__errorf(DLC_ENOSYS, "dlc_warm: libcurl failed to initialize");
+    w->curl_inited = 1;
+    return dlc__warm_source_init(&w->src, url, &w->opt);
+}
+
+/* One process per node downloads; the others queue here. A call that waited
+ * finds DEST published by the holder and sets r.already_complete. */
+static dlc_status lock_or_wait(warm_call *w)
+{
+    const paths *p = w->p;
+    const dlc_warm_options *opt = &w->opt;
+    w->lock_fd = open(p->lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (w->lock_fd < 0)
+        return dlc__errorf(-errno, "%s: cannot create the lock file: %s", p->lock, strerror(errno));
+    if (flock(w->lock_fd, LOCK_EX | LOCK_NB) == 0)
+        return DLC_OK;
+    if (errno != EWOULDBLOCK)
+        return dlc__errorf(-errno, "%s: flock: %s", p->lock, strerror(errno));
+    dlc__logf(opt->log, opt->log_user, DLC_LOG_INFO,
+              "%s: another process is warming it; waiting for it to finish", w->dest);
+    while (flock(w->lock_fd, LOCK_EX) < 0)
+        if (errno != EINTR)
+            return dlc__errorf(-errno, "%s: flock: %s", p->lock, strerror(errno));
+    w->r.waited = 1;
+    /* The holder just probed the object and published it: trust that
+     * rather than sending every rank's probe to the server. */
+    dlc__warm_sidecar sc;
+    if (complete_copy(w->dest, p, w->src.name, NULL, NULL, &sc)) {
+        w->r.bytes = sc.size;
+        w->r.already_complete = 1;
+        w->r.verified = !(opt->flags & DLC_WARM_NO_VERIFY);
+        snprintf(w->r.etag, sizeof w->r.etag, "%s", sc.etag);
+        return DLC_OK;
+    }
+    dlc__logf(opt->log, opt->log_user, DLC_LOG_INFO,
+              "%s: the other process did not finish it; continuing here", w->dest);
+    return DLC_OK;
+}
+
+/* Learn the object's size and ETag; DEST may already be a complete copy. */
+static dlc_status probe_object(warm_call *w)
+{
+    const dlc_status rc = dlc__warm_probe(&w->src, &w->opt, &w->obj, &w->r.retries);
+    if (rc < 0)
+        return rc;
+    w->r.bytes = w->obj.size;
+    snprintf(w->r.etag, sizeof w->r.etag, "%s", w->obj.etag);
+    dlc__warm_sidecar sc;
+    if (*w->obj.etag && complete_copy(w->dest, w->p, w->src.name, w->obj.etag, &w->obj.size, &sc)) {
+        w->r.already_complete = 1;
+        w->r.verified = !(w->opt.flags & DLC_WARM_NO_VERIFY);
+    }
+    return DLC_OK;
+}
+
+/* Reopen the part file of an earlier run and its journal, when both describe
+ * this object; otherwise start a fresh part file and journal. */
+static dlc_status resume_or_start(warm_call *w, uint64_t *resumed_chunks)
+{
+    const paths *p = w->p;
+    w->part_fd = open(p->part, O_RDWR | O_CLOEXEC);
+    struct stat st;
+    if (w->part_fd >= 0 && (fstat(w->part_fd, &st) < 0 || (uint64_t)st.st_size != w->obj.size)) {
+        close(w->part_fd);
+        w->part_fd = -1;
+    }
+    const int reopened = w->part_fd >= 0;
+    dlc_status rc = reopened ? DLC_OK : open_part(p, w->obj.size, &w->part_fd);
+    if (rc < 0)
+        return rc;
+    rc = dlc__warm_journal_open(p->journal, &w->jid, w->done, w->nchunks, resumed_chunks,
+                                &w->journal_fd);
+    if (rc < 0)
+        return rc;
+    if (reopened && *resumed_chunks > 0)
+        dlc__logf(w->opt.log, w->opt.log_user, DLC_LOG_INFO,
+                  "%s: resuming: %" PRIu64 " of %" PRIu64 " chunks are already here", w->dest,
+                  *resumed_chunks, w->nchunks);
+    return DLC_OK;
+}
+
+/* Plan the chunks and open the part file (and the journal when resumable). */
+static dlc_status open_download(warm_call *w)
+{
+    const dlc__warm_object *obj = &w->obj;
+    /* A server without ranges gets one whole-object GET, which cannot be
+     * resumed. */
+    w->resumable = obj->ranges && *obj->etag && !(w->opt.flags & DLC_WARM_NO_RESUME);
+    w->chunk = obj->ranges ? w->opt.chunk_size : (obj->size ? obj->size : 1);
+    w->nchunks = (obj->size + w->chunk - 1) / w->chunk;
+    w->r.chunks = w->nchunks;
+    w->done = calloc(w->nchunks ? w->nchunks : 1, 1);
+    if (!w->done)
+        return dlc__errorf(-ENOMEM, "dlc_warm: out of memory");
+    w->jid.size = obj->size;
+    w->jid.chunk_size = w->chunk;
+    w->jid.id = dlc__warm_journal_key(w->src.name, obj->etag);
+    uint64_t resumed_chunks = 0;
+    const dlc_status rc = w->resumable ? resume_or_start(w, &resumed_chunks)
+                                       : open_part(w->p, obj->size, &w->part_fd);
+    if (rc == DLC_OK)
+        w->r.resumed = resumed_chunks > 0;
+    return rc;
+}
+
+/* Fetch every chunk not yet in place. */
+static dlc_status fetch_missing(warm_call *w)
+{
+    dlc__warm_fetch_job job = {.src = &w->src,
+                               .opt = &w->opt,
+                               .obj = &w->obj,
+                               .fd = w->part_fd,
+                               .part_path = w->p->part,
+                               .journal_fd = w->journal_fd,
+                               .journal_path = w->p->journal,
+                               .jid = &w->jid,
+                               .chunk_size = w->chunk,
+                               .nchunks = w->nchunks,
+                               .done = w->done,
+                               .done_bytes = 0,
+                               .t0 = w->t0};
+    for (uint64_t c = 0; c < w->nchunks; c++)
+        if (w->done[c])
+            job.done_bytes += (c + 1 == w->nchunks) ? w->obj.size - c * w->chunk : w->chunk;
+    const dlc_status rc = dlc__warm_fetch(&job);
+    w->r.bytes_downloaded = job.downloaded;
+    w->r.chunks_fetched = job.chunks_fetched;
+    w->r.retries += job.retries;
+    /* A full disk or an unresumable download leaves nothing worth keeping;
+     * anything else is kept for the rerun. */
+    if (rc < 0 && (rc == -ENOSPC || rc == -EDQUOT || !w->resumable)) {
+        unlink(w->p->part);
+        unlink(w->p->journal);
+    }
+    return rc;
+}
+
+/* The part file has the object's size and, unless DLC_WARM_NO_VERIFY, every
+ * record's checksum is right. */
+static dlc_status check_download(warm_call *w)
+{
+    const paths *p = w->p;
+    struct stat st;
+    if (fstat(w->part_fd, &st) < 0)
+        return dlc__errorf(-errno, "%s: stat: %s", p->part, strerror(errno));
+    if ((uint64_t)st.st_size != w->obj.size)
+        return dlc__errorf(DLC_ECORRUPT,
+                           "%s: is %lld bytes after the download, the object has %" PRIu64, p->part,
+                           (long long)st.st_size, w->obj.size);
+    if (w->opt.flags & DLC_WARM_NO_VERIFY)
+        return DLC_OK;
+    if (fdatasync(w->part_fd) < 0)
+        return dlc__errorf(-errno, "%s: fdatasync: %s", p->part, strerror(errno));
+    verify_ctx v = {
+        .opt = &w->opt, .size = w->obj.size, .downloaded = w->r.bytes_downloaded, .t0 = w->t0};
+    const double tv = dlc__now_s();
+    const dlc_status rc = verify_store(p->part, &w->src, &v);
+    w->r.verify_seconds = dlc__now_s() - tv;
+    if (rc == DLC_ECORRUPT) {
+        /* Bad bytes: the rerun must fetch them again, not trust them. */
+        unlink(p->part);
+        unlink(p->journal);
+    }
+    if (rc < 0)
+        return rc;
+    w->r.verified = 1;
+    return DLC_OK;
+}
+
+/* The stages in order; the first that fails ends the call. */
+static dlc_status run_stages(warm_call *w, const char *url)
+{
+    dlc_status rc = check_options(&w->opt, url, w->dest);
+    if (rc == DLC_OK)
+        rc = prepare(w, url);
+    if (rc == DLC_OK)
+        rc = lock_or_wait(w);
+    if (rc == DLC_OK && !w->r.already_complete)
+        rc = probe_object(w);
+    if (rc < 0 || w->r.already_complete)
+        return rc;
+    rc = open_download(w);
+    if (rc == DLC_OK)
+        rc = fetch_missing(w);
+    if (rc == DLC_OK)
+        rc = check_download(w);
+    if (rc == DLC_OK)
+        rc = publish(w->dest, w->p, w->part_fd, &w->src, &w->obj);
+    return rc;
+}
+
+/* Close and free what the stages opened. The lock goes last. */
+static void release(warm_call *w, dlc_status rc)
+{
     /* A full disk leaves nothing worth keeping wherever it struck (the journal's header, the
      * sync before publishing), not only during the fetch: the partial file would hold on to the
      * space the user must free. part_fd >= 0 means this call holds the lock and made the part
      * (found by tests/e2e/fault_warm.sh: ENOSPC on the journal header left both behind). */
-    if ((rc == -ENOSPC || rc == -EDQUOT) && part_fd >= 0) {
-        unlink(p->part);
-        unlink(p->journal);
+    if ((rc == -ENOSPC || rc == -EDQUOT) && w->part_fd >= 0) {
+        unlink(w->p->part);
+        unlink(w->p->journal);
     }
-    if (part_fd >= 0)
-        close(part_fd);
-    if (journal_fd >= 0)
-        close(journal_fd);
+    if (w->part_fd >= 0)
+        close(w->part_fd);
+    if (w->journal_fd >= 0)
+        close(w->journal_fd);
     /* Closing the lock file releases the lock: the next rank goes on. */
-    if (lock_fd >= 0)
-        close(lock_fd);
-    free(done);
-    free(p);
-    dlc__warm_source_free(&src);
-    if (curl_inited)
+    if (w->lock_fd >= 0)
+        close(w->lock_fd);
+    free(w->done);
+    free(w->p);
+    dlc__warm_source_free(&w->src);
+    if (w->curl_inited)
         curl_global_cleanup();
+}
+
+dlc_status dlc_warm(const char *url, const char *dest, const dlc_warm_options *opt_in,
+                    dlc_warm_result *res)
+{
+    warm_call w;
+    memset(&w, 0, sizeof w);
+    w.dest = dest;
+    if (opt_in)
+        w.opt = *opt_in;
+    else
+        dlc_warm_options_init(&w.opt);
+    w.t0 = dlc__now_s();
+    w.lock_fd = w.part_fd = w.journal_fd = -1;
+
+    const dlc_status rc = run_stages(&w, url);
+    w.r.seconds = dlc__now_s() - w.t0;
+    if (rc == DLC_OK && w.opt.progress) {
+        dlc_warm_progress pr = {.total = w.r.bytes,
+                                .done = w.r.bytes,
+                                .downloaded = w.r.bytes_downloaded,
+                                .seconds = w.r.seconds,
+                                .verifying = 0};
+        w.opt.progress(w.opt.progress_user, &pr);
+    }
+    release(&w, rc);
     if (res)
-        *res = r;
+        *res = w.r;
     return rc;
 }

@@ -82,20 +82,72 @@ static int on_progress(void *user, const dlc_warm_progress *p)
     return interrupted != 0;
 }
 
-int main(int argc, char **argv)
+/* What the command line asked for, besides the library's options. */
+typedef struct cli {
+    dlc_warm_options opt;
+    const char *url;
+    const char *dest;
+    int json;
+    ui u;
+} cli;
+
+enum {
+    OPT_CONNECTIONS = 256,
+    OPT_CHUNK,
+    OPT_ENDPOINT,
+    OPT_REGION,
+    OPT_NO_VERIFY,
+    OPT_NO_RESUME,
+    OPT_INSECURE,
+    OPT_TIMEOUT,
+    OPT_RETRIES,
+    OPT_JSON,
+};
+
+/* Flags that take a number. Returns 0, or the exit status 2 after saying why. */
+static int parse_number(cli *c, int flag, const char *arg)
 {
-    enum {
-        OPT_CONNECTIONS = 256,
-        OPT_CHUNK,
-        OPT_ENDPOINT,
-        OPT_REGION,
-        OPT_NO_VERIFY,
-        OPT_NO_RESUME,
-        OPT_INSECURE,
-        OPT_TIMEOUT,
-        OPT_RETRIES,
-        OPT_JSON,
-    };
+    uint64_t v = 0;
+    switch (flag) {
+    case OPT_CONNECTIONS:
+        if (tool_parse_u64(arg, 256, &v) < 0 || v == 0) {
+            fprintf(stderr, "%s: error: --connections wants 1..256, not '%s'\n", tool, arg);
+            return 2;
+        }
+        c->opt.connections = (uint32_t)v;
+        return 0;
+    case OPT_CHUNK:
+        if (tool_parse_size(arg, &v) < 0 || v < (64u << 10)) {
+            fprintf(stderr, "%s: error: --chunk-size wants a size of 64K or more, not '%s'\n", tool,
+                    arg);
+            return 2;
+        }
+        c->opt.chunk_size = v;
+        return 0;
+    case OPT_TIMEOUT: {
+        char *end = NULL;
+        const double t = strtod(arg, &end);
+        if (!end || *end || !(t > 0) || t > 3600) {
+            fprintf(stderr, "%s: error: --timeout wants seconds, not '%s'\n", tool, arg);
+            return 2;
+        }
+        c->opt.timeout_s = t;
+        return 0;
+    }
+    default: /* OPT_RETRIES */
+        if (tool_parse_u64(arg, 1000, &v) < 0 || v == 0) {
+            fprintf(stderr, "%s: error: --retries wants 1..1000, not '%s'\n", tool, arg);
+            return 2;
+        }
+        c->opt.max_retries = (uint32_t)v;
+        return 0;
+    }
+}
+
+/* Fill @p c from the command line. Returns -1 to go on, else the exit status
+ * (0 after --help, 2 after a usage error). */
+static int parse_args(int argc, char **argv, cli *c)
+{
     static const struct option longopts[] = {
         {"output", required_argument, NULL, 'o'},
         {"connections", required_argument, NULL, OPT_CONNECTIONS},
@@ -112,71 +164,39 @@ int main(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    dlc_warm_options opt;
-    dlc_warm_options_init(&opt);
-    const char *dest = NULL;
-    int json = 0;
-    ui u;
-    memset(&u, 0, sizeof u);
-    uint64_t v = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, "o:qh", longopts, NULL)) != -1) {
-        switch (c) {
+    int f;
+    while ((f = getopt_long(argc, argv, "o:qh", longopts, NULL)) != -1) {
+        switch (f) {
         case 'o':
-            dest = optarg;
+            c->dest = optarg;
             break;
         case OPT_CONNECTIONS:
-            if (tool_parse_u64(optarg, 256, &v) < 0 || v == 0) {
-                fprintf(stderr, "%s: error: --connections wants 1..256, not '%s'\n", tool, optarg);
-                return 2;
-            }
-            opt.connections = (uint32_t)v;
-            break;
         case OPT_CHUNK:
-            if (tool_parse_size(optarg, &v) < 0 || v < (64u << 10)) {
-                fprintf(stderr, "%s: error: --chunk-size wants a size of 64K or more, not '%s'\n",
-                        tool, optarg);
+        case OPT_TIMEOUT:
+        case OPT_RETRIES:
+            if (parse_number(c, f, optarg) != 0)
                 return 2;
-            }
-            opt.chunk_size = v;
             break;
         case OPT_ENDPOINT:
-            opt.endpoint = optarg;
+            c->opt.endpoint = optarg;
             break;
         case OPT_REGION:
-            opt.region = optarg;
+            c->opt.region = optarg;
             break;
         case OPT_NO_VERIFY:
-            opt.flags |= DLC_WARM_NO_VERIFY;
+            c->opt.flags |= DLC_WARM_NO_VERIFY;
             break;
         case OPT_NO_RESUME:
-            opt.flags |= DLC_WARM_NO_RESUME;
+            c->opt.flags |= DLC_WARM_NO_RESUME;
             break;
         case OPT_INSECURE:
-            opt.flags |= DLC_WARM_INSECURE;
-            break;
-        case OPT_TIMEOUT: {
-            char *end = NULL;
-            const double t = strtod(optarg, &end);
-            if (!end || *end || !(t > 0) || t > 3600) {
-                fprintf(stderr, "%s: error: --timeout wants seconds, not '%s'\n", tool, optarg);
-                return 2;
-            }
-            opt.timeout_s = t;
-            break;
-        }
-        case OPT_RETRIES:
-            if (tool_parse_u64(optarg, 1000, &v) < 0 || v == 0) {
-                fprintf(stderr, "%s: error: --retries wants 1..1000, not '%s'\n", tool, optarg);
-                return 2;
-            }
-            opt.max_retries = (uint32_t)v;
+            c->opt.flags |= DLC_WARM_INSECURE;
             break;
         case OPT_JSON:
-            json = 1;
+            c->json = 1;
             break;
         case 'q':
-            u.quiet = 1;
+            c->u.quiet = 1;
             break;
         case 'h':
             usage(stdout);
@@ -186,77 +206,102 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (optind != argc - 1 || !dest) {
+    if (optind != argc - 1 || !c->dest) {
         usage(stderr);
         return 2;
     }
-    const char *url = argv[optind];
+    c->url = argv[optind];
+    return -1;
+}
 
+/* SIGINT and SIGTERM stop the download through the progress callback, so
+ * that the partial download and its journal are kept for a rerun. */
+static void catch_signals(void)
+{
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+}
 
-    tool_progress_init(&u.bar, 10);
-    opt.progress = on_progress;
-    opt.progress_user = &u;
-    opt.log = on_log;
-    opt.log_user = &u;
+static void print_json(const cli *c, dlc_status rc, const dlc_warm_result *r, const char *shown,
+                       double rate)
+{
+    tool_json j;
+    tool_json_init(&j, stdout);
+    tool_json_object_begin(&j, NULL);
+    tool_json_str(&j, "tool", tool);
+    tool_json_str(&j, "url", shown);
+    tool_json_str(&j, "dest", c->dest);
+    tool_json_bool(&j, "ok", rc == 0);
+    if (rc != 0) {
+        tool_json_str(&j, "error", dlc_strerror(rc));
+        tool_json_str(&j, "detail", dlc_errmsg());
+    }
+    tool_json_u64(&j, "bytes", r->bytes);
+    tool_json_u64(&j, "bytes_downloaded", r->bytes_downloaded);
+    tool_json_f64(&j, "seconds", r->seconds);
+    tool_json_f64(&j, "verify_seconds", r->verify_seconds);
+    tool_json_f64(&j, "mb_per_s", rate);
+    tool_json_bool(&j, "resumed", r->resumed);
+    tool_json_bool(&j, "already_complete", r->already_complete);
+    tool_json_bool(&j, "waited", r->waited);
+    tool_json_bool(&j, "verified", r->verified);
+    tool_json_u64(&j, "retries", r->retries);
+    tool_json_u64(&j, "chunks", r->chunks);
+    tool_json_u64(&j, "chunks_fetched", r->chunks_fetched);
+    tool_json_u64(&j, "connections", c->opt.connections);
+    tool_json_u64(&j, "chunk_size", c->opt.chunk_size);
+    tool_json_str(&j, "etag", r->etag);
+    tool_json_object_end(&j);
+    tool_json_finish(&j);
+    fflush(stdout);
+}
+
+static void print_summary(const cli *c, const dlc_warm_result *r, const char *shown, double rate)
+{
+    char total[32], got[32];
+    tool_human_bytes(r->bytes, total, sizeof total);
+    tool_human_bytes(r->bytes_downloaded, got, sizeof got);
+    if (r->already_complete)
+        fprintf(stderr, "%s: %s is already complete (%s from %s)%s\n", tool, c->dest, total, shown,
+                r->waited ? "; another process downloaded it" : "");
+    else
+        fprintf(stderr, "%s: %s -> %s: %s, downloaded %s in %.2f s (%.1f MB/s)%s%s\n", tool, shown,
+                c->dest, total, got, r->seconds, rate, r->resumed ? ", resumed" : "",
+                r->verified ? ", verified" : "");
+}
+
+int main(int argc, char **argv)
+{
+    cli c;
+    memset(&c, 0, sizeof c);
+    dlc_warm_options_init(&c.opt);
+    const int status = parse_args(argc, argv, &c);
+    if (status >= 0)
+        return status;
+    catch_signals();
+    tool_progress_init(&c.u.bar, 10);
+    c.opt.progress = on_progress;
+    c.opt.progress_user = &c.u;
+    c.opt.log = on_log;
+    c.opt.log_user = &c.u;
 
     dlc_warm_result r;
-    const dlc_status rc = dlc_warm(url, dest, &opt, &r);
-    tool_progress_end(&u.bar);
+    const dlc_status rc = dlc_warm(c.url, c.dest, &c.opt, &r);
+    tool_progress_end(&c.u.bar);
     char shown[2048];
-    dlc_warm_redact_url(url, shown, sizeof shown);
+    dlc_warm_redact_url(c.url, shown, sizeof shown);
     const double rate = r.seconds > 0 ? (double)r.bytes_downloaded / r.seconds / 1e6 : 0.0;
-    if (json) {
-        tool_json j;
-        tool_json_init(&j, stdout);
-        tool_json_object_begin(&j, NULL);
-        tool_json_str(&j, "tool", tool);
-        tool_json_str(&j, "url", shown);
-        tool_json_str(&j, "dest", dest);
-        tool_json_bool(&j, "ok", rc == 0);
-        if (rc != 0) {
-            tool_json_str(&j, "error", dlc_strerror(rc));
-            tool_json_str(&j, "detail", dlc_errmsg());
-        }
-        tool_json_u64(&j, "bytes", r.bytes);
-        tool_json_u64(&j, "bytes_downloaded", r.bytes_downloaded);
-        tool_json_f64(&j, "seconds", r.seconds);
-        tool_json_f64(&j, "verify_seconds", r.verify_seconds);
-        tool_json_f64(&j, "mb_per_s", rate);
-        tool_json_bool(&j, "resumed", r.resumed);
-        tool_json_bool(&j, "already_complete", r.already_complete);
-        tool_json_bool(&j, "waited", r.waited);
-        tool_json_bool(&j, "verified", r.verified);
-        tool_json_u64(&j, "retries", r.retries);
-        tool_json_u64(&j, "chunks", r.chunks);
-        tool_json_u64(&j, "chunks_fetched", r.chunks_fetched);
-        tool_json_u64(&j, "connections", opt.connections);
-        tool_json_u64(&j, "chunk_size", opt.chunk_size);
-        tool_json_str(&j, "etag", r.etag);
-        tool_json_object_end(&j);
-        tool_json_finish(&j);
-        fflush(stdout);
-    }
+    if (c.json)
+        print_json(&c, rc, &r, shown, rate);
     if (rc != 0) {
         tool_report(tool, rc, NULL);
         return rc == DLC_ECANCELED ? 130 : 1;
     }
-    if (!u.quiet) {
-        char total[32], got[32];
-        tool_human_bytes(r.bytes, total, sizeof total);
-        tool_human_bytes(r.bytes_downloaded, got, sizeof got);
-        if (r.already_complete)
-            fprintf(stderr, "%s: %s is already complete (%s from %s)%s\n", tool, dest, total, shown,
-                    r.waited ? "; another process downloaded it" : "");
-        else
-            fprintf(stderr, "%s: %s -> %s: %s, downloaded %s in %.2f s (%.1f MB/s)%s%s\n", tool,
-                    shown, dest, total, got, r.seconds, rate, r.resumed ? ", resumed" : "",
-                    r.verified ? ", verified" : "");
-    }
+    if (!c.u.quiet)
+        print_summary(&c, &r, shown, rate);
     return 0;
 }
