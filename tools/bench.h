@@ -1,0 +1,191 @@
+/* Private to cachebench: what its files share. cachebench.c holds main and the usage text;
+ * bench_util.c the thread window, memory figures and JPEG files in memory; bench_decode.c the
+ * plain decode reference; bench_ceiling.c the memcpy ceiling; bench_jpeg.c the decode-every-epoch
+ * path; bench_opts.c the load options; bench_load.c the loader's timed window and the untimed
+ * digest pass; bench_report.c the load report.
+ *
+ * The JPEG path runs the loader's own augmentation code (loader/augment.h, reached through the
+ * include directory that CMake gives this tool), so that its figure is the loader's work plus a
+ * decode, never a copy of the loader that could drift from it. */
+#ifndef DLCACHE_TOOLS_BENCH_H
+#define DLCACHE_TOOLS_BENCH_H
+
+#include "toolutil.h"
+
+#include <dlcache/loader.h>
+#include <dlcache/store.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define TOOL "cachebench"
+
+/* Each time-based measurement runs at least this long by default: long enough that thread
+ * start, the first page faults and one slow batch are a small part of the window, short enough
+ * for a sweep over thread counts. */
+#define BENCH_DEFAULT_SECONDS 2.0
+
+/* The usage text (cachebench.c). */
+void bench_usage(FILE *out);
+
+/* ---- Plumbing (bench_util.c) ----------------------------------------------------------------- */
+
+/* 64-byte aligned memory (at least 64 bytes); release with free(). NULL when out of memory. */
+void *bench_aligned(size_t size);
+
+/* Bytes of resident and anonymous memory of this process now (not the peak): the file-backed
+ * part of the store's map is shared page cache, the anonymous part is what the loader itself
+ * allocated. Zeros when /proc is not readable. */
+void bench_memory_now(uint64_t *rss, uint64_t *anon);
+
+/* Parse a positive number of seconds. Returns 0, or -1 on a malformed or non-positive value. */
+int bench_parse_seconds(const char *v, double *out);
+
+const char *bench_dtype_name(uint32_t dtype);
+const char *bench_io_name(uint32_t io);
+
+/* A start line for worker threads, so that the clock starts when all of them are ready rather
+ * than while the last one is still being created. */
+typedef struct bench_sync {
+    pthread_barrier_t start; /**< Workers wait here, then the window is open. */
+    atomic_int stop;         /**< Set by the main thread when the window is over. */
+    atomic_int failed;       /**< A worker hit an error and reported it. */
+    double t0;               /**< dlc__now_s() when the window opened. */
+} bench_sync;
+
+/* Start @p n threads running @p fn on the @p n records of @p arg_size bytes at @p args, open the
+ * window when all are ready, let it run @p seconds (0: until the workers stop by themselves) or
+ * until a worker sets sync->failed, and return the window's length in seconds. Exits the process
+ * when a thread cannot be started. */
+double bench_run_window(int n, void *(*fn)(void *), void *args, size_t arg_size, bench_sync *sync,
+                        double seconds);
+
+/* One timed window of a reference: what it did and for how long. */
+typedef struct bench_window {
+    double seconds;
+    uint64_t samples;
+} bench_window;
+
+/* ---- JPEG files in memory (bench_util.c) ----------------------------------------------------- */
+
+typedef struct bench_jpeg_file {
+    char *path;    /**< Full path, for error messages. */
+    uint8_t *data; /**< The whole file. */
+    size_t size;   /**< Bytes. */
+    int64_t label; /**< Index of the top-level folder, ImageFolder style. */
+} bench_jpeg_file;
+
+typedef struct bench_jpeg_set {
+    bench_jpeg_file *files;
+    size_t count, cap;
+    uint64_t bytes; /**< Sum of the files' sizes. */
+} bench_jpeg_set;
+
+/* List the .jpg/.jpeg files under @p dir (recursively, sorted at each level) and read them into
+ * memory, at most @p limit of them when non-zero. Returns 0, or -1 after printing why; free the
+ * set with bench_jpeg_set_free() either way. */
+int bench_jpeg_set_load(bench_jpeg_set *set, const char *dir, uint64_t limit);
+void bench_jpeg_set_free(bench_jpeg_set *set);
+
+/* ---- The plain decode reference (bench_decode.c) --------------------------------------------- */
+
+/* `cachebench decode ARGS`: returns the exit status (0, 1 on a failure, 2 on a usage error). */
+int bench_cmd_decode(int argc, char **argv);
+
+/* ---- The memcpy ceiling (bench_ceiling.c) ---------------------------------------------------- */
+
+/* Buffers made once and used for the windows before and after the loader. */
+typedef struct bench_ceiling bench_ceiling;
+
+/* Make the source buffer (its pages written, so no window takes a page fault) and one batch of
+ * @p batch x @p sample_bytes per thread. Returns 0, or -1 after printing why. */
+int bench_ceiling_open(int threads, uint32_t batch, size_t sample_bytes, bench_ceiling **out);
+/* One window of @p seconds: @p threads copy sample-sized blocks from random places. */
+void bench_ceiling_run(bench_ceiling *c, double seconds, bench_window *res);
+size_t bench_ceiling_source_bytes(const bench_ceiling *c);
+/* Accepts NULL. */
+void bench_ceiling_close(bench_ceiling *c);
+
+/* ---- The decode-every-epoch path (bench_jpeg.c) ---------------------------------------------- */
+
+/* The JPEG path's files, codecs and buffers, made once and used for the windows before and after
+ * the loader; the files' order continues from one window to the next. */
+typedef struct bench_jpeg bench_jpeg;
+
+/* Read the JPEGs under @p dir and make one codec and batch buffer per thread, to decode each
+ * file to the store's @p store_side (square, center crop) and augment it as @p cfg says.
+ * Returns 0, or -1 after printing why. */
+int bench_jpeg_open(const char *dir, int threads, const dlc_loader_config *cfg, uint32_t store_side,
+                    size_t sample_bytes, bench_jpeg **out);
+/* One window of @p seconds. Returns 0, or -1 when a worker failed (it printed why). */
+int bench_jpeg_run(bench_jpeg *jb, double seconds, bench_window *res);
+uint64_t bench_jpeg_files(const bench_jpeg *jb);
+/* Accepts NULL. */
+void bench_jpeg_close(bench_jpeg *jb);
+
+/* ---- load: options (bench_opts.c) ------------------------------------------------------------ */
+
+typedef struct bench_load_opts {
+    const char *store;    /**< STORE. */
+    const char *jpeg_dir; /**< --jpeg-dir, or NULL. */
+    dlc_loader_config cfg;
+    uint64_t epochs, batches; /**< --epochs / --batches; 0 when the window is time-based. */
+    double seconds;           /**< --seconds: the window, and the references' windows. */
+    int json, prewarm;
+    /* The untimed digest pass: off when both are 0, else exactly one is set. */
+    uint64_t digest_epochs;  /**< Hash this many whole epochs. */
+    uint64_t digest_batches; /**< Hash this many batches. */
+} bench_load_opts;
+
+/* Parse `cachebench load` arguments. Returns 0, 1 when --help was printed, or -1 after printing
+ * a usage error. */
+int bench_load_parse(int argc, char **argv, bench_load_opts *o);
+
+/* ---- load: the loader (bench_load.c) --------------------------------------------------------- */
+
+/* The timed run of the loader. */
+typedef struct bench_loader_result {
+    double open_seconds, first_batch_seconds, seconds;
+    uint64_t warmup_samples; /**< The first batch, not timed. */
+    uint64_t samples, batches, bytes, epochs_done;
+    uint64_t rss_open, anon_open; /**< Just before dlc_loader_open. */
+    uint64_t rss_first_batch, anon_first_batch, rss_end, anon_end;
+    dlc_loader_stats stats;
+} bench_loader_result;
+
+/* The untimed digest pass. */
+typedef struct bench_digest {
+    int done;         /**< A digest was asked for and computed. */
+    uint64_t value;   /**< XXH3-64 over each batch's bytes then labels, in order. */
+    uint64_t batches; /**< Batches hashed. */
+    uint64_t samples; /**< Samples in them. */
+    double seconds;   /**< How long the pass took (not a throughput figure). */
+} bench_digest;
+
+/* `cachebench load ARGS`: returns the exit status. */
+int bench_cmd_load(int argc, char **argv);
+
+/* ---- load: the report (bench_report.c) ------------------------------------------------------- */
+
+/* Everything one `cachebench load` run measured. */
+typedef struct bench_load_run {
+    const bench_load_opts *o;
+    dlc_store_info info;
+    size_t sample_bytes;
+    uint64_t resident_before, resident_after;
+    double prewarm_seconds;
+    bench_window ceil_before, ceil_after;
+    size_t ceil_source_bytes;
+    bench_window jpeg_before, jpeg_after; /**< Zero without --jpeg-dir. */
+    uint64_t jpeg_files;
+    bench_loader_result lr;
+    bench_digest digest;
+} bench_load_run;
+
+/* Print the run as JSON (--json) or as a few lines of text, on stdout. */
+void bench_load_report(const bench_load_run *run);
+
+#endif /* DLCACHE_TOOLS_BENCH_H */

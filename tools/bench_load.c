@@ -1,0 +1,268 @@
+/* `cachebench load`: the loader's timed window between the two references (the memcpy ceiling
+ * and the JPEG path, each half before and half after it), then an untimed pass that hashes the
+ * batches of a second loader of the same configuration. Hashing is never inside a timed window:
+ * it would be charged to the loader, and a consumer that reads every byte of every batch is not
+ * what the loader's delivery rate means. */
+#include "bench.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+/* Read the store file once, unless it is resident already, so that the loader is measured at
+ * memory speed rather than at the disk's (the store lives on local SSD and in the page cache in
+ * the steady state DESIGN.md describes). Skipped when the file would take more than half the
+ * RAM. Returns the seconds it took. */
+static double prewarm_store(const dlc_store *store, uint64_t resident_before)
+{
+    const dlc_store_info *info = dlc_store_get_info(store);
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (resident_before >= info->file_bytes ||
+        (pages > 0 && page > 0 && info->file_bytes > (uint64_t)pages * (uint64_t)page / 2))
+        return 0;
+    const double t0 = dlc__now_s();
+    const int fd = dlc_store_fd(store);
+    const size_t chunk = (size_t)4 << 20;
+    uint8_t *buf = malloc(chunk);
+    if (!buf)
+        return 0;
+    for (uint64_t off = 0; off < info->file_bytes; off += chunk) {
+        if (pread(fd, buf, chunk, (off_t)off) <= 0)
+            break;
+    }
+    free(buf);
+    return dlc__now_s() - t0;
+}
+
+/* Open the loader and take the first batch, which is not timed: after it the workers run and the
+ * ring fills, as in the steady state of a training run. Returns 0 or -1 (printed). */
+static int open_and_warm_up(const bench_load_opts *o, bench_loader_result *res, dlc_loader **out)
+{
+    dlc_batch b;
+    bench_memory_now(&res->rss_open, &res->anon_open);
+    const double t0 = dlc__now_s();
+    dlc_status rc = dlc_loader_open(o->store, &o->cfg, out);
+    res->open_seconds = dlc__now_s() - t0;
+    if (rc != DLC_OK) {
+        tool_report(TOOL, rc, "opening the loader");
+        return -1;
+    }
+    rc = dlc_loader_next(*out, &b);
+    res->first_batch_seconds = dlc__now_s() - t0;
+    if (rc == DLC_END) {
+        fprintf(stderr, TOOL ": error: %s: epoch %llu has no batch for rank %u\n", o->store,
+                (unsigned long long)o->cfg.epoch, o->cfg.rank);
+        return -1;
+    }
+    if (rc != DLC_OK) {
+        tool_report(TOOL, rc, "first batch");
+        return -1;
+    }
+    bench_memory_now(&res->rss_first_batch, &res->anon_first_batch);
+    res->warmup_samples = b.count;
+    return 0;
+}
+
+/* The timed window: --seconds, exactly --batches, or whole --epochs after the warm-up batch. The
+ * consumer only counts; it never reads the batch. Returns 0 or -1 (printed). */
+static int timed_window(const bench_load_opts *o, dlc_loader *l, bench_loader_result *res)
+{
+    uint64_t epoch = o->cfg.epoch;
+    dlc_batch b;
+    tool_progress prog;
+    tool_progress_init(&prog, 4);
+    const double w0 = dlc__now_s();
+    for (;;) {
+        if (o->batches && res->batches >= o->batches)
+            break;
+        if (!o->batches && !o->epochs && dlc__now_s() - w0 >= o->seconds)
+            break;
+        dlc_status rc = dlc_loader_next(l, &b);
+        if (rc == DLC_END) {
+            res->epochs_done++;
+            if (o->epochs && res->epochs_done >= o->epochs)
+                break;
+            if ((rc = dlc_loader_set_epoch(l, ++epoch)) == DLC_OK)
+                continue;
+            tool_report(TOOL, rc, "starting the next epoch");
+            return -1;
+        }
+        if (rc != DLC_OK) {
+            tool_report(TOOL, rc, "next batch");
+            return -1;
+        }
+        res->batches++;
+        res->samples += b.count;
+        res->bytes += b.bytes;
+        tool_progress_line(&prog, 0, "load: %llu batches, %.0f samples/s",
+                           (unsigned long long)res->batches,
+                           (double)res->samples / (dlc__now_s() - w0));
+    }
+    res->seconds = dlc__now_s() - w0;
+    tool_progress_end(&prog);
+    return 0;
+}
+
+static int measure_loader(const bench_load_opts *o, bench_loader_result *res)
+{
+    memset(res, 0, sizeof *res);
+    dlc_loader *l = NULL;
+    if (open_and_warm_up(o, res, &l) != 0 || timed_window(o, l, res) != 0) {
+        dlc_loader_close(l);
+        return -1;
+    }
+    bench_memory_now(&res->rss_end, &res->anon_end);
+    dlc_loader_get_stats(l, &res->stats);
+    dlc_loader_close(l);
+    if (res->batches == 0) {
+        fprintf(stderr,
+                TOOL ": error: %s: no batch after the warm-up one to time "
+                     "(the epoch is one batch long; use a smaller --batch or --epochs 2)\n",
+                o->store);
+        return -1;
+    }
+    return 0;
+}
+
+/* Hash the batches of a new loader of the same configuration, untimed: o->digest_batches
+ * batches, or o->digest_epochs whole epochs, from the first batch of the first epoch. The
+ * stream is a pure function of the configuration (ARCHITECTURE.md), so the digest does not
+ * depend on --threads, --prefetch or timing. Returns 0 or -1 (printed). */
+static int digest_pass(const bench_load_opts *o, bench_digest *d)
+{
+    const double t0 = dlc__now_s();
+    XXH3_state_t *st = XXH3_createState();
+    if (!st) {
+        fprintf(stderr, TOOL ": error: out of memory for the digest\n");
+        return -1;
+    }
+    dlc_loader *l = NULL;
+    uint64_t epoch = o->cfg.epoch, epochs = 0, in_epoch = 0;
+    dlc_status rc = dlc_loader_open(o->store, &o->cfg, &l);
+    if (rc != DLC_OK)
+        goto fail;
+    XXH3_64bits_reset(st);
+    while (!o->digest_batches || d->batches < o->digest_batches) {
+        dlc_batch b;
+        if ((rc = dlc_loader_next(l, &b)) == DLC_END) {
+            /* An epoch with no batch would never reach the count. */
+            if ((o->digest_epochs && ++epochs >= o->digest_epochs) || in_epoch == 0)
+                break;
+            in_epoch = 0;
+            if ((rc = dlc_loader_set_epoch(l, ++epoch)) == DLC_OK)
+                continue;
+        }
+        if (rc != DLC_OK)
+            goto fail;
+        XXH3_64bits_update(st, b.data, b.bytes);
+        XXH3_64bits_update(st, b.labels, (size_t)b.count * sizeof *b.labels);
+        d->batches++;
+        d->samples += b.count;
+        in_epoch++;
+    }
+    d->value = XXH3_64bits_digest(st);
+    d->seconds = dlc__now_s() - t0;
+    d->done = 1;
+    dlc_loader_close(l);
+    XXH3_freeState(st);
+    return 0;
+fail:
+    tool_report(TOOL, rc, "the digest pass");
+    dlc_loader_close(l);
+    XXH3_freeState(st);
+    return -1;
+}
+
+/* Open the store for its metadata (sample size, the JPEG path's resize target) and its page
+ * cache state, resolve --crop 0, and prewarm. Returns 0, 1 or 2 as the exit status says. */
+static int prepare_store(bench_load_opts *o, bench_load_run *run, dlc_store **out)
+{
+    const dlc_status rc = dlc_store_open(o->store, 0, out);
+    if (rc != DLC_OK) {
+        tool_report(TOOL, rc, "opening the store");
+        return 1;
+    }
+    run->info = *dlc_store_get_info(*out);
+    const int square = run->info.height != 0 && run->info.width == run->info.height;
+    if (o->cfg.crop_h == 0) {
+        if (!square) {
+            fprintf(stderr, TOOL ": error: %s: --crop 0 needs a store of square images\n",
+                    o->store);
+            return 2;
+        }
+        o->cfg.crop_h = o->cfg.crop_w = run->info.height;
+    }
+    if (o->jpeg_dir && !square) {
+        fprintf(stderr,
+                TOOL ": error: %s: the JPEG path needs a store of square images "
+                     "(built with a center crop) to know the resize target\n",
+                o->store);
+        return 1;
+    }
+    const size_t esize = o->cfg.dtype == DLC_DTYPE_UINT8     ? 1
+                         : o->cfg.dtype == DLC_DTYPE_FLOAT16 ? 2
+                                                             : 4;
+    run->sample_bytes = (size_t)o->cfg.crop_h * o->cfg.crop_w * 3 * esize;
+    if (dlc_store_resident(*out, &run->resident_before) != DLC_OK)
+        run->resident_before = 0;
+    run->prewarm_seconds = o->prewarm ? prewarm_store(*out, run->resident_before) : 0;
+    if (dlc_store_resident(*out, &run->resident_after) != DLC_OK)
+        run->resident_after = 0;
+    return 0;
+}
+
+/* The references are measured on both sides of the loader, half their window each, and pooled:
+ * on a shared machine the load changes within seconds, and a reference taken on one side only
+ * would move the ratio with it. The order is symmetric around the loader. Files, codecs and
+ * buffers are all made before the first window. Returns 0 or -1 (printed). */
+static int measure_all(const bench_load_opts *o, bench_load_run *run)
+{
+    const int threads = (int)o->cfg.threads;
+    const double half = o->seconds / 2 > 0.5 ? o->seconds / 2 : 0.5;
+    bench_ceiling *cl = NULL;
+    bench_jpeg *jb = NULL;
+    int status = -1;
+    if (o->jpeg_dir && bench_jpeg_open(o->jpeg_dir, threads, &o->cfg, run->info.height,
+                                       run->sample_bytes, &jb) != 0)
+        goto out;
+    if (bench_ceiling_open(threads, o->cfg.batch_size, run->sample_bytes, &cl) != 0)
+        goto out;
+    if (jb && bench_jpeg_run(jb, half, &run->jpeg_before) != 0)
+        goto out;
+    bench_ceiling_run(cl, half, &run->ceil_before);
+    if (measure_loader(o, &run->lr) != 0)
+        goto out;
+    bench_ceiling_run(cl, half, &run->ceil_after);
+    if (jb && bench_jpeg_run(jb, half, &run->jpeg_after) != 0)
+        goto out;
+    run->jpeg_files = bench_jpeg_files(jb);
+    run->ceil_source_bytes = bench_ceiling_source_bytes(cl);
+    status = 0;
+out:
+    bench_jpeg_close(jb);
+    bench_ceiling_close(cl);
+    return status;
+}
+
+int bench_cmd_load(int argc, char **argv)
+{
+    bench_load_opts o;
+    const int prc = bench_load_parse(argc, argv, &o);
+    if (prc != 0)
+        return prc > 0 ? 0 : 2;
+    bench_load_run run;
+    memset(&run, 0, sizeof run);
+    run.o = &o;
+    dlc_store *store = NULL;
+    int status = prepare_store(&o, &run, &store);
+    if (status == 0 && measure_all(&o, &run) != 0)
+        status = 1;
+    dlc_store_close(store);
+    /* After every timed window, so that it disturbs none of them. */
+    if (status == 0 && (o.digest_batches || o.digest_epochs) && digest_pass(&o, &run.digest) != 0)
+        status = 1;
+    if (status == 0)
+        bench_load_report(&run);
+    return status;
+}

@@ -1,0 +1,229 @@
+/* `cachebench load` options: flags, valued options, then the checks between them and the digest
+ * pass they imply. */
+#include "bench.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void log_to_stderr(void *user, dlc_log_level level, const char *msg)
+{
+    (void)user;
+    static const char *const names[] = {"debug", "info", "warning"};
+    if (level == DLC_LOG_DEBUG && !getenv("CACHEBENCH_DEBUG"))
+        return;
+    fprintf(stderr, TOOL ": loader %s: %s\n", names[level <= DLC_LOG_WARN ? level : 0], msg);
+}
+
+/* What the options said before they are resolved into bench_load_opts' digest fields. */
+typedef struct digest_request {
+    int digest;              /* --digest 1, --no-digest 0, neither -1 */
+    uint64_t digest_batches; /* --digest-batches K, else 0 */
+} digest_request;
+
+static int parse_u32(const char *v, uint32_t max, uint32_t *out)
+{
+    uint64_t x;
+    if (tool_parse_u64(v, max, &x) != 0)
+        return -1;
+    *out = (uint32_t)x;
+    return 0;
+}
+
+static int parse_float(const char *v, float lo, float hi, float *out)
+{
+    char *end;
+    const float x = strtof(v, &end);
+    if (!*v || *end || !(x >= lo && x <= hi))
+        return -1;
+    *out = x;
+    return 0;
+}
+
+/* Index of @p v in the NULL-ended @p names, or -1. */
+static int pick(const char *v, const char *const *names)
+{
+    for (int i = 0; names[i]; i++)
+        if (!strcmp(v, names[i]))
+            return i;
+    return -1;
+}
+
+/* An option without a value. Returns 1 when @p a was one, 0 when it was not. */
+static int parse_flag(const char *a, bench_load_opts *o, digest_request *d)
+{
+    if (!strcmp(a, "--json"))
+        o->json = 1;
+    else if (!strcmp(a, "--random-resized-crop"))
+        o->cfg.augment = DLC_AUGMENT_RANDOM_RESIZED_CROP;
+    else if (!strcmp(a, "--digest"))
+        d->digest = 1;
+    else if (!strcmp(a, "--no-digest"))
+        d->digest = 0;
+    else if (!strcmp(a, "--no-prewarm"))
+        o->prewarm = 0;
+    else
+        return 0;
+    return 1;
+}
+
+/* The options that shape the loader's configuration. Returns 0 on a good value, 1 on a bad
+ * one, -1 when @p a is none of them. */
+static int parse_config_option(const char *a, const char *v, dlc_loader_config *cfg)
+{
+    static const char *const dtypes[] = {"uint8", "float32", "float16", NULL};
+    static const char *const ios[] = {"auto", "mmap", "direct", NULL};
+    static const uint32_t dtype_of[] = {DLC_DTYPE_UINT8, DLC_DTYPE_FLOAT32, DLC_DTYPE_FLOAT16};
+    static const uint32_t io_of[] = {DLC_IO_AUTO, DLC_IO_MMAP, DLC_IO_DIRECT};
+    uint32_t u32 = 0;
+    int k;
+    if (!strcmp(a, "--batch"))
+        return parse_u32(v, 1u << 20, &cfg->batch_size) || cfg->batch_size == 0;
+    if (!strcmp(a, "--threads")) {
+        if (parse_u32(v, 4096, &cfg->threads))
+            return 1;
+        if (cfg->threads == 0)
+            cfg->threads = dlc__cpu_count();
+        return 0;
+    }
+    if (!strcmp(a, "--prefetch"))
+        return parse_u32(v, 1024, &cfg->prefetch) || cfg->prefetch == 0;
+    if (!strcmp(a, "--crop")) {
+        const int bad = parse_u32(v, 1u << 16, &u32);
+        cfg->crop_h = cfg->crop_w = u32;
+        return bad;
+    }
+    if (!strcmp(a, "--dtype")) {
+        if ((k = pick(v, dtypes)) >= 0)
+            cfg->dtype = dtype_of[k];
+        return k < 0;
+    }
+    if (!strcmp(a, "--io")) {
+        if ((k = pick(v, ios)) >= 0)
+            cfg->io = io_of[k];
+        return k < 0;
+    }
+    if (!strcmp(a, "--seed"))
+        return tool_parse_u64(v, UINT64_MAX, &cfg->seed) != 0;
+    if (!strcmp(a, "--epoch"))
+        return tool_parse_u64(v, UINT64_MAX / 2, &cfg->epoch) != 0;
+    if (!strcmp(a, "--rank"))
+        return parse_u32(v, UINT32_MAX, &cfg->rank);
+    if (!strcmp(a, "--world-size"))
+        return parse_u32(v, UINT32_MAX, &cfg->world_size) || cfg->world_size == 0;
+    if (!strcmp(a, "--device")) {
+        const int bad = parse_u32(v, INT32_MAX, &u32);
+        cfg->device = (int32_t)u32;
+        return bad;
+    }
+    if (!strcmp(a, "--flip"))
+        return parse_float(v, 0.0f, 1.0f, &cfg->flip_prob);
+    return -1;
+}
+
+/* The options that shape the measurement. Same returns as parse_config_option(). */
+static int parse_run_option(const char *a, const char *v, bench_load_opts *o, digest_request *d)
+{
+    if (!strcmp(a, "--epochs"))
+        return tool_parse_u64(v, 1u << 20, &o->epochs) || o->epochs == 0;
+    if (!strcmp(a, "--batches"))
+        return tool_parse_u64(v, UINT64_MAX / 2, &o->batches) || o->batches == 0;
+    if (!strcmp(a, "--seconds"))
+        return bench_parse_seconds(v, &o->seconds) != 0;
+    if (!strcmp(a, "--digest-batches"))
+        return tool_parse_u64(v, UINT64_MAX / 2, &d->digest_batches) || d->digest_batches == 0;
+    if (!strcmp(a, "--jpeg-dir")) {
+        o->jpeg_dir = v;
+        return 0;
+    }
+    return -1;
+}
+
+/* The checks between options, and what the digest pass hashes: by default, with a fixed-length
+ * run, the same batches the timed run delivered (its --epochs, or the warm-up batch and its
+ * --batches), so that its digest is the one earlier versions printed; with a time-based window,
+ * one epoch when --digest asks for it; exactly K batches with --digest-batches K. */
+static int resolve(bench_load_opts *o, const digest_request *d)
+{
+    if (!o->store) {
+        fprintf(stderr, TOOL ": error: load: missing STORE\n");
+        bench_usage(stderr);
+        return -1;
+    }
+    if (o->epochs && o->batches) {
+        fprintf(stderr, TOOL ": error: load: give --epochs or --batches, not both\n");
+        return -1;
+    }
+    if (d->digest == 0 && d->digest_batches) {
+        fprintf(stderr, TOOL ": error: load: give --digest-batches or --no-digest, not both\n");
+        return -1;
+    }
+    if (o->cfg.rank >= o->cfg.world_size) {
+        fprintf(stderr, TOOL ": error: load: --rank %u is not below --world-size %u\n", o->cfg.rank,
+                o->cfg.world_size);
+        return -1;
+    }
+    const int digest = d->digest_batches || (d->digest < 0 ? o->epochs || o->batches : d->digest);
+    if (!digest)
+        return 0;
+    if (d->digest_batches)
+        o->digest_batches = d->digest_batches;
+    else if (o->batches)
+        o->digest_batches = o->batches + 1;
+    else
+        o->digest_epochs = o->epochs ? o->epochs : 1;
+    return 0;
+}
+
+static void set_defaults(bench_load_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    dlc_loader_config_init(&o->cfg);
+    o->cfg.batch_size = 256;
+    o->cfg.threads = dlc__cpu_count();
+    o->cfg.crop_h = o->cfg.crop_w = 224;
+    o->cfg.augment = DLC_AUGMENT_RANDOM_CROP;
+    o->cfg.log = log_to_stderr;
+    o->seconds = BENCH_DEFAULT_SECONDS;
+    o->prewarm = 1;
+}
+
+int bench_load_parse(int argc, char **argv, bench_load_opts *o)
+{
+    digest_request d = {.digest = -1};
+    set_defaults(o);
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (parse_flag(a, o, &d))
+            continue;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            bench_usage(stdout);
+            return 1;
+        }
+        if (a[0] != '-') {
+            if (o->store) {
+                fprintf(stderr, TOOL ": error: load: more than one STORE: %s\n", a);
+                return -1;
+            }
+            o->store = a;
+            continue;
+        }
+        if (!v) {
+            fprintf(stderr, TOOL ": error: load: %s needs a value\n", a);
+            return -1;
+        }
+        int bad = parse_config_option(a, v, &o->cfg);
+        if (bad < 0)
+            bad = parse_run_option(a, v, o, &d);
+        if (bad < 0) {
+            fprintf(stderr, TOOL ": error: load: unknown option %s (see --help)\n", a);
+            return -1;
+        }
+        if (bad) {
+            fprintf(stderr, TOOL ": error: load: bad value for %s: %s\n", a, v);
+            return -1;
+        }
+        i++;
+    }
+    return resolve(o, &d);
+}
