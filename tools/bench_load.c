@@ -12,7 +12,7 @@
 
 /* Read the store file once, unless it is resident already, so that the loader is measured at
  * memory speed rather than at the disk's (the store lives on local SSD and in the page cache in
- * the steady state DESIGN.md describes). Skipped when the file would take more than half the
+ * the steady state README.md describes). Skipped when the file would take more than half the
  * RAM. Returns the seconds it took. */
 static double prewarm_store(const dlc_store *store, uint64_t resident_before)
 {

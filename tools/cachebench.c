@@ -1,7 +1,7 @@
 /*
  * cachebench: throughput of the loader, measured against the machine's memcpy
  * ceiling and against decoding the JPEGs every epoch, in one process and one
- * run (DESIGN.md, "Performance, measured in one run").
+ * run (docs/BENCHMARKS.md).
  *
  *   cachebench decode SOURCE --threads T [--json] [--limit N]
  *   cachebench load STORE --batch B --threads T ... [--jpeg-dir DIR] [--json]
