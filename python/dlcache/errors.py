@@ -120,12 +120,27 @@ class PermissionDenied(DlcacheOSError, PermissionError):
     """-EACCES, -EPERM."""
 
 
-_BY_CODE = {
-    -1000: InvalidArgumentError, -1001: CorruptError, -1002: VersionError,
-    -1003: NotFoundError, -1004: DecodeError, -1005: NoImagesError, -1006: ExistsError,
-    -1007: HTTPError, -1008: NetworkError, -1009: ChangedError, -1010: CanceledError,
-    -1011: StateError, -1012: CudaError, -1013: UnsupportedError,
+# dlcache's own codes: the DLC_ERRORS list of include/dlcache/status.h, name
+# (without DLC_) -> (value, class). tests/python/test_layout.py parses the
+# header and checks that this table has every code with the same value and
+# the intended class, and that dlc_strerror() gives the header's texts.
+CODES = {
+    "EINVAL": (-1000, InvalidArgumentError),
+    "ECORRUPT": (-1001, CorruptError),
+    "EVERSION": (-1002, VersionError),
+    "ENOTFOUND": (-1003, NotFoundError),
+    "EDECODE": (-1004, DecodeError),
+    "ENOIMAGES": (-1005, NoImagesError),
+    "EEXIST": (-1006, ExistsError),
+    "EHTTP": (-1007, HTTPError),
+    "ENETWORK": (-1008, NetworkError),
+    "ECHANGED": (-1009, ChangedError),
+    "ECANCELED": (-1010, CanceledError),
+    "ESTATE": (-1011, StateError),
+    "ECUDA": (-1012, CudaError),
+    "ENOSYS": (-1013, UnsupportedError),
 }
+_BY_CODE = {value: cls for value, cls in CODES.values()}
 _BY_ERRNO = {_errno.ENOENT: FileNotFound, _errno.EACCES: PermissionDenied,
              _errno.EPERM: PermissionDenied}
 

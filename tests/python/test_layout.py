@@ -3,10 +3,15 @@
 A small C program compiled against include/dlcache prints sizeof and offsetof
 of every struct the binding mirrors; any difference (a header changed and
 python/dlcache/_lib.py did not follow) would make the binding read or write
-the wrong bytes, so it fails here first."""
+the wrong bytes, so it fails here first.
+
+Likewise the DLC_ERRORS list of include/dlcache/status.h (names, values,
+texts) is parsed and compared with dlcache.errors (every code, its value, its
+exception class) and with dlc_strerror() of the loaded library."""
 
 import ctypes
 import os
+import re
 import shutil
 import subprocess
 
@@ -81,11 +86,93 @@ def test_structs_match_headers(tmp_path):
     assert not diff, "C value vs ctypes value: %r" % diff
 
 
+def _header_errors():
+    """The DLC_ERRORS X-macro list of include/dlcache/status.h as
+    [(name, value, text)], in the header's order."""
+    path = os.path.join(REPO, "include", "dlcache", "status.h")
+    with open(path) as f:
+        lines = f.read().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("#define DLC_ERRORS(XX)"))
+    body = []
+    for line in lines[start + 1:]:
+        body.append(line.rstrip().rstrip("\\"))
+        if not line.rstrip().endswith("\\"):
+            break
+    body = "\n".join(body)
+    entries = [(name, int(value), text.encode().decode("unicode_escape")) for name, value, text
+               in re.findall(r'XX\(\s*([A-Z0-9_]+)\s*,\s*(-?\d+)\s*,\s*"((?:[^"\\]|\\.)*)"\s*\)',
+                             body)]
+    assert entries, "no XX(...) entries in DLC_ERRORS of %s" % path
+    assert len(entries) == body.count("XX("), "an entry of DLC_ERRORS was not understood:\n" + body
+    return entries
+
+
+# The class each status.h code is meant to raise, and the builtin exception it
+# also is (docs/PYTHON.md, "Errors"). A new code in status.h fails the tests
+# until it has its class here and in dlcache/errors.py.
+INTENDED = {
+    "EINVAL": ("InvalidArgumentError", ValueError),
+    "ECORRUPT": ("CorruptError", None),
+    "EVERSION": ("VersionError", None),
+    "ENOTFOUND": ("NotFoundError", LookupError),
+    "EDECODE": ("DecodeError", None),
+    "ENOIMAGES": ("NoImagesError", None),
+    "EEXIST": ("ExistsError", FileExistsError),
+    "EHTTP": ("HTTPError", None),
+    "ENETWORK": ("NetworkError", None),
+    "ECHANGED": ("ChangedError", None),
+    "ECANCELED": ("CanceledError", None),
+    "ESTATE": ("StateError", RuntimeError),
+    "ECUDA": ("CudaError", None),
+    "ENOSYS": ("UnsupportedError", NotImplementedError),
+}
+
+
 def test_error_codes_match_header():
-    """Every DLC_E* code of status.h has its exception class."""
-    import re
+    """dlcache.errors maps exactly the DLC_E* codes of status.h: every name,
+    the same values, each to its intended class."""
     from dlcache import errors
-    text = open(os.path.join(REPO, "include", "dlcache", "status.h")).read()
-    codes = {int(v) for v in re.findall(r"XX\(E[A-Z]+,\s*(-\d+)", text)}
-    assert codes, "no DLC_E* codes found in status.h"
-    assert codes == set(errors._BY_CODE), "status.h codes differ from dlcache.errors"
+    header = _header_errors()
+    names = [n for n, _, _ in header]
+    values = [v for _, v, _ in header]
+    assert len(set(names)) == len(names) and len(set(values)) == len(values), header
+    assert all(v <= -1000 for v in values), "dlcache's own codes are <= -1000: %r" % header
+    assert set(names) == set(INTENDED), "status.h codes vs this test's INTENDED table"
+    assert {n: v for n, v, _ in header} == {n: v for n, (v, _) in errors.CODES.items()}, \
+        "status.h (name: value) differs from dlcache.errors.CODES"
+    assert set(errors._BY_CODE) == set(values)
+    for name, value, _ in header:
+        cls = errors._BY_CODE[value]
+        want, builtin = INTENDED[name]
+        assert cls is getattr(errors, want), "DLC_%s (%d) raises %s, not %s" % (
+            name, value, cls.__name__, want)
+        assert issubclass(cls, errors.DlcacheError)
+        if builtin is not None:
+            assert issubclass(cls, builtin), "%s is also a %s" % (want, builtin.__name__)
+        assert cls.__doc__.startswith("DLC_" + name), "%s's docstring names DLC_%s" % (want, name)
+    assert len(set(errors._BY_CODE.values())) == len(values), "one class per code"
+
+
+def test_error_texts_match_header():
+    """dlc_strerror() of the loaded library gives status.h's texts, and every
+    code raised through error_for() carries that text and its class."""
+    from dlcache import errors
+    from dlcache._lib import lib
+    for name, value, text in _header_errors():
+        assert lib.dlc_strerror(value).decode() == text, "DLC_%s" % name
+        e = errors.error_for(value, context="ctx")
+        assert type(e) is getattr(errors, INTENDED[name][0]), "DLC_%s" % name
+        assert e.status == value and e.strerror == text and str(e).startswith("ctx: ")
+    assert lib.dlc_strerror(0).decode() == "success"
+    # Negated errno values: the system's text, an OSError with errno set.
+    import errno
+    for code, cls in ((errno.ENOENT, errors.FileNotFound),
+                      (errno.EACCES, errors.PermissionDenied),
+                      (errno.EPERM, errors.PermissionDenied),
+                      (errno.ENOSPC, errors.DlcacheOSError)):
+        e = errors.error_for(-code)
+        assert type(e) is cls and isinstance(e, OSError) and e.errno == code
+        assert e.strerror == lib.dlc_strerror(-code).decode() == os.strerror(code)
+    # A code this version does not know is still a DlcacheError.
+    e = errors.error_for(-1999)
+    assert type(e) is errors.DlcacheError and e.strerror == "unknown error"
