@@ -12,9 +12,9 @@ A thin ctypes binding over libdlcache (no compiled extension):
 Errors of the C library arrive as ``dlcache.DlcacheError`` subclasses that
 carry the status code and the library's message (file, record, reason).
 
-The shared library is found at $DLCACHE_LIB, the prefix recorded by
-``make install``, the source tree's build/lib, or the system library path
-(see ``dlcache._lib.find_library``).
+The shared library is found at $DLCACHE_LIB, inside the package (``pip
+install``), the prefix recorded by ``make install``, the source tree's
+build/lib, or the system library path (see ``dlcache._lib.find_library``).
 """
 
 from ._lib import lib as _clib, lib_path as library_path

@@ -259,6 +259,9 @@ def _candidates():
             return [os.path.join(env, _SONAMES[0])], True
         return [env], True
     out = []
+    # Shipped inside the package: `pip install .` puts the library it was
+    # built with into the wheel, as libdlcache.so.0 next to this file.
+    out += [os.path.join(here, n) for n in reversed(_SONAMES)]
     # Installed by `make install`: the install step writes the library
     # directory it used into _install.py next to this file.
     try:
@@ -275,8 +278,6 @@ def _candidates():
     multiarch = getattr(__import__("sys").implementation, "_multiarch", None)
     if multiarch:
         out.append(os.path.join(prefix_lib, multiarch, _SONAMES[0]))
-    # Next to the package (a self-contained copy).
-    out.append(os.path.join(here, _SONAMES[0]))
     return out, False
 
 
@@ -284,9 +285,10 @@ def find_library():
     """Return the path of the libdlcache shared library that will be loaded.
 
     Order: $DLCACHE_LIB (a file or a directory; when set it must be right),
-    the prefix recorded by `make install`, the source tree's build/lib, an
-    installed prefix relative to this package, a copy next to the package,
-    then the system's library search path (ldconfig).
+    a copy inside the package (what `pip install .` ships), the prefix
+    recorded by `make install`, the source tree's build/lib, an installed
+    prefix relative to this package, then the system's library search path
+    (ldconfig).
     """
     paths, explicit = _candidates()
     for p in paths:
