@@ -120,6 +120,11 @@ typedef struct dlc__source_data {
     int64_t mtime_ns;
 } dlc__source_data;
 
+/* Size and mtime of item @p index for the source digest, without reading it (for items the
+ * scan already skipped): tar members carry them from their header; a file is stat()ed, and one
+ * that cannot be keeps 0 for both. out->data is NULL and out->size 0. */
+void dlc__source_stat(const dlc__source_set *s, size_t index, dlc__source_data *out);
+
 /*
  * Read item @p index whole into *buf (grown with realloc to *cap as needed;
  * the caller frees it) with one pread. For a file that cannot be read, a
@@ -132,5 +137,8 @@ dlc_status dlc__source_read(const dlc__source_set *s, size_t index, uint8_t **bu
 /* Internal helpers shared by the scanners. */
 dlc_status dlc__source_intern(dlc__source_set *s, const char *str, size_t len, uint64_t *off);
 dlc_status dlc__source_push(dlc__source_set *s, const dlc__item *it);
+/* pread all of [offset, offset + size) into @p dst, retrying short and interrupted reads.
+ * Returns the bytes read (fewer only at the end of the file) or -errno. */
+int64_t dlc__source_pread(int fd, void *dst, size_t size, uint64_t offset);
 
 #endif /* DLCACHE_SOURCE_H */

@@ -131,13 +131,11 @@ const char *dlc__source_label_name(const dlc__source_set *s, uint32_t i, char *b
     return buf;
 }
 
-/* pread all of [offset, offset + size), retrying short reads. Returns the
- * bytes read (fewer at end of file) or -errno. */
-static int64_t pread_full(int fd, uint8_t *dst, size_t size, uint64_t offset)
+int64_t dlc__source_pread(int fd, void *dst, size_t size, uint64_t offset)
 {
     size_t got = 0;
     while (got < size) {
-        const ssize_t n = pread(fd, dst + got, size - got, (off_t)(offset + got));
+        const ssize_t n = pread(fd, (uint8_t *)dst + got, size - got, (off_t)(offset + got));
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -148,6 +146,24 @@ static int64_t pread_full(int fd, uint8_t *dst, size_t size, uint64_t offset)
         got += (size_t)n;
     }
     return (int64_t)got;
+}
+
+static int64_t mtime_ns(const struct stat *st)
+{
+    return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+}
+
+void dlc__source_stat(const dlc__source_set *s, size_t index, dlc__source_data *out)
+{
+    const dlc__item *it = &s->items[index];
+    memset(out, 0, sizeof *out);
+    out->file_size = it->size;
+    out->mtime_ns = it->mtime_ns;
+    struct stat st;
+    if (it->shard == UINT32_MAX && stat(dlc__source_path(s, it), &st) == 0) {
+        out->file_size = (uint64_t)st.st_size;
+        out->mtime_ns = mtime_ns(&st);
+    }
 }
 
 static dlc_status ensure_buf(uint8_t **buf, size_t *cap, size_t need, const char *path)
@@ -164,71 +180,68 @@ static dlc_status ensure_buf(uint8_t **buf, size_t *cap, size_t need, const char
     return DLC_OK;
 }
 
-dlc_status dlc__source_read(const dlc__source_set *s, size_t index, uint8_t **buf, size_t *cap,
-                            dlc__source_data *out, char *why, size_t why_size)
+/* A tar member: its bytes lie at a known offset of the shard, which the set keeps open. */
+static dlc_status read_member(const dlc__source_set *s, const dlc__item *it, uint8_t **buf,
+                              size_t *cap, dlc__source_data *out, char *why, size_t why_size)
 {
-    const dlc__item *it = &s->items[index];
-    const char *path = dlc__source_path(s, it);
-    memset(out, 0, sizeof *out);
-    dlc_status rc;
-
-    if (it->shard != UINT32_MAX) {
-        out->file_size = it->size;
-        out->mtime_ns = it->mtime_ns;
-        if (it->size == 0) {
-            snprintf(why, why_size, "empty member");
-            return DLC_EDECODE;
-        }
-        if (it->size > DLC__SOURCE_MAX_FILE) {
-            snprintf(why, why_size, "member of %" PRIu64 " bytes is too large for an image",
-                     it->size);
-            return DLC_EDECODE;
-        }
-        if ((rc = ensure_buf(buf, cap, (size_t)it->size, path)) < 0)
-            return rc;
-        const int64_t n = pread_full(s->shards[it->shard].fd, *buf, (size_t)it->size, it->offset);
-        if (n < 0) {
-            snprintf(why, why_size, "cannot read the shard: %s", strerror((int)-n));
-            return DLC_EDECODE;
-        }
-        out->data = *buf;
-        out->size = (size_t)n;
-        return DLC_OK;
+    out->file_size = it->size;
+    out->mtime_ns = it->mtime_ns;
+    if (it->size == 0) {
+        snprintf(why, why_size, "empty member");
+        return DLC_EDECODE;
     }
+    if (it->size > DLC__SOURCE_MAX_FILE) {
+        snprintf(why, why_size, "member of %" PRIu64 " bytes is too large for an image", it->size);
+        return DLC_EDECODE;
+    }
+    const dlc_status rc = ensure_buf(buf, cap, (size_t)it->size, dlc__source_path(s, it));
+    if (rc < 0)
+        return rc;
+    const int64_t n =
+        dlc__source_pread(s->shards[it->shard].fd, *buf, (size_t)it->size, it->offset);
+    if (n < 0) {
+        snprintf(why, why_size, "cannot read the shard: %s", strerror((int)-n));
+        return DLC_EDECODE;
+    }
+    out->data = *buf;
+    out->size = (size_t)n;
+    return DLC_OK;
+}
 
+/* A file: opened, checked to be a regular file of a sane size, and read whole. */
+static dlc_status read_file(const char *path, uint8_t **buf, size_t *cap, dlc__source_data *out,
+                            char *why, size_t why_size)
+{
     /* O_NONBLOCK: a FIFO that torchvision would list as a file must not hang the build. */
     const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0) {
         snprintf(why, why_size, "cannot open: %s", strerror(errno));
         return DLC_EDECODE;
     }
+    dlc_status rc = DLC_EDECODE;
     struct stat st;
     if (fstat(fd, &st) != 0) {
         snprintf(why, why_size, "cannot stat: %s", strerror(errno));
-        rc = DLC_EDECODE;
         goto done;
     }
     out->file_size = (uint64_t)st.st_size;
-    out->mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    out->mtime_ns = mtime_ns(&st);
     if (!S_ISREG(st.st_mode)) {
         snprintf(why, why_size, "not a regular file");
-        rc = DLC_EDECODE;
         goto done;
     }
     if (st.st_size == 0) {
         snprintf(why, why_size, "empty file");
-        rc = DLC_EDECODE;
         goto done;
     }
     if ((uint64_t)st.st_size > DLC__SOURCE_MAX_FILE) {
         snprintf(why, why_size, "file of %" PRIu64 " bytes is too large for an image",
                  (uint64_t)st.st_size);
-        rc = DLC_EDECODE;
         goto done;
     }
     if ((rc = ensure_buf(buf, cap, (size_t)st.st_size, path)) < 0)
         goto done;
-    const int64_t n = pread_full(fd, *buf, (size_t)st.st_size, 0);
+    const int64_t n = dlc__source_pread(fd, *buf, (size_t)st.st_size, 0);
     if (n < 0) {
         snprintf(why, why_size, "cannot read: %s", strerror((int)-n));
         rc = DLC_EDECODE;
@@ -240,4 +253,14 @@ dlc_status dlc__source_read(const dlc__source_set *s, size_t index, uint8_t **bu
 done:
     close(fd);
     return rc;
+}
+
+dlc_status dlc__source_read(const dlc__source_set *s, size_t index, uint8_t **buf, size_t *cap,
+                            dlc__source_data *out, char *why, size_t why_size)
+{
+    const dlc__item *it = &s->items[index];
+    memset(out, 0, sizeof *out);
+    if (it->shard != UINT32_MAX)
+        return read_member(s, it, buf, cap, out, why, why_size);
+    return read_file(dlc__source_path(s, it), buf, cap, out, why, why_size);
 }

@@ -99,23 +99,6 @@ static int all_zero(const uint8_t *h)
     return 1;
 }
 
-static int64_t pread_all(int fd, void *dst, size_t n, uint64_t off)
-{
-    size_t got = 0;
-    while (got < n) {
-        const ssize_t r = pread(fd, (uint8_t *)dst + got, n - got, (off_t)(off + got));
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        if (r == 0)
-            break;
-        got += (size_t)r;
-    }
-    return (int64_t)got;
-}
-
 /* The sample being assembled from consecutive members with one key. */
 typedef struct group {
     char *key;   /* malloc'd; NULL when no group is open */
@@ -254,22 +237,43 @@ static int pax_parse(const char *p, size_t n, char **path, uint64_t *size, int *
     return 0;
 }
 
-dlc_status dlc__source_scan_tar(dlc__source_set *s, const char *path)
+/* One shard's scan: where it stands, and what the headers before the current member said
+ * (a GNU long name or pax records apply to the next member only). */
+typedef struct tar_scan {
+    dlc__source_set *s;
+    const char *path;
+    uint32_t shard; /* index in s->shards */
+    int fd;         /* the shard's descriptor, owned by the set */
+    uint64_t fsize;
+    uint64_t pos; /* the next header */
+    size_t members;
+    group g;
+    char *long_name; /* from a GNU 'L' member */
+    char *pax_path;  /* from a pax 'x' member */
+    uint64_t pax_size;
+    int pax_has_size;
+    char *meta; /* the last 'L' or 'x' member's data */
+} tar_scan;
+
+/* What a header says about its member. */
+typedef struct tar_member {
+    uint64_t size;  /* data bytes (a pax size record overrides the header's field) */
+    uint64_t mtime; /* seconds; 0 when the field is unreadable */
+    uint64_t data;  /* offset of the first data byte */
+    char type;
+} tar_member;
+
+/* Open the shard and add it to the set's shard table, which owns its descriptor from then on. */
+static dlc_status open_shard(tar_scan *ts)
 {
-    dlc_status rc = DLC_OK;
-    group g = {0};
-    group_clear(&g);
-    char *long_name = NULL, *pax_path = NULL, *meta = NULL;
-    uint64_t pax_size = 0;
-    int pax_has_size = 0;
+    dlc__source_set *s = ts->s;
+    const char *path = ts->path;
+    dlc_status rc;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     FAIL_IF(fd < 0, -errno, "%s: cannot open tar shard: %s", path, strerror(errno));
     struct stat st;
     FAIL_IF(fstat(fd, &st) != 0, -errno, "%s: cannot stat: %s", path, strerror(errno));
     FAIL_IF(!S_ISREG(st.st_mode), DLC_EINVAL, "%s: a tar shard must be a regular file", path);
-    const uint64_t fsize = (uint64_t)st.st_size;
-
-    /* The shard table owns fd from here on. */
     if (s->nshards == s->shards_cap) {
         const uint32_t cap = s->shards_cap ? s->shards_cap * 2 : 8;
         dlc__shard *p = realloc(s->shards, cap * sizeof *p);
@@ -277,157 +281,215 @@ dlc_status dlc__source_scan_tar(dlc__source_set *s, const char *path)
         s->shards = p;
         s->shards_cap = cap;
     }
-    const uint32_t shard = s->nshards;
-    s->shards[shard].fd = fd;
-    s->shards[shard].size = fsize;
-    CHECK(dlc__source_intern(s, path, strlen(path), &s->shards[shard].path));
+    ts->shard = s->nshards;
+    ts->fd = fd;
+    ts->fsize = (uint64_t)st.st_size;
+    s->shards[ts->shard].fd = fd;
+    s->shards[ts->shard].size = ts->fsize;
+    CHECK(dlc__source_intern(s, path, strlen(path), &s->shards[ts->shard].path));
     s->nshards++;
-    fd = -1;
-    const int sfd = s->shards[shard].fd;
-
-    uint64_t pos = 0;
-    uint8_t h[BLOCK];
-    size_t members = 0;
-    for (;;) {
-        if (pos == fsize)
-            break; /* Some writers omit the two zero blocks at the end. */
-        const int64_t got = pread_all(sfd, h, BLOCK, pos);
-        FAIL_IF(got < 0, (dlc_status)got, "%s: cannot read at byte %" PRIu64 ": %s", path, pos,
-                strerror((int)-got));
-        FAIL_IF(got < BLOCK, DLC_ECORRUPT,
-                "%s: truncated: the file ends inside the header at byte %" PRIu64, path, pos);
-        if (all_zero(h))
-            break; /* End of archive. */
-        FAIL_IF(!checksum_ok(h), DLC_ECORRUPT,
-                "%s: bad tar header at byte %" PRIu64 " (checksum mismatch; not a tar file, "
-                "or damaged)",
-                path, pos);
-        uint64_t size, mtime;
-        FAIL_IF(tar_number(h + 124, 12, &size) != 0, DLC_ECORRUPT,
-                "%s: bad size field in the tar header at byte %" PRIu64, path, pos);
-        if (tar_number(h + 136, 12, &mtime) != 0)
-            mtime = 0;
-        const char type = (char)h[156];
-        if (pax_has_size && type != 'x' && type != 'g' && type != 'L' && type != 'K')
-            size = pax_size;
-        const uint64_t data = pos + BLOCK;
-        FAIL_IF(size > fsize || data > fsize - size, DLC_ECORRUPT,
-                "%s: truncated: the member at byte %" PRIu64 " needs %" PRIu64
-                " data bytes, the file ends %" PRIu64 " bytes after its header",
-                path, pos, size, fsize - data);
-        const uint64_t next = data + ((size + BLOCK - 1) / BLOCK) * BLOCK;
-        pos = next > fsize ? fsize : next;
-
-        if (type == 'L' || type == 'x') {
-            FAIL_IF(size > MAX_META, DLC_ECORRUPT,
-                    "%s: %s header at byte %" PRIu64 " is %" PRIu64 " bytes, too large", path,
-                    type == 'L' ? "GNU long-name" : "pax", data - BLOCK, size);
-            free(meta);
-            meta = malloc(size + 1);
-            FAIL_IF(!meta, -ENOMEM, "%s: out of memory", path);
-            const int64_t n = pread_all(sfd, meta, (size_t)size, data);
-            FAIL_IF(n != (int64_t)size, n < 0 ? (dlc_status)n : DLC_ECORRUPT,
-                    "%s: cannot read the header at byte %" PRIu64, path, data - BLOCK);
-            meta[size] = '\0';
-            if (type == 'L') {
-                free(long_name);
-                long_name = strndup(meta, size);
-                FAIL_IF(!long_name, -ENOMEM, "%s: out of memory", path);
-            } else {
-                FAIL_IF(pax_parse(meta, (size_t)size, &pax_path, &pax_size, &pax_has_size) != 0,
-                        DLC_ECORRUPT, "%s: malformed pax header at byte %" PRIu64, path,
-                        data - BLOCK);
-            }
-            continue;
-        }
-        if (type == 'g' || type == 'K')
-            continue; /* Global pax defaults and long link names do not name members. */
-
-        /* The member's name: pax path, else GNU long name, else ustar prefix + name. */
-        char name[256 + 2];
-        const char *mname;
-        if (pax_path) {
-            mname = pax_path;
-        } else if (long_name) {
-            mname = long_name;
-        } else {
-            const size_t nlen = strnlen((const char *)h, 100);
-            size_t off = 0;
-            if (memcmp(h + 257, "ustar\0", 6) == 0 && h[345] != '\0') {
-                const size_t plen = strnlen((const char *)h + 345, 155);
-                memcpy(name, h + 345, plen);
-                name[plen] = '/';
-                off = plen + 1;
-            }
-            memcpy(name + off, h, nlen);
-            name[off + nlen] = '\0';
-            mname = name;
-        }
-        const int regular = type == '0' || type == '\0' || type == '7';
-        members++;
-
-        if (regular) {
-            const char *base = strrchr(mname, '/');
-            base = base ? base + 1 : mname;
-            const char *dot = strchr(base, '.');
-            if (dot && dot != base) {
-                const size_t klen = (size_t)(dot - mname);
-                char ext[16];
-                const size_t elen = strlen(dot + 1);
-                if (elen < sizeof ext) {
-                    for (size_t i = 0; i <= elen; i++) {
-                        const char c = dot[1 + i];
-                        ext[i] = (char)(c >= 'A' && c <= 'Z' ? c + 32 : c);
-                    }
-                } else {
-                    ext[0] = '\0';
-                }
-                const int is_jpg = strcmp(ext, "jpg") == 0 || strcmp(ext, "jpeg") == 0;
-                const int is_cls = strcmp(ext, "cls") == 0;
-                const int is_other = other_image_ext(ext);
-                /* A new key, or a second JPEG/cls under the same key, starts a new sample. */
-                if (g.key && (strlen(g.key) != klen || memcmp(g.key, mname, klen) != 0 ||
-                              (is_jpg && g.jpg) || (is_cls && g.has_cls)))
-                    CHECK(group_flush(s, path, shard, &g));
-                if (!g.key) {
-                    g.key = strndup(mname, klen);
-                    FAIL_IF(!g.key, -ENOMEM, "%s: out of memory", path);
-                }
-                if (is_jpg) {
-                    g.jpg = strdup(mname);
-                    FAIL_IF(!g.jpg, -ENOMEM, "%s: out of memory", path);
-                    g.jpg_off = data;
-                    g.jpg_size = size;
-                    g.jpg_mtime_ns =
-                        (int64_t)(mtime > INT64_MAX / 1000000000 ? 0 : mtime) * 1000000000;
-                } else if (is_cls) {
-                    g.has_cls = 1;
-                    char buf[MAX_CLS];
-                    if (size > MAX_CLS ||
-                        pread_all(sfd, buf, (size_t)size, data) != (int64_t)size ||
-                        parse_cls(buf, (size_t)size, &g.label) != 0)
-                        g.cls_bad = 1;
-                } else if (is_other && !g.other) {
-                    g.other = strdup(mname);
-                    FAIL_IF(!g.other, -ENOMEM, "%s: out of memory", path);
-                }
-            }
-        }
-        free(long_name);
-        free(pax_path);
-        long_name = pax_path = NULL;
-        pax_has_size = 0;
-    }
-    CHECK(group_flush(s, path, shard, &g));
-    if (members == 0)
-        dlc__logf(s->log, s->log_user, DLC_LOG_WARN, "%s: no member in this tar shard", path);
-    rc = DLC_OK;
+    return DLC_OK;
 fail:
     if (fd >= 0)
         close(fd);
-    group_clear(&g);
-    free(long_name);
-    free(pax_path);
-    free(meta);
+    return rc;
+}
+
+/* Read the header at ts->pos into @p h and step ts->pos past its member. *end is set at the
+ * end of the archive (two zero blocks, or none at the end of the file). */
+static dlc_status next_header(tar_scan *ts, uint8_t h[BLOCK], tar_member *m, int *end)
+{
+    const char *path = ts->path;
+    const uint64_t pos = ts->pos, fsize = ts->fsize;
+    *end = pos == fsize; /* Some writers omit the two zero blocks at the end. */
+    if (*end)
+        return DLC_OK;
+    const int64_t got = dlc__source_pread(ts->fd, h, BLOCK, pos);
+    if (got < 0)
+        return dlc__errorf((dlc_status)got, "%s: cannot read at byte %" PRIu64 ": %s", path, pos,
+                           strerror((int)-got));
+    if (got < BLOCK)
+        return dlc__errorf(DLC_ECORRUPT,
+                           "%s: truncated: the file ends inside the header at byte %" PRIu64, path,
+                           pos);
+    *end = all_zero(h);
+    if (*end)
+        return DLC_OK;
+    if (!checksum_ok(h))
+        return dlc__errorf(DLC_ECORRUPT,
+                           "%s: bad tar header at byte %" PRIu64 " (checksum mismatch; not a tar "
+                           "file, or damaged)",
+                           path, pos);
+    if (tar_number(h + 124, 12, &m->size) != 0)
+        return dlc__errorf(DLC_ECORRUPT, "%s: bad size field in the tar header at byte %" PRIu64,
+                           path, pos);
+    if (tar_number(h + 136, 12, &m->mtime) != 0)
+        m->mtime = 0;
+    m->type = (char)h[156];
+    if (ts->pax_has_size && m->type != 'x' && m->type != 'g' && m->type != 'L' && m->type != 'K')
+        m->size = ts->pax_size;
+    m->data = pos + BLOCK;
+    if (m->size > fsize || m->data > fsize - m->size)
+        return dlc__errorf(DLC_ECORRUPT,
+                           "%s: truncated: the member at byte %" PRIu64 " needs %" PRIu64
+                           " data bytes, the file ends %" PRIu64 " bytes after its header",
+                           path, pos, m->size, fsize - m->data);
+    const uint64_t next = m->data + ((m->size + BLOCK - 1) / BLOCK) * BLOCK;
+    ts->pos = next > fsize ? fsize : next;
+    return DLC_OK;
+}
+
+/* A GNU long-name ('L') or pax ('x') member: remember what it says about the next member. */
+static dlc_status read_meta_member(tar_scan *ts, const tar_member *m)
+{
+    const char *path = ts->path;
+    const uint64_t at = m->data - BLOCK;
+    if (m->size > MAX_META)
+        return dlc__errorf(DLC_ECORRUPT,
+                           "%s: %s header at byte %" PRIu64 " is %" PRIu64 " bytes, too large",
+                           path, m->type == 'L' ? "GNU long-name" : "pax", at, m->size);
+    free(ts->meta);
+    ts->meta = malloc(m->size + 1);
+    if (!ts->meta)
+        return dlc__errorf(-ENOMEM, "%s: out of memory", path);
+    const int64_t n = dlc__source_pread(ts->fd, ts->meta, (size_t)m->size, m->data);
+    if (n != (int64_t)m->size)
+        return dlc__errorf(n < 0 ? (dlc_status)n : DLC_ECORRUPT,
+                           "%s: cannot read the header at byte %" PRIu64, path, at);
+    ts->meta[m->size] = '\0';
+    if (m->type == 'L') {
+        free(ts->long_name);
+        ts->long_name = strndup(ts->meta, m->size);
+        if (!ts->long_name)
+            return dlc__errorf(-ENOMEM, "%s: out of memory", path);
+    } else if (pax_parse(ts->meta, (size_t)m->size, &ts->pax_path, &ts->pax_size,
+                         &ts->pax_has_size) != 0) {
+        return dlc__errorf(DLC_ECORRUPT, "%s: malformed pax header at byte %" PRIu64, path, at);
+    }
+    return DLC_OK;
+}
+
+/* The member's name: the pax path, else the GNU long name, else the ustar prefix + name
+ * (built in @p name). */
+static const char *member_name(const tar_scan *ts, const uint8_t *h, char name[256 + 2])
+{
+    if (ts->pax_path)
+        return ts->pax_path;
+    if (ts->long_name)
+        return ts->long_name;
+    const size_t nlen = strnlen((const char *)h, 100);
+    size_t off = 0;
+    if (memcmp(h + 257, "ustar\0", 6) == 0 && h[345] != '\0') {
+        const size_t plen = strnlen((const char *)h + 345, 155);
+        memcpy(name, h + 345, plen);
+        name[plen] = '/';
+        off = plen + 1;
+    }
+    memcpy(name + off, h, nlen);
+    name[off + nlen] = '\0';
+    return name;
+}
+
+/* The lower-cased extension after @p dot into @p ext; "" when it is too long to be one we
+ * know. */
+static void member_ext(const char *dot, char ext[16])
+{
+    const size_t elen = strlen(dot + 1);
+    if (elen >= 16) {
+        ext[0] = '\0';
+        return;
+    }
+    for (size_t i = 0; i <= elen; i++) {
+        const char c = dot[1 + i];
+        ext[i] = (char)(c >= 'A' && c <= 'Z' ? c + 32 : c);
+    }
+}
+
+/* Add a regular member to the sample being assembled; a new key, or a second JPEG or cls
+ * under the same key, first turns the previous sample into an item. */
+static dlc_status add_member(tar_scan *ts, const char *mname, const tar_member *m)
+{
+    const char *base = strrchr(mname, '/');
+    base = base ? base + 1 : mname;
+    const char *dot = strchr(base, '.');
+    if (!dot || dot == base)
+        return DLC_OK;
+    const size_t klen = (size_t)(dot - mname);
+    char ext[16];
+    member_ext(dot, ext);
+    const int is_jpg = strcmp(ext, "jpg") == 0 || strcmp(ext, "jpeg") == 0;
+    const int is_cls = strcmp(ext, "cls") == 0;
+    group *g = &ts->g;
+    if (g->key && (strlen(g->key) != klen || memcmp(g->key, mname, klen) != 0 ||
+                   (is_jpg && g->jpg) || (is_cls && g->has_cls))) {
+        const dlc_status rc = group_flush(ts->s, ts->path, ts->shard, g);
+        if (rc < 0)
+            return rc;
+    }
+    if (!g->key) {
+        g->key = strndup(mname, klen);
+        if (!g->key)
+            return dlc__errorf(-ENOMEM, "%s: out of memory", ts->path);
+    }
+    if (is_jpg) {
+        g->jpg = strdup(mname);
+        if (!g->jpg)
+            return dlc__errorf(-ENOMEM, "%s: out of memory", ts->path);
+        g->jpg_off = m->data;
+        g->jpg_size = m->size;
+        g->jpg_mtime_ns = (int64_t)(m->mtime > INT64_MAX / 1000000000 ? 0 : m->mtime) * 1000000000;
+    } else if (is_cls) {
+        g->has_cls = 1;
+        char buf[MAX_CLS];
+        if (m->size > MAX_CLS ||
+            dlc__source_pread(ts->fd, buf, (size_t)m->size, m->data) != (int64_t)m->size ||
+            parse_cls(buf, (size_t)m->size, &g->label) != 0)
+            g->cls_bad = 1;
+    } else if (other_image_ext(ext) && !g->other) {
+        g->other = strdup(mname);
+        if (!g->other)
+            return dlc__errorf(-ENOMEM, "%s: out of memory", ts->path);
+    }
+    return DLC_OK;
+}
+
+dlc_status dlc__source_scan_tar(dlc__source_set *s, const char *path)
+{
+    dlc_status rc;
+    tar_scan ts = {.s = s, .path = path, .fd = -1};
+    group_clear(&ts.g);
+    CHECK(open_shard(&ts));
+    for (;;) {
+        uint8_t h[BLOCK];
+        tar_member m = {0};
+        int end;
+        CHECK(next_header(&ts, h, &m, &end));
+        if (end)
+            break;
+        if (m.type == 'L' || m.type == 'x') {
+            CHECK(read_meta_member(&ts, &m));
+            continue;
+        }
+        if (m.type == 'g' || m.type == 'K')
+            continue; /* Global pax defaults and long link names do not name members. */
+        char name[256 + 2];
+        const char *mname = member_name(&ts, h, name);
+        ts.members++;
+        if (m.type == '0' || m.type == '\0' || m.type == '7')
+            CHECK(add_member(&ts, mname, &m));
+        free(ts.long_name);
+        free(ts.pax_path);
+        ts.long_name = ts.pax_path = NULL;
+        ts.pax_has_size = 0;
+    }
+    CHECK(group_flush(s, path, ts.shard, &ts.g));
+    if (ts.members == 0)
+        dlc__logf(s->log, s->log_user, DLC_LOG_WARN, "%s: no member in this tar shard", path);
+    rc = DLC_OK;
+fail:
+    group_clear(&ts.g);
+    free(ts.long_name);
+    free(ts.pax_path);
+    free(ts.meta);
     return rc;
 }
