@@ -242,7 +242,7 @@ def test_pip_install_prebuilt_library(venv, demo_dir, tmp_path):
     log = _pip(venv, spec, env=_env(DLCACHE_LIB=LIB))
     assert "using the library of DLCACHE_LIB" in log
     if _have_torch():
-        assert re.search(r"Requirement already satisfied: torch>=1\.10 in /usr/lib/python3", log)
+        assert re.search(r"Requirement already satisfied: torch>=1\.10 in /", log)
     lib = _installed(venv, _check(venv, demo_dir, tmp_path))
     with open(lib, "rb") as a, open(os.path.realpath(LIB), "rb") as b:
         assert a.read() == b.read()
