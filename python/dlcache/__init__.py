@@ -45,6 +45,7 @@ def version():
 __all__ = [
     "Loader", "build", "info", "version", "library_path", "BuildReport", "StoreInfo",
     "DlcacheError", "InvalidArgumentError", "CorruptError", "VersionError", "NotFoundError",
-    "DecodeError", "NoImagesError", "ExistsError", "CanceledError", "StateError",
+    "DecodeError", "NoImagesError", "ExistsError", "HTTPError", "NetworkError", "ChangedError",
+    "CanceledError", "StateError", "CudaError", "UnsupportedError",
     "DlcacheOSError", "FileNotFound", "PermissionDenied",
 ]
