@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # cachebench, bench_threads.sh and plot_bench.py on a small real store. No
 # timing is asserted (docs/BENCHMARKS.md): the checks are that every figure is present
-# and positive, that the digest of a fixed-length run does not depend on the
-# number of threads or the prefetch depth, that every delivered sample is
+# and positive, that the digest (hashed in an untimed pass after the timed
+# windows) does not depend on the number of threads, the prefetch depth or
+# whether the window was fixed-length or time-based, that every delivered sample is
 # counted, that errors name their cause with the right exit status, and that
 # the plot is well-formed SVG with the three series.
 set -euo pipefail
@@ -53,6 +54,9 @@ for r in runs:
     assert r["sample_bytes"] == 48 * 48 * 3 and r["dtype"] == "uint8", r
     assert r["jpeg_samples_per_s"] is None and r["speedup_vs_jpeg"] is None, r
     assert len(r["digest"]) == 16, r
+    # The untimed pass hashes the batches the fixed-length run delivered: 2 epochs of 5.
+    assert r["digest_batches"] == 10 and r["digest_samples"] == 80, r
+    assert r["digest_seconds"] > 0 and "digest_in_window" not in r, r
 digests = {r["digest"] for r in runs}
 assert len(digests) == 1, digests
 assert runs[2]["io"] == "direct" or runs[2]["io_requested"] == "direct", runs[2]
@@ -63,13 +67,28 @@ run "$tmp/d.json" --threads 2 --seed 7
   "$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["digest"])' "$tmp/d.json")" ] ||
     fail "seed 7 gave the digest of seed 0"
 
+# A time-based window hashes nothing unless asked; --digest-batches 10 covers the
+# same 10 batches as the two epochs above, so it prints their digest.
+"$B" load "$tmp/s.dlc" --batch 8 --crop 48 --seconds 0.2 --threads 3 --prefetch 2 \
+    --digest-batches 10 --json >"$tmp/t.json" 2>"$tmp/t.err" ||
+    { cat "$tmp/t.err" >&2; fail "--digest-batches"; }
+"$B" load "$tmp/s.dlc" --batch 8 --crop 48 --seconds 0.2 --threads 2 --digest --json \
+    >"$tmp/u.json" 2>"$tmp/u.err" || { cat "$tmp/u.err" >&2; fail "--digest"; }
+$PY - "$tmp/a.json" "$tmp/t.json" "$tmp/u.json" <<'EOF' || fail "time-based digest JSON"
+import json, sys
+a, t, u = (json.load(open(p)) for p in sys.argv[1:])
+assert t["epochs"] is None and t["batches_requested"] is None, t
+assert t["digest_batches"] == 10 and t["digest"] == a["digest"], (t, a["digest"])
+assert u["digest_batches"] == 5 and u["digest_samples"] == 40, u  # --digest: the first epoch
+EOF
+
 # float16 + RandomResizedCrop + the JPEG path, a time-based window (no digest).
 "$B" load "$tmp/s.dlc" --batch 8 --crop 32 --dtype float16 --random-resized-crop --threads 2 \
     --seconds 0.3 --jpeg-dir "$tree" --device 0 --json >"$tmp/e.json" 2>"$tmp/e.err"
 $PY - "$tmp/e.json" <<'EOF' || fail "float16 + JPEG path JSON"
 import json, sys
 r = json.load(open(sys.argv[1]))
-assert r["digest"] is None and r["batches_requested"] is None, r
+assert r["digest"] is None and r["digest_batches"] is None and r["batches_requested"] is None, r
 assert r["sample_bytes"] == 32 * 32 * 3 * 2 and r["augment"] == "random_resized_crop", r
 assert r["jpeg_files"] == 40 and r["jpeg_samples"] > 0, r
 for k in ("samples_per_s", "jpeg_samples_per_s", "speedup_vs_jpeg", "ratio_to_ceiling"):
@@ -82,10 +101,12 @@ set +e
 "$B" load "$tmp/none.dlc" --seconds 0.1 2>"$tmp/err1"; rc1=$?
 "$B" load "$tmp/s.dlc" --dtype int4 2>"$tmp/err2"; rc2=$?
 "$B" load "$tmp/s.dlc" --crop 96 --seconds 0.1 2>"$tmp/err3"; rc3=$?
+"$B" load "$tmp/s.dlc" --no-digest --digest-batches 2 2>"$tmp/err5"; rc5=$?
 "$B" decode "$tmp/empty-dir-that-is-missing" 2>"$tmp/err4"; rc4=$?
 set -e
 [ $rc1 = 1 ] && grep -q "none.dlc" "$tmp/err1" || fail "missing store: rc $rc1, $(cat "$tmp/err1")"
 [ $rc2 = 2 ] && grep -q -- "--dtype" "$tmp/err2" || fail "bad dtype: rc $rc2, $(cat "$tmp/err2")"
+[ $rc5 = 2 ] && grep -q -- "--digest-batches" "$tmp/err5" || fail "--no-digest --digest-batches: rc $rc5"
 [ $rc3 = 1 ] && grep -q "crop" "$tmp/err3" || fail "crop too large: rc $rc3, $(cat "$tmp/err3")"
 [ $rc4 = 1 ] && grep -q "empty-dir-that-is-missing" "$tmp/err4" || fail "missing source: rc $rc4"
 
