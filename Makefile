@@ -13,7 +13,7 @@ PREFIX ?= /usr/local
 
 # Debian packages the build, the demo and the tests need.
 DEB_PKGS := build-essential cmake pkg-config git curl ca-certificates \
-            liblmdb-dev lmdb-utils libturbojpeg0-dev liburing-dev libxxhash-dev \
+            liblmdb-dev lmdb-utils libturbojpeg0-dev libpng-dev liburing-dev libxxhash-dev \
             libcriterion-dev libcurl4-openssl-dev \
             python3 python3-numpy python3-torch python3-torchvision python3-lmdb python3-pytest python3-venv \
             mate-backgrounds clang libclang-rt-dev clang-format-14 valgrind openssl
