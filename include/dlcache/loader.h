@@ -35,6 +35,7 @@
 #define DLCACHE_LOADER_H
 
 #include <dlcache/status.h>
+#include <dlcache/store.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -60,13 +61,6 @@ typedef enum dlc_augment {
     DLC_AUGMENT_RANDOM_RESIZED_CROP = 2, /**< torchvision RandomResizedCrop(scale, ratio) resized
                                              to crop_h x crop_w, antialiased bilinear. */
 } dlc_augment;
-
-/** Element type of the batch. */
-typedef enum dlc_dtype {
-    DLC_DTYPE_UINT8 = 0,   /**< Pixels as stored, layout NHWC. */
-    DLC_DTYPE_FLOAT32 = 1, /**< (x/255 - mean) / std, layout NCHW. */
-    DLC_DTYPE_FLOAT16 = 2, /**< Same as float32, IEEE half, layout NCHW. */
-} dlc_dtype;
 
 typedef enum dlc_layout {
     DLC_LAYOUT_NHWC = 0,

@@ -3,6 +3,13 @@
  * @brief Read-only access to a dlcache store: one LMDB file of pre-decoded
  *        samples (docs/FORMAT.md gives the byte layout).
  *
+ * A record is a fixed list of named fields described by the store's schema
+ * (format version 2): images of 1, 3 or 4 channels (raw, JPEG or PNG), masks,
+ * n-d arrays with a fixed shape or a leading dimension that varies per record
+ * (boxes N x 4, token ids L), int and float scalars, and opaque bytes. A
+ * version 1 store, made before schemas, reads as the fields "image" and
+ * "label". include/dlcache/writer.h writes stores.
+ *
  * A store is opened once per process and shared by every thread. Records are
  * returned as views into the memory map: no copy, no allocation, and the same
  * physical pages for every process on the node. Each thread that reads
@@ -11,8 +18,8 @@
  *
  * The store is untrusted input. Open checks the file size against what LMDB's
  * meta pages claim, the format version and the metadata; every read checks
- * the record header and that the payload lies inside the file. Payload
- * checksums (XXH3-64) are checked on request with dlc_record_verify(), because
+ * the record header and that every payload lies inside the file. Per-field
+ * checksums (XXH3-64) are checked on request with dlc_value_verify(), because
  * hashing every read would cost as much as the read itself.
  *
  * Errors: DLC_OK, -errno from the system, DLC_EVERSION (not a dlcache store
@@ -29,18 +36,105 @@
 extern "C" {
 #endif
 
-/** The store format this library writes and reads. */
-#define DLC_STORE_FORMAT_VERSION 1u
+/** The store format this library writes; it also reads every earlier one (version 1 stores read
+ *  as the two fields "image" and "label"). */
+#define DLC_STORE_FORMAT_VERSION 2u
 /** Every record payload starts at a file offset that is a multiple of this
  *  when LMDB stores the record on overflow pages (records over about 2 KiB);
  *  smaller records live inside LMDB leaf pages at no particular alignment. */
 #define DLC_STORE_PAYLOAD_ALIGN 64u
 
-/** How a record's payload is encoded. */
+/** How an image field's payload is encoded. */
 typedef enum dlc_encoding {
     DLC_ENCODING_RAW = 0,  /**< uint8 pixels, height x width x channels, row-major (HWC). */
-    DLC_ENCODING_JPEG = 1, /**< A baseline JPEG of height x width x channels pixels. */
+    DLC_ENCODING_JPEG = 1, /**< A baseline JPEG of height x width x channels pixels (lossy). */
+    DLC_ENCODING_PNG = 2,  /**< A PNG of height x width x channels 8-bit pixels (lossless: masks
+                                and label maps keep their class ids bit for bit). */
 } dlc_encoding;
+
+/** Element types, of a stored field and of a batch. The first three are the loader's output
+ *  types of images and keep their version 1 values. */
+typedef enum dlc_dtype {
+    DLC_DTYPE_UINT8 = 0,
+    DLC_DTYPE_FLOAT32 = 1,
+    DLC_DTYPE_FLOAT16 = 2, /**< IEEE binary16. */
+    DLC_DTYPE_INT8 = 3,
+    DLC_DTYPE_UINT16 = 4,
+    DLC_DTYPE_INT16 = 5,
+    DLC_DTYPE_INT32 = 6,
+    DLC_DTYPE_INT64 = 7,
+    DLC_DTYPE_FLOAT64 = 8,
+} dlc_dtype;
+
+/** Bytes of one element of @p dtype, or 0 for an unknown type. */
+DLC_API size_t dlc_dtype_size(uint32_t dtype);
+/** "uint8", "float32"... (numpy's names); "?" for an unknown type. Static storage. */
+DLC_API const char *dlc_dtype_name(uint32_t dtype);
+
+/** What a field of a record holds (format version 2). */
+typedef enum dlc_field_kind {
+    DLC_FIELD_IMAGE = 1,   /**< uint8 HWC pixels, 1, 3 or 4 channels; raw, JPEG or PNG. */
+    DLC_FIELD_NDARRAY = 2, /**< An array of dtype with a fixed shape, or one whose leading
+                                dimension varies per record. */
+    DLC_FIELD_INT = 3,     /**< One int64 (a label, an id). */
+    DLC_FIELD_FLOAT = 4,   /**< One float64 (a weight, a score). */
+    DLC_FIELD_BYTES = 5,   /**< Opaque bytes of any length (a caption, JSON). */
+} dlc_field_kind;
+
+/** ::dlc_field flags. */
+enum dlc_field_flags {
+    /** The leading dimension (ndarray) or the height and width (image) vary per record; the
+     *  schema's shape holds 0 there. */
+    DLC_FIELD_VARIABLE = 1u << 0,
+    /** An image of class ids (segmentation mask, label map): resized and cropped with nearest
+     *  neighbour, never blended, never normalized; stored raw or PNG, never JPEG. */
+    DLC_FIELD_MASK = 1u << 1,
+    /** An N x 4 float32 ndarray of boxes (x0, y0, x1, y1) in pixels of the record's image: moved,
+     *  scaled, flipped and clipped with the image's crop; ::dlc_field.link names the field of
+     *  their per-box classes (an ndarray of N), whose entries are dropped with their boxes. */
+    DLC_FIELD_BOXES = 1u << 2,
+    /** The store's label: an int field whose values are 0..num_labels-1, with names in
+     *  dlc_store_label_name() and counts in dlc_store_label_counts(). At most one field. */
+    DLC_FIELD_LABEL = 1u << 3,
+};
+
+/** The most fields a record may have, and the most dimensions of an ndarray field. */
+#define DLC_MAX_FIELDS 64u
+#define DLC_MAX_DIMS 6u
+/** ::dlc_field.link of a field that names no other. */
+#define DLC_NO_FIELD UINT32_MAX
+
+/** One field of the store's schema, read from the store at open. */
+typedef struct dlc_field {
+    char name[32];     /**< [A-Za-z_][A-Za-z0-9_]*, 1 to 31 characters, unique. */
+    uint32_t kind;     /**< A ::dlc_field_kind. */
+    uint32_t dtype;    /**< A ::dlc_dtype: the element type (images: uint8; int: int64; float:
+                            float64; bytes: uint8). */
+    uint32_t encoding; /**< Images: a ::dlc_encoding; others DLC_ENCODING_RAW. */
+    uint32_t flags;    /**< ::dlc_field_flags. */
+    uint32_t ndim;     /**< ndarray: 1..DLC_MAX_DIMS; image: 3 (height, width, channels);
+                            scalars and bytes: 0. */
+    uint32_t shape[DLC_MAX_DIMS]; /**< The dimensions; 0 where DLC_FIELD_VARIABLE says they vary
+                                       (ndarray: shape[0]; image: shape[0] and shape[1]). */
+    uint32_t max_dim0; /**< The largest leading dimension (image: height) of any record. */
+    uint32_t max_dim1; /**< Images: the largest width of any record; else 0. */
+    uint64_t max_size; /**< The largest payload of any record, in bytes. */
+    uint32_t link;     /**< DLC_FIELD_BOXES: index of the per-box class field; else
+                            DLC_NO_FIELD. */
+} dlc_field;
+
+/** One field of one record: a view into the map. */
+typedef struct dlc_value {
+    const uint8_t *data; /**< Payload (scalars: their 8 little-endian bytes in the record's
+                              header); points into the map: never write or free. */
+    size_t size;         /**< Bytes of data. */
+    uint64_t offset;     /**< File offset of data[0]. */
+    uint32_t dim0;       /**< Image: height; ndarray: leading dimension; else 0. */
+    uint32_t dim1;       /**< Image: width; else 0. */
+    uint64_t xxh3;       /**< XXH3-64 of data as written by the writer. */
+    int64_t i;           /**< DLC_FIELD_INT: the value. */
+    double f;            /**< DLC_FIELD_FLOAT: the value. */
+} dlc_value;
 
 /** Read-only handle on a store file; safe to share between threads. */
 typedef struct dlc_store dlc_store;
@@ -50,21 +144,26 @@ typedef struct dlc_store_reader dlc_store_reader;
 
 /** What a store holds, read from its metadata at open. */
 typedef struct dlc_store_info {
-    uint32_t format_version; /**< ::DLC_STORE_FORMAT_VERSION. */
-    uint32_t encoding;       /**< A ::dlc_encoding. */
+    uint32_t format_version; /**< 1 or 2 (::DLC_STORE_FORMAT_VERSION). */
+    uint32_t encoding;       /**< The first image field's ::dlc_encoding (DLC_ENCODING_RAW when
+                                  there is no image field). */
     uint64_t count;          /**< Records, keyed 0..count-1. */
-    uint32_t height;         /**< Pixels; 0 when records differ in size (built with --crop none). */
-    uint32_t width;          /**< Pixels; 0 when records differ in size. */
-    uint32_t channels;       /**< 3 (RGB) for images. */
-    uint32_t num_labels;     /**< Label values are 0..num_labels-1. */
-    uint64_t skipped;        /**< Source files the builder skipped as unreadable. */
-    uint64_t payload_bytes;  /**< Sum of every record's payload size. */
-    uint64_t
-        content_digest;  /**< XXH3-64 over each record's label (int64 LE) and payload, in order. */
-    uint64_t file_bytes; /**< Size of the store file. */
+    uint32_t height;         /**< First image field: pixels; 0 when records differ in size. */
+    uint32_t width;          /**< First image field: pixels; 0 when records differ in size. */
+    uint32_t channels;       /**< First image field: 1, 3 or 4 (0 without an image field). */
+    uint32_t num_labels;     /**< Values of the label field are 0..num_labels-1 (0: no labels). */
+    uint64_t skipped;        /**< Source items the builder skipped as unreadable. */
+    uint64_t payload_bytes;  /**< Sum of every record's payload sizes. */
+    uint64_t content_digest; /**< Version 1: XXH3-64 over each record's label (int64 LE) and
+                                  payload, in order; version 2: docs/FORMAT.md. */
+    uint64_t file_bytes;     /**< Size of the store file. */
+    uint32_t num_fields;     /**< Fields of every record (2 for a version 1 store). */
+    uint32_t image_field;    /**< Index of the first image field, or DLC_NO_FIELD. */
+    uint32_t label_field;    /**< Index of the DLC_FIELD_LABEL field, or DLC_NO_FIELD. */
 } dlc_store_info;
 
-/** One record, as a view into the map. Nothing in it is owned by the caller. */
+/** One record's first image field and its label, as a view into the map (the version 1 view,
+ *  kept for stores of images and labels). Nothing in it is owned by the caller. */
 typedef struct dlc_record {
     const uint8_t *data; /**< Payload; points into the map: never write or free. */
     size_t size;         /**< Payload bytes. */
@@ -102,6 +201,14 @@ DLC_API void dlc_store_close(dlc_store *s);
 
 /** @brief The metadata read at open. Valid until dlc_store_close(). */
 DLC_API const dlc_store_info *dlc_store_get_info(const dlc_store *s);
+
+/** @brief The schema: info->num_fields fields, owned by @p s, valid until dlc_store_close().
+ *  A version 1 store has two: "image" (DLC_FIELD_IMAGE) and "label" (DLC_FIELD_INT,
+ *  DLC_FIELD_LABEL). */
+DLC_API const dlc_field *dlc_store_fields(const dlc_store *s);
+
+/** @brief Index of the field named @p name, or -1 when there is none. */
+DLC_API int dlc_store_find_field(const dlc_store *s, const char *name);
 
 /** @brief The path the store was opened with (a copy owned by @p s). */
 DLC_API const char *dlc_store_path(const dlc_store *s);
@@ -146,16 +253,39 @@ DLC_API dlc_status dlc_store_reader_open(const dlc_store *s, dlc_store_reader **
 DLC_API void dlc_store_reader_close(dlc_store_reader *r);
 
 /**
- * @brief Find record @p index without copying or allocating. Checks the
- *        header and bounds, not the payload checksum.
- * @param[out] rec Filled on success; its views stay valid until dlc_store_close().
+ * @brief Find record @p index without copying or allocating: every field of it, as views.
+ *        Checks the header, each field's size against the schema and that each payload lies
+ *        inside the file; not the checksums. A version 2 store finds the record through its
+ *        offset table (one load, no B-tree search); a version 1 store through LMDB.
+ * @param[out] values info->num_fields views, in schema order; valid until dlc_store_close().
+ * @return DLC_OK, DLC_ENOTFOUND (index >= count), DLC_ECORRUPT (bad header, a payload out of
+ *         the file, a size or shape that disagrees with the schema).
+ */
+DLC_API dlc_status dlc_store_read_values(dlc_store_reader *r, uint64_t index, dlc_value *values);
+
+/**
+ * @brief Hash field @p field of record @p index (as read into @p v) and compare with its stored
+ *        checksum.
+ * @return DLC_OK or DLC_ECORRUPT, with "STORE: record I: field NAME: checksum mismatch (stored
+ *         X, computed Y)" in dlc_errmsg().
+ */
+DLC_API dlc_status dlc_value_verify(const dlc_store *s, uint64_t index, uint32_t field,
+                                    const dlc_value *v);
+
+/**
+ * @brief Find record @p index's first image field and its label without copying or allocating
+ *        (dlc_store_read_values() reads every field). Checks the header and bounds, not the
+ *        payload checksum.
+ * @param[out] rec Filled on success; its views stay valid until dlc_store_close(). The label
+ *             is 0 in a store without a label field.
  * @return DLC_OK, DLC_ENOTFOUND (index >= count), DLC_ECORRUPT (bad header,
- *         payload out of the file, size that disagrees with the shape).
+ *         payload out of the file, size that disagrees with the shape), DLC_EINVAL (the store
+ *         has no image field).
  */
 DLC_API dlc_status dlc_store_read(dlc_store_reader *r, uint64_t index, dlc_record *rec);
 
 /**
- * @brief Hash @p rec's payload and compare with the checksum in its header.
+ * @brief Hash @p rec's image payload and compare with its stored checksum.
  * @return DLC_OK or DLC_ECORRUPT, with "STORE: record I: checksum mismatch
  *         (stored X, computed Y)" in dlc_errmsg(). @p s names the file.
  */
@@ -177,8 +307,8 @@ typedef struct dlc_verify_progress {
 typedef int (*dlc_verify_fn)(void *user, const dlc_verify_progress *p);
 
 /**
- * @brief Re-hash every record and check headers, the record count, the label
- *        counts and the content digest against the metadata.
+ * @brief Re-hash every field of every record and check headers, the record count, the label
+ *        counts, the offset table and the content digest against the metadata.
  * @param[in] fn Called about every 64 MiB hashed and once per bad record; may be NULL.
  * @param[out] bad Number of bad records (may be NULL).
  * @return DLC_OK when everything matches, DLC_ECORRUPT when something does not

@@ -1,0 +1,174 @@
+/**
+ * @file writer.h
+ * @brief Write a store of records with many fields: field by field, record by record.
+ *
+ * The writer is what cachebuild, dlcache.write() in Python and any program of the user's
+ * write stores with. A store's schema (a list of named fields, include/dlcache/store.h) is fixed
+ * at open; records are appended in order, each with a value for every field.
+ *
+ * Two objects share the work so that the heavy part runs on every core while the bytes of the
+ * store stay independent of the number of threads:
+ *   - a ::dlc_record_builder (one per thread) takes one record's values, encodes them (JPEG and
+ *     PNG images), hashes them and lays the record out in its own buffer: dlc_record_seal();
+ *   - the ::dlc_writer (one thread at a time) appends sealed records as the next record number:
+ *     dlc_writer_append(). The caller appends in its own record order; a record's bytes depend
+ *     only on its values, so the store is identical at any number of builder threads.
+ *
+ * Guarantees, the same as cachebuild's: the store is written to PATH.tmp-PID beside PATH and
+ * renamed over PATH only by dlc_writer_finish(), after it is synced; a crash, a kill, a full
+ * disk or dlc_writer_abort() leaves the previous PATH (or none) and never a store that opens and
+ * lies. A full disk is reported as -ENOSPC with the space needed and free. Stale PATH.tmp-PID
+ * files of dead processes are removed by the next writer of PATH.
+ *
+ * A variable field (::DLC_FIELD_VARIABLE) whose records all turn out to have the same leading
+ * dimension (or image size) is written with that fixed shape: fixed shapes stack into batches.
+ *
+ * Thread safety: a ::dlc_writer belongs to one thread at a time. Builders are independent of
+ * each other and of the writer (they only read its schema), so each thread may seal records
+ * while another appends; a builder belongs to one thread at a time.
+ *
+ * Errors: DLC_OK, DLC_EINVAL (a bad schema or value, with the field and the reason in
+ * dlc_errmsg()), DLC_EEXIST (PATH exists and force is not set), DLC_ESTATE (a call out of
+ * order), -ENOSPC, -errno.
+ */
+#ifndef DLCACHE_WRITER_H
+#define DLCACHE_WRITER_H
+
+#include <dlcache/image.h>
+#include <dlcache/status.h>
+#include <dlcache/store.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dlc_writer dlc_writer;
+typedef struct dlc_record_builder dlc_record_builder;
+
+/** One field of the schema to write. Fields not named here keep the zero of their type. */
+typedef struct dlc_field_spec {
+    const char *name;  /**< [A-Za-z_][A-Za-z0-9_]*, 1 to 31 characters, unique. */
+    uint32_t kind;     /**< A ::dlc_field_kind. */
+    uint32_t dtype;    /**< ndarray: the ::dlc_dtype of its elements; ignored for the others
+                            (images uint8, int int64, float float64, bytes uint8). */
+    uint32_t encoding; /**< Images: a ::dlc_encoding (masks: RAW or PNG); others 0. */
+    uint32_t flags;    /**< ::dlc_field_flags: VARIABLE, MASK (images), BOXES (ndarray N x 4
+                            float32, with link), LABEL (one int field). */
+    uint32_t ndim;     /**< ndarray: 1..DLC_MAX_DIMS. */
+    uint32_t shape[DLC_MAX_DIMS]; /**< ndarray: the dimensions, shape[0] = 0 with VARIABLE.
+                                       Image: {height, width, channels}; height = width = 0
+                                       with VARIABLE; channels 1, 3 or 4. */
+    const char *link;             /**< DLC_FIELD_BOXES: the name of the field of per-box classes. */
+    int quality;                  /**< JPEG quality 1..100 (0: 90). */
+} dlc_field_spec;
+
+/** Writer options; zero-initialise and fill in. */
+typedef struct dlc_writer_config {
+    const dlc_field_spec *fields;   /**< num_fields fields, in record order; copied at open. */
+    uint32_t num_fields;            /**< 1..DLC_MAX_FIELDS. */
+    const char *const *label_names; /**< With a DLC_FIELD_LABEL field: num_labels names of its
+                                         values (UTF-8, no NUL inside); copied at open. */
+    uint32_t num_labels;            /**< Values of the label field must be below this. */
+    int force;                      /**< Replace an existing store at the path. */
+    uint64_t size_hint;     /**< Expected payload bytes (0: unknown), to reserve disk space up front
+                                 so that a full disk fails early and clearly. */
+    const char *build_json; /**< The "build" metadata (JSON text), or NULL; copied at open. */
+    uint64_t source_digest; /**< Written as the "source_digest" metadata (0: none). */
+} dlc_writer_config;
+
+/**
+ * @brief Check the schema and create PATH.tmp-PID beside @p path.
+ * @param[out] out Release with dlc_writer_finish() or dlc_writer_abort().
+ * @return DLC_OK, DLC_EINVAL (the schema, named), DLC_EEXIST, -ENOSPC, -errno.
+ */
+DLC_API dlc_status dlc_writer_open(const char *path, const dlc_writer_config *config,
+                                   dlc_writer **out);
+
+/** @brief Index of the field named @p name in the writer's schema, or -1. */
+DLC_API int dlc_writer_find_field(const dlc_writer *w, const char *name);
+
+/** @brief Records appended so far: the number the next record gets. */
+DLC_API uint64_t dlc_writer_count(const dlc_writer *w);
+
+/**
+ * @brief Count one source item that did not become a record (the store's "skipped" metadata).
+ */
+DLC_API void dlc_writer_add_skipped(dlc_writer *w, uint64_t n);
+
+/**
+ * @brief Append the record sealed in @p b as record number dlc_writer_count(); @p b is then
+ *        empty and ready for the next record.
+ * @return DLC_OK, DLC_ESTATE (b is not sealed, or belongs to another writer's schema; or an
+ *         earlier write failed), DLC_EINVAL (a label value not below num_labels), -ENOSPC,
+ *         -errno. After a write failure only dlc_writer_abort() is accepted.
+ */
+DLC_API dlc_status dlc_writer_append(dlc_writer *w, dlc_record_builder *b);
+
+/**
+ * @brief Write the schema and metadata, commit, sync, and rename the store into place. Frees
+ *        @p w in every case; on failure the temporary file is removed and the previous store
+ *        (if any) is untouched.
+ * @return DLC_OK, DLC_EINVAL (no record), -ENOSPC, -errno.
+ */
+DLC_API dlc_status dlc_writer_finish(dlc_writer *w);
+
+/** Remove the temporary file and free @p w. Accepts NULL. */
+DLC_API void dlc_writer_abort(dlc_writer *w);
+
+/**
+ * @brief A record builder for @p w's schema.
+ * @param[out] out Release with dlc_record_builder_destroy().
+ * @return DLC_OK or -ENOMEM.
+ */
+DLC_API dlc_status dlc_record_builder_create(const dlc_writer *w, dlc_record_builder **out);
+
+/** Free @p b. Accepts NULL. */
+DLC_API void dlc_record_builder_destroy(dlc_record_builder *b);
+
+/* Values of the record being built. Every setter checks the value against the field's schema and
+ * returns DLC_EINVAL naming the field and the reason; the data pointers must stay valid until
+ * dlc_record_seal() returns (the builder copies at seal, once). Setting a field twice keeps the
+ * last value. */
+
+/** @brief Pixels of an image field: @p img (height x width x channels, rows img->stride bytes
+ *         apart), encoded as the field says (JPEG with its quality, PNG, or raw). The channels
+ *         must be the field's; fixed-size fields need their height and width. */
+DLC_API dlc_status dlc_record_set_image(dlc_record_builder *b, uint32_t field,
+                                        const dlc_image *img);
+
+/** @brief An already encoded image (a JPEG for a JPEG field, a PNG for a PNG field) of
+ *         @p height x @p width pixels, stored as it is; its header is checked, not decoded. */
+DLC_API dlc_status dlc_record_set_encoded(dlc_record_builder *b, uint32_t field, const void *data,
+                                          size_t size, uint32_t height, uint32_t width);
+
+/** @brief An ndarray field: @p bytes bytes of elements in C order whose leading dimension is
+ *         @p dim0 (the field's shape[0] unless VARIABLE; 0 allowed for VARIABLE). */
+DLC_API dlc_status dlc_record_set_array(dlc_record_builder *b, uint32_t field, const void *data,
+                                        size_t bytes, uint32_t dim0);
+
+/** @brief An int field. */
+DLC_API dlc_status dlc_record_set_int(dlc_record_builder *b, uint32_t field, int64_t value);
+
+/** @brief A float field. */
+DLC_API dlc_status dlc_record_set_float(dlc_record_builder *b, uint32_t field, double value);
+
+/** @brief A bytes field (any length, 0 included). */
+DLC_API dlc_status dlc_record_set_bytes(dlc_record_builder *b, uint32_t field, const void *data,
+                                        size_t size);
+
+/**
+ * @brief Check that every field has a value, encode and hash them, and lay out the record in
+ *        the builder's buffer (reused from record to record: a steady stream allocates
+ *        nothing). The heavy work of writing; run it on as many threads as there are builders.
+ * @return DLC_OK, DLC_EINVAL (a field without a value, or an image the encoder refuses,
+ *         named), -ENOMEM.
+ */
+DLC_API dlc_status dlc_record_seal(dlc_record_builder *b);
+
+/** @brief Forget the values set so far (after an error, or to skip a record). */
+DLC_API void dlc_record_builder_reset(dlc_record_builder *b);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DLCACHE_WRITER_H */
