@@ -19,29 +19,22 @@
 #include <strings.h>
 #include <turbojpeg.h>
 
-/* Pillow refuses images above 2 x Image.MAX_IMAGE_PIXELS as decompression
- * bombs; a 12-byte header claiming 65535 x 65535 must not make us allocate
- * 12 GiB either. */
-#define MAX_PIXELS ((uint64_t)2 * 89478485u)
-
-/* A buffer that grows to the largest size asked for and is then reused. */
-typedef struct grow_buf {
-    uint8_t *p;
-    size_t cap;
-} grow_buf;
+#define MAX_PIXELS DLC__IMAGE_MAX_PIXELS
+typedef dlc__grow_buf grow_buf;
 
 struct dlc_codec {
     tjhandle dec;           /**< Decompressor, made at create. */
     tjhandle enc;           /**< Compressor, made on the first encode. */
-    grow_buf pix;           /**< Decoded RGB image. */
+    grow_buf pix;           /**< Decoded image (JPEG or PNG). */
     grow_buf cmyk;          /**< Decoded CMYK image before conversion. */
     grow_buf out;           /**< Result of decode_resize. */
     grow_buf scratch;       /**< Resampler scratch. */
+    grow_buf png;           /**< Encoded PNG (image_png.c). */
     unsigned char *jpeg;    /**< Encoded output, from tjAlloc(). */
     unsigned long jpeg_cap; /**< Bytes at jpeg. */
 };
 
-static dlc_status buf_reserve(grow_buf *b, size_t need)
+dlc_status dlc__buf_reserve(grow_buf *b, size_t need)
 {
     if (need <= b->cap)
         return DLC_OK;
@@ -55,6 +48,16 @@ static dlc_status buf_reserve(grow_buf *b, size_t need)
     b->p = p;
     b->cap = cap;
     return DLC_OK;
+}
+
+dlc__grow_buf *dlc__codec_pixels(dlc_codec *c)
+{
+    return &c->pix;
+}
+
+dlc__grow_buf *dlc__codec_png(dlc_codec *c)
+{
+    return &c->png;
 }
 
 dlc_status dlc_codec_create(dlc_codec **out)
@@ -88,6 +91,7 @@ void dlc_codec_destroy(dlc_codec *c)
     free(c->cmyk.p);
     free(c->out.p);
     free(c->scratch.p);
+    free(c->png.p);
     tjFree(c->jpeg);
     free(c);
 }
@@ -127,6 +131,24 @@ dlc_status dlc_jpeg_info(dlc_codec *c, const void *jpeg, size_t size, uint32_t *
         *width = (uint32_t)hd.width;
     if (height)
         *height = (uint32_t)hd.height;
+    return DLC_OK;
+}
+
+dlc_status dlc_jpeg_header(dlc_codec *c, const void *jpeg, size_t size, uint32_t *width,
+                           uint32_t *height, uint32_t *components)
+{
+    jpeg_header hd;
+    const dlc_status rc = read_header(c, jpeg, size, &hd);
+    if (rc < 0)
+        return rc;
+    if (width)
+        *width = (uint32_t)hd.width;
+    if (height)
+        *height = (uint32_t)hd.height;
+    if (components)
+        *components = hd.colorspace == TJCS_GRAY                                 ? 1
+                      : hd.colorspace == TJCS_CMYK || hd.colorspace == TJCS_YCCK ? 4
+                                                                                 : 3;
     return DLC_OK;
 }
 
@@ -186,18 +208,33 @@ static void cmyk_to_rgb(const uint8_t *restrict in, uint8_t *restrict out, size_
     }
 }
 
-/* Decode at scale @p sf into c->pix as packed RGB. */
-static dlc_status decode_rgb(dlc_codec *c, const void *jpeg, size_t size, const jpeg_header *hd,
-                             tjscalingfactor sf, dlc_image *out)
+/* Pillow's RGB to L conversion (Convert.c, rgb2l: L = R * 299/1000 + G * 587/1000 +
+ * B * 114/1000 in 16-bit fixed point, rounded), in place: gray i is written after RGB i was read,
+ * and i <= 3 i, so no pixel is overwritten before it is used. */
+static void rgb_to_gray(uint8_t *p, size_t pixels)
+{
+    for (size_t i = 0; i < pixels; i++) {
+        const uint32_t l = p[3 * i] * 19595u + p[3 * i + 1] * 38470u + p[3 * i + 2] * 7471u;
+        p[i] = (uint8_t)((l + 0x8000u) >> 16);
+    }
+}
+
+/* Decode at scale @p sf into c->pix as packed RGB, or as gray when @p channels is 1. */
+static dlc_status decode_pixels(dlc_codec *c, const void *jpeg, size_t size, const jpeg_header *hd,
+                                tjscalingfactor sf, uint32_t channels, dlc_image *out)
 {
     const int w = TJSCALED(hd->width, sf), h = TJSCALED(hd->height, sf);
     const size_t pixels = (size_t)w * (size_t)h;
-    dlc_status rc = buf_reserve(&c->pix, pixels * 3);
+    dlc_status rc = dlc__buf_reserve(&c->pix, pixels * 3);
     if (rc < 0)
         return rc;
+    /* libjpeg-turbo gives gray straight from the Y component of a grayscale or YCbCr JPEG; RGB
+     * and CMYK ones go through RGB and Pillow's L conversion. */
+    const int direct_gray =
+        channels == 1 && (hd->colorspace == TJCS_GRAY || hd->colorspace == TJCS_YCbCr);
     if (hd->colorspace == TJCS_CMYK || hd->colorspace == TJCS_YCCK) {
         /* libjpeg-turbo cannot convert CMYK to RGB itself. */
-        rc = buf_reserve(&c->cmyk, pixels * 4);
+        rc = dlc__buf_reserve(&c->cmyk, pixels * 4);
         if (rc < 0)
             return rc;
         if (tjDecompress2(c->dec, jpeg, (unsigned long)size, c->cmyk.p, w, (size_t)w * 4, h,
@@ -210,31 +247,42 @@ static dlc_status decode_rgb(dlc_codec *c, const void *jpeg, size_t size, const 
     } else {
         /* Grayscale is replicated into R, G and B by libjpeg, as Pillow's
          * L -> RGB conversion does. */
-        if (tjDecompress2(c->dec, jpeg, (unsigned long)size, c->pix.p, w, (size_t)w * 3, h,
-                          TJPF_RGB, 0) != 0) {
+        const int pf = direct_gray ? TJPF_GRAY : TJPF_RGB;
+        if (tjDecompress2(c->dec, jpeg, (unsigned long)size, c->pix.p, w,
+                          (size_t)w * (direct_gray ? 1 : 3), h, pf, 0) != 0) {
             rc = decode_failed(c, size);
             if (rc < 0)
                 return rc;
         }
     }
+    if (channels == 1 && !direct_gray)
+        rgb_to_gray(c->pix.p, pixels);
     out->data = c->pix.p;
     out->width = (uint32_t)w;
     out->height = (uint32_t)h;
-    out->channels = 3;
-    out->stride = (size_t)w * 3;
+    out->channels = channels;
+    out->stride = (size_t)w * channels;
     return DLC_OK;
+}
+
+dlc_status dlc_jpeg_decode_as(dlc_codec *c, const void *jpeg, size_t size, uint32_t channels,
+                              uint32_t min_width, uint32_t min_height, dlc_image *out)
+{
+    if (!out)
+        return dlc__errorf(DLC_EINVAL, "JPEG decode: out is NULL");
+    if (channels != 1 && channels != 3)
+        return dlc__errorf(DLC_EINVAL, "JPEG decode: to %u channels (1 or 3 supported)", channels);
+    jpeg_header hd;
+    const dlc_status rc = read_header(c, jpeg, size, &hd);
+    if (rc < 0)
+        return rc;
+    return decode_pixels(c, jpeg, size, &hd, pick_scale(&hd, min_width, min_height), channels, out);
 }
 
 dlc_status dlc_jpeg_decode(dlc_codec *c, const void *jpeg, size_t size, uint32_t min_width,
                            uint32_t min_height, dlc_image *out)
 {
-    if (!out)
-        return dlc__errorf(DLC_EINVAL, "JPEG decode: out is NULL");
-    jpeg_header hd;
-    const dlc_status rc = read_header(c, jpeg, size, &hd);
-    if (rc < 0)
-        return rc;
-    return decode_rgb(c, jpeg, size, &hd, pick_scale(&hd, min_width, min_height), out);
+    return dlc_jpeg_decode_as(c, jpeg, size, 3, min_width, min_height, out);
 }
 
 /* torchvision 0.14 _compute_resized_output_size for Resize(N) with an int N:
@@ -260,8 +308,16 @@ static uint32_t center_offset(uint32_t d)
 dlc_status dlc_jpeg_decode_resize(dlc_codec *c, const void *jpeg, size_t size, uint32_t short_side,
                                   int center_crop, dlc_image *out)
 {
+    return dlc_jpeg_decode_resize_as(c, jpeg, size, 3, short_side, center_crop, out);
+}
+
+dlc_status dlc_jpeg_decode_resize_as(dlc_codec *c, const void *jpeg, size_t size, uint32_t channels,
+                                     uint32_t short_side, int center_crop, dlc_image *out)
+{
     if (!out)
         return dlc__errorf(DLC_EINVAL, "JPEG decode: out is NULL");
+    if (channels != 1 && channels != 3)
+        return dlc__errorf(DLC_EINVAL, "JPEG decode: to %u channels (1 or 3 supported)", channels);
     if (short_side == 0 || short_side > DLC__IMAGE_MAX_SIDE)
         return dlc__errorf(DLC_EINVAL, "JPEG decode: resize to a short side of %u pixels",
                            short_side);
@@ -295,7 +351,7 @@ dlc_status dlc_jpeg_decode_resize(dlc_codec *c, const void *jpeg, size_t size, u
     if (2 * (uint64_t)rw <= (uint64_t)hd.width && 2 * (uint64_t)rh <= (uint64_t)hd.height)
         sf = pick_scale(&hd, rw, rh);
     dlc_image dec;
-    rc = decode_rgb(c, jpeg, size, &hd, sf, &dec);
+    rc = decode_pixels(c, jpeg, size, &hd, sf, channels, &dec);
     if (rc < 0)
         return rc;
 
@@ -308,8 +364,9 @@ dlc_status dlc_jpeg_decode_resize(dlc_codec *c, const void *jpeg, size_t size, u
         ox = center_offset(rw - ow);
         oy = center_offset(rh - oh);
     }
-    dlc_image res = {.width = ow, .height = oh, .channels = 3, .stride = (size_t)ow * 3};
-    rc = buf_reserve(&c->out, (size_t)oh * res.stride);
+    dlc_image res = {
+        .width = ow, .height = oh, .channels = channels, .stride = (size_t)ow * channels};
+    rc = dlc__buf_reserve(&c->out, (size_t)oh * res.stride);
     if (rc < 0)
         return rc;
     res.data = c->out.p;
@@ -320,7 +377,7 @@ dlc_status dlc_jpeg_decode_resize(dlc_codec *c, const void *jpeg, size_t size, u
     if (need == 0)
         return dlc__errorf(DLC_EINVAL, "JPEG %dx%d: cannot plan the resize to %ux%u", hd.width,
                            hd.height, rw, rh);
-    rc = buf_reserve(&c->scratch, need);
+    rc = dlc__buf_reserve(&c->scratch, need);
     if (rc < 0)
         return rc;
     rc = dlc__resize_window(&dec, 0, 0, dec.width, dec.height, rw, rh, ox, oy, &res, c->scratch.p,

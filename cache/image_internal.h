@@ -1,5 +1,6 @@
 /* Private to the image part (cache/image_*.c): the resampler's windowed entry
- * point, which the codec uses to resize and center-crop in one pass. */
+ * point, which the codec uses to resize and center-crop in one pass, and the
+ * codec's buffers, which the PNG functions (image_png.c) share. */
 #ifndef DLCACHE_IMAGE_INTERNAL_H
 #define DLCACHE_IMAGE_INTERNAL_H
 
@@ -28,5 +29,25 @@ dlc_status dlc__resize_window(const dlc_image *src, double x, double y, double w
  * they are invalid; the call itself then reports why). */
 size_t dlc__resize_window_need(const dlc_image *src, double x, double y, double w, double h,
                                uint32_t out_w, uint32_t out_h, uint32_t oy, const dlc_image *dst);
+
+/* A buffer that grows to the largest size asked for and is then reused. */
+typedef struct dlc__grow_buf {
+    uint8_t *p;
+    size_t cap;
+} dlc__grow_buf;
+
+/* Make @p b hold at least @p need bytes, 64-byte aligned. Its contents are not kept when it
+ * grows. DLC_OK or -ENOMEM with a message. */
+dlc_status dlc__buf_reserve(dlc__grow_buf *b, size_t need);
+
+/* The codec's buffer of decoded pixels (the result of the decode functions) and the one of PNG
+ * output: each valid until the next call on the codec. */
+dlc__grow_buf *dlc__codec_pixels(dlc_codec *c);
+dlc__grow_buf *dlc__codec_png(dlc_codec *c);
+
+/* The most pixels a decode accepts: Pillow refuses images above 2 x Image.MAX_IMAGE_PIXELS as
+ * decompression bombs; a 12-byte header claiming 65535 x 65535 must not make us allocate
+ * 12 GiB either. */
+#define DLC__IMAGE_MAX_PIXELS ((uint64_t)2 * 89478485u)
 
 #endif /* DLCACHE_IMAGE_INTERNAL_H */

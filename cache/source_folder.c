@@ -217,36 +217,78 @@ fail:
     return rc;
 }
 
+/* The class folders of @p dir (its entries that are folders once links are followed), sorted
+ * by byte value as torchvision sorts them. */
+static dlc_status list_classes(const char *dir, strlist *classes)
+{
+    dlc_status rc = DLC_OK;
+    DIR *d = opendir(dir);
+    if (!d)
+        return dlc__errorf(-errno, "%s: cannot list folder: %s", dir, strerror(errno));
+    const int dfd = dirfd(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (is_dot(e->d_name) || !entry_is_dir(dfd, e, NULL))
+            continue;
+        if ((rc = strlist_push(classes, strdup(e->d_name))) < 0)
+            break;
+    }
+    closedir(d);
+    if (rc < 0)
+        return rc;
+    if (classes->n == 0)
+        return dlc__errorf(DLC_ENOIMAGES,
+                           "%s: no class folder (an ImageFolder holds one folder per class)", dir);
+    if (classes->n > (size_t)DLC__SOURCE_MAX_LABEL)
+        return dlc__errorf(DLC_EINVAL, "%s: %zu classes, at most %lld", dir, classes->n,
+                           (long long)DLC__SOURCE_MAX_LABEL);
+    qsort(classes->v, classes->n, sizeof *classes->v, cmp_str);
+    return DLC_OK;
+}
+
+/* Push the items of class @p label, folder @p name of @p dir: every image file below it,
+ * its folders visited in sorted full-path order. @p anc has MAX_DEPTH + 2 entries. */
+static dlc_status scan_class(dlc__source_set *s, const char *dir, const char *name, size_t label,
+                             ancestor *anc)
+{
+    dlc_status rc;
+    strlist dirs = {0};
+    char *cdir = join(dir, name);
+    FAIL_IF(!cdir, -ENOMEM, "ImageFolder scan: out of memory");
+    struct stat st;
+    if (stat(cdir, &st) == 0) {
+        anc[0].dev = st.st_dev;
+        anc[0].ino = st.st_ino;
+    }
+    CHECK(collect_dirs(s, cdir, anc, 0, &dirs));
+    /* sorted(os.walk(...)) orders the walk by the full folder path. */
+    qsort(dirs.v, dirs.n, sizeof *dirs.v, cmp_str);
+    size_t found = 0;
+    for (size_t i = 0; i < dirs.n; i++)
+        CHECK(scan_files(s, dirs.v[i], (int64_t)label, &found));
+    if (found == 0)
+        dlc__logf(s->log, s->log_user, DLC_LOG_WARN,
+                  "%s: no image file; label %zu keeps its number but has no records "
+                  "(torchvision's ImageFolder refuses a tree with an empty class)",
+                  cdir, label);
+    rc = DLC_OK;
+fail:
+    strlist_free(&dirs);
+    free(cdir);
+    return rc;
+}
+
 dlc_status dlc__source_scan_folder(dlc__source_set *s, const char *dir_in)
 {
     dlc_status rc;
-    strlist classes = {0}, dirs = {0};
+    strlist classes = {0};
     ancestor *anc = NULL;
     /* os.path.join drops the separator a trailing slash already gives. */
     char *dir = strdup(dir_in);
     FAIL_IF(!dir, -ENOMEM, "ImageFolder scan: out of memory");
     for (size_t n = strlen(dir); n > 1 && dir[n - 1] == '/'; n--)
         dir[n - 1] = '\0';
-
-    DIR *d = opendir(dir);
-    FAIL_IF(!d, -errno, "%s: cannot list folder: %s", dir, strerror(errno));
-    const int dfd = dirfd(d);
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (is_dot(e->d_name) || !entry_is_dir(dfd, e, NULL))
-            continue;
-        rc = strlist_push(&classes, strdup(e->d_name));
-        if (rc < 0) {
-            closedir(d);
-            goto fail;
-        }
-    }
-    closedir(d);
-    FAIL_IF(classes.n == 0, DLC_ENOIMAGES,
-            "%s: no class folder (an ImageFolder holds one folder per class)", dir);
-    FAIL_IF(classes.n > (size_t)DLC__SOURCE_MAX_LABEL, DLC_EINVAL, "%s: %zu classes, at most %lld",
-            dir, classes.n, (long long)DLC__SOURCE_MAX_LABEL);
-    qsort(classes.v, classes.n, sizeof *classes.v, cmp_str);
+    CHECK(list_classes(dir, &classes));
 
     s->class_names = calloc(classes.n, sizeof *s->class_names);
     anc = calloc(MAX_DEPTH + 2, sizeof *anc);
@@ -255,41 +297,11 @@ dlc_status dlc__source_scan_folder(dlc__source_set *s, const char *dir_in)
     for (size_t c = 0; c < classes.n; c++) {
         CHECK(dlc__source_intern(s, classes.v[c], strlen(classes.v[c]), &s->class_names[c]));
         s->nclasses = (uint32_t)c + 1;
-
-        char *cdir = join(dir, classes.v[c]);
-        FAIL_IF(!cdir, -ENOMEM, "ImageFolder scan: out of memory");
-        struct stat st;
-        if (stat(cdir, &st) == 0) {
-            anc[0].dev = st.st_dev;
-            anc[0].ino = st.st_ino;
-        }
-        rc = collect_dirs(s, cdir, anc, 0, &dirs);
-        if (rc < 0) {
-            free(cdir);
-            goto fail;
-        }
-        /* sorted(os.walk(...)) orders the walk by the full folder path. */
-        qsort(dirs.v, dirs.n, sizeof *dirs.v, cmp_str);
-        size_t found = 0;
-        for (size_t i = 0; i < dirs.n; i++) {
-            rc = scan_files(s, dirs.v[i], (int64_t)c, &found);
-            if (rc < 0) {
-                free(cdir);
-                goto fail;
-            }
-        }
-        if (found == 0)
-            dlc__logf(s->log, s->log_user, DLC_LOG_WARN,
-                      "%s: no image file; label %zu keeps its number but has no records "
-                      "(torchvision's ImageFolder refuses a tree with an empty class)",
-                      cdir, c);
-        free(cdir);
-        strlist_free(&dirs);
+        CHECK(scan_class(s, dir, classes.v[c], c, anc));
     }
     rc = DLC_OK;
 fail:
     free(anc);
-    strlist_free(&dirs);
     strlist_free(&classes);
     free(dir);
     return rc;

@@ -125,10 +125,11 @@ typedef struct walk {
     uint64_t file_size;
     uint64_t psize;
     uint64_t last_pg;
-    uint8_t *seen;   /* One bit per page: no page is part of two trees or twice of one. */
-    uint64_t leaves; /* Leaf entries found. */
-    int leaf_depth;  /* Depth of the first leaf; every leaf must be at it. */
-    int is_main;     /* Leaves of the main database name the other databases. */
+    uint8_t *seen;      /* One bit per page: no page is part of two trees or twice of one. */
+    uint64_t leaves;    /* Leaf entries found. */
+    uint64_t max_value; /* Largest value found. */
+    int leaf_depth;     /* Depth of the first leaf; every leaf must be at it. */
+    int is_main;        /* Leaves of the main database name the other databases. */
     dlc__lmdb_db *meta_db;
     dlc__lmdb_db *samples_db;
     dlc__lmdb_entry *entries; /* Filled while walking "meta". */
@@ -194,6 +195,8 @@ static dlc_status walk_page(walk *w, uint64_t pgno, int depth)
         const uint64_t data_off = off + NODESIZE + ksize;
         uint64_t val_file_off = pgno * ps + data_off;
         w->leaves++;
+        if (dsize > w->max_value)
+            w->max_value = dsize;
         if (nflags == F_BIGDATA) {
             if (data_off + 8 > ps)
                 return bad_page(w, pgno, "overflow page number outside the page");
@@ -236,6 +239,7 @@ static dlc_status walk_db(walk *w, const char *name, const dlc__lmdb_db *db)
 {
     w->db = name;
     w->leaves = 0;
+    w->max_value = 0;
     w->leaf_depth = 0;
     if (db->root == P_INVALID) {
         if (db->entries != 0 || db->depth != 0)
@@ -292,6 +296,7 @@ dlc_status dlc__lmdb_check_trees(const char *path, const uint8_t *map, uint64_t 
     *num_meta = w.num_entries;
     w.entries = NULL;
     CHECK(walk_db(&w, DLC__DB_SAMPLES, samples_db));
+    samples_db->max_value = w.max_value;
 
 fail:
     free(w.seen);

@@ -1,11 +1,14 @@
-/* The store reader: open and check a store, lend records as views into the
- * LMDB map, verify checksums (include/dlcache/store.h, docs/FORMAT.md). */
+/* The store reader: open and check a store of format version 1 or 2 and its metadata
+ * (include/dlcache/store.h, docs/FORMAT.md). Records are read by store_read.c and verified by
+ * store_verify.c. */
 #include "common.h"
 #include "store_format.h"
+#include "store_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <lmdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,50 +20,16 @@
 
 /* More metadata keys than this is not a store we wrote. */
 #define MAX_META_KEYS 256u
-/* dlc_store_verify() reports progress after each this many payload bytes. */
-#define VERIFY_PROGRESS_BYTES (64ull << 20)
 
-typedef struct meta_entry {
-    const uint8_t *key; /* Into the map. */
-    size_t key_len;
-    const uint8_t *val; /* Into the map. */
-    size_t val_len;
-} meta_entry;
+typedef dlc__meta_entry meta_entry;
 
-struct dlc_store {
-    char *path;
-    int fd; /* Our own O_RDONLY descriptor, for pread and io_uring. */
-    uint64_t file_size;
-    MDB_env *env;
-    MDB_dbi dbi_samples;
-    const uint8_t *map; /* LMDB's map of the whole file. */
-    dlc_store_info info;
-    char *labels; /* Copy of the "labels" value. */
-    const char **label_names;
-    uint64_t *label_counts;
-    meta_entry *meta;
-    size_t num_meta;
-};
-
-struct dlc_store_reader {
-    const dlc_store *s;
-    MDB_txn *txn;
-};
-
-static dlc_status lmdb_status(int rc)
+dlc_status dlc__store_lmdb_status(int rc)
 {
     if (rc > 0)
         return -rc;
     if (rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH)
         return DLC_EVERSION;
     return DLC_ECORRUPT;
-}
-
-/* Is [p, p+len) inside the file's part of the map? */
-static int in_file(const dlc_store *s, const void *p, size_t len)
-{
-    const uintptr_t a = (uintptr_t)p, base = (uintptr_t)s->map;
-    return a >= base && a - base <= s->file_size && len <= s->file_size - (a - base);
 }
 
 static const meta_entry *find_meta(const dlc_store *s, const char *key)
@@ -72,27 +41,52 @@ static const meta_entry *find_meta(const dlc_store *s, const char *key)
     return NULL;
 }
 
-/* Decode and check the "format", "labels" and "label_counts" values. */
-static dlc_status load_info(dlc_store *s, uint64_t samples_entries)
+/* "labels" (num_labels NUL-terminated names filling the value exactly) and "label_counts"
+ * (num_labels x u64). Records per label add up to the count when there is a label field. */
+static dlc_status load_labels(dlc_store *s, uint32_t num_labels, uint64_t count, int has_label)
 {
     dlc_status rc = DLC_OK;
-    const meta_entry *e = find_meta(s, DLC__META_FORMAT);
-    FAIL_IF(!e || e->val_len < 12 || memcmp(e->val, DLC__INFO_MAGIC, 8) != 0, DLC_EVERSION,
-            "%s: not a dlcache store (no \"format\" record in its metadata)", s->path);
-    const uint32_t version = dlc__ld32(e->val + 8);
-    FAIL_IF(version > DLC_STORE_FORMAT_VERSION || version == 0, DLC_EVERSION,
-            "%s: store format version %u, this library reads version %u", s->path, version,
-            DLC_STORE_FORMAT_VERSION);
-    FAIL_IF(e->val_len != DLC__INFO_SIZE, DLC_ECORRUPT,
-            "%s: corrupt: format record of %zu bytes, expected %u", s->path, e->val_len,
-            DLC__INFO_SIZE);
+    const meta_entry *le = find_meta(s, DLC__META_LABELS);
+    FAIL_IF(!le, DLC_ECORRUPT, "%s: corrupt: no \"labels\" metadata", s->path);
+    size_t nuls = 0;
+    for (size_t i = 0; i < le->val_len; i++)
+        nuls += le->val[i] == '\0';
+    FAIL_IF(nuls != num_labels || (le->val_len > 0 && le->val[le->val_len - 1] != '\0'),
+            DLC_ECORRUPT, "%s: corrupt: \"labels\" holds %zu names, expected %u", s->path, nuls,
+            num_labels);
+    s->labels = malloc(le->val_len + 1);
+    s->label_names = calloc(num_labels + 1u, sizeof *s->label_names);
+    FAIL_IF(!s->labels || !s->label_names, -ENOMEM, "%s: out of memory", s->path);
+    memcpy(s->labels, le->val, le->val_len);
+    for (size_t i = 0, off = 0; i < num_labels; i++) {
+        s->label_names[i] = s->labels + off;
+        off += strlen(s->labels + off) + 1;
+    }
+
+    const meta_entry *ce = find_meta(s, DLC__META_LABEL_COUNTS);
+    FAIL_IF(!ce || ce->val_len != (size_t)num_labels * 8, DLC_ECORRUPT,
+            "%s: corrupt: \"label_counts\" of %zu bytes, expected %u", s->path,
+            ce ? ce->val_len : 0, num_labels * 8);
+    s->label_counts = calloc(num_labels + 1u, sizeof *s->label_counts);
+    FAIL_IF(!s->label_counts, -ENOMEM, "%s: out of memory", s->path);
+    uint64_t sum = 0;
+    for (uint32_t i = 0; i < num_labels; i++) {
+        s->label_counts[i] = dlc__ld64(ce->val + (size_t)i * 8);
+        sum += s->label_counts[i];
+    }
+    FAIL_IF(has_label && sum != count, DLC_ECORRUPT,
+            "%s: corrupt: label counts add up to %" PRIu64 ", not %" PRIu64, s->path, sum, count);
+fail:
+    return rc;
+}
+
+/* The "format" block of a version 1 store: one image and one label per record. */
+static dlc_status load_info_v1(dlc_store *s, const uint8_t *block, uint64_t samples_entries,
+                               uint64_t max_value)
+{
+    dlc_status rc = DLC_OK;
     dlc__store_info_disk d;
-    dlc__info_load(e->val, &d);
-    const uint64_t h = XXH3_64bits(e->val, DLC__INFO_HASHED);
-    FAIL_IF(h != d.xxh3, DLC_ECORRUPT,
-            "%s: corrupt: format record checksum mismatch "
-            "(stored %016" PRIx64 ", computed %016" PRIx64 ")",
-            s->path, d.xxh3, h);
+    dlc__info_load(block, &d);
     FAIL_IF(d.encoding > DLC_ENCODING_JPEG, DLC_ECORRUPT, "%s: corrupt: unknown encoding %u",
             s->path, d.encoding);
     FAIL_IF(d.count != samples_entries, DLC_ECORRUPT,
@@ -103,39 +97,10 @@ static dlc_status load_info(dlc_store *s, uint64_t samples_entries)
     FAIL_IF(d.payload_bytes > s->file_size, DLC_ECORRUPT,
             "%s: corrupt: %" PRIu64 " payload bytes in a file of %" PRIu64, s->path,
             d.payload_bytes, s->file_size);
-
-    /* labels: num_labels NUL-terminated names filling the value exactly. */
-    const meta_entry *le = find_meta(s, DLC__META_LABELS);
-    FAIL_IF(!le, DLC_ECORRUPT, "%s: corrupt: no \"labels\" metadata", s->path);
-    size_t nuls = 0;
-    for (size_t i = 0; i < le->val_len; i++)
-        nuls += le->val[i] == '\0';
-    FAIL_IF(nuls != d.num_labels || (le->val_len > 0 && le->val[le->val_len - 1] != '\0'),
-            DLC_ECORRUPT, "%s: corrupt: \"labels\" holds %zu names, expected %u", s->path, nuls,
-            d.num_labels);
-    s->labels = malloc(le->val_len + 1);
-    s->label_names = calloc(d.num_labels + 1u, sizeof *s->label_names);
-    FAIL_IF(!s->labels || !s->label_names, -ENOMEM, "%s: out of memory", s->path);
-    memcpy(s->labels, le->val, le->val_len);
-    for (size_t i = 0, off = 0; i < d.num_labels; i++) {
-        s->label_names[i] = s->labels + off;
-        off += strlen(s->labels + off) + 1;
-    }
-
-    const meta_entry *ce = find_meta(s, DLC__META_LABEL_COUNTS);
-    FAIL_IF(!ce || ce->val_len != (size_t)d.num_labels * 8, DLC_ECORRUPT,
-            "%s: corrupt: \"label_counts\" of %zu bytes, expected %u", s->path,
-            ce ? ce->val_len : 0, d.num_labels * 8);
-    s->label_counts = calloc(d.num_labels + 1u, sizeof *s->label_counts);
-    FAIL_IF(!s->label_counts, -ENOMEM, "%s: out of memory", s->path);
-    uint64_t sum = 0;
-    for (uint32_t i = 0; i < d.num_labels; i++) {
-        s->label_counts[i] = dlc__ld64(ce->val + (size_t)i * 8);
-        sum += s->label_counts[i];
-    }
-    FAIL_IF(sum != d.count, DLC_ECORRUPT,
-            "%s: corrupt: label counts add up to %" PRIu64 ", not %" PRIu64, s->path, sum, d.count);
-
+    CHECK(load_labels(s, d.num_labels, d.count, 1));
+    const uint64_t max_size =
+        max_value > DLC__RECORD_HEADER_SIZE ? max_value - DLC__RECORD_HEADER_SIZE : 0;
+    dlc__schema_v1(s->fields, d.encoding, d.height, d.width, d.channels, max_size);
     s->info = (dlc_store_info){
         .format_version = d.format_version,
         .encoding = d.encoding,
@@ -148,7 +113,149 @@ static dlc_status load_info(dlc_store *s, uint64_t samples_entries)
         .payload_bytes = d.payload_bytes,
         .content_digest = d.content_digest,
         .file_bytes = s->file_size,
+        .num_fields = 2,
+        .image_field = 0,
+        .label_field = 1,
     };
+fail:
+    return rc;
+}
+
+/* The "schema" of a version 2 store: every entry's hash and padding, then every rule. */
+static dlc_status load_schema(dlc_store *s, uint32_t nf, uint32_t label_field, uint64_t count)
+{
+    dlc_status rc = DLC_OK;
+    const meta_entry *e = find_meta(s, DLC__META_SCHEMA);
+    FAIL_IF(!e || e->val_len != (size_t)nf * DLC__SCHEMA_ENTRY_SIZE, DLC_ECORRUPT,
+            "%s: corrupt: \"schema\" of %zu bytes, expected %u fields of %u", s->path,
+            e ? e->val_len : 0, nf, DLC__SCHEMA_ENTRY_SIZE);
+    for (uint32_t i = 0; i < nf; i++) {
+        const uint8_t *p = e->val + (size_t)i * DLC__SCHEMA_ENTRY_SIZE;
+        uint64_t reserved[3], stored;
+        dlc__schema_entry_load(p, &s->fields[i], reserved, &stored);
+        const uint64_t h = XXH3_64bits(p, DLC__SCHEMA_ENTRY_HASHED);
+        FAIL_IF(h != stored, DLC_ECORRUPT,
+                "%s: corrupt: schema field %u: checksum mismatch (stored %016" PRIx64
+                ", computed %016" PRIx64 ")",
+                s->path, i, stored, h);
+        /* Equal schemas are equal bytes: after the name's NUL, only NULs. */
+        const size_t len = strnlen((const char *)p, DLC__FIELD_NAME_SIZE);
+        int padded = len < DLC__FIELD_NAME_SIZE;
+        for (size_t j = len; j < DLC__FIELD_NAME_SIZE; j++)
+            padded &= p[j] == 0;
+        FAIL_IF(!padded || reserved[0] || reserved[1] || reserved[2], DLC_ECORRUPT,
+                "%s: corrupt: schema field %u: bytes after the name or reserved words not zero",
+                s->path, i);
+    }
+    char prefix[PATH_MAX + 32];
+    snprintf(prefix, sizeof prefix, "%s: corrupt: schema", s->path);
+    CHECK(dlc__schema_check(s->fields, nf, DLC_ECORRUPT, prefix));
+    CHECK(dlc__schema_check_maxes(s->fields, nf, count, DLC_ECORRUPT, prefix));
+    uint32_t label = DLC_NO_FIELD;
+    for (uint32_t i = 0; i < nf; i++) {
+        if (s->fields[i].flags & DLC_FIELD_LABEL)
+            label = i;
+        if (s->fields[i].flags & DLC_FIELD_BOXES)
+            s->boxes[s->num_boxes++] = i;
+        dlc__field_rt_init(&s->rt[i], &s->fields[i]);
+    }
+    FAIL_IF(label != label_field, DLC_ECORRUPT,
+            "%s: corrupt: the format block names field %d as the label, the schema field %d",
+            s->path, (int)label_field, (int)label);
+fail:
+    return rc;
+}
+
+/* The first image field's encoding and shape, for the version 1 view of dlc_store_info. */
+static void image_info(dlc_store *s)
+{
+    dlc_store_info *in = &s->info;
+    in->image_field = DLC_NO_FIELD;
+    for (uint32_t i = 0; i < in->num_fields; i++) {
+        const dlc_field *f = &s->fields[i];
+        if (f->kind != DLC_FIELD_IMAGE)
+            continue;
+        in->image_field = i;
+        in->encoding = f->encoding;
+        in->height = f->shape[0];
+        in->width = f->shape[1];
+        in->channels = f->shape[2];
+        return;
+    }
+}
+
+/* The "format" block of a version 2 store, its schema and offset table. */
+static dlc_status load_info_v2(dlc_store *s, const uint8_t *block, uint64_t samples_entries)
+{
+    dlc_status rc = DLC_OK;
+    dlc__store_info2_disk d;
+    dlc__info2_load(block, &d);
+    FAIL_IF(d.num_fields == 0 || d.num_fields > DLC_MAX_FIELDS, DLC_ECORRUPT,
+            "%s: corrupt: %u fields, a record has 1 to %u", s->path, d.num_fields, DLC_MAX_FIELDS);
+    FAIL_IF(d.flags || d.reserved0 || d.reserved[0] || d.reserved[1] || d.reserved[2] ||
+                d.reserved[3],
+            DLC_ECORRUPT, "%s: corrupt: format block flags or reserved words not zero", s->path);
+    FAIL_IF(d.count != samples_entries, DLC_ECORRUPT,
+            "%s: corrupt: metadata counts %" PRIu64 " records, the samples database holds %" PRIu64,
+            s->path, d.count, samples_entries);
+    FAIL_IF(d.label_field != DLC_NO_FIELD && d.label_field >= d.num_fields, DLC_ECORRUPT,
+            "%s: corrupt: label field %u of %u fields", s->path, d.label_field, d.num_fields);
+    const int has_label = d.label_field != DLC_NO_FIELD;
+    FAIL_IF(d.num_labels > DLC__MAX_LABELS || (has_label && d.count > 0 && d.num_labels == 0) ||
+                (!has_label && d.num_labels > 0),
+            DLC_ECORRUPT, "%s: corrupt: %u labels for %" PRIu64 " records %s a label field",
+            s->path, d.num_labels, d.count, has_label ? "with" : "without");
+    FAIL_IF(d.payload_bytes > s->file_size, DLC_ECORRUPT,
+            "%s: corrupt: %" PRIu64 " payload bytes in a file of %" PRIu64, s->path,
+            d.payload_bytes, s->file_size);
+    CHECK(load_schema(s, d.num_fields, d.label_field, d.count));
+    const meta_entry *ie = find_meta(s, DLC__META_INDEX);
+    FAIL_IF(!ie || ie->val_len / 8 != d.count || ie->val_len % 8 != 0, DLC_ECORRUPT,
+            "%s: corrupt: \"index\" of %zu bytes for %" PRIu64 " records", s->path,
+            ie ? ie->val_len : 0, d.count);
+    s->index = ie->val;
+    s->header_size = dlc__record2_header_size(d.num_fields);
+    CHECK(load_labels(s, d.num_labels, d.count, has_label));
+    s->info = (dlc_store_info){
+        .format_version = d.format_version,
+        .count = d.count,
+        .num_labels = d.num_labels,
+        .skipped = d.skipped,
+        .payload_bytes = d.payload_bytes,
+        .content_digest = d.content_digest,
+        .file_bytes = s->file_size,
+        .num_fields = d.num_fields,
+        .label_field = d.label_field,
+    };
+    image_info(s);
+fail:
+    return rc;
+}
+
+/* Decode and check the metadata: "format", then the version's own keys. */
+static dlc_status load_info(dlc_store *s, const dlc__lmdb_db *samples_db)
+{
+    dlc_status rc = DLC_OK;
+    const meta_entry *e = find_meta(s, DLC__META_FORMAT);
+    FAIL_IF(!e || e->val_len < 12 || memcmp(e->val, DLC__INFO_MAGIC, 8) != 0, DLC_EVERSION,
+            "%s: not a dlcache store (no \"format\" record in its metadata)", s->path);
+    const uint32_t version = dlc__ld32(e->val + 8);
+    FAIL_IF(version > DLC_STORE_FORMAT_VERSION || version == 0, DLC_EVERSION,
+            "%s: store format version %u, this library reads versions 1 to %u", s->path, version,
+            DLC_STORE_FORMAT_VERSION);
+    FAIL_IF(e->val_len != DLC__INFO_SIZE, DLC_ECORRUPT,
+            "%s: corrupt: format record of %zu bytes, expected %u", s->path, e->val_len,
+            DLC__INFO_SIZE);
+    const uint64_t stored = dlc__ld64(e->val + DLC__INFO_HASHED);
+    const uint64_t h = XXH3_64bits(e->val, DLC__INFO_HASHED);
+    FAIL_IF(h != stored, DLC_ECORRUPT,
+            "%s: corrupt: format record checksum mismatch "
+            "(stored %016" PRIx64 ", computed %016" PRIx64 ")",
+            s->path, stored, h);
+    if (version == 1)
+        CHECK(load_info_v1(s, e->val, samples_db->entries, samples_db->max_value));
+    else
+        CHECK(load_info_v2(s, e->val, samples_db->entries));
 fail:
     return rc;
 }
@@ -201,7 +308,7 @@ dlc_status dlc_store_open(const char *path, uint32_t flags, dlc_store **out)
                                 entries, MAX_META_KEYS, &s->num_meta));
 
     mrc = mdb_env_create(&s->env);
-    FAIL_IF(mrc != 0, lmdb_status(mrc), "%s: %s", path, mdb_strerror(mrc));
+    FAIL_IF(mrc != 0, dlc__store_lmdb_status(mrc), "%s: %s", path, mdb_strerror(mrc));
     mdb_env_set_maxdbs(s->env, DLC__MAX_DBS);
     /* Map exactly the file: LMDB raises the size to what its meta page
      * needs, which the check above proved is inside the file. */
@@ -214,7 +321,7 @@ dlc_status dlc_store_open(const char *path, uint32_t flags, dlc_store **out)
     if (!(flags & DLC_STORE_SEQUENTIAL))
         env_flags |= MDB_NORDAHEAD;
     mrc = mdb_env_open(s->env, path, env_flags, 0444);
-    FAIL_IF(mrc != 0, lmdb_status(mrc), "%s: %s", path,
+    FAIL_IF(mrc != 0, dlc__store_lmdb_status(mrc), "%s: %s", path,
             mrc == MDB_INVALID ? "not a dlcache store (not an LMDB file)" : mdb_strerror(mrc));
 
     /* The same size check with LMDB's own view of the file, and proof that
@@ -235,14 +342,14 @@ dlc_status dlc_store_open(const char *path, uint32_t flags, dlc_store **out)
             -EAGAIN, "%s: the file changed while it was opened; open it again", path);
 
     mrc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
-    FAIL_IF(mrc != 0, lmdb_status(mrc), "%s: %s", path, mdb_strerror(mrc));
+    FAIL_IF(mrc != 0, dlc__store_lmdb_status(mrc), "%s: %s", path, mdb_strerror(mrc));
     MDB_dbi dbi_meta;
     mrc = mdb_dbi_open(txn, DLC__DB_META, 0, &dbi_meta);
     if (mrc == 0)
         mrc = mdb_dbi_open(txn, DLC__DB_SAMPLES, 0, &s->dbi_samples);
     FAIL_IF(mrc == MDB_NOTFOUND || mrc == MDB_INCOMPATIBLE, DLC_EVERSION,
             "%s: not a dlcache store (no \"meta\" and \"samples\" databases)", path);
-    FAIL_IF(mrc != 0, lmdb_status(mrc), "%s: %s", path, mdb_strerror(mrc));
+    FAIL_IF(mrc != 0, dlc__store_lmdb_status(mrc), "%s: %s", path, mdb_strerror(mrc));
 
     /* LMDB does not tell where its map is (mdb_env_info's me_mapaddr is the
      * fixed address recorded in the file, NULL for us). The "format" value's
@@ -261,7 +368,7 @@ dlc_status dlc_store_open(const char *path, uint32_t flags, dlc_store **out)
             path);
     MDB_val fk = {.mv_size = strlen(DLC__META_FORMAT), .mv_data = (void *)DLC__META_FORMAT}, fv;
     mrc = mdb_get(txn, dbi_meta, &fk, &fv);
-    FAIL_IF(mrc != 0, lmdb_status(mrc), "%s: metadata: %s", path, mdb_strerror(mrc));
+    FAIL_IF(mrc != 0, dlc__store_lmdb_status(mrc), "%s: metadata: %s", path, mdb_strerror(mrc));
     const uintptr_t base = (uintptr_t)fv.mv_data - (uintptr_t)fmt->val_off;
     const long os_page = sysconf(_SC_PAGESIZE);
     FAIL_IF(base % (uintptr_t)(os_page > 0 ? os_page : 4096) != 0 || fv.mv_size != fmt->val_len,
@@ -272,13 +379,13 @@ dlc_status dlc_store_open(const char *path, uint32_t flags, dlc_store **out)
     for (size_t i = 0; i < s->num_meta; i++)
         s->meta[i] = (meta_entry){s->map + entries[i].key_off, (size_t)entries[i].key_len,
                                   s->map + entries[i].val_off, (size_t)entries[i].val_len};
-    CHECK(load_info(s, samples_db.entries));
+    CHECK(load_info(s, &samples_db));
     /* Database handles outlive the transaction that opened them only when
      * it commits (an abort closes them). The values indexed above stay valid
      * as long as the map, because nobody writes a store open read-only. */
     mrc = mdb_txn_commit(txn);
     txn = NULL;
-    FAIL_IF(mrc != 0, lmdb_status(mrc), "%s: %s", path, mdb_strerror(mrc));
+    FAIL_IF(mrc != 0, dlc__store_lmdb_status(mrc), "%s: %s", path, mdb_strerror(mrc));
     munmap(own_map, (size_t)s->file_size);
     free(entries);
     dlc__clear_error();
@@ -314,6 +421,21 @@ void dlc_store_close(dlc_store *s)
 const dlc_store_info *dlc_store_get_info(const dlc_store *s)
 {
     return &s->info;
+}
+
+const dlc_field *dlc_store_fields(const dlc_store *s)
+{
+    return s->fields;
+}
+
+int dlc_store_find_field(const dlc_store *s, const char *name)
+{
+    if (!s || !name)
+        return -1;
+    for (uint32_t i = 0; i < s->info.num_fields; i++)
+        if (strcmp(s->fields[i].name, name) == 0)
+            return (int)i;
+    return -1;
 }
 
 const char *dlc_store_path(const dlc_store *s)
@@ -384,7 +506,7 @@ dlc_status dlc_store_reader_open(const dlc_store *s, dlc_store_reader **out)
     const int mrc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &r->txn);
     if (mrc != 0) {
         free(r);
-        return dlc__errorf(lmdb_status(mrc), "%s: read transaction: %s", s->path,
+        return dlc__errorf(dlc__store_lmdb_status(mrc), "%s: read transaction: %s", s->path,
                            mdb_strerror(mrc));
     }
     *out = r;
@@ -397,244 +519,4 @@ void dlc_store_reader_close(dlc_store_reader *r)
         return;
     mdb_txn_abort(r->txn);
     free(r);
-}
-
-/* Check the value of record @p index and fill @p rec. Every field comes from
- * the file and is checked before it is believed. */
-static dlc_status parse_record(const dlc_store *s, uint64_t index, const MDB_val *v,
-                               dlc_record *rec)
-{
-    const uint8_t *p = v->mv_data;
-    if (!in_file(s, p, v->mv_size))
-        return dlc__errorf(DLC_ECORRUPT, "%s: record %" PRIu64 ": value outside the file", s->path,
-                           index);
-    if (v->mv_size < DLC__RECORD_HEADER_SIZE)
-        return dlc__errorf(DLC_ECORRUPT,
-                           "%s: record %" PRIu64 ": %zu bytes, shorter than "
-                           "its header",
-                           s->path, index, v->mv_size);
-    dlc__record_header h;
-    dlc__record_header_load(p, &h);
-    if (h.magic != DLC__RECORD_MAGIC)
-        return dlc__errorf(DLC_ECORRUPT, "%s: record %" PRIu64 ": bad header magic 0x%08x", s->path,
-                           index, h.magic);
-    if (h.header_size != DLC__RECORD_HEADER_SIZE)
-        return dlc__errorf(DLC_ECORRUPT, "%s: record %" PRIu64 ": header size %u, expected %u",
-                           s->path, index, h.header_size, DLC__RECORD_HEADER_SIZE);
-    if (h.encoding != s->info.encoding)
-        return dlc__errorf(DLC_ECORRUPT,
-                           "%s: record %" PRIu64 ": encoding %u in a store of "
-                           "encoding %u",
-                           s->path, index, h.encoding, s->info.encoding);
-    if (h.payload_size != v->mv_size - DLC__RECORD_HEADER_SIZE)
-        return dlc__errorf(DLC_ECORRUPT,
-                           "%s: record %" PRIu64 ": header says %" PRIu64
-                           " payload bytes, the value holds %zu",
-                           s->path, index, h.payload_size, v->mv_size - DLC__RECORD_HEADER_SIZE);
-    if (h.flags != 0)
-        return dlc__errorf(DLC_ECORRUPT, "%s: record %" PRIu64 ": unknown flags 0x%x", s->path,
-                           index, h.flags);
-    if (h.label < 0 || h.label >= (int64_t)s->info.num_labels)
-        return dlc__errorf(DLC_ECORRUPT, "%s: record %" PRIu64 ": label %" PRId64 " outside 0..%u",
-                           s->path, index, h.label,
-                           s->info.num_labels ? s->info.num_labels - 1 : 0);
-    if ((s->info.height && h.height != s->info.height) ||
-        (s->info.width && h.width != s->info.width) ||
-        (s->info.channels && h.channels != s->info.channels))
-        return dlc__errorf(DLC_ECORRUPT,
-                           "%s: record %" PRIu64 ": shape %ux%ux%u in a store "
-                           "of %ux%ux%u",
-                           s->path, index, h.height, h.width, h.channels, s->info.height,
-                           s->info.width, s->info.channels);
-    if (h.encoding == DLC_ENCODING_RAW) {
-        uint64_t px;
-        if (__builtin_mul_overflow((uint64_t)h.height, (uint64_t)h.width, &px) ||
-            __builtin_mul_overflow(px, (uint64_t)h.channels, &px) || px != h.payload_size)
-            return dlc__errorf(DLC_ECORRUPT,
-                               "%s: record %" PRIu64 ": %" PRIu64 " bytes cannot "
-                               "be %ux%ux%u raw pixels",
-                               s->path, index, h.payload_size, h.height, h.width, h.channels);
-    }
-    rec->data = p + DLC__RECORD_HEADER_SIZE;
-    rec->size = (size_t)h.payload_size;
-    rec->offset = (uint64_t)(rec->data - s->map);
-    rec->index = index;
-    rec->label = h.label;
-    rec->height = h.height;
-    rec->width = h.width;
-    rec->channels = h.channels;
-    rec->encoding = h.encoding;
-    rec->xxh3 = h.xxh3;
-    return DLC_OK;
-}
-
-dlc_status dlc_store_read(dlc_store_reader *r, uint64_t index, dlc_record *rec)
-{
-    const dlc_store *s = r->s;
-    if (index >= s->info.count)
-        return dlc__errorf(DLC_ENOTFOUND,
-                           "%s: record %" PRIu64 ": no such record (the store "
-                           "has %" PRIu64 ")",
-                           s->path, index, s->info.count);
-    uint8_t key[DLC__KEY_SIZE];
-    dlc__record_key(key, index);
-    MDB_val k = {.mv_size = sizeof key, .mv_data = key}, v;
-    const int mrc = mdb_get(r->txn, s->dbi_samples, &k, &v);
-    if (mrc == MDB_NOTFOUND)
-        return dlc__errorf(DLC_ECORRUPT,
-                           "%s: record %" PRIu64 ": missing from the samples "
-                           "database",
-                           s->path, index);
-    if (mrc != 0)
-        return dlc__errorf(lmdb_status(mrc), "%s: record %" PRIu64 ": %s", s->path, index,
-                           mdb_strerror(mrc));
-    return parse_record(s, index, &v, rec);
-}
-
-dlc_status dlc_record_verify(const dlc_store *s, const dlc_record *rec)
-{
-    const uint64_t h = XXH3_64bits(rec->data, rec->size);
-    if (h != rec->xxh3)
-        return dlc__errorf(DLC_ECORRUPT,
-                           "%s: record %" PRIu64 ": checksum mismatch (stored %016" PRIx64
-                           ", computed %016" PRIx64 ")",
-                           s ? s->path : "store", rec->index, rec->xxh3, h);
-    return DLC_OK;
-}
-
-typedef struct verify_state {
-    const dlc_store *s;
-    dlc_verify_fn fn;
-    void *user;
-    dlc_verify_progress p;
-    char first[512]; /* The first problem, for dlc_errmsg() at the end. */
-} verify_state;
-
-/* Keep the message of the first problem found (dlc_errmsg() is overwritten
- * by every later one), so the final error names it. */
-static void note_first(verify_state *vs)
-{
-    if (vs->first[0] == '\0')
-        snprintf(vs->first, sizeof vs->first, "%s", dlc_errmsg());
-}
-
-/* Report bad record @p index; returns non-zero when the caller asks to stop. */
-static int verify_bad(verify_state *vs, uint64_t index, dlc_status st)
-{
-    note_first(vs);
-    vs->p.bad++;
-    if (!vs->fn)
-        return 0;
-    vs->p.bad_index = index;
-    vs->p.bad_status = st;
-    vs->p.bad_msg = dlc_errmsg();
-    const int stop = vs->fn(vs->user, &vs->p);
-    vs->p.bad_status = 0;
-    vs->p.bad_msg = NULL;
-    return stop;
-}
-
-dlc_status dlc_store_verify(const dlc_store *s, dlc_verify_fn fn, void *user, uint64_t *bad)
-{
-    dlc_status rc = DLC_OK;
-    MDB_txn *txn = NULL;
-    MDB_cursor *cur = NULL;
-    XXH3_state_t *digest = NULL;
-    uint64_t *counts = NULL;
-    verify_state *vs = NULL;
-    if (bad)
-        *bad = 0;
-    FAIL_IF(!s, DLC_EINVAL, "dlc_store_verify: NULL store");
-    vs = calloc(1, sizeof *vs);
-    counts = calloc(s->info.num_labels + 1u, sizeof *counts);
-    digest = XXH3_createState();
-    FAIL_IF(!vs || !counts || !digest, -ENOMEM, "%s: out of memory", s->path);
-    XXH3_64bits_reset(digest);
-    vs->s = s;
-    vs->fn = fn;
-    vs->user = user;
-    vs->p.total = s->info.count;
-
-    int mrc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
-    FAIL_IF(mrc != 0, lmdb_status(mrc), "%s: read transaction: %s", s->path, mdb_strerror(mrc));
-    mrc = mdb_cursor_open(txn, s->dbi_samples, &cur);
-    FAIL_IF(mrc != 0, lmdb_status(mrc), "%s: cursor: %s", s->path, mdb_strerror(mrc));
-
-    uint64_t next_report = VERIFY_PROGRESS_BYTES;
-    uint64_t i = 0;
-    MDB_val k, v;
-    for (mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); mrc == 0;
-         mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT), i++) {
-        dlc_record rec;
-        dlc_status st;
-        if (k.mv_size != DLC__KEY_SIZE || dlc__record_key_value(k.mv_data) != i)
-            st = dlc__errorf(DLC_ECORRUPT,
-                             "%s: record %" PRIu64 ": wrong key (records must "
-                             "be keyed 0..count-1 in order)",
-                             s->path, i);
-        else
-            st = parse_record(s, i, &v, &rec);
-        if (st == DLC_OK) {
-            st = dlc_record_verify(s, &rec);
-            uint8_t label_le[8];
-            dlc__st64(label_le, (uint64_t)rec.label);
-            XXH3_64bits_update(digest, label_le, sizeof label_le);
-            XXH3_64bits_update(digest, rec.data, rec.size);
-            counts[rec.label]++;
-            vs->p.bytes_done += rec.size;
-        }
-        vs->p.done = i + 1;
-        if (st != DLC_OK && verify_bad(vs, i, st))
-            FAIL_IF(1, DLC_ECANCELED, "%s: verification canceled", s->path);
-        if (fn && vs->p.bytes_done >= next_report) {
-            next_report = vs->p.bytes_done + VERIFY_PROGRESS_BYTES;
-            FAIL_IF(fn(user, &vs->p), DLC_ECANCELED, "%s: verification canceled", s->path);
-        }
-    }
-    FAIL_IF(mrc != MDB_NOTFOUND, lmdb_status(mrc), "%s: record %" PRIu64 ": %s", s->path, i,
-            mdb_strerror(mrc));
-    if (fn)
-        FAIL_IF(fn(user, &vs->p), DLC_ECANCELED, "%s: verification canceled", s->path);
-
-    int problem = vs->p.bad > 0;
-    if (i != s->info.count) {
-        dlc__errorf(DLC_ECORRUPT, "%s: %" PRIu64 " records, the metadata says %" PRIu64, s->path, i,
-                    s->info.count);
-        note_first(vs);
-        problem = 1;
-    }
-    for (uint32_t l = 0; l < s->info.num_labels; l++) {
-        if (counts[l] != s->label_counts[l]) {
-            dlc__errorf(DLC_ECORRUPT,
-                        "%s: label %u: %" PRIu64 " records, the metadata says %" PRIu64, s->path, l,
-                        counts[l], s->label_counts[l]);
-            note_first(vs);
-            problem = 1;
-            break;
-        }
-    }
-    const uint64_t d = XXH3_64bits_digest(digest);
-    if (d != s->info.content_digest) {
-        dlc__errorf(DLC_ECORRUPT,
-                    "%s: content digest %016" PRIx64 " does not match the "
-                    "metadata's %016" PRIx64,
-                    s->path, d, s->info.content_digest);
-        note_first(vs);
-        problem = 1;
-    }
-    if (problem)
-        rc = dlc__errorf(DLC_ECORRUPT, "%s", vs->first);
-
-fail:
-    if (bad && vs)
-        *bad = vs->p.bad;
-    if (cur)
-        mdb_cursor_close(cur);
-    if (txn)
-        mdb_txn_abort(txn);
-    if (digest)
-        XXH3_freeState(digest);
-    free(counts);
-    free(vs);
-    return rc;
 }

@@ -1,8 +1,12 @@
-/* Private to cache/: the store writer used by the builder (cache/build_*.c).
- * It appends records in index order to a temporary LMDB file next to the
- * final path and, at finish, writes the metadata, syncs, trims and renames,
- * so that the final path holds either the previous store or a complete new
- * one (docs/FORMAT.md gives the layout).
+/* Private to cache/: the writer API of stores of one image and one label per
+ * record, used by the builder (cache/build_*.c) and the tests. It runs on the
+ * public writer (include/dlcache/writer.h, cache/store_compat.c) and writes
+ * format version 2 stores of two fields: "image" (the encoding and channels of
+ * the first record; VARIABLE, made fixed at finish when every record has one
+ * size) and "label" (int, DLC_FIELD_LABEL). Records go in index order to a
+ * temporary LMDB file next to the final path; finish writes the metadata,
+ * syncs, trims and renames, so that the final path holds either the previous
+ * store or a complete new one (docs/FORMAT.md gives the layout).
  *
  * Thread safety: a writer belongs to one thread at a time. */
 #ifndef DLCACHE_STORE_WRITER_H
@@ -30,21 +34,23 @@ typedef struct dlc__store_meta {
 dlc_status dlc__store_writer_open(const char *final_path, int force, uint64_t size_hint,
                                   dlc__store_writer **out);
 
-/* Append record number w->count. Copies the payload into LMDB (MDB_RESERVE + memcpy of
- * header and payload). Commits a write txn every ~256 MiB or 4096 records. Grows the
- * map before it can fill. The label must be in 0..2^24-1 here and below num_labels at
- * finish; a raw payload must hold exactly height*width*channels bytes, and every record
- * shares the first record's encoding. A record refused for its arguments (DLC_EINVAL)
- * leaves the writer usable; after a write failure (disk full, I/O error) the writer only
- * accepts dlc__store_writer_abort() (finish then fails with DLC_ESTATE). */
+/* Append record number w->count (a record builder lays it out, the writer copies it into
+ * LMDB). Commits a write txn every 16 MiB or 4096 records. Grows the map before it can
+ * fill. The label must be in 0..2^24-1 here and below num_labels at finish; a raw payload
+ * must hold exactly height*width*channels bytes, a JPEG or PNG one must have a header of
+ * height x width pixels, and every record shares the first record's encoding and channels
+ * (1, 3 or 4). A record refused for its arguments (DLC_EINVAL) leaves the writer usable;
+ * after a write failure (disk full, I/O error) the writer only accepts
+ * dlc__store_writer_abort() (finish then fails with DLC_ESTATE). */
 dlc_status dlc__store_writer_put(dlc__store_writer *w, int64_t label, uint32_t height,
                                  uint32_t width, uint32_t channels, uint32_t encoding,
                                  const void *payload, size_t size);
 
-/* Write meta (computes count, label_counts, content_digest, payload_bytes, uniform
- * height/width or 0), commit, mdb_env_sync(force), close env, trim the file to the pages
- * used, fsync the file, rename over FINAL, fsync the directory. On any failure: remove the
- * temp file and return the error. Frees w in every case. */
+/* Write meta (schema, offset table, label names and counts, content digest, build JSON,
+ * source digest unless 0), commit, mdb_env_sync(force), close env, trim the file to the
+ * pages used, fsync the file, rename over FINAL, fsync the directory. A store of no record
+ * is allowed here. On any failure: remove the temp file and return the error. Frees w in
+ * every case. */
 dlc_status dlc__store_writer_finish(dlc__store_writer *w, const dlc__store_meta *meta);
 
 /* Remove the temp file and free w. Accepts NULL. */

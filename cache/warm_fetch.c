@@ -1,8 +1,9 @@
 /* The download itself: a probe for size and ETag, then parallel ranged GETs on
  * libcurl's multi interface, each written at its offset with pwrite(), each
  * response checked (status, Content-Range, ETag, length), failures retried
- * with backoff, and completed chunks journaled by a thread of their own once
- * their bytes are synced. */
+ * with backoff, and completed byte ranges journaled by a thread of their own
+ * once their bytes are synced. What is fetched are the pieces of the object
+ * that no earlier run put in place, each inside one chunk (dlc__warm_gaps). */
 #include "common.h"
 #include "warm_internal.h"
 
@@ -28,17 +29,17 @@ enum abort_reason {
     ABORT_PROBE,   /* The probe has its headers and stops on purpose. */
 };
 
-/* One transfer slot: an easy handle and the chunk it is working on. */
+/* One transfer slot: an easy handle and the piece it is working on. */
 typedef struct xfer {
     CURL *h;
     struct curl_slist *hdrs;
     dlc__warm_fetch_job *job;
     char errbuf[CURL_ERROR_SIZE];
-    int active;   /* Added to the multi handle. */
-    int assigned; /* Holds a chunk (active, or waiting for its retry time). */
-    uint64_t chunk;
+    int active;     /* Added to the multi handle. */
+    int assigned;   /* Holds a piece (active, or waiting for its retry time). */
+    uint64_t piece; /* The piece's first byte. */
     uint64_t start; /* This attempt's first byte (after bytes of earlier attempts). */
-    uint64_t end;   /* Inclusive last byte of the chunk. */
+    uint64_t end;   /* Inclusive last byte of the piece. */
     uint64_t got;   /* Bytes written by this attempt. */
     unsigned attempts;
     double retry_at;
@@ -198,7 +199,7 @@ static size_t on_body(char *p, size_t size, size_t n, void *user)
 }
 
 /* ------------------------------------------------------------------------ */
-/* The journal thread: fdatasync the data, then record the chunks that the
+/* The journal thread: fdatasync the data, then record the pieces that the
  * sync made durable. Syncing on the transfer thread would stop every
  * connection for the length of each sync. */
 
@@ -207,9 +208,9 @@ typedef struct syncer {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     dlc__warm_fetch_job *job;
-    uint64_t *pending; /* Chunks complete in the page cache, not yet journaled. */
+    dlc__warm_range *pending; /* Pieces complete in the page cache, not yet journaled. */
     size_t npending;
-    uint64_t *batch; /* The syncer's own copy while it works. */
+    dlc__warm_range *batch; /* The syncer's own copy while it works. */
     int stop;
     dlc_status rc; /* First failure; the transfer thread stops on it. */
     char msg[1024];
@@ -236,13 +237,11 @@ static void *sync_main(void *arg)
         s->npending = 0;
         const int stopping = s->stop;
         pthread_mutex_unlock(&s->mu);
-        /* Start writing the new chunks back now, so that the checkpoint's
+        /* Start writing the new pieces back now, so that the checkpoint's
          * fdatasync (and the final fsync) find little left to do. */
-        for (size_t i = nbatch; i < nbatch + n; i++) {
-            const uint64_t off = s->batch[i] * job->chunk_size;
-            const uint64_t len = job->chunk_size;
-            sync_file_range(job->fd, (off_t)off, (off_t)len, SYNC_FILE_RANGE_WRITE);
-        }
+        for (size_t i = nbatch; i < nbatch + n; i++)
+            sync_file_range(job->fd, (off_t)s->batch[i].off, (off_t)s->batch[i].len,
+                            SYNC_FILE_RANGE_WRITE);
         nbatch += n;
         const double due = last_sync + SYNC_INTERVAL_S;
         if (!stopping && dlc__now_s() < due) {
@@ -278,10 +277,12 @@ static void *sync_main(void *arg)
     return NULL;
 }
 
-static void sync_push(syncer *s, uint64_t chunk)
+static void sync_push(syncer *s, uint64_t off, uint64_t len)
 {
     pthread_mutex_lock(&s->mu);
-    s->pending[s->npending++] = chunk;
+    s->pending[s->npending].off = off;
+    s->pending[s->npending].len = len;
+    s->npending++;
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
 }
@@ -392,8 +393,7 @@ static int want_cancel(dlc__warm_fetch_job *job, const xfer *xs, size_t nx, doub
     uint64_t partial = 0;
     for (size_t i = 0; i < nx; i++)
         if (xs[i].assigned)
-            partial +=
-                xs[i].start - (xs[i].chunk * job->chunk_size) + (xs[i].active ? xs[i].got : 0);
+            partial += xs[i].start - xs[i].piece + (xs[i].active ? xs[i].got : 0);
     dlc_warm_progress p = {.total = job->obj->size,
                            .done = job->done_bytes + partial,
                            .downloaded = job->downloaded,
@@ -411,9 +411,9 @@ typedef struct fetcher {
     syncer sy;
     int sync_started; /* The journal thread runs and must be joined. */
     uint32_t max_retries;
-    uint64_t rng;     /* Backoff jitter. */
-    uint64_t missing; /* Chunks not yet complete. */
-    uint64_t next;    /* Next chunk index to look at for assignment. */
+    uint64_t rng;        /* Backoff jitter. */
+    uint64_t missing;    /* Pieces not yet complete. */
+    dlc__warm_gaps gaps; /* The pieces not yet assigned. */
     double last_progress;
 } fetcher;
 
@@ -452,8 +452,9 @@ static dlc_status start_syncer(fetcher *f)
     if (job->journal_fd < 0)
         return DLC_OK;
     sy->job = job;
-    sy->pending = malloc(job->nchunks * sizeof *sy->pending);
-    sy->batch = malloc(job->nchunks * sizeof *sy->batch);
+    /* Each piece is pushed once. */
+    sy->pending = malloc(f->missing * sizeof *sy->pending);
+    sy->batch = malloc(f->missing * sizeof *sy->batch);
     if (!sy->pending || !sy->batch)
         return dlc__errorf(-ENOMEM, "warm: out of memory");
     pthread_mutex_init(&sy->mu, NULL);
@@ -472,27 +473,23 @@ static dlc_status start_syncer(fetcher *f)
     return DLC_OK;
 }
 
-/* Give @p x the next chunk that is neither complete nor taken; 0 when none is left. */
-static int assign_next_chunk(fetcher *f, xfer *x)
+/* Give @p x the next missing piece; 0 when none is left. */
+static int assign_next_piece(fetcher *f, xfer *x)
 {
-    dlc__warm_fetch_job *job = f->job;
-    while (f->next < job->nchunks && job->done[f->next])
-        f->next++;
-    if (f->next >= job->nchunks)
+    dlc__warm_range piece;
+    if (!dlc__warm_gaps_next(&f->gaps, &piece))
         return 0;
     x->assigned = 1;
-    x->chunk = f->next++;
-    x->start = x->chunk * job->chunk_size;
-    x->end = x->start + job->chunk_size - 1;
-    if (x->end >= job->obj->size)
-        x->end = job->obj->size - 1;
+    x->piece = piece.off;
+    x->start = piece.off;
+    x->end = piece.off + piece.len - 1;
     x->attempts = 0;
     x->retry_at = 0;
-    job->chunks_fetched++;
+    f->job->chunks_fetched++;
     return 1;
 }
 
-/* Every idle slot takes a chunk, and starts its request once its retry is due. */
+/* Every idle slot takes a piece, and starts its request once its retry is due. */
 static dlc_status start_due_attempts(fetcher *f)
 {
     const double now = dlc__now_s();
@@ -500,7 +497,7 @@ static dlc_status start_due_attempts(fetcher *f)
         xfer *x = &f->xs[i];
         if (x->active)
             continue;
-        if (!x->assigned && !assign_next_chunk(f, x))
+        if (!x->assigned && !assign_next_piece(f, x))
             continue;
         if (now >= x->retry_at) {
             const dlc_status rc = start_attempt(f->m, x);
@@ -511,19 +508,18 @@ static dlc_status start_due_attempts(fetcher *f)
     return DLC_OK;
 }
 
-/* All bytes of the chunk of @p x are in place: count it and hand it to the journal. */
-static void complete_chunk(fetcher *f, xfer *x)
+/* All bytes of the piece of @p x are in place: count it and hand it to the journal. */
+static void complete_piece(fetcher *f, xfer *x)
 {
-    dlc__warm_fetch_job *job = f->job;
-    job->done[x->chunk] = 1;
-    job->done_bytes += x->end - (x->chunk * job->chunk_size) + 1;
+    const uint64_t len = x->end - x->piece + 1;
+    f->job->done_bytes += len;
     x->assigned = 0;
     f->missing--;
     if (f->sync_started)
-        sync_push(&f->sy, x->chunk);
+        sync_push(&f->sy, x->piece, len);
 }
 
-/* Retry what is still missing of the chunk of @p x after a backoff, or give up. */
+/* Retry what is still missing of the piece of @p x after a backoff, or give up. */
 static dlc_status schedule_retry(fetcher *f, xfer *x, const char *why)
 {
     dlc__warm_fetch_job *job = f->job;
@@ -569,7 +565,7 @@ static dlc_status collect_finished(fetcher *f, int *freed)
         if (verdict < 0)
             return fatal;
         if (verdict == 0) {
-            complete_chunk(f, x);
+            complete_piece(f, x);
             continue;
         }
         const dlc_status rc = schedule_retry(f, x, why);
@@ -636,7 +632,7 @@ static dlc_status close_fetcher(fetcher *f, dlc_status rc)
     }
     syncer *sy = &f->sy;
     if (f->sync_started) {
-        /* Let the journal catch up with every chunk that did complete, also
+        /* Let the journal catch up with every piece that did complete, also
          * on failure: that is what the rerun resumes from. */
         pthread_mutex_lock(&sy->mu);
         sy->stop = 1;
@@ -663,13 +659,14 @@ dlc_status dlc__warm_fetch(dlc__warm_fetch_job *job)
     memset(&f, 0, sizeof f);
     f.job = job;
     f.max_retries = opt->max_retries ? opt->max_retries : DLC__WARM_DEFAULT_RETRIES;
-    for (uint64_t c = 0; c < job->nchunks; c++)
-        f.missing += !job->done[c];
+    uint64_t complete_chunks = 0;
+    dlc__warm_gaps_count(job->have, job->obj->size, job->chunk_size, &f.missing, &complete_chunks);
     if (f.missing == 0)
         return DLC_OK;
     f.nx = opt->connections ? opt->connections : DLC__WARM_DEFAULT_CONNECTIONS;
     if (f.nx > f.missing)
         f.nx = (size_t)f.missing;
+    dlc__warm_gaps_init(&f.gaps, job->have, job->obj->size, job->chunk_size);
     f.rng = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^ (uint64_t)(dlc__now_s() * 1e9);
 
     dlc_status rc = open_transfers(&f);

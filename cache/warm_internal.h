@@ -1,6 +1,6 @@
-/* Private to the warm part (cache/warm_*.c): source resolution, the chunk
- * journal, the sidecar and the parallel fetcher. Tests include it to check the
- * pieces one by one. */
+/* Private to the warm part (cache/warm_*.c): source resolution, the resume
+ * journal and the byte ranges it records, the sidecar and the parallel
+ * fetcher. Tests include it to check the pieces one by one. */
 #ifndef DLCACHE_WARM_INTERNAL_H
 #define DLCACHE_WARM_INTERNAL_H
 
@@ -77,28 +77,72 @@ void dlc__warm_describe_body(const char *body, size_t len, char *out, size_t cap
 int dlc__warm_retryable_http(long status);
 int dlc__warm_retryable_curl(CURLcode code);
 
-/* The journal: which chunks of DEST.warm-part are complete and synced.
- * Layout (little-endian): a 40-byte header {magic "DLCWARM1", size, chunk
- * size, id = XXH3(etag) seeded with XXH3(source, NUL), XXH3 of the preceding 32 bytes}, then
- * 16-byte records {chunk index, XXH3(index) seeded with id}. A torn record at
- * the end (a crash during the append) fails its check and is dropped. */
+/* A run of bytes [off, off + len) of the object. */
+typedef struct dlc__warm_range {
+    uint64_t off;
+    uint64_t len;
+} dlc__warm_range;
+
+/* A set of byte runs. After dlc__warm_ranges_normalize() the runs are sorted,
+ * nonempty, and no two overlap or touch. */
+typedef struct dlc__warm_ranges {
+    dlc__warm_range *v; /* malloc'd; free with dlc__warm_ranges_free(). */
+    size_t n;
+    size_t cap;
+} dlc__warm_ranges;
+
+/* Append [off, off + len) (len > 0); -ENOMEM when out of memory. */
+dlc_status dlc__warm_ranges_add(dlc__warm_ranges *s, uint64_t off, uint64_t len);
+/* Sort and merge the runs; returns the number of bytes they cover. */
+uint64_t dlc__warm_ranges_normalize(dlc__warm_ranges *s);
+void dlc__warm_ranges_free(dlc__warm_ranges *s);
+
+/* The pieces of [0, size) that a normalized set does not cover, in order, cut
+ * at every multiple of @p chunk: each piece lies inside one chunk, so a chunk
+ * partly in place fetches only its missing bytes. */
+typedef struct dlc__warm_gaps {
+    const dlc__warm_ranges *have;
+    uint64_t size;
+    uint64_t chunk;
+    uint64_t pos; /* Everything before pos has been given out or is covered. */
+    size_t i;     /* The first run of have that ends after pos. */
+} dlc__warm_gaps;
+
+void dlc__warm_gaps_init(dlc__warm_gaps *g, const dlc__warm_ranges *have, uint64_t size,
+                         uint64_t chunk);
+/* The next missing piece into *piece; 0 when none is left. */
+int dlc__warm_gaps_next(dlc__warm_gaps *g, dlc__warm_range *piece);
+/* How many pieces the gaps give, and how many chunks of @p chunk bytes none of
+ * them touches (the chunks already complete). */
+void dlc__warm_gaps_count(const dlc__warm_ranges *have, uint64_t size, uint64_t chunk,
+                          uint64_t *pieces, uint64_t *complete_chunks);
+
+/* The journal: which bytes of DEST.warm-part are complete and synced, as byte
+ * ranges, so that a rerun with any chunk size keeps them.
+ * Layout (little-endian): a 32-byte header {magic "DLCWARM2", object size,
+ * id = XXH3(etag) seeded with XXH3(source, NUL), XXH3 of the preceding 24
+ * bytes}, then 24-byte records {offset, length, XXH3 of the 16 bytes before it
+ * seeded with id}. A torn record at the end (a crash during the append) fails
+ * its check and is dropped with everything after it. Version 1 journals
+ * ("DLCWARM1", chunk indices) fail the header check and are started over. */
 typedef struct dlc__warm_journal_id {
     uint64_t size;
-    uint64_t chunk_size;
     uint64_t id;
 } dlc__warm_journal_id;
 
 uint64_t dlc__warm_journal_key(const char *source, const char *etag);
 
-/* Open the journal at @p path and, when its header matches @p id, mark the
- * chunks it records in @p done (one byte per chunk, @p nchunks of them) and
- * set *resumed_chunks. A journal of another object, or none, is replaced by a
- * fresh one (synced, with its directory). *fd_out is then open for appends. */
-dlc_status dlc__warm_journal_open(const char *path, const dlc__warm_journal_id *id, uint8_t *done,
-                                  uint64_t nchunks, uint64_t *resumed_chunks, int *fd_out);
-/* Append records for @p n chunk indices and fdatasync. */
+/* Open the journal at @p path and, when its header matches @p id, put the
+ * ranges it records into @p have (emptied first, then normalized) and their
+ * bytes into *have_bytes. A journal of another object, of another version, or
+ * none, is replaced by a fresh one (synced, with its directory). *fd_out is
+ * then open for appends. */
+dlc_status dlc__warm_journal_open(const char *path, const dlc__warm_journal_id *id,
+                                  dlc__warm_ranges *have, uint64_t *have_bytes, int *fd_out);
+/* Append records for @p n completed ranges (each inside the object) and
+ * fdatasync. The caller syncs the data they name first. */
 dlc_status dlc__warm_journal_append(int fd, const char *path, const dlc__warm_journal_id *id,
-                                    const uint64_t *chunks, size_t n);
+                                    const dlc__warm_range *ranges, size_t n);
 
 /* The sidecar DEST.warm: what the published DEST is a copy of. */
 typedef struct dlc__warm_sidecar {
@@ -128,7 +172,7 @@ typedef struct dlc__warm_object {
 dlc_status dlc__warm_probe(const dlc__warm_source *src, const dlc_warm_options *opt,
                            dlc__warm_object *obj, uint32_t *retries);
 
-/* The parallel download of the chunks not yet marked in @p done. */
+/* The parallel download of the bytes not yet in place. */
 typedef struct dlc__warm_fetch_job {
     const dlc__warm_source *src;
     const dlc_warm_options *opt;
@@ -138,19 +182,18 @@ typedef struct dlc__warm_fetch_job {
     int journal_fd;        /* -1: no journal (the server cannot do ranges). */
     const char *journal_path;
     const dlc__warm_journal_id *jid;
-    uint64_t chunk_size;
-    uint64_t nchunks;
-    uint8_t *done;       /* One byte per chunk; set as chunks complete. */
-    uint64_t done_bytes; /* In: bytes already in place (resumed). */
-    double t0;           /* Start of the dlc_warm() call (progress seconds). */
+    uint64_t chunk_size;          /* One request covers at most one aligned chunk of this size. */
+    const dlc__warm_ranges *have; /* Normalized: bytes already in place (resumed). */
+    uint64_t done_bytes;          /* In: the bytes of have; out: plus those fetched. */
+    double t0;                    /* Start of the dlc_warm() call (progress seconds). */
     /* Out: */
     uint64_t downloaded;
-    uint64_t chunks_fetched;
+    uint64_t chunks_fetched; /* Pieces (chunks or their missing parts) fetched. */
     uint32_t retries;
 } dlc__warm_fetch_job;
 
-/* Fetch every missing chunk, journaling each after its bytes are synced.
- * On failure the chunks completed so far stay journaled (resumable). */
+/* Fetch every missing piece, journaling each after its bytes are synced.
+ * On failure the pieces completed so far stay journaled (resumable). */
 dlc_status dlc__warm_fetch(dlc__warm_fetch_job *job);
 
 /* Backoff before attempt @p attempt (1, 2, ...): exponential from 0.1 s,

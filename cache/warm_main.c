@@ -174,7 +174,8 @@ typedef struct warm_call {
     int resumable;
     uint64_t chunk;
     uint64_t nchunks;
-    uint8_t *done; /* One byte per chunk. */
+    dlc__warm_ranges have; /* Bytes in place from earlier runs, as the journal says. */
+    uint64_t have_bytes;
     dlc__warm_journal_id jid;
 } warm_call;
 
@@ -263,8 +264,10 @@ static dlc_status probe_object(warm_call *w)
 }
 
 /* Reopen the part file of an earlier run and its journal, when both describe
- * this object; otherwise start a fresh part file and journal. */
-static dlc_status resume_or_start(warm_call *w, uint64_t *resumed_chunks)
+ * this object; otherwise start a fresh part file and journal. The journal
+ * records byte ranges, so what an earlier run fetched counts whatever chunk
+ * size and connections it had. */
+static dlc_status resume_or_start(warm_call *w)
 {
     const paths *p = w->p;
     w->part_fd = open(p->part, O_RDWR | O_CLOEXEC);
@@ -277,14 +280,17 @@ static dlc_status resume_or_start(warm_call *w, uint64_t *resumed_chunks)
     dlc_status rc = reopened ? DLC_OK : open_part(p, w->obj.size, &w->part_fd);
     if (rc < 0)
         return rc;
-    rc = dlc__warm_journal_open(p->journal, &w->jid, w->done, w->nchunks, resumed_chunks,
-                                &w->journal_fd);
+    rc = dlc__warm_journal_open(p->journal, &w->jid, &w->have, &w->have_bytes, &w->journal_fd);
     if (rc < 0)
         return rc;
-    if (reopened && *resumed_chunks > 0)
+    if (reopened && w->have_bytes > 0) {
+        uint64_t pieces = 0, complete = 0;
+        dlc__warm_gaps_count(&w->have, w->obj.size, w->chunk, &pieces, &complete);
         dlc__logf(w->opt.log, w->opt.log_user, DLC_LOG_INFO,
-                  "%s: resuming: %" PRIu64 " of %" PRIu64 " chunks are already here", w->dest,
-                  *resumed_chunks, w->nchunks);
+                  "%s: resuming: %" PRIu64 " of %" PRIu64 " bytes are already here (%" PRIu64
+                  " of %" PRIu64 " chunks complete)",
+                  w->dest, w->have_bytes, w->obj.size, complete, w->nchunks);
+    }
     return DLC_OK;
 }
 
@@ -298,21 +304,16 @@ static dlc_status open_download(warm_call *w)
     w->chunk = obj->ranges ? w->opt.chunk_size : (obj->size ? obj->size : 1);
     w->nchunks = (obj->size + w->chunk - 1) / w->chunk;
     w->r.chunks = w->nchunks;
-    w->done = calloc(w->nchunks ? w->nchunks : 1, 1);
-    if (!w->done)
-        return dlc__errorf(-ENOMEM, "dlc_warm: out of memory");
     w->jid.size = obj->size;
-    w->jid.chunk_size = w->chunk;
     w->jid.id = dlc__warm_journal_key(w->src.name, obj->etag);
-    uint64_t resumed_chunks = 0;
-    const dlc_status rc = w->resumable ? resume_or_start(w, &resumed_chunks)
-                                       : open_part(w->p, obj->size, &w->part_fd);
+    const dlc_status rc =
+        w->resumable ? resume_or_start(w) : open_part(w->p, obj->size, &w->part_fd);
     if (rc == DLC_OK)
-        w->r.resumed = resumed_chunks > 0;
+        w->r.resumed = w->have_bytes > 0;
     return rc;
 }
 
-/* Fetch every chunk not yet in place. */
+/* Fetch every byte not yet in place. */
 static dlc_status fetch_missing(warm_call *w)
 {
     dlc__warm_fetch_job job = {.src = &w->src,
@@ -324,13 +325,9 @@ static dlc_status fetch_missing(warm_call *w)
                                .journal_path = w->p->journal,
                                .jid = &w->jid,
                                .chunk_size = w->chunk,
-                               .nchunks = w->nchunks,
-                               .done = w->done,
-                               .done_bytes = 0,
+                               .have = &w->have,
+                               .done_bytes = w->have_bytes,
                                .t0 = w->t0};
-    for (uint64_t c = 0; c < w->nchunks; c++)
-        if (w->done[c])
-            job.done_bytes += (c + 1 == w->nchunks) ? w->obj.size - c * w->chunk : w->chunk;
     const dlc_status rc = dlc__warm_fetch(&job);
     w->r.bytes_downloaded = job.downloaded;
     w->r.chunks_fetched = job.chunks_fetched;
@@ -416,7 +413,7 @@ static void release(warm_call *w, dlc_status rc)
     /* Closing the lock file releases the lock: the next rank goes on. */
     if (w->lock_fd >= 0)
         close(w->lock_fd);
-    free(w->done);
+    dlc__warm_ranges_free(&w->have);
     free(w->p);
     dlc__warm_source_free(&w->src);
     if (w->curl_inited)

@@ -127,7 +127,7 @@ static int measure_loader(const bench_load_opts *o, bench_loader_result *res)
 
 /* Hash the batches of a new loader of the same configuration, untimed: o->digest_batches
  * batches, or o->digest_epochs whole epochs, from the first batch of the first epoch. The
- * stream is a pure function of the configuration (ARCHITECTURE.md), so the digest does not
+ * stream is a pure function of the configuration (docs/ARCHITECTURE.md), so the digest does not
  * depend on --threads, --prefetch or timing. Returns 0 or -1 (printed). */
 static int digest_pass(const bench_load_opts *o, bench_digest *d)
 {

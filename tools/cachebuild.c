@@ -77,7 +77,7 @@ static int on_progress(void *user, const dlc_build_progress *p)
     const double rate = p->seconds > 0 ? (double)p->done / p->seconds : 0;
     const double mbs = p->seconds > 0 ? (double)p->bytes_in / p->seconds / 1e6 : 0;
     char eta[32], skipped[48] = "";
-    tool_human_seconds(rate > 0 ? (double)(p->total - p->done) / rate : -1, eta, sizeof eta);
+    tool_human_eta(p->done, p->total, rate, eta, sizeof eta);
     if (p->skipped)
         snprintf(skipped, sizeof skipped, "  (%llu skipped)", (unsigned long long)p->skipped);
     tool_progress_line(
@@ -171,9 +171,68 @@ static void print_json(const dlc_build_report *r, const char *store, dlc_status 
     tool_json_finish(&j);
 }
 
-int main(int argc, char **argv)
+/* What the command line asks for. */
+typedef struct build_args {
+    dlc_build_options o;
+    const char *out;
+    int json;
+} build_args;
+
+enum { O_SIZE = 256, O_CROP, O_ENC, O_QUALITY, O_THREADS, O_STRICT, O_FORCE, O_JSON };
+
+/* Apply option @p c with value @p arg. Returns -1 to go on, or the exit status of a bad
+ * value. */
+static int apply_option(build_args *a, int c, const char *arg)
 {
-    enum { O_SIZE = 256, O_CROP, O_ENC, O_QUALITY, O_THREADS, O_STRICT, O_FORCE, O_JSON };
+    uint64_t v;
+    switch (c) {
+    case 'o':
+        a->out = arg;
+        break;
+    case O_SIZE:
+        if (tool_parse_u64(arg, 8192, &v) != 0 || v == 0)
+            return tool_usage_error(TOOL, NULL,
+                                    "--size wants a number of pixels in 1..8192, not '%s'", arg);
+        a->o.size = (uint32_t)v;
+        break;
+    case O_CROP:
+        if (strcmp(arg, "center") != 0 && strcmp(arg, "none") != 0)
+            return tool_usage_error(TOOL, NULL, "--crop is center or none, not '%s'", arg);
+        a->o.center_crop = strcmp(arg, "center") == 0;
+        break;
+    case O_ENC:
+        if (strcmp(arg, "raw") != 0 && strcmp(arg, "jpeg") != 0)
+            return tool_usage_error(TOOL, NULL, "--encoding is raw or jpeg, not '%s'", arg);
+        a->o.encoding = strcmp(arg, "raw") == 0 ? DLC_ENCODING_RAW : DLC_ENCODING_JPEG;
+        break;
+    case O_QUALITY:
+        if (tool_parse_u64(arg, 100, &v) != 0 || v == 0)
+            return tool_usage_error(TOOL, NULL, "--quality is 1..100, not '%s'", arg);
+        a->o.quality = (int)v;
+        break;
+    case O_THREADS:
+        if (tool_parse_u64(arg, 256, &v) != 0)
+            return tool_usage_error(TOOL, NULL, "--threads is 0..256 (0: all cores), not '%s'",
+                                    arg);
+        a->o.threads = (uint32_t)v;
+        break;
+    case O_STRICT:
+        a->o.strict = 1;
+        break;
+    case O_FORCE:
+        a->o.force = 1;
+        break;
+    case O_JSON:
+        a->json = 1;
+        break;
+    }
+    return -1;
+}
+
+/* Parse the command line into @p a. Returns -1 to go on with the build, or the exit status
+ * (0 after --help). */
+static int parse_args(int argc, char **argv, build_args *a)
+{
     static const struct option longopts[] = {
         {"output", required_argument, NULL, 'o'},
         {"size", required_argument, NULL, O_SIZE},
@@ -187,88 +246,29 @@ int main(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    dlc_build_options o;
-    dlc_build_options_init(&o);
-    const char *out = NULL;
-    tool_state t = {0};
-    uint64_t v;
     int c;
-    /* Before getopt_long(), which permutes argv. */
-    char *cmd = command_line(argc, argv);
     opterr = 0;
     while ((c = getopt_long(argc, argv, "o:h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'o':
-            out = optarg;
-            break;
-        case O_SIZE:
-            if (tool_parse_u64(optarg, 8192, &v) != 0 || v == 0) {
-                fprintf(stderr, "%s: error: --size wants a number of pixels in 1..8192, not '%s'\n",
-                        TOOL, optarg);
-                return 2;
-            }
-            o.size = (uint32_t)v;
-            break;
-        case O_CROP:
-            if (strcmp(optarg, "center") == 0) {
-                o.center_crop = 1;
-            } else if (strcmp(optarg, "none") == 0) {
-                o.center_crop = 0;
-            } else {
-                fprintf(stderr, "%s: error: --crop is center or none, not '%s'\n", TOOL, optarg);
-                return 2;
-            }
-            break;
-        case O_ENC:
-            if (strcmp(optarg, "raw") == 0) {
-                o.encoding = DLC_ENCODING_RAW;
-            } else if (strcmp(optarg, "jpeg") == 0) {
-                o.encoding = DLC_ENCODING_JPEG;
-            } else {
-                fprintf(stderr, "%s: error: --encoding is raw or jpeg, not '%s'\n", TOOL, optarg);
-                return 2;
-            }
-            break;
-        case O_QUALITY:
-            if (tool_parse_u64(optarg, 100, &v) != 0 || v == 0) {
-                fprintf(stderr, "%s: error: --quality is 1..100, not '%s'\n", TOOL, optarg);
-                return 2;
-            }
-            o.quality = (int)v;
-            break;
-        case O_THREADS:
-            if (tool_parse_u64(optarg, 256, &v) != 0) {
-                fprintf(stderr, "%s: error: --threads is 0..256 (0: all cores), not '%s'\n", TOOL,
-                        optarg);
-                return 2;
-            }
-            o.threads = (uint32_t)v;
-            break;
-        case O_STRICT:
-            o.strict = 1;
-            break;
-        case O_FORCE:
-            o.force = 1;
-            break;
-        case O_JSON:
-            t.json = 1;
-            break;
-        case 'h':
+        if (c == 'h') {
             usage(stdout);
             return 0;
-        default:
-            fprintf(stderr, "%s: error: unknown option or missing value: %s\n", TOOL,
-                    argv[optind - 1]);
-            usage(stderr);
-            return 2;
         }
+        if (c == '?')
+            return tool_usage_error(TOOL, usage, "unknown option or missing value: %s",
+                                    argv[optind - 1]);
+        const int status = apply_option(a, c, optarg);
+        if (status >= 0)
+            return status;
     }
-    if (!out || optind >= argc) {
-        fprintf(stderr, "%s: error: %s\n", TOOL, !out ? "-o STORE is required" : "no SOURCE given");
-        usage(stderr);
-        return 2;
-    }
+    if (!a->out || optind >= argc)
+        return tool_usage_error(TOOL, usage, "%s",
+                                !a->out ? "-o STORE is required" : "no SOURCE given");
+    return -1;
+}
 
+/* SIGINT and SIGTERM cancel the build through the progress callback. */
+static void catch_signals(void)
+{
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
@@ -276,43 +276,65 @@ int main(int argc, char **argv)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+}
 
-    o.command = cmd;
+/* Say why the build failed; returns the exit status. */
+static int report_failure(dlc_status rc, const char *out)
+{
+    if (rc == DLC_ECANCELED && g_signal) {
+        fprintf(stderr, "%s: interrupted; %s was not written\n", TOOL, out);
+        return 128 + g_signal;
+    }
+    tool_report(TOOL, rc, NULL);
+    if (rc == DLC_EEXIST) {
+        fprintf(stderr, "%s: pass --force to replace %s\n", TOOL, out);
+        return 2;
+    }
+    return 1;
+}
+
+/* The one line a finished build prints on stderr. */
+static void print_summary(const dlc_build_report *r, const char *out)
+{
+    char fb[32], el[32];
+    fprintf(stderr,
+            "%s: %s: %llu images (%llu skipped) in %s, %.0f img/s on %u threads, "
+            "%.1f MB/s read, %s on disk, digest %016llx\n",
+            TOOL, out, (unsigned long long)r->count, (unsigned long long)r->skipped,
+            tool_human_seconds(r->seconds, el, sizeof el), r->images_per_s, r->threads,
+            r->seconds > 0 ? (double)r->bytes_in / r->seconds / 1e6 : 0.0,
+            tool_human_bytes(r->file_bytes, fb, sizeof fb), (unsigned long long)r->content_digest);
+}
+
+int main(int argc, char **argv)
+{
+    build_args a = {.out = NULL};
+    dlc_build_options_init(&a.o);
+    /* Before getopt_long(), which permutes argv. */
+    char *cmd = command_line(argc, argv);
+    int status = parse_args(argc, argv, &a);
+    if (status >= 0) {
+        free(cmd);
+        return status;
+    }
+    catch_signals();
+
+    tool_state t = {.json = a.json};
     tool_progress_init(&t.pg, 10);
-    o.progress = on_progress;
-    o.progress_user = &t;
-    o.log = on_log;
-    o.log_user = &t;
-
+    a.o.command = cmd;
+    a.o.progress = on_progress;
+    a.o.progress_user = &t;
+    a.o.log = on_log;
+    a.o.log_user = &t;
     dlc_build_report *r = NULL;
     const dlc_status rc =
-        dlc_build((const char *const *)argv + optind, (size_t)(argc - optind), out, &o, &r);
+        dlc_build((const char *const *)argv + optind, (size_t)(argc - optind), a.out, &a.o, &r);
     tool_progress_end(&t.pg);
-    int status = 0;
-    if (rc != DLC_OK) {
-        if (rc == DLC_ECANCELED && g_signal) {
-            fprintf(stderr, "%s: interrupted; %s was not written\n", TOOL, out);
-            status = 128 + g_signal;
-        } else {
-            tool_report(TOOL, rc, NULL);
-            if (rc == DLC_EEXIST)
-                fprintf(stderr, "%s: pass --force to replace %s\n", TOOL, out);
-            status = rc == DLC_EEXIST ? 2 : 1;
-        }
-    }
+    status = rc == DLC_OK ? 0 : report_failure(rc, a.out);
     if (r && t.json)
-        print_json(r, out, rc);
-    if (rc == DLC_OK) {
-        char fb[32], el[32];
-        fprintf(stderr,
-                "%s: %s: %llu images (%llu skipped) in %s, %.0f img/s on %u threads, "
-                "%.1f MB/s read, %s on disk, digest %016llx\n",
-                TOOL, out, (unsigned long long)r->count, (unsigned long long)r->skipped,
-                tool_human_seconds(r->seconds, el, sizeof el), r->images_per_s, r->threads,
-                r->seconds > 0 ? (double)r->bytes_in / r->seconds / 1e6 : 0.0,
-                tool_human_bytes(r->file_bytes, fb, sizeof fb),
-                (unsigned long long)r->content_digest);
-    }
+        print_json(r, a.out, rc);
+    if (rc == DLC_OK)
+        print_summary(r, a.out);
     dlc_build_report_free(r);
     free(cmd);
     return status;

@@ -126,68 +126,54 @@ static const char *js_string(const char *p, const char *end, char *out, size_t c
 }
 
 static const char *js_value(const char *p, const char *end, tool_json *j, const char *key,
-                            int depth)
+                            int depth);
+
+/* An object or an array at p (which points at '{' or '['), its members re-emitted into j. */
+static const char *js_container(const char *p, const char *end, tool_json *j, const char *key,
+                                int depth)
 {
-    p = js_ws(p, end);
-    if (p >= end || depth > MAX_JSON_DEPTH)
-        return NULL;
-    if (*p == '{' || *p == '[') {
-        const int obj = *p == '{';
-        if (j)
-            (obj ? tool_json_object_begin : tool_json_array_begin)(j, key);
-        p = js_ws(p + 1, end);
-        if (p < end && *p == (obj ? '}' : ']')) {
-            p++;
-        } else {
-            for (;;) {
-                char k[256];
-                if (obj) {
-                    p = js_string(js_ws(p, end), end, k, sizeof k);
-                    if (!p)
-                        return NULL;
-                    p = js_ws(p, end);
-                    if (p >= end || *p != ':')
-                        return NULL;
-                    p++;
-                }
-                p = js_value(p, end, j, obj ? k : NULL, depth + 1);
+    const int obj = *p == '{';
+    if (j)
+        (obj ? tool_json_object_begin : tool_json_array_begin)(j, key);
+    p = js_ws(p + 1, end);
+    if (p < end && *p == (obj ? '}' : ']')) {
+        p++;
+    } else {
+        for (;;) {
+            char k[256];
+            if (obj) {
+                p = js_string(js_ws(p, end), end, k, sizeof k);
                 if (!p)
                     return NULL;
                 p = js_ws(p, end);
-                if (p < end && *p == ',') {
-                    p++;
-                    continue;
-                }
-                if (p < end && *p == (obj ? '}' : ']')) {
-                    p++;
-                    break;
-                }
-                return NULL;
+                if (p >= end || *p != ':')
+                    return NULL;
+                p++;
             }
-        }
-        if (j)
-            (obj ? tool_json_object_end : tool_json_array_end)(j);
-        return p;
-    }
-    if (*p == '"') {
-        char s[4096];
-        const char *q = js_string(p, end, s, sizeof s);
-        if (q && j)
-            tool_json_str(j, key, s);
-        return q;
-    }
-    static const char *const words[] = {"true", "false", "null"};
-    for (int w = 0; w < 3; w++) {
-        const size_t n = strlen(words[w]);
-        if ((size_t)(end - p) >= n && memcmp(p, words[w], n) == 0) {
-            if (j && w < 2)
-                tool_json_bool(j, key, w == 0);
-            else if (j)
-                tool_json_str(j, key, NULL);
-            return p + n;
+            p = js_value(p, end, j, obj ? k : NULL, depth + 1);
+            if (!p)
+                return NULL;
+            p = js_ws(p, end);
+            if (p < end && *p == ',') {
+                p++;
+                continue;
+            }
+            if (p < end && *p == (obj ? '}' : ']')) {
+                p++;
+                break;
+            }
+            return NULL;
         }
     }
-    /* A number. */
+    if (j)
+        (obj ? tool_json_object_end : tool_json_array_end)(j);
+    return p;
+}
+
+/* A number at p: an integer stays an integer, anything with a fraction or an exponent is a
+ * double. */
+static const char *js_number(const char *p, const char *end, tool_json *j, const char *key)
+{
     char num[64];
     size_t n = 0;
     while (p + n < end && n + 1 < sizeof num && strchr("+-0123456789.eE", p[n]))
@@ -212,6 +198,35 @@ static const char *js_value(const char *p, const char *end, tool_json *j, const 
             tool_json_i64(j, key, v);
     }
     return p + n;
+}
+
+static const char *js_value(const char *p, const char *end, tool_json *j, const char *key,
+                            int depth)
+{
+    p = js_ws(p, end);
+    if (p >= end || depth > MAX_JSON_DEPTH)
+        return NULL;
+    if (*p == '{' || *p == '[')
+        return js_container(p, end, j, key, depth);
+    if (*p == '"') {
+        char s[4096];
+        const char *q = js_string(p, end, s, sizeof s);
+        if (q && j)
+            tool_json_str(j, key, s);
+        return q;
+    }
+    static const char *const words[] = {"true", "false", "null"};
+    for (int w = 0; w < 3; w++) {
+        const size_t n = strlen(words[w]);
+        if ((size_t)(end - p) >= n && memcmp(p, words[w], n) == 0) {
+            if (j && w < 2)
+                tool_json_bool(j, key, w == 0);
+            else if (j)
+                tool_json_str(j, key, NULL);
+            return p + n;
+        }
+    }
+    return js_number(p, end, j, key);
 }
 
 /* Find top-level member @p key of the object in [p, end): its value's span. */
@@ -285,8 +300,7 @@ static int on_verify(void *user, const dlc_verify_progress *p)
     }
     const double dt = dlc__now_s() - v->t0;
     char eta[32];
-    const double rate = dt > 0 ? (double)p->done / dt : 0;
-    tool_human_seconds(rate > 0 ? (double)(p->total - p->done) / rate : -1, eta, sizeof eta);
+    tool_human_eta(p->done, p->total, dt > 0 ? (double)p->done / dt : 0, eta, sizeof eta);
     tool_progress_line(&v->pg, 0, "verify: %llu/%llu records  %.0f MB/s  ETA %s  %llu bad",
                        (unsigned long long)p->done, (unsigned long long)p->total,
                        dt > 0 ? (double)p->bytes_done / dt / 1e6 : 0.0, eta,
@@ -333,13 +347,13 @@ static int dump_record(const dlc_store *s, uint64_t index, const char *path)
         }
     }
     if (img.channels != 1 && img.channels != 3) {
-        fprintf(stderr, "%s: error: record %llu has %u channels; PPM holds 1 or 3\n", TOOL,
-                (unsigned long long)index, img.channels);
+        tool_error(TOOL, "record %llu has %u channels; PPM holds 1 or 3", (unsigned long long)index,
+                   img.channels);
         goto done;
     }
     f = fopen(path, "wb");
     if (!f) {
-        fprintf(stderr, "%s: error: %s: %s\n", TOOL, path, strerror(errno));
+        tool_error(TOOL, "%s: %s", path, strerror(errno));
         goto done;
     }
     fprintf(f, "P%c\n%u %u\n255\n", img.channels == 3 ? '6' : '5', img.width, img.height);
@@ -348,7 +362,7 @@ static int dump_record(const dlc_store *s, uint64_t index, const char *path)
         fwrite(img.data + (size_t)y * img.stride, 1, row, f);
     if (fclose(f) != 0 || ferror(stdout)) {
         f = NULL;
-        fprintf(stderr, "%s: error: %s: cannot write: %s\n", TOOL, path, strerror(errno));
+        tool_error(TOOL, "%s: cannot write: %s", path, strerror(errno));
         goto done;
     }
     f = NULL;
@@ -365,7 +379,17 @@ done:
 
 /* ---- Main ---- */
 
-int main(int argc, char **argv)
+/* What the command line asks for. */
+typedef struct info_args {
+    const char *path;
+    int json, verify, dump;
+    uint64_t dump_index;
+    const char *dump_path; /* -o */
+} info_args;
+
+/* Parse the command line into @p a. Returns -1 to go on, or the exit status (0 after
+ * --help). */
+static int parse_args(int argc, char **argv, info_args *a)
 {
     enum { O_JSON = 256, O_VERIFY, O_DUMP };
     static const struct option longopts[] = {
@@ -373,200 +397,246 @@ int main(int argc, char **argv)
         {"dump", required_argument, NULL, O_DUMP}, {"output", required_argument, NULL, 'o'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
-    int json = 0, verify = 0, dump = 0;
-    uint64_t dump_index = 0;
-    const char *dump_path = NULL;
     int c;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "o:h", longopts, NULL)) != -1) {
         switch (c) {
         case O_JSON:
-            json = 1;
+            a->json = 1;
             break;
         case O_VERIFY:
-            verify = 1;
+            a->verify = 1;
             break;
         case O_DUMP:
-            if (tool_parse_u64(optarg, UINT64_MAX, &dump_index) != 0) {
-                fprintf(stderr, "%s: error: --dump wants a record number, not '%s'\n", TOOL,
-                        optarg);
-                return 2;
-            }
-            dump = 1;
+            if (tool_parse_u64(optarg, UINT64_MAX, &a->dump_index) != 0)
+                return tool_usage_error(TOOL, NULL, "--dump wants a record number, not '%s'",
+                                        optarg);
+            a->dump = 1;
             break;
         case 'o':
-            dump_path = optarg;
+            a->dump_path = optarg;
             break;
         case 'h':
             usage(stdout);
             return 0;
         default:
-            fprintf(stderr, "%s: error: unknown option or missing value: %s\n", TOOL,
-                    argv[optind - 1]);
-            usage(stderr);
-            return 2;
+            return tool_usage_error(TOOL, usage, "unknown option or missing value: %s",
+                                    argv[optind - 1]);
         }
     }
-    if (optind + 1 != argc || (dump && !dump_path) || (dump_path && !dump)) {
-        fprintf(stderr, "%s: error: %s\n", TOOL,
-                optind + 1 != argc ? "exactly one STORE is needed"
-                                   : "--dump I and -o FILE go together");
-        usage(stderr);
+    if (optind + 1 != argc || (a->dump && !a->dump_path) || (a->dump_path && !a->dump))
+        return tool_usage_error(TOOL, usage, "%s",
+                                optind + 1 != argc ? "exactly one STORE is needed"
+                                                   : "--dump I and -o FILE go together");
+    a->path = argv[optind];
+    return -1;
+}
+
+/* --dump: check the record number, then write the record. Returns the exit status. */
+static int run_dump(const dlc_store *s, const info_args *a)
+{
+    const dlc_store_info *info = dlc_store_get_info(s);
+    if (a->dump_index >= info->count) {
+        tool_error(TOOL, "%s has records 0..%llu, not %llu", a->path,
+                   (unsigned long long)info->count - 1, (unsigned long long)a->dump_index);
         return 2;
     }
-    const char *path = argv[optind];
+    return dump_record(s, a->dump_index, a->dump_path);
+}
+
+/* Everything the report shows, gathered once for the JSON and the text printers. */
+typedef struct info_report {
+    const char *path;
+    const dlc_store *s;
+    const dlc_store_info *info;
+    char *build;       /* the "build" metadata, NUL-terminated; NULL when there is none */
+    size_t build_size; /* its bytes */
+    int build_ok;      /* it is valid JSON, to be shown as an object */
+    int verify;        /* --verify ran */
+    dlc_status vrc;    /* what it found */
+    verify_state v;
+    int have_resident;
+    uint64_t resident;      /* bytes of the store in the page cache */
+    const uint64_t *counts; /* records per label, or NULL */
+} info_report;
+
+/* Copy the "build" metadata and check that it is one JSON value with no NUL inside. */
+static void read_build_meta(info_report *r)
+{
+    const void *data;
+    if (dlc_store_meta(r->s, "build", &data, &r->build_size) != DLC_OK ||
+        !(r->build = malloc(r->build_size + 1)))
+        return;
+    const size_t n = r->build_size;
+    memcpy(r->build, data, n);
+    r->build[n] = '\0';
+    const char *e = js_value(r->build, r->build + n, NULL, NULL, 0);
+    r->build_ok = e && js_ws(e, r->build + n) == r->build + n && memchr(r->build, 0, n) == NULL;
+}
+
+/* --verify: re-hash every record, naming the bad ones as they come. Returns the exit status
+ * it asks for: 0, 1 (bad records) or 2 (the verification itself failed). */
+static int run_verify(info_report *r, int json)
+{
+    uint64_t nbad = 0;
+    tool_progress_init(&r->v.pg, 10);
+    r->v.t0 = dlc__now_s();
+    r->vrc = dlc_store_verify(r->s, on_verify, &r->v, &nbad);
+    tool_progress_end(&r->v.pg);
+    if (r->vrc < 0)
+        tool_report(TOOL, r->vrc, "verify failed");
+    else if (!json)
+        fprintf(stderr, "%s: verify: %llu records, all checksums and counts match\n", TOOL,
+                (unsigned long long)r->info->count);
+    if (r->vrc == DLC_OK)
+        return 0;
+    return r->vrc == DLC_ECORRUPT || nbad ? 1 : 2;
+}
+
+static void print_json(const info_report *r)
+{
+    const dlc_store_info *info = r->info;
+    tool_json j;
+    tool_json_init(&j, stdout);
+    tool_json_object_begin(&j, NULL);
+    tool_json_str(&j, "store", r->path);
+    tool_json_u64(&j, "format_version", info->format_version);
+    tool_json_u64(&j, "count", info->count);
+    tool_json_str(&j, "encoding", info->encoding == DLC_ENCODING_JPEG ? "jpeg" : "raw");
+    tool_json_u64(&j, "height", info->height);
+    tool_json_u64(&j, "width", info->width);
+    tool_json_u64(&j, "channels", info->channels);
+    tool_json_u64(&j, "num_labels", info->num_labels);
+    tool_json_array_begin(&j, "labels");
+    for (uint32_t l = 0; l < info->num_labels; l++)
+        tool_json_str(&j, NULL, dlc_store_label_name(r->s, l));
+    tool_json_array_end(&j);
+    tool_json_array_begin(&j, "label_counts");
+    for (uint32_t l = 0; l < info->num_labels; l++)
+        tool_json_u64(&j, NULL, r->counts ? r->counts[l] : 0);
+    tool_json_array_end(&j);
+    tool_json_u64(&j, "skipped", info->skipped);
+    tool_json_u64(&j, "bytes", info->file_bytes);
+    tool_json_u64(&j, "payload_bytes", info->payload_bytes);
+    tool_json_f64(&j, "bytes_per_image",
+                  info->count ? (double)info->file_bytes / (double)info->count : 0.0);
+    tool_json_hex64(&j, "content_digest", info->content_digest);
+    if (r->have_resident)
+        tool_json_u64(&j, "resident_bytes", r->resident);
+    else
+        tool_json_str(&j, "resident_bytes", NULL);
+    if (r->build_ok)
+        js_value(r->build, r->build + r->build_size, &j, "build", 0);
+    else
+        tool_json_str(&j, "build", r->build);
+    if (r->verify) {
+        tool_json_bool(&j, "ok", r->vrc == DLC_OK);
+        tool_json_array_begin(&j, "bad");
+        for (size_t i = 0; i < r->v.nbad; i++)
+            tool_json_u64(&j, NULL, r->v.bad[i]);
+        tool_json_array_end(&j);
+        if (r->vrc != DLC_OK)
+            tool_json_str(&j, "error", dlc_errmsg());
+    }
+    tool_json_object_end(&j);
+    tool_json_finish(&j);
+}
+
+/* The labels with their record counts, the first MAX_LABEL_LINES of them. */
+static void print_text_labels(const info_report *r)
+{
+    const uint32_t n = r->info->num_labels;
+    printf("labels       %u\n", n);
+    for (uint32_t l = 0; l < n && l < MAX_LABEL_LINES; l++) {
+        const char *name = dlc_store_label_name(r->s, l);
+        printf("  %6u  %-24s %llu\n", l, name ? name : "?",
+               (unsigned long long)(r->counts ? r->counts[l] : 0));
+    }
+    if (n > MAX_LABEL_LINES)
+        printf("  ... %u more (--json lists all)\n", n - MAX_LABEL_LINES);
+}
+
+/* How the store was built, from its "build" metadata. */
+static void print_text_build(const info_report *r)
+{
+    const char *build = r->build, *end = r->build + r->build_size;
+    if (!r->build_ok) {
+        printf("built        %s\n", build ? "(unreadable build metadata)" : "(no build metadata)");
+        return;
+    }
+    char date[64], ver[64], cmd[4096];
+    const char *vs, *ve;
+    printf("built        %s by dlcache %s\n",
+           js_get_str(build, "date", date, sizeof date) ? date : "?",
+           js_get_str(build, "version", ver, sizeof ver) ? ver : "?");
+    if (js_get_str(build, "command", cmd, sizeof cmd))
+        printf("command      %s\n", cmd);
+    if (js_find(build, end, "options", &vs, &ve) == 0)
+        printf("options      %.*s\n", (int)(ve - vs), vs);
+    if (js_find(build, end, "sources", &vs, &ve) == 0)
+        printf("sources      %.*s\n", (int)(ve - vs), vs);
+}
+
+static void print_text(const info_report *r)
+{
+    const dlc_store_info *info = r->info;
+    char b1[32], b2[32], b3[32];
+    printf("store        %s\n", r->path);
+    printf("records      %llu (%llu source files skipped when built)\n",
+           (unsigned long long)info->count, (unsigned long long)info->skipped);
+    if (info->height && info->width)
+        printf("shape        %u x %u x %u (height x width x channels)\n", info->height, info->width,
+               info->channels);
+    else
+        printf("shape        varies (built without a crop), %u channels\n", info->channels);
+    printf("encoding     %s\n", info->encoding == DLC_ENCODING_JPEG ? "jpeg (decoded by the loader)"
+                                                                    : "raw (uint8 RGB, HWC)");
+    print_text_labels(r);
+    printf("size         %s on disk, %s per image (payload %s)\n",
+           tool_human_bytes(info->file_bytes, b1, sizeof b1),
+           tool_human_bytes(info->count ? info->file_bytes / info->count : 0, b2, sizeof b2),
+           tool_human_bytes(info->payload_bytes, b3, sizeof b3));
+    printf("digest       %016llx\n", (unsigned long long)info->content_digest);
+    print_text_build(r);
+    if (r->have_resident)
+        printf("page cache   %s of %s resident (%.0f%%)\n",
+               tool_human_bytes(r->resident, b1, sizeof b1),
+               tool_human_bytes(info->file_bytes, b2, sizeof b2),
+               info->file_bytes ? 100.0 * (double)r->resident / (double)info->file_bytes : 0.0);
+    if (r->verify)
+        printf("verify       %s\n", r->vrc == DLC_OK ? "ok" : "FAILED");
+}
+
+int main(int argc, char **argv)
+{
+    info_args a = {.path = NULL};
+    int status = parse_args(argc, argv, &a);
+    if (status >= 0)
+        return status;
     dlc_store *s = NULL;
-    dlc_status rc = dlc_store_open(path, verify ? DLC_STORE_SEQUENTIAL : DLC_STORE_RANDOM, &s);
+    const dlc_status rc =
+        dlc_store_open(a.path, a.verify ? DLC_STORE_SEQUENTIAL : DLC_STORE_RANDOM, &s);
     if (rc < 0) {
         tool_report(TOOL, rc, "cannot open the store");
         return 2;
     }
-    const dlc_store_info *info = dlc_store_get_info(s);
-
-    if (dump) {
-        if (dump_index >= info->count) {
-            fprintf(stderr, "%s: error: %s has records 0..%llu, not %llu\n", TOOL, path,
-                    (unsigned long long)info->count - 1, (unsigned long long)dump_index);
-            dlc_store_close(s);
-            return 2;
-        }
-        const int st = dump_record(s, dump_index, dump_path);
+    if (a.dump) {
+        status = run_dump(s, &a);
         dlc_store_close(s);
-        return st;
+        return status;
     }
 
-    /* The "build" text, NUL-terminated, and whether it is valid JSON. */
-    char *build = NULL;
-    int build_ok = 0;
-    const void *bdata;
-    size_t bsize;
-    if (dlc_store_meta(s, "build", &bdata, &bsize) == DLC_OK && (build = malloc(bsize + 1))) {
-        memcpy(build, bdata, bsize);
-        build[bsize] = '\0';
-        const char *e = js_value(build, build + bsize, NULL, NULL, 0);
-        build_ok = e && js_ws(e, build + bsize) == build + bsize && memchr(build, 0, bsize) == NULL;
-    }
-
-    verify_state v = {0};
-    uint64_t nbad = 0;
-    dlc_status vrc = DLC_OK;
-    if (verify) {
-        tool_progress_init(&v.pg, 10);
-        v.t0 = dlc__now_s();
-        vrc = dlc_store_verify(s, on_verify, &v, &nbad);
-        tool_progress_end(&v.pg);
-        if (vrc < 0)
-            tool_report(TOOL, vrc, "verify failed");
-        else if (!json)
-            fprintf(stderr, "%s: verify: %llu records, all checksums and counts match\n", TOOL,
-                    (unsigned long long)info->count);
-    }
-
-    uint64_t resident = 0;
-    const int have_resident = dlc_store_resident(s, &resident) == DLC_OK;
-    const uint64_t *counts = dlc_store_label_counts(s);
-    const char *enc = info->encoding == DLC_ENCODING_JPEG ? "jpeg" : "raw";
-
-    if (json) {
-        tool_json j;
-        tool_json_init(&j, stdout);
-        tool_json_object_begin(&j, NULL);
-        tool_json_str(&j, "store", path);
-        tool_json_u64(&j, "format_version", info->format_version);
-        tool_json_u64(&j, "count", info->count);
-        tool_json_str(&j, "encoding", enc);
-        tool_json_u64(&j, "height", info->height);
-        tool_json_u64(&j, "width", info->width);
-        tool_json_u64(&j, "channels", info->channels);
-        tool_json_u64(&j, "num_labels", info->num_labels);
-        tool_json_array_begin(&j, "labels");
-        for (uint32_t l = 0; l < info->num_labels; l++)
-            tool_json_str(&j, NULL, dlc_store_label_name(s, l));
-        tool_json_array_end(&j);
-        tool_json_array_begin(&j, "label_counts");
-        for (uint32_t l = 0; l < info->num_labels; l++)
-            tool_json_u64(&j, NULL, counts ? counts[l] : 0);
-        tool_json_array_end(&j);
-        tool_json_u64(&j, "skipped", info->skipped);
-        tool_json_u64(&j, "bytes", info->file_bytes);
-        tool_json_u64(&j, "payload_bytes", info->payload_bytes);
-        tool_json_f64(&j, "bytes_per_image",
-                      info->count ? (double)info->file_bytes / (double)info->count : 0.0);
-        tool_json_hex64(&j, "content_digest", info->content_digest);
-        if (have_resident)
-            tool_json_u64(&j, "resident_bytes", resident);
-        else
-            tool_json_str(&j, "resident_bytes", NULL);
-        if (build_ok)
-            js_value(build, build + bsize, &j, "build", 0);
-        else
-            tool_json_str(&j, "build", build);
-        if (verify) {
-            tool_json_bool(&j, "ok", vrc == DLC_OK);
-            tool_json_array_begin(&j, "bad");
-            for (size_t i = 0; i < v.nbad; i++)
-                tool_json_u64(&j, NULL, v.bad[i]);
-            tool_json_array_end(&j);
-            if (vrc != DLC_OK)
-                tool_json_str(&j, "error", dlc_errmsg());
-        }
-        tool_json_object_end(&j);
-        tool_json_finish(&j);
-    } else {
-        char b1[32], b2[32], b3[32];
-        printf("store        %s\n", path);
-        printf("records      %llu (%llu source files skipped when built)\n",
-               (unsigned long long)info->count, (unsigned long long)info->skipped);
-        if (info->height && info->width)
-            printf("shape        %u x %u x %u (height x width x channels)\n", info->height,
-                   info->width, info->channels);
-        else
-            printf("shape        varies (built without a crop), %u channels\n", info->channels);
-        printf("encoding     %s\n", info->encoding == DLC_ENCODING_JPEG
-                                        ? "jpeg (decoded by the loader)"
-                                        : "raw (uint8 RGB, HWC)");
-        printf("labels       %u\n", info->num_labels);
-        for (uint32_t l = 0; l < info->num_labels && l < MAX_LABEL_LINES; l++) {
-            const char *name = dlc_store_label_name(s, l);
-            printf("  %6u  %-24s %llu\n", l, name ? name : "?",
-                   (unsigned long long)(counts ? counts[l] : 0));
-        }
-        if (info->num_labels > MAX_LABEL_LINES)
-            printf("  ... %u more (--json lists all)\n", info->num_labels - MAX_LABEL_LINES);
-        printf("size         %s on disk, %s per image (payload %s)\n",
-               tool_human_bytes(info->file_bytes, b1, sizeof b1),
-               tool_human_bytes(info->count ? info->file_bytes / info->count : 0, b2, sizeof b2),
-               tool_human_bytes(info->payload_bytes, b3, sizeof b3));
-        printf("digest       %016llx\n", (unsigned long long)info->content_digest);
-        if (build_ok) {
-            char date[64], ver[64], cmd[4096];
-            const char *vs, *ve;
-            printf("built        %s by dlcache %s\n",
-                   js_get_str(build, "date", date, sizeof date) ? date : "?",
-                   js_get_str(build, "version", ver, sizeof ver) ? ver : "?");
-            if (js_get_str(build, "command", cmd, sizeof cmd))
-                printf("command      %s\n", cmd);
-            if (js_find(build, build + bsize, "options", &vs, &ve) == 0)
-                printf("options      %.*s\n", (int)(ve - vs), vs);
-            if (js_find(build, build + bsize, "sources", &vs, &ve) == 0)
-                printf("sources      %.*s\n", (int)(ve - vs), vs);
-        } else if (build) {
-            printf("built        (unreadable build metadata)\n");
-        } else {
-            printf("built        (no build metadata)\n");
-        }
-        if (have_resident)
-            printf("page cache   %s of %s resident (%.0f%%)\n",
-                   tool_human_bytes(resident, b1, sizeof b1),
-                   tool_human_bytes(info->file_bytes, b2, sizeof b2),
-                   info->file_bytes ? 100.0 * (double)resident / (double)info->file_bytes : 0.0);
-        if (verify)
-            printf("verify       %s\n", vrc == DLC_OK ? "ok" : "FAILED");
-    }
-    free(v.bad);
-    free(build);
+    info_report r = {.path = a.path, .s = s, .info = dlc_store_get_info(s), .verify = a.verify};
+    read_build_meta(&r);
+    status = a.verify ? run_verify(&r, a.json) : 0;
+    r.have_resident = dlc_store_resident(s, &r.resident) == DLC_OK;
+    r.counts = dlc_store_label_counts(s);
+    if (a.json)
+        print_json(&r);
+    else
+        print_text(&r);
+    free(r.v.bad);
+    free(r.build);
     dlc_store_close(s);
-    if (verify && vrc != DLC_OK)
-        return vrc == DLC_ECORRUPT || nbad ? 1 : 2;
-    return 0;
+    return status;
 }

@@ -102,7 +102,7 @@ static int list_photos(const char *dir, photo *out, uint32_t want, uint32_t *fou
 {
     DIR *d = opendir(dir);
     if (!d) {
-        fprintf(stderr, TOOL ": error: cannot open %s: %s\n", dir, strerror(errno));
+        tool_error(TOOL, "cannot open %s: %s", dir, strerror(errno));
         return -1;
     }
     char **names = NULL;
@@ -193,7 +193,7 @@ static int load_photos(photo *photos, uint32_t n)
         size_t size = 0;
         const int err = read_file(p->path, &data, &size);
         if (err < 0) {
-            fprintf(stderr, TOOL ": error: cannot read %s: %s\n", p->path, strerror(-err));
+            tool_error(TOOL, "cannot read %s: %s", p->path, strerror(-err));
             dlc_codec_destroy(c);
             return -1;
         }
@@ -216,8 +216,8 @@ static int load_photos(photo *photos, uint32_t n)
             return -1;
         }
         if (p->img.width < MIN_SIDE || p->img.height < MIN_SIDE) {
-            fprintf(stderr, TOOL ": error: %s is %ux%u, below %ux%u\n", p->path, p->img.width,
-                    p->img.height, MIN_SIDE, MIN_SIDE);
+            tool_error(TOOL, "%s is %ux%u, below %ux%u", p->path, p->img.width, p->img.height,
+                       MIN_SIDE, MIN_SIDE);
             dlc_codec_destroy(c);
             return -1;
         }
@@ -225,7 +225,7 @@ static int load_photos(photo *photos, uint32_t n)
         const size_t bytes = p->img.stride * p->img.height;
         p->pix = malloc(bytes);
         if (!p->pix) {
-            fprintf(stderr, TOOL ": error: out of memory for %s\n", p->path);
+            tool_error(TOOL, "out of memory for %s", p->path);
             dlc_codec_destroy(c);
             return -1;
         }
@@ -293,89 +293,111 @@ static int write_file(const char *path, const uint8_t *data, size_t size)
     return 0;
 }
 
-static void *worker(void *arg)
+/* Scratch bytes dlc_resize() needs for the largest output from any class's photo. */
+static size_t scratch_bound(const job *j)
 {
-    job *j = arg;
-    dlc_codec *codec = NULL;
-    uint8_t *out = malloc((size_t)MAX_SIDE * MAX_SIDE * 3);
-    size_t scratch_size = 0;
+    size_t size = 0;
     for (uint32_t k = 0; k < j->classes; k++) {
         const size_t b = dlc_resize_scratch_bound(j->photos[k].img.width, j->photos[k].img.height,
                                                   MAX_SIDE, MAX_SIDE, 3);
-        if (b > scratch_size)
-            scratch_size = b;
+        if (b > size)
+            size = b;
     }
-    void *scratch = aligned_alloc(64, (scratch_size + 63) & ~(size_t)63);
-    if (!out || !scratch) {
+    return size;
+}
+
+/* A worker's buffers: the resized image and the resampler's scratch. */
+typedef struct canvas {
+    dlc_codec *codec;
+    uint8_t *out; /* MAX_SIDE x MAX_SIDE x 3 */
+    void *scratch;
+    size_t scratch_size;
+} canvas;
+
+/* Make and write image @p i: a random crop of its class's photo, resized and encoded. On a
+ * failure, j->rc and j->err say what went wrong. */
+static dlc_status make_image(job *j, canvas *cv, uint64_t i)
+{
+    /* One random stream per image, from the seed and the index only. */
+    uint64_t s = j->seed ^ (0xd1b54a32d192ed03ull * (i + 1));
+    mix64(&s);
+    const uint32_t cls = (uint32_t)(i % j->classes);
+    const photo *p = &j->photos[cls];
+    uint32_t cx, cy, cw, ch;
+    pick_crop(&s, p->img.width, p->img.height, &cx, &cy, &cw, &ch);
+    /* Shorter side 300..450, the longer one by the crop's aspect (at
+     * most 4/3 of it, so at most 600). */
+    const uint32_t short_side = uniform_int(&s, MIN_SIDE, MAX_SIDE * 3 / 4);
+    uint32_t ow, oh;
+    if (cw >= ch) {
+        oh = short_side;
+        ow = (uint32_t)lround((double)short_side * cw / ch);
+    } else {
+        ow = short_side;
+        oh = (uint32_t)lround((double)short_side * ch / cw);
+    }
+    ow = ow > MAX_SIDE ? MAX_SIDE : ow;
+    oh = oh > MAX_SIDE ? MAX_SIDE : oh;
+    const int quality = (int)uniform_int(&s, 85, 95);
+
+    const dlc_image dst = {cv->out, ow, oh, 3, (size_t)ow * 3};
+    j->rc = dlc_resize(&p->img, cx, cy, cw, ch, &dst, cv->scratch, cv->scratch_size);
+    if (j->rc < 0) {
+        snprintf(j->err, sizeof j->err, "image %llu: resize: %s", (unsigned long long)i,
+                 dlc_errmsg());
+        return j->rc;
+    }
+    const uint8_t *jpeg;
+    size_t jpeg_size;
+    j->rc = dlc_jpeg_encode(cv->codec, &dst, quality, &jpeg, &jpeg_size);
+    if (j->rc < 0) {
+        snprintf(j->err, sizeof j->err, "image %llu: encode: %s", (unsigned long long)i,
+                 dlc_errmsg());
+        return j->rc;
+    }
+    char path[8192];
+    snprintf(path, sizeof path, "%s/train/%s/%05llu.jpg", j->outdir, p->name,
+             (unsigned long long)(i / j->classes));
+    const int err = write_file(path, jpeg, jpeg_size);
+    if (err < 0) {
+        j->rc = err;
+        snprintf(j->err, sizeof j->err, "cannot write %.1000s: %s", path, strerror(-err));
+        return j->rc;
+    }
+    j->bytes += jpeg_size;
+    return DLC_OK;
+}
+
+/* Images thread, thread + threads, ... of the job. */
+static void *worker(void *arg)
+{
+    job *j = arg;
+    canvas cv = {.out = malloc((size_t)MAX_SIDE * MAX_SIDE * 3), .scratch_size = scratch_bound(j)};
+    cv.scratch = aligned_alloc(64, (cv.scratch_size + 63) & ~(size_t)63);
+    if (!cv.out || !cv.scratch) {
         j->rc = -ENOMEM;
         snprintf(j->err, sizeof j->err, "out of memory");
         goto done;
     }
-    j->rc = dlc_codec_create(&codec);
+    j->rc = dlc_codec_create(&cv.codec);
     if (j->rc < 0) {
         snprintf(j->err, sizeof j->err, "dlc_codec_create: %s", dlc_errmsg());
         goto done;
     }
-    for (uint64_t i = j->thread; i < j->count; i += j->threads) {
-        /* One random stream per image, from the seed and the index only. */
-        uint64_t s = j->seed ^ (0xd1b54a32d192ed03ull * (i + 1));
-        mix64(&s);
-        const uint32_t cls = (uint32_t)(i % j->classes);
-        const photo *p = &j->photos[cls];
-        uint32_t cx, cy, cw, ch;
-        pick_crop(&s, p->img.width, p->img.height, &cx, &cy, &cw, &ch);
-        /* Shorter side 300..450, the longer one by the crop's aspect (at
-         * most 4/3 of it, so at most 600). */
-        const uint32_t short_side = uniform_int(&s, MIN_SIDE, MAX_SIDE * 3 / 4);
-        uint32_t ow, oh;
-        if (cw >= ch) {
-            oh = short_side;
-            ow = (uint32_t)lround((double)short_side * cw / ch);
-        } else {
-            ow = short_side;
-            oh = (uint32_t)lround((double)short_side * ch / cw);
-        }
-        ow = ow > MAX_SIDE ? MAX_SIDE : ow;
-        oh = oh > MAX_SIDE ? MAX_SIDE : oh;
-        const int quality = (int)uniform_int(&s, 85, 95);
-
-        const dlc_image dst = {out, ow, oh, 3, (size_t)ow * 3};
-        j->rc = dlc_resize(&p->img, cx, cy, cw, ch, &dst, scratch, scratch_size);
-        if (j->rc < 0) {
-            snprintf(j->err, sizeof j->err, "image %llu: resize: %s", (unsigned long long)i,
-                     dlc_errmsg());
-            goto done;
-        }
-        const uint8_t *jpeg;
-        size_t jpeg_size;
-        j->rc = dlc_jpeg_encode(codec, &dst, quality, &jpeg, &jpeg_size);
-        if (j->rc < 0) {
-            snprintf(j->err, sizeof j->err, "image %llu: encode: %s", (unsigned long long)i,
-                     dlc_errmsg());
-            goto done;
-        }
-        char path[8192];
-        snprintf(path, sizeof path, "%s/train/%s/%05llu.jpg", j->outdir, p->name,
-                 (unsigned long long)(i / j->classes));
-        const int err = write_file(path, jpeg, jpeg_size);
-        if (err < 0) {
-            j->rc = err;
-            snprintf(j->err, sizeof j->err, "cannot write %.1000s: %s", path, strerror(-err));
-            goto done;
-        }
-        j->bytes += jpeg_size;
-    }
+    for (uint64_t i = j->thread; i < j->count; i += j->threads)
+        if (make_image(j, &cv, i) < 0)
+            break;
 done:
-    dlc_codec_destroy(codec);
-    free(scratch);
-    free(out);
+    dlc_codec_destroy(cv.codec);
+    free(cv.scratch);
+    free(cv.out);
     return NULL;
 }
 
 static int make_dir(const char *path)
 {
     if (mkdir(path, 0755) != 0 && errno != EEXIST) {
-        fprintf(stderr, TOOL ": error: cannot create %s: %s\n", path, strerror(errno));
+        tool_error(TOOL, "cannot create %s: %s", path, strerror(errno));
         return -1;
     }
     return 0;
@@ -388,93 +410,86 @@ static void usage(FILE *f)
                "Makes OUTDIR/train/<class>/<n>.jpg from real photographs, one class per photo.\n");
 }
 
-int main(int argc, char **argv)
+/* What the command line asks for. */
+typedef struct demo_args {
+    const char *outdir, *photos_dir;
+    uint64_t count, classes, seed, threads;
+} demo_args;
+
+/* Parse the command line into @p a. Returns -1 to go on, or the exit status (0 after
+ * --help). */
+static int parse_args(int argc, char **argv, demo_args *a)
 {
-    const char *outdir = NULL, *photos_dir = DEFAULT_PHOTOS;
-    uint64_t count = 3000, classes = 10, seed = 0, threads = 2;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
+        const char *arg = argv[i];
         uint64_t *num = NULL, max = 0;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
             usage(stdout);
             return 0;
-        } else if (strcmp(a, "--count") == 0) {
-            num = &count;
+        } else if (strcmp(arg, "--count") == 0) {
+            num = &a->count;
             max = 100000000;
-        } else if (strcmp(a, "--classes") == 0) {
-            num = &classes;
+        } else if (strcmp(arg, "--classes") == 0) {
+            num = &a->classes;
             max = MAX_CLASSES;
-        } else if (strcmp(a, "--seed") == 0) {
-            num = &seed;
+        } else if (strcmp(arg, "--seed") == 0) {
+            num = &a->seed;
             max = UINT64_MAX;
-        } else if (strcmp(a, "--threads") == 0) {
-            num = &threads;
+        } else if (strcmp(arg, "--threads") == 0) {
+            num = &a->threads;
             max = MAX_THREADS;
-        } else if (strcmp(a, "--photos") == 0) {
+        } else if (strcmp(arg, "--photos") == 0) {
             if (++i >= argc) {
                 usage(stderr);
                 return 2;
             }
-            photos_dir = argv[i];
+            a->photos_dir = argv[i];
             continue;
-        } else if (a[0] == '-' || outdir) {
-            fprintf(stderr, TOOL ": error: unexpected argument '%s'\n", a);
-            usage(stderr);
-            return 2;
+        } else if (arg[0] == '-' || a->outdir) {
+            return tool_usage_error(TOOL, usage, "unexpected argument '%s'", arg);
         } else {
-            outdir = a;
+            a->outdir = arg;
             continue;
         }
-        if (++i >= argc || tool_parse_u64(argv[i], max, num) != 0) {
-            fprintf(stderr, TOOL ": error: %s needs a number up to %llu\n", a,
-                    (unsigned long long)max);
-            return 2;
-        }
+        if (++i >= argc || tool_parse_u64(argv[i], max, num) != 0)
+            return tool_usage_error(TOOL, NULL, "%s needs a number up to %llu", arg,
+                                    (unsigned long long)max);
     }
-    if (!outdir || classes == 0 || threads == 0) {
+    if (!a->outdir || a->classes == 0 || a->threads == 0) {
         usage(stderr);
         return 2;
     }
+    return -1;
+}
 
-    const double t0 = dlc__now_s();
-    int status = 1;
-    photo *photos = calloc(classes, sizeof *photos);
-    job *jobs = calloc(threads, sizeof *jobs);
-    pthread_t *tids = calloc(threads, sizeof *tids);
-    uint32_t found = 0;
-    if (!photos || !jobs || !tids) {
-        fprintf(stderr, TOOL ": error: out of memory\n");
-        goto out;
-    }
-    if (list_photos(photos_dir, photos, (uint32_t)classes, &found) != 0)
-        goto out;
-    if (found < classes) {
-        fprintf(stderr, TOOL ": error: %s has %u JPEG photos, %llu classes need one each\n",
-                photos_dir, found, (unsigned long long)classes);
-        goto out;
-    }
-    if (load_photos(photos, (uint32_t)classes) != 0)
-        goto out;
-
+/* OUTDIR, OUTDIR/train and a folder per class. */
+static int make_dirs(const demo_args *a, const photo *photos)
+{
     char path[8192];
-    snprintf(path, sizeof path, "%s/train", outdir);
-    if (make_dir(outdir) != 0 || make_dir(path) != 0)
-        goto out;
-    for (uint32_t k = 0; k < classes; k++) {
-        snprintf(path, sizeof path, "%s/train/%s", outdir, photos[k].name);
+    snprintf(path, sizeof path, "%s/train", a->outdir);
+    if (make_dir(a->outdir) != 0 || make_dir(path) != 0)
+        return -1;
+    for (uint32_t k = 0; k < a->classes; k++) {
+        snprintf(path, sizeof path, "%s/train/%s", a->outdir, photos[k].name);
         if (make_dir(path) != 0)
-            goto out;
+            return -1;
     }
+    return 0;
+}
 
+/* Make the images on a->threads threads. Returns the exit status; *bytes is what they wrote. */
+static int make_images(const demo_args *a, photo *photos, job *jobs, pthread_t *tids,
+                       uint64_t *bytes)
+{
     uint32_t started = 0;
-    for (uint32_t t = 0; t < threads; t++) {
-        jobs[t] = (job){.outdir = outdir,
+    for (uint32_t t = 0; t < a->threads; t++) {
+        jobs[t] = (job){.outdir = a->outdir,
                         .photos = photos,
-                        .classes = (uint32_t)classes,
-                        .count = count,
-                        .seed = seed,
+                        .classes = (uint32_t)a->classes,
+                        .count = a->count,
+                        .seed = a->seed,
                         .thread = t,
-                        .threads = (uint32_t)threads};
+                        .threads = (uint32_t)a->threads};
         if (pthread_create(&tids[t], NULL, worker, &jobs[t]) != 0) {
             jobs[t].rc = -EAGAIN;
             snprintf(jobs[t].err, sizeof jobs[t].err, "cannot start a thread");
@@ -484,24 +499,56 @@ int main(int argc, char **argv)
     }
     for (uint32_t t = 0; t < started; t++)
         pthread_join(tids[t], NULL);
-    uint64_t bytes = 0;
-    status = 0;
-    for (uint32_t t = 0; t < threads; t++) {
+    int status = 0;
+    *bytes = 0;
+    for (uint32_t t = 0; t < a->threads; t++) {
         if (jobs[t].rc < 0) {
-            fprintf(stderr, TOOL ": error: %s\n", jobs[t].err);
+            tool_error(TOOL, "%s", jobs[t].err);
             status = 1;
         }
-        bytes += jobs[t].bytes;
+        *bytes += jobs[t].bytes;
     }
+    return status;
+}
+
+int main(int argc, char **argv)
+{
+    demo_args a = {.photos_dir = DEFAULT_PHOTOS, .count = 3000, .classes = 10, .threads = 2};
+    int status = parse_args(argc, argv, &a);
+    if (status >= 0)
+        return status;
+
+    const double t0 = dlc__now_s();
+    status = 1;
+    photo *photos = calloc(a.classes, sizeof *photos);
+    job *jobs = calloc(a.threads, sizeof *jobs);
+    pthread_t *tids = calloc(a.threads, sizeof *tids);
+    uint32_t found = 0;
+    uint64_t bytes = 0;
+    if (!photos || !jobs || !tids) {
+        tool_error(TOOL, "out of memory");
+        goto out;
+    }
+    if (list_photos(a.photos_dir, photos, (uint32_t)a.classes, &found) != 0)
+        goto out;
+    if (found < a.classes) {
+        tool_error(TOOL, "%s has %u JPEG photos, %llu classes need one each", a.photos_dir, found,
+                   (unsigned long long)a.classes);
+        goto out;
+    }
+    if (load_photos(photos, (uint32_t)a.classes) != 0 || make_dirs(&a, photos) != 0)
+        goto out;
+    status = make_images(&a, photos, jobs, tids, &bytes);
     if (status == 0) {
         char hb[32];
         printf(TOOL ": wrote %llu images in %llu classes to %s/train (%s, %.1f s, seed %llu)\n",
-               (unsigned long long)count, (unsigned long long)classes, outdir,
-               tool_human_bytes(bytes, hb, sizeof hb), dlc__now_s() - t0, (unsigned long long)seed);
+               (unsigned long long)a.count, (unsigned long long)a.classes, a.outdir,
+               tool_human_bytes(bytes, hb, sizeof hb), dlc__now_s() - t0,
+               (unsigned long long)a.seed);
     }
 out:
     if (photos)
-        for (uint32_t k = 0; k < classes; k++)
+        for (uint32_t k = 0; k < a.classes; k++)
             free(photos[k].pix);
     free(photos);
     free(jobs);

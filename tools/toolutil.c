@@ -96,6 +96,47 @@ const char *tool_human_seconds(double s, char *buf, size_t size)
     return buf;
 }
 
+const char *tool_human_eta(uint64_t done, uint64_t total, double rate, char *buf, size_t size)
+{
+    return tool_human_seconds(rate > 0 ? (double)(total - done) / rate : -1, buf, size);
+}
+
+/* "TOOL: error: " + the message + "\n" formatted first, so that the line reaches the
+ * unbuffered stderr in one write and does not interleave with another process's. */
+static void verror(const char *tool, const char *fmt, va_list ap)
+{
+    char small[1024];
+    va_list again;
+    va_copy(again, ap);
+    const int n = vsnprintf(small, sizeof small, fmt, ap);
+    char *msg = small;
+    if (n >= (int)sizeof small && (msg = malloc((size_t)n + 1)) != NULL)
+        vsnprintf(msg, (size_t)n + 1, fmt, again);
+    va_end(again);
+    fprintf(stderr, "%s: error: %s\n", tool, msg ? msg : small);
+    if (msg != small)
+        free(msg);
+}
+
+void tool_error(const char *tool, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    verror(tool, fmt, ap);
+    va_end(ap);
+}
+
+int tool_usage_error(const char *tool, void (*usage)(FILE *), const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    verror(tool, fmt, ap);
+    va_end(ap);
+    if (usage)
+        usage(stderr);
+    return 2;
+}
+
 void tool_report(const char *tool, dlc_status rc, const char *what)
 {
     const char *detail = dlc_errmsg();

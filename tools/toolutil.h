@@ -23,8 +23,25 @@ const char *tool_human_bytes(uint64_t bytes, char *buf, size_t size);
 /* "1h02m", "3m05s", "12s" into @p buf; "?" for a negative or non-finite value. */
 const char *tool_human_seconds(double seconds, char *buf, size_t size);
 
+/* "3m05s" (as tool_human_seconds()) for the time that @p done of @p total items still need
+ * at @p rate items a second; "?" while the rate is not known. */
+const char *tool_human_eta(uint64_t done, uint64_t total, double rate, char *buf, size_t size);
+
 /* Print "TOOL: error: STRERROR: DETAIL" on stderr for a failed call. */
 void tool_report(const char *tool, dlc_status rc, const char *what);
+
+/* Print "TOOL: error: MESSAGE" and a newline on stderr, in one write. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+void tool_error(const char *tool, const char *fmt, ...);
+
+/* A command-line mistake: tool_error(), then the tool's usage text on stderr when @p usage is
+ * not NULL. Returns 2, the exit status of every tool for a usage error. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+int tool_usage_error(const char *tool, void (*usage)(FILE *), const char *fmt, ...);
 
 /* A progress line on stderr: redrawn in place at most @p hz times a second
  * when stderr is a terminal, silent otherwise (the tool then prints one

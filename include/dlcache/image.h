@@ -1,7 +1,7 @@
 /**
  * @file image.h
- * @brief JPEG decode/encode (libjpeg-turbo) and the resampling that the
- *        builder and the loader share.
+ * @brief JPEG (libjpeg-turbo) and PNG (libpng) decode and encode, and the
+ *        resampling that the builder and the loader share.
  *
  * The resize is an antialiased separable filter computed like Pillow's
  * BILINEAR resample (the filter torchvision's Resize uses on PIL images): a
@@ -11,14 +11,18 @@
  * CenterCrop(N) in torchvision, and a random-resized-crop in the loader looks
  * like torchvision's RandomResizedCrop.
  *
+ * PNG is the lossless encoding of image fields (format version 2): masks and
+ * label maps keep their class ids bit for bit. Images of 1, 3 or 4 channels
+ * (gray, RGB, RGBA) are stored and decoded with their channel count.
+ *
  * A ::dlc_codec is a per-thread context: it owns the libjpeg-turbo handles and
  * scratch buffers that grow to the largest image seen and are then reused, so
  * a steady stream of images allocates nothing. It must not be shared between
  * threads. The free functions without a codec (dlc_resize...) allocate nothing
  * and work in the caller's buffers.
  *
- * Errors: DLC_EDECODE (not a JPEG, truncated, unsupported), DLC_EINVAL,
- * -ENOMEM. dlc_errmsg() says what libjpeg-turbo said.
+ * Errors: DLC_EDECODE (not a JPEG or PNG, truncated, unsupported), DLC_EINVAL,
+ * -ENOMEM. dlc_errmsg() says what libjpeg-turbo or libpng said.
  */
 #ifndef DLCACHE_IMAGE_H
 #define DLCACHE_IMAGE_H
@@ -29,15 +33,15 @@
 extern "C" {
 #endif
 
-/** Per-thread JPEG and resampling context. */
+/** Per-thread JPEG, PNG and resampling context. */
 typedef struct dlc_codec dlc_codec;
 
-/** An interleaved uint8 RGB image. */
+/** An interleaved uint8 image: gray (1 channel), RGB (3) or RGBA (4). */
 typedef struct dlc_image {
     uint8_t *data;     /**< First pixel (row 0, column 0, channel 0). */
     uint32_t width;    /**< Pixels. */
     uint32_t height;   /**< Pixels. */
-    uint32_t channels; /**< 3 (RGB). */
+    uint32_t channels; /**< 3 (RGB) from the JPEG functions unless asked otherwise; 1, 3 or 4. */
     size_t stride;     /**< Bytes from one row to the next (>= width * channels). */
 } dlc_image;
 
@@ -54,6 +58,14 @@ DLC_API dlc_status dlc_jpeg_info(dlc_codec *c, const void *jpeg, size_t size, ui
                                  uint32_t *height);
 
 /**
+ * @brief Read a JPEG's dimensions and its number of colour components without
+ *        decoding it: 1 (grayscale), 3 (YCbCr or RGB) or 4 (CMYK, YCCK).
+ * @return DLC_OK or DLC_EDECODE.
+ */
+DLC_API dlc_status dlc_jpeg_header(dlc_codec *c, const void *jpeg, size_t size, uint32_t *width,
+                                   uint32_t *height, uint32_t *components);
+
+/**
  * @brief Decode a JPEG to RGB. Grayscale and CMYK/YCCK images become RGB.
  *        When @p min_width and @p min_height are non-zero, libjpeg-turbo's DCT
  *        scaling (1/2, 1/4, 1/8) is used for the largest reduction that keeps
@@ -64,6 +76,20 @@ DLC_API dlc_status dlc_jpeg_info(dlc_codec *c, const void *jpeg, size_t size, ui
  */
 DLC_API dlc_status dlc_jpeg_decode(dlc_codec *c, const void *jpeg, size_t size, uint32_t min_width,
                                    uint32_t min_height, dlc_image *out);
+
+/**
+ * @brief dlc_jpeg_decode() with the channels of the result chosen: 3 gives
+ *        exactly what dlc_jpeg_decode() gives; 1 gives gray: the stored
+ *        samples of a grayscale JPEG, the luma (Y) that libjpeg-turbo decodes
+ *        from a YCbCr one, and Pillow's L = (299 R + 587 G + 114 B) / 1000 of
+ *        the RGB of an RGB or CMYK one (what a 1-channel image field stores).
+ * @param[in] channels 1 or 3.
+ * @param[out] out Pixels in the codec's scratch buffer: valid until the next call on @p c.
+ * @return DLC_OK, DLC_EDECODE, DLC_EINVAL (other channels), -ENOMEM.
+ */
+DLC_API dlc_status dlc_jpeg_decode_as(dlc_codec *c, const void *jpeg, size_t size,
+                                      uint32_t channels, uint32_t min_width, uint32_t min_height,
+                                      dlc_image *out);
 
 /**
  * @brief The heavy transform of the builder: decode, resize so the shorter
@@ -84,6 +110,15 @@ DLC_API dlc_status dlc_jpeg_decode_resize(dlc_codec *c, const void *jpeg, size_t
                                           uint32_t short_side, int center_crop, dlc_image *out);
 
 /**
+ * @brief dlc_jpeg_decode_resize() to @p channels channels (1 or 3, as in
+ *        dlc_jpeg_decode_as()): the builder's transform for 1-channel stores.
+ * @return DLC_OK, DLC_EDECODE, DLC_EINVAL, -ENOMEM.
+ */
+DLC_API dlc_status dlc_jpeg_decode_resize_as(dlc_codec *c, const void *jpeg, size_t size,
+                                             uint32_t channels, uint32_t short_side,
+                                             int center_crop, dlc_image *out);
+
+/**
  * @brief Encode RGB pixels as a baseline JPEG (4:2:0 subsampling for quality
  *        < 90, 4:4:4 from 90).
  * @param[out] jpeg The encoded bytes, in the codec's scratch: valid until the
@@ -92,6 +127,38 @@ DLC_API dlc_status dlc_jpeg_decode_resize(dlc_codec *c, const void *jpeg, size_t
  */
 DLC_API dlc_status dlc_jpeg_encode(dlc_codec *c, const dlc_image *img, int quality,
                                    const uint8_t **jpeg, size_t *size);
+
+/**
+ * @brief Read a PNG's dimensions and the channels dlc_png_decode() gives,
+ *        without decoding it.
+ * @param[out] channels 1 (gray), 3 (RGB, or a palette without transparency) or
+ *             4 (RGBA, gray with alpha, or a palette with transparency); may be NULL.
+ * @return DLC_OK, DLC_EDECODE (not a PNG, a damaged header, a side over 2^20).
+ */
+DLC_API dlc_status dlc_png_info(dlc_codec *c, const void *png, size_t size, uint32_t *width,
+                                uint32_t *height, uint32_t *channels);
+
+/**
+ * @brief Decode a PNG into 8-bit samples, keeping its channels: gray stays
+ *        1 channel, RGB 3, RGBA 4 (what the store's PNG fields hold, bit for
+ *        bit). Other PNGs are converted: below 8 bits expanded, 16 bits
+ *        reduced to their high byte, palettes expanded to RGB (RGBA with
+ *        transparency), gray with alpha expanded to RGBA.
+ * @param[out] out Pixels in the codec's scratch buffer: valid until the next call on @p c.
+ * @return DLC_OK, DLC_EDECODE (libpng's reason: truncated, bad CRC, too large), -ENOMEM.
+ */
+DLC_API dlc_status dlc_png_decode(dlc_codec *c, const void *png, size_t size, dlc_image *out);
+
+/**
+ * @brief Encode @p img (1, 3 or 4 channels: gray, RGB, RGBA) as an 8-bit
+ *        PNG. Lossless. The bytes depend only on the pixels (fixed zlib level
+ *        and filters), so stores are byte-identical at any thread count.
+ * @param[out] png The encoded bytes, in the codec's scratch: valid until the
+ *             next call on @p c.
+ * @return DLC_OK, DLC_EINVAL (bad geometry or channels), -ENOMEM.
+ */
+DLC_API dlc_status dlc_png_encode(dlc_codec *c, const dlc_image *img, const uint8_t **png,
+                                  size_t *size);
 
 /**
  * @brief Scratch bytes dlc_resize() needs to map a @p src_w x @p src_h region

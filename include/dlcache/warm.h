@@ -5,13 +5,14 @@
  *
  * dlc_warm() downloads one object with parallel ranged GETs (libcurl's multi
  * interface) into a preallocated temporary file beside the destination, each
- * chunk written at its own offset. Completed chunks are journaled and synced,
- * so a rerun after a crash, SIGKILL or a network failure fetches only what is
- * missing, provided the object is unchanged (same size and ETag); otherwise it
- * starts over. After the last byte it checks the size, verifies every record
- * of the store (dlc_store_verify()) unless ::DLC_WARM_NO_VERIFY, syncs and
- * renames into place, then syncs the directory. Nothing half-copied ever
- * carries the destination's name.
+ * chunk written at its own offset. The byte ranges of completed chunks are
+ * journaled and synced, so a rerun after a crash, SIGKILL or a network failure
+ * fetches only the bytes that are missing, whatever its chunk size and number
+ * of connections, provided the object is unchanged (same size and ETag);
+ * otherwise it starts over. After the last byte it checks the size, verifies
+ * every record of the store (dlc_store_verify()) unless ::DLC_WARM_NO_VERIFY,
+ * syncs and renames into place, then syncs the directory. Nothing half-copied
+ * ever carries the destination's name.
  *
  * Files beside DEST (all in the destination's directory):
  *   - `DEST.lock`: an flock(2) lock file. Several processes (the ranks of one

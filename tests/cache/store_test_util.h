@@ -39,6 +39,10 @@ static const uint32_t tsu_shapes[][3] = {
 
 static const char *const tsu_labels[] = {"cat", "dog", "emu"};
 
+/* Bytes of the record header of a store of two fields (image, label): the image payload
+ * follows it (docs/FORMAT.md). */
+#define TSU_HEADER 112u
+
 /* Shape of record i in a store written by tsu_write_store(). */
 static inline const uint32_t *tsu_shape(uint64_t i, int uniform)
 {
@@ -70,6 +74,22 @@ static inline void tsu_write_store(const char *path, uint64_t n, int uniform, in
     };
     rc = dlc__store_writer_finish(w, &meta);
     cr_assert_eq(rc, DLC_OK, "finish: %s", dlc_errmsg());
+}
+
+/* The 24 bytes of one field of one record that the version 2 content digest hashes: xxh3 and
+ * size as u64, dim0 and dim1 as u32, little-endian (docs/FORMAT.md). Written out here rather than
+ * taken from cache/store_format.h, so the test checks the format, not the code against itself. */
+static inline void tsu_digest_item(uint8_t *p, uint64_t xxh3, uint64_t size, uint32_t dim0,
+                                   uint32_t dim1)
+{
+    for (int b = 0; b < 8; b++) {
+        p[b] = (uint8_t)(xxh3 >> (8 * b));
+        p[8 + b] = (uint8_t)(size >> (8 * b));
+    }
+    for (int b = 0; b < 4; b++) {
+        p[16 + b] = (uint8_t)(dim0 >> (8 * b));
+        p[20 + b] = (uint8_t)(dim1 >> (8 * b));
+    }
 }
 
 /* Does any entry of @p dir contain ".tmp-"? */

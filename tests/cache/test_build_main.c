@@ -14,19 +14,7 @@
 #include <errno.h>
 #include <sys/wait.h>
 
-static char *dir;
-
-static void setup(void)
-{
-    dir = tmp_mkdtemp();
-}
-static void teardown(void)
-{
-    tmp_rmdir(dir);
-    dir = NULL;
-}
-
-TestSuite(build, .init = setup, .fini = teardown);
+TMPDIR_SUITE(build);
 
 /* dir/train/{cat,dog,eel}/NNN.jpg: @p per class images of varied sizes. */
 static char *make_tree(int per_class)

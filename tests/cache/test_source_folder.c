@@ -9,19 +9,7 @@
 
 #include <criterion/criterion.h>
 
-static char *dir;
-
-static void setup(void)
-{
-    dir = tmp_mkdtemp();
-}
-static void teardown(void)
-{
-    tmp_rmdir(dir);
-    dir = NULL;
-}
-
-TestSuite(source_folder, .init = setup, .fini = teardown);
+TMPDIR_SUITE(source_folder);
 
 static void touch(const char *rel)
 {

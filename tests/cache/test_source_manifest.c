@@ -9,19 +9,7 @@
 
 #include <criterion/criterion.h>
 
-static char *dir;
-
-static void setup(void)
-{
-    dir = tmp_mkdtemp();
-}
-static void teardown(void)
-{
-    tmp_rmdir(dir);
-    dir = NULL;
-}
-
-TestSuite(source_manifest, .init = setup, .fini = teardown);
+TMPDIR_SUITE(source_manifest);
 
 /* Scan a manifest with @p text; returns the status, the set stays for checks. */
 static dlc_status scan(dlc__source_set *s, const char *text)

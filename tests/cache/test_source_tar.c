@@ -10,19 +10,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 
-static char *dir;
-
-static void setup(void)
-{
-    dir = tmp_mkdtemp();
-}
-static void teardown(void)
-{
-    tmp_rmdir(dir);
-    dir = NULL;
-}
-
-TestSuite(source_tar, .init = setup, .fini = teardown);
+TMPDIR_SUITE(source_tar);
 
 typedef struct tarw {
     uint8_t *buf;

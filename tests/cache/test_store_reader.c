@@ -130,7 +130,7 @@ Test(store_reader, verify_passes_then_names_a_flipped_payload_byte)
     cr_assert_eq(c.bad, 1);
     cr_assert_eq(c.bad_index, 4);
     cr_assert(strstr(c.msg, "record 4"), "%s", c.msg);
-    cr_assert(strstr(dlc_errmsg(), "record 4: checksum mismatch"), "first problem: %s",
+    cr_assert(strstr(dlc_errmsg(), "record 4: field image: checksum mismatch"), "first problem: %s",
               dlc_errmsg());
 
     /* A callback that returns non-zero stops the scan. */
@@ -145,8 +145,9 @@ Test(store_reader, damaged_record_header_is_named)
 {
     char *path = tmp_path(dir, "h.dlc");
     tsu_write_store(path, 12, 0, 0);
-    /* The header sits right before the payload: break record 11's magic. */
-    xor_byte(path, record_offset(path, 11) - 48, 0x01);
+    /* The header (TSU_HEADER bytes for the two fields image and label) sits right before the
+     * image payload: break record 11's magic. */
+    xor_byte(path, record_offset(path, 11) - TSU_HEADER, 0x01);
     dlc_store *s = NULL;
     cr_assert_eq(dlc_store_open(path, 0, &s), DLC_OK, "%s", dlc_errmsg());
     dlc_store_reader *r = NULL;
@@ -161,12 +162,14 @@ Test(store_reader, damaged_record_header_is_named)
     cr_assert_eq(bad, 1);
     dlc_store_close(s);
 
-    /* The payload size in the header must match the value. */
-    xor_byte(path, record_offset(path, 4) - 48 + 32, 0x01);
+    /* The image's payload size in its field entry (16 bytes into the header, size at +8) must
+     * match its dimensions. */
+    xor_byte(path, record_offset(path, 4) - TSU_HEADER + 16 + 8, 0x01);
     cr_assert_eq(dlc_store_open(path, 0, &s), DLC_OK);
     cr_assert_eq(dlc_store_reader_open(s, &r), DLC_OK);
     cr_assert_eq(dlc_store_read(r, 4, &rec), DLC_ECORRUPT);
-    cr_assert(strstr(dlc_errmsg(), "record 4: header says"), "%s", dlc_errmsg());
+    cr_assert(strstr(dlc_errmsg(), "record 4: field \"image\": payload size disagrees"), "%s",
+              dlc_errmsg());
     dlc_store_reader_close(r);
     dlc_store_close(s);
     free(path);
@@ -276,9 +279,9 @@ Test(store_reader, damaged_or_newer_metadata_is_refused)
     cr_assert(strstr(dlc_errmsg(), "format record checksum mismatch"), "%s", dlc_errmsg());
 
     copy_file(path, copy);
-    xor_byte(copy, info + 8, 0x03); /* version 1 -> 2 */
+    xor_byte(copy, info + 8, 0x01); /* version 2 -> 3 */
     cr_assert_eq(dlc_store_open(copy, 0, &s), DLC_EVERSION);
-    cr_assert(strstr(dlc_errmsg(), "format version 2"), "%s", dlc_errmsg());
+    cr_assert(strstr(dlc_errmsg(), "format version 3"), "%s", dlc_errmsg());
 
     copy_file(path, copy);
     const uint64_t labels = find_in_file(path, "cat\0dog\0emu", 12);

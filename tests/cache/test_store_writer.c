@@ -92,11 +92,13 @@ Test(store_writer, round_trip_every_field_and_byte)
         cr_assert_eq(pread(dlc_store_fd(s), got, size, (off_t)rec.offset), (ssize_t)size);
         cr_assert_eq(memcmp(got, want, size), 0);
         payload += size;
-        uint8_t le[8];
+        /* The version 2 digest: per field, its hash, size and dimensions (docs/FORMAT.md). */
+        uint8_t le[8], item[2][24];
         for (int b = 0; b < 8; b++)
             le[b] = (uint8_t)((uint64_t)rec.label >> (8 * b));
-        XXH3_64bits_update(dig, le, 8);
-        XXH3_64bits_update(dig, want, size);
+        tsu_digest_item(item[0], XXH3_64bits(want, size), size, sh[0], sh[1]);
+        tsu_digest_item(item[1], XXH3_64bits(le, 8), 8, 0, 0);
+        XXH3_64bits_update(dig, item, sizeof item);
     }
     cr_assert_eq(info->payload_bytes, payload);
     cr_assert_eq(info->content_digest, XXH3_64bits_digest(dig));
@@ -235,8 +237,20 @@ Test(store_writer, bad_records_are_rejected)
                                        DLC_ENCODING_RAW, buf, 13),
                  DLC_EINVAL);
     cr_assert_eq(dlc__store_writer_put(w, 0, 2, 2, 3, 7, buf, 12), DLC_EINVAL);
-    cr_assert_eq(dlc__store_writer_put(w, 0, 2, 2, 3, DLC_ENCODING_JPEG, buf, 40), DLC_OK);
-    /* One store, one encoding. */
+    /* An encoded payload must be what it says, of the size it says. */
+    cr_assert_eq(dlc__store_writer_put(w, 0, 2, 2, 3, DLC_ENCODING_JPEG, buf, 40), DLC_EINVAL);
+    cr_assert(strstr(dlc_errmsg(), "not a JPEG"), "%s", dlc_errmsg());
+    dlc_codec *codec = NULL;
+    cr_assert_eq(dlc_codec_create(&codec), DLC_OK);
+    const dlc_image img = {buf, 2, 2, 3, 6};
+    const uint8_t *jpeg;
+    size_t jsize;
+    cr_assert_eq(dlc_jpeg_encode(codec, &img, 90, &jpeg, &jsize), DLC_OK);
+    cr_assert_eq(dlc__store_writer_put(w, 0, 2, 3, 3, DLC_ENCODING_JPEG, jpeg, jsize), DLC_EINVAL);
+    cr_assert(strstr(dlc_errmsg(), "the JPEG is 2x2, not the 2x3 given"), "%s", dlc_errmsg());
+    cr_assert_eq(dlc__store_writer_put(w, 0, 2, 2, 3, DLC_ENCODING_JPEG, jpeg, jsize), DLC_OK);
+    dlc_codec_destroy(codec);
+    /* One store, one encoding, one channel count. */
     cr_assert_eq(dlc__store_writer_put(w, 0, 2, 2, 3, DLC_ENCODING_RAW, buf, 12), DLC_EINVAL);
     cr_assert_eq(dlc__store_writer_count(w), 1);
     const dlc__store_meta meta = {.label_names = tsu_labels, .num_labels = 1};

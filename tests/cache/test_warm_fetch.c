@@ -1,10 +1,11 @@
 /* dlc_warm() end to end inside one process, against the project's own
  * loopback object server (tests/warm/gcsserver.py, Python stdlib): a real
  * store written by the store writer arrives bit-exact and verified; a
- * journaled partial download is resumed fetching only the missing chunks; a
- * cancel keeps the partial file for a rerun; a 404, a corrupt store and a
- * server without ranges behave as documented; gs:// sends the bearer token.
- * This is the part of the warm code that the unit tests run under ASan. */
+ * journaled partial download is resumed fetching only the missing bytes, also
+ * with another chunk size than the run that left it; a cancel keeps the
+ * partial file for a rerun; a 404, a corrupt store and a server without
+ * ranges behave as documented; gs:// sends the bearer token. This is the part
+ * of the warm code that the unit tests run under ASan. */
 #include "warm_internal.h"
 #include "store_test_util.h"
 
@@ -136,11 +137,13 @@ Test(warm_fetch, store_arrives_verified_and_second_call_returns_at_once)
     free(src);
 }
 
-Test(warm_fetch, resume_fetches_only_missing_chunks)
+/* A partial download of @p url as a crash leaves it, made by a run with
+ * @p chunk-byte chunks: the part file holds the right bytes of the even chunks
+ * (which the journal records) and garbage elsewhere. Returns the bytes of the
+ * odd chunks, which are missing; *journaled is the number of even chunks. */
+static uint64_t write_partial(const char *src, const char *url, const char *dest, uint64_t chunk,
+                              uint64_t *journaled)
 {
-    char *src = put_store("r.dlc", 40);
-    char *url = NULL, *dest = tmp_path(work, "r.dlc");
-    cr_assert(asprintf(&url, "%s/files/r.dlc", base) > 0);
     dlc_warm_options o = small_chunks();
     /* Learn the ETag the way dlc_warm() does. */
     dlc__warm_source s;
@@ -151,56 +154,112 @@ Test(warm_fetch, resume_fetches_only_missing_chunks)
     cr_assert(obj.ranges);
     const uint64_t size = (uint64_t)size_of(src);
     cr_assert_eq(obj.size, size);
-    const uint64_t chunk = o.chunk_size, nchunks = (size + chunk - 1) / chunk;
+    const uint64_t nchunks = (size + chunk - 1) / chunk;
 
-    /* A partial download as a crash leaves it: the part file holds the
-     * right bytes for the even chunks (which the journal records) and
-     * garbage elsewhere. */
     char *part = NULL, *journal = NULL;
     cr_assert(asprintf(&part, "%s.warm-part", dest) > 0);
     cr_assert(asprintf(&journal, "%s.warm-journal", dest) > 0);
     FILE *in = fopen(src, "rb");
     FILE *out = fopen(part, "wb");
     uint8_t *buf = malloc(chunk);
-    uint64_t journaled = 0;
-    uint64_t *list = calloc(nchunks, sizeof *list);
+    uint64_t missing_bytes = 0;
+    *journaled = 0;
+    dlc__warm_range *list = calloc(nchunks, sizeof *list);
     for (uint64_t c = 0; c < nchunks; c++) {
         const size_t n = fread(buf, 1, chunk, in);
-        if (c % 2 == 1)
+        if (c % 2 == 1) {
             memset(buf, 0xee, n);
-        else
-            list[journaled++] = c;
+            missing_bytes += n;
+        } else {
+            list[(*journaled)++] = (dlc__warm_range){.off = c * chunk, .len = n};
+        }
         cr_assert_eq(fwrite(buf, 1, n, out), n);
     }
     fclose(in);
     fclose(out);
-    const dlc__warm_journal_id id = {
-        .size = size, .chunk_size = chunk, .id = dlc__warm_journal_key(s.name, obj.etag)};
-    uint8_t *done = calloc(nchunks, 1);
+    const dlc__warm_journal_id id = {.size = size, .id = dlc__warm_journal_key(s.name, obj.etag)};
+    dlc__warm_ranges done = {0};
     uint64_t resumed = 0;
     int jfd = -1;
-    cr_assert_eq(dlc__warm_journal_open(journal, &id, done, nchunks, &resumed, &jfd), DLC_OK);
-    cr_assert_eq(dlc__warm_journal_append(jfd, journal, &id, list, journaled), DLC_OK);
+    cr_assert_eq(dlc__warm_journal_open(journal, &id, &done, &resumed, &jfd), DLC_OK);
+    cr_assert_eq(dlc__warm_journal_append(jfd, journal, &id, list, *journaled), DLC_OK);
     close(jfd);
+    free(list);
+    dlc__warm_ranges_free(&done);
+    free(buf);
+    free(part);
+    free(journal);
+    dlc__warm_source_free(&s);
+    return missing_bytes;
+}
+
+static void assert_no_leftovers(const char *dest)
+{
+    char *part = NULL, *journal = NULL;
+    cr_assert(asprintf(&part, "%s.warm-part", dest) > 0);
+    cr_assert(asprintf(&journal, "%s.warm-journal", dest) > 0);
+    cr_assert_not(exists(part));
+    cr_assert_not(exists(journal));
+    free(part);
+    free(journal);
+}
+
+Test(warm_fetch, resume_fetches_only_missing_chunks)
+{
+    char *src = put_store("r.dlc", 40);
+    char *url = NULL, *dest = tmp_path(work, "r.dlc");
+    cr_assert(asprintf(&url, "%s/files/r.dlc", base) > 0);
+    const dlc_warm_options o = small_chunks();
+    const uint64_t size = (uint64_t)size_of(src);
+    const uint64_t chunk = o.chunk_size, nchunks = (size + chunk - 1) / chunk;
+    uint64_t journaled = 0;
+    const uint64_t missing_bytes = write_partial(src, url, dest, chunk, &journaled);
 
     dlc_warm_result r;
     cr_assert_eq(dlc_warm(url, dest, &o, &r), DLC_OK, "%s", dlc_errmsg());
     assert_same(src, dest);
     cr_assert(r.resumed);
     cr_assert(r.verified);
-    uint64_t missing_bytes = 0;
-    for (uint64_t c = 1; c < nchunks; c += 2)
-        missing_bytes += (c + 1 == nchunks) ? size - c * chunk : chunk;
     cr_assert_eq(r.bytes_downloaded, missing_bytes);
     cr_assert_eq(r.chunks_fetched, nchunks - journaled);
-    cr_assert_not(exists(part));
-    cr_assert_not(exists(journal));
-    free(list);
-    free(done);
-    free(buf);
-    free(part);
-    free(journal);
-    dlc__warm_source_free(&s);
+    assert_no_leftovers(dest);
+    free(url);
+    free(dest);
+    free(src);
+}
+
+/* The partial download was made with 64 KiB chunks; the rerun has 96 KiB
+ * chunks and another number of connections. It keeps every journaled byte
+ * and fetches exactly the missing ones: an odd 64 KiB chunk that straddles a
+ * 96 KiB boundary becomes two requests, one for each chunk it touches. */
+Test(warm_fetch, resume_with_another_chunk_size_fetches_only_missing_bytes)
+{
+    char *src = put_store("rc.dlc", 40);
+    char *url = NULL, *dest = tmp_path(work, "rc.dlc");
+    cr_assert(asprintf(&url, "%s/files/rc.dlc", base) > 0);
+    const uint64_t old_chunk = 64 << 10, new_chunk = 96 << 10;
+    uint64_t journaled = 0;
+    const uint64_t missing_bytes = write_partial(src, url, dest, old_chunk, &journaled);
+    const uint64_t size = (uint64_t)size_of(src);
+    uint64_t pieces = 0;
+    for (uint64_t off = old_chunk; off < size; off += 2 * old_chunk) {
+        const uint64_t end = off + old_chunk < size ? off + old_chunk : size;
+        pieces += (end - 1) / new_chunk - off / new_chunk + 1;
+    }
+
+    dlc_warm_options o = small_chunks();
+    o.chunk_size = new_chunk;
+    o.connections = 3;
+    dlc_warm_result r;
+    cr_assert_eq(dlc_warm(url, dest, &o, &r), DLC_OK, "%s", dlc_errmsg());
+    assert_same(src, dest);
+    cr_assert(r.resumed);
+    cr_assert(r.verified);
+    cr_assert_eq(r.bytes_downloaded, missing_bytes);
+    cr_assert_lt(r.bytes_downloaded, size / 2 + old_chunk);
+    cr_assert_eq(r.chunks, (size + new_chunk - 1) / new_chunk);
+    cr_assert_eq(r.chunks_fetched, pieces);
+    assert_no_leftovers(dest);
     free(url);
     free(dest);
     free(src);

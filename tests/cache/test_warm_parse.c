@@ -115,53 +115,67 @@ static off_t file_size(const char *p)
     return st.st_size;
 }
 
+/* Does @p have hold exactly the runs [off, off + len) listed in @p want? */
+static int ranges_are(const dlc__warm_ranges *have, const dlc__warm_range *want, size_t n)
+{
+    if (have->n != n)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (have->v[i].off != want[i].off || have->v[i].len != want[i].len)
+            return 0;
+    return 1;
+}
+
 Test(warm_parse, journal_resume_torn_tail_and_foreign_header)
 {
     char *dir = tmp_mkdtemp();
     char path[512];
     snprintf(path, sizeof path, "%s/x.warm-journal", dir);
-    const dlc__warm_journal_id id = {
-        .size = 1000, .chunk_size = 100, .id = dlc__warm_journal_key("s3://b/k", "\"e1\"")};
-    uint8_t done[10] = {0};
+    const dlc__warm_journal_id id = {.size = 1000,
+                                     .id = dlc__warm_journal_key("s3://b/k", "\"e1\"")};
+    dlc__warm_ranges have = {0};
     uint64_t resumed = 99;
     int fd = -1;
-    cr_assert_eq(dlc__warm_journal_open(path, &id, done, 10, &resumed, &fd), DLC_OK);
+    cr_assert_eq(dlc__warm_journal_open(path, &id, &have, &resumed, &fd), DLC_OK);
     cr_assert_eq(resumed, 0);
-    const uint64_t chunks[] = {3, 7, 0};
+    const dlc__warm_range chunks[] = {{300, 100}, {700, 100}, {0, 100}};
     cr_assert_eq(dlc__warm_journal_append(fd, path, &id, chunks, 3), DLC_OK);
     close(fd);
-    cr_assert_eq(file_size(path), 40 + 3 * 16);
+    cr_assert_eq(file_size(path), 32 + 3 * 24);
 
     /* A crash in the middle of an append leaves a torn record: ignored and cut. */
     const int a = open(path, O_WRONLY | O_APPEND);
     cr_assert_eq(write(a, "\x05\x00\x00\x00\x00\x00\x00\x00\x01\x02", 10), 10);
     close(a);
-    memset(done, 0, sizeof done);
-    cr_assert_eq(dlc__warm_journal_open(path, &id, done, 10, &resumed, &fd), DLC_OK);
-    cr_assert_eq(resumed, 3);
-    cr_assert(done[0] && done[3] && done[7] && !done[5]);
-    cr_assert_eq(file_size(path), 40 + 3 * 16);
-    const uint64_t more[] = {5};
+    cr_assert_eq(dlc__warm_journal_open(path, &id, &have, &resumed, &fd), DLC_OK);
+    cr_assert_eq(resumed, 300);
+    const dlc__warm_range three[] = {{0, 100}, {300, 100}, {700, 100}};
+    cr_assert(ranges_are(&have, three, 3));
+    cr_assert_eq(file_size(path), 32 + 3 * 24);
+    const dlc__warm_range more[] = {{500, 100}};
     cr_assert_eq(dlc__warm_journal_append(fd, path, &id, more, 1), DLC_OK);
     close(fd);
-    memset(done, 0, sizeof done);
-    cr_assert_eq(dlc__warm_journal_open(path, &id, done, 10, &resumed, &fd), DLC_OK);
-    cr_assert_eq(resumed, 4);
+    cr_assert_eq(dlc__warm_journal_open(path, &id, &have, &resumed, &fd), DLC_OK);
+    cr_assert_eq(resumed, 400);
     close(fd);
 
     /* Another ETag (the object changed): the journal is started over. */
-    const dlc__warm_journal_id other = {
-        .size = 1000, .chunk_size = 100, .id = dlc__warm_journal_key("s3://b/k", "\"e2\"")};
-    memset(done, 0, sizeof done);
-    cr_assert_eq(dlc__warm_journal_open(path, &other, done, 10, &resumed, &fd), DLC_OK);
+    const dlc__warm_journal_id other = {.size = 1000,
+                                        .id = dlc__warm_journal_key("s3://b/k", "\"e2\"")};
+    cr_assert_eq(dlc__warm_journal_open(path, &other, &have, &resumed, &fd), DLC_OK);
     cr_assert_eq(resumed, 0);
-    cr_assert_eq(file_size(path), 40);
+    cr_assert_eq(have.n, 0);
+    cr_assert_eq(file_size(path), 32);
+    cr_assert_eq(dlc__warm_journal_append(fd, path, &other, more, 1), DLC_OK);
     close(fd);
-    /* Another chunk size: also started over. */
-    const dlc__warm_journal_id resized = {.size = 1000, .chunk_size = 200, .id = other.id};
-    cr_assert_eq(dlc__warm_journal_open(path, &resized, done, 5, &resumed, &fd), DLC_OK);
+    /* Another size: also started over. (Another chunk size no longer is: the
+     * records are byte ranges; see test_warm_journal.c.) */
+    const dlc__warm_journal_id resized = {.size = 2000, .id = other.id};
+    cr_assert_eq(dlc__warm_journal_open(path, &resized, &have, &resumed, &fd), DLC_OK);
     cr_assert_eq(resumed, 0);
+    cr_assert_eq(file_size(path), 32);
     close(fd);
+    dlc__warm_ranges_free(&have);
     tmp_rmdir(dir);
 }
 

@@ -32,4 +32,19 @@ static inline char *tmp_path(const char *dir, const char *name)
     return p;
 }
 
+/* A Criterion suite whose every test finds a fresh temporary directory in `dir`, removed after
+ * the test, whatever it left there. */
+#define TMPDIR_SUITE(suite)                                                                        \
+    static char *dir;                                                                              \
+    static void suite##_setup(void)                                                                \
+    {                                                                                              \
+        dir = tmp_mkdtemp();                                                                       \
+    }                                                                                              \
+    static void suite##_teardown(void)                                                             \
+    {                                                                                              \
+        tmp_rmdir(dir);                                                                            \
+        dir = NULL;                                                                                \
+    }                                                                                              \
+    TestSuite(suite, .init = suite##_setup, .fini = suite##_teardown)
+
 #endif /* DLCACHE_TEST_TMPDIR_UTIL_H */

@@ -6,13 +6,7 @@
 # whether the window was fixed-length or time-based, that every delivered sample is
 # counted, that errors name their cause with the right exit status, and that
 # the plot is well-formed SVG with the three series.
-set -euo pipefail
-: "${DLC_BIN:?DLC_BIN must name the bin directory of the build}"
-: "${DLC_SRC:?DLC_SRC must name the source tree}"
-PY=/usr/bin/python3
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "bench_tools: $*" >&2; exit 1; }
+. "$(dirname "$0")/../lib/e2e.sh" bench_tools
 B=$DLC_BIN/cachebench
 
 "$DLC_BIN/mkdemo" "$tmp/demo" --count 40 --classes 4 >/dev/null

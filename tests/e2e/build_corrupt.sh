@@ -3,13 +3,7 @@
 # store, and the store still verifies; --strict stops at the first one with
 # exit status 1 and writes nothing. Also: an existing store is kept without
 # --force, and a build with no valid image at all fails and writes nothing.
-set -euo pipefail
-: "${DLC_BIN:?DLC_BIN must name the bin directory of the build}"
-: "${DLC_SRC:?DLC_SRC must name the source tree}"
-PY=/usr/bin/python3
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "build_corrupt: $*" >&2; exit 1; }
+. "$(dirname "$0")/../lib/e2e.sh" build_corrupt
 
 "$DLC_BIN/mkdemo" "$tmp/demo" --count 24 --classes 3 >/dev/null
 tree=$tmp/demo/train

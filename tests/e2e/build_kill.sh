@@ -4,13 +4,7 @@
 # store, or the complete new one, never a store that opens and lies. A
 # rerun with --force succeeds and removes the dead build's temporary file.
 # SIGINT stops a build cleanly: exit 130, no temporary file, old store kept.
-set -euo pipefail
-: "${DLC_BIN:?DLC_BIN must name the bin directory of the build}"
-: "${DLC_SRC:?DLC_SRC must name the source tree}"
-PY=/usr/bin/python3
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "build_kill: $*" >&2; exit 1; }
+. "$(dirname "$0")/../lib/e2e.sh" build_kill
 digest() { # digest STORE: the content digest cacheinfo --verify reports, or fail
     "$DLC_BIN/cacheinfo" "$1" --verify --json 2>/dev/null |
         $PY -c 'import json,sys; d=json.load(sys.stdin); assert d["ok"]; print(d["content_digest"])'

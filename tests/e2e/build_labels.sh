@@ -4,12 +4,7 @@
 # before lower case), files sorted, subfolders of a class searched too, a
 # .png keeping its place (skipped as not a JPEG). The store is read back with
 # python3-lmdb and compared with torchvision, also at another thread count.
-set -euo pipefail
-: "${DLC_BIN:?DLC_BIN must name the bin directory of the build}"
-: "${DLC_SRC:?DLC_SRC must name the source tree}"
-PY=/usr/bin/python3
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/../lib/e2e.sh" build_labels
 
 "$DLC_BIN/mkdemo" "$tmp/demo" --count 40 --classes 5 >/dev/null
 tree=$tmp/demo/train

@@ -3,13 +3,7 @@
 # tarfile (pax format, long member names) and GNU tar, a manifest with
 # relative paths and comments; records come out in source order with the
 # given labels, and the same images give the same pixels whatever the source.
-set -euo pipefail
-: "${DLC_BIN:?DLC_BIN must name the bin directory of the build}"
-: "${DLC_SRC:?DLC_SRC must name the source tree}"
-PY=/usr/bin/python3
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "build_sources: $*" >&2; exit 1; }
+. "$(dirname "$0")/../lib/e2e.sh" build_sources
 
 "$DLC_BIN/mkdemo" "$tmp/demo" --count 12 --classes 3 >/dev/null
 cd "$tmp"

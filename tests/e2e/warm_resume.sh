@@ -21,10 +21,10 @@ out=$warm_tmp/out
 mkdir -p "$out"
 dest=$out/train.dlc
 journal=$dest.warm-journal
-records() { # chunks journaled so far (40-byte header, 16-byte records)
+records() { # chunks journaled so far (32-byte header, a 24-byte record per 1 MiB chunk)
     local n
     n=$(stat -c %s "$journal" 2>/dev/null || echo 0)
-    [ "$n" -ge 40 ] && echo $(((n - 40) / 16)) || echo 0
+    [ "$n" -ge 32 ] && echo $(((n - 32) / 24)) || echo 0
 }
 
 # kill_at N: start a download through the slow proxy, SIGKILL it once N

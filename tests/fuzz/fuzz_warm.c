@@ -8,7 +8,9 @@
  * The first input byte picks the surface; the rest is its input. Besides
  * "no crash", the harness checks the promises: a parsed range is ordered and
  * inside its total; a described body is one printable line; a redacted URL
- * keeps no byte of its query string or password. */
+ * keeps no byte of its query string or password; the byte ranges read from a
+ * journal are sorted, apart and inside the object, and with the pieces that a
+ * rerun of any chunk size would fetch they make up the object exactly. */
 #include "fuzz_util.h"
 
 #include "warm_internal.h"
@@ -18,10 +20,9 @@
 
 static dlc__warm_journal_id journal_id(void)
 {
-    /* 1 MiB in 64 KiB chunks. */
+    /* A 1 MiB object. */
     const dlc__warm_journal_id id = {
         .size = 1u << 20,
-        .chunk_size = 64u << 10,
         .id = dlc__warm_journal_key(JOURNAL_SOURCE, JOURNAL_ETAG),
     };
     return id;
@@ -138,6 +139,35 @@ static void fuzz_sidecar(const uint8_t *p, size_t n)
     }
 }
 
+/* For a rerun with @p chunk-byte chunks, the pieces still to fetch and the
+ * runs in place must tile the object exactly: in order, no byte twice, none
+ * left out, and no piece across a chunk boundary. */
+static void check_plan(const dlc__warm_ranges *have, uint64_t size, uint64_t chunk)
+{
+    dlc__warm_gaps g;
+    dlc__warm_gaps_init(&g, have, size, chunk);
+    dlc__warm_range piece;
+    uint64_t pos = 0, pieces = 0;
+    size_t i = 0;
+    while (dlc__warm_gaps_next(&g, &piece)) {
+        while (i < have->n && have->v[i].off == pos)
+            pos += have->v[i++].len;
+        if (piece.off != pos || piece.len == 0 ||
+            piece.off / chunk != (piece.off + piece.len - 1) / chunk)
+            abort();
+        pos += piece.len;
+        pieces++;
+    }
+    while (i < have->n && have->v[i].off == pos)
+        pos += have->v[i++].len;
+    if (pos != size || i != have->n)
+        abort();
+    uint64_t counted = 0, complete = 0;
+    dlc__warm_gaps_count(have, size, chunk, &counted, &complete);
+    if (counted != pieces || complete > (size + chunk - 1) / chunk)
+        abort();
+}
+
 static void fuzz_journal(const uint8_t *p, size_t n)
 {
     static char path[512];
@@ -145,21 +175,38 @@ static void fuzz_journal(const uint8_t *p, size_t n)
         fz_path(path, sizeof path, "dest.warm-journal");
     fz_write_file(path, p, n);
     const dlc__warm_journal_id id = journal_id();
-    uint8_t done[16] = {0};
-    uint64_t resumed = 0;
+    dlc__warm_ranges have = {0};
+    uint64_t bytes = 0;
     int fd = -1;
-    if (dlc__warm_journal_open(path, &id, done, 16, &resumed, &fd) == DLC_OK) {
-        uint64_t marked = 0;
-        for (int i = 0; i < 16; i++)
-            marked += done[i];
-        if (marked != resumed || fd < 0)
+    if (dlc__warm_journal_open(path, &id, &have, &bytes, &fd) == DLC_OK) {
+        if (fd < 0)
             abort();
         close(fd);
+        /* The runs are nonempty, inside the object, sorted, apart, and their
+         * bytes are what the reader said. */
+        uint64_t sum = 0;
+        for (size_t i = 0; i < have.n; i++) {
+            const dlc__warm_range r = have.v[i];
+            if (r.len == 0 || r.off >= id.size || r.len > id.size - r.off)
+                abort();
+            if (i > 0 && r.off <= have.v[i - 1].off + have.v[i - 1].len)
+                abort();
+            sum += r.len;
+        }
+        if (sum != bytes)
+            abort();
+        /* The chunk sizes of a few reruns: the default's grid, one that cuts
+         * every 64 KiB run, and one larger than the object. */
+        check_plan(&have, id.size, 64u << 10);
+        check_plan(&have, id.size, 100000);
+        check_plan(&have, id.size, 16u << 20);
     }
+    dlc__warm_ranges_free(&have);
 }
 
-/* Seeds that need our own hashes: journals with a few chunks recorded, one
- * with a torn tail, each prefixed with the selector byte of fuzz_journal. */
+/* Seeds that need our own hashes: journals with a few ranges recorded (runs
+ * of two chunk sizes), one with a torn tail, each prefixed with the selector
+ * byte of fuzz_journal. */
 static void write_seeds(const char *dir)
 {
     const dlc__warm_journal_id id = journal_id();
@@ -167,17 +214,21 @@ static void write_seeds(const char *dir)
     fz_path(tmp, sizeof tmp, "seed.journal");
     for (int k = 0; k < 3; k++) {
         unlink(tmp);
-        uint8_t done[16] = {0};
-        uint64_t resumed = 0;
+        dlc__warm_ranges have = {0};
+        uint64_t bytes = 0;
         int fd = -1;
-        if (dlc__warm_journal_open(tmp, &id, done, 16, &resumed, &fd) != DLC_OK)
+        if (dlc__warm_journal_open(tmp, &id, &have, &bytes, &fd) != DLC_OK)
             abort();
-        const uint64_t chunks[] = {3, 0, 15, 7};
-        if (k > 0 && dlc__warm_journal_append(fd, tmp, &id, chunks, k == 1 ? 2 : 4) != DLC_OK)
+        dlc__warm_ranges_free(&have);
+        const dlc__warm_range ranges[] = {
+            {3u << 16, 1u << 16}, {0, 1u << 16}, {100000, 100000}, {15u << 16, 1u << 16}};
+        if (k > 0 && dlc__warm_journal_append(fd, tmp, &id, ranges, k == 1 ? 2 : 4) != DLC_OK)
             abort();
-        if (k == 2 && write(fd, "torn", 4) != 4)
+        /* At the end: the appends use pwrite(), so the file position is still 0 (a write()
+         * here used to overwrite the magic, which made this seed a foreign journal). */
+        off_t len = lseek(fd, 0, SEEK_END);
+        if (k == 2 && (pwrite(fd, "torn", 4, len) != 4 || (len += 4) <= 0))
             abort();
-        const off_t len = lseek(fd, 0, SEEK_END);
         uint8_t buf[256];
         buf[0] = 4;
         if (len <= 0 || len > (off_t)sizeof buf - 1 || pread(fd, buf + 1, (size_t)len, 0) != len)
