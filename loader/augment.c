@@ -385,8 +385,7 @@ void dlc__flip_row_rgb(const uint8_t *in, uint8_t *out, uint32_t w)
 }
 
 /* Mirror one row of @p w pixels of @p C channels (1 and 4 have their own word-sized loops). */
-static void flip_row_any(const uint8_t *restrict in, uint8_t *restrict out, uint32_t w,
-                         uint32_t C)
+static void flip_row_any(const uint8_t *restrict in, uint8_t *restrict out, uint32_t w, uint32_t C)
 {
     if (C == 1) {
         for (uint32_t x = 0; x < w; x++)
@@ -404,8 +403,8 @@ static void flip_row_any(const uint8_t *restrict in, uint8_t *restrict out, uint
 }
 
 /* Float planes through the tables for any channel count (the vector kernels cover 1 and 3). */
-static void convert_planes_any(const uint8_t *base, size_t stride, uint32_t W, uint32_t H,
-                               int flip, const dlc__convert *cv, void *dst)
+static void convert_planes_any(const uint8_t *base, size_t stride, uint32_t W, uint32_t H, int flip,
+                               const dlc__convert *cv, void *dst)
 {
     const uint32_t C = cv->channels;
     const size_t plane = (size_t)W * H;
@@ -432,6 +431,12 @@ void dlc__crop_convert(const uint8_t *src, size_t stride, dlc__box box, int flip
     if (cv->dtype == DLC_DTYPE_UINT8) {
         uint8_t *out = dst;
         const size_t row = (size_t)W * C;
+        if (!flip && row == stride) {
+            /* Whole rows of the image: one block (small images are copied millions of times a
+             * second, where a call per row shows). */
+            memcpy(out, base, row * H);
+            return;
+        }
         for (uint32_t y = 0; y < H; y++, out += row) {
             const uint8_t *in = base + (size_t)y * stride;
             if (!flip) {
@@ -489,9 +494,8 @@ void dlc__crop_convert(const uint8_t *src, size_t stride, dlc__box box, int flip
     }
 }
 
-void dlc__resize_nearest(const uint8_t *src, size_t stride, uint32_t channels, double x0,
-                         double y0, double w, double h, int flip, uint8_t *dst, uint32_t dst_w,
-                         uint32_t dst_h)
+void dlc__resize_nearest(const uint8_t *src, size_t stride, uint32_t channels, double x0, double y0,
+                         double w, double h, int flip, uint8_t *dst, uint32_t dst_w, uint32_t dst_h)
 {
     const double sx = w / dst_w, sy = h / dst_h;
     /* The last source column and row of the region: floor() of a sample that lands exactly on

@@ -67,8 +67,8 @@ void dlc__crop_convert(const uint8_t *src, size_t stride, dlc__box box, int flip
  * (x0, y0, w, h) of @p src (Pillow's NEAREST with a box), mirrored when @p flip. Any channel
  * count; rows of @p dst are dst_w * C bytes. No allocation.
  */
-void dlc__resize_nearest(const uint8_t *src, size_t stride, uint32_t channels, double x0,
-                         double y0, double w, double h, int flip, uint8_t *dst, uint32_t dst_w,
+void dlc__resize_nearest(const uint8_t *src, size_t stride, uint32_t channels, double x0, double y0,
+                         double w, double h, int flip, uint8_t *dst, uint32_t dst_w,
                          uint32_t dst_h);
 
 /** The geometric transform of one view, applied to boxes: a source pixel x maps to
@@ -82,8 +82,9 @@ typedef struct dlc__geom {
 /**
  * Move @p n boxes (x0, y0, x1, y1 float32 little-endian, in source pixels, at any alignment: a
  * small record's payload has none) as the image moved: map, mirror, clip to the output, and drop
- * those left without area. Writes the kept boxes to @p out (not overlapping @p in) and, when @p keep is not NULL, keep[i] = 1 for each input box kept, else 0. Boxes whose
- * coordinates are not finite are dropped. Returns the number kept.
+ * those left without area. Writes the kept boxes to @p out (not overlapping @p in) and, when @p
+ * keep is not NULL, keep[i] = 1 for each input box kept, else 0. Boxes whose coordinates are not
+ * finite are dropped. Returns the number kept.
  */
 uint32_t dlc__boxes_transform(const uint8_t *in, uint32_t n, const dlc__geom *g, float *out,
                               uint8_t *keep);

@@ -43,35 +43,35 @@ enum {
 
 /* A group of views as the loader runs it. */
 typedef struct dlc__group {
-    char name[32];   /* "": the default group, whose outputs keep the field's name and shape. */
-    uint32_t count;  /* Views in the group. */
-    uint32_t first;  /* Number of its first view among all views: keys its random streams. */
+    char name[32];  /* "": the default group, whose outputs keep the field's name and shape. */
+    uint32_t count; /* Views in the group. */
+    uint32_t first; /* Number of its first view among all views: keys its random streams. */
     uint32_t augment, crop_h, crop_w;
     float scale[2], ratio[2], flip;
 } dlc__group;
 
 typedef struct dlc__output {
-    char name[72];      /* The field's name, or FIELD_GROUP. */
-    uint32_t field;     /* Index in the schema. */
-    uint32_t kind;      /* The field's dlc_field_kind. */
-    uint32_t op;        /* DLC__OUT_*. */
-    uint32_t group;     /* IMAGE, MASK: the view group. */
-    uint32_t var;       /* A dlc_variable_mode, or DLC__VAR_FIXED. */
-    uint32_t max_len;   /* DLC_VARIABLE_PAD_TO: rows of every sample. */
-    uint32_t rows_cap;  /* Variable outputs: the most rows one sample can hold. */
-    size_t row_bytes;   /* Variable outputs: bytes of one row (bytes fields: 1). */
-    size_t sample_cap;  /* Bytes of the slot per sample (variable: rows_cap rows, staged there
-                           by the workers and packed when the batch is complete). */
-    size_t view_bytes;  /* IMAGE, MASK: bytes of one view of one sample. */
+    char name[72];     /* The field's name, or FIELD_GROUP. */
+    uint32_t field;    /* Index in the schema. */
+    uint32_t kind;     /* The field's dlc_field_kind. */
+    uint32_t op;       /* DLC__OUT_*. */
+    uint32_t group;    /* IMAGE, MASK: the view group. */
+    uint32_t var;      /* A dlc_variable_mode, or DLC__VAR_FIXED. */
+    uint32_t max_len;  /* DLC_VARIABLE_PAD_TO: rows of every sample. */
+    uint32_t rows_cap; /* Variable outputs: the most rows one sample can hold. */
+    size_t row_bytes;  /* Variable outputs: bytes of one row (bytes fields: 1). */
+    size_t sample_cap; /* Bytes of the slot per sample (variable: rows_cap rows, staged there
+                          by the workers and packed when the batch is complete). */
+    size_t view_bytes; /* IMAGE, MASK: bytes of one view of one sample. */
     uint32_t out_h, out_w, out_c; /* IMAGE, MASK: the group's crop and the channels. */
-    uint32_t dtype;     /* Of the output's elements. */
-    uint32_t layout;    /* A dlc_layout. */
-    uint32_t ndim;      /* Of one sample (ARRAY, BOXES: the field's; IMAGE, MASK: 3). */
-    uint64_t dims[DLC_MAX_DIMS]; /* Of one sample; variable outputs: dims[0] is decided per
-                                    batch. */
-    int link;           /* BOXES: the output of its classes, or -1. */
-    int filtered_by;    /* ARRAY: the BOXES output whose kept boxes it follows, or -1. */
-    dlc__convert cv;    /* IMAGE and MASK (uint8 for masks). */
+    uint32_t dtype;               /* Of the output's elements. */
+    uint32_t layout;              /* A dlc_layout. */
+    uint32_t ndim;                /* Of one sample (ARRAY, BOXES: the field's; IMAGE, MASK: 3). */
+    uint64_t dims[DLC_MAX_DIMS];  /* Of one sample; variable outputs: dims[0] is decided per
+                                     batch. */
+    int link;                     /* BOXES: the output of its classes, or -1. */
+    int filtered_by;              /* ARRAY: the BOXES output whose kept boxes it follows, or -1. */
+    dlc__convert cv;              /* IMAGE and MASK (uint8 for masks). */
 } dlc__output;
 
 /* ---- The loader, its slot ring and its threads (loader.c, pipeline.c, io.c) ------------------ */
@@ -111,15 +111,17 @@ typedef struct dlc__slot {
     int64_t *labels;
     uint64_t *indices;
     dlc__sample_io *io;
-    uint8_t *iobuf;     /**< Direct mode: batch_size * io_cap bytes, 4096-aligned. */
-    atomic_uint claim;  /**< Next sample to hand to a worker (a chunk at a time). */
-    atomic_uint done;   /**< Samples finished; the worker that completes the batch packs its
-                             variable outputs and marks it READY. */
-    uint32_t active;    /**< Workers inside the slot; under mu. */
-    dlc_status err;     /**< First failure (lowest sample index); under mu. */
+    uint8_t *iobuf;    /**< Direct mode: batch_size * io_cap bytes, 4096-aligned. */
+    atomic_uint claim; /**< Next sample to hand to a worker (a chunk at a time). */
+    atomic_uint done;  /**< Samples finished; the worker that completes the batch packs its
+                            variable outputs and marks it READY. */
+    uint32_t active;   /**< Workers inside the slot; under mu. */
+    dlc_status err;    /**< First failure (lowest sample index); under mu. */
     uint32_t err_at;
     char errmsg[512];
-    uint32_t io_err_at; /**< Lowest sample whose lookup failed; its message is io_msg. */
+    uint32_t io_err_at;    /**< Lowest sample whose lookup failed; its message is io_msg. */
+    int lookup_by_workers; /**< The workers find the records themselves (a store all in memory:
+                                nothing to read ahead, and the lookups spread over them). */
     char io_msg[512];
 } dlc__slot;
 
@@ -140,9 +142,10 @@ typedef struct dlc__worker {
     uint8_t *tmp;             /**< Staging for resized uint8 views before flip and convert. */
     void *scratch;            /**< dlc_resize() scratch; grows to the largest box seen. */
     size_t scratch_size;
-    dlc_value *rvalues;       /**< num_fields values of a replacement record. */
-    uint8_t *keep;            /**< Per box of a sample: kept by the crop. */
-    dlc__view_params *views;  /**< Of the sample being built: one per view. */
+    dlc_value *rvalues;      /**< num_fields values of a replacement record. */
+    uint8_t *keep;           /**< Per box of a sample: kept by the crop. */
+    dlc__view_params *views; /**< Of the sample being built: one per view. */
+    uint64_t bytes_read;     /**< Not yet added to the loader's stats. */
 } dlc__worker;
 
 struct dlc_loader {
@@ -162,14 +165,14 @@ struct dlc_loader {
     uint32_t ngroups, nviews;
     dlc__group groups[DLC__MAX_GROUPS];
     uint8_t selected[DLC_MAX_FIELDS]; /**< Fields whose payloads are read. */
-    uint32_t primary;     /**< The image (or mask) whose size the crops are drawn on, or
-                               DLC_NO_FIELD when no output is spatial. */
-    int spatial;          /**< Some output needs the views' geometry. */
-    int variable;         /**< Some output is packed when its batch completes. */
-    int first_image;      /**< Output described by dlc_batch.data..., or -1. */
-    size_t tmp_bytes;     /**< Worker staging bytes. */
-    uint32_t max_boxes;   /**< The most boxes of a sample over the BOXES outputs. */
-    uint32_t chunk;       /**< Samples a worker claims at a time. */
+    uint32_t primary;                 /**< The image (or mask) whose size the crops are drawn on, or
+                                           DLC_NO_FIELD when no output is spatial. */
+    int spatial;                      /**< Some output needs the views' geometry. */
+    int variable;                     /**< Some output is packed when its batch completes. */
+    int first_image;                  /**< Output described by dlc_batch.data..., or -1. */
+    size_t tmp_bytes;                 /**< Worker staging bytes. */
+    uint32_t max_boxes;               /**< The most boxes of a sample over the BOXES outputs. */
+    uint32_t chunk;                   /**< Samples a worker claims at a time. */
 
     uint32_t nslots;
     dlc__slot *slots;
@@ -195,12 +198,12 @@ struct dlc_loader {
     uint32_t io_mode; /**< DLC_IO_MMAP or DLC_IO_DIRECT. */
     int uring_ok;
     struct io_uring ring;
-    int direct_fd;    /**< O_DIRECT descriptor (or a plain one where O_DIRECT is refused). */
-    size_t io_cap;    /**< Bytes of direct buffer per sample. */
+    int direct_fd; /**< O_DIRECT descriptor (or a plain one where O_DIRECT is refused). */
+    size_t io_cap; /**< Bytes of direct buffer per sample. */
     int bufs_registered;
     uint32_t madvise_inflight;
-    int resident;     /**< The whole store was in the page cache when the epoch started: no
-                           readahead hints (they cost a system call per record for nothing). */
+    int resident; /**< The whole store was in the page cache when the epoch started: no
+                       readahead hints (they cost a system call per record for nothing). */
 
     /* Checksum bookkeeping for DLC_VERIFY_FIRST: one bit per record. */
     _Atomic uint64_t *verified_ok;
@@ -235,8 +238,7 @@ void *dlc__io_main(void *arg);
  * chunk by the workers. */
 int dlc__store_shrunk(const struct dlc_loader *l, uint64_t *now);
 /** The file span that holds @p v's selected payloads: [*off, *off + *len). */
-void dlc__selected_span(const struct dlc_loader *l, const dlc_value *v, uint64_t *off,
-                        size_t *len);
+void dlc__selected_span(const struct dlc_loader *l, const dlc_value *v, uint64_t *off, size_t *len);
 
 /* pipeline.c */
 /** A worker's body. */

@@ -305,6 +305,7 @@ static void fail_shrunk(dlc_loader *l, dlc__slot *s, uint64_t now)
         si->status = DLC_ECHANGED;
     }
     s->io_err_at = 0;
+    s->lookup_by_workers = 0;
     snprintf(s->io_msg, sizeof s->io_msg,
              "%s: record %llu: the store shrank from %llu to %llu bytes while the loader was "
              "reading it (truncated in place; replace a store by renaming a new file over it)",
@@ -332,6 +333,12 @@ static void resolve(dlc_loader *l, dlc__slot *s, uint32_t slot_index)
         fail_shrunk(l, s, now);
         return;
     }
+    /* A store all in the page cache needs no readahead, so the lookups (one random load of a
+     * record header each: at millions of small records a second, more than one thread's work)
+     * go to the workers, each finding the records it builds. */
+    s->lookup_by_workers = l->io_mode == DLC_IO_MMAP && l->resident;
+    if (s->lookup_by_workers)
+        return;
     uint64_t bytes = 0;
     for (uint32_t j = 0; j < s->count; j++) {
         dlc__sample_io *si = &s->io[j];

@@ -73,13 +73,11 @@ static dlc_status check_config(const dlc_loader_config *c, const char *path)
     FAIL_IF(c->num_fields && !c->fields, DLC_EINVAL, "%s: config.num_fields = %u without fields",
             path, c->num_fields);
     FAIL_IF(c->num_field_options && !c->field_options, DLC_EINVAL,
-            "%s: config.num_field_options = %u without field_options", path,
-            c->num_field_options);
+            "%s: config.num_field_options = %u without field_options", path, c->num_field_options);
     FAIL_IF(c->num_views && !c->views, DLC_EINVAL, "%s: config.num_views = %u without views", path,
             c->num_views);
     FAIL_IF(c->crop_h > 65536 || c->crop_w > 65536, DLC_EINVAL,
-            "%s: config.crop_h x crop_w = %ux%u: at most 65536 a side", path, c->crop_w,
-            c->crop_h);
+            "%s: config.crop_h x crop_w = %ux%u: at most 65536 a side", path, c->crop_w, c->crop_h);
     return DLC_OK;
 fail:
     return rc;

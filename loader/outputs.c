@@ -129,8 +129,9 @@ static dlc_status select_fields(dlc_loader *l)
         if (f < 0) {
             char have[1024];
             field_list(l, have, sizeof have);
-            FAIL_IF(1, DLC_EINVAL, "%s: config.fields[%u]: no field \"%s\" in the store (it has: %s)",
-                    l->path, i, name ? name : "(null)", have);
+            FAIL_IF(1, DLC_EINVAL,
+                    "%s: config.fields[%u]: no field \"%s\" in the store (it has: %s)", l->path, i,
+                    name ? name : "(null)", have);
         }
         FAIL_IF(l->selected[f], DLC_EINVAL, "%s: config.fields names \"%s\" twice", l->path, name);
         l->selected[f] = 1;
@@ -158,8 +159,8 @@ static dlc_status check_options(const dlc_loader *l)
         FAIL_IF(f < 0, DLC_EINVAL, "%s: config.field_options[%u]: no field \"%s\" in the store",
                 l->path, i, o->name ? o->name : "(null)");
         FAIL_IF(!l->selected[f], DLC_EINVAL,
-                "%s: config.field_options[%u]: field \"%s\" is not among config.fields", l->path,
-                i, o->name);
+                "%s: config.field_options[%u]: field \"%s\" is not among config.fields", l->path, i,
+                o->name);
         FAIL_IF(o->variable > DLC_VARIABLE_OFFSETS, DLC_EINVAL,
                 "%s: config.field_options[%u] (%s): variable = %u is not a dlc_variable_mode",
                 l->path, i, o->name, o->variable);
@@ -210,7 +211,11 @@ static dlc_status plan_image(dlc_loader *l, uint32_t f, uint32_t g)
     const dlc__group *gr = &l->groups[g];
     const dlc_loader_config *c = &l->cfg;
     const int mask = (fd->flags & DLC_FIELD_MASK) != 0;
-    dlc__output o = {.field = f, .kind = fd->kind, .group = g, .var = DLC__VAR_FIXED, .link = -1,
+    dlc__output o = {.field = f,
+                     .kind = fd->kind,
+                     .group = g,
+                     .var = DLC__VAR_FIXED,
+                     .link = -1,
                      .filtered_by = -1};
     o.op = mask ? DLC__OUT_MASK : DLC__OUT_IMAGE;
     if (gr->name[0])
@@ -268,8 +273,13 @@ static dlc_status plan_array(dlc_loader *l, uint32_t f)
 {
     const dlc_field *fd = &l->fields[f];
     const dlc_field_option *opt = option_for(l, f);
-    dlc__output o = {.field = f, .kind = fd->kind, .op = DLC__OUT_ARRAY, .var = DLC__VAR_FIXED,
-                     .dtype = fd->dtype, .layout = DLC_LAYOUT_NONE, .link = -1,
+    dlc__output o = {.field = f,
+                     .kind = fd->kind,
+                     .op = DLC__OUT_ARRAY,
+                     .var = DLC__VAR_FIXED,
+                     .dtype = fd->dtype,
+                     .layout = DLC_LAYOUT_NONE,
+                     .link = -1,
                      .filtered_by = -1};
     snprintf(o.name, sizeof o.name, "%s", fd->name);
     o.ndim = fd->ndim;
@@ -303,8 +313,12 @@ static dlc_status plan_field(dlc_loader *l, uint32_t f)
 {
     dlc_status rc = DLC_OK;
     const dlc_field *fd = &l->fields[f];
-    dlc__output o = {.field = f, .kind = fd->kind, .layout = DLC_LAYOUT_NONE, .link = -1,
-                     .filtered_by = -1, .var = DLC__VAR_FIXED};
+    dlc__output o = {.field = f,
+                     .kind = fd->kind,
+                     .layout = DLC_LAYOUT_NONE,
+                     .link = -1,
+                     .filtered_by = -1,
+                     .var = DLC__VAR_FIXED};
     snprintf(o.name, sizeof o.name, "%s", fd->name);
     switch (fd->kind) {
     case DLC_FIELD_IMAGE:
@@ -360,8 +374,8 @@ static dlc_status link_outputs(dlc_loader *l)
         l->spatial |= o->op == DLC__OUT_IMAGE || o->op == DLC__OUT_MASK || o->op == DLC__OUT_BOXES;
         l->variable |= o->var != DLC__VAR_FIXED;
         FAIL_IF(o->sample_cap > MAX_SLOT_BYTES / l->cfg.batch_size, DLC_EINVAL,
-                "%s: field \"%s\": a batch of %u samples of up to %zu bytes is too large",
-                l->path, o->name, l->cfg.batch_size, o->sample_cap);
+                "%s: field \"%s\": a batch of %u samples of up to %zu bytes is too large", l->path,
+                o->name, l->cfg.batch_size, o->sample_cap);
         if ((o->op == DLC__OUT_IMAGE || o->op == DLC__OUT_MASK) && l->first_image < 0 &&
             l->groups[o->group].name[0] == '\0' && o->op == DLC__OUT_IMAGE)
             l->first_image = (int)i;
@@ -412,8 +426,9 @@ dlc_status dlc__slot_outputs_alloc(dlc_loader *l, dlc__slot *s)
             so->offsets = calloc((size_t)B + 1, sizeof *so->offsets);
         if (!so->data || (o->var != DLC__VAR_FIXED && !so->lengths) ||
             (o->var == DLC_VARIABLE_OFFSETS && !so->offsets))
-            return dlc__errorf(-ENOMEM, "%s: out of memory for %u batch slots of field \"%s\" "
-                                        "(%zu bytes each)",
+            return dlc__errorf(-ENOMEM,
+                               "%s: out of memory for %u batch slots of field \"%s\" "
+                               "(%zu bytes each)",
                                l->path, l->nslots, o->name, bytes);
     }
     return DLC_OK;

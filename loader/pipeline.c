@@ -80,8 +80,36 @@ static void slot_fail(dlc_loader *l, dlc__slot *s, uint32_t j, dlc_status rc, co
     pthread_mutex_unlock(&l->mu);
 }
 
+/* Payload bytes of the selected fields of a record (the stats' bytes_read). */
+static uint64_t selected_bytes(const dlc_loader *l, const dlc_value *v)
+{
+    uint64_t off;
+    size_t len;
+    dlc__selected_span(l, v, &off, &len);
+    return len;
+}
+
+/* Find sample @p j's record, where the I/O thread left that to the workers. */
+static void lookup(dlc_loader *l, dlc__worker *w, dlc__slot *s, uint32_t j)
+{
+    const dlc__shard *sh = &l->shard;
+    dlc__sample_io *si = &s->io[j];
+    si->pos = dlc__shard_pos(sh, s->batch * sh->batch + j);
+    si->index = dlc__sampler_at(&l->sampler, si->pos);
+    si->v = s->values + (size_t)j * l->info->num_fields;
+    si->span = NULL;
+    si->span_off = si->span_len = 0;
+    si->status = dlc_store_read_values(w->reader, si->index, si->v);
+    /* Counted per worker and added to the stats once per claimed chunk: an atomic add per
+     * sample would bounce its cache line between the cores millions of times a second. */
+    if (si->status == DLC_OK)
+        w->bytes_read += selected_bytes(l, si->v);
+}
+
 static void process(dlc_loader *l, dlc__worker *w, dlc__slot *s, uint32_t j)
 {
+    if (s->lookup_by_workers)
+        lookup(l, w, s, j);
     const dlc__sample_io *si = &s->io[j];
     dlc__sample_view sv = {si->v, si->span, si->span_off, si->index};
     dlc_status rc = si->status;
@@ -206,6 +234,10 @@ void *dlc__worker_main(void *arg)
             } else {
                 for (uint32_t j = i; j < i + n; j++)
                     process(l, w, s, j);
+            }
+            if (w->bytes_read) {
+                atomic_fetch_add_explicit(&l->st_bytes, w->bytes_read, memory_order_relaxed);
+                w->bytes_read = 0;
             }
             if (atomic_fetch_add(&s->done, n) + n == count)
                 finished = 1;

@@ -23,8 +23,7 @@ dlc_status dlc__ensure_scratch(dlc__worker *w, size_t need)
     /* Grows to the largest box seen and stays: a steady stream allocates nothing. */
     void *p = NULL;
     if (posix_memalign(&p, 64, need))
-        return dlc__errorf(-ENOMEM, "loader: out of memory for %zu bytes of resize scratch",
-                           need);
+        return dlc__errorf(-ENOMEM, "loader: out of memory for %zu bytes of resize scratch", need);
     free(w->scratch);
     w->scratch = p;
     w->scratch_size = need;
@@ -42,8 +41,8 @@ static dlc__rng view_rng(const dlc__slot *s, uint64_t pos, uint32_t v)
 }
 
 /* Draw every view's crop box and flip on the primary image's width x height. */
-static dlc_status draw_views(const dlc_loader *l, dlc__worker *w, const dlc__slot *s,
-                             uint64_t pos, uint64_t index, uint32_t W, uint32_t H)
+static dlc_status draw_views(const dlc_loader *l, dlc__worker *w, const dlc__slot *s, uint64_t pos,
+                             uint64_t index, uint32_t W, uint32_t H)
 {
     for (uint32_t g = 0; g < l->ngroups; g++) {
         const dlc__group *gr = &l->groups[g];
@@ -123,8 +122,8 @@ static dlc_status get_pixels(const dlc_loader *l, dlc__worker *w, const dlc__out
         return dlc__errorf(DLC_ECORRUPT,
                            "%s: record %llu: field \"%s\": the encoded image is %ux%ux%u, its "
                            "header says %ux%ux%u",
-                           l->path, (unsigned long long)sv->index, fd->name, im->width,
-                           im->height, im->channels, W, H, C);
+                           l->path, (unsigned long long)sv->index, fd->name, im->width, im->height,
+                           im->channels, W, H, C);
     px->sx = (double)im->width / W;
     px->sy = (double)im->height / H;
     return DLC_OK;
@@ -149,8 +148,8 @@ static dlc_status image_view(const dlc_loader *l, dlc__worker *w, const dlc__out
      * staging image that the convert pass reads once. */
     const int direct = !vp->flip && o->cv.dtype == DLC_DTYPE_UINT8;
     const dlc_image out = {direct ? dst : w->tmp, ow, oh, C, (size_t)ow * C};
-    rc = dlc_resize(&px->img, b->left * px->sx, b->top * px->sy, b->w * px->sx, b->h * px->sy,
-                    &out, w->scratch, w->scratch_size);
+    rc = dlc_resize(&px->img, b->left * px->sx, b->top * px->sy, b->w * px->sx, b->h * px->sy, &out,
+                    w->scratch, w->scratch_size);
     if (rc != DLC_OK || direct)
         return rc;
     const dlc__box all = {0, 0, oh, ow};
@@ -186,9 +185,8 @@ static dlc_status out_image(const dlc_loader *l, dlc__worker *w, const dlc__outp
         if (o->op == DLC__OUT_IMAGE)
             rc = image_view(l, w, o, &px, vp, out);
         else if (gr->augment == DLC_AUGMENT_RANDOM_RESIZED_CROP)
-            dlc__resize_nearest(px.img.data, px.img.stride, o->out_c, vp->box.left,
-                                vp->box.top, vp->box.w, vp->box.h, vp->flip, out, o->out_w,
-                                o->out_h);
+            dlc__resize_nearest(px.img.data, px.img.stride, o->out_c, vp->box.left, vp->box.top,
+                                vp->box.w, vp->box.h, vp->flip, out, o->out_w, o->out_h);
         else
             dlc__crop_convert(px.img.data, px.img.stride, vp->box, vp->flip, &o->cv, out);
     }
