@@ -208,15 +208,58 @@ crop_convert_avx2_body(const uint8_t *base, size_t stride, uint32_t W, uint32_t 
     }
 }
 
-/* The body once per output type, so that the store is chosen outside the loops. */
+/* The same for one channel (gray images): 8 bytes of a row at a time, reversed by one byte
+ * shuffle when mirrored, into the single plane. Small gray images (28 x 28) are where the loader
+ * runs at millions of samples a second, so the per-pixel table lookups matter there. */
+static inline AVX2_CONVERT_TARGET __attribute__((always_inline)) void
+crop_convert_avx2_gray(const uint8_t *base, size_t stride, uint32_t W, uint32_t H, int flip,
+                       const dlc__convert *cv, void *dst, const int f16)
+{
+    const norm_consts k = {_mm256_set1_ps(cv->mean[0]), _mm256_set1_ps(cv->std[0]),
+                           _mm256_set1_ps(1.0f / cv->std[0])};
+    const __m128i rev = _mm_setr_epi8(7, 6, 5, 4, 3, 2, 1, 0, 8, 9, 10, 11, 12, 13, 14, 15);
+    const uint32_t W8 = W & ~7u;
+    for (uint32_t y = 0; y < H; y++) {
+        const uint8_t *row = base + (size_t)y * stride;
+        const size_t o = (size_t)y * W;
+        for (uint32_t x = 0; x < W8; x += 8) {
+            __m128i v = _mm_loadl_epi64((const __m128i *)(row + (flip ? W - 8 - x : x)));
+            if (flip)
+                v = _mm_shuffle_epi8(v, rev);
+            const __m256 r = normalize8(v, &k);
+            if (f16)
+                _mm_storeu_si128((__m128i *)((uint16_t *)dst + o + x),
+                                 _mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT));
+            else
+                _mm256_storeu_ps((float *)dst + o + x, r);
+        }
+        for (uint32_t x = W8; x < W; x++) {
+            const uint8_t v = row[flip ? W - 1 - x : x];
+            if (f16)
+                ((uint16_t *)dst)[o + x] = cv->f16[0][v];
+            else
+                ((float *)dst)[o + x] = cv->f32[0][v];
+        }
+    }
+}
+
+/* The bodies once per output type and channel count, so that the store is chosen outside the
+ * loops. */
 static AVX2_CONVERT_TARGET void crop_convert_avx2(const uint8_t *base, size_t stride, uint32_t W,
                                                   uint32_t H, int flip, const dlc__convert *cv,
                                                   void *dst)
 {
-    if (cv->dtype == DLC_DTYPE_FLOAT16)
+    const int f16 = cv->dtype == DLC_DTYPE_FLOAT16;
+    if (cv->channels == 1) {
+        if (f16)
+            crop_convert_avx2_gray(base, stride, W, H, flip, cv, dst, 1);
+        else
+            crop_convert_avx2_gray(base, stride, W, H, flip, cv, dst, 0);
+    } else if (f16) {
         crop_convert_avx2_body(base, stride, W, H, flip, cv, dst, 1);
-    else
+    } else {
         crop_convert_avx2_body(base, stride, W, H, flip, cv, dst, 0);
+    }
 }
 
 /* Does the vector kernel run here, and give the tables' bits for every input? It is an
@@ -228,24 +271,26 @@ static int avx2_convert_matches_tables(const dlc__convert *cv)
     if (!__builtin_cpu_supports("avx2") || !__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_FMA) ||
         !(c & bit_F16C))
         return 0;
+    const uint32_t C = cv->channels;
     uint8_t row[256 * 3];
-    for (int v = 0; v < 256; v++)
-        row[v * 3] = row[v * 3 + 1] = row[v * 3 + 2] = (uint8_t)v;
+    for (uint32_t v = 0; v < 256; v++)
+        for (uint32_t ch = 0; ch < C; ch++)
+            row[v * C + ch] = (uint8_t)v;
     float out[3 * 256]; /* Large enough for the float16 planes too. */
     crop_convert_avx2(row, sizeof row, 256, 1, 0, cv, out);
     if (cv->dtype == DLC_DTYPE_FLOAT16)
-        return memcmp(out, cv->f16, sizeof cv->f16) == 0;
-    return memcmp(out, cv->f32, sizeof cv->f32) == 0;
+        return memcmp(out, cv->f16, C * sizeof cv->f16[0]) == 0;
+    return memcmp(out, cv->f32, C * sizeof cv->f32[0]) == 0;
 }
 #endif
 
-void dlc__convert_init(dlc__convert *cv, uint32_t dtype, uint32_t channels, const float mean[3],
-                       const float std[3])
+void dlc__convert_init(dlc__convert *cv, uint32_t dtype, uint32_t channels, const float *mean,
+                       const float *std)
 {
     memset(cv, 0, sizeof *cv);
     cv->dtype = dtype;
     cv->channels = channels;
-    for (int c = 0; c < 3; c++) {
+    for (uint32_t c = 0; c < channels && c < DLC__MAX_CHANNELS; c++) {
         cv->mean[c] = mean[c];
         cv->std[c] = std[c];
         for (int v = 0; v < 256; v++) {
@@ -257,7 +302,8 @@ void dlc__convert_init(dlc__convert *cv, uint32_t dtype, uint32_t channels, cons
         }
     }
 #ifdef DLC_HAVE_AVX2_CONVERT
-    if (channels == 3 && (dtype == DLC_DTYPE_FLOAT32 || dtype == DLC_DTYPE_FLOAT16))
+    if ((channels == 1 || channels == 3) &&
+        (dtype == DLC_DTYPE_FLOAT32 || dtype == DLC_DTYPE_FLOAT16))
         cv->simd = avx2_convert_matches_tables(cv);
 #endif
 }
@@ -338,6 +384,45 @@ void dlc__flip_row_rgb(const uint8_t *in, uint8_t *out, uint32_t w)
     flip_row_rgb_scalar(in, out, w);
 }
 
+/* Mirror one row of @p w pixels of @p C channels (1 and 4 have their own word-sized loops). */
+static void flip_row_any(const uint8_t *restrict in, uint8_t *restrict out, uint32_t w, uint32_t C)
+{
+    if (C == 1) {
+        for (uint32_t x = 0; x < w; x++)
+            out[x] = in[w - 1 - x];
+    } else if (C == 4) {
+        for (uint32_t x = 0; x < w; x++) {
+            uint32_t v;
+            memcpy(&v, in + (size_t)(w - 1 - x) * 4, 4);
+            memcpy(out + (size_t)x * 4, &v, 4);
+        }
+    } else {
+        for (uint32_t x = 0; x < w; x++)
+            memcpy(out + (size_t)x * C, in + (size_t)(w - 1 - x) * C, C);
+    }
+}
+
+/* Float planes through the tables for any channel count (the vector kernels cover 1 and 3). */
+static void convert_planes_any(const uint8_t *base, size_t stride, uint32_t W, uint32_t H, int flip,
+                               const dlc__convert *cv, void *dst)
+{
+    const uint32_t C = cv->channels;
+    const size_t plane = (size_t)W * H;
+    for (uint32_t y = 0; y < H; y++) {
+        const uint8_t *row = base + (size_t)y * stride;
+        for (uint32_t x = 0; x < W; x++) {
+            const uint8_t *p = row + (size_t)(flip ? W - 1 - x : x) * C;
+            const size_t o = (size_t)y * W + x;
+            for (uint32_t c = 0; c < C; c++) {
+                if (cv->dtype == DLC_DTYPE_FLOAT16)
+                    ((uint16_t *)dst)[c * plane + o] = cv->f16[c][p[c]];
+                else
+                    ((float *)dst)[c * plane + o] = cv->f32[c][p[c]];
+            }
+        }
+    }
+}
+
 void dlc__crop_convert(const uint8_t *src, size_t stride, dlc__box box, int flip,
                        const dlc__convert *cv, void *dst)
 {
@@ -346,6 +431,12 @@ void dlc__crop_convert(const uint8_t *src, size_t stride, dlc__box box, int flip
     if (cv->dtype == DLC_DTYPE_UINT8) {
         uint8_t *out = dst;
         const size_t row = (size_t)W * C;
+        if (!flip && row == stride) {
+            /* Whole rows of the image: one block (small images are copied millions of times a
+             * second, where a call per row shows). */
+            memcpy(out, base, row * H);
+            return;
+        }
         for (uint32_t y = 0; y < H; y++, out += row) {
             const uint8_t *in = base + (size_t)y * stride;
             if (!flip) {
@@ -354,23 +445,24 @@ void dlc__crop_convert(const uint8_t *src, size_t stride, dlc__box box, int flip
             }
             if (y + FLIP_PREFETCH_ROWS < H)
                 prefetch_bytes(in + FLIP_PREFETCH_ROWS * stride, row);
-            if (C == 3) {
+            if (C == 3)
                 dlc__flip_row_rgb(in, out, W);
-            } else {
-                for (uint32_t x = 0; x < W; x++)
-                    memcpy(out + (size_t)x * C, in + (size_t)(W - 1 - x) * C, C);
-            }
+            else
+                flip_row_any(in, out, W, C);
         }
         return;
     }
-    /* NCHW: three planes written row by row while the source row is read once. Channels are 3
-     * here (checked at open). */
+    /* NCHW: C planes written row by row while the source row is read once. */
 #ifdef DLC_HAVE_AVX2_CONVERT
     if (cv->simd) {
         crop_convert_avx2(base, stride, W, H, flip, cv, dst);
         return;
     }
 #endif
+    if (C != 3) {
+        convert_planes_any(base, stride, W, H, flip, cv, dst);
+        return;
+    }
     const size_t plane = (size_t)W * H;
     const ptrdiff_t step = flip ? -3 : 3;
     if (cv->dtype == DLC_DTYPE_FLOAT32) {
@@ -400,4 +492,66 @@ void dlc__crop_convert(const uint8_t *src, size_t stride, dlc__box box, int flip
             o0 += W, o1 += W, o2 += W;
         }
     }
+}
+
+void dlc__resize_nearest(const uint8_t *src, size_t stride, uint32_t channels, double x0, double y0,
+                         double w, double h, int flip, uint8_t *dst, uint32_t dst_w, uint32_t dst_h)
+{
+    const double sx = w / dst_w, sy = h / dst_h;
+    /* The last source column and row of the region: floor() of a sample that lands exactly on
+     * the region's far edge (possible through rounding) must stay inside it. */
+    const uint32_t xmax = (uint32_t)ceil(x0 + w) - 1, ymax = (uint32_t)ceil(y0 + h) - 1;
+    const size_t C = channels;
+    for (uint32_t y = 0; y < dst_h; y++) {
+        uint32_t iy = (uint32_t)floor(y0 + (y + 0.5) * sy);
+        iy = iy > ymax ? ymax : iy;
+        const uint8_t *row = src + (size_t)iy * stride;
+        uint8_t *out = dst + (size_t)y * dst_w * C;
+        for (uint32_t x = 0; x < dst_w; x++) {
+            uint32_t ix = (uint32_t)floor(x0 + (x + 0.5) * sx);
+            ix = ix > xmax ? xmax : ix;
+            uint8_t *o = out + (size_t)(flip ? dst_w - 1 - x : x) * C;
+            if (C == 1)
+                *o = row[ix];
+            else
+                memcpy(o, row + ix * C, C);
+        }
+    }
+}
+
+uint32_t dlc__boxes_transform(const uint8_t *in, uint32_t n, const dlc__geom *g, float *out,
+                              uint8_t *keep)
+{
+    uint32_t kept = 0;
+    const double W = g->out_w, H = g->out_h;
+    for (uint32_t i = 0; i < n; i++) {
+        float b[4];
+        memcpy(b, in + (size_t)16 * i, sizeof b);
+        const double b0 = b[0], b1 = b[1], b2 = b[2], b3 = b[3];
+        double x0 = (b0 - g->x0) * g->sx, y0 = (b1 - g->y0) * g->sy;
+        double x1 = (b2 - g->x0) * g->sx, y1 = (b3 - g->y0) * g->sy;
+        if (g->flip) {
+            const double t = x0;
+            x0 = W - x1;
+            x1 = W - t;
+        }
+        /* fmin and fmax would turn a NaN into a bound, so a box with a coordinate that is not
+         * finite is dropped before the clip. */
+        const int finite = isfinite(x0) && isfinite(y0) && isfinite(x1) && isfinite(y1);
+        x0 = fmin(fmax(x0, 0.0), W);
+        x1 = fmin(fmax(x1, 0.0), W);
+        y0 = fmin(fmax(y0, 0.0), H);
+        y1 = fmin(fmax(y1, 0.0), H);
+        const int ok = finite && x1 > x0 && y1 > y0;
+        if (keep)
+            keep[i] = (uint8_t)ok;
+        if (!ok)
+            continue;
+        float *o = out + 4 * (size_t)kept++;
+        o[0] = (float)x0;
+        o[1] = (float)y0;
+        o[2] = (float)x1;
+        o[3] = (float)y1;
+    }
+    return kept;
 }

@@ -1,5 +1,5 @@
-/* Private to loader/: the loader's slot ring, its threads and its I/O (loader.c, pipeline.c,
- * io.c). The pure parts are in sampler.h and augment.h, the plumbing in common.h. */
+/* Private to loader/: the loader's outputs, slot ring, threads and I/O (loader.c, outputs.c,
+ * pipeline.c, io.c). The pure parts are in sampler.h and augment.h, the plumbing in common.h. */
 #ifndef DLCACHE_LOADER_INTERNAL_H
 #define DLCACHE_LOADER_INTERNAL_H
 
@@ -17,6 +17,63 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+/* ---- Outputs (outputs.c) -----------------------------------------------------------------------
+ * At open the store's schema and the configuration become a list of outputs: what a batch
+ * carries, one per selected field (and per view group for images and masks), with everything a
+ * worker needs to fill its part of a sample computed once. */
+
+/* What an output does with each sample. */
+enum {
+    DLC__OUT_IMAGE,  /* Crop or resized crop (antialiased bilinear), flip, convert. */
+    DLC__OUT_MASK,   /* Crop or resized crop (nearest neighbour), flip; uint8 as stored. */
+    DLC__OUT_BOXES,  /* Moved, scaled, flipped and clipped with the crop; emptied ones dropped. */
+    DLC__OUT_ARRAY,  /* Copied (the classes of boxes: those of the boxes kept). */
+    DLC__OUT_SCALAR, /* An int64 or float64 per sample. */
+    DLC__OUT_BYTES,  /* Bytes, end to end with offsets. */
+};
+
+/* How the rows of a variable output are laid out in a finished batch. */
+enum {
+    DLC__VAR_FIXED = 0xff, /* Not variable: every sample has the same size. */
+};
+
+/* The most views per sample over all groups, and the most groups. */
+#define DLC__MAX_VIEWS 256u
+#define DLC__MAX_GROUPS 16u
+
+/* A group of views as the loader runs it. */
+typedef struct dlc__group {
+    char name[32];  /* "": the default group, whose outputs keep the field's name and shape. */
+    uint32_t count; /* Views in the group. */
+    uint32_t first; /* Number of its first view among all views: keys its random streams. */
+    uint32_t augment, crop_h, crop_w;
+    float scale[2], ratio[2], flip;
+} dlc__group;
+
+typedef struct dlc__output {
+    char name[72];     /* The field's name, or FIELD_GROUP. */
+    uint32_t field;    /* Index in the schema. */
+    uint32_t kind;     /* The field's dlc_field_kind. */
+    uint32_t op;       /* DLC__OUT_*. */
+    uint32_t group;    /* IMAGE, MASK: the view group. */
+    uint32_t var;      /* A dlc_variable_mode, or DLC__VAR_FIXED. */
+    uint32_t max_len;  /* DLC_VARIABLE_PAD_TO: rows of every sample. */
+    uint32_t rows_cap; /* Variable outputs: the most rows one sample can hold. */
+    size_t row_bytes;  /* Variable outputs: bytes of one row (bytes fields: 1). */
+    size_t sample_cap; /* Bytes of the slot per sample (variable: rows_cap rows, staged there
+                          by the workers and packed when the batch is complete). */
+    size_t view_bytes; /* IMAGE, MASK: bytes of one view of one sample. */
+    uint32_t out_h, out_w, out_c; /* IMAGE, MASK: the group's crop and the channels. */
+    uint32_t dtype;               /* Of the output's elements. */
+    uint32_t layout;              /* A dlc_layout. */
+    uint32_t ndim;                /* Of one sample (ARRAY, BOXES: the field's; IMAGE, MASK: 3). */
+    uint64_t dims[DLC_MAX_DIMS];  /* Of one sample; variable outputs: dims[0] is decided per
+                                     batch. */
+    int link;                     /* BOXES: the output of its classes, or -1. */
+    int filtered_by;              /* ARRAY: the BOXES output whose kept boxes it follows, or -1. */
+    dlc__convert cv;              /* IMAGE and MASK (uint8 for masks). */
+} dlc__output;
+
 /* ---- The loader, its slot ring and its threads (loader.c, pipeline.c, io.c) ------------------ */
 /* A slot goes FREE -> IO (the I/O thread resolves its records and starts their reads) -> FILL
  * (workers claim samples in chunks) -> READY -> LENT (to the consumer) -> FREE. Every transition
@@ -25,31 +82,54 @@ enum { DLC__SLOT_FREE, DLC__SLOT_IO, DLC__SLOT_FILL, DLC__SLOT_READY, DLC__SLOT_
 
 /** What the I/O thread found for one sample of a batch. */
 typedef struct dlc__sample_io {
-    dlc_record rec;         /**< Header of the record (data points into the map). */
-    const uint8_t *payload; /**< Where workers read it: the map, or a direct-I/O buffer. */
-    uint64_t pos;           /**< Global position in the epoch's extended order. */
-    dlc_status status;      /**< Of the lookup or the read. */
+    dlc_value *v;        /**< The record's num_fields values (a slice of the slot's array). */
+    const uint8_t *span; /**< Where workers read the selected payloads: the map, or a direct-I/O
+                              buffer holding the file's bytes from span_off on. */
+    uint64_t span_off;   /**< File offset of span[0]. */
+    size_t span_len;     /**< Bytes from span_off that hold every selected payload. */
+    uint64_t index;      /**< Record number. */
+    uint64_t pos;        /**< Global position in the epoch's extended order. */
+    dlc_status status;   /**< Of the lookup or the read. */
 } dlc__sample_io;
+
+/** One output's part of a slot. */
+typedef struct dlc__slot_out {
+    uint8_t *data;    /**< batch_size * sample_cap bytes, 64-byte aligned. */
+    int64_t *lengths; /**< Variable outputs: rows of each sample. */
+    int64_t *offsets; /**< DLC_VARIABLE_OFFSETS: batch_size + 1 row offsets. */
+    uint64_t rows;    /**< After packing: PAD, PAD_TO: rows per sample; OFFSETS: total rows. */
+} dlc__slot_out;
 
 typedef struct dlc__slot {
     int state;            /**< DLC__SLOT_*; under mu. */
     uint64_t batch;       /**< Batch number in the current plan. */
     uint32_t count;       /**< Samples in it. */
     uint64_t seed, epoch; /**< Keys of its augmentation. */
-    uint8_t *data;        /**< batch_size * sample_bytes, 64-byte aligned. */
+    dlc__slot_out *out;   /**< One per output. */
+    dlc_batch_field *bf;  /**< One per output: what dlc_loader_next() lends. */
+    dlc_value *values;    /**< batch_size * num_fields values found by the I/O thread. */
     int64_t *labels;
     uint64_t *indices;
     dlc__sample_io *io;
     uint8_t *iobuf;    /**< Direct mode: batch_size * io_cap bytes, 4096-aligned. */
     atomic_uint claim; /**< Next sample to hand to a worker (a chunk at a time). */
-    atomic_uint done;  /**< Samples finished; the worker that completes the batch marks it READY. */
+    atomic_uint done;  /**< Samples finished; the worker that completes the batch packs its
+                            variable outputs and marks it READY. */
     uint32_t active;   /**< Workers inside the slot; under mu. */
     dlc_status err;    /**< First failure (lowest sample index); under mu. */
     uint32_t err_at;
     char errmsg[512];
-    uint32_t io_err_at; /**< Lowest sample whose lookup failed; its message is io_msg. */
+    uint32_t io_err_at;    /**< Lowest sample whose lookup failed; its message is io_msg. */
+    int lookup_by_workers; /**< The workers find the records themselves (a store all in memory:
+                                nothing to read ahead, and the lookups spread over them). */
     char io_msg[512];
 } dlc__slot;
+
+/** One view's geometry, drawn for one sample (in the primary image's pixels). */
+typedef struct dlc__view_params {
+    dlc__box box;
+    int flip;
+} dlc__view_params;
 
 typedef struct dlc__worker {
     struct dlc_loader *l;
@@ -57,10 +137,15 @@ typedef struct dlc__worker {
     pthread_t thread;
     int started;
     dlc_store_reader *reader; /**< Opened and closed on the worker's thread. */
-    dlc_codec *codec;         /**< JPEG stores only. */
-    uint8_t *tmp;             /**< out_h x out_w x C staging for resized crops. */
+    dlc_codec **codecs;       /**< Per field: a codec for JPEG and PNG images, else NULL (two
+                                   encoded fields of a record are decoded into two scratches). */
+    uint8_t *tmp;             /**< Staging for resized uint8 views before flip and convert. */
     void *scratch;            /**< dlc_resize() scratch; grows to the largest box seen. */
     size_t scratch_size;
+    dlc_value *rvalues;      /**< num_fields values of a replacement record. */
+    uint8_t *keep;           /**< Per box of a sample: kept by the crop. */
+    dlc__view_params *views; /**< Of the sample being built: one per view. */
+    uint64_t bytes_read;     /**< Not yet added to the loader's stats. */
 } dlc__worker;
 
 struct dlc_loader {
@@ -68,13 +153,26 @@ struct dlc_loader {
     double *weights;
     dlc_store *store;
     const dlc_store_info *info;
-    const char *path; /**< dlc_store_path(store). */
+    const dlc_field *fields; /**< The store's schema. */
+    const char *path;        /**< dlc_store_path(store). */
     dlc__sampler sampler;
     dlc__shard shard;
-    dlc__convert cv;
-    uint32_t out_h, out_w, out_c;
-    size_t sample_bytes;
     uint64_t batch_base; /**< batch_index of the plan's first batch. */
+
+    /* Outputs (outputs.c). */
+    uint32_t nout;
+    dlc__output *out;
+    uint32_t ngroups, nviews;
+    dlc__group groups[DLC__MAX_GROUPS];
+    uint8_t selected[DLC_MAX_FIELDS]; /**< Fields whose payloads are read. */
+    uint32_t primary;                 /**< The image (or mask) whose size the crops are drawn on, or
+                                           DLC_NO_FIELD when no output is spatial. */
+    int spatial;                      /**< Some output needs the views' geometry. */
+    int variable;                     /**< Some output is packed when its batch completes. */
+    int first_image;                  /**< Output described by dlc_batch.data..., or -1. */
+    size_t tmp_bytes;                 /**< Worker staging bytes. */
+    uint32_t max_boxes;               /**< The most boxes of a sample over the BOXES outputs. */
+    uint32_t chunk;                   /**< Samples a worker claims at a time. */
 
     uint32_t nslots;
     dlc__slot *slots;
@@ -104,6 +202,8 @@ struct dlc_loader {
     size_t io_cap; /**< Bytes of direct buffer per sample. */
     int bufs_registered;
     uint32_t madvise_inflight;
+    int resident; /**< The whole store was in the page cache when the epoch started: no
+                       readahead hints (they cost a system call per record for nothing). */
 
     /* Checksum bookkeeping for DLC_VERIFY_FIRST: one bit per record. */
     _Atomic uint64_t *verified_ok;
@@ -112,9 +212,24 @@ struct dlc_loader {
     _Atomic uint64_t st_batches, st_samples, st_replaced, st_bytes, st_wait_ns, st_io_wait_ns;
 };
 
+/* outputs.c */
+/** Plan the outputs from the schema and the configuration (fields, options, views, crop,
+ *  dtype), checking every choice: DLC_EINVAL names the field or option. */
+dlc_status dlc__outputs_plan(struct dlc_loader *l);
+/** Allocate slot @p s's output buffers (once, at open). */
+dlc_status dlc__slot_outputs_alloc(struct dlc_loader *l, dlc__slot *s);
+void dlc__slot_outputs_free(struct dlc_loader *l, dlc__slot *s);
+/** Pack the variable outputs of a complete batch (by the worker that completed it). */
+void dlc__outputs_pack(struct dlc_loader *l, dlc__slot *s);
+/** Fill s->bf, the batch's description, and the compatibility fields of @p batch. */
+void dlc__outputs_describe(struct dlc_loader *l, dlc__slot *s, dlc_batch *batch);
+
+/* io.c */
 /** Choose the I/O mode, set up io_uring and the direct buffers. */
 dlc_status dlc__io_open(struct dlc_loader *l);
 void dlc__io_close(struct dlc_loader *l);
+/** Is the whole store in the page cache (mmap mode)? Then an epoch needs no readahead hints. */
+int dlc__io_resident(const struct dlc_loader *l);
 /** The I/O thread's body. */
 void *dlc__io_main(void *arg);
 /* Has the store file shrunk below its size at open (truncated in place)? Then a touch of a page
@@ -122,6 +237,10 @@ void *dlc__io_main(void *arg);
  * current size in *now. One fstat; called once per batch by the I/O thread and once per claimed
  * chunk by the workers. */
 int dlc__store_shrunk(const struct dlc_loader *l, uint64_t *now);
+/** The file span that holds @p v's selected payloads: [*off, *off + *len). */
+void dlc__selected_span(const struct dlc_loader *l, const dlc_value *v, uint64_t *off, size_t *len);
+
+/* pipeline.c */
 /** A worker's body. */
 void *dlc__worker_main(void *arg);
 /** Stop the threads' work on the current plan and start a new plan at global position @p start.*/

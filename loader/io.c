@@ -36,6 +36,43 @@ static size_t align_up(size_t x, size_t a)
     return (x + a - 1) / a * a;
 }
 
+/* The most bytes a record's selected span can cover (see dlc__io_open()). */
+static size_t span_bound(const dlc_loader *l)
+{
+    const dlc_store_info *in = l->info;
+    size_t bound = 0;
+    for (uint32_t f = 0; f < in->num_fields; f++) {
+        if (!l->fields[f].max_size && l->selected[f] && l->fields[f].kind != DLC_FIELD_INT &&
+            l->fields[f].kind != DLC_FIELD_FLOAT)
+            return (size_t)(2 * (in->payload_bytes / (in->count ? in->count : 1))) + 65536;
+        bound += (size_t)l->fields[f].max_size + 64;
+    }
+    return bound;
+}
+
+void dlc__selected_span(const dlc_loader *l, const dlc_value *v, uint64_t *off, size_t *len)
+{
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (uint32_t f = 0; f < l->info->num_fields; f++) {
+        const uint32_t k = l->fields[f].kind;
+        if (!l->selected[f] || k == DLC_FIELD_INT || k == DLC_FIELD_FLOAT || !v[f].size)
+            continue;
+        lo = v[f].offset < lo ? v[f].offset : lo;
+        hi = v[f].offset + v[f].size > hi ? v[f].offset + v[f].size : hi;
+    }
+    *off = lo == UINT64_MAX ? 0 : lo;
+    *len = lo == UINT64_MAX ? 0 : (size_t)(hi - lo);
+}
+
+int dlc__io_resident(const dlc_loader *l)
+{
+    /* Direct mode is for stores larger than memory, where mincore would walk the page tables of
+     * a huge map for an answer known in advance. */
+    uint64_t resident = 0;
+    return l->io_mode == DLC_IO_MMAP && dlc_store_resident(l->store, &resident) == DLC_OK &&
+           resident >= l->info->file_bytes;
+}
+
 dlc_status dlc__io_open(dlc_loader *l)
 {
     dlc_status rc = DLC_OK;
@@ -61,16 +98,12 @@ dlc_status dlc__io_open(dlc_loader *l)
     }
 
     if (l->io_mode == DLC_IO_DIRECT) {
-        /* A buffer per sample that covers its record's 4096-aligned span. Fixed-size raw records
-         * have a known span; otherwise twice the average payload plus slack, and a larger
-         * record is read from the map instead (counted as mmap reads, still correct). */
-        const dlc_store_info *in = l->info;
-        size_t payload;
-        if (in->encoding == DLC_ENCODING_RAW && in->height && in->width)
-            payload = (size_t)in->height * in->width * in->channels;
-        else
-            payload = (size_t)(2 * (in->payload_bytes / (in->count ? in->count : 1))) + 65536;
-        l->io_cap = align_up(payload, IO_ALIGN) + IO_ALIGN;
+        /* A buffer per sample that covers the 4096-aligned span of its selected payloads: the
+         * schema bounds every field's size, and the span runs from the first selected payload
+         * to the end of the last, over whatever lies between. A store that does not know its
+         * largest payloads gets twice the average plus slack, and a larger record is read from
+         * the map instead (counted as mmap reads, still correct). */
+        l->io_cap = align_up(span_bound(l), IO_ALIGN) + IO_ALIGN;
         const size_t slot_bytes = l->io_cap * l->cfg.batch_size;
         for (uint32_t i = 0; i < l->nslots; i++) {
             void *p = NULL;
@@ -147,9 +180,17 @@ static struct io_uring_sqe *get_sqe(dlc_loader *l)
 static void readahead_mmap(dlc_loader *l, dlc__slot *s)
 {
     const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uint8_t *map = NULL;
     for (uint32_t j = 0; j < s->count; j++) {
         const dlc__sample_io *si = &s->io[j];
-        if (si->status != DLC_OK)
+        if (si->status != DLC_OK || !si->span_len)
+            continue;
+        /* The map's base, from any payload view and its file offset. */
+        if (!map)
+            for (uint32_t f = 0; f < l->info->num_fields && !map; f++)
+                if (si->v[f].data && si->v[f].size)
+                    map = si->v[f].data - si->v[f].offset;
+        if (!map)
             continue;
         if (l->uring_ok) {
             /* Keep the completion queue from filling with answers nobody waits for. */
@@ -160,13 +201,13 @@ static void readahead_mmap(dlc_loader *l, dlc__slot *s)
             struct io_uring_sqe *sqe = get_sqe(l);
             if (!sqe)
                 break;
-            const uintptr_t a = (uintptr_t)si->rec.data & ~(page - 1);
-            const uintptr_t e = (uintptr_t)si->rec.data + si->rec.size;
+            const uintptr_t a = (uintptr_t)(map + si->span_off) & ~(page - 1);
+            const uintptr_t e = (uintptr_t)(map + si->span_off) + si->span_len;
             io_uring_prep_madvise(sqe, (void *)a, (off_t)(e - a), MADV_WILLNEED);
             io_uring_sqe_set_data64(sqe, 0);
             l->madvise_inflight++;
         } else {
-            posix_fadvise(dlc_store_fd(l->store), (off_t)si->rec.offset, (off_t)si->rec.size,
+            posix_fadvise(dlc_store_fd(l->store), (off_t)si->span_off, (off_t)si->span_len,
                           POSIX_FADV_WILLNEED);
         }
     }
@@ -179,8 +220,8 @@ static void readahead_mmap(dlc_loader *l, dlc__slot *s)
 /* Where record @p si's aligned span starts and how many bytes must arrive. */
 static void span_of(const dlc__sample_io *si, uint64_t *start, size_t *len, size_t *need)
 {
-    *start = si->rec.offset & ~(uint64_t)(IO_ALIGN - 1);
-    *need = (size_t)(si->rec.offset + si->rec.size - *start);
+    *start = si->span_off & ~(uint64_t)(IO_ALIGN - 1);
+    *need = (size_t)(si->span_off + si->span_len - *start);
     *len = align_up(*need, IO_ALIGN);
 }
 
@@ -189,7 +230,7 @@ static void read_direct(dlc_loader *l, dlc__slot *s, uint32_t slot_index)
     uint32_t inflight = 0;
     for (uint32_t j = 0; j < s->count; j++) {
         dlc__sample_io *si = &s->io[j];
-        if (si->status != DLC_OK)
+        if (si->status != DLC_OK || !si->span_len)
             continue;
         uint64_t start;
         size_t len, need;
@@ -197,8 +238,8 @@ static void read_direct(dlc_loader *l, dlc__slot *s, uint32_t slot_index)
         if (len > l->io_cap)
             continue; /* Larger than a buffer: the worker reads it from the map. */
         uint8_t *buf = s->iobuf + (size_t)j * l->io_cap;
-        si->payload = buf + (si->rec.offset - start);
-        atomic_fetch_add_explicit(&l->st_bytes, si->rec.size, memory_order_relaxed);
+        si->span = buf + (si->span_off - start);
+        atomic_fetch_add_explicit(&l->st_bytes, si->span_len, memory_order_relaxed);
         if (!l->uring_ok) {
             const ssize_t r = pread(l->direct_fd, buf, len, (off_t)start);
             if (r < 0 || (size_t)r < need)
@@ -251,58 +292,78 @@ int dlc__store_shrunk(const dlc_loader *l, uint64_t *now)
     return 1;
 }
 
+/* Every sample of slot @p s fails with DLC_ECHANGED: the store shrank under the loader. */
+static void fail_shrunk(dlc_loader *l, dlc__slot *s, uint64_t now)
+{
+    const dlc__shard *sh = &l->shard;
+    for (uint32_t j = 0; j < s->count; j++) {
+        dlc__sample_io *si = &s->io[j];
+        si->pos = dlc__shard_pos(sh, s->batch * sh->batch + j);
+        si->index = dlc__sampler_at(&l->sampler, si->pos);
+        si->span = NULL;
+        si->span_len = 0;
+        si->status = DLC_ECHANGED;
+    }
+    s->io_err_at = 0;
+    s->lookup_by_workers = 0;
+    snprintf(s->io_msg, sizeof s->io_msg,
+             "%s: record %llu: the store shrank from %llu to %llu bytes while the loader was "
+             "reading it (truncated in place; replace a store by renaming a new file over it)",
+             l->path, (unsigned long long)s->io[0].index, (unsigned long long)l->info->file_bytes,
+             (unsigned long long)now);
+}
+
 /* Look the records of slot @p s up and start their I/O. Runs on the I/O thread without mu. */
 static void resolve(dlc_loader *l, dlc__slot *s, uint32_t slot_index)
 {
     const dlc__shard *sh = &l->shard;
+    const uint32_t nf = l->info->num_fields;
     s->io_err_at = UINT32_MAX;
+    /* Variable outputs start empty: a sample that fails leaves nothing for the packing. */
+    for (uint32_t i = 0; i < l->nout; i++)
+        if (s->out[i].lengths)
+            memset(s->out[i].lengths, 0, (size_t)s->count * sizeof *s->out[i].lengths);
     /* A store truncated in place under the loader would kill the process with SIGBUS at the
-     * first touch of a page past its new end, here in LMDB's lookup or later in a worker. The
+     * first touch of a page past its new end, here in the lookup or later in a worker. The
      * library installs no signal handler (it would be the whole process's), so it checks the
      * size, once per batch, before it looks up any record of the batch: the batch then fails
      * with DLC_ECHANGED naming the store and its first record. */
     uint64_t now;
     if (dlc__store_shrunk(l, &now)) {
-        for (uint32_t j = 0; j < s->count; j++) {
-            dlc__sample_io *si = &s->io[j];
-            si->pos = dlc__shard_pos(sh, s->batch * sh->batch + j);
-            memset(&si->rec, 0, sizeof si->rec);
-            si->rec.index = dlc__sampler_at(&l->sampler, si->pos);
-            si->payload = NULL;
-            si->status = DLC_ECHANGED;
-        }
-        s->io_err_at = 0;
-        snprintf(s->io_msg, sizeof s->io_msg,
-                 "%s: record %llu: the store shrank from %llu to %llu bytes while the loader was "
-                 "reading it (truncated in place; replace a store by renaming a new file over it)",
-                 l->path, (unsigned long long)s->io[0].rec.index,
-                 (unsigned long long)l->info->file_bytes, (unsigned long long)now);
+        fail_shrunk(l, s, now);
         return;
     }
+    /* A store all in the page cache needs no readahead, so the lookups (one random load of a
+     * record header each: at millions of small records a second, more than one thread's work)
+     * go to the workers, each finding the records it builds. */
+    s->lookup_by_workers = l->io_mode == DLC_IO_MMAP && l->resident;
+    if (s->lookup_by_workers)
+        return;
+    uint64_t bytes = 0;
     for (uint32_t j = 0; j < s->count; j++) {
         dlc__sample_io *si = &s->io[j];
         si->pos = dlc__shard_pos(sh, s->batch * sh->batch + j);
-        const uint64_t idx = dlc__sampler_at(&l->sampler, si->pos);
-        si->status = dlc_store_read(l->io_reader, idx, &si->rec);
+        si->index = dlc__sampler_at(&l->sampler, si->pos);
+        si->v = s->values + (size_t)j * nf;
+        si->span = NULL;
+        si->status = dlc_store_read_values(l->io_reader, si->index, si->v);
         if (si->status != DLC_OK) {
-            memset(&si->rec, 0, sizeof si->rec);
-            si->rec.index = idx;
-            si->payload = NULL;
+            si->span_off = si->span_len = 0;
             if (s->io_err_at == UINT32_MAX) {
                 s->io_err_at = j;
                 snprintf(s->io_msg, sizeof s->io_msg, "%s", dlc_errmsg());
             }
             continue;
         }
-        si->payload = si->rec.data;
+        dlc__selected_span(l, si->v, &si->span_off, &si->span_len);
+        bytes += si->span_len;
     }
     if (l->io_mode == DLC_IO_DIRECT) {
         read_direct(l, s, slot_index);
     } else {
-        for (uint32_t j = 0; j < s->count; j++)
-            if (s->io[j].status == DLC_OK)
-                atomic_fetch_add_explicit(&l->st_bytes, s->io[j].rec.size, memory_order_relaxed);
-        readahead_mmap(l, s);
+        atomic_fetch_add_explicit(&l->st_bytes, bytes, memory_order_relaxed);
+        if (!l->resident)
+            readahead_mmap(l, s);
     }
 }
 

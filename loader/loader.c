@@ -24,8 +24,9 @@ void dlc_loader_config_init(dlc_loader_config *c)
     c->rrc_ratio[1] = 4.0f / 3.0f;
     c->flip_prob = 0.5f;
     c->dtype = DLC_DTYPE_UINT8;
-    c->mean[0] = 0.485f, c->mean[1] = 0.456f, c->mean[2] = 0.406f;
-    c->std[0] = 0.229f, c->std[1] = 0.224f, c->std[2] = 0.225f;
+    /* ImageNet's, and 0.5 for a fourth channel (alpha, depth: no convention to follow). */
+    c->mean[0] = 0.485f, c->mean[1] = 0.456f, c->mean[2] = 0.406f, c->mean[3] = 0.5f;
+    c->std[0] = 0.229f, c->std[1] = 0.224f, c->std[2] = 0.225f, c->std[3] = 0.5f;
     c->verify = DLC_VERIFY_OFF;
     c->on_corrupt = DLC_CORRUPT_FAIL;
     c->io = DLC_IO_AUTO;
@@ -69,11 +70,14 @@ static dlc_status check_config(const dlc_loader_config *c, const char *path)
             DLC_EINVAL, "%s: config.rrc_ratio = (%g, %g) must satisfy 0 < lo <= hi", path,
             c->rrc_ratio[0], c->rrc_ratio[1]);
     }
-    if (c->dtype != DLC_DTYPE_UINT8)
-        for (int i = 0; i < 3; i++)
-            FAIL_IF(!(c->std[i] > 0 || c->std[i] < 0) || c->mean[i] != c->mean[i], DLC_EINVAL,
-                    "%s: config.std[%d] = %g / mean = %g cannot normalize", path, i, c->std[i],
-                    c->mean[i]);
+    FAIL_IF(c->num_fields && !c->fields, DLC_EINVAL, "%s: config.num_fields = %u without fields",
+            path, c->num_fields);
+    FAIL_IF(c->num_field_options && !c->field_options, DLC_EINVAL,
+            "%s: config.num_field_options = %u without field_options", path, c->num_field_options);
+    FAIL_IF(c->num_views && !c->views, DLC_EINVAL, "%s: config.num_views = %u without views", path,
+            c->num_views);
+    FAIL_IF(c->crop_h > 65536 || c->crop_w > 65536, DLC_EINVAL,
+            "%s: config.crop_h x crop_w = %ux%u: at most 65536 a side", path, c->crop_w, c->crop_h);
     return DLC_OK;
 fail:
     return rc;
@@ -89,20 +93,24 @@ static dlc_status read_labels(dlc_loader *l, int64_t **out)
 {
     dlc_status rc = DLC_OK;
     dlc_store_reader *r = NULL;
+    dlc_value *v = calloc(l->info->num_fields, sizeof *v);
     int64_t *labels = malloc(l->info->count * sizeof *labels);
-    FAIL_IF(!labels, -ENOMEM, "%s: out of memory for %llu labels", l->path,
+    FAIL_IF(!labels || !v, -ENOMEM, "%s: out of memory for %llu labels", l->path,
             (unsigned long long)l->info->count);
+    FAIL_IF(l->info->label_field == DLC_NO_FIELD, DLC_EINVAL,
+            "%s: the weighted sampler needs a label field, and the store has none", l->path);
     CHECK(dlc_store_reader_open(l->store, &r));
     for (uint64_t i = 0; i < l->info->count; i++) {
-        dlc_record rec;
-        CHECK(dlc_store_read(r, i, &rec));
-        labels[i] = rec.label;
+        CHECK(dlc_store_read_values(r, i, v));
+        labels[i] = v[l->info->label_field].i;
     }
     dlc_store_reader_close(r);
+    free(v);
     *out = labels;
     return DLC_OK;
 fail:
     dlc_store_reader_close(r);
+    free(v);
     free(labels);
     return rc;
 }
@@ -148,33 +156,15 @@ dlc_status dlc_loader_open(const char *path, const dlc_loader_config *config, dl
     l->paused = 1; /* Until every thread has started. */
     CHECK(dlc_store_open(path, DLC_STORE_RANDOM, &l->store));
     l->info = dlc_store_get_info(l->store);
+    l->fields = dlc_store_fields(l->store);
     l->path = dlc_store_path(l->store);
     const dlc_store_info *in = l->info;
     FAIL_IF(in->count == 0, DLC_EINVAL, "%s: the store has no records", l->path);
-    FAIL_IF(in->encoding > DLC_ENCODING_JPEG, DLC_ECORRUPT, "%s: unknown encoding %u", l->path,
-            in->encoding);
-
-    /* Output geometry: the crop, or the store's own size when asked for 0. */
-    l->out_c = in->channels ? in->channels : 3;
-    l->out_h = cfg.crop_h ? cfg.crop_h : in->height;
-    l->out_w = cfg.crop_w ? cfg.crop_w : in->width;
-    FAIL_IF(!l->out_h || !l->out_w, DLC_EINVAL,
-            "%s: config.crop_h/crop_w = 0 asks for the store's size, but its records differ in "
-            "size",
-            l->path);
-    FAIL_IF(l->out_c > 16, DLC_ECORRUPT, "%s: %u channels per pixel", l->path, l->out_c);
-    FAIL_IF(cfg.dtype != DLC_DTYPE_UINT8 && l->out_c != 3, DLC_EINVAL,
-            "%s: config.dtype: float output needs 3 channels, the store has %u", l->path, l->out_c);
-    FAIL_IF(cfg.augment != DLC_AUGMENT_RANDOM_RESIZED_CROP && in->height && in->width &&
-                (l->out_h > in->height || l->out_w > in->width),
-            DLC_EINVAL, "%s: config.crop_h x crop_w = %ux%u is larger than the store's %ux%u",
-            l->path, l->out_h, l->out_w, in->height, in->width);
-    const size_t elem = cfg.dtype == DLC_DTYPE_FLOAT32 ? 4 : cfg.dtype == DLC_DTYPE_FLOAT16 ? 2 : 1;
-    l->sample_bytes = (size_t)l->out_h * l->out_w * l->out_c * elem;
-    FAIL_IF(l->sample_bytes > ((size_t)1 << 34) / cfg.batch_size, DLC_EINVAL,
-            "%s: a batch of %u samples of %zu bytes is too large", l->path, cfg.batch_size,
-            l->sample_bytes);
-    dlc__convert_init(&l->cv, cfg.dtype, l->out_c, cfg.mean, cfg.std);
+    CHECK(dlc__outputs_plan(l));
+    /* The options pointed into the caller's memory, which need not outlive this call; the plan
+     * holds all that is needed of them. */
+    l->cfg.fields = NULL, l->cfg.field_options = NULL, l->cfg.views = NULL;
+    l->cfg.num_fields = l->cfg.num_field_options = l->cfg.num_views = 0;
 
     if (cfg.sampler == DLC_SAMPLER_WEIGHTED) {
         FAIL_IF(!cfg.class_weights || cfg.num_class_weights != in->num_labels, DLC_EINVAL,
@@ -202,20 +192,20 @@ dlc_status dlc_loader_open(const char *path, const dlc_loader_config *config, dl
     l->nslots = cfg.prefetch;
     l->slots = calloc(l->nslots, sizeof *l->slots);
     FAIL_IF(!l->slots, -ENOMEM, "%s: out of memory", l->path);
-    const size_t data_bytes = (l->sample_bytes * cfg.batch_size + 63) / 64 * 64;
     for (uint32_t i = 0; i < l->nslots; i++) {
         dlc__slot *s = &l->slots[i];
-        s->data = aligned_alloc(64, data_bytes);
         s->labels = calloc(cfg.batch_size, sizeof *s->labels);
         s->indices = calloc(cfg.batch_size, sizeof *s->indices);
         s->io = calloc(cfg.batch_size, sizeof *s->io);
-        FAIL_IF(!s->data || !s->labels || !s->indices || !s->io, -ENOMEM,
-                "%s: out of memory for %u batch slots of %zu bytes", l->path, l->nslots,
-                data_bytes);
+        s->values = calloc((size_t)cfg.batch_size * in->num_fields, sizeof *s->values);
+        FAIL_IF(!s->labels || !s->indices || !s->io || !s->values, -ENOMEM,
+                "%s: out of memory for %u batch slots", l->path, l->nslots);
+        CHECK(dlc__slot_outputs_alloc(l, s));
         atomic_init(&s->claim, 0);
         atomic_init(&s->done, 0);
     }
     CHECK(dlc__io_open(l));
+    l->resident = dlc__io_resident(l);
 
     if (cfg.device >= 0)
         log_cb_once(&cfg, "built without CUDA: serving host batches");
@@ -287,9 +277,15 @@ void dlc_loader_close(dlc_loader *l)
     }
     if (l->workers) {
         for (uint32_t i = 0; i < l->nworkers; i++) {
-            dlc_codec_destroy(l->workers[i].codec);
-            free(l->workers[i].tmp);
-            free(l->workers[i].scratch);
+            dlc__worker *w = &l->workers[i];
+            for (uint32_t f = 0; w->codecs && f < l->info->num_fields; f++)
+                dlc_codec_destroy(w->codecs[f]);
+            free(w->codecs);
+            free(w->tmp);
+            free(w->scratch);
+            free(w->rvalues);
+            free(w->keep);
+            free(w->views);
         }
         free(l->workers);
         pthread_cond_destroy(&l->cv_io);
@@ -300,7 +296,8 @@ void dlc_loader_close(dlc_loader *l)
     dlc__io_close(l);
     if (l->slots) {
         for (uint32_t i = 0; i < l->nslots; i++) {
-            free(l->slots[i].data);
+            dlc__slot_outputs_free(l, &l->slots[i]);
+            free(l->slots[i].values);
             free(l->slots[i].labels);
             free(l->slots[i].indices);
             free(l->slots[i].io);
@@ -312,6 +309,7 @@ void dlc_loader_close(dlc_loader *l)
     free((void *)l->verified_bad);
     dlc__sampler_free(&l->sampler);
     free(l->weights);
+    free(l->out);
     dlc_store_close(l->store);
     free(l);
 }
@@ -356,20 +354,11 @@ dlc_status dlc_loader_next(dlc_loader *l, dlc_batch *batch)
     pthread_mutex_unlock(&l->mu);
 
     memset(batch, 0, sizeof *batch);
-    batch->data = s->data;
     batch->labels = s->labels;
     batch->indices = s->indices;
     batch->count = s->count;
-    batch->dtype = l->cfg.dtype;
     batch->shape[0] = s->count;
-    if (l->cfg.dtype == DLC_DTYPE_UINT8) {
-        batch->layout = DLC_LAYOUT_NHWC;
-        batch->shape[1] = l->out_h, batch->shape[2] = l->out_w, batch->shape[3] = l->out_c;
-    } else {
-        batch->layout = DLC_LAYOUT_NCHW;
-        batch->shape[1] = l->out_c, batch->shape[2] = l->out_h, batch->shape[3] = l->out_w;
-    }
-    batch->bytes = (size_t)s->count * l->sample_bytes;
+    dlc__outputs_describe(l, s, batch);
     batch->epoch = s->epoch;
     batch->batch_index = l->batch_base + b;
     atomic_fetch_add_explicit(&l->st_batches, 1, memory_order_relaxed);
@@ -382,7 +371,7 @@ dlc_status dlc_loader_release(dlc_loader *l, const dlc_batch *batch)
     if (!l || !batch)
         return dlc__errorf(DLC_EINVAL, "loader: dlc_loader_release() needs a loader and a batch");
     pthread_mutex_lock(&l->mu);
-    if (l->lent < 0 || batch->data != l->slots[l->lent].data) {
+    if (l->lent < 0 || batch->labels != l->slots[l->lent].labels) {
         pthread_mutex_unlock(&l->mu);
         return dlc__errorf(DLC_EINVAL, "loader: the batch released is not the one lent");
     }

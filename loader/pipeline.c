@@ -1,15 +1,13 @@
 /* Workers: claim samples of the oldest filling slot in chunks with an atomic counter, and write
  * each one, cropped, flipped and converted, straight to its place in the batch. */
 #include "internal.h"
+#include "sample.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Samples claimed at a time: few enough that the last batch spreads over the workers, enough
- * that the shared counter is touched rarely. */
-#define CHUNK 4u
 /* A claim counter at or beyond this value means "abandoned" (set by a reset). */
 #define CLAIM_KILLED 0x40000000u
 
@@ -23,154 +21,52 @@ static void set_bit(_Atomic uint64_t *bits, uint64_t i)
     atomic_fetch_or_explicit(&bits[i / 64], 1ull << (i % 64), memory_order_relaxed);
 }
 
-/* Checksum policy for one record whose payload sits at @p payload. */
-static dlc_status check_record(dlc_loader *l, const dlc_record *rec, const uint8_t *payload)
+/* Checksum policy for one record: every selected field, hashed where the worker will read it. */
+static dlc_status check_record(dlc_loader *l, const dlc__sample_view *sv)
 {
     const uint32_t mode = l->cfg.verify;
     if (mode == DLC_VERIFY_OFF)
         return DLC_OK;
-    if (test_bit(l->verified_bad, rec->index))
+    if (test_bit(l->verified_bad, sv->index))
         return dlc__errorf(DLC_ECORRUPT, "%s: record %llu: checksum mismatch (found earlier)",
-                           l->path, (unsigned long long)rec->index);
-    if (mode == DLC_VERIFY_FIRST && test_bit(l->verified_ok, rec->index))
+                           l->path, (unsigned long long)sv->index);
+    if (mode == DLC_VERIFY_FIRST && test_bit(l->verified_ok, sv->index))
         return DLC_OK;
-    dlc_record r = *rec;
-    r.data = payload; /* In direct mode the bytes that will be used are the buffer's. */
-    const dlc_status rc = dlc_record_verify(l->store, &r);
-    set_bit(rc == DLC_OK ? l->verified_ok : l->verified_bad, rec->index);
+    dlc_status rc = DLC_OK;
+    for (uint32_t f = 0; rc == DLC_OK && f < l->info->num_fields; f++) {
+        if (!l->selected[f])
+            continue;
+        dlc_value v = sv->v[f];
+        /* In direct mode the bytes that will be used are the buffer's. */
+        if (l->fields[f].kind != DLC_FIELD_INT && l->fields[f].kind != DLC_FIELD_FLOAT)
+            v.data = dlc__payload(sv, &sv->v[f]);
+        rc = dlc_value_verify(l->store, sv->index, f, &v);
+    }
+    set_bit(rc == DLC_OK ? l->verified_ok : l->verified_bad, sv->index);
     return rc;
 }
 
-/* A deterministic good stand-in for the corrupt sample at global position @p pos. */
+/* A deterministic good stand-in for the corrupt sample at global position @p pos, read from the
+ * map into the worker's own values. */
 static dlc_status replace(dlc_loader *l, dlc__worker *w, const dlc__slot *s, uint64_t pos,
-                          uint64_t bad_index, dlc_record *rec, const uint8_t **payload)
+                          uint64_t bad_index, dlc__sample_view *sv)
 {
     dlc__rng r = {dlc__key4(DLC__KEY_REPLACE, s->seed, s->epoch, pos), 0};
     for (int attempt = 0; attempt < 64; attempt++) {
         const uint64_t idx = dlc__rng_below(&r, l->info->count);
         if (idx == bad_index)
             continue;
-        if (dlc_store_read(w->reader, idx, rec) != DLC_OK)
+        if (dlc_store_read_values(w->reader, idx, w->rvalues) != DLC_OK)
             continue;
-        if (l->cfg.verify != DLC_VERIFY_OFF && check_record(l, rec, rec->data) != DLC_OK)
+        *sv = (dlc__sample_view){w->rvalues, NULL, 0, idx};
+        if (check_record(l, sv) != DLC_OK)
             continue;
-        *payload = rec->data;
         atomic_fetch_add_explicit(&l->st_replaced, 1, memory_order_relaxed);
         return DLC_OK;
     }
     return dlc__errorf(DLC_ECORRUPT,
                        "%s: record %llu is corrupt and 64 candidate replacements failed too",
                        l->path, (unsigned long long)bad_index);
-}
-
-static dlc_status ensure_scratch(dlc__worker *w, size_t need)
-{
-    if (need <= w->scratch_size)
-        return DLC_OK;
-    /* Grows to the largest box seen and stays: a steady stream allocates nothing. */
-    void *p = NULL;
-    if (posix_memalign(&p, 64, need))
-        return dlc__errorf(-ENOMEM, "loader: out of memory for %zu bytes of resize scratch", need);
-    free(w->scratch);
-    w->scratch = p;
-    w->scratch_size = need;
-    return DLC_OK;
-}
-
-/* Crop, flip and convert one decoded image (@p src: width x height, rows @p stride apart). */
-static dlc_status augment(dlc_loader *l, dlc__worker *w, const dlc__slot *s, uint64_t pos,
-                          const dlc_record *rec, const uint8_t *src, uint32_t width,
-                          uint32_t height, size_t stride, void *dst)
-{
-    const dlc_loader_config *c = &l->cfg;
-    dlc__rng r = {dlc__key4(DLC__KEY_AUGMENT, s->seed, s->epoch, pos), 0};
-    const uint32_t oh = l->out_h, ow = l->out_w, C = l->out_c;
-    if (c->augment != DLC_AUGMENT_RANDOM_RESIZED_CROP) {
-        if (width < ow || height < oh)
-            return dlc__errorf(DLC_EINVAL,
-                               "%s: record %llu: its %ux%u image is smaller than the %ux%u crop",
-                               l->path, (unsigned long long)rec->index, width, height, ow, oh);
-        const dlc__box box = c->augment == DLC_AUGMENT_CENTER_CROP
-                                 ? dlc__center_box(width, height, ow, oh)
-                                 : dlc__random_box(width, height, ow, oh, &r);
-        const int flip = c->flip_prob > 0 && dlc__rng_uniform(&r) < c->flip_prob;
-        dlc__crop_convert(src, stride, box, flip, &l->cv, dst);
-        return DLC_OK;
-    }
-    const dlc__box box = dlc__rrc_params(width, height, c->rrc_scale, c->rrc_ratio, &r);
-    const int flip = c->flip_prob > 0 && dlc__rng_uniform(&r) < c->flip_prob;
-    dlc_status rc = ensure_scratch(w, dlc_resize_scratch_bound(box.w, box.h, ow, oh, C));
-    if (rc != DLC_OK)
-        return rc;
-    const dlc_image in = {(uint8_t *)src, width, height, C, stride};
-    /* Without flip or conversion the resize writes the final sample itself; otherwise it
-     * writes a small staging image that the convert pass reads once. */
-    const int direct = !flip && l->cv.dtype == DLC_DTYPE_UINT8;
-    const dlc_image out = {direct ? dst : w->tmp, ow, oh, C, (size_t)ow * C};
-    rc = dlc_resize(&in, box.left, box.top, box.w, box.h, &out, w->scratch, w->scratch_size);
-    if (rc != DLC_OK)
-        return rc;
-    if (!direct) {
-        const dlc__box all = {0, 0, oh, ow};
-        dlc__crop_convert(w->tmp, (size_t)ow * C, all, flip, &l->cv, dst);
-    }
-    return DLC_OK;
-}
-
-static dlc_status decode_and_augment(dlc_loader *l, dlc__worker *w, const dlc__slot *s,
-                                     uint64_t pos, const dlc_record *rec, const uint8_t *payload,
-                                     void *dst)
-{
-    if (rec->encoding == DLC_ENCODING_RAW) {
-        if (rec->channels != l->out_c)
-            return dlc__errorf(DLC_ECORRUPT, "%s: record %llu: %u channels, the store says %u",
-                               l->path, (unsigned long long)rec->index, rec->channels, l->out_c);
-        return augment(l, w, s, pos, rec, payload, rec->width, rec->height,
-                       (size_t)rec->width * rec->channels, dst);
-    }
-    /* JPEG: decode with DCT scaling where the crop allows it. The crop box is drawn on the
-     * header's full-size dimensions, so the random stream is the same whatever the scale. */
-    uint32_t min_w = 0, min_h = 0;
-    if (l->cfg.augment == DLC_AUGMENT_RANDOM_RESIZED_CROP) {
-        dlc__rng r = {dlc__key4(DLC__KEY_AUGMENT, s->seed, s->epoch, pos), 0};
-        const dlc__box box =
-            dlc__rrc_params(rec->width, rec->height, l->cfg.rrc_scale, l->cfg.rrc_ratio, &r);
-        min_w = (uint32_t)(((uint64_t)rec->width * l->out_w + box.w - 1) / box.w);
-        min_h = (uint32_t)(((uint64_t)rec->height * l->out_h + box.h - 1) / box.h);
-    }
-    dlc_image img;
-    dlc_status rc = dlc_jpeg_decode(w->codec, payload, rec->size, min_w, min_h, &img);
-    if (rc != DLC_OK)
-        return dlc__errorf(rc, "%s: record %llu: %s", l->path, (unsigned long long)rec->index,
-                           dlc_errmsg());
-    if (img.width == rec->width && img.height == rec->height)
-        return augment(l, w, s, pos, rec, img.data, img.width, img.height, img.stride, dst);
-    if (!min_w || img.width > rec->width || img.height > rec->height)
-        return dlc__errorf(
-            DLC_ECORRUPT, "%s: record %llu: the JPEG is %ux%u, its header says %ux%u", l->path,
-            (unsigned long long)rec->index, img.width, img.height, rec->width, rec->height);
-    /* Scaled decode: map the box into the smaller image and resize from there. */
-    const dlc_loader_config *c = &l->cfg;
-    dlc__rng r = {dlc__key4(DLC__KEY_AUGMENT, s->seed, s->epoch, pos), 0};
-    const dlc__box box = dlc__rrc_params(rec->width, rec->height, c->rrc_scale, c->rrc_ratio, &r);
-    const int flip = c->flip_prob > 0 && dlc__rng_uniform(&r) < c->flip_prob;
-    const double sx = (double)img.width / rec->width, sy = (double)img.height / rec->height;
-    const uint32_t ow = l->out_w, oh = l->out_h, C = l->out_c;
-    const uint32_t bw = (uint32_t)(box.w * sx + 1), bh = (uint32_t)(box.h * sy + 1);
-    rc = ensure_scratch(w, dlc_resize_scratch_bound(bw, bh, ow, oh, C));
-    if (rc != DLC_OK)
-        return rc;
-    const int direct = !flip && l->cv.dtype == DLC_DTYPE_UINT8;
-    const dlc_image out = {direct ? dst : w->tmp, ow, oh, C, (size_t)ow * C};
-    rc = dlc_resize(&img, box.left * sx, box.top * sy, box.w * sx, box.h * sy, &out, w->scratch,
-                    w->scratch_size);
-    if (rc != DLC_OK)
-        return rc;
-    if (!direct) {
-        const dlc__box all = {0, 0, oh, ow};
-        dlc__crop_convert(w->tmp, (size_t)ow * C, all, flip, &l->cv, dst);
-    }
-    return DLC_OK;
 }
 
 static void slot_fail(dlc_loader *l, dlc__slot *s, uint32_t j, dlc_status rc, const char *msg)
@@ -184,52 +80,96 @@ static void slot_fail(dlc_loader *l, dlc__slot *s, uint32_t j, dlc_status rc, co
     pthread_mutex_unlock(&l->mu);
 }
 
+/* Payload bytes of the selected fields of a record (the stats' bytes_read). */
+static uint64_t selected_bytes(const dlc_loader *l, const dlc_value *v)
+{
+    uint64_t off;
+    size_t len;
+    dlc__selected_span(l, v, &off, &len);
+    return len;
+}
+
+/* Find sample @p j's record, where the I/O thread left that to the workers. */
+static void lookup(dlc_loader *l, dlc__worker *w, dlc__slot *s, uint32_t j)
+{
+    const dlc__shard *sh = &l->shard;
+    dlc__sample_io *si = &s->io[j];
+    si->pos = dlc__shard_pos(sh, s->batch * sh->batch + j);
+    si->index = dlc__sampler_at(&l->sampler, si->pos);
+    si->v = s->values + (size_t)j * l->info->num_fields;
+    si->span = NULL;
+    si->span_off = si->span_len = 0;
+    si->status = dlc_store_read_values(w->reader, si->index, si->v);
+    /* Counted per worker and added to the stats once per claimed chunk: an atomic add per
+     * sample would bounce its cache line between the cores millions of times a second. */
+    if (si->status == DLC_OK)
+        w->bytes_read += selected_bytes(l, si->v);
+}
+
 static void process(dlc_loader *l, dlc__worker *w, dlc__slot *s, uint32_t j)
 {
+    if (s->lookup_by_workers)
+        lookup(l, w, s, j);
     const dlc__sample_io *si = &s->io[j];
-    dlc_record rec = si->rec;
-    const uint8_t *payload = si->payload;
+    dlc__sample_view sv = {si->v, si->span, si->span_off, si->index};
     dlc_status rc = si->status;
     const char *msg = NULL;
-    if (rc == DLC_OK && !payload) {
-        rc = dlc__errorf(DLC_ECORRUPT, "%s: record %llu: no payload", l->path,
-                         (unsigned long long)rec.index);
-    }
     if (rc != DLC_OK && j == s->io_err_at)
         msg = s->io_msg;
     if (rc == DLC_OK)
-        rc = check_record(l, &rec, payload);
+        rc = check_record(l, &sv);
     if (rc == DLC_ECORRUPT && l->cfg.on_corrupt == DLC_CORRUPT_REPLACE) {
-        rc = replace(l, w, s, si->pos, rec.index, &rec, &payload);
+        rc = replace(l, w, s, si->pos, si->index, &sv);
         msg = NULL;
     }
     if (rc == DLC_OK)
-        rc = decode_and_augment(l, w, s, si->pos, &rec, payload,
-                                s->data + (size_t)j * l->sample_bytes);
-    if (rc != DLC_OK) {
+        rc = dlc__build_sample(l, w, s, j, si->pos, &sv);
+    if (rc != DLC_OK)
         slot_fail(l, s, j, rc, msg ? msg : dlc_errmsg());
-        return;
+}
+
+/* A codec for each selected field that is stored encoded: two encoded fields of one record are
+ * decoded into two scratches. */
+static dlc_status worker_codecs(dlc_loader *l, dlc__worker *w)
+{
+    w->codecs = calloc(l->info->num_fields, sizeof *w->codecs);
+    if (!w->codecs)
+        return dlc__errorf(-ENOMEM, "loader: out of memory for a worker");
+    for (uint32_t f = 0; f < l->info->num_fields; f++) {
+        const dlc_field *fd = &l->fields[f];
+        if (!l->selected[f] || fd->kind != DLC_FIELD_IMAGE || fd->encoding == DLC_ENCODING_RAW)
+            continue;
+        const dlc_status rc = dlc_codec_create(&w->codecs[f]);
+        if (rc != DLC_OK)
+            return rc;
     }
-    s->labels[j] = rec.label;
-    s->indices[j] = rec.index;
+    return DLC_OK;
 }
 
 static dlc_status worker_start(dlc_loader *l, dlc__worker *w)
 {
     dlc_status rc = dlc_store_reader_open(l->store, &w->reader);
-    if (rc != DLC_OK)
+    if (rc != DLC_OK || (rc = worker_codecs(l, w)) != DLC_OK)
         return rc;
-    if (l->info->encoding == DLC_ENCODING_JPEG && (rc = dlc_codec_create(&w->codec)) != DLC_OK)
-        return rc;
-    const size_t tmp = (size_t)l->out_h * l->out_w * l->out_c;
-    w->tmp = malloc(tmp ? tmp : 1);
-    if (!w->tmp)
+    w->tmp = malloc(l->tmp_bytes ? l->tmp_bytes : 1);
+    w->rvalues = calloc(l->info->num_fields, sizeof *w->rvalues);
+    w->keep = malloc(l->max_boxes ? l->max_boxes : 1);
+    w->views = calloc(l->nviews, sizeof *w->views);
+    if (!w->tmp || !w->rvalues || !w->keep || !w->views)
         return dlc__errorf(-ENOMEM, "loader: out of memory for a worker");
-    if (l->info->height && l->info->width && l->info->encoding == DLC_ENCODING_RAW &&
-        l->cfg.augment == DLC_AUGMENT_RANDOM_RESIZED_CROP)
-        return ensure_scratch(w, dlc_resize_scratch_bound(l->info->width, l->info->height, l->out_w,
-                                                          l->out_h, l->out_c));
-    return DLC_OK;
+    /* Fixed-size raw images under RandomResizedCrop: the scratch for the largest box, now. */
+    size_t need = 0;
+    for (uint32_t i = 0; i < l->nout; i++) {
+        const dlc__output *o = &l->out[i];
+        const dlc_field *fd = &l->fields[o->field];
+        if (o->op != DLC__OUT_IMAGE || fd->encoding != DLC_ENCODING_RAW || !fd->shape[0] ||
+            l->groups[o->group].augment != DLC_AUGMENT_RANDOM_RESIZED_CROP)
+            continue;
+        const size_t b =
+            dlc_resize_scratch_bound(fd->shape[1], fd->shape[0], o->out_w, o->out_h, o->out_c);
+        need = b > need ? b : need;
+    }
+    return need ? dlc__ensure_scratch(w, need) : DLC_OK;
 }
 
 void *dlc__worker_main(void *arg)
@@ -278,26 +218,34 @@ void *dlc__worker_main(void *arg)
         const int shrunk = dlc__store_shrunk(l, &now);
         int finished = 0;
         for (;;) {
-            const uint32_t i = atomic_fetch_add(&s->claim, CHUNK);
+            const uint32_t i = atomic_fetch_add(&s->claim, l->chunk);
             if (i >= count)
                 break;
-            const uint32_t n = count - i < CHUNK ? count - i : CHUNK;
+            const uint32_t n = count - i < l->chunk ? count - i : l->chunk;
             if (shrunk) {
                 char msg[512];
                 snprintf(msg, sizeof msg,
                          "%s: record %llu: the store shrank from %llu to %llu bytes while the "
                          "loader was reading it (truncated in place; replace a store by renaming "
                          "a new file over it)",
-                         l->path, (unsigned long long)s->io[i].rec.index,
+                         l->path, (unsigned long long)s->io[i].index,
                          (unsigned long long)l->info->file_bytes, (unsigned long long)now);
                 slot_fail(l, s, i, DLC_ECHANGED, msg);
             } else {
                 for (uint32_t j = i; j < i + n; j++)
                     process(l, w, s, j);
             }
+            if (w->bytes_read) {
+                atomic_fetch_add_explicit(&l->st_bytes, w->bytes_read, memory_order_relaxed);
+                w->bytes_read = 0;
+            }
             if (atomic_fetch_add(&s->done, n) + n == count)
                 finished = 1;
         }
+        /* Every sample is in (the other workers' writes happened before their increments of
+         * done, which this worker's increment followed): pack the variable outputs once. */
+        if (finished && l->variable)
+            dlc__outputs_pack(l, s);
 
         pthread_mutex_lock(&l->mu);
         s->active--;
@@ -316,6 +264,9 @@ void *dlc__worker_main(void *arg)
 
 void dlc__pipeline_reset(dlc_loader *l, uint64_t seed, uint64_t epoch, uint64_t start)
 {
+    /* Once per plan (epoch, restore), on the consumer's thread and before the lock: is the store
+     * all in memory, so that readahead hints would cost a system call per record for nothing? */
+    const int resident = dlc__io_resident(l);
     pthread_mutex_lock(&l->mu);
     l->paused = 1;
     if (l->lent >= 0) {
@@ -338,6 +289,8 @@ void dlc__pipeline_reset(dlc_loader *l, uint64_t seed, uint64_t epoch, uint64_t 
     }
     for (uint32_t i = 0; i < l->nslots; i++)
         l->slots[i].state = DLC__SLOT_FREE;
+    /* No thread is inside a slot now; the I/O thread reads this after taking the next one. */
+    l->resident = resident;
     dlc__sampler_set_epoch(&l->sampler, seed, epoch);
     dlc__shard_plan(&l->shard, l->sampler.len, start, l->cfg.rank, l->cfg.world_size,
                     l->cfg.batch_size, l->cfg.drop_last);

@@ -62,10 +62,51 @@ typedef enum dlc_augment {
                                              to crop_h x crop_w, antialiased bilinear. */
 } dlc_augment;
 
+/* Element types (::dlc_dtype) are in store.h. Images come out as DLC_DTYPE_UINT8 (pixels as
+ * stored, layout NHWC) or DLC_DTYPE_FLOAT32 / DLC_DTYPE_FLOAT16 ((x/255 - mean) / std per
+ * channel, layout NCHW); masks always as stored (uint8, NHWC); every other field in its stored
+ * dtype. */
+
+/** Layout of an image output. */
 typedef enum dlc_layout {
     DLC_LAYOUT_NHWC = 0,
     DLC_LAYOUT_NCHW = 1,
+    DLC_LAYOUT_NONE = 2, /**< Not an image: the field's own shape after the batch dimension. */
 } dlc_layout;
+
+/** How a field whose leading dimension varies per record (token ids, boxes, audio) and a bytes
+ *  field go into a batch. */
+typedef enum dlc_variable_mode {
+    DLC_VARIABLE_PAD = 0,     /**< Zero-padded to the longest in the batch; NAME_lengths beside
+                                   it. The default. */
+    DLC_VARIABLE_PAD_TO = 1,  /**< Zero-padded, or cut, to max_len; NAME_lengths beside it. */
+    DLC_VARIABLE_OFFSETS = 2, /**< The batch's values end to end, NAME_offsets (count + 1) beside
+                                   them. Always used for bytes fields. */
+} dlc_variable_mode;
+
+/** Options of one field of the store; fields not named take the defaults. */
+typedef struct dlc_field_option {
+    const char *name;  /**< A field of the store. */
+    uint32_t variable; /**< A ::dlc_variable_mode (variable ndarray fields). */
+    uint32_t max_len;  /**< DLC_VARIABLE_PAD_TO: the leading dimension of every sample. */
+} dlc_field_option;
+
+/**
+ * A group of views: @p count differently augmented crops of every image (and mask) of a sample,
+ * as in self-supervised training (two global crops of 224 and six local crops of 96). Each view
+ * draws its own parameters from the deterministic streams. The outputs of an image field F are
+ * named F_NAME with shape [N, count, ...].
+ */
+typedef struct dlc_view_spec {
+    const char *name;   /**< [A-Za-z0-9_]+, appended to the field's name. */
+    uint32_t count;     /**< Views in the group, 1..64. */
+    uint32_t augment;   /**< A ::dlc_augment. */
+    uint32_t crop_h;    /**< Output height of the group. */
+    uint32_t crop_w;    /**< Output width of the group. */
+    float rrc_scale[2]; /**< RandomResizedCrop area fraction range. */
+    float rrc_ratio[2]; /**< RandomResizedCrop aspect range. */
+    float flip_prob;    /**< Horizontal flip probability. */
+} dlc_view_spec;
 
 /** When record checksums are checked. */
 typedef enum dlc_verify_mode {
@@ -110,19 +151,48 @@ typedef struct dlc_loader_config {
     float rrc_scale[2];   /**< RandomResizedCrop area fraction range (default 0.08, 1). */
     float rrc_ratio[2];   /**< RandomResizedCrop aspect range (default 3/4, 4/3). */
     float flip_prob;      /**< Horizontal flip probability (default 0.5; 0 for eval). */
-    uint32_t dtype;       /**< A ::dlc_dtype (default DLC_DTYPE_UINT8). */
-    float mean[3];        /**< Per channel, on the 0..1 scale (default ImageNet's). */
-    float std[3];         /**< Per channel, on the 0..1 scale (default ImageNet's). */
+    uint32_t dtype;       /**< Images: DLC_DTYPE_UINT8 (default), FLOAT32 or FLOAT16. */
+    float mean[4];        /**< Per channel, on the 0..1 scale (default ImageNet's, then 0.5). */
+    float std[4];         /**< Per channel, on the 0..1 scale (default ImageNet's, then 0.5). */
     uint32_t verify;      /**< A ::dlc_verify_mode (default DLC_VERIFY_OFF). */
     uint32_t on_corrupt;  /**< A ::dlc_corrupt_policy (default DLC_CORRUPT_FAIL). */
     uint32_t io;          /**< A ::dlc_io_mode (default DLC_IO_AUTO). */
     int32_t device;       /**< CUDA device for the upload, or -1 for host batches (default). */
-    dlc_log_fn log;       /**< Notices (chosen I/O mode, no GPU...); may be NULL. */
+    const char *const *fields;             /**< Names of the fields to load (NULL: every field). */
+    uint32_t num_fields;                   /**< Entries in fields. */
+    const dlc_field_option *field_options; /**< Per-field options; copied at open. */
+    uint32_t num_field_options;
+    const dlc_view_spec *views; /**< View groups (NULL: one view per image, made of augment,
+                                     crop_h, crop_w, rrc_scale, rrc_ratio, flip_prob); copied. */
+    uint32_t num_views;
+    dlc_log_fn log; /**< Notices (chosen I/O mode, no GPU...); may be NULL. */
     void *log_user;
 } dlc_loader_config;
 
+/** One output of a batch: a field of the store (or one view group of an image field), for every
+ *  sample of the batch. */
+typedef struct dlc_batch_field {
+    const char *name;                 /**< The field's name, or FIELD_VIEW; valid until close. */
+    uint32_t field;                   /**< Its index in the store's schema (dlc_store_fields()). */
+    uint32_t kind;                    /**< The field's ::dlc_field_kind. */
+    void *data;                       /**< Contiguous, 64-byte aligned. */
+    size_t bytes;                     /**< Bytes of data used by this batch. */
+    uint32_t dtype;                   /**< A ::dlc_dtype. */
+    uint32_t layout;                  /**< A ::dlc_layout (DLC_LAYOUT_NONE for fields that are not
+                                           images). */
+    uint32_t ndim;                    /**< Entries of shape used. */
+    uint64_t shape[DLC_MAX_DIMS + 2]; /**< N first; then the view count for view groups; then
+                                           the sample's dimensions. OFFSETS: the total of the
+                                           leading dimensions, then the trailing ones. */
+    const int64_t *lengths; /**< PAD and PAD_TO: N leading dimensions (after cutting and, for
+                                 boxes, after the crop dropped some); else NULL. */
+    const int64_t *offsets; /**< OFFSETS and bytes: N + 1 offsets into data, in units of the
+                                 leading dimension (bytes: in bytes); else NULL. */
+} dlc_batch_field;
+
 /** A lent batch. Pointers stay valid until dlc_loader_release() or the next
- *  dlc_loader_next(); never free them. */
+ *  dlc_loader_next(); never free them. data, dtype, layout, shape and bytes describe the first
+ *  image output (NULL data without one); labels are the label field's values (0 without one). */
 typedef struct dlc_batch {
     void *data;              /**< Host batch: count x shape, contiguous, 64-byte aligned. */
     const int64_t *labels;   /**< count labels. */
@@ -136,6 +206,9 @@ typedef struct dlc_batch {
     uint64_t batch_index;    /**< Batch number within the epoch for this rank. */
     void *device_data;       /**< Device copy when a CUDA device is configured, else NULL. */
     void *ready_event;       /**< cudaEvent_t to wait on before reading device_data, or NULL. */
+    uint32_t num_fields;     /**< Outputs in fields. */
+    const dlc_batch_field *fields; /**< Every selected field, in schema order (view groups in
+                                        the order given). */
 } dlc_batch;
 
 /** Counters since open. */
