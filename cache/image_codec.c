@@ -96,6 +96,23 @@ void dlc_codec_destroy(dlc_codec *c)
     free(c);
 }
 
+/*
+ * A header that fails inside a marker segment (a file cut in its Huffman tables) leaves
+ * libjpeg-turbo 2.1's decompressor in the middle of its marker reader: TurboJPEG does not abort
+ * it, and every later header and decode on the handle fails too ("Bogus Huffman table
+ * definition" for perfectly good JPEGs). A builder worker would then skip every file after one
+ * bad one. So a failed header costs a fresh decompressor; returns @p rc, or -ENOMEM.
+ */
+static dlc_status reset_decoder(dlc_codec *c, dlc_status rc)
+{
+    tjDestroy(c->dec);
+    c->dec = tjInitDecompress();
+    if (!c->dec)
+        return dlc__errorf(-ENOMEM, "image codec: cannot create a JPEG decompressor: %s",
+                           tjGetErrorStr2(NULL));
+    return rc;
+}
+
 typedef struct jpeg_header {
     int width, height, subsamp, colorspace;
 } jpeg_header;
@@ -109,9 +126,11 @@ static dlc_status read_header(dlc_codec *c, const void *jpeg, size_t size, jpeg_
     if (size > (size_t)0xffffffffu)
         return dlc__errorf(DLC_EDECODE, "JPEG decode: %zu bytes is too large a JPEG", size);
     if (tjDecompressHeader3(c->dec, jpeg, (unsigned long)size, &hd->width, &hd->height,
-                            &hd->subsamp, &hd->colorspace) != 0)
-        return dlc__errorf(DLC_EDECODE, "JPEG header (%zu bytes): %s", size,
-                           tjGetErrorStr2(c->dec));
+                            &hd->subsamp, &hd->colorspace) != 0) {
+        const dlc_status rc = dlc__errorf(DLC_EDECODE, "JPEG header (%zu bytes): %s", size,
+                                          tjGetErrorStr2(c->dec));
+        return reset_decoder(c, rc);
+    }
     if (hd->width <= 0 || hd->height <= 0 || (uint32_t)hd->width > DLC__IMAGE_MAX_SIDE ||
         (uint32_t)hd->height > DLC__IMAGE_MAX_SIDE ||
         (uint64_t)hd->width * (uint64_t)hd->height > MAX_PIXELS)

@@ -416,3 +416,70 @@ Test(image_codec, encode_rejects_bad_arguments)
     cr_assert_eq(dlc_jpeg_encode(codec, &img, 90, &jpeg, &size), DLC_EINVAL);
     dlc_codec_destroy(NULL);
 }
+
+/* A JPEG cut inside its Huffman tables fails at the header, and must not break the codec for
+ * the JPEGs after it (libjpeg-turbo 2.1 leaves its decompressor inside the marker reader: every
+ * later header failed with "Bogus Huffman table definition", so a builder worker skipped every
+ * file after one bad one). Every cut of the first 400 bytes is tried. */
+Test(image_codec, a_bad_header_does_not_break_the_codec)
+{
+    uint8_t *pix = gradient(48, 32, 3);
+    unsigned long size;
+    unsigned char *jpeg = tj_encode(pix, 48, 32, TJPF_RGB, TJSAMP_420, 90, &size);
+    int refused = 0;
+    for (unsigned long cut = 1; cut < 400 && cut < size; cut++) {
+        uint32_t w = 0, h = 0;
+        refused += dlc_jpeg_info(codec, jpeg, cut, &w, &h) != DLC_OK;
+        cr_assert_eq(dlc_jpeg_info(codec, jpeg, size, &w, &h), DLC_OK, "after a cut at %lu: %s",
+                     cut, dlc_errmsg());
+        cr_assert(w == 48 && h == 32);
+        dlc_image out;
+        cr_assert_eq(dlc_jpeg_decode(codec, jpeg, size, 0, 0, &out), DLC_OK,
+                     "after a cut at %lu: %s", cut, dlc_errmsg());
+    }
+    cr_assert_gt(refused, 0);
+    tjFree(jpeg);
+    free(pix);
+}
+
+/* One channel: a grayscale JPEG's own samples, the Y of a YCbCr one, Pillow's L of RGB. */
+Test(image_codec, decodes_to_one_channel)
+{
+    uint8_t *gray = gradient(50, 40, 1);
+    unsigned long size;
+    unsigned char *jpeg = tj_encode(gray, 50, 40, TJPF_GRAY, TJSAMP_GRAY, 95, &size);
+    uint32_t w, h, comps;
+    cr_assert_eq(dlc_jpeg_header(codec, jpeg, size, &w, &h, &comps), DLC_OK);
+    cr_assert(w == 50 && h == 40 && comps == 1);
+    dlc_image g1, g3;
+    cr_assert_eq(dlc_jpeg_decode_as(codec, jpeg, size, 1, 0, 0, &g1), DLC_OK, "%s", dlc_errmsg());
+    cr_assert(g1.channels == 1 && g1.stride == 50 && g1.width == 50 && g1.height == 40);
+    uint8_t *keep = malloc(50 * 40);
+    memcpy(keep, g1.data, 50 * 40);
+    cr_assert_eq(dlc_jpeg_decode(codec, jpeg, size, 0, 0, &g3), DLC_OK);
+    for (size_t i = 0; i < 50 * 40; i++)
+        cr_assert_eq(keep[i], g3.data[3 * i], "pixel %zu: gray is the replicated sample", i);
+    tjFree(jpeg);
+
+    uint8_t *rgb = gradient(64, 48, 3);
+    jpeg = tj_encode(rgb, 64, 48, TJPF_RGB, TJSAMP_444, 98, &size);
+    cr_assert_eq(dlc_jpeg_header(codec, jpeg, size, NULL, NULL, &comps), DLC_OK);
+    cr_assert_eq(comps, 3);
+    cr_assert_eq(dlc_jpeg_decode_as(codec, jpeg, size, 1, 0, 0, &g1), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(g1.channels, 1);
+    for (size_t i = 0; i < 64 * 48; i++) {
+        const uint8_t *p = rgb + 3 * i;
+        const int l = (p[0] * 299 + p[1] * 587 + p[2] * 114 + 500) / 1000;
+        cr_assert_leq(abs((int)g1.data[i] - l), 3, "pixel %zu: %d vs L %d", i, g1.data[i], l);
+    }
+    dlc_image r1;
+    cr_assert_eq(dlc_jpeg_decode_resize_as(codec, jpeg, size, 1, 24, 1, &r1), DLC_OK, "%s",
+                 dlc_errmsg());
+    cr_assert(r1.channels == 1 && r1.width == 24 && r1.height == 24 && r1.stride == 24);
+    cr_assert_eq(dlc_jpeg_decode_as(codec, jpeg, size, 4, 0, 0, &g1), DLC_EINVAL);
+    cr_assert_eq(dlc_jpeg_decode_resize_as(codec, jpeg, size, 2, 24, 1, &r1), DLC_EINVAL);
+    free(keep);
+    free(rgb);
+    free(gray);
+    tjFree(jpeg);
+}
