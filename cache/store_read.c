@@ -154,11 +154,15 @@ dlc_status dlc__read_v2(const dlc_store *s, uint64_t index, uint64_t off, uint64
                 memcpy(&v->f, &word, sizeof v->f);
             continue;
         }
-        if (word != dlc__payload_at(cursor) || size > room || word > room - size)
+        if (word != dlc__payload_at(cursor))
+            return bad_record(s, index, (int)f,
+                              "payload at value offset %" PRIu64 ", expected %" PRIu64, word,
+                              dlc__payload_at(cursor));
+        if (size > room || word > room - size)
             return bad_record(s, index, (int)f,
                               "payload of %" PRIu64 " bytes at value offset %" PRIu64
-                              ", expected at %" PRIu64 " inside %" PRIu64 " bytes",
-                              size, word, dlc__payload_at(cursor), room);
+                              " runs past the end of the %s (%" PRIu64 " bytes)",
+                              size, word, len != UINT64_MAX ? "value" : "file", room);
         const char *fault = payload_fault(rt, size, d0, d1);
         if (fault)
             return bad_payload(s, index, f, fault, size, d0, d1);

@@ -100,6 +100,8 @@ static dlc_status check_image(const dlc_field *f, uint32_t i, dlc_status code, c
         BAD("%u channels; an image has 1, 3 or 4", c);
     if (!shape_zero_from(f, 3))
         BAD("shape entries past the third must be 0");
+    if (f->link != DLC_NO_FIELD)
+        BAD("link %u on a field that is not BOXES", f->link);
     if (f->flags & DLC_FIELD_VARIABLE) {
         if (f->shape[0] || f->shape[1])
             BAD("a VARIABLE image has height and width 0 in its shape, not %ux%u", f->shape[0],

@@ -92,6 +92,22 @@ static inline void tsu_digest_item(uint8_t *p, uint64_t xxh3, uint64_t size, uin
     }
 }
 
+/* Copy file @p from to @p to. */
+static inline void tsu_copy(const char *from, const char *to)
+{
+    char *cmd = NULL;
+    cr_assert(asprintf(&cmd, "cp '%s' '%s'", from, to) > 0);
+    cr_assert_eq(system(cmd), 0);
+    free(cmd);
+}
+
+static inline uint64_t tsu_file_size(const char *path)
+{
+    struct stat st;
+    cr_assert_eq(stat(path, &st), 0);
+    return (uint64_t)st.st_size;
+}
+
 /* Does any entry of @p dir contain ".tmp-"? */
 static inline int tsu_has_temp(const char *dir)
 {

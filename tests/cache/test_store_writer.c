@@ -1,10 +1,14 @@
-/* The store writer (cache/store_writer.c): round trip through the reader,
- * atomic replacement, and rejection of bad input. Real LMDB files in a
- * temporary directory. */
+/* The store writer (cache/store_writer.c, and the version 1 API of cache/store_compat.c on
+ * it): round trips of every field kind through the reader, automatic fixing of variable fields,
+ * identical bytes at any number of builder threads, atomic replacement, and rejection of bad
+ * input. Real LMDB files in a temporary directory. */
+#include "store_internal.h"
+#include "store_kinds.h"
 #include "store_test_util.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <xxhash.h>
 
 static char *dir;
@@ -288,5 +292,341 @@ Test(store_writer, impossible_size_hint_reports_disk_full)
     cr_assert_eq(rc, -ENOSPC, "%s", dlc_errmsg());
     cr_assert(strstr(dlc_errmsg(), "disk full") != NULL, "%s", dlc_errmsg());
     cr_assert_not(tsu_has_temp(dir));
+    free(path);
+}
+
+/* ---- The public writer (include/dlcache/writer.h) ------------------------------------------- */
+
+/* Every kind, encoding, channel count and dtype comes back: bit for bit (raw, PNG, arrays,
+ * scalars, bytes) or within a PSNR bound (JPEG); the store verifies; its metadata, label counts
+ * and content digest are what docs/FORMAT.md says; and the payloads of records on overflow pages
+ * are 64-byte aligned in the file. */
+Test(store_writer, round_trip_every_kind_and_dtype)
+{
+    char *path = tmp_path(dir, "kinds.dlc");
+    const uint64_t n = 37;
+    cr_assert_eq(sk_write_store(path, n, 0), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_not(tsu_has_temp(dir));
+    dlc_store *s = NULL;
+    cr_assert_eq(dlc_store_open(path, 0, &s), DLC_OK, "%s", dlc_errmsg());
+    const dlc_store_info *info = dlc_store_get_info(s);
+    cr_assert_eq(info->format_version, 2);
+    cr_assert_eq(info->count, n);
+    cr_assert_eq(info->num_fields, SK_NUM_FIELDS);
+    cr_assert_eq(info->image_field, SK_IMAGE);
+    cr_assert_eq(info->label_field, SK_LABEL);
+    cr_assert_eq(info->num_labels, 3);
+    cr_assert_eq(info->skipped, 2);
+    cr_assert_eq(info->channels, 3);
+    cr_assert_eq(info->height, 0, "image sizes differ");
+    cr_assert_str_eq(dlc_store_label_name(s, 1), "beta");
+    const dlc_field *fields = dlc_store_fields(s);
+    for (uint32_t f = 0; f < SK_NUM_FIELDS; f++) {
+        cr_assert_str_eq(fields[f].name, SK_FIELDS[f].name);
+        cr_assert_eq(dlc_store_find_field(s, SK_FIELDS[f].name), (int)f);
+        cr_assert_eq(fields[f].kind, SK_FIELDS[f].kind);
+    }
+    cr_assert_eq(dlc_store_find_field(s, "nope"), -1);
+    cr_assert_eq(fields[SK_BOXES].link, SK_CLASSES);
+    cr_assert_eq(fields[SK_A_I16].ndim, 3);
+    cr_assert_eq(fields[SK_A_F16].dtype, DLC_DTYPE_FLOAT16);
+    cr_assert_eq(fields[SK_PHOTO].encoding, DLC_ENCODING_JPEG);
+    cr_assert(fields[SK_MASK].flags & DLC_FIELD_MASK);
+    uint32_t max_h = 0, max_w = 0;
+    uint64_t max_size = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        const uint32_t h = sk_image_h(i), w = sk_image_w(i);
+        max_h = h > max_h ? h : max_h;
+        max_w = w > max_w ? w : max_w;
+        max_size = (uint64_t)h * w * 3 > max_size ? (uint64_t)h * w * 3 : max_size;
+    }
+    cr_assert_eq(fields[SK_IMAGE].max_dim0, max_h);
+    cr_assert_eq(fields[SK_IMAGE].max_dim1, max_w);
+    cr_assert_eq(fields[SK_IMAGE].max_size, max_size);
+    cr_assert_eq(fields[SK_TOKENS].max_dim0, 4);
+    cr_assert_eq(fields[SK_TOKENS].max_size, 16);
+
+    dlc_store_reader *r = NULL;
+    cr_assert_eq(dlc_store_reader_open(s, &r), DLC_OK);
+    dlc_codec *c = NULL;
+    cr_assert_eq(dlc_codec_create(&c), DLC_OK);
+    sk_record *want = malloc(sizeof *want);
+    dlc_value v[SK_NUM_FIELDS];
+    XXH3_state_t *dig = XXH3_createState();
+    XXH3_64bits_reset(dig);
+    uint64_t payload = 0, counts[3] = {0};
+    for (uint64_t i = 0; i < n; i++) {
+        cr_assert_eq(dlc_store_read_values(r, i, v), DLC_OK, "%s", dlc_errmsg());
+        cr_assert_eq(sk_check(c, want, v, i), DLC_OK, "%s", dlc_errmsg());
+        const int overflow = v[SK_IMAGE].size > 2100;
+        for (uint32_t f = 0; f < SK_NUM_FIELDS; f++) {
+            cr_assert_eq(dlc_value_verify(s, i, f, &v[f]), DLC_OK, "%s", dlc_errmsg());
+            uint8_t item[24];
+            tsu_digest_item(item, XXH3_64bits(v[f].data, v[f].size), v[f].size, v[f].dim0,
+                            v[f].dim1);
+            XXH3_64bits_update(dig, item, sizeof item);
+            if (SK_FIELDS[f].kind == DLC_FIELD_INT || SK_FIELDS[f].kind == DLC_FIELD_FLOAT)
+                continue;
+            payload += v[f].size;
+            if (overflow)
+                cr_assert_eq(v[f].offset % DLC_STORE_PAYLOAD_ALIGN, 0,
+                             "record %llu field %u at %llu", (unsigned long long)i, f,
+                             (unsigned long long)v[f].offset);
+        }
+        counts[i % 3]++;
+        /* The version 1 view: the first image field and the label. */
+        dlc_record rec;
+        cr_assert_eq(dlc_store_read(r, i, &rec), DLC_OK, "%s", dlc_errmsg());
+        cr_assert_eq(rec.data, v[SK_IMAGE].data);
+        cr_assert_eq(rec.label, (int64_t)(i % 3));
+        cr_assert_eq(rec.channels, 3);
+        cr_assert_eq(dlc_record_verify(s, &rec), DLC_OK);
+    }
+    cr_assert_eq(info->payload_bytes, payload);
+    cr_assert_eq(info->content_digest, XXH3_64bits_digest(dig));
+    for (int l = 0; l < 3; l++)
+        cr_assert_eq(dlc_store_label_counts(s)[l], counts[l]);
+    uint64_t bad = 9;
+    cr_assert_eq(dlc_store_verify(s, NULL, NULL, &bad), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(bad, 0);
+    XXH3_freeState(dig);
+    free(want);
+    dlc_codec_destroy(c);
+    dlc_store_reader_close(r);
+    dlc_store_close(s);
+    free(path);
+}
+
+/* A field declared VARIABLE whose records all share one size is written fixed, so batches of it
+ * stack; one whose records differ stays variable. */
+Test(store_writer, variable_fields_that_agree_become_fixed)
+{
+    char *path = tmp_path(dir, "fix.dlc");
+    cr_assert_eq(sk_write_store(path, 1, 0), DLC_OK, "%s", dlc_errmsg());
+    dlc_store *s = NULL;
+    cr_assert_eq(dlc_store_open(path, 0, &s), DLC_OK, "%s", dlc_errmsg());
+    const dlc_field *f = dlc_store_fields(s);
+    /* Record 0: image and mask 8x8, thumb 8x8, no boxes, no tokens. */
+    cr_assert_eq(f[SK_IMAGE].flags & DLC_FIELD_VARIABLE, 0);
+    cr_assert_eq(f[SK_IMAGE].shape[0], 8);
+    cr_assert_eq(f[SK_IMAGE].shape[1], 8);
+    cr_assert_eq(f[SK_THUMB].flags & DLC_FIELD_VARIABLE, 0);
+    cr_assert_eq(f[SK_MASK].flags, DLC_FIELD_MASK);
+    cr_assert_eq(dlc_store_get_info(s)->height, 8);
+    /* A leading dimension of 0 cannot be a fixed shape: those stay variable, with their link. */
+    cr_assert(f[SK_BOXES].flags & DLC_FIELD_VARIABLE);
+    cr_assert(f[SK_CLASSES].flags & DLC_FIELD_VARIABLE);
+    cr_assert(f[SK_TOKENS].flags & DLC_FIELD_VARIABLE);
+    cr_assert_eq(dlc_store_verify(s, NULL, NULL, NULL), DLC_OK, "%s", dlc_errmsg());
+    dlc_store_close(s);
+
+    cr_assert_eq(sk_write_store(path, 8, 1), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(dlc_store_open(path, 0, &s), DLC_OK, "%s", dlc_errmsg());
+    f = dlc_store_fields(s);
+    for (uint32_t k = 0; k < SK_NUM_FIELDS; k++)
+        cr_assert_eq(f[k].flags & DLC_FIELD_VARIABLE, SK_FIELDS[k].flags & DLC_FIELD_VARIABLE,
+                     "field %s", f[k].name);
+    dlc_store_close(s);
+
+    /* Boxes of one count in every record: boxes and classes both become fixed. */
+    const dlc_field_spec spec[2] = {
+        {.name = "b",
+         .kind = DLC_FIELD_NDARRAY,
+         .dtype = DLC_DTYPE_FLOAT32,
+         .flags = DLC_FIELD_VARIABLE | DLC_FIELD_BOXES,
+         .ndim = 2,
+         .shape = {0, 4},
+         .link = "c"},
+        {.name = "c", .kind = DLC_FIELD_NDARRAY, .flags = DLC_FIELD_VARIABLE, .ndim = 1},
+    };
+    const dlc_writer_config cfg = {.fields = spec, .num_fields = 2, .force = 1};
+    dlc_writer *w = NULL;
+    dlc_record_builder *b = NULL;
+    cr_assert_eq(dlc_writer_open(path, &cfg, &w), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(dlc_record_builder_create(w, &b), DLC_OK);
+    const float boxes[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    const uint8_t classes[2] = {1, 2};
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(dlc_record_set_array(b, 0, boxes, sizeof boxes, 2), DLC_OK, "%s",
+                     dlc_errmsg());
+        cr_assert_eq(dlc_record_set_array(b, 1, classes, 2, 2), DLC_OK, "%s", dlc_errmsg());
+        cr_assert_eq(dlc_record_seal(b), DLC_OK, "%s", dlc_errmsg());
+        cr_assert_eq(dlc_writer_append(w, b), DLC_OK, "%s", dlc_errmsg());
+    }
+    cr_assert_eq(dlc_writer_finish(w), DLC_OK, "%s", dlc_errmsg());
+    dlc_record_builder_destroy(b);
+    cr_assert_eq(dlc_store_open(path, 0, &s), DLC_OK, "%s", dlc_errmsg());
+    f = dlc_store_fields(s);
+    cr_assert_eq(f[0].flags, DLC_FIELD_BOXES);
+    cr_assert_eq(f[0].shape[0], 2);
+    cr_assert_eq(f[1].flags, 0);
+    cr_assert_eq(f[1].shape[0], 2);
+    cr_assert_eq(dlc_store_get_info(s)->image_field, DLC_NO_FIELD);
+    cr_assert_eq(dlc_store_get_info(s)->label_field, DLC_NO_FIELD);
+    dlc_store_reader *r = NULL;
+    dlc_record rec;
+    cr_assert_eq(dlc_store_reader_open(s, &r), DLC_OK);
+    cr_assert_eq(dlc_store_read(r, 0, &rec), DLC_EINVAL, "no image field to read as a record");
+    dlc_store_reader_close(r);
+    dlc_store_close(s);
+    free(path);
+}
+
+typedef struct seal_job {
+    dlc_record_builder *b;
+    sk_record *r;
+    uint64_t i;
+    dlc_status rc;
+} seal_job;
+
+static void *seal_one(void *p)
+{
+    seal_job *j = p;
+    j->rc = sk_set(j->b, j->r, j->i);
+    if (j->rc == DLC_OK)
+        j->rc = dlc_record_seal(j->b);
+    return NULL;
+}
+
+/* Write the kinds store with @p threads builders sealing records at once, appended in order. */
+static void write_threaded(const char *path, uint64_t n, int threads)
+{
+    const dlc_writer_config cfg = sk_config(1);
+    dlc_writer *w = NULL;
+    cr_assert_eq(dlc_writer_open(path, &cfg, &w), DLC_OK, "%s", dlc_errmsg());
+    seal_job jobs[4];
+    pthread_t t[4];
+    for (int k = 0; k < threads; k++) {
+        jobs[k] = (seal_job){.r = malloc(sizeof(sk_record))};
+        cr_assert_eq(dlc_record_builder_create(w, &jobs[k].b), DLC_OK);
+    }
+    for (uint64_t i = 0; i < n; i += (uint64_t)threads) {
+        int started = 0;
+        for (int k = 0; k < threads && i + (uint64_t)k < n; k++, started++) {
+            jobs[k].i = i + (uint64_t)k;
+            cr_assert_eq(pthread_create(&t[k], NULL, seal_one, &jobs[k]), 0);
+        }
+        for (int k = 0; k < started; k++) {
+            pthread_join(t[k], NULL);
+            cr_assert_eq(jobs[k].rc, DLC_OK);
+            cr_assert_eq(dlc_writer_append(w, jobs[k].b), DLC_OK, "%s", dlc_errmsg());
+        }
+    }
+    cr_assert_eq(dlc_writer_finish(w), DLC_OK, "%s", dlc_errmsg());
+    for (int k = 0; k < threads; k++) {
+        dlc_record_builder_destroy(jobs[k].b);
+        free(jobs[k].r);
+    }
+}
+
+static uint8_t *slurp(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f);
+    fseek(f, 0, SEEK_END);
+    *size = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *p = malloc(*size);
+    cr_assert_eq(fread(p, 1, *size, f), *size);
+    fclose(f);
+    return p;
+}
+
+/* A record's bytes depend only on its values: the store is the same file, byte for byte, with
+ * one builder or four sealing at once. */
+Test(store_writer, identical_bytes_at_any_number_of_builder_threads)
+{
+    char *one = tmp_path(dir, "one.dlc"), *four = tmp_path(dir, "four.dlc");
+    write_threaded(one, 23, 1);
+    write_threaded(four, 23, 4);
+    size_t n1, n4;
+    uint8_t *a = slurp(one, &n1), *b = slurp(four, &n4);
+    cr_assert_eq(n1, n4);
+    cr_assert_eq(memcmp(a, b, n1), 0, "the files differ");
+    free(a);
+    free(b);
+    free(one);
+    free(four);
+}
+
+Test(store_writer, label_out_of_range_is_refused_at_append)
+{
+    char *path = tmp_path(dir, "lab.dlc");
+    const dlc_writer_config cfg = sk_config(0);
+    dlc_writer *w = NULL;
+    dlc_record_builder *b = NULL;
+    sk_record *r = malloc(sizeof *r);
+    cr_assert_eq(dlc_writer_open(path, &cfg, &w), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(dlc_record_builder_create(w, &b), DLC_OK);
+    for (int64_t bad = -1; bad <= 3; bad += 4) {
+        cr_assert_eq(sk_set(b, r, 0), DLC_OK, "%s", dlc_errmsg());
+        cr_assert_eq(dlc_record_set_int(b, SK_LABEL, bad), DLC_OK);
+        cr_assert_eq(dlc_record_seal(b), DLC_OK, "%s", dlc_errmsg());
+        cr_assert_eq(dlc_writer_append(w, b), DLC_EINVAL);
+        cr_assert(strstr(dlc_errmsg(), "record 0: field \"label\": label") &&
+                      strstr(dlc_errmsg(), "out of range 0..2"),
+                  "%s", dlc_errmsg());
+        dlc_record_builder_reset(b);
+    }
+    /* The writer is still usable. */
+    cr_assert_eq(sk_set(b, r, 0), DLC_OK);
+    cr_assert_eq(dlc_record_seal(b), DLC_OK);
+    cr_assert_eq(dlc_writer_append(w, b), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(dlc_writer_count(w), 1);
+    cr_assert_eq(dlc_writer_finish(w), DLC_OK, "%s", dlc_errmsg());
+    dlc_record_builder_destroy(b);
+    free(r);
+    free(path);
+}
+
+/* Publishing is atomic and guarded as with the version 1 API: no store without force, an abort or
+ * a failed finish leaves the old store and no temporary file, a store of no record is refused. */
+Test(store_writer, public_writer_publishes_atomically)
+{
+    char *path = tmp_path(dir, "pub.dlc");
+    cr_assert_eq(sk_write_store(path, 3, 0), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(sk_write_store(path, 4, 0), DLC_EEXIST);
+    cr_assert(strstr(dlc_errmsg(), path), "%s", dlc_errmsg());
+    cr_assert_not(tsu_has_temp(dir));
+
+    dlc_writer_config cfg = sk_config(1);
+    dlc_writer *w = NULL;
+    dlc_record_builder *b = NULL;
+    sk_record *r = malloc(sizeof *r);
+    cr_assert_eq(dlc_writer_open(path, &cfg, &w), DLC_OK, "%s", dlc_errmsg());
+    cr_assert(strstr(dlc__writer_temp_path(w), ".tmp-"));
+    cr_assert_eq(dlc_writer_find_field(w, "mask"), SK_MASK);
+    cr_assert_eq(dlc_writer_find_field(w, "masks"), -1);
+    cr_assert_eq(dlc_record_builder_create(w, &b), DLC_OK);
+    cr_assert_eq(sk_set(b, r, 0), DLC_OK);
+    cr_assert_eq(dlc_writer_append(w, b), DLC_ESTATE, "not sealed");
+    cr_assert_eq(dlc_record_seal(b), DLC_OK);
+    cr_assert_eq(dlc_writer_append(w, b), DLC_OK, "%s", dlc_errmsg());
+    cr_assert(tsu_has_temp(dir));
+    dlc_writer_abort(w);
+    dlc_writer_abort(NULL);
+    cr_assert_not(tsu_has_temp(dir));
+    dlc_store *s = NULL;
+    cr_assert_eq(dlc_store_open(path, 0, &s), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(dlc_store_get_info(s)->count, 3, "the old store");
+    dlc_store_close(s);
+
+    cr_assert_eq(dlc_writer_open(path, &cfg, &w), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(dlc_writer_finish(w), DLC_EINVAL);
+    cr_assert(strstr(dlc_errmsg(), "no record"), "%s", dlc_errmsg());
+    cr_assert_not(tsu_has_temp(dir));
+    cr_assert_eq(dlc_store_open(path, 0, &s), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(dlc_store_get_info(s)->count, 3, "the old store");
+    dlc_store_close(s);
+
+    cfg.size_hint = 1ull << 50;
+    const dlc_status rc = dlc_writer_open(path, &cfg, &w);
+    if (rc == DLC_OK)
+        dlc_writer_abort(w);
+    else
+        cr_assert(rc == -ENOSPC && strstr(dlc_errmsg(), "disk full"), "%d %s", rc, dlc_errmsg());
+    cr_assert_not(tsu_has_temp(dir));
+    dlc_record_builder_destroy(b);
+    free(r);
     free(path);
 }
