@@ -2,11 +2,35 @@
  * @file loader.h
  * @brief Shuffled, augmented, collated batches from a store, at memory speed.
  *
- * The loader reads a store made by cachebuild and lends out batches. Worker
+ * The loader reads a store made by cachebuild or a writer and lends out batches. Worker
  * threads crop, flip and convert each sample straight from its view in the
  * memory map into its final place in a batch slot; slots form a ring of
  * `prefetch` batches allocated at open, so the hot path allocates nothing and
  * takes no lock per sample.
+ *
+ * Fields. A batch carries every field of the store, or those named in
+ * config.fields, as ::dlc_batch_field outputs in schema order:
+ *   - images: cropped (or RandomResizedCrop-ed, antialiased bilinear),
+ *     flipped and converted as configured, 1, 3 or 4 channels, uint8 NHWC or
+ *     float NCHW normalized with one mean/std per channel;
+ *   - masks (DLC_FIELD_MASK): the same crop and flip with nearest neighbour,
+ *     uint8 NHWC as stored, so class ids are never blended;
+ *   - boxes (DLC_FIELD_BOXES): moved, scaled, flipped and clipped with the
+ *     same crop; boxes left without area are dropped with the entries of their
+ *     linked class field;
+ *   - other arrays as stored: fixed shapes stacked [N, ...]; a variable
+ *     leading dimension padded with zeros to the longest in the batch or to a
+ *     fixed max_len with a lengths array, or the values end to end with
+ *     offsets, chosen per field (dlc_field_option); bytes as values + offsets;
+ *   - int and float fields as int64 and float64 [N].
+ * The images, masks and boxes of a record move together: one crop box and
+ * one flip per view, drawn on the size of the store's first image field
+ * (which all of a record's images and masks must share), whatever the
+ * selection, so choosing fields never changes another field's bytes. View
+ * groups (dlc_view_spec) give K differently augmented views of every image
+ * and mask per sample. Variable outputs are packed once per batch by the
+ * worker that completes it; their slot room is the schema's largest record,
+ * so memory follows batch x prefetch x the largest sample, not the store.
  *
  * Determinism: the order of samples and every augmentation parameter are a
  * pure function of (seed, epoch, rank, world size, position). The number of
