@@ -306,6 +306,10 @@ static dlc_status plan_array(dlc_loader *l, uint32_t f)
         make_variable(&o, opt, DLC_VARIABLE_PAD, fd->max_dim0);
     else
         o.sample_cap = (size_t)fd->shape[0] * o.row_bytes;
+    /* The crop moves all of a sample's boxes into the slot before PAD_TO cuts them to max_len,
+     * so their staging room is the most boxes of any record. */
+    if (boxes && fd->max_dim0 > o.rows_cap)
+        o.sample_cap = (size_t)fd->max_dim0 * o.row_bytes;
     return add_output(l, &o);
 }
 

@@ -33,28 +33,45 @@ static uint32_t rnd(uint32_t n)
     return (uint32_t)((rng_state >> 33) % n);
 }
 
+/* Two stores: images and labels, and records of many fields whose variable outputs are packed
+ * by whichever worker completes a batch. */
+static char *fields_path;
+
 static void make_store(void)
 {
     dir = tu_mkdtemp();
     TU_REQUIRE(dir);
     path = tu_path(dir, "s.dlc");
-    TU_REQUIRE(path);
+    fields_path = tu_path(dir, "fields.dlc");
+    TU_REQUIRE(path && fields_path);
     TU_REQUIRE(tu_make_store(path, N, H, W, CLASSES, 0) == DLC_OK);
+    TU_REQUIRE(tu_make_fields_store(fields_path, N, H, W) == DLC_OK);
 }
 
+/* Every output's bytes, lengths and offsets, the indices and the labels. */
 static uint64_t batch_hash(const dlc_batch *b)
 {
-    uint64_t h = XXH3_64bits(b->data, b->bytes);
-    h = XXH3_64bits_withSeed(b->indices, b->count * sizeof *b->indices, h);
-    return XXH3_64bits_withSeed(b->labels, b->count * sizeof *b->labels, h ^ b->batch_index);
+    uint64_t h = XXH3_64bits(b->indices, b->count * sizeof *b->indices);
+    h = XXH3_64bits_withSeed(b->labels, b->count * sizeof *b->labels, h ^ b->batch_index);
+    for (uint32_t i = 0; i < b->num_fields; i++) {
+        const dlc_batch_field *f = &b->fields[i];
+        h = XXH3_64bits_withSeed(f->data, f->bytes, h);
+        if (f->lengths)
+            h = XXH3_64bits_withSeed(f->lengths, b->count * sizeof *f->lengths, h);
+        if (f->offsets)
+            h = XXH3_64bits_withSeed(f->offsets, (b->count + 1) * sizeof *f->offsets, h);
+    }
+    return h;
 }
+
+static const char *store_of_round;
 
 static dlc_loader *open_random(dlc_loader_config *c)
 {
     c->threads = 1 + rnd(6);
     c->prefetch = 1 + rnd(6);
     dlc_loader *l = NULL;
-    TU_REQUIRE(dlc_loader_open(path, c, &l) == DLC_OK);
+    TU_REQUIRE(dlc_loader_open(store_of_round, c, &l) == DLC_OK);
     return l;
 }
 
@@ -70,6 +87,16 @@ static void one_round(void)
     c.io = rnd(3) == 0 ? DLC_IO_DIRECT : DLC_IO_MMAP;
     c.drop_last = (int)rnd(2);
     c.dtype = rnd(3) == 0 ? DLC_DTYPE_FLOAT32 : DLC_DTYPE_UINT8;
+    /* Half the rounds on the store of many fields, its variable fields in a random layout. */
+    dlc_field_option opts[2] = {{.name = "tokens", .variable = (uint32_t)rnd(3), .max_len = 4},
+                                {.name = "boxes", .variable = (uint32_t)rnd(3), .max_len = 2}};
+    store_of_round = path;
+    if (rnd(2)) {
+        store_of_round = fields_path;
+        c.field_options = opts;
+        c.num_field_options = 2;
+        c.augment = rnd(2) ? DLC_AUGMENT_RANDOM_RESIZED_CROP : DLC_AUGMENT_RANDOM_CROP;
+    }
     dlc_loader *l = open_random(&c);
     dlc_batch b, held;
     int holding = 0;

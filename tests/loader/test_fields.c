@@ -586,3 +586,40 @@ Test(fields, hostile_configurations_are_refused_by_name)
     cr_assert_null(l);
     drop_store(&fs);
 }
+
+Test(fields, boxes_cut_to_max_len_keep_their_classes)
+{
+    fstore fs;
+    make_store(&fs, DLC_ENCODING_RAW);
+    dlc_loader_config c = base_config();
+    c.crop_h = H, c.crop_w = W; /* The whole image: every box stays, and PAD_TO must cut. */
+    c.flip_prob = 0;
+    const char *sel[] = {"boxes", "classes"};
+    c.fields = sel;
+    c.num_fields = 2;
+    const dlc_field_option opt[] = {
+        {.name = "boxes", .variable = DLC_VARIABLE_PAD_TO, .max_len = 1},
+        {.name = "classes", .variable = DLC_VARIABLE_OFFSETS}};
+    c.field_options = opt;
+    c.num_field_options = 2;
+    dlc_loader *l = open_ok(fs.path, &c);
+    dlc_batch b;
+    while (dlc_loader_next(l, &b) == DLC_OK) {
+        const dlc_batch_field *bx = field(&b, "boxes"), *cl = field(&b, "classes");
+        cr_assert_eq(bx->shape[1], 1);
+        for (uint32_t s = 0; s < b.count; s++) {
+            const uint64_t idx = b.indices[s];
+            const int64_t want = nboxes(idx) ? 1 : 0;
+            cr_assert_eq(bx->lengths[s], want);
+            cr_assert_eq(cl->offsets[s + 1] - cl->offsets[s], want, "classes follow the cut");
+            if (want) {
+                float in[4];
+                box_of(idx, 0, in);
+                cr_assert(memcmp((const float *)bx->data + 4 * s, in, sizeof in) == 0);
+                cr_assert_eq(((const int64_t *)cl->data)[cl->offsets[s]], (int64_t)(idx * 10));
+            }
+        }
+    }
+    dlc_loader_close(l);
+    drop_store(&fs);
+}
