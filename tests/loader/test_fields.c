@@ -14,10 +14,12 @@
 #include <dlcache/loader.h>
 #include <dlcache/writer.h>
 
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #define N 40u
@@ -621,5 +623,69 @@ Test(fields, boxes_cut_to_max_len_keep_their_classes)
         }
     }
     dlc_loader_close(l);
+    drop_store(&fs);
+}
+
+/* Flip one byte of field @p f of record @p index in the file. */
+static void corrupt_field(const char *path, uint64_t index, uint32_t f)
+{
+    dlc_store *s;
+    cr_assert_eq(dlc_store_open(path, 0, &s), DLC_OK);
+    dlc_store_reader *r;
+    cr_assert_eq(dlc_store_reader_open(s, &r), DLC_OK);
+    dlc_value v[16];
+    cr_assert_eq(dlc_store_read_values(r, index, v), DLC_OK);
+    cr_assert_gt(v[f].size, 0);
+    const uint64_t off = v[f].offset + v[f].size / 2;
+    const uint8_t byte = v[f].data[v[f].size / 2] ^ 0x01;
+    dlc_store_reader_close(r);
+    dlc_store_close(s);
+    const int fd = open(path, O_WRONLY);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(pwrite(fd, &byte, 1, (off_t)off), 1);
+    close(fd);
+}
+
+/* A record whose tokens fail their checksum is replaced by another record, whose tokens have
+ * another length: the packed batch still holds exactly each delivered record's tokens. */
+Test(fields, corrupt_variable_field_is_replaced_whole)
+{
+    fstore fs;
+    make_store(&fs, DLC_ENCODING_RAW);
+    const uint64_t bad = 12; /* ntokens(12) = 6 */
+    corrupt_field(fs.path, bad, F_TOKENS);
+    const uint32_t ios[] = {DLC_IO_MMAP, DLC_IO_DIRECT};
+    for (int io = 0; io < 2; io++) {
+        dlc_loader_config c = base_config();
+        c.io = ios[io];
+        c.verify = DLC_VERIFY_ALWAYS;
+        c.on_corrupt = DLC_CORRUPT_REPLACE;
+        const char *sel[] = {"tokens", "label"};
+        c.fields = sel;
+        c.num_fields = 2;
+        const dlc_field_option opt = {.name = "tokens", .variable = DLC_VARIABLE_OFFSETS};
+        c.field_options = &opt;
+        c.num_field_options = 1;
+        dlc_loader *l = open_ok(fs.path, &c);
+        dlc_batch b;
+        uint64_t seen = 0;
+        while (dlc_loader_next(l, &b) == DLC_OK) {
+            const dlc_batch_field *t = field(&b, "tokens");
+            for (uint32_t s = 0; s < b.count; s++) {
+                const uint64_t idx = b.indices[s];
+                cr_assert_neq(idx, bad);
+                cr_assert_eq(t->offsets[s + 1] - t->offsets[s], ntokens(idx));
+                for (uint32_t k = 0; k < ntokens(idx); k++)
+                    cr_assert_eq(((const int32_t *)t->data)[t->offsets[s] + k],
+                                 (int32_t)(idx * 100 + k));
+                seen++;
+            }
+        }
+        cr_assert_eq(seen, N, "the batch kept its size");
+        dlc_loader_stats st;
+        dlc_loader_get_stats(l, &st);
+        cr_assert_eq(st.corrupt_replaced, 1);
+        dlc_loader_close(l);
+    }
     drop_store(&fs);
 }
