@@ -58,8 +58,9 @@ struct dlc_writer {
     uint32_t txn_records;
     uint64_t prealloc; /* Bytes reserved with fallocate (0: none). */
     uint64_t size_hint;
-    int failed;   /* A write failed: only abort is valid now. */
-    int deferred; /* The version 1 API: schema at the first record, labels checked at finish. */
+    int failed;      /* A write failed: only abort is valid now. */
+    int deferred;    /* The version 1 API: schema at the first record, labels checked at finish. */
+    int auto_labels; /* num_labels = 0 with a LABEL field: "0".."K-1" named at finish. */
 
     int has_schema;
     uint32_t nf;
@@ -518,15 +519,17 @@ dlc_status dlc_writer_open(const char *path, const dlc_writer_config *config, dl
     dlc_writer probe = {.final_path = (char *)path, .label_field = DLC_NO_FIELD};
     CHECK(set_schema(&probe, config->fields, config->num_fields));
     const int has_label = probe.label_field != DLC_NO_FIELD;
-    FAIL_IF(has_label && config->num_labels == 0, DLC_EINVAL,
-            "%s: schema: field \"%s\" is the LABEL: give num_labels > 0 label names", path,
-            probe.fields[probe.label_field].name);
+    FAIL_IF(has_label && config->num_labels == 0 && config->label_names, DLC_EINVAL,
+            "%s: schema: field \"%s\" is the LABEL: label_names given without num_labels (0 "
+            "with no names names the labels \"0\"..\"K-1\" at finish)",
+            path, probe.fields[probe.label_field].name);
     FAIL_IF(!has_label && config->num_labels > 0, DLC_EINVAL,
             "%s: %u label names but no field is the LABEL", path, config->num_labels);
 
     CHECK(writer_create(path, config->force, config->size_hint, &w));
     CHECK(set_schema(w, config->fields, config->num_fields));
     CHECK(set_labels(w, config->label_names, config->num_labels));
+    w->auto_labels = has_label && config->num_labels == 0;
     if (config->build_json) {
         w->build_json = str_dup(config->build_json);
         FAIL_IF(!w->build_json, -ENOMEM, "%s: out of memory", path);
@@ -646,7 +649,8 @@ static dlc_status check_label(dlc_writer *w, const uint8_t *value, int64_t *labe
         return DLC_OK;
     const int64_t v = (int64_t)dlc__ld64(value + DLC__RECORD2_FIXED +
                                          (size_t)w->label_field * DLC__FIELD_ENTRY_SIZE);
-    const int64_t limit = w->deferred ? (int64_t)DLC__MAX_LABELS : (int64_t)w->num_labels;
+    const int64_t limit =
+        w->deferred || w->auto_labels ? (int64_t)DLC__MAX_LABELS : (int64_t)w->num_labels;
     if (v < 0 || v >= limit)
         return dlc__errorf(DLC_EINVAL,
                            "%s: record %" PRIu64 ": field \"%s\": label %" PRId64
@@ -923,6 +927,27 @@ static dlc_status default_schema(dlc_writer *w)
     return set_schema(w, fields, 2);
 }
 
+/* The labels of a writer opened with num_labels = 0: K = the largest label + 1, named by their
+ * numbers. The blob is made directly: an array of 2^24 name pointers would cost more than it. */
+static dlc_status name_labels_by_number(dlc_writer *w)
+{
+    const uint32_t k = (uint32_t)(w->max_label + 1);
+    size_t len = 0;
+    for (uint32_t i = 0; i < k; i++)
+        len += (size_t)snprintf(NULL, 0, "%u", i) + 1;
+    char *blob = malloc(len ? len : 1);
+    if (!blob)
+        return dlc__errorf(-ENOMEM, "%s: out of memory for %u label names", w->temp_path, k);
+    size_t off = 0;
+    for (uint32_t i = 0; i < k; i++)
+        off += (size_t)snprintf(blob + off, len - off, "%u", i) + 1;
+    free(w->labels);
+    w->labels = blob;
+    w->labels_len = len;
+    w->num_labels = k; /* check_label() grew label_counts past every label seen. */
+    return DLC_OK;
+}
+
 /* Everything of finish up to the closed, synced environment; returns the file bytes used. */
 static dlc_status write_store(dlc_writer *w, uint64_t *used)
 {
@@ -931,6 +956,8 @@ static dlc_status write_store(dlc_writer *w, uint64_t *used)
     if (!w->has_schema && w->deferred)
         CHECK(default_schema(w));
     FAIL_IF(w->count == 0 && !w->deferred, DLC_EINVAL, "%s: no record was appended", w->final_path);
+    if (w->auto_labels)
+        CHECK(name_labels_by_number(w));
     CHECK(final_schema(w));
     /* The index is taken in a transaction of its own, after every record is committed: then no
      * samples page is dirty, and each value pointer is into the map. */

@@ -68,7 +68,12 @@ typedef struct dlc_writer_config {
     uint32_t num_fields;            /**< 1..DLC_MAX_FIELDS. */
     const char *const *label_names; /**< With a DLC_FIELD_LABEL field: num_labels names of its
                                          values (UTF-8, no NUL inside); copied at open. */
-    uint32_t num_labels;            /**< Values of the label field must be below this. */
+    uint32_t num_labels;            /**< Values of the label field must be below this. 0 with a
+                                         LABEL field (and label_names NULL): the labels are
+                                         counted as they come, each in 0..2^24-1, and finish
+                                         decides K = the largest + 1, named "0".."K-1" (for
+                                         writers that do not know their labels up front, such
+                                         as dlcache.write() in Python). */
     int force;                      /**< Replace an existing store at the path. */
     uint64_t size_hint;     /**< Expected payload bytes (0: unknown), to reserve disk space up front
                                  so that a full disk fails early and clearly. */
@@ -79,7 +84,8 @@ typedef struct dlc_writer_config {
 /**
  * @brief Check the schema and create PATH.tmp-PID beside @p path.
  * @param[out] out Release with dlc_writer_finish() or dlc_writer_abort().
- * @return DLC_OK, DLC_EINVAL (the schema, named), DLC_EEXIST, -ENOSPC, -errno.
+ * @return DLC_OK, DLC_EINVAL (the schema, named; label names without num_labels, or
+ *         num_labels without a LABEL field), DLC_EEXIST, -ENOSPC, -errno.
  */
 DLC_API dlc_status dlc_writer_open(const char *path, const dlc_writer_config *config,
                                    dlc_writer **out);

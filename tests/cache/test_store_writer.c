@@ -579,6 +579,56 @@ Test(store_writer, label_out_of_range_is_refused_at_append)
     free(path);
 }
 
+/* num_labels = 0 with a LABEL field: any label in 0..2^24-1 is taken, and finish names K = the
+ * largest + 1 labels "0".."K-1", with their counts (labels never seen count 0). */
+Test(store_writer, labels_named_at_finish_without_num_labels)
+{
+    char *path = tmp_path(dir, "auto.dlc");
+    dlc_writer_config cfg = sk_config(0);
+    cfg.label_names = NULL;
+    cfg.num_labels = 0;
+    dlc_writer *w = NULL;
+    dlc_record_builder *b = NULL;
+    sk_record *r = malloc(sizeof *r);
+    cr_assert_eq(dlc_writer_open(path, &cfg, &w), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(dlc_record_builder_create(w, &b), DLC_OK);
+    const int64_t labels[] = {3, 0, 11, 3, -1, 1 << 24};
+    for (uint64_t i = 0; i < sizeof labels / sizeof labels[0]; i++) {
+        cr_assert_eq(sk_set(b, r, i), DLC_OK, "%s", dlc_errmsg());
+        cr_assert_eq(dlc_record_set_int(b, SK_LABEL, labels[i]), DLC_OK);
+        cr_assert_eq(dlc_record_seal(b), DLC_OK, "%s", dlc_errmsg());
+        const dlc_status rc = dlc_writer_append(w, b);
+        if (labels[i] < 0 || labels[i] >= 1 << 24) {
+            cr_assert_eq(rc, DLC_EINVAL, "label %lld", (long long)labels[i]);
+            cr_assert(strstr(dlc_errmsg(), "out of range 0..16777215"), "%s", dlc_errmsg());
+            dlc_record_builder_reset(b);
+        } else {
+            cr_assert_eq(rc, DLC_OK, "%s", dlc_errmsg());
+        }
+    }
+    cr_assert_eq(dlc_writer_finish(w), DLC_OK, "%s", dlc_errmsg());
+    dlc_store *s = NULL;
+    cr_assert_eq(dlc_store_open(path, 0, &s), DLC_OK, "%s", dlc_errmsg());
+    const dlc_store_info *in = dlc_store_get_info(s);
+    cr_assert_eq(in->count, 4);
+    cr_assert_eq(in->num_labels, 12);
+    const uint64_t *counts = dlc_store_label_counts(s);
+    char want[8];
+    for (uint32_t k = 0; k < 12; k++) {
+        snprintf(want, sizeof want, "%u", k);
+        cr_assert_str_eq(dlc_store_label_name(s, k), want);
+        cr_assert_eq(counts[k], k == 3 ? 2u : k == 0 || k == 11 ? 1u : 0u, "label %u", k);
+    }
+    cr_assert_null(dlc_store_label_name(s, 12));
+    uint64_t bad = 1;
+    cr_assert_eq(dlc_store_verify(s, NULL, NULL, &bad), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(bad, 0);
+    dlc_store_close(s);
+    dlc_record_builder_destroy(b);
+    free(r);
+    free(path);
+}
+
 /* Publishing is atomic and guarded as with the version 1 API: no store without force, an abort or
  * a failed finish leaves the old store and no temporary file, a store of no record is refused. */
 Test(store_writer, public_writer_publishes_atomically)
