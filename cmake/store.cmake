@@ -1,7 +1,8 @@
 # The store part's extra rules: store_fixture, a program that writes a small
-# deterministic store with the private writer, so that the end-to-end test
-# tests/e2e/store_foreign.sh can read it with tools that are not ours
-# (Python's lmdb module, mdb_stat). Only for tests; not installed.
+# deterministic store with a field of every kind through the public writer, so
+# that the end-to-end test tests/e2e/store_foreign.sh can read it with tools
+# that are not ours (Python's lmdb module, mdb_stat). Only for tests; not
+# installed.
 if(TARGET dlc_store AND DLCACHE_TESTS)
   add_executable(store_fixture ${PROJECT_SOURCE_DIR}/tests/e2e/store_fixture.c)
   target_link_libraries(store_fixture PRIVATE dlc_store dlc_test_headers)

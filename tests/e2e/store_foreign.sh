@@ -1,68 +1,81 @@
 #!/usr/bin/env bash
-# A store is readable without dlcache (docs/FORMAT.md): write one with the real
-# writer (store_fixture), then read it with LMDB's own mdb_stat, with the Python
-# snippet printed in docs/FORMAT.md, and with a full Python check of every
-# record, label count and the content digest; finally flip one payload byte and
-# make sure the snippet reports the bad hash.
+# A store is readable without dlcache (docs/FORMAT.md): write one with a field of every kind and
+# element type with the real writer (store_fixture), then read it with LMDB's own mdb_stat, with
+# the Python snippet printed in docs/FORMAT.md, and with a full Python check of every schema
+# entry, the offset table, every record, value, label count and the content digest; finally flip
+# one payload byte and make sure the snippet reports the bad hash.
 # Env: DLC_BIN (build/bin), DLC_SRC (source tree); set by ctest.
-set -euo pipefail
-SRC=${DLC_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
-BIN=${DLC_BIN:-$SRC/build/bin}
-PY=${PY:-/usr/bin/python3}
+. "$(dirname "$0")/../lib/e2e.sh" store_foreign
 N=37
 
-for tool in "$BIN/store_fixture" mdb_stat "$PY"; do
-    command -v "$tool" >/dev/null || { echo "store_foreign: missing $tool" >&2; exit 1; }
+for tool in "$DLC_BIN/store_fixture" mdb_stat "$PY"; do
+    command -v "$tool" >/dev/null || fail "missing $tool"
 done
-"$PY" -c 'import lmdb' || { echo "store_foreign: $PY has no lmdb module (python3-lmdb)" >&2; exit 1; }
+"$PY" -c 'import lmdb' || fail "$PY has no lmdb module (python3-lmdb)"
+store=$tmp/fixture.dlc
 
-work=$(mktemp -d /tmp/dlc-store-foreign-XXXXXX)
-trap 'rm -rf "$work"' EXIT
-store=$work/fixture.dlc
-
-"$BIN/store_fixture" "$store" "$N"
-[ -f "$store" ] || { echo "store_foreign: no store written" >&2; exit 1; }
-if ls -a "$work" | grep -q -- '-lock\|\.tmp-'; then
-    echo "store_foreign: lock or temporary file left next to the store" >&2; exit 1
+"$DLC_BIN/store_fixture" "$store" "$N"
+[ -f "$store" ] || fail "no store written"
+if ls -a "$tmp" | grep -q -- '-lock\|\.tmp-'; then
+    fail "lock or temporary file left next to the store"
 fi
 
-# LMDB's own tool sees both databases with the right number of entries.
+# LMDB's own tool sees both databases with the right number of entries: the records, and
+# format, schema, index, labels, label_counts, source_digest and build.
 stat_out=$(mdb_stat -n -a "$store")
 echo "$stat_out"
 samples_entries=$(awk '/^Status of samples/{f=1} f && /Entries:/{print $2; exit}' <<<"$stat_out")
 meta_entries=$(awk '/^Status of meta/{f=1} f && /Entries:/{print $2; exit}' <<<"$stat_out")
-[ "$samples_entries" = "$N" ] || { echo "store_foreign: mdb_stat: samples has '$samples_entries' entries, expected $N" >&2; exit 1; }
-[ "$meta_entries" = 5 ] || { echo "store_foreign: mdb_stat: meta has '$meta_entries' entries, expected 5" >&2; exit 1; }
+[ "$samples_entries" = "$N" ] || fail "mdb_stat: samples has '$samples_entries' entries, expected $N"
+[ "$meta_entries" = 7 ] || fail "mdb_stat: meta has '$meta_entries' entries, expected 7"
 
 # The snippet exactly as docs/FORMAT.md prints it.
-snippet=$work/read_record.py
-awk '/^```python$/{f=1; next} /^```$/{f=0} f' "$SRC/docs/FORMAT.md" >"$snippet"
-grep -q 'dlcache-format-snippet' "$snippet" || { echo "store_foreign: no snippet in docs/FORMAT.md" >&2; exit 1; }
+snippet=$tmp/read_record.py
+awk '/^```python$/{f=1; next} /^```$/{f=0} f' "$DLC_SRC/docs/FORMAT.md" >"$snippet"
+grep -q 'dlcache-format-snippet' "$snippet" || fail "no snippet in docs/FORMAT.md"
 for i in 0 1 $((N - 1)); do
-    "$PY" "$snippet" "$store" "$i"
+    "$PY" "$snippet" "$store" "$i" >/dev/null
 done
 out=$("$PY" "$snippet" "$store" 5)
-grep -q 'record 5 of 37: label 2 (gamma), 41x87x3, 10701 bytes, encoding 0, hash ok' <<<"$out" ||
-    { echo "store_foreign: unexpected snippet output: $out" >&2; exit 1; }
+echo "$out"
+for want in 'record 5 of 37: image: image raw 41x87x3, 10701 bytes, hash ok' \
+    'record 5 of 37: mask: image png 41x87x1, ' \
+    'record 5 of 37: photo: image jpeg 32x32x3, ' \
+    'record 5 of 37: boxes: ndarray float32 (1, 4), 16 bytes, hash ok' \
+    'record 5 of 37: a_i16: ndarray int16 (1, 3, 1), 6 bytes, hash ok' \
+    'record 5 of 37: id: int 5000008, 8 bytes, hash ok' \
+    'record 5 of 37: weight: float 1.25, 8 bytes, hash ok' \
+    "record 5 of 37: caption: bytes b'record 5record 5', 16 bytes, hash ok" \
+    'record 5 of 37: label: int 2 (gamma), 8 bytes, hash ok'; do
+    grep -qF "$want" <<<"$out" || fail "the snippet did not print: $want"
+done
+[ "$(grep -c 'hash ok' <<<"$out")" = 22 ] || fail "not every field of record 5 has a good hash"
 
-# Every record, the label counts and the content digest.
-"$PY" "$SRC/tests/e2e/store_foreign.py" "$store" "$N"
+# Every schema entry, record and value, the label counts and the content digest.
+"$PY" "$DLC_SRC/tests/e2e/store_foreign.py" "$store" "$N"
 
-# Flip one byte of record 5's payload, found by its header (FORMAT.md): the
-# payload must sit 64-byte aligned, and the snippet must notice the change.
+# Flip one byte of record 5's image payload, found through the offset table and the field entry
+# (FORMAT.md): it must sit 64-byte aligned, and the snippet must notice the change.
 "$PY" - "$store" <<'PYEOF'
 import struct, sys
+import lmdb
 path = sys.argv[1]
-header = struct.pack("<IHHqIIIIQ", 0x52434C44, 48, 0, 2, 41, 87, 3, 0, 41 * 87 * 3)
+env = lmdb.open(path, subdir=False, readonly=True, lock=False, max_dbs=2)
+meta = env.open_db(b"meta", create=False)
+with env.begin() as txn:
+    index = txn.get(b"index", db=meta)
+env.close()
+(off,) = struct.unpack_from("<Q", index, 8 * 5)
 data = bytearray(open(path, "rb").read())
-at = data.find(header) + 48
-assert at > 48 and data.find(header, at) < 0, "record 5's header is not unique"
-assert at % 64 == 0, f"record 5's payload at offset {at}, not 64-byte aligned"
+word, size = struct.unpack_from("<QQ", data, off + 16)  # field 0, "image"
+at = off + word
+assert size == 41 * 87 * 3 and at % 64 == 0, f"record 5's payload at offset {at}, size {size}"
 data[at + 100] ^= 0x01
 open(path, "wb").write(data)
 PYEOF
 if out=$("$PY" "$snippet" "$store" 5); then
-    echo "store_foreign: a flipped byte went unnoticed: $out" >&2; exit 1
+    fail "a flipped byte went unnoticed: $out"
 fi
-grep -q 'hash MISMATCH' <<<"$out" || { echo "store_foreign: unexpected output: $out" >&2; exit 1; }
+grep -q 'image: image raw 41x87x3, 10701 bytes, hash MISMATCH' <<<"$out" ||
+    fail "unexpected output: $out"
 echo "store_foreign: ok"
