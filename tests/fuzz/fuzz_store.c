@@ -1,13 +1,18 @@
 /* Fuzz the store reader: the input is a whole store file. It is opened,
- * its metadata, label names and counts looked at, records read (headers and
- * bounds) and hashed, and the whole store verified, as cacheinfo --verify and
- * the loader would. Any outcome but a crash, a sanitizer report or a leak is
- * fine; an error must come with a message.
+ * its metadata, schema, label names and counts looked at, records read
+ * (every field through the offset table, and the version 1 view) and
+ * hashed, and the whole store verified, as cacheinfo --verify and the loader
+ * would. Any outcome but a crash, a sanitizer report or a leak is fine; an
+ * error must come with a message.
  *
- * Seeds: small real stores, written with the real writer by this harness
- * when it runs with DLC_FUZZ_SEED_DIR set (tests/fuzz/make_seeds.sh). */
+ * Seeds: small real stores written by this harness when it runs with
+ * DLC_FUZZ_SEED_DIR set (tests/fuzz/make_seeds.sh): format 2 stores of a
+ * field of every kind (tests/store_kinds.h), of the version 1 API's two
+ * fields, and format 1 stores (tests/store_v1.h). */
 #include "fuzz_util.h"
 
+#include "store_kinds.h"
+#include "store_v1.h"
 #include "store_writer.h"
 
 #include <dlcache/store.h>
@@ -51,6 +56,17 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         seed_store(dir, "inline3", 3, 2, 2);
         seed_store(dir, "mixed4", 4, 0, 0);
         seed_store(dir, "empty", 0, 1, 1);
+        char path[1024];
+        snprintf(path, sizeof path, "%s/kinds2", dir);
+        if (sk_write_store(path, 2, 1) != DLC_OK)
+            abort();
+        snprintf(path, sizeof path, "%s/kinds1", dir);
+        if (sk_write_store(path, 1, 1) != DLC_OK)
+            abort();
+        const tv1_options v1 = {.count = 4, .channels = 3, .num_labels = 2};
+        snprintf(path, sizeof path, "%s/version1", dir);
+        if (tv1_write_store(path, &v1) != DLC_OK)
+            abort();
     }
     return 0;
 }
@@ -99,10 +115,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         sum += ((const uint8_t *)mv)[ms - 1];
     (void)dlc_store_meta(s, "no-such-key", &mv, &ms);
 
+    const dlc_field *fields = dlc_store_fields(s);
+    for (uint32_t f = 0; f < info->num_fields; f++)
+        if (dlc_store_find_field(s, fields[f].name) != (int)f)
+            abort();
+
     dlc_store_reader *r = NULL;
     rc = dlc_store_reader_open(s, &r);
     check_msg(rc);
     if (rc == DLC_OK) {
+        dlc_value v[DLC_MAX_FIELDS];
+        const uint64_t nv = info->count < MAX_READS ? info->count : MAX_READS;
+        for (uint64_t i = 0; i <= nv; i++) {
+            rc = dlc_store_read_values(r, i, v);
+            check_msg(rc);
+            for (uint32_t f = 0; rc == DLC_OK && f < info->num_fields; f++) {
+                /* Every view lies inside the map; its checksum is checked or refused. */
+                if (v[f].size)
+                    sum += v[f].data[0] + v[f].data[v[f].size - 1];
+                check_msg(dlc_value_verify(s, i, f, &v[f]));
+            }
+        }
         const uint64_t n = info->count < MAX_READS ? info->count : MAX_READS;
         for (uint64_t i = 0; i <= n; i++) {
             /* i == n past a small store asks for one record beyond the end. */
