@@ -7,3 +7,9 @@ if(TARGET dlc_store AND DLCACHE_TESTS)
   add_executable(store_fixture ${PROJECT_SOURCE_DIR}/tests/e2e/store_fixture.c)
   target_link_libraries(store_fixture PRIVATE dlc_store dlc_test_headers)
 endif()
+# bench_store_read: how fast dlc_store_read_values() finds small records, through the offset
+# table and through LMDB's B-tree (tests/cache/bench_store_read.c). A program, not a test.
+if(TARGET dlc_store AND DLCACHE_TESTS)
+  add_executable(bench_store_read ${PROJECT_SOURCE_DIR}/tests/cache/bench_store_read.c)
+  target_link_libraries(bench_store_read PRIVATE dlc_store dlc_test_headers)
+endif()

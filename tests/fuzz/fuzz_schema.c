@@ -349,7 +349,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const uint32_t nl = u8(&in) % 5;
     const dlc_writer_config cfg = {.fields = R.fields,
                                    .num_fields = R.nf,
-                                   .label_names = labels,
+                                   /* 0 labels and no names: named "0".."K-1" at finish. */
+                                   .label_names = nl ? labels : NULL,
                                    .num_labels = nl,
                                    .force = 1,
                                    .build_json = size & 1 ? "{}" : NULL};
