@@ -39,6 +39,45 @@ class StoreInfo(ctypes.Structure):
         ("payload_bytes", ctypes.c_uint64),
         ("content_digest", ctypes.c_uint64),
         ("file_bytes", ctypes.c_uint64),
+        ("num_fields", ctypes.c_uint32),
+        ("image_field", ctypes.c_uint32),
+        ("label_field", ctypes.c_uint32),
+    ]
+
+
+MAX_FIELDS = 64
+MAX_DIMS = 6
+NO_FIELD = 0xFFFFFFFF
+
+
+class Field(ctypes.Structure):
+    """dlc_field: one field of a store's schema."""
+    _fields_ = [
+        ("name", ctypes.c_char * 32),
+        ("kind", ctypes.c_uint32),
+        ("dtype", ctypes.c_uint32),
+        ("encoding", ctypes.c_uint32),
+        ("flags", ctypes.c_uint32),
+        ("ndim", ctypes.c_uint32),
+        ("shape", ctypes.c_uint32 * MAX_DIMS),
+        ("max_dim0", ctypes.c_uint32),
+        ("max_dim1", ctypes.c_uint32),
+        ("max_size", ctypes.c_uint64),
+        ("link", ctypes.c_uint32),
+    ]
+
+
+class Value(ctypes.Structure):
+    """dlc_value: one field of one record, a view into the map."""
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("size", ctypes.c_size_t),
+        ("offset", ctypes.c_uint64),
+        ("dim0", ctypes.c_uint32),
+        ("dim1", ctypes.c_uint32),
+        ("xxh3", ctypes.c_uint64),
+        ("i", ctypes.c_int64),
+        ("f", ctypes.c_double),
     ]
 
 
@@ -70,6 +109,48 @@ class VerifyProgress(ctypes.Structure):
 
 
 VERIFY_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(VerifyProgress))
+
+
+# ---------------------------------------------------------------- image.h
+class Image(ctypes.Structure):
+    """dlc_image: interleaved uint8 pixels."""
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("width", ctypes.c_uint32),
+        ("height", ctypes.c_uint32),
+        ("channels", ctypes.c_uint32),
+        ("stride", ctypes.c_size_t),
+    ]
+
+
+# ---------------------------------------------------------------- writer.h
+class FieldSpec(ctypes.Structure):
+    """dlc_field_spec: one field of the schema to write."""
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("kind", ctypes.c_uint32),
+        ("dtype", ctypes.c_uint32),
+        ("encoding", ctypes.c_uint32),
+        ("flags", ctypes.c_uint32),
+        ("ndim", ctypes.c_uint32),
+        ("shape", ctypes.c_uint32 * MAX_DIMS),
+        ("link", ctypes.c_char_p),
+        ("quality", ctypes.c_int),
+    ]
+
+
+class WriterConfig(ctypes.Structure):
+    """dlc_writer_config."""
+    _fields_ = [
+        ("fields", ctypes.POINTER(FieldSpec)),
+        ("num_fields", ctypes.c_uint32),
+        ("label_names", ctypes.POINTER(ctypes.c_char_p)),
+        ("num_labels", ctypes.c_uint32),
+        ("force", ctypes.c_int),
+        ("size_hint", ctypes.c_uint64),
+        ("build_json", ctypes.c_char_p),
+        ("source_digest", ctypes.c_uint64),
+    ]
 
 
 # ---------------------------------------------------------------- build.h
@@ -124,6 +205,29 @@ class BuildReport(ctypes.Structure):
 
 
 # ---------------------------------------------------------------- loader.h
+class FieldOption(ctypes.Structure):
+    """dlc_field_option: how one field of the store goes into a batch."""
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("variable", ctypes.c_uint32),
+        ("max_len", ctypes.c_uint32),
+    ]
+
+
+class ViewSpec(ctypes.Structure):
+    """dlc_view_spec: a group of differently augmented views of every image."""
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("count", ctypes.c_uint32),
+        ("augment", ctypes.c_uint32),
+        ("crop_h", ctypes.c_uint32),
+        ("crop_w", ctypes.c_uint32),
+        ("rrc_scale", ctypes.c_float * 2),
+        ("rrc_ratio", ctypes.c_float * 2),
+        ("flip_prob", ctypes.c_float),
+    ]
+
+
 class LoaderConfig(ctypes.Structure):
     _fields_ = [
         ("batch_size", ctypes.c_uint32),
@@ -146,14 +250,37 @@ class LoaderConfig(ctypes.Structure):
         ("rrc_ratio", ctypes.c_float * 2),
         ("flip_prob", ctypes.c_float),
         ("dtype", ctypes.c_uint32),
-        ("mean", ctypes.c_float * 3),
-        ("std", ctypes.c_float * 3),
+        ("mean", ctypes.c_float * 4),
+        ("std", ctypes.c_float * 4),
         ("verify", ctypes.c_uint32),
         ("on_corrupt", ctypes.c_uint32),
         ("io", ctypes.c_uint32),
         ("device", ctypes.c_int32),
+        ("fields", ctypes.POINTER(ctypes.c_char_p)),
+        ("num_fields", ctypes.c_uint32),
+        ("field_options", ctypes.POINTER(FieldOption)),
+        ("num_field_options", ctypes.c_uint32),
+        ("views", ctypes.POINTER(ViewSpec)),
+        ("num_views", ctypes.c_uint32),
         ("log", LOG_FN),
         ("log_user", ctypes.c_void_p),
+    ]
+
+
+class BatchField(ctypes.Structure):
+    """dlc_batch_field: one output of a lent batch."""
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("field", ctypes.c_uint32),
+        ("kind", ctypes.c_uint32),
+        ("data", ctypes.c_void_p),
+        ("bytes", ctypes.c_size_t),
+        ("dtype", ctypes.c_uint32),
+        ("layout", ctypes.c_uint32),
+        ("ndim", ctypes.c_uint32),
+        ("shape", ctypes.c_uint64 * (MAX_DIMS + 2)),
+        ("lengths", ctypes.c_void_p),
+        ("offsets", ctypes.c_void_p),
     ]
 
 
@@ -171,6 +298,8 @@ class Batch(ctypes.Structure):
         ("batch_index", ctypes.c_uint64),
         ("device_data", ctypes.c_void_p),
         ("ready_event", ctypes.c_void_p),
+        ("num_fields", ctypes.c_uint32),
+        ("fields", ctypes.POINTER(BatchField)),
     ]
 
 
@@ -191,12 +320,19 @@ class LoaderStats(ctypes.Structure):
 DLC_OK = 0
 DLC_END = 1
 LOADER_STATE_SIZE = 64
-ENCODING_RAW, ENCODING_JPEG = 0, 1
+ENCODING_RAW, ENCODING_JPEG, ENCODING_PNG = 0, 1, 2
 STORE_RANDOM, STORE_SEQUENTIAL = 0, 1
 SAMPLER_SEQUENTIAL, SAMPLER_SHUFFLE = 0, 1
 AUGMENT_CENTER_CROP, AUGMENT_RANDOM_CROP, AUGMENT_RANDOM_RESIZED_CROP = 0, 1, 2
 DTYPE_UINT8, DTYPE_FLOAT32, DTYPE_FLOAT16 = 0, 1, 2
-LAYOUT_NHWC, LAYOUT_NCHW = 0, 1
+DTYPE_INT8, DTYPE_UINT16, DTYPE_INT16, DTYPE_INT32, DTYPE_INT64, DTYPE_FLOAT64 = 3, 4, 5, 6, 7, 8
+# numpy's names of the dlc_dtype values (dlc_dtype_name()).
+DTYPE_NAMES = ("uint8", "float32", "float16", "int8", "uint16", "int16", "int32", "int64",
+               "float64")
+FIELD_IMAGE, FIELD_NDARRAY, FIELD_INT, FIELD_FLOAT, FIELD_BYTES = 1, 2, 3, 4, 5
+FIELD_VARIABLE, FIELD_MASK, FIELD_BOXES, FIELD_LABEL = 1, 2, 4, 8
+LAYOUT_NHWC, LAYOUT_NCHW, LAYOUT_NONE = 0, 1, 2
+VARIABLE_PAD, VARIABLE_PAD_TO, VARIABLE_OFFSETS = 0, 1, 2
 VERIFY_OFF, VERIFY_FIRST, VERIFY_ALWAYS = 0, 1, 2
 CORRUPT_FAIL, CORRUPT_REPLACE = 0, 1
 IO_AUTO, IO_MMAP, IO_DIRECT = 0, 1, 2
@@ -224,6 +360,45 @@ _PROTOTYPES = {
     "dlc_store_read": (c_status, [_P, ctypes.c_uint64, ctypes.POINTER(Record)]),
     "dlc_record_verify": (c_status, [_P, ctypes.POINTER(Record)]),
     "dlc_store_verify": (c_status, [_P, VERIFY_FN, _P, ctypes.POINTER(ctypes.c_uint64)]),
+    "dlc_store_fields": (ctypes.POINTER(Field), [_P]),
+    "dlc_store_find_field": (ctypes.c_int, [_P, ctypes.c_char_p]),
+    "dlc_store_read_values": (c_status, [_P, ctypes.c_uint64, ctypes.POINTER(Value)]),
+    "dlc_value_verify": (c_status, [_P, ctypes.c_uint64, ctypes.c_uint32,
+                                    ctypes.POINTER(Value)]),
+    "dlc_dtype_size": (ctypes.c_size_t, [ctypes.c_uint32]),
+    "dlc_dtype_name": (ctypes.c_char_p, [ctypes.c_uint32]),
+    # image.h
+    "dlc_codec_create": (c_status, [ctypes.POINTER(_P)]),
+    "dlc_codec_destroy": (None, [_P]),
+    "dlc_jpeg_header": (c_status, [_P, _P, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint32),
+                                   ctypes.POINTER(ctypes.c_uint32),
+                                   ctypes.POINTER(ctypes.c_uint32)]),
+    "dlc_jpeg_decode_as": (c_status, [_P, _P, ctypes.c_size_t, ctypes.c_uint32, ctypes.c_uint32,
+                                      ctypes.c_uint32, ctypes.POINTER(Image)]),
+    "dlc_png_info": (c_status, [_P, _P, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint32),
+                                ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint32)]),
+    "dlc_png_decode": (c_status, [_P, _P, ctypes.c_size_t, ctypes.POINTER(Image)]),
+    # writer.h
+    "dlc_writer_open": (c_status, [ctypes.c_char_p, ctypes.POINTER(WriterConfig),
+                                   ctypes.POINTER(_P)]),
+    "dlc_writer_find_field": (ctypes.c_int, [_P, ctypes.c_char_p]),
+    "dlc_writer_count": (ctypes.c_uint64, [_P]),
+    "dlc_writer_add_skipped": (None, [_P, ctypes.c_uint64]),
+    "dlc_writer_append": (c_status, [_P, _P]),
+    "dlc_writer_finish": (c_status, [_P]),
+    "dlc_writer_abort": (None, [_P]),
+    "dlc_record_builder_create": (c_status, [_P, ctypes.POINTER(_P)]),
+    "dlc_record_builder_destroy": (None, [_P]),
+    "dlc_record_builder_reset": (None, [_P]),
+    "dlc_record_set_image": (c_status, [_P, ctypes.c_uint32, ctypes.POINTER(Image)]),
+    "dlc_record_set_encoded": (c_status, [_P, ctypes.c_uint32, _P, ctypes.c_size_t,
+                                          ctypes.c_uint32, ctypes.c_uint32]),
+    "dlc_record_set_array": (c_status, [_P, ctypes.c_uint32, _P, ctypes.c_size_t,
+                                        ctypes.c_uint32]),
+    "dlc_record_set_int": (c_status, [_P, ctypes.c_uint32, ctypes.c_int64]),
+    "dlc_record_set_float": (c_status, [_P, ctypes.c_uint32, ctypes.c_double]),
+    "dlc_record_set_bytes": (c_status, [_P, ctypes.c_uint32, _P, ctypes.c_size_t]),
+    "dlc_record_seal": (c_status, [_P]),
     # build.h
     "dlc_build_options_init": (None, [ctypes.POINTER(BuildOptions)]),
     "dlc_build": (c_status, [ctypes.POINTER(ctypes.c_char_p), ctypes.c_size_t, ctypes.c_char_p,

@@ -12,7 +12,7 @@ import torch
 from . import _lib as L
 from ._lib import lib
 from .errors import check, error_for
-from .store import _fspath, _uint, info as _store_info
+from .store import _fspath, _read_schema, _uint, info as _store_info
 
 __all__ = ["Loader"]
 
@@ -22,9 +22,20 @@ _DTYPES = {
     "uint8": L.DTYPE_UINT8, "float32": L.DTYPE_FLOAT32, "float16": L.DTYPE_FLOAT16,
     torch.uint8: L.DTYPE_UINT8, torch.float32: L.DTYPE_FLOAT32, torch.float16: L.DTYPE_FLOAT16,
 }
+# The torch type of each dlc_dtype, and the one a view is made with when torch has no such type
+# (torch before 2.3 has no uint16): then the view is converted to the wider type, a copy.
 _TORCH_DTYPE = {L.DTYPE_UINT8: torch.uint8, L.DTYPE_FLOAT32: torch.float32,
-                L.DTYPE_FLOAT16: torch.float16}
-_ITEMSIZE = {L.DTYPE_UINT8: 1, L.DTYPE_FLOAT32: 4, L.DTYPE_FLOAT16: 2}
+                L.DTYPE_FLOAT16: torch.float16, L.DTYPE_INT8: torch.int8,
+                L.DTYPE_INT16: torch.int16, L.DTYPE_INT32: torch.int32,
+                L.DTYPE_INT64: torch.int64, L.DTYPE_FLOAT64: torch.float64,
+                L.DTYPE_UINT16: getattr(torch, "uint16", torch.int16)}
+_WIDEN = {} if hasattr(torch, "uint16") else {L.DTYPE_UINT16: torch.int32}
+_ITEMSIZE = {L.DTYPE_UINT8: 1, L.DTYPE_FLOAT32: 4, L.DTYPE_FLOAT16: 2, L.DTYPE_INT8: 1,
+             L.DTYPE_UINT16: 2, L.DTYPE_INT16: 2, L.DTYPE_INT32: 4, L.DTYPE_INT64: 8,
+             L.DTYPE_FLOAT64: 8}
+_AUGMENTS = {"center_crop": L.AUGMENT_CENTER_CROP, "random_crop": L.AUGMENT_RANDOM_CROP,
+             "random_resized_crop": L.AUGMENT_RANDOM_RESIZED_CROP}
+_VARIABLE = {"pad": L.VARIABLE_PAD, "offsets": L.VARIABLE_OFFSETS, "pad_to": L.VARIABLE_PAD_TO}
 _VERIFY = {"off": L.VERIFY_OFF, "first": L.VERIFY_FIRST, "always": L.VERIFY_ALWAYS,
            False: L.VERIFY_OFF, True: L.VERIFY_FIRST}
 _CORRUPT = {"replace": L.CORRUPT_REPLACE, "fail": L.CORRUPT_FAIL, "raise": L.CORRUPT_FAIL}
@@ -77,9 +88,16 @@ def _view(ptr, dtype_code, shape, owner):
     numel = 1
     for s in shape:
         numel *= s
+    if numel == 0 or not ptr:
+        # torch.frombuffer refuses an empty buffer; an empty tensor views nothing anyway.
+        return torch.empty(shape, dtype=_WIDEN.get(dtype_code, _TORCH_DTYPE[dtype_code]))
     buf = (ctypes.c_char * (numel * _ITEMSIZE[dtype_code])).from_address(ptr)
     buf._owner = owner
-    return torch.frombuffer(buf, dtype=_TORCH_DTYPE[dtype_code], count=numel).view(shape)
+    t = torch.frombuffer(buf, dtype=_TORCH_DTYPE[dtype_code], count=numel).view(shape)
+    if dtype_code in _WIDEN:
+        # Reinterpret the int16 view as the unsigned values it holds, in a wider type.
+        t = t.to(_WIDEN[dtype_code]) & 0xFFFF
+    return t
 
 
 def _default_rank_world(rank, world_size):
@@ -107,18 +125,58 @@ def _default_threads():
     return max(1, cores // max(1, local))
 
 
-def _triple(value, name):
+def _channels(value, name):
+    """mean or std: one number for every channel, or one per channel (1 to 4)."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        value = (value,) * 3
+        value = (value,)
     try:
         vals = [float(v) for v in value]
     except (TypeError, ValueError):
-        raise ValueError("%s must be a number or 3 numbers, got %r" % (name, value)) from None
-    if len(vals) != 3:
-        raise ValueError("%s must have 3 values (R, G, B), got %d" % (name, len(vals)))
+        raise ValueError("%s must be a number or 1 to 4 numbers (one per channel), got %r"
+                         % (name, value)) from None
+    if not 1 <= len(vals) <= 4:
+        raise ValueError("%s must have 1 to 4 values (one per channel), got %d"
+                         % (name, len(vals)))
     if any(math.isnan(v) or math.isinf(v) for v in vals):
         raise ValueError("%s must be finite, got %r" % (name, value))
     return vals
+
+
+def _crop_hw(crop, name):
+    if isinstance(crop, int) and not isinstance(crop, bool):
+        h = w = crop
+    else:
+        try:
+            h, w = crop
+        except (TypeError, ValueError):
+            raise ValueError("%s must be an int or (height, width), got %r"
+                             % (name, crop)) from None
+    return _uint(h, name + " height", 1, 65535), _uint(w, name + " width", 1, 65535)
+
+
+def _variable_options(variable):
+    """Loader(variable=...) as [(name, dlc_variable_mode, max_len)]."""
+    if variable is None:
+        return []
+    if not isinstance(variable, dict):
+        raise ValueError("variable must be a dict {field: 'pad' | 'offsets' | ('pad_to', n)}, "
+                         "got %r" % (variable,))
+    out = []
+    for name, mode in variable.items():
+        if not isinstance(name, str):
+            raise ValueError("variable: field names are str, got %r" % (name,))
+        max_len = 0
+        if isinstance(mode, (tuple, list)) and len(mode) == 2 and mode[0] == "pad_to":
+            max_len = _uint(mode[1], "variable[%r] pad_to length" % name, 1, 1 << 24)
+            mode = "pad_to"
+        elif isinstance(mode, dict):
+            max_len = mode.get("max_len", 0)
+            mode = mode.get("mode")
+        if mode not in _VARIABLE or (mode == "pad_to" and not max_len):
+            raise ValueError("variable[%r] must be 'pad', 'offsets' or ('pad_to', n), got %r"
+                             % (name, variable[name]))
+        out.append((name, _VARIABLE[mode], max_len))
+    return out
 
 
 def _pair(value, name):
@@ -174,9 +232,24 @@ class Loader:
             deterministically chosen good one and counted in stats()) or
             "fail" (iteration raises CorruptError naming the record).
         return_indices: also yield the store record number of each sample.
+        fields: names of the store's fields to load (None: every field).
+        variable: how fields of varying length go into a batch, by name:
+            "pad" (zero-padded to the longest of the batch, the default),
+            ("pad_to", n) (padded or cut to n), or "offsets" (end to end);
+            bytes fields always come as "offsets".
+        views: view groups, a list of dicts (name, count, crop, augment,
+            scale, ratio, flip): ``count`` differently augmented crops of
+            every image, output ``IMAGE_NAME`` of shape [N, count, ...].
+        as_dict: yield dicts of tensors keyed by output name. None (default):
+            dicts unless the batch holds exactly one image and the label
+            (then ``(images, labels)`` as before); False insists on the pair.
 
     Iterating yields ``(images, labels)`` or ``(images, labels, indices)``:
     images uint8 [N, H, W, C] or float [N, C, H, W], labels and indices int64 [N].
+    With other fields, a dict ``{name: tensor}`` in the field's own dtype, with
+    ``NAME_lengths`` (int64 [N]) beside a padded field and ``NAME_offsets``
+    (int64 [N + 1]) beside an "offsets" field and a bytes field, and
+    ``indices`` with return_indices.
 
     **Lifetime of a batch.** On the host the tensors are views of the C
     loader's batch slot, made without copying (torch.frombuffer over the
@@ -199,9 +272,11 @@ class Loader:
     def __init__(self, path, batch_size, shuffle=True, seed=0, drop_last=False, crop=224,
                  random_resized_crop=None, flip=0.5, dtype="uint8", mean=None, std=None,
                  device=None, rank=None, world_size=None, threads=None, prefetch=None,
-                 verify="off", on_corrupt="replace", return_indices=False, random_crop=True):
+                 verify="off", on_corrupt="replace", return_indices=False, random_crop=True,
+                 fields=None, variable=None, views=None, as_dict=None):
         self._handle = None
         self._path = _fspath(path, "path")
+        schema = _read_schema(self._path)
         cfg = L.LoaderConfig()
         lib.dlc_loader_config_init(ctypes.byref(cfg))
         cfg.batch_size = _uint(batch_size, "batch_size", 1)
@@ -263,19 +338,55 @@ class Loader:
         if cfg.dtype == L.DTYPE_UINT8 and (mean is not None or std is not None):
             raise ValueError("mean and std apply to dtype 'float32' or 'float16' only, "
                              "not to 'uint8' (pixels are delivered as stored)")
-        if mean is not None:
-            m = _triple(mean, "mean")
-            if any(abs(v) > 1.0 for v in m):
+        selected = self._select(schema, fields)
+        # Values for channels that were not given would silently keep the defaults; one
+        # value for every channel, or one per channel of every normalized image.
+        channels = max([f["shape"][2] for f in selected
+                        if f["kind"] == "image" and not f["mask"]] or [0])
+        for arg, name in ((mean, "mean"), (std, "std")):
+            if arg is None:
+                continue
+            vals = _channels(arg, name)
+            if 1 < len(vals) < channels:
+                raise ValueError("%s has %d values, but the store's images have %d channels: "
+                                 "give one value, or one per channel"
+                                 % (name, len(vals), channels))
+            if len(vals) == 1:
+                vals = vals * 4
+            if name == "mean" and any(abs(v) > 1.0 for v in vals):
                 raise ValueError("mean is on the 0..1 scale (ImageNet's is 0.485, 0.456, "
                                  "0.406), got %r" % (mean,))
-            for i in range(3):
-                cfg.mean[i] = m[i]
-        if std is not None:
-            s = _triple(std, "std")
-            if any(v <= 0 for v in s):
+            if name == "std" and any(v <= 0 for v in vals):
                 raise ValueError("std must be positive, got %r" % (std,))
-            for i in range(3):
-                cfg.std[i] = s[i]
+            dst = cfg.mean if name == "mean" else cfg.std
+            for i, v in enumerate(vals):
+                dst[i] = v
+
+        # Kept alive until dlc_loader_open() returns: the C loader copies what it needs.
+        keep = []
+        if fields is not None:
+            names = [f["name"].encode() for f in selected]
+            keep.append((ctypes.c_char_p * len(names))(*names))
+            cfg.fields, cfg.num_fields = keep[-1], len(names)
+        opts = _variable_options(variable)
+        if opts:
+            arr = (L.FieldOption * len(opts))()
+            for i, (name, mode, max_len) in enumerate(opts):
+                arr[i].name, arr[i].variable, arr[i].max_len = name.encode(), mode, max_len
+            keep.append(arr)
+            cfg.field_options, cfg.num_field_options = arr, len(opts)
+        if views is not None:
+            arr = self._views(views, cfg)
+            keep.append(arr)
+            cfg.views, cfg.num_views = arr, len(arr)
+        pair = self._is_pair(selected, schema, views)
+        if as_dict is None:
+            as_dict = not pair
+        elif not as_dict and not pair:
+            raise ValueError("as_dict=False: the batches hold %s, not exactly one image and the "
+                             "label" % ", ".join(f["name"] for f in selected))
+        self._as_dict = bool(as_dict)
+        self._checked_names = False
 
         r, w = _default_rank_world(rank, world_size)
         cfg.world_size = _uint(w, "world_size", 1)
@@ -331,6 +442,82 @@ class Loader:
         self._copy_event = None
         self._info = None
         self._batch = L.Batch()
+
+    @staticmethod
+    def _select(schema, fields):
+        """The schema entries of the fields to load, in schema order."""
+        if fields is None:
+            return list(schema["fields"])
+        if isinstance(fields, str) or not all(isinstance(f, str) for f in fields):
+            raise ValueError("fields must be a list of field names, got %r" % (fields,))
+        have = [f["name"] for f in schema["fields"]]
+        for name in fields:
+            if name not in have:
+                raise ValueError("fields: the store has no field %r (it has: %s)"
+                                 % (name, ", ".join(have)))
+        if len(set(fields)) != len(fields) or not fields:
+            raise ValueError("fields must name each field once, got %r" % (fields,))
+        return [f for f in schema["fields"] if f["name"] in fields]
+
+    @staticmethod
+    def _is_pair(selected, schema, views):
+        """True when a batch holds exactly one image (one view) and the label."""
+        if views is not None or len(selected) != 2:
+            return False
+        kinds = sorted((f["kind"], f["mask"], f["label"]) for f in selected)
+        return kinds == [("image", False, False), ("int", False, True)]
+
+    def _views(self, views, cfg):
+        """Loader(views=[...]) as a dlc_view_spec array; defaults are the Loader's own crop,
+        flip and random_resized_crop options."""
+        if isinstance(views, dict) or not views:
+            raise ValueError("views must be a non-empty list of dicts, got %r" % (views,))
+        arr = (L.ViewSpec * len(views))()
+        keys = {"name", "count", "crop", "augment", "scale", "ratio", "flip"}
+        for i, v in enumerate(views):
+            if not isinstance(v, dict) or "name" not in v:
+                raise ValueError("views[%d] must be a dict with a 'name', got %r" % (i, v))
+            unknown = set(v) - keys
+            if unknown:
+                raise ValueError("views[%d]: unknown keys %s (known: %s)"
+                                 % (i, sorted(unknown), ", ".join(sorted(keys))))
+            name = v["name"]
+            if not isinstance(name, str) or not name or len(name) > 31 or \
+                    not all(c.isascii() and (c.isalnum() or c == "_") for c in name):
+                raise ValueError("views[%d]: name must be 1 to 31 of [A-Za-z0-9_], got %r"
+                                 % (i, name))
+            sp = arr[i]
+            sp.name = name.encode()
+            sp.count = _uint(v.get("count", 1), "views[%d] count" % i, 1, 64)
+            if "crop" in v:
+                sp.crop_h, sp.crop_w = _crop_hw(v["crop"], "views[%d] crop" % i)
+            elif cfg.crop_h and cfg.crop_w:
+                sp.crop_h, sp.crop_w = cfg.crop_h, cfg.crop_w
+            else:
+                raise ValueError("views[%d] needs a crop (the Loader's crop is None)" % i)
+            aug = v.get("augment")
+            if aug is None:
+                aug = ("random_resized_crop" if "scale" in v or "ratio" in v
+                       else {a: n for n, a in _AUGMENTS.items()}[cfg.augment])
+            if aug not in _AUGMENTS:
+                raise ValueError("views[%d] augment must be one of %s, got %r"
+                                 % (i, ", ".join(_AUGMENTS), aug))
+            sp.augment = _AUGMENTS[aug]
+            scale = _pair(v.get("scale", (cfg.rrc_scale[0], cfg.rrc_scale[1])),
+                          "views[%d] scale" % i)
+            if scale[1] > 1:
+                raise ValueError("views[%d] scale must lie in (0, 1], got %r" % (i, scale))
+            sp.rrc_scale[0], sp.rrc_scale[1] = scale
+            sp.rrc_ratio[0], sp.rrc_ratio[1] = _pair(
+                v.get("ratio", (cfg.rrc_ratio[0], cfg.rrc_ratio[1])), "views[%d] ratio" % i)
+            flip = v.get("flip", cfg.flip_prob)
+            if isinstance(flip, bool):
+                flip = 0.5 if flip else 0.0
+            if not isinstance(flip, (int, float)) or not 0.0 <= flip <= 1.0:
+                raise ValueError("views[%d] flip must be a probability in [0, 1], got %r"
+                                 % (i, flip))
+            sp.flip_prob = flip
+        return arr
 
     # ------------------------------------------------------------ properties
     @property
@@ -434,6 +621,9 @@ class Loader:
                 self._pos = _RUNNING
             if self._yielded is not None:
                 self._yielded += 1
+            if self._as_dict:
+                yield self._dict(batch, owner)
+                continue
             shape = tuple(batch.shape)
             n = batch.count
             images = _view(batch.data, batch.dtype, shape, owner)
@@ -452,6 +642,36 @@ class Loader:
                 if self._device is not None:
                     self._record_copy()
                 yield images, labels
+
+    def _dict(self, batch, owner):
+        """The lent batch as {output name: tensor}, each a view of the slot."""
+        out = {}
+        n = batch.count
+        for i in range(batch.num_fields):
+            bf = batch.fields[i]
+            name = bf.name.decode()
+            out[name] = _view(bf.data, bf.dtype, tuple(bf.shape[:bf.ndim]), owner)
+            if bf.lengths:
+                out[name + "_lengths"] = _view(bf.lengths, L.DTYPE_INT64, (n,), owner)
+            if bf.offsets:
+                out[name + "_offsets"] = _view(bf.offsets, L.DTYPE_INT64, (n + 1,), owner)
+        if self._return_indices:
+            # Record numbers are < 2**63: int64 is the same bytes as the C uint64.
+            out["indices"] = _view(batch.indices, L.DTYPE_INT64, (n,), owner)
+        if not self._checked_names:
+            # NAME_lengths, NAME_offsets and indices share one namespace with the fields.
+            want = sum(1 + (1 if batch.fields[i].lengths else 0) +
+                       (1 if batch.fields[i].offsets else 0)
+                       for i in range(batch.num_fields)) + (1 if self._return_indices else 0)
+            if len(out) != want:
+                raise ValueError("two outputs of this store have the same name (a field named "
+                                 "like another's NAME_lengths, NAME_offsets, or 'indices' with "
+                                 "return_indices): leave one out with fields=")
+            self._checked_names = True
+        if self._device is not None:
+            out = {k: t.to(self._device, non_blocking=True) for k, t in out.items()}
+            self._record_copy()
+        return out
 
     def _record_copy(self):
         # A copy from pinned memory may still be reading the slot when the

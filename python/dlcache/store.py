@@ -12,7 +12,9 @@ from .errors import CorruptError, check, error_for
 __all__ = ["build", "info", "BuildReport", "StoreInfo"]
 
 _ENCODINGS = {"raw": L.ENCODING_RAW, "jpeg": L.ENCODING_JPEG}
-_ENCODING_NAMES = {v: k for k, v in _ENCODINGS.items()}
+_ENCODING_NAMES = {L.ENCODING_RAW: "raw", L.ENCODING_JPEG: "jpeg", L.ENCODING_PNG: "png"}
+_KIND_NAMES = {L.FIELD_IMAGE: "image", L.FIELD_NDARRAY: "ndarray", L.FIELD_INT: "int",
+               L.FIELD_FLOAT: "float", L.FIELD_BYTES: "bytes"}
 
 
 def _fspath(value, name):
@@ -55,17 +57,28 @@ class BuildReport(dict):
 class StoreInfo(dict):
     """What dlcache.info() found: a dict with attribute access.
 
-    Keys: path, format_version, encoding ("raw"/"jpeg"), count, height, width,
-    channels, num_labels, classes (names by label), label_counts, skipped,
+    Keys: path, format_version, encoding ("raw"/"jpeg"/"png", of the first
+    image field), count, height, width, channels (of the first image field; 0
+    when there is none, or height and width 0 when records differ in size),
+    num_labels, classes (names by label), label_counts, skipped,
     payload_bytes, content_digest, file_bytes, resident_bytes, build (the
-    builder's metadata as a dict, or None), verified (True after verify=True).
+    builder's metadata as a dict, or None), verified (True after verify=True),
+    fields (the schema), image_field and label_field (names, or None).
+
+    Each entry of ``fields`` is a dict: name, kind ("image", "ndarray",
+    "int", "float", "bytes"), dtype (numpy's name), encoding ("raw", "jpeg",
+    "png"; images only), shape (images (H, W, C); None where it varies per
+    record), variable, mask, boxes, label (flags), classes (the field of a
+    boxes field's classes, or None), max_dim0, max_dim1, max_size (the
+    largest leading dimension, width and payload bytes of any record).
     """
 
     __getattr__ = dict.get
 
     def __repr__(self):
         return "StoreInfo(%s)" % ", ".join(
-            "%s=%r" % (k, v) for k, v in self.items() if k not in ("classes", "label_counts"))
+            "%s=%r" % (k, v) for k, v in self.items()
+            if k not in ("classes", "label_counts", "fields"))
 
 
 def _log_to_logging(_user, level, msg):
@@ -219,6 +232,39 @@ class _Store:
         self.close()
 
 
+def _fields_of(st):
+    """The schema of an open store as a list of dicts (see info())."""
+    n = lib.dlc_store_get_info(st.h).contents.num_fields
+    fp = lib.dlc_store_fields(st.h)
+    raw = [fp[i] for i in range(n)]
+    out = []
+    for f in raw:
+        variable = bool(f.flags & L.FIELD_VARIABLE)
+        kind = _KIND_NAMES.get(f.kind, str(f.kind))
+        ndim = 3 if kind == "image" else f.ndim
+        shape = [int(f.shape[d]) for d in range(ndim)]
+        if variable:
+            shape[0] = None
+            if kind == "image":
+                shape[1] = None
+        out.append(dict(
+            name=f.name.decode("utf-8", "replace"), kind=kind,
+            dtype=L.DTYPE_NAMES[f.dtype] if f.dtype < len(L.DTYPE_NAMES) else str(f.dtype),
+            encoding=_ENCODING_NAMES.get(f.encoding, str(f.encoding)),
+            shape=tuple(shape), variable=variable, mask=bool(f.flags & L.FIELD_MASK),
+            boxes=bool(f.flags & L.FIELD_BOXES), label=bool(f.flags & L.FIELD_LABEL),
+            classes=(raw[f.link].name.decode("utf-8", "replace")
+                     if f.link != L.NO_FIELD and f.link < n else None),
+            max_dim0=f.max_dim0, max_dim1=f.max_dim1, max_size=f.max_size))
+    return out
+
+
+def _read_schema(path):
+    """{"fields": [...]} of the store at @p path, without the rest of info()."""
+    with _Store(path) as st:
+        return {"fields": _fields_of(st)}
+
+
 def _read_info(st):
     i = lib.dlc_store_get_info(st.h).contents
     counts_p = lib.dlc_store_label_counts(st.h)
@@ -243,7 +289,16 @@ def _read_info(st):
                      num_labels=i.num_labels, classes=classes, label_counts=counts,
                      skipped=i.skipped, payload_bytes=i.payload_bytes,
                      content_digest=i.content_digest, file_bytes=i.file_bytes,
-                     resident_bytes=res, build=build_meta, verified=False)
+                     resident_bytes=res, build=build_meta, verified=False,
+                     fields=_fields_of(st),
+                     image_field=_field_name(st, i.image_field),
+                     label_field=_field_name(st, i.label_field))
+
+
+def _field_name(st, index):
+    if index == L.NO_FIELD:
+        return None
+    return lib.dlc_store_fields(st.h)[index].name.decode("utf-8", "replace")
 
 
 def info(path, verify=False):

@@ -16,13 +16,21 @@ def test_info_of_session_store(store, demo_dir):
     i = dlcache.info(store)
     assert i.count == DEMO_COUNT and i.num_labels == DEMO_CLASSES
     assert (i.height, i.width, i.channels) == (STORE_SIZE, STORE_SIZE, 3)
-    assert i.encoding == "raw" and i.format_version == 1
+    assert i.encoding == "raw" and i.format_version == 2
     assert sum(i.label_counts) == DEMO_COUNT
     assert i.classes == sorted(os.listdir(demo_dir))
     assert i.payload_bytes == DEMO_COUNT * STORE_SIZE * STORE_SIZE * 3
     assert i.file_bytes == os.path.getsize(store)
     assert not i.verified
     assert dlcache.info(store, verify=True).verified
+    # The schema of cachebuild's stores: a fixed image and the label.
+    assert (i.image_field, i.label_field) == ("image", "label")
+    image, label = i.fields
+    assert (image["name"], image["kind"], image["dtype"], image["encoding"]) == \
+        ("image", "image", "uint8", "raw")
+    assert image["shape"] == (STORE_SIZE, STORE_SIZE, 3) and not image["variable"]
+    assert (label["name"], label["kind"], label["dtype"], label["label"]) == \
+        ("label", "int", "int64", True)
 
 
 def test_build_report_progress_and_jpeg(demo_dir, tmp_path):

@@ -23,7 +23,15 @@ require_lib()
 
 STRUCTS = {
     "dlc_store_info": "StoreInfo",
+    "dlc_field": "Field",
+    "dlc_value": "Value",
     "dlc_record": "Record",
+    "dlc_image": "Image",
+    "dlc_field_spec": "FieldSpec",
+    "dlc_writer_config": "WriterConfig",
+    "dlc_field_option": "FieldOption",
+    "dlc_view_spec": "ViewSpec",
+    "dlc_batch_field": "BatchField",
     "dlc_verify_progress": "VerifyProgress",
     "dlc_build_progress": "BuildProgress",
     "dlc_build_options": "BuildOptions",
@@ -34,15 +42,38 @@ STRUCTS = {
     "dlc_loader_stats": "LoaderStats",
 }
 
-CONSTANTS = ["DLC_LOADER_STATE_SIZE", "DLC_END", "DLC_ENCODING_JPEG", "DLC_STORE_SEQUENTIAL",
-             "DLC_SAMPLER_SHUFFLE", "DLC_AUGMENT_RANDOM_RESIZED_CROP", "DLC_DTYPE_FLOAT16",
-             "DLC_LAYOUT_NCHW", "DLC_VERIFY_ALWAYS", "DLC_CORRUPT_REPLACE", "DLC_IO_DIRECT"]
+# C name: the name of its mirror in dlcache._lib.
+CONSTANTS = {
+    "DLC_LOADER_STATE_SIZE": "LOADER_STATE_SIZE", "DLC_END": "DLC_END",
+    "DLC_ENCODING_RAW": "ENCODING_RAW", "DLC_ENCODING_JPEG": "ENCODING_JPEG",
+    "DLC_ENCODING_PNG": "ENCODING_PNG", "DLC_STORE_SEQUENTIAL": "STORE_SEQUENTIAL",
+    "DLC_SAMPLER_SEQUENTIAL": "SAMPLER_SEQUENTIAL", "DLC_SAMPLER_SHUFFLE": "SAMPLER_SHUFFLE",
+    "DLC_AUGMENT_CENTER_CROP": "AUGMENT_CENTER_CROP",
+    "DLC_AUGMENT_RANDOM_CROP": "AUGMENT_RANDOM_CROP",
+    "DLC_AUGMENT_RANDOM_RESIZED_CROP": "AUGMENT_RANDOM_RESIZED_CROP",
+    "DLC_DTYPE_UINT8": "DTYPE_UINT8", "DLC_DTYPE_FLOAT32": "DTYPE_FLOAT32",
+    "DLC_DTYPE_FLOAT16": "DTYPE_FLOAT16", "DLC_DTYPE_INT8": "DTYPE_INT8",
+    "DLC_DTYPE_UINT16": "DTYPE_UINT16", "DLC_DTYPE_INT16": "DTYPE_INT16",
+    "DLC_DTYPE_INT32": "DTYPE_INT32", "DLC_DTYPE_INT64": "DTYPE_INT64",
+    "DLC_DTYPE_FLOAT64": "DTYPE_FLOAT64",
+    "DLC_FIELD_IMAGE": "FIELD_IMAGE", "DLC_FIELD_NDARRAY": "FIELD_NDARRAY",
+    "DLC_FIELD_INT": "FIELD_INT", "DLC_FIELD_FLOAT": "FIELD_FLOAT", "DLC_FIELD_BYTES": "FIELD_BYTES",
+    "DLC_FIELD_VARIABLE": "FIELD_VARIABLE", "DLC_FIELD_MASK": "FIELD_MASK",
+    "DLC_FIELD_BOXES": "FIELD_BOXES", "DLC_FIELD_LABEL": "FIELD_LABEL",
+    "DLC_MAX_FIELDS": "MAX_FIELDS", "DLC_MAX_DIMS": "MAX_DIMS", "DLC_NO_FIELD": "NO_FIELD",
+    "DLC_LAYOUT_NHWC": "LAYOUT_NHWC", "DLC_LAYOUT_NCHW": "LAYOUT_NCHW",
+    "DLC_LAYOUT_NONE": "LAYOUT_NONE", "DLC_VARIABLE_PAD": "VARIABLE_PAD",
+    "DLC_VARIABLE_PAD_TO": "VARIABLE_PAD_TO", "DLC_VARIABLE_OFFSETS": "VARIABLE_OFFSETS",
+    "DLC_VERIFY_ALWAYS": "VERIFY_ALWAYS", "DLC_CORRUPT_REPLACE": "CORRUPT_REPLACE",
+    "DLC_IO_DIRECT": "IO_DIRECT",
+}
 
 
 def _c_program():
     from dlcache import _lib as L
     lines = ["#include <dlcache/store.h>", "#include <dlcache/build.h>",
-             "#include <dlcache/loader.h>", "#include <stdio.h>", "#include <stddef.h>",
+             "#include <dlcache/loader.h>", "#include <dlcache/writer.h>",
+             "#include <dlcache/image.h>", "#include <stdio.h>", "#include <stddef.h>",
              "int main(void) {"]
     for cname, pyname in STRUCTS.items():
         lines.append('printf("%s sizeof %%zu\\n", sizeof(%s));' % (cname, cname))
@@ -73,15 +104,7 @@ def test_structs_match_headers(tmp_path):
         py_values["%s sizeof" % cname] = ctypes.sizeof(cls)
         for field, _ in cls._fields_:
             py_values["%s.%s" % (cname, field)] = getattr(cls, field).offset
-    py_values.update({
-        "DLC_LOADER_STATE_SIZE": L.LOADER_STATE_SIZE, "DLC_END": L.DLC_END,
-        "DLC_ENCODING_JPEG": L.ENCODING_JPEG, "DLC_STORE_SEQUENTIAL": L.STORE_SEQUENTIAL,
-        "DLC_SAMPLER_SHUFFLE": L.SAMPLER_SHUFFLE,
-        "DLC_AUGMENT_RANDOM_RESIZED_CROP": L.AUGMENT_RANDOM_RESIZED_CROP,
-        "DLC_DTYPE_FLOAT16": L.DTYPE_FLOAT16, "DLC_LAYOUT_NCHW": L.LAYOUT_NCHW,
-        "DLC_VERIFY_ALWAYS": L.VERIFY_ALWAYS, "DLC_CORRUPT_REPLACE": L.CORRUPT_REPLACE,
-        "DLC_IO_DIRECT": L.IO_DIRECT,
-    })
+    py_values.update({c: getattr(L, py) for c, py in CONSTANTS.items()})
     diff = {k: (c_values[k], py_values[k]) for k in c_values if c_values[k] != py_values[k]}
     assert not diff, "C value vs ctypes value: %r" % diff
 
@@ -176,3 +199,13 @@ def test_error_texts_match_header():
     # A code this version does not know is still a DlcacheError.
     e = errors.error_for(-1999)
     assert type(e) is errors.DlcacheError and e.strerror == "unknown error"
+
+
+def test_dtype_names_match_library():
+    """The binding's dtype table is the library's: numpy's names, numpy's item sizes."""
+    np = pytest.importorskip("numpy")
+    from dlcache import _lib as L
+    for code, name in enumerate(L.DTYPE_NAMES):
+        assert L.lib.dlc_dtype_name(code).decode() == name
+        assert L.lib.dlc_dtype_size(code) == np.dtype(name).itemsize
+    assert L.lib.dlc_dtype_name(len(L.DTYPE_NAMES)).decode() == "?"

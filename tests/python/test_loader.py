@@ -1,9 +1,11 @@
 """dlcache.Loader against a second path to the same bytes: the store's records
-read with python3-lmdb (docs/FORMAT.md: key = index as 8 bytes big-endian,
-value = 48-byte header + HWC uint8 payload) and crops computed in numpy."""
+read with python3-lmdb (docs/FORMAT.md, format 2: key = index as 8 bytes
+big-endian, value = a header with one 32-byte entry per field, "image" then
+"label", then the HWC uint8 payload) and crops computed in numpy."""
 
 import io
 import math
+import struct
 
 import numpy as np
 import pytest
@@ -33,15 +35,13 @@ def records(store):
                 v = txn.get(i.to_bytes(8, "big"))
                 assert v is not None, "record %d missing" % i
                 v = bytes(v)
-                assert v[:4] == b"DLCR"
-                label = int.from_bytes(v[8:16], "little", signed=True)
-                h = int.from_bytes(v[16:20], "little")
-                w = int.from_bytes(v[20:24], "little")
-                c = int.from_bytes(v[24:28], "little")
-                size = int.from_bytes(v[32:40], "little")
-                hs = int.from_bytes(v[4:6], "little")
-                assert (h, w, c) == (STORE_SIZE, STORE_SIZE, 3) and size == h * w * c
-                imgs.append(np.frombuffer(v[hs:hs + size], dtype=np.uint8).reshape(h, w, c))
+                magic, _, nf, index = struct.unpack_from("<IHHQ", v)
+                assert (magic, nf, index) == (0x32524C44, 2, i), "record %d header" % i
+                off, size, h, w, _ = struct.unpack_from("<QQIIQ", v, 16)  # "image"
+                label, = struct.unpack_from("<q", v, 16 + 32)             # "label"
+                c = 3
+                assert (h, w) == (STORE_SIZE, STORE_SIZE) and size == h * w * c
+                imgs.append(np.frombuffer(v[off:off + size], dtype=np.uint8).reshape(h, w, c))
                 labels.append(label)
     finally:
         env.close()
