@@ -116,8 +116,9 @@ typedef struct dlc_field {
                             scalars and bytes: 0. */
     uint32_t shape[DLC_MAX_DIMS]; /**< The dimensions; 0 where DLC_FIELD_VARIABLE says they vary
                                        (ndarray: shape[0]; image: shape[0] and shape[1]). */
-    uint32_t max_dim0; /**< The largest leading dimension (image: height) of any record. */
-    uint32_t max_dim1; /**< Images: the largest width of any record; else 0. */
+    uint32_t max_dim0; /**< The largest leading dimension (image: height) of any record (0 in a
+                            version 1 store whose images differ in size: not recorded there). */
+    uint32_t max_dim1; /**< Images: the largest width of any record (as max_dim0); else 0. */
     uint64_t max_size; /**< The largest payload of any record, in bytes. */
     uint32_t link;     /**< DLC_FIELD_BOXES: index of the per-box class field; else
                             DLC_NO_FIELD. */
@@ -254,9 +255,11 @@ DLC_API void dlc_store_reader_close(dlc_store_reader *r);
 
 /**
  * @brief Find record @p index without copying or allocating: every field of it, as views.
- *        Checks the header, each field's size against the schema and that each payload lies
- *        inside the file; not the checksums. A version 2 store finds the record through its
- *        offset table (one load, no B-tree search); a version 1 store through LMDB.
+ *        Checks the header (that it is record @p index), each field's offset, size and
+ *        dimensions against the schema, boxes against their classes, the label's range, and
+ *        that each payload lies inside the file; not the checksums. A version 2 store finds the
+ *        record through its offset table (one load, no B-tree search; dlc_store_verify()
+ *        checks the table against the B-tree); a version 1 store through LMDB.
  * @param[out] values info->num_fields views, in schema order; valid until dlc_store_close().
  * @return DLC_OK, DLC_ENOTFOUND (index >= count), DLC_ECORRUPT (bad header, a payload out of
  *         the file, a size or shape that disagrees with the schema).
