@@ -127,8 +127,8 @@ static dlc_status read_header(dlc_codec *c, const void *jpeg, size_t size, jpeg_
         return dlc__errorf(DLC_EDECODE, "JPEG decode: %zu bytes is too large a JPEG", size);
     if (tjDecompressHeader3(c->dec, jpeg, (unsigned long)size, &hd->width, &hd->height,
                             &hd->subsamp, &hd->colorspace) != 0) {
-        const dlc_status rc = dlc__errorf(DLC_EDECODE, "JPEG header (%zu bytes): %s", size,
-                                          tjGetErrorStr2(c->dec));
+        const dlc_status rc =
+            dlc__errorf(DLC_EDECODE, "JPEG header (%zu bytes): %s", size, tjGetErrorStr2(c->dec));
         return reset_decoder(c, rc);
     }
     if (hd->width <= 0 || hd->height <= 0 || (uint32_t)hd->width > DLC__IMAGE_MAX_SIDE ||
