@@ -1,38 +1,25 @@
-/* dlc_build(): scan the sources, decode and resize on every core, write the
- * records in item order.
+/* dlc_build(): scan the sources, decide what a record holds, make and seal the records on every
+ * core, append them in item order (build_internal.h describes the pipeline and its slots).
  *
- * The pipeline. Worker threads claim item numbers in increasing order from
- * one atomic counter and each works on its own item: one pread of the source
- * bytes into a per-thread buffer, decode + resize (+ JPEG encode) in a
- * per-thread codec. Results go into a ring of `window` slots, slot i % window
- * for item i, and the calling thread writes them to the store strictly in
- * item order. So the store's bytes do not depend on the number of threads or
- * on timing, and memory is bounded by window x (one record) whatever the size
- * of the data set.
+ * Locking: one mutex guards the slot states and write_next; it is taken a few times per item
+ * (an image costs milliseconds to decode), never while decoding or writing. Workers wait on
+ * `space` (window full); the writer waits on `ready` with a timeout, so it can call the progress
+ * callback about ten times a second.
  *
- * Copies: when a worker finishes the very item the writer waits for, it lends
- * its codec's output to the writer (slot state BORROWED) and waits until the
- * writer has copied it into the store's map; otherwise it copies the output
- * into its slot once. The writer's put is the only other copy, into the file.
+ * Stages: dlc_build() runs scan_sources(), plan_record(), open_writer(), pipe_init(),
+ * start_workers(), write_items(), finish_store() and fill_report(); each keeps what it makes in
+ * one build_run, and build_end() releases it on every path.
  *
- * Locking: one mutex guards the slot states and write_next; it is taken a few
- * times per image (an image costs milliseconds to decode), never while
- * decoding or writing. Workers wait on `space` (window full, or a lent output
- * not yet consumed); the writer waits on `ready` with a timeout, so it can
- * call the progress callback about ten times a second.
- *
- * Stages: dlc_build() runs scan_sources(), opens the writer, then pipe_init(),
- * start_workers(), write_items(), finish_store() and fill_report(); each keeps
- * what it makes in one build_run, and build_end() releases it on every path.
- */
+ * The writer is the public one (include/dlcache/writer.h), opened with the schema and the label
+ * names; only what is known at the end of the build (the "build" text, the source digest, the
+ * skipped count) goes in through the store part's private hook dlc__writer_set_meta(). */
 #include "build_internal.h"
 #include "common.h"
 #include "source.h"
-#include "store_writer.h"
-
-#include <dlcache/image.h>
+#include "store_internal.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -44,225 +31,9 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#define WHY_SIZE 512
 #define MAX_THREADS 256u
 #define MAX_SIZE 8192u
 #define PROGRESS_GAP 0.1
-
-enum slot_state {
-    SLOT_FREE = 0, /* being worked on, or not claimed yet */
-    SLOT_READY,    /* payload copied into the slot's buffer */
-    SLOT_BORROWED, /* payload in the worker's codec; the worker waits until write_next passes it */
-    SLOT_SKIP,     /* item skipped; why says why */
-    SLOT_FATAL,    /* a failure that stops the build; status and why */
-};
-
-typedef struct slot {
-    int state;    /* enum slot_state; guarded by build_pipe.mu */
-    uint8_t *buf; /* owned copy of a payload; grows to the largest record */
-    size_t cap;
-    const uint8_t *data; /* payload to write: buf, or the lending worker's codec output */
-    size_t size;
-    uint32_t height, width, channels;
-    uint64_t bytes_in;  /* source bytes read for this item */
-    uint64_t file_size; /* for the source digest */
-    int64_t mtime_ns;
-    dlc_status status;  /* SLOT_FATAL */
-    char why[WHY_SIZE]; /* SLOT_SKIP reason, SLOT_FATAL message */
-} slot;
-
-typedef struct build_pipe {
-    const dlc__source_set *src;
-    const dlc_build_options *opts;
-    size_t n;      /* items */
-    size_t window; /* slots */
-    slot *slots;
-    atomic_size_t next; /* next item to claim */
-    atomic_int stop;    /* set by the writer: workers finish their item and leave */
-    pthread_mutex_t mu;
-    pthread_cond_t ready; /* a slot was filled (the writer waits) */
-    pthread_cond_t space; /* write_next moved or stop was set (workers wait) */
-    size_t write_next;    /* the item the writer needs next; guarded by mu */
-} build_pipe;
-
-typedef struct worker {
-    build_pipe *p;
-    dlc_codec *codec;
-    uint8_t *buf; /* source bytes of the current item */
-    size_t cap;
-    pthread_t tid;
-    int started;
-} worker;
-
-/* Copy the payload into the slot's own buffer (rows packed). */
-static dlc_status slot_copy(slot *sl, const uint8_t *data, size_t size, size_t row, size_t stride,
-                            uint32_t rows)
-{
-    if (size > sl->cap) {
-        uint8_t *b = realloc(sl->buf, size);
-        if (!b)
-            return dlc__errorf(-ENOMEM, "build: out of memory for a %zu-byte record", size);
-        sl->buf = b;
-        sl->cap = size;
-    }
-    if (stride == row) {
-        memcpy(sl->buf, data, size);
-    } else {
-        for (uint32_t y = 0; y < rows; y++)
-            memcpy(sl->buf + (size_t)y * row, data + (size_t)y * stride, row);
-    }
-    sl->data = sl->buf;
-    sl->size = size;
-    return DLC_OK;
-}
-
-/* Record a failure that stops the build in the slot; returns SLOT_FATAL. */
-static int set_fatal(slot *sl, dlc_status rc)
-{
-    sl->status = rc;
-    snprintf(sl->why, WHY_SIZE, "%s", dlc_errmsg());
-    return SLOT_FATAL;
-}
-
-/* What a worker made of one item, for publish_item(). */
-typedef struct item_out {
-    int state;              /* SLOT_READY, SLOT_SKIP or SLOT_FATAL */
-    const uint8_t *payload; /* SLOT_READY: in the worker's codec */
-    size_t size;            /* payload bytes */
-    size_t row, stride;     /* bytes per packed row, and between the payload's rows */
-    uint32_t rows;
-} item_out;
-
-/* Read item @p i's source bytes into @p d. Returns SLOT_READY when they are worth decoding,
- * else SLOT_SKIP or SLOT_FATAL with the slot's why set. The slot's digest fields are set
- * either way. */
-static int read_item(worker *w, size_t i, slot *sl, dlc__source_data *d)
-{
-    const dlc__source_set *src = w->p->src;
-    const dlc__item *it = &src->items[i];
-    sl->bytes_in = 0;
-    sl->why[0] = '\0';
-    if (it->skip != DLC__SKIP_NONE) {
-        dlc__source_stat(src, i, d);
-        sl->file_size = d->file_size;
-        sl->mtime_ns = d->mtime_ns;
-        snprintf(sl->why, WHY_SIZE, "%s", dlc__skip_reason((dlc__skip_code)it->skip));
-        return SLOT_SKIP;
-    }
-    const dlc_status rc = dlc__source_read(src, i, &w->buf, &w->cap, d, sl->why, WHY_SIZE);
-    sl->file_size = d->file_size;
-    sl->mtime_ns = d->mtime_ns;
-    if (rc == DLC_EDECODE)
-        return SLOT_SKIP;
-    if (rc < 0)
-        return set_fatal(sl, rc);
-    sl->bytes_in = d->size;
-    /* Every JPEG starts with SOI and another marker; this names the common
-     * mistakes (a PNG or a text file called .jpg) better than the decoder does. */
-    if (d->size < 3 || d->data[0] != 0xFF || d->data[1] != 0xD8 || d->data[2] != 0xFF) {
-        snprintf(sl->why, WHY_SIZE, "not a JPEG (the file does not start with a JPEG marker)");
-        return SLOT_SKIP;
-    }
-    return SLOT_READY;
-}
-
-/* Decode and resize the item's bytes (and re-encode them with DLC_ENCODING_JPEG) in the
- * worker's codec. Returns the slot state, as read_item() does. */
-static int convert_item(worker *w, const dlc__source_data *d, slot *sl, item_out *r)
-{
-    const dlc_build_options *o = w->p->opts;
-    dlc_image img;
-    dlc_status rc =
-        dlc_jpeg_decode_resize(w->codec, d->data, d->size, o->size, o->center_crop, &img);
-    if (rc == -ENOMEM)
-        return set_fatal(sl, rc);
-    if (rc < 0) {
-        const char *m = dlc_errmsg();
-        snprintf(sl->why, WHY_SIZE, "cannot decode: %s", *m ? m : dlc_strerror(rc));
-        return SLOT_SKIP;
-    }
-    sl->height = img.height;
-    sl->width = img.width;
-    sl->channels = img.channels;
-    if (o->encoding == DLC_ENCODING_JPEG) {
-        rc = dlc_jpeg_encode(w->codec, &img, o->quality, &r->payload, &r->size);
-        if (rc < 0)
-            return set_fatal(sl, rc);
-        r->row = r->stride = r->size;
-        r->rows = 1;
-    } else {
-        r->payload = img.data;
-        r->row = (size_t)img.width * img.channels;
-        r->stride = img.stride;
-        r->rows = img.height;
-        r->size = r->row * img.height;
-    }
-    return SLOT_READY;
-}
-
-/* Hand item @p i's result to the writer: lent when the writer waits for exactly this item
- * and the output is packed, else copied into the slot. */
-static void publish_item(worker *w, size_t i, slot *sl, const item_out *r)
-{
-    build_pipe *p = w->p;
-    int state = r->state;
-    pthread_mutex_lock(&p->mu);
-    if (state == SLOT_READY && r->stride == r->row && p->write_next == i) {
-        /* The writer wants exactly this item: lend it the codec's output
-         * instead of copying it, and wait until it is in the store. */
-        sl->data = r->payload;
-        sl->size = r->size;
-        sl->state = SLOT_BORROWED;
-        pthread_cond_signal(&p->ready);
-        /* Wait on write_next, not on the slot's state: once consumed, the
-         * slot may be claimed and lent again for item i + window. */
-        while (p->write_next <= i && !atomic_load(&p->stop))
-            pthread_cond_wait(&p->space, &p->mu);
-        pthread_mutex_unlock(&p->mu);
-        return;
-    }
-    pthread_mutex_unlock(&p->mu);
-    if (state == SLOT_READY) {
-        const dlc_status rc = slot_copy(sl, r->payload, r->size, r->row, r->stride, r->rows);
-        if (rc < 0)
-            state = set_fatal(sl, rc);
-    }
-    pthread_mutex_lock(&p->mu);
-    sl->state = state;
-    pthread_cond_signal(&p->ready);
-    pthread_mutex_unlock(&p->mu);
-}
-
-/* Decode item @p i into its slot and hand it to the writer. */
-static void work_item(worker *w, size_t i)
-{
-    slot *sl = &w->p->slots[i % w->p->window];
-    dlc__source_data d;
-    item_out r = {.state = read_item(w, i, sl, &d)};
-    if (r.state == SLOT_READY)
-        r.state = convert_item(w, &d, sl, &r);
-    publish_item(w, i, sl, &r);
-}
-
-static void *worker_main(void *arg)
-{
-    worker *w = arg;
-    build_pipe *p = w->p;
-    for (;;) {
-        const size_t i = atomic_fetch_add(&p->next, 1);
-        if (i >= p->n || atomic_load(&p->stop))
-            break;
-        /* Slot i % window is free once the writer is past item i - window. */
-        pthread_mutex_lock(&p->mu);
-        while (i >= p->write_next + p->window && !atomic_load(&p->stop))
-            pthread_cond_wait(&p->space, &p->mu);
-        pthread_mutex_unlock(&p->mu);
-        if (atomic_load(&p->stop))
-            break;
-        work_item(w, i);
-    }
-    return NULL;
-}
 
 /* Expected payload bytes per record, for the writer's space reservation. */
 static uint64_t payload_estimate(const dlc_build_options *o)
@@ -316,10 +87,16 @@ typedef struct build_run {
     size_t skips_cap;  /* of rep->skips */
     int keep_report;   /* ENOIMAGES and strict EDECODE come with the report */
     uint64_t to_write; /* items not skipped by the scan, for the space reservation */
-    dlc__store_writer *wr;
-    build_pipe p;
+    dlc__build_plan plan;
+    dlc_field_spec fields[DLC_MAX_FIELDS]; /* the schema */
+    uint32_t nfields;
+    const char **names; /* the label names, num_labels of them, alive until finish */
+    char *name_buf;     /* generated names ("0".."K-1"), NUL-separated */
+    uint32_t num_labels;
+    dlc_writer *wr;
+    dlc__build_pipe p;
     int mu_ok, ready_ok, space_ok; /* which of p's mutex and conditions exist */
-    worker *workers;
+    dlc__build_worker *workers;
     uint32_t nworkers;
     XXH3_state_t *digest; /* the source digest, over the items in order */
     dlc_build_progress prog;
@@ -364,21 +141,90 @@ fail:
     return rc;
 }
 
-/* The reorder window, its lock and conditions, and the source digest. */
+/* The label names the writer is opened with: class folder names, or "0".."K-1" for lists,
+ * packed into one buffer. They stay alive until finish, which gives them again. */
+static dlc_status label_names(build_run *b)
+{
+    dlc_status rc = DLC_OK;
+    const uint32_t nl = dlc__source_num_labels(&b->src);
+    size_t len = 0;
+    if (b->src.kind != DLC__SOURCE_FOLDER)
+        for (uint32_t l = 0; l < nl; l++)
+            len += (size_t)snprintf(NULL, 0, "%" PRIu32, l) + 1;
+    b->names = calloc(nl ? nl : 1, sizeof *b->names);
+    b->name_buf = malloc(len ? len : 1);
+    FAIL_IF(!b->names || !b->name_buf, -ENOMEM, "build: out of memory for %u label names", nl);
+    char tmp[24];
+    for (uint32_t l = 0, off = 0; l < nl; l++) {
+        const char *name = dlc__source_label_name(&b->src, l, tmp, sizeof tmp);
+        if (b->src.kind != DLC__SOURCE_FOLDER) {
+            const size_t n = strlen(name) + 1;
+            memcpy(b->name_buf + off, name, n);
+            name = b->name_buf + off;
+            off += (uint32_t)n;
+        }
+        b->names[l] = name;
+    }
+    b->num_labels = nl;
+fail:
+    return rc;
+}
+
+/* What a record holds: the image, then the label. Field by field, as the writer's schema. */
+static dlc_status plan_record(build_run *b)
+{
+    dlc__build_plan *plan = &b->plan;
+    plan->channels = 3;
+    plan->f_mask = DLC_NO_FIELD;
+    plan->f_image = b->nfields;
+    /* VARIABLE: without a crop the sizes differ; the writer makes the field fixed at finish
+     * when every record turns out to have one size. */
+    b->fields[b->nfields++] = (dlc_field_spec){.name = "image",
+                                               .kind = DLC_FIELD_IMAGE,
+                                               .encoding = b->o.encoding,
+                                               .flags = DLC_FIELD_VARIABLE,
+                                               .shape = {0, 0, plan->channels},
+                                               .quality = b->o.quality};
+    plan->f_label = b->nfields;
+    b->fields[b->nfields++] =
+        (dlc_field_spec){.name = "label", .kind = DLC_FIELD_INT, .flags = DLC_FIELD_LABEL};
+    return label_names(b);
+}
+
+/* The public writer, with the schema and the label names; a disk without room for the
+ * estimated payload fails here. */
+static dlc_status open_writer(build_run *b)
+{
+    const dlc_writer_config cfg = {
+        .fields = b->fields,
+        .num_fields = b->nfields,
+        .label_names = b->plan.f_label != DLC_NO_FIELD ? b->names : NULL,
+        .num_labels = b->plan.f_label != DLC_NO_FIELD ? b->num_labels : 0,
+        .force = b->o.force,
+        .size_hint = b->to_write * payload_estimate(&b->o),
+    };
+    return dlc_writer_open(b->out, &cfg, &b->wr);
+}
+
+/* The reorder window with a record builder per slot, its lock and conditions, and the source
+ * digest. */
 static dlc_status pipe_init(build_run *b)
 {
     dlc_status rc;
-    build_pipe *p = &b->p;
+    dlc__build_pipe *p = &b->p;
     /* Enough slots that a slow image does not stall the other workers for
      * long, few enough that memory stays at a few records per thread. */
     p->src = &b->src;
     p->opts = &b->o;
+    p->plan = &b->plan;
     p->n = b->src.count;
     p->window = 4 * (size_t)b->nworkers + 4;
     atomic_init(&p->next, 0);
     atomic_init(&p->stop, 0);
     p->slots = calloc(p->window, sizeof *p->slots);
     FAIL_IF(!p->slots, -ENOMEM, "build: out of memory");
+    for (size_t i = 0; i < p->window; i++)
+        CHECK(dlc_record_builder_create(b->wr, &p->slots[i].rec));
     FAIL_IF(pthread_mutex_init(&p->mu, NULL) != 0, -ENOMEM, "build: cannot create a mutex");
     b->mu_ok = 1;
     /* The writer's timed wait on `ready` measures against the monotonic clock. */
@@ -409,7 +255,8 @@ static dlc_status start_workers(build_run *b)
         CHECK(dlc_codec_create(&b->workers[t].codec));
     }
     for (uint32_t t = 0; t < b->nworkers; t++) {
-        const int e = pthread_create(&b->workers[t].tid, NULL, worker_main, &b->workers[t]);
+        const int e =
+            pthread_create(&b->workers[t].tid, NULL, dlc__build_worker_main, &b->workers[t]);
         if (e != 0) {
             FAIL_IF(t == 0, -e, "build: cannot start a worker thread: %s", strerror(e));
             break;
@@ -444,11 +291,11 @@ static dlc_status call_progress(build_run *b, double now)
 
 /* Wait until a worker has filled @p sl, calling the progress callback when it is due, and
  * return the slot's state through @p state. */
-static dlc_status wait_slot(build_run *b, const slot *sl, int *state)
+static dlc_status wait_slot(build_run *b, const dlc__build_slot *sl, int *state)
 {
-    build_pipe *p = &b->p;
+    dlc__build_pipe *p = &b->p;
     pthread_mutex_lock(&p->mu);
-    while (sl->state == SLOT_FREE) {
+    while (sl->state == DLC__SLOT_FREE) {
         const double now = dlc__now_s();
         if (now >= b->next_progress && b->o.progress) {
             pthread_mutex_unlock(&p->mu);
@@ -473,29 +320,42 @@ static dlc_status wait_slot(build_run *b, const slot *sl, int *state)
     return DLC_OK;
 }
 
-/* Write item @p j from its slot, or report its skip; then give the slot back to the workers. */
-static dlc_status write_item(build_run *b, size_t j, slot *sl, int state)
+/* Report item @p j's skip: in the report, as a notice, and as the store's skipped count; with
+ * strict, as the error that stops the build. */
+static dlc_status skip_item(build_run *b, const char *path, const dlc__build_slot *sl)
+{
+    dlc_status rc;
+    CHECK(dlc__report_add_skip(b->rep, &b->skips_cap, path, sl->why));
+    FAIL_IF(b->o.strict, DLC_EDECODE, "%s: %s", path, sl->why);
+    dlc__logf(b->o.log, b->o.log_user, DLC_LOG_WARN, "%s: skipped: %s", path, sl->why);
+    dlc_writer_add_skipped(b->wr, 1);
+    b->prog.skipped++;
+fail:
+    return rc;
+}
+
+/* Append item @p j's sealed record, or report its skip; then give the slot back to the
+ * workers. */
+static dlc_status write_item(build_run *b, size_t j, dlc__build_slot *sl, int state)
 {
     const dlc__item *it = &b->src.items[j];
     const char *path = dlc__source_path(&b->src, it);
     dlc_status rc;
-    if (state == SLOT_FATAL)
+    if (state == DLC__SLOT_FATAL)
         return dlc__errorf(sl->status, "%s: %s", path, sl->why);
     hash_item(b->digest, path, sl->file_size, sl->mtime_ns, it->label);
     b->prog.bytes_in += sl->bytes_in;
-    if (state == SLOT_SKIP) {
-        CHECK(dlc__report_add_skip(b->rep, &b->skips_cap, path, sl->why));
-        FAIL_IF(b->o.strict, DLC_EDECODE, "%s: %s", path, sl->why);
-        dlc__logf(b->o.log, b->o.log_user, DLC_LOG_WARN, "%s: skipped: %s", path, sl->why);
-        b->prog.skipped++;
+    if (state == DLC__SLOT_SKIP) {
+        CHECK(skip_item(b, path, sl));
     } else {
-        CHECK(dlc__store_writer_put(b->wr, it->label, sl->height, sl->width, sl->channels,
-                                    b->o.encoding, sl->data, sl->size));
-        b->prog.bytes_out += sl->size;
+        dlc__sealed rec;
+        CHECK(dlc__record_sealed(sl->rec, &rec));
+        CHECK(dlc_writer_append(b->wr, sl->rec));
+        b->prog.bytes_out += rec.payload;
     }
     b->prog.done++;
     pthread_mutex_lock(&b->p.mu);
-    sl->state = SLOT_FREE;
+    sl->state = DLC__SLOT_FREE;
     b->p.write_next = j + 1;
     pthread_cond_broadcast(&b->p.space);
     pthread_mutex_unlock(&b->p.mu);
@@ -514,7 +374,7 @@ static dlc_status write_items(build_run *b)
         CHECK(call_progress(b, dlc__now_s()));
     b->next_progress = dlc__now_s() + PROGRESS_GAP;
     for (size_t j = 0; j < b->p.n; j++) {
-        slot *sl = &b->p.slots[j % b->p.window];
+        dlc__build_slot *sl = &b->p.slots[j % b->p.window];
         int state;
         CHECK(wait_slot(b, sl, &state));
         CHECK(write_item(b, j, sl, state));
@@ -527,42 +387,28 @@ fail:
     return rc;
 }
 
-/* Write the metadata (label names, "build", source digest) and publish the store. */
+/* Give the writer what is known only now (the "build" text, the source digest, the skipped
+ * count) and publish the store. */
 static dlc_status finish_store(build_run *b)
 {
     dlc_status rc;
     dlc_build_report *rep = b->rep;
-    const char **names = NULL;
-    char *name_buf = NULL, *json = NULL;
-    rep->count = dlc__store_writer_count(b->wr);
+    char *json = NULL;
+    rep->count = dlc_writer_count(b->wr);
     rep->bytes_in = b->prog.bytes_in;
     rep->bytes_out = b->prog.bytes_out;
     FAIL_IF(rep->count == 0, DLC_ENOIMAGES, "%s: no valid image among %zu items (%llu skipped)",
             b->sources[0], b->src.count, (unsigned long long)rep->skipped);
-
-    /* Label names for the metadata; lists get "0".."K-1". */
-    const uint32_t nl = dlc__source_num_labels(&b->src);
-    names = calloc(nl ? nl : 1, sizeof *names);
-    name_buf = malloc((size_t)(nl ? nl : 1) * 24);
-    FAIL_IF(!names || !name_buf, -ENOMEM, "build: out of memory for %u label names", nl);
-    for (uint32_t l = 0; l < nl; l++)
-        names[l] = dlc__source_label_name(&b->src, l, name_buf + (size_t)l * 24, 24);
     json = dlc__build_json(b->sources, b->nsources, &b->o, b->nworkers, b->src.count, rep->count,
                            rep->skipped, dlc__now_s() - b->t0);
     FAIL_IF(!json, -ENOMEM, "build: out of memory");
-    const dlc__store_meta meta = {
-        .label_names = names,
-        .num_labels = nl,
-        .skipped = rep->skipped,
-        .build_json = json,
-        .source_digest = XXH3_64bits_digest(b->digest),
-    };
-    rc = dlc__store_writer_finish(b->wr, &meta);
+    const int labelled = b->plan.f_label != DLC_NO_FIELD;
+    CHECK(dlc__writer_set_meta(b->wr, labelled ? b->names : NULL, labelled ? b->num_labels : 0,
+                               rep->skipped, json, XXH3_64bits_digest(b->digest)));
+    rc = dlc_writer_finish(b->wr);
     b->wr = NULL; /* finish frees it in every case */
 fail:
     free(json);
-    free(names);
-    free(name_buf);
     return rc;
 }
 
@@ -599,11 +445,25 @@ static void stop_workers(build_run *b)
     if (!b->workers)
         return;
     join_workers(b);
-    for (uint32_t t = 0; t < b->nworkers; t++) {
-        dlc_codec_destroy(b->workers[t].codec);
-        free(b->workers[t].buf);
-    }
+    for (uint32_t t = 0; t < b->nworkers; t++)
+        dlc__build_worker_free(&b->workers[t]);
     free(b->workers);
+}
+
+/* Free the slots, their builders, the lock and the conditions. */
+static void pipe_free(build_run *b)
+{
+    if (b->p.slots) {
+        for (size_t i = 0; i < b->p.window; i++)
+            dlc_record_builder_destroy(b->p.slots[i].rec);
+        free(b->p.slots);
+    }
+    if (b->ready_ok)
+        pthread_cond_destroy(&b->p.ready);
+    if (b->space_ok)
+        pthread_cond_destroy(&b->p.space);
+    if (b->mu_ok)
+        pthread_mutex_destroy(&b->p.mu);
 }
 
 /* Release everything @p b holds and hand out the report where the contract gives one. */
@@ -618,20 +478,12 @@ static dlc_status build_end(build_run *b, dlc_status rc, dlc_build_report **repo
     dlc__errsave saved;
     if (rc < 0)
         dlc__err_save(&saved);
-    dlc__store_writer_abort(b->wr);
+    dlc_writer_abort(b->wr);
     dlc_store_close(b->store);
-    if (b->p.slots) {
-        for (size_t i = 0; i < b->p.window; i++)
-            free(b->p.slots[i].buf);
-        free(b->p.slots);
-    }
-    if (b->ready_ok)
-        pthread_cond_destroy(&b->p.ready);
-    if (b->space_ok)
-        pthread_cond_destroy(&b->p.space);
-    if (b->mu_ok)
-        pthread_mutex_destroy(&b->p.mu);
+    pipe_free(b);
     XXH3_freeState(b->digest);
+    free(b->names);
+    free(b->name_buf);
     dlc__source_free(&b->src);
     if (rc < 0)
         dlc__err_restore(&saved, rc);
@@ -665,7 +517,8 @@ dlc_status dlc_build(const char *const *sources, size_t nsources, const char *ou
         *report_out = NULL;
 
     CHECK(scan_sources(&b));
-    CHECK(dlc__store_writer_open(out, b.o.force, b.to_write * payload_estimate(&b.o), &b.wr));
+    CHECK(plan_record(&b));
+    CHECK(open_writer(&b));
     CHECK(pipe_init(&b));
     CHECK(start_workers(&b));
     CHECK(write_items(&b));

@@ -16,18 +16,68 @@ import struct
 import sys
 
 
-def read_labels(store):
-    import lmdb
+IMAGE, NDARRAY, INT, FLOAT, BYTES = 1, 2, 3, 4, 5
+VARIABLE, MASK, BOXES, LABEL = 1, 2, 4, 8
 
-    env = lmdb.open(store, subdir=False, readonly=True, lock=False, max_dbs=2)
-    samples = env.open_db(b"samples", create=False)
-    labels = []
-    with env.begin() as txn:
-        cur = txn.cursor(db=samples)
-        for i, (key, value) in enumerate(cur):
-            assert struct.unpack(">Q", key)[0] == i, f"record key {key!r} is not {i}"
-            labels.append(struct.unpack_from("<q", value, 8)[0])
-    env.close()
+
+class Store:
+    """A dlcache store read with python3-lmdb alone, as docs/FORMAT.md describes: the schema
+    (format version 2; a version 1 store reads as "image" and "label") and record values."""
+
+    def __init__(self, path):
+        import lmdb
+
+        self.env = lmdb.open(path, subdir=False, readonly=True, lock=False, max_dbs=4)
+        self.meta = self.env.open_db(b"meta", create=False)
+        self.samples = self.env.open_db(b"samples", create=False)
+        with self.env.begin() as txn:
+            info = txn.get(b"format", db=self.meta)
+            self.version = struct.unpack_from("<I", info, 8)[0]
+            self.count = struct.unpack_from("<Q", info, 16)[0]
+            self.fields = []
+            schema = txn.get(b"schema", db=self.meta) or b""
+            for f in range(len(schema) // 128):
+                e = schema[128 * f:128 * (f + 1)]
+                kind, dtype, enc, flags, ndim = struct.unpack_from("<5I", e, 32)
+                shape = struct.unpack_from("<6I", e, 52)[:ndim]
+                self.fields.append(dict(name=e[:32].rstrip(b"\0").decode(), kind=kind,
+                                        dtype=dtype, encoding=enc, flags=flags, shape=shape))
+        if self.version == 1:
+            self.fields = [dict(name="image", kind=IMAGE, flags=0),
+                           dict(name="label", kind=INT, flags=LABEL)]
+
+    def field(self, name):
+        return next(f for f in self.fields if f["name"] == name)
+
+    def record(self, i):
+        """{name: int or float (scalars), or (payload bytes, dim0, dim1)}."""
+        with self.env.begin() as txn:
+            value = txn.get(struct.pack(">Q", i), db=self.samples)
+        if self.version == 1:
+            label, h, w = struct.unpack_from("<qII", value, 8)
+            return {"image": (value[48:], h, w), "label": label}
+        assert struct.unpack_from("<I", value)[0] == 0x32524C44, f"record {i}: bad magic"
+        assert struct.unpack_from("<Q", value, 8)[0] == i, f"record {i}: wrong number"
+        out = {}
+        for f, fd in enumerate(self.fields):
+            word, size, dim0, dim1 = struct.unpack_from("<QQII", value, 16 + 32 * f)
+            if fd["kind"] == INT:
+                out[fd["name"]] = struct.unpack_from("<q", value, 16 + 32 * f)[0]
+            elif fd["kind"] == FLOAT:
+                out[fd["name"]] = struct.unpack_from("<d", value, 16 + 32 * f)[0]
+            else:
+                out[fd["name"]] = (value[word:word + size], dim0, dim1)
+        return out
+
+    def close(self):
+        self.env.close()
+
+
+def read_labels(store):
+    s = Store(store)
+    name = next(f["name"] for f in s.fields if f["flags"] & LABEL)
+    labels = [s.record(i)[name] for i in range(s.count)]
+    s.close()
     return labels
 
 
