@@ -44,12 +44,14 @@ void dlc__source_free(dlc__source_set *s)
     free(s->items);
     free(s->arena);
     free(s->class_names);
+    free(s->cells);
+    free(s->list_at);
+    free(s->list_vals);
     memset(s, 0, sizeof *s);
     s->max_label = -1;
 }
 
-/* Grow an array of @p elem-byte elements to hold at least @p need. */
-static dlc_status grow(void **p, size_t *cap, size_t need, size_t elem)
+dlc_status dlc__source_grow(void **p, size_t *cap, size_t need, size_t elem)
 {
     if (need <= *cap)
         return DLC_OK;
@@ -64,6 +66,11 @@ static dlc_status grow(void **p, size_t *cap, size_t need, size_t elem)
     *p = q;
     *cap = n;
     return DLC_OK;
+}
+
+static dlc_status grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+    return dlc__source_grow(p, cap, need, elem);
 }
 
 dlc_status dlc__source_intern(dlc__source_set *s, const char *str, size_t len, uint64_t *off)
@@ -89,6 +96,73 @@ dlc_status dlc__source_push(dlc__source_set *s, const dlc__item *it)
     return DLC_OK;
 }
 
+/* "path, label, weight" into @p buf. */
+static void column_list(const dlc__column *cols, uint32_t n, char *buf, size_t cap)
+{
+    size_t at = (size_t)snprintf(buf, cap, "path");
+    for (uint32_t c = 0; c < n && at < cap; c++)
+        at += (size_t)snprintf(buf + at, cap - at, ", %s", cols[c].name);
+}
+
+dlc_status dlc__source_set_columns(dlc__source_set *s, const char *path, const dlc__column *cols,
+                                   uint32_t n)
+{
+    if (s->cols_set) {
+        int same = n == s->ncols;
+        for (uint32_t c = 0; same && c < n; c++)
+            same = strcmp(cols[c].name, s->cols[c].name) == 0 && cols[c].kind == s->cols[c].kind;
+        if (same)
+            return DLC_OK;
+        char have[512], want[512];
+        column_list(s->cols, s->ncols, have, sizeof have);
+        column_list(cols, n, want, sizeof want);
+        return dlc__errorf(DLC_EINVAL,
+                           "%s: its columns (%s) are not those of the first source (%s); every "
+                           "source of a build has the same columns",
+                           path, want, have);
+    }
+    if (n > DLC__SOURCE_MAX_COLS)
+        return dlc__errorf(DLC_EINVAL, "%s: %u columns besides the path, at most %u", path, n,
+                           DLC__SOURCE_MAX_COLS);
+    s->nscalars = s->nlists = 0;
+    for (uint32_t c = 0; c < n; c++) {
+        s->cols[c] = cols[c];
+        const uint32_t k = cols[c].kind;
+        s->cols[c].is_float = k == DLC__COL_FLOAT || k == DLC__COL_FLOATS;
+        if (k == DLC__COL_INTS || k == DLC__COL_FLOATS)
+            s->cols[c].index = s->nlists++;
+        else if (k != DLC__COL_LABEL)
+            s->cols[c].index = s->nscalars++;
+    }
+    s->ncols = n;
+    s->cols_set = 1;
+    return DLC_OK;
+}
+
+int dlc__source_has_label(const dlc__source_set *s)
+{
+    for (uint32_t c = 0; c < s->ncols; c++)
+        if (s->cols[c].kind == DLC__COL_LABEL)
+            return 1;
+    return 0;
+}
+
+const uint64_t *dlc__source_list(const dlc__source_set *s, size_t i, uint32_t k, size_t *n)
+{
+    const size_t at = i * s->nlists + k;
+    const uint64_t start = s->list_at[at];
+    const uint64_t end = at + 1 < s->count * s->nlists ? s->list_at[at + 1] : s->nlist_vals;
+    *n = (size_t)(end - start);
+    return *n ? s->list_vals + start : NULL;
+}
+
+/* The one column of an ImageFolder tree and of a tar shard. */
+static dlc_status label_column(dlc__source_set *s, const char *path)
+{
+    const dlc__column label = {.name = "label", .kind = DLC__COL_LABEL};
+    return dlc__source_set_columns(s, path, &label, 1);
+}
+
 static int ends_with_ci(const char *s, const char *suffix)
 {
     const size_t n = strlen(s), m = strlen(suffix);
@@ -105,14 +179,17 @@ dlc_status dlc__source_add(dlc__source_set *s, const char *path)
             return dlc__errorf(DLC_EINVAL, "%s: an ImageFolder directory must be the only source",
                                path);
         s->kind = DLC__SOURCE_FOLDER;
-        return dlc__source_scan_folder(s, path);
+        const dlc_status rc = label_column(s, path);
+        return rc < 0 ? rc : dlc__source_scan_folder(s, path);
     }
     if (s->kind == DLC__SOURCE_FOLDER)
         return dlc__errorf(DLC_EINVAL, "%s: an ImageFolder directory must be the only source",
                            path);
     s->kind = DLC__SOURCE_LIST;
-    if (ends_with_ci(path, ".tar"))
-        return dlc__source_scan_tar(s, path);
+    if (ends_with_ci(path, ".tar")) {
+        const dlc_status rc = label_column(s, path);
+        return rc < 0 ? rc : dlc__source_scan_tar(s, path);
+    }
     return dlc__source_scan_manifest(s, path);
 }
 
@@ -209,9 +286,10 @@ static dlc_status read_member(const dlc__source_set *s, const dlc__item *it, uin
 }
 
 /* A file: opened, checked to be a regular file of a sane size, and read whole. */
-static dlc_status read_file(const char *path, uint8_t **buf, size_t *cap, dlc__source_data *out,
-                            char *why, size_t why_size)
+dlc_status dlc__source_read_path(const char *path, uint8_t **buf, size_t *cap,
+                                 dlc__source_data *out, char *why, size_t why_size)
 {
+    memset(out, 0, sizeof *out);
     /* O_NONBLOCK: a FIFO that torchvision would list as a file must not hang the build. */
     const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0) {
@@ -262,5 +340,5 @@ dlc_status dlc__source_read(const dlc__source_set *s, size_t index, uint8_t **bu
     memset(out, 0, sizeof *out);
     if (it->shard != UINT32_MAX)
         return read_member(s, it, buf, cap, out, why, why_size);
-    return read_file(dlc__source_path(s, it), buf, cap, out, why, why_size);
+    return dlc__source_read_path(dlc__source_path(s, it), buf, cap, out, why, why_size);
 }

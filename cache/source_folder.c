@@ -181,8 +181,10 @@ static dlc_status collect_dirs(dlc__source_set *s, const char *dir, ancestor *an
 }
 
 /* Push the files of one folder, sorted, as items of @p label. Returns the
- * number of image files through @p found. */
-static dlc_status scan_files(dlc__source_set *s, const char *dir, int64_t label, size_t *found)
+ * number of image files through @p found. Paths relative to the tree start
+ * @p root_len bytes into each path (the root and its slash). */
+static dlc_status scan_files(dlc__source_set *s, const char *dir, int64_t label, size_t root_len,
+                             size_t *found)
 {
     strlist names = {0};
     dlc_status rc = DLC_OK;
@@ -204,6 +206,8 @@ static dlc_status scan_files(dlc__source_set *s, const char *dir, int64_t label,
         FAIL_IF(!path, -ENOMEM, "ImageFolder scan: out of memory");
         dlc__item it = {.label = label, .shard = UINT32_MAX};
         it.skip = image_kind(names.v[i]) == 1 ? DLC__SKIP_NONE : DLC__SKIP_NOT_JPEG;
+        /* A root too long to say where the relative path starts has none (no mask). */
+        it.rel = root_len < UINT16_MAX ? (uint16_t)(root_len + 1) : 0;
         rc = dlc__source_intern(s, path, strlen(path), &it.path);
         free(path);
         CHECK(rc);
@@ -265,7 +269,7 @@ static dlc_status scan_class(dlc__source_set *s, const char *dir, const char *na
     qsort(dirs.v, dirs.n, sizeof *dirs.v, cmp_str);
     size_t found = 0;
     for (size_t i = 0; i < dirs.n; i++)
-        CHECK(scan_files(s, dirs.v[i], (int64_t)label, &found));
+        CHECK(scan_files(s, dirs.v[i], (int64_t)label, strlen(dir) + 1, &found));
     if (found == 0)
         dlc__logf(s->log, s->log_user, DLC_LOG_WARN,
                   "%s: no image file; label %zu keeps its number but has no records "

@@ -139,3 +139,23 @@ Test(source_folder, folder_is_the_only_source)
     dlc__source_free(&s);
     free(m);
 }
+
+Test(source_folder, relative_paths_for_masks)
+{
+    btu_mkdir(dir, "cat");
+    btu_mkdir(dir, "cat/sub");
+    touch("cat/sub/1.jpg");
+    /* A trailing slash on the root changes nothing: the relative path starts at the class. */
+    char *root = malloc(strlen(dir) + 3);
+    sprintf(root, "%s//", dir);
+    dlc__source_set s;
+    dlc__source_init(&s);
+    cr_assert_eq(dlc__source_add(&s, root), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(s.count, 1);
+    const char *p = dlc__source_path(&s, &s.items[0]);
+    cr_assert_str_eq(dlc__item_rel(&s.items[0], p), "cat/sub/1.jpg");
+    cr_assert_eq(s.ncols, 1);
+    cr_assert_eq(s.cols[0].kind, DLC__COL_LABEL);
+    dlc__source_free(&s);
+    free(root);
+}
