@@ -4,6 +4,8 @@ A thin ctypes binding over libdlcache (no compiled extension):
 
 * ``dlcache.build(sources, out, ...)`` turns an ImageFolder tree (or
   manifests, or WebDataset shards) into a store once;
+* ``dlcache.write(samples, path, ...)`` writes a store of records of many
+  fields from Python samples (dicts of arrays, tensors, PIL images, numbers);
 * ``dlcache.info(path, verify=False)`` describes (and checks) a store;
 * ``dlcache.Loader(path, batch_size, ...)`` iterates shuffled, augmented,
   collated batches of a store as torch tensors, zero-copy, with
@@ -23,7 +25,7 @@ from .errors import (  # noqa: F401
     DlcacheOSError, ExistsError, FileNotFound, HTTPError, InvalidArgumentError, NetworkError,
     NoImagesError, NotFoundError, PermissionDenied, StateError, UnsupportedError, VersionError,
 )
-from .store import BuildReport, StoreInfo, build, info  # noqa: F401
+from .store import BuildReport, Store, StoreInfo, build, info  # noqa: F401
 
 __version__ = "0.1.0"
 
@@ -34,6 +36,10 @@ def __getattr__(name):
     if name == "Loader":
         from .loader import Loader
         return Loader
+    # numpy is imported by write() only.
+    if name in ("write", "WriteReport"):
+        from . import writer
+        return getattr(writer, name)
     raise AttributeError("module 'dlcache' has no attribute %r" % name)
 
 
@@ -43,7 +49,7 @@ def version():
 
 
 __all__ = [
-    "Loader", "build", "info", "version", "library_path", "BuildReport", "StoreInfo",
+    "Loader", "build", "write", "WriteReport", "info", "Store", "version", "library_path", "BuildReport", "StoreInfo",
     "DlcacheError", "InvalidArgumentError", "CorruptError", "VersionError", "NotFoundError",
     "DecodeError", "NoImagesError", "ExistsError", "HTTPError", "NetworkError", "ChangedError",
     "CanceledError", "StateError", "CudaError", "UnsupportedError",

@@ -9,7 +9,7 @@ from . import _lib as L
 from ._lib import lib
 from .errors import CorruptError, check, error_for
 
-__all__ = ["build", "info", "BuildReport", "StoreInfo"]
+__all__ = ["build", "info", "BuildReport", "StoreInfo", "Store"]
 
 _ENCODINGS = {"raw": L.ENCODING_RAW, "jpeg": L.ENCODING_JPEG}
 _ENCODING_NAMES = {L.ENCODING_RAW: "raw", L.ENCODING_JPEG: "jpeg", L.ENCODING_PNG: "png"}
@@ -343,3 +343,92 @@ def info(path, verify=False):
             out["verified"] = True
         return out
 
+
+
+class Store:
+    """Records of a store by index, as Python and numpy values: ``Store(path)[i]``.
+
+    For looking at a store and for tests; training reads through the Loader.
+    ``store[i]`` is a dict {field name: value}: images as uint8 HxWxC numpy
+    arrays (JPEG and PNG decoded), ndarrays as numpy arrays of their dtype and
+    shape, int and float fields as Python numbers, bytes fields as bytes. Each
+    value is a copy. Also: ``len(store)``, ``store.info`` (what info() gives),
+    ``store.fields`` (the schema), ``close()``, and ``with``. One Store may be
+    used from several threads.
+    """
+
+    def __init__(self, path):
+        self._st = _Store(path)
+        self.info = _read_info(self._st)
+        self.fields = self.info["fields"]
+
+    def __len__(self):
+        return self.info["count"]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        self._st.close()
+
+    def __getitem__(self, index):
+        import numpy as np
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise TypeError("record numbers are ints, not %s" % type(index).__name__)
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError("record %d of a store of %d" % (index, len(self)))
+        if not self._st.h:
+            raise ValueError("this dlcache.Store is closed")
+        ctx = "dlcache.Store(%s)[%d]" % (self.info["path"], index)
+        values = (L.Value * len(self.fields))()
+        r = ctypes.c_void_p()
+        check(lib.dlc_store_reader_open(self._st.h, ctypes.byref(r)), ctx)
+        codec = ctypes.c_void_p()
+        try:
+            check(lib.dlc_store_read_values(r, index, values), ctx)
+            out = {}
+            for f, v in zip(self.fields, values):
+                kind = f["kind"]
+                if kind == "int":
+                    out[f["name"]] = int(v.i)
+                elif kind == "float":
+                    out[f["name"]] = float(v.f)
+                elif kind == "bytes":
+                    out[f["name"]] = ctypes.string_at(v.data, v.size) if v.size else b""
+                elif kind == "ndarray":
+                    raw = ctypes.string_at(v.data, v.size) if v.size else b""
+                    out[f["name"]] = np.frombuffer(raw, dtype=f["dtype"]).reshape(
+                        (v.dim0,) + tuple(f["shape"][1:])).copy()
+                else:
+                    c = f["shape"][2]
+                    if f["encoding"] == "raw":
+                        raw = ctypes.string_at(v.data, v.size)
+                        out[f["name"]] = np.frombuffer(raw, np.uint8).reshape(
+                            v.dim0, v.dim1, c).copy()
+                        continue
+                    if not codec:
+                        check(lib.dlc_codec_create(ctypes.byref(codec)), ctx)
+                    img = L.Image()
+                    if f["encoding"] == "png":
+                        rc = lib.dlc_png_decode(codec, v.data, v.size, ctypes.byref(img))
+                    else:
+                        rc = lib.dlc_jpeg_decode_as(codec, v.data, v.size, c, 0, 0,
+                                                    ctypes.byref(img))
+                    check(rc, "%s: field %r" % (ctx, f["name"]))
+                    rows = ctypes.string_at(img.data, img.stride * img.height)
+                    a = np.frombuffer(rows, np.uint8).reshape(img.height, img.stride)
+                    out[f["name"]] = a[:, :img.width * img.channels].reshape(
+                        img.height, img.width, img.channels).copy()
+            return out
+        finally:
+            lib.dlc_codec_destroy(codec)
+            lib.dlc_store_reader_close(r)
+
+    def __repr__(self):
+        return "dlcache.Store(%r, %d records, fields %s)" % (
+            self.info["path"], len(self), ", ".join(f["name"] for f in self.fields))

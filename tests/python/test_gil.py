@@ -1,4 +1,5 @@
-"""The GIL is released while the C loader works.
+"""The GIL is released while the C loader works, and while dlc_record_seal() encodes a record
+(what dlcache.write() runs on its worker threads).
 
 A Python thread stamps time.monotonic() in a loop that sleeps briefly (so it
 gives the GIL back by itself), and the switch interval is raised to 10 s so
@@ -10,6 +11,7 @@ its windows. So the test can fail, and does not depend on timing: a slower
 machine only makes the calls longer."""
 
 import ctypes
+import os
 import sys
 import threading
 import time
@@ -18,7 +20,7 @@ import pytest
 
 from conftest import require_lib
 
-require_lib("dlc_loader_open")
+require_lib("dlc_loader_open", "dlc_writer_open")
 
 import dlcache  # noqa: E402
 from dlcache import _lib as L  # noqa: E402
@@ -122,3 +124,48 @@ def test_loader_iteration_lets_python_threads_run(store, no_forced_switch):
             st.join()
     assert len(wins) == 3 * len(ld)
     assert inside(st.stamps, wins) >= 3
+
+
+def test_record_seal_releases_the_gil(tmp_path, no_forced_switch):
+    """dlc_record_seal() (PNG encoding of a large noisy image) through CDLL, as
+    dlcache.write() calls it, lets another Python thread run; through PyDLL it does not."""
+    import numpy as np
+    spec = L.FieldSpec()
+    spec.name, spec.kind, spec.encoding, spec.ndim = b"image", L.FIELD_IMAGE, L.ENCODING_PNG, 3
+    spec.shape[0], spec.shape[1], spec.shape[2] = 768, 768, 3
+    cfg = L.WriterConfig()
+    cfg.fields, cfg.num_fields = ctypes.pointer(spec), 1
+    w, b = ctypes.c_void_p(), ctypes.c_void_p()
+    assert L.lib.dlc_writer_open(str(tmp_path / "g.dlc").encode(), ctypes.byref(cfg),
+                                 ctypes.byref(w)) == 0
+    assert L.lib.dlc_record_builder_create(w, ctypes.byref(b)) == 0
+    pixels = np.random.default_rng(0).integers(0, 256, (768, 768, 3), dtype=np.uint8)
+    img = L.Image(pixels.ctypes.data, 768, 768, 3, 768 * 3)
+    held = ctypes.PyDLL(dlcache.library_path).dlc_record_seal
+    held.restype, held.argtypes = ctypes.c_int, [ctypes.c_void_p]
+
+    def windows(seal, n):
+        out = []
+        for _ in range(n):
+            L.lib.dlc_record_builder_reset(b)
+            assert L.lib.dlc_record_set_image(b, 0, ctypes.byref(img)) == 0
+            t0 = time.monotonic()
+            assert seal(b) == 0
+            out.append((t0, time.monotonic()))
+        return out
+    st = Stamper()
+    st.start()
+    try:
+        time.sleep(0.01)
+        ctl = windows(held, 4)
+        free = windows(L.lib.dlc_record_seal, 4)  # what dlcache.write() calls
+    finally:
+        st.stop = True
+        st.join()
+        L.lib.dlc_record_builder_destroy(b)
+        L.lib.dlc_writer_abort(w)
+    assert inside(st.stamps, ctl) == 0, "PyDLL holds the GIL: the control must see no stamp"
+    assert sum(b - a for a, b in ctl) > 0.005, "calls long enough to tell"
+    assert inside(st.stamps, free) >= 3, \
+        "the Python thread made no progress while dlc_record_seal() ran: GIL held?"
+    assert not [n for n in os.listdir(tmp_path) if ".tmp-" in n], "the writer was aborted"
