@@ -304,26 +304,6 @@ dlc_status dlc_jpeg_decode(dlc_codec *c, const void *jpeg, size_t size, uint32_t
     return dlc_jpeg_decode_as(c, jpeg, size, 3, min_width, min_height, out);
 }
 
-/* torchvision 0.14 _compute_resized_output_size for Resize(N) with an int N:
- * the shorter side becomes N, the longer int(N * long / short) (truncated). */
-static void resized_size(uint32_t w, uint32_t h, uint32_t n, uint32_t *ow, uint32_t *oh)
-{
-    const uint32_t shorter = w <= h ? w : h, longer = w <= h ? h : w;
-    const uint32_t new_long = (uint32_t)((double)n * longer / shorter);
-    *ow = w <= h ? n : new_long;
-    *oh = w <= h ? new_long : n;
-}
-
-/* torchvision's CenterCrop offset int(round(d / 2.0)): Python rounds half to
- * even, so an odd d gives whichever of d/2 -+ 0.5 is even. */
-static uint32_t center_offset(uint32_t d)
-{
-    uint32_t q = d / 2;
-    if ((d & 1u) && (q & 1u))
-        q++;
-    return q;
-}
-
 dlc_status dlc_jpeg_decode_resize(dlc_codec *c, const void *jpeg, size_t size, uint32_t short_side,
                                   int center_crop, dlc_image *out)
 {
@@ -344,11 +324,13 @@ dlc_status dlc_jpeg_decode_resize_as(dlc_codec *c, const void *jpeg, size_t size
     dlc_status rc = read_header(c, jpeg, size, &hd);
     if (rc < 0)
         return rc;
-    uint32_t rw, rh;
-    resized_size((uint32_t)hd.width, (uint32_t)hd.height, short_side, &rw, &rh);
-    if (rw == 0 || rh == 0 || rw > DLC__IMAGE_MAX_SIDE || rh > DLC__IMAGE_MAX_SIDE)
+    /* The geometry is the one masks are resized to (image_nearest.c), so they align. */
+    dlc_resize_geometry g;
+    if (dlc_resize_geometry_get((uint32_t)hd.width, (uint32_t)hd.height, short_side, center_crop,
+                                &g) != DLC_OK)
         return dlc__errorf(DLC_EDECODE, "JPEG %dx%d: resizing to a short side of %u gives %ux%u",
-                           hd.width, hd.height, short_side, rw, rh);
+                           hd.width, hd.height, short_side, g.resized_w, g.resized_h);
+    const uint32_t rw = g.resized_w, rh = g.resized_h;
 
     /* The issue's rule: an image at least twice the resize target on both
      * axes is decoded with the largest DCT reduction (1/2, 1/4, 1/8) that
@@ -374,15 +356,7 @@ dlc_status dlc_jpeg_decode_resize_as(dlc_codec *c, const void *jpeg, size_t size
     if (rc < 0)
         return rc;
 
-    uint32_t ow = rw, oh = rh, ox = 0, oy = 0;
-    if (center_crop) {
-        /* With the shorter side equal to N only the longer side is cut;
-         * torchvision pads when the crop is larger, which cannot happen here. */
-        ow = rw < short_side ? rw : short_side;
-        oh = rh < short_side ? rh : short_side;
-        ox = center_offset(rw - ow);
-        oy = center_offset(rh - oh);
-    }
+    const uint32_t ow = g.width, oh = g.height, ox = g.x, oy = g.y;
     dlc_image res = {
         .width = ow, .height = oh, .channels = channels, .stride = (size_t)ow * channels};
     rc = dlc__buf_reserve(&c->out, (size_t)oh * res.stride);

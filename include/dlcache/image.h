@@ -187,6 +187,46 @@ DLC_API size_t dlc_resize_scratch_bound(uint32_t src_w, uint32_t src_h, uint32_t
 DLC_API dlc_status dlc_resize(const dlc_image *src, double x, double y, double w, double h,
                               const dlc_image *dst, void *scratch, size_t scratch_size);
 
+/** Where the builder's transform puts an image: dlc_jpeg_decode_resize() resizes a source image
+ *  to resized_w x resized_h and keeps the window of width x height pixels at (x, y) of it. */
+typedef struct dlc_resize_geometry {
+    uint32_t resized_w; /**< The shorter side is the short side asked for; the longer one keeps
+                             the aspect, truncated (torchvision's Resize(N)). */
+    uint32_t resized_h;
+    uint32_t x;      /**< Left of the kept window: torchvision's CenterCrop offset, or 0. */
+    uint32_t y;      /**< Top of the kept window. */
+    uint32_t width;  /**< Of the window: the result's size (resized_w without a crop). */
+    uint32_t height; /**< Of the window (resized_h without a crop). */
+} dlc_resize_geometry;
+
+/**
+ * @brief The geometry dlc_jpeg_decode_resize() gives a @p src_w x @p src_h image resized to the
+ *        short side @p short_side, center-cropped to short_side x short_side when
+ *        @p center_crop. Masks resized with dlc_resize_nearest() to this geometry align pixel for
+ *        pixel with their image.
+ * @param[out] out Filled; on DLC_EINVAL its resized size says what the resize would give.
+ * @return DLC_OK or DLC_EINVAL (a zero size, a short side above 2^20, or a resized side that is 0
+ *         or above 2^20).
+ * Thread safety: reentrant.
+ */
+DLC_API dlc_status dlc_resize_geometry_get(uint32_t src_w, uint32_t src_h, uint32_t short_side,
+                                           int center_crop, dlc_resize_geometry *out);
+
+/**
+ * @brief Nearest-neighbour resample of all of @p src to a virtual @p out_w x @p out_h image, of
+ *        which the window at (@p x, @p y) of dst's width x height is written to @p dst. Samples
+ *        are copied, never blended: class ids stay class ids. Bit-identical to Pillow 9.4's
+ *        Image.resize((out_w, out_h), NEAREST).crop((x, y, x + w, y + h)), which is
+ *        torchvision's Resize(N, NEAREST) + CenterCrop(N) on a PIL mask when the geometry comes
+ *        from dlc_resize_geometry_get(). No allocation.
+ * @param[in] src 1 to 4 channels.
+ * @param[in] dst The same channels; the window must lie inside out_w x out_h.
+ * @return DLC_OK or DLC_EINVAL (channels, empty sizes, a window outside the output).
+ * Thread safety: reentrant.
+ */
+DLC_API dlc_status dlc_resize_nearest(const dlc_image *src, uint32_t out_w, uint32_t out_h,
+                                      uint32_t x, uint32_t y, const dlc_image *dst);
+
 #ifdef __cplusplus
 }
 #endif
