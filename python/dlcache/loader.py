@@ -236,7 +236,8 @@ class Loader:
         variable: how fields of varying length go into a batch, by name:
             "pad" (zero-padded to the longest of the batch, the default),
             ("pad_to", n) (padded or cut to n), or "offsets" (end to end);
-            bytes fields always come as "offsets".
+            bytes fields always come as "offsets". The classes of boxes
+            follow their boxes' mode unless given their own.
         views: view groups, a list of dicts (name, count, crop, augment,
             scale, ratio, flip): ``count`` differently augmented crops of
             every image, output ``IMAGE_NAME`` of shape [N, count, ...].
@@ -369,6 +370,13 @@ class Loader:
             keep.append((ctypes.c_char_p * len(names))(*names))
             cfg.fields, cfg.num_fields = keep[-1], len(names)
         opts = _variable_options(variable)
+        # The classes of boxes follow their boxes' mode unless given their own: the two are
+        # indexed together.
+        named = {o[0] for o in opts}
+        chosen = {f["name"] for f in selected}
+        for f in selected:
+            if f["boxes"] and f["name"] in named and f["classes"] in chosen - named:
+                opts += [(f["classes"],) + o[1:] for o in opts if o[0] == f["name"]]
         if opts:
             arr = (L.FieldOption * len(opts))()
             for i, (name, mode, max_len) in enumerate(opts):

@@ -231,6 +231,16 @@ def test_selection_variable_modes_and_views(kinds_store):
             f = samples[i]["var_float64"][:3]
             assert int(b["var_float64_lengths"][j]) == len(f)
             assert np.array_equal(b["var_float64"][j][:len(f)].numpy(), f), "cut to 3"
+    # Classes follow their boxes' mode; boxes and classes are cut together.
+    got = batches(path, fields=["rgb_raw", "boxes", "box_classes"],
+                  variable={"boxes": ("pad_to", 2)})
+    for b in got:
+        n = len(b["indices"])
+        assert b["boxes"].shape == (n, 2, 4) and b["box_classes"].shape == (n, 2)
+        for j, i in enumerate(b["indices"].tolist()):
+            k = min(2, len(samples[i]["boxes"]))
+            assert int(b["boxes_lengths"][j]) == int(b["box_classes_lengths"][j]) == k
+            assert b["box_classes"][j][:k].tolist() == samples[i]["box_classes"][:k].tolist()
     views = [{"name": "g", "count": 2, "crop": 8, "scale": (0.5, 1.0)},
              {"name": "l", "count": 3, "crop": (4, 6), "augment": "random_crop", "flip": 0.0}]
     with dlcache.Loader(path, 5, fields=["rgb_raw", "mask", "label"], views=views,

@@ -1,0 +1,89 @@
+"""Throughput of dlcache.write() on an ImageFolder tree decoded with PIL (not a test: a program).
+
+    PYTHONPATH=python /usr/bin/python3 tests/python/bench_write.py /tmp/demo/train \\
+        --workers 1 2 [--size 256] [--encoding raw|jpeg|png] [--json]
+
+Each sample is what a torch Dataset over the folder would return: {"image": the PIL image
+(decoded on dlcache.write()'s worker threads, as np.asarray() asks for its pixels), "label":
+the class index}. --size resizes the shorter side and center-crops, as cachebuild --size does
+(PIL's BILINEAR). Prints samples/s per worker count and the ratio of the last to the first,
+measured in one run; the stores are written to a temporary directory and removed.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+import dlcache
+
+
+class Folder:
+    """A minimal torchvision.datasets.ImageFolder: (path, class index) sorted like it."""
+
+    def __init__(self, root, size):
+        from PIL import Image
+        self.Image = Image
+        self.size = size
+        self.classes = sorted(d for d in os.listdir(root)
+                              if os.path.isdir(os.path.join(root, d)))
+        self.items = [(os.path.join(root, c, f), k) for k, c in enumerate(self.classes)
+                      for f in sorted(os.listdir(os.path.join(root, c)))]
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        path, label = self.items[i]
+        img = self.Image.open(path).convert("RGB")
+        if self.size:
+            w, h = img.size
+            s = self.size / min(w, h)
+            img = img.resize((max(self.size, round(w * s)), max(self.size, round(h * s))),
+                             self.Image.BILINEAR)
+            w, h = img.size
+            left, top = (w - self.size) // 2, (h - self.size) // 2
+            img = img.crop((left, top, left + self.size, top + self.size))
+        return {"image": img, "label": label}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("root")
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--size", type=int, default=0)
+    ap.add_argument("--encoding", default="raw", choices=["raw", "jpeg", "png"])
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    ds = Folder(a.root, a.size)
+    tmp = tempfile.mkdtemp(prefix="bench_write.")
+    rows = []
+    try:
+        for k in a.workers:
+            r = dlcache.write(ds, os.path.join(tmp, "w%d.dlc" % k), workers=k, progress=False,
+                              label_names=ds.classes,
+                              fields={"image": {"kind": "image", "encoding": a.encoding}})
+            rows.append({"workers": k, "count": r.count, "seconds": round(r.seconds, 3),
+                         "samples_per_s": round(r.samples_per_s, 1),
+                         "file_mib": round(r.file_bytes / 2**20, 1),
+                         "content_digest": "%016x" % r.content_digest})
+    finally:
+        shutil.rmtree(tmp)
+    out = {"root": a.root, "size": a.size, "encoding": a.encoding, "cores": len(
+        os.sched_getaffinity(0)), "runs": rows,
+        "speedup_last_vs_first": round(rows[-1]["samples_per_s"] / rows[0]["samples_per_s"], 2)}
+    if a.json:
+        json.dump(out, sys.stdout, indent=1)
+        print()
+        return
+    for r in rows:
+        print("workers %(workers)d: %(count)d samples in %(seconds).2f s, "
+              "%(samples_per_s).0f samples/s, %(file_mib).1f MiB, digest %(content_digest)s" % r)
+    print("speedup %d -> %d workers: %.2fx (%d cores)" % (
+        rows[0]["workers"], rows[-1]["workers"], out["speedup_last_vs_first"], out["cores"]))
+
+
+if __name__ == "__main__":
+    main()
