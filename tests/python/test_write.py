@@ -528,6 +528,24 @@ def test_an_exception_mid_way_leaves_no_store(tmp_path, exc):
     assert p.read_bytes() == old and not leftovers(tmp_path)
 
 
+def test_ctrl_c_aborts_the_writer(tmp_path):
+    """A real SIGINT (the main thread gets KeyboardInterrupt wherever it is) leaves no store."""
+    import signal
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        pytest.skip("SIGINT is not Python's default handler here")
+
+    class Interrupting(Flaky):
+        def __getitem__(self, i):
+            if i == 30:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.2)  # the main thread is interrupted meanwhile
+            return Flaky.__getitem__(self, i)
+    p = tmp_path / "c.dlc"
+    with pytest.raises(KeyboardInterrupt):
+        dlcache.write(Interrupting(200), p, fields=FLAKY_FIELDS, workers=2, progress=False)
+    assert not p.exists() and not leftovers(tmp_path)
+
+
 def test_memory_is_bounded_by_the_window(tmp_path):
     """Samples in flight never exceed the window (2 x workers + 2), however long the input."""
     live = collections.Counter()
