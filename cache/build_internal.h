@@ -56,13 +56,28 @@ typedef struct dlc__build_slot {
 /* What every record holds, decided before the workers start; read-only while they run. */
 typedef struct dlc__build_plan {
     uint32_t channels;      /* of the image field: 1 or 3 */
-    int keep;               /* --channels keep: the channels came from the first image */
+    int keep;               /* DLC_BUILD_CHANNELS_KEEP: the channels came from the first image */
+    size_t keep_item;       /* the item whose image decided them (SIZE_MAX: none did) */
     const char *masks;      /* root of the mask tree, or NULL */
     uint32_t mask_channels; /* of the mask field (the first mask's) */
+    uint32_t mask_encoding; /* DLC_ENCODING_RAW or DLC_ENCODING_PNG */
     uint32_t f_image;       /* field indices in the writer's schema */
     uint32_t f_mask;        /* DLC_NO_FIELD without masks */
-    uint32_t f_label;       /* DLC_NO_FIELD without labels */
+    uint32_t f_label;       /* DLC_NO_FIELD without a label column */
+    uint32_t f_col[DLC__SOURCE_MAX_COLS]; /* the field of each source column */
 } dlc__build_plan;
+
+/* Decide what every record holds (the image's channels, looking at the first readable image
+ * for DLC_BUILD_CHANNELS_KEEP; the masks' channels, from the first readable mask) and write the
+ * schema into @p fields (DLC_MAX_FIELDS entries; their names point into @p src or are static).
+ * DLC_EINVAL for masks with a tar source (build_plan.c). */
+dlc_status dlc__build_plan_make(const dlc__source_set *src, const dlc_build_options *o,
+                                const dlc_build_fields *f, dlc__build_plan *plan,
+                                dlc_field_spec *fields, uint32_t *nfields);
+
+/* The mask of the item whose relative path is @p rel: MASKS/DIR/STEM.png (build.h, "Masks"),
+ * into *buf (grown with realloc to *cap). DLC_OK or -ENOMEM. */
+dlc_status dlc__build_mask_path(const char *masks, const char *rel, char **buf, size_t *cap);
 
 typedef struct dlc__build_pipe {
     const dlc__source_set *src;
@@ -104,8 +119,8 @@ void dlc__build_worker_free(dlc__build_worker *w);
 /* The "build" metadata: a JSON object saying how the store was made.
  * Returns a malloc'd string, or NULL when out of memory. */
 char *dlc__build_json(const char *const *sources, size_t nsources, const dlc_build_options *o,
-                      uint32_t threads, uint64_t items, uint64_t count, uint64_t skipped,
-                      double seconds);
+                      const dlc_build_fields *f, uint32_t threads, uint64_t items, uint64_t count,
+                      uint64_t skipped, double seconds);
 
 /* Remove OUT.tmp-PID files (and OUT.tmp-PID-lock) whose process is gone: a
  * build killed with SIGKILL cannot clean up after itself. Best effort. */

@@ -60,6 +60,100 @@ static int decode_failed(dlc__build_slot *sl, dlc_status rc, const char *what)
     return DLC__SLOT_SKIP;
 }
 
+/* The source image's size and channels from its JPEG header, for its mask and for a channel
+ * conversion; a header that does not read skips the item as the decoder would. */
+static int read_header(dlc__build_worker *w, const dlc__source_data *d, dlc__build_slot *sl,
+                       uint32_t *width, uint32_t *height)
+{
+    const dlc__build_plan *plan = w->p->plan;
+    uint32_t comps;
+    const dlc_status rc = dlc_jpeg_header(w->codec, d->data, d->size, width, height, &comps);
+    if (rc < 0)
+        return decode_failed(sl, rc, "cannot decode");
+    sl->src_channels = comps == 1 ? 1 : 3;
+    sl->converted = plan->keep && sl->src_channels != plan->channels;
+    return DLC__SLOT_READY;
+}
+
+/* Read item @p i's mask file into the worker's buffer: DLC__SLOT_SKIP with the reason when the
+ * item has none. */
+static int read_mask(dlc__build_worker *w, size_t i, dlc__build_slot *sl, dlc__source_data *md)
+{
+    const dlc__source_set *src = w->p->src;
+    const char *masks = w->p->plan->masks;
+    const char *rel = dlc__item_rel(&src->items[i], dlc__source_path(src, &src->items[i]));
+    if (!rel) {
+        snprintf(sl->why, DLC__BUILD_WHY,
+                 "no mask: an absolute path in a manifest has no relative path to find its mask "
+                 "by under %s",
+                 masks);
+        return DLC__SLOT_SKIP;
+    }
+    dlc_status rc = dlc__build_mask_path(masks, rel, &w->mpath, &w->mpath_cap);
+    if (rc < 0)
+        return set_fatal(sl, rc);
+    char why[DLC__BUILD_WHY / 2];
+    rc = dlc__source_read_path(w->mpath, &w->mbuf, &w->mcap, md, why, sizeof why);
+    sl->mask_size = md->file_size;
+    sl->mask_mtime_ns = md->mtime_ns;
+    if (rc == DLC_EDECODE) {
+        snprintf(sl->why, DLC__BUILD_WHY, "no mask: %.200s: %s", w->mpath, why);
+        return DLC__SLOT_SKIP;
+    }
+    if (rc < 0)
+        return set_fatal(sl, rc);
+    sl->bytes_in += md->size;
+    return DLC__SLOT_READY;
+}
+
+/* Decode item @p i's mask, check it against its image's source size (@p width x @p height) and
+ * resize it with nearest neighbour to the image's geometry, into the worker's mask buffer.
+ * Before the image's decode: both use the worker's codec. */
+static int make_mask(dlc__build_worker *w, size_t i, dlc__build_slot *sl, uint32_t width,
+                     uint32_t height, dlc_image *mask)
+{
+    const dlc_build_options *o = w->p->opts;
+    const dlc__build_plan *plan = w->p->plan;
+    dlc__source_data md;
+    const int state = read_mask(w, i, sl, &md);
+    if (state != DLC__SLOT_READY)
+        return state;
+    dlc_image m;
+    dlc_status rc = dlc_png_decode(w->codec, md.data, md.size, &m);
+    if (rc < 0) {
+        char what[DLC__BUILD_WHY / 2];
+        snprintf(what, sizeof what, "the mask %.200s cannot be decoded", w->mpath);
+        return decode_failed(sl, rc, what);
+    }
+    if (m.width != width || m.height != height) {
+        snprintf(sl->why, DLC__BUILD_WHY, "the mask %.200s is %ux%u, its image %ux%u", w->mpath,
+                 m.width, m.height, width, height);
+        return DLC__SLOT_SKIP;
+    }
+    if (m.channels != plan->mask_channels) {
+        snprintf(sl->why, DLC__BUILD_WHY,
+                 "the mask %.200s has %u channels; the store's masks have %u (the first mask "
+                 "decided)",
+                 w->mpath, m.channels, plan->mask_channels);
+        return DLC__SLOT_SKIP;
+    }
+    dlc_resize_geometry g;
+    if ((rc = dlc_resize_geometry_get(width, height, o->size, o->center_crop, &g)) < 0)
+        return decode_failed(sl, rc, "cannot decode");
+    const size_t need = (size_t)g.width * g.height * m.channels;
+    if (need > w->mask_cap) {
+        uint8_t *p = realloc(w->mask, need);
+        if (!p)
+            return set_fatal(sl, dlc__errorf(-ENOMEM, "build: out of memory for a mask"));
+        w->mask = p;
+        w->mask_cap = need;
+    }
+    *mask = (dlc_image){w->mask, g.width, g.height, m.channels, (size_t)g.width * m.channels};
+    if ((rc = dlc_resize_nearest(&m, g.resized_w, g.resized_h, g.x, g.y, mask)) < 0)
+        return set_fatal(sl, rc);
+    return DLC__SLOT_READY;
+}
+
 /* Decode and resize the item's bytes in the worker's codec into the image of the record. */
 static int decode_image(dlc__build_worker *w, const dlc__source_data *d, dlc__build_slot *sl,
                         dlc_image *img)
@@ -77,16 +171,44 @@ static int decode_image(dlc__build_worker *w, const dlc__source_data *d, dlc__bu
     return DLC__SLOT_READY;
 }
 
+/* Set the values of item @p i's source columns. */
+static dlc_status set_columns(const dlc__build_pipe *p, size_t i, dlc_record_builder *b)
+{
+    const dlc__source_set *src = p->src;
+    dlc_status rc = DLC_OK;
+    for (uint32_t c = 0; c < src->ncols && rc == DLC_OK; c++) {
+        const dlc__column *col = &src->cols[c];
+        const uint32_t f = p->plan->f_col[c];
+        if (col->kind == DLC__COL_LABEL) {
+            rc = dlc_record_set_int(b, f, src->items[i].label);
+        } else if (col->kind == DLC__COL_INTS || col->kind == DLC__COL_FLOATS) {
+            size_t n;
+            const uint64_t *v = dlc__source_list(src, i, col->index, &n);
+            rc = dlc_record_set_array(b, f, v, n * sizeof *v, (uint32_t)n);
+        } else if (col->is_float) {
+            const uint64_t bits = dlc__source_cell(src, i, col->index);
+            double d;
+            memcpy(&d, &bits, sizeof d);
+            rc = dlc_record_set_float(b, f, d);
+        } else {
+            rc = dlc_record_set_int(b, f, (int64_t)dlc__source_cell(src, i, col->index));
+        }
+    }
+    return rc;
+}
+
 /* Set the record's values in the slot's builder and seal it (encode, hash, lay out). Values the
  * builder refuses are the builder's own mistakes, never the source's: they stop the build. */
-static int fill_record(dlc__build_worker *w, size_t i, dlc__build_slot *sl, const dlc_image *img)
+static int fill_record(dlc__build_worker *w, size_t i, dlc__build_slot *sl, const dlc_image *img,
+                       const dlc_image *mask)
 {
     const dlc__build_plan *plan = w->p->plan;
-    const dlc__item *it = &w->p->src->items[i];
     dlc_record_builder *b = sl->rec;
     dlc_status rc = dlc_record_set_image(b, plan->f_image, img);
-    if (rc == DLC_OK && plan->f_label != DLC_NO_FIELD)
-        rc = dlc_record_set_int(b, plan->f_label, it->label);
+    if (rc == DLC_OK && mask)
+        rc = dlc_record_set_image(b, plan->f_mask, mask);
+    if (rc == DLC_OK)
+        rc = set_columns(w->p, i, b);
     if (rc == DLC_OK)
         rc = dlc_record_seal(b);
     if (rc < 0) {
@@ -109,16 +231,24 @@ static void publish(dlc__build_pipe *p, dlc__build_slot *sl, int state)
 static void work_item(dlc__build_worker *w, size_t i)
 {
     dlc__build_slot *sl = &w->p->slots[i % w->p->window];
-    sl->bytes_in = 0;
+    const dlc__build_plan *plan = w->p->plan;
+    sl->bytes_in = sl->mask_size = 0;
+    sl->mask_mtime_ns = 0;
+    sl->converted = 0;
     sl->why[0] = '\0';
     dlc_record_builder_reset(sl->rec);
     dlc__source_data d;
-    dlc_image img;
+    dlc_image img, mask;
+    uint32_t width = 0, height = 0;
     int state = read_item(w, i, sl, &d);
+    if (state == DLC__SLOT_READY && (plan->keep || plan->masks))
+        state = read_header(w, &d, sl, &width, &height);
+    if (state == DLC__SLOT_READY && plan->masks)
+        state = make_mask(w, i, sl, width, height, &mask);
     if (state == DLC__SLOT_READY)
         state = decode_image(w, &d, sl, &img);
     if (state == DLC__SLOT_READY)
-        state = fill_record(w, i, sl, &img);
+        state = fill_record(w, i, sl, &img, plan->masks ? &mask : NULL);
     publish(w->p, sl, state);
 }
 

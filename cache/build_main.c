@@ -36,13 +36,15 @@
 #define PROGRESS_GAP 0.1
 
 /* Expected payload bytes per record, for the writer's space reservation. */
-static uint64_t payload_estimate(const dlc_build_options *o)
+static uint64_t payload_estimate(const dlc_build_options *o, const dlc__build_plan *plan)
 {
-    const uint64_t sq = (uint64_t)o->size * o->size * 3;
-    uint64_t raw = o->center_crop ? sq : sq * 4 / 3; /* photos are mostly 4:3 */
+    const uint64_t px = (uint64_t)o->size * o->size;
+    uint64_t raw = px * plan->channels;
     if (o->encoding == DLC_ENCODING_JPEG)
         raw /= o->quality >= 90 ? 4 : 8;
-    return raw;
+    if (plan->masks) /* class ids compress well */
+        raw += px * plan->mask_channels / (plan->mask_encoding == DLC_ENCODING_PNG ? 8 : 1);
+    return o->center_crop ? raw : raw * 4 / 3; /* photos are mostly 4:3 */
 }
 
 static void hash_item(XXH3_state_t *h, const char *path, uint64_t size, int64_t mtime_ns,
@@ -54,6 +56,55 @@ static void hash_item(XXH3_state_t *h, const char *path, uint64_t size, int64_t 
     dlc__st64(b + 16, (uint64_t)label);
     XXH3_64bits_update(h, path, strlen(path) + 1);
     XXH3_64bits_update(h, b, sizeof b);
+}
+
+/* What the source digest adds to an item with masks (the mask file) and with manifest columns
+ * besides the label (the item's values); nothing otherwise, so that stores of images and labels
+ * keep the digest they always had. */
+static void hash_extra(XXH3_state_t *h, const dlc__source_set *src, size_t i,
+                       const dlc__build_slot *sl, int masks)
+{
+    if (masks) {
+        uint8_t b[16];
+        dlc__st64(b, sl->mask_size);
+        dlc__st64(b + 8, (uint64_t)sl->mask_mtime_ns);
+        XXH3_64bits_update(h, b, sizeof b);
+    }
+    for (uint32_t c = 0; c < src->nscalars; c++) {
+        uint8_t b[8];
+        dlc__st64(b, dlc__source_cell(src, i, c));
+        XXH3_64bits_update(h, b, sizeof b);
+    }
+    for (uint32_t k = 0; k < src->nlists; k++) {
+        size_t n;
+        const uint64_t *v = dlc__source_list(src, i, k, &n);
+        uint8_t b[8];
+        dlc__st64(b, n);
+        XXH3_64bits_update(h, b, sizeof b);
+        for (size_t e = 0; e < n; e++) {
+            dlc__st64(b, v[e]);
+            XXH3_64bits_update(h, b, sizeof b);
+        }
+    }
+}
+
+/* The fields' options: channels, a masks folder, their encoding. */
+static dlc_status check_fields(const dlc_build_fields *f)
+{
+    struct stat st;
+    if (f->channels != 1 && f->channels != 3 && f->channels != DLC_BUILD_CHANNELS_KEEP)
+        return dlc__errorf(DLC_EINVAL, "build: %u channels; the image keeps 1, 3 or the source's",
+                           f->channels);
+    if (f->mask_encoding != -1 && f->mask_encoding != DLC_ENCODING_RAW &&
+        f->mask_encoding != DLC_ENCODING_PNG)
+        return dlc__errorf(DLC_EINVAL, "build: mask encoding %d; masks are raw or PNG, never JPEG",
+                           f->mask_encoding);
+    if (f->masks && stat(f->masks, &st) != 0)
+        return dlc__errorf(-errno, "%s: cannot open the masks folder: %s", f->masks,
+                           strerror(errno));
+    if (f->masks && !S_ISDIR(st.st_mode))
+        return dlc__errorf(DLC_EINVAL, "%s: the masks are a folder tree, not a file", f->masks);
+    return DLC_OK;
 }
 
 static dlc_status check_options(const char *const *sources, size_t nsources, const char *out,
@@ -81,6 +132,7 @@ typedef struct build_run {
     size_t nsources;
     const char *out;
     dlc_build_options o;
+    dlc_build_fields f;
     double t0; /* dlc__now_s() at the start */
     dlc__source_set src;
     dlc_build_report *rep;
@@ -111,6 +163,7 @@ static dlc_status scan_sources(build_run *b)
     dlc_status rc;
     const dlc_build_options *o = &b->o;
     CHECK(check_options(b->sources, b->nsources, b->out, o));
+    CHECK(check_fields(&b->f));
     struct stat st;
     FAIL_IF(!o->force && lstat(b->out, &st) == 0, DLC_EEXIST,
             "%s: a store (or another file) is already there; it is replaced only with force",
@@ -170,24 +223,13 @@ fail:
     return rc;
 }
 
-/* What a record holds: the image, then the label. Field by field, as the writer's schema. */
+/* What a record holds, field by field, as the writer's schema; and the label names. */
 static dlc_status plan_record(build_run *b)
 {
-    dlc__build_plan *plan = &b->plan;
-    plan->channels = 3;
-    plan->f_mask = DLC_NO_FIELD;
-    plan->f_image = b->nfields;
-    /* VARIABLE: without a crop the sizes differ; the writer makes the field fixed at finish
-     * when every record turns out to have one size. */
-    b->fields[b->nfields++] = (dlc_field_spec){.name = "image",
-                                               .kind = DLC_FIELD_IMAGE,
-                                               .encoding = b->o.encoding,
-                                               .flags = DLC_FIELD_VARIABLE,
-                                               .shape = {0, 0, plan->channels},
-                                               .quality = b->o.quality};
-    plan->f_label = b->nfields;
-    b->fields[b->nfields++] =
-        (dlc_field_spec){.name = "label", .kind = DLC_FIELD_INT, .flags = DLC_FIELD_LABEL};
+    const dlc_status rc =
+        dlc__build_plan_make(&b->src, &b->o, &b->f, &b->plan, b->fields, &b->nfields);
+    if (rc < 0 || b->plan.f_label == DLC_NO_FIELD)
+        return rc;
     return label_names(b);
 }
 
@@ -201,7 +243,7 @@ static dlc_status open_writer(build_run *b)
         .label_names = b->plan.f_label != DLC_NO_FIELD ? b->names : NULL,
         .num_labels = b->plan.f_label != DLC_NO_FIELD ? b->num_labels : 0,
         .force = b->o.force,
-        .size_hint = b->to_write * payload_estimate(&b->o),
+        .size_hint = b->to_write * payload_estimate(&b->o, &b->plan),
     };
     return dlc_writer_open(b->out, &cfg, &b->wr);
 }
@@ -334,6 +376,20 @@ fail:
     return rc;
 }
 
+/* An image stored with other channels than its source's: the first says why, the report
+ * counts them all. */
+static void note_converted(build_run *b, const char *path, const dlc__build_slot *sl)
+{
+    if (b->rep->converted++ == 0) {
+        const size_t k = b->plan.keep_item;
+        dlc__logf(b->o.log, b->o.log_user, DLC_LOG_WARN,
+                  "%s: %u channel%s, stored as %u like the first image (%s) decided; every such "
+                  "image is converted and counted",
+                  path, sl->src_channels, sl->src_channels == 1 ? "" : "s", b->plan.channels,
+                  k < b->src.count ? dlc__source_path(&b->src, &b->src.items[k]) : "?");
+    }
+}
+
 /* Append item @p j's sealed record, or report its skip; then give the slot back to the
  * workers. */
 static dlc_status write_item(build_run *b, size_t j, dlc__build_slot *sl, int state)
@@ -344,6 +400,7 @@ static dlc_status write_item(build_run *b, size_t j, dlc__build_slot *sl, int st
     if (state == DLC__SLOT_FATAL)
         return dlc__errorf(sl->status, "%s: %s", path, sl->why);
     hash_item(b->digest, path, sl->file_size, sl->mtime_ns, it->label);
+    hash_extra(b->digest, &b->src, j, sl, b->plan.masks != NULL);
     b->prog.bytes_in += sl->bytes_in;
     if (state == DLC__SLOT_SKIP) {
         CHECK(skip_item(b, path, sl));
@@ -352,6 +409,8 @@ static dlc_status write_item(build_run *b, size_t j, dlc__build_slot *sl, int st
         CHECK(dlc__record_sealed(sl->rec, &rec));
         CHECK(dlc_writer_append(b->wr, sl->rec));
         b->prog.bytes_out += rec.payload;
+        if (sl->converted)
+            note_converted(b, path, sl);
     }
     b->prog.done++;
     pthread_mutex_lock(&b->p.mu);
@@ -399,8 +458,12 @@ static dlc_status finish_store(build_run *b)
     rep->bytes_out = b->prog.bytes_out;
     FAIL_IF(rep->count == 0, DLC_ENOIMAGES, "%s: no valid image among %zu items (%llu skipped)",
             b->sources[0], b->src.count, (unsigned long long)rep->skipped);
-    json = dlc__build_json(b->sources, b->nsources, &b->o, b->nworkers, b->src.count, rep->count,
-                           rep->skipped, dlc__now_s() - b->t0);
+    if (rep->converted > 1)
+        dlc__logf(b->o.log, b->o.log_user, DLC_LOG_WARN,
+                  "%llu images had other channels than the first and were converted to %u",
+                  (unsigned long long)rep->converted, b->plan.channels);
+    json = dlc__build_json(b->sources, b->nsources, &b->o, &b->f, b->nworkers, b->src.count,
+                           rep->count, rep->skipped, dlc__now_s() - b->t0);
     FAIL_IF(!json, -ENOMEM, "build: out of memory");
     const int labelled = b->plan.f_label != DLC_NO_FIELD;
     CHECK(dlc__writer_set_meta(b->wr, labelled ? b->names : NULL, labelled ? b->num_labels : 0,
@@ -423,6 +486,7 @@ static dlc_status fill_report(build_run *b)
     dlc_build_report *rep = b->rep;
     rep->content_digest = info->content_digest;
     rep->file_bytes = info->file_bytes;
+    rep->channels = b->plan.channels;
     rep->seconds = dlc__now_s() - b->t0;
     rep->images_per_s = rep->seconds > 0 ? (double)b->src.count / rep->seconds : 0;
     if (b->o.progress) {
@@ -496,8 +560,9 @@ static dlc_status build_end(build_run *b, dlc_status rc, dlc_build_report **repo
     return rc;
 }
 
-dlc_status dlc_build(const char *const *sources, size_t nsources, const char *out,
-                     const dlc_build_options *opts_in, dlc_build_report **report_out)
+dlc_status dlc_build_with_fields(const char *const *sources, size_t nsources, const char *out,
+                                 const dlc_build_options *opts_in, const dlc_build_fields *fields,
+                                 dlc_build_report **report_out)
 {
     dlc_status rc;
     build_run b;
@@ -510,6 +575,10 @@ dlc_status dlc_build(const char *const *sources, size_t nsources, const char *ou
         b.o = *opts_in;
     else
         dlc_build_options_init(&b.o);
+    if (fields)
+        b.f = *fields;
+    else
+        dlc_build_fields_init(&b.f);
     dlc__source_init(&b.src);
     b.src.log = b.o.log;
     b.src.log_user = b.o.log_user;
@@ -529,4 +598,10 @@ dlc_status dlc_build(const char *const *sources, size_t nsources, const char *ou
     rc = DLC_OK;
 fail:
     return build_end(&b, rc, report_out);
+}
+
+dlc_status dlc_build(const char *const *sources, size_t nsources, const char *out,
+                     const dlc_build_options *opts, dlc_build_report **report)
+{
+    return dlc_build_with_fields(sources, nsources, out, opts, NULL, report);
 }

@@ -24,6 +24,13 @@ void dlc_build_options_init(dlc_build_options *o)
     o->quality = 90;
 }
 
+void dlc_build_fields_init(dlc_build_fields *f)
+{
+    memset(f, 0, sizeof *f);
+    f->channels = 3;
+    f->mask_encoding = -1;
+}
+
 void dlc_build_report_free(dlc_build_report *r)
 {
     if (!r)
@@ -124,9 +131,27 @@ static void sb_json_str(sbuf *b, const char *s)
     sb_put(b, "\"", 1);
 }
 
+/* The options of the fields, only where they are not the defaults: the "build" text of a store
+ * of RGB images and labels stays what it was. */
+static void json_field_options(sbuf *b, const dlc_build_fields *f)
+{
+    if (f->channels == DLC_BUILD_CHANNELS_KEEP)
+        sb_printf(b, ",\"channels\":\"keep\"");
+    else if (f->channels != 3)
+        sb_printf(b, ",\"channels\":%u", f->channels);
+    if (!f->masks)
+        return;
+    char abs[PATH_MAX];
+    sb_put(b, ",\"masks\":", 9);
+    sb_json_str(b, realpath(f->masks, abs) ? abs : f->masks);
+    if (f->mask_encoding >= 0)
+        sb_printf(b, ",\"mask_encoding\":\"%s\"",
+                  f->mask_encoding == DLC_ENCODING_PNG ? "png" : "raw");
+}
+
 char *dlc__build_json(const char *const *sources, size_t nsources, const dlc_build_options *o,
-                      uint32_t threads, uint64_t items, uint64_t count, uint64_t skipped,
-                      double seconds)
+                      const dlc_build_fields *f, uint32_t threads, uint64_t items, uint64_t count,
+                      uint64_t skipped, double seconds)
 {
     sbuf b = {0};
     /* SOURCE_DATE_EPOCH lets a reproducible build pin the date it records. */
@@ -159,6 +184,7 @@ char *dlc__build_json(const char *const *sources, size_t nsources, const dlc_bui
               o->encoding == DLC_ENCODING_JPEG ? "jpeg" : "raw");
     if (o->encoding == DLC_ENCODING_JPEG)
         sb_printf(&b, ",\"quality\":%d", o->quality);
+    json_field_options(&b, f);
     sb_printf(&b, ",\"strict\":%s,\"threads\":%u}", o->strict ? "true" : "false", threads);
     sb_put(&b, ",\"sources\":[", 12);
     for (size_t i = 0; i < nsources; i++) {

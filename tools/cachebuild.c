@@ -2,10 +2,11 @@
  * cachebuild: turn JPEG sources into a dlcache store.
  *
  *   cachebuild SOURCE... -o STORE [--size N] [--crop center|none]
- *              [--encoding raw|jpeg] [--quality Q] [--threads N]
+ *              [--encoding raw|jpeg] [--quality Q] [--channels 1|3|keep]
+ *              [--masks DIR] [--mask-encoding raw|png] [--threads N]
  *              [--strict] [--force] [--json]
  *
- * A thin shell over dlc_build(): it parses flags, draws a progress line,
+ * A thin shell over dlc_build_with_fields(): it parses flags, draws a progress line,
  * turns SIGINT/SIGTERM into a clean cancel (the library then removes its
  * temporary file) and prints the report.
  *
@@ -50,13 +51,26 @@ static void usage(FILE *f)
           "SOURCE is an ImageFolder directory (one folder per class; labels numbered\n"
           "like torchvision's ImageFolder), a manifest (PATH<TAB>LABEL lines, paths\n"
           "relative to the manifest), or WebDataset .tar shards (KEY.jpg + KEY.cls).\n"
+          "A manifest whose first line is '#columns: path NAME...' has named columns,\n"
+          "each a field of the store: label (the label), labels or NAME:ints (comma-\n"
+          "separated integers, any number), NAME:floats, NAME:int, NAME:float, and a\n"
+          "plain NAME (int64 if every value is an integer, else float64).\n"
           "\n"
           "options:\n"
           "  -o, --output STORE     store file to write (required)\n"
           "  --size N               shorter side after resize, pixels (default 256)\n"
           "  --crop center|none     center crop to N x N (default), or keep the aspect\n"
-          "  --encoding raw|jpeg    raw uint8 RGB pixels (default), or re-encoded JPEG\n"
+          "  --encoding raw|jpeg    raw uint8 pixels (default), or re-encoded JPEG\n"
           "  --quality Q            JPEG quality with --encoding jpeg (default 90)\n"
+          "  --channels 1|3|keep    gray, RGB (default), or those of the first image\n"
+          "                         (a gray data set stays gray; images of the other kind\n"
+          "                         are converted, and counted)\n"
+          "  --masks DIR            segmentation masks: for the image REL/STEM.jpg of the\n"
+          "                         tree (or manifest path), DIR/REL/STEM.png, as large as\n"
+          "                         the image; resized with nearest neighbour to exactly\n"
+          "                         the image's pixels. No mask: the item is skipped\n"
+          "  --mask-encoding raw|png  masks stored raw or as PNG (default: raw with\n"
+          "                         --encoding raw, png with --encoding jpeg)\n"
           "  --threads N            decoding threads (default: all cores)\n"
           "  --strict               stop at the first bad image instead of skipping it\n"
           "  --force                replace STORE if it exists\n"
@@ -163,6 +177,8 @@ static void print_json(const dlc_build_report *r, const char *store, dlc_status 
     tool_json_f64(&j, "seconds", r->seconds);
     tool_json_f64(&j, "images_per_s", r->images_per_s);
     tool_json_u64(&j, "threads", r->threads);
+    tool_json_u64(&j, "channels", r->channels);
+    tool_json_u64(&j, "converted", r->converted);
     if (rc == DLC_OK)
         tool_json_hex64(&j, "content_digest", r->content_digest);
     else
@@ -174,11 +190,46 @@ static void print_json(const dlc_build_report *r, const char *store, dlc_status 
 /* What the command line asks for. */
 typedef struct build_args {
     dlc_build_options o;
+    dlc_build_fields f;
     const char *out;
     int json;
 } build_args;
 
-enum { O_SIZE = 256, O_CROP, O_ENC, O_QUALITY, O_THREADS, O_STRICT, O_FORCE, O_JSON };
+enum {
+    O_SIZE = 256,
+    O_CROP,
+    O_ENC,
+    O_QUALITY,
+    O_THREADS,
+    O_STRICT,
+    O_FORCE,
+    O_JSON,
+    O_CHANNELS,
+    O_MASKS,
+    O_MASK_ENC,
+};
+
+/* The options of the record's fields. Returns -1 to go on, or the exit status of a bad
+ * value. */
+static int apply_field_option(build_args *a, int c, const char *arg)
+{
+    switch (c) {
+    case O_CHANNELS:
+        if (strcmp(arg, "1") != 0 && strcmp(arg, "3") != 0 && strcmp(arg, "keep") != 0)
+            return tool_usage_error(TOOL, NULL, "--channels is 1, 3 or keep, not '%s'", arg);
+        a->f.channels = !strcmp(arg, "keep") ? DLC_BUILD_CHANNELS_KEEP : (uint32_t)atoi(arg);
+        break;
+    case O_MASKS:
+        a->f.masks = arg;
+        break;
+    case O_MASK_ENC:
+        if (strcmp(arg, "raw") != 0 && strcmp(arg, "png") != 0)
+            return tool_usage_error(TOOL, NULL, "--mask-encoding is raw or png, not '%s'", arg);
+        a->f.mask_encoding = strcmp(arg, "raw") == 0 ? DLC_ENCODING_RAW : DLC_ENCODING_PNG;
+        break;
+    }
+    return -1;
+}
 
 /* Apply option @p c with value @p arg. Returns -1 to go on, or the exit status of a bad
  * value. */
@@ -225,6 +276,8 @@ static int apply_option(build_args *a, int c, const char *arg)
     case O_JSON:
         a->json = 1;
         break;
+    default:
+        return apply_field_option(a, c, arg);
     }
     return -1;
 }
@@ -243,6 +296,9 @@ static int parse_args(int argc, char **argv, build_args *a)
         {"strict", no_argument, NULL, O_STRICT},
         {"force", no_argument, NULL, O_FORCE},
         {"json", no_argument, NULL, O_JSON},
+        {"channels", required_argument, NULL, O_CHANNELS},
+        {"masks", required_argument, NULL, O_MASKS},
+        {"mask-encoding", required_argument, NULL, O_MASK_ENC},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -260,6 +316,8 @@ static int parse_args(int argc, char **argv, build_args *a)
         if (status >= 0)
             return status;
     }
+    if (a->f.mask_encoding >= 0 && !a->f.masks)
+        return tool_usage_error(TOOL, NULL, "--mask-encoding goes with --masks DIR");
     if (!a->out || optind >= argc)
         return tool_usage_error(TOOL, usage, "%s",
                                 !a->out ? "-o STORE is required" : "no SOURCE given");
@@ -310,6 +368,7 @@ int main(int argc, char **argv)
 {
     build_args a = {.out = NULL};
     dlc_build_options_init(&a.o);
+    dlc_build_fields_init(&a.f);
     /* Before getopt_long(), which permutes argv. */
     char *cmd = command_line(argc, argv);
     int status = parse_args(argc, argv, &a);
@@ -327,8 +386,8 @@ int main(int argc, char **argv)
     a.o.log = on_log;
     a.o.log_user = &t;
     dlc_build_report *r = NULL;
-    const dlc_status rc =
-        dlc_build((const char *const *)argv + optind, (size_t)(argc - optind), a.out, &a.o, &r);
+    const dlc_status rc = dlc_build_with_fields((const char *const *)argv + optind,
+                                                (size_t)(argc - optind), a.out, &a.o, &a.f, &r);
     tool_progress_end(&t.pg);
     status = rc == DLC_OK ? 0 : report_failure(rc, a.out);
     if (r && t.json)

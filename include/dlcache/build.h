@@ -4,7 +4,8 @@
  *
  * Sources are an ImageFolder tree (one folder per class; labels numbered as
  * torchvision's ImageFolder numbers them: class folder names sorted by byte
- * value), a manifest (`path<TAB>label` lines), or WebDataset .tar shards
+ * value), a manifest (`path<TAB>label` lines, or named columns: several
+ * labels, numbers), or WebDataset .tar shards
  * (`KEY.jpg`/`KEY.jpeg` with `KEY.cls`). Items are numbered in a
  * deterministic order, decoded and resized on all threads, and written in
  * that order, so the store's bytes do not depend on the number of threads.
@@ -30,13 +31,54 @@
  *     cls but no JPEG, or with another image type is an item skipped with
  *     that reason. ustar, GNU (long names) and pax headers are read; a bad
  *     header checksum or a member past the end of the file is DLC_ECORRUPT.
+ *   - Manifest with named columns: a first line `#columns: path label ...`
+ *     names each cell of the lines (cache/source_manifest.c gives the
+ *     syntax): `label` the store's label, `labels` (or NAME:ints) a list of
+ *     integers, NAME:floats a list of numbers, NAME:int, NAME:float, and a
+ *     plain NAME one number (int64 when every value is an integer, else
+ *     float64). A bad cell is DLC_EINVAL naming the manifest, line and
+ *     column. Every manifest and shard of a build has the same columns.
  * A skipped item is named in the report ("SHARD:MEMBER" for tar members) and
  * counted in the store's `skipped` metadata; record numbers are dense over
  * the items that were stored.
  *
+ * Records (format version 2). Each record has the fields, in this order:
+ *   - "image": the decoded, resized, cropped image, raw or JPEG, of 3
+ *     channels (RGB), 1 (gray) or, with ::DLC_BUILD_CHANNELS_KEEP, the
+ *     channels of the first source image in item order that has a readable
+ *     JPEG header (1 for a grayscale JPEG, else 3); an image of the other kind
+ *     is converted (dlc_jpeg_decode_resize_as()), the first one with a
+ *     notice, and counted in ::dlc_build_report.converted.
+ *   - "mask", with ::dlc_build_fields.masks: a segmentation mask (an image
+ *     with DLC_FIELD_MASK), raw or PNG, never JPEG.
+ *   - one field per column of the sources, named like it: "label" (int,
+ *     DLC_FIELD_LABEL, names "0".."K-1" for lists, the class folders for an
+ *     ImageFolder), int64 and float64 scalars, and int64 or float64 ndarrays
+ *     whose length varies per record. An ImageFolder tree, a tar shard and a
+ *     manifest without a header have one column, "label": their stores are
+ *     exactly "image" and "label".
+ *
+ * Masks. For an item whose path relative to its tree is DIR/STEM.EXT (an
+ * ImageFolder: relative to the root given; a manifest: the path as written
+ * in the line), the mask is MASKS/DIR/STEM.png: the file name's last
+ * extension replaced by ".png" (".png" appended when it has none), nothing
+ * else tried. It is decoded with dlc_png_decode() (gray PNGs are class ids,
+ * 1 channel; RGB and RGBA keep their channels, palettes become RGB), must be
+ * exactly as large as the source image, and is resized with
+ * dlc_resize_nearest() to the geometry dlc_resize_geometry_get() gives the
+ * image: the mask aligns pixel for pixel with the stored image, and class
+ * ids are never blended. The first mask in item order decides the mask
+ * field's channels. An image without its mask, with an absolute manifest
+ * path, or with a mask that cannot be read, has another size or other
+ * channels, is an item skipped with that reason (DLC_EDECODE with strict).
+ * WebDataset tar members have no path in a tree: a build with masks and a
+ * tar source is DLC_EINVAL.
+ *
  * The store's "source_digest" is XXH3-64 over every item in order: its path
  * as reported (NUL-terminated), then its size, mtime (ns) and label as
- * little-endian 64-bit values, so it changes when a source file does.
+ * little-endian 64-bit values, so it changes when a source file does. With
+ * masks, the mask file's size and mtime follow; with manifest columns besides
+ * the label, the item's values (8 bytes each, lists as they are).
  *
  * The store is written to `OUT.tmp-PID`, synced, and renamed to OUT; the
  * directory is synced after the rename. A failure, a signal or a full disk
@@ -92,6 +134,20 @@ typedef struct dlc_build_options {
     void *log_user;
 } dlc_build_options;
 
+/** ::dlc_build_fields.channels: the image field takes the channels of the first source image. */
+#define DLC_BUILD_CHANNELS_KEEP 0u
+
+/** What each record holds besides what the sources give; dlc_build_fields_init() sets the
+ *  defaults named below. Kept apart from ::dlc_build_options so that callers built against the
+ *  options without it (the Python package's ctypes mirror) keep working. */
+typedef struct dlc_build_fields {
+    uint32_t channels; /**< The image field's channels: 3 (RGB, the default), 1 (gray) or
+                            DLC_BUILD_CHANNELS_KEEP. */
+    const char *masks; /**< Root of a tree of PNG masks (see "Masks" above), or NULL. */
+    int mask_encoding; /**< -1 (default): raw masks in a raw store, PNG in a JPEG one; else
+                            DLC_ENCODING_RAW or DLC_ENCODING_PNG. */
+} dlc_build_fields;
+
 /** One source item that was not stored, and why. */
 typedef struct dlc_build_skip {
     const char *path;   /**< File, or "shard.tar:member" for tar members. */
@@ -110,6 +166,9 @@ typedef struct dlc_build_report {
     uint32_t threads;        /**< Worker threads used. */
     uint64_t content_digest; /**< Same as dlc_store_info.content_digest. */
     dlc_build_skip *skips;   /**< skipped entries. */
+    uint32_t channels;       /**< Of the image field. */
+    uint64_t converted;      /**< DLC_BUILD_CHANNELS_KEEP: images stored with other channels
+                                  than their source's. */
 } dlc_build_report;
 
 /** Fill @p o with the defaults. */
@@ -129,6 +188,20 @@ DLC_API void dlc_build_options_init(dlc_build_options *o);
  */
 DLC_API dlc_status dlc_build(const char *const *sources, size_t nsources, const char *out,
                              const dlc_build_options *opts, dlc_build_report **report);
+
+/** Fill @p f with the defaults. */
+DLC_API void dlc_build_fields_init(dlc_build_fields *f);
+
+/**
+ * @brief dlc_build() with @p fields saying what each record holds besides the sources' own
+ *        values: the image's channels and the masks (NULL: dlc_build_fields_init()'s defaults,
+ *        which is dlc_build()).
+ * @return As dlc_build(); DLC_EINVAL also for a masks root that is not a folder, masks with a
+ *         tar source, or a bad channels or mask encoding.
+ */
+DLC_API dlc_status dlc_build_with_fields(const char *const *sources, size_t nsources,
+                                         const char *out, const dlc_build_options *opts,
+                                         const dlc_build_fields *fields, dlc_build_report **report);
 
 /** Free a report. Accepts NULL. */
 DLC_API void dlc_build_report_free(dlc_build_report *r);

@@ -37,6 +37,45 @@ static inline void btu_mkdir(const char *dir, const char *name)
     free(p);
 }
 
+/* Encode a w x h image of @p channels (1: a grayscale JPEG, 3: colour) whose content depends on
+ * @p seed as a JPEG at dir/name. */
+static inline void btu_jpeg_channels(const char *dir, const char *name, uint32_t w, uint32_t h,
+                                     unsigned seed, uint32_t channels)
+{
+    dlc_codec *c = NULL;
+    cr_assert(dlc_codec_create(&c) == DLC_OK);
+    uint8_t *px = malloc((size_t)w * h * channels);
+    cr_assert(px != NULL);
+    for (uint32_t y = 0; y < h; y++)
+        for (uint32_t x = 0; x < w; x++)
+            for (uint32_t k = 0; k < channels; k++)
+                px[((size_t)y * w + x) * channels + k] = (uint8_t)(x * 3 + y * 5 + k * 70 + seed);
+    const dlc_image img = {
+        .data = px, .width = w, .height = h, .channels = channels, .stride = (size_t)w * channels};
+    const uint8_t *jpeg;
+    size_t size;
+    cr_assert(dlc_jpeg_encode(c, &img, 90, &jpeg, &size) == DLC_OK);
+    char *path = tmp_path(dir, name);
+    btu_write(path, jpeg, size);
+    free(path);
+    free(px);
+    dlc_codec_destroy(c);
+}
+
+/* Write @p img as a PNG at dir/name. */
+static inline void btu_png(const char *dir, const char *name, const dlc_image *img)
+{
+    dlc_codec *c = NULL;
+    cr_assert(dlc_codec_create(&c) == DLC_OK);
+    const uint8_t *png;
+    size_t size;
+    cr_assert(dlc_png_encode(c, img, &png, &size) == DLC_OK, "%s", dlc_errmsg());
+    char *path = tmp_path(dir, name);
+    btu_write(path, png, size);
+    free(path);
+    dlc_codec_destroy(c);
+}
+
 /* Encode a w x h image whose content depends on @p seed as a JPEG at
  * dir/name. Real JPEG bytes: the builder decodes them with libjpeg-turbo. */
 static inline void btu_jpeg(const char *dir, const char *name, uint32_t w, uint32_t h,

@@ -394,3 +394,439 @@ Test(build, bad_options)
     cr_assert_eq(dlc_build(NULL, 0, out, &o, &r), DLC_EINVAL);
     free(out);
 }
+
+/* ---- Fields: channels, masks, manifest columns ------------------------------------------------
+ */
+
+static dlc_status build_fields(const char *src, const char *out, const dlc_build_options *o,
+                               const dlc_build_fields *f, dlc_build_report **r)
+{
+    const char *srcs[] = {src};
+    return dlc_build_with_fields(srcs, 1, out, o, f, r);
+}
+
+/* Build @p src at 1 and 3 threads; the stores must be the same. Returns the 1-thread store's
+ * report (the store at @p out). */
+static dlc_build_report *build_twice(const char *src, const char *out, dlc_build_options o,
+                                     const dlc_build_fields *f)
+{
+    dlc_build_report *r1 = NULL, *r3 = NULL;
+    char *out3 = malloc(strlen(out) + 3);
+    sprintf(out3, "%s.3", out);
+    o.threads = 1;
+    cr_assert_eq(build_fields(src, out, &o, f, &r1), DLC_OK, "%s", dlc_errmsg());
+    o.threads = 3;
+    cr_assert_eq(build_fields(src, out3, &o, f, &r3), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(r1->content_digest, r3->content_digest, "1 and 3 threads gave other stores");
+    cr_assert_eq(r1->count, r3->count);
+    dlc_build_report_free(r3);
+    unlink(out3);
+    free(out3);
+    return r1;
+}
+
+/* The values of record @p i of the store at @p path, with the schema. */
+typedef struct read_back {
+    dlc_store *s;
+    dlc_store_reader *rd;
+    dlc_value v[DLC_MAX_FIELDS];
+} read_back;
+
+static void read_open(read_back *b, const char *path)
+{
+    cr_assert_eq(dlc_store_open(path, 0, &b->s), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(dlc_store_reader_open(b->s, &b->rd), DLC_OK);
+}
+
+static const dlc_value *read_field(read_back *b, uint64_t i, const char *name)
+{
+    const int f = dlc_store_find_field(b->s, name);
+    cr_assert(f >= 0, "no field %s", name);
+    cr_assert_eq(dlc_store_read_values(b->rd, i, b->v), DLC_OK, "%s", dlc_errmsg());
+    return &b->v[f];
+}
+
+static void read_close(read_back *b)
+{
+    cr_assert_eq(dlc_store_verify(b->s, NULL, NULL, NULL), DLC_OK, "%s", dlc_errmsg());
+    dlc_store_reader_close(b->rd);
+    dlc_store_close(b->s);
+}
+
+Test(build, gray_images)
+{
+    char *train = make_tree(3);
+    char *out = tmp_path(dir, "g.dlc");
+    dlc_build_fields f;
+    dlc_build_fields_init(&f);
+    f.channels = 1;
+    dlc_build_report *r = build_twice(train, out, opts(1), &f);
+    cr_assert_eq(r->channels, 1);
+    cr_assert_eq(r->bytes_out, 9ull * 24 * 24, "one byte per pixel");
+    read_back b;
+    read_open(&b, out);
+    cr_assert_eq(dlc_store_get_info(b.s)->channels, 1);
+    /* Record 0 is cat/000.jpg, decoded to gray by the decoder's own 1-channel path. */
+    char *p = tmp_path(train, "cat/000.jpg");
+    FILE *fp = fopen(p, "rb");
+    uint8_t jpeg[65536];
+    const size_t n = fread(jpeg, 1, sizeof jpeg, fp);
+    fclose(fp);
+    dlc_codec *c = NULL;
+    cr_assert_eq(dlc_codec_create(&c), DLC_OK);
+    dlc_image img;
+    cr_assert_eq(dlc_jpeg_decode_resize_as(c, jpeg, n, 1, 24, 1, &img), DLC_OK);
+    const dlc_value *v = read_field(&b, 0, "image");
+    cr_assert_eq(v->size, 24u * 24);
+    for (uint32_t y = 0; y < 24; y++)
+        cr_assert_arr_eq(v->data + y * 24, img.data + y * img.stride, 24, "row %u", y);
+    dlc_codec_destroy(c);
+    read_close(&b);
+    dlc_build_report_free(r);
+    free(p);
+    free(out);
+    free(train);
+}
+
+typedef struct log_capture {
+    char text[4096];
+    int warnings;
+} log_capture;
+
+static void capture_log(void *user, dlc_log_level level, const char *msg)
+{
+    log_capture *l = user;
+    if (level < DLC_LOG_WARN)
+        return;
+    l->warnings++;
+    strncat(l->text, msg, sizeof l->text - strlen(l->text) - 2);
+    strcat(l->text, "\n");
+}
+
+Test(build, keep_channels_of_the_first_image)
+{
+    btu_mkdir(dir, "k");
+    char *k = tmp_path(dir, "k");
+    btu_mkdir(k, "a");
+    btu_mkdir(k, "b");
+    char *a = tmp_path(k, "a"), *bdir = tmp_path(k, "b");
+    btu_jpeg_channels(a, "0.jpg", 40, 30, 1, 1);
+    btu_jpeg_channels(a, "1.jpg", 40, 30, 2, 3);
+    btu_jpeg_channels(bdir, "2.jpg", 30, 40, 3, 1);
+    char *out = tmp_path(dir, "k.dlc");
+    dlc_build_fields f;
+    dlc_build_fields_init(&f);
+    f.channels = DLC_BUILD_CHANNELS_KEEP;
+    log_capture lc = {.text = ""};
+    dlc_build_options o = opts(1);
+    o.log = capture_log;
+    o.log_user = &lc;
+    dlc_build_report *r = build_twice(k, out, o, &f);
+    cr_assert_eq(r->channels, 1, "a gray first image makes a gray store");
+    cr_assert_eq(r->converted, 1);
+    cr_assert_eq(r->count, 3);
+    cr_assert(strstr(lc.text, "1.jpg: 3 channels, stored as 1") != NULL, "%s", lc.text);
+    cr_assert(strstr(lc.text, "0.jpg) decided") != NULL, "%s", lc.text);
+    dlc_build_report_free(r);
+    /* A colour first image makes a colour store; the gray ones are converted. */
+    char *first = tmp_path(a, "0.jpg");
+    unlink(first);
+    btu_jpeg_channels(a, "0.jpg", 40, 30, 1, 3);
+    unlink(out);
+    r = build_twice(k, out, o, &f);
+    cr_assert_eq(r->channels, 3);
+    cr_assert_eq(r->converted, 1);
+    dlc_build_report_free(r);
+    free(first);
+    free(out);
+    free(a);
+    free(bdir);
+    free(k);
+}
+
+/* An RGB mask whose pixel holds its own coordinates: red the column, green the row. */
+static void coordinate_mask(const char *mdir, const char *name, uint32_t w, uint32_t h)
+{
+    uint8_t *px = malloc((size_t)w * h * 3);
+    for (uint32_t y = 0; y < h; y++)
+        for (uint32_t x = 0; x < w; x++) {
+            uint8_t *p = px + ((size_t)y * w + x) * 3;
+            p[0] = (uint8_t)x;
+            p[1] = (uint8_t)y;
+            p[2] = 7;
+        }
+    const dlc_image img = {.data = px, .width = w, .height = h, .channels = 3, .stride = w * 3};
+    btu_png(mdir, name, &img);
+    free(px);
+}
+
+Test(build, masks_lie_on_their_images_pixels)
+{
+    /* Sizes below and above twice the target: with and without a DCT-scaled decode. */
+    static const uint32_t sizes[][2] = {{61, 47}, {40, 90}, {100, 100}, {200, 57}, {33, 77}};
+    btu_mkdir(dir, "seg");
+    btu_mkdir(dir, "m");
+    char *seg = tmp_path(dir, "seg"), *m = tmp_path(dir, "m");
+    btu_mkdir(seg, "c");
+    btu_mkdir(m, "c");
+    char *sc = tmp_path(seg, "c"), *mc = tmp_path(m, "c");
+    for (int i = 0; i < 5; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "%d.jpg", i);
+        btu_jpeg(sc, name, sizes[i][0], sizes[i][1], (unsigned)i);
+        snprintf(name, sizeof name, "%d.png", i);
+        coordinate_mask(mc, name, sizes[i][0], sizes[i][1]);
+    }
+    char *out = tmp_path(dir, "seg.dlc");
+    for (int crop = 0; crop < 2; crop++) {
+        dlc_build_fields f;
+        dlc_build_fields_init(&f);
+        f.masks = m;
+        f.mask_encoding = crop ? DLC_ENCODING_PNG : -1;
+        dlc_build_options o = opts(1);
+        o.center_crop = crop;
+        unlink(out);
+        dlc_build_report *r = build_twice(seg, out, o, &f);
+        cr_assert_eq(r->count, 5);
+        read_back b;
+        read_open(&b, out);
+        const dlc_field *mf = &dlc_store_fields(b.s)[dlc_store_find_field(b.s, "mask")];
+        cr_assert(mf->flags & DLC_FIELD_MASK);
+        cr_assert_eq(mf->shape[2], 3, "the first mask decides the channels");
+        cr_assert_eq(mf->encoding, crop ? DLC_ENCODING_PNG : DLC_ENCODING_RAW);
+        dlc_codec *c = NULL;
+        cr_assert_eq(dlc_codec_create(&c), DLC_OK);
+        for (uint64_t i = 0; i < 5; i++) {
+            const uint32_t W = sizes[i][0], H = sizes[i][1];
+            dlc_resize_geometry g;
+            cr_assert_eq(dlc_resize_geometry_get(W, H, 24, crop, &g), DLC_OK);
+            const dlc_value img = *read_field(&b, i, "image");
+            const dlc_value *mv = read_field(&b, i, "mask");
+            cr_assert(mv->dim0 == img.dim0 && mv->dim1 == img.dim1, "mask and image sizes");
+            cr_assert(mv->dim0 == g.height && mv->dim1 == g.width);
+            dlc_image px = {.data = (uint8_t *)mv->data, .stride = (size_t)g.width * 3};
+            if (crop)
+                cr_assert_eq(dlc_png_decode(c, mv->data, mv->size, &px), DLC_OK);
+            /* Each mask pixel is the source pixel under the centre of its image pixel. */
+            for (uint32_t y = 0; y < g.height; y++)
+                for (uint32_t x = 0; x < g.width; x++) {
+                    const uint8_t *p = px.data + y * px.stride + (size_t)x * 3;
+                    const double cx = (x + g.x + 0.5) * W / g.resized_w;
+                    const double cy = (y + g.y + 0.5) * H / g.resized_h;
+                    cr_assert(p[0] <= cx + 1e-9 && cx < p[0] + 1 + 1e-9, "record %llu x %u",
+                              (unsigned long long)i, x);
+                    cr_assert(p[1] <= cy + 1e-9 && cy < p[1] + 1 + 1e-9, "record %llu y %u",
+                              (unsigned long long)i, y);
+                    cr_assert_eq(p[2], 7, "ids are never blended");
+                }
+        }
+        dlc_codec_destroy(c);
+        read_close(&b);
+        dlc_build_report_free(r);
+    }
+    free(out);
+    free(sc);
+    free(mc);
+    free(seg);
+    free(m);
+}
+
+Test(build, items_without_a_good_mask_are_skipped)
+{
+    btu_mkdir(dir, "seg");
+    btu_mkdir(dir, "m");
+    char *seg = tmp_path(dir, "seg"), *m = tmp_path(dir, "m");
+    btu_mkdir(seg, "c");
+    btu_mkdir(m, "c");
+    char *sc = tmp_path(seg, "c"), *mc = tmp_path(m, "c");
+    uint8_t ids[30 * 20], rgb[30 * 20 * 3];
+    memset(ids, 3, sizeof ids);
+    memset(rgb, 3, sizeof rgb);
+    const dlc_image gray = {.data = ids, .width = 30, .height = 20, .channels = 1, .stride = 30};
+    const dlc_image small = {.data = ids, .width = 10, .height = 10, .channels = 1, .stride = 10};
+    const dlc_image color = {.data = rgb, .width = 30, .height = 20, .channels = 3, .stride = 90};
+    static const char *const names[] = {"a", "b", "c", "d", "e"};
+    for (int i = 0; i < 5; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "%s.jpeg", names[i]);
+        btu_jpeg(sc, name, 30, 20, (unsigned)i);
+    }
+    btu_png(mc, "a.png", &gray);
+    /* b has no mask */
+    btu_png(mc, "c.png", &small);
+    btu_png(mc, "d.png", &color);
+    char *e = tmp_path(mc, "e.png");
+    btu_write_str(e, "not a png");
+    char *out = tmp_path(dir, "s.dlc");
+    dlc_build_fields f;
+    dlc_build_fields_init(&f);
+    f.masks = m;
+    dlc_build_options o = opts(2);
+    dlc_build_report *r = NULL;
+    cr_assert_eq(build_fields(seg, out, &o, &f, &r), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(r->count, 1);
+    cr_assert_eq(r->skipped, 4);
+    static const char *const want[4][2] = {
+        {"b.jpeg", "no mask: "},
+        {"c.jpeg", "c.png is 10x10, its image 30x20"},
+        {"d.jpeg", "has 3 channels; the store's masks have 1"},
+        {"e.jpeg", "e.png cannot be decoded"},
+    };
+    for (int i = 0; i < 4; i++) {
+        cr_assert(strstr(r->skips[i].path, want[i][0]) != NULL, "%s", r->skips[i].path);
+        cr_assert(strstr(r->skips[i].reason, want[i][1]) != NULL, "%s", r->skips[i].reason);
+    }
+    cr_assert(strstr(r->skips[0].reason, "m/c/b.png") != NULL, "the mask's path: %s",
+              r->skips[0].reason);
+    dlc_build_report_free(r);
+    /* Strict: the first item without its mask stops the build. */
+    o.strict = 1;
+    o.force = 1;
+    cr_assert_eq(build_fields(seg, out, &o, &f, &r), DLC_EDECODE);
+    cr_assert(strstr(dlc_errmsg(), "b.jpeg: no mask") != NULL, "%s", dlc_errmsg());
+    dlc_build_report_free(r);
+    cr_assert_eq(temp_files(), 0);
+    free(e);
+    free(out);
+    free(sc);
+    free(mc);
+    free(seg);
+    free(m);
+}
+
+/* A ustar file of one member @p name holding @p text. */
+static void one_member_tar(const char *path, const char *name, const char *text)
+{
+    uint8_t t[2048] = {0};
+    snprintf((char *)t, 100, "%s", name);
+    memcpy(t + 100, "0000644", 8);
+    snprintf((char *)t + 124, 12, "%011o", (unsigned)strlen(text));
+    snprintf((char *)t + 136, 12, "%011o", 0u);
+    t[156] = '0';
+    memcpy(t + 257, "ustar", 6);
+    memcpy(t + 263, "00", 2);
+    memset(t + 148, ' ', 8);
+    unsigned sum = 0;
+    for (int i = 0; i < 512; i++)
+        sum += t[i];
+    snprintf((char *)t + 148, 8, "%06o", sum);
+    memcpy(t + 512, text, strlen(text));
+    btu_write(path, t, sizeof t);
+}
+
+Test(build, masks_need_a_folder_and_a_tree)
+{
+    char *train = make_tree(1);
+    char *out = tmp_path(dir, "s.dlc");
+    dlc_build_fields f;
+    dlc_build_fields_init(&f);
+    dlc_build_options o = opts(1);
+    dlc_build_report *r = NULL;
+    f.masks = "/nonexistent-masks";
+    cr_assert_eq(build_fields(train, out, &o, &f, &r), -ENOENT);
+    cr_assert(strstr(dlc_errmsg(), "/nonexistent-masks") != NULL, "%s", dlc_errmsg());
+    char *file = tmp_path(dir, "afile");
+    btu_write_str(file, "x");
+    f.masks = file;
+    cr_assert_eq(build_fields(train, out, &o, &f, &r), DLC_EINVAL);
+    /* A tar member has no path in a tree to find its mask by. */
+    char *tar = tmp_path(dir, "x.tar");
+    one_member_tar(tar, "k.cls", "1");
+    f.masks = dir;
+    cr_assert_eq(build_fields(tar, out, &o, &f, &r), DLC_EINVAL);
+    cr_assert(strstr(dlc_errmsg(), "x.tar: masks are found by an image's path") != NULL, "%s",
+              dlc_errmsg());
+    cr_assert(!btu_exists(out));
+    f.channels = 2;
+    cr_assert_eq(build_fields(train, out, &o, &f, &r), DLC_EINVAL);
+    dlc_build_fields_init(&f);
+    f.mask_encoding = DLC_ENCODING_JPEG;
+    f.masks = dir;
+    cr_assert_eq(build_fields(train, out, &o, &f, &r), DLC_EINVAL);
+    cr_assert(strstr(dlc_errmsg(), "never JPEG") != NULL, "%s", dlc_errmsg());
+    cr_assert_eq(temp_files(), 0);
+    free(tar);
+    free(file);
+    free(out);
+    free(train);
+}
+
+Test(build, manifest_columns_become_fields)
+{
+    char *train = make_tree(2);
+    char *m = tmp_path(dir, "cols.tsv");
+    btu_write_str(m, "#columns: path labels w id:int\n"
+                     "train/cat/000.jpg\t3,17,42\t0.5\t-7\n"
+                     "train/dog/001.jpg\t\t2\t8\n"
+                     "train/eel/000.jpg\t9\t-1.25\t1000000000000\n");
+    char *out = tmp_path(dir, "c.dlc");
+    dlc_build_report *r = build_twice(m, out, opts(1), NULL);
+    cr_assert_eq(r->count, 3);
+    read_back b;
+    read_open(&b, out);
+    const dlc_store_info *info = dlc_store_get_info(b.s);
+    cr_assert_eq(info->num_fields, 4);
+    cr_assert_eq(info->label_field, DLC_NO_FIELD, "no label column, no label");
+    cr_assert_eq(info->num_labels, 0);
+    const dlc_field *fs = dlc_store_fields(b.s);
+    cr_assert_str_eq(fs[1].name, "labels");
+    cr_assert(fs[1].kind == DLC_FIELD_NDARRAY && fs[1].dtype == DLC_DTYPE_INT64);
+    cr_assert(fs[1].flags & DLC_FIELD_VARIABLE, "lists of other lengths stay variable");
+    cr_assert(fs[2].kind == DLC_FIELD_FLOAT && fs[3].kind == DLC_FIELD_INT);
+    const dlc_value *v = read_field(&b, 0, "labels");
+    cr_assert_eq(v->dim0, 3);
+    int64_t l[3];
+    memcpy(l, v->data, sizeof l);
+    cr_assert(l[0] == 3 && l[1] == 17 && l[2] == 42);
+    cr_assert_eq(read_field(&b, 1, "labels")->dim0, 0);
+    cr_assert_eq(read_field(&b, 1, "w")->f, 2.0);
+    cr_assert_eq(read_field(&b, 2, "w")->f, -1.25);
+    cr_assert_eq(read_field(&b, 2, "id")->i, 1000000000000);
+    const void *meta;
+    size_t msize;
+    cr_assert_eq(dlc_store_meta(b.s, "source_digest", &meta, &msize), DLC_OK);
+    char digest1[17] = {0};
+    memcpy(digest1, meta, 16);
+    read_close(&b);
+    dlc_build_report_free(r);
+
+    /* A changed value changes the source digest: the store is stale. */
+    btu_write_str(m, "#columns: path labels w id:int\n"
+                     "train/cat/000.jpg\t3,17,42\t0.5\t-7\n"
+                     "train/dog/001.jpg\t\t2\t8\n"
+                     "train/eel/000.jpg\t9\t-1.5\t1000000000000\n");
+    dlc_build_options o = opts(2);
+    o.force = 1;
+    cr_assert_eq(build(m, out, &o, &r), DLC_OK, "%s", dlc_errmsg());
+    read_open(&b, out);
+    cr_assert_eq(dlc_store_meta(b.s, "source_digest", &meta, &msize), DLC_OK);
+    cr_assert(memcmp(digest1, meta, 16) != 0, "source digest unchanged");
+    read_close(&b);
+    dlc_build_report_free(r);
+    free(out);
+    free(m);
+    free(train);
+}
+
+Test(build, manifest_label_and_labels_together)
+{
+    char *train = make_tree(1);
+    char *m = tmp_path(dir, "both.tsv");
+    btu_write_str(m, "#columns: path label labels\n"
+                     "train/cat/000.jpg\t2\t1,2\n"
+                     "train/dog/000.jpg\t0\t0\n");
+    char *out = tmp_path(dir, "b.dlc");
+    dlc_build_report *r = build_twice(m, out, opts(1), NULL);
+    read_back b;
+    read_open(&b, out);
+    const dlc_store_info *info = dlc_store_get_info(b.s);
+    cr_assert_eq(info->num_labels, 3);
+    cr_assert_eq(dlc_store_label_counts(b.s)[2], 1);
+    cr_assert_eq(read_field(&b, 0, "label")->i, 2);
+    cr_assert_eq(read_field(&b, 0, "labels")->dim0, 2);
+    read_close(&b);
+    dlc_build_report_free(r);
+    free(out);
+    free(m);
+    free(train);
+}

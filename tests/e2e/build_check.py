@@ -7,6 +7,11 @@
   build_check.py skips BUILD.json PATH=REASON...
       Each PATH (a suffix of the reported path) is reported with REASON in it,
       and nothing else is reported.
+  build_check.py masks TREE MASKS STORE BUILD.json SIZE
+      Every record's image and mask are torchvision's Resize(SIZE) + CenterCrop(SIZE) of its
+      JPEG (bilinear, antialiased) and of its mask MASKS/REL/STEM.png (nearest), byte for byte:
+      the mask lies on exactly the image's pixels. The sources must be smaller than twice SIZE
+      (no DCT-scaled decode, so the image is torchvision's exactly).
 
 Records are read with python3-lmdb as docs/FORMAT.md describes, not with
 dlcache, so the test also checks that a stranger can read a store.
@@ -115,6 +120,68 @@ def check_labels(tree, store, info_path, build_path):
           f"{len(skipped)} skipped: labels match torchvision's ImageFolder")
 
 
+def folder_samples(tree):
+    """torchvision's ImageFolder samples of TREE, also with a class that has no image."""
+    from torchvision.datasets.folder import find_classes, IMG_EXTENSIONS
+    import os
+
+    classes, class_to_idx = find_classes(tree)
+    samples = []
+    for c in sorted(class_to_idx):
+        for root, _, fnames in sorted(os.walk(os.path.join(tree, c), followlinks=True)):
+            for f in sorted(fnames):
+                if f.lower().endswith(IMG_EXTENSIONS):
+                    samples.append((os.path.join(root, f), class_to_idx[c]))
+    return classes, samples
+
+
+def image_bytes(store, field, value):
+    """The pixels of an image field's value (raw, or a PNG decoded with Pillow)."""
+    import io
+    from PIL import Image
+
+    data, h, w = value
+    if field["encoding"] == 0:
+        return bytes(data)
+    img = Image.open(io.BytesIO(bytes(data)))
+    assert img.size == (w, h), (img.size, w, h)
+    return img.tobytes()
+
+
+def check_masks(tree, masks, store, build_path, size):
+    import os
+    import torchvision.transforms as T
+    from PIL import Image
+
+    size = int(size)
+    build = json.load(open(build_path))
+    skipped = {s["path"] for s in build["skipped"]}
+    _, samples = folder_samples(tree)
+    records = [p for p, _ in samples if p not in skipped]
+    s = Store(store)
+    assert s.count == len(records), (s.count, len(records))
+    image_f, mask_f = s.field("image"), s.field("mask")
+    assert mask_f["flags"] & MASK and mask_f["encoding"] in (0, 2), mask_f
+    bilinear = T.Compose([T.Resize(size), T.CenterCrop(size)])
+    nearest = T.Compose([T.Resize(size, interpolation=T.InterpolationMode.NEAREST),
+                         T.CenterCrop(size)])
+    for i, path in enumerate(records):
+        rel = os.path.relpath(path, tree)
+        mpath = os.path.join(masks, os.path.splitext(rel)[0] + ".png")
+        rec = s.record(i)
+        src = Image.open(path).convert("RGB")
+        assert src.width < 2 * size or src.height < 2 * size, "the test needs small sources"
+        want_img = bilinear(src)
+        want_mask = nearest(Image.open(mpath))
+        _, h, w = rec["image"]
+        assert (w, h) == want_img.size == want_mask.size, (i, (w, h), want_mask.size)
+        assert image_bytes(s, image_f, rec["image"]) == want_img.tobytes(), f"record {i}: image"
+        assert image_bytes(s, mask_f, rec["mask"]) == want_mask.tobytes(), f"record {i}: mask"
+    s.close()
+    print(f"build_check: {len(records)} records: images and masks are torchvision's, "
+          f"pixel for pixel")
+
+
 def check_skips(build_path, expected):
     build = json.load(open(build_path))
     reported = {s["path"]: s["reason"] for s in build["skipped"]}
@@ -130,7 +197,9 @@ def check_skips(build_path, expected):
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "labels":
+    if sys.argv[1] == "masks":
+        check_masks(*sys.argv[2:7])
+    elif sys.argv[1] == "labels":
         check_labels(*sys.argv[2:6])
     elif sys.argv[1] == "skips":
         check_skips(sys.argv[2], sys.argv[3:])
