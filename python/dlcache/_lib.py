@@ -201,6 +201,8 @@ class BuildReport(ctypes.Structure):
         ("threads", ctypes.c_uint32),
         ("content_digest", ctypes.c_uint64),
         ("skips", ctypes.POINTER(BuildSkip)),
+        ("channels", ctypes.c_uint32),
+        ("converted", ctypes.c_uint64),
     ]
 
 

@@ -44,7 +44,9 @@ class BuildReport(dict):
     """What dlcache.build() did: a dict with attribute access.
 
     Keys: path, count, skipped, skips (list of (path, reason)), bytes_in,
-    bytes_out, file_bytes, seconds, images_per_s, threads, content_digest.
+    bytes_out, file_bytes, seconds, images_per_s, threads, content_digest,
+    channels (of the image field), converted (images stored with other
+    channels than their source's).
     """
 
     __getattr__ = dict.get
@@ -202,7 +204,8 @@ def build(sources, out, size=256, crop="center", encoding="raw", quality=90, thr
         return BuildReport(path=os.fsdecode(outp), count=r.count, skipped=r.skipped, skips=skips,
                            bytes_in=r.bytes_in, bytes_out=r.bytes_out, file_bytes=r.file_bytes,
                            seconds=r.seconds, images_per_s=r.images_per_s, threads=r.threads,
-                           content_digest=r.content_digest)
+                           content_digest=r.content_digest, channels=r.channels,
+                           converted=r.converted)
     finally:
         lib.dlc_build_report_free(rep)
 
