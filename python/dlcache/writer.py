@@ -172,6 +172,15 @@ def _infer_kind(v, where, name):
     return "ndarray"
 
 
+def _kind_or_none(v):
+    """The inferred kind of @p v, or None where inference refuses it (then the field's own
+    inference, under its name, says why)."""
+    try:
+        return _infer_kind(v, "", "")
+    except InvalidArgumentError:
+        return None
+
+
 def _array_dtype(a, where):
     """The dlcache element type of array @p a (bool is stored as uint8)."""
     if a.dtype == np.bool_:
@@ -585,8 +594,8 @@ class _Sampler:
                     raise _bad("sample 0", "a tuple of %d values, but fields= names %d; name "
                                "every value, in order (None leaves one out)" % (n, len(order)))
                 names = list(order)
-            elif n == 2 and _infer_kind(first[0], "sample 0: value 0", "image") == "image" and \
-                    _infer_kind(first[1], "sample 0: value 1", "label") == "int":
+            elif n == 2 and _kind_or_none(first[0]) == "image" and \
+                    _kind_or_none(first[1]) == "int":
                 names = ["image", "label"]
             else:
                 names = ["f%d" % i for i in range(n)]
@@ -645,6 +654,10 @@ def _schema(first, sampler, opts, label_names, codecs):
         for f in labels:
             if f is not explicit[0]:
                 f.label = False  # a field named "label" beside an explicit one stays an int
+    labels = [f for f in out if f.label]
+    if len(labels) > 1:
+        raise _bad("fields", "%s are all the label; a store has one label"
+                   % ", ".join(repr(f.name) for f in labels))
     for f in out:
         if f.boxes:
             c = by_name.get(f.classes)
@@ -752,9 +765,9 @@ def write(samples, path, fields=None, workers=None, label_names=None, force=Fals
             an iterable (a generator, an IterableDataset; read on this thread)
             of samples. A sample is a dict {name: value} or a tuple; values are
             numpy arrays, torch tensors, PIL images, ints, floats, bytes or str.
-            Tuples are named by ``fields`` (its order) when given, a namedtuple by
-            its fields, an (image, int) pair ("image", "label"), others "f0",
-            "f1"...
+            A namedtuple is named by its fields, another tuple by ``fields`` (its
+            order) when given, an (image, int) pair ("image", "label"), others
+            "f0", "f1"...
         path: the store file. It is written to PATH.tmp-PID and renamed at the
             end: an exception (a bad sample, one raised by the samples,
             KeyboardInterrupt) leaves the previous store or none.

@@ -442,6 +442,9 @@ def test_refusals_of_the_schema(tmp_path):
              r"must be an ndarray of one dimension", fields={"b": {"kind": "boxes",
                                                                    "classes": "c"}})
     _refused(tmp_path, [5], r"sample 0: a int \(5\); a sample is a dict")
+    _refused(tmp_path, [(torch.rand(3, 8, 8), 1)], r"sample 0: field 'f0': a float32 tensor")
+    _refused(tmp_path, [{"a": 1, "b": 2}], r"'a', 'b' are all the label",
+             fields={"a": {"kind": "int", "label": True}, "b": {"kind": "int", "label": True}})
     _refused(tmp_path, [], r"no samples")
     _refused(tmp_path, iter([]), r"no samples")
     _refused(tmp_path, [{"a": 1, "b": 2}], r"fields= names 'c'", fields={"c": "int"})
