@@ -253,6 +253,22 @@ def test_selection_variable_modes_and_views(kinds_store):
                                                         "mask_l", "label"}
 
 
+def test_mean_and_std_of_four_channels(kinds_store):
+    path, samples, _ = kinds_store
+    mean, std = (0.1, 0.2, 0.3, 0.4), (0.5, 0.25, 0.2, 0.1)
+    with dlcache.Loader(path, 4, shuffle=False, crop=None, flip=0, random_crop=False,
+                        fields=["rgba_raw", "gray_raw"], dtype="float32", mean=mean,
+                        std=std) as ld:
+        b = {k: v.clone() for k, v in next(iter(ld)).items()}  # views die with the loader
+    want = np.stack([s["rgba_raw"] for s in samples[:4]]).astype(np.float32) / 255
+    want = ((want - np.float32(mean)) / np.float32(std)).transpose(0, 3, 1, 2)
+    assert b["rgba_raw"].shape == (4, 4, H, W)
+    assert np.abs(b["rgba_raw"].numpy() - want).max() < 1e-5
+    gray = np.stack([s["gray_raw"] for s in samples[:4]]).astype(np.float32) / 255
+    assert np.abs(b["gray_raw"][:, 0].numpy() - (gray - 0.1) / 0.5).max() < 1e-5, \
+        "a 1-channel image takes the first channel's mean and std"
+
+
 def test_pairs_stay_tuples_unless_asked(kinds_store, tmp_path):
     path, _, _ = kinds_store
     with dlcache.Loader(path, 8, fields=["rgb_raw", "label"], crop=8) as ld:
