@@ -1,21 +1,20 @@
 /*
  * cacheinfo: what a store holds, how it was built, whether it is intact.
  *
- *   cacheinfo STORE [--json] [--verify] [--dump I -o FILE.ppm]
+ *   cacheinfo STORE [--json] [--verify] [--dump I [--field NAME] -o FILE]
  *
  * Prints the record count, shape, encoding, labels with their record counts,
- * the size on disk, how the store was built (its "build" metadata) and how
- * much of it is in the page cache now. --verify re-hashes every record and
- * names each bad one; --dump writes record I as a binary PPM (JPEG records
- * are decoded first).
+ * the size on disk, the schema (each field with its payload bytes), how the
+ * store was built (its "build" metadata) and how much of it is in the page
+ * cache now. --verify re-hashes every record and names each bad one; --dump
+ * writes one field of record I (info_dump.c says in which format).
  *
  * Exit status: 0 ok, 1 verification (or the dumped record's checksum)
  * failed, 2 usage error or the store cannot be opened.
  */
-#include <dlcache/image.h>
 #include <dlcache/store.h>
 
-#include "toolutil.h"
+#include "info.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -23,7 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TOOL "cacheinfo"
 /* Labels listed in the text output; --json lists all. */
 #define MAX_LABEL_LINES 40
 /* The "build" text is untrusted input: its nesting is bounded. */
@@ -31,14 +29,18 @@
 
 static void usage(FILE *f)
 {
-    fputs("usage: " TOOL " STORE [--json] [--verify] [--dump I -o FILE.ppm]\n"
+    fputs("usage: " TOOL " STORE [--json] [--verify] [--dump I [--field NAME] -o FILE]\n"
           "\n"
           "Show what a dlcache store holds and how it was built.\n"
           "\n"
           "options:\n"
           "  --json             print a JSON report on stdout\n"
           "  --verify           re-hash every record; exit 1 naming each bad one\n"
-          "  --dump I           write record I as a binary PPM to the -o file\n"
+          "  --dump I           write one field of record I to the -o file: an image or\n"
+          "                     mask as PNG (PPM/PGM when FILE ends in .ppm/.pgm, .npy\n"
+          "                     when in .npy), an ndarray as .npy, bytes as they are, a\n"
+          "                     number as text\n"
+          "  --field NAME       the field --dump writes (default: the first image)\n"
           "  -o, --output FILE  where --dump writes\n"
           "  -h, --help         this text\n",
           f);
@@ -308,75 +310,6 @@ static int on_verify(void *user, const dlc_verify_progress *p)
     return 0;
 }
 
-/* ---- Dump ---- */
-
-static int dump_record(const dlc_store *s, uint64_t index, const char *path)
-{
-    dlc_store_reader *r = NULL;
-    dlc_codec *codec = NULL;
-    FILE *f = NULL;
-    int status = 2;
-    dlc_record rec;
-    dlc_status rc = dlc_store_reader_open(s, &r);
-    if (rc < 0) {
-        tool_report(TOOL, rc, "cannot read the store");
-        goto done;
-    }
-    rc = dlc_store_read(r, index, &rec);
-    if (rc < 0) {
-        tool_report(TOOL, rc, "cannot read the record");
-        goto done;
-    }
-    rc = dlc_record_verify(s, &rec);
-    if (rc < 0) {
-        tool_report(TOOL, rc, "the record is damaged");
-        status = 1;
-        goto done;
-    }
-    dlc_image img = {.data = (uint8_t *)rec.data,
-                     .width = rec.width,
-                     .height = rec.height,
-                     .channels = rec.channels,
-                     .stride = (size_t)rec.width * rec.channels};
-    if (rec.encoding == DLC_ENCODING_JPEG) {
-        if ((rc = dlc_codec_create(&codec)) < 0 ||
-            (rc = dlc_jpeg_decode(codec, rec.data, rec.size, 0, 0, &img)) < 0) {
-            tool_report(TOOL, rc, "cannot decode the record");
-            status = 1;
-            goto done;
-        }
-    }
-    if (img.channels != 1 && img.channels != 3) {
-        tool_error(TOOL, "record %llu has %u channels; PPM holds 1 or 3", (unsigned long long)index,
-                   img.channels);
-        goto done;
-    }
-    f = fopen(path, "wb");
-    if (!f) {
-        tool_error(TOOL, "%s: %s", path, strerror(errno));
-        goto done;
-    }
-    fprintf(f, "P%c\n%u %u\n255\n", img.channels == 3 ? '6' : '5', img.width, img.height);
-    const size_t row = (size_t)img.width * img.channels;
-    for (uint32_t y = 0; y < img.height; y++)
-        fwrite(img.data + (size_t)y * img.stride, 1, row, f);
-    if (fclose(f) != 0 || ferror(stdout)) {
-        f = NULL;
-        tool_error(TOOL, "%s: cannot write: %s", path, strerror(errno));
-        goto done;
-    }
-    f = NULL;
-    fprintf(stderr, "%s: record %llu (label %lld, %ux%u) written to %s\n", TOOL,
-            (unsigned long long)index, (long long)rec.label, img.width, img.height, path);
-    status = 0;
-done:
-    if (f)
-        fclose(f);
-    dlc_codec_destroy(codec);
-    dlc_store_reader_close(r);
-    return status;
-}
-
 /* ---- Main ---- */
 
 /* What the command line asks for. */
@@ -384,18 +317,23 @@ typedef struct info_args {
     const char *path;
     int json, verify, dump;
     uint64_t dump_index;
-    const char *dump_path; /* -o */
+    const char *dump_path;  /* -o */
+    const char *dump_field; /* --field */
 } info_args;
 
 /* Parse the command line into @p a. Returns -1 to go on, or the exit status (0 after
  * --help). */
 static int parse_args(int argc, char **argv, info_args *a)
 {
-    enum { O_JSON = 256, O_VERIFY, O_DUMP };
+    enum { O_JSON = 256, O_VERIFY, O_DUMP, O_FIELD };
     static const struct option longopts[] = {
-        {"json", no_argument, NULL, O_JSON},       {"verify", no_argument, NULL, O_VERIFY},
-        {"dump", required_argument, NULL, O_DUMP}, {"output", required_argument, NULL, 'o'},
-        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
+        {"json", no_argument, NULL, O_JSON},
+        {"verify", no_argument, NULL, O_VERIFY},
+        {"dump", required_argument, NULL, O_DUMP},
+        {"field", required_argument, NULL, O_FIELD},
+        {"output", required_argument, NULL, 'o'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     int c;
     opterr = 0;
@@ -413,6 +351,9 @@ static int parse_args(int argc, char **argv, info_args *a)
                                         optarg);
             a->dump = 1;
             break;
+        case O_FIELD:
+            a->dump_field = optarg;
+            break;
         case 'o':
             a->dump_path = optarg;
             break;
@@ -428,6 +369,8 @@ static int parse_args(int argc, char **argv, info_args *a)
         return tool_usage_error(TOOL, usage, "%s",
                                 optind + 1 != argc ? "exactly one STORE is needed"
                                                    : "--dump I and -o FILE go together");
+    if (a->dump_field && !a->dump)
+        return tool_usage_error(TOOL, usage, "--field goes with --dump I");
     a->path = argv[optind];
     return -1;
 }
@@ -441,7 +384,7 @@ static int run_dump(const dlc_store *s, const info_args *a)
                    (unsigned long long)info->count - 1, (unsigned long long)a->dump_index);
         return 2;
     }
-    return dump_record(s, a->dump_index, a->dump_path);
+    return info_dump(s, a->path, a->dump_index, a->dump_field, a->dump_path);
 }
 
 /* Everything the report shows, gathered once for the JSON and the text printers. */
@@ -458,6 +401,7 @@ typedef struct info_report {
     int have_resident;
     uint64_t resident;      /* bytes of the store in the page cache */
     const uint64_t *counts; /* records per label, or NULL */
+    info_sizes sizes;       /* payload bytes per field */
 } info_report;
 
 /* Copy the "build" metadata and check that it is one JSON value with no NUL inside. */
@@ -502,7 +446,7 @@ static void print_json(const info_report *r)
     tool_json_str(&j, "store", r->path);
     tool_json_u64(&j, "format_version", info->format_version);
     tool_json_u64(&j, "count", info->count);
-    tool_json_str(&j, "encoding", info->encoding == DLC_ENCODING_JPEG ? "jpeg" : "raw");
+    tool_json_str(&j, "encoding", info_encoding_name(info->encoding));
     tool_json_u64(&j, "height", info->height);
     tool_json_u64(&j, "width", info->width);
     tool_json_u64(&j, "channels", info->channels);
@@ -521,6 +465,7 @@ static void print_json(const info_report *r)
     tool_json_f64(&j, "bytes_per_image",
                   info->count ? (double)info->file_bytes / (double)info->count : 0.0);
     tool_json_hex64(&j, "content_digest", info->content_digest);
+    info_print_fields_json(&j, r->s, &r->sizes);
     if (r->have_resident)
         tool_json_u64(&j, "resident_bytes", r->resident);
     else
@@ -577,6 +522,18 @@ static void print_text_build(const info_report *r)
         printf("sources      %.*s\n", (int)(ve - vs), vs);
 }
 
+/* "raw (uint8 RGB, HWC)": the first image field's encoding, in words. */
+static const char *encoding_text(const dlc_store_info *info)
+{
+    if (info->encoding == DLC_ENCODING_JPEG)
+        return "jpeg (decoded by the loader)";
+    if (info->encoding == DLC_ENCODING_PNG)
+        return "png (decoded by the loader)";
+    return info->channels == 1   ? "raw (uint8 gray, HWC)"
+           : info->channels == 4 ? "raw (uint8 RGBA, HWC)"
+                                 : "raw (uint8 RGB, HWC)";
+}
+
 static void print_text(const info_report *r)
 {
     const dlc_store_info *info = r->info;
@@ -584,19 +541,22 @@ static void print_text(const info_report *r)
     printf("store        %s\n", r->path);
     printf("records      %llu (%llu source files skipped when built)\n",
            (unsigned long long)info->count, (unsigned long long)info->skipped);
-    if (info->height && info->width)
+    if (info->image_field == DLC_NO_FIELD)
+        printf("shape        no image field\n");
+    else if (info->height && info->width)
         printf("shape        %u x %u x %u (height x width x channels)\n", info->height, info->width,
                info->channels);
     else
         printf("shape        varies (built without a crop), %u channels\n", info->channels);
-    printf("encoding     %s\n", info->encoding == DLC_ENCODING_JPEG ? "jpeg (decoded by the loader)"
-                                                                    : "raw (uint8 RGB, HWC)");
+    if (info->image_field != DLC_NO_FIELD)
+        printf("encoding     %s\n", encoding_text(info));
     print_text_labels(r);
     printf("size         %s on disk, %s per image (payload %s)\n",
            tool_human_bytes(info->file_bytes, b1, sizeof b1),
            tool_human_bytes(info->count ? info->file_bytes / info->count : 0, b2, sizeof b2),
            tool_human_bytes(info->payload_bytes, b3, sizeof b3));
     printf("digest       %016llx\n", (unsigned long long)info->content_digest);
+    info_print_fields_text(r->s, &r->sizes);
     print_text_build(r);
     if (r->have_resident)
         printf("page cache   %s of %s resident (%.0f%%)\n",
@@ -631,6 +591,7 @@ int main(int argc, char **argv)
     status = a.verify ? run_verify(&r, a.json) : 0;
     r.have_resident = dlc_store_resident(s, &r.resident) == DLC_OK;
     r.counts = dlc_store_label_counts(s);
+    info_field_sizes(s, &r.sizes);
     if (a.json)
         print_json(&r);
     else
