@@ -17,6 +17,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <xxhash.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -136,8 +137,10 @@ typedef struct bench_load_opts {
     double seconds;           /**< --seconds: the window, and the references' windows. */
     int json, prewarm;
     /* The untimed digest pass: off when both are 0, else exactly one is set. */
-    uint64_t digest_epochs;  /**< Hash this many whole epochs. */
-    uint64_t digest_batches; /**< Hash this many batches. */
+    uint64_t digest_epochs;                  /**< Hash this many whole epochs. */
+    uint64_t digest_batches;                 /**< Hash this many batches. */
+    const char *field_names[DLC_MAX_FIELDS]; /**< --fields, split; cfg.fields points here. */
+    char fields_buf[1024];                   /**< The --fields text the names point into. */
 } bench_load_opts;
 
 /* Parse `cachebench load` arguments. Returns 0, 1 when --help was printed, or -1 after printing
@@ -168,13 +171,37 @@ typedef struct bench_digest {
 /* `cachebench load ARGS`: returns the exit status. */
 int bench_cmd_load(int argc, char **argv);
 
+/* ---- load: the selected fields (bench_fields.c) ---------------------------------------------- */
+
+typedef struct bench_load_run bench_load_run;
+
+/* Split --fields NAME,NAME... into o->field_names and the loader's configuration. Returns 0, or
+ * -1 for an empty list or one of more than DLC_MAX_FIELDS names. */
+int bench_fields_parse(const char *v, bench_load_opts *o);
+
+/* Check the names against the store, and fill run->selected, run->sample_bytes (one sample of
+ * every selected output), run->image_bytes (of the first image field's output, 0 when it is not
+ * selected) and run->has_image. Returns 0, or -1 after naming an unknown field. */
+int bench_fields_resolve(const dlc_store *s, const bench_load_opts *o, bench_load_run *run);
+
+/* Bytes of every output of @p b. */
+size_t bench_batch_bytes(const dlc_batch *b);
+
+/* Hash @p b for the determinism digest: each output's bytes (and lengths or offsets) in order,
+ * but the label field's, then the labels. */
+void bench_digest_batch(XXH3_state_t *st, const dlc_batch *b, uint32_t label_field);
+
 /* ---- load: the report (bench_report.c) ------------------------------------------------------- */
 
 /* Everything one `cachebench load` run measured. */
-typedef struct bench_load_run {
+struct bench_load_run {
     const bench_load_opts *o;
     dlc_store_info info;
-    size_t sample_bytes;
+    char field_list[1024];                  /**< The selected fields' names, "image, label". */
+    unsigned char selected[DLC_MAX_FIELDS]; /**< The outputs the loader makes. */
+    int has_image;                          /**< An image or mask is among them. */
+    size_t sample_bytes;                    /**< One sample of every selected output. */
+    size_t image_bytes;                     /**< One sample of the first image's output. */
     uint64_t resident_before, resident_after;
     double prewarm_seconds;
     bench_window ceil_before, ceil_after;
@@ -183,7 +210,7 @@ typedef struct bench_load_run {
     uint64_t jpeg_files;
     bench_loader_result lr;
     bench_digest digest;
-} bench_load_run;
+};
 
 /* Print the run as JSON (--json) or as a few lines of text, on stdout. */
 void bench_load_report(const bench_load_run *run);

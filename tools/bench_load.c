@@ -94,7 +94,7 @@ static int timed_window(const bench_load_opts *o, dlc_loader *l, bench_loader_re
         }
         res->batches++;
         res->samples += b.count;
-        res->bytes += b.bytes;
+        res->bytes += bench_batch_bytes(&b);
         tool_progress_line(&prog, 0, "load: %llu batches, %.0f samples/s",
                            (unsigned long long)res->batches,
                            (double)res->samples / (dlc__now_s() - w0));
@@ -128,8 +128,9 @@ static int measure_loader(const bench_load_opts *o, bench_loader_result *res)
 /* Hash the batches of a new loader of the same configuration, untimed: o->digest_batches
  * batches, or o->digest_epochs whole epochs, from the first batch of the first epoch. The
  * stream is a pure function of the configuration (docs/ARCHITECTURE.md), so the digest does not
- * depend on --threads, --prefetch or timing. Returns 0 or -1 (printed). */
-static int digest_pass(const bench_load_opts *o, bench_digest *d)
+ * depend on --threads, --prefetch or timing. Every selected output is hashed (bench_fields.c).
+ * Returns 0 or -1 (printed). */
+static int digest_pass(const bench_load_opts *o, uint32_t label_field, bench_digest *d)
 {
     const double t0 = dlc__now_s();
     XXH3_state_t *st = XXH3_createState();
@@ -155,8 +156,7 @@ static int digest_pass(const bench_load_opts *o, bench_digest *d)
         }
         if (rc != DLC_OK)
             goto fail;
-        XXH3_64bits_update(st, b.data, b.bytes);
-        XXH3_64bits_update(st, b.labels, (size_t)b.count * sizeof *b.labels);
+        bench_digest_batch(st, &b, label_field);
         d->batches++;
         d->samples += b.count;
         in_epoch++;
@@ -174,8 +174,42 @@ fail:
     return -1;
 }
 
-/* Open the store for its metadata (sample size, the JPEG path's resize target) and its page
- * cache state, resolve --crop 0, and prewarm. Returns 0, 1 or 2 as the exit status says. */
+/* --crop 0 (the store's square size) and the JPEG path's needs, for the selected outputs.
+ * Returns 0, or the exit status after saying why not. */
+static int check_crop(bench_load_opts *o, const bench_load_run *run, const dlc_store *s)
+{
+    const int square = run->info.height != 0 && run->info.width == run->info.height;
+    if (o->cfg.crop_h == 0 && run->has_image) {
+        if (!square) {
+            fprintf(stderr, TOOL ": error: %s: --crop 0 needs a store of square images\n",
+                    o->store);
+            return 2;
+        }
+        o->cfg.crop_h = o->cfg.crop_w = run->info.height;
+    }
+    if (!o->jpeg_dir)
+        return 0;
+    if (!square) {
+        fprintf(stderr,
+                TOOL ": error: %s: the JPEG path needs a store of square images "
+                     "(built with a center crop) to know the resize target\n",
+                o->store);
+        return 1;
+    }
+    const uint32_t img = run->info.image_field;
+    if (!run->image_bytes || dlc_store_fields(s)[img].shape[2] != 3) {
+        fprintf(stderr,
+                TOOL ": error: %s: the JPEG path decodes RGB images: the store's first image "
+                     "field must have 3 channels and be among --fields\n",
+                o->store);
+        return 2;
+    }
+    return 0;
+}
+
+/* Open the store for its metadata (the selected outputs' sample size, the JPEG path's resize
+ * target) and its page cache state, resolve --crop 0, and prewarm. Returns 0, 1 or 2 as the exit
+ * status says. */
 static int prepare_store(bench_load_opts *o, bench_load_run *run, dlc_store **out)
 {
     const dlc_status rc = dlc_store_open(o->store, 0, out);
@@ -184,26 +218,13 @@ static int prepare_store(bench_load_opts *o, bench_load_run *run, dlc_store **ou
         return 1;
     }
     run->info = *dlc_store_get_info(*out);
-    const int square = run->info.height != 0 && run->info.width == run->info.height;
-    if (o->cfg.crop_h == 0) {
-        if (!square) {
-            fprintf(stderr, TOOL ": error: %s: --crop 0 needs a store of square images\n",
-                    o->store);
-            return 2;
-        }
-        o->cfg.crop_h = o->cfg.crop_w = run->info.height;
-    }
-    if (o->jpeg_dir && !square) {
-        fprintf(stderr,
-                TOOL ": error: %s: the JPEG path needs a store of square images "
-                     "(built with a center crop) to know the resize target\n",
-                o->store);
-        return 1;
-    }
-    const size_t esize = o->cfg.dtype == DLC_DTYPE_UINT8     ? 1
-                         : o->cfg.dtype == DLC_DTYPE_FLOAT16 ? 2
-                                                             : 4;
-    run->sample_bytes = (size_t)o->cfg.crop_h * o->cfg.crop_w * 3 * esize;
+    /* Resolve first for has_image, again after --crop 0 for the sizes at the crop. */
+    if (bench_fields_resolve(*out, o, run) != 0)
+        return 2;
+    const int status = check_crop(o, run, *out);
+    if (status != 0)
+        return status;
+    bench_fields_resolve(*out, o, run);
     if (dlc_store_resident(*out, &run->resident_before) != DLC_OK)
         run->resident_before = 0;
     run->prewarm_seconds = o->prewarm ? prewarm_store(*out, run->resident_before) : 0;
@@ -224,7 +245,7 @@ static int measure_all(const bench_load_opts *o, bench_load_run *run)
     bench_jpeg *jb = NULL;
     int status = -1;
     if (o->jpeg_dir && bench_jpeg_open(o->jpeg_dir, threads, &o->cfg, run->info.height,
-                                       run->sample_bytes, &jb) != 0)
+                                       run->image_bytes, &jb) != 0)
         goto out;
     if (bench_ceiling_open(threads, o->cfg.batch_size, run->sample_bytes, &cl) != 0)
         goto out;
@@ -260,7 +281,8 @@ int bench_cmd_load(int argc, char **argv)
         status = 1;
     dlc_store_close(store);
     /* After every timed window, so that it disturbs none of them. */
-    if (status == 0 && (o.digest_batches || o.digest_epochs) && digest_pass(&o, &run.digest) != 0)
+    if (status == 0 && (o.digest_batches || o.digest_epochs) &&
+        digest_pass(&o, run.info.label_field, &run.digest) != 0)
         status = 1;
     if (status == 0)
         bench_load_report(&run);

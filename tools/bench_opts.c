@@ -135,6 +135,8 @@ static int parse_run_option(const char *a, const char *v, bench_load_opts *o, di
         o->jpeg_dir = v;
         return 0;
     }
+    if (!strcmp(a, "--fields"))
+        return bench_fields_parse(v, o) != 0;
     return -1;
 }
 

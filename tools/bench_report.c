@@ -3,6 +3,7 @@
 #include "bench.h"
 
 #include <math.h>
+#include <string.h>
 
 /* The figures that the ratios are made of. */
 typedef struct figures {
@@ -53,6 +54,13 @@ static void json_config(tool_json *j, const bench_load_run *r)
     tool_json_f64(j, "flip", o->cfg.flip_prob);
     tool_json_str(j, "dtype", bench_dtype_name(o->cfg.dtype));
     tool_json_u64(j, "sample_bytes", r->sample_bytes);
+    /* The selected outputs, in schema order (field_list is "a, b, c"). */
+    tool_json_array_begin(j, "fields");
+    char names[sizeof r->field_list];
+    memcpy(names, r->field_list, sizeof names);
+    for (char *p = names, *save = NULL, *t; (t = strtok_r(p, ", ", &save)); p = NULL)
+        tool_json_str(j, NULL, t);
+    tool_json_array_end(j);
     tool_json_str(j, "io_requested", bench_io_name(o->cfg.io));
     tool_json_str(j, "io", bench_io_name(r->lr.stats.io_mode));
     tool_json_u64(j, "seed", o->cfg.seed);
@@ -174,11 +182,14 @@ static void print_text(const bench_load_run *r, const figures *f)
            tool_human_bytes(r->info.file_bytes, b1, sizeof b1),
            r->info.file_bytes ? 100.0 * (double)r->resident_after / (double)r->info.file_bytes
                               : 0.0);
-    printf("loader:  %.0f samples/s, %.2f GB/s of %s %ux%u (%llu batches of %u, %.2f s, "
+    char crops[64] = "";
+    if (r->has_image)
+        snprintf(crops, sizeof crops, ", images %s %ux%u", bench_dtype_name(o->cfg.dtype),
+                 o->cfg.crop_h, o->cfg.crop_w);
+    printf("loader:  %.0f samples/s, %.2f GB/s of %s%s (%llu batches of %u, %.2f s, "
            "%u threads, io %s)\n",
-           f->sps, f->gbps, bench_dtype_name(o->cfg.dtype), o->cfg.crop_h, o->cfg.crop_w,
-           (unsigned long long)lr->batches, o->cfg.batch_size, lr->seconds, lr->stats.threads,
-           bench_io_name(lr->stats.io_mode));
+           f->sps, f->gbps, r->field_list, crops, (unsigned long long)lr->batches,
+           o->cfg.batch_size, lr->seconds, lr->stats.threads, bench_io_name(lr->stats.io_mode));
     printf("ceiling: %.2f GB/s memcpy of the same bytes (%.0f samples/s): loader at %.0f%%\n",
            f->ceil_gbps, f->ceil_sps, 100.0 * f->gbps / f->ceil_gbps);
     if (o->jpeg_dir)

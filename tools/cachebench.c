@@ -41,6 +41,8 @@ void bench_usage(FILE *out)
           "  --batch B            samples per batch (default 256)\n"
           "  --threads T          worker threads for all three (default: all cores)\n"
           "  --prefetch P         batches in flight (default 4)\n"
+          "  --fields A,B,...     the fields to load (default: all); bytes and the\n"
+          "                       ceiling count every selected field\n"
           "  --crop C             output C x C (default 224; 0 = the store's size)\n"
           "  --random-resized-crop  RandomResizedCrop(C) instead of a random C x C crop\n"
           "  --flip P             horizontal flip probability (default 0.5)\n"

@@ -551,9 +551,10 @@ static void print_text(const info_report *r)
     if (info->image_field != DLC_NO_FIELD)
         printf("encoding     %s\n", encoding_text(info));
     print_text_labels(r);
-    printf("size         %s on disk, %s per image (payload %s)\n",
+    printf("size         %s on disk, %s per %s (payload %s)\n",
            tool_human_bytes(info->file_bytes, b1, sizeof b1),
            tool_human_bytes(info->count ? info->file_bytes / info->count : 0, b2, sizeof b2),
+           info->image_field == DLC_NO_FIELD ? "record" : "image",
            tool_human_bytes(info->payload_bytes, b3, sizeof b3));
     printf("digest       %016llx\n", (unsigned long long)info->content_digest);
     info_print_fields_text(r->s, &r->sizes);

@@ -45,7 +45,9 @@ for r in runs:
               "open_seconds", "first_batch_seconds"):
         assert r[k] > 0, (k, r)
     assert r["first_batch_seconds"] >= r["open_seconds"], r
-    assert r["sample_bytes"] == 48 * 48 * 3 and r["dtype"] == "uint8", r
+    # Every field of the store counts: the image and the 8 bytes of its label.
+    assert r["sample_bytes"] == 48 * 48 * 3 + 8 and r["dtype"] == "uint8", r
+    assert r["fields"] == ["image", "label"] and r["bytes"] == r["samples"] * r["sample_bytes"], r
     assert r["jpeg_samples_per_s"] is None and r["speedup_vs_jpeg"] is None, r
     assert len(r["digest"]) == 16, r
     # The untimed pass hashes the batches the fixed-length run delivered: 2 epochs of 5.
@@ -83,7 +85,7 @@ $PY - "$tmp/e.json" <<'EOF' || fail "float16 + JPEG path JSON"
 import json, sys
 r = json.load(open(sys.argv[1]))
 assert r["digest"] is None and r["digest_batches"] is None and r["batches_requested"] is None, r
-assert r["sample_bytes"] == 32 * 32 * 3 * 2 and r["augment"] == "random_resized_crop", r
+assert r["sample_bytes"] == 32 * 32 * 3 * 2 + 8 and r["augment"] == "random_resized_crop", r
 assert r["jpeg_files"] == 40 and r["jpeg_samples"] > 0, r
 for k in ("samples_per_s", "jpeg_samples_per_s", "speedup_vs_jpeg", "ratio_to_ceiling"):
     assert r[k] > 0, (k, r)
