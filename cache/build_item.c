@@ -119,7 +119,8 @@ static int make_mask(dlc__build_worker *w, size_t i, dlc__build_slot *sl, uint32
     if (state != DLC__SLOT_READY)
         return state;
     dlc_image m;
-    dlc_status rc = dlc_png_decode(w->codec, md.data, md.size, &m);
+    /* Palette masks (VOC style) are class ids by index, not colours. */
+    dlc_status rc = dlc_png_decode_ids(w->codec, md.data, md.size, &m);
     if (rc < 0) {
         char what[DLC__BUILD_WHY / 2];
         snprintf(what, sizeof what, "the mask %.200s cannot be decoded", w->mpath);

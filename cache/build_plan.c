@@ -91,9 +91,10 @@ static dlc_status first_mask_channels(const dlc__source_set *src, const char *ma
             continue;
         if (rc < 0)
             break;
-        uint32_t w, h, c;
-        if (dlc_png_info(codec, d.data, d.size, &w, &h, &c) == DLC_OK) {
-            *channels = c;
+        /* A whole decode, not the header: a palette mask's channels are its indices' one. */
+        dlc_image m;
+        if (dlc_png_decode_ids(codec, d.data, d.size, &m) == DLC_OK) {
+            *channels = m.channels;
             break;
         }
     }

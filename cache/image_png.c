@@ -83,9 +83,10 @@ static void on_flush(png_structp png)
     (void)png;
 }
 
-/* Read the header and choose the transformations that give 8-bit gray, RGB or RGBA.
- * Returns the channels of the result. May longjmp. */
-static uint32_t read_header(png_structp png, png_infop info, uint32_t *w, uint32_t *h)
+/* Read the header and choose the transformations that give 8-bit gray, RGB or RGBA; with
+ * @p ids, a palette image gives its indices in one channel. Returns the channels of the result.
+ * May longjmp. */
+static uint32_t read_header(png_structp png, png_infop info, int ids, uint32_t *w, uint32_t *h)
 {
     png_read_info(png, info);
     const uint32_t width = png_get_image_width(png, info);
@@ -94,6 +95,13 @@ static uint32_t read_header(png_structp png, png_infop info, uint32_t *w, uint32
         png_error(png, "too many pixels to decode");
     const int color = png_get_color_type(png, info);
     const int trns = png_get_valid(png, info, PNG_INFO_tRNS) != 0;
+    *w = width;
+    *h = height;
+    if (ids && color == PNG_COLOR_TYPE_PALETTE) {
+        /* The indices themselves, one byte each (palettes of 1, 2 or 4 bits unpacked). */
+        png_set_packing(png);
+        return 1;
+    }
     /* Expand palettes, gray below 8 bits and tRNS transparency to 8-bit samples. */
     png_set_expand(png);
     png_set_strip_16(png);
@@ -108,8 +116,6 @@ static uint32_t read_header(png_structp png, png_infop info, uint32_t *w, uint32
             png_set_gray_to_rgb(png);
         channels = 4;
     }
-    *w = width;
-    *h = height;
     return channels;
 }
 
@@ -171,7 +177,7 @@ dlc_status dlc_png_info(dlc_codec *c, const void *png, size_t size, uint32_t *wi
     png_set_user_limits(p, DLC__IMAGE_MAX_SIDE, DLC__IMAGE_MAX_SIDE);
     png_set_read_fn(p, &src, on_read);
     uint32_t w, h;
-    const uint32_t ch = read_header(p, info, &w, &h);
+    const uint32_t ch = read_header(p, info, 0, &w, &h);
     png_destroy_read_struct(&p, &info, NULL);
     if (width)
         *width = w;
@@ -182,7 +188,8 @@ dlc_status dlc_png_info(dlc_codec *c, const void *png, size_t size, uint32_t *wi
     return DLC_OK;
 }
 
-dlc_status dlc_png_decode(dlc_codec *c, const void *png, size_t size, dlc_image *out)
+/* dlc_png_decode() and dlc_png_decode_ids(). */
+static dlc_status decode(dlc_codec *c, const void *png, size_t size, int ids, dlc_image *out)
 {
     const png_ctx ctx = {"PNG decode", size};
     dlc_status rc = check_input(c, png, size, ctx.what);
@@ -204,10 +211,20 @@ dlc_status dlc_png_decode(dlc_codec *c, const void *png, size_t size, dlc_image 
     png_set_user_limits(p, DLC__IMAGE_MAX_SIDE, DLC__IMAGE_MAX_SIDE);
     png_set_read_fn(p, &src, on_read);
     uint32_t w, h;
-    const uint32_t ch = read_header(p, info, &w, &h);
+    const uint32_t ch = read_header(p, info, ids, &w, &h);
     rc = read_rows(p, info, c, ch, out);
     png_destroy_read_struct(&p, &info, NULL);
     return rc;
+}
+
+dlc_status dlc_png_decode(dlc_codec *c, const void *png, size_t size, dlc_image *out)
+{
+    return decode(c, png, size, 0, out);
+}
+
+dlc_status dlc_png_decode_ids(dlc_codec *c, const void *png, size_t size, dlc_image *out)
+{
+    return decode(c, png, size, 1, out);
 }
 
 /* Write the header and rows of @p img. May longjmp. */

@@ -150,6 +150,15 @@ DLC_API dlc_status dlc_png_info(dlc_codec *c, const void *png, size_t size, uint
 DLC_API dlc_status dlc_png_decode(dlc_codec *c, const void *png, size_t size, dlc_image *out);
 
 /**
+ * @brief Decode a mask or label map: a palette PNG gives its palette indices, which are the
+ *        class ids (Pascal VOC and Cityscapes masks are stored so), in one channel; any other
+ *        PNG decodes as dlc_png_decode() decodes it.
+ * @param[out] out Pixels in the codec's scratch buffer: valid until the next call on @p c.
+ * @return DLC_OK, DLC_EDECODE, -ENOMEM.
+ */
+DLC_API dlc_status dlc_png_decode_ids(dlc_codec *c, const void *png, size_t size, dlc_image *out);
+
+/**
  * @brief Encode @p img (1, 3 or 4 channels: gray, RGB, RGBA) as an 8-bit
  *        PNG. Lossless. The bytes depend only on the pixels (fixed zlib level
  *        and filters), so stores are byte-identical at any thread count.

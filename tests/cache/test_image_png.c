@@ -208,3 +208,43 @@ Test(image_png, damaged_input_is_edecode)
     free(png);
     free(px);
 }
+
+/* A palette mask (Pascal VOC's kind) gives its indices, the class ids, in one channel, also
+ * from 4-bit palettes and with transparency; other PNGs decode as dlc_png_decode() does. */
+Test(image_png, palette_masks_give_their_indices)
+{
+    const uint32_t w = 6, h = 4;
+    size_t size;
+    dlc_image out;
+    png_color pal[16];
+    for (int i = 0; i < 16; i++)
+        pal[i] = (png_color){(png_byte)(i * 16), (png_byte)(255 - i), 7};
+    uint8_t idx[6 * 4], packed[3 * 4];
+    for (size_t i = 0; i < w * h; i++)
+        idx[i] = (uint8_t)((i * 5) % 16);
+    for (size_t y = 0; y < h; y++)
+        for (size_t x = 0; x < w; x += 2)
+            packed[y * 3 + x / 2] = (uint8_t)(idx[y * w + x] << 4 | idx[y * w + x + 1]);
+    const uint8_t alpha[2] = {0, 200};
+    for (int form = 0; form < 3; form++) {
+        uint8_t *png = form == 0   ? write_png(w, h, 8, PNG_COLOR_TYPE_PALETTE, PNG_INTERLACE_NONE,
+                                               idx, 6, pal, 16, NULL, 0, &size)
+                       : form == 1 ? write_png(w, h, 4, PNG_COLOR_TYPE_PALETTE, PNG_INTERLACE_NONE,
+                                               packed, 3, pal, 16, NULL, 0, &size)
+                                   : write_png(w, h, 8, PNG_COLOR_TYPE_PALETTE, PNG_INTERLACE_ADAM7,
+                                               idx, 6, pal, 16, alpha, 2, &size);
+        cr_assert_eq(dlc_png_decode_ids(codec, png, size, &out), DLC_OK, "%s", dlc_errmsg());
+        cr_assert(out.channels == 1 && out.width == w && out.height == h);
+        for (size_t i = 0; i < w * h; i++)
+            cr_assert_eq(out.data[(i / w) * out.stride + i % w], idx[i], "form %d pixel %zu", form,
+                         i);
+        free(png);
+    }
+    uint8_t *rgb = pattern(w, h, 3, 5);
+    uint8_t *png = write_png(w, h, 8, PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE, rgb, 18, NULL, 0,
+                             NULL, 0, &size);
+    cr_assert_eq(dlc_png_decode_ids(codec, png, size, &out), DLC_OK);
+    cr_assert(out.channels == 3 && memcmp(out.data, rgb, w * h * 3) == 0);
+    free(png);
+    free(rgb);
+}

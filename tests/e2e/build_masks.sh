@@ -34,6 +34,25 @@ assert fields["image"]["encoding"] == "jpeg", fields["image"]
 assert m["bytes"] > 0 and abs(m["mean_bytes"] * 24 - m["bytes"]) < 1e-3 * m["bytes"], m
 PYEOF
 
+# Palette masks, as Pascal VOC stores them: the indices are the class ids, not the colours of
+# the palette, so the store is the one the gray masks gave.
+$PY - <<'PYEOF'
+import os
+from PIL import Image
+for root, _, files in os.walk("masks"):
+    for f in files:
+        src = os.path.join(root, f)
+        dst = os.path.join("pmasks", os.path.relpath(src, "masks"))
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        m = Image.open(src)
+        p = Image.frombytes("P", m.size, m.tobytes())
+        p.putpalette([v for i in range(256) for v in (i * 37 % 256, 255 - i, i * 91 % 256)])
+        p.save(dst)
+PYEOF
+"$DLC_BIN/cachebuild" "$tree" -o pal.dlc --masks pmasks --size 256 --threads 2 --json \
+    >bpal.json 2>/dev/null
+[ "$(digest bpal.json)" = "$(digest b2.json)" ] || fail "palette masks did not give their indices"
+
 # cacheinfo --dump of a mask: PNG, PGM and .npy hold the stored ids.
 "$DLC_BIN/cacheinfo" s1.dlc --dump 5 --field mask -o m5.png 2>/dev/null
 "$DLC_BIN/cacheinfo" s1.dlc --dump 5 --field mask -o m5.pgm 2>/dev/null
