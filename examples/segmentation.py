@@ -63,8 +63,8 @@ def parse_args(argv=None):
     p.add_argument("--scale", type=float, nargs=2, default=(0.25, 1.0), metavar=("LO", "HI"),
                    help="RandomResizedCrop area range (default 0.25 1); ratio 3/4..4/3")
     p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--steps", type=int, default=10,
-                   help="training steps per pipeline (10; 0: the data path only)")
+    p.add_argument("--steps", type=int, default=20,
+                   help="training steps per pipeline (20; 0: the data path only)")
     p.add_argument("--data-seconds", type=float, default=5.0,
                    help="length of the data-only window of each pipeline (default 5 s)")
     p.add_argument("--mask-encoding", choices=["png", "raw"], default="png",

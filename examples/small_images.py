@@ -168,7 +168,10 @@ def cachebench(args, store, dtype):
 
 
 def run(args):
-    torch.set_num_threads(max(1, C.cores()))
+    # No model here: torch's own ops (the collate's stack) run on one thread, as in its
+    # DataLoader workers. With 2 intra-op threads on a busy 2-core machine tokens.py's
+    # pad_sequence ran up to 10 times slower (OpenMP threads waiting for a core).
+    torch.set_num_threads(1)
     results, bench = [], {}
     with C.workdir(args.workdir, "dlcache-small-") as root:
         x, y = make_images(args, root)
@@ -206,16 +209,16 @@ def run(args):
                 bench[dtype] = (cmd, j)
                 results.append((dtype, "dlcache C loader alone (cachebench), %d threads"
                                 % args.workers, j["samples_per_s"]))
-                print("%s cachebench: %.0f samples/s (memcpy ceiling %.0f samples/s)"
-                      % (dtype, j["samples_per_s"], j["ceiling_samples_per_s"]), flush=True)
+                print("%s cachebench: %.0f samples/s" % (dtype, j["samples_per_s"]), flush=True)
         load1 = C.load_avg()
 
     print("\nsmall images: %d gray %dx%d crops of real photos, 10 classes; batch %d, shuffled, "
           "no augmentation; float32 normalized (mean %.4f, std %.4f) NCHW, or uint8 as stored"
           % (len(x), args.side, args.side, args.batch_size, mean, std))
     print("Python pipelines: 3 warm-up batches untimed, then at least %g s each; cachebench: "
-          "its own window of %g s (ceiling measured before and after); load average %.2f "
-          "before, %.2f after" % (args.data_seconds, args.bench_seconds, load0, load1))
+          "its own window of %g s (ceiling measured before and after); torch intra-op "
+          "threads 1; load average %.2f before, %.2f after"
+          % (args.data_seconds, args.bench_seconds, load0, load1))
     rows = []
     for dtype in ("float32", "uint8"):
         mine = [r for r in results if r[0] == dtype]
@@ -228,9 +231,11 @@ def run(args):
     for dtype in ("float32", "uint8"):
         if dtype in bench:
             cmd, j = bench[dtype]
-            print("%s: %s -> %.0f samples/s, %.1f%% of its memcpy ceiling (%.0f samples/s)"
-                  % (dtype, cmd, j["samples_per_s"], 100 * j["ratio_to_ceiling"],
-                     j["ceiling_samples_per_s"]))
+            # Not ceiling_samples_per_s: cachebench sizes the ceiling's blocks for 3 channels
+            # (tools/bench_load.c), three times these samples; its GB/s are comparable.
+            print("%s: %s -> %.0f samples/s, %.2f GB/s of output (memcpy ceiling %.2f GB/s)"
+                  % (dtype, cmd, j["samples_per_s"], j["gbytes_per_s"],
+                     j["ceiling_gbytes_per_s"]))
     if "float32" in bench and "uint8" in bench:
         f, u = bench["float32"][1]["samples_per_s"], bench["uint8"][1]["samples_per_s"]
         print("issue's target, C loader on %d threads: float32 >= 1.5M samples/s: %s "

@@ -178,7 +178,10 @@ def pairs(name, loader):
 
 
 def run(args):
-    torch.set_num_threads(max(1, C.cores()))
+    # No model here: torch's own ops (pad_sequence, stack) run on one thread, as in its
+    # DataLoader workers. With 2 intra-op threads on a busy 2-core machine pad_sequence
+    # ran up to 10 times slower (OpenMP threads waiting for a core).
+    torch.set_num_threads(1)
     t0 = time.perf_counter()
     paths = documents(args)
     seqs, total_tokens, distinct = tokenise(args, paths)
@@ -222,7 +225,8 @@ def run(args):
           "the longest of the batch, shuffled" % (len(seqs), lengths.min(), lengths.max(),
                                                   lengths.mean(), args.batch_size))
     print("each pipeline alone: 3 warm-up batches untimed, then at least %g s; tokens/s "
-          "counts tokens without the padding; load average %.2f before, %.2f after"
+          "counts tokens without the padding; torch intra-op threads 1; load average %.2f "
+          "before, %.2f after"
           % (args.data_seconds, load0, load1))
     best_torch = max(r[1] for r in results if not r[0].startswith("dlcache"))
     rows = [(what, "%.0f" % rate, "%.0f" % toks, "%.1fx" % (results[0][1] / rate)
