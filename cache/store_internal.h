@@ -33,6 +33,13 @@ dlc_status dlc__schema_check(const dlc_field *fields, uint32_t n, dlc_status cod
 dlc_status dlc__schema_check_maxes(const dlc_field *fields, uint32_t n, uint64_t count,
                                    dlc_status code, const char *prefix);
 
+/* Decode and check the @p nf schema entries of @p p (the "schema" meta value, or a set index's
+ * schema block) into @p out: each entry's hash, NUL padding and reserved words, then every rule
+ * of dlc__schema_check() and dlc__schema_check_maxes() for @p count records. DLC_ECORRUPT names
+ * @p path. */
+dlc_status dlc__schema_decode(const uint8_t *p, uint32_t nf, uint64_t count, const char *path,
+                              dlc_field *out);
+
 /* Bytes of one index of the leading dimension of ndarray @p f (the product of shape[1..] and the
  * element size); 0 for other kinds. Only for fields that passed dlc__schema_check(). */
 uint64_t dlc__field_row_bytes(const dlc_field *f);
@@ -94,12 +101,33 @@ struct dlc_store {
     uint32_t header_size;             /* Version 2: of every record. */
     uint32_t num_boxes;               /* Fields with DLC_FIELD_BOXES, */
     uint32_t boxes[DLC_MAX_FIELDS];   /* their indices. */
+    uint32_t file_no; /* This file's number among the files of its set (dlc_value.file); 0 for a
+                         single store. */
+
+    /* A store set (store_set.c): the handle of the directory holds no LMDB environment of its
+     * own (fd -1, env and map NULL); its records are its shards'. NULL and 0 for a single
+     * store, and for a shard. */
+    struct dlc_store **shards; /* num_shards open shards, in record order. */
+    uint64_t *firsts;          /* num_shards + 1: firsts[k] is the global number of shard k's
+                                  first record; firsts[num_shards] = count. */
+    uint32_t num_shards;
+    uint8_t *set_index; /* The index file's bytes as read at open (dlc_store_verify() compares). */
+    size_t set_index_len;
 };
 
 struct dlc_store_reader {
     const dlc_store *s;
-    MDB_txn *txn;
+    MDB_txn *txn;              /* A single store's; NULL for a set. */
+    dlc_store_reader **shards; /* A set's: one reader per shard, made at reader_open. */
 };
+
+/* Fill info's image fields (encoding, height, width, channels, image_field) from the first image
+ * field of @p s's schema. */
+void dlc__store_image_info(dlc_store *s);
+
+/* Open the single store file @p path (dlc_store_open() without the check for a set directory;
+ * the set opens its shards with it, so a shard can never be a directory). */
+dlc_status dlc__store_open_file(const char *path, uint32_t flags, dlc_store **out);
 
 /* An LMDB return code as a dlc_status for readers (store_reader.c). */
 dlc_status dlc__store_lmdb_status(int rc);
@@ -136,6 +164,16 @@ int dlc__writer_has_schema(const dlc_writer *w);
  * is not below @p num_labels (naming the record), -ENOMEM. */
 dlc_status dlc__writer_set_meta(dlc_writer *w, const char *const *label_names, uint32_t num_labels,
                                 uint64_t skipped, const char *build_json, uint64_t source_digest);
+
+/* Make @p w's store part @p part of @p parts of a store set (docs/FORMAT.md, "Store sets"):
+ * finish writes the "set_part" meta record (I, N, set_id, the half-open range of source items
+ * [first_item, end_item) it was built from), and accepts a part without records (every one of
+ * its items skipped). Call before finish; a second call replaces the first. DLC_EINVAL when
+ * part >= parts, parts is 0 or over 65536, or first_item > end_item. The part's path is
+ * DIR/part-%05u-of-%05u.dlc (dlc__set_part_name() in store_set.h); dlc_set_join() then writes
+ * the set's index. */
+dlc_status dlc__writer_set_part(dlc_writer *w, uint32_t part, uint32_t parts, uint64_t set_id,
+                                uint64_t first_item, uint64_t end_item);
 
 /* PATH.tmp-PID, owned by @p w. */
 const char *dlc__writer_temp_path(const dlc_writer *w);

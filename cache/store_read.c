@@ -11,8 +11,10 @@
 #include "common.h"
 #include "store_format.h"
 #include "store_internal.h"
+#include "store_set.h"
 
 #include <inttypes.h>
+#include <limits.h>
 #include <lmdb.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -142,6 +144,7 @@ dlc_status dlc__read_v2(const dlc_store *s, uint64_t index, uint64_t off, uint64
         v->dim1 = d1;
         v->i = 0;
         v->f = 0;
+        v->file = s->file_no;
         if (dlc__kind_is_scalar(rt->kind)) {
             if (size != 8 || d0 || d1)
                 return bad_payload(s, index, f, "scalar", size, d0, d1);
@@ -229,11 +232,12 @@ dlc_status dlc__read_v1(const dlc_store *s, uint64_t index, const MDB_val *v, dl
         .xxh3 = h.xxh3,
     };
     if (values) {
-        values[0] = (dlc_value){rec->data, rec->size, rec->offset, h.height, h.width, h.xxh3, 0, 0};
+        values[0] =
+            (dlc_value){rec->data, rec->size, rec->offset, h.height, h.width, h.xxh3, 0, 0, 0};
         /* The label's 8 bytes in the header, hashed here: version 1 keeps no checksum of them,
          * and dlc_value_verify() must accept them as they are. */
-        values[1] = (dlc_value){p + 8,   8, (uint64_t)(p + 8 - s->map), 0, 0, XXH3_64bits(p + 8, 8),
-                                h.label, 0};
+        values[1] = (dlc_value){
+            p + 8, 8, (uint64_t)(p + 8 - s->map), 0, 0, XXH3_64bits(p + 8, 8), h.label, 0, 0};
     }
     return DLC_OK;
 }
@@ -265,11 +269,22 @@ no_record(const dlc_store *s, uint64_t index)
                        s->path, index, s->info.count);
 }
 
+/* Record @p index of a set: the shard's reader reads it under its own number there. */
+static dlc_status set_read_values(dlc_store_reader *r, uint64_t index, dlc_value *values)
+{
+    const dlc_store *s = r->s;
+    const uint32_t k = dlc__set_shard_of(s, index);
+    const dlc_status rc = dlc_store_read_values(r->shards[k], index - s->firsts[k], values);
+    return rc < 0 ? dlc__set_shard_error(s, k, index, rc) : rc;
+}
+
 dlc_status dlc_store_read_values(dlc_store_reader *r, uint64_t index, dlc_value *values)
 {
     const dlc_store *s = r->s;
     if (index >= s->info.count)
         return no_record(s, index);
+    if (s->shards)
+        return set_read_values(r, index, values);
     if (s->index)
         return dlc__read_v2(s, index, dlc__ld64(s->index + index * 8), UINT64_MAX, values);
     MDB_val v;
@@ -283,6 +298,14 @@ dlc_status dlc_store_read(dlc_store_reader *r, uint64_t index, dlc_record *rec)
     const dlc_store *s = r->s;
     if (index >= s->info.count)
         return no_record(s, index);
+    if (s->shards) {
+        const uint32_t k = dlc__set_shard_of(s, index);
+        const dlc_status rc = dlc_store_read(r->shards[k], index - s->firsts[k], rec);
+        if (rc < 0)
+            return dlc__set_shard_error(s, k, index, rc);
+        rec->index = index;
+        return rc;
+    }
     if (!s->index) {
         MDB_val v;
         const dlc_status rc = get_v1(r, index, &v);
@@ -316,12 +339,17 @@ dlc_status dlc_store_read(dlc_store_reader *r, uint64_t index, dlc_record *rec)
 dlc_status dlc_record_verify(const dlc_store *s, const dlc_record *rec)
 {
     const uint64_t h = XXH3_64bits(rec->data, rec->size);
-    if (h != rec->xxh3)
-        return dlc__errorf(DLC_ECORRUPT,
-                           "%s: record %" PRIu64 ": checksum mismatch (stored %016" PRIx64
-                           ", computed %016" PRIx64 ")",
-                           s ? s->path : "store", rec->index, rec->xxh3, h);
-    return DLC_OK;
+    if (h == rec->xxh3)
+        return DLC_OK;
+    char where[PATH_MAX + 160];
+    if (s && rec->index < s->info.count)
+        dlc__record_where(s, s->shards ? dlc__set_shard_of(s, rec->index) : 0, rec->index, where,
+                          sizeof where);
+    else
+        snprintf(where, sizeof where, "%s: record %" PRIu64, s ? s->path : "store", rec->index);
+    return dlc__errorf(DLC_ECORRUPT,
+                       "%s: checksum mismatch (stored %016" PRIx64 ", computed %016" PRIx64 ")",
+                       where, rec->xxh3, h);
 }
 
 dlc_status dlc_value_verify(const dlc_store *s, uint64_t index, uint32_t field, const dlc_value *v)
@@ -330,10 +358,12 @@ dlc_status dlc_value_verify(const dlc_store *s, uint64_t index, uint32_t field, 
         return dlc__errorf(DLC_EINVAL, "dlc_value_verify: %s",
                            !s || !v ? "NULL argument" : "no such field");
     const uint64_t h = XXH3_64bits(v->data, v->size);
-    if (h != v->xxh3)
-        return dlc__errorf(DLC_ECORRUPT,
-                           "%s: record %" PRIu64 ": field %s: checksum mismatch (stored %016" PRIx64
-                           ", computed %016" PRIx64 ")",
-                           s->path, index, s->fields[field].name, v->xxh3, h);
-    return DLC_OK;
+    if (h == v->xxh3)
+        return DLC_OK;
+    char where[PATH_MAX + 160];
+    dlc__record_where(s, v->file, index, where, sizeof where);
+    return dlc__errorf(DLC_ECORRUPT,
+                       "%s: field %s: checksum mismatch (stored %016" PRIx64
+                       ", computed %016" PRIx64 ")",
+                       where, s->fields[field].name, v->xxh3, h);
 }

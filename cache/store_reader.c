@@ -4,6 +4,7 @@
 #include "common.h"
 #include "store_format.h"
 #include "store_internal.h"
+#include "store_set.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -129,28 +130,7 @@ static dlc_status load_schema(dlc_store *s, uint32_t nf, uint32_t label_field, u
     FAIL_IF(!e || e->val_len != (size_t)nf * DLC__SCHEMA_ENTRY_SIZE, DLC_ECORRUPT,
             "%s: corrupt: \"schema\" of %zu bytes, expected %u fields of %u", s->path,
             e ? e->val_len : 0, nf, DLC__SCHEMA_ENTRY_SIZE);
-    for (uint32_t i = 0; i < nf; i++) {
-        const uint8_t *p = e->val + (size_t)i * DLC__SCHEMA_ENTRY_SIZE;
-        uint64_t reserved[3], stored;
-        dlc__schema_entry_load(p, &s->fields[i], reserved, &stored);
-        const uint64_t h = XXH3_64bits(p, DLC__SCHEMA_ENTRY_HASHED);
-        FAIL_IF(h != stored, DLC_ECORRUPT,
-                "%s: corrupt: schema field %u: checksum mismatch (stored %016" PRIx64
-                ", computed %016" PRIx64 ")",
-                s->path, i, stored, h);
-        /* Equal schemas are equal bytes: after the name's NUL, only NULs. */
-        const size_t len = strnlen((const char *)p, DLC__FIELD_NAME_SIZE);
-        int padded = len < DLC__FIELD_NAME_SIZE;
-        for (size_t j = len; j < DLC__FIELD_NAME_SIZE; j++)
-            padded &= p[j] == 0;
-        FAIL_IF(!padded || reserved[0] || reserved[1] || reserved[2], DLC_ECORRUPT,
-                "%s: corrupt: schema field %u: bytes after the name or reserved words not zero",
-                s->path, i);
-    }
-    char prefix[PATH_MAX + 32];
-    snprintf(prefix, sizeof prefix, "%s: corrupt: schema", s->path);
-    CHECK(dlc__schema_check(s->fields, nf, DLC_ECORRUPT, prefix));
-    CHECK(dlc__schema_check_maxes(s->fields, nf, count, DLC_ECORRUPT, prefix));
+    CHECK(dlc__schema_decode(e->val, nf, count, s->path, s->fields));
     uint32_t label = DLC_NO_FIELD;
     for (uint32_t i = 0; i < nf; i++) {
         if (s->fields[i].flags & DLC_FIELD_LABEL)
@@ -166,8 +146,7 @@ fail:
     return rc;
 }
 
-/* The first image field's encoding and shape, for the version 1 view of dlc_store_info. */
-static void image_info(dlc_store *s)
+void dlc__store_image_info(dlc_store *s)
 {
     dlc_store_info *in = &s->info;
     in->image_field = DLC_NO_FIELD;
@@ -227,7 +206,7 @@ static dlc_status load_info_v2(dlc_store *s, const uint8_t *block, uint64_t samp
         .num_fields = d.num_fields,
         .label_field = d.label_field,
     };
-    image_info(s);
+    dlc__store_image_info(s);
 fail:
     return rc;
 }
@@ -261,6 +240,19 @@ fail:
 }
 
 dlc_status dlc_store_open(const char *path, uint32_t flags, dlc_store **out)
+{
+    if (out)
+        *out = NULL;
+    if (!path || !out)
+        return dlc__errorf(DLC_EINVAL, "dlc_store_open: NULL argument");
+    /* A directory is a store set: its index says which files are its shards. */
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return dlc__set_open(path, flags, out);
+    return dlc__store_open_file(path, flags, out);
+}
+
+dlc_status dlc__store_open_file(const char *path, uint32_t flags, dlc_store **out)
 {
     dlc_status rc = DLC_OK;
     dlc_store *s = NULL;
@@ -406,6 +398,7 @@ void dlc_store_close(dlc_store *s)
 {
     if (!s)
         return;
+    dlc__set_close(s); /* A set's shards and tables; nothing for a single store. */
     if (s->env)
         mdb_env_close(s->env);
     if (s->fd >= 0)
@@ -457,6 +450,8 @@ dlc_status dlc_store_meta(const dlc_store *s, const char *key, const void **data
 {
     if (!s || !key || !data || !size)
         return dlc__errorf(DLC_EINVAL, "dlc_store_meta: NULL argument");
+    if (s->shards) /* A set's metadata is its first shard's. */
+        return dlc_store_meta(s->shards[0], key, data, size);
     const meta_entry *e = find_meta(s, key);
     if (!e)
         return dlc__errorf(DLC_ENOTFOUND, "%s: no metadata key \"%s\"", s->path, key);
@@ -467,13 +462,63 @@ dlc_status dlc_store_meta(const dlc_store *s, const char *key, const void **data
 
 int dlc_store_fd(const dlc_store *s)
 {
-    return s->fd;
+    return s->shards ? s->shards[0]->fd : s->fd;
+}
+
+uint32_t dlc_store_num_files(const dlc_store *s)
+{
+    return s->shards ? s->num_shards : 1;
+}
+
+/* File @p file of @p s, or NULL when there is no such file. */
+static const dlc_store *file_of(const dlc_store *s, uint32_t file)
+{
+    if (s->shards)
+        return file < s->num_shards ? s->shards[file] : NULL;
+    return file == 0 ? s : NULL;
+}
+
+int dlc_store_file_fd(const dlc_store *s, uint32_t file)
+{
+    const dlc_store *f = file_of(s, file);
+    return f ? f->fd : -1;
+}
+
+const char *dlc_store_file_path(const dlc_store *s, uint32_t file)
+{
+    const dlc_store *f = file_of(s, file);
+    return f ? f->path : NULL;
+}
+
+uint64_t dlc_store_file_bytes(const dlc_store *s, uint32_t file)
+{
+    const dlc_store *f = file_of(s, file);
+    return f ? f->file_size : 0;
+}
+
+uint32_t dlc_store_record_file(const dlc_store *s, uint64_t index)
+{
+    if (index >= s->info.count)
+        return UINT32_MAX;
+    return s->shards ? dlc__set_shard_of(s, index) : 0;
 }
 
 dlc_status dlc_store_resident(const dlc_store *s, uint64_t *resident)
 {
     if (!s || !resident)
         return dlc__errorf(DLC_EINVAL, "dlc_store_resident: NULL argument");
+    if (s->shards) {
+        uint64_t sum = 0;
+        for (uint32_t k = 0; k < s->num_shards; k++) {
+            uint64_t one = 0;
+            const dlc_status rc = dlc_store_resident(s->shards[k], &one);
+            if (rc < 0)
+                return rc;
+            sum += one;
+        }
+        *resident = sum;
+        return DLC_OK;
+    }
     const long pg = sysconf(_SC_PAGESIZE);
     const uint64_t page = pg > 0 ? (uint64_t)pg : 4096;
     const uint64_t pages = (s->file_size + page - 1) / page;
@@ -494,15 +539,42 @@ dlc_status dlc_store_resident(const dlc_store *s, uint64_t *resident)
     return DLC_OK;
 }
 
+/* A set's reader: one reader per shard, so that a read allocates nothing. */
+static dlc_status set_reader_open(dlc_store_reader *r)
+{
+    const dlc_store *s = r->s;
+    r->shards = calloc(s->num_shards, sizeof *r->shards);
+    if (!r->shards)
+        return dlc__errorf(-ENOMEM, "%s: out of memory for %u shard readers", s->path,
+                           s->num_shards);
+    for (uint32_t k = 0; k < s->num_shards; k++) {
+        const dlc_status rc = dlc_store_reader_open(s->shards[k], &r->shards[k]);
+        if (rc < 0)
+            return rc;
+    }
+    return DLC_OK;
+}
+
 dlc_status dlc_store_reader_open(const dlc_store *s, dlc_store_reader **out)
 {
     if (!s || !out)
         return dlc__errorf(DLC_EINVAL, "dlc_store_reader_open: NULL argument");
     *out = NULL;
-    dlc_store_reader *r = malloc(sizeof *r);
+    dlc_store_reader *r = calloc(1, sizeof *r);
     if (!r)
         return dlc__errorf(-ENOMEM, "%s: out of memory", s->path);
     r->s = s;
+    if (s->shards) {
+        const dlc_status rc = set_reader_open(r);
+        if (rc < 0) {
+            dlc__errsave es;
+            dlc__err_save(&es);
+            dlc_store_reader_close(r);
+            return dlc__err_restore(&es, rc);
+        }
+        *out = r;
+        return DLC_OK;
+    }
     const int mrc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &r->txn);
     if (mrc != 0) {
         free(r);
@@ -517,6 +589,11 @@ void dlc_store_reader_close(dlc_store_reader *r)
 {
     if (!r)
         return;
-    mdb_txn_abort(r->txn);
+    if (r->shards)
+        for (uint32_t k = 0; k < r->s->num_shards; k++)
+            dlc_store_reader_close(r->shards[k]);
+    free(r->shards);
+    if (r->txn)
+        mdb_txn_abort(r->txn);
     free(r);
 }

@@ -5,11 +5,14 @@
 #include "store_internal.h"
 
 #include "common.h"
+#include "store_format.h"
 
 #include <inttypes.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <xxhash.h>
 
 static const struct {
     size_t size;
@@ -281,6 +284,36 @@ dlc_status dlc__schema_check_maxes(const dlc_field *fields, uint32_t n, uint64_t
             return rc;
     }
     return DLC_OK;
+}
+
+dlc_status dlc__schema_decode(const uint8_t *p, uint32_t nf, uint64_t count, const char *path,
+                              dlc_field *out)
+{
+    for (uint32_t i = 0; i < nf; i++) {
+        const uint8_t *e = p + (size_t)i * DLC__SCHEMA_ENTRY_SIZE;
+        uint64_t reserved[3], stored;
+        dlc__schema_entry_load(e, &out[i], reserved, &stored);
+        const uint64_t h = XXH3_64bits(e, DLC__SCHEMA_ENTRY_HASHED);
+        if (h != stored)
+            return dlc__errorf(DLC_ECORRUPT,
+                               "%s: corrupt: schema field %u: checksum mismatch (stored %016" PRIx64
+                               ", computed %016" PRIx64 ")",
+                               path, i, stored, h);
+        /* Equal schemas are equal bytes: after the name's NUL, only NULs. */
+        const size_t len = strnlen((const char *)e, DLC__FIELD_NAME_SIZE);
+        int padded = len < DLC__FIELD_NAME_SIZE;
+        for (size_t j = len; j < DLC__FIELD_NAME_SIZE; j++)
+            padded &= e[j] == 0;
+        if (!padded || reserved[0] || reserved[1] || reserved[2])
+            return dlc__errorf(
+                DLC_ECORRUPT,
+                "%s: corrupt: schema field %u: bytes after the name or reserved words not zero",
+                path, i);
+    }
+    char prefix[PATH_MAX + 32];
+    snprintf(prefix, sizeof prefix, "%s: corrupt: schema", path);
+    const dlc_status rc = dlc__schema_check(out, nf, DLC_ECORRUPT, prefix);
+    return rc < 0 ? rc : dlc__schema_check_maxes(out, nf, count, DLC_ECORRUPT, prefix);
 }
 
 void dlc__schema_v1(dlc_field out[2], uint32_t encoding, uint32_t height, uint32_t width,

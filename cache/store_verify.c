@@ -5,6 +5,7 @@
 #include "common.h"
 #include "store_format.h"
 #include "store_internal.h"
+#include "store_set.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -180,6 +181,8 @@ dlc_status dlc_store_verify(const dlc_store *s, dlc_verify_fn fn, void *user, ui
     if (bad)
         *bad = 0;
     FAIL_IF(!s, DLC_EINVAL, "dlc_store_verify: NULL store");
+    if (s->shards)
+        return dlc__set_verify(s, fn, user, bad);
     vs = calloc(1, sizeof *vs);
     FAIL_IF(!vs, -ENOMEM, "%s: out of memory", s->path);
     vs->counts = calloc(s->info.num_labels + 1u, sizeof *vs->counts);

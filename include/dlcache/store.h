@@ -22,6 +22,14 @@
  * checksums (XXH3-64) are checked on request with dlc_value_verify(), because
  * hashing every read would cost as much as the read itself.
  *
+ * A store set (docs/FORMAT.md, "Store sets") is a directory of N version 2 stores, its shards,
+ * and an index, index.dlcset, written last by dlc_set_join() (include/dlcache/set.h). Every call
+ * here takes a set where it takes a store: dlc_store_open() of the directory presents the union
+ * of the shards, with records numbered globally in shard order, so a set delivers exactly the
+ * records of one store built from the same items. A store's files (one for a single store, N
+ * for a set) are named by number: dlc_value.file, dlc_store_num_files() and the dlc_store_file_*
+ * calls, for readers that read the files themselves (O_DIRECT, fadvise).
+ *
  * Errors: DLC_OK, -errno from the system, DLC_EVERSION (not a dlcache store
  * or a newer format), DLC_ECORRUPT (a structure that cannot be right),
  * DLC_ENOTFOUND (no such record or meta key), DLC_EINVAL (bad argument).
@@ -135,6 +143,8 @@ typedef struct dlc_value {
     uint64_t xxh3;       /**< XXH3-64 of data as written by the writer. */
     int64_t i;           /**< DLC_FIELD_INT: the value. */
     double f;            /**< DLC_FIELD_FLOAT: the value. */
+    uint32_t file;       /**< The file that holds the record, whose offsets @c offset is in:
+                              0 for a single store, the shard for a set (dlc_store_file_fd()). */
 } dlc_value;
 
 /** Read-only handle on a store file; safe to share between threads. */
@@ -156,8 +166,10 @@ typedef struct dlc_store_info {
     uint64_t skipped;        /**< Source items the builder skipped as unreadable. */
     uint64_t payload_bytes;  /**< Sum of every record's payload sizes. */
     uint64_t content_digest; /**< Version 1: XXH3-64 over each record's label (int64 LE) and
-                                  payload, in order; version 2: docs/FORMAT.md. */
-    uint64_t file_bytes;     /**< Size of the store file. */
+                                  payload, in order; version 2: docs/FORMAT.md. A set: XXH3-64
+                                  over its shards' digests (u64 LE, in order), which is not the
+                                  digest of a single store of the same records. */
+    uint64_t file_bytes;     /**< Size of the store file (a set: the sum of its shards'). */
     uint32_t num_fields;     /**< Fields of every record (2 for a version 1 store). */
     uint32_t image_field;    /**< Index of the first image field, or DLC_NO_FIELD. */
     uint32_t label_field;    /**< Index of the DLC_FIELD_LABEL field, or DLC_NO_FIELD. */
@@ -189,10 +201,17 @@ enum dlc_store_flags {
 
 /**
  * @brief Open and map the store at @p path read-only.
- * @param[in] path Store file; not retained.
+ * @param[in] path Store file, or a store set's directory; not retained. A set's index is
+ *            checked (size, checksum, names, record numbers) and every shard is opened with
+ *            every check of a store, then checked against the index: its schema, its place
+ *            in the set (part I of N, the set's id), its record count, content digest, file
+ *            size and labels. The set's schema is the union of the shards' (docs/FORMAT.md).
+ *            A set holds one open file and one map per shard.
  * @param[in] flags Zero or more ::dlc_store_flags.
  * @param[out] out Handle; release with dlc_store_close(). NULL on failure.
- * @return DLC_OK, -errno (-ENOENT...), DLC_EVERSION, DLC_ECORRUPT.
+ * @return DLC_OK, -errno (-ENOENT..., a set's missing shard named), DLC_EVERSION (not a store;
+ *         a directory without index.dlcset), DLC_ECORRUPT (a set: a damaged index, or a shard
+ *         that disagrees with it, named with the reason).
  * Thread safety: the handle may be shared by any number of threads.
  */
 DLC_API dlc_status dlc_store_open(const char *path, uint32_t flags, dlc_store **out);
@@ -211,7 +230,7 @@ DLC_API const dlc_field *dlc_store_fields(const dlc_store *s);
 /** @brief Index of the field named @p name, or -1 when there is none. */
 DLC_API int dlc_store_find_field(const dlc_store *s, const char *name);
 
-/** @brief The path the store was opened with (a copy owned by @p s). */
+/** @brief The path the store was opened with (a copy owned by @p s): a set's directory. */
 DLC_API const char *dlc_store_path(const dlc_store *s);
 
 /** @brief Name of class @p label ("n01440764"...), or NULL when out of range.
@@ -223,7 +242,7 @@ DLC_API const uint64_t *dlc_store_label_counts(const dlc_store *s);
 
 /**
  * @brief Raw value of metadata key @p key (for example "build", a JSON text
- *        that says how the store was built).
+ *        that says how the store was built). A set answers with its first shard's metadata.
  * @param[out] data Points into the map; never write or free; valid until close.
  * @param[out] size Bytes.
  * @return DLC_OK or DLC_ENOTFOUND.
@@ -232,18 +251,42 @@ DLC_API dlc_status dlc_store_meta(const dlc_store *s, const char *key, const voi
                                   size_t *size);
 
 /** @brief The file descriptor of the store (opened O_RDONLY, owned by @p s);
- *  for readahead and io_uring reads. Never close it. */
+ *  for readahead and io_uring reads. Never close it. A set's first shard's: read a set's
+ *  files with dlc_store_file_fd(). */
 DLC_API int dlc_store_fd(const dlc_store *s);
 
+/** @brief Files of the store: 1 for a single store, the number of shards for a set. Files are
+ *  numbered 0..n-1 in record order; dlc_value.file names one. */
+DLC_API uint32_t dlc_store_num_files(const dlc_store *s);
+
+/** @brief The descriptor of file @p file (opened O_RDONLY, owned by @p s; never close it), for
+ *  pread, readahead and io_uring reads at dlc_value.offset; -1 when there is no such file. */
+DLC_API int dlc_store_file_fd(const dlc_store *s, uint32_t file);
+
+/** @brief The path of file @p file (owned by @p s, valid until dlc_store_close()), to open it
+ *  again with other flags (O_DIRECT); NULL when there is no such file. */
+DLC_API const char *dlc_store_file_path(const dlc_store *s, uint32_t file);
+
+/** @brief The size of file @p file when it was opened, in bytes (0 when there is no such
+ *  file). A file found smaller later was truncated in place: reading its map past the new end
+ *  raises SIGBUS, so a long-running reader compares with fstat() of dlc_store_file_fd(). */
+DLC_API uint64_t dlc_store_file_bytes(const dlc_store *s, uint32_t file);
+
+/** @brief The file that holds record @p index, found without touching the map (a binary
+ *  search over a set's shards); UINT32_MAX when @p index >= count. */
+DLC_API uint32_t dlc_store_record_file(const dlc_store *s, uint64_t index);
+
 /**
- * @brief Bytes of the store file that are in the page cache now (mincore).
+ * @brief Bytes of the store file that are in the page cache now (mincore); a set's files
+ *        summed.
  * @param[out] resident Bytes resident.
  * @return DLC_OK or -errno.
  */
 DLC_API dlc_status dlc_store_resident(const dlc_store *s, uint64_t *resident);
 
 /**
- * @brief Start a per-thread read handle.
+ * @brief Start a per-thread read handle (a set's holds one per shard, made here, so that
+ *        reads allocate nothing).
  * @param[out] out Release with dlc_store_reader_close(), on the thread that opened it.
  * @return DLC_OK, -ENOMEM, DLC_ECORRUPT.
  * Thread safety: a reader belongs to the thread that opened it.
@@ -259,7 +302,10 @@ DLC_API void dlc_store_reader_close(dlc_store_reader *r);
  *        dimensions against the schema, boxes against their classes, the label's range, and
  *        that each payload lies inside the file; not the checksums. A version 2 store finds the
  *        record through its offset table (one load, no B-tree search; dlc_store_verify()
- *        checks the table against the B-tree); a version 1 store through LMDB.
+ *        checks the table against the B-tree); a version 1 store through LMDB; a set through
+ *        the shard that holds @p index (a binary search over the shards' first records), whose
+ *        file each value names in dlc_value.file. A record that fails is named with its set,
+ *        its global number, its shard and its number there.
  * @param[out] values info->num_fields views, in schema order; valid until dlc_store_close().
  * @return DLC_OK, DLC_ENOTFOUND (index >= count), DLC_ECORRUPT (bad header, a payload out of
  *         the file, a size or shape that disagrees with the schema).
@@ -278,7 +324,7 @@ DLC_API dlc_status dlc_value_verify(const dlc_store *s, uint64_t index, uint32_t
 /**
  * @brief Find record @p index's first image field and its label without copying or allocating
  *        (dlc_store_read_values() reads every field). Checks the header and bounds, not the
- *        payload checksum.
+ *        payload checksum. In a set, rec->offset is in file dlc_store_record_file(s, index).
  * @param[out] rec Filled on success; its views stay valid until dlc_store_close(). The label
  *             is 0 in a store without a label field.
  * @return DLC_OK, DLC_ENOTFOUND (index >= count), DLC_ECORRUPT (bad header,
@@ -294,13 +340,15 @@ DLC_API dlc_status dlc_store_read(dlc_store_reader *r, uint64_t index, dlc_recor
  */
 DLC_API dlc_status dlc_record_verify(const dlc_store *s, const dlc_record *rec);
 
-/** Called by dlc_store_verify() for progress and for each bad record. */
+/** Called by dlc_store_verify() for progress and for each bad record. A set's shards are
+ *  verified in parallel and their progress summed. */
 typedef struct dlc_verify_progress {
     uint64_t done;         /**< Records checked so far. */
     uint64_t total;        /**< Records in the store. */
     uint64_t bytes_done;   /**< Payload bytes hashed so far. */
     uint64_t bad;          /**< Bad records found so far. */
-    uint64_t bad_index;    /**< With bad_status != 0: the record that failed. */
+    uint64_t bad_index;    /**< With bad_status != 0: the record that failed (a set: its global
+                                number; bad_msg names the shard and its number there). */
     dlc_status bad_status; /**< 0 for a progress call; the error for a bad record. */
     const char *bad_msg;   /**< With bad_status != 0: the reason, valid during the call. */
 } dlc_verify_progress;
@@ -311,8 +359,12 @@ typedef int (*dlc_verify_fn)(void *user, const dlc_verify_progress *p);
 
 /**
  * @brief Re-hash every field of every record and check headers, the record count, the label
- *        counts, the offset table and the content digest against the metadata.
- * @param[in] fn Called about every 64 MiB hashed and once per bad record; may be NULL.
+ *        counts, the offset table and the content digest against the metadata. A set: its
+ *        index is read again and compared with the one opened, and every shard is verified,
+ *        in parallel on up to one thread per core (never more threads than shards).
+ * @param[in] fn Called about every 64 MiB hashed and once per bad record; may be NULL. On a
+ *            set it is called from the verifying threads, one call at a time, with the
+ *            shards' progress summed.
  * @param[out] bad Number of bad records (may be NULL).
  * @return DLC_OK when everything matches, DLC_ECORRUPT when something does not
  *         (dlc_errmsg() names the first), DLC_ECANCELED, or -errno.

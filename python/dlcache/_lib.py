@@ -78,6 +78,7 @@ class Value(ctypes.Structure):
         ("xxh3", ctypes.c_uint64),
         ("i", ctypes.c_int64),
         ("f", ctypes.c_double),
+        ("file", ctypes.c_uint32),
     ]
 
 

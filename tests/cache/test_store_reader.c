@@ -199,7 +199,9 @@ Test(store_reader, foreign_files_fail_cleanly)
     char *missing = tmp_path(dir, "missing.dlc");
     cr_assert_eq(dlc_store_open(missing, 0, &s), -ENOENT);
     cr_assert(strstr(dlc_errmsg(), missing), "%s", dlc_errmsg());
-    cr_assert_eq(dlc_store_open(dir, 0, &s), DLC_EINVAL, "a directory");
+    /* A directory is a store set only with an index. */
+    cr_assert_eq(dlc_store_open(dir, 0, &s), DLC_EVERSION, "a directory without index.dlcset");
+    cr_assert(strstr(dlc_errmsg(), "not a store or a set: no index.dlcset"), "%s", dlc_errmsg());
 
     char *empty = tmp_path(dir, "empty.dlc");
     write_bytes(empty, "", 0);

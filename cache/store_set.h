@@ -1,0 +1,158 @@
+/* Private to the store part: store sets (docs/FORMAT.md, "Store sets"). A set is a directory of
+ * N version 2 stores, the shards, and a checksummed index written last. This header has the
+ * bytes of the index and of a shard's "set_part" record (store_set_index.c), the merge of the
+ * shards' schemas into the set's (store_set_index.c), and the calls that dlc_store_open(),
+ * the readers and dlc_store_verify() make when the store is a set (store_set.c,
+ * store_set_verify.c). dlc_set_join() (store_set_join.c, include/dlcache/set.h) writes the index.
+ *
+ * A set's records are numbered globally: shard k holds records first_k .. first_k + count_k - 1,
+ * whose own numbers inside the shard are 0 .. count_k - 1. */
+#ifndef DLCACHE_STORE_SET_H
+#define DLCACHE_STORE_SET_H
+
+#include "store_internal.h"
+
+#include <dlcache/store.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The file whose presence makes a directory a set. */
+#define DLC__SET_INDEX_NAME "index.dlcset"
+#define DLC__SET_MAGIC "DLCSET01"
+#define DLC__SET_VERSION 1u
+#define DLC__SET_HEADER 56u    /* Bytes before the shard entries. */
+#define DLC__SET_ENTRY 96u     /* Bytes of one shard entry. */
+#define DLC__SET_NAME_SIZE 64u /* A shard's name, NUL-padded: up to 63 characters. */
+#define DLC__SET_MAX_SHARDS 65536u
+/* An index larger than this is not one we wrote (65536 shards, 64 fields and 2^24 labels of
+ * a few bytes each fit well inside): the reader refuses it before reading it into memory. */
+#define DLC__SET_MAX_INDEX_BYTES (256u << 20)
+
+/* The meta key of a shard's place in its set, and its 48 bytes. */
+#define DLC__META_SET_PART "set_part"
+#define DLC__SET_PART_MAGIC "DLCPART1"
+#define DLC__SET_PART_SIZE 48u
+#define DLC__SET_PART_HASHED 40u /* The XXH3 at offset 40 covers bytes 0..39. */
+
+/* A shard's "set_part" record: which part of which set it is, and the source items it was
+ * built from. */
+typedef struct dlc__set_part {
+    uint32_t part;       /* I, 0..parts-1. */
+    uint32_t parts;      /* N, 1..DLC__SET_MAX_SHARDS. */
+    uint64_t set_id;     /* The build's identity: equal in every part of one set. */
+    uint64_t first_item; /* The half-open range of source items the part was built from. */
+    uint64_t end_item;
+} dlc__set_part;
+
+/* Encode @p p with its hash into @p out. */
+void dlc__set_part_encode(uint8_t out[DLC__SET_PART_SIZE], const dlc__set_part *p);
+
+/* Decode and check a "set_part" value of @p len bytes: size, magic, hash, I < N <= max,
+ * first_item <= end_item. DLC_ECORRUPT names @p who. */
+dlc_status dlc__set_part_decode(const uint8_t *v, size_t len, const char *who, dlc__set_part *out);
+
+/* "part-%05u-of-%05u.dlc": the name of part @p part of @p parts in its set's directory. */
+void dlc__set_part_name(char out[DLC__SET_NAME_SIZE], uint32_t part, uint32_t parts);
+
+/* One shard entry of the index. */
+typedef struct dlc__set_shard {
+    char name[DLC__SET_NAME_SIZE]; /* [A-Za-z0-9._-], 1..63 characters, NUL-padded. */
+    uint64_t count;                /* Records of the shard. */
+    uint64_t first;                /* Global number of its first record. */
+    uint64_t content_digest;       /* Its dlc_store_info.content_digest. */
+    uint64_t file_bytes;           /* Its file's size. */
+} dlc__set_shard;
+
+/* The decoded index. */
+typedef struct dlc__set_index {
+    uint32_t num_shards;
+    uint64_t count;
+    uint64_t set_id;
+    uint64_t schema_hash; /* XXH3 of the schema block. */
+    uint32_t num_fields;
+    uint32_t num_labels;
+    uint32_t labels_bytes;
+    dlc__set_shard *shards;           /* num_shards entries; malloc'd. */
+    dlc_field fields[DLC_MAX_FIELDS]; /* The set's schema (the merge of its shards'). */
+    char *labels;                     /* labels_bytes bytes: num_labels NUL-terminated names;
+                                         malloc'd (NULL when labels_bytes is 0). */
+} dlc__set_index;
+
+/* Decode and check every rule of the index (docs/FORMAT.md) in @p p, @p len bytes read from
+ * @p path: magic and version (DLC_EVERSION), size, checksum, reserved words, names, firsts,
+ * count, schema, labels (DLC_ECORRUPT naming @p path and what disagrees). @p out is filled on
+ * success and must be released with dlc__set_index_free() in every case. */
+dlc_status dlc__set_index_decode(const uint8_t *p, size_t len, const char *path,
+                                 dlc__set_index *out);
+
+/* Encode @p x (counts, firsts, fields and labels as given; schema_hash computed) into a
+ * malloc'd buffer. DLC_OK or -ENOMEM. */
+dlc_status dlc__set_index_encode(const dlc__set_index *x, uint8_t **out, size_t *len);
+
+/* Free what @p x owns. Accepts a zeroed index. */
+void dlc__set_index_free(dlc__set_index *x);
+
+/* Read the index file @p path whole into a malloc'd buffer: -errno (-ENOENT when there is
+ * none), DLC_ECORRUPT when it is larger than any index. */
+dlc_status dlc__set_index_read(const char *path, uint8_t **out, size_t *len);
+
+/* The set's schema from its shards': fields that agree in everything but their sizes are
+ * merged the way a single store of all the records would have them (fixed where every shard
+ * with records has the same fixed shape, else VARIABLE with the largest sizes). Shards without
+ * records must agree on the rest but do not change the sizes. Add the shards in order; @p code
+ * (DLC_EINVAL joining, DLC_ECORRUPT opening) names @p dir, the shard and the field that
+ * disagree. */
+typedef struct dlc__schema_merge {
+    dlc_field fields[DLC_MAX_FIELDS];
+    uint32_t num_fields;
+    int have_records; /* Some merged shard had records: the sizes are the records'. */
+    int started;
+} dlc__schema_merge;
+dlc_status dlc__set_merge_add(dlc__schema_merge *m, const dlc_store *shard, const char *dir,
+                              const char *name, dlc_status code);
+
+/* Do the contiguous item ranges of @p prev (part k-1, or NULL for part 0) and @p p agree? */
+int dlc__set_items_follow(const dlc__set_part *prev, const dlc__set_part *p);
+
+/* ---- The open set (store_set.c) ----------------------------------------------------------- */
+
+/* Open the set in directory @p dir: read and check the index, open every shard and check it
+ * against the index, and fill @p *out with the union. */
+dlc_status dlc__set_open(const char *dir, uint32_t flags, dlc_store **out);
+
+/* Free the set's own parts (its shards and tables); dlc_store_close() frees the rest. Does
+ * nothing to a single store. */
+void dlc__set_close(dlc_store *s);
+
+/* The shard that holds global record @p index < count: the last k with firsts[k] <= index. */
+static inline uint32_t dlc__set_shard_of(const dlc_store *s, uint64_t index)
+{
+    uint32_t lo = 0, hi = s->num_shards;
+    while (hi - lo > 1) {
+        const uint32_t mid = lo + (hi - lo) / 2;
+        if (s->firsts[mid] <= index)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* A failure of shard @p k reading its record for global record @p index, said again naming the
+ * set, the global record, the shard and the shard's own record number; returns @p rc. Cold. */
+dlc_status dlc__set_shard_error(const dlc_store *s, uint32_t k, uint64_t index, dlc_status rc);
+
+/* Shard @p k's message @p msg ("SHARD: record L: reason", or "SHARD: reason") said again for the
+ * set: "SET: record G (record L of shard NAME): reason" or "SET: shard NAME: reason". Records it
+ * for dlc_errmsg() and returns @p rc. */
+dlc_status dlc__set_shard_msg(const dlc_store *s, uint32_t k, const char *msg, dlc_status rc);
+
+/* "SET: record G (record L of shard NAME)" or "STORE: record G" for a single store, for
+ * messages about record @p index in file @p file. */
+void dlc__record_where(const dlc_store *s, uint32_t file, uint64_t index, char *buf, size_t cap);
+
+/* dlc_store_verify() of a set (store_set_verify.c). */
+dlc_status dlc__set_verify(const dlc_store *s, dlc_verify_fn fn, void *user, uint64_t *bad);
+
+#endif /* DLCACHE_STORE_SET_H */
