@@ -5,6 +5,7 @@
 #include "common.h"
 #include "store_format.h"
 #include "store_internal.h"
+#include "store_set.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -84,6 +85,9 @@ struct dlc_writer {
     uint64_t *label_counts;
     size_t label_cap;
     XXH3_state_t *digest; /* content_digest: 24 bytes per field per record. */
+
+    int has_set_part; /* A part of a store set: finish writes "set_part" and may have no record. */
+    uint8_t set_part[DLC__SET_PART_SIZE];
 };
 
 /* An LMDB return code as a dlc_status: LMDB returns errno values as they are
@@ -587,6 +591,23 @@ dlc_status dlc__writer_set_meta(dlc_writer *w, const char *const *label_names, u
     return DLC_OK;
 }
 
+dlc_status dlc__writer_set_part(dlc_writer *w, uint32_t part, uint32_t parts, uint64_t set_id,
+                                uint64_t first_item, uint64_t end_item)
+{
+    if (!w)
+        return dlc__errorf(DLC_EINVAL, "dlc__writer_set_part: NULL writer");
+    if (parts == 0 || parts > DLC__SET_MAX_SHARDS || part >= parts || first_item > end_item)
+        return dlc__errorf(DLC_EINVAL,
+                           "%s: part %u of %u, items [%" PRIu64 ", %" PRIu64
+                           "): a set has 1 to %u parts, numbered from 0, and a part's items "
+                           "start before they end",
+                           w->final_path, part, parts, first_item, end_item, DLC__SET_MAX_SHARDS);
+    const dlc__set_part p = {part, parts, set_id, first_item, end_item};
+    dlc__set_part_encode(w->set_part, &p);
+    w->has_set_part = 1;
+    return DLC_OK;
+}
+
 const char *dlc__writer_temp_path(const dlc_writer *w)
 {
     return w ? w->temp_path : NULL;
@@ -884,6 +905,8 @@ static dlc_status write_meta(dlc_writer *w, const uint8_t *index)
     }
     if (w->build_json)
         CHECK(put_meta(w, DLC__META_BUILD, w->build_json, strlen(w->build_json)));
+    if (w->has_set_part)
+        CHECK(put_meta(w, DLC__META_SET_PART, w->set_part, sizeof w->set_part));
 fail:
     free(counts);
     return rc;
@@ -955,7 +978,9 @@ static dlc_status write_store(dlc_writer *w, uint64_t *used)
     uint8_t *index = NULL;
     if (!w->has_schema && w->deferred)
         CHECK(default_schema(w));
-    FAIL_IF(w->count == 0 && !w->deferred, DLC_EINVAL, "%s: no record was appended", w->final_path);
+    /* A part of a set may be empty: every item of its range may have been skipped. */
+    FAIL_IF(w->count == 0 && !w->deferred && !w->has_set_part, DLC_EINVAL,
+            "%s: no record was appended", w->final_path);
     if (w->auto_labels)
         CHECK(name_labels_by_number(w));
     CHECK(final_schema(w));
