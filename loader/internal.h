@@ -119,6 +119,9 @@ typedef struct dlc__slot {
     dlc_status err;    /**< First failure (lowest sample index); under mu. */
     uint32_t err_at;
     char errmsg[512];
+    uint32_t *files; /**< The store's files this batch reads (a set of more than
+                          DLC__SHRINK_ALL_FILES shards): the shrink check's files. */
+    uint32_t nfiles;
     uint32_t io_err_at;    /**< Lowest sample whose lookup failed; its message is io_msg. */
     int lookup_by_workers; /**< The workers find the records themselves (a store all in memory:
                                 nothing to read ahead, and the lookups spread over them). */
@@ -198,7 +201,12 @@ struct dlc_loader {
     uint32_t io_mode; /**< DLC_IO_MMAP or DLC_IO_DIRECT. */
     int uring_ok;
     struct io_uring ring;
-    int direct_fd; /**< O_DIRECT descriptor (or a plain one where O_DIRECT is refused). */
+    uint32_t nfiles;  /**< dlc_store_num_files(): 1, or a set's shards. */
+    int *direct_fds;  /**< Direct mode: per file, an O_DIRECT descriptor (or a plain one where
+                           O_DIRECT is refused), opened at dlc__io_open(). */
+    uint64_t *stamps; /**< A set of many files: per file, the last resolve() that listed it in a
+                           slot's files (the I/O thread's own). */
+    uint64_t resolves;
     size_t io_cap; /**< Bytes of direct buffer per sample. */
     int bufs_registered;
     uint32_t madvise_inflight;
@@ -232,11 +240,23 @@ void dlc__io_close(struct dlc_loader *l);
 int dlc__io_resident(const struct dlc_loader *l);
 /** The I/O thread's body. */
 void *dlc__io_main(void *arg);
-/* Has the store file shrunk below its size at open (truncated in place)? Then a touch of a page
- * past its new end would raise SIGBUS, so the caller must not read records: returns 1 and the
- * current size in *now. One fstat; called once per batch by the I/O thread and once per claimed
- * chunk by the workers. */
-int dlc__store_shrunk(const struct dlc_loader *l, uint64_t *now);
+/* A set of at most this many files has every file checked for shrinking once per batch; a
+ * larger one only the files the batch reads (s->files), so the cost stays a few fstat calls
+ * per batch however many shards there are. */
+#define DLC__SHRINK_ALL_FILES 64u
+/* Has a file of the store that batch slot @p s reads shrunk below its size at open (truncated
+ * in place)? Then a touch of a page past its new end would raise SIGBUS, so the caller must not
+ * read records: returns 1, the file in *file and its current size in *now. One fstat per file
+ * checked (every file of the store, or the batch's, see DLC__SHRINK_ALL_FILES); called once per
+ * batch by the I/O thread and once per batch by each worker that joins it. */
+int dlc__store_shrunk(const struct dlc_loader *l, const dlc__slot *s, uint32_t *file,
+                      uint64_t *now);
+/* Has file @p file shrunk? One fstat (a replacement record's file, outside its batch's). */
+int dlc__file_shrunk(const struct dlc_loader *l, uint32_t file, uint64_t *now);
+/* "STORE: record I: the store shrank from X to Y bytes while the loader was reading it (...)",
+ * naming a set's shard, into @p buf. */
+void dlc__shrunk_msg(const struct dlc_loader *l, uint32_t file, uint64_t now, uint64_t index,
+                     char *buf, size_t cap);
 /** The file span that holds @p v's selected payloads: [*off, *off + *len). */
 void dlc__selected_span(const struct dlc_loader *l, const dlc_value *v, uint64_t *off, size_t *len);
 

@@ -1,11 +1,14 @@
 /* The I/O thread: works a few batches ahead of the workers. For each batch it looks the records
  * up (headers only) and asks the kernel for their payloads, either as readahead into the page
  * cache (mmap mode: IORING_OP_MADVISE WILLNEED on the mapped range) or as O_DIRECT reads into
- * the slot's own buffers (direct mode), so workers do not stall on page faults of a cold store. */
+ * the slot's own buffers (direct mode), so workers do not stall on page faults of a cold store.
+ * A store set has one file per shard: each record is read from its own file (dlc_value.file),
+ * through a direct descriptor per file, and each file is checked for shrinking. */
 #include "internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,11 +76,57 @@ int dlc__io_resident(const dlc_loader *l)
            resident >= l->info->file_bytes;
 }
 
+/* Direct mode: a descriptor per file of the store, opened with O_DIRECT. */
+static dlc_status open_direct(dlc_loader *l)
+{
+    const dlc_loader_config *c = &l->cfg;
+    l->direct_fds = malloc(l->nfiles * sizeof *l->direct_fds);
+    if (!l->direct_fds)
+        return dlc__errorf(-ENOMEM, "%s: out of memory for %u descriptors", l->path, l->nfiles);
+    for (uint32_t f = 0; f < l->nfiles; f++)
+        l->direct_fds[f] = -1;
+    int refused = 0;
+    for (uint32_t f = 0; f < l->nfiles; f++) {
+        const char *path = dlc_store_file_path(l->store, f);
+        l->direct_fds[f] = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+        if (l->direct_fds[f] >= 0)
+            continue;
+        /* Some file systems (tmpfs) refuse O_DIRECT; the same aligned reads still work
+         * through the page cache. Said once: a set's shards share their file system. */
+        if (!refused++)
+            dlc__logf(c->log, c->log_user, DLC_LOG_WARN,
+                      "%s: O_DIRECT refused (%s): direct mode reads through the page cache", path,
+                      dlc_strerror(-errno));
+        l->direct_fds[f] = open(path, O_RDONLY | O_CLOEXEC);
+        if (l->direct_fds[f] < 0)
+            return dlc__errorf(-errno, "%s: cannot open: %s", path, strerror(errno));
+    }
+    return DLC_OK;
+}
+
+/* A set of many files: the slots' lists of the files each batch reads, and the stamps that
+ * keep a file from being listed twice. */
+static dlc_status alloc_file_lists(dlc_loader *l)
+{
+    if (l->nfiles <= DLC__SHRINK_ALL_FILES)
+        return DLC_OK;
+    l->stamps = calloc(l->nfiles, sizeof *l->stamps);
+    if (!l->stamps)
+        return dlc__errorf(-ENOMEM, "%s: out of memory", l->path);
+    for (uint32_t i = 0; i < l->nslots; i++) {
+        l->slots[i].files = calloc(l->cfg.batch_size, sizeof *l->slots[i].files);
+        if (!l->slots[i].files)
+            return dlc__errorf(-ENOMEM, "%s: out of memory", l->path);
+    }
+    return DLC_OK;
+}
+
 dlc_status dlc__io_open(dlc_loader *l)
 {
     dlc_status rc = DLC_OK;
     const dlc_loader_config *c = &l->cfg;
-    l->direct_fd = -1;
+    l->nfiles = dlc_store_num_files(l->store);
+    CHECK(alloc_file_lists(l));
     l->io_mode = c->io;
     if (l->io_mode == DLC_IO_AUTO) {
         const uint64_t avail = mem_available();
@@ -111,16 +160,7 @@ dlc_status dlc__io_open(dlc_loader *l)
                     "%s: out of memory for %zu bytes of direct I/O buffers", l->path, slot_bytes);
             l->slots[i].iobuf = p;
         }
-        l->direct_fd = open(l->path, O_RDONLY | O_DIRECT | O_CLOEXEC);
-        if (l->direct_fd < 0) {
-            /* Some file systems (tmpfs) refuse O_DIRECT; the same aligned reads still work
-             * through the page cache. */
-            dlc__logf(c->log, c->log_user, DLC_LOG_WARN,
-                      "%s: O_DIRECT refused (%s): direct mode reads through the page cache",
-                      l->path, dlc_strerror(-errno));
-            l->direct_fd = open(l->path, O_RDONLY | O_CLOEXEC);
-            FAIL_IF(l->direct_fd < 0, -errno, "%s: cannot open: %s", l->path, strerror(errno));
-        }
+        CHECK(open_direct(l));
         if (l->uring_ok && slot_bytes <= (1u << 30)) {
             struct iovec *iov = calloc(l->nslots, sizeof *iov);
             FAIL_IF(!iov, -ENOMEM, "%s: out of memory", l->path);
@@ -152,9 +192,17 @@ void dlc__io_close(dlc_loader *l)
         io_uring_queue_exit(&l->ring);
         l->uring_ok = 0;
     }
-    if (l->direct_fd >= 0)
-        close(l->direct_fd);
-    l->direct_fd = -1;
+    for (uint32_t f = 0; l->direct_fds && f < l->nfiles; f++)
+        if (l->direct_fds[f] >= 0)
+            close(l->direct_fds[f]);
+    free(l->direct_fds);
+    l->direct_fds = NULL;
+    for (uint32_t i = 0; l->slots && i < l->nslots; i++) {
+        free(l->slots[i].files);
+        l->slots[i].files = NULL;
+    }
+    free(l->stamps);
+    l->stamps = NULL;
 }
 
 /* Collect finished readahead requests without waiting; their results do not matter. */
@@ -180,16 +228,16 @@ static struct io_uring_sqe *get_sqe(dlc_loader *l)
 static void readahead_mmap(dlc_loader *l, dlc__slot *s)
 {
     const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    const uint8_t *map = NULL;
     for (uint32_t j = 0; j < s->count; j++) {
         const dlc__sample_io *si = &s->io[j];
         if (si->status != DLC_OK || !si->span_len)
             continue;
-        /* The map's base, from any payload view and its file offset. */
-        if (!map)
-            for (uint32_t f = 0; f < l->info->num_fields && !map; f++)
-                if (si->v[f].data && si->v[f].size)
-                    map = si->v[f].data - si->v[f].offset;
+        /* The map's base, from any payload view and its file offset: per record, since the
+         * records of a set lie in the maps of their shards. */
+        const uint8_t *map = NULL;
+        for (uint32_t f = 0; f < l->info->num_fields && !map; f++)
+            if (si->v[f].data && si->v[f].size)
+                map = si->v[f].data - si->v[f].offset;
         if (!map)
             continue;
         if (l->uring_ok) {
@@ -207,8 +255,8 @@ static void readahead_mmap(dlc_loader *l, dlc__slot *s)
             io_uring_sqe_set_data64(sqe, 0);
             l->madvise_inflight++;
         } else {
-            posix_fadvise(dlc_store_fd(l->store), (off_t)si->span_off, (off_t)si->span_len,
-                          POSIX_FADV_WILLNEED);
+            posix_fadvise(dlc_store_file_fd(l->store, si->v[0].file), (off_t)si->span_off,
+                          (off_t)si->span_len, POSIX_FADV_WILLNEED);
         }
     }
     if (l->uring_ok) {
@@ -238,10 +286,11 @@ static void read_direct(dlc_loader *l, dlc__slot *s, uint32_t slot_index)
         if (len > l->io_cap)
             continue; /* Larger than a buffer: the worker reads it from the map. */
         uint8_t *buf = s->iobuf + (size_t)j * l->io_cap;
+        const int fd = l->direct_fds[si->v[0].file]; /* Every field of a record is in one file. */
         si->span = buf + (si->span_off - start);
         atomic_fetch_add_explicit(&l->st_bytes, si->span_len, memory_order_relaxed);
         if (!l->uring_ok) {
-            const ssize_t r = pread(l->direct_fd, buf, len, (off_t)start);
+            const ssize_t r = pread(fd, buf, len, (off_t)start);
             if (r < 0 || (size_t)r < need)
                 si->status = r < 0 ? -errno : -EIO;
             continue;
@@ -252,9 +301,9 @@ static void read_direct(dlc_loader *l, dlc__slot *s, uint32_t slot_index)
             continue;
         }
         if (l->bufs_registered)
-            io_uring_prep_read_fixed(sqe, l->direct_fd, buf, (unsigned)len, start, (int)slot_index);
+            io_uring_prep_read_fixed(sqe, fd, buf, (unsigned)len, start, (int)slot_index);
         else
-            io_uring_prep_read(sqe, l->direct_fd, buf, (unsigned)len, start);
+            io_uring_prep_read(sqe, fd, buf, (unsigned)len, start);
         io_uring_sqe_set_data64(sqe, j);
         inflight++;
     }
@@ -283,17 +332,45 @@ static void read_direct(dlc_loader *l, dlc__slot *s, uint32_t slot_index)
     }
 }
 
-int dlc__store_shrunk(const dlc_loader *l, uint64_t *now)
+int dlc__file_shrunk(const dlc_loader *l, uint32_t file, uint64_t *now)
 {
     struct stat st;
-    if (fstat(dlc_store_fd(l->store), &st) != 0 || (uint64_t)st.st_size >= l->info->file_bytes)
+    const uint64_t size = dlc_store_file_bytes(l->store, file);
+    if (fstat(dlc_store_file_fd(l->store, file), &st) != 0 || (uint64_t)st.st_size >= size)
         return 0;
     *now = (uint64_t)st.st_size;
     return 1;
 }
 
-/* Every sample of slot @p s fails with DLC_ECHANGED: the store shrank under the loader. */
-static void fail_shrunk(dlc_loader *l, dlc__slot *s, uint64_t now)
+int dlc__store_shrunk(const dlc_loader *l, const dlc__slot *s, uint32_t *file, uint64_t *now)
+{
+    const int all = l->nfiles <= DLC__SHRINK_ALL_FILES;
+    const uint32_t n = all ? l->nfiles : s->nfiles;
+    for (uint32_t i = 0; i < n; i++) {
+        *file = all ? i : s->files[i];
+        if (dlc__file_shrunk(l, *file, now))
+            return 1;
+    }
+    return 0;
+}
+
+void dlc__shrunk_msg(const dlc_loader *l, uint32_t file, uint64_t now, uint64_t index, char *buf,
+                     size_t cap)
+{
+    const uint64_t was = dlc_store_file_bytes(l->store, file);
+    char what[PATH_MAX + 32] = "the store";
+    if (l->nfiles > 1)
+        snprintf(what, sizeof what, "its shard %s", dlc_store_file_path(l->store, file));
+    snprintf(buf, cap,
+             "%s: record %llu: %s shrank from %llu to %llu bytes while the loader was reading it "
+             "(truncated in place; replace a store by renaming a new file over it)",
+             l->path, (unsigned long long)index, what, (unsigned long long)was,
+             (unsigned long long)now);
+}
+
+/* Every sample of slot @p s fails with DLC_ECHANGED: file @p file of the store shrank under the
+ * loader. */
+static void fail_shrunk(dlc_loader *l, dlc__slot *s, uint32_t file, uint64_t now)
 {
     const dlc__shard *sh = &l->shard;
     for (uint32_t j = 0; j < s->count; j++) {
@@ -306,11 +383,27 @@ static void fail_shrunk(dlc_loader *l, dlc__slot *s, uint64_t now)
     }
     s->io_err_at = 0;
     s->lookup_by_workers = 0;
-    snprintf(s->io_msg, sizeof s->io_msg,
-             "%s: record %llu: the store shrank from %llu to %llu bytes while the loader was "
-             "reading it (truncated in place; replace a store by renaming a new file over it)",
-             l->path, (unsigned long long)s->io[0].index, (unsigned long long)l->info->file_bytes,
-             (unsigned long long)now);
+    dlc__shrunk_msg(l, file, now, s->io[0].index, s->io_msg, sizeof s->io_msg);
+}
+
+/* A set of many files: list the files the records of slot @p s are in, from their numbers
+ * alone (the map is not touched before the files are checked). */
+static void list_files(dlc_loader *l, dlc__slot *s)
+{
+    const dlc__shard *sh = &l->shard;
+    s->nfiles = 0;
+    if (l->nfiles <= DLC__SHRINK_ALL_FILES)
+        return;
+    const uint64_t stamp = ++l->resolves;
+    for (uint32_t j = 0; j < s->count; j++) {
+        const uint64_t index =
+            dlc__sampler_at(&l->sampler, dlc__shard_pos(sh, s->batch * sh->batch + j));
+        const uint32_t f = dlc_store_record_file(l->store, index);
+        if (f < l->nfiles && l->stamps[f] != stamp) {
+            l->stamps[f] = stamp;
+            s->files[s->nfiles++] = f;
+        }
+    }
 }
 
 /* Look the records of slot @p s up and start their I/O. Runs on the I/O thread without mu. */
@@ -326,11 +419,14 @@ static void resolve(dlc_loader *l, dlc__slot *s, uint32_t slot_index)
     /* A store truncated in place under the loader would kill the process with SIGBUS at the
      * first touch of a page past its new end, here in the lookup or later in a worker. The
      * library installs no signal handler (it would be the whole process's), so it checks the
-     * size, once per batch, before it looks up any record of the batch: the batch then fails
-     * with DLC_ECHANGED naming the store and its first record. */
+     * size of each file (a set's: of each file the batch reads, dlc__store_shrunk()), once per
+     * batch, before it looks up any record of the batch: the batch then fails with
+     * DLC_ECHANGED naming the store, the shard and its first record. */
+    list_files(l, s);
     uint64_t now;
-    if (dlc__store_shrunk(l, &now)) {
-        fail_shrunk(l, s, now);
+    uint32_t file;
+    if (dlc__store_shrunk(l, s, &file, &now)) {
+        fail_shrunk(l, s, file, now);
         return;
     }
     /* A store all in the page cache needs no readahead, so the lookups (one random load of a

@@ -152,7 +152,6 @@ dlc_status dlc_loader_open(const char *path, const dlc_loader_config *config, dl
     FAIL_IF(!l, -ENOMEM, "%s: out of memory", path);
     l->cfg = cfg;
     l->lent = -1;
-    l->direct_fd = -1;
     l->paused = 1; /* Until every thread has started. */
     CHECK(dlc_store_open(path, DLC_STORE_RANDOM, &l->store));
     l->info = dlc_store_get_info(l->store);

@@ -54,7 +54,11 @@ static dlc_status replace(dlc_loader *l, dlc__worker *w, const dlc__slot *s, uin
     dlc__rng r = {dlc__key4(DLC__KEY_REPLACE, s->seed, s->epoch, pos), 0};
     for (int attempt = 0; attempt < 64; attempt++) {
         const uint64_t idx = dlc__rng_below(&r, l->info->count);
-        if (idx == bad_index)
+        /* A set of many shards checked only the batch's for shrinking; a stand-in may be in
+         * another, which is checked before its map is touched. */
+        uint64_t now;
+        if (idx == bad_index || (l->nfiles > DLC__SHRINK_ALL_FILES &&
+                                 dlc__file_shrunk(l, dlc_store_record_file(l->store, idx), &now)))
             continue;
         if (dlc_store_read_values(w->reader, idx, w->rvalues) != DLC_OK)
             continue;
@@ -215,7 +219,8 @@ void *dlc__worker_main(void *arg)
          * worker joins it, since a batch may wait in the ring (see resolve()). Once per batch
          * and worker, not per sample: the hot path makes no system call. */
         uint64_t now = 0;
-        const int shrunk = dlc__store_shrunk(l, &now);
+        uint32_t file = 0;
+        const int shrunk = dlc__store_shrunk(l, s, &file, &now);
         int finished = 0;
         for (;;) {
             const uint32_t i = atomic_fetch_add(&s->claim, l->chunk);
@@ -224,12 +229,7 @@ void *dlc__worker_main(void *arg)
             const uint32_t n = count - i < l->chunk ? count - i : l->chunk;
             if (shrunk) {
                 char msg[512];
-                snprintf(msg, sizeof msg,
-                         "%s: record %llu: the store shrank from %llu to %llu bytes while the "
-                         "loader was reading it (truncated in place; replace a store by renaming "
-                         "a new file over it)",
-                         l->path, (unsigned long long)s->io[i].index,
-                         (unsigned long long)l->info->file_bytes, (unsigned long long)now);
+                dlc__shrunk_msg(l, file, now, s->io[i].index, msg, sizeof msg);
                 slot_fail(l, s, i, DLC_ECHANGED, msg);
             } else {
                 for (uint32_t j = i; j < i + n; j++)
