@@ -4,7 +4,8 @@
 # tests/fuzz/corpus/<harness>/, plus the ones that are made rather than
 # committed because they are binary and derived from our own code (stores
 # written by the real writer, schemas of every field kind, JPEGs from our encoder, loader states, resume
-# journals with our hashes) or tiny tar shards in each tar dialect. The
+# journals with our hashes, store set indexes joined from real parts) or tiny
+# tar shards in each tar dialect. The
 # harnesses write their own seeds when DLC_FUZZ_SEED_DIR is set; -runs=0
 # makes libFuzzer stop right after initialising.
 set -euo pipefail
@@ -12,13 +13,13 @@ bin=$1
 out=$2
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
-for h in store schema manifest tar jpeg state warm; do
+for h in store schema setindex manifest tar jpeg state warm; do
     mkdir -p "$out/$h"
     if [ -d "$here/corpus/$h" ]; then
         find "$here/corpus/$h" -maxdepth 1 -type f -exec cp -f {} "$out/$h/" \;
     fi
 done
-for h in store schema jpeg state warm; do
+for h in store schema setindex jpeg state warm; do
     if [ -x "$bin/fuzz_$h" ]; then
         DLC_FUZZ_SEED_DIR="$out/$h" "$bin/fuzz_$h" -runs=0 >/dev/null 2>&1 || {
             echo "make_seeds: fuzz_$h could not write its seeds" >&2
