@@ -13,3 +13,10 @@ if(TARGET dlc_store AND DLCACHE_TESTS)
   add_executable(bench_store_read ${PROJECT_SOURCE_DIR}/tests/cache/bench_store_read.c)
   target_link_libraries(bench_store_read PRIVATE dlc_store dlc_test_headers)
 endif()
+# set_split: the records of a store written again as the parts of a store set and joined
+# (tests/e2e/set_split.c), so that the Python tests and the benchmarks compare a set with a
+# single store of the same records. Only for tests; not installed.
+if(TARGET dlc_store AND DLCACHE_TESTS)
+  add_executable(set_split ${PROJECT_SOURCE_DIR}/tests/e2e/set_split.c)
+  target_link_libraries(set_split PRIVATE dlc_store dlc_test_headers)
+endif()

@@ -1,0 +1,61 @@
+"""A store set through the Python package, which goes through the C API: the
+session's demo store split into a set of three parts (tests/e2e/set_split.c
+writes its records again as parts and joins them) reads the same records and
+loads the same batches as the store itself."""
+
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import require_lib, tool
+
+require_lib("dlc_loader_open", "dlc_build")
+
+import dlcache  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def store_set(store, tmp_path_factory):
+    out = tmp_path_factory.mktemp("set") / "demo.set"
+    subprocess.run([tool("set_split"), str(store), "3", str(out)], check=True,
+                   stdout=subprocess.DEVNULL)
+    return out
+
+
+def test_a_set_reads_and_loads_like_the_store_of_its_records(store, store_set):
+    a = dlcache.info(str(store_set), verify=True)
+    b = dlcache.info(str(store))
+    assert a["verified"]
+    for key in ("count", "classes", "label_counts", "fields", "height", "width", "channels",
+                "skipped", "payload_bytes", "image_field", "label_field"):
+        assert a[key] == b[key], key
+    assert a["path"] == str(store_set) and a["file_bytes"] > b["payload_bytes"]
+
+    with dlcache.Store(str(store_set)) as s, dlcache.Store(str(store)) as t:
+        assert len(s) == len(t)
+        for i in range(len(t)):
+            x, y = s[i], t[i]
+            assert x.keys() == y.keys()
+            for k in x:
+                assert np.array_equal(np.asarray(x[k]), np.asarray(y[k])), (i, k)
+
+    def batches(path, epoch):
+        loader = dlcache.Loader(str(path), batch_size=16, crop=48, random_resized_crop=True,
+                                flip=0.5, seed=7, threads=2, return_indices=True)
+        loader.set_epoch(epoch)
+        out = [tuple(t.clone() for t in b) for b in loader]
+        loader.close()
+        return out
+
+    for epoch in (0, 1):
+        got, want = batches(store_set, epoch), batches(store, epoch)
+        assert len(got) == len(want) > 2
+        for g, w in zip(got, want):
+            assert all(torch.equal(x, y) for x, y in zip(g, w))
+
+
+def test_a_directory_without_an_index_is_named(tmp_path):
+    with pytest.raises(dlcache.VersionError, match="not a store or a set: no index.dlcset"):
+        dlcache.Store(str(tmp_path))
