@@ -48,7 +48,8 @@ for cc in gcc clang; do
     if command -v "$cc" >/dev/null; then
         CC=$cc cmake -S . -B "build-release-$cc" -DCMAKE_BUILD_TYPE=Release -DDLCACHE_WERROR=ON \
             >/dev/null && cmake --build "build-release-$cc" -j "$JOBS" >"build-release-$cc/build.log" 2>&1 ||
-            { tail -30 "build-release-$cc/build.log"; failed+=("release-$cc"); }
+            { grep -E "error|warning" "build-release-$cc/build.log" | head -20
+              failed+=("release-$cc"); }
     fi
 done
 

@@ -36,9 +36,12 @@ static const char *npy_descr(uint32_t dtype)
 static int write_npy(FILE *f, uint32_t dtype, const uint64_t *shape, uint32_t ndim,
                      const void *data, size_t size)
 {
+    const char *descr = npy_descr(dtype);
+    if (!descr)
+        return -1;
     char dict[256];
-    int n = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (",
-                     npy_descr(dtype));
+    int n =
+        snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
     for (uint32_t d = 0; d < ndim; d++)
         n += snprintf(dict + n, sizeof dict - (size_t)n, "%s%" PRIu64, d ? ", " : "", shape[d]);
     n += snprintf(dict + n, sizeof dict - (size_t)n, "%s), }", ndim == 1 ? "," : "");

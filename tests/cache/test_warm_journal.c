@@ -350,8 +350,8 @@ Test(warm_journal, a_version_1_journal_is_ignored_never_misread)
 
     /* Shorter than a header, or garbage of a header's length: started over. */
     static const char *const junk[] = {"", "DLCWARM2",
-                                       "DLCWARM2\x01\x02\x03\x04\x05\x06\x07\x08"
-                                       "0123456789abcdef0123456789abcdef"};
+                                       ("DLCWARM2\x01\x02\x03\x04\x05\x06\x07\x08"
+                                        "0123456789abcdef0123456789abcdef")};
     for (size_t i = 0; i < 3; i++) {
         f = fopen(path, "wb");
         fputs(junk[i], f);
