@@ -362,7 +362,7 @@ Test(fields, views_have_their_own_parameters)
         }
         cr_assert_eq(field(&b, "label")->dtype, DLC_DTYPE_INT64);
     }
-    cr_assert_gt(differ, N / 2, "the two global views of a sample differ");
+    cr_assert_gt(differ, (int)(N / 2), "the two global views of a sample differ");
     dlc_loader_close(l);
     drop_store(&fs);
 }
