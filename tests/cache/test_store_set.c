@@ -667,3 +667,40 @@ Test(store_set, a_damaged_record_is_named_with_the_set_and_its_shard)
     dlc_store_close(s);
     free(set);
 }
+
+static int stop_at_once(void *user, const dlc_verify_progress *p)
+{
+    (void)p;
+    ++*(int *)user;
+    return 1;
+}
+
+Test(store_set, verify_names_an_index_changed_since_open_and_can_be_canceled)
+{
+    char *set = tmp_path(dir, "set");
+    cr_assert_eq(sf_make_set(set, N_ITEMS, PARTS, SET_ID, sf_skip_some), DLC_OK);
+    dlc_store *s = open_ok(set);
+    int calls = 0;
+    cr_assert_eq(dlc_store_verify(s, stop_at_once, &calls, NULL), DLC_ECANCELED, "%s",
+                 dlc_errmsg());
+    cr_assert_eq(calls, 1, "one call, then every shard stops");
+    /* The index rewritten under the open set (here: its reserved word, re-hashed). */
+    char *index = tmp_path(set, "index.dlcset");
+    size_t n = 0;
+    uint8_t *p = read_file(index, &n);
+    p[52] = 1;
+    rehash(p, n);
+    write_file(index, p, n);
+    uint64_t bad = 7;
+    cr_assert_eq(dlc_store_verify(s, NULL, NULL, &bad), DLC_ECORRUPT);
+    cr_assert_eq(bad, 0, "the records are fine");
+    cr_assert_not_null(strstr(dlc_errmsg(), "index.dlcset"), "%s", dlc_errmsg());
+    p[52] = 0;
+    rehash(p, n);
+    write_file(index, p, n);
+    cr_assert_eq(dlc_store_verify(s, NULL, NULL, &bad), DLC_OK, "%s", dlc_errmsg());
+    dlc_store_close(s);
+    free(p);
+    free(index);
+    free(set);
+}
