@@ -153,11 +153,14 @@ fail:
 static dlc_status check_schema(const dlc_store *s, const dlc__set_index *x,
                                const dlc__schema_merge *m)
 {
+    if (m->num_fields != x->num_fields)
+        return dlc__errorf(DLC_ECORRUPT, "%s: corrupt: %s: %u fields, the shards have %u", s->path,
+                           DLC__SET_INDEX_NAME, x->num_fields, m->num_fields);
     for (uint32_t i = 0; i < x->num_fields; i++) {
         uint8_t a[DLC__SCHEMA_ENTRY_SIZE], b[DLC__SCHEMA_ENTRY_SIZE];
         dlc__schema_entry_store(a, &x->fields[i]);
         dlc__schema_entry_store(b, &m->fields[i]);
-        if (m->num_fields != x->num_fields || memcmp(a, b, sizeof a) != 0)
+        if (memcmp(a, b, sizeof a) != 0)
             return dlc__errorf(DLC_ECORRUPT,
                                "%s: corrupt: %s: field %u \"%s\" is not the union of the shards' "
                                "(flags 0x%x, max %ux%u, %" PRIu64 " bytes; the shards make flags "
@@ -181,7 +184,7 @@ static dlc_status open_shards(dlc_store *s, const dlc__set_index *x, uint32_t fl
         const char *name = x->shards[k].name;
         free(path);
         path = NULL;
-        FAIL_IF(asprintf(&path, "%s/%s", s->path, name) < 0, -ENOMEM, "%s: out of memory", s->path);
+        FAIL_IF(!(path = dlc__set_path(s->path, "/", name)), -ENOMEM, "%s: out of memory", s->path);
         rc = dlc__store_open_file(path, flags, &s->shards[k]);
         FAIL_IF(rc == -ENOENT, rc, "%s: shard %s is missing (%s lists %u shards)", s->path, name,
                 DLC__SET_INDEX_NAME, x->num_shards);
@@ -262,7 +265,7 @@ dlc_status dlc__set_open(const char *dir, uint32_t flags, dlc_store **out)
     *out = NULL;
     FAIL_IF(flags & ~(uint32_t)DLC_STORE_SEQUENTIAL, DLC_EINVAL, "%s: unknown flags 0x%x", dir,
             flags);
-    FAIL_IF(asprintf(&ipath, "%s/%s", dir, DLC__SET_INDEX_NAME) < 0, -ENOMEM, "%s: out of memory",
+    FAIL_IF(!(ipath = dlc__set_path(dir, "/", DLC__SET_INDEX_NAME)), -ENOMEM, "%s: out of memory",
             dir);
     rc = dlc__set_index_read(ipath, &bytes, &len);
     if (rc == -ENOENT) {

@@ -16,6 +16,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* The file whose presence makes a directory a set. */
 #define DLC__SET_INDEX_NAME "index.dlcset"
@@ -54,6 +57,17 @@ dlc_status dlc__set_part_decode(const uint8_t *v, size_t len, const char *who, d
 
 /* "part-%05u-of-%05u.dlc": the name of part @p part of @p parts in its set's directory. */
 void dlc__set_part_name(char out[DLC__SET_NAME_SIZE], uint32_t part, uint32_t parts);
+
+/* "A/B" (B "" gives "A/"), malloc'd; NULL when out of memory. (asprintf() leaves its pointer
+ * undefined on failure, which the cleanup ladders would then free.) */
+static inline char *dlc__set_path(const char *a, const char *sep, const char *b)
+{
+    const size_t n = strlen(a) + strlen(sep) + strlen(b) + 1;
+    char *p = malloc(n);
+    if (p)
+        snprintf(p, n, "%s%s%s", a, sep, b);
+    return p;
+}
 
 /* One shard entry of the index. */
 typedef struct dlc__set_shard {

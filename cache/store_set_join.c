@@ -241,7 +241,7 @@ static dlc_status read_parts(join *j)
     j->info = calloc(j->n, sizeof *j->info);
     FAIL_IF(!j->info, -ENOMEM, "%s: out of memory for %u parts", j->dir, j->n);
     for (uint32_t k = 0; k < j->n; k++) {
-        FAIL_IF(asprintf(&path, "%s/%s", j->dir, j->files[k].name) < 0, -ENOMEM,
+        FAIL_IF(!(path = dlc__set_path(j->dir, "/", j->files[k].name)), -ENOMEM,
                 "%s: out of memory", j->dir);
         rc = dlc__store_open_file(path, DLC_STORE_RANDOM, &s);
         if (rc < 0) {
@@ -383,8 +383,9 @@ static dlc_status write_index(const char *dir, const char *path, const uint8_t *
     dlc_status rc = DLC_OK;
     char *tmp = NULL;
     int fd = -1;
-    FAIL_IF(asprintf(&tmp, "%s.tmp-%ld", path, (long)getpid()) < 0, -ENOMEM, "%s: out of memory",
-            dir);
+    char suffix[32];
+    snprintf(suffix, sizeof suffix, ".tmp-%ld", (long)getpid());
+    FAIL_IF(!(tmp = dlc__set_path(path, "", suffix)), -ENOMEM, "%s: out of memory", dir);
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     FAIL_IF(fd < 0, -errno, "%s: cannot create: %s", tmp, strerror(errno));
     for (size_t done = 0; done < len;) {
@@ -425,7 +426,7 @@ dlc_status dlc_set_join(const char *dir, dlc_set_join_report *report)
     uint64_t set_id = 0;
     CHECK(check_parts(&j, &set_id));
     CHECK(make_index(&j, set_id, &index, &len));
-    FAIL_IF(asprintf(&path, "%s/%s", dir, DLC__SET_INDEX_NAME) < 0, -ENOMEM, "%s: out of memory",
+    FAIL_IF(!(path = dlc__set_path(dir, "/", DLC__SET_INDEX_NAME)), -ENOMEM, "%s: out of memory",
             dir);
     const int unchanged = same_bytes(path, index, len);
     if (!unchanged)

@@ -107,7 +107,7 @@ static dlc_status check_index(const dlc_store *s)
     uint8_t *now = NULL;
     size_t len = 0;
     dlc__set_index x = {0};
-    FAIL_IF(asprintf(&path, "%s/%s", s->path, DLC__SET_INDEX_NAME) < 0, -ENOMEM,
+    FAIL_IF(!(path = dlc__set_path(s->path, "/", DLC__SET_INDEX_NAME)), -ENOMEM,
             "%s: out of memory", s->path);
     CHECK(dlc__set_index_read(path, &now, &len));
     CHECK(dlc__set_index_decode(now, len, path, &x));
