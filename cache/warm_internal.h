@@ -40,6 +40,9 @@ typedef struct dlc__warm_source {
     struct curl_slist *headers; /* Sent with every request (secret: tokens). */
     int follow_redirects;       /* Plain URLs may redirect (CDNs); S3 and GCS do not. */
     int send_if_match;          /* The server honours If-Match on GET (S3). */
+    char *bucket;               /* s3:// and gs://: the bucket, */
+    char *key;                  /* the object's name (not encoded), */
+    char *endpoint;             /* and gs://: the endpoint, without a trailing '/'. */
 } dlc__warm_source;
 
 /* Resolve @p url (s3://, gs://, http(s)://) with the options and the
@@ -165,6 +168,11 @@ typedef struct dlc__warm_object {
     uint64_t size;
     int ranges;                    /* The server answered the range request with 206. */
     char etag[DLC__WARM_ETAG_MAX]; /* "" when the server sent none. */
+    int pushed;               /* The object has dlcache-part-size metadata: a push made it, and */
+    uint64_t push_part_size;  /* its ETag is the MD5 of its bytes (or of their parts of this
+                                 size, "-N"); checked after the download. */
+    char goog_md5[32];        /* GCS: the x-goog-hash md5 (base64), checked likewise. */
+    long status;              /* The probe's last HTTP status (404: no such object). */
 } dlc__warm_object;
 
 /* Ask for the first bytes of the object and stop at the body: size, ETag and
@@ -200,5 +208,250 @@ dlc_status dlc__warm_fetch(dlc__warm_fetch_job *job);
  * capped at 5 s, with "equal jitter" (half fixed, half random) drawn from
  * @p rng so that ranks that failed together do not retry together. */
 double dlc__warm_backoff(unsigned attempt, uint64_t *rng);
+
+/* ---- Publishing: dlc_warm_push() (warm_md5.c, warm_push_*.c) ----------------------------------
+ * A push uploads a file (or each file of a set) to S3 with a multipart upload, or to GCS with a
+ * resumable upload session, on libcurl's multi interface, signed and authorized by the same
+ * source code as a download (dlc__warm_source, dlc__warm_easy_setup()). */
+
+enum {
+    DLC__PUSH_MAX_PARTS = 10000, /* S3's limit of parts per upload. */
+    DLC__PUSH_ID_MAX = 4096,     /* Longest upload id or GCS session URI kept. */
+};
+#define DLC__PUSH_DEFAULT_PART (16ull << 20)
+/* GCS wants every chunk but the last to be a multiple of 256 KiB. */
+#define DLC__PUSH_GCS_QUANTUM (256ull << 10)
+/* The object metadata that says a push made the object and with which part size, so that a
+ * download knows how the ETag was computed (x-amz-meta-..., or GCS's metadata map). */
+#define DLC__PUSH_META "dlcache-part-size"
+
+/* MD5 by OpenSSL's libcrypto (warm_md5.c). A context is made by the first begin and reused by
+ * later ones; free it with dlc__md5_free() (also after a failed begin). */
+typedef struct dlc__md5 {
+    void *ctx; /* EVP_MD_CTX, kept opaque so that this header does not pull in OpenSSL's. */
+} dlc__md5;
+dlc_status dlc__md5_begin(dlc__md5 *m);
+void dlc__md5_update(dlc__md5 *m, const void *p, size_t n);
+void dlc__md5_end(dlc__md5 *m, uint8_t out[16]);
+void dlc__md5_free(dlc__md5 *m);
+void dlc__md5_hex(const uint8_t md5[16], char out[33]);
+void dlc__md5_base64(const uint8_t md5[16], char out[25]);
+/* 0 when @p b64 is the 24-character base64 of 16 bytes (GCS's md5Hash), else -1. */
+int dlc__md5_from_base64(const char *b64, uint8_t md5[16]);
+/* MD5 of bytes [off, off + len) of @p fd. */
+dlc_status dlc__md5_file_range(int fd, const char *path, uint64_t off, uint64_t len,
+                               uint8_t out[16]);
+
+/* An S3 ETag ("hex" or "hex-N", quotes optional, case ignored): its 16 digest bytes and N (0 for
+ * a plain MD5). Returns -1 for anything else (a weak ETag, GCS's, an SSE-KMS one...). */
+int dlc__warm_etag_parse(const char *etag, uint8_t md5[16], uint32_t *parts);
+/* S3's ETag of a multipart object: "\"HEX-N\"", HEX the MD5 of the @p n parts' binary MD5s
+ * (@p md5s, 16 bytes each, in part order). */
+void dlc__warm_multipart_etag(const uint8_t *md5s, size_t n, char out[DLC__WARM_ETAG_MAX]);
+/* The ETag S3 gives the file at @p fd when uploaded in parts of @p part_size (@p multipart), or
+ * the plain MD5 of its bytes, quoted; the parts are hashed on up to one thread per core. */
+dlc_status dlc__warm_file_etag(int fd, const char *path, uint64_t size, uint64_t part_size,
+                               int multipart, char out[DLC__WARM_ETAG_MAX]);
+
+/* The push journal (warm_push_journal.c): which parts of which upload of which version of a
+ * local file are on the server, so that a rerun after a crash sends only the others. One file
+ * per (source file, destination) in the state directory, mode 0600 (a GCS session URI lets its
+ * holder write the object), flock'ed while a push uses it. Layout (little-endian):
+ *   header: "DLCPUSH1", u64 file size, u64 part size, u64 inode, i64 mtime_ns,
+ *           u64 destination key (XXH3 of the destination's name), u32 id length L (<= 4095),
+ *           u32 0, L bytes of upload id (S3) or session URI (GCS), u64 XXH3 of the bytes before;
+ *   records of 40 bytes: u32 part (1..N; 0: the whole object was completed and verified),
+ *           u32 aux (with part 0: the ETag's part count, 0 for a plain MD5), u64 length,
+ *           16 bytes MD5 (of the part; with part 0, the ETag's digest), u64 XXH3 of the 32
+ *           bytes before seeded with the header's hash.
+ * A record whose check fails (a torn append) is dropped with everything after it. A journal
+ * whose header does not match the file (size, inode, mtime) and destination is started over. */
+typedef struct dlc__push_ident {
+    uint64_t size;
+    uint64_t inode;
+    int64_t mtime_ns;
+    uint64_t dest; /* XXH3 of the destination's name ("s3://bucket/key"). */
+} dlc__push_ident;
+
+typedef struct dlc__push_journal {
+    int fd; /* Open and locked (flock) from open to close; -1 when closed. */
+    char path[4096];
+    dlc__push_ident id;
+    uint64_t part_size;                /* The upload's, from the header. */
+    char upload_id[DLC__PUSH_ID_MAX];  /* Secret for GCS: never in a message. */
+    uint64_t seed;                     /* The header's hash: seeds the records' checks. */
+    uint32_t nparts;                   /* Parts of the file at part_size. */
+    uint8_t *have;                     /* nparts flags: part i + 1 is journaled. */
+    uint8_t *md5s;                     /* nparts x 16 bytes: their MD5s. */
+    int complete;                      /* A record 0: the object was completed and verified. */
+    uint8_t final_md5[16];             /* Its ETag's digest, */
+    uint32_t final_parts;              /* and part count (0: a plain MD5). */
+    uint64_t end;                      /* Where the next record goes. */
+} dlc__push_journal;
+
+/* The journal's path for pushing @p source (made absolute) to @p dest: STATE/push-HASH.journal
+ * under @p state_dir, else DLCACHE_STATE_DIR, else $XDG_STATE_HOME/dlcache, else
+ * $HOME/.local/state/dlcache. Creates the directory (mode 0700) when missing. */
+dlc_status dlc__push_journal_path(const char *state_dir, const char *source, const char *dest,
+                                  char *out, size_t cap);
+/* Open and lock the journal at @p path (DLC_ESTATE when another push holds it). *matched is 1
+ * when it is a journal of @p id: its upload, part size and records are then in @p j. When it is
+ * a journal of an older version of the file for the same destination, its upload id goes into
+ * @p stale (so that the caller can abort that upload), else stale is "". */
+dlc_status dlc__push_journal_open(dlc__push_journal *j, const char *path, const dlc__push_ident *id,
+                                  int *matched, char *stale, size_t stale_cap);
+/* Start the journal over for a new upload @p upload_id in parts of @p part_size: truncate,
+ * write the header, fdatasync, and sync the directory. */
+dlc_status dlc__push_journal_start(dlc__push_journal *j, uint64_t part_size,
+                                   const char *upload_id);
+/* Append the record of part @p part (1-based) with @p md5 and fdatasync. */
+dlc_status dlc__push_journal_part(dlc__push_journal *j, uint32_t part, uint64_t len,
+                                  const uint8_t md5[16]);
+/* Append the record of the completed, verified object and fdatasync. */
+dlc_status dlc__push_journal_complete(dlc__push_journal *j, const uint8_t md5[16], uint32_t parts);
+/* Close (and with @p remove, delete first) the journal; the lock goes with the close. */
+void dlc__push_journal_close(dlc__push_journal *j, int remove);
+
+/* What a request of a push is for. */
+typedef enum dlc__push_step {
+    DLC__PUSH_CREATE,     /* S3 CreateMultipartUpload. */
+    DLC__PUSH_LIST,       /* S3 ListParts (one page). */
+    DLC__PUSH_PART,       /* S3 UploadPart. */
+    DLC__PUSH_COMPLETE,   /* S3 CompleteMultipartUpload. */
+    DLC__PUSH_HEAD,       /* S3 HeadObject after completing. */
+    DLC__PUSH_CHECK,      /* S3 HeadObject of an object an earlier run completed. */
+    DLC__PUSH_ABORT,      /* S3 AbortMultipartUpload of an upload nobody will finish. */
+    DLC__PUSH_DELETE,     /* S3 DeleteObject of an object that failed its check. */
+    DLC__PUSH_GCS_START,  /* GCS: POST uploadType=resumable (a new session). */
+    DLC__PUSH_GCS_QUERY,  /* GCS: how much of the session's bytes are persisted. */
+    DLC__PUSH_GCS_CHUNK,  /* GCS: PUT one chunk with Content-Range. */
+    DLC__PUSH_GCS_CHECK,  /* GCS: the object's metadata (an earlier run completed it). */
+    DLC__PUSH_GCS_DELETE, /* GCS: delete an object that failed its check. */
+} dlc__push_step;
+
+struct dlc__push_file;
+
+/* One HTTP request of a push: what the protocol (warm_push_s3.c, warm_push_gcs.c) asks for, and
+ * what the engine (warm_push_engine.c) got back. */
+typedef struct dlc__push_req {
+    struct dlc__push_file *file;
+    dlc__push_step step;
+    uint32_t part;            /* PART: the S3 part number, 1-based. */
+    const char *method;       /* "GET", "HEAD", "PUT", "POST" or "DELETE" (a static string). */
+    char *url;                /* malloc'd; a GCS session URI is secret. */
+    struct curl_slist *extra; /* Headers besides the source's; freed with the request. */
+    int from_file;            /* The body is the file's bytes [off, off + len), hashed as sent. */
+    uint64_t off;
+    uint64_t len;
+    char *body; /* Else a body from memory (malloc'd), body_len bytes, or none. */
+    size_t body_len;
+    /* The answer. */
+    long status;
+    char etag[DLC__WARM_ETAG_MAX];
+    char range[128];                  /* GCS: the Range header of a 308. */
+    char location[DLC__PUSH_ID_MAX];  /* GCS: the session URI (secret). */
+    uint64_t meta_part_size;          /* The object's dlcache-part-size metadata (HEAD). */
+    int64_t content_length;           /* -1 when absent. */
+    char *resp;                       /* The body (malloc'd, NUL-terminated), resp_len bytes. */
+    size_t resp_len;
+    size_t resp_cap;
+    uint8_t md5[16]; /* from_file: the MD5 of the bytes sent. */
+    uint64_t sent;   /* from_file: bytes read into the request by this attempt. */
+} dlc__push_req;
+
+/* One local file of a push and the state of its upload. */
+typedef struct dlc__push_file {
+    char *path; /* The local file (malloc'd). */
+    int fd;
+    dlc__push_ident id;
+    dlc__warm_source src; /* Where it goes. */
+    dlc__push_journal j;
+    int resumable;                   /* The journal matched: an earlier run's upload goes on. */
+    char stale[DLC__PUSH_ID_MAX];    /* An upload of an older version of the file, to abort. */
+    int last;                        /* A set's index: waits until every other file is done. */
+    uint64_t part_size;
+    uint32_t nparts;
+    int state;                /* The protocol's. */
+    int busy;                 /* A request other than a part is out. */
+    uint32_t next_part;       /* The next part (0-based) to look at for sending. */
+    uint32_t inflight;        /* Parts out. */
+    uint8_t *out;             /* nparts flags: part i + 1 is out. */
+    uint32_t list_marker;     /* ListParts: the next page's part-number-marker. */
+    uint8_t *listed;          /* ListParts: part i + 1 is on the server as journaled. */
+    int list_unsupported;     /* The server does not list parts: the journal is trusted. */
+    int restarted;            /* The upload was started over once already. */
+    uint64_t offset;          /* GCS: bytes the session has persisted. */
+    uint64_t bytes_done;      /* Bytes of parts in place (sent or resumed). */
+    int finished;             /* Uploaded and verified. */
+    int skipped;              /* An earlier run had completed it. */
+    char etag[DLC__WARM_ETAG_MAX]; /* The object's, once finished. */
+    int forget;               /* The upload is gone: the journal must not be resumed. */
+    dlc_status bad;           /* The object failed its check: the failure, after deleting it, */
+    char bad_msg[1024];       /* and its message. */
+} dlc__push_file;
+
+/* The state of one dlc_warm_push() call. */
+typedef struct dlc__push_ctx {
+    dlc_warm_options net; /* The options' network part, defaults filled in. */
+    const dlc_warm_push_options *opt;
+    dlc__push_file *files;
+    size_t nfiles;
+    dlc_warm_push_result *r;
+    double t0;
+    uint64_t rng;
+} dlc__push_ctx;
+
+/* The answer of a protocol to a finished request that should be sent again after a backoff. */
+#define DLC__PUSH_RETRY 1
+
+/* The protocols: the next request @p f needs (1, with @p r filled; 0: none now, or < 0), and
+ * the verdict on a finished one (DLC_OK, DLC__PUSH_RETRY with the reason in @p why, or < 0). */
+int dlc__push_s3_next(dlc__push_ctx *c, dlc__push_file *f, dlc__push_req *r);
+dlc_status dlc__push_s3_done(dlc__push_ctx *c, dlc__push_req *r, char *why, size_t cap);
+int dlc__push_gcs_next(dlc__push_ctx *c, dlc__push_file *f, dlc__push_req *r);
+dlc_status dlc__push_gcs_done(dlc__push_ctx *c, dlc__push_req *r, char *why, size_t cap);
+
+/* An HTTP answer the protocol did not expect: DLC__PUSH_RETRY for 5xx, 408 and 429 (with the
+ * reason in @p why), else DLC_EHTTP naming the object, @p what and the server's Code/Message. */
+dlc_status dlc__push_http_error(const dlc__push_req *r, const char *what, char *why, size_t cap);
+/* Send every file's requests until all are finished; the first failure ends it. */
+dlc_status dlc__push_run(dlc__push_ctx *c);
+/* Release what a request owns and zero it. */
+void dlc__push_req_free(dlc__push_req *r);
+/* What @p r is, for messages: "UploadPart 3 of 12", "CompleteMultipartUpload"... */
+const char *dlc__push_step_name(const dlc__push_req *r, char *buf, size_t cap);
+
+/* ---- Store sets (warm_set.c) ------------------------------------------------------------------
+ * A set on the server is a prefix holding index.dlcset and the shards it names. */
+#define DLC__WARM_SET_INDEX "index.dlcset"
+
+/* The shards a set's index names, decoded by the store part's own reader of the index
+ * (dlc__set_index_decode(), cache/store_set.h): never a second parser. */
+typedef struct dlc__warm_set_list {
+    uint32_t n;
+    char (*names)[64];       /* n shard names, in record order (malloc'd). */
+    uint64_t *bytes;         /* Their file sizes, */
+    uint64_t *digests;       /* and content digests, as the index says (malloc'd). */
+} dlc__warm_set_list;
+
+/* Read and decode DIR/index.dlcset. */
+dlc_status dlc__warm_set_list_read(const char *dir, dlc__warm_set_list *out);
+/* Decode the index file at @p path. */
+dlc_status dlc__warm_set_list_file(const char *path, dlc__warm_set_list *out);
+void dlc__warm_set_list_free(dlc__warm_set_list *l);
+
+/* Warm the set at @p url (a prefix) into the directory @p dest; the caller holds DEST.lock.
+ * The index is fetched first into DEST/index.dlcset.warm-new and decoded; an older index at
+ * DEST is removed when it differs (DEST is then no set, rather than a set whose shards are being
+ * replaced); the shards are fetched in parallel by dlc_warm() each (their own resume journals,
+ * verification and atomic publishing inside DEST), the connections split among them; every
+ * shard is checked against the index; then the index is published last (rename and directory
+ * sync) and the set opened once as a whole. */
+dlc_status dlc__warm_set(const char *url, const char *dest, const dlc_warm_options *opt,
+                         dlc_warm_result *r, double t0);
+
+/* The small parsers of warm_source.c, for the push's XML and JSON answers. */
+int dlc__warm_xml_field(const char *body, size_t len, const char *tag, char *out, size_t cap);
+int dlc__warm_json_string(const char *body, size_t len, const char *key, char *out, size_t cap);
 
 #endif /* DLCACHE_WARM_INTERNAL_H */

@@ -142,7 +142,7 @@ int dlc__warm_parse_content_range(const char *v, uint64_t *start, uint64_t *end,
 }
 
 /* Copy the text between <tag> and </tag> in @p body, or return 0. */
-static int xml_field(const char *body, size_t len, const char *tag, char *out, size_t cap)
+int dlc__warm_xml_field(const char *body, size_t len, const char *tag, char *out, size_t cap)
 {
     char open[64], close[64];
     snprintf(open, sizeof open, "<%s>", tag);
@@ -159,7 +159,7 @@ static int xml_field(const char *body, size_t len, const char *tag, char *out, s
 }
 
 /* Copy the string value of the first "key": "value" in a JSON text. */
-static int json_string(const char *body, size_t len, const char *key, char *out, size_t cap)
+int dlc__warm_json_string(const char *body, size_t len, const char *key, char *out, size_t cap)
 {
     char pat[64];
     snprintf(pat, sizeof pat, "\"%s\"", key);
@@ -196,12 +196,12 @@ void dlc__warm_describe_body(const char *body, size_t len, char *out, size_t cap
     if (!body || len == 0 || cap == 0)
         return;
     char code[128], msg[512];
-    if (xml_field(body, len, "Code", code, sizeof code)) {
-        if (xml_field(body, len, "Message", msg, sizeof msg))
+    if (dlc__warm_xml_field(body, len, "Code", code, sizeof code)) {
+        if (dlc__warm_xml_field(body, len, "Message", msg, sizeof msg))
             snprintf(out, cap, "%s: %s", code, msg);
         else
             snprintf(out, cap, "%s", code);
-    } else if (json_string(body, len, "message", msg, sizeof msg)) {
+    } else if (dlc__warm_json_string(body, len, "message", msg, sizeof msg)) {
         snprintf(out, cap, "%s", msg);
     } else {
         snprintf(out, cap, "%.*s", (int)(len < 200 ? len : 200), body);
@@ -242,6 +242,9 @@ void dlc__warm_source_free(dlc__warm_source *src)
     free(src->shown);
     free(src->name);
     free(src->sigv4);
+    free(src->bucket);
+    free(src->key);
+    free(src->endpoint);
     /* Wipe the secret before the memory goes back to the allocator. */
     if (src->secret_key)
         memset(src->secret_key, 0, strlen(src->secret_key));
@@ -360,6 +363,10 @@ static dlc_status resolve_s3(dlc__warm_source *src, const char *url, const dlc_w
         CHECK(add_header(src, "x-amz-content-sha256: %s", "UNSIGNED-PAYLOAD"));
     }
     src->send_if_match = 1;
+    /* Kept for the push, which addresses the object's uploads by query strings. */
+    src->bucket = bucket;
+    src->key = key;
+    bucket = key = NULL;
 fail:
     free(bucket);
     free(key);
@@ -414,7 +421,7 @@ static dlc_status gce_token(const dlc_warm_options *opt, char *token, size_t cap
         long status = 0;
         if (curl_easy_perform(h) == CURLE_OK &&
             curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status) == CURLE_OK && status == 200 &&
-            json_string(m->data, m->len, "access_token", token, cap))
+            dlc__warm_json_string(m->data, m->len, "access_token", token, cap))
             rc = DLC_OK;
         memset(m, 0, sizeof *m);
     }
@@ -460,6 +467,11 @@ static dlc_status resolve_gcs(dlc__warm_source *src, const char *url, const dlc_
                   "reading without credentials",
                   url);
     }
+    /* Kept for the push, whose uploads go to ENDPOINT/upload/storage/v1/b/BUCKET/o. */
+    src->bucket = bucket;
+    src->key = key;
+    src->endpoint = endpoint;
+    bucket = key = endpoint = NULL;
 fail:
     memset(token, 0, sizeof token);
     free(bucket);

@@ -25,6 +25,22 @@
  *     query string), size and ETag of the published file. When it matches the
  *     object and DEST, dlc_warm() returns at once without downloading.
  *
+ * Store sets (docs/FORMAT.md, "Store sets"): when URL names no object but URL/index.dlcset
+ * exists, URL is a set and DEST becomes its directory. The index is fetched first, to
+ * DEST/index.dlcset.warm-new, and decoded by the library's own reader; an older index at DEST
+ * that differs is removed before any shard is replaced (DEST is then no set, never a set whose
+ * shards disagree with its index); the shards are fetched in parallel, each exactly as a single
+ * store above (its own journal, resume, verification and atomic publishing, as DEST/NAME), with
+ * the connections split among them; each is checked against the index (size, content digest);
+ * then the index is published last (rename, directory sync) and the set is opened once as a
+ * whole. DEST.lock and DEST.warm work as for a file, so the ranks of a node fetch a set once.
+ * For a set, the log callback runs on the threads fetching the shards, one call at a time.
+ *
+ * An object made by dlc_warm_push() carries metadata saying so (x-amz-meta-dlcache-part-size,
+ * GCS's metadata), and its ETag (S3) or x-goog-hash md5 (GCS) is then the MD5 of its bytes (or
+ * S3's MD5 of its parts' MD5s, "-N"): the downloaded file is hashed, on one thread per core, and
+ * compared before publishing (DLC_ECORRUPT when it differs).
+ *
  * Sources and credentials (read from the environment at each call):
  *   - `s3://BUCKET/KEY`: AWS Signature V4 by libcurl with AWS_ACCESS_KEY_ID,
  *     AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN (anonymous requests when no
@@ -118,7 +134,12 @@ typedef struct dlc_warm_result {
     uint32_t retries;          /**< Requests that were retried. */
     uint64_t chunks;           /**< Chunks of the object. */
     uint64_t chunks_fetched;   /**< Chunks (or parts of chunks) fetched by this call. */
-    char etag[128]; /**< The object's ETag (quotes kept), "" when the server sent none. */
+    char etag[128]; /**< The object's ETag (quotes kept), "" when the server sent none; a set's:
+                         its index's. */
+    uint32_t files;            /**< 1, or a set's shards plus its index. */
+    int is_set;                /**< 1: URL was a store set, DEST its directory. */
+    int md5_checked;           /**< 1: the bytes were hashed and matched the object's MD5 (an
+                                    object made by dlc_warm_push()); a set: every file's. */
 } dlc_warm_result;
 
 /** @brief Fill @p o with the defaults. */
@@ -141,6 +162,90 @@ DLC_API void dlc_warm_options_init(dlc_warm_options *o);
  */
 DLC_API dlc_status dlc_warm(const char *url, const char *dest, const dlc_warm_options *opt,
                             dlc_warm_result *res);
+
+/** How to upload (dlc_warm_push()). Start from dlc_warm_push_options_init(). */
+typedef struct dlc_warm_push_options {
+    /** The network part: connections (parallel part uploads, shared by all the files of a set),
+     *  endpoint, region, DLC_WARM_INSECURE, DLC_WARM_NO_RESUME (abort an earlier run's upload
+     *  and start over), max_retries, timeouts, progress (done and downloaded count bytes
+     *  uploaded) and log. chunk_size and DLC_WARM_NO_VERIFY are not used. */
+    dlc_warm_options net;
+    /** Bytes per part; default 16 MiB; 64 KiB to 5 GiB. Raised for a file that would need more
+     *  than S3's 10,000 parts; for GCS rounded up to a multiple of 256 KiB (the chunk of the
+     *  upload session). S3 refuses parts under 5 MiB but the last (EntityTooSmall). A resumed
+     *  upload keeps the part size it began with. */
+    uint64_t part_size;
+    /** Directory of the resume journals; NULL: DLCACHE_STATE_DIR, else $XDG_STATE_HOME/dlcache,
+     *  else $HOME/.local/state/dlcache (made with mode 0700). Not retained. */
+    const char *state_dir;
+} dlc_warm_push_options;
+
+/** What dlc_warm_push() did. */
+typedef struct dlc_warm_push_result {
+    uint64_t bytes;          /**< Bytes of the files (a set: its shards and index). */
+    uint64_t bytes_uploaded; /**< Part bytes sent by this call (retried bytes included). */
+    double seconds;          /**< Wall time of the call. */
+    double verify_seconds;   /**< Of which spent hashing whole files for servers whose ETag is a
+                                  plain MD5 (s3rver) and for GCS's md5Hash. */
+    uint32_t files;          /**< 1, or a set's shards plus its index. */
+    uint32_t files_skipped;  /**< Files an earlier, interrupted call had completed and checked. */
+    uint64_t parts;          /**< Parts of all the files. */
+    uint64_t parts_uploaded; /**< Parts (GCS: chunks) sent and confirmed by this call. */
+    uint64_t parts_resumed;  /**< Parts an earlier call sent that the server still had. */
+    uint32_t retries;        /**< Requests that were sent again. */
+    int resumed;             /**< 1: continued the upload of an earlier call. */
+    int is_set;              /**< 1: PATH was a store set's directory. */
+    char etag[128];          /**< The object's ETag as the server reports it (a set: the index's). */
+} dlc_warm_push_result;
+
+/** @brief Fill @p o with the defaults. */
+DLC_API void dlc_warm_push_options_init(dlc_warm_push_options *o);
+
+/**
+ * @brief Upload the store file, or the store set directory, @p path to object storage so that
+ *        every node can dlc_warm() it.
+ *
+ * A file goes to @p url (`s3://BUCKET/KEY` or `gs://BUCKET/OBJECT`; a URL ending in '/' gets the
+ * file's name appended). A set's shards go to URL/NAME, every one that its index names (each
+ * must have the size the index says), in parallel; URL/index.dlcset goes last, once every shard
+ * is on the server and checked, so that a reader never finds an index naming a shard that is not
+ * there.
+ *
+ * S3: a multipart upload per file (CreateMultipartUpload with x-amz-meta-dlcache-part-size,
+ * UploadPart for each range of the file, several at once, CompleteMultipartUpload), signed by
+ * libcurl (SigV4) with the credentials and endpoint of dlc_warm(). Each part's MD5 is computed
+ * from the bytes sent and compared with the ETag the server returns (a mismatch sends the part
+ * again; DLC_ECORRUPT after the retries); after completing, a HEAD checks the object's size and
+ * its ETag (S3's MD5 of the part MD5s, "-N"; or the plain MD5 of the file where the server
+ * reports that); an object that fails is deleted and the call fails with DLC_ECORRUPT.
+ * GCS: the JSON API's resumable upload session, one chunk after another; the object's md5Hash
+ * and size are checked likewise.
+ *
+ * Resuming: a journal per file (see dlc_warm_push_options::state_dir) records the upload id and
+ * every part the server confirmed, with its MD5, synced as each is confirmed. A rerun after a
+ * crash or SIGKILL of the same file (size, inode, modification time) to the same destination
+ * asks the server which parts it still has (ListParts; a server without it is trusted to, and a
+ * part it lacks fails the completion) and sends only the others; an upload the server no longer
+ * knows starts over; a file an earlier run completed is checked with a HEAD and not sent again.
+ * A journal of an older version of the file has its upload aborted and is started over. The
+ * journals are removed when the whole call succeeds.
+ *
+ * @param[in] path A store file or a set's directory; not retained.
+ * @param[in] url The destination; not retained.
+ * @param[in] opt Options, or NULL for the defaults.
+ * @param[out] res Filled on success and, as far as known, on failure (may be NULL).
+ * @return DLC_OK; DLC_EINVAL (bad URL or option, a directory that is not a set); DLC_EHTTP (the
+ *         server refused: dlc_errmsg() names the object, the request and the server's Code and
+ *         Message); DLC_ENETWORK (retries exhausted); DLC_ECORRUPT (the server holds other bytes
+ *         than those sent; a shard that is not the one its index names); DLC_ECHANGED (the file
+ *         changed during the push: the upload is not completed); DLC_ESTATE (another push of the
+ *         same file to the same place is running); DLC_ECANCELED (the progress callback said
+ *         stop; a rerun resumes); -errno reading the file or writing the journal.
+ * Thread safety: as dlc_warm(). Secrets (keys, tokens, a GCS session URI) are never in a
+ * message; the journal holds the session URI and is readable by its owner only.
+ */
+DLC_API dlc_status dlc_warm_push(const char *path, const char *url,
+                                 const dlc_warm_push_options *opt, dlc_warm_push_result *res);
 
 /**
  * @brief Copy @p url into @p buf with its query string and any user:password

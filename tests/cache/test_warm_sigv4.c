@@ -163,6 +163,54 @@ Test(warm_sigv4, matches_the_aws_documentation_example)
     dlc__warm_source_free(&src);
 }
 
+/* libcurl 7.88 signs a query string exactly as it is given, so a push writes its queries in
+ * SigV4's canonical form (keys sorted, each with '=', values encoded). AWS's published example
+ * for a query (GET /?max-keys=2&prefix=J on examplebucket, 2013-05-24) shows that a query in
+ * that form is signed as AWS computes it. */
+Test(warm_sigv4, a_canonical_query_is_signed_as_aws_documents)
+{
+    one_shot srv;
+    one_shot_start(&srv);
+    dlc__warm_source src;
+    memset(&src, 0, sizeof src);
+    src.kind = DLC__WARM_S3;
+    src.url = strdup("http://examplebucket.s3.amazonaws.com/?max-keys=2&prefix=J");
+    src.sigv4 = strdup("aws:amz:us-east-1:s3");
+    src.access_key = strdup("AKIAIOSFODNN7EXAMPLE");
+    src.secret_key = strdup("wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY");
+    src.headers = curl_slist_append(
+        NULL,
+        "x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    src.headers = curl_slist_append(src.headers, "x-amz-date: 20130524T000000Z");
+    dlc_warm_options opt;
+    dlc_warm_options_init(&opt);
+    CURL *h = curl_easy_init();
+    cr_assert_eq(dlc__warm_easy_setup(h, &src, &opt), DLC_OK);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, src.headers);
+    char connect_to[128];
+    snprintf(connect_to, sizeof connect_to, "examplebucket.s3.amazonaws.com:80:127.0.0.1:%d",
+             srv.port);
+    struct curl_slist *ct = curl_slist_append(NULL, connect_to);
+    curl_easy_setopt(h, CURLOPT_CONNECT_TO, ct);
+    curl_easy_setopt(h, CURLOPT_PROXY, "");
+    captured cap = {{0}};
+    curl_easy_setopt(h, CURLOPT_DEBUGFUNCTION, on_debug);
+    curl_easy_setopt(h, CURLOPT_DEBUGDATA, &cap);
+    curl_easy_setopt(h, CURLOPT_VERBOSE, 1L);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sink);
+    const CURLcode res = curl_easy_perform(h);
+    one_shot_stop(&srv);
+    cr_assert_eq(res, CURLE_OK, "%s", curl_easy_strerror(res));
+    cr_assert_not_null(
+        strstr(cap.auth,
+               "Signature=34b48302e7b5fa45bde8084f4b7868a86f0a534bc59db6670ed5711ef69dc6f7"),
+        "got %s", cap.auth);
+    cr_assert_not_null(strstr(srv.request, "GET /?max-keys=2&prefix=J HTTP/1.1"));
+    curl_slist_free_all(ct);
+    curl_easy_cleanup(h);
+    dlc__warm_source_free(&src);
+}
+
 static int has_header(const struct curl_slist *l, const char *line)
 {
     for (; l; l = l->next)
