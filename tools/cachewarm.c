@@ -25,29 +25,33 @@ static void on_signal(int sig)
 static void usage(FILE *f)
 {
     fprintf(
-        f, "usage: cachewarm URL -o DEST [options]\n"
-           "Download a store (or any object with --no-verify) to local disk with parallel\n"
-           "ranged GETs; resumable, verified and published atomically.\n"
-           "\n"
-           "  URL                  s3://BUCKET/KEY, gs://BUCKET/OBJECT, https://... or http://...\n"
-           "  -o, --output DEST    destination file (its directory must exist)\n"
-           "  --connections N      parallel requests (default 8)\n"
-           "  --chunk-size SIZE    bytes per request: 4M, 64M... (default 16M)\n"
-           "  --endpoint URL       S3 or GCS endpoint (default: AWS_ENDPOINT_URL or\n"
-           "                       DLCACHE_GCS_ENDPOINT, else the cloud's own)\n"
-           "  --region REGION      S3 region (default: AWS_REGION, else us-east-1)\n"
-           "  --no-verify          do not check the store's record checksums\n"
-           "  --no-resume          discard an earlier partial download\n"
-           "  --insecure           do not verify TLS certificates\n"
-           "  --timeout SECONDS    retry a request that receives nothing this long (default 30)\n"
-           "  --retries N          attempts per request after the first, 1..1000 (default 8)\n"
-           "  --json               print a JSON report on stdout\n"
-           "  -q, --quiet          no progress line, notices or summary\n"
-           "  -h, --help           this text\n"
-           "\n"
-           "Credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN for s3://;\n"
-           "GOOGLE_OAUTH_ACCESS_TOKEN or the GCE metadata server for gs://.\n"
-           "Several processes warming the same DEST at once download it once.\n");
+        f,
+        "usage: cachewarm URL -o DEST [options]\n"
+        "       cachewarm push PATH URL [options]\n"
+        "Download a store or a store set (or any object with --no-verify) to local disk with\n"
+        "parallel ranged GETs; resumable, verified and published atomically. 'push' uploads\n"
+        "a store or a set's directory (see cachewarm push --help).\n"
+        "\n"
+        "  URL                  s3://BUCKET/KEY, gs://BUCKET/OBJECT, https://... or http://...;\n"
+        "                       a prefix holding index.dlcset is a store set\n"
+        "  -o, --output DEST    destination file, or directory for a set (its parent must exist)\n"
+        "  --connections N      parallel requests (default 8)\n"
+        "  --chunk-size SIZE    bytes per request: 4M, 64M... (default 16M)\n"
+        "  --endpoint URL       S3 or GCS endpoint (default: AWS_ENDPOINT_URL or\n"
+        "                       DLCACHE_GCS_ENDPOINT, else the cloud's own)\n"
+        "  --region REGION      S3 region (default: AWS_REGION, else us-east-1)\n"
+        "  --no-verify          do not check the store's record checksums\n"
+        "  --no-resume          discard an earlier partial download\n"
+        "  --insecure           do not verify TLS certificates\n"
+        "  --timeout SECONDS    retry a request that receives nothing this long (default 30)\n"
+        "  --retries N          attempts per request after the first, 1..1000 (default 8)\n"
+        "  --json               print a JSON report on stdout\n"
+        "  -q, --quiet          no progress line, notices or summary\n"
+        "  -h, --help           this text\n"
+        "\n"
+        "Credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN for s3://;\n"
+        "GOOGLE_OAUTH_ACCESS_TOKEN or the GCE metadata server for gs://.\n"
+        "Several processes warming the same DEST at once download it once.\n");
 }
 
 typedef struct ui {
@@ -255,6 +259,9 @@ static void print_json(const cli *c, dlc_status rc, const dlc_warm_result *r, co
     tool_json_u64(&j, "connections", c->opt.connections);
     tool_json_u64(&j, "chunk_size", c->opt.chunk_size);
     tool_json_str(&j, "etag", r->etag);
+    tool_json_bool(&j, "is_set", r->is_set);
+    tool_json_u64(&j, "files", r->files);
+    tool_json_bool(&j, "md5_checked", r->md5_checked);
     tool_json_object_end(&j);
     tool_json_finish(&j);
     fflush(stdout);
@@ -274,8 +281,203 @@ static void print_summary(const cli *c, const dlc_warm_result *r, const char *sh
                 r->verified ? ", verified" : "");
 }
 
+/* ---- cachewarm push ---------------------------------------------------------------------- */
+
+static void push_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: cachewarm push PATH URL [options]\n"
+            "Upload a store file, or a store set's directory, so that every node can warm it:\n"
+            "parallel multipart uploads (S3) or a resumable upload session (GCS), each part's\n"
+            "MD5 checked against the server's ETag and the object's size and ETag checked after\n"
+            "completing. A set's shards go first, in parallel, its index.dlcset last. A rerun\n"
+            "after a crash sends only the parts the server does not have.\n"
+            "\n"
+            "  PATH                 a store file, or a set's directory (with index.dlcset)\n"
+            "  URL                  s3://BUCKET/KEY or gs://BUCKET/OBJECT; a set: the prefix its\n"
+            "                       files go under; a URL ending in / gets the file's name\n"
+            "  --connections N      parallel part uploads, shared by a set's files (default 8)\n"
+            "  --part-size SIZE     bytes per part: 8M, 64M... (default 16M; S3 wants >= 5M)\n"
+            "  --state-dir DIR      resume journals (default: DLCACHE_STATE_DIR, else\n"
+            "                       $XDG_STATE_HOME/dlcache or ~/.local/state/dlcache)\n"
+            "  --endpoint URL       S3 or GCS endpoint (default: from the environment)\n"
+            "  --region REGION      S3 region (default: AWS_REGION, else us-east-1)\n"
+            "  --no-resume          abort an earlier run's upload and start over\n"
+            "  --insecure           do not verify TLS certificates\n"
+            "  --timeout SECONDS    retry a request that makes no progress this long (default 30)\n"
+            "  --retries N          attempts per request after the first, 1..1000 (default 8)\n"
+            "  --json               print a JSON report on stdout\n"
+            "  -q, --quiet          no progress line, notices or summary\n"
+            "  -h, --help           this text\n");
+}
+
+typedef struct push_cli {
+    dlc_warm_push_options opt;
+    const char *path;
+    const char *url;
+    int json;
+    ui u;
+} push_cli;
+
+enum { OPT_PART_SIZE = 300, OPT_STATE_DIR };
+
+/* The options that push shares with a download; 0 when @p f is not one of them, 1 when taken,
+ * or the exit status 2. */
+static int push_common_flag(push_cli *c, int f, const char *arg)
+{
+    cli tmp;
+    memset(&tmp, 0, sizeof tmp);
+    tmp.opt = c->opt.net;
+    switch (f) {
+    case OPT_CONNECTIONS:
+    case OPT_TIMEOUT:
+    case OPT_RETRIES:
+        if (parse_number(&tmp, f, arg) != 0)
+            return 2;
+        c->opt.net = tmp.opt;
+        return 1;
+    case OPT_ENDPOINT:
+        c->opt.net.endpoint = arg;
+        return 1;
+    case OPT_REGION:
+        c->opt.net.region = arg;
+        return 1;
+    case OPT_NO_RESUME:
+        c->opt.net.flags |= DLC_WARM_NO_RESUME;
+        return 1;
+    case OPT_INSECURE:
+        c->opt.net.flags |= DLC_WARM_INSECURE;
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static int push_args(int argc, char **argv, push_cli *c)
+{
+    static const struct option longopts[] = {
+        {"connections", required_argument, NULL, OPT_CONNECTIONS},
+        {"part-size", required_argument, NULL, OPT_PART_SIZE},
+        {"state-dir", required_argument, NULL, OPT_STATE_DIR},
+        {"endpoint", required_argument, NULL, OPT_ENDPOINT},
+        {"region", required_argument, NULL, OPT_REGION},
+        {"no-resume", no_argument, NULL, OPT_NO_RESUME},
+        {"insecure", no_argument, NULL, OPT_INSECURE},
+        {"timeout", required_argument, NULL, OPT_TIMEOUT},
+        {"retries", required_argument, NULL, OPT_RETRIES},
+        {"json", no_argument, NULL, OPT_JSON},
+        {"quiet", no_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int f;
+    uint64_t v = 0;
+    while ((f = getopt_long(argc, argv, "qh", longopts, NULL)) != -1) {
+        const int common = push_common_flag(c, f, optarg);
+        if (common == 2)
+            return 2;
+        if (common)
+            continue;
+        if (f == OPT_PART_SIZE) {
+            if (tool_parse_size(optarg, &v) < 0 || v < (64u << 10) || v > (5ull << 30))
+                return tool_usage_error(tool, NULL, "--part-size wants 64K..5G, not '%s'", optarg);
+            c->opt.part_size = v;
+        } else if (f == OPT_STATE_DIR) {
+            c->opt.state_dir = optarg;
+        } else if (f == OPT_JSON) {
+            c->json = 1;
+        } else if (f == 'q') {
+            c->u.quiet = 1;
+        } else if (f == 'h') {
+            push_usage(stdout);
+            return 0;
+        } else {
+            push_usage(stderr);
+            return 2;
+        }
+    }
+    if (optind != argc - 2) {
+        push_usage(stderr);
+        return 2;
+    }
+    c->path = argv[optind];
+    c->url = argv[optind + 1];
+    return -1;
+}
+
+static void push_json(const push_cli *c, dlc_status rc, const dlc_warm_push_result *r,
+                      const char *shown, double rate)
+{
+    tool_json j;
+    tool_json_init(&j, stdout);
+    tool_json_object_begin(&j, NULL);
+    tool_json_str(&j, "tool", "cachewarm push");
+    tool_json_str(&j, "path", c->path);
+    tool_json_str(&j, "url", shown);
+    tool_json_bool(&j, "ok", rc == 0);
+    if (rc != 0) {
+        tool_json_str(&j, "error", dlc_strerror(rc));
+        tool_json_str(&j, "detail", dlc_errmsg());
+    }
+    tool_json_u64(&j, "bytes", r->bytes);
+    tool_json_u64(&j, "bytes_uploaded", r->bytes_uploaded);
+    tool_json_f64(&j, "seconds", r->seconds);
+    tool_json_f64(&j, "verify_seconds", r->verify_seconds);
+    tool_json_f64(&j, "mb_per_s", rate);
+    tool_json_bool(&j, "is_set", r->is_set);
+    tool_json_u64(&j, "files", r->files);
+    tool_json_u64(&j, "files_skipped", r->files_skipped);
+    tool_json_u64(&j, "parts", r->parts);
+    tool_json_u64(&j, "parts_uploaded", r->parts_uploaded);
+    tool_json_u64(&j, "parts_resumed", r->parts_resumed);
+    tool_json_u64(&j, "retries", r->retries);
+    tool_json_bool(&j, "resumed", r->resumed);
+    tool_json_u64(&j, "connections", c->opt.net.connections);
+    tool_json_u64(&j, "part_size", c->opt.part_size);
+    tool_json_str(&j, "etag", r->etag);
+    tool_json_object_end(&j);
+    tool_json_finish(&j);
+    fflush(stdout);
+}
+
+static int push_main(int argc, char **argv)
+{
+    push_cli c;
+    memset(&c, 0, sizeof c);
+    dlc_warm_push_options_init(&c.opt);
+    const int status = push_args(argc, argv, &c);
+    if (status >= 0)
+        return status;
+    catch_signals();
+    tool_progress_init(&c.u.bar, 10);
+    c.opt.net.progress = on_progress;
+    c.opt.net.progress_user = &c.u;
+    c.opt.net.log = on_log;
+    c.opt.net.log_user = &c.u;
+    dlc_warm_push_result r;
+    const dlc_status rc = dlc_warm_push(c.path, c.url, &c.opt, &r);
+    tool_progress_end(&c.u.bar);
+    char shown[2048], got[32], total[32];
+    dlc_warm_redact_url(c.url, shown, sizeof shown);
+    const double rate = r.seconds > 0 ? (double)r.bytes_uploaded / r.seconds / 1e6 : 0.0;
+    if (c.json)
+        push_json(&c, rc, &r, shown, rate);
+    if (rc != 0) {
+        tool_report(tool, rc, NULL);
+        return rc == DLC_ECANCELED ? 130 : 1;
+    }
+    if (!c.u.quiet)
+        fprintf(stderr, "%s: %s -> %s: %s%s, uploaded %s in %.2f s (%.1f MB/s)%s, checked\n", tool,
+                c.path, shown, tool_human_bytes(r.bytes, total, sizeof total),
+                r.is_set ? " (a set)" : "", tool_human_bytes(r.bytes_uploaded, got, sizeof got),
+                r.seconds, rate, r.resumed ? ", resumed" : "");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "push") == 0)
+        return push_main(argc - 1, argv + 1);
     cli c;
     memset(&c, 0, sizeof c);
     dlc_warm_options_init(&c.opt);

@@ -1,0 +1,227 @@
+/* dlc_warm_push(): the files to upload (a store, or a set's shards and then its index), their
+ * destinations, resume journals and part sizes; then the engine (warm_push_engine.c) sends them;
+ * then the journals are removed once every file is on the server and checked. */
+#include "common.h"
+#include "warm_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#define MAX_PART_SIZE (5ull << 30) /* S3's largest part. */
+
+void dlc_warm_push_options_init(dlc_warm_push_options *o)
+{
+    memset(o, 0, sizeof *o);
+    dlc_warm_options_init(&o->net);
+    o->part_size = DLC__PUSH_DEFAULT_PART;
+}
+
+static dlc_status check_options(dlc__push_ctx *c, const char *path, const char *url)
+{
+    if (!path || !*path || !url || !*url)
+        return dlc__errorf(DLC_EINVAL, "dlc_warm_push: path and url are required");
+    if (strncmp(url, "s3://", 5) != 0 && strncmp(url, "gs://", 5) != 0) {
+        char shown[1024];
+        return dlc__errorf(DLC_EINVAL, "%s: a push goes to s3://BUCKET/KEY or gs://BUCKET/OBJECT",
+                           dlc_warm_redact_url(url, shown, sizeof shown));
+    }
+    dlc_warm_options *n = &c->net;
+    if (n->connections == 0)
+        n->connections = DLC__WARM_DEFAULT_CONNECTIONS;
+    if (n->connections > DLC__WARM_MAX_CONNECTIONS)
+        return dlc__errorf(DLC_EINVAL, "dlc_warm_push: %u connections (at most %d)", n->connections,
+                           DLC__WARM_MAX_CONNECTIONS);
+    const uint64_t ps = c->opt->part_size ? c->opt->part_size : DLC__PUSH_DEFAULT_PART;
+    if (ps < DLC__WARM_MIN_CHUNK || ps > MAX_PART_SIZE)
+        return dlc__errorf(DLC_EINVAL,
+                           "dlc_warm_push: part size %" PRIu64 " is outside 64 KiB .. 5 GiB", ps);
+    return DLC_OK;
+}
+
+/* The part size of a new upload of @p size bytes: the option's, raised so that the file needs
+ * at most S3's 10,000 parts, and for GCS a multiple of 256 KiB. */
+static uint64_t plan_part_size(const dlc__push_ctx *c, const dlc__push_file *f)
+{
+    uint64_t ps = c->opt->part_size ? c->opt->part_size : DLC__PUSH_DEFAULT_PART;
+    const uint64_t min = (f->id.size + DLC__PUSH_MAX_PARTS - 1) / DLC__PUSH_MAX_PARTS;
+    if (ps < min) {
+        ps = (min + (1u << 20) - 1) & ~((1ull << 20) - 1);
+        dlc__logf(c->net.log, c->net.log_user, DLC_LOG_INFO,
+                  "%s: %" PRIu64 " bytes: parts of %" PRIu64 " bytes, to stay within %d parts",
+                  f->path, f->id.size, ps, DLC__PUSH_MAX_PARTS);
+    }
+    if (f->src.kind == DLC__WARM_GCS)
+        ps = (ps + DLC__PUSH_GCS_QUANTUM - 1) / DLC__PUSH_GCS_QUANTUM * DLC__PUSH_GCS_QUANTUM;
+    return ps;
+}
+
+/* Open file @p f->path, resolve its destination @p url and open its journal. */
+static dlc_status prepare_file(dlc__push_ctx *c, dlc__push_file *f, const char *url)
+{
+    f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    if (f->fd < 0)
+        return dlc__errorf(-errno, "%s: %s", f->path, strerror(errno));
+    struct stat st;
+    if (fstat(f->fd, &st) < 0)
+        return dlc__errorf(-errno, "%s: stat: %s", f->path, strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return dlc__errorf(DLC_EINVAL, "%s: not a regular file", f->path);
+    dlc_status rc = dlc__warm_source_init(&f->src, url, &c->net);
+    if (rc < 0)
+        return rc;
+    f->id =
+        (dlc__push_ident){.size = (uint64_t)st.st_size,
+                          .inode = (uint64_t)st.st_ino,
+                          .mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
+                          .dest = XXH3_64bits(f->src.name, strlen(f->src.name))};
+    char jpath[4096];
+    rc = dlc__push_journal_path(c->opt->state_dir, f->path, f->src.name, jpath, sizeof jpath);
+    int matched = 0;
+    if (rc == DLC_OK)
+        rc = dlc__push_journal_open(&f->j, jpath, &f->id, &matched, f->stale, sizeof f->stale);
+    if (rc < 0)
+        return rc;
+    if (matched && (c->net.flags & DLC_WARM_NO_RESUME)) {
+        /* Its upload is abandoned: abort it rather than leave its parts to be billed. */
+        if (!f->j.complete)
+            snprintf(f->stale, sizeof f->stale, "%s", f->j.upload_id);
+        matched = 0;
+    }
+    f->resumable = matched;
+    f->part_size = matched ? f->j.part_size : plan_part_size(c, f);
+    if (f->src.kind == DLC__WARM_GCS)
+        f->stale[0] = '\0'; /* A session nobody resumes expires by itself within a week. */
+    const uint64_t n = f->id.size ? (f->id.size + f->part_size - 1) / f->part_size : 1;
+    f->nparts = (uint32_t)n;
+    c->r->bytes += f->id.size;
+    c->r->parts += n;
+    return DLC_OK;
+}
+
+/* Join @p url and @p name with one '/'. */
+static char *join_url(const char *url, const char *name)
+{
+    const size_t n = strlen(url);
+    char *u = malloc(n + strlen(name) + 2);
+    if (u)
+        sprintf(u, "%s%s%s", url, n && url[n - 1] == '/' ? "" : "/", name);
+    return u;
+}
+
+static dlc_status add_file(dlc__push_ctx *c, const char *path, const char *url, int last)
+{
+    dlc__push_file *f = &c->files[c->nfiles++];
+    f->fd = -1;
+    f->j.fd = -1;
+    f->last = last;
+    f->path = strdup(path);
+    if (!f->path)
+        return dlc__errorf(-ENOMEM, "push: out of memory");
+    return prepare_file(c, f, url);
+}
+
+/* A set: every shard the index names (each as big as the index says), then the index. */
+static dlc_status plan_set(dlc__push_ctx *c, const char *dir, const char *url)
+{
+    dlc__warm_set_list list;
+    dlc_status rc = dlc__warm_set_list_read(dir, &list);
+    if (rc < 0)
+        return rc;
+    c->files = calloc(list.n + 1, sizeof *c->files);
+    if (!c->files)
+        rc = dlc__errorf(-ENOMEM, "push: out of memory");
+    for (uint32_t i = 0; rc == DLC_OK && i <= list.n; i++) {
+        const char *name = i < list.n ? list.names[i] : DLC__WARM_SET_INDEX;
+        char *p = join_url(dir, name), *u = join_url(url, name);
+        rc = p && u ? add_file(c, p, u, i == list.n) : dlc__errorf(-ENOMEM, "push: out of memory");
+        if (rc == DLC_OK && i < list.n && c->files[i].id.size != list.bytes[i])
+            rc = dlc__errorf(DLC_ECORRUPT,
+                             "%s: %" PRIu64 " bytes, the set's index says %" PRIu64
+                             ": not the shard the index was joined with",
+                             p, c->files[i].id.size, list.bytes[i]);
+        free(p);
+        free(u);
+    }
+    dlc__warm_set_list_free(&list);
+    c->r->is_set = 1;
+    return rc;
+}
+
+/* A single file: to @p url, or under it by the file's name when @p url ends with '/'. */
+static dlc_status plan_file(dlc__push_ctx *c, const char *path, const char *url)
+{
+    c->files = calloc(1, sizeof *c->files);
+    if (!c->files)
+        return dlc__errorf(-ENOMEM, "push: out of memory");
+    if (url[strlen(url) - 1] != '/')
+        return add_file(c, path, url, 0);
+    const char *slash = strrchr(path, '/');
+    char *u = join_url(url, slash ? slash + 1 : path);
+    if (!u)
+        return dlc__errorf(-ENOMEM, "push: out of memory");
+    const dlc_status rc = add_file(c, path, u, 0);
+    free(u);
+    return rc;
+}
+
+static void release(dlc__push_ctx *c, dlc_status rc)
+{
+    for (size_t i = 0; c->files && i < c->nfiles; i++) {
+        dlc__push_file *f = &c->files[i];
+        /* The journals go once everything is on the server; after a failure they stay for the
+         * rerun, except where the upload itself is gone. */
+        dlc__push_journal_close(&f->j, rc == DLC_OK || f->forget);
+        if (f->fd >= 0)
+            close(f->fd);
+        dlc__warm_source_free(&f->src);
+        free(f->path);
+        free(f->out);
+        free(f->listed);
+    }
+    free(c->files);
+}
+
+dlc_status dlc_warm_push(const char *path, const char *url, const dlc_warm_push_options *opt_in,
+                         dlc_warm_push_result *res)
+{
+    dlc_warm_push_options defaults;
+    dlc_warm_push_options_init(&defaults);
+    dlc_warm_push_result r;
+    memset(&r, 0, sizeof r);
+    dlc__push_ctx c = {.opt = opt_in ? opt_in : &defaults, .r = &r, .t0 = dlc__now_s()};
+    c.net = c.opt->net;
+    c.rng = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^ (uint64_t)(c.t0 * 1e9);
+    int curl_inited = 0;
+    struct stat st;
+    dlc_status rc = check_options(&c, path, url);
+    if (rc == DLC_OK && stat(path, &st) < 0)
+        rc = dlc__errorf(-errno, "%s: %s", path, strerror(errno));
+    if (rc == DLC_OK) {
+        curl_inited = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
+        if (!curl_inited)
+            rc = dlc__errorf(DLC_ENOSYS, "dlc_warm_push: libcurl failed to initialize");
+    }
+    if (rc == DLC_OK)
+        rc = S_ISDIR(st.st_mode) ? plan_set(&c, path, url) : plan_file(&c, path, url);
+    r.files = (uint32_t)c.nfiles;
+    if (rc == DLC_OK)
+        rc = dlc__push_run(&c);
+    if (c.nfiles > 0)
+        snprintf(r.etag, sizeof r.etag, "%s", c.files[c.nfiles - 1].etag);
+    dlc__errsave es;
+    dlc__err_save(&es);
+    release(&c, rc);
+    if (curl_inited)
+        curl_global_cleanup();
+    r.seconds = dlc__now_s() - c.t0;
+    if (res)
+        *res = r;
+    return rc < 0 ? dlc__err_restore(&es, rc) : rc;
+}

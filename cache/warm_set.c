@@ -1,0 +1,489 @@
+/* Store sets on object storage: which files a set's index names (decoded by the store part's
+ * reader of the index, cache/store_set.h), and the warm of a whole set: the index first into a
+ * temporary name, the shards in parallel with dlc_warm() each, the index published last. */
+#include "common.h"
+#include "store_set.h"
+#include "warm_internal.h"
+
+#include <dlcache/store.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+_Static_assert(sizeof(((dlc__warm_set_list *)0)->names[0]) == DLC__SET_NAME_SIZE,
+               "a shard name of the list holds one of the index");
+
+void dlc__warm_set_list_free(dlc__warm_set_list *l)
+{
+    free(l->names);
+    free(l->bytes);
+    free(l->digests);
+    memset(l, 0, sizeof *l);
+}
+
+dlc_status dlc__warm_set_list_file(const char *path, dlc__warm_set_list *out)
+{
+    memset(out, 0, sizeof *out);
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    dlc__set_index x;
+    memset(&x, 0, sizeof x);
+    dlc_status rc = dlc__set_index_read(path, &buf, &len);
+    if (rc == DLC_OK)
+        rc = dlc__set_index_decode(buf, len, path, &x);
+    if (rc == DLC_OK) {
+        out->n = x.num_shards;
+        out->names = calloc(x.num_shards, sizeof *out->names);
+        out->bytes = calloc(x.num_shards, sizeof *out->bytes);
+        out->digests = calloc(x.num_shards, sizeof *out->digests);
+        if (!out->names || !out->bytes || !out->digests)
+            rc = dlc__errorf(-ENOMEM, "%s: out of memory", path);
+    }
+    for (uint32_t i = 0; rc == DLC_OK && i < x.num_shards; i++) {
+        memcpy(out->names[i], x.shards[i].name, DLC__SET_NAME_SIZE);
+        out->names[i][DLC__SET_NAME_SIZE - 1] = '\0';
+        out->bytes[i] = x.shards[i].file_bytes;
+        out->digests[i] = x.shards[i].content_digest;
+    }
+    dlc__set_index_free(&x);
+    free(buf);
+    if (rc < 0)
+        dlc__warm_set_list_free(out);
+    return rc;
+}
+
+dlc_status dlc__warm_set_list_read(const char *dir, dlc__warm_set_list *out)
+{
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s/" DLC__WARM_SET_INDEX, dir) >= sizeof path)
+        return dlc__errorf(DLC_EINVAL, "%s: path too long", dir);
+    struct stat st;
+    if (stat(path, &st) < 0 && errno == ENOENT)
+        return dlc__errorf(DLC_EINVAL,
+                           "%s: a directory without %s is not a store set (join its parts first: "
+                           "dlc_set_join)",
+                           dir, DLC__WARM_SET_INDEX);
+    return dlc__warm_set_list_file(path, out);
+}
+
+/* ---- Fetching a set ---------------------------------------------------------------------- */
+
+/* The shards' downloads: worker threads take the next shard and run dlc_warm() on it; the
+ * calling thread sums their progress for the caller. */
+typedef struct set_fetch {
+    const char *url;
+    const char *dest;
+    const dlc_warm_options *opt;
+    const dlc__warm_set_list *list;
+    dlc_warm_options shard_opt; /* The caller's, with connections split and our callbacks. */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint32_t next;          /* The next shard to start. */
+    uint32_t running;       /* Workers still running. */
+    int stop;               /* A shard failed or the caller canceled: the others stop. */
+    dlc_status rc;          /* The first failure, */
+    char msg[1024];         /* and its message. */
+    dlc_warm_result *res;   /* One per shard. */
+    dlc_warm_progress *pr;  /* The latest progress of each shard. */
+    pthread_mutex_t log_mu; /* One log call at a time. */
+} set_fetch;
+
+typedef struct shard_ctx {
+    set_fetch *sf;
+    uint32_t i;
+} shard_ctx;
+
+static int on_shard_progress(void *user, const dlc_warm_progress *p)
+{
+    const shard_ctx *s = user;
+    pthread_mutex_lock(&s->sf->mu);
+    s->sf->pr[s->i] = *p;
+    const int stop = s->sf->stop;
+    pthread_mutex_unlock(&s->sf->mu);
+    return stop;
+}
+
+static void on_shard_log(void *user, dlc_log_level level, const char *msg)
+{
+    set_fetch *sf = ((const shard_ctx *)user)->sf;
+    pthread_mutex_lock(&sf->log_mu);
+    sf->opt->log(sf->opt->log_user, level, msg);
+    pthread_mutex_unlock(&sf->log_mu);
+}
+
+static dlc_status fetch_shard(set_fetch *sf, uint32_t i)
+{
+    char url[4096], dest[4096];
+    const char *name = sf->list->names[i];
+    if ((size_t)snprintf(url, sizeof url, "%s/%s", sf->url, name) >= sizeof url ||
+        (size_t)snprintf(dest, sizeof dest, "%s/%s", sf->dest, name) >= sizeof dest)
+        return dlc__errorf(DLC_EINVAL, "%s: path too long", sf->dest);
+    shard_ctx ctx = {sf, i};
+    dlc_warm_options o = sf->shard_opt;
+    o.progress = on_shard_progress;
+    o.progress_user = &ctx;
+    o.log = sf->opt->log ? on_shard_log : NULL;
+    o.log_user = &ctx;
+    return dlc_warm(url, dest, &o, &sf->res[i]);
+}
+
+static void *shard_worker(void *arg)
+{
+    set_fetch *sf = arg;
+    pthread_mutex_lock(&sf->mu);
+    while (!sf->stop && sf->next < sf->list->n) {
+        const uint32_t i = sf->next++;
+        pthread_mutex_unlock(&sf->mu);
+        const dlc_status rc = fetch_shard(sf, i);
+        pthread_mutex_lock(&sf->mu);
+        if (rc < 0 && (sf->rc == DLC_OK || (sf->rc == DLC_ECANCELED && rc != DLC_ECANCELED))) {
+            /* A shard stopped because another failed says ECANCELED: keep the real cause. */
+            sf->rc = rc;
+            snprintf(sf->msg, sizeof sf->msg, "%s", dlc_errmsg());
+        }
+        if (rc < 0)
+            sf->stop = 1;
+    }
+    sf->running--;
+    pthread_cond_signal(&sf->cv);
+    pthread_mutex_unlock(&sf->mu);
+    return NULL;
+}
+
+/* The caller's progress with the shards' summed, about ten times a second, until the workers
+ * are done; a non-zero answer stops them. */
+static void report_progress(set_fetch *sf, uint64_t total, double t0)
+{
+    const dlc_warm_options *opt = sf->opt;
+    pthread_mutex_lock(&sf->mu);
+    while (sf->running > 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100000000L;
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&sf->cv, &sf->mu, &ts);
+        if (!opt->progress || sf->running == 0)
+            continue;
+        dlc_warm_progress p = {.total = total, .seconds = dlc__now_s() - t0};
+        for (uint32_t i = 0; i < sf->list->n; i++) {
+            p.done += sf->pr[i].done;
+            p.downloaded += sf->pr[i].downloaded;
+            p.verifying |= sf->pr[i].verifying;
+        }
+        pthread_mutex_unlock(&sf->mu);
+        const int stop = opt->progress(opt->progress_user, &p);
+        pthread_mutex_lock(&sf->mu);
+        if (stop && !sf->stop) {
+            sf->stop = 1;
+            if (sf->rc == DLC_OK) {
+                sf->rc = DLC_ECANCELED;
+                snprintf(sf->msg, sizeof sf->msg, "%s: canceled; a rerun resumes it", sf->dest);
+            }
+        }
+    }
+    pthread_mutex_unlock(&sf->mu);
+}
+
+/* Fetch every shard, up to one worker per connection, each with its share of them. */
+static dlc_status fetch_shards(set_fetch *sf, uint64_t total, double t0)
+{
+    const uint32_t conns = sf->opt->connections ? sf->opt->connections : 8;
+    uint32_t nw = conns < sf->list->n ? conns : sf->list->n;
+    if (nw > 64)
+        nw = 64;
+    sf->shard_opt = *sf->opt;
+    sf->shard_opt.connections = conns / nw ? conns / nw : 1;
+    pthread_t th[64];
+    pthread_mutex_init(&sf->mu, NULL);
+    pthread_mutex_init(&sf->log_mu, NULL);
+    pthread_cond_init(&sf->cv, NULL);
+    uint32_t started = 0;
+    pthread_mutex_lock(&sf->mu);
+    for (; started < nw; started++) {
+        if (pthread_create(&th[started], NULL, shard_worker, sf) != 0)
+            break;
+        sf->running++;
+    }
+    pthread_mutex_unlock(&sf->mu);
+    if (started == 0) {
+        sf->running = 1;
+        shard_worker(sf);
+    }
+    report_progress(sf, total, t0);
+    for (uint32_t i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    pthread_mutex_destroy(&sf->mu);
+    pthread_mutex_destroy(&sf->log_mu);
+    pthread_cond_destroy(&sf->cv);
+    return sf->rc < 0 ? dlc__errorf(sf->rc, "%s", sf->msg) : DLC_OK;
+}
+
+/* Every shard is the one the index names: its size and its content digest (from its info block;
+ * dlc_warm() has verified its records against it). */
+static dlc_status check_shards(const char *dest, const dlc__warm_set_list *list)
+{
+    for (uint32_t i = 0; i < list->n; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dest, list->names[i]);
+        dlc_store *s = NULL;
+        dlc_status rc = dlc_store_open(path, 0, &s);
+        if (rc < 0)
+            return rc;
+        const dlc_store_info *info = dlc_store_get_info(s);
+        if (info->file_bytes != list->bytes[i] || info->content_digest != list->digests[i])
+            rc = dlc__errorf(DLC_ECORRUPT,
+                             "%s: %" PRIu64 " bytes with content digest %016" PRIx64
+                             ", the set's index names %" PRIu64 " bytes and %016" PRIx64
+                             ": the server's shard is not the one its index was joined with",
+                             path, info->file_bytes, info->content_digest, list->bytes[i],
+                             list->digests[i]);
+        dlc_store_close(s);
+        if (rc < 0)
+            return rc;
+    }
+    return DLC_OK;
+}
+
+/* Do files @p a and @p b hold the same bytes? (Indexes are small.) */
+static int same_bytes(const char *a, const char *b)
+{
+    uint8_t *x = NULL, *y = NULL;
+    size_t nx = 0, ny = 0;
+    const int same = dlc__set_index_read(a, &x, &nx) == DLC_OK &&
+                     dlc__set_index_read(b, &y, &ny) == DLC_OK && nx == ny && memcmp(x, y, nx) == 0;
+    free(x);
+    free(y);
+    dlc__clear_error();
+    return same;
+}
+
+typedef struct set_paths {
+    char url[4096];  /* The set's prefix, without a trailing '/'. */
+    char name[2048]; /* The same, redacted: what the sidecar names (its source). */
+    char index_url[4096];
+    char index[4096];   /* DEST/index.dlcset */
+    char tmp[4096];     /* DEST/index.dlcset.warm-new: the new index until the shards are in. */
+    char sidecar[4096]; /* DEST.warm */
+} set_paths;
+
+static dlc_status make_set_paths(const char *url, const char *dest, set_paths *p)
+{
+    size_t n = strlen(url);
+    while (n > 0 && url[n - 1] == '/')
+        n--;
+    const size_t cap = sizeof p->url;
+    if (n >= cap || (size_t)snprintf(p->index, cap, "%s/" DLC__WARM_SET_INDEX, dest) >= cap ||
+        (size_t)snprintf(p->tmp, cap, "%s.warm-new", p->index) >= cap ||
+        (size_t)snprintf(p->sidecar, cap, "%s.warm", dest) >= cap)
+        return dlc__errorf(DLC_EINVAL, "%s: path too long", dest);
+    snprintf(p->url, cap, "%.*s", (int)n, url);
+    dlc_warm_redact_url(p->url, p->name, sizeof p->name);
+    if ((size_t)snprintf(p->index_url, cap, "%s/" DLC__WARM_SET_INDEX, p->url) >= cap)
+        return dlc__errorf(DLC_EINVAL, "%s: URL too long", p->name);
+    return DLC_OK;
+}
+
+/* DEST is the set the server has: the sidecar names this set and the index at DEST, and the
+ * server's index has the ETag and size it recorded (one request). */
+static int set_is_current(const set_paths *p, const dlc_warm_options *opt, dlc_warm_result *r)
+{
+    dlc__warm_sidecar sc, now;
+    if (dlc__warm_sidecar_read(p->sidecar, &sc) != DLC_OK || strcmp(sc.source, p->name) != 0 ||
+        !*sc.etag)
+        return 0;
+    now = sc;
+    if (dlc__warm_sidecar_stat(p->index, &now) != DLC_OK || now.inode != sc.inode ||
+        now.mtime_ns != sc.mtime_ns)
+        return 0;
+    dlc__warm_source src;
+    dlc__warm_object obj;
+    int current = 0;
+    if (dlc__warm_source_init(&src, p->index_url, opt) == DLC_OK &&
+        dlc__warm_probe(&src, opt, &obj, &r->retries) == DLC_OK)
+        current = obj.size == sc.size && strcmp(obj.etag, sc.etag) == 0;
+    dlc__warm_source_free(&src);
+    dlc__clear_error();
+    dlc__warm_set_list list;
+    if (current && dlc__warm_set_list_file(p->index, &list) == DLC_OK) {
+        snprintf(r->etag, sizeof r->etag, "%s", sc.etag);
+        r->bytes = sc.size;
+        for (uint32_t i = 0; i < list.n; i++)
+            r->bytes += list.bytes[i];
+        r->files = list.n + 1;
+        dlc__warm_set_list_free(&list);
+        return 1;
+    }
+    dlc__clear_error();
+    return 0;
+}
+
+/* What the set's fetch did, from the index's and the shards' results. */
+static void sum_results(dlc_warm_result *r, const dlc_warm_result *ir, const dlc_warm_result *sr,
+                        uint32_t n)
+{
+    r->bytes = ir->bytes;
+    r->bytes_downloaded = ir->bytes_downloaded;
+    r->retries += ir->retries;
+    r->chunks = ir->chunks;
+    r->chunks_fetched = ir->chunks_fetched;
+    r->verified = 1;
+    r->md5_checked = ir->md5_checked;
+    r->resumed = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        r->bytes += sr[i].bytes;
+        r->bytes_downloaded += sr[i].bytes_downloaded;
+        r->verify_seconds += sr[i].verify_seconds;
+        r->retries += sr[i].retries;
+        r->chunks += sr[i].chunks;
+        r->chunks_fetched += sr[i].chunks_fetched;
+        r->resumed |= sr[i].resumed;
+        r->verified &= sr[i].verified;
+        r->md5_checked &= sr[i].md5_checked;
+    }
+    r->files = n + 1;
+    snprintf(r->etag, sizeof r->etag, "%s", ir->etag);
+}
+
+/* The new index under its final name, the set opened whole (or the index taken away again),
+ * and the sidecar that vouches for it. */
+static dlc_status publish_index(const set_paths *p, const char *dest, const dlc_warm_result *ir)
+{
+    /* dlc_warm() synced the index's bytes; the rename and the directory make it the set's. */
+    if (rename(p->tmp, p->index) < 0)
+        return dlc__errorf(-errno, "%s: rename to %s: %s", p->tmp, p->index, strerror(errno));
+    dlc_status rc = dlc__fsync_dir(p->index);
+    if (rc < 0)
+        return rc;
+    dlc_store *s = NULL;
+    rc = dlc_store_open(dest, 0, &s);
+    dlc_store_close(s);
+    if (rc < 0) {
+        /* Every shard passed its own checks, so this is a set the server holds wrongly: DEST must
+         * not stay a set that does not open. */
+        dlc__errsave es;
+        dlc__err_save(&es);
+        unlink(p->index);
+        dlc__fsync_dir(p->index);
+        return dlc__err_restore(&es, rc);
+    }
+    dlc__warm_sidecar sc;
+    memset(&sc, 0, sizeof sc);
+    snprintf(sc.source, sizeof sc.source, "%s", p->name);
+    snprintf(sc.etag, sizeof sc.etag, "%s", ir->etag);
+    sc.size = ir->bytes;
+    rc = dlc__warm_sidecar_stat(p->index, &sc);
+    if (rc < 0)
+        return dlc__errorf(rc, "%s: stat after rename failed", p->index);
+    return dlc__warm_sidecar_write(p->sidecar, &sc);
+}
+
+/* Fetch the new index into its temporary name and decode it. */
+static dlc_status fetch_index(const set_paths *p, const dlc_warm_options *opt, dlc_warm_result *ir,
+                              dlc__warm_set_list *list)
+{
+    dlc_warm_options o = *opt;
+    o.flags |= DLC_WARM_NO_VERIFY; /* Not a store: its own decoder checks it below. */
+    o.progress = NULL;
+    dlc_status rc = dlc_warm(p->index_url, p->tmp, &o, ir);
+    if (rc == DLC_OK)
+        rc = dlc__warm_set_list_file(p->tmp, list);
+    if (rc == DLC_ECORRUPT || rc == DLC_EVERSION) {
+        dlc__errsave es;
+        dlc__err_save(&es);
+        unlink(p->tmp);
+        rc = dlc__err_restore(&es, rc);
+    }
+    return rc;
+}
+
+/* An older index at DEST that differs goes before any of its shards is replaced. */
+static dlc_status retire_old_index(const set_paths *p)
+{
+    struct stat st;
+    if (stat(p->index, &st) < 0 || same_bytes(p->index, p->tmp))
+        return DLC_OK;
+    if (unlink(p->sidecar) < 0 && errno != ENOENT)
+        return dlc__errorf(-errno, "%s: unlink: %s", p->sidecar, strerror(errno));
+    if (unlink(p->index) < 0)
+        return dlc__errorf(-errno, "%s: unlink: %s", p->index, strerror(errno));
+    return dlc__fsync_dir(p->index);
+}
+
+static dlc_status make_dest_dir(const char *dest)
+{
+    struct stat st;
+    if (mkdir(dest, 0755) == 0)
+        return dlc__fsync_dir(dest);
+    if (errno != EEXIST)
+        return dlc__errorf(-errno, "%s: mkdir: %s", dest, strerror(errno));
+    if (stat(dest, &st) < 0 || !S_ISDIR(st.st_mode))
+        return dlc__errorf(DLC_EINVAL, "%s: the source is a store set, the destination is a file",
+                           dest);
+    return DLC_OK;
+}
+
+/* The leftovers of the index's own warm beside its temporary name. */
+static void remove_index_leftovers(const set_paths *p)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s.warm", p->tmp);
+    unlink(path);
+    snprintf(path, sizeof path, "%s.lock", p->tmp);
+    unlink(path);
+}
+
+dlc_status dlc__warm_set(const char *url, const char *dest, const dlc_warm_options *opt,
+                         dlc_warm_result *r, double t0)
+{
+    set_paths *p = malloc(sizeof *p);
+    dlc__warm_set_list list;
+    memset(&list, 0, sizeof list);
+    dlc_warm_result ir;
+    memset(&ir, 0, sizeof ir);
+    set_fetch sf = {.dest = dest, .opt = opt, .list = &list};
+    r->is_set = 1;
+    dlc_status rc = p ? make_set_paths(url, dest, p) : dlc__errorf(-ENOMEM, "warm: out of memory");
+    if (rc == DLC_OK)
+        rc = make_dest_dir(dest);
+    if (rc == DLC_OK && set_is_current(p, opt, r)) {
+        r->already_complete = 1;
+        r->verified = !(opt->flags & DLC_WARM_NO_VERIFY);
+        free(p);
+        return DLC_OK;
+    }
+    if (rc == DLC_OK)
+        rc = fetch_index(p, opt, &ir, &list);
+    if (rc == DLC_OK)
+        rc = retire_old_index(p);
+    if (rc == DLC_OK) {
+        sf.url = p->url;
+        sf.res = calloc(list.n, sizeof *sf.res);
+        sf.pr = calloc(list.n, sizeof *sf.pr);
+        rc = sf.res && sf.pr ? DLC_OK : dlc__errorf(-ENOMEM, "warm: out of memory");
+    }
+    uint64_t total = ir.bytes;
+    for (uint32_t i = 0; i < list.n; i++)
+        total += list.bytes[i];
+    if (rc == DLC_OK)
+        rc = fetch_shards(&sf, total, t0);
+    if (rc == DLC_OK)
+        rc = check_shards(dest, &list);
+    if (rc == DLC_OK)
+        rc = publish_index(p, dest, &ir);
+    if (sf.res)
+        sum_results(r, &ir, sf.res, list.n);
+    if (rc == DLC_OK)
+        remove_index_leftovers(p);
+    free(sf.res);
+    free(sf.pr);
+    dlc__warm_set_list_free(&list);
+    free(p);
+    return rc;
+}
