@@ -49,7 +49,10 @@ typedef struct xfer {
     uint64_t cr_start, cr_end, cr_total;
     int64_t content_length;
     char etag[DLC__WARM_ETAG_MAX];
-    int checked; /* Headers checked at the first body byte. */
+    int pushed;              /* dlcache-part-size metadata: the object was pushed by dlcache, */
+    uint64_t push_part_size; /* with parts of this size. */
+    char goog_md5[32];       /* x-goog-hash md5=, base64. */
+    int checked;             /* Headers checked at the first body byte. */
     enum abort_reason why;
     int io_errno;
     char body[DLC__WARM_ERRBODY_MAX];
@@ -76,6 +79,9 @@ static void reset_response(xfer *x)
     x->have_range = 0;
     x->content_length = -1;
     x->etag[0] = '\0';
+    x->pushed = 0;
+    x->push_part_size = 0;
+    x->goog_md5[0] = '\0';
     x->checked = 0;
     x->why = ABORT_NONE;
     x->body_len = 0;
@@ -112,6 +118,19 @@ static size_t on_header(char *p, size_t size, size_t n, void *user)
         x->content_length = (end && *end == '\0' && end != val) ? (int64_t)cl : -1;
     } else if (klen == 4 && strncasecmp(p, "ETag", 4) == 0) {
         trim_value(v, vlen, x->etag, sizeof x->etag);
+    } else if ((klen == strlen("x-amz-meta-" DLC__PUSH_META) &&
+                strncasecmp(p, "x-amz-meta-" DLC__PUSH_META, klen) == 0) ||
+               (klen == strlen("x-goog-meta-" DLC__PUSH_META) &&
+                strncasecmp(p, "x-goog-meta-" DLC__PUSH_META, klen) == 0)) {
+        trim_value(v, vlen, val, sizeof val);
+        x->pushed = 1;
+        x->push_part_size = strtoull(val, NULL, 10);
+    } else if (klen == 11 && strncasecmp(p, "x-goog-hash", 11) == 0) {
+        /* "crc32c=...,md5=..." (one header or several). */
+        trim_value(v, vlen, val, sizeof val);
+        const char *m = strstr(val, "md5=");
+        if (m)
+            snprintf(x->goog_md5, sizeof x->goog_md5, "%.*s", (int)strcspn(m + 4, ", "), m + 4);
     }
     return len;
 }
@@ -686,8 +705,12 @@ static dlc_status read_probe_answer(const xfer *x, CURLcode res, const dlc__warm
                                     dlc__warm_object *obj, int *learned)
 {
     *learned = 0;
+    obj->status = x->status;
     if ((res == CURLE_OK || res == CURLE_WRITE_ERROR) && is_ok_status(x->status)) {
         snprintf(obj->etag, sizeof obj->etag, "%s", x->etag);
+        obj->pushed = x->pushed;
+        obj->push_part_size = x->push_part_size;
+        snprintf(obj->goog_md5, sizeof obj->goog_md5, "%s", x->goog_md5);
         if (x->status == 206) {
             if (!x->have_range || x->cr_total == UINT64_MAX)
                 return dlc__errorf(DLC_EHTTP,

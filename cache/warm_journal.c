@@ -309,6 +309,13 @@ dlc_status dlc__warm_sidecar_stat(const char *dest, dlc__warm_sidecar *sc)
     struct stat st;
     if (stat(dest, &st) < 0)
         return -errno;
+    if (S_ISDIR(st.st_mode)) {
+        /* A store set: its index, published last, is what stands for the whole. */
+        char index[4200];
+        snprintf(index, sizeof index, "%s/" DLC__WARM_SET_INDEX, dest);
+        if (stat(index, &st) < 0)
+            return -errno;
+    }
     sc->inode = (uint64_t)st.st_ino;
     sc->mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
     if (!S_ISREG(st.st_mode))

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -341,6 +342,50 @@ static dlc_status fetch_missing(warm_call *w)
     return rc;
 }
 
+/* The MD5 of the part file is the one the object's ETag (or x-goog-hash) says, for an object
+ * that dlc_warm_push() made (its metadata says so, and how it cut the parts): other objects'
+ * ETags need not be MD5s (SSE-KMS, other uploaders' part sizes). */
+static dlc_status check_md5(warm_call *w)
+{
+    const dlc__warm_object *o = &w->obj;
+    char want[DLC__WARM_ETAG_MAX], got[DLC__WARM_ETAG_MAX];
+    uint8_t md5[16];
+    uint32_t parts = 0;
+    dlc_status rc = DLC_OK;
+    if (!o->pushed)
+        return DLC_OK;
+    const double t = dlc__now_s();
+    if (*o->goog_md5) {
+        snprintf(want, sizeof want, "%s", o->goog_md5);
+        rc = dlc__md5_file_range(w->part_fd, w->p->part, 0, o->size, md5);
+        dlc__md5_base64(md5, got);
+    } else if (dlc__warm_etag_parse(o->etag, md5, &parts) == 0 &&
+               (parts == 0 || (o->push_part_size > 0 &&
+                               (o->size + o->push_part_size - 1) / o->push_part_size == parts))) {
+        snprintf(want, sizeof want, "%s", o->etag);
+        rc =
+            dlc__warm_file_etag(w->part_fd, w->p->part, o->size, o->push_part_size, parts > 0, got);
+    } else {
+        return dlc__errorf(DLC_ECORRUPT,
+                           "%s: pushed in parts of %" PRIu64 " bytes, but its ETag %s is not "
+                           "the MD5 of such parts",
+                           w->src.shown, o->push_part_size, o->etag);
+    }
+    w->r.verify_seconds += dlc__now_s() - t;
+    if (rc < 0)
+        return rc;
+    if (strcasecmp(want, got) != 0) {
+        unlink(w->p->part);
+        unlink(w->p->journal);
+        return dlc__errorf(DLC_ECORRUPT,
+                           "%s: the downloaded bytes hash to %s, the object says %s; the download "
+                           "was removed",
+                           w->src.shown, got, want);
+    }
+    w->r.md5_checked = 1;
+    return DLC_OK;
+}
+
 /* The part file has the object's size and, unless DLC_WARM_NO_VERIFY, every
  * record's checksum is right. */
 static dlc_status check_download(warm_call *w)
@@ -353,8 +398,9 @@ static dlc_status check_download(warm_call *w)
         return dlc__errorf(DLC_ECORRUPT,
                            "%s: is %lld bytes after the download, the object has %" PRIu64, p->part,
                            (long long)st.st_size, w->obj.size);
-    if (w->opt.flags & DLC_WARM_NO_VERIFY)
-        return DLC_OK;
+    dlc_status mrc = check_md5(w);
+    if (mrc < 0 || (w->opt.flags & DLC_WARM_NO_VERIFY))
+        return mrc;
     if (fdatasync(w->part_fd) < 0)
         return dlc__errorf(-errno, "%s: fdatasync: %s", p->part, strerror(errno));
     verify_ctx v = {
@@ -383,6 +429,23 @@ static dlc_status run_stages(warm_call *w, const char *url)
         rc = lock_or_wait(w);
     if (rc == DLC_OK && !w->r.already_complete)
         rc = probe_object(w);
+    if (rc == DLC_EHTTP && w->obj.status == 404 && w->src.kind != DLC__WARM_HTTP) {
+        /* No such object: a store set has its index under the URL as a prefix. */
+        dlc__errsave es;
+        dlc__err_save(&es);
+        char index_url[4200];
+        snprintf(index_url, sizeof index_url, "%s%s" DLC__WARM_SET_INDEX, url,
+                 url[strlen(url) - 1] == '/' ? "" : "/");
+        dlc__warm_source isrc;
+        dlc__warm_object iobj;
+        uint32_t retries = 0;
+        const int is_set = dlc__warm_source_init(&isrc, index_url, &w->opt) == DLC_OK &&
+                           dlc__warm_probe(&isrc, &w->opt, &iobj, &retries) == DLC_OK;
+        dlc__warm_source_free(&isrc);
+        if (!is_set)
+            return dlc__err_restore(&es, rc);
+        return dlc__warm_set(url, w->dest, &w->opt, &w->r, w->t0);
+    }
     if (rc < 0 || w->r.already_complete)
         return rc;
     rc = open_download(w);
@@ -434,6 +497,8 @@ dlc_status dlc_warm(const char *url, const char *dest, const dlc_warm_options *o
     w.lock_fd = w.part_fd = w.journal_fd = -1;
 
     const dlc_status rc = run_stages(&w, url);
+    if (!w.r.is_set)
+        w.r.files = 1;
     w.r.seconds = dlc__now_s() - w.t0;
     if (rc == DLC_OK && w.opt.progress) {
         dlc_warm_progress pr = {.total = w.r.bytes,
