@@ -12,14 +12,32 @@ fault named at position N of --pattern, cycling:
           --stall seconds and close
   short   forward the headers and part of the body, then close cleanly
 
+Uploads (PUT with a body: S3's UploadPart) get the fault at position N of
+--put-pattern, cycling:
+
+  ok      forward as is
+  503     answer 503 SlowDown without asking upstream
+  corrupt forward the body with one byte flipped (the server stores other bytes
+          and says so in its ETag)
+  etag    forward as is, then answer with another ETag than the server's
+  reset   read the body, then reset the connection without an answer
+
+--s3-data DIR answers S3's ListParts (GET ...?uploadId=ID without partNumber),
+which s3rver 3.7.1 lacks, from s3rver's own data directory: the parts it has
+in DIR/BUCKET/._S3rver_uploads/ID/ (N and N.md5), or 404 NoSuchUpload.
+
 It counts requests: GET /__proxy/stats answers
-{"gets": N, "range_gets": N, "bytes": N, "faults": {...}} and
-POST /__proxy/reset sets the counters to zero. --rate limits the bytes per
-second of all bodies together (for tests that must stop a download midway).
-The chosen port is written to --port-file once the socket listens.
+{"gets": N, "range_gets": N, "puts": N, "bytes": N, "put_bytes": N,
+"faults": {...}} and POST /__proxy/reset sets the counters to zero. --rate
+limits the bytes per second of all bodies together, both ways (for tests that
+must stop a download or an upload midway). The chosen port is written to
+--port-file once the socket listens.
 """
 import argparse
+import html
 import http.client
+import os
+import urllib.parse
 import http.server
 import json
 import socket
@@ -35,6 +53,7 @@ class State:
     def __init__(self, args):
         self.args = args
         self.pattern = [p.strip() for p in args.pattern.split(",") if p.strip()] or ["ok"]
+        self.put_pattern = [p.strip() for p in args.put_pattern.split(",") if p.strip()] or ["ok"]
         self.lock = threading.Lock()
         self.reset()
         self.rate_next = time.monotonic()
@@ -43,9 +62,12 @@ class State:
         with getattr(self, "lock", threading.Lock()):
             self.gets = 0
             self.range_gets = 0
+            self.puts = 0
             self.bytes = 0
+            self.put_bytes = 0
             self.faults = {}
             self.n = 0
+            self.put_n = 0
 
     def next_fault(self):
         with self.lock:
@@ -53,6 +75,15 @@ class State:
             self.n += 1
             if f != "ok":
                 self.faults[f] = self.faults.get(f, 0) + 1
+            return f
+
+    def next_put_fault(self):
+        with self.lock:
+            f = self.put_pattern[self.put_n % len(self.put_pattern)]
+            self.put_n += 1
+            self.puts += 1
+            if f != "ok":
+                self.faults["put-" + f] = self.faults.get("put-" + f, 0) + 1
             return f
 
     def throttle(self, n):
@@ -78,8 +109,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def _stats(self):
         st = self.server.state
         with st.lock:
-            body = json.dumps({"gets": st.gets, "range_gets": st.range_gets,
-                               "bytes": st.bytes, "faults": st.faults}).encode()
+            body = json.dumps({"gets": st.gets, "range_gets": st.range_gets, "puts": st.puts,
+                               "bytes": st.bytes, "put_bytes": st.put_bytes,
+                               "faults": st.faults}).encode()
         self._reply(200, body, "application/json")
 
     def _reply(self, code, body, ctype="application/xml"):
@@ -100,6 +132,45 @@ class Handler(http.server.BaseHTTPRequestHandler):
             pass
         self.close_connection = True
 
+    def _list_parts(self, url, query):
+        """S3 ListParts from s3rver's data directory (s3rver answers 405)."""
+        bucket = urllib.parse.unquote(url.path.split("/")[1])
+        upload = query["uploadId"][0]
+        d = os.path.join(self.server.state.args.s3_data, bucket, "._S3rver_uploads", upload)
+        if "/" in upload or ".." in upload or not os.path.isdir(d):
+            return self._reply(404, b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>'
+                               b'NoSuchUpload</Code><Message>The specified upload does not '
+                               b'exist.</Message></Error>')
+        marker = int(query.get("part-number-marker", ["0"])[0])
+        # s3rver writes N.md5 once part N is complete.
+        nums = sorted(int(n) for n in os.listdir(d) if n.isdigit() and int(n) > marker and
+                      os.path.exists(os.path.join(d, n + ".md5")))
+        parts = []
+        for n in nums[:int(query.get("max-parts", ["1000"])[0])]:
+            md5 = open(os.path.join(d, "%d.md5" % n)).read().strip()
+            size = os.path.getsize(os.path.join(d, str(n)))
+            parts.append("<Part><PartNumber>%d</PartNumber><ETag>%s</ETag><Size>%d</Size></Part>"
+                         % (n, html.escape('"%s"' % md5), size))
+        more = len(parts) < len(nums)
+        body = ('<?xml version="1.0" encoding="UTF-8"?>\n<ListPartsResult><UploadId>%s</UploadId>'
+                '<IsTruncated>%s</IsTruncated><NextPartNumberMarker>%d</NextPartNumberMarker>%s'
+                '</ListPartsResult>' % (upload, "true" if more else "false",
+                                        nums[len(parts) - 1] if parts else 0, "".join(parts)))
+        return self._reply(200, body.encode())
+
+    def _read_body(self, length):
+        """The request body, at --rate like response bodies."""
+        st = self.server.state
+        chunks = []
+        while length > 0:
+            data = self.rfile.read(min(length, 256 * 1024))
+            if not data:
+                break
+            st.throttle(len(data))
+            chunks.append(data)
+            length -= len(data)
+        return b"".join(chunks)
+
     def _forward(self):
         st = self.server.state
         if self.path == "/__proxy/stats":
@@ -107,8 +178,28 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if self.path == "/__proxy/reset":
             st.reset()
             return self._reply(200, b"{}", "application/json")
+        url = urllib.parse.urlsplit(self.path)
+        query = urllib.parse.parse_qs(url.query, keep_blank_values=True)
+        if (st.args.s3_data and self.command == "GET" and "uploadId" in query and
+                "partNumber" not in query):
+            return self._list_parts(url, query)
         length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else None
+        body = self._read_body(length) if length else None
+        put_fault = "ok"
+        if self.command == "PUT" and body:
+            with st.lock:
+                st.put_bytes += len(body)
+            put_fault = st.next_put_fault()
+            if put_fault == "503":
+                return self._reply(503, b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>'
+                                   b'SlowDown</Code><Message>Please reduce your request rate.'
+                                   b'</Message></Error>')
+            if put_fault == "reset":
+                return self._kill(hard=True)
+            if put_fault == "corrupt":
+                body = bytearray(body)
+                body[len(body) // 2] ^= 0x01
+                body = bytes(body)
         fault = "ok"
         if self.command == "GET":
             with st.lock:
@@ -125,6 +216,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         resp = up.getresponse()
         self.send_response(resp.status, resp.reason)
         for k, v in resp.getheaders():
+            if k.lower() == "etag" and put_fault == "etag":
+                v = '"0123456789abcdef0123456789abcdef"'
             if k.lower() not in HOP:
                 self.send_header(k, v)
         if resp.getheader("Content-Length") is None:
@@ -177,6 +270,8 @@ def main():
     ap.add_argument("--upstream", required=True, help="HOST:PORT of the real server")
     ap.add_argument("--port-file", required=True)
     ap.add_argument("--pattern", default="ok")
+    ap.add_argument("--put-pattern", default="ok")
+    ap.add_argument("--s3-data", default="", help="s3rver's data directory: answer ListParts")
     ap.add_argument("--stall", type=float, default=5.0)
     ap.add_argument("--rate", type=float, default=0.0, help="bytes per second, all bodies")
     args = ap.parse_args()
@@ -186,7 +281,6 @@ def main():
     srv.state = State(args)
     with open(args.port_file + ".tmp", "w") as f:
         f.write(str(srv.server_address[1]))
-    import os
     os.replace(args.port_file + ".tmp", args.port_file)
     srv.serve_forever()
 
