@@ -107,11 +107,12 @@ def transform_boxes(boxes, left, top, w, h, crop, flip):
     x1, y1 = (b[:, 2] - left) * sx, (b[:, 3] - top) * sy
     if flip:
         x0, x1 = crop - x1, crop - x0
-    x0, x1 = x0.clamp(0, crop), x1.clamp(0, crop)
-    y0, y1 = y0.clamp(0, crop), y1.clamp(0, crop)
-    keep = (x1 > x0) & (y1 > y0)
-    out = torch.stack([x0, y0, x1, y1], 1)[keep].float()
-    return out, keep
+    out = torch.stack([x0.clamp(0, crop), y0.clamp(0, crop), x1.clamp(0, crop),
+                       y1.clamp(0, crop)], 1).float()
+    # Decided on the float32 values the model gets: a box on the crop's edge can end
+    # 1e-14 inside it in double ((128 / 49) * 49 < 128) and be empty once rounded.
+    keep = (out[:, 2] > out[:, 0]) & (out[:, 3] > out[:, 1])
+    return out[keep], keep
 
 
 class DetectionFiles(torch.utils.data.Dataset):
@@ -197,6 +198,13 @@ def torch_loader(args, items):
         persistent_workers=args.workers > 0)
 
 
+# Boxes with no area in float32 that a pipeline delivered, by pipeline: dropped before the
+# model, which refuses them, and counted in the report. The loader decides what to keep on
+# double values and then rounds to float32 (loader/augment.c, dlc__boxes_transform), so a box
+# that starts on the crop's far edge can survive as [x, 128, x', 128].
+EMPTY_BOXES = {"dlcache": 0, "torch": 0}
+
+
 def model_inputs(name, loader):
     """(images [N, 3, C, C], [{"boxes": [k, 4], "labels": [k]}...]) from either pipeline.
     dlcache's padded boxes become per-image slices (views of the slot, valid until the next
@@ -204,11 +212,18 @@ def model_inputs(name, loader):
     for b in C.forever(loader):
         if name == "dlcache":
             lengths = b["boxes_lengths"].tolist()
-            targets = [{"boxes": b["boxes"][i, :k], "labels": b["classes"][i, :k] + 1}
-                       for i, k in enumerate(lengths)]
-            yield b["image"], targets
+            images, targets = b["image"], [
+                {"boxes": b["boxes"][i, :k], "labels": b["classes"][i, :k] + 1}
+                for i, k in enumerate(lengths)]
         else:
-            yield b
+            images, targets = b
+        for t in targets:
+            bx = t["boxes"]
+            ok = (bx[:, 2] > bx[:, 0]) & (bx[:, 3] > bx[:, 1])
+            if not bool(ok.all()):
+                EMPTY_BOXES[name] += int((~ok).sum())
+                t["boxes"], t["labels"] = bx[ok], t["labels"][ok]
+        yield images, targets
 
 
 def check_batch(x, targets, args):
@@ -317,6 +332,10 @@ def run(args):
         d, t = results["dlcache"], results["torch"]
         print("data path: dlcache / torch = %.1fx; step time: torch / dlcache = %s"
               % (d[0] / t[0], fmt(t[1] / d[1], "%.2f")))
+    for name in results:
+        if EMPTY_BOXES[name]:
+            print("%s delivered %d boxes with no area in float32 (dropped before the model)"
+                  % (name, EMPTY_BOXES[name]))
     if write_report is not None:
         print("store written by dlcache.write in %.1f s (%.0f samples/s)"
               % (write_report.seconds, write_report.samples_per_s))
