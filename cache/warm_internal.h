@@ -320,6 +320,7 @@ typedef enum dlc__push_step {
     DLC__PUSH_COMPLETE,   /* S3 CompleteMultipartUpload. */
     DLC__PUSH_HEAD,       /* S3 HeadObject after completing. */
     DLC__PUSH_CHECK,      /* S3 HeadObject of an object an earlier run completed. */
+    DLC__PUSH_PROBE,      /* S3 HeadObject of an object an earlier run may have completed. */
     DLC__PUSH_ABORT,      /* S3 AbortMultipartUpload of an upload nobody will finish. */
     DLC__PUSH_DELETE,     /* S3 DeleteObject of an object that failed its check. */
     DLC__PUSH_GCS_START,  /* GCS: POST uploadType=resumable (a new session). */
@@ -380,6 +381,7 @@ typedef struct dlc__push_file {
     uint8_t *listed;          /* ListParts: part i + 1 is on the server as journaled. */
     int list_unsupported;     /* The server does not list parts: the journal is trusted. */
     int restarted;            /* The upload was started over once already. */
+    int upload_gone;          /* ListParts: the server no longer knows the upload. */
     uint64_t offset;          /* GCS: bytes the session has persisted. */
     uint64_t bytes_done;      /* Bytes of parts in place (sent or resumed). */
     int finished;             /* Uploaded and verified. */

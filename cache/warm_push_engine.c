@@ -51,6 +51,7 @@ const char *dlc__push_step_name(const dlc__push_req *r, char *buf, size_t cap)
         [DLC__PUSH_COMPLETE] = "CompleteMultipartUpload",
         [DLC__PUSH_HEAD] = "HeadObject after completing",
         [DLC__PUSH_CHECK] = "HeadObject",
+        [DLC__PUSH_PROBE] = "HeadObject before completing",
         [DLC__PUSH_ABORT] = "AbortMultipartUpload",
         [DLC__PUSH_DELETE] = "DeleteObject",
         [DLC__PUSH_GCS_START] = "starting a resumable upload",

@@ -26,6 +26,7 @@ enum s3_state {
     S3_COMPLETE,
     S3_HEAD,
     S3_DELETE, /* The completed object failed its check: delete it, then fail. */
+    S3_PROBE,  /* Every part is journaled but the upload cannot be seen: completed already? */
 };
 
 /* ---- Requests ---------------------------------------------------------------------------- */
@@ -217,6 +218,8 @@ int dlc__push_s3_next(dlc__push_ctx *c, dlc__push_file *f, dlc__push_req *r)
         return next_part(f, r);
     case S3_HEAD:
         return make_req(f, r, DLC__PUSH_HEAD, "HEAD", NULL);
+    case S3_PROBE:
+        return make_req(f, r, DLC__PUSH_PROBE, "HEAD", NULL);
     case S3_DELETE:
         return make_req(f, r, DLC__PUSH_DELETE, "DELETE", NULL);
     default:
@@ -267,6 +270,11 @@ static void enter_parts(dlc__push_ctx *c, dlc__push_file *f)
     }
     f->state = S3_PARTS;
     f->next_part = 0;
+    /* A run killed after CompleteMultipartUpload reached the server but before its answer did
+     * has journaled every part, and the server has dropped the upload (or cannot list it): the
+     * object may already be the file. A HEAD tells, before completing or starting over. */
+    if (have == f->nparts && (f->upload_gone || f->list_unsupported))
+        f->state = S3_PROBE;
 }
 
 static dlc_status on_created(dlc__push_ctx *c, dlc__push_req *r)
@@ -332,11 +340,18 @@ static dlc_status on_listed(dlc__push_ctx *c, dlc__push_req *r, char *why, size_
 {
     dlc__push_file *f = r->file;
     if (r->status == 404) {
-        /* NoSuchUpload: aborted, or completed and expired; nothing of it can be used. */
-        dlc__logf(c->net.log, c->net.log_user, DLC_LOG_INFO,
-                  "%s: the server no longer knows the upload of an earlier run; starting over",
-                  f->src.name);
-        f->state = S3_CREATE;
+        /* NoSuchUpload: aborted, expired, or completed by a run killed before it heard so. */
+        f->upload_gone = 1;
+        for (uint32_t i = 0; i < f->nparts; i++)
+            if (!f->j.have[i]) {
+                dlc__logf(c->net.log, c->net.log_user, DLC_LOG_INFO,
+                          "%s: the server no longer knows the upload of an earlier run; "
+                          "starting over",
+                          f->src.name);
+                f->state = S3_CREATE;
+                return DLC_OK;
+            }
+        enter_parts(c, f);
         return DLC_OK;
     }
     if (r->status == 405 || r->status == 501) {
@@ -530,6 +545,46 @@ static dlc_status check_completed(dlc__push_ctx *c, dlc__push_req *r, char *why,
     return DLC_OK;
 }
 
+/* HEAD before completing an upload whose every part is journaled: an object with the size and
+ * ETag those parts make was completed by the earlier run; otherwise complete it, or start over
+ * when the server no longer knows the upload. */
+static dlc_status on_probed(dlc__push_ctx *c, dlc__push_req *r, char *why, size_t cap)
+{
+    dlc__push_file *f = r->file;
+    char etag[DLC__WARM_ETAG_MAX], want[DLC__WARM_ETAG_MAX];
+    uint8_t md5[16];
+    uint32_t parts = 0;
+    if (r->status != 200 && r->status != 404)
+        return dlc__push_http_error(r, NULL, why, cap);
+    clean_etag(r->etag, etag, sizeof etag);
+    if (r->status == 200 && r->content_length == (int64_t)f->id.size &&
+        dlc__warm_etag_parse(etag, md5, &parts) == 0 && (parts == 0 || parts == f->nparts)) {
+        const dlc_status rc = expected_etag(c, f, parts, want);
+        if (rc < 0)
+            return rc;
+        if (strcasecmp(want, etag) == 0) {
+            dlc__logf(c->net.log, c->net.log_user, DLC_LOG_INFO,
+                      "%s: an earlier run completed the upload; the object is the file",
+                      f->src.name);
+            const dlc_status jr = dlc__push_journal_complete(&f->j, md5, parts);
+            if (jr < 0)
+                return jr;
+            finish(c, f, etag, 1);
+            return DLC_OK;
+        }
+    }
+    if (f->upload_gone) {
+        c->r->parts_resumed -= f->nparts; /* Counted when every part seemed to be there. */
+        dlc__logf(c->net.log, c->net.log_user, DLC_LOG_INFO,
+                  "%s: the server no longer knows the upload of an earlier run; starting over",
+                  f->src.name);
+        f->state = S3_CREATE;
+    } else {
+        f->state = S3_PARTS; /* Nothing left to send: completes. */
+    }
+    return DLC_OK;
+}
+
 dlc_status dlc__push_s3_done(dlc__push_ctx *c, dlc__push_req *r, char *why, size_t cap)
 {
     dlc__push_file *f = r->file;
@@ -560,6 +615,9 @@ dlc_status dlc__push_s3_done(dlc__push_ctx *c, dlc__push_req *r, char *why, size
         break;
     case DLC__PUSH_CHECK:
         rc = check_earlier(c, r, why, cap);
+        break;
+    case DLC__PUSH_PROBE:
+        rc = on_probed(c, r, why, cap);
         break;
     case DLC__PUSH_DELETE:
         return dlc__errorf(f->bad, "%s", f->bad_msg);

@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# Store sets through a real S3 server (s3rver on loopback): cachewarm push uploads the shards in
+# parallel and the index last; cachewarm fetches the set bit-exact, verified and MD5-checked, and
+# a second run finds it complete; a push SIGKILLed after two of four shards is resumed (the
+# finished shards checked, not sent again) and the index is never on the server before every
+# shard; a fetch SIGKILLed midway leaves DEST no set and is resumed shard by shard; a new version
+# of the set replacing an old one at DEST, killed midway, leaves no index naming the old or new
+# shards; four ranks fetching the set at once download it once; secrets appear in no output.
+set -euo pipefail
+source "$DLC_SRC/tests/warm/lib.sh"
+[ -x "$DLC_BIN/set_split" ] || skip "set_split is not built"
+
+warm_start_s3rver
+warm_make_store "$warm_tmp/src" 100 448
+[ -z "$WARM_VERIFY" ] || skip "mkdemo and cachebuild are needed for a real store"
+set1=$warm_tmp/set1
+"$DLC_BIN/set_split" "$STORE" 4 "$set1" >/dev/null
+files=(index.dlcset part-00000-of-00004.dlc part-00001-of-00004.dlc part-00002-of-00004.dlc
+    part-00003-of-00004.dlc)
+total=0
+for f in "${files[@]}"; do total=$((total + $(stat -c %s "$set1/$f"))); done
+note "set: 4 shards, $total bytes"
+out=$warm_tmp/out
+mkdir -p "$out"
+export DLCACHE_STATE_DIR=$warm_tmp/state
+export AWS_SESSION_TOKEN=SessionTokenMustNotLeak123
+objects=$warm_tmp/s3data/b
+
+# same_set DIR SRC: every file of the set in DIR is bit-exact, and DIR opens as a set.
+same_set() {
+    local f
+    for f in "${files[@]}"; do
+        cmp "$2/$f" "$1/$f" || fail "$1/$f differs"
+    done
+    "$DLC_BIN/cacheinfo" "$1" >"$out/info.txt" 2>&1 || fail "$1 does not open: $(cat "$out/info.txt")"
+}
+head_status() { curl -s -o /dev/null -w '%{http_code}' -I "$S3_URL/b/$1"; }
+# mtime_ns FILE: s3rver's file of an object, for the order in which objects were completed.
+mtime_ns() { "$PY" -c 'import os,sys; print(os.stat(sys.argv[1]).st_mtime_ns)' "$1"; }
+
+note "push the set: shards in parallel, the index last"
+"$DLC_BIN/cachewarm" push "$set1" s3://b/sets/a --endpoint "$S3_URL" --part-size 2M \
+    --json >"$out/push1.json" 2>"$out/push1.err" || fail "push: $(cat "$out/push1.err")"
+[ "$(json_get "$out/push1.json" is_set)" = true ] || fail "not pushed as a set"
+[ "$(json_get "$out/push1.json" files)" = 5 ] || fail "files in the report"
+[ "$(json_get "$out/push1.json" bytes)" = "$total" ] || fail "bytes in the report"
+index_time=$(mtime_ns "$objects/sets/a/index.dlcset._S3rver_object")
+for f in "${files[@]:1}"; do
+    [ "$(mtime_ns "$objects/sets/a/$f._S3rver_object")" -le "$index_time" ] ||
+        fail "the index was completed before $f"
+done
+
+note "fetch the set: verified, MD5-checked, bit-exact; a second run fetches nothing"
+"$DLC_BIN/cachewarm" s3://b/sets/a -o "$out/a" --endpoint "$S3_URL" --json \
+    >"$out/get1.json" 2>"$out/get1.err" || fail "fetch: $(cat "$out/get1.err")"
+[ "$(json_get "$out/get1.json" is_set)" = true ] || fail "not fetched as a set"
+[ "$(json_get "$out/get1.json" verified)" = true ] || fail "not verified"
+[ "$(json_get "$out/get1.json" md5_checked)" = true ] || fail "MD5s not checked"
+[ "$(json_get "$out/get1.json" bytes_downloaded)" = "$total" ] || fail "bytes_downloaded"
+same_set "$out/a" "$set1"
+[ ! -e "$out/a/index.dlcset.warm-new" ] || fail "the temporary index was left"
+"$DLC_BIN/cachewarm" s3://b/sets/a -o "$out/a" --endpoint "$S3_URL" --json \
+    >"$out/get2.json" 2>/dev/null || fail "second fetch"
+[ "$(json_get "$out/get2.json" already_complete)" = true ] || fail "the second run fetched again"
+[ "$(json_get "$out/get2.json" bytes_downloaded)" = 0 ] || fail "the second run fetched bytes"
+
+note "a push SIGKILLed after two shards: the rerun checks them and sends the rest"
+warm_start_proxy slowpush "$S3_PORT" --rate 20000000
+proxy=$!
+# One connection takes the files in order, so the shards complete one after the other.
+"$DLC_BIN/cachewarm" push "$set1" s3://b/sets/k --endpoint "http://127.0.0.1:$PROXY_PORT" \
+    --part-size 2M --connections 1 -q 2>"$out/killed.err" &
+pid=$!
+for i in $(seq 1 1500); do
+    [ -e "$objects/sets/k/part-00001-of-00004.dlc._S3rver_object" ] && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.02
+done
+kill -9 "$pid" 2>/dev/null || fail "the push finished before it could be killed"
+wait "$pid" 2>/dev/null || true
+kill -9 "$proxy"
+wait "$proxy" 2>/dev/null || true
+sleep 0.3
+[ "$(head_status sets/k/index.dlcset)" = 404 ] || fail "the index is on the server before its shards"
+"$DLC_BIN/cachewarm" push "$set1" s3://b/sets/k --endpoint "$S3_URL" --part-size 2M \
+    --json >"$out/push2.json" 2>"$out/push2.err" || fail "rerun: $(cat "$out/push2.err")"
+[ "$(json_get "$out/push2.json" files_skipped)" -ge 2 ] || fail "finished shards were sent again"
+sent=$(json_get "$out/push2.json" bytes_uploaded)
+[ "$sent" -lt $((total * 6 / 10)) ] || fail "the rerun sent $sent of $total bytes"
+note "the rerun sent $sent of $total bytes, $(json_get "$out/push2.json" files_skipped) shards checked"
+"$DLC_BIN/cachewarm" s3://b/sets/k -o "$out/k" --endpoint "$S3_URL" -q || fail "fetch of sets/k"
+same_set "$out/k" "$set1"
+
+# kill_fetch DEST URL: fetch through a slow proxy of its own with two shards at a time, and
+# SIGKILL it once a shard is published (a part file newer than the start).
+kill_fetch() {
+    local dest=$1 url=$2 pid proxy i
+    warm_start_proxy "slow$(basename "$dest")$RANDOM" "$S3_PORT" --rate 20000000
+    proxy=$!
+    touch "$out/start.mark"
+    sleep 0.01
+    "$DLC_BIN/cachewarm" "$url" -o "$dest" --endpoint "http://127.0.0.1:$PROXY_PORT" \
+        --connections 2 --chunk-size 1M -q 2>>"$out/killed.err" &
+    pid=$!
+    for i in $(seq 1 1500); do
+        [ -n "$(find "$dest" -name 'part-*.dlc' -newer "$out/start.mark" 2>/dev/null)" ] && break
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.02
+    done
+    kill -9 "$pid" 2>/dev/null || fail "the fetch finished before it could be killed"
+    wait "$pid" 2>/dev/null || true
+    kill -9 "$proxy"
+    wait "$proxy" 2>/dev/null || true
+    [ ! -e "$dest/index.dlcset" ] || fail "$dest is a set after the kill"
+    if "$DLC_BIN/cacheinfo" "$dest" >/dev/null 2>&1; then fail "$dest opens after the kill"; fi
+}
+
+note "a fetch SIGKILLed midway leaves no set; the rerun resumes shard by shard"
+kill_fetch "$out/b" s3://b/sets/a
+"$DLC_BIN/cachewarm" s3://b/sets/a -o "$out/b" --endpoint "$S3_URL" --json \
+    >"$out/get3.json" 2>"$out/get3.err" || fail "rerun: $(cat "$out/get3.err")"
+got=$(json_get "$out/get3.json" bytes_downloaded)
+[ "$got" -lt "$total" ] || fail "the rerun fetched everything ($got of $total)"
+same_set "$out/b" "$set1"
+note "the rerun fetched $got of $total bytes"
+
+note "a new version over the old one, killed midway: never a set of mixed shards"
+"$DLC_BIN/mkdemo" "$warm_tmp/demo2" --count 100 --seed 9 >/dev/null 2>&1
+"$DLC_BIN/cachebuild" "$warm_tmp/demo2/train" -o "$warm_tmp/v2.dlc" --size 448 >/dev/null 2>&1
+"$DLC_BIN/set_split" "$warm_tmp/v2.dlc" 4 "$warm_tmp/set2" >/dev/null
+"$DLC_BIN/cachewarm" push "$warm_tmp/set2" s3://b/sets/a --endpoint "$S3_URL" -q ||
+    fail "push of the new version"
+kill_fetch "$out/a" s3://b/sets/a
+"$DLC_BIN/cachewarm" s3://b/sets/a -o "$out/a" --endpoint "$S3_URL" -q 2>"$out/get4.err" ||
+    fail "rerun of the new version: $(cat "$out/get4.err")"
+same_set "$out/a" "$warm_tmp/set2"
+
+note "four ranks fetch the set at once: one downloads"
+warm_start_proxy count "$S3_PORT" --rate 40000000
+pids=()
+for i in 1 2 3 4; do
+    "$DLC_BIN/cachewarm" s3://b/sets/k -o "$out/shared" --endpoint "http://127.0.0.1:$PROXY_PORT" \
+        --json >"$out/rank$i.json" 2>"$out/rank$i.err" &
+    pids+=("$!")
+done
+for p in "${pids[@]}"; do
+    wait "$p" || fail "a rank failed: $(cat "$out"/rank*.err)"
+done
+same_set "$out/shared" "$set1"
+downloaders=0
+for i in 1 2 3 4; do
+    [ "$(json_get "$out/rank$i.json" bytes_downloaded)" = 0 ] || downloaders=$((downloaders + 1))
+done
+[ "$downloaders" = 1 ] || fail "$downloaders ranks downloaded"
+bytes=$(curl -sf "http://127.0.0.1:$PROXY_PORT/__proxy/stats" |
+    "$PY" -c 'import json,sys; print(json.load(sys.stdin)["bytes"])')
+[ "$bytes" -lt $((total + total / 4)) ] || fail "$bytes bytes through the proxy for $total"
+
+note "secrets appear in no output"
+if grep -rl -e SessionTokenMustNotLeak123 -e 'S3RVER:' "$out"; then
+    fail "a secret was printed"
+fi
+echo "warm_set: ok"
