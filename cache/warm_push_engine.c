@@ -277,6 +277,7 @@ static dlc_status start_attempt(CURLM *m, slot *s)
     curl_easy_setopt(s->h, CURLOPT_PRIVATE, s);
     reset_answer(r);
     r->sent = 0;
+    r->bad_digest = 0;
     s->io_errno = 0;
     s->errbuf[0] = '\0';
     const CURLMcode mc = curl_multi_add_handle(m, s->h);
@@ -393,8 +394,9 @@ static dlc_status schedule_retry(engine *e, slot *s, const char *why)
     c->r->retries++;
     dlc__push_step_name(&s->r, step, sizeof step);
     if (s->attempts > e->max_retries)
-        return dlc__errorf(DLC_ENETWORK, "%s: %s: gave up after %u attempts: %s",
-                           s->r.file->src.name, step, s->attempts, why);
+        return dlc__errorf(s->r.bad_digest ? DLC_ECORRUPT : DLC_ENETWORK,
+                           "%s: %s: gave up after %u attempts: %s", s->r.file->src.name, step,
+                           s->attempts, why);
     const double delay = dlc__warm_backoff(s->attempts, &e->c->rng);
     s->retry_at = dlc__now_s() + delay;
     dlc__logf(c->net.log, c->net.log_user, DLC_LOG_WARN, "%s: %s: %s; retry %u in %.2f s",

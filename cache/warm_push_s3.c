@@ -400,6 +400,7 @@ static dlc_status on_part(dlc__push_ctx *c, dlc__push_req *r, char *why, size_t 
         /* The server holds other bytes than those sent: send the part again, over it. */
         snprintf(why, cap, "the part's ETag %s is not the MD5 of the bytes sent (\"%s\")",
                  *r->etag ? r->etag : "(none)", hex);
+        r->bad_digest = 1;
         return DLC__PUSH_RETRY;
     }
     const dlc_status rc = dlc__push_journal_part(&f->j, r->part, r->len, r->md5);

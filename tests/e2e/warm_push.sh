@@ -152,7 +152,8 @@ for fault in corrupt etag; do
     push "$STORE" s3://b/k/f.dlc --endpoint "http://127.0.0.1:$PROXY_PORT" --part-size 4M \
         --retries 2
     [ "$rc" = 1 ] || fail "$fault every time: exit $rc"
-    grep -q "gave up after 3 attempts: the part's ETag" "$out/push$run.err" ||
+    grep -q "corrupt data: s3://b/k/f.dlc: UploadPart .*gave up after 3 attempts: the part's ETag" \
+        "$out/push$run.err" ||
         fail "$fault: $(cat "$out/push$run.err")"
     grep -q "s3://b/k/f.dlc: UploadPart" "$out/push$run.err" || fail "$fault: the object is not named"
     [ "$(head_status k/f.dlc)" = 404 ] || fail "$fault: an object was made"
