@@ -30,6 +30,7 @@ typedef struct slot {
     int io_errno; /* Reading the file failed. */
     unsigned attempts;
     double retry_at;
+    double started; /* When this attempt went out. */
 } slot;
 
 void dlc__push_req_free(dlc__push_req *r)
@@ -284,6 +285,7 @@ static dlc_status start_attempt(CURLM *m, slot *s)
     if (mc != CURLM_OK)
         return dlc__errorf(-ENOMEM, "push: curl_multi_add_handle: %s", curl_multi_strerror(mc));
     s->active = 1;
+    s->started = dlc__now_s();
     return DLC_OK;
 }
 
@@ -418,6 +420,8 @@ static dlc_status collect(engine *e, int *freed)
         curl_multi_remove_handle(e->m, s->h);
         s->active = 0;
         *freed = 1;
+        if (s->r.step == DLC__PUSH_COMPLETE)
+            e->c->r->complete_seconds += dlc__now_s() - s->started;
         char why[800] = "";
         const dlc_status v = judge(s, res, why, sizeof why);
         if (v < 0)

@@ -423,6 +423,7 @@ static void push_json(const push_cli *c, dlc_status rc, const dlc_warm_push_resu
     tool_json_u64(&j, "bytes_uploaded", r->bytes_uploaded);
     tool_json_f64(&j, "seconds", r->seconds);
     tool_json_f64(&j, "verify_seconds", r->verify_seconds);
+    tool_json_f64(&j, "complete_seconds", r->complete_seconds);
     tool_json_f64(&j, "mb_per_s", rate);
     tool_json_bool(&j, "is_set", r->is_set);
     tool_json_u64(&j, "files", r->files);

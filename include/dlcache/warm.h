@@ -187,6 +187,8 @@ typedef struct dlc_warm_push_result {
     double seconds;          /**< Wall time of the call. */
     double verify_seconds;   /**< Of which spent hashing whole files for servers whose ETag is a
                                   plain MD5 (s3rver) and for GCS's md5Hash. */
+    double complete_seconds; /**< Time CompleteMultipartUpload requests took (the server joining
+                                  the parts; several files' overlap). */
     uint32_t files;          /**< 1, or a set's shards plus its index. */
     uint32_t files_skipped;  /**< Files an earlier, interrupted call had completed and checked. */
     uint64_t parts;          /**< Parts of all the files. */
