@@ -359,6 +359,8 @@ typedef struct dlc__push_req {
     uint8_t md5[16]; /* from_file: the MD5 of the bytes sent. */
     uint64_t sent;   /* from_file: bytes read into the request by this attempt. */
     int bad_digest;  /* The retry is for an answer whose ETag is not the MD5 sent. */
+    char sse[32];    /* x-amz-server-side-encryption (or "customer" for SSE-C): KMS and
+                        customer keys make ETags that are not MD5s. */
 } dlc__push_req;
 
 /* One local file of a push and the state of its upload. */

@@ -103,7 +103,7 @@ static void header_value(const char *v, size_t n, char *out, size_t cap)
 static void reset_answer(dlc__push_req *r)
 {
     r->status = 0;
-    r->etag[0] = r->range[0] = r->location[0] = '\0';
+    r->etag[0] = r->range[0] = r->location[0] = r->sse[0] = '\0';
     r->meta_part_size = 0;
     r->content_length = -1;
     r->resp_len = 0;
@@ -136,6 +136,11 @@ static size_t on_header(char *p, size_t size, size_t n, void *user)
     } else if (k == 14 && strncasecmp(p, "Content-Length", 14) == 0) {
         header_value(colon + 1, vlen, num, sizeof num);
         r->content_length = strtoll(num, NULL, 10);
+    } else if (k == 28 && strncasecmp(p, "x-amz-server-side-encryption", 28) == 0) {
+        header_value(colon + 1, vlen, r->sse, sizeof r->sse);
+    } else if (k == 47 &&
+               strncasecmp(p, "x-amz-server-side-encryption-customer-algorithm", 47) == 0) {
+        snprintf(r->sse, sizeof r->sse, "customer");
     } else if (k == strlen("x-amz-meta-" DLC__PUSH_META) &&
                strncasecmp(p, "x-amz-meta-" DLC__PUSH_META, k) == 0) {
         header_value(colon + 1, vlen, num, sizeof num);

@@ -395,6 +395,14 @@ static dlc_status on_part(dlc__push_ctx *c, dlc__push_req *r, char *why, size_t 
     uint32_t parts = 0;
     char hex[33];
     dlc__md5_hex(r->md5, hex);
+    if (strncmp(r->sse, "aws:kms", 7) == 0 || strcmp(r->sse, "customer") == 0) {
+        f->forget = 1;
+        return dlc__errorf(DLC_ENOSYS,
+                           "%s: the bucket encrypts with %s keys, whose ETags are not the MD5 of "
+                           "the bytes: a push cannot check what the server holds, and does not "
+                           "upload there",
+                           f->src.name, strcmp(r->sse, "customer") == 0 ? "customer" : "KMS");
+    }
     if (dlc__warm_etag_parse(r->etag, md5, &parts) < 0 || parts != 0 ||
         memcmp(md5, r->md5, 16) != 0) {
         /* The server holds other bytes than those sent: send the part again, over it. */

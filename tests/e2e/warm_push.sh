@@ -5,7 +5,8 @@
 # (ListParts through tests/warm/faultproxy.py --s3-data, since s3rver lacks it) or not (the
 # journal is trusted); a journaled part the server lost is sent again; an upload the server no
 # longer knows starts over; a part corrupted on the way (or answered with a wrong ETag) is sent
-# again, and refused for good when it keeps failing; a part corrupted at rest on the server is
+# again, and refused for good when it keeps failing; a bucket whose ETags are not MD5s (KMS) is
+# refused at once; a part corrupted at rest on the server is
 # caught by the check after completing and the object deleted; secrets appear in no output.
 set -euo pipefail
 source "$DLC_SRC/tests/warm/lib.sh"
@@ -158,6 +159,14 @@ for fault in corrupt etag; do
     grep -q "s3://b/k/f.dlc: UploadPart" "$out/push$run.err" || fail "$fault: the object is not named"
     [ "$(head_status k/f.dlc)" = 404 ] || fail "$fault: an object was made"
 done
+
+note "a bucket encrypting with KMS keys (ETags that are not MD5s) is refused at the first part"
+warm_start_proxy kms "$S3_PORT" --put-pattern kms
+push "$STORE" s3://b/k/kms.dlc --endpoint "http://127.0.0.1:$PROXY_PORT" --part-size 4M
+[ "$rc" = 1 ] || fail "KMS: exit $rc"
+grep -q "encrypts with KMS keys, whose ETags are not the MD5" "$out/push$run.err" ||
+    fail "KMS not explained: $(cat "$out/push$run.err")"
+[ "$(json_get "$out/push$run.json" retries)" = 0 ] || fail "KMS: parts were sent again"
 
 note "a part corrupted at rest on the server: the check after completing deletes the object"
 rm -f "$DLCACHE_STATE_DIR"/*

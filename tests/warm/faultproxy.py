@@ -21,6 +21,8 @@ Uploads (PUT with a body: S3's UploadPart) get the fault at position N of
           and says so in its ETag)
   etag    forward as is, then answer with another ETag than the server's
   reset   read the body, then reset the connection without an answer
+  kms     forward as is, and answer as a bucket encrypting with KMS keys
+          (x-amz-server-side-encryption: aws:kms)
 
 --s3-data DIR answers S3's ListParts (GET ...?uploadId=ID without partNumber),
 which s3rver 3.7.1 lacks, from s3rver's own data directory: the parts it has
@@ -215,6 +217,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         up.request(self.command, self.path, body=body, headers=headers)
         resp = up.getresponse()
         self.send_response(resp.status, resp.reason)
+        if put_fault == "kms":
+            self.send_header("x-amz-server-side-encryption", "aws:kms")
         for k, v in resp.getheaders():
             if k.lower() == "etag" and put_fault == "etag":
                 v = '"0123456789abcdef0123456789abcdef"'
