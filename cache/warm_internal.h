@@ -414,6 +414,9 @@ typedef struct dlc__push_ctx {
 int dlc__push_s3_next(dlc__push_ctx *c, dlc__push_file *f, dlc__push_req *r);
 dlc_status dlc__push_s3_done(dlc__push_ctx *c, dlc__push_req *r, char *why, size_t cap);
 int dlc__push_gcs_next(dlc__push_ctx *c, dlc__push_file *f, dlc__push_req *r);
+/* Make a failed chunk of @p r, about to be retried, a query of the session instead: the server
+ * may have persisted some of it, and the next chunk starts where the answer says. */
+dlc_status dlc__push_gcs_requery(dlc__push_req *r);
 dlc_status dlc__push_gcs_done(dlc__push_ctx *c, dlc__push_req *r, char *why, size_t cap);
 
 /* An HTTP answer the protocol did not expect: DLC__PUSH_RETRY for 5xx, 408 and 429 (with the

@@ -237,6 +237,8 @@ static dlc_status lock_or_wait(warm_call *w)
      * rather than sending every rank's probe to the server. */
     dlc__warm_sidecar sc;
     if (complete_copy(w->dest, p, w->src.name, NULL, NULL, &sc)) {
+        struct stat st;
+        w->r.is_set = stat(w->dest, &st) == 0 && S_ISDIR(st.st_mode);
         w->r.bytes = sc.size;
         w->r.already_complete = 1;
         w->r.verified = !(opt->flags & DLC_WARM_NO_VERIFY);

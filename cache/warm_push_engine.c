@@ -404,6 +404,11 @@ static dlc_status schedule_retry(engine *e, slot *s, const char *why)
         return dlc__errorf(s->r.bad_digest ? DLC_ECORRUPT : DLC_ENETWORK,
                            "%s: %s: gave up after %u attempts: %s", s->r.file->src.name, step,
                            s->attempts, why);
+    /* GCS may have persisted part of a chunk that failed: ask the session rather than send the
+     * same bytes again. */
+    const dlc_status rc = dlc__push_gcs_requery(&s->r);
+    if (rc < 0)
+        return rc;
     const double delay = dlc__warm_backoff(s->attempts, &e->c->rng);
     s->retry_at = dlc__now_s() + delay;
     dlc__logf(c->net.log, c->net.log_user, DLC_LOG_WARN, "%s: %s: %s; retry %u in %.2f s",

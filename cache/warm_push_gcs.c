@@ -118,6 +118,19 @@ static int chunk_req(dlc__push_file *f, dlc__push_req *r)
     return l ? (r->extra = l, 1) : dlc__errorf(-ENOMEM, "push: out of memory");
 }
 
+dlc_status dlc__push_gcs_requery(dlc__push_req *r)
+{
+    if (r->step != DLC__PUSH_GCS_CHUNK)
+        return DLC_OK;
+    curl_slist_free_all(r->extra);
+    r->extra = NULL;
+    r->step = DLC__PUSH_GCS_QUERY;
+    r->from_file = 0;
+    r->off = r->len = 0;
+    return add_header(r, "Content-Range: bytes */%" PRIu64, r->file->id.size) < 0 ? -ENOMEM
+                                                                                  : DLC_OK;
+}
+
 int dlc__push_gcs_next(dlc__push_ctx *c, dlc__push_file *f, dlc__push_req *r)
 {
     (void)c;
@@ -238,7 +251,7 @@ static dlc_status on_progress(dlc__push_ctx *c, dlc__push_req *r, char *why, siz
     const dlc_status rc = persisted(r, &off);
     if (rc < 0)
         return rc;
-    if (r->step == DLC__PUSH_GCS_QUERY && off > 0) {
+    if (f->state == G_QUERY && off > 0) { /* The first question of a rerun. */
         c->r->resumed = 1;
         dlc__logf(c->net.log, c->net.log_user, DLC_LOG_INFO,
                   "%s: resuming: the upload session has %" PRIu64 " of %" PRIu64 " bytes",

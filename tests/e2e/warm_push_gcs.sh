@@ -3,7 +3,8 @@
 # speaks the JSON API's resumable upload sessions and checks the bearer token): a store goes up
 # and comes back bit-exact with its MD5 checked (x-goog-hash); a push SIGKILLed midway asks its
 # session how far it got and sends the rest; a session the server no longer knows starts over;
-# a server that persists less of a chunk than it was sent is followed; a wrong token is named;
+# a server that persists less of a chunk than it was sent is followed; a chunk that fails is
+# followed by a question to the session; a wrong token is named;
 # a set goes up shards first and index last and comes back; neither the token nor the session
 # URI appears in any output.
 set -euo pipefail
@@ -86,6 +87,13 @@ rm -f "$root"/.uploads/*
     >"$out/p3.json" 2>"$out/p3.err" || fail "rerun: $(cat "$out/p3.err")"
 grep -q "the upload session is gone" "$out/p3.err" || fail "no word of the lost session"
 fetch_back k/b.dlc
+
+note "chunks that fail (503, a reset) are followed by a question to the session"
+warm_start_proxy faults "$GCS_PORT" --put-pattern "ok,503,ok,ok,reset,ok"
+"$DLC_BIN/cachewarm" push "$STORE" gs://bkt/k/f.dlc --endpoint "http://127.0.0.1:$PROXY_PORT" \
+    --part-size 1M --json >"$out/p6.json" 2>"$out/p6.err" || fail "through faults: $(cat "$out/p6.err")"
+[ "$(json_get "$out/p6.json" retries)" -ge 2 ] || fail "the faults did not happen"
+fetch_back k/f.dlc
 
 note "a wrong token is named, and nothing is made"
 set +e
