@@ -16,7 +16,7 @@ DEB_PKGS := build-essential cmake pkg-config git curl ca-certificates \
             liblmdb-dev lmdb-utils libturbojpeg0-dev libpng-dev liburing-dev libxxhash-dev \
             libcriterion-dev libcurl4-openssl-dev \
             python3 python3-numpy python3-torch python3-torchvision python3-lmdb python3-pytest python3-venv \
-            mate-backgrounds clang libclang-rt-dev clang-format-14 valgrind openssl
+            mate-backgrounds clang libclang-rt-dev clang-format-14 valgrind openssl libssl-dev
 
 .PHONY: all deps build demo test install fuzz bench clean
 
