@@ -68,7 +68,7 @@ includedir=\\\${prefix}/${CMAKE_INSTALL_INCLUDEDIR}
 Name: dlcache
 Description: Pre-decoded image cache and batch loader for training
 Version: ${PROJECT_VERSION}
-Requires.private: lmdb libxxhash libturbojpeg libpng liburing libcurl
+Requires.private: lmdb libxxhash libturbojpeg libpng liburing libcurl libcrypto
 Libs: -L\\\${libdir} -ldlcache
 Libs.private: -lpthread -lm
 Cflags: -I\\\${includedir}
