@@ -231,11 +231,13 @@ def run(args):
     for dtype in ("float32", "uint8"):
         if dtype in bench:
             cmd, j = bench[dtype]
-            # Not ceiling_samples_per_s: cachebench sizes the ceiling's blocks for 3 channels
-            # (tools/bench_load.c), three times these samples; its GB/s are comparable.
-            print("%s: %s -> %.0f samples/s, %.2f GB/s of output (memcpy ceiling %.2f GB/s)"
+            # The ceiling copies blocks of one sample's output bytes (image and label), before
+            # and after the loader: a ceiling that moved between the two says the machine did.
+            print("%s: %s -> %.0f samples/s, %.2f GB/s of output, %.0f%% of the memcpy ceiling "
+                  "(%.0f samples/s; %.2f GB/s before the loader, %.2f after)"
                   % (dtype, cmd, j["samples_per_s"], j["gbytes_per_s"],
-                     j["ceiling_gbytes_per_s"]))
+                     100 * j["ratio_to_ceiling"], j["ceiling_samples_per_s"],
+                     j["ceiling_before_gbytes_per_s"], j["ceiling_after_gbytes_per_s"]))
     if "float32" in bench and "uint8" in bench:
         f, u = bench["float32"][1]["samples_per_s"], bench["uint8"][1]["samples_per_s"]
         print("issue's target, C loader on %d threads: float32 >= 1.5M samples/s: %s "
