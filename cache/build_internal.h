@@ -1,13 +1,17 @@
 /* Private to the builder (cache/build_*.c): the pipeline's shared types, the per-item work of the
- * workers (build_item.c) and the bookkeeping around them (build_meta.c).
+ * workers (build_item.c), the parts and their threads (build_part.c), store sets (build_set.c,
+ * build_setdir.c) and the bookkeeping around them (build_meta.c).
  *
- * The pipeline (build_main.c). Worker threads claim item numbers in increasing order from one
- * atomic counter; item i owns slot i % window of a ring of slots, and each slot owns a
- * dlc_record_builder. The worker reads the item's source bytes, decodes and resizes them in its
- * own codec, sets the record's values in the slot's builder and seals it there (encode, hash, lay
- * out: the heavy part of writing). The calling thread appends the sealed records to the
- * dlc_writer strictly in item order. A record's bytes depend only on its values, so the store is
- * the same at any number of threads; memory is bounded by the window whatever the data set.
+ * The pipeline. A build writes one store or the N parts of a set; each store being written is a
+ * dlc__build_part: a range of source items [first, end), its own dlc_writer, a reorder window of
+ * slots each with its dlc_record_builder, and a writer thread that appends the part's sealed
+ * records strictly in item order. T worker threads are shared by the parts being written at
+ * once: a worker claims the next item of a part (preferring its own, see dlc__build_pipe), reads
+ * the item's source bytes, decodes and resizes them in its own codec, sets the record's values
+ * in the slot's builder and seals it there (encode, hash, lay out: the heavy part of writing),
+ * then hands the slot to the part's writer. A record's bytes depend only on its values, so each
+ * store is the same at any number of threads; memory is bounded by the windows whatever the
+ * data set. The calling thread watches: progress, notices, cancel (build_part.c).
  *
  * Why a builder per slot rather than per worker: a worker whose builder holds a sealed record
  * cannot start its next item until the writer has appended that record, so with one builder per
@@ -27,6 +31,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <xxhash.h>
 
 #define DLC__BUILD_WHY 512
 
@@ -79,24 +84,85 @@ dlc_status dlc__build_plan_make(const dlc__source_set *src, const dlc_build_opti
  * into *buf (grown with realloc to *cap). DLC_OK or -ENOMEM. */
 dlc_status dlc__build_mask_path(const char *masks, const char *rel, char **buf, size_t *cap);
 
+/* Everything one build decides before its workers start (build_main.c); read-only while they
+ * run. */
+typedef struct dlc__build_job {
+    const char *const *sources;
+    size_t nsources;
+    const char *out; /* the store, or the set's directory: for messages */
+    dlc_build_options o;
+    dlc_build_fields f;
+    double t0; /* dlc__now_s() at the start */
+    dlc__source_set src;
+    dlc__build_plan plan;
+    dlc_field_spec fields[DLC_MAX_FIELDS]; /* the schema */
+    uint32_t nfields;
+    const char **names; /* the label names, num_labels of them */
+    char *name_buf;     /* generated names ("0".."K-1"), NUL-separated */
+    uint32_t num_labels;
+    uint32_t threads; /* worker threads */
+    uint32_t parts;   /* a set's N; 0 for a single store */
+    uint64_t set_id;  /* a set's identity (dlc__build_set_id()) */
+} dlc__build_job;
+
+enum dlc__part_state {
+    DLC__PART_WAITING = 0, /* not started */
+    DLC__PART_ACTIVE,      /* its writer is open and its items may be claimed */
+    DLC__PART_DONE,        /* finished, or given up after a failure */
+};
+
+/* One store the build writes: a single store, or part I of a set. Its writer thread opens it,
+ * appends its items in order and finishes it. Fields marked "mu" are guarded by the pipe's
+ * mutex; the rest belong to the writer thread while the part is ACTIVE. */
+typedef struct dlc__build_part {
+    uint32_t index;         /* I: its place in the set (0 for a single store) */
+    size_t first, end;      /* its items */
+    char *path;             /* the store file it writes; malloc'd */
+    int state;              /* enum dlc__part_state; mu */
+    size_t next;            /* the next item to claim; mu */
+    size_t write_next;      /* the item its writer appends next; mu */
+    size_t window;          /* slots */
+    dlc__build_slot *slots; /* made when the part starts, freed when it is done */
+    pthread_cond_t *ready;  /* its writer thread's condition: a slot of the part was filled */
+    dlc_writer *wr;
+    XXH3_state_t *digest;         /* the source digest of its items */
+    uint64_t done, skipped;       /* items finished and skipped; mu */
+    uint64_t bytes_in, bytes_out; /* mu */
+    uint64_t converted;           /* images stored with other channels than their source's */
+    size_t conv_item;             /* the first of them (SIZE_MAX: none); mu */
+    uint32_t conv_channels;       /* its source's channels */
+    dlc_build_skip *skips;        /* its skipped items, in item order; mu */
+    size_t nskips, skips_cap;
+    size_t logged;       /* skips already sent to the log callback (by the calling thread) */
+    uint64_t count;      /* records written */
+    uint64_t file_bytes; /* of the finished store */
+    dlc_status rc;       /* its failure, with msg */
+    char msg[1024];
+} dlc__build_part;
+
+/* What every part of one build shares. Workers claim items under mu; a worker that finds no
+ * item it may take waits on `space`, which writers broadcast when they free a slot and when a
+ * part starts or ends. */
 typedef struct dlc__build_pipe {
     const dlc__source_set *src;
     const dlc_build_options *opts;
     const dlc__build_plan *plan;
-    size_t n;      /* items */
-    size_t window; /* slots */
-    dlc__build_slot *slots;
-    atomic_size_t next; /* next item to claim */
-    atomic_int stop;    /* set by the writer: workers finish their item and leave */
+    dlc__build_part *parts; /* the stores to write, in part order */
+    uint32_t nparts;
+    uint32_t nwriters;        /* writer threads: parts written at once */
+    dlc__build_part **active; /* nwriters entries: the part each writer writes now, or NULL */
+    uint32_t next_part;       /* the next part a writer starts; mu */
+    uint32_t writers_left;    /* writer threads still running; mu */
+    atomic_int stop;          /* a failure or a cancel: everyone leaves */
     pthread_mutex_t mu;
-    pthread_cond_t ready; /* a slot was filled (the writer waits) */
-    pthread_cond_t space; /* write_next moved or stop was set (workers wait) */
-    size_t write_next;    /* the item the writer needs next; guarded by mu */
+    pthread_cond_t space; /* a slot was freed, a part started or ended, or stop */
+    pthread_cond_t done;  /* a writer thread ended (the calling thread waits, with a timeout) */
 } dlc__build_pipe;
 
-/* One worker thread and its buffers, reused from item to item. */
+/* One worker thread and its buffers, reused from item to item and from part to part. */
 typedef struct dlc__build_worker {
     dlc__build_pipe *p;
+    uint32_t home; /* the writer whose part it helps first */
     dlc_codec *codec;
     uint8_t *buf; /* source bytes of the current item */
     size_t cap;
@@ -110,24 +176,71 @@ typedef struct dlc__build_worker {
     int started;
 } dlc__build_worker;
 
-/* The worker thread: claim items until there are none or stop is set (build_item.c). */
+/* Write @p nparts stores (one, or parts of a set) with job->threads workers and @p nwriters
+ * writer threads, the calling thread watching (progress, notices, cancel). Each part's outcome is
+ * in the part: count, skips, rc and msg; the first failure is returned with its message
+ * (build_part.c). */
+dlc_status dlc__build_write(const dlc__build_job *job, dlc__build_part *parts, uint32_t nparts,
+                            uint32_t nwriters);
+
+/* Free what the parts own (paths, skips). */
+void dlc__build_parts_free(dlc__build_part *parts, uint32_t nparts);
+
+/* Make item @p i in slot @p sl: read, decode, resize, set the values and seal, or say why it is
+ * skipped; returns the slot's new state (build_item.c). Runs on a worker without the pipe's
+ * lock. */
+int dlc__build_item(dlc__build_worker *w, size_t i, dlc__build_slot *sl);
+
+/* The worker thread: claim items of the active parts until there are none or stop is set
+ * (build_part.c). */
 void *dlc__build_worker_main(void *arg);
 
 /* Free what a worker allocated (not the worker itself). */
 void dlc__build_worker_free(dlc__build_worker *w);
 
-/* The "build" metadata: a JSON object saying how the store was made.
- * Returns a malloc'd string, or NULL when out of memory. */
-char *dlc__build_json(const char *const *sources, size_t nsources, const dlc_build_options *o,
-                      const dlc_build_fields *f, uint32_t threads, uint64_t items, uint64_t count,
-                      uint64_t skipped, double seconds);
+/* ---- Store sets (build_set.c, build_setdir.c) --------------------------------------------- */
+
+/* Part @p part of @p parts takes the source items [*first, *end) of @p n: [I*n/N, (I+1)*n/N),
+ * computed without overflow for any n. */
+void dlc__build_split(uint64_t n, uint32_t parts, uint32_t part, uint64_t *first, uint64_t *end);
+
+/* XXH3-64 over every item of @p src in order (its path relative to its source, size, mtime and
+ * label, its mask's size and mtime with @p masks, its column values): what the source digest
+ * hashes, for the whole list, found by stat() on @p threads threads (no file is read). The
+ * result does not depend on the number of threads. DLC_OK or -ENOMEM. */
+dlc_status dlc__build_items_digest(const dlc__source_set *src, const char *masks, uint32_t threads,
+                                   uint64_t *digest);
+
+/* A set's identity: XXH3-64 over the items' digest, the options that change the stored bytes
+ * (size, crop, encoding, quality, channels, masks and their encoding), the record's fields, the
+ * label names and N (docs/SETS.md gives the bytes). DLC_OK or -ENOMEM. */
+dlc_status dlc__build_set_id(uint64_t items_digest, const dlc__build_job *job, uint64_t *out);
+
+/* Retire the set whose index is in @p dir before new parts are written there: every part file
+ * the index names is linked to "retired-NAME" and an index naming those links replaces it, then
+ * the part names are removed; the old set stays readable under its new names until a new index
+ * replaces it. Without hard links the old index is removed instead (the old set is then gone).
+ * Nothing to do without an index, or when it names no part file. DLC_OK or -errno. */
+dlc_status dlc__build_retire(const char *dir, dlc_log_fn log, void *user);
+
+/* How many part files (part-*-of-*.dlc) and retired parts (retired-part-*) @p dir holds. */
+uint32_t dlc__build_set_files(const char *dir);
+
+/* Remove from @p dir the part files (part-*-of-*.dlc) and retired parts (retired-part-*) that
+ * its index does not name, all of them when there is no index. Best effort; returns how many
+ * were removed. */
+uint32_t dlc__build_tidy(const char *dir, dlc_log_fn log, void *user);
+
+/* The "build" metadata of @p part: a JSON object saying how the store was made (with a "set"
+ * object for a part of a set). Returns a malloc'd string, or NULL when out of memory. */
+char *dlc__build_json(const dlc__build_job *job, const dlc__build_part *part, double seconds);
 
 /* Remove OUT.tmp-PID files (and OUT.tmp-PID-lock) whose process is gone: a
  * build killed with SIGKILL cannot clean up after itself. Best effort. */
 void dlc__build_remove_stale_temps(const char *out, dlc_log_fn log, void *user);
 
-/* Append a skipped item to @p r (its skips array has *cap entries). */
-dlc_status dlc__report_add_skip(dlc_build_report *r, size_t *cap, const char *path,
-                                const char *reason);
+/* Append a skipped item to the array *skips of *n entries and *cap places. */
+dlc_status dlc__skips_add(dlc_build_skip **skips, size_t *n, size_t *cap, const char *path,
+                          const char *reason);
 
 #endif /* DLCACHE_BUILD_INTERNAL_H */

@@ -1,6 +1,7 @@
-/* The workers of dlc_build(): each item is read, decoded and resized in the worker's codec, its
- * values are set in its slot's record builder and the record is sealed there, then the slot is
- * handed to the writer (build_internal.h describes the pipeline). */
+/* The work of dlc_build()'s workers on one item: it is read, decoded and resized in the worker's
+ * codec, its values are set in its slot's record builder and the record is sealed there
+ * (build_internal.h describes the pipeline; build_part.c claims the items and hands the slots to
+ * the writers). */
 #include "build_internal.h"
 
 #include "common.h"
@@ -219,19 +220,8 @@ static int fill_record(dlc__build_worker *w, size_t i, dlc__build_slot *sl, cons
     return DLC__SLOT_READY;
 }
 
-/* Hand item @p i's slot to the writer. */
-static void publish(dlc__build_pipe *p, dlc__build_slot *sl, int state)
+int dlc__build_item(dlc__build_worker *w, size_t i, dlc__build_slot *sl)
 {
-    pthread_mutex_lock(&p->mu);
-    sl->state = state;
-    pthread_cond_signal(&p->ready);
-    pthread_mutex_unlock(&p->mu);
-}
-
-/* Make item @p i's record in its slot and hand it to the writer. */
-static void work_item(dlc__build_worker *w, size_t i)
-{
-    dlc__build_slot *sl = &w->p->slots[i % w->p->window];
     const dlc__build_plan *plan = w->p->plan;
     sl->bytes_in = sl->mask_size = 0;
     sl->mask_mtime_ns = 0;
@@ -250,27 +240,7 @@ static void work_item(dlc__build_worker *w, size_t i)
         state = decode_image(w, &d, sl, &img);
     if (state == DLC__SLOT_READY)
         state = fill_record(w, i, sl, &img, plan->masks ? &mask : NULL);
-    publish(w->p, sl, state);
-}
-
-void *dlc__build_worker_main(void *arg)
-{
-    dlc__build_worker *w = arg;
-    dlc__build_pipe *p = w->p;
-    for (;;) {
-        const size_t i = atomic_fetch_add(&p->next, 1);
-        if (i >= p->n || atomic_load(&p->stop))
-            break;
-        /* Slot i % window is free once the writer is past item i - window. */
-        pthread_mutex_lock(&p->mu);
-        while (i >= p->write_next + p->window && !atomic_load(&p->stop))
-            pthread_cond_wait(&p->space, &p->mu);
-        pthread_mutex_unlock(&p->mu);
-        if (atomic_load(&p->stop))
-            break;
-        work_item(w, i);
-    }
-    return NULL;
+    return state;
 }
 
 void dlc__build_worker_free(dlc__build_worker *w)

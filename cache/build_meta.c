@@ -40,19 +40,20 @@ void dlc_build_report_free(dlc_build_report *r)
         free((char *)r->skips[i].reason);
     }
     free(r->skips);
+    free(r->built);
     free(r);
 }
 
-dlc_status dlc__report_add_skip(dlc_build_report *r, size_t *cap, const char *path,
-                                const char *reason)
+dlc_status dlc__skips_add(dlc_build_skip **skips, size_t *n, size_t *cap, const char *path,
+                          const char *reason)
 {
-    if (r->skipped == *cap) {
-        const size_t n = *cap ? *cap * 2 : 16;
-        dlc_build_skip *p = realloc(r->skips, n * sizeof *p);
+    if (*n == *cap) {
+        const size_t c = *cap ? *cap * 2 : 16;
+        dlc_build_skip *p = realloc(*skips, c * sizeof *p);
         if (!p)
             return dlc__errorf(-ENOMEM, "build report: out of memory");
-        r->skips = p;
-        *cap = n;
+        *skips = p;
+        *cap = c;
     }
     char *a = strdup(path), *b = strdup(reason);
     if (!a || !b) {
@@ -60,9 +61,9 @@ dlc_status dlc__report_add_skip(dlc_build_report *r, size_t *cap, const char *pa
         free(b);
         return dlc__errorf(-ENOMEM, "build report: out of memory");
     }
-    r->skips[r->skipped].path = a;
-    r->skips[r->skipped].reason = b;
-    r->skipped++;
+    (*skips)[*n].path = a;
+    (*skips)[*n].reason = b;
+    (*n)++;
     return DLC_OK;
 }
 
@@ -149,10 +150,22 @@ static void json_field_options(sbuf *b, const dlc_build_fields *f)
                   f->mask_encoding == DLC_ENCODING_PNG ? "png" : "raw");
 }
 
-char *dlc__build_json(const char *const *sources, size_t nsources, const dlc_build_options *o,
-                      const dlc_build_fields *f, uint32_t threads, uint64_t items, uint64_t count,
-                      uint64_t skipped, double seconds)
+/* Where this store stands in its set: part, parts, set_id and its items. */
+static void json_set(sbuf *b, const dlc__build_job *job, const dlc__build_part *part)
 {
+    if (!job->parts)
+        return;
+    sb_printf(b,
+              ",\"set\":{\"part\":%u,\"parts\":%u,\"set_id\":\"%016llx\",\"first_item\":%llu,"
+              "\"end_item\":%llu,\"items\":%llu}",
+              part->index, job->parts, (unsigned long long)job->set_id,
+              (unsigned long long)part->first, (unsigned long long)part->end,
+              (unsigned long long)job->src.count);
+}
+
+char *dlc__build_json(const dlc__build_job *job, const dlc__build_part *part, double seconds)
+{
+    const dlc_build_options *o = &job->o;
     sbuf b = {0};
     /* SOURCE_DATE_EPOCH lets a reproducible build pin the date it records. */
     time_t now = time(NULL);
@@ -184,18 +197,20 @@ char *dlc__build_json(const char *const *sources, size_t nsources, const dlc_bui
               o->encoding == DLC_ENCODING_JPEG ? "jpeg" : "raw");
     if (o->encoding == DLC_ENCODING_JPEG)
         sb_printf(&b, ",\"quality\":%d", o->quality);
-    json_field_options(&b, f);
-    sb_printf(&b, ",\"strict\":%s,\"threads\":%u}", o->strict ? "true" : "false", threads);
+    json_field_options(&b, &job->f);
+    sb_printf(&b, ",\"strict\":%s,\"threads\":%u}", o->strict ? "true" : "false", job->threads);
     sb_put(&b, ",\"sources\":[", 12);
-    for (size_t i = 0; i < nsources; i++) {
+    for (size_t i = 0; i < job->nsources; i++) {
         char abs[PATH_MAX];
         if (i)
             sb_put(&b, ",", 1);
-        sb_json_str(&b, realpath(sources[i], abs) ? abs : sources[i]);
+        sb_json_str(&b, realpath(job->sources[i], abs) ? abs : job->sources[i]);
     }
-    sb_printf(&b, "],\"items\":%llu,\"count\":%llu,\"skipped\":%llu,\"seconds\":%.3f}",
-              (unsigned long long)items, (unsigned long long)count, (unsigned long long)skipped,
-              seconds);
+    sb_printf(&b, "],\"items\":%llu,\"count\":%llu,\"skipped\":%llu,\"seconds\":%.3f",
+              (unsigned long long)(part->end - part->first), (unsigned long long)part->count,
+              (unsigned long long)part->skipped, seconds);
+    json_set(&b, job, part);
+    sb_put(&b, "}", 1);
     if (b.oom) {
         free(b.p);
         return NULL;

@@ -87,15 +87,27 @@
  * `OUT.tmp-PID` files whose process no longer exists. An existing OUT is
  * replaced only with ::dlc_build_options.force.
  *
+ * Store sets (docs/SETS.md). dlc_build_set() writes a directory of N parts
+ * and its index instead of one file: part I holds the records of the source
+ * items [I*n/N, (I+1)*n/N) (n items scanned), numbered on from the part before
+ * it, so that the set delivers exactly the records of one store built from
+ * the same sources. All N parts are built at once on one machine (each with
+ * its own writer thread, the workers shared), or one part per call, on as many
+ * machines as there are parts, each scanning the same sources; then
+ * dlc_build_join() writes the index.
+ *
  * Memory: one small entry per item, plus a window of 4 x threads + 4 records
- * in flight, whatever the size of the data set.
+ * in flight (for a set: per part being written, 4 x its share of the threads
+ * + 4), whatever the size of the data set.
  *
  * Thread safety: dlc_build() may run on any thread; it starts its own workers
- * and joins them before it returns. Callbacks run on the calling thread.
+ * and writer threads and joins them before it returns. Callbacks run on the
+ * calling thread.
  */
 #ifndef DLCACHE_BUILD_H
 #define DLCACHE_BUILD_H
 
+#include <dlcache/set.h>
 #include <dlcache/status.h>
 
 #ifdef __cplusplus
@@ -169,7 +181,32 @@ typedef struct dlc_build_report {
     uint32_t channels;       /**< Of the image field. */
     uint64_t converted;      /**< DLC_BUILD_CHANNELS_KEEP: images stored with other channels
                                   than their source's. */
+    /* dlc_build_set() only (0 and NULL for a single store). */
+    uint32_t parts;               /**< N. */
+    uint64_t set_id;              /**< The set's identity, the same in every part. */
+    uint64_t items;               /**< Source items scanned, of which the parts built a share. */
+    uint32_t num_built;           /**< Parts this call wrote: N, or 1 with one_part. */
+    struct dlc_build_part *built; /**< num_built entries, in part order. */
 } dlc_build_report;
+
+/** One part that dlc_build_set() wrote. */
+typedef struct dlc_build_part {
+    uint32_t part;       /**< I. */
+    uint64_t first_item; /**< Its source items, [first_item, end_item). */
+    uint64_t end_item;
+    uint64_t count;      /**< Records. */
+    uint64_t skipped;    /**< Items skipped. */
+    uint64_t file_bytes; /**< Its file's size. */
+} dlc_build_part;
+
+/** What dlc_build_set() builds; dlc_build_set_options_init() sets the defaults named below. */
+typedef struct dlc_build_set_options {
+    uint32_t parts; /**< N, 1..65536 (default 1). */
+    int one_part;   /**< 0 (default): every part, at once, on this machine, then the index.
+                         1: part @c part alone (one machine's share of a build across
+                         machines); dlc_build_join() writes the index once all parts are there. */
+    uint32_t part;  /**< With one_part: I, 0..N-1. */
+} dlc_build_set_options;
 
 /** Fill @p o with the defaults. */
 DLC_API void dlc_build_options_init(dlc_build_options *o);
@@ -202,6 +239,58 @@ DLC_API void dlc_build_fields_init(dlc_build_fields *f);
 DLC_API dlc_status dlc_build_with_fields(const char *const *sources, size_t nsources,
                                          const char *out, const dlc_build_options *opts,
                                          const dlc_build_fields *fields, dlc_build_report **report);
+
+/** Fill @p s with the defaults. */
+DLC_API void dlc_build_set_options_init(dlc_build_set_options *s);
+
+/**
+ * @brief Build the store set @p dir from @p nsources sources: its N parts, DIR/part-IIIII-of-
+ *        NNNNN.dlc, and (all parts at once) its index, DIR/index.dlcset (docs/SETS.md).
+ *
+ * Every call scans all the sources, whichever part it builds, so that the split is the same on
+ * every machine: part I takes the items [I*n/N, (I+1)*n/N) of the n scanned, its records
+ * numbered on from the part before it, and every part gets the label names of the whole list.
+ * Each part records its place and the set's identity, set_id: XXH3-64 over the whole item list
+ * (each item's path relative to its source, size, mtime, label, mask and column values: found
+ * with stat(), nothing is read), the options that change the stored bytes, the record's fields,
+ * the label names and N. A part built from other sources, options or N has another set_id and
+ * is refused by the join. Every machine must therefore see the same files (a shared file
+ * system, or copies that keep the times: rsync -a, cp -p).
+ *
+ * All parts (one_part 0): the worker threads are shared by min(N, threads) parts written at
+ * once, each by its own writer thread; then dlc_set_join() writes the index, the commit point,
+ * and the files of a set it replaced are removed. A set already in @p dir is replaced only with
+ * force: before any new part is written its parts are hard-linked to retired-NAME and an index
+ * naming those links takes the old index's place, so that until the new index is in place
+ * @p dir holds the old set, whole and readable, and after it the new one; a failure, a signal
+ * or a kill never leaves an index naming a missing or half-written part (on a file system
+ * without hard links the old index is removed first: the old set, then none, then the new).
+ * A failed build removes the parts it wrote.
+ *
+ * One part (one_part 1): writes DIR/part-I-of-N.dlc only, creating @p dir when needed (several
+ * machines may do so at once). The part's file is published atomically; a part whose every
+ * item was skipped is a valid, empty part. A part file already there is replaced only with
+ * force, and a directory that holds a joined set only with force (its set is retired as above).
+ *
+ * @param[in] set The set to build (NULL: N = 1, all parts).
+ * @param[out] report As dlc_build(); with parts, set_id, items and one entry per part built. For
+ *             all parts, content_digest and file_bytes are the set's (dlc_store_info of @p dir).
+ * @return As dlc_build(); DLC_EEXIST (a set or parts in @p dir, no force; the part's file
+ *         exists, no force); DLC_EINVAL also for N outside 1..65536, I >= N, a @p dir that is
+ *         not a directory; DLC_ENOIMAGES when no part has a record (all parts). The join's
+ *         refusals (dlc_set_join()) with all parts.
+ */
+DLC_API dlc_status dlc_build_set(const char *const *sources, size_t nsources, const char *dir,
+                                 const dlc_build_options *opts, const dlc_build_fields *fields,
+                                 const dlc_build_set_options *set, dlc_build_report **report);
+
+/**
+ * @brief Join the parts in @p dir into a set (dlc_set_join(): checks, then the index, written
+ *        last), then remove the files the new index made garbage: part files it does not name
+ *        (of another N) and the retired parts of the set it replaced.
+ * @return As dlc_set_join().
+ */
+DLC_API dlc_status dlc_build_join(const char *dir, dlc_set_join_report *report);
 
 /** Free a report. Accepts NULL. */
 DLC_API void dlc_build_report_free(dlc_build_report *r);

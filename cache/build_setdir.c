@@ -1,0 +1,316 @@
+/* The files of a store set's directory around a build (docs/SETS.md, "Replacing a set").
+ *
+ * The index is the commit point of a set: a reader opens DIR/index.dlcset and then the shards it
+ * names. Part files have fixed names (part-IIIII-of-NNNNN.dlc), so the parts of a new set of the
+ * same N land on the very names the old index holds; writing them there would leave the old
+ * index naming files it does not describe. So before the first new part is written the old set
+ * is retired: each of its part files gets a second name, retired-NAME (a hard link: no data is
+ * copied), an index naming those replaces the old one (the same set, the same bytes, other
+ * names: written to a temporary file, synced, renamed), and only then are the part names
+ * removed. At every moment DIR/index.dlcset names files that are there and whole: the old set
+ * under its old names, the old set under its retired names, then (after the join) the new set;
+ * and only after the new index is in place are the retired files removed (dlc__build_tidy()).
+ * A file system without hard links gets the old index removed instead: the old set, then none,
+ * then the new one, never an index that lies. */
+#include "build_internal.h"
+#include "common.h"
+#include "store_set.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define RETIRED "retired-"
+/* A part's name and its retired name: the writer's names are 23 characters (5-digit numbers);
+ * longer ones are not ours, and their retired names might not fit an index entry. */
+#define PART_NAME_MAX 40u
+
+/* "part-<digits>-of-<digits>.dlc", the names dlc__set_part_name() gives. */
+static int is_part_name(const char *name)
+{
+    const char *p = name;
+    if (strlen(name) > PART_NAME_MAX || strncmp(p, "part-", 5) != 0)
+        return 0;
+    p += 5;
+    if (*p < '0' || *p > '9')
+        return 0;
+    while (*p >= '0' && *p <= '9')
+        p++;
+    if (strncmp(p, "-of-", 4) != 0)
+        return 0;
+    p += 4;
+    if (*p < '0' || *p > '9')
+        return 0;
+    while (*p >= '0' && *p <= '9')
+        p++;
+    return strcmp(p, ".dlc") == 0;
+}
+
+static int is_retired_name(const char *name)
+{
+    return strncmp(name, RETIRED, strlen(RETIRED)) == 0 && is_part_name(name + strlen(RETIRED));
+}
+
+/* Read and decode @p dir's index into @p x: DLC_OK, -ENOENT when there is none, or the
+ * decoder's refusal. @p x must be freed with dlc__set_index_free() in every case. */
+static dlc_status read_index(const char *dir, dlc__set_index *x)
+{
+    char *path = dlc__set_path(dir, "/", DLC__SET_INDEX_NAME);
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    memset(x, 0, sizeof *x);
+    dlc_status rc = path ? dlc__set_index_read(path, &bytes, &len)
+                         : dlc__errorf(-ENOMEM, "%s: out of memory", dir);
+    if (rc == DLC_OK)
+        rc = dlc__set_index_decode(bytes, len, path, x);
+    free(bytes);
+    free(path);
+    return rc;
+}
+
+/* Write @p len bytes @p p as @p dir's index: a temporary file, synced, renamed into place, the
+ * directory synced; a crash leaves the old index or the new one. */
+static dlc_status write_index(const char *dir, const uint8_t *p, size_t len)
+{
+    dlc_status rc = DLC_OK;
+    char suffix[48];
+    snprintf(suffix, sizeof suffix, "%s.tmp-%ld", DLC__SET_INDEX_NAME, (long)getpid());
+    char *tmp = dlc__set_path(dir, "/", suffix);
+    char *path = dlc__set_path(dir, "/", DLC__SET_INDEX_NAME);
+    int fd = -1;
+    FAIL_IF(!tmp || !path, -ENOMEM, "%s: out of memory", dir);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    FAIL_IF(fd < 0, -errno, "%s: cannot create: %s", tmp, strerror(errno));
+    for (size_t done = 0; done < len;) {
+        const ssize_t w = write(fd, p + done, len - done);
+        if (w < 0 && errno == EINTR)
+            continue;
+        FAIL_IF(w < 0, -errno, "%s: write: %s", tmp, strerror(errno));
+        done += (size_t)w;
+    }
+    FAIL_IF(fsync(fd) != 0, -errno, "%s: fsync: %s", tmp, strerror(errno));
+    FAIL_IF(close(fd) != 0, -errno, "%s: close: %s", tmp, strerror(errno));
+    fd = -1;
+    FAIL_IF(rename(tmp, path) != 0, -errno, "%s: cannot rename to %s: %s", tmp, path,
+            strerror(errno));
+    free(tmp);
+    tmp = NULL;
+    CHECK(dlc__fsync_dir(path));
+fail:
+    if (fd >= 0)
+        close(fd);
+    if (tmp)
+        unlink(tmp);
+    free(tmp);
+    free(path);
+    return rc;
+}
+
+/* Are @p a and @p b (names in @p dfd) one file? */
+static int same_file(int dfd, const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return fstatat(dfd, a, &sa, AT_SYMLINK_NOFOLLOW) == 0 &&
+           fstatat(dfd, b, &sb, AT_SYMLINK_NOFOLLOW) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
+/* Give part file @p name the second name retired-NAME. A retired-NAME of another file is left
+ * by an older retirement that no index names any more: it is replaced (a link under a
+ * temporary name renamed over it). 1 when done, 0 when the file system has no hard links,
+ * -errno otherwise. */
+static int link_retired(int dfd, const char *dir, const char *name, const char *alias)
+{
+    if (linkat(dfd, name, dfd, alias, 0) == 0)
+        return 1;
+    if (errno == EEXIST && same_file(dfd, name, alias))
+        return 1;
+    if (errno == EEXIST) {
+        char tmp[DLC__SET_NAME_SIZE + 48];
+        snprintf(tmp, sizeof tmp, "%s.tmp-%ld", alias, (long)getpid());
+        (void)unlinkat(dfd, tmp, 0);
+        if (linkat(dfd, name, dfd, tmp, 0) == 0 && renameat(dfd, tmp, dfd, alias) == 0)
+            return 1;
+        (void)unlinkat(dfd, tmp, 0);
+    }
+    if (errno == EPERM || errno == EOPNOTSUPP || errno == ENOSYS || errno == EMLINK)
+        return 0;
+    return dlc__errorf(-errno, "%s: cannot link %s to %s: %s", dir, name, alias, strerror(errno));
+}
+
+/* No hard links here: the old set cannot stay readable while its names are reused, so its
+ * index goes first (the set is then gone, never wrong). */
+static dlc_status drop_index(const char *dir, const char *why, dlc_log_fn log, void *user)
+{
+    char *path = dlc__set_path(dir, "/", DLC__SET_INDEX_NAME);
+    if (!path)
+        return dlc__errorf(-ENOMEM, "%s: out of memory", dir);
+    dlc_status rc = DLC_OK;
+    if (unlink(path) != 0 && errno != ENOENT)
+        rc = dlc__errorf(-errno, "%s: cannot remove: %s", path, strerror(errno));
+    else
+        rc = dlc__fsync_dir(path);
+    if (rc == DLC_OK)
+        dlc__logf(log, user, DLC_LOG_WARN,
+                  "%s: the set there was removed before the new one is "
+                  "built: %s",
+                  dir, why);
+    free(path);
+    return rc;
+}
+
+/* Link every part of the old set to its retired name; 0 when a link could not be made for want
+ * of hard links. */
+static dlc_status link_all(int dfd, const char *dir, dlc__set_index *x, int *linked)
+{
+    *linked = 1;
+    for (uint32_t k = 0; k < x->num_shards; k++) {
+        const char *name = x->shards[k].name;
+        if (!is_part_name(name))
+            continue;
+        char alias[DLC__SET_NAME_SIZE + 16];
+        snprintf(alias, sizeof alias, RETIRED "%s", name);
+        const int r = link_retired(dfd, dir, name, alias);
+        if (r < 0)
+            return r;
+        if (r == 0) {
+            *linked = 0;
+            return DLC_OK;
+        }
+    }
+    return DLC_OK;
+}
+
+/* The first part file @p x names that is not in @p dfd, or NULL. */
+static const char *first_missing(int dfd, const dlc__set_index *x)
+{
+    struct stat st;
+    for (uint32_t k = 0; k < x->num_shards; k++)
+        if (fstatat(dfd, x->shards[k].name, &st, 0) != 0)
+            return x->shards[k].name;
+    return NULL;
+}
+
+/* The index names the retired links now: the part names go (each only while it is still the
+ * old part, the same file as its link). */
+static void unlink_parts(int dfd, const dlc__set_index *x)
+{
+    for (uint32_t k = 0; k < x->num_shards; k++) {
+        const char *alias = x->shards[k].name;
+        if (!is_retired_name(alias))
+            continue;
+        const char *name = alias + strlen(RETIRED);
+        if (same_file(dfd, name, alias))
+            (void)unlinkat(dfd, name, 0);
+    }
+}
+
+dlc_status dlc__build_retire(const char *dir, dlc_log_fn log, void *user)
+{
+    dlc_status rc;
+    dlc__set_index x;
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    int dfd = -1, linked, parts = 0;
+    rc = read_index(dir, &x);
+    if (rc == -ENOENT)
+        goto done;
+    if (rc < 0) {
+        /* A damaged index opens as nothing already; it must not stop its replacement. */
+        char why[512];
+        snprintf(why, sizeof why, "its index cannot be read (%s)", dlc_errmsg());
+        rc = drop_index(dir, why, log, user);
+        goto done;
+    }
+    for (uint32_t k = 0; k < x.num_shards; k++)
+        parts += is_part_name(x.shards[k].name);
+    if (parts == 0)
+        goto done; /* retired already */
+    dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    FAIL_IF(dfd < 0, -errno, "%s: %s", dir, strerror(errno));
+    const char *missing = first_missing(dfd, &x);
+    if (missing) {
+        /* The old set does not open any more: nothing readable to keep. */
+        char why[128];
+        snprintf(why, sizeof why, "its part %s is missing", missing);
+        rc = drop_index(dir, why, log, user);
+        goto done;
+    }
+    CHECK(link_all(dfd, dir, &x, &linked));
+    if (!linked) {
+        rc = drop_index(dir, "the file system has no hard links", log, user);
+        goto done;
+    }
+    for (uint32_t k = 0; k < x.num_shards; k++) {
+        char *name = x.shards[k].name;
+        if (is_part_name(name)) {
+            char alias[DLC__SET_NAME_SIZE + 16];
+            snprintf(alias, sizeof alias, RETIRED "%.*s", (int)PART_NAME_MAX, name);
+            memcpy(name, alias, strlen(alias) + 1);
+        }
+    }
+    CHECK(dlc__set_index_encode(&x, &bytes, &len));
+    /* write_index() syncs the directory after its rename, which makes the links durable too. */
+    CHECK(write_index(dir, bytes, len));
+    unlink_parts(dfd, &x);
+    dlc__logf(log, user, DLC_LOG_INFO,
+              "%s: the set there stays readable under retired names until the new one is joined",
+              dir);
+done:
+fail:
+    if (dfd >= 0)
+        close(dfd);
+    free(bytes);
+    dlc__set_index_free(&x);
+    return rc == -ENOENT ? DLC_OK : rc;
+}
+
+/* Is @p name among the shards @p x names? */
+static int named(const dlc__set_index *x, const char *name)
+{
+    for (uint32_t k = 0; k < x->num_shards; k++)
+        if (strcmp(x->shards[k].name, name) == 0)
+            return 1;
+    return 0;
+}
+
+/* Visit the part and retired files of @p dir that its index does not name; @p remove them or
+ * only count them. An index that cannot be read protects everything. */
+static uint32_t sweep(const char *dir, int remove, dlc_log_fn log, void *user)
+{
+    dlc__set_index x;
+    const dlc_status rc = read_index(dir, &x);
+    uint32_t n = 0;
+    DIR *d = rc == DLC_OK || rc == -ENOENT ? opendir(dir) : NULL;
+    for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
+        if ((!is_part_name(e->d_name) && !is_retired_name(e->d_name)) || named(&x, e->d_name))
+            continue;
+        if (!remove) {
+            n++;
+        } else if (unlinkat(dirfd(d), e->d_name, 0) == 0) {
+            n++;
+            dlc__logf(log, user, DLC_LOG_INFO, "%s/%s: removed (no index names it)", dir,
+                      e->d_name);
+        }
+    }
+    if (d)
+        closedir(d);
+    dlc__set_index_free(&x);
+    dlc__clear_error();
+    return n;
+}
+
+uint32_t dlc__build_tidy(const char *dir, dlc_log_fn log, void *user)
+{
+    return sweep(dir, 1, log, user);
+}
+
+uint32_t dlc__build_set_files(const char *dir)
+{
+    return sweep(dir, 0, NULL, NULL);
+}
