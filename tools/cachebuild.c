@@ -1,20 +1,24 @@
 /*
- * cachebuild: turn JPEG sources into a dlcache store.
+ * cachebuild: turn JPEG sources into a dlcache store, or a store set.
  *
  *   cachebuild SOURCE... -o STORE [--size N] [--crop center|none]
  *              [--encoding raw|jpeg] [--quality Q] [--channels 1|3|keep]
  *              [--masks DIR] [--mask-encoding raw|png] [--threads N]
  *              [--strict] [--force] [--json]
+ *   cachebuild SOURCE... -o SET --shards N [options]   every part here, then the index
+ *   cachebuild SOURCE... -o SET --part I/N [options]   part I only (one machine of many)
+ *   cachebuild --join SET [--json]                     the index, once every part is there
  *
- * A thin shell over dlc_build_with_fields(): it parses flags, draws a progress line,
- * turns SIGINT/SIGTERM into a clean cancel (the library then removes its
- * temporary file) and prints the report.
+ * A thin shell over dlc_build_with_fields(), dlc_build_set() and dlc_build_join(): it parses
+ * flags, draws a progress line, turns SIGINT/SIGTERM into a clean cancel (the library then
+ * removes its temporary files) and prints the report.
  *
- * Exit status: 0 built, 1 failed (including no valid image, and a bad image
- * with --strict), 2 usage error or the output exists without --force,
- * 128+signal when interrupted.
+ * Exit status: 0 built, 1 failed (including no valid image, a bad image with --strict, and a
+ * join that finds parts missing or foreign), 2 usage error or the output exists without
+ * --force, 128+signal when interrupted.
  */
 #include <dlcache/build.h>
+#include <dlcache/set.h>
 #include <dlcache/store.h>
 
 #include "toolutil.h"
@@ -45,6 +49,8 @@ static void on_signal(int sig)
 static void usage(FILE *f)
 {
     fputs("usage: " TOOL " SOURCE... -o STORE [options]\n"
+          "       " TOOL " SOURCE... -o SET --shards N | --part I/N [options]\n"
+          "       " TOOL " --join SET [--json]\n"
           "\n"
           "Decode, resize and store JPEG images once, for fast training input.\n"
           "\n"
@@ -73,7 +79,13 @@ static void usage(FILE *f)
           "                         --encoding raw, png with --encoding jpeg)\n"
           "  --threads N            decoding threads (default: all cores)\n"
           "  --strict               stop at the first bad image instead of skipping it\n"
-          "  --force                replace STORE if it exists\n"
+          "  --shards N             write a store set: the directory SET with N parts,\n"
+          "                         built at once (the threads shared), then its index;\n"
+          "                         every tool, the loader and Python take SET\n"
+          "  --part I/N             build part I (0..N-1) of the set SET only: one machine's\n"
+          "                         share; every machine scans the same SOURCEs\n"
+          "  --join SET             write SET's index once all its parts are there\n"
+          "  --force                replace STORE (or the set in SET) if it exists\n"
           "  --json                 print the report as JSON on stdout\n"
           "  -h, --help             this text\n",
           f);
@@ -150,6 +162,32 @@ static char *command_line(int argc, char **argv)
     return s;
 }
 
+/* A set's part of the report: N, set_id, and each part built. */
+static void print_json_set(tool_json *j, const dlc_build_report *r)
+{
+    tool_json_object_begin(j, "set");
+    tool_json_u64(j, "parts", r->parts);
+    tool_json_hex64(j, "set_id", r->set_id);
+    tool_json_u64(j, "items", r->items);
+    tool_json_array_begin(j, "built");
+    for (uint32_t k = 0; k < r->num_built; k++) {
+        const dlc_build_part *p = &r->built[k];
+        char name[64];
+        snprintf(name, sizeof name, "part-%05u-of-%05u.dlc", p->part, r->parts);
+        tool_json_object_begin(j, NULL);
+        tool_json_u64(j, "part", p->part);
+        tool_json_str(j, "name", name);
+        tool_json_u64(j, "first_item", p->first_item);
+        tool_json_u64(j, "end_item", p->end_item);
+        tool_json_u64(j, "count", p->count);
+        tool_json_u64(j, "skipped", p->skipped);
+        tool_json_u64(j, "file_bytes", p->file_bytes);
+        tool_json_object_end(j);
+    }
+    tool_json_array_end(j);
+    tool_json_object_end(j);
+}
+
 static void print_json(const dlc_build_report *r, const char *store, dlc_status rc)
 {
     tool_json j;
@@ -183,6 +221,8 @@ static void print_json(const dlc_build_report *r, const char *store, dlc_status 
         tool_json_hex64(&j, "content_digest", r->content_digest);
     else
         tool_json_str(&j, "content_digest", NULL);
+    if (r->parts)
+        print_json_set(&j, r);
     tool_json_object_end(&j);
     tool_json_finish(&j);
 }
@@ -191,6 +231,9 @@ static void print_json(const dlc_build_report *r, const char *store, dlc_status 
 typedef struct build_args {
     dlc_build_options o;
     dlc_build_fields f;
+    dlc_build_set_options set;
+    int to_set;       /* --shards or --part */
+    const char *join; /* --join SET */
     const char *out;
     int json;
 } build_args;
@@ -207,6 +250,9 @@ enum {
     O_CHANNELS,
     O_MASKS,
     O_MASK_ENC,
+    O_SHARDS,
+    O_PART,
+    O_JOIN,
 };
 
 /* The options of the record's fields. Returns -1 to go on, or the exit status of a bad
@@ -226,6 +272,49 @@ static int apply_field_option(build_args *a, int c, const char *arg)
         if (strcmp(arg, "raw") != 0 && strcmp(arg, "png") != 0)
             return tool_usage_error(TOOL, NULL, "--mask-encoding is raw or png, not '%s'", arg);
         a->f.mask_encoding = strcmp(arg, "raw") == 0 ? DLC_ENCODING_RAW : DLC_ENCODING_PNG;
+        break;
+    }
+    return -1;
+}
+
+/* --shards N, --part I/N, --join SET. Returns -1 to go on, or the exit status of a bad
+ * value. */
+static int apply_set_option(build_args *a, int c, const char *arg)
+{
+    uint64_t v, w;
+    const char *slash = strchr(arg, '/');
+    char num[32];
+    switch (c) {
+    case O_SHARDS:
+        if (a->to_set || tool_parse_u64(arg, 65536, &v) != 0 || v == 0)
+            return tool_usage_error(TOOL, NULL,
+                                    a->to_set ? "--shards and --part go alone: one of them"
+                                              : "--shards wants a number of parts in 1..65536, "
+                                                "not '%s'",
+                                    arg);
+        a->set.parts = (uint32_t)v;
+        a->to_set = 1;
+        break;
+    case O_PART:
+        if (!slash || (size_t)(slash - arg) >= sizeof num)
+            return tool_usage_error(TOOL, NULL, "--part wants I/N (part I of N), not '%s'", arg);
+        memcpy(num, arg, (size_t)(slash - arg));
+        num[slash - arg] = '\0';
+        if (tool_parse_u64(num, 65535, &v) != 0 || tool_parse_u64(slash + 1, 65536, &w) != 0 ||
+            w == 0 || v >= w)
+            return tool_usage_error(TOOL, NULL,
+                                    "--part wants I/N with N in 1..65536 and I in 0..N-1, not "
+                                    "'%s'",
+                                    arg);
+        if (a->to_set)
+            return tool_usage_error(TOOL, NULL, "--shards and --part go alone: one of them");
+        a->set.parts = (uint32_t)w;
+        a->set.part = (uint32_t)v;
+        a->set.one_part = 1;
+        a->to_set = 1;
+        break;
+    case O_JOIN:
+        a->join = arg;
         break;
     }
     return -1;
@@ -276,6 +365,10 @@ static int apply_option(build_args *a, int c, const char *arg)
     case O_JSON:
         a->json = 1;
         break;
+    case O_SHARDS:
+    case O_PART:
+    case O_JOIN:
+        return apply_set_option(a, c, arg);
     default:
         return apply_field_option(a, c, arg);
     }
@@ -299,6 +392,9 @@ static int parse_args(int argc, char **argv, build_args *a)
         {"channels", required_argument, NULL, O_CHANNELS},
         {"masks", required_argument, NULL, O_MASKS},
         {"mask-encoding", required_argument, NULL, O_MASK_ENC},
+        {"shards", required_argument, NULL, O_SHARDS},
+        {"part", required_argument, NULL, O_PART},
+        {"join", required_argument, NULL, O_JOIN},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -318,6 +414,11 @@ static int parse_args(int argc, char **argv, build_args *a)
     }
     if (a->f.mask_encoding >= 0 && !a->f.masks)
         return tool_usage_error(TOOL, NULL, "--mask-encoding goes with --masks DIR");
+    if (a->join && (a->out || a->to_set || optind < argc))
+        return tool_usage_error(TOOL, usage,
+                                "--join SET goes alone (with --json): the parts are in SET");
+    if (a->join)
+        return -1;
     if (!a->out || optind >= argc)
         return tool_usage_error(TOOL, usage, "%s",
                                 !a->out ? "-o STORE is required" : "no SOURCE given");
@@ -354,14 +455,58 @@ static int report_failure(dlc_status rc, const char *out)
 /* The one line a finished build prints on stderr. */
 static void print_summary(const dlc_build_report *r, const char *out)
 {
-    char fb[32], el[32];
+    char fb[32], el[32], what[96] = "";
+    if (r->parts && r->num_built == 1 && r->parts > 1)
+        snprintf(what, sizeof what, "part %u of %u (items %llu..%llu): ", r->built[0].part,
+                 r->parts, (unsigned long long)r->built[0].first_item,
+                 (unsigned long long)r->built[0].end_item);
+    else if (r->parts)
+        snprintf(what, sizeof what, "a set of %u part%s: ", r->parts, r->parts == 1 ? "" : "s");
     fprintf(stderr,
-            "%s: %s: %llu images (%llu skipped) in %s, %.0f img/s on %u threads, "
+            "%s: %s: %s%llu images (%llu skipped) in %s, %.0f img/s on %u threads, "
             "%.1f MB/s read, %s on disk, digest %016llx\n",
-            TOOL, out, (unsigned long long)r->count, (unsigned long long)r->skipped,
+            TOOL, out, what, (unsigned long long)r->count, (unsigned long long)r->skipped,
             tool_human_seconds(r->seconds, el, sizeof el), r->images_per_s, r->threads,
             r->seconds > 0 ? (double)r->bytes_in / r->seconds / 1e6 : 0.0,
             tool_human_bytes(r->file_bytes, fb, sizeof fb), (unsigned long long)r->content_digest);
+    if (r->parts && r->num_built == 1 && r->parts > 1)
+        fprintf(stderr, "%s: set_id %016llx; once all %u parts are in %s: %s --join %s\n", TOOL,
+                (unsigned long long)r->set_id, r->parts, out, TOOL, out);
+}
+
+/* --join SET: the index, then the retired files go. */
+static int run_join(const char *dir, int json)
+{
+    dlc_set_join_report jr = {0};
+    const dlc_status rc = dlc_build_join(dir, &jr);
+    if (json) {
+        tool_json j;
+        tool_json_init(&j, stdout);
+        tool_json_object_begin(&j, NULL);
+        tool_json_bool(&j, "ok", rc == DLC_OK);
+        if (rc != DLC_OK) {
+            tool_json_str(&j, "error", dlc_strerror(rc));
+            tool_json_str(&j, "message", dlc_errmsg());
+        }
+        tool_json_str(&j, "set", dir);
+        tool_json_u64(&j, "parts", jr.num_shards);
+        tool_json_u64(&j, "count", jr.count);
+        tool_json_u64(&j, "file_bytes", jr.file_bytes);
+        tool_json_hex64(&j, "set_id", jr.set_id);
+        tool_json_bool(&j, "unchanged", jr.unchanged);
+        tool_json_u64(&j, "temp_files", jr.temp_files);
+        tool_json_object_end(&j);
+        tool_json_finish(&j);
+    }
+    if (rc < 0) {
+        tool_report(TOOL, rc, "join");
+        return 1;
+    }
+    char fb[32];
+    fprintf(stderr, "%s: %s: joined %u parts, %llu records, %s%s\n", TOOL, dir, jr.num_shards,
+            (unsigned long long)jr.count, tool_human_bytes(jr.file_bytes, fb, sizeof fb),
+            jr.unchanged ? " (the index was already this one)" : "");
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -369,12 +514,13 @@ int main(int argc, char **argv)
     build_args a = {.out = NULL};
     dlc_build_options_init(&a.o);
     dlc_build_fields_init(&a.f);
+    dlc_build_set_options_init(&a.set);
     /* Before getopt_long(), which permutes argv. */
     char *cmd = command_line(argc, argv);
     int status = parse_args(argc, argv, &a);
-    if (status >= 0) {
+    if (status >= 0 || a.join) {
         free(cmd);
-        return status;
+        return status >= 0 ? status : run_join(a.join, a.json);
     }
     catch_signals();
 
@@ -386,8 +532,11 @@ int main(int argc, char **argv)
     a.o.log = on_log;
     a.o.log_user = &t;
     dlc_build_report *r = NULL;
-    const dlc_status rc = dlc_build_with_fields((const char *const *)argv + optind,
-                                                (size_t)(argc - optind), a.out, &a.o, &a.f, &r);
+    const char *const *sources = (const char *const *)argv + optind;
+    const size_t nsources = (size_t)(argc - optind);
+    const dlc_status rc = a.to_set
+                              ? dlc_build_set(sources, nsources, a.out, &a.o, &a.f, &a.set, &r)
+                              : dlc_build_with_fields(sources, nsources, a.out, &a.o, &a.f, &r);
     tool_progress_end(&t.pg);
     status = rc == DLC_OK ? 0 : report_failure(rc, a.out);
     if (r && t.json)
