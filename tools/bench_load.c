@@ -10,10 +10,10 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-/* Read the store file once, unless it is resident already, so that the loader is measured at
- * memory speed rather than at the disk's (the store lives on local SSD and in the page cache in
- * the steady state README.md describes). Skipped when the file would take more than half the
- * RAM. Returns the seconds it took. */
+/* Read the store's files once (a set's shards, each), unless they are resident already, so
+ * that the loader is measured at memory speed rather than at the disk's (the store lives on local
+ * SSD and in the page cache in the steady state README.md describes). Skipped when the files
+ * would take more than half the RAM. Returns the seconds it took. */
 static double prewarm_store(const dlc_store *store, uint64_t resident_before)
 {
     const dlc_store_info *info = dlc_store_get_info(store);
@@ -22,14 +22,17 @@ static double prewarm_store(const dlc_store *store, uint64_t resident_before)
         (pages > 0 && page > 0 && info->file_bytes > (uint64_t)pages * (uint64_t)page / 2))
         return 0;
     const double t0 = dlc__now_s();
-    const int fd = dlc_store_fd(store);
     const size_t chunk = (size_t)4 << 20;
     uint8_t *buf = malloc(chunk);
     if (!buf)
         return 0;
-    for (uint64_t off = 0; off < info->file_bytes; off += chunk) {
-        if (pread(fd, buf, chunk, (off_t)off) <= 0)
-            break;
+    for (uint32_t f = 0; f < dlc_store_num_files(store); f++) {
+        const int fd = dlc_store_file_fd(store, f);
+        const uint64_t bytes = dlc_store_file_bytes(store, f);
+        for (uint64_t off = 0; fd >= 0 && off < bytes; off += chunk) {
+            if (pread(fd, buf, chunk, (off_t)off) <= 0)
+                break;
+        }
     }
     free(buf);
     return dlc__now_s() - t0;
