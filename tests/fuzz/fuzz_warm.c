@@ -3,14 +3,17 @@
  * anything else) turned into one line of an error message, the URL redactor
  * that stands between pre-signed URLs and every message, and the two small
  * files a download leaves beside its destination (the sidecar and the
- * resume journal), which a crash or another program may have mangled.
+ * resume journal) and the journal a push keeps in its state directory, which
+ * a crash or another program may have mangled.
  *
  * The first input byte picks the surface; the rest is its input. Besides
  * "no crash", the harness checks the promises: a parsed range is ordered and
  * inside its total; a described body is one printable line; a redacted URL
  * keeps no byte of its query string or password; the byte ranges read from a
  * journal are sorted, apart and inside the object, and with the pieces that a
- * rerun of any chunk size would fetch they make up the object exactly. */
+ * rerun of any chunk size would fetch they make up the object exactly; a push
+ * journal that matches its file gives parts inside the file and an upload id
+ * that is a string. */
 #include "fuzz_util.h"
 
 #include "warm_internal.h"
@@ -204,6 +207,60 @@ static void fuzz_journal(const uint8_t *p, size_t n)
     dlc__warm_ranges_free(&have);
 }
 
+/* The file a push journal describes in this harness: 1 MiB, and a fixed identity. */
+static const dlc__push_ident push_id = {1u << 20, 1, 2, 3};
+
+static void fuzz_push_journal(const uint8_t *p, size_t n)
+{
+    static char path[512];
+    if (!path[0])
+        fz_path(path, sizeof path, "push.journal");
+    fz_write_file(path, p, n);
+    dlc__push_journal j;
+    int matched = 0;
+    char stale[DLC__PUSH_ID_MAX];
+    if (dlc__push_journal_open(&j, path, &push_id, &matched, stale, sizeof stale) != DLC_OK)
+        return;
+    if (memchr(stale, '\0', sizeof stale) == NULL)
+        abort();
+    if (matched) {
+        if (!j.part_size || j.nparts != (push_id.size + j.part_size - 1) / j.part_size ||
+            memchr(j.upload_id, '\0', sizeof j.upload_id) == NULL)
+            abort();
+        for (uint32_t i = 0; i < j.nparts; i++)
+            if (j.have[i] > 1)
+                abort();
+    }
+    dlc__push_journal_close(&j, 0);
+}
+
+/* A push journal of push_id with parts 1 and 3 of 64 KiB recorded, the selector byte first. */
+static void write_push_seed(const char *dir)
+{
+    char tmp[512], path[1024];
+    fz_path(tmp, sizeof tmp, "seed.push");
+    unlink(tmp);
+    dlc__push_journal j;
+    int matched = 0;
+    char stale[DLC__PUSH_ID_MAX];
+    const uint8_t md5[16] = {1, 2, 3};
+    if (dlc__push_journal_open(&j, tmp, &push_id, &matched, stale, sizeof stale) != DLC_OK ||
+        dlc__push_journal_start(&j, 64u << 10, "upload-id-1") != DLC_OK ||
+        dlc__push_journal_part(&j, 1, 64u << 10, md5) != DLC_OK ||
+        dlc__push_journal_part(&j, 3, 64u << 10, md5) != DLC_OK)
+        abort();
+    dlc__push_journal_close(&j, 0);
+    uint8_t buf[4096];
+    buf[0] = 5;
+    const int fd = open(tmp, O_RDONLY);
+    const ssize_t len = fd >= 0 ? pread(fd, buf + 1, sizeof buf - 1, 0) : -1;
+    if (len <= 0)
+        abort();
+    close(fd);
+    snprintf(path, sizeof path, "%s/push0", dir);
+    fz_write_file(path, buf, (size_t)len + 1);
+}
+
 /* Seeds that need our own hashes: journals with a few ranges recorded (runs
  * of two chunk sizes), one with a torn tail, each prefixed with the selector
  * byte of fuzz_journal. */
@@ -244,8 +301,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     (void)argc;
     (void)argv;
     const char *dir = getenv("DLC_FUZZ_SEED_DIR");
-    if (dir)
+    if (dir) {
         write_seeds(dir);
+        write_push_seed(dir);
+    }
     return 0;
 }
 
@@ -255,7 +314,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     const uint8_t *p = data + 1;
     const size_t n = size - 1;
-    switch (data[0] % 5) {
+    switch (data[0] % 6) {
     case 0:
         fuzz_range(p, n);
         break;
@@ -268,8 +327,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case 3:
         fuzz_sidecar(p, n);
         break;
-    default:
+    case 4:
         fuzz_journal(p, n);
+        break;
+    default:
+        fuzz_push_journal(p, n);
         break;
     }
     return 0;
