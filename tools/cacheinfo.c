@@ -278,6 +278,7 @@ static const char *js_get_str(const char *text, const char *key, char *buf, size
 typedef struct verify_state {
     tool_progress pg;
     uint64_t *bad;
+    char **why; /* each bad record's reason (a set's names its shard), or NULL */
     size_t nbad, cap;
     double t0;
 } verify_state;
@@ -292,11 +293,15 @@ static int on_verify(void *user, const dlc_verify_progress *p)
         if (v->nbad == v->cap) {
             const size_t cap = v->cap ? v->cap * 2 : 64;
             uint64_t *b = realloc(v->bad, cap * sizeof *b);
-            if (!b)
+            if (b)
+                v->bad = b;
+            char **w = b ? realloc(v->why, cap * sizeof *w) : NULL;
+            if (!w)
                 return 1;
-            v->bad = b;
+            v->why = w;
             v->cap = cap;
         }
+        v->why[v->nbad] = p->bad_msg ? strdup(p->bad_msg) : NULL;
         v->bad[v->nbad++] = p->bad_index;
         return 0;
     }
@@ -437,6 +442,82 @@ static int run_verify(info_report *r, int json)
     return r->vrc == DLC_ECORRUPT || nbad ? 1 : 2;
 }
 
+/* ---- Sets ---- */
+
+/* Is the store a set (a directory of shards), even one of a single shard? */
+static int is_set(const dlc_store *s)
+{
+    const char *f0 = dlc_store_file_path(s, 0);
+    return f0 && strcmp(f0, dlc_store_path(s)) != 0;
+}
+
+/* The first record of file @p k: a binary search over dlc_store_record_file(), which never
+ * touches the map; the count for k past the last file. */
+static uint64_t file_first(const dlc_store *s, uint32_t k)
+{
+    uint64_t lo = 0, hi = dlc_store_get_info(s)->count;
+    while (lo < hi) {
+        const uint64_t mid = lo + (hi - lo) / 2;
+        if (dlc_store_record_file(s, mid) < k)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static const char *base_name(const char *path)
+{
+    const char *slash = path ? strrchr(path, '/') : NULL;
+    return slash ? slash + 1 : path ? path : "?";
+}
+
+/* A set's shards: name, first record, records and bytes of each. */
+static void print_json_set(tool_json *j, const dlc_store *s)
+{
+    if (!is_set(s)) {
+        tool_json_str(j, "set", NULL);
+        return;
+    }
+    const uint32_t n = dlc_store_num_files(s);
+    tool_json_object_begin(j, "set");
+    tool_json_u64(j, "shards", n);
+    tool_json_array_begin(j, "files");
+    uint64_t first = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        const uint64_t next = file_first(s, k + 1);
+        tool_json_object_begin(j, NULL);
+        tool_json_str(j, "name", base_name(dlc_store_file_path(s, k)));
+        tool_json_u64(j, "first", first);
+        tool_json_u64(j, "count", next - first);
+        tool_json_u64(j, "bytes", dlc_store_file_bytes(s, k));
+        tool_json_object_end(j);
+        first = next;
+    }
+    tool_json_array_end(j);
+    tool_json_object_end(j);
+}
+
+static void print_text_set(const dlc_store *s)
+{
+    if (!is_set(s))
+        return;
+    const uint32_t n = dlc_store_num_files(s);
+    char b1[32];
+    printf("set          %u shard%s, %s in all\n", n, n == 1 ? "" : "s",
+           tool_human_bytes(dlc_store_get_info(s)->file_bytes, b1, sizeof b1));
+    uint64_t first = 0;
+    for (uint32_t k = 0; k < n && k < MAX_LABEL_LINES; k++) {
+        const uint64_t next = file_first(s, k + 1);
+        printf("  %-28s %10llu records from %-10llu %s\n", base_name(dlc_store_file_path(s, k)),
+               (unsigned long long)(next - first), (unsigned long long)first,
+               tool_human_bytes(dlc_store_file_bytes(s, k), b1, sizeof b1));
+        first = next;
+    }
+    if (n > MAX_LABEL_LINES)
+        printf("  ... %u more (--json lists all)\n", n - MAX_LABEL_LINES);
+}
+
 static void print_json(const info_report *r)
 {
     const dlc_store_info *info = r->info;
@@ -474,11 +555,23 @@ static void print_json(const info_report *r)
         js_value(r->build, r->build + r->build_size, &j, "build", 0);
     else
         tool_json_str(&j, "build", r->build);
+    print_json_set(&j, r->s);
     if (r->verify) {
         tool_json_bool(&j, "ok", r->vrc == DLC_OK);
         tool_json_array_begin(&j, "bad");
         for (size_t i = 0; i < r->v.nbad; i++)
             tool_json_u64(&j, NULL, r->v.bad[i]);
+        tool_json_array_end(&j);
+        /* Each bad record with the file that holds it (a set's shard) and the reason. */
+        tool_json_array_begin(&j, "bad_records");
+        for (size_t i = 0; i < r->v.nbad; i++) {
+            const uint32_t f = dlc_store_record_file(r->s, r->v.bad[i]);
+            tool_json_object_begin(&j, NULL);
+            tool_json_u64(&j, "record", r->v.bad[i]);
+            tool_json_str(&j, "file", base_name(dlc_store_file_path(r->s, f)));
+            tool_json_str(&j, "message", r->v.why[i]);
+            tool_json_object_end(&j);
+        }
         tool_json_array_end(&j);
         if (r->vrc != DLC_OK)
             tool_json_str(&j, "error", dlc_errmsg());
@@ -557,6 +650,7 @@ static void print_text(const info_report *r)
            info->image_field == DLC_NO_FIELD ? "record" : "image",
            tool_human_bytes(info->payload_bytes, b3, sizeof b3));
     printf("digest       %016llx\n", (unsigned long long)info->content_digest);
+    print_text_set(r->s);
     info_print_fields_text(r->s, &r->sizes);
     print_text_build(r);
     if (r->have_resident)
@@ -597,6 +691,9 @@ int main(int argc, char **argv)
         print_json(&r);
     else
         print_text(&r);
+    for (size_t i = 0; i < r.v.nbad; i++)
+        free(r.v.why[i]);
+    free(r.v.why);
     free(r.v.bad);
     free(r.build);
     dlc_store_close(s);
