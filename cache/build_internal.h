@@ -223,6 +223,11 @@ dlc_status dlc__build_set_id(uint64_t items_digest, const dlc__build_job *job, u
  * Nothing to do without an index, or when it names no part file. DLC_OK or -errno. */
 dlc_status dlc__build_retire(const char *dir, dlc_log_fn log, void *user);
 
+/* Take back retired parts: a part name missing in @p dir whose retired-NAME belongs to the same
+ * set as the parts present (the same set_id) gets its name again (a hard link), so that one part
+ * of a joined set can be rebuilt alone and joined with the others. Returns how many. */
+uint32_t dlc__build_restore(const char *dir, dlc_log_fn log, void *user);
+
 /* How many part files (part-*-of-*.dlc) and retired parts (retired-part-*) @p dir holds. */
 uint32_t dlc__build_set_files(const char *dir);
 

@@ -540,6 +540,8 @@ fail:
 
 dlc_status dlc_build_join(const char *dir, dlc_set_join_report *report)
 {
+    if (dir)
+        (void)dlc__build_restore(dir, NULL, NULL);
     const dlc_status rc = dlc_set_join(dir, report);
     if (rc == DLC_OK)
         (void)dlc__build_tidy(dir, NULL, NULL);

@@ -11,10 +11,17 @@
  * under its old names, the old set under its retired names, then (after the join) the new set;
  * and only after the new index is in place are the retired files removed (dlc__build_tidy()).
  * A file system without hard links gets the old index removed instead: the old set, then none,
- * then the new one, never an index that lies. */
+ * then the new one, never an index that lies.
+ *
+ * Retiring takes every part at once, so that machines retiring the same set at the same time
+ * all write the same index. A part rebuilt alone (one part of a joined set, run again) thus finds
+ * its siblings under their retired names; the join takes back a retired part whose name is
+ * missing when it belongs to the same set as the parts present (dlc__build_restore()). */
 #include "build_internal.h"
 #include "common.h"
 #include "store_set.h"
+
+#include <dlcache/store.h>
 
 #include <dirent.h>
 #include <errno.h>
@@ -313,4 +320,64 @@ uint32_t dlc__build_tidy(const char *dir, dlc_log_fn log, void *user)
 uint32_t dlc__build_set_files(const char *dir)
 {
     return sweep(dir, 0, NULL, NULL);
+}
+
+/* The set_id of the part file @p name in @p dir, or 0 when it is not a readable part. */
+static uint64_t part_set_id(const char *dir, const char *name)
+{
+    char *path = dlc__set_path(dir, "/", name);
+    dlc_store *s = NULL;
+    uint64_t id = 0;
+    const void *v;
+    size_t n;
+    dlc__set_part sp;
+    if (path && dlc_store_open(path, 0, &s) == DLC_OK &&
+        dlc_store_meta(s, DLC__META_SET_PART, &v, &n) == DLC_OK &&
+        dlc__set_part_decode(v, n, path, &sp) == DLC_OK)
+        id = sp.set_id;
+    dlc_store_close(s);
+    free(path);
+    dlc__clear_error();
+    return id;
+}
+
+/* The set_id of some part present in @p d (the first found), or 0. */
+static uint64_t present_set_id(const char *dir, DIR *d)
+{
+    rewinddir(d);
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        if (is_part_name(e->d_name)) {
+            const uint64_t id = part_set_id(dir, e->d_name);
+            if (id)
+                return id;
+        }
+    return 0;
+}
+
+uint32_t dlc__build_restore(const char *dir, dlc_log_fn log, void *user)
+{
+    DIR *d = opendir(dir);
+    uint32_t n = 0;
+    const uint64_t id = d ? present_set_id(dir, d) : 0;
+    if (id) {
+        rewinddir(d);
+        for (struct dirent *e; (e = readdir(d)) != NULL;) {
+            if (!is_retired_name(e->d_name))
+                continue;
+            const char *name = e->d_name + strlen(RETIRED);
+            struct stat st;
+            if (fstatat(dirfd(d), name, &st, AT_SYMLINK_NOFOLLOW) == 0 ||
+                part_set_id(dir, e->d_name) != id)
+                continue;
+            /* A link, not a rename: the index may still name the retired file. */
+            if (linkat(dirfd(d), e->d_name, dirfd(d), name, 0) == 0) {
+                n++;
+                dlc__logf(log, user, DLC_LOG_INFO, "%s/%s: taken back from %s (the same set)", dir,
+                          name, e->d_name);
+            }
+        }
+    }
+    if (d)
+        closedir(d);
+    return n;
 }

@@ -288,6 +288,10 @@ DLC_API dlc_status dlc_build_set(const char *const *sources, size_t nsources, co
  * @brief Join the parts in @p dir into a set (dlc_set_join(): checks, then the index, written
  *        last), then remove the files the new index made garbage: part files it does not name
  *        (of another N) and the retired parts of the set it replaced.
+ *
+ * A part missing under its own name whose retired copy belongs to the same set as the parts
+ * present (the same set_id) is taken back first (a hard link): one part of a joined set rebuilt
+ * alone with force retires the whole set, and joins again with the other parts as they were.
  * @return As dlc_set_join().
  */
 DLC_API dlc_status dlc_build_join(const char *dir, dlc_set_join_report *report);

@@ -413,6 +413,28 @@ Test(build_set, retired_set_stays_readable_until_the_join)
     free(train);
 }
 
+Test(build_set, one_part_of_a_joined_set_is_rebuilt_alone)
+{
+    char *train = make_tree("train", 4);
+    char *set = tmp_path(dir, "set");
+    dlc_build_options o = opts(2, 24);
+    dlc_build_report *r = NULL;
+    cr_assert_eq(build_set(train, set, &o, 3, 0, 0, &r), DLC_OK, "%s", dlc_errmsg());
+    dlc_build_report_free(r);
+    const uint64_t d = digest_of(set);
+    o.force = 1;
+    cr_assert_eq(build_set(train, set, &o, 3, 1, 1, &r), DLC_OK, "%s", dlc_errmsg());
+    dlc_build_report_free(r);
+    cr_assert_eq(digest_of(set), d, "the set, retired, reads as before");
+    dlc_set_join_report jr;
+    cr_assert_eq(dlc_build_join(set, &jr), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(digest_of(set), d);
+    cr_assert_eq(count_files(set, "retired-"), 0);
+    cr_assert_eq(count_files(set, "part-"), 3);
+    free(set);
+    free(train);
+}
+
 Test(build_set, no_record_at_all_is_no_set)
 {
     btu_mkdir(dir, "train");
