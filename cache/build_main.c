@@ -531,10 +531,16 @@ dlc_status dlc_build_set(const char *const *sources, size_t nsources, const char
         CHECK(set_finish(&b));
     rc = DLC_OK;
 fail:
-    if (rc < 0 && b.published && !b.set.one_part)
-        remove_new_parts(&b);
-    if (rc < 0 && b.rep && b.parts && !b.rep->built)
-        (void)report_parts(&b);
+    if (rc < 0) {
+        /* Keep the message of the failure: the cleanup reads files and may replace it. */
+        dlc__errsave saved;
+        dlc__err_save(&saved);
+        if (b.published && !b.set.one_part)
+            remove_new_parts(&b);
+        if (b.rep && b.parts && !b.rep->built)
+            (void)report_parts(&b);
+        dlc__err_restore(&saved, rc);
+    }
     return build_end(&b, rc, report_out);
 }
 

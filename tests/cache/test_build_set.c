@@ -464,6 +464,25 @@ Test(build_set, no_record_at_all_is_no_set)
     free(train);
 }
 
+Test(build_set, strict_stops_every_part_and_names_the_image)
+{
+    char *train = make_tree("train", 6);
+    char *bad = tmp_path(train, "eel/zz.jpg");
+    btu_write_str(bad, "not a jpeg");
+    char *set = tmp_path(dir, "set");
+    dlc_build_options o = opts(3, 24);
+    o.strict = 1;
+    dlc_build_report *r = NULL;
+    cr_assert_eq(build_set(train, set, &o, 3, 0, 0, &r), DLC_EDECODE);
+    cr_assert(strstr(dlc_errmsg(), "eel/zz.jpg") != NULL, "%s", dlc_errmsg());
+    cr_assert_not_null(r, "strict EDECODE comes with the report");
+    dlc_build_report_free(r);
+    cr_assert_eq(count_files(set, "part-"), 0, "the parts of a failed build are removed");
+    free(set);
+    free(bad);
+    free(train);
+}
+
 Test(build_set, bad_set_options)
 {
     char *train = make_tree("train", 1);

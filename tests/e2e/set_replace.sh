@@ -101,7 +101,7 @@ set +e
 rc=$?
 set -e
 [ "$rc" = 1 ] || fail "--strict with a bad image: exit $rc"
-grep -q "zz-bad.jpg" "$tmp/err" || fail "the bad image is not named: $(cat "$tmp/err")"
+grep -q "error: .*zz-bad.jpg" "$tmp/err" || fail "the error does not name the bad image: $(cat "$tmp/err")"
 [ "$(digest "$set")" = "$old2" ] || fail "a failed build changed the old set"
 [ "$(ls "$set" | grep -c '^part-')" = 0 ] || fail "a failed build left its parts: $(ls "$set")"
 echo "set_replace: ok ($runs SIGKILL runs: $seen_old left the old set, $seen_new the new; full build ${full}s)"
