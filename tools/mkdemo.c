@@ -2,6 +2,7 @@
  * mkdemo: make an ImageNet-like ImageFolder tree from a few real photographs.
  *
  *   mkdemo OUTDIR [--count N] [--classes K] [--seed S] [--photos DIR] [--threads T]
+ *          [--scale X]
  *
  * writes OUTDIR/train/<class>/<n>.jpg. Class k is made from the k-th photo of
  * DIR (default /usr/share/backgrounds/mate/nature, *.jpg sorted by name) and
@@ -9,9 +10,10 @@
  * crop of its class's photo (10% to 100% of the area, aspect 3/4 to 4/3, as
  * RandomResizedCrop draws them), resized so both sides are 300 to 600 pixels
  * and saved as JPEG at quality 85 to 95, which is roughly what ImageNet's
- * training images look like. Real photographs matter: decode and resize cost
- * depend on the content, and a benchmark on flat synthetic images would flatter
- * any JPEG path.
+ * training images look like. --scale X multiplies those sides (and the
+ * decoded photos' size) by X, for data sets of larger images. Real photographs matter: decode and
+ * resize cost depend on the content, and a benchmark on flat synthetic images would flatter any
+ * JPEG path.
  *
  * Everything is a function of the seed and the image's index, never of the
  * thread that made it, so the same arguments give the same bytes. The tool
@@ -55,6 +57,7 @@ typedef struct photo {
 
 typedef struct job {
     const char *outdir;
+    uint32_t scale; /* sides of MIN_SIDE * scale .. MAX_SIDE * scale */
     photo *photos;
     uint32_t classes;
     uint64_t count;
@@ -179,7 +182,7 @@ static int read_file(const char *path, uint8_t **data, size_t *size)
 }
 
 /* Decode every class photo once, DCT-scaled, into memory it owns. */
-static int load_photos(photo *photos, uint32_t n)
+static int load_photos(photo *photos, uint32_t n, uint32_t scale)
 {
     dlc_codec *c = NULL;
     dlc_status rc = dlc_codec_create(&c);
@@ -202,7 +205,7 @@ static int load_photos(photo *photos, uint32_t n)
         if (rc == DLC_OK) {
             /* Ask for a shorter side of PHOTO_MIN_SHORT; the decode keeps the
              * aspect, so give the other axis its proportional minimum. */
-            const double f = (double)PHOTO_MIN_SHORT / (w < h ? w : h);
+            const double f = (double)PHOTO_MIN_SHORT * scale / (w < h ? w : h);
             const uint32_t mw = f < 1.0 ? (uint32_t)ceil(w * f) : 0;
             const uint32_t mh = f < 1.0 ? (uint32_t)ceil(h * f) : 0;
             rc = dlc_jpeg_decode(c, data, size, mw, mh, &p->img);
@@ -215,9 +218,9 @@ static int load_photos(photo *photos, uint32_t n)
             dlc_codec_destroy(c);
             return -1;
         }
-        if (p->img.width < MIN_SIDE || p->img.height < MIN_SIDE) {
+        if (p->img.width < MIN_SIDE * scale || p->img.height < MIN_SIDE * scale) {
             tool_error(TOOL, "%s is %ux%u, below %ux%u", p->path, p->img.width, p->img.height,
-                       MIN_SIDE, MIN_SIDE);
+                       MIN_SIDE * scale, MIN_SIDE * scale);
             dlc_codec_destroy(c);
             return -1;
         }
@@ -299,7 +302,7 @@ static size_t scratch_bound(const job *j)
     size_t size = 0;
     for (uint32_t k = 0; k < j->classes; k++) {
         const size_t b = dlc_resize_scratch_bound(j->photos[k].img.width, j->photos[k].img.height,
-                                                  MAX_SIDE, MAX_SIDE, 3);
+                                                  MAX_SIDE * j->scale, MAX_SIDE * j->scale, 3);
         if (b > size)
             size = b;
     }
@@ -309,7 +312,7 @@ static size_t scratch_bound(const job *j)
 /* A worker's buffers: the resized image and the resampler's scratch. */
 typedef struct canvas {
     dlc_codec *codec;
-    uint8_t *out; /* MAX_SIDE x MAX_SIDE x 3 */
+    uint8_t *out; /* MAX_SIDE x MAX_SIDE x 3, times scale squared */
     void *scratch;
     size_t scratch_size;
 } canvas;
@@ -326,8 +329,9 @@ static dlc_status make_image(job *j, canvas *cv, uint64_t i)
     uint32_t cx, cy, cw, ch;
     pick_crop(&s, p->img.width, p->img.height, &cx, &cy, &cw, &ch);
     /* Shorter side 300..450, the longer one by the crop's aspect (at
-     * most 4/3 of it, so at most 600). */
-    const uint32_t short_side = uniform_int(&s, MIN_SIDE, MAX_SIDE * 3 / 4);
+     * most 4/3 of it, so at most 600); times the scale. */
+    const uint32_t min_side = MIN_SIDE * j->scale, max_side = MAX_SIDE * j->scale;
+    const uint32_t short_side = uniform_int(&s, min_side, max_side * 3 / 4);
     uint32_t ow, oh;
     if (cw >= ch) {
         oh = short_side;
@@ -336,8 +340,8 @@ static dlc_status make_image(job *j, canvas *cv, uint64_t i)
         ow = short_side;
         oh = (uint32_t)lround((double)short_side * ch / cw);
     }
-    ow = ow > MAX_SIDE ? MAX_SIDE : ow;
-    oh = oh > MAX_SIDE ? MAX_SIDE : oh;
+    ow = ow > max_side ? max_side : ow;
+    oh = oh > max_side ? max_side : oh;
     const int quality = (int)uniform_int(&s, 85, 95);
 
     const dlc_image dst = {cv->out, ow, oh, 3, (size_t)ow * 3};
@@ -372,7 +376,8 @@ static dlc_status make_image(job *j, canvas *cv, uint64_t i)
 static void *worker(void *arg)
 {
     job *j = arg;
-    canvas cv = {.out = malloc((size_t)MAX_SIDE * MAX_SIDE * 3), .scratch_size = scratch_bound(j)};
+    const size_t side = (size_t)MAX_SIDE * j->scale;
+    canvas cv = {.out = malloc(side * side * 3), .scratch_size = scratch_bound(j)};
     cv.scratch = aligned_alloc(64, (cv.scratch_size + 63) & ~(size_t)63);
     if (!cv.out || !cv.scratch) {
         j->rc = -ENOMEM;
@@ -407,13 +412,14 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: " TOOL " OUTDIR [--count N (3000)] [--classes K (10)] [--seed S (0)]\n"
                "              [--photos DIR (" DEFAULT_PHOTOS ")] [--threads T (2)]\n"
+               "              [--scale X (1): image sides times X, 1..4]\n"
                "Makes OUTDIR/train/<class>/<n>.jpg from real photographs, one class per photo.\n");
 }
 
 /* What the command line asks for. */
 typedef struct demo_args {
     const char *outdir, *photos_dir;
-    uint64_t count, classes, seed, threads;
+    uint64_t count, classes, seed, threads, scale;
 } demo_args;
 
 /* Parse the command line into @p a. Returns -1 to go on, or the exit status (0 after
@@ -438,6 +444,9 @@ static int parse_args(int argc, char **argv, demo_args *a)
         } else if (strcmp(arg, "--threads") == 0) {
             num = &a->threads;
             max = MAX_THREADS;
+        } else if (strcmp(arg, "--scale") == 0) {
+            num = &a->scale;
+            max = 4;
         } else if (strcmp(arg, "--photos") == 0) {
             if (++i >= argc) {
                 usage(stderr);
@@ -455,7 +464,7 @@ static int parse_args(int argc, char **argv, demo_args *a)
             return tool_usage_error(TOOL, NULL, "%s needs a number up to %llu", arg,
                                     (unsigned long long)max);
     }
-    if (!a->outdir || a->classes == 0 || a->threads == 0) {
+    if (!a->outdir || a->classes == 0 || a->threads == 0 || a->scale == 0) {
         usage(stderr);
         return 2;
     }
@@ -484,6 +493,7 @@ static int make_images(const demo_args *a, photo *photos, job *jobs, pthread_t *
     uint32_t started = 0;
     for (uint32_t t = 0; t < a->threads; t++) {
         jobs[t] = (job){.outdir = a->outdir,
+                        .scale = (uint32_t)a->scale,
                         .photos = photos,
                         .classes = (uint32_t)a->classes,
                         .count = a->count,
@@ -513,7 +523,8 @@ static int make_images(const demo_args *a, photo *photos, job *jobs, pthread_t *
 
 int main(int argc, char **argv)
 {
-    demo_args a = {.photos_dir = DEFAULT_PHOTOS, .count = 3000, .classes = 10, .threads = 2};
+    demo_args a = {
+        .photos_dir = DEFAULT_PHOTOS, .count = 3000, .classes = 10, .threads = 2, .scale = 1};
     int status = parse_args(argc, argv, &a);
     if (status >= 0)
         return status;
@@ -536,7 +547,8 @@ int main(int argc, char **argv)
                    (unsigned long long)a.classes);
         goto out;
     }
-    if (load_photos(photos, (uint32_t)a.classes) != 0 || make_dirs(&a, photos) != 0)
+    if (load_photos(photos, (uint32_t)a.classes, (uint32_t)a.scale) != 0 ||
+        make_dirs(&a, photos) != 0)
         goto out;
     status = make_images(&a, photos, jobs, tids, &bytes);
     if (status == 0) {
