@@ -97,8 +97,9 @@
  * dlc_build_join() writes the index.
  *
  * Memory: one small entry per item, plus a window of 4 x threads + 4 records
- * in flight (for a set: per part being written, 4 x its share of the threads
- * + 4), whatever the size of the data set.
+ * in flight, at least 32 (for a set: per part being written, 4 x its share of
+ * the threads + 4, at least 32 over the parts), whatever the size of the data
+ * set.
  *
  * Thread safety: dlc_build() may run on any thread; it starts its own workers
  * and writer threads and joins them before it returns. Callbacks run on the
