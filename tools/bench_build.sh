@@ -4,8 +4,8 @@
 # memory), `cachebuild SOURCE --threads T` (a single store) and `cachebuild SOURCE --shards 2
 # --threads T` (a set of 2 parts), one after the other, so that the machine's load moves all
 # three alike. Prints one line per run (load average before it, images/s, images/s per thread,
-# the ratio to the decode of the same round and T, and the build's CPU seconds per image), and
-# writes them as JSON lines to OUT.
+# the ratio to the decode of the same round and T, and the build's user and system CPU time per
+# image), and writes them as JSON lines to OUT. The two builds take turns at going first.
 #
 #   tools/bench_build.sh SOURCE OUT.jsonl [ROUNDS (3)] [THREADS ("1 2")]
 #
@@ -35,7 +35,11 @@ run() {
     shift 3
     local load
     load=$(cut -d' ' -f1 /proc/loadavg)
-    /usr/bin/time -f '%U %S %e' -o "$work/time" "$@" >"$work/out.json" 2>/dev/null
+    if ! /usr/bin/time -f '%U %S %e' -o "$work/time" "$@" >"$work/out.json" 2>"$work/err"; then
+        echo "$0: failed: $*" >&2
+        tail -5 "$work/err" >&2
+        exit 1
+    fi
     "$PY" - "$work/out.json" "$work/time" "$kind" "$t" "$round" "$load" >>"$OUT" <<'EOF'
 import json, sys
 out, tm, kind, t, rnd, load = sys.argv[1:]
@@ -48,16 +52,31 @@ print(json.dumps({"kind": kind, "threads": int(t), "round": int(rnd), "load": fl
 EOF
 }
 
+store() {
+    run store "$1" "$2" "$BIN/cachebuild" "$SOURCE" -o "$work/one.dlc" --threads "$1" --force \
+        "${extra[@]}" --json
+    rm -f "$work/one.dlc"
+}
+shards2() {
+    run shards2 "$1" "$2" "$BIN/cachebuild" "$SOURCE" -o "$work/set" --shards 2 --threads "$1" \
+        --force "${extra[@]}" --json
+    rm -rf "$work/set"
+}
+
+# The two builds take turns at going first: on a VM the first write after a pause pays for
+# fresh memory (the host backs the pages the guest freed a while ago again; system time
+# doubles), and the one right after reuses the pages the other's store just freed.
 for r in $(seq 1 "$ROUNDS"); do
     for t in $THREADS; do
         run decode "$t" "$r" "$BIN/cachebench" decode "$SOURCE" --threads "$t" \
             --seconds "$SECONDS_DECODE" --json
-        run store "$t" "$r" "$BIN/cachebuild" "$SOURCE" -o "$work/one.dlc" --threads "$t" \
-            --force "${extra[@]}" --json
-        rm -f "$work/one.dlc"
-        run shards2 "$t" "$r" "$BIN/cachebuild" "$SOURCE" -o "$work/set" --shards 2 \
-            --threads "$t" --force "${extra[@]}" --json
-        rm -rf "$work/set"
+        if [ $((r % 2)) = 1 ]; then
+            store "$t" "$r"
+            shards2 "$t" "$r"
+        else
+            shards2 "$t" "$r"
+            store "$t" "$r"
+        fi
         echo "round $r threads $t done" >&2
     done
 done
@@ -66,12 +85,17 @@ done
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 dec = {(r["round"], r["threads"]): r["images_per_s"] for r in rows if r["kind"] == "decode"}
-print("%-8s %3s %5s %6s %10s %12s %7s %12s" % ("kind", "T", "round", "load", "images/s",
-                                               "per thread", "ratio", "CPU ms/img"))
+# CPU ms per image: a build's user and system time over its images; a decode's threads x its
+# window over the images it decoded (its process time includes reading the files first).
+print("%-8s %3s %5s %6s %10s %12s %7s %10s %10s" % (
+    "kind", "T", "round", "load", "images/s", "per thread", "ratio", "user ms", "sys ms"))
 for r in rows:
     ratio = r["images_per_s"] / dec[(r["round"], r["threads"])]
-    cpu = 1000 * r["cpu_s"] / r["images"] if r["kind"] != "decode" else 1000 * r["threads"] / r["images_per_s"]
-    print("%-8s %3d %5d %6.2f %10.0f %12.0f %7.2f %12.2f" % (
+    if r["kind"] == "decode":
+        user, sys_ = 1000 * r["threads"] / r["images_per_s"], 0.0
+    else:
+        user, sys_ = 1000 * r["user_s"] / r["images"], 1000 * r["sys_s"] / r["images"]
+    print("%-8s %3d %5d %6.2f %10.0f %12.0f %7.2f %10.2f %10.2f" % (
         r["kind"], r["threads"], r["round"], r["load"], r["images_per_s"],
-        r["images_per_s"] / r["threads"], ratio, cpu))
+        r["images_per_s"] / r["threads"], ratio, user, sys_))
 EOF
