@@ -190,6 +190,18 @@ class BuildSkip(ctypes.Structure):
     _fields_ = [("path", ctypes.c_char_p), ("reason", ctypes.c_char_p)]
 
 
+class BuildPart(ctypes.Structure):
+    """dlc_build_part: one part of a store set that dlc_build_set() wrote."""
+    _fields_ = [
+        ("part", ctypes.c_uint32),
+        ("first_item", ctypes.c_uint64),
+        ("end_item", ctypes.c_uint64),
+        ("count", ctypes.c_uint64),
+        ("skipped", ctypes.c_uint64),
+        ("file_bytes", ctypes.c_uint64),
+    ]
+
+
 class BuildReport(ctypes.Structure):
     _fields_ = [
         ("count", ctypes.c_uint64),
@@ -204,6 +216,12 @@ class BuildReport(ctypes.Structure):
         ("skips", ctypes.POINTER(BuildSkip)),
         ("channels", ctypes.c_uint32),
         ("converted", ctypes.c_uint64),
+        # dlc_build_set() only.
+        ("parts", ctypes.c_uint32),
+        ("set_id", ctypes.c_uint64),
+        ("items", ctypes.c_uint64),
+        ("num_built", ctypes.c_uint32),
+        ("built", ctypes.POINTER(BuildPart)),
     ]
 
 

@@ -37,6 +37,7 @@ STRUCTS = {
     "dlc_build_options": "BuildOptions",
     "dlc_build_skip": "BuildSkip",
     "dlc_build_report": "BuildReport",
+    "dlc_build_part": "BuildPart",
     "dlc_loader_config": "LoaderConfig",
     "dlc_batch": "Batch",
     "dlc_loader_stats": "LoaderStats",
