@@ -76,6 +76,7 @@ typedef struct build_run {
     dlc__build_part *parts;
     uint32_t nparts;
     int published;    /* a set build: some part of this run reached its final name */
+    int made_dir;     /* a set build made the set's directory */
     dlc_store *store; /* the finished store or set, opened again for the report */
 } build_run;
 
@@ -354,8 +355,9 @@ static dlc_status set_dir_check(build_run *b)
     const int force = b->job.o.force;
     struct stat st;
     /* Several machines may create it at once: EEXIST is the usual answer. */
-    FAIL_IF(mkdir(dir, 0777) != 0 && errno != EEXIST, -errno,
-            "%s: cannot create the set's directory: %s", dir, strerror(errno));
+    b->made_dir = mkdir(dir, 0777) == 0;
+    FAIL_IF(!b->made_dir && errno != EEXIST, -errno, "%s: cannot create the set's directory: %s",
+            dir, strerror(errno));
     FAIL_IF(stat(dir, &st) != 0, -errno, "%s: %s", dir, strerror(errno));
     FAIL_IF(!S_ISDIR(st.st_mode), DLC_EINVAL,
             "%s: is a file (a single store?), not a set's directory: remove it or choose another "
@@ -539,6 +541,10 @@ fail:
             remove_new_parts(&b);
         if (b.rep && b.parts && !b.rep->built)
             (void)report_parts(&b);
+        /* A directory this build made and left empty goes with it; not one part's: another
+         * machine may have found it made and be about to write there. */
+        if (b.made_dir && !b.set.one_part)
+            (void)rmdir(dir);
         dlc__err_restore(&saved, rc);
     }
     return build_end(&b, rc, report_out);

@@ -451,8 +451,7 @@ Test(build_set, no_record_at_all_is_no_set)
     cr_assert_eq(r->skipped, 1);
     dlc_build_report_free(r);
     char *index = tmp_path(set, "index.dlcset");
-    cr_assert(!btu_exists(index));
-    cr_assert_eq(count_files(set, "part-"), 0, "the parts of a failed build are removed");
+    cr_assert(!btu_exists(set), "a failed build removes its parts and the directory it made");
     /* One part alone may be empty: every item of its range skipped. */
     cr_assert_eq(build_set(train, set, &o, 2, 1, 1, &r), DLC_OK, "%s", dlc_errmsg());
     cr_assert_eq(r->count, 0);
@@ -476,6 +475,11 @@ Test(build_set, strict_stops_every_part_and_names_the_image)
     cr_assert_eq(build_set(train, set, &o, 3, 0, 0, &r), DLC_EDECODE);
     cr_assert(strstr(dlc_errmsg(), "eel/zz.jpg") != NULL, "%s", dlc_errmsg());
     cr_assert_not_null(r, "strict EDECODE comes with the report");
+    dlc_build_report_free(r);
+    cr_assert(!btu_exists(set), "a failed build removes its parts and the directory it made");
+    /* Into a directory that was there: the directory stays, the parts go. */
+    btu_mkdir(dir, "set");
+    cr_assert_eq(build_set(train, set, &o, 3, 0, 0, &r), DLC_EDECODE);
     dlc_build_report_free(r);
     cr_assert_eq(count_files(set, "part-"), 0, "the parts of a failed build are removed");
     free(set);
