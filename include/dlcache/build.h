@@ -266,7 +266,7 @@ DLC_API void dlc_build_set_options_init(dlc_build_set_options *s);
  * @p dir holds the old set, whole and readable, and after it the new one; a failure, a signal
  * or a kill never leaves an index naming a missing or half-written part (on a file system
  * without hard links the old index is removed first: the old set, then none, then the new).
- * A failed build removes the parts it wrote.
+ * A failed build removes the parts it wrote (and @p dir when it made it).
  *
  * One part (one_part 1): writes DIR/part-I-of-N.dlc only, creating @p dir when needed (several
  * machines may do so at once). The part's file is published atomically; a part whose every
