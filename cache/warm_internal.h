@@ -168,11 +168,11 @@ typedef struct dlc__warm_object {
     uint64_t size;
     int ranges;                    /* The server answered the range request with 206. */
     char etag[DLC__WARM_ETAG_MAX]; /* "" when the server sent none. */
-    int pushed;               /* The object has dlcache-part-size metadata: a push made it, and */
-    uint64_t push_part_size;  /* its ETag is the MD5 of its bytes (or of their parts of this
-                                 size, "-N"); checked after the download. */
-    char goog_md5[32];        /* GCS: the x-goog-hash md5 (base64), checked likewise. */
-    long status;              /* The probe's last HTTP status (404: no such object). */
+    int pushed;              /* The object has dlcache-part-size metadata: a push made it, and */
+    uint64_t push_part_size; /* its ETag is the MD5 of its bytes (or of their parts of this
+                                size, "-N"); checked after the download. */
+    char goog_md5[32];       /* GCS: the x-goog-hash md5 (base64), checked likewise. */
+    long status;             /* The probe's last HTTP status (404: no such object). */
 } dlc__warm_object;
 
 /* Ask for the first bytes of the object and stop at the body: size, ETag and
@@ -277,16 +277,16 @@ typedef struct dlc__push_journal {
     int fd; /* Open and locked (flock) from open to close; -1 when closed. */
     char path[4096];
     dlc__push_ident id;
-    uint64_t part_size;                /* The upload's, from the header. */
-    char upload_id[DLC__PUSH_ID_MAX];  /* Secret for GCS: never in a message. */
-    uint64_t seed;                     /* The header's hash: seeds the records' checks. */
-    uint32_t nparts;                   /* Parts of the file at part_size. */
-    uint8_t *have;                     /* nparts flags: part i + 1 is journaled. */
-    uint8_t *md5s;                     /* nparts x 16 bytes: their MD5s. */
-    int complete;                      /* A record 0: the object was completed and verified. */
-    uint8_t final_md5[16];             /* Its ETag's digest, */
-    uint32_t final_parts;              /* and part count (0: a plain MD5). */
-    uint64_t end;                      /* Where the next record goes. */
+    uint64_t part_size;               /* The upload's, from the header. */
+    char upload_id[DLC__PUSH_ID_MAX]; /* Secret for GCS: never in a message. */
+    uint64_t seed;                    /* The header's hash: seeds the records' checks. */
+    uint32_t nparts;                  /* Parts of the file at part_size. */
+    uint8_t *have;                    /* nparts flags: part i + 1 is journaled. */
+    uint8_t *md5s;                    /* nparts x 16 bytes: their MD5s. */
+    int complete;                     /* A record 0: the object was completed and verified. */
+    uint8_t final_md5[16];            /* Its ETag's digest, */
+    uint32_t final_parts;             /* and part count (0: a plain MD5). */
+    uint64_t end;                     /* Where the next record goes. */
 } dlc__push_journal;
 
 /* The journal's path for pushing @p source (made absolute) to @p dest: STATE/push-HASH.journal
@@ -302,8 +302,7 @@ dlc_status dlc__push_journal_open(dlc__push_journal *j, const char *path, const 
                                   int *matched, char *stale, size_t stale_cap);
 /* Start the journal over for a new upload @p upload_id in parts of @p part_size: truncate,
  * write the header, fdatasync, and sync the directory. */
-dlc_status dlc__push_journal_start(dlc__push_journal *j, uint64_t part_size,
-                                   const char *upload_id);
+dlc_status dlc__push_journal_start(dlc__push_journal *j, uint64_t part_size, const char *upload_id);
 /* Append the record of part @p part (1-based) with @p md5 and fdatasync. */
 dlc_status dlc__push_journal_part(dlc__push_journal *j, uint32_t part, uint64_t len,
                                   const uint8_t md5[16]);
@@ -349,11 +348,11 @@ typedef struct dlc__push_req {
     /* The answer. */
     long status;
     char etag[DLC__WARM_ETAG_MAX];
-    char range[128];                  /* GCS: the Range header of a 308. */
-    char location[DLC__PUSH_ID_MAX];  /* GCS: the session URI (secret). */
-    uint64_t meta_part_size;          /* The object's dlcache-part-size metadata (HEAD). */
-    int64_t content_length;           /* -1 when absent. */
-    char *resp;                       /* The body (malloc'd, NUL-terminated), resp_len bytes. */
+    char range[128];                 /* GCS: the Range header of a 308. */
+    char location[DLC__PUSH_ID_MAX]; /* GCS: the session URI (secret). */
+    uint64_t meta_part_size;         /* The object's dlcache-part-size metadata (HEAD). */
+    int64_t content_length;          /* -1 when absent. */
+    char *resp;                      /* The body (malloc'd, NUL-terminated), resp_len bytes. */
     size_t resp_len;
     size_t resp_cap;
     uint8_t md5[16]; /* from_file: the MD5 of the bytes sent. */
@@ -370,29 +369,29 @@ typedef struct dlc__push_file {
     dlc__push_ident id;
     dlc__warm_source src; /* Where it goes. */
     dlc__push_journal j;
-    int resumable;                   /* The journal matched: an earlier run's upload goes on. */
-    char stale[DLC__PUSH_ID_MAX];    /* An upload of an older version of the file, to abort. */
-    int last;                        /* A set's index: waits until every other file is done. */
+    int resumable;                /* The journal matched: an earlier run's upload goes on. */
+    char stale[DLC__PUSH_ID_MAX]; /* An upload of an older version of the file, to abort. */
+    int last;                     /* A set's index: waits until every other file is done. */
     uint64_t part_size;
     uint32_t nparts;
-    int state;                /* The protocol's. */
-    int busy;                 /* A request other than a part is out. */
-    uint32_t next_part;       /* The next part (0-based) to look at for sending. */
-    uint32_t inflight;        /* Parts out. */
-    uint8_t *out;             /* nparts flags: part i + 1 is out. */
-    uint32_t list_marker;     /* ListParts: the next page's part-number-marker. */
-    uint8_t *listed;          /* ListParts: part i + 1 is on the server as journaled. */
-    int list_unsupported;     /* The server does not list parts: the journal is trusted. */
-    int restarted;            /* The upload was started over once already. */
-    int upload_gone;          /* ListParts: the server no longer knows the upload. */
-    uint64_t offset;          /* GCS: bytes the session has persisted. */
-    uint64_t bytes_done;      /* Bytes of parts in place (sent or resumed). */
-    int finished;             /* Uploaded and verified. */
-    int skipped;              /* An earlier run had completed it. */
+    int state;                     /* The protocol's. */
+    int busy;                      /* A request other than a part is out. */
+    uint32_t next_part;            /* The next part (0-based) to look at for sending. */
+    uint32_t inflight;             /* Parts out. */
+    uint8_t *out;                  /* nparts flags: part i + 1 is out. */
+    uint32_t list_marker;          /* ListParts: the next page's part-number-marker. */
+    uint8_t *listed;               /* ListParts: part i + 1 is on the server as journaled. */
+    int list_unsupported;          /* The server does not list parts: the journal is trusted. */
+    int restarted;                 /* The upload was started over once already. */
+    int upload_gone;               /* ListParts: the server no longer knows the upload. */
+    uint64_t offset;               /* GCS: bytes the session has persisted. */
+    uint64_t bytes_done;           /* Bytes of parts in place (sent or resumed). */
+    int finished;                  /* Uploaded and verified. */
+    int skipped;                   /* An earlier run had completed it. */
     char etag[DLC__WARM_ETAG_MAX]; /* The object's, once finished. */
-    int forget;               /* The upload is gone: the journal must not be resumed. */
-    dlc_status bad;           /* The object failed its check: the failure, after deleting it, */
-    char bad_msg[1024];       /* and its message. */
+    int forget;                    /* The upload is gone: the journal must not be resumed. */
+    dlc_status bad;     /* The object failed its check: the failure, after deleting it, */
+    char bad_msg[1024]; /* and its message. */
 } dlc__push_file;
 
 /* The state of one dlc_warm_push() call. */
@@ -437,9 +436,9 @@ const char *dlc__push_step_name(const dlc__push_req *r, char *buf, size_t cap);
  * (dlc__set_index_decode(), cache/store_set.h): never a second parser. */
 typedef struct dlc__warm_set_list {
     uint32_t n;
-    char (*names)[64];       /* n shard names, in record order (malloc'd). */
-    uint64_t *bytes;         /* Their file sizes, */
-    uint64_t *digests;       /* and content digests, as the index says (malloc'd). */
+    char (*names)[64]; /* n shard names, in record order (malloc'd). */
+    uint64_t *bytes;   /* Their file sizes, */
+    uint64_t *digests; /* and content digests, as the index says (malloc'd). */
 } dlc__warm_set_list;
 
 /* Read and decode DIR/index.dlcset. */

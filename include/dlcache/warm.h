@@ -134,12 +134,12 @@ typedef struct dlc_warm_result {
     uint32_t retries;          /**< Requests that were retried. */
     uint64_t chunks;           /**< Chunks of the object. */
     uint64_t chunks_fetched;   /**< Chunks (or parts of chunks) fetched by this call. */
-    char etag[128]; /**< The object's ETag (quotes kept), "" when the server sent none; a set's:
-                         its index's. */
-    uint32_t files;            /**< 1, or a set's shards plus its index. */
-    int is_set;                /**< 1: URL was a store set, DEST its directory. */
-    int md5_checked;           /**< 1: the bytes were hashed and matched the object's MD5 (an
-                                    object made by dlc_warm_push()); a set: every file's. */
+    char etag[128];  /**< The object's ETag (quotes kept), "" when the server sent none; a set's:
+                          its index's. */
+    uint32_t files;  /**< 1, or a set's shards plus its index. */
+    int is_set;      /**< 1: URL was a store set, DEST its directory. */
+    int md5_checked; /**< 1: the bytes were hashed and matched the object's MD5 (an
+                          object made by dlc_warm_push()); a set: every file's. */
 } dlc_warm_result;
 
 /** @brief Fill @p o with the defaults. */
@@ -197,7 +197,7 @@ typedef struct dlc_warm_push_result {
     uint32_t retries;        /**< Requests that were sent again. */
     int resumed;             /**< 1: continued the upload of an earlier call. */
     int is_set;              /**< 1: PATH was a store set's directory. */
-    char etag[128];          /**< The object's ETag as the server reports it (a set: the index's). */
+    char etag[128]; /**< The object's ETag as the server reports it (a set: the index's). */
 } dlc_warm_push_result;
 
 /** @brief Fill @p o with the defaults. */
