@@ -1,13 +1,11 @@
 /* The builder's bookkeeping around the pipeline: the "build" metadata text,
- * stale temporary files of dead builds, the report. */
+ * the report. */
 #include "build_internal.h"
 
 #include "common.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -218,58 +216,3 @@ char *dlc__build_json(const dlc__build_job *job, const dlc__build_part *part, do
     return b.p;
 }
 
-/* Parse "PID" or "PID-lock" (LMDB's lock file, should a writer ever make one). */
-static int temp_pid(const char *s, long *pid)
-{
-    long v = 0;
-    const char *p = s;
-    for (; *p >= '0' && *p <= '9'; p++) {
-        v = v * 10 + (*p - '0');
-        if (v > INT_MAX)
-            return -1;
-    }
-    if (p == s || (*p != '\0' && strcmp(p, "-lock") != 0))
-        return -1;
-    *pid = v;
-    return 0;
-}
-
-void dlc__build_remove_stale_temps(const char *out, dlc_log_fn log, void *user)
-{
-    const char *slash = strrchr(out, '/');
-    char dir[PATH_MAX];
-    const char *base = out;
-    if (slash) {
-        const size_t n = (size_t)(slash - out);
-        if (n >= sizeof dir)
-            return;
-        memcpy(dir, out, n);
-        dir[n] = '\0';
-        if (n == 0)
-            strcpy(dir, "/");
-        base = slash + 1;
-    } else {
-        strcpy(dir, ".");
-    }
-    const size_t blen = strlen(base);
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (strncmp(e->d_name, base, blen) != 0 || strncmp(e->d_name + blen, ".tmp-", 5) != 0)
-            continue;
-        long pid;
-        if (temp_pid(e->d_name + blen + 5, &pid) != 0 || pid == (long)getpid())
-            continue;
-        /* kill(pid, 0) fails with ESRCH only when no such process exists; a
-         * live process (even one we may not signal) keeps its file. */
-        if (pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH) {
-            if (unlinkat(dirfd(d), e->d_name, 0) == 0)
-                dlc__logf(log, user, DLC_LOG_INFO,
-                          "%s/%s: removed the temporary file of an interrupted build (pid %ld)",
-                          dir, e->d_name, pid);
-        }
-    }
-    closedir(d);
-}

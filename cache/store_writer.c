@@ -255,14 +255,23 @@ static int temp_pid(const char *s, long *pid)
     return 0;
 }
 
-/* Remove FINAL.tmp-PID files whose process is gone: a writer killed with SIGKILL cannot clean
- * up after itself, and its file holds the disk space of a whole store. Best effort. */
-static void remove_stale_temps(const dlc_writer *w)
+void dlc__remove_stale_temps(const char *final_path, dlc_log_fn log, void *user)
 {
-    const char *slash = strrchr(w->final_path, '/');
-    const char *base = slash ? slash + 1 : w->final_path;
+    const char *slash = strrchr(final_path, '/');
+    char dir[PATH_MAX];
+    const char *base = final_path;
+    if (slash) {
+        const size_t n = slash == final_path ? 1 : (size_t)(slash - final_path);
+        if (n >= sizeof dir)
+            return;
+        memcpy(dir, final_path, n);
+        dir[n] = '\0';
+        base = slash + 1;
+    } else {
+        strcpy(dir, ".");
+    }
     const size_t blen = strlen(base);
-    DIR *d = opendir(w->dir_path);
+    DIR *d = opendir(dir);
     if (!d)
         return;
     struct dirent *e;
@@ -274,8 +283,11 @@ static void remove_stale_temps(const dlc_writer *w)
             continue;
         /* kill(pid, 0) fails with ESRCH only when no such process exists; a
          * live process (even one we may not signal) keeps its file. */
-        if (pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH)
-            (void)unlinkat(dirfd(d), e->d_name, 0);
+        if (pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH &&
+            unlinkat(dirfd(d), e->d_name, 0) == 0)
+            dlc__logf(log, user, DLC_LOG_INFO,
+                      "%s/%s: removed the temporary file of an interrupted build (pid %ld)", dir,
+                      e->d_name, pid);
     }
     closedir(d);
 }
@@ -363,7 +375,7 @@ static dlc_status files_open(dlc_writer *w, uint64_t size_hint)
      * died with our PID long ago: it is garbage. Those of other dead ones too. */
     FAIL_IF(unlink(w->temp_path) != 0 && errno != ENOENT, -errno, "%s: cannot remove: %s",
             w->temp_path, strerror(errno));
-    remove_stale_temps(w);
+    dlc__remove_stale_temps(w->final_path, NULL, NULL);
 
     mrc = mdb_env_create(&w->env);
     FAIL_IF(mrc != 0, lmdb_status(mrc), "%s: %s", w->temp_path, mdb_strerror(mrc));

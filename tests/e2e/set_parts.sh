@@ -26,7 +26,9 @@ part 2 --threads 2 2>/dev/null
 
 killed=0
 for frac in 0.5 0.3 0.15; do
-    part 1 --threads 1 2>/dev/null &
+    # cachebuild itself in the background, not the function: $! must be the process that dies
+    # (a killed subshell would leave cachebuild running, holding its temporary file).
+    "$DLC_BIN/cachebuild" "$tree" -o "$tmp/p" --part 1/3 "${args[@]}" --threads 1 2>/dev/null &
     pid=$!
     sleep "$($PY -c "print(round($full * $frac, 3))")"
     kill -KILL "$pid" 2>/dev/null || true
