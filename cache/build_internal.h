@@ -240,7 +240,6 @@ uint32_t dlc__build_tidy(const char *dir, dlc_log_fn log, void *user);
  * object for a part of a set). Returns a malloc'd string, or NULL when out of memory. */
 char *dlc__build_json(const dlc__build_job *job, const dlc__build_part *part, double seconds);
 
-
 /* Append a skipped item to the array *skips of *n entries and *cap places. */
 dlc_status dlc__skips_add(dlc_build_skip **skips, size_t *n, size_t *cap, const char *path,
                           const char *reason);

@@ -215,4 +215,3 @@ char *dlc__build_json(const dlc__build_job *job, const dlc__build_part *part, do
     }
     return b.p;
 }
-

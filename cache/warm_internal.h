@@ -297,7 +297,8 @@ dlc_status dlc__push_journal_path(const char *state_dir, const char *source, con
 /* Open and lock the journal at @p path (DLC_ESTATE when another push holds it). *matched is 1
  * when it is a journal of @p id: its upload, part size and records are then in @p j. When it is
  * a journal of an older version of the file for the same destination, its upload id goes into
- * @p stale (so that the caller can abort that upload), else stale is "". */
+ * @p stale (so that the caller can abort that upload), else stale is "". On failure nothing is
+ * left open or allocated (dlc__push_journal_close() is still harmless). */
 dlc_status dlc__push_journal_open(dlc__push_journal *j, const char *path, const dlc__push_ident *id,
                                   int *matched, char *stale, size_t stale_cap);
 /* Start the journal over for a new upload @p upload_id in parts of @p part_size: truncate,

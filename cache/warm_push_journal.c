@@ -113,10 +113,18 @@ static uint64_t part_len(const dlc__push_journal *j, uint32_t part)
     return j->id.size - off < j->part_size ? j->id.size - off : j->part_size;
 }
 
+/* Parts of a file of @p size in parts of @p part_size (> 0); 1 for an empty file. Written
+ * without size + part_size - 1, which wraps for a part size read from a damaged journal. */
+static uint64_t count_parts(uint64_t size, uint64_t part_size)
+{
+    const uint64_t n = size / part_size + (size % part_size != 0);
+    return n == 0 ? 1 : n;
+}
+
 /* Size the part tables for the journal's part size. */
 static dlc_status plan_parts(dlc__push_journal *j)
 {
-    const uint64_t n = j->id.size == 0 ? 1 : (j->id.size + j->part_size - 1) / j->part_size;
+    const uint64_t n = count_parts(j->id.size, j->part_size);
     if (n > DLC__PUSH_MAX_PARTS)
         return dlc__errorf(DLC_EINVAL, "%s: %" PRIu64 " parts", j->path, n);
     free(j->have);
@@ -171,8 +179,9 @@ static dlc_status parse(dlc__push_journal *j, const uint8_t *b, size_t len,
     if (got.dest != id->dest)
         return DLC_OK;
     if (got.size != id->size || got.inode != id->inode || got.mtime_ns != id->mtime_ns ||
-        part_size == 0) {
-        /* The same destination, an older version of the file: its upload is abandoned. */
+        part_size == 0 || count_parts(got.size, part_size) > DLC__PUSH_MAX_PARTS) {
+        /* The same destination, an older version of the file (or a header no push of ours
+         * writes): its upload is abandoned. */
         if (stale && (size_t)idlen < stale_cap)
             snprintf(stale, stale_cap, "%.*s", (int)idlen, (const char *)b + HEAD_FIXED);
         return DLC_OK;
@@ -240,7 +249,14 @@ dlc_status dlc__push_journal_open(dlc__push_journal *j, const char *path, const 
                                path);
         return dlc__errorf(-e, "%s: flock: %s", path, strerror(e));
     }
-    return load(j, id, matched, stale, stale_cap);
+    const dlc_status rc = load(j, id, matched, stale, stale_cap);
+    if (rc < 0) {
+        /* One owner: a failed open leaves no lock held and nothing for the caller to free (the
+         * fuzzer found the descriptor, and its lock, left open here). */
+        dlc__push_journal_close(j, 0);
+        *matched = 0;
+    }
+    return rc;
 }
 
 static dlc_status write_all(const dlc__push_journal *j, const uint8_t *p, size_t n, off_t off)

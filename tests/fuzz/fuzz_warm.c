@@ -219,12 +219,16 @@ static void fuzz_push_journal(const uint8_t *p, size_t n)
     dlc__push_journal j;
     int matched = 0;
     char stale[DLC__PUSH_ID_MAX];
-    if (dlc__push_journal_open(&j, path, &push_id, &matched, stale, sizeof stale) != DLC_OK)
+    if (dlc__push_journal_open(&j, path, &push_id, &matched, stale, sizeof stale) != DLC_OK) {
+        if (j.fd != -1 || j.have || j.md5s || matched)
+            abort(); /* A failed open leaves nothing behind (the lock would block every rerun). */
         return;
+    }
     if (memchr(stale, '\0', sizeof stale) == NULL)
         abort();
     if (matched) {
-        if (!j.part_size || j.nparts != (push_id.size + j.part_size - 1) / j.part_size ||
+        if (!j.part_size || j.nparts > DLC__PUSH_MAX_PARTS ||
+            j.nparts != push_id.size / j.part_size + (push_id.size % j.part_size != 0) ||
             memchr(j.upload_id, '\0', sizeof j.upload_id) == NULL)
             abort();
         for (uint32_t i = 0; i < j.nparts; i++)
