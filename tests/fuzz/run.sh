@@ -91,7 +91,15 @@ for h in $harnesses; do
     cov=$(grep -oE 'cov: [0-9]+' "$log" | tail -n 1 | cut -d' ' -f2)
     ncorp=$(find "$build/corpus/$h" -type f | wc -l)
     if [ $rc -ne 0 ]; then
-        grep -E "ERROR|SUMMARY|Test unit written|panic|abort" "$log" | head -n 20
+        # The whole report (the harness's own message and the stack up to the check that
+        # failed), and the input itself: CI keeps only what is printed.
+        sed -n '/==ERROR\|^fuzz: \|runtime error/,$p' "$log" | grep -v '^#[0-9]* *\(NEW\|REDUCE\|pulse\)' |
+            head -n 40
+        for f in "$build/crashes/$h"/*; do
+            [ -f "$f" ] && [ "$(stat -c %s "$f")" -le 4096 ] || continue
+            echo "fuzz_$h: the input, base64 (base64 -d > tests/fuzz/regress/$h/NAME):"
+            base64 -w 100 "$f"
+        done
         echo "fuzz_$h: FAILED (exit $rc): see $log and the input in $build/crashes/$h/"
         failed+=("$h")
         status=FAILED
