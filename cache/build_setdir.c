@@ -80,40 +80,13 @@ static dlc_status read_index(const char *dir, dlc__set_index *x)
     return rc;
 }
 
-/* Write @p len bytes @p p as @p dir's index: a temporary file, synced, renamed into place, the
- * directory synced; a crash leaves the old index or the new one. */
+/* Write @p len bytes @p p as @p dir's index: a crash leaves the old index or the new one. */
 static dlc_status write_index(const char *dir, const uint8_t *p, size_t len)
 {
-    dlc_status rc = DLC_OK;
-    char suffix[48];
-    snprintf(suffix, sizeof suffix, "%s.tmp-%ld", DLC__SET_INDEX_NAME, (long)getpid());
-    char *tmp = dlc__set_path(dir, "/", suffix);
     char *path = dlc__set_path(dir, "/", DLC__SET_INDEX_NAME);
-    int fd = -1;
-    FAIL_IF(!tmp || !path, -ENOMEM, "%s: out of memory", dir);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    FAIL_IF(fd < 0, -errno, "%s: cannot create: %s", tmp, strerror(errno));
-    for (size_t done = 0; done < len;) {
-        const ssize_t w = write(fd, p + done, len - done);
-        if (w < 0 && errno == EINTR)
-            continue;
-        FAIL_IF(w < 0, -errno, "%s: write: %s", tmp, strerror(errno));
-        done += (size_t)w;
-    }
-    FAIL_IF(fsync(fd) != 0, -errno, "%s: fsync: %s", tmp, strerror(errno));
-    FAIL_IF(close(fd) != 0, -errno, "%s: close: %s", tmp, strerror(errno));
-    fd = -1;
-    FAIL_IF(rename(tmp, path) != 0, -errno, "%s: cannot rename to %s: %s", tmp, path,
-            strerror(errno));
-    free(tmp);
-    tmp = NULL;
-    CHECK(dlc__fsync_dir(path));
-fail:
-    if (fd >= 0)
-        close(fd);
-    if (tmp)
-        unlink(tmp);
-    free(tmp);
+    if (!path)
+        return dlc__errorf(-ENOMEM, "%s: out of memory", dir);
+    const dlc_status rc = dlc__replace_file(path, p, len);
     free(path);
     return rc;
 }

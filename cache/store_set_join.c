@@ -376,42 +376,6 @@ static int same_bytes(const char *path, const uint8_t *p, size_t len)
     return same;
 }
 
-/* Write the index to a temporary file, sync it, rename it into place, sync the directory: a
- * crash leaves the old index or the new one, and the new one only once it is on disk. */
-static dlc_status write_index(const char *dir, const char *path, const uint8_t *p, size_t len)
-{
-    dlc_status rc = DLC_OK;
-    char *tmp = NULL;
-    int fd = -1;
-    char suffix[32];
-    snprintf(suffix, sizeof suffix, ".tmp-%ld", (long)getpid());
-    FAIL_IF(!(tmp = dlc__set_path(path, "", suffix)), -ENOMEM, "%s: out of memory", dir);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    FAIL_IF(fd < 0, -errno, "%s: cannot create: %s", tmp, strerror(errno));
-    for (size_t done = 0; done < len;) {
-        const ssize_t w = write(fd, p + done, len - done);
-        if (w < 0 && errno == EINTR)
-            continue;
-        FAIL_IF(w < 0, -errno, "%s: write: %s", tmp, strerror(errno));
-        done += (size_t)w;
-    }
-    FAIL_IF(fsync(fd) != 0, -errno, "%s: fsync: %s", tmp, strerror(errno));
-    FAIL_IF(close(fd) != 0, -errno, "%s: close: %s", tmp, strerror(errno));
-    fd = -1;
-    FAIL_IF(rename(tmp, path) != 0, -errno, "%s: cannot rename to %s: %s", tmp, path,
-            strerror(errno));
-    free(tmp);
-    tmp = NULL;
-    CHECK(dlc__fsync_dir(path));
-fail:
-    if (fd >= 0)
-        close(fd);
-    if (tmp)
-        unlink(tmp);
-    free(tmp);
-    return rc;
-}
-
 dlc_status dlc_set_join(const char *dir, dlc_set_join_report *report)
 {
     dlc_status rc = DLC_OK;
@@ -430,7 +394,7 @@ dlc_status dlc_set_join(const char *dir, dlc_set_join_report *report)
             dir);
     const int unchanged = same_bytes(path, index, len);
     if (!unchanged)
-        CHECK(write_index(dir, path, index, len));
+        CHECK(dlc__replace_file(path, index, len));
     if (report) {
         *report = (dlc_set_join_report){
             .num_shards = j.n, .set_id = set_id, .temp_files = j.temps, .unchanged = unchanged};

@@ -368,29 +368,12 @@ bad:
 
 dlc_status dlc__warm_sidecar_write(const char *path, const dlc__warm_sidecar *sc)
 {
-    dlc_status rc = DLC_OK;
-    char tmp[4096];
-    int fd = -1;
-    FAIL_IF((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp, DLC_EINVAL,
-            "%s: path too long", path);
     char text[4096];
     const int n = snprintf(text, sizeof text,
                            "dlcache-warm 1\nsource %s\nsize %" PRIu64 "\netag %s\ninode %" PRIu64
                            "\nmtime_ns %" PRId64 "\n",
                            sc->source, sc->size, sc->etag, sc->inode, sc->mtime_ns);
-    FAIL_IF(n < 0 || (size_t)n >= sizeof text, DLC_EINVAL, "%s: sidecar too long", path);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    FAIL_IF(fd < 0, -errno, "%s: create: %s", tmp, strerror(errno));
-    CHECK(write_all(fd, text, (size_t)n, 0, tmp));
-    FAIL_IF(fsync(fd) < 0, -errno, "%s: fsync: %s", tmp, strerror(errno));
-    close(fd);
-    fd = -1;
-    FAIL_IF(rename(tmp, path) < 0, -errno, "%s: rename: %s", path, strerror(errno));
-    return dlc__fsync_dir(path);
-fail:
-    if (fd >= 0) {
-        close(fd);
-        unlink(tmp);
-    }
-    return rc;
+    if (n < 0 || (size_t)n >= sizeof text)
+        return dlc__errorf(DLC_EINVAL, "%s: sidecar too long", path);
+    return dlc__replace_file(path, text, (size_t)n);
 }

@@ -9,7 +9,8 @@
  *   - the monotonic clock, the usable core count, syncing a directory (platform.c);
  *   - the counter-based random streams of the loader and the tools (inline, and rng.c);
  *   - IEEE binary16 conversion (half.c).
- * No function here allocates except dlc__fsync_dir, and none keeps state between calls. */
+ * No function here allocates except dlc__fsync_dir and dlc__replace_file, and none keeps state
+ * between calls. */
 #ifndef DLCACHE_COMMON_H
 #define DLCACHE_COMMON_H
 
@@ -105,6 +106,11 @@ uint32_t dlc__cpu_count(void);
  * EINVAL from fsync (a file system that cannot sync directories) is not an error. Returns
  * DLC_OK, -ENOMEM or -errno with the directory named. */
 dlc_status dlc__fsync_dir(const char *path);
+/* Replace @p path with the @p len bytes at @p p, all or nothing: PATH.tmp-PID written, fsynced,
+ * renamed over @p path, the directory synced. A crash leaves the old file or the new one, and
+ * the new one only once it is on disk; a failure removes the temporary file. Returns DLC_OK,
+ * -ENOMEM or -errno with the file named. */
+dlc_status dlc__replace_file(const char *path, const void *p, size_t len);
 
 /* ---- Counter-based random streams (rng.c) ------------------------------------------------------
  * Every random choice of the loader is a pure function of a key made from (seed, epoch, position,

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -52,4 +53,38 @@ dlc_status dlc__fsync_dir(const char *path)
         close(fd);
     free(copy);
     return rc;
+}
+
+dlc_status dlc__replace_file(const char *path, const void *p, size_t len)
+{
+    const size_t cap = strlen(path) + 32;
+    char *tmp = malloc(cap);
+    if (!tmp)
+        return dlc__errorf(-ENOMEM, "%s: out of memory", path);
+    snprintf(tmp, cap, "%s.tmp-%ld", path, (long)getpid());
+    dlc_status rc = DLC_OK;
+    const int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        rc = dlc__errorf(-errno, "%s: cannot create: %s", tmp, strerror(errno));
+        free(tmp);
+        return rc;
+    }
+    for (size_t done = 0; done < len && rc == DLC_OK;) {
+        const ssize_t w = write(fd, (const char *)p + done, len - done);
+        if (w > 0)
+            done += (size_t)w;
+        else if (w == 0 || errno != EINTR)
+            rc = dlc__errorf(w == 0 ? -EIO : -errno, "%s: write: %s", tmp,
+                             strerror(w == 0 ? EIO : errno));
+    }
+    if (rc == DLC_OK && fsync(fd) != 0)
+        rc = dlc__errorf(-errno, "%s: fsync: %s", tmp, strerror(errno));
+    if (close(fd) != 0 && rc == DLC_OK)
+        rc = dlc__errorf(-errno, "%s: close: %s", tmp, strerror(errno));
+    if (rc == DLC_OK && rename(tmp, path) != 0)
+        rc = dlc__errorf(-errno, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
+    if (rc != DLC_OK)
+        unlink(tmp);
+    free(tmp);
+    return rc == DLC_OK ? dlc__fsync_dir(path) : rc;
 }
