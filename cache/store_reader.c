@@ -252,54 +252,30 @@ dlc_status dlc_store_open(const char *path, uint32_t flags, dlc_store **out)
     return dlc__store_open_file(path, flags, out);
 }
 
-dlc_status dlc__store_open_file(const char *path, uint32_t flags, dlc_store **out)
+/* The file itself: open, a regular file, not empty. */
+static dlc_status file_open(dlc_store *s, const char *path, struct stat *st)
 {
     dlc_status rc = DLC_OK;
-    dlc_store *s = NULL;
-    MDB_txn *txn = NULL;
-    uint8_t *own_map = MAP_FAILED;
-    dlc__lmdb_entry *entries = NULL;
-    int mrc;
-    if (out)
-        *out = NULL;
-    FAIL_IF(!path || !out, DLC_EINVAL, "dlc_store_open: NULL argument");
-    FAIL_IF(flags & ~(uint32_t)DLC_STORE_SEQUENTIAL, DLC_EINVAL, "%s: unknown flags 0x%x", path,
-            flags);
-
-    s = calloc(1, sizeof *s);
-    FAIL_IF(!s, -ENOMEM, "%s: out of memory", path);
-    s->fd = -1;
     const size_t plen = strlen(path) + 1;
     s->path = malloc(plen);
     FAIL_IF(!s->path, -ENOMEM, "%s: out of memory", path);
     memcpy(s->path, path, plen);
-
     s->fd = open(path, O_RDONLY | O_CLOEXEC);
     FAIL_IF(s->fd < 0, -errno, "%s: %s", path, strerror(errno));
-    struct stat st;
-    FAIL_IF(fstat(s->fd, &st) != 0, -errno, "%s: %s", path, strerror(errno));
-    FAIL_IF(!S_ISREG(st.st_mode), DLC_EINVAL, "%s: not a regular file", path);
-    s->file_size = (uint64_t)st.st_size;
+    FAIL_IF(fstat(s->fd, st) != 0, -errno, "%s: %s", path, strerror(errno));
+    FAIL_IF(!S_ISREG(st->st_mode), DLC_EINVAL, "%s: not a regular file", path);
+    s->file_size = (uint64_t)st->st_size;
     FAIL_IF(s->file_size == 0, DLC_EVERSION, "%s: not a dlcache store (empty file)", path);
+fail:
+    return rc;
+}
 
-    /* Check the LMDB meta pages with pread before LMDB maps the file: LMDB
-     * would map as much as they claim, and touching a page past the end of
-     * a truncated file kills the process with SIGBUS. */
-    dlc__lmdb_layout layout;
-    CHECK(dlc__lmdb_read_layout(path, s->fd, s->file_size, &layout));
-
-    /* Walk LMDB's pages on a private map before LMDB does (store_check.c),
-     * and learn where each metadata value lies in the file. */
-    own_map = mmap(NULL, (size_t)s->file_size, PROT_READ, MAP_SHARED, s->fd, 0);
-    FAIL_IF(own_map == MAP_FAILED, -errno, "%s: mmap: %s", path, strerror(errno));
-    s->meta = calloc(MAX_META_KEYS, sizeof *s->meta);
-    entries = calloc(MAX_META_KEYS, sizeof *entries);
-    FAIL_IF(!s->meta || !entries, -ENOMEM, "%s: out of memory", path);
-    dlc__lmdb_db meta_db, samples_db;
-    CHECK(dlc__lmdb_check_trees(path, own_map, s->file_size, &layout, &meta_db, &samples_db,
-                                entries, MAX_META_KEYS, &s->num_meta));
-
-    mrc = mdb_env_create(&s->env);
+/* LMDB's environment over the file that the page walk checked (@p layout, @p st). */
+static dlc_status env_open(dlc_store *s, const char *path, uint32_t flags,
+                           const dlc__lmdb_layout *layout, const struct stat *st)
+{
+    dlc_status rc = DLC_OK;
+    int mrc = mdb_env_create(&s->env);
     FAIL_IF(mrc != 0, dlc__store_lmdb_status(mrc), "%s: %s", path, mdb_strerror(mrc));
     mdb_env_set_maxdbs(s->env, DLC__MAX_DBS);
     /* Map exactly the file: LMDB raises the size to what its meta page
@@ -329,9 +305,82 @@ dlc_status dlc__store_open_file(const char *path, uint32_t flags, dlc_store **ou
     int lfd = -1;
     struct stat lst;
     mdb_env_get_fd(s->env, &lfd);
-    FAIL_IF(ms.ms_psize != layout.psize || ei.me_last_pgno != layout.last_pg ||
-                fstat(lfd, &lst) != 0 || lst.st_ino != st.st_ino || lst.st_dev != st.st_dev,
+    FAIL_IF(ms.ms_psize != layout->psize || ei.me_last_pgno != layout->last_pg ||
+                fstat(lfd, &lst) != 0 || lst.st_ino != st->st_ino || lst.st_dev != st->st_dev,
             -EAGAIN, "%s: the file changed while it was opened; open it again", path);
+fail:
+    return rc;
+}
+
+/* Where LMDB mapped the file, and the metadata entries as pointers into that map. LMDB does not
+ * tell where its map is (mdb_env_info's me_mapaddr is the fixed address recorded in the file,
+ * NULL for us). The "format" value's file offset is known from the walk, so LMDB's pointer to it
+ * gives the base that turns record pointers into file offsets. */
+static dlc_status map_base(dlc_store *s, MDB_txn *txn, MDB_dbi dbi_meta, const uint8_t *own_map,
+                           const dlc__lmdb_entry *entries)
+{
+    dlc_status rc = DLC_OK;
+    const char *path = s->path;
+    const dlc__lmdb_entry *fmt = NULL;
+    for (size_t i = 0; i < s->num_meta; i++) {
+        const dlc__lmdb_entry *e = &entries[i];
+        if (e->key_len == strlen(DLC__META_FORMAT) &&
+            memcmp(own_map + e->key_off, DLC__META_FORMAT, e->key_len) == 0)
+            fmt = e;
+    }
+    FAIL_IF(!fmt, DLC_EVERSION, "%s: not a dlcache store (no \"format\" record in its metadata)",
+            path);
+    MDB_val fk = {.mv_size = strlen(DLC__META_FORMAT), .mv_data = (void *)DLC__META_FORMAT}, fv;
+    const int mrc = mdb_get(txn, dbi_meta, &fk, &fv);
+    FAIL_IF(mrc != 0, dlc__store_lmdb_status(mrc), "%s: metadata: %s", path, mdb_strerror(mrc));
+    const uintptr_t base = (uintptr_t)fv.mv_data - (uintptr_t)fmt->val_off;
+    const long os_page = sysconf(_SC_PAGESIZE);
+    FAIL_IF(base % (uintptr_t)(os_page > 0 ? os_page : 4096) != 0 || fv.mv_size != fmt->val_len,
+            DLC_ECORRUPT, "%s: corrupt: LMDB and the page walk disagree on the metadata", path);
+    s->map = (const uint8_t *)base;
+    for (size_t i = 0; i < s->num_meta; i++)
+        s->meta[i] = (meta_entry){s->map + entries[i].key_off, (size_t)entries[i].key_len,
+                                  s->map + entries[i].val_off, (size_t)entries[i].val_len};
+fail:
+    return rc;
+}
+
+dlc_status dlc__store_open_file(const char *path, uint32_t flags, dlc_store **out)
+{
+    dlc_status rc = DLC_OK;
+    dlc_store *s = NULL;
+    MDB_txn *txn = NULL;
+    uint8_t *own_map = MAP_FAILED;
+    dlc__lmdb_entry *entries = NULL;
+    int mrc;
+    if (out)
+        *out = NULL;
+    FAIL_IF(!path || !out, DLC_EINVAL, "dlc_store_open: NULL argument");
+    FAIL_IF(flags & ~(uint32_t)DLC_STORE_SEQUENTIAL, DLC_EINVAL, "%s: unknown flags 0x%x", path,
+            flags);
+    s = calloc(1, sizeof *s);
+    FAIL_IF(!s, -ENOMEM, "%s: out of memory", path);
+    s->fd = -1;
+    struct stat st;
+    CHECK(file_open(s, path, &st));
+
+    /* Check the LMDB meta pages with pread before LMDB maps the file: LMDB
+     * would map as much as they claim, and touching a page past the end of
+     * a truncated file kills the process with SIGBUS. */
+    dlc__lmdb_layout layout;
+    CHECK(dlc__lmdb_read_layout(path, s->fd, s->file_size, &layout));
+
+    /* Walk LMDB's pages on a private map before LMDB does (store_check.c),
+     * and learn where each metadata value lies in the file. */
+    own_map = mmap(NULL, (size_t)s->file_size, PROT_READ, MAP_SHARED, s->fd, 0);
+    FAIL_IF(own_map == MAP_FAILED, -errno, "%s: mmap: %s", path, strerror(errno));
+    s->meta = calloc(MAX_META_KEYS, sizeof *s->meta);
+    entries = calloc(MAX_META_KEYS, sizeof *entries);
+    FAIL_IF(!s->meta || !entries, -ENOMEM, "%s: out of memory", path);
+    dlc__lmdb_db meta_db, samples_db;
+    CHECK(dlc__lmdb_check_trees(path, own_map, s->file_size, &layout, &meta_db, &samples_db,
+                                entries, MAX_META_KEYS, &s->num_meta));
+    CHECK(env_open(s, path, flags, &layout, &st));
 
     mrc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
     FAIL_IF(mrc != 0, dlc__store_lmdb_status(mrc), "%s: %s", path, mdb_strerror(mrc));
@@ -342,35 +391,9 @@ dlc_status dlc__store_open_file(const char *path, uint32_t flags, dlc_store **ou
     FAIL_IF(mrc == MDB_NOTFOUND || mrc == MDB_INCOMPATIBLE, DLC_EVERSION,
             "%s: not a dlcache store (no \"meta\" and \"samples\" databases)", path);
     FAIL_IF(mrc != 0, dlc__store_lmdb_status(mrc), "%s: %s", path, mdb_strerror(mrc));
-
-    /* LMDB does not tell where its map is (mdb_env_info's me_mapaddr is the
-     * fixed address recorded in the file, NULL for us). The "format" value's
-     * file offset is known from the walk, so LMDB's pointer to it gives the
-     * base that turns record pointers into file offsets. */
-    const dlc__lmdb_entry *fmt = NULL;
-    for (size_t i = 0; i < s->num_meta; i++) {
-        const dlc__lmdb_entry *e = &entries[i];
-        if (e->key_len == strlen(DLC__META_FORMAT) &&
-            memcmp(own_map + e->key_off, DLC__META_FORMAT, e->key_len) == 0)
-            fmt = e;
-    }
-    FAIL_IF(!fmt, DLC_EVERSION,
-            "%s: not a dlcache store (no \"format\" record in its "
-            "metadata)",
-            path);
-    MDB_val fk = {.mv_size = strlen(DLC__META_FORMAT), .mv_data = (void *)DLC__META_FORMAT}, fv;
-    mrc = mdb_get(txn, dbi_meta, &fk, &fv);
-    FAIL_IF(mrc != 0, dlc__store_lmdb_status(mrc), "%s: metadata: %s", path, mdb_strerror(mrc));
-    const uintptr_t base = (uintptr_t)fv.mv_data - (uintptr_t)fmt->val_off;
-    const long os_page = sysconf(_SC_PAGESIZE);
-    FAIL_IF(base % (uintptr_t)(os_page > 0 ? os_page : 4096) != 0 || fv.mv_size != fmt->val_len,
-            DLC_ECORRUPT, "%s: corrupt: LMDB and the page walk disagree on the metadata", path);
-    s->map = (const uint8_t *)base;
+    CHECK(map_base(s, txn, dbi_meta, own_map, entries));
     if (flags & DLC_STORE_SEQUENTIAL)
         (void)madvise((void *)s->map, (size_t)s->file_size, MADV_SEQUENTIAL);
-    for (size_t i = 0; i < s->num_meta; i++)
-        s->meta[i] = (meta_entry){s->map + entries[i].key_off, (size_t)entries[i].key_len,
-                                  s->map + entries[i].val_off, (size_t)entries[i].val_len};
     CHECK(load_info(s, &samples_db));
     /* Database handles outlive the transaction that opened them only when
      * it commits (an abort closes them). The values indexed above stay valid

@@ -133,94 +133,75 @@ static void stop_threads(dlc_loader *l)
     }
 }
 
-dlc_status dlc_loader_open(const char *path, const dlc_loader_config *config, dlc_loader **out)
+/* The sampler, with the labels and a copy of the class weights when it is the weighted one. */
+static dlc_status sampler_open(dlc_loader *l)
 {
     dlc_status rc = DLC_OK;
-    dlc_loader *l = NULL;
-    int64_t *labels = NULL;
-    int sync_made = 0;
-    FAIL_IF(!path || !out, DLC_EINVAL, "loader: path and out must not be NULL");
-    *out = NULL;
-    dlc_loader_config cfg;
-    if (config)
-        cfg = *config;
-    else
-        dlc_loader_config_init(&cfg);
-    CHECK(check_config(&cfg, path));
-
-    l = calloc(1, sizeof *l);
-    FAIL_IF(!l, -ENOMEM, "%s: out of memory", path);
-    l->cfg = cfg;
-    l->lent = -1;
-    l->paused = 1; /* Until every thread has started. */
-    CHECK(dlc_store_open(path, DLC_STORE_RANDOM, &l->store));
-    l->info = dlc_store_get_info(l->store);
-    l->fields = dlc_store_fields(l->store);
-    l->path = dlc_store_path(l->store);
+    const dlc_loader_config *cfg = &l->cfg;
     const dlc_store_info *in = l->info;
-    FAIL_IF(in->count == 0, DLC_EINVAL, "%s: the store has no records", l->path);
-    CHECK(dlc__outputs_plan(l));
-    /* The options pointed into the caller's memory, which need not outlive this call; the plan
-     * holds all that is needed of them. */
-    l->cfg.fields = NULL, l->cfg.field_options = NULL, l->cfg.views = NULL;
-    l->cfg.num_fields = l->cfg.num_field_options = l->cfg.num_views = 0;
-
-    if (cfg.sampler == DLC_SAMPLER_WEIGHTED) {
-        FAIL_IF(!cfg.class_weights || cfg.num_class_weights != in->num_labels, DLC_EINVAL,
+    int64_t *labels = NULL;
+    if (cfg->sampler == DLC_SAMPLER_WEIGHTED) {
+        FAIL_IF(!cfg->class_weights || cfg->num_class_weights != in->num_labels, DLC_EINVAL,
                 "%s: config.class_weights: the weighted sampler needs %u weights, got %u", l->path,
-                in->num_labels, cfg.class_weights ? cfg.num_class_weights : 0);
+                in->num_labels, cfg->class_weights ? cfg->num_class_weights : 0);
         l->weights = malloc(in->num_labels * sizeof *l->weights);
         FAIL_IF(!l->weights, -ENOMEM, "%s: out of memory", l->path);
-        memcpy(l->weights, cfg.class_weights, in->num_labels * sizeof *l->weights);
+        memcpy(l->weights, cfg->class_weights, in->num_labels * sizeof *l->weights);
         l->cfg.class_weights = l->weights;
         CHECK(read_labels(l, &labels));
     }
-    CHECK(dlc__sampler_init(&l->sampler, cfg.sampler, in->count, cfg.num_samples, cfg.quasi_group,
-                            labels, in->num_labels, l->weights));
+    CHECK(dlc__sampler_init(&l->sampler, cfg->sampler, in->count, cfg->num_samples,
+                            cfg->quasi_group, labels, in->num_labels, l->weights));
+fail:
     free(labels);
-    labels = NULL;
+    return rc;
+}
 
-    if (cfg.verify != DLC_VERIFY_OFF) {
+/* The verification bitmaps and the ring of slots: everything a batch needs, allocated once. */
+static dlc_status slots_alloc(dlc_loader *l)
+{
+    dlc_status rc = DLC_OK;
+    const dlc_loader_config *cfg = &l->cfg;
+    const dlc_store_info *in = l->info;
+    if (cfg->verify != DLC_VERIFY_OFF) {
         const size_t words = (size_t)(in->count + 63) / 64;
         l->verified_ok = calloc(words, sizeof *l->verified_ok);
         l->verified_bad = calloc(words, sizeof *l->verified_bad);
         FAIL_IF(!l->verified_ok || !l->verified_bad, -ENOMEM, "%s: out of memory", l->path);
     }
-
-    /* The ring of slots: everything a batch needs, allocated once. */
-    l->nslots = cfg.prefetch;
+    l->nslots = cfg->prefetch;
     l->slots = calloc(l->nslots, sizeof *l->slots);
     FAIL_IF(!l->slots, -ENOMEM, "%s: out of memory", l->path);
     for (uint32_t i = 0; i < l->nslots; i++) {
         dlc__slot *s = &l->slots[i];
-        s->labels = calloc(cfg.batch_size, sizeof *s->labels);
-        s->indices = calloc(cfg.batch_size, sizeof *s->indices);
-        s->io = calloc(cfg.batch_size, sizeof *s->io);
-        s->values = calloc((size_t)cfg.batch_size * in->num_fields, sizeof *s->values);
+        s->labels = calloc(cfg->batch_size, sizeof *s->labels);
+        s->indices = calloc(cfg->batch_size, sizeof *s->indices);
+        s->io = calloc(cfg->batch_size, sizeof *s->io);
+        s->values = calloc((size_t)cfg->batch_size * in->num_fields, sizeof *s->values);
         FAIL_IF(!s->labels || !s->indices || !s->io || !s->values, -ENOMEM,
                 "%s: out of memory for %u batch slots", l->path, l->nslots);
         CHECK(dlc__slot_outputs_alloc(l, s));
         atomic_init(&s->claim, 0);
         atomic_init(&s->done, 0);
     }
-    CHECK(dlc__io_open(l));
-    l->resident = dlc__io_resident(l);
+fail:
+    return rc;
+}
 
-    if (cfg.device >= 0)
-        log_cb_once(&cfg, "built without CUDA: serving host batches");
-
-    /* Plan the first epoch, then start the threads (paused until all report in). */
-    dlc__sampler_set_epoch(&l->sampler, cfg.seed, cfg.epoch);
-    dlc__shard_plan(&l->shard, l->sampler.len, 0, cfg.rank, cfg.world_size, cfg.batch_size,
-                    cfg.drop_last);
+/* Start the I/O thread and the workers, wait until every one has reported in, then unpause.
+ * *sync_made once the mutex and condition variables exist (the caller's cleanup stops the
+ * threads then). */
+static dlc_status threads_start(dlc_loader *l, int *sync_made)
+{
+    dlc_status rc = DLC_OK;
     FAIL_IF(pthread_mutex_init(&l->mu, NULL), -ENOMEM, "%s: pthread_mutex_init failed", l->path);
     if (pthread_cond_init(&l->cv_io, NULL) || pthread_cond_init(&l->cv_work, NULL) ||
         pthread_cond_init(&l->cv_done, NULL)) {
         pthread_mutex_destroy(&l->mu);
         FAIL_IF(1, -ENOMEM, "%s: pthread_cond_init failed", l->path);
     }
-    sync_made = 1;
-    uint32_t threads = cfg.threads;
+    *sync_made = 1;
+    uint32_t threads = l->cfg.threads;
     if (!threads) {
         threads = dlc__cpu_count();
         threads = threads < 256 ? threads : 256;
@@ -251,10 +232,55 @@ dlc_status dlc_loader_open(const char *path, const dlc_loader_config *config, dl
     }
     pthread_mutex_unlock(&l->mu);
     FAIL_IF(rc != DLC_OK, rc, "%s", l->start_msg);
+fail:
+    return rc;
+}
+
+dlc_status dlc_loader_open(const char *path, const dlc_loader_config *config, dlc_loader **out)
+{
+    dlc_status rc = DLC_OK;
+    dlc_loader *l = NULL;
+    int sync_made = 0;
+    FAIL_IF(!path || !out, DLC_EINVAL, "loader: path and out must not be NULL");
+    *out = NULL;
+    dlc_loader_config cfg;
+    if (config)
+        cfg = *config;
+    else
+        dlc_loader_config_init(&cfg);
+    CHECK(check_config(&cfg, path));
+
+    l = calloc(1, sizeof *l);
+    FAIL_IF(!l, -ENOMEM, "%s: out of memory", path);
+    l->cfg = cfg;
+    l->lent = -1;
+    l->paused = 1; /* Until every thread has started. */
+    CHECK(dlc_store_open(path, DLC_STORE_RANDOM, &l->store));
+    l->info = dlc_store_get_info(l->store);
+    l->fields = dlc_store_fields(l->store);
+    l->path = dlc_store_path(l->store);
+    FAIL_IF(l->info->count == 0, DLC_EINVAL, "%s: the store has no records", l->path);
+    CHECK(dlc__outputs_plan(l));
+    /* The options pointed into the caller's memory, which need not outlive this call; the plan
+     * holds all that is needed of them. */
+    l->cfg.fields = NULL, l->cfg.field_options = NULL, l->cfg.views = NULL;
+    l->cfg.num_fields = l->cfg.num_field_options = l->cfg.num_views = 0;
+
+    CHECK(sampler_open(l));
+    CHECK(slots_alloc(l));
+    CHECK(dlc__io_open(l));
+    l->resident = dlc__io_resident(l);
+    if (cfg.device >= 0)
+        log_cb_once(&cfg, "built without CUDA: serving host batches");
+
+    /* Plan the first epoch, then start the threads (paused until all report in). */
+    dlc__sampler_set_epoch(&l->sampler, cfg.seed, cfg.epoch);
+    dlc__shard_plan(&l->shard, l->sampler.len, 0, cfg.rank, cfg.world_size, cfg.batch_size,
+                    cfg.drop_last);
+    CHECK(threads_start(l, &sync_made));
     *out = l;
     return DLC_OK;
 fail:
-    free(labels);
     if (l) {
         /* Keep the failure's message: closing must not overwrite it. */
         dlc__errsave es;

@@ -73,6 +73,97 @@ uint64_t dlc__perm_invert(const dlc__perm *p, uint64_t i)
 
 /* ---- Sampler ---- */
 
+/* Vose's alias tables from @p mass (per class, scaled here to a mean of 1; @p small and
+ * @p large are scratch of nclasses each): one uniform draw and one coin pick a class in O(1). */
+static void alias_build(dlc__sampler *s, double *mass, uint32_t *small, uint32_t *large,
+                        double total, const double *weights)
+{
+    const uint32_t nclasses = s->nclasses;
+    uint32_t ns = 0, nl = 0;
+    for (uint32_t c = 0; c < nclasses; c++) {
+        mass[c] = mass[c] * nclasses / total;
+        if (mass[c] < 1.0)
+            small[ns++] = c;
+        else
+            large[nl++] = c;
+    }
+    while (ns && nl) {
+        const uint32_t a = small[--ns], b = large[--nl];
+        s->alias_prob[a] = mass[a];
+        s->alias_idx[a] = b;
+        mass[b] = (mass[b] + mass[a]) - 1.0;
+        if (mass[b] < 1.0)
+            small[ns++] = b;
+        else
+            large[nl++] = b;
+    }
+    while (nl) {
+        const uint32_t b = large[--nl];
+        s->alias_prob[b] = 1.0, s->alias_idx[b] = b;
+    }
+    /* What is left is 1 up to rounding; a class without records must still never be drawn,
+     * so it points at one that has mass. */
+    uint32_t some = 0;
+    while (some + 1 < nclasses &&
+           !(weights[some] > 0 && s->class_start[some + 1] > s->class_start[some]))
+        some++;
+    while (ns) {
+        const uint32_t a = small[--ns];
+        const int empty = s->class_start[a + 1] == s->class_start[a];
+        s->alias_prob[a] = empty ? 0.0 : 1.0, s->alias_idx[a] = empty ? some : a;
+    }
+}
+
+/* The weighted sampler's tables: the records sorted by label and the alias tables of the
+ * classes. On failure the caller frees what was allocated in @p s. */
+static dlc_status weighted_init(dlc__sampler *s, uint64_t count, const int64_t *labels,
+                                uint32_t nclasses, const double *weights)
+{
+    dlc_status rc = DLC_OK;
+    double *mass = NULL;
+    uint32_t *small = NULL, *large = NULL;
+    FAIL_IF(!labels || !weights || nclasses == 0, DLC_EINVAL,
+            "loader: config.class_weights: the weighted sampler needs one weight per label");
+    s->nclasses = nclasses;
+    s->by_class = malloc(count * sizeof *s->by_class);
+    s->class_start = calloc((size_t)nclasses + 1, sizeof *s->class_start);
+    s->alias_prob = malloc(nclasses * sizeof *s->alias_prob);
+    s->alias_idx = malloc(nclasses * sizeof *s->alias_idx);
+    mass = calloc(nclasses, sizeof *mass);
+    small = malloc(nclasses * sizeof *small);
+    large = malloc(nclasses * sizeof *large);
+    FAIL_IF(!s->by_class || !s->class_start || !s->alias_prob || !s->alias_idx || !mass || !small ||
+                !large,
+            -ENOMEM, "loader: out of memory for the weighted sampler's tables");
+    /* Counting sort of the records by label. */
+    for (uint64_t i = 0; i < count; i++) {
+        FAIL_IF(labels[i] < 0 || labels[i] >= (int64_t)nclasses, DLC_ECORRUPT,
+                "loader: record %llu: label %lld is not below %u", (unsigned long long)i,
+                (long long)labels[i], nclasses);
+        s->class_start[labels[i] + 1]++;
+    }
+    for (uint32_t c = 0; c < nclasses; c++)
+        s->class_start[c + 1] += s->class_start[c];
+    uint64_t *fill = (uint64_t *)mass; /* Reused as a cursor array before it holds masses. */
+    memcpy(fill, s->class_start, nclasses * sizeof *fill);
+    for (uint64_t i = 0; i < count; i++)
+        s->by_class[fill[labels[i]]++] = i;
+    /* P(record) is proportional to its class's weight, so P(class) ~ weight * records. */
+    double total = 0;
+    for (uint32_t c = 0; c < nclasses; c++) {
+        const double w = weights[c];
+        FAIL_IF(!(w >= 0) || w > 1e300, DLC_EINVAL,
+                "loader: config.class_weights[%u] = %g is not a weight", c, w);
+        mass[c] = w * (double)(s->class_start[c + 1] - s->class_start[c]);
+        total += mass[c];
+    }
+    FAIL_IF(!(total > 0), DLC_EINVAL, "loader: config.class_weights: every record has weight 0");
+    alias_build(s, mass, small, large, total, weights);
+fail:
+    free(mass), free(small), free(large);
+    return rc;
+}
+
 dlc_status dlc__sampler_init(dlc__sampler *s, uint32_t kind, uint64_t count, uint64_t num_samples,
                              uint32_t quasi_group, const int64_t *labels, uint32_t nclasses,
                              const double *weights)
@@ -95,92 +186,11 @@ dlc_status dlc__sampler_init(dlc__sampler *s, uint32_t kind, uint64_t count, uin
          * instead of from everywhere, while the order of groups still spans the whole store. */
         s->window = s->group * 16;
         break;
-    case DLC_SAMPLER_WEIGHTED: {
-        FAIL_IF(!labels || !weights || nclasses == 0, DLC_EINVAL,
-                "loader: config.class_weights: the weighted sampler needs one weight per label");
+    case DLC_SAMPLER_WEIGHTED:
         if (num_samples)
             s->len = num_samples;
-        s->nclasses = nclasses;
-        s->by_class = malloc(count * sizeof *s->by_class);
-        s->class_start = calloc((size_t)nclasses + 1, sizeof *s->class_start);
-        s->alias_prob = malloc(nclasses * sizeof *s->alias_prob);
-        s->alias_idx = malloc(nclasses * sizeof *s->alias_idx);
-        double *mass = calloc(nclasses, sizeof *mass);
-        uint32_t *small = malloc(nclasses * sizeof *small);
-        uint32_t *large = malloc(nclasses * sizeof *large);
-        if (!s->by_class || !s->class_start || !s->alias_prob || !s->alias_idx || !mass || !small ||
-            !large) {
-            free(mass), free(small), free(large);
-            FAIL_IF(1, -ENOMEM, "loader: out of memory for the weighted sampler's tables");
-        }
-        /* Counting sort of the records by label. */
-        for (uint64_t i = 0; i < count; i++) {
-            if (labels[i] < 0 || labels[i] >= (int64_t)nclasses) {
-                free(mass), free(small), free(large);
-                FAIL_IF(1, DLC_ECORRUPT, "loader: record %llu: label %lld is not below %u",
-                        (unsigned long long)i, (long long)labels[i], nclasses);
-            }
-            s->class_start[labels[i] + 1]++;
-        }
-        for (uint32_t c = 0; c < nclasses; c++)
-            s->class_start[c + 1] += s->class_start[c];
-        uint64_t *fill = (uint64_t *)mass; /* Reused as a cursor array before it holds masses. */
-        memcpy(fill, s->class_start, nclasses * sizeof *fill);
-        for (uint64_t i = 0; i < count; i++)
-            s->by_class[fill[labels[i]]++] = i;
-        /* P(record) is proportional to its class's weight, so P(class) ~ weight * records. */
-        double total = 0;
-        for (uint32_t c = 0; c < nclasses; c++) {
-            const double w = weights[c];
-            if (!(w >= 0) || w > 1e300) {
-                free(mass), free(small), free(large);
-                FAIL_IF(1, DLC_EINVAL, "loader: config.class_weights[%u] = %g is not a weight", c,
-                        w);
-            }
-            mass[c] = w * (double)(s->class_start[c + 1] - s->class_start[c]);
-            total += mass[c];
-        }
-        if (!(total > 0)) {
-            free(mass), free(small), free(large);
-            FAIL_IF(1, DLC_EINVAL, "loader: config.class_weights: every record has weight 0");
-        }
-        /* Vose's alias method: one uniform draw and one coin pick a class in O(1). */
-        uint32_t ns = 0, nl = 0;
-        for (uint32_t c = 0; c < nclasses; c++) {
-            mass[c] = mass[c] * nclasses / total;
-            if (mass[c] < 1.0)
-                small[ns++] = c;
-            else
-                large[nl++] = c;
-        }
-        while (ns && nl) {
-            const uint32_t a = small[--ns], b = large[--nl];
-            s->alias_prob[a] = mass[a];
-            s->alias_idx[a] = b;
-            mass[b] = (mass[b] + mass[a]) - 1.0;
-            if (mass[b] < 1.0)
-                small[ns++] = b;
-            else
-                large[nl++] = b;
-        }
-        while (nl) {
-            const uint32_t b = large[--nl];
-            s->alias_prob[b] = 1.0, s->alias_idx[b] = b;
-        }
-        /* What is left is 1 up to rounding; a class without records must still never be drawn,
-         * so it points at one that has mass. */
-        uint32_t some = 0;
-        while (some + 1 < nclasses &&
-               !(weights[some] > 0 && s->class_start[some + 1] > s->class_start[some]))
-            some++;
-        while (ns) {
-            const uint32_t a = small[--ns];
-            const int empty = s->class_start[a + 1] == s->class_start[a];
-            s->alias_prob[a] = empty ? 0.0 : 1.0, s->alias_idx[a] = empty ? some : a;
-        }
-        free(mass), free(small), free(large);
+        CHECK(weighted_init(s, count, labels, nclasses, weights));
         break;
-    }
     default:
         FAIL_IF(1, DLC_EINVAL, "loader: config.sampler = %u is not a dlc_sampler", kind);
     }
