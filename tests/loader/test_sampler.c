@@ -214,6 +214,14 @@ Test(sampler, weighted_rejects_bad_weights)
     cr_assert_eq(dlc__sampler_init(&s, DLC_SAMPLER_WEIGHTED, 4, 0, 0, labels, 2, zero), DLC_EINVAL);
     cr_assert_eq(dlc__sampler_init(&s, DLC_SAMPLER_WEIGHTED, 4, 0, 0, labels, 2, neg), DLC_EINVAL);
     cr_assert(strstr(dlc_errmsg(), "class_weights[1]"));
+    /* No labels or weights at all, and a label out of range: refused before or after the
+     * tables are allocated, with nothing leaked (ASan runs this). */
+    const double one[2] = {1, 1};
+    cr_assert_eq(dlc__sampler_init(&s, DLC_SAMPLER_WEIGHTED, 4, 0, 0, NULL, 2, one), DLC_EINVAL);
+    labels[2] = 2;
+    cr_assert_eq(dlc__sampler_init(&s, DLC_SAMPLER_WEIGHTED, 4, 0, 0, labels, 2, one),
+                 DLC_ECORRUPT);
+    cr_assert(strstr(dlc_errmsg(), "record 2: label 2 is not below 2"), "%s", dlc_errmsg());
 }
 
 Test(sampler, rng_below_stays_in_range_and_covers_it)
