@@ -199,9 +199,9 @@ def torch_loader(args, items):
 
 
 # Boxes with no area in float32 that a pipeline delivered, by pipeline: dropped before the
-# model, which refuses them, and counted in the report. The loader decides what to keep on
-# double values and then rounds to float32 (loader/augment.c, dlc__boxes_transform), so a box
-# that starts on the crop's far edge can survive as [x, 128, x', 128].
+# model, which refuses them, and counted in the report. Both pipelines decide on the float32
+# values (loader/augment.c, dlc__boxes_transform; transform_boxes above), so the count is 0; a
+# box that starts on the crop's far edge would otherwise survive as [x, 128, x', 128].
 EMPTY_BOXES = {"dlcache": 0, "torch": 0}
 
 

@@ -542,16 +542,16 @@ uint32_t dlc__boxes_transform(const uint8_t *in, uint32_t n, const dlc__geom *g,
         x1 = fmin(fmax(x1, 0.0), W);
         y0 = fmin(fmax(y0, 0.0), H);
         y1 = fmin(fmax(y1, 0.0), H);
-        const int ok = finite && x1 > x0 && y1 > y0;
+        /* Empty or not is decided on the float32 values the model gets: a box on the crop's far
+         * edge can end 1e-14 inside it in double and be empty once rounded (the detection
+         * example counted such boxes: models refuse them). */
+        const float f[4] = {(float)x0, (float)y0, (float)x1, (float)y1};
+        const int ok = finite && f[2] > f[0] && f[3] > f[1];
         if (keep)
             keep[i] = (uint8_t)ok;
         if (!ok)
             continue;
-        float *o = out + 4 * (size_t)kept++;
-        o[0] = (float)x0;
-        o[1] = (float)y0;
-        o[2] = (float)x1;
-        o[3] = (float)y1;
+        memcpy(out + 4 * (size_t)kept++, f, sizeof f);
     }
     return kept;
 }

@@ -301,3 +301,18 @@ Test(augment, vector_convert_is_used_where_the_cpu_has_it)
     cr_skip_test("not x86-64");
 #endif
 }
+
+Test(augment, a_box_left_empty_in_float32_is_dropped)
+{
+    /* A crop of 49 source pixels resized to 128: the crop's right edge maps to
+     * 49 * (128 / 49) = 127.99999999999999 in double, 128 in float32. A box that starts on that
+     * edge has an area in double and none in float32; models refuse such a box, so it goes. */
+    const dlc__geom g = {.x0 = 0, .y0 = 0, .sx = 128.0 / 49, .sy = 1, .out_w = 128, .out_h = 64};
+    const float in[8] = {49, 10, 60, 20, /* on the edge: dropped */ 10, 10, 30, 20};
+    float out[8] = {0};
+    uint8_t keep[2] = {9, 9};
+    cr_assert_eq(dlc__boxes_transform((const uint8_t *)in, 2, &g, out, keep), 1);
+    cr_assert(keep[0] == 0 && keep[1] == 1);
+    cr_assert(out[0] == (float)(10 * (128.0 / 49)) && out[2] > out[0] && out[3] == 20,
+              "the kept box is the second one");
+}
