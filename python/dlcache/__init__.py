@@ -25,7 +25,7 @@ from .errors import (  # noqa: F401
     DlcacheOSError, ExistsError, FileNotFound, HTTPError, InvalidArgumentError, NetworkError,
     NoImagesError, NotFoundError, PermissionDenied, StateError, UnsupportedError, VersionError,
 )
-from .store import BuildReport, Store, StoreInfo, build, info  # noqa: F401
+from .store import BuildReport, Store, StoreInfo, build, info, join  # noqa: F401
 
 __version__ = "0.1.0"
 
@@ -49,7 +49,8 @@ def version():
 
 
 __all__ = [
-    "Loader", "build", "write", "WriteReport", "info", "Store", "version", "library_path", "BuildReport", "StoreInfo",
+    "Loader", "build", "join", "write", "WriteReport", "info", "Store", "version", "library_path",
+    "BuildReport", "StoreInfo",
     "DlcacheError", "InvalidArgumentError", "CorruptError", "VersionError", "NotFoundError",
     "DecodeError", "NoImagesError", "ExistsError", "HTTPError", "NetworkError", "ChangedError",
     "CanceledError", "StateError", "CudaError", "UnsupportedError",

@@ -225,6 +225,26 @@ class BuildReport(ctypes.Structure):
     ]
 
 
+class BuildSetOptions(ctypes.Structure):
+    _fields_ = [
+        ("parts", ctypes.c_uint32),
+        ("one_part", ctypes.c_int),
+        ("part", ctypes.c_uint32),
+    ]
+
+
+class SetJoinReport(ctypes.Structure):
+    """dlc_set_join_report (set.h): what dlc_build_join() found and wrote."""
+    _fields_ = [
+        ("num_shards", ctypes.c_uint32),
+        ("count", ctypes.c_uint64),
+        ("file_bytes", ctypes.c_uint64),
+        ("set_id", ctypes.c_uint64),
+        ("temp_files", ctypes.c_uint32),
+        ("unchanged", ctypes.c_int),
+    ]
+
+
 # ---------------------------------------------------------------- loader.h
 class FieldOption(ctypes.Structure):
     """dlc_field_option: how one field of the store goes into a batch."""
@@ -426,6 +446,12 @@ _PROTOTYPES = {
                              ctypes.POINTER(BuildOptions),
                              ctypes.POINTER(ctypes.POINTER(BuildReport))]),
     "dlc_build_report_free": (None, [ctypes.POINTER(BuildReport)]),
+    "dlc_build_set_options_init": (None, [ctypes.POINTER(BuildSetOptions)]),
+    "dlc_build_set": (c_status, [ctypes.POINTER(ctypes.c_char_p), ctypes.c_size_t,
+                                 ctypes.c_char_p, ctypes.POINTER(BuildOptions), _P,
+                                 ctypes.POINTER(BuildSetOptions),
+                                 ctypes.POINTER(ctypes.POINTER(BuildReport))]),
+    "dlc_build_join": (c_status, [ctypes.c_char_p, ctypes.POINTER(SetJoinReport)]),
     # loader.h
     "dlc_loader_config_init": (None, [ctypes.POINTER(LoaderConfig)]),
     "dlc_loader_open": (c_status, [ctypes.c_char_p, ctypes.POINTER(LoaderConfig),

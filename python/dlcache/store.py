@@ -93,7 +93,7 @@ _LOG_CB = L.LOG_FN(_log_to_logging)
 
 
 def build(sources, out, size=256, crop="center", encoding="raw", quality=90, threads=None,
-          strict=False, force=False, progress=None):
+          strict=False, force=False, progress=None, shards=None, part=None):
     """Build the store ``out`` from image sources (the library behind `cachebuild`).
 
     Args:
@@ -113,9 +113,17 @@ def build(sources, out, size=256, crop="center", encoding="raw", quality=90, thr
         progress: None; True for a progress line on stderr; or a callable
             taking a dict (done, total, skipped, bytes_in, bytes_out, seconds)
             about 10 times a second and returning True to cancel.
+        shards: None for one store file; N for a store set (docs/SETS.md):
+            ``out`` is then a directory of N parts and an index, all parts
+            built here at once (as ``cachebuild --shards N``).
+        part: with shards: build part I of N alone (as ``cachebuild --part
+            I/N``), one machine's share of a build across machines; join()
+            writes the index once every part is there.
 
     Returns:
-        A BuildReport (count, skipped, skips, seconds, images_per_s, ...).
+        A BuildReport (count, skipped, skips, seconds, images_per_s, ...);
+        for a set also parts (N), set_id, items and built: one dict per part
+        written (part, first_item, end_item, count, skipped, file_bytes).
 
     Raises:
         ValueError for a bad argument; ExistsError when ``out`` exists without
@@ -135,6 +143,16 @@ def build(sources, out, size=256, crop="center", encoding="raw", quality=90, thr
     if not srcs:
         raise ValueError("sources must name at least one path")
     outp = _fspath(out, "out")
+    if part is not None and shards is None:
+        raise ValueError("part needs shards: part=I builds part I of shards=N")
+    setopts = None
+    if shards is not None:
+        setopts = L.BuildSetOptions()
+        lib.dlc_build_set_options_init(ctypes.byref(setopts))
+        setopts.parts = _uint(shards, "shards", 1, 65536)
+        if part is not None:
+            setopts.one_part = 1
+            setopts.part = _uint(part, "part", 0, setopts.parts - 1)
 
     opts = L.BuildOptions()
     lib.dlc_build_options_init(ctypes.byref(opts))
@@ -188,7 +206,11 @@ def build(sources, out, size=256, crop="center", encoding="raw", quality=90, thr
 
     arr = (ctypes.c_char_p * len(srcs))(*srcs)
     rep = ctypes.POINTER(L.BuildReport)()
-    rc = lib.dlc_build(arr, len(srcs), outp, ctypes.byref(opts), ctypes.byref(rep))
+    if setopts is None:
+        rc = lib.dlc_build(arr, len(srcs), outp, ctypes.byref(opts), ctypes.byref(rep))
+    else:
+        rc = lib.dlc_build_set(arr, len(srcs), outp, ctypes.byref(opts), None,
+                               ctypes.byref(setopts), ctypes.byref(rep))
     if progress is True:
         sys.stderr.write("\n")
     err = error_for(rc, "dlcache.build(%s)" % os.fsdecode(outp)) if rc < 0 else None
@@ -201,13 +223,49 @@ def build(sources, out, size=256, crop="center", encoding="raw", quality=90, thr
         skips = [(r.skips[i].path.decode("utf-8", "replace"),
                   r.skips[i].reason.decode("utf-8", "replace"))
                  for i in range(r.skipped)] if r.skips else []
-        return BuildReport(path=os.fsdecode(outp), count=r.count, skipped=r.skipped, skips=skips,
-                           bytes_in=r.bytes_in, bytes_out=r.bytes_out, file_bytes=r.file_bytes,
-                           seconds=r.seconds, images_per_s=r.images_per_s, threads=r.threads,
-                           content_digest=r.content_digest, channels=r.channels,
-                           converted=r.converted)
+        report = BuildReport(path=os.fsdecode(outp), count=r.count, skipped=r.skipped,
+                             skips=skips, bytes_in=r.bytes_in, bytes_out=r.bytes_out,
+                             file_bytes=r.file_bytes, seconds=r.seconds,
+                             images_per_s=r.images_per_s, threads=r.threads,
+                             content_digest=r.content_digest, channels=r.channels,
+                             converted=r.converted)
+        if setopts is not None:
+            report.update(parts=r.parts, set_id=r.set_id, items=r.items, built=[
+                {"part": b.part, "first_item": b.first_item, "end_item": b.end_item,
+                 "count": b.count, "skipped": b.skipped, "file_bytes": b.file_bytes}
+                for b in (r.built[i] for i in range(r.num_built))])
+        return report
     finally:
         lib.dlc_build_report_free(rep)
+
+
+def join(path):
+    """Check the parts in the store set ``path`` and write its index (the
+    library behind ``cachebuild --join``), once every part built with
+    ``build(..., shards=N, part=I)`` is there.
+
+    Refuses, naming each part: no part at all, parts of different N, a part
+    missing or there twice, a damaged part, a part built from other sources or
+    options than the others. A refused join writes no index. Joining again
+    writes nothing new (the index is a function of the parts).
+
+    Returns:
+        A dict: path, num_shards, count (records), file_bytes, set_id,
+        temp_files (parts still being written, or left by a crash, not taken)
+        and unchanged (True when the index already held these bytes).
+
+    Raises:
+        ValueError for a bad argument; a DlcacheError naming the part and the
+        reason otherwise.
+    """
+    p = _fspath(path, "path")
+    rep = L.SetJoinReport()
+    rc = lib.dlc_build_join(p, ctypes.byref(rep))
+    if rc < 0:
+        raise error_for(rc, "dlcache.join(%s)" % os.fsdecode(p))
+    return {"path": os.fsdecode(p), "num_shards": rep.num_shards, "count": rep.count,
+            "file_bytes": rep.file_bytes, "set_id": rep.set_id, "temp_files": rep.temp_files,
+            "unchanged": bool(rep.unchanged)}
 
 
 class _Store:

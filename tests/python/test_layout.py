@@ -38,6 +38,8 @@ STRUCTS = {
     "dlc_build_skip": "BuildSkip",
     "dlc_build_report": "BuildReport",
     "dlc_build_part": "BuildPart",
+    "dlc_build_set_options": "BuildSetOptions",
+    "dlc_set_join_report": "SetJoinReport",
     "dlc_loader_config": "LoaderConfig",
     "dlc_batch": "Batch",
     "dlc_loader_stats": "LoaderStats",
@@ -74,7 +76,8 @@ def _c_program():
     from dlcache import _lib as L
     lines = ["#include <dlcache/store.h>", "#include <dlcache/build.h>",
              "#include <dlcache/loader.h>", "#include <dlcache/writer.h>",
-             "#include <dlcache/image.h>", "#include <stdio.h>", "#include <stddef.h>",
+             "#include <dlcache/image.h>", "#include <dlcache/set.h>", "#include <stdio.h>",
+             "#include <stddef.h>",
              "int main(void) {"]
     for cname, pyname in STRUCTS.items():
         lines.append('printf("%s sizeof %%zu\\n", sizeof(%s));' % (cname, cname))

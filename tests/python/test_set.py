@@ -59,3 +59,40 @@ def test_a_set_reads_and_loads_like_the_store_of_its_records(store, store_set):
 def test_a_directory_without_an_index_is_named(tmp_path):
     with pytest.raises(dlcache.VersionError, match="not a store or a set: no index.dlcset"):
         dlcache.Store(str(tmp_path))
+
+
+def test_build_shards_and_parts_then_join(demo_dir, store, tmp_path):
+    """dlcache.build(shards=N) makes the set that cachebuild --shards makes; parts built one
+    call each (as on N machines) are refused by join() while one is missing, then joined; both
+    hold the records of the single store, in its order."""
+    from conftest import STORE_SIZE
+    whole = tmp_path / "whole"
+    r = dlcache.build(str(demo_dir), str(whole), size=STORE_SIZE, threads=2, shards=3)
+    assert r["parts"] == 3 and [b["part"] for b in r["built"]] == [0, 1, 2]
+    assert sum(b["count"] for b in r["built"]) == r["count"] == len(dlcache.Store(str(store)))
+    assert r["built"][0]["first_item"] == 0 and r["built"][2]["end_item"] == r["items"]
+
+    apart = tmp_path / "apart"
+    for i in (2, 0):
+        one = dlcache.build(str(demo_dir), str(apart), size=STORE_SIZE, threads=2, shards=3,
+                            part=i)
+        assert [b["part"] for b in one["built"]] == [i] and one["set_id"] == r["set_id"]
+    with pytest.raises(dlcache.DlcacheError, match="part-00001-of-00003.dlc"):
+        dlcache.join(str(apart))
+    assert not (apart / "index.dlcset").exists()
+    dlcache.build(str(demo_dir), str(apart), size=STORE_SIZE, threads=2, shards=3, part=1)
+    j = dlcache.join(str(apart))
+    assert j["num_shards"] == 3 and j["count"] == r["count"] and j["set_id"] == r["set_id"]
+    assert not j["unchanged"] and dlcache.join(str(apart))["unchanged"]
+
+    with dlcache.Store(str(whole)) as a, dlcache.Store(str(apart)) as b, \
+            dlcache.Store(str(store)) as c:
+        for i in range(len(c)):
+            assert np.array_equal(np.asarray(a[i]["image"]), np.asarray(c[i]["image"]))
+            assert np.array_equal(np.asarray(b[i]["image"]), np.asarray(c[i]["image"]))
+            assert a[i]["label"] == b[i]["label"] == c[i]["label"]
+
+    with pytest.raises(ValueError, match="part needs shards"):
+        dlcache.build(str(demo_dir), str(tmp_path / "x"), part=0)
+    with pytest.raises(ValueError, match="part"):
+        dlcache.build(str(demo_dir), str(tmp_path / "y"), shards=2, part=2)
