@@ -1,433 +1,17 @@
 /* The store writer (include/dlcache/writer.h): appends sealed records to PATH.tmp-PID, then
  * writes the schema, the offset table and the metadata, syncs, trims and renames
  * (docs/FORMAT.md). Records are laid out by record builders (store_record.c); this file only
- * copies their bytes into LMDB and keeps the per-field statistics the schema needs at finish. */
-#include "common.h"
-#include "store_format.h"
-#include "store_internal.h"
-#include "store_set.h"
+ * copies their bytes into LMDB and keeps the per-field statistics the schema needs at finish.
+ * The file under it (paths, LMDB's environment, room on disk, transactions, the final seal) is
+ * cache/store_writer_file.c's. */
+#include "store_writer_impl.h"
 
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <lmdb.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/statvfs.h>
-#include <unistd.h>
-#include <xxhash.h>
-
-/* A write transaction is committed after this many payload bytes or records.
- * LMDB copies a transaction's dirty pages into the page cache at commit, on the
- * writer's thread; with 16 MiB commits that copy overlaps the workers' decoding
- * instead of stalling them behind one long commit (3000 demo images, 1 worker:
- * 552/609/493 images/s with 256 MiB commits, 647/782/616 with 16 MiB). It also
- * keeps LMDB's dirty-page list (MDB_IDL_UM_MAX pages) far from full. */
-#define TXN_MAX_BYTES (16ull << 20)
-#define TXN_MAX_RECORDS 4096u
-/* Smallest map; also the slack added to every estimate of the map we need. */
-#define MAP_MIN (64ull << 20)
-/* JPEG quality of a field whose spec says 0. */
-#define DEFAULT_QUALITY 90
-
-/* What the writer learns about one field from the records appended. */
-typedef struct field_stats {
-    uint32_t dim0, dim1; /* Of the first record. */
-    int uniform;         /* Every record so far has dim0, dim1. */
-    uint32_t max_dim0, max_dim1;
-    uint64_t max_size;
-} field_stats;
-
-struct dlc_writer {
-    char *final_path; /* Where the store goes at finish. */
-    char *temp_path;  /* FINAL.tmp-PID: ".tmp-" marks it as never a store. */
-    char *dir_path;   /* Directory of both, for statvfs and the final fsync. */
-    MDB_env *env;
-    MDB_txn *txn; /* The open write transaction, or NULL. */
-    MDB_dbi dbi_meta;
-    MDB_dbi dbi_samples;
-    uint64_t psize;     /* LMDB page size. */
-    uint64_t mapsize;   /* Current map size. */
-    uint64_t used;      /* File bytes used by committed transactions. */
-    uint64_t pending;   /* Estimated file bytes of the open transaction. */
-    uint64_t txn_bytes; /* Payload bytes in the open transaction. */
-    uint32_t txn_records;
-    uint64_t prealloc; /* Bytes reserved with fallocate (0: none). */
-    int writemap;      /* MDB_WRITEMAP over blocks reserved for the whole map (create_file()). */
-    uint64_t size_hint;
-    int failed;      /* A write failed: only abort is valid now. */
-    int deferred;    /* The version 1 API: schema at the first record, labels checked at finish. */
-    int auto_labels; /* num_labels = 0 with a LABEL field: "0".."K-1" named at finish. */
-
-    int has_schema;
-    uint32_t nf;
-    uint64_t token; /* XXH3 of the schema as given: builders carry it to append. */
-    uint32_t label_field;
-    dlc_field fields[DLC_MAX_FIELDS];
-    int quality[DLC_MAX_FIELDS];
-    field_stats stats[DLC_MAX_FIELDS];
-
-    char *labels; /* The "labels" value: names, each followed by NUL. */
-    size_t labels_len;
-    uint32_t num_labels;
-    uint64_t skipped;
-    char *build_json;
-    uint64_t source_digest;
-
-    uint64_t count;
-    uint64_t payload_bytes;
-    int64_t max_label;
-    uint64_t max_label_index;
-    uint64_t *label_counts;
-    size_t label_cap;
-    XXH3_state_t *digest; /* content_digest: 24 bytes per field per record. */
-
-    int has_set_part; /* A part of a store set: finish writes "set_part" and may have no record. */
-    uint8_t set_part[DLC__SET_PART_SIZE];
-};
-
-/* An LMDB return code as a dlc_status: LMDB returns errno values as they are
- * and its own codes as negative numbers in its own range. */
-static dlc_status lmdb_status(int rc)
-{
-    if (rc > 0)
-        return -rc;
-    if (rc == MDB_MAP_FULL)
-        return -EFBIG;
-    return DLC_ECORRUPT;
-}
-
-static char *str_dup(const char *s)
-{
-    const size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    if (d)
-        memcpy(d, s, n);
-    return d;
-}
-
-/* Free bytes for an unprivileged user on the file system holding the store. */
-static uint64_t free_bytes(const dlc_writer *w)
-{
-    struct statvfs sv;
-    if (statvfs(w->dir_path, &sv) != 0)
-        return UINT64_MAX;
-    return (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize;
-}
-
-/* The bytes LMDB will use in the file for one record of @p value_len bytes:
- * a value over LMDB's node limit (a quarter page less headers) gets its own
- * overflow pages, a small one shares a leaf page. Either way the leaf node
- * (8-byte node header, 8-byte key, 2-byte pointer) costs about 24 bytes. */
-static uint64_t record_cost(const dlc_writer *w, uint64_t value_len)
-{
-    const uint64_t node_max = ((w->psize - DLC__LMDB_PAGEHDRSZ) / 2 & ~(uint64_t)1) - 2;
-    if (8 + DLC__KEY_SIZE + value_len <= node_max)
-        return value_len + 24;
-    const uint64_t pages = (DLC__LMDB_PAGEHDRSZ + value_len + w->psize - 1) / w->psize;
-    return pages * w->psize + 24;
-}
-
-/* Turn a failed write into the message a user can act on: LMDB reports a
- * full disk as ENOSPC or, from a short pwrite, as EIO. */
-static dlc_status write_error(dlc_writer *w, int rc, const char *what)
-{
-    const uint64_t avail = free_bytes(w);
-    const uint64_t need =
-        w->size_hint > w->payload_bytes ? w->size_hint - w->payload_bytes : w->pending + (1u << 20);
-    if (rc == ENOSPC || ((rc == EIO || rc == EFBIG) && avail < need + (16u << 20)))
-        return dlc__errorf(-ENOSPC,
-                           "%s: disk full: need about %" PRIu64 " more bytes, %" PRIu64 " free",
-                           w->temp_path, need, avail);
-    return dlc__errorf(lmdb_status(rc), "%s: %s: %s", w->temp_path, what, mdb_strerror(rc));
-}
-
-static dlc_status txn_begin(dlc_writer *w)
-{
-    const int rc = mdb_txn_begin(w->env, NULL, 0, &w->txn);
-    if (rc != 0) {
-        w->txn = NULL;
-        return write_error(w, rc, "begin write transaction");
-    }
-    w->pending = 0;
-    w->txn_bytes = 0;
-    w->txn_records = 0;
-    return DLC_OK;
-}
-
-static dlc_status txn_commit(dlc_writer *w)
-{
-    const int rc = mdb_txn_commit(w->txn);
-    w->txn = NULL; /* Commit frees the transaction even when it fails. */
-    if (rc != 0)
-        return write_error(w, rc, "commit");
-    MDB_envinfo ei;
-    mdb_env_info(w->env, &ei);
-    w->used = ((uint64_t)ei.me_last_pgno + 1) * w->psize;
-    w->pending = 0;
-    return DLC_OK;
-}
-
-/* Make sure @p extra more bytes fit in the map. LMDB can only grow the map
- * between transactions, and MDB_MAP_FULL inside one would lose every record
- * of it, so grow early: commit, resize, begin again. */
-static dlc_status ensure_room(dlc_writer *w, uint64_t extra)
-{
-    /* Branch pages copied on write and the free list add a little to the
-     * estimate; an eighth plus a fixed slack covers them with room to spare. */
-    const uint64_t need = w->used + (w->pending + extra) + (w->pending + extra) / 8 + (4u << 20);
-    if (need <= w->mapsize)
-        return DLC_OK;
-    dlc_status rc = txn_commit(w);
-    if (rc < 0)
-        return rc;
-    /* A map of WRITEMAP is reserved block for block, so it grows by less than a sparse one. */
-    uint64_t size = w->writemap ? w->mapsize + w->mapsize / 2 : w->mapsize * 2;
-    const uint64_t floor = w->writemap ? need + need / 4 : need * 2;
-    if (size < floor)
-        size = floor;
-    if (w->writemap) {
-        int fd = -1;
-        mdb_env_get_fd(w->env, &fd);
-        /* Before LMDB extends the file and maps the new part: then no page of the map lacks
-         * its block, and a full disk is this error rather than a SIGBUS later. */
-        if (fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)size) != 0)
-            return write_error(w, errno, "reserve blocks for the map");
-        w->prealloc = size;
-    }
-    const int mrc = mdb_env_set_mapsize(w->env, (size_t)size);
-    if (mrc != 0)
-        return dlc__errorf(lmdb_status(mrc), "%s: cannot grow the map to %" PRIu64 " bytes: %s",
-                           w->temp_path, size, mdb_strerror(mrc));
-    w->mapsize = size;
-    return txn_begin(w);
-}
-
-static void writer_free(dlc_writer *w)
-{
-    if (w->txn)
-        mdb_txn_abort(w->txn);
-    if (w->env)
-        mdb_env_close(w->env);
-    if (w->digest)
-        XXH3_freeState(w->digest);
-    free(w->label_counts);
-    free(w->labels);
-    free(w->build_json);
-    free(w->final_path);
-    free(w->temp_path);
-    free(w->dir_path);
-    free(w);
-}
-
-/* Remove the temporary file after a failure; the caller frees w. */
-static void remove_temp(dlc_writer *w)
-{
-    if (w->txn) {
-        mdb_txn_abort(w->txn);
-        w->txn = NULL;
-    }
-    if (w->env) {
-        mdb_env_close(w->env);
-        w->env = NULL;
-    }
-    unlink(w->temp_path);
-}
-
-/* Parse "PID" or "PID-lock" (LMDB's lock file, should a writer ever make one). */
-static int temp_pid(const char *s, long *pid)
-{
-    long v = 0;
-    const char *p = s;
-    for (; *p >= '0' && *p <= '9'; p++) {
-        v = v * 10 + (*p - '0');
-        if (v > INT_MAX)
-            return -1;
-    }
-    if (p == s || (*p != '\0' && strcmp(p, "-lock") != 0))
-        return -1;
-    *pid = v;
-    return 0;
-}
-
-void dlc__remove_stale_temps(const char *final_path, dlc_log_fn log, void *user)
-{
-    const char *slash = strrchr(final_path, '/');
-    char dir[PATH_MAX];
-    const char *base = final_path;
-    if (slash) {
-        const size_t n = slash == final_path ? 1 : (size_t)(slash - final_path);
-        if (n >= sizeof dir)
-            return;
-        memcpy(dir, final_path, n);
-        dir[n] = '\0';
-        base = slash + 1;
-    } else {
-        strcpy(dir, ".");
-    }
-    const size_t blen = strlen(base);
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (strncmp(e->d_name, base, blen) != 0 || strncmp(e->d_name + blen, ".tmp-", 5) != 0)
-            continue;
-        long pid;
-        if (temp_pid(e->d_name + blen + 5, &pid) != 0 || pid == (long)getpid())
-            continue;
-        /* kill(pid, 0) fails with ESRCH only when no such process exists; a
-         * live process (even one we may not signal) keeps its file. */
-        if (pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH &&
-            unlinkat(dirfd(d), e->d_name, 0) == 0)
-            dlc__logf(log, user, DLC_LOG_INFO,
-                      "%s/%s: removed the temporary file of an interrupted build (pid %ld)", dir,
-                      e->d_name, pid);
-    }
-    closedir(d);
-}
-
-/* The paths of a writer of @p final_path, and the early checks that need no file yet. */
-static dlc_status paths_init(dlc_writer *w, const char *final_path, int force)
-{
-    dlc_status rc = DLC_OK;
-    struct stat st;
-    if (stat(final_path, &st) == 0) {
-        FAIL_IF(!force, DLC_EEXIST, "%s: exists; use --force to replace it", final_path);
-        FAIL_IF(S_ISDIR(st.st_mode), DLC_EINVAL, "%s: is a directory, not a store file",
-                final_path);
-    }
-    w->final_path = str_dup(final_path);
-    const size_t tlen = strlen(final_path) + 32;
-    w->temp_path = malloc(tlen);
-    w->dir_path = str_dup(final_path);
-    w->digest = XXH3_createState();
-    FAIL_IF(!w->final_path || !w->temp_path || !w->dir_path || !w->digest, -ENOMEM,
-            "%s: out of memory", final_path);
-    snprintf(w->temp_path, tlen, "%s.tmp-%ld", final_path, (long)getpid());
-    char *slash = strrchr(w->dir_path, '/');
-    if (!slash)
-        strcpy(w->dir_path, ".");
-    else if (slash == w->dir_path)
-        slash[1] = '\0';
-    else
-        *slash = '\0';
-    XXH3_64bits_reset(w->digest);
-fail:
-    return rc;
-}
-
-/* Create the temporary file, choose how LMDB writes it, and reserve its blocks up front, so
- * that a disk too small fails here with a clear message rather than hours into the build.
- *
- * With MDB_WRITEMAP, mdb_put(MDB_RESERVE) hands out a place in a shared map of the file, and a
- * record is copied once, by the writer, straight into the page cache. Without it LMDB copies
- * the record into a malloc'd dirty page and write()s that page at commit: on a 1-thread build
- * of the demo data the kernel's copy of those writes took 28% of the time and the faults of
- * the fresh anonymous pages malloc hands out after every commit another 6-9%. The danger of
- * WRITEMAP is a full disk: a store to a page of the map whose block the file system cannot
- * allocate kills the process with SIGBUS instead of failing a write(). So the map is never
- * larger than the blocks reserved for it with fallocate(): here for the first map, and in
- * ensure_room() before every growth (KEEP_SIZE: LMDB itself extends the file when it maps
- * it). Where the whole first map cannot be reserved (no fallocate on this file system, or a
- * disk with room for the estimated store but not for the map's slack) the writer goes without
- * WRITEMAP, reserving the estimate alone as before: slower, never wrong. Other fallocate errors
- * only lose the early warning; the build still reports a full disk when it happens. */
-static dlc_status create_file(dlc_writer *w, uint64_t want)
-{
-    const int fd = open(w->temp_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return dlc__errorf(-errno, "%s: cannot create: %s", w->temp_path, strerror(errno));
-    dlc_status rc = DLC_OK;
-    if (fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)w->mapsize) == 0) {
-        w->writemap = 1;
-        w->prealloc = w->mapsize;
-    } else if (w->size_hint > 0 && fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)want) == 0) {
-        w->prealloc = want;
-    } else if (w->size_hint > 0 && errno == ENOSPC) {
-        rc = dlc__errorf(-ENOSPC, "%s: disk full: need about %" PRIu64 " bytes, %" PRIu64 " free",
-                         w->temp_path, want, free_bytes(w));
-    }
-    close(fd);
-    return rc;
-}
-
-/* Create the temporary LMDB file and its two databases. */
-static dlc_status files_open(dlc_writer *w, uint64_t size_hint)
-{
-    dlc_status rc = DLC_OK;
-    int mrc;
-    struct statvfs sv;
-    FAIL_IF(statvfs(w->dir_path, &sv) != 0, -errno, "%s: directory: %s", w->dir_path,
-            strerror(errno));
-    /* The cheap early answer; fallocate below gives the exact one. */
-    const uint64_t want = size_hint + size_hint / 16 + (1u << 20);
-    const uint64_t avail = (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize;
-    FAIL_IF(size_hint > 0 && want > avail, -ENOSPC,
-            "%s: disk full: need about %" PRIu64 " bytes, %" PRIu64 " free", w->final_path, want,
-            avail);
-    /* A temporary file of this PID can only be a leftover of a process that
-     * died with our PID long ago: it is garbage. Those of other dead ones too. */
-    FAIL_IF(unlink(w->temp_path) != 0 && errno != ENOENT, -errno, "%s: cannot remove: %s",
-            w->temp_path, strerror(errno));
-    dlc__remove_stale_temps(w->final_path, NULL, NULL);
-
-    mrc = mdb_env_create(&w->env);
-    FAIL_IF(mrc != 0, lmdb_status(mrc), "%s: %s", w->temp_path, mdb_strerror(mrc));
-    mdb_env_set_maxdbs(w->env, DLC__MAX_DBS);
-    w->size_hint = size_hint;
-    w->mapsize = size_hint + size_hint / 8 + MAP_MIN;
-    mdb_env_set_mapsize(w->env, (size_t)w->mapsize);
-    CHECK(create_file(w, want));
-    /* NOSYNC/NOMETASYNC: one fsync at finish is all the durability a build
-     * needs, since the file is not the store until the rename. NOLOCK: the
-     * temporary file has one writer and no readers, and no lock file is left
-     * behind. WRITEMAP only over reserved blocks (create_file()). */
-    const unsigned flags = MDB_NOSUBDIR | MDB_NOSYNC | MDB_NOMETASYNC | MDB_NOLOCK | MDB_NOTLS |
-                           (w->writemap ? MDB_WRITEMAP : 0u);
-    mrc = mdb_env_open(w->env, w->temp_path, flags, 0644);
-    FAIL_IF(mrc != 0, lmdb_status(mrc), "%s: cannot create: %s", w->temp_path, mdb_strerror(mrc));
-    MDB_stat ms;
-    mdb_env_stat(w->env, &ms);
-    w->psize = ms.ms_psize;
-    w->used = 2 * w->psize; /* The two meta pages. */
-    CHECK(txn_begin(w));
-    mrc = mdb_dbi_open(w->txn, DLC__DB_META, MDB_CREATE, &w->dbi_meta);
-    if (mrc == 0)
-        mrc = mdb_dbi_open(w->txn, DLC__DB_SAMPLES, MDB_CREATE, &w->dbi_samples);
-    FAIL_IF(mrc != 0, lmdb_status(mrc), "%s: cannot create databases: %s", w->temp_path,
-            mdb_strerror(mrc));
-fail:
-    return rc;
-}
-
-/* A writer with its file open and no schema yet. */
-static dlc_status writer_create(const char *path, int force, uint64_t size_hint, dlc_writer **out)
-{
-    dlc_status rc = DLC_OK;
-    dlc_writer *w = NULL;
-    *out = NULL;
-    w = calloc(1, sizeof *w);
-    FAIL_IF(!w, -ENOMEM, "%s: out of memory", path);
-    w->max_label = -1;
-    w->label_field = DLC_NO_FIELD;
-    CHECK(paths_init(w, path, force));
-    CHECK(files_open(w, size_hint));
-    *out = w;
-    return DLC_OK;
-fail:
-    if (w) {
-        if (w->env)
-            remove_temp(w);
-        writer_free(w);
-    }
-    return rc;
-}
 
 /* ---- The schema ------------------------------------------------------------------------------ */
 
@@ -572,12 +156,12 @@ dlc_status dlc_writer_open(const char *path, const dlc_writer_config *config, dl
     FAIL_IF(!has_label && config->num_labels > 0, DLC_EINVAL,
             "%s: %u label names but no field is the LABEL", path, config->num_labels);
 
-    CHECK(writer_create(path, config->force, config->size_hint, &w));
+    CHECK(dlc__wfile_writer_create(path, config->force, config->size_hint, &w));
     CHECK(set_schema(w, config->fields, config->num_fields));
     CHECK(set_labels(w, config->label_names, config->num_labels));
     w->auto_labels = has_label && config->num_labels == 0;
     if (config->build_json) {
-        w->build_json = str_dup(config->build_json);
+        w->build_json = strdup(config->build_json);
         FAIL_IF(!w->build_json, -ENOMEM, "%s: out of memory", path);
     }
     w->source_digest = config->source_digest;
@@ -595,7 +179,7 @@ dlc_status dlc__writer_open_deferred(const char *path, int force, uint64_t size_
         *out = NULL;
     if (!path || !*path || !out)
         return dlc__errorf(DLC_EINVAL, "store writer: no output path");
-    const dlc_status rc = writer_create(path, force, size_hint, out);
+    const dlc_status rc = dlc__wfile_writer_create(path, force, size_hint, out);
     if (rc == DLC_OK)
         (*out)->deferred = 1;
     return rc;
@@ -626,7 +210,7 @@ dlc_status dlc__writer_set_meta(dlc_writer *w, const char *const *label_names, u
         return rc;
     w->skipped = skipped;
     free(w->build_json);
-    w->build_json = build_json ? str_dup(build_json) : NULL;
+    w->build_json = build_json ? strdup(build_json) : NULL;
     if (build_json && !w->build_json)
         return dlc__errorf(-ENOMEM, "%s: out of memory", w->temp_path);
     w->source_digest = source_digest;
@@ -780,9 +364,9 @@ dlc_status dlc_writer_append(dlc_writer *w, dlc_record_builder *b)
     if (rc < 0)
         return rc;
 
-    const uint64_t cost = record_cost(w, rec.size);
+    const uint64_t cost = dlc__wfile_record_cost(w, rec.size);
     /* From here on a failure leaves LMDB's transaction in an unknown state. */
-    CHECK(ensure_room(w, cost));
+    CHECK(dlc__wfile_ensure_room(w, cost));
     uint8_t key[DLC__KEY_SIZE];
     dlc__record_key(key, w->count);
     MDB_val k = {.mv_size = sizeof key, .mv_data = key};
@@ -792,7 +376,7 @@ dlc_status dlc_writer_append(dlc_writer *w, dlc_record_builder *b)
      * straight into the page that gets written. */
     const int mrc = mdb_put(w->txn, w->dbi_samples, &k, &v, MDB_APPEND | MDB_RESERVE);
     if (mrc != 0) {
-        rc = write_error(w, mrc, "write record");
+        rc = dlc__wfile_write_error(w, mrc, "write record");
         goto fail;
     }
     memcpy(v.mv_data, rec.value, rec.size);
@@ -806,8 +390,8 @@ dlc_status dlc_writer_append(dlc_writer *w, dlc_record_builder *b)
     w->txn_bytes += rec.size;
     w->txn_records++;
     if (w->txn_bytes >= TXN_MAX_BYTES || w->txn_records >= TXN_MAX_RECORDS) {
-        CHECK(txn_commit(w));
-        CHECK(txn_begin(w));
+        CHECK(dlc__wfile_txn_commit(w));
+        CHECK(dlc__wfile_txn_begin(w));
     }
     return DLC_OK;
 fail:
@@ -862,7 +446,8 @@ static dlc_status build_index(dlc_writer *w, uint8_t *index)
     dlc_status rc = DLC_OK;
     MDB_cursor *cur = NULL;
     int mrc = mdb_cursor_open(w->txn, w->dbi_samples, &cur);
-    FAIL_IF(mrc != 0, lmdb_status(mrc), "%s: cursor: %s", w->temp_path, mdb_strerror(mrc));
+    FAIL_IF(mrc != 0, dlc__wfile_lmdb_status(mrc), "%s: cursor: %s", w->temp_path,
+            mdb_strerror(mrc));
     uintptr_t base = 0;
     uint64_t i = 0;
     MDB_val k, v;
@@ -881,7 +466,7 @@ static dlc_status build_index(dlc_writer *w, uint8_t *index)
                 "%s: record %" PRIu64 ": cannot place the value in the file", w->temp_path, i);
         dlc__st64(index + i * 8, (uint64_t)(p - base));
     }
-    FAIL_IF(mrc != MDB_NOTFOUND, lmdb_status(mrc), "%s: cursor: %s", w->temp_path,
+    FAIL_IF(mrc != MDB_NOTFOUND, dlc__wfile_lmdb_status(mrc), "%s: cursor: %s", w->temp_path,
             mdb_strerror(mrc));
     FAIL_IF(i != w->count, DLC_ECORRUPT, "%s: %" PRIu64 " records in the file, %" PRIu64 " written",
             w->temp_path, i, w->count);
@@ -897,7 +482,7 @@ static dlc_status put_meta(dlc_writer *w, const char *key, const void *data, siz
     MDB_val v = {.mv_size = size, .mv_data = (void *)data};
     const int mrc = mdb_put(w->txn, w->dbi_meta, &k, &v, 0);
     if (mrc != 0)
-        return write_error(w, mrc, "write metadata");
+        return dlc__wfile_write_error(w, mrc, "write metadata");
     return DLC_OK;
 }
 
@@ -954,34 +539,6 @@ fail:
     return rc;
 }
 
-/* Drop the bytes past the last used page (preallocated blocks included),
- * make the file durable, and move it over the final path. */
-static dlc_status seal_file(dlc_writer *w, uint64_t used)
-{
-    dlc_status rc = DLC_OK;
-    const int fd = open(w->temp_path, O_RDWR | O_CLOEXEC);
-    FAIL_IF(fd < 0, -errno, "%s: cannot reopen: %s", w->temp_path, strerror(errno));
-    FAIL_IF(ftruncate(fd, (off_t)used) != 0, -errno, "%s: cannot trim to %" PRIu64 " bytes: %s",
-            w->temp_path, used, strerror(errno));
-    /* Truncating to the current size does not free blocks that fallocate
-     * reserved beyond the end; punching them out does. Failure only wastes
-     * space, so it is not an error. */
-    if (w->prealloc > used)
-        (void)fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)used,
-                        (off_t)(w->prealloc - used));
-    FAIL_IF(fsync(fd) != 0, -errno, "%s: fsync: %s", w->temp_path, strerror(errno));
-    /* The rename is the commit point: before it FINAL is the old store (or
-     * absent), after it the new one, whole and synced. */
-    FAIL_IF(rename(w->temp_path, w->final_path) != 0, -errno, "%s: cannot rename to %s: %s",
-            w->temp_path, w->final_path, strerror(errno));
-    /* Without this fsync a crash could forget the rename itself. */
-    CHECK(dlc__fsync_dir(w->final_path));
-fail:
-    if (fd >= 0)
-        close(fd);
-    return rc;
-}
-
 /* A deferred writer that got no record writes the version 1 API's schema with defaults. */
 static dlc_status default_schema(dlc_writer *w)
 {
@@ -1028,20 +585,21 @@ static dlc_status write_store(dlc_writer *w, uint64_t *used)
     CHECK(final_schema(w));
     /* The index is taken in a transaction of its own, after every record is committed: then no
      * samples page is dirty, and each value pointer is into the map. */
-    CHECK(txn_commit(w));
-    CHECK(txn_begin(w));
+    CHECK(dlc__wfile_txn_commit(w));
+    CHECK(dlc__wfile_txn_begin(w));
     const size_t index_len = (size_t)w->count * 8;
-    CHECK(ensure_room(w, index_len + w->labels_len + (uint64_t)w->num_labels * 8 +
-                             (w->build_json ? strlen(w->build_json) : 0) + 64 * w->psize));
+    CHECK(dlc__wfile_ensure_room(w, index_len + w->labels_len + (uint64_t)w->num_labels * 8 +
+                                        (w->build_json ? strlen(w->build_json) : 0) +
+                                        64 * w->psize));
     index = malloc(index_len ? index_len : 1);
     FAIL_IF(!index, -ENOMEM, "%s: out of memory for an offset table of %zu bytes", w->temp_path,
             index_len);
     CHECK(build_index(w, index));
     CHECK(write_meta(w, index));
-    CHECK(txn_commit(w));
+    CHECK(dlc__wfile_txn_commit(w));
     const int mrc = mdb_env_sync(w->env, 1);
     if (mrc != 0) {
-        rc = write_error(w, mrc, "sync");
+        rc = dlc__wfile_write_error(w, mrc, "sync");
         goto fail;
     }
     MDB_envinfo ei;
@@ -1063,12 +621,12 @@ dlc_status dlc_writer_finish(dlc_writer *w)
             w->temp_path);
     uint64_t used = 0;
     CHECK(write_store(w, &used));
-    CHECK(seal_file(w, used));
-    writer_free(w);
+    CHECK(dlc__wfile_seal_file(w, used));
+    dlc__wfile_writer_free(w);
     return DLC_OK;
 fail:
-    remove_temp(w);
-    writer_free(w);
+    dlc__wfile_remove_temp(w);
+    dlc__wfile_writer_free(w);
     return rc;
 }
 
@@ -1076,6 +634,6 @@ void dlc_writer_abort(dlc_writer *w)
 {
     if (!w)
         return;
-    remove_temp(w);
-    writer_free(w);
+    dlc__wfile_remove_temp(w);
+    dlc__wfile_writer_free(w);
 }

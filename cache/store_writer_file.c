@@ -1,0 +1,375 @@
+/* The file under the store writer (include/dlcache/writer.h): FINAL.tmp-PID and its LMDB
+ * environment, blocks reserved ahead of the map, the transactions records are appended in, and
+ * at finish the trim, sync and rename that publish the store. The schema and the records are
+ * cache/store_writer.c's. */
+#include "store_writer_impl.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+/* An LMDB return code as a dlc_status: LMDB returns errno values as they are
+ * and its own codes as negative numbers in its own range. */
+dlc_status dlc__wfile_lmdb_status(int rc)
+{
+    if (rc > 0)
+        return -rc;
+    if (rc == MDB_MAP_FULL)
+        return -EFBIG;
+    return DLC_ECORRUPT;
+}
+
+/* Free bytes for an unprivileged user on the file system holding the store. */
+static uint64_t free_bytes(const dlc_writer *w)
+{
+    struct statvfs sv;
+    if (statvfs(w->dir_path, &sv) != 0)
+        return UINT64_MAX;
+    return (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize;
+}
+
+/* The bytes LMDB will use in the file for one record of @p value_len bytes:
+ * a value over LMDB's node limit (a quarter page less headers) gets its own
+ * overflow pages, a small one shares a leaf page. Either way the leaf node
+ * (8-byte node header, 8-byte key, 2-byte pointer) costs about 24 bytes. */
+uint64_t dlc__wfile_record_cost(const dlc_writer *w, uint64_t value_len)
+{
+    const uint64_t node_max = ((w->psize - DLC__LMDB_PAGEHDRSZ) / 2 & ~(uint64_t)1) - 2;
+    if (8 + DLC__KEY_SIZE + value_len <= node_max)
+        return value_len + 24;
+    const uint64_t pages = (DLC__LMDB_PAGEHDRSZ + value_len + w->psize - 1) / w->psize;
+    return pages * w->psize + 24;
+}
+
+/* Turn a failed write into the message a user can act on: LMDB reports a
+ * full disk as ENOSPC or, from a short pwrite, as EIO. */
+dlc_status dlc__wfile_write_error(dlc_writer *w, int rc, const char *what)
+{
+    const uint64_t avail = free_bytes(w);
+    const uint64_t need =
+        w->size_hint > w->payload_bytes ? w->size_hint - w->payload_bytes : w->pending + (1u << 20);
+    if (rc == ENOSPC || ((rc == EIO || rc == EFBIG) && avail < need + (16u << 20)))
+        return dlc__errorf(-ENOSPC,
+                           "%s: disk full: need about %" PRIu64 " more bytes, %" PRIu64 " free",
+                           w->temp_path, need, avail);
+    return dlc__errorf(dlc__wfile_lmdb_status(rc), "%s: %s: %s", w->temp_path, what, mdb_strerror(rc));
+}
+
+dlc_status dlc__wfile_txn_begin(dlc_writer *w)
+{
+    const int rc = mdb_txn_begin(w->env, NULL, 0, &w->txn);
+    if (rc != 0) {
+        w->txn = NULL;
+        return dlc__wfile_write_error(w, rc, "begin write transaction");
+    }
+    w->pending = 0;
+    w->txn_bytes = 0;
+    w->txn_records = 0;
+    return DLC_OK;
+}
+
+dlc_status dlc__wfile_txn_commit(dlc_writer *w)
+{
+    const int rc = mdb_txn_commit(w->txn);
+    w->txn = NULL; /* Commit frees the transaction even when it fails. */
+    if (rc != 0)
+        return dlc__wfile_write_error(w, rc, "commit");
+    MDB_envinfo ei;
+    mdb_env_info(w->env, &ei);
+    w->used = ((uint64_t)ei.me_last_pgno + 1) * w->psize;
+    w->pending = 0;
+    return DLC_OK;
+}
+
+/* Make sure @p extra more bytes fit in the map. LMDB can only grow the map
+ * between transactions, and MDB_MAP_FULL inside one would lose every record
+ * of it, so grow early: commit, resize, begin again. */
+dlc_status dlc__wfile_ensure_room(dlc_writer *w, uint64_t extra)
+{
+    /* Branch pages copied on write and the free list add a little to the
+     * estimate; an eighth plus a fixed slack covers them with room to spare. */
+    const uint64_t need = w->used + (w->pending + extra) + (w->pending + extra) / 8 + (4u << 20);
+    if (need <= w->mapsize)
+        return DLC_OK;
+    dlc_status rc = dlc__wfile_txn_commit(w);
+    if (rc < 0)
+        return rc;
+    /* A map of WRITEMAP is reserved block for block, so it grows by less than a sparse one. */
+    uint64_t size = w->writemap ? w->mapsize + w->mapsize / 2 : w->mapsize * 2;
+    const uint64_t floor = w->writemap ? need + need / 4 : need * 2;
+    if (size < floor)
+        size = floor;
+    if (w->writemap) {
+        int fd = -1;
+        mdb_env_get_fd(w->env, &fd);
+        /* Before LMDB extends the file and maps the new part: then no page of the map lacks
+         * its block, and a full disk is this error rather than a SIGBUS later. */
+        if (fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)size) != 0)
+            return dlc__wfile_write_error(w, errno, "reserve blocks for the map");
+        w->prealloc = size;
+    }
+    const int mrc = mdb_env_set_mapsize(w->env, (size_t)size);
+    if (mrc != 0)
+        return dlc__errorf(dlc__wfile_lmdb_status(mrc), "%s: cannot grow the map to %" PRIu64 " bytes: %s",
+                           w->temp_path, size, mdb_strerror(mrc));
+    w->mapsize = size;
+    return dlc__wfile_txn_begin(w);
+}
+
+void dlc__wfile_writer_free(dlc_writer *w)
+{
+    if (w->txn)
+        mdb_txn_abort(w->txn);
+    if (w->env)
+        mdb_env_close(w->env);
+    if (w->digest)
+        XXH3_freeState(w->digest);
+    free(w->label_counts);
+    free(w->labels);
+    free(w->build_json);
+    free(w->final_path);
+    free(w->temp_path);
+    free(w->dir_path);
+    free(w);
+}
+
+/* Remove the temporary file after a failure; the caller frees w. */
+void dlc__wfile_remove_temp(dlc_writer *w)
+{
+    if (w->txn) {
+        mdb_txn_abort(w->txn);
+        w->txn = NULL;
+    }
+    if (w->env) {
+        mdb_env_close(w->env);
+        w->env = NULL;
+    }
+    unlink(w->temp_path);
+}
+
+/* Parse "PID" or "PID-lock" (LMDB's lock file, should a writer ever make one). */
+static int temp_pid(const char *s, long *pid)
+{
+    long v = 0;
+    const char *p = s;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        v = v * 10 + (*p - '0');
+        if (v > INT_MAX)
+            return -1;
+    }
+    if (p == s || (*p != '\0' && strcmp(p, "-lock") != 0))
+        return -1;
+    *pid = v;
+    return 0;
+}
+
+void dlc__remove_stale_temps(const char *final_path, dlc_log_fn log, void *user)
+{
+    const char *slash = strrchr(final_path, '/');
+    char dir[PATH_MAX];
+    const char *base = final_path;
+    if (slash) {
+        const size_t n = slash == final_path ? 1 : (size_t)(slash - final_path);
+        if (n >= sizeof dir)
+            return;
+        memcpy(dir, final_path, n);
+        dir[n] = '\0';
+        base = slash + 1;
+    } else {
+        strcpy(dir, ".");
+    }
+    const size_t blen = strlen(base);
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, base, blen) != 0 || strncmp(e->d_name + blen, ".tmp-", 5) != 0)
+            continue;
+        long pid;
+        if (temp_pid(e->d_name + blen + 5, &pid) != 0 || pid == (long)getpid())
+            continue;
+        /* kill(pid, 0) fails with ESRCH only when no such process exists; a
+         * live process (even one we may not signal) keeps its file. */
+        if (pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH &&
+            unlinkat(dirfd(d), e->d_name, 0) == 0)
+            dlc__logf(log, user, DLC_LOG_INFO,
+                      "%s/%s: removed the temporary file of an interrupted build (pid %ld)", dir,
+                      e->d_name, pid);
+    }
+    closedir(d);
+}
+
+/* The paths of a writer of @p final_path, and the early checks that need no file yet. */
+static dlc_status paths_init(dlc_writer *w, const char *final_path, int force)
+{
+    dlc_status rc = DLC_OK;
+    struct stat st;
+    if (stat(final_path, &st) == 0) {
+        FAIL_IF(!force, DLC_EEXIST, "%s: exists; use --force to replace it", final_path);
+        FAIL_IF(S_ISDIR(st.st_mode), DLC_EINVAL, "%s: is a directory, not a store file",
+                final_path);
+    }
+    w->final_path = strdup(final_path);
+    const size_t tlen = strlen(final_path) + 32;
+    w->temp_path = malloc(tlen);
+    w->dir_path = strdup(final_path);
+    w->digest = XXH3_createState();
+    FAIL_IF(!w->final_path || !w->temp_path || !w->dir_path || !w->digest, -ENOMEM,
+            "%s: out of memory", final_path);
+    snprintf(w->temp_path, tlen, "%s.tmp-%ld", final_path, (long)getpid());
+    char *slash = strrchr(w->dir_path, '/');
+    if (!slash)
+        strcpy(w->dir_path, ".");
+    else if (slash == w->dir_path)
+        slash[1] = '\0';
+    else
+        *slash = '\0';
+    XXH3_64bits_reset(w->digest);
+fail:
+    return rc;
+}
+
+/* Create the temporary file, choose how LMDB writes it, and reserve its blocks up front, so
+ * that a disk too small fails here with a clear message rather than hours into the build.
+ *
+ * With MDB_WRITEMAP, mdb_put(MDB_RESERVE) hands out a place in a shared map of the file, and a
+ * record is copied once, by the writer, straight into the page cache. Without it LMDB copies
+ * the record into a malloc'd dirty page and write()s that page at commit: on a 1-thread build
+ * of the demo data the kernel's copy of those writes took 28% of the time and the faults of
+ * the fresh anonymous pages malloc hands out after every commit another 6-9%. The danger of
+ * WRITEMAP is a full disk: a store to a page of the map whose block the file system cannot
+ * allocate kills the process with SIGBUS instead of failing a write(). So the map is never
+ * larger than the blocks reserved for it with fallocate(): here for the first map, and in
+ * dlc__wfile_ensure_room() before every growth (KEEP_SIZE: LMDB itself extends the file when it maps
+ * it). Where the whole first map cannot be reserved (no fallocate on this file system, or a
+ * disk with room for the estimated store but not for the map's slack) the writer goes without
+ * WRITEMAP, reserving the estimate alone as before: slower, never wrong. Other fallocate errors
+ * only lose the early warning; the build still reports a full disk when it happens. */
+static dlc_status create_file(dlc_writer *w, uint64_t want)
+{
+    const int fd = open(w->temp_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return dlc__errorf(-errno, "%s: cannot create: %s", w->temp_path, strerror(errno));
+    dlc_status rc = DLC_OK;
+    if (fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)w->mapsize) == 0) {
+        w->writemap = 1;
+        w->prealloc = w->mapsize;
+    } else if (w->size_hint > 0 && fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)want) == 0) {
+        w->prealloc = want;
+    } else if (w->size_hint > 0 && errno == ENOSPC) {
+        rc = dlc__errorf(-ENOSPC, "%s: disk full: need about %" PRIu64 " bytes, %" PRIu64 " free",
+                         w->temp_path, want, free_bytes(w));
+    }
+    close(fd);
+    return rc;
+}
+
+/* Create the temporary LMDB file and its two databases. */
+static dlc_status files_open(dlc_writer *w, uint64_t size_hint)
+{
+    dlc_status rc = DLC_OK;
+    int mrc;
+    struct statvfs sv;
+    FAIL_IF(statvfs(w->dir_path, &sv) != 0, -errno, "%s: directory: %s", w->dir_path,
+            strerror(errno));
+    /* The cheap early answer; fallocate below gives the exact one. */
+    const uint64_t want = size_hint + size_hint / 16 + (1u << 20);
+    const uint64_t avail = (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize;
+    FAIL_IF(size_hint > 0 && want > avail, -ENOSPC,
+            "%s: disk full: need about %" PRIu64 " bytes, %" PRIu64 " free", w->final_path, want,
+            avail);
+    /* A temporary file of this PID can only be a leftover of a process that
+     * died with our PID long ago: it is garbage. Those of other dead ones too. */
+    FAIL_IF(unlink(w->temp_path) != 0 && errno != ENOENT, -errno, "%s: cannot remove: %s",
+            w->temp_path, strerror(errno));
+    dlc__remove_stale_temps(w->final_path, NULL, NULL);
+
+    mrc = mdb_env_create(&w->env);
+    FAIL_IF(mrc != 0, dlc__wfile_lmdb_status(mrc), "%s: %s", w->temp_path, mdb_strerror(mrc));
+    mdb_env_set_maxdbs(w->env, DLC__MAX_DBS);
+    w->size_hint = size_hint;
+    w->mapsize = size_hint + size_hint / 8 + MAP_MIN;
+    mdb_env_set_mapsize(w->env, (size_t)w->mapsize);
+    CHECK(create_file(w, want));
+    /* NOSYNC/NOMETASYNC: one fsync at finish is all the durability a build
+     * needs, since the file is not the store until the rename. NOLOCK: the
+     * temporary file has one writer and no readers, and no lock file is left
+     * behind. WRITEMAP only over reserved blocks (create_file()). */
+    const unsigned flags = MDB_NOSUBDIR | MDB_NOSYNC | MDB_NOMETASYNC | MDB_NOLOCK | MDB_NOTLS |
+                           (w->writemap ? MDB_WRITEMAP : 0u);
+    mrc = mdb_env_open(w->env, w->temp_path, flags, 0644);
+    FAIL_IF(mrc != 0, dlc__wfile_lmdb_status(mrc), "%s: cannot create: %s", w->temp_path, mdb_strerror(mrc));
+    MDB_stat ms;
+    mdb_env_stat(w->env, &ms);
+    w->psize = ms.ms_psize;
+    w->used = 2 * w->psize; /* The two meta pages. */
+    CHECK(dlc__wfile_txn_begin(w));
+    mrc = mdb_dbi_open(w->txn, DLC__DB_META, MDB_CREATE, &w->dbi_meta);
+    if (mrc == 0)
+        mrc = mdb_dbi_open(w->txn, DLC__DB_SAMPLES, MDB_CREATE, &w->dbi_samples);
+    FAIL_IF(mrc != 0, dlc__wfile_lmdb_status(mrc), "%s: cannot create databases: %s", w->temp_path,
+            mdb_strerror(mrc));
+fail:
+    return rc;
+}
+
+/* A writer with its file open and no schema yet. */
+dlc_status dlc__wfile_writer_create(const char *path, int force, uint64_t size_hint, dlc_writer **out)
+{
+    dlc_status rc = DLC_OK;
+    dlc_writer *w = NULL;
+    *out = NULL;
+    w = calloc(1, sizeof *w);
+    FAIL_IF(!w, -ENOMEM, "%s: out of memory", path);
+    w->max_label = -1;
+    w->label_field = DLC_NO_FIELD;
+    CHECK(paths_init(w, path, force));
+    CHECK(files_open(w, size_hint));
+    *out = w;
+    return DLC_OK;
+fail:
+    if (w) {
+        if (w->env)
+            dlc__wfile_remove_temp(w);
+        dlc__wfile_writer_free(w);
+    }
+    return rc;
+}
+
+/* Drop the bytes past the last used page (preallocated blocks included),
+ * make the file durable, and move it over the final path. */
+dlc_status dlc__wfile_seal_file(dlc_writer *w, uint64_t used)
+{
+    dlc_status rc = DLC_OK;
+    const int fd = open(w->temp_path, O_RDWR | O_CLOEXEC);
+    FAIL_IF(fd < 0, -errno, "%s: cannot reopen: %s", w->temp_path, strerror(errno));
+    FAIL_IF(ftruncate(fd, (off_t)used) != 0, -errno, "%s: cannot trim to %" PRIu64 " bytes: %s",
+            w->temp_path, used, strerror(errno));
+    /* Truncating to the current size does not free blocks that fallocate
+     * reserved beyond the end; punching them out does. Failure only wastes
+     * space, so it is not an error. */
+    if (w->prealloc > used)
+        (void)fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)used,
+                        (off_t)(w->prealloc - used));
+    FAIL_IF(fsync(fd) != 0, -errno, "%s: fsync: %s", w->temp_path, strerror(errno));
+    /* The rename is the commit point: before it FINAL is the old store (or
+     * absent), after it the new one, whole and synced. */
+    FAIL_IF(rename(w->temp_path, w->final_path) != 0, -errno, "%s: cannot rename to %s: %s",
+            w->temp_path, w->final_path, strerror(errno));
+    /* Without this fsync a crash could forget the rename itself. */
+    CHECK(dlc__fsync_dir(w->final_path));
+fail:
+    if (fd >= 0)
+        close(fd);
+    return rc;
+}
