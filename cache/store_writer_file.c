@@ -61,7 +61,8 @@ dlc_status dlc__wfile_write_error(dlc_writer *w, int rc, const char *what)
         return dlc__errorf(-ENOSPC,
                            "%s: disk full: need about %" PRIu64 " more bytes, %" PRIu64 " free",
                            w->temp_path, need, avail);
-    return dlc__errorf(dlc__wfile_lmdb_status(rc), "%s: %s: %s", w->temp_path, what, mdb_strerror(rc));
+    return dlc__errorf(dlc__wfile_lmdb_status(rc), "%s: %s: %s", w->temp_path, what,
+                       mdb_strerror(rc));
 }
 
 dlc_status dlc__wfile_txn_begin(dlc_writer *w)
@@ -119,8 +120,9 @@ dlc_status dlc__wfile_ensure_room(dlc_writer *w, uint64_t extra)
     }
     const int mrc = mdb_env_set_mapsize(w->env, (size_t)size);
     if (mrc != 0)
-        return dlc__errorf(dlc__wfile_lmdb_status(mrc), "%s: cannot grow the map to %" PRIu64 " bytes: %s",
-                           w->temp_path, size, mdb_strerror(mrc));
+        return dlc__errorf(dlc__wfile_lmdb_status(mrc),
+                           "%s: cannot grow the map to %" PRIu64 " bytes: %s", w->temp_path, size,
+                           mdb_strerror(mrc));
     w->mapsize = size;
     return dlc__wfile_txn_begin(w);
 }
@@ -250,8 +252,8 @@ fail:
  * WRITEMAP is a full disk: a store to a page of the map whose block the file system cannot
  * allocate kills the process with SIGBUS instead of failing a write(). So the map is never
  * larger than the blocks reserved for it with fallocate(): here for the first map, and in
- * dlc__wfile_ensure_room() before every growth (KEEP_SIZE: LMDB itself extends the file when it maps
- * it). Where the whole first map cannot be reserved (no fallocate on this file system, or a
+ * dlc__wfile_ensure_room() before every growth (KEEP_SIZE: LMDB itself extends the file when it
+ * maps it). Where the whole first map cannot be reserved (no fallocate on this file system, or a
  * disk with room for the estimated store but not for the map's slack) the writer goes without
  * WRITEMAP, reserving the estimate alone as before: slower, never wrong. Other fallocate errors
  * only lose the early warning; the build still reports a full disk when it happens. */
@@ -308,7 +310,8 @@ static dlc_status files_open(dlc_writer *w, uint64_t size_hint)
     const unsigned flags = MDB_NOSUBDIR | MDB_NOSYNC | MDB_NOMETASYNC | MDB_NOLOCK | MDB_NOTLS |
                            (w->writemap ? MDB_WRITEMAP : 0u);
     mrc = mdb_env_open(w->env, w->temp_path, flags, 0644);
-    FAIL_IF(mrc != 0, dlc__wfile_lmdb_status(mrc), "%s: cannot create: %s", w->temp_path, mdb_strerror(mrc));
+    FAIL_IF(mrc != 0, dlc__wfile_lmdb_status(mrc), "%s: cannot create: %s", w->temp_path,
+            mdb_strerror(mrc));
     MDB_stat ms;
     mdb_env_stat(w->env, &ms);
     w->psize = ms.ms_psize;
@@ -324,7 +327,8 @@ fail:
 }
 
 /* A writer with its file open and no schema yet. */
-dlc_status dlc__wfile_writer_create(const char *path, int force, uint64_t size_hint, dlc_writer **out)
+dlc_status dlc__wfile_writer_create(const char *path, int force, uint64_t size_hint,
+                                    dlc_writer **out)
 {
     dlc_status rc = DLC_OK;
     dlc_writer *w = NULL;
