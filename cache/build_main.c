@@ -14,7 +14,6 @@
 #include "build_internal.h"
 #include "common.h"
 #include "source.h"
-#include "store_internal.h"
 #include "store_set.h"
 
 #include <dlcache/set.h>
@@ -296,7 +295,6 @@ dlc_status dlc_build_with_fields(const char *const *sources, size_t nsources, co
     struct stat st;
     FAIL_IF(!b.job.o.force && lstat(out, &st) == 0, DLC_EEXIST,
             "%s: a store (or another file) is already there; it is replaced only with force", out);
-    dlc__remove_stale_temps(out, b.job.o.log, b.job.o.log_user);
     CHECK(prepare(&b));
     b.parts = calloc(1, sizeof *b.parts);
     FAIL_IF(!b.parts, -ENOMEM, "build: out of memory");

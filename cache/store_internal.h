@@ -178,12 +178,6 @@ dlc_status dlc__writer_set_part(dlc_writer *w, uint32_t part, uint32_t parts, ui
 /* PATH.tmp-PID, owned by @p w. */
 const char *dlc__writer_temp_path(const dlc_writer *w);
 
-/* Remove FINAL.tmp-PID (and FINAL.tmp-PID-lock) files whose process is gone: a writer killed
- * with SIGKILL cannot clean up after itself, and its file holds the disk space of a whole store.
- * A live process, even one we may not signal, keeps its file. Each removal is logged at INFO
- * when @p log is not NULL. Best effort: errors are ignored. */
-void dlc__remove_stale_temps(const char *final_path, dlc_log_fn log, void *user);
-
 /* The schema as a builder copies it, with the token that dlc_writer_append() compares. */
 const dlc_field *dlc__writer_fields(const dlc_writer *w, uint32_t *n, uint64_t *token);
 /* JPEG quality of field @p i (1..100). */

@@ -174,7 +174,10 @@ static int temp_pid(const char *s, long *pid)
     return 0;
 }
 
-void dlc__remove_stale_temps(const char *final_path, dlc_log_fn log, void *user)
+/* Remove FINAL.tmp-PID (and FINAL.tmp-PID-lock) files whose process is gone: a writer killed
+ * with SIGKILL cannot clean up after itself, and its file holds the disk space of a whole store.
+ * A live process, even one we may not signal, keeps its file. Best effort. */
+static void remove_stale_temps(const char *final_path)
 {
     const char *slash = strrchr(final_path, '/');
     char dir[PATH_MAX];
@@ -202,11 +205,8 @@ void dlc__remove_stale_temps(const char *final_path, dlc_log_fn log, void *user)
             continue;
         /* kill(pid, 0) fails with ESRCH only when no such process exists; a
          * live process (even one we may not signal) keeps its file. */
-        if (pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH &&
-            unlinkat(dirfd(d), e->d_name, 0) == 0)
-            dlc__logf(log, user, DLC_LOG_INFO,
-                      "%s/%s: removed the temporary file of an interrupted build (pid %ld)", dir,
-                      e->d_name, pid);
+        if (pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH)
+            (void)unlinkat(dirfd(d), e->d_name, 0);
     }
     closedir(d);
 }
@@ -281,6 +281,12 @@ static dlc_status files_open(dlc_writer *w, uint64_t size_hint)
 {
     dlc_status rc = DLC_OK;
     int mrc;
+    /* A temporary file of this PID can only be a leftover of a process that died with our PID
+     * long ago: it is garbage. Those of other dead ones too. Removed before the free space is
+     * judged: a killed build's file may be what fills the disk. */
+    FAIL_IF(unlink(w->temp_path) != 0 && errno != ENOENT, -errno, "%s: cannot remove: %s",
+            w->temp_path, strerror(errno));
+    remove_stale_temps(w->final_path);
     struct statvfs sv;
     FAIL_IF(statvfs(w->dir_path, &sv) != 0, -errno, "%s: directory: %s", w->dir_path,
             strerror(errno));
@@ -290,11 +296,6 @@ static dlc_status files_open(dlc_writer *w, uint64_t size_hint)
     FAIL_IF(size_hint > 0 && want > avail, -ENOSPC,
             "%s: disk full: need about %" PRIu64 " bytes, %" PRIu64 " free", w->final_path, want,
             avail);
-    /* A temporary file of this PID can only be a leftover of a process that
-     * died with our PID long ago: it is garbage. Those of other dead ones too. */
-    FAIL_IF(unlink(w->temp_path) != 0 && errno != ENOENT, -errno, "%s: cannot remove: %s",
-            w->temp_path, strerror(errno));
-    dlc__remove_stale_temps(w->final_path, NULL, NULL);
 
     mrc = mdb_env_create(&w->env);
     FAIL_IF(mrc != 0, dlc__wfile_lmdb_status(mrc), "%s: %s", w->temp_path, mdb_strerror(mrc));

@@ -140,6 +140,19 @@ if mount -t tmpfs -o size=2m tmpfs "$mnt" 2>/dev/null; then
     [ ! -e "$mnt/t.dlc" ] || fail "nearly full disk: a store under the final name"
     if ls -a "$mnt" | grep -q '\.tmp-'; then fail "nearly full disk: a temporary file was left"; fi
     note "nearly full disk: $(tail -1 "$tmp/err")"
+    # The same disk filled by a part that a killed build left (its PID is gone): the rerun of
+    # that part removes it before it judges the free space, and fits.
+    rm -f "$mnt/filler"
+    sh -c 'exit 0' &
+    dead=$!
+    wait "$dead"
+    mkdir -p "$mnt/set"
+    head -c 1800k /dev/zero >"$mnt/set/part-00000-of-00002.dlc.tmp-$dead"
+    "$DLC_BIN/cachebuild" "$src" -o "$mnt/set" --part 0/2 --size 32 --threads 2 >/dev/null \
+        2>"$tmp/err" || fail "a dead part's temporary file filling the disk: $(cat "$tmp/err")"
+    [ ! -e "$mnt/set/part-00000-of-00002.dlc.tmp-$dead" ] || fail "the dead part's file is still there"
+    [ -e "$mnt/set/part-00000-of-00002.dlc" ] || fail "the part was not written"
+    note "a dead part's temporary file filling the disk: removed, and the part rebuilt"
     umount "$mnt"
     mnt=
 else
