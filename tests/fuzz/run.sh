@@ -95,8 +95,8 @@ for h in $harnesses; do
         # failed), and the input itself: CI keeps only what is printed.
         sed -n '/==ERROR\|^fuzz: \|runtime error/,$p' "$log" | grep -v '^#[0-9]* *\(NEW\|REDUCE\|pulse\)' |
             head -n 40
-        for f in "$build/crashes/$h"/*; do
-            [ -f "$f" ] && [ "$(stat -c %s "$f")" -le 4096 ] || continue
+        # This run's inputs only: the folder keeps those of earlier runs.
+        find "$build/crashes/$h" -type f -newermt "@$start" -size -4097c | while read -r f; do
             echo "fuzz_$h: the input, base64 (base64 -d > tests/fuzz/regress/$h/NAME):"
             base64 -w 100 "$f"
         done
