@@ -50,10 +50,38 @@
  * Thread safety: one consumer thread at a time calls dlc_loader_* on a given
  * loader (the loader runs its own workers). Different loaders are independent.
  *
+ * The device path. With config.device >= 0 and the CUDA plugin (libdlcache_cuda.so, found next
+ * to libdlcache.so or through $DLCACHE_CUDA_PLUGIN) able to use that GPU, batches go to the GPU:
+ *   - The slots are page-locked, allocated once at open. Workers crop and flip into them in
+ *     uint8, as stored, whatever config.dtype says.
+ *   - A copy thread of the loader moves each finished slot with one asynchronous copy (more only
+ *     for a short last batch or variable-size outputs) on a stream of the loader's own into a
+ *     ring of config.device_staging device buffers allocated at open, and records the batch's
+ *     ready event. The slot is refilled only after that event has completed; a staging buffer
+ *     is overwritten only after the work that the consumer enqueued on it (the release) has
+ *     completed on the device. Neither wait ever blocks the device or the consumer's thread.
+ *   - dlc_loader_next_device() lends the next staged batch: its shapes, host copies of the small
+ *     per-sample arrays, and device pointers into the staging buffer.
+ *   - dlc_loader_device_emit() enqueues on the caller's stream, in order: a wait for the ready
+ *     event, the conversion of every image output (uint8 NHWC to config.dtype, normalized with
+ *     config.mean and config.std, in config.device_layout) and a device-to-device copy of every
+ *     other output, into memory the caller owns; then the release. The caller's later work on
+ *     that stream sees the outputs; nothing waits on the host.
+ *   - Or lend mode, for a C caller that wants no kernel: dlc_loader_device_wait() on its stream,
+ *     use the staged pointers there, then dlc_loader_device_release() on the same stream.
+ * Outputs are bit-identical to the host path's batch with the same configuration: uint8 and
+ * float16 exactly, float32 with 0 ulp of difference (the arithmetic is written once for both,
+ * see docs/ARCHITECTURE.md). Every thread of the loader that calls CUDA makes config.device
+ * current first; calls on the consumer's thread put back the context that was current before.
+ * Without the plugin, a driver or any GPU, the loader opens anyway, serves host batches
+ * (dlc_loader_next()), says why once through config.log, and dlc_loader_device() answers the
+ * same question; a device ordinal beyond the GPUs present is DLC_EINVAL at open.
+ *
  * Errors: DLC_OK, DLC_END (not an error: the epoch is over), DLC_EINVAL (bad
  * config, with the field named in dlc_errmsg()), DLC_ECORRUPT (a record that
  * fails its checksum or header check, with on_corrupt = DLC_CORRUPT_FAIL; the
- * message names the store and the record), DLC_ESTATE, -errno.
+ * message names the store and the record), DLC_ESTATE, DLC_ECUDA (a CUDA call of
+ * the device path failed, named with CUDA's text), -errno.
  */
 #ifndef DLCACHE_LOADER_H
 #define DLCACHE_LOADER_H
@@ -181,7 +209,8 @@ typedef struct dlc_loader_config {
     uint32_t verify;      /**< A ::dlc_verify_mode (default DLC_VERIFY_OFF). */
     uint32_t on_corrupt;  /**< A ::dlc_corrupt_policy (default DLC_CORRUPT_FAIL). */
     uint32_t io;          /**< A ::dlc_io_mode (default DLC_IO_AUTO). */
-    int32_t device;       /**< CUDA device for the upload, or -1 for host batches (default). */
+    int32_t device;       /**< CUDA device of the device path (see "The device path"), or -1:
+                               host batches only (default). */
     const char *const *fields;             /**< Names of the fields to load (NULL: every field). */
     uint32_t num_fields;                   /**< Entries in fields. */
     const dlc_field_option *field_options; /**< Per-field options; copied at open. */
@@ -191,6 +220,11 @@ typedef struct dlc_loader_config {
     uint32_t num_views;
     dlc_log_fn log; /**< Notices (chosen I/O mode, no GPU...); may be NULL. */
     void *log_user;
+    uint32_t device_layout;  /**< Images written by dlc_loader_device_emit(): DLC_LAYOUT_NCHW,
+                                  DLC_LAYOUT_NHWC (torch's channels_last for float), or
+                                  DLC_LAYOUT_NONE (default): as on the host, uint8 NHWC and
+                                  float NCHW. */
+    uint32_t device_staging; /**< Device staging buffers, 1..16 (default 2). */
 } dlc_loader_config;
 
 /** One output of a batch: a field of the store (or one view group of an image field), for every
@@ -228,8 +262,6 @@ typedef struct dlc_batch {
     size_t bytes;            /**< Bytes of data used by this batch. */
     uint64_t epoch;          /**< Epoch this batch belongs to. */
     uint64_t batch_index;    /**< Batch number within the epoch for this rank. */
-    void *device_data;       /**< Device copy when a CUDA device is configured, else NULL. */
-    void *ready_event;       /**< cudaEvent_t to wait on before reading device_data, or NULL. */
     uint32_t num_fields;     /**< Outputs in fields. */
     const dlc_batch_field *fields; /**< Every selected field, in schema order (view groups in
                                         the order given). */
@@ -245,6 +277,10 @@ typedef struct dlc_loader_stats {
     uint64_t bytes_read;       /**< Payload bytes read from the store. */
     uint32_t io_mode;          /**< The ::dlc_io_mode actually in use (never AUTO). */
     uint32_t threads;          /**< Worker threads in use. */
+    int32_t device;            /**< The device path's GPU, or -1 when it is off. */
+    uint64_t device_bytes;     /**< Bytes copied from the slots to the device. */
+    double device_copy_seconds; /**< Sum over the copies of the time from issuing one to its
+                                     event's completion, as the loader's copy thread saw it. */
 } dlc_loader_stats;
 
 /** Bytes of a serialized loader state (see dlc_loader_state_save()). */
@@ -308,7 +344,132 @@ DLC_API dlc_status dlc_loader_state_restore(dlc_loader *l, const void *buf, size
 /** @brief Counters since open. */
 DLC_API void dlc_loader_get_stats(const dlc_loader *l, dlc_loader_stats *stats);
 
-/** Stop the workers and free everything. Accepts NULL. Lent batches die. */
+/* ---- The device path (see the file's comment) ------------------------------------------------ */
+
+/** One output of a device batch. Shapes are in memory order: an NHWC image output is
+ *  [N, H, W, C] (torch's channels_last tensor [N, C, H, W] has exactly this memory). */
+typedef struct dlc_device_field {
+    const char *name;                 /**< As in ::dlc_batch_field; valid until close. */
+    uint32_t field;                   /**< Its index in the store's schema. */
+    uint32_t kind;                    /**< The field's ::dlc_field_kind. */
+    uint32_t dtype;                   /**< Of what dlc_loader_device_emit() writes. */
+    uint32_t layout;                  /**< Ditto (DLC_LAYOUT_NONE for fields that are not
+                                           images). */
+    uint32_t ndim;                    /**< Entries of shape used. */
+    uint64_t shape[DLC_MAX_DIMS + 2]; /**< N first, as in ::dlc_batch_field. */
+    size_t bytes;                     /**< Bytes that dlc_loader_device_emit() writes. */
+    const void *staged;      /**< Device memory: the output as copied (images and masks uint8
+                                  NHWC), valid from the batch's ready event until release. */
+    size_t staged_bytes;     /**< Bytes at staged. */
+    const int64_t *lengths;  /**< Host copy of the N lengths of a padded output, else NULL;
+                                  valid until release. */
+    const int64_t *offsets;  /**< Host copy of the N + 1 offsets, else NULL. */
+    const int64_t *staged_lengths; /**< The same on the device (staging), or NULL. */
+    const int64_t *staged_offsets; /**< The same on the device (staging), or NULL. */
+} dlc_device_field;
+
+/** A lent device batch. Host pointers stay valid until the batch is released; device pointers
+ *  (staged*) may be read on the device only after its ready event and until its release. */
+typedef struct dlc_device_batch {
+    uint32_t count;          /**< Samples. */
+    int32_t device;          /**< The GPU. */
+    uint64_t epoch;          /**< Epoch this batch belongs to. */
+    uint64_t batch_index;    /**< Batch number within the epoch for this rank. */
+    const int64_t *labels;   /**< Host copy of the labels (zeros without a label field). */
+    const uint64_t *indices; /**< Host copy of the store record numbers. */
+    const int64_t *staged_labels;   /**< The labels on the device (staging). */
+    const uint64_t *staged_indices; /**< The record numbers on the device (staging). */
+    void *ready_event;              /**< cudaEvent_t recorded after the copy to staging. */
+    uint32_t num_fields;            /**< Outputs in fields. */
+    const dlc_device_field *fields; /**< Every selected output, as in ::dlc_batch. */
+} dlc_device_batch;
+
+/** Where dlc_loader_device_emit() writes one output: device memory that the caller owns. */
+typedef struct dlc_device_dst {
+    void *data;    /**< dlc_device_field.bytes bytes, or NULL to skip this output. */
+    void *lengths; /**< N int64 where the field has lengths, or NULL to skip them. */
+    void *offsets; /**< N + 1 int64 where the field has offsets, or NULL to skip them. */
+} dlc_device_dst;
+
+/**
+ * @brief The device path's GPU, and why it is off if it is.
+ * @param[out] why NULL, or set to NULL when the path is on, else to the reason (valid until
+ *             close), the same text that the log got once at open.
+ * @return The CUDA device ordinal in use, or -1.
+ */
+DLC_API int dlc_loader_device(const dlc_loader *l, const char **why);
+
+/**
+ * @brief Lend the next batch of the current epoch as staged on the device, waiting (on the host,
+ *        for the workers and the copy thread, never for the device) until it has been issued.
+ *        Releases the batch lent before, if it was not released (ordered after the stream given
+ *        to dlc_loader_device_wait() for it, if any).
+ * @return DLC_OK, DLC_END, DLC_ESTATE (the device path is off: the message says why), DLC_ECUDA
+ *         (the copy could not be issued: CUDA's text), and the errors of dlc_loader_next().
+ */
+DLC_API dlc_status dlc_loader_next_device(dlc_loader *l, dlc_device_batch *batch);
+
+/**
+ * @brief Enqueue on @p stream the wait for @p batch's copy, the conversion or copy of every
+ *        output into @p dst, and the batch's release. Returns at once; the outputs are ready for
+ *        work enqueued on @p stream after this call. @p batch must not be used after.
+ * @param[in] stream A cudaStream_t of config.device (NULL: the legacy default stream).
+ * @param[in] dst batch->num_fields destinations (device memory of config.device).
+ * @param[in] indices NULL, or device memory for batch->count uint64 record numbers.
+ * @return DLC_OK, DLC_EINVAL (not the lent batch), DLC_ECUDA (CUDA's text; the batch is then
+ *         released after a host wait for what was enqueued).
+ */
+DLC_API dlc_status dlc_loader_device_emit(dlc_loader *l, const dlc_device_batch *batch,
+                                          void *stream, const dlc_device_dst *dst, void *indices);
+
+/**
+ * @brief Lend mode: make work enqueued on @p stream after this call wait for @p batch's copy, so
+ *        that it may read the staged pointers.
+ * @return DLC_OK, DLC_EINVAL (not the lent batch), DLC_ECUDA.
+ */
+DLC_API dlc_status dlc_loader_device_wait(dlc_loader *l, const dlc_device_batch *batch,
+                                          void *stream);
+
+/**
+ * @brief Give back a lent device batch: its staging buffer is overwritten only after the work
+ *        enqueued on @p stream up to this call has completed on the device.
+ * @param[in] stream The stream that read the staged pointers, or NULL when nothing did.
+ * @return DLC_OK, DLC_EINVAL (not the lent batch), DLC_ECUDA.
+ */
+DLC_API dlc_status dlc_loader_device_release(dlc_loader *l, const dlc_device_batch *batch,
+                                             void *stream);
+
+/**
+ * @brief The memory of the batch slots, for a GPU runtime of the caller's own to page-lock
+ *        (cudaHostRegister) when the device path is off: torch's, in the Python package. Each
+ *        slot is one block, allocated at open and freed by dlc_loader_close(); unregister it
+ *        before closing. A block being copied must not be handed back (the next
+ *        dlc_loader_next()) before its copy has completed.
+ * @param[out] bases, sizes @p cap entries each, or NULL to count.
+ * @return The number of slots.
+ */
+DLC_API uint32_t dlc_loader_host_slots(const dlc_loader *l, void **bases, size_t *sizes,
+                                       uint32_t cap);
+
+/**
+ * @brief Can the device path run on @p device in this process? Loads the CUDA plugin if needed.
+ * @param[out] why NULL, or @p cap bytes for the reason when it cannot.
+ * @return DLC_OK, DLC_ENOSYS (no plugin, or no driver or GPU: the reason in @p why and in
+ *         dlc_errmsg()), DLC_EINVAL (no GPU of that ordinal).
+ */
+DLC_API dlc_status dlc_cuda_probe(int device, char *why, size_t cap);
+
+/**
+ * @brief The ceiling of the device path's copy, measured now: @p reps asynchronous copies of
+ *        @p bytes from page-locked host memory to @p device, timed with CUDA events.
+ * @param[out] gbps Gigabytes (1e9 bytes) per second.
+ * @return DLC_OK, the errors of dlc_cuda_probe(), DLC_ECUDA, -ENOMEM.
+ */
+DLC_API dlc_status dlc_cuda_copy_ceiling(int device, size_t bytes, uint32_t reps, double *gbps);
+
+/** Stop the workers and free everything. Accepts NULL. Lent batches die. With the device path,
+ *  waits first (on the host) for the device work the loader enqueued, including conversions on
+ *  the caller's streams. */
 DLC_API void dlc_loader_close(dlc_loader *l);
 
 #ifdef __cplusplus

@@ -1,0 +1,126 @@
+/* The arithmetic of the loader's output conversion, written once for the CPU and the GPU.
+ *
+ * The CPU path builds its tables from dlc__hd_norm() and dlc__hd_f32_to_f16() (loader/augment.c,
+ * common/half.c), the CUDA plugin's kernel (loader/cuda/) calls the same functions per element,
+ * and the CPU stand-in of the device (tests/loader/devsim.c) calls dlc__hd_convert_at(). So a
+ * device batch is bit-identical to the host batch: float32 with 0 ulp of difference, float16
+ * identical, uint8 identical. Only correctly rounded operations are used (IEEE division and
+ * subtraction: nvcc's __fdiv_rn and __fsub_rn, which -use_fast_math cannot relax, and no
+ * multiply that could be fused with an add), so no compiler flag can change a bit.
+ *
+ * Plain C11 and CUDA C++ alike: no libc, no library types. */
+#ifndef DLCACHE_CONVERT_HD_H
+#define DLCACHE_CONVERT_HD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#define DLC_HD static __host__ __device__ __forceinline__
+#define DLC__FDIV(a, b) __fdiv_rn((a), (b))
+#define DLC__FSUB(a, b) __fsub_rn((a), (b))
+#else
+#define DLC_HD static inline
+#define DLC__FDIV(a, b) ((a) / (b))
+#define DLC__FSUB(a, b) ((a) - (b))
+#endif
+
+/* Element types and layouts, by the values of ::dlc_dtype and ::dlc_layout (store.h, loader.h),
+ * which this header cannot include in CUDA code. */
+#define DLC__HD_UINT8 0u
+#define DLC__HD_FLOAT32 1u
+#define DLC__HD_FLOAT16 2u
+#define DLC__HD_NHWC 0u
+#define DLC__HD_NCHW 1u
+
+/* ((x / 255) - mean) / std in float, each step rounded to nearest: the reference expression. */
+DLC_HD float dlc__hd_norm(uint32_t x, float mean, float std)
+{
+    return DLC__FDIV(DLC__FSUB(DLC__FDIV((float)x, 255.0f), mean), std);
+}
+
+/* Binary16 bits of @p f, rounded to nearest even (what torch's .half() does); NaN stays a quiet
+ * NaN, values beyond the largest half become infinities. */
+DLC_HD uint16_t dlc__hd_f32_to_f16(float f)
+{
+    union {
+        float f;
+        uint32_t u;
+    } bits;
+    bits.f = f;
+    const uint32_t x = bits.u;
+    const uint32_t sign = (x >> 16) & 0x8000u;
+    const uint32_t absx = x & 0x7fffffffu;
+    if (absx >= 0x7f800000u) /* Inf or NaN (NaN stays a quiet NaN). */
+        return (uint16_t)(sign | 0x7c00u | (absx > 0x7f800000u ? 0x200u : 0));
+    if (absx >= 0x477ff000u) /* Rounds to a value beyond the largest half: infinity. */
+        return (uint16_t)(sign | 0x7c00u);
+    if (absx < 0x38800000u) {
+        /* Subnormal half (or zero): shift the full significand into place, round to even. */
+        if (absx < 0x33000000u)
+            return (uint16_t)sign;
+        const uint32_t e = absx >> 23;
+        const uint32_t m = (absx & 0x7fffffu) | 0x800000u;
+        const uint32_t shift = 126 - e; /* 14..24 */
+        uint32_t h = m >> shift;
+        const uint32_t rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (h & 1u)))
+            h++;
+        return (uint16_t)(sign | h);
+    }
+    /* Normal: rebias the exponent and round the 13 dropped bits to nearest even; a carry into
+     * the exponent is the correct result. */
+    uint32_t h = ((absx - 0x38000000u) >> 13);
+    const uint32_t rem = absx & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u)))
+        h++;
+    return (uint16_t)(sign | h);
+}
+
+/* One image conversion on the device: @p n images of h x w x c uint8 (NHWC, as the workers wrote
+ * them into the slot and the copy moved them) into @p dst as @p dtype in @p layout. */
+typedef struct dlc__hd_conv {
+    const uint8_t *src; /* n * h * w * c bytes. */
+    void *dst;          /* n * h * w * c elements of dtype. */
+    uint64_t n;         /* Images (samples x views). */
+    uint32_t h, w, c;   /* c in 1..4. */
+    uint32_t dtype;     /* DLC__HD_UINT8, FLOAT32 or FLOAT16. */
+    uint32_t layout;    /* DLC__HD_NHWC or DLC__HD_NCHW, of dst. */
+    float mean[4], std[4];
+} dlc__hd_conv;
+
+/* Output element @p i (in dst's own order) of the conversion @p cv: the one function that the
+ * kernel runs per thread and the CPU stand-in runs in a loop. */
+DLC_HD void dlc__hd_convert_at(const dlc__hd_conv *cv, uint64_t i)
+{
+    const uint64_t hw = (uint64_t)cv->h * cv->w;
+    const uint64_t img = i / (hw * cv->c);
+    const uint64_t r = i - img * hw * cv->c;
+    uint64_t pix;
+    uint32_t ch;
+    if (cv->layout == DLC__HD_NCHW) {
+        ch = (uint32_t)(r / hw);
+        pix = r - (uint64_t)ch * hw;
+    } else {
+        pix = r / cv->c;
+        ch = (uint32_t)(r - pix * cv->c);
+    }
+    const uint8_t x = cv->src[(img * hw + pix) * cv->c + ch];
+    if (cv->dtype == DLC__HD_UINT8) {
+        ((uint8_t *)cv->dst)[i] = x;
+        return;
+    }
+    const float v = dlc__hd_norm(x, cv->mean[ch], cv->std[ch]);
+    if (cv->dtype == DLC__HD_FLOAT32)
+        ((float *)cv->dst)[i] = v;
+    else
+        ((uint16_t *)cv->dst)[i] = dlc__hd_f32_to_f16(v);
+}
+
+/* Elements of dst. */
+DLC_HD uint64_t dlc__hd_conv_elements(const dlc__hd_conv *cv)
+{
+    return cv->n * cv->h * cv->w * cv->c;
+}
+
+#endif /* DLCACHE_CONVERT_HD_H */
