@@ -1,5 +1,6 @@
 /* Crop parameters (torchvision's algorithms) and the one-pass crop + flip + convert kernel. */
 #include "augment.h"
+#include "convert_hd.h"
 
 #include <math.h>
 #include <string.h>
@@ -295,10 +296,11 @@ void dlc__convert_init(dlc__convert *cv, uint32_t dtype, uint32_t channels, cons
         cv->std[c] = std[c];
         for (int v = 0; v < 256; v++) {
             /* Exactly the reference expression in float, so outputs are bit-identical to a
-             * straightforward (x / 255 - mean) / std. */
-            const float f = ((float)v / 255.0f - mean[c]) / std[c];
+             * straightforward (x / 255 - mean) / std, and to the device's conversion, which
+             * runs the same two functions (common/convert_hd.h). */
+            const float f = dlc__hd_norm((uint32_t)v, mean[c], std[c]);
             cv->f32[c][v] = f;
-            cv->f16[c][v] = dlc__f32_to_f16(f);
+            cv->f16[c][v] = dlc__hd_f32_to_f16(f);
         }
     }
 #ifdef DLC_HAVE_AVX2_CONVERT

@@ -72,6 +72,9 @@ typedef struct dlc__output {
     int link;                     /* BOXES: the output of its classes, or -1. */
     int filtered_by;              /* ARRAY: the BOXES output whose kept boxes it follows, or -1. */
     dlc__convert cv;              /* IMAGE and MASK (uint8 for masks). */
+    size_t arena_data;            /* Offsets of the output's parts in a slot's arena: the data, */
+    size_t arena_lengths;         /* the lengths and the offsets (SIZE_MAX: none). */
+    size_t arena_offsets;
 } dlc__output;
 
 /* ---- The loader, its slot ring and its threads (loader.c, pipeline.c, io.c) ------------------ */
@@ -102,6 +105,9 @@ typedef struct dlc__slot_out {
 
 typedef struct dlc__slot {
     int state;            /**< DLC__SLOT_*; under mu. */
+    uint8_t *arena;       /**< Every output, the labels and the record numbers of the batch in
+                               one block of l->arena_bytes (see dlc__arena_plan()); page-locked
+                               with the device path. labels, indices and out[] point into it. */
     uint64_t batch;       /**< Batch number in the current plan. */
     uint32_t count;       /**< Samples in it. */
     uint64_t seed, epoch; /**< Keys of its augmentation. */
@@ -179,6 +185,12 @@ struct dlc_loader {
 
     uint32_t nslots;
     dlc__slot *slots;
+    size_t arena_bytes;   /**< Of one slot's arena. */
+    size_t arena_labels;  /**< Offsets in the arena of the labels, */
+    size_t arena_indices; /**< the record numbers, */
+    size_t arena_meta;    /**< and the end of the small arrays (the data of the outputs follow). */
+    struct dlc__devpath *dev; /**< The device path, or NULL (loader/device.c). */
+    char *dev_why;            /**< Why the device path is off although config.device >= 0. */
     pthread_mutex_t mu;
     pthread_cond_t cv_io;   /**< The I/O thread waits here for a free slot. */
     pthread_cond_t cv_work; /**< Workers wait here for a slot to fill. */
@@ -224,8 +236,10 @@ struct dlc_loader {
 /** Plan the outputs from the schema and the configuration (fields, options, views, crop,
  *  dtype), checking every choice: DLC_EINVAL names the field or option. */
 dlc_status dlc__outputs_plan(struct dlc_loader *l);
-/** Allocate slot @p s's output buffers (once, at open). */
-dlc_status dlc__slot_outputs_alloc(struct dlc_loader *l, dlc__slot *s);
+/** Lay out a slot's arena: l->arena_* and every output's arena_* offsets. */
+void dlc__arena_plan(struct dlc_loader *l);
+/** Point slot @p s's outputs into @p arena (once, at open; the caller owns the arena). */
+dlc_status dlc__slot_outputs_alloc(struct dlc_loader *l, dlc__slot *s, uint8_t *arena);
 void dlc__slot_outputs_free(struct dlc_loader *l, dlc__slot *s);
 /** Pack the variable outputs of a complete batch (by the worker that completed it). */
 void dlc__outputs_pack(struct dlc_loader *l, dlc__slot *s);
@@ -259,6 +273,35 @@ void dlc__shrunk_msg(const struct dlc_loader *l, uint32_t file, uint64_t now, ui
                      char *buf, size_t cap);
 /** The file span that holds @p v's selected payloads: [*off, *off + *len). */
 void dlc__selected_span(const struct dlc_loader *l, const dlc_value *v, uint64_t *off, size_t *len);
+
+/* device.c: the device path (see its opening comment). Without config.device >= 0 or a usable
+ * GPU, l->dev is NULL and each of these does nothing but the host arenas' part. */
+struct dlc__devops;
+/** Choose the device path before the outputs are planned (images then stay uint8 in the slots):
+ *  on @p ops, or the CUDA plugin when NULL. A missing plugin, driver or GPU leaves it off, said
+ *  once through the log; an ordinal beyond the GPUs is DLC_EINVAL. */
+dlc_status dlc__dev_select(struct dlc_loader *l, const struct dlc__devops *ops);
+/** Make the stream, the staging ring and its events (after dlc__arena_plan()). */
+dlc_status dlc__dev_open(struct dlc_loader *l);
+/** One slot's arena: page-locked with the device path, else aligned host memory; zeroed. NULL
+ *  with the message set on failure. */
+uint8_t *dlc__dev_host_alloc(struct dlc_loader *l);
+/** Start the copy thread (after the other threads). */
+dlc_status dlc__dev_start(struct dlc_loader *l);
+/** Join the copy thread (after l->stop was set and cv_done broadcast). */
+void dlc__dev_join(struct dlc_loader *l);
+/** Wait for the device work that reads the loader's memory, then free the ring and the slots'
+ *  arenas (the threads are stopped). */
+void dlc__dev_close(struct dlc_loader *l);
+/** The copy thread holds a slot (a reset waits for it); under mu. */
+int dlc__dev_busy_locked(const struct dlc_loader *l);
+/** Drop the staged batches of the old plan and release a lent one; under mu, threads quiet. */
+void dlc__dev_reset_locked(struct dlc_loader *l);
+/** The device part of the stats. */
+void dlc__dev_stats(const struct dlc_loader *l, dlc_loader_stats *st);
+/** dlc_loader_open() on device operations @p ops (NULL: the plugin). */
+dlc_status dlc__loader_open_with(const char *path, const dlc_loader_config *config,
+                                 const struct dlc__devops *ops, struct dlc_loader **out);
 
 /* pipeline.c */
 /** A worker's body. */

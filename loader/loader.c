@@ -31,6 +31,8 @@ void dlc_loader_config_init(dlc_loader_config *c)
     c->on_corrupt = DLC_CORRUPT_FAIL;
     c->io = DLC_IO_AUTO;
     c->device = -1;
+    c->device_layout = DLC_LAYOUT_NONE;
+    c->device_staging = 2;
 }
 
 /* Every field that can be wrong, named, before anything is allocated. */
@@ -83,11 +85,6 @@ fail:
     return rc;
 }
 
-static void log_cb_once(const dlc_loader_config *c, const char *msg)
-{
-    dlc__logf(c->log, c->log_user, DLC_LOG_WARN, "%s", msg);
-}
-
 /* Labels of every record, for the weighted sampler's per-class lists. */
 static dlc_status read_labels(dlc_loader *l, int64_t **out)
 {
@@ -123,6 +120,7 @@ static void stop_threads(dlc_loader *l)
     pthread_cond_broadcast(&l->cv_work);
     pthread_cond_broadcast(&l->cv_done);
     pthread_mutex_unlock(&l->mu);
+    dlc__dev_join(l);
     if (l->io_started)
         pthread_join(l->io_thread, NULL);
     l->io_started = 0;
@@ -174,13 +172,16 @@ static dlc_status slots_alloc(dlc_loader *l)
     FAIL_IF(!l->slots, -ENOMEM, "%s: out of memory", l->path);
     for (uint32_t i = 0; i < l->nslots; i++) {
         dlc__slot *s = &l->slots[i];
-        s->labels = calloc(cfg->batch_size, sizeof *s->labels);
-        s->indices = calloc(cfg->batch_size, sizeof *s->indices);
         s->io = calloc(cfg->batch_size, sizeof *s->io);
         s->values = calloc((size_t)cfg->batch_size * in->num_fields, sizeof *s->values);
-        FAIL_IF(!s->labels || !s->indices || !s->io || !s->values, -ENOMEM,
-                "%s: out of memory for %u batch slots", l->path, l->nslots);
-        CHECK(dlc__slot_outputs_alloc(l, s));
+        FAIL_IF(!s->io || !s->values, -ENOMEM, "%s: out of memory for %u batch slots", l->path,
+                l->nslots);
+        uint8_t *arena = dlc__dev_host_alloc(l);
+        if (!arena && l->dev)
+            CHECK(DLC_ECUDA); /* The message names the failure. */
+        FAIL_IF(!arena, -ENOMEM, "%s: out of memory for %u batch slots of %zu bytes", l->path,
+                l->nslots, l->arena_bytes);
+        CHECK(dlc__slot_outputs_alloc(l, s, arena));
         atomic_init(&s->claim, 0);
         atomic_init(&s->done, 0);
     }
@@ -238,6 +239,12 @@ fail:
 
 dlc_status dlc_loader_open(const char *path, const dlc_loader_config *config, dlc_loader **out)
 {
+    return dlc__loader_open_with(path, config, NULL, out);
+}
+
+dlc_status dlc__loader_open_with(const char *path, const dlc_loader_config *config,
+                                 const struct dlc__devops *ops, dlc_loader **out)
+{
     dlc_status rc = DLC_OK;
     dlc_loader *l = NULL;
     int sync_made = 0;
@@ -260,24 +267,26 @@ dlc_status dlc_loader_open(const char *path, const dlc_loader_config *config, dl
     l->fields = dlc_store_fields(l->store);
     l->path = dlc_store_path(l->store);
     FAIL_IF(l->info->count == 0, DLC_EINVAL, "%s: the store has no records", l->path);
+    CHECK(dlc__dev_select(l, ops));
     CHECK(dlc__outputs_plan(l));
+    dlc__arena_plan(l);
     /* The options pointed into the caller's memory, which need not outlive this call; the plan
      * holds all that is needed of them. */
     l->cfg.fields = NULL, l->cfg.field_options = NULL, l->cfg.views = NULL;
     l->cfg.num_fields = l->cfg.num_field_options = l->cfg.num_views = 0;
 
     CHECK(sampler_open(l));
+    CHECK(dlc__dev_open(l));
     CHECK(slots_alloc(l));
     CHECK(dlc__io_open(l));
     l->resident = dlc__io_resident(l);
-    if (cfg.device >= 0)
-        log_cb_once(&cfg, "built without CUDA: serving host batches");
 
     /* Plan the first epoch, then start the threads (paused until all report in). */
     dlc__sampler_set_epoch(&l->sampler, cfg.seed, cfg.epoch);
     dlc__shard_plan(&l->shard, l->sampler.len, 0, cfg.rank, cfg.world_size, cfg.batch_size,
                     cfg.drop_last);
     CHECK(threads_start(l, &sync_made));
+    CHECK(dlc__dev_start(l));
     *out = l;
     return DLC_OK;
 fail:
@@ -319,12 +328,11 @@ void dlc_loader_close(dlc_loader *l)
         pthread_mutex_destroy(&l->mu);
     }
     dlc__io_close(l);
+    dlc__dev_close(l); /* Frees the slots' arenas: after the threads, before the slots. */
     if (l->slots) {
         for (uint32_t i = 0; i < l->nslots; i++) {
             dlc__slot_outputs_free(l, &l->slots[i]);
             free(l->slots[i].values);
-            free(l->slots[i].labels);
-            free(l->slots[i].indices);
             free(l->slots[i].io);
             free(l->slots[i].iobuf);
         }
@@ -333,6 +341,7 @@ void dlc_loader_close(dlc_loader *l)
     free((void *)l->verified_ok);
     free((void *)l->verified_bad);
     dlc__sampler_free(&l->sampler);
+    free(l->dev_why);
     free(l->weights);
     free(l->out);
     dlc_store_close(l->store);
@@ -343,6 +352,11 @@ dlc_status dlc_loader_next(dlc_loader *l, dlc_batch *batch)
 {
     if (!l || !batch)
         return dlc__errorf(DLC_EINVAL, "loader: dlc_loader_next() needs a loader and a batch");
+    if (l->dev)
+        return dlc__errorf(DLC_ESTATE,
+                           "%s: the batches go to CUDA device %d: take them with "
+                           "dlc_loader_next_device()",
+                           l->path, dlc_loader_device(l, NULL));
     pthread_mutex_lock(&l->mu);
     if (l->lent >= 0) {
         l->slots[l->lent].state = DLC__SLOT_FREE;
@@ -517,4 +531,5 @@ void dlc_loader_get_stats(const dlc_loader *l, dlc_loader_stats *st)
     st->bytes_read = atomic_load(&m->st_bytes);
     st->io_mode = l->io_mode;
     st->threads = l->nworkers;
+    dlc__dev_stats(l, st);
 }

@@ -412,44 +412,75 @@ fail:
     return rc;
 }
 
-dlc_status dlc__slot_outputs_alloc(dlc_loader *l, dlc__slot *s)
+/* Round @p n up to a multiple of @p a (a power of two). */
+static size_t round_up(size_t n, size_t a)
 {
-    const uint32_t B = l->cfg.batch_size;
+    return (n + a - 1) & ~(a - 1);
+}
+
+void dlc__arena_plan(dlc_loader *l)
+{
+    const size_t B = l->cfg.batch_size;
+    /* The small arrays first, so that the device path copies them with the data in one piece:
+     * labels, record numbers, then every variable output's lengths and offsets. */
+    size_t at = 0;
+    l->arena_labels = at;
+    at = round_up(at + B * sizeof(int64_t), 64);
+    l->arena_indices = at;
+    at = round_up(at + B * sizeof(uint64_t), 64);
+    for (uint32_t i = 0; i < l->nout; i++) {
+        dlc__output *o = &l->out[i];
+        o->arena_lengths = o->arena_offsets = SIZE_MAX;
+        if (o->var != DLC__VAR_FIXED) {
+            o->arena_lengths = at;
+            at = round_up(at + B * sizeof(int64_t), 64);
+        }
+        if (o->var == DLC_VARIABLE_OFFSETS) {
+            o->arena_offsets = at;
+            at = round_up(at + (B + 1) * sizeof(int64_t), 64);
+        }
+    }
+    l->arena_meta = at;
+    /* Then the outputs' data, 256-byte aligned (what cudaMalloc gives, so that a staged output
+     * on the device is as aligned as the caller's own buffers). */
+    for (uint32_t i = 0; i < l->nout; i++) {
+        dlc__output *o = &l->out[i];
+        at = round_up(at, 256);
+        o->arena_data = at;
+        at += o->sample_cap * B;
+    }
+    l->arena_bytes = round_up(at ? at : 1, 4096);
+}
+
+dlc_status dlc__slot_outputs_alloc(dlc_loader *l, dlc__slot *s, uint8_t *arena)
+{
+    s->arena = arena;
     s->out = calloc(l->nout ? l->nout : 1, sizeof *s->out);
     s->bf = calloc(l->nout ? l->nout : 1, sizeof *s->bf);
     if (!s->out || !s->bf)
         return dlc__errorf(-ENOMEM, "%s: out of memory", l->path);
+    s->labels = (int64_t *)(arena + l->arena_labels);
+    s->indices = (uint64_t *)(arena + l->arena_indices);
     for (uint32_t i = 0; i < l->nout; i++) {
         const dlc__output *o = &l->out[i];
         dlc__slot_out *so = &s->out[i];
-        const size_t bytes = (o->sample_cap * B + 63) / 64 * 64;
-        so->data = aligned_alloc(64, bytes ? bytes : 64);
+        so->data = arena + o->arena_data;
         if (o->var != DLC__VAR_FIXED)
-            so->lengths = calloc(B, sizeof *so->lengths);
+            so->lengths = (int64_t *)(arena + o->arena_lengths);
         if (o->var == DLC_VARIABLE_OFFSETS)
-            so->offsets = calloc((size_t)B + 1, sizeof *so->offsets);
-        if (!so->data || (o->var != DLC__VAR_FIXED && !so->lengths) ||
-            (o->var == DLC_VARIABLE_OFFSETS && !so->offsets))
-            return dlc__errorf(-ENOMEM,
-                               "%s: out of memory for %u batch slots of field \"%s\" "
-                               "(%zu bytes each)",
-                               l->path, l->nslots, o->name, bytes);
+            so->offsets = (int64_t *)(arena + o->arena_offsets);
     }
     return DLC_OK;
 }
 
 void dlc__slot_outputs_free(dlc_loader *l, dlc__slot *s)
 {
-    if (s->out)
-        for (uint32_t i = 0; i < l->nout; i++) {
-            free(s->out[i].data);
-            free(s->out[i].lengths);
-            free(s->out[i].offsets);
-        }
     free(s->out);
     free(s->bf);
     s->out = NULL;
     s->bf = NULL;
+    s->labels = NULL;
+    s->indices = NULL;
 }
 
 void dlc__outputs_pack(dlc_loader *l, dlc__slot *s)

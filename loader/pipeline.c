@@ -283,12 +283,14 @@ void dlc__pipeline_reset(dlc_loader *l, uint64_t seed, uint64_t epoch, uint64_t 
                 atomic_store(&s->claim, CLAIM_KILLED);
             busy |= s->state == DLC__SLOT_IO || s->active > 0;
         }
+        busy |= dlc__dev_busy_locked(l);
         if (!busy)
             break;
         pthread_cond_wait(&l->cv_done, &l->mu);
     }
     for (uint32_t i = 0; i < l->nslots; i++)
         l->slots[i].state = DLC__SLOT_FREE;
+    dlc__dev_reset_locked(l);
     /* No thread is inside a slot now; the I/O thread reads this after taking the next one. */
     l->resident = resident;
     dlc__sampler_set_epoch(&l->sampler, seed, epoch);
@@ -299,5 +301,6 @@ void dlc__pipeline_reset(dlc_loader *l, uint64_t seed, uint64_t epoch, uint64_t 
     l->fill_next = l->cons_next = 0;
     l->paused = 0;
     pthread_cond_broadcast(&l->cv_io);
+    pthread_cond_broadcast(&l->cv_done); /* The copy thread waits there. */
     pthread_mutex_unlock(&l->mu);
 }

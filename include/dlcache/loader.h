@@ -252,33 +252,33 @@ typedef struct dlc_batch_field {
  *  dlc_loader_next(); never free them. data, dtype, layout, shape and bytes describe the first
  *  image output (NULL data without one); labels are the label field's values (0 without one). */
 typedef struct dlc_batch {
-    void *data;              /**< Host batch: count x shape, contiguous, 64-byte aligned. */
-    const int64_t *labels;   /**< count labels. */
-    const uint64_t *indices; /**< count store record numbers. */
-    uint32_t count;          /**< Samples in this batch (the last may be short). */
-    uint32_t dtype;          /**< A ::dlc_dtype. */
-    uint32_t layout;         /**< A ::dlc_layout. */
-    uint32_t shape[4];       /**< N, then H, W, C for NHWC or C, H, W for NCHW; N = count. */
-    size_t bytes;            /**< Bytes of data used by this batch. */
-    uint64_t epoch;          /**< Epoch this batch belongs to. */
-    uint64_t batch_index;    /**< Batch number within the epoch for this rank. */
-    uint32_t num_fields;     /**< Outputs in fields. */
+    void *data;                    /**< Host batch: count x shape, contiguous, 64-byte aligned. */
+    const int64_t *labels;         /**< count labels. */
+    const uint64_t *indices;       /**< count store record numbers. */
+    uint32_t count;                /**< Samples in this batch (the last may be short). */
+    uint32_t dtype;                /**< A ::dlc_dtype. */
+    uint32_t layout;               /**< A ::dlc_layout. */
+    uint32_t shape[4];             /**< N, then H, W, C for NHWC or C, H, W for NCHW; N = count. */
+    size_t bytes;                  /**< Bytes of data used by this batch. */
+    uint64_t epoch;                /**< Epoch this batch belongs to. */
+    uint64_t batch_index;          /**< Batch number within the epoch for this rank. */
+    uint32_t num_fields;           /**< Outputs in fields. */
     const dlc_batch_field *fields; /**< Every selected field, in schema order (view groups in
                                         the order given). */
 } dlc_batch;
 
 /** Counters since open. */
 typedef struct dlc_loader_stats {
-    uint64_t batches;          /**< Batches delivered. */
-    uint64_t samples;          /**< Samples delivered. */
-    double wait_seconds;       /**< Time the consumer spent blocked in dlc_loader_next(). */
-    double io_wait_seconds;    /**< Time workers spent blocked on I/O (page faults aside). */
-    uint64_t corrupt_replaced; /**< Corrupt records replaced (DLC_CORRUPT_REPLACE). */
-    uint64_t bytes_read;       /**< Payload bytes read from the store. */
-    uint32_t io_mode;          /**< The ::dlc_io_mode actually in use (never AUTO). */
-    uint32_t threads;          /**< Worker threads in use. */
-    int32_t device;            /**< The device path's GPU, or -1 when it is off. */
-    uint64_t device_bytes;     /**< Bytes copied from the slots to the device. */
+    uint64_t batches;           /**< Batches delivered. */
+    uint64_t samples;           /**< Samples delivered. */
+    double wait_seconds;        /**< Time the consumer spent blocked in dlc_loader_next(). */
+    double io_wait_seconds;     /**< Time workers spent blocked on I/O (page faults aside). */
+    uint64_t corrupt_replaced;  /**< Corrupt records replaced (DLC_CORRUPT_REPLACE). */
+    uint64_t bytes_read;        /**< Payload bytes read from the store. */
+    uint32_t io_mode;           /**< The ::dlc_io_mode actually in use (never AUTO). */
+    uint32_t threads;           /**< Worker threads in use. */
+    int32_t device;             /**< The device path's GPU, or -1 when it is off. */
+    uint64_t device_bytes;      /**< Bytes copied from the slots to the device. */
     double device_copy_seconds; /**< Sum over the copies of the time from issuing one to its
                                      event's completion, as the loader's copy thread saw it. */
 } dlc_loader_stats;
@@ -358,12 +358,12 @@ typedef struct dlc_device_field {
     uint32_t ndim;                    /**< Entries of shape used. */
     uint64_t shape[DLC_MAX_DIMS + 2]; /**< N first, as in ::dlc_batch_field. */
     size_t bytes;                     /**< Bytes that dlc_loader_device_emit() writes. */
-    const void *staged;      /**< Device memory: the output as copied (images and masks uint8
-                                  NHWC), valid from the batch's ready event until release. */
-    size_t staged_bytes;     /**< Bytes at staged. */
-    const int64_t *lengths;  /**< Host copy of the N lengths of a padded output, else NULL;
-                                  valid until release. */
-    const int64_t *offsets;  /**< Host copy of the N + 1 offsets, else NULL. */
+    const void *staged;            /**< Device memory: the output as copied (images and masks uint8
+                                        NHWC), valid from the batch's ready event until release. */
+    size_t staged_bytes;           /**< Bytes at staged. */
+    const int64_t *lengths;        /**< Host copy of the N lengths of a padded output, else NULL;
+                                        valid until release. */
+    const int64_t *offsets;        /**< Host copy of the N + 1 offsets, else NULL. */
     const int64_t *staged_lengths; /**< The same on the device (staging), or NULL. */
     const int64_t *staged_offsets; /**< The same on the device (staging), or NULL. */
 } dlc_device_field;
@@ -371,12 +371,12 @@ typedef struct dlc_device_field {
 /** A lent device batch. Host pointers stay valid until the batch is released; device pointers
  *  (staged*) may be read on the device only after its ready event and until its release. */
 typedef struct dlc_device_batch {
-    uint32_t count;          /**< Samples. */
-    int32_t device;          /**< The GPU. */
-    uint64_t epoch;          /**< Epoch this batch belongs to. */
-    uint64_t batch_index;    /**< Batch number within the epoch for this rank. */
-    const int64_t *labels;   /**< Host copy of the labels (zeros without a label field). */
-    const uint64_t *indices; /**< Host copy of the store record numbers. */
+    uint32_t count;                 /**< Samples. */
+    int32_t device;                 /**< The GPU. */
+    uint64_t epoch;                 /**< Epoch this batch belongs to. */
+    uint64_t batch_index;           /**< Batch number within the epoch for this rank. */
+    const int64_t *labels;          /**< Host copy of the labels (zeros without a label field). */
+    const uint64_t *indices;        /**< Host copy of the store record numbers. */
     const int64_t *staged_labels;   /**< The labels on the device (staging). */
     const uint64_t *staged_indices; /**< The record numbers on the device (staging). */
     void *ready_event;              /**< cudaEvent_t recorded after the copy to staging. */

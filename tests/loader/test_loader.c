@@ -536,7 +536,7 @@ static int cuda_notices;
 static void count_log(void *user, dlc_log_level level, const char *msg)
 {
     (void)user, (void)level;
-    if (strstr(msg, "built without CUDA"))
+    if (strstr(msg, "the GPU path is off") && strstr(msg, "/nonexistent/libdlcache_cuda.so"))
         __atomic_add_fetch(&cuda_notices, 1, __ATOMIC_RELAXED);
 }
 
@@ -557,13 +557,23 @@ Test(loader, config_errors_are_named_and_device_falls_back_to_host)
     c = fx_config();
     c.prefetch = 0;
     cr_assert_eq(dlc_loader_open(d.path, &c, &l), DLC_EINVAL);
+    /* No plugin (each Criterion test is a process of its own, which loads it at most once). */
+    setenv("DLCACHE_CUDA_PLUGIN", "/nonexistent/libdlcache_cuda.so", 1);
     c = fx_config();
     c.device = 0;
     c.log = count_log;
     l = open_ok(d.path, &c);
+    const char *why = NULL;
+    cr_assert_eq(dlc_loader_device(l, &why), -1);
+    cr_assert(why && strstr(why, "/nonexistent/libdlcache_cuda.so"), "%s", why ? why : "NULL");
+    dlc_device_batch db;
+    cr_assert_eq(dlc_loader_next_device(l, &db), DLC_ESTATE);
+    cr_assert(strstr(dlc_errmsg(), "device path is off"), "%s", dlc_errmsg());
+    char pwhy[512];
+    cr_assert_eq(dlc_cuda_probe(0, pwhy, sizeof pwhy), DLC_ENOSYS);
+    cr_assert(strstr(pwhy, "/nonexistent/libdlcache_cuda.so"), "%s", pwhy);
     dlc_batch b;
     cr_assert_eq(dlc_loader_next(l, &b), DLC_OK);
-    cr_assert_null(b.device_data);
     cr_assert_eq(dlc_loader_release(l, &b), DLC_OK);
     cr_assert_eq(dlc_loader_release(l, &b), DLC_EINVAL, "released twice");
     dlc_loader_close(l);
