@@ -1,7 +1,8 @@
 /* The arithmetic of the loader's output conversion, written once for the CPU and the GPU.
  *
  * The CPU path builds its tables from dlc__hd_norm() and dlc__hd_f32_to_f16() (loader/augment.c,
- * common/half.c), the CUDA plugin's kernel (loader/cuda/) calls the same functions per element,
+ * common/half.c), the CUDA plugin's kernel (loader/cuda/) builds its table in shared memory with
+ * the same functions,
  * and the CPU stand-in of the device (tests/loader/devsim.c) calls dlc__hd_convert_at(). So a
  * device batch is bit-identical to the host batch: float32 with 0 ulp of difference, float16
  * identical, uint8 identical. Only correctly rounded operations are used (IEEE division and
@@ -17,10 +18,15 @@
 
 #ifdef __CUDACC__
 #define DLC_HD static __host__ __device__ __forceinline__
+#else
+#define DLC_HD static inline
+#endif
+/* The intrinsics exist only in device code; on the host (x86-64 SSE, FLT_EVAL_METHOD 0) plain
+ * float division and subtraction are the same correctly rounded operations. */
+#ifdef __CUDA_ARCH__
 #define DLC__FDIV(a, b) __fdiv_rn((a), (b))
 #define DLC__FSUB(a, b) __fsub_rn((a), (b))
 #else
-#define DLC_HD static inline
 #define DLC__FDIV(a, b) ((a) / (b))
 #define DLC__FSUB(a, b) ((a) - (b))
 #endif
