@@ -305,6 +305,8 @@ class LoaderConfig(ctypes.Structure):
         ("num_views", ctypes.c_uint32),
         ("log", LOG_FN),
         ("log_user", ctypes.c_void_p),
+        ("device_layout", ctypes.c_uint32),
+        ("device_staging", ctypes.c_uint32),
     ]
 
 
@@ -337,8 +339,6 @@ class Batch(ctypes.Structure):
         ("bytes", ctypes.c_size_t),
         ("epoch", ctypes.c_uint64),
         ("batch_index", ctypes.c_uint64),
-        ("device_data", ctypes.c_void_p),
-        ("ready_event", ctypes.c_void_p),
         ("num_fields", ctypes.c_uint32),
         ("fields", ctypes.POINTER(BatchField)),
     ]
@@ -354,6 +354,56 @@ class LoaderStats(ctypes.Structure):
         ("bytes_read", ctypes.c_uint64),
         ("io_mode", ctypes.c_uint32),
         ("threads", ctypes.c_uint32),
+        ("device", ctypes.c_int32),
+        ("device_bytes", ctypes.c_uint64),
+        ("device_copy_seconds", ctypes.c_double),
+    ]
+
+
+# ---------------------------------------------------------------- loader.h: the device path
+class DeviceField(ctypes.Structure):
+    """dlc_device_field: one output of a device batch; shape in memory order."""
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("field", ctypes.c_uint32),
+        ("kind", ctypes.c_uint32),
+        ("dtype", ctypes.c_uint32),
+        ("layout", ctypes.c_uint32),
+        ("ndim", ctypes.c_uint32),
+        ("shape", ctypes.c_uint64 * (MAX_DIMS + 2)),
+        ("bytes", ctypes.c_size_t),
+        ("staged", ctypes.c_void_p),
+        ("staged_bytes", ctypes.c_size_t),
+        ("lengths", ctypes.c_void_p),
+        ("offsets", ctypes.c_void_p),
+        ("staged_lengths", ctypes.c_void_p),
+        ("staged_offsets", ctypes.c_void_p),
+    ]
+
+
+class DeviceBatch(ctypes.Structure):
+    """dlc_device_batch: a batch lent as staged on the device."""
+    _fields_ = [
+        ("count", ctypes.c_uint32),
+        ("device", ctypes.c_int32),
+        ("epoch", ctypes.c_uint64),
+        ("batch_index", ctypes.c_uint64),
+        ("labels", ctypes.c_void_p),
+        ("indices", ctypes.c_void_p),
+        ("staged_labels", ctypes.c_void_p),
+        ("staged_indices", ctypes.c_void_p),
+        ("ready_event", ctypes.c_void_p),
+        ("num_fields", ctypes.c_uint32),
+        ("fields", ctypes.POINTER(DeviceField)),
+    ]
+
+
+class DeviceDst(ctypes.Structure):
+    """dlc_device_dst: where dlc_loader_device_emit() writes one output (device memory)."""
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("lengths", ctypes.c_void_p),
+        ("offsets", ctypes.c_void_p),
     ]
 
 
@@ -465,6 +515,19 @@ _PROTOTYPES = {
     "dlc_loader_state_restore": (c_status, [_P, ctypes.c_char_p, ctypes.c_size_t]),
     "dlc_loader_get_stats": (None, [_P, ctypes.POINTER(LoaderStats)]),
     "dlc_loader_close": (None, [_P]),
+    # loader.h: the device path
+    "dlc_loader_device": (ctypes.c_int, [_P, ctypes.POINTER(ctypes.c_char_p)]),
+    "dlc_loader_next_device": (c_status, [_P, ctypes.POINTER(DeviceBatch)]),
+    "dlc_loader_device_emit": (c_status, [_P, ctypes.POINTER(DeviceBatch), _P,
+                                          ctypes.POINTER(DeviceDst), _P]),
+    "dlc_loader_device_wait": (c_status, [_P, ctypes.POINTER(DeviceBatch), _P]),
+    "dlc_loader_device_release": (c_status, [_P, ctypes.POINTER(DeviceBatch), _P]),
+    "dlc_loader_host_slots": (ctypes.c_uint32, [_P, ctypes.POINTER(_P),
+                                                ctypes.POINTER(ctypes.c_size_t),
+                                                ctypes.c_uint32]),
+    "dlc_cuda_probe": (c_status, [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]),
+    "dlc_cuda_copy_ceiling": (c_status, [ctypes.c_int, ctypes.c_size_t, ctypes.c_uint32,
+                                         ctypes.POINTER(ctypes.c_double)]),
 }
 
 _SONAMES = ("libdlcache.so", "libdlcache.so.0")

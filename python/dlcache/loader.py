@@ -4,11 +4,11 @@ import ctypes
 import logging
 import math
 import os
-import warnings
 import weakref
 
 import torch
 
+from . import _device
 from . import _lib as L
 from ._lib import lib
 from .errors import check, error_for
@@ -47,7 +47,6 @@ _RUNNING = 2  # An iterator took batches of self._epoch and did not reach its en
 _DONE = 3     # self._epoch was iterated to its end.
 
 _STATE_VERSION = 1
-_warned_device = False
 
 
 def _log_cb(_user, level, msg):
@@ -59,7 +58,9 @@ def _log_cb(_user, level, msg):
 _LOG_CB = L.LOG_FN(_log_cb)
 
 
-def _close_loader(ptr):
+def _close_loader(ptr, pins):
+    if pins is not None:
+        pins.release()  # wait for the last copy, unregister the slots: before they are freed
     lib.dlc_loader_close(ptr)
 
 
@@ -69,13 +70,14 @@ class _Handle:
     collection of the Loader (an explicit close() still frees it). The
     finalizer also runs at interpreter exit, before the modules are torn
     down, so worker threads never call the log callback into a dying
-    interpreter."""
+    interpreter. @p pins: the torch device backend's registered slots, let go
+    of before the close."""
 
     __slots__ = ("ptr", "_fin", "__weakref__")
 
-    def __init__(self, ptr):
+    def __init__(self, ptr, pins=None):
         self.ptr = ptr
-        self._fin = weakref.finalize(self, _close_loader, ptr)
+        self._fin = weakref.finalize(self, _close_loader, ptr, pins)
 
     def close(self):
         if self.ptr is not None:
@@ -218,9 +220,41 @@ class Loader:
             (``(x / 255 - mean) / std``, NCHW).
         mean, std: per channel on the 0..1 scale, float dtypes only; None =
             ImageNet's (0.485, 0.456, 0.406), (0.229, 0.224, 0.225).
-        device: None or "cpu" for host tensors; "cuda[:N]" copies each batch
-            with ``tensor.to(device, non_blocking=True)`` (this build of the C
-            library has no CUDA upload of its own; a notice says so once).
+        device: None or "cpu" for host tensors (views of the C loader's
+            slots, see "Lifetime of a batch"). "cuda", "cuda:N" or a
+            torch.device: every output arrives as a CUDA tensor on that GPU,
+            with the same names, shapes, dtypes and bytes as on the host
+            (float32 to the last bit, float16 and uint8 identical): images
+            are copied as uint8 and converted to ``dtype`` on the GPU;
+            labels, masks, boxes, arrays, scalars, NAME_lengths,
+            NAME_offsets and indices are copied as they are. The tensors are
+            allocated by torch (its caching allocator) and are the caller's:
+            they stay valid as long as they are referenced, across later
+            batches and after close(). They are filled on torch's *current*
+            stream of that device at the time the batch is requested
+            (``torch.cuda.current_stream(device)``, also a non-default one
+            set with ``torch.cuda.stream(s)``): work queued on that stream
+            afterwards sees them complete, and nothing waits on the host.
+            Using them on another stream needs the usual
+            ``other.wait_stream(current)``. Two backends do this
+            (``Loader.device_backend``): "plugin", the C library's own CUDA
+            path (libdlcache_cuda.so: page-locked slots, a copy thread,
+            conversion kernels), when dlc_cuda_probe() says it can run; else
+            "torch", the same through torch's CUDA runtime (slots
+            page-locked with cudaHostRegister, copies on a side stream,
+            conversion with torch operations), with a warning that says why
+            once. $DLCACHE_DEVICE_BACKEND=torch|plugin forces one. Without
+            CUDA in torch, a CUDA device is a ValueError here.
+        memory_format: the memory of float images on a CUDA device:
+            torch.contiguous_format (default: [N, C, H, W] contiguous) or
+            torch.channels_last (the same logical [N, C, H, W], NHWC memory:
+            ``x.is_contiguous(memory_format=torch.channels_last)``; view
+            groups [N, K, C, H, W] over [N, K, H, W, C] memory). It never
+            changes shapes, and does not apply to uint8 images, which are
+            [N, H, W, C] as on the host (already channels-last memory:
+            ``x.permute(0, 3, 1, 2)`` is the channels_last NCHW tensor,
+            free), nor to masks (uint8 NHWC). Host float batches are NCHW
+            only: channels_last with a float dtype needs a CUDA device.
         rank, world_size: this process's shard; default to torch.distributed's
             when it is initialized, else to $RANK and $WORLD_SIZE, else 0 and 1.
         threads: worker threads of the C loader; None = the cores available
@@ -258,6 +292,7 @@ class Loader:
     (the next loop iteration), when the slot is handed back to the workers and
     refilled. Use them within the step, or keep a copy: ``images.clone()``
     (or ``.to(device)``, which copies). Closing the Loader frees the slots.
+    CUDA tensors (``device="cuda"``) are not lent: they are the caller's.
 
     Resuming: ``state_dict()`` at any point (also mid-epoch) and
     ``load_state_dict()`` into a fresh Loader continue the stream exactly,
@@ -274,9 +309,13 @@ class Loader:
                  random_resized_crop=None, flip=0.5, dtype="uint8", mean=None, std=None,
                  device=None, rank=None, world_size=None, threads=None, prefetch=None,
                  verify="off", on_corrupt="replace", return_indices=False, random_crop=True,
-                 fields=None, variable=None, views=None, as_dict=None):
+                 fields=None, variable=None, views=None, as_dict=None, memory_format=None):
         self._handle = None
+        self._feed = None
         self._path = _fspath(path, "path")
+        # Before anything is opened: a CUDA device that torch cannot use is an error now.
+        self._device = _device.parse_device(device)
+        channels_last = _device.parse_memory_format(memory_format)
         schema = _read_schema(self._path)
         cfg = L.LoaderConfig()
         lib.dlc_loader_config_init(ctypes.byref(cfg))
@@ -339,6 +378,9 @@ class Loader:
         if cfg.dtype == L.DTYPE_UINT8 and (mean is not None or std is not None):
             raise ValueError("mean and std apply to dtype 'float32' or 'float16' only, "
                              "not to 'uint8' (pixels are delivered as stored)")
+        if channels_last and cfg.dtype != L.DTYPE_UINT8 and self._device is None:
+            raise ValueError("memory_format=torch.channels_last needs a CUDA device: host float "
+                             "batches are NCHW (use x.contiguous(memory_format=...) yourself)")
         selected = self._select(schema, fields)
         # Values for channels that were not given would silently keep the defaults; one
         # value for every channel, or one per channel of every normalized image.
@@ -409,47 +451,75 @@ class Loader:
             raise ValueError("on_corrupt must be 'replace' or 'fail', got %r" % (on_corrupt,))
         cfg.on_corrupt = _CORRUPT[on_corrupt]
 
-        # The C loader has no CUDA upload in this build: it always makes host
-        # batches and the copy to the device is torch's.
-        cfg.device = -1
-        self._device = None
-        if device is not None:
-            try:
-                dev = torch.device(device)
-            except (RuntimeError, TypeError) as e:
-                raise ValueError("device must be None, 'cpu' or 'cuda[:N]', got %r (%s)"
-                                 % (device, e)) from None
-            if dev.type == "cuda":
-                if not torch.cuda.is_available():
-                    raise ValueError("device=%r: torch.cuda.is_available() is False" % (device,))
-                global _warned_device
-                if not _warned_device:
-                    _warned_device = True
-                    warnings.warn("dlcache: this build of libdlcache has no CUDA upload; "
-                                  "batches are made in host memory and copied with "
-                                  "tensor.to(%r, non_blocking=True)" % str(dev),
-                                  RuntimeWarning, stacklevel=2)
-                self._device = dev
-            elif dev.type != "cpu":
-                raise ValueError("device must be None, 'cpu' or 'cuda[:N]', got %r" % (device,))
         cfg.log = _LOG_CB
         self._return_indices = bool(return_indices)
         self._config = cfg
+        self._pair_names = None
+        if pair:
+            self._pair_names = (
+                next(f["name"] for f in selected if f["kind"] == "image"),
+                next(f["name"] for f in selected if f["label"]))
 
-        h = ctypes.c_void_p()
-        check(lib.dlc_loader_open(self._path, ctypes.byref(cfg), ctypes.byref(h)),
-              "dlcache.Loader(%s)" % os.fsdecode(self._path))
-        self._handle = _Handle(h.value)
-        self._len = int(lib.dlc_loader_batches_per_epoch(h.value))
-        self._count = int(lib.dlc_loader_store_count(h.value))
+        cfg.device = -1
+        if self._device is None:
+            self._open(cfg)
+        else:
+            self._open_device(cfg, schema, channels_last)
+        h = self._handle.ptr
+        self._len = int(lib.dlc_loader_batches_per_epoch(h))
+        self._count = int(lib.dlc_loader_store_count(h))
         self._epoch = cfg.epoch
         self._pos = _FRESH
         self._pending_epoch = None
         self._yielded = 0
         self._gen = 0
-        self._copy_event = None
         self._info = None
         self._batch = L.Batch()
+
+    def _open(self, cfg, pins=None):
+        h = ctypes.c_void_p()
+        check(lib.dlc_loader_open(self._path, ctypes.byref(cfg), ctypes.byref(h)),
+              "dlcache.Loader(%s)" % os.fsdecode(self._path))
+        self._handle = _Handle(h.value, pins)
+
+    def _open_device(self, cfg, schema, channels_last):
+        """Open the C loader for CUDA batches: the plugin's device path when it can run, else
+        uint8 host batches that the torch backend page-locks, copies and converts."""
+        dev = self._device
+        backend, why = _device.choose_backend(dev.index)
+        dtype = cfg.dtype
+        args = (dev, dtype, channels_last, schema, cfg, self._return_indices)
+        if backend == "plugin":
+            feed = _device.make_feed("plugin", *args)
+            cfg.device = dev.index
+            cfg.device_layout = feed.layout()
+            self._open(cfg)
+            reason = ctypes.c_char_p()
+            on = lib.dlc_loader_device(self._handle.ptr, ctypes.byref(reason))
+            if on == dev.index:
+                self._feed = feed
+                return
+            # Probed fine, yet off at open: the C loader said why; go on with torch's runtime.
+            why = (reason.value or b"the device path is off").decode("utf-8", "replace")
+            self._handle.close()
+            self._handle = None
+            if os.environ.get(_device.BACKEND_ENV, "").strip().lower() == "plugin":
+                raise RuntimeError("%s=plugin, but the CUDA plugin is off for %s: %s"
+                                   % (_device.BACKEND_ENV, dev, why))
+        _device.warn_torch_backend(why, dev, stacklevel=4)
+        feed = _device.make_feed("torch", *args)
+        cfg.device = -1
+        cfg.dtype = L.DTYPE_UINT8  # converted on the GPU
+        try:
+            self._open(cfg, feed.pins)
+            feed.register(self._handle.ptr)
+        except BaseException:
+            if self._handle is not None:
+                self._handle.close()  # unregisters what was registered, then closes
+            raise
+        finally:
+            cfg.dtype = dtype
+        self._feed = feed
 
     @staticmethod
     def _select(schema, fields):
@@ -594,7 +664,7 @@ class Loader:
             e = self._epoch + 1
         elif e == self._epoch and self._pos in (_FRESH, _RESUMED):
             return
-        self._sync_device()
+        self._sync()
         check(lib.dlc_loader_set_epoch(ptr, e), "dlcache.Loader.set_epoch(%d)" % e)
         self._epoch = e
         self._pos = _FRESH
@@ -610,14 +680,17 @@ class Loader:
         ref = ctypes.byref(batch)
         next_fn = lib.dlc_loader_next
         owner = self._handle
+        feed = self._feed
         ctx = "dlcache.Loader(%s)" % os.fsdecode(self._path)
         while True:
             if gen != self._gen:
                 raise RuntimeError("this dlcache.Loader iterator is stale: iter(), "
                                    "load_state_dict() or close() was called on the Loader since")
             ptr = self._ptr()
-            self._sync_device()
-            rc = next_fn(ptr, ref)  # GIL released while the workers finish the batch
+            if feed is not None:
+                rc, items = feed.next(ptr, batch, owner, ctx)  # GIL released while waiting
+            else:
+                rc = next_fn(ptr, ref)  # GIL released while the workers finish the batch
             if rc == L.DLC_END:
                 self._pos = _DONE
                 return
@@ -629,6 +702,9 @@ class Loader:
                 self._pos = _RUNNING
             if self._yielded is not None:
                 self._yielded += 1
+            if feed is not None:
+                yield self._device_batch(items)
+                continue
             if self._as_dict:
                 yield self._dict(batch, owner)
                 continue
@@ -636,20 +712,34 @@ class Loader:
             n = batch.count
             images = _view(batch.data, batch.dtype, shape, owner)
             labels = _view(batch.labels, L.DTYPE_UINT8, (n * 8,), owner).view(torch.int64)
-            if self._device is not None:
-                images = images.to(self._device, non_blocking=True)
-                labels = labels.to(self._device, non_blocking=True)
             if self._return_indices:
                 # Record numbers are < 2**63: int64 is the same bytes as the C uint64.
                 indices = _view(batch.indices, L.DTYPE_UINT8, (n * 8,), owner).view(torch.int64)
-                if self._device is not None:
-                    indices = indices.to(self._device, non_blocking=True)
-                    self._record_copy()
                 yield images, labels, indices
             else:
-                if self._device is not None:
-                    self._record_copy()
                 yield images, labels
+
+    def _device_batch(self, items):
+        """The CUDA outputs [(name, tensor)] as the host path shapes them: a dict, or
+        (images, labels[, indices])."""
+        out = dict(items)
+        self._check_names(len(out), len(items))
+        if self._as_dict:
+            return out
+        images, labels = self._pair_names
+        if self._return_indices:
+            return out[images], out[labels], out["indices"]
+        return out[images], out[labels]
+
+    def _check_names(self, got, want):
+        if self._checked_names:
+            return
+        # NAME_lengths, NAME_offsets and indices share one namespace with the fields.
+        if got != want:
+            raise ValueError("two outputs of this store have the same name (a field named "
+                             "like another's NAME_lengths, NAME_offsets, or 'indices' with "
+                             "return_indices): leave one out with fields=")
+        self._checked_names = True
 
     def _dict(self, batch, owner):
         """The lent batch as {output name: tensor}, each a view of the slot."""
@@ -667,32 +757,17 @@ class Loader:
             # Record numbers are < 2**63: int64 is the same bytes as the C uint64.
             out["indices"] = _view(batch.indices, L.DTYPE_INT64, (n,), owner)
         if not self._checked_names:
-            # NAME_lengths, NAME_offsets and indices share one namespace with the fields.
             want = sum(1 + (1 if batch.fields[i].lengths else 0) +
                        (1 if batch.fields[i].offsets else 0)
                        for i in range(batch.num_fields)) + (1 if self._return_indices else 0)
-            if len(out) != want:
-                raise ValueError("two outputs of this store have the same name (a field named "
-                                 "like another's NAME_lengths, NAME_offsets, or 'indices' with "
-                                 "return_indices): leave one out with fields=")
-            self._checked_names = True
-        if self._device is not None:
-            out = {k: t.to(self._device, non_blocking=True) for k, t in out.items()}
-            self._record_copy()
+            self._check_names(len(out), want)
         return out
 
-    def _record_copy(self):
-        # A copy from pinned memory may still be reading the slot when the
-        # next batch is asked for; the event makes _sync_device() wait for it
-        # (and for nothing else queued later on the stream).
-        ev = torch.cuda.Event()
-        ev.record()
-        self._copy_event = ev
-
-    def _sync_device(self):
-        if self._copy_event is not None:
-            self._copy_event.synchronize()
-            self._copy_event = None
+    def _sync(self):
+        """Wait for a copy that may still read a slot (torch backend) before the C loader
+        refills the slots."""
+        if self._feed is not None:
+            self._feed.sync()
 
     # ------------------------------------------------------------ state
     def _finished(self):
@@ -732,7 +807,7 @@ class Loader:
             raw = bytes(raw.to(torch.uint8).tolist())
         if not isinstance(raw, (bytes, bytearray)) or len(raw) != L.LOADER_STATE_SIZE:
             raise ValueError("state_dict['state'] must be %d bytes" % L.LOADER_STATE_SIZE)
-        self._sync_device()
+        self._sync()
         check(lib.dlc_loader_state_restore(self._ptr(), bytes(raw), len(raw)),
               "dlcache.Loader.load_state_dict")
         self._gen += 1  # iterators over the old position must not go on
@@ -743,19 +818,39 @@ class Loader:
         self._yielded = None
 
     # ------------------------------------------------------------ misc
+    @property
+    def device(self):
+        """The torch.device of the batches: cuda:N, or cpu."""
+        return self._device if self._device is not None else torch.device("cpu")
+
+    @property
+    def device_backend(self):
+        """How batches reach the GPU: "plugin" (the C library's CUDA path), "torch" (torch's
+        CUDA runtime), or None (host batches)."""
+        return self._feed.backend if self._feed is not None else None
+
     def stats(self):
         """Counters since open: batches, samples, wait_seconds (time this
         process waited for data), io_wait_seconds, corrupt_replaced,
-        bytes_read, io_mode, threads."""
+        bytes_read, io_mode, threads; device (the GPU index of CUDA batches,
+        else -1), device_bytes (bytes copied from the slots to the GPU),
+        device_copy_seconds (the plugin's copy time as its copy thread saw
+        it; 0 with the torch backend, whose copies are not timed) and
+        device_backend (as the property)."""
         s = L.LoaderStats()
         lib.dlc_loader_get_stats(self._ptr(), ctypes.byref(s))
-        return {name: getattr(s, name) for name, _ in L.LoaderStats._fields_}
+        out = {name: getattr(s, name) for name, _ in L.LoaderStats._fields_}
+        out["device_backend"] = self.device_backend
+        if self.device_backend == "torch":
+            out["device"] = self._device.index
+            out["device_bytes"] = self._feed.bytes
+        return out
 
     def close(self):
-        """Stop the workers and free the slots. Tensors still viewing a slot
-        must not be used after this. Idempotent."""
+        """Stop the workers and free the slots. Host tensors still viewing a
+        slot must not be used after this; CUDA tensors stay valid (they are
+        the caller's). Idempotent."""
         self._gen += 1
-        self._copy_event = None
         if self._handle is not None:
             self._handle.close()
 
@@ -767,6 +862,9 @@ class Loader:
 
     def __repr__(self):
         c = self._config
-        return ("dlcache.Loader(%r, batch_size=%d, rank=%d/%d, epoch=%d, %d batches/epoch)"
+        dev = ""
+        if self._feed is not None:
+            dev = ", device=%s (%s)" % (self._device, self._feed.backend)
+        return ("dlcache.Loader(%r, batch_size=%d, rank=%d/%d, epoch=%d, %d batches/epoch%s)"
                 % (os.fsdecode(self._path), c.batch_size, c.rank, c.world_size, self._epoch,
-                   self._len))
+                   self._len, dev))

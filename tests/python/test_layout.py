@@ -43,6 +43,9 @@ STRUCTS = {
     "dlc_loader_config": "LoaderConfig",
     "dlc_batch": "Batch",
     "dlc_loader_stats": "LoaderStats",
+    "dlc_device_field": "DeviceField",
+    "dlc_device_batch": "DeviceBatch",
+    "dlc_device_dst": "DeviceDst",
 }
 
 # C name: the name of its mirror in dlcache._lib.

@@ -250,14 +250,12 @@ def test_stats(store):
     assert s["threads"] == 2 and s["corrupt_replaced"] == 0
 
 
-def test_cuda_device_needs_cuda(store):
+def test_cuda_device_needs_cuda(store, monkeypatch):
     if torch.cuda.is_available():
-        with pytest.warns(RuntimeWarning, match="no CUDA upload"):
-            import dlcache.loader as dl
-            dl._warned_device = False
-            with dlcache.Loader(store, 16, crop=8, device="cuda", dtype="float32") as ld:
-                x, y = next(iter(ld))
-                assert x.is_cuda and y.is_cuda and x.shape == (16, 3, 8, 8)
+        monkeypatch.setenv("DLCACHE_DEVICE_BACKEND", "torch")
+        with dlcache.Loader(store, 16, crop=8, device="cuda", dtype="float32") as ld:
+            x, y = next(iter(ld))
+            assert x.is_cuda and y.is_cuda and x.shape == (16, 3, 8, 8)
     else:
         with pytest.raises(ValueError, match="cuda"):
             dlcache.Loader(store, 16, device="cuda:0")
