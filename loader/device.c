@@ -76,7 +76,7 @@ typedef struct dlc__devpath {
 
 static pthread_once_t plugin_once = PTHREAD_ONCE_INIT;
 static const dlc__devops *plugin_ops;
-static char plugin_why[768];
+static char plugin_why[1024];
 
 /* The directory of libdlcache.so (or of the program that links the library statically). */
 static int self_dir(char *buf, size_t cap)
@@ -492,17 +492,22 @@ static void *copy_main(void *arg)
         const char *what = "making the loader's GPU current on its copy thread";
         int e = set;
         t->err = s->err;
-        if (s->err != DLC_OK)
+        if (s->err != DLC_OK) {
             snprintf(t->errmsg, sizeof t->errmsg, "%s", s->errmsg);
-        else if (e == 0)
-            e = stage_copy(l, s, t, &what);
+        } else {
+            /* The description first: the copy's ranges are the outputs' used bytes. */
+            stage_describe(l, s, t);
+            if (e == 0)
+                e = stage_copy(l, s, t, &what);
+        }
         if (s->err == DLC_OK && e) {
             t->err = DLC_ECUDA;
             snprintf(t->errmsg, sizeof t->errmsg, "%s: CUDA device %d: %s: %s", l->path, d->device,
                      what, ops->errstr(d->ctx, e));
+            /* Part of the copy may have been issued before the failure: the slot must not be
+             * refilled while it can still be read. */
+            ops->stream_sync(d->ctx, d->stream);
         }
-        if (t->err == DLC_OK)
-            stage_describe(l, s, t);
         const uint64_t t0 = dlc__now_ns();
 
         pthread_mutex_lock(&l->mu);

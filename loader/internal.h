@@ -37,6 +37,9 @@ enum {
     DLC__VAR_FIXED = 0xff, /* Not variable: every sample has the same size. */
 };
 
+/* The most batches a consumer may hold at once (config.max_lent). */
+#define DLC__MAX_LENT 16u
+
 /* The most views per sample over all groups, and the most groups. */
 #define DLC__MAX_VIEWS 256u
 #define DLC__MAX_GROUPS 16u
@@ -197,7 +200,8 @@ struct dlc_loader {
     pthread_cond_t cv_done; /**< The consumer waits here for READY slots and quiet workers. */
     uint64_t fill_next;     /**< Next batch the I/O thread takes. */
     uint64_t cons_next;     /**< Next batch the consumer takes. */
-    int lent;               /**< Slot lent to the consumer, or -1. */
+    uint32_t lent[DLC__MAX_LENT]; /**< Slots lent to the consumer, oldest first. */
+    uint32_t nlent;               /**< Entries of lent. */
     int paused, stop;
     uint32_t ready_workers; /**< Workers that finished starting up. */
     dlc_status start_rc;    /**< First start-up failure of a worker. */

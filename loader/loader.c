@@ -1,6 +1,7 @@
 /* The public loader API: configuration, open/close, lending batches, state and stats. */
 #include "internal.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +34,7 @@ void dlc_loader_config_init(dlc_loader_config *c)
     c->device = -1;
     c->device_layout = DLC_LAYOUT_NONE;
     c->device_staging = 2;
+    c->max_lent = 1;
 }
 
 /* Every field that can be wrong, named, before anything is allocated. */
@@ -46,6 +48,12 @@ static dlc_status check_config(const dlc_loader_config *c, const char *path)
             path, c->rank, c->world_size);
     FAIL_IF(c->prefetch == 0 || c->prefetch > 1024, DLC_EINVAL,
             "%s: config.prefetch = %u must be in 1..1024", path, c->prefetch);
+    FAIL_IF(c->max_lent == 0 || c->max_lent > DLC__MAX_LENT ||
+                (c->max_lent > 1 && c->max_lent >= c->prefetch),
+            DLC_EINVAL,
+            "%s: config.max_lent = %u must be 1, or in 2..%u and below prefetch (%u), so that "
+            "the workers always have a slot to fill",
+            path, c->max_lent, DLC__MAX_LENT, c->prefetch);
     FAIL_IF(c->threads > 1024, DLC_EINVAL, "%s: config.threads = %u is more than 1024", path,
             c->threads);
     FAIL_IF(c->sampler > DLC_SAMPLER_QUASI_RANDOM, DLC_EINVAL,
@@ -260,7 +268,6 @@ dlc_status dlc__loader_open_with(const char *path, const dlc_loader_config *conf
     l = calloc(1, sizeof *l);
     FAIL_IF(!l, -ENOMEM, "%s: out of memory", path);
     l->cfg = cfg;
-    l->lent = -1;
     l->paused = 1; /* Until every thread has started. */
     CHECK(dlc_store_open(path, DLC_STORE_RANDOM, &l->store));
     l->info = dlc_store_get_info(l->store);
@@ -358,9 +365,11 @@ dlc_status dlc_loader_next(dlc_loader *l, dlc_batch *batch)
                            "dlc_loader_next_device()",
                            l->path, dlc_loader_device(l, NULL));
     pthread_mutex_lock(&l->mu);
-    if (l->lent >= 0) {
-        l->slots[l->lent].state = DLC__SLOT_FREE;
-        l->lent = -1;
+    if (l->nlent >= l->cfg.max_lent) {
+        /* The oldest lent batch goes back: the caller holds at most max_lent. */
+        assert(l->slots[l->lent[0]].state == DLC__SLOT_LENT);
+        l->slots[l->lent[0]].state = DLC__SLOT_FREE;
+        memmove(l->lent, l->lent + 1, --l->nlent * sizeof *l->lent);
         pthread_cond_broadcast(&l->cv_io);
     }
     if (l->cons_next >= l->shard.batches) {
@@ -389,7 +398,8 @@ dlc_status dlc_loader_next(dlc_loader *l, dlc_batch *batch)
         return err;
     }
     s->state = DLC__SLOT_LENT;
-    l->lent = (int)si;
+    assert(l->nlent < l->cfg.max_lent);
+    l->lent[l->nlent++] = si;
     pthread_mutex_unlock(&l->mu);
 
     memset(batch, 0, sizeof *batch);
@@ -410,12 +420,16 @@ dlc_status dlc_loader_release(dlc_loader *l, const dlc_batch *batch)
     if (!l || !batch)
         return dlc__errorf(DLC_EINVAL, "loader: dlc_loader_release() needs a loader and a batch");
     pthread_mutex_lock(&l->mu);
-    if (l->lent < 0 || batch->labels != l->slots[l->lent].labels) {
+    uint32_t k = 0;
+    while (k < l->nlent && batch->labels != l->slots[l->lent[k]].labels)
+        k++;
+    if (k == l->nlent) {
         pthread_mutex_unlock(&l->mu);
-        return dlc__errorf(DLC_EINVAL, "loader: the batch released is not the one lent");
+        return dlc__errorf(DLC_EINVAL, "loader: the batch released is not one lent");
     }
-    l->slots[l->lent].state = DLC__SLOT_FREE;
-    l->lent = -1;
+    assert(l->slots[l->lent[k]].state == DLC__SLOT_LENT);
+    l->slots[l->lent[k]].state = DLC__SLOT_FREE;
+    memmove(l->lent + k, l->lent + k + 1, (--l->nlent - k) * sizeof *l->lent);
     pthread_cond_broadcast(&l->cv_io);
     pthread_mutex_unlock(&l->mu);
     return DLC_OK;

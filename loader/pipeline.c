@@ -269,10 +269,9 @@ void dlc__pipeline_reset(dlc_loader *l, uint64_t seed, uint64_t epoch, uint64_t 
     const int resident = dlc__io_resident(l);
     pthread_mutex_lock(&l->mu);
     l->paused = 1;
-    if (l->lent >= 0) {
-        l->slots[l->lent].state = DLC__SLOT_FREE;
-        l->lent = -1;
-    }
+    for (uint32_t k = 0; k < l->nlent; k++)
+        l->slots[l->lent[k]].state = DLC__SLOT_FREE;
+    l->nlent = 0;
     /* Abandon the batches in flight: stop new claims, then wait until no thread is inside a
      * slot, since they write into its buffers. */
     for (;;) {

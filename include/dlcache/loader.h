@@ -44,8 +44,9 @@
  *
  * Lifetime of a batch: the ::dlc_batch filled by dlc_loader_next() and the
  * memory it points to are lent to the caller until dlc_loader_release() on
- * it or the next dlc_loader_next(), whichever comes first; then the slot is
- * refilled.
+ * it or, when the caller already holds config.max_lent batches (1 by default),
+ * the next dlc_loader_next(), which gives back the oldest; then the slot is
+ * refilled. Each lent batch needs a ::dlc_batch of its own.
  *
  * Thread safety: one consumer thread at a time calls dlc_loader_* on a given
  * loader (the loader runs its own workers). Different loaders are independent.
@@ -225,6 +226,9 @@ typedef struct dlc_loader_config {
                                   DLC_LAYOUT_NONE (default): as on the host, uint8 NHWC and
                                   float NCHW. */
     uint32_t device_staging; /**< Device staging buffers, 1..16 (default 2). */
+    uint32_t max_lent;       /**< Host batches the consumer may hold at once (default 1): when
+                                  it holds this many, dlc_loader_next() gives back the oldest.
+                                  Above 1 it must be below prefetch. */
 } dlc_loader_config;
 
 /** One output of a batch: a field of the store (or one view group of an image field), for every
@@ -301,7 +305,7 @@ DLC_API dlc_status dlc_loader_open(const char *path, const dlc_loader_config *co
 
 /**
  * @brief Lend the next batch of the current epoch, waiting for it if needed.
- *        Releases the batch lent before, if it was not released.
+ *        When config.max_lent batches are lent, the oldest is released first.
  * @return DLC_OK, DLC_END when the epoch has no more batches for this rank
  *         (then call dlc_loader_set_epoch()), DLC_ECORRUPT, DLC_ECHANGED (the
  *         store file shrank under the loader: replace stores by renaming a new
@@ -310,7 +314,7 @@ DLC_API dlc_status dlc_loader_open(const char *path, const dlc_loader_config *co
 DLC_API dlc_status dlc_loader_next(dlc_loader *l, dlc_batch *batch);
 
 /** @brief Give back a lent batch early so its slot can be refilled.
- *  @return DLC_OK, or DLC_EINVAL when @p batch is not the one lent. */
+ *  @return DLC_OK, or DLC_EINVAL when @p batch is not one lent. */
 DLC_API dlc_status dlc_loader_release(dlc_loader *l, const dlc_batch *batch);
 
 /** @brief Batches per epoch for this rank (what len() of a DataLoader says). */
