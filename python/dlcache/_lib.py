@@ -307,6 +307,7 @@ class LoaderConfig(ctypes.Structure):
         ("log_user", ctypes.c_void_p),
         ("device_layout", ctypes.c_uint32),
         ("device_staging", ctypes.c_uint32),
+        ("max_lent", ctypes.c_uint32),
     ]
 
 

@@ -1,9 +1,11 @@
 """dlcache.Loader: shuffled, augmented batches from a store as torch tensors."""
 
+import collections
 import ctypes
 import logging
 import math
 import os
+import warnings
 import weakref
 
 import torch
@@ -100,6 +102,12 @@ def _view(ptr, dtype_code, shape, owner):
         # Reinterpret the int16 view as the unsigned values it holds, in a wider type.
         t = t.to(_WIDEN[dtype_code]) & 0xFFFF
     return t
+
+
+def _own(ptr, dtype_code, shape):
+    """A tensor of its own holding a copy of the C memory at @p ptr (the small per-sample
+    arrays: a few KB a batch, so that keeping them is always safe)."""
+    return _view(ptr, dtype_code, shape, None).clone()
 
 
 def _default_rank_world(rank, world_size):
@@ -278,6 +286,10 @@ class Loader:
         as_dict: yield dicts of tensors keyed by output name. None (default):
             dicts unless the batch holds exactly one image and the label
             (then ``(images, labels)`` as before); False insists on the pair.
+        debug_poison: fill released slots with 0xFF (see "Lifetime of a
+            batch"); None = $DLCACHE_DEBUG_POISON.
+
+    Every argument after batch_size is keyword-only.
 
     Iterating yields ``(images, labels)`` or ``(images, labels, indices)``:
     images uint8 [N, H, W, C] or float [N, C, H, W], labels and indices int64 [N].
@@ -286,13 +298,25 @@ class Loader:
     (int64 [N + 1]) beside an "offsets" field and a bytes field, and
     ``indices`` with return_indices.
 
-    **Lifetime of a batch.** On the host the tensors are views of the C
-    loader's batch slot, made without copying (torch.frombuffer over the
-    slot). They are valid until the next batch is requested from this Loader
-    (the next loop iteration), when the slot is handed back to the workers and
-    refilled. Use them within the step, or keep a copy: ``images.clone()``
-    (or ``.to(device)``, which copies). Closing the Loader frees the slots.
-    CUDA tensors (``device="cuda"``) are not lent: they are the caller's.
+    **Lifetime of a batch.** On the host, images, masks, arrays and bytes are
+    views of the C loader's batch slot, made without copying (torch.frombuffer
+    over the slot); labels, scalar fields, NAME_lengths, NAME_offsets and
+    indices are tensors of their own (a few KB a batch). A batch you still
+    hold when its slot is about to be refilled (``batches = list(loader)``,
+    an evaluation loop that appends each batch, a batch kept across
+    ``set_epoch()``, ``close()`` or ``load_state_dict()``) is detected and
+    detached: its tensors are given memory of their own first, so what you
+    kept is right. The usual loop, which keeps nothing, copies nothing. What
+    is not detected is a view you cut from a batch tensor and kept alone
+    (``first = images[0]``, dropping ``images``): it still shares the slot and
+    changes when the slot is refilled. ``debug_poison=True`` (or
+    $DLCACHE_DEBUG_POISON=1) makes such a view fail loudly: batches then come
+    in private copies that are filled with 0xFF bytes (NaN for float outputs)
+    when the batch is given back, and never reused (a copy per batch: for
+    debugging only). Keep a copy instead (``images[0].clone()``). Copy-free detection needs prefetch >= 3 (the
+    default is 4); with prefetch 1 or 2 every batch still held by the loop's
+    variables when the next one is asked for is copied. CUDA tensors
+    (``device="cuda"``) are not lent: they are the caller's.
 
     Resuming: ``state_dict()`` at any point (also mid-epoch) and
     ``load_state_dict()`` into a fresh Loader continue the stream exactly,
@@ -305,11 +329,12 @@ class Loader:
     constant amount of work per batch, none per sample.
     """
 
-    def __init__(self, path, batch_size, shuffle=True, seed=0, drop_last=False, crop=224,
+    def __init__(self, path, batch_size, *, shuffle=True, seed=0, drop_last=False, crop=None,
                  random_resized_crop=None, flip=0.5, dtype="uint8", mean=None, std=None,
                  device=None, rank=None, world_size=None, threads=None, prefetch=None,
                  verify="off", on_corrupt="replace", return_indices=False, random_crop=True,
-                 fields=None, variable=None, views=None, as_dict=None, memory_format=None):
+                 fields=None, variable=None, views=None, as_dict=None, memory_format=None,
+                 debug_poison=None):
         self._handle = None
         self._feed = None
         self._path = _fspath(path, "path")
@@ -452,6 +477,9 @@ class Loader:
         cfg.on_corrupt = _CORRUPT[on_corrupt]
 
         cfg.log = _LOG_CB
+        if debug_poison is None:
+            debug_poison = os.environ.get("DLCACHE_DEBUG_POISON", "") not in ("", "0")
+        self._poison = bool(debug_poison)
         self._return_indices = bool(return_indices)
         self._config = cfg
         self._pair_names = None
@@ -461,6 +489,13 @@ class Loader:
                 next(f["name"] for f in selected if f["label"]))
 
         cfg.device = -1
+        # Host batches: the caller may hold two at once, so that the batch still bound to the
+        # loop's variables when the next one is asked for is not given back until the call
+        # after, when it is known whether the caller kept it (see _settle()).
+        self._held = collections.deque()
+        self._batches = [L.Batch(), L.Batch()]
+        if self._device is None and cfg.prefetch >= 3:
+            cfg.max_lent = 2
         if self._device is None:
             self._open(cfg)
         else:
@@ -474,7 +509,7 @@ class Loader:
         self._yielded = 0
         self._gen = 0
         self._info = None
-        self._batch = L.Batch()
+        self._batch = L.Batch()  # the device feeds' own
 
     def _open(self, cfg, pins=None):
         h = ctypes.c_void_p()
@@ -665,6 +700,7 @@ class Loader:
         elif e == self._epoch and self._pos in (_FRESH, _RESUMED):
             return
         self._sync()
+        self._settle()
         check(lib.dlc_loader_set_epoch(ptr, e), "dlcache.Loader.set_epoch(%d)" % e)
         self._epoch = e
         self._pos = _FRESH
@@ -676,21 +712,28 @@ class Loader:
         return self._iterate(self._gen)
 
     def _iterate(self, gen):
-        batch = self._batch
-        ref = ctypes.byref(batch)
         next_fn = lib.dlc_loader_next
         owner = self._handle
         feed = self._feed
         ctx = "dlcache.Loader(%s)" % os.fsdecode(self._path)
+        max_lent = self._config.max_lent
+        turn = 0
         while True:
             if gen != self._gen:
                 raise RuntimeError("this dlcache.Loader iterator is stale: iter(), "
                                    "load_state_dict() or close() was called on the Loader since")
             ptr = self._ptr()
             if feed is not None:
+                batch = self._batch
                 rc, items = feed.next(ptr, batch, owner, ctx)  # GIL released while waiting
             else:
-                rc = next_fn(ptr, ref)  # GIL released while the workers finish the batch
+                # Give back what the caller can no longer hold: with two lent, the batch before
+                # the one the loop's variables still name; with one, that one.
+                while len(self._held) >= max_lent:
+                    self._settle_one(ptr)
+                turn ^= 1
+                batch = self._batches[turn]
+                rc = next_fn(ptr, ctypes.byref(batch))  # GIL released while the workers work
             if rc == L.DLC_END:
                 self._pos = _DONE
                 return
@@ -710,14 +753,52 @@ class Loader:
                 continue
             shape = tuple(batch.shape)
             n = batch.count
-            images = _view(batch.data, batch.dtype, shape, owner)
-            labels = _view(batch.labels, L.DTYPE_UINT8, (n * 8,), owner).view(torch.int64)
+            images, ref = self._lend(batch.data, batch.dtype, shape, owner)
+            self._held.append((batch, [ref]))
+            labels = _own(batch.labels, L.DTYPE_INT64, (n,))
             if self._return_indices:
                 # Record numbers are < 2**63: int64 is the same bytes as the C uint64.
-                indices = _view(batch.indices, L.DTYPE_UINT8, (n * 8,), owner).view(torch.int64)
-                yield images, labels, indices
+                yield images, labels, _own(batch.indices, L.DTYPE_INT64, (n,))
             else:
                 yield images, labels
+
+    def _lend(self, ptr, code, shape, owner):
+        """A large output of a host batch, and what _settle_one() needs to know of it: a weak
+        reference, and with debug_poison the private copy it views."""
+        if not self._poison:
+            t = _view(ptr, code, shape, owner)
+            return t, (weakref.ref(t), None)
+        # Debug: a private copy that is poisoned, never reused, once the batch is given back, so
+        # that a view kept past that point reads 0xFF (NaN) for as long as it lives.
+        t = _view(ptr, code, shape, None)
+        if t.numel() == 0:
+            return t, (weakref.ref(t), None)
+        buf = bytearray(t.numel() * t.element_size())
+        c = torch.frombuffer(buf, dtype=t.dtype).view(t.shape)
+        c.copy_(t)
+        return c, (weakref.ref(c), buf)
+
+    def _settle_one(self, ptr):
+        """Give the oldest lent host batch back to the C loader; tensors of it that the caller
+        still holds get memory of their own first (Tensor.set_ moves every reference to the
+        tensor object onto the copy)."""
+        batch, refs = self._held.popleft()
+        for r, buf in refs:
+            t = r()
+            if buf is None:
+                if t is not None:
+                    t.set_(t.clone())
+            elif t is None:
+                ctypes.memset((ctypes.c_char * len(buf)).from_buffer(buf), 0xFF, len(buf))
+        lib.dlc_loader_release(ptr, ctypes.byref(batch))
+
+    def _settle(self):
+        """Give back every lent host batch (before anything that refills or frees the slots)."""
+        if self._handle is None or self._handle.ptr is None:
+            self._held.clear()
+            return
+        while self._held:
+            self._settle_one(self._handle.ptr)
 
     def _device_batch(self, items):
         """The CUDA outputs [(name, tensor)] as the host path shapes them: a dict, or
@@ -742,20 +823,28 @@ class Loader:
         self._checked_names = True
 
     def _dict(self, batch, owner):
-        """The lent batch as {output name: tensor}, each a view of the slot."""
+        """The lent batch as {output name: tensor}: the large outputs views of the slot, the
+        small ones (scalars, lengths, offsets, indices) tensors of their own."""
         out = {}
+        refs = []
         n = batch.count
         for i in range(batch.num_fields):
             bf = batch.fields[i]
             name = bf.name.decode()
-            out[name] = _view(bf.data, bf.dtype, tuple(bf.shape[:bf.ndim]), owner)
+            shape = tuple(bf.shape[:bf.ndim])
+            if bf.kind in (L.FIELD_INT, L.FIELD_FLOAT):
+                out[name] = _own(bf.data, bf.dtype, shape)
+            else:
+                out[name], ref = self._lend(bf.data, bf.dtype, shape, owner)
+                refs.append(ref)
             if bf.lengths:
-                out[name + "_lengths"] = _view(bf.lengths, L.DTYPE_INT64, (n,), owner)
+                out[name + "_lengths"] = _own(bf.lengths, L.DTYPE_INT64, (n,))
             if bf.offsets:
-                out[name + "_offsets"] = _view(bf.offsets, L.DTYPE_INT64, (n + 1,), owner)
+                out[name + "_offsets"] = _own(bf.offsets, L.DTYPE_INT64, (n + 1,))
+        self._held.append((batch, refs))
         if self._return_indices:
             # Record numbers are < 2**63: int64 is the same bytes as the C uint64.
-            out["indices"] = _view(batch.indices, L.DTYPE_INT64, (n,), owner)
+            out["indices"] = _own(batch.indices, L.DTYPE_INT64, (n,))
         if not self._checked_names:
             want = sum(1 + (1 if batch.fields[i].lengths else 0) +
                        (1 if batch.fields[i].offsets else 0)
@@ -807,7 +896,16 @@ class Loader:
             raw = bytes(raw.to(torch.uint8).tolist())
         if not isinstance(raw, (bytes, bytearray)) or len(raw) != L.LOADER_STATE_SIZE:
             raise ValueError("state_dict['state'] must be %d bytes" % L.LOADER_STATE_SIZE)
+        saved_bs = state_dict.get("batch_size")
+        if saved_bs is not None and int(saved_bs) != int(self.batch_size):
+            warnings.warn("dlcache.Loader.load_state_dict: the state was saved with batch_size "
+                          "%d and this Loader has %d: the stream continues at the same sample "
+                          "(no sample skipped or repeated), in batches of %d, so batch numbers "
+                          "and the number of batches left differ from the saved run's"
+                          % (int(saved_bs), int(self.batch_size), int(self.batch_size)),
+                          RuntimeWarning, stacklevel=2)
         self._sync()
+        self._settle()
         check(lib.dlc_loader_state_restore(self._ptr(), bytes(raw), len(raw)),
               "dlcache.Loader.load_state_dict")
         self._gen += 1  # iterators over the old position must not go on
@@ -847,11 +945,12 @@ class Loader:
         return out
 
     def close(self):
-        """Stop the workers and free the slots. Host tensors still viewing a
-        slot must not be used after this; CUDA tensors stay valid (they are
-        the caller's). Idempotent."""
+        """Stop the workers and free the slots. Batches still held are
+        detached first (see "Lifetime of a batch"); CUDA tensors stay valid
+        (they are the caller's). Idempotent."""
         self._gen += 1
         if self._handle is not None:
+            self._settle()
             self._handle.close()
 
     def __enter__(self):
@@ -865,6 +964,7 @@ class Loader:
         dev = ""
         if self._feed is not None:
             dev = ", device=%s (%s)" % (self._device, self._feed.backend)
-        return ("dlcache.Loader(%r, batch_size=%d, rank=%d/%d, epoch=%d, %d batches/epoch%s)"
+        closed = self._handle is None or self._handle.ptr is None
+        return ("dlcache.Loader(%r, batch_size=%d, rank=%d/%d, epoch=%d, %d batches/epoch%s%s)"
                 % (os.fsdecode(self._path), c.batch_size, c.rank, c.world_size, self._epoch,
-                   self._len, dev))
+                   self._len, dev, ", closed" if closed else ""))
