@@ -206,6 +206,68 @@ dlc_status dlc_cuda_copy_ceiling(int device, size_t bytes, uint32_t reps, double
     return DLC_OK;
 }
 
+/* Run @p op on @p device from the caller's thread, its own context restored after. */
+static dlc_status with_device(int device, const char *what, int (*op)(const dlc__devops *, void *),
+                              void *arg)
+{
+    const dlc_status rc = dlc_cuda_probe(device, NULL, 0);
+    if (rc != DLC_OK)
+        return rc;
+    const dlc__devops *ops = plugin_ops;
+    void *saved = NULL;
+    int e = ops->device_enter(ops->ctx, device, &saved);
+    if (!e) {
+        e = op(ops, arg);
+        ops->device_leave(ops->ctx, saved);
+    }
+    if (e)
+        return dlc__errorf(DLC_ECUDA, "CUDA device %d: %s: %s", device, what,
+                           ops->errstr(ops->ctx, e));
+    return DLC_OK;
+}
+
+typedef struct alloc_arg {
+    size_t bytes;
+    void **ptr;
+} alloc_arg;
+
+static int op_alloc(const dlc__devops *ops, void *arg)
+{
+    alloc_arg *a = arg;
+    return ops->dev_alloc(ops->ctx, a->bytes, a->ptr);
+}
+
+static int op_free(const dlc__devops *ops, void *arg)
+{
+    ops->dev_free(ops->ctx, arg);
+    return 0;
+}
+
+static int op_sync(const dlc__devops *ops, void *arg)
+{
+    return ops->stream_sync(ops->ctx, arg);
+}
+
+dlc_status dlc_cuda_alloc(int device, size_t bytes, void **ptr)
+{
+    if (!ptr)
+        return dlc__errorf(DLC_EINVAL, "dlc_cuda_alloc: ptr must not be NULL");
+    *ptr = NULL;
+    alloc_arg a = {bytes ? bytes : 1, ptr};
+    return with_device(device, "allocating device memory", op_alloc, &a);
+}
+
+void dlc_cuda_free(int device, void *ptr)
+{
+    if (ptr)
+        with_device(device, "freeing device memory", op_free, ptr);
+}
+
+dlc_status dlc_cuda_stream_sync(int device, void *stream)
+{
+    return with_device(device, "waiting for a stream", op_sync, stream);
+}
+
 /* ---- Open and close ---------------------------------------------------------------------------
  */
 

@@ -2,7 +2,7 @@
  * bench_util.c the thread window, memory figures and JPEG files in memory; bench_decode.c the
  * plain decode reference; bench_ceiling.c the memcpy ceiling; bench_jpeg.c the decode-every-epoch
  * path; bench_opts.c the load options; bench_load.c the loader's timed window and the untimed
- * digest pass; bench_report.c the load report.
+ * digest pass; bench_device.c the device path (--device); bench_report.c the load report.
  *
  * The JPEG path runs the loader's own augmentation code (loader/augment.h, reached through the
  * include directory that CMake gives this tool), so that its figure is the loader's work plus a
@@ -157,6 +157,8 @@ typedef struct bench_loader_result {
     uint64_t rss_open, anon_open; /**< Just before dlc_loader_open. */
     uint64_t rss_first_batch, anon_first_batch, rss_end, anon_end;
     dlc_loader_stats stats;
+    dlc_loader_stats stats_warm; /**< After the warm-up batch: the window's counters are the
+                                      difference. */
 } bench_loader_result;
 
 /* The untimed digest pass. */
@@ -170,6 +172,35 @@ typedef struct bench_digest {
 
 /* `cachebench load ARGS`: returns the exit status. */
 int bench_cmd_load(int argc, char **argv);
+
+/* Take the next batch for the timed window, count it and give it back: @p count samples and
+ * @p bytes delivered. The host path (bench_load.c) or the device path (bench_device.c). */
+typedef dlc_status (*bench_next_fn)(dlc_loader *l, uint32_t *count, size_t *bytes);
+
+/* ---- load: the device path (bench_device.c) -------------------------------------------------- */
+
+/* cachebench links no CUDA and has no device memory of its own, so it runs the device path in
+ * lend mode: each staged batch is waited for on the legacy default stream and released, and the
+ * conversion kernel of dlc_loader_device_emit() is not run. */
+#define BENCH_DEVICE_MODE "lend"
+
+/* The device path's references, measured before and after the loader's window. */
+typedef struct bench_device_refs {
+    size_t sample_bytes;            /**< One sample as staged: images uint8, the rest as stored. */
+    size_t batch_bytes;             /**< batch x sample_bytes: what each ceiling copy moves. */
+    uint32_t reps;                  /**< Copies per ceiling window. */
+    double ceil_before, ceil_after; /**< GB/s of dlc_cuda_copy_ceiling(). */
+} bench_device_refs;
+
+/* Can the device path run on o->cfg.device? Prints the reason (dlc_cuda_probe()'s) when it
+ * cannot. Fills @p refs' sizes from the store @p s. Returns 0 or -1. */
+int bench_device_prepare(const bench_load_opts *o, const dlc_store *s, bench_device_refs *refs);
+/* The loader is open: is its device path on? Prints why not. Returns 0 or -1. */
+int bench_device_check_loader(const bench_load_opts *o, const dlc_loader *l);
+/* One window of the copy ceiling into *gbps. Returns 0 or -1 (printed). */
+int bench_device_ceiling(const bench_load_opts *o, const bench_device_refs *refs, double *gbps);
+/* The bench_next_fn of the device path (lend mode). */
+dlc_status bench_device_next(dlc_loader *l, uint32_t *count, size_t *bytes);
 
 /* ---- load: the selected fields (bench_fields.c) ---------------------------------------------- */
 
@@ -209,10 +240,14 @@ struct bench_load_run {
     bench_window jpeg_before, jpeg_after; /**< Zero without --jpeg-dir. */
     uint64_t jpeg_files;
     bench_loader_result lr;
+    bench_device_refs dev; /**< Zero without --device. */
     bench_digest digest;
 };
 
 /* Print the run as JSON (--json) or as a few lines of text, on stdout. */
 void bench_load_report(const bench_load_run *run);
+/* The device path's part of the report (bench_device.c). */
+void bench_device_json(tool_json *j, const bench_load_run *r);
+void bench_device_text(const bench_load_run *r);
 
 #endif /* DLCACHE_TOOLS_BENCH_H */

@@ -2,7 +2,8 @@
  * and the JPEG path, each half before and half after it), then an untimed pass that hashes the
  * batches of a second loader of the same configuration. Hashing is never inside a timed window:
  * it would be charged to the loader, and a consumer that reads every byte of every batch is not
- * what the loader's delivery rate means. */
+ * what the loader's delivery rate means. With --device the loader's device path runs in the same
+ * window, between two windows of its own ceiling (bench_device.c). */
 #include "bench.h"
 
 #include <stdlib.h>
@@ -38,11 +39,26 @@ static double prewarm_store(const dlc_store *store, uint64_t resident_before)
     return dlc__now_s() - t0;
 }
 
-/* Open the loader and take the first batch, which is not timed: after it the workers run and the
- * ring fills, as in the steady state of a training run. Returns 0 or -1 (printed). */
-static int open_and_warm_up(const bench_load_opts *o, bench_loader_result *res, dlc_loader **out)
+/* The host path's bench_next_fn: the batch stays lent until the next call, which hands it back,
+ * as a training loop that uses each batch within its step does. */
+static dlc_status host_next(dlc_loader *l, uint32_t *count, size_t *bytes)
 {
     dlc_batch b;
+    const dlc_status rc = dlc_loader_next(l, &b);
+    if (rc == DLC_OK) {
+        *count = b.count;
+        *bytes = bench_batch_bytes(&b);
+    }
+    return rc;
+}
+
+/* Open the loader and take the first batch, which is not timed: after it the workers run and the
+ * ring fills, as in the steady state of a training run. Returns 0 or -1 (printed). */
+static int open_and_warm_up(const bench_load_opts *o, bench_next_fn next, bench_loader_result *res,
+                            dlc_loader **out)
+{
+    uint32_t count = 0;
+    size_t bytes = 0;
     bench_memory_now(&res->rss_open, &res->anon_open);
     const double t0 = dlc__now_s();
     dlc_status rc = dlc_loader_open(o->store, &o->cfg, out);
@@ -51,7 +67,9 @@ static int open_and_warm_up(const bench_load_opts *o, bench_loader_result *res, 
         tool_report(TOOL, rc, "opening the loader");
         return -1;
     }
-    rc = dlc_loader_next(*out, &b);
+    if (o->cfg.device >= 0 && bench_device_check_loader(o, *out) != 0)
+        return -1;
+    rc = next(*out, &count, &bytes);
     res->first_batch_seconds = dlc__now_s() - t0;
     if (rc == DLC_END) {
         fprintf(stderr, TOOL ": error: %s: epoch %llu has no batch for rank %u\n", o->store,
@@ -63,16 +81,19 @@ static int open_and_warm_up(const bench_load_opts *o, bench_loader_result *res, 
         return -1;
     }
     bench_memory_now(&res->rss_first_batch, &res->anon_first_batch);
-    res->warmup_samples = b.count;
+    dlc_loader_get_stats(*out, &res->stats_warm);
+    res->warmup_samples = count;
     return 0;
 }
 
 /* The timed window: --seconds, exactly --batches, or whole --epochs after the warm-up batch. The
  * consumer only counts; it never reads the batch. Returns 0 or -1 (printed). */
-static int timed_window(const bench_load_opts *o, dlc_loader *l, bench_loader_result *res)
+static int timed_window(const bench_load_opts *o, bench_next_fn next, dlc_loader *l,
+                        bench_loader_result *res)
 {
     uint64_t epoch = o->cfg.epoch;
-    dlc_batch b;
+    uint32_t count = 0;
+    size_t bytes = 0;
     tool_progress prog;
     tool_progress_init(&prog, 4);
     const double w0 = dlc__now_s();
@@ -81,7 +102,7 @@ static int timed_window(const bench_load_opts *o, dlc_loader *l, bench_loader_re
             break;
         if (!o->batches && !o->epochs && dlc__now_s() - w0 >= o->seconds)
             break;
-        dlc_status rc = dlc_loader_next(l, &b);
+        dlc_status rc = next(l, &count, &bytes);
         if (rc == DLC_END) {
             res->epochs_done++;
             if (o->epochs && res->epochs_done >= o->epochs)
@@ -96,8 +117,8 @@ static int timed_window(const bench_load_opts *o, dlc_loader *l, bench_loader_re
             return -1;
         }
         res->batches++;
-        res->samples += b.count;
-        res->bytes += bench_batch_bytes(&b);
+        res->samples += count;
+        res->bytes += bytes;
         tool_progress_line(&prog, 0, "load: %llu batches, %.0f samples/s",
                            (unsigned long long)res->batches,
                            (double)res->samples / (dlc__now_s() - w0));
@@ -110,8 +131,9 @@ static int timed_window(const bench_load_opts *o, dlc_loader *l, bench_loader_re
 static int measure_loader(const bench_load_opts *o, bench_loader_result *res)
 {
     memset(res, 0, sizeof *res);
+    const bench_next_fn next = o->cfg.device >= 0 ? bench_device_next : host_next;
     dlc_loader *l = NULL;
-    if (open_and_warm_up(o, res, &l) != 0 || timed_window(o, l, res) != 0) {
+    if (open_and_warm_up(o, next, res, &l) != 0 || timed_window(o, next, l, res) != 0) {
         dlc_loader_close(l);
         return -1;
     }
@@ -143,7 +165,10 @@ static int digest_pass(const bench_load_opts *o, uint32_t label_field, bench_dig
     }
     dlc_loader *l = NULL;
     uint64_t epoch = o->cfg.epoch, epochs = 0, in_epoch = 0;
-    dlc_status rc = dlc_loader_open(o->store, &o->cfg, &l);
+    /* The host path's bytes, which the device path's equal by the loader's contract. */
+    dlc_loader_config cfg = o->cfg;
+    cfg.device = -1;
+    dlc_status rc = dlc_loader_open(o->store, &cfg, &l);
     if (rc != DLC_OK)
         goto fail;
     XXH3_64bits_reset(st);
@@ -228,11 +253,25 @@ static int prepare_store(bench_load_opts *o, bench_load_run *run, dlc_store **ou
     if (status != 0)
         return status;
     bench_fields_resolve(*out, o, run);
+    if (o->cfg.device >= 0 && bench_device_prepare(o, *out, &run->dev) != 0)
+        return 1;
     if (dlc_store_resident(*out, &run->resident_before) != DLC_OK)
         run->resident_before = 0;
     run->prewarm_seconds = o->prewarm ? prewarm_store(*out, run->resident_before) : 0;
     if (dlc_store_resident(*out, &run->resident_after) != DLC_OK)
         run->resident_after = 0;
+    return 0;
+}
+
+/* The device path between two windows of its own ceiling, the pinned host-to-device copy of one
+ * batch (the host references measure the CPU side, which --device leaves as it is). Returns 0 or
+ * -1 (printed). */
+static int measure_device(const bench_load_opts *o, bench_load_run *run)
+{
+    if (bench_device_ceiling(o, &run->dev, &run->dev.ceil_before) != 0 ||
+        measure_loader(o, &run->lr) != 0 ||
+        bench_device_ceiling(o, &run->dev, &run->dev.ceil_after) != 0)
+        return -1;
     return 0;
 }
 
@@ -242,6 +281,8 @@ static int prepare_store(bench_load_opts *o, bench_load_run *run, dlc_store **ou
  * buffers are all made before the first window. Returns 0 or -1 (printed). */
 static int measure_all(const bench_load_opts *o, bench_load_run *run)
 {
+    if (o->cfg.device >= 0)
+        return measure_device(o, run);
     const int threads = (int)o->cfg.threads;
     const double half = o->seconds / 2 > 0.5 ? o->seconds / 2 : 0.5;
     bench_ceiling *cl = NULL;

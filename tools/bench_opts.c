@@ -164,7 +164,14 @@ static int resolve(bench_load_opts *o, const digest_request *d)
                 o->cfg.world_size);
         return -1;
     }
-    const int digest = d->digest_batches || (d->digest < 0 ? o->epochs || o->batches : d->digest);
+    if (o->cfg.device >= 0 && o->jpeg_dir) {
+        fprintf(stderr, TOOL ": error: load: --jpeg-dir is a host reference; not with --device\n");
+        return -1;
+    }
+    /* The device path's batches are on the GPU, where cachebench cannot read them: a digest is
+     * of the host path's bytes (the same by the loader's contract) and is made only on request. */
+    const int fixed = (o->epochs || o->batches) && o->cfg.device < 0;
+    const int digest = d->digest_batches || (d->digest < 0 ? fixed : d->digest);
     if (!digest)
         return 0;
     if (d->digest_batches)

@@ -163,6 +163,8 @@ static void print_json(const bench_load_run *r, const figures *f)
     tool_json_f64(&j, "speedup_vs_jpeg", f->sps / f->jpeg_sps);
     tool_json_f64(&j, "open_seconds", r->lr.open_seconds);
     tool_json_f64(&j, "first_batch_seconds", r->lr.first_batch_seconds);
+    if (r->o->cfg.device >= 0)
+        bench_device_json(&j, r);
     json_digest(&j, &r->digest);
     json_config(&j, r);
     json_window(&j, &r->lr);
@@ -183,15 +185,21 @@ static void print_text(const bench_load_run *r, const figures *f)
            r->info.file_bytes ? 100.0 * (double)r->resident_after / (double)r->info.file_bytes
                               : 0.0);
     char crops[64] = "";
-    if (r->has_image)
+    if (r->has_image && o->cfg.device >= 0)
+        snprintf(crops, sizeof crops, ", images uint8 %ux%u staged on GPU %d", o->cfg.crop_h,
+                 o->cfg.crop_w, o->cfg.device);
+    else if (r->has_image)
         snprintf(crops, sizeof crops, ", images %s %ux%u", bench_dtype_name(o->cfg.dtype),
                  o->cfg.crop_h, o->cfg.crop_w);
     printf("loader:  %.0f samples/s, %.2f GB/s of %s%s (%llu batches of %u, %.2f s, "
            "%u threads, io %s)\n",
            f->sps, f->gbps, r->field_list, crops, (unsigned long long)lr->batches,
            o->cfg.batch_size, lr->seconds, lr->stats.threads, bench_io_name(lr->stats.io_mode));
-    printf("ceiling: %.2f GB/s memcpy of the same bytes (%.0f samples/s): loader at %.0f%%\n",
-           f->ceil_gbps, f->ceil_sps, 100.0 * f->gbps / f->ceil_gbps);
+    if (o->cfg.device >= 0)
+        bench_device_text(r);
+    else
+        printf("ceiling: %.2f GB/s memcpy of the same bytes (%.0f samples/s): loader at %.0f%%\n",
+               f->ceil_gbps, f->ceil_sps, 100.0 * f->gbps / f->ceil_gbps);
     if (o->jpeg_dir)
         printf("jpeg:    %.0f samples/s decoding every epoch: loader %.1fx faster\n", f->jpeg_sps,
                f->sps / f->jpeg_sps);

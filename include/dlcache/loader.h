@@ -471,6 +471,22 @@ DLC_API dlc_status dlc_cuda_probe(int device, char *why, size_t cap);
  */
 DLC_API dlc_status dlc_cuda_copy_ceiling(int device, size_t bytes, uint32_t reps, double *gbps);
 
+/**
+ * @brief Device memory for the outputs of dlc_loader_device_emit(), for programs without a CUDA
+ *        runtime of their own (the tools, C tests); with the plugin's runtime.
+ * @param[out] ptr Free with dlc_cuda_free() on the same device.
+ * @return DLC_OK, the errors of dlc_cuda_probe(), DLC_ECUDA (out of device memory...).
+ */
+DLC_API dlc_status dlc_cuda_alloc(int device, size_t bytes, void **ptr);
+
+/** Free memory from dlc_cuda_alloc(). Accepts NULL. */
+DLC_API void dlc_cuda_free(int device, void *ptr);
+
+/** @brief Wait on the host until the work enqueued on @p stream (a cudaStream_t of @p device;
+ *         NULL: the legacy default stream) has completed.
+ *  @return DLC_OK, the errors of dlc_cuda_probe(), DLC_ECUDA (an error of that work). */
+DLC_API dlc_status dlc_cuda_stream_sync(int device, void *stream);
+
 /** Stop the workers and free everything. Accepts NULL. Lent batches die. With the device path,
  *  waits first (on the host) for the device work the loader enqueued, including conversions on
  *  the caller's streams. */
