@@ -195,11 +195,11 @@ struct dlc_loader {
     struct dlc__devpath *dev; /**< The device path, or NULL (loader/device.c). */
     char *dev_why;            /**< Why the device path is off although config.device >= 0. */
     pthread_mutex_t mu;
-    pthread_cond_t cv_io;   /**< The I/O thread waits here for a free slot. */
-    pthread_cond_t cv_work; /**< Workers wait here for a slot to fill. */
-    pthread_cond_t cv_done; /**< The consumer waits here for READY slots and quiet workers. */
-    uint64_t fill_next;     /**< Next batch the I/O thread takes. */
-    uint64_t cons_next;     /**< Next batch the consumer takes. */
+    pthread_cond_t cv_io;         /**< The I/O thread waits here for a free slot. */
+    pthread_cond_t cv_work;       /**< Workers wait here for a slot to fill. */
+    pthread_cond_t cv_done;       /**< The consumer waits here for READY slots and quiet workers. */
+    uint64_t fill_next;           /**< Next batch the I/O thread takes. */
+    uint64_t cons_next;           /**< Next batch the consumer takes. */
     uint32_t lent[DLC__MAX_LENT]; /**< Slots lent to the consumer, oldest first. */
     uint32_t nlent;               /**< Entries of lent. */
     int paused, stop;
