@@ -720,6 +720,7 @@ dlc_status dlc_loader_next_device(dlc_loader *l, dlc_device_batch *batch)
     }
     if (l->cons_next >= l->shard.batches) {
         pthread_mutex_unlock(&l->mu);
+        dlc__epoch_end(l);
         return DLC_END;
     }
     const uint64_t b = l->cons_next;

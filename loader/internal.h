@@ -234,6 +234,10 @@ struct dlc_loader {
     _Atomic uint64_t *verified_bad;
 
     _Atomic uint64_t st_batches, st_samples, st_replaced, st_bytes, st_wait_ns, st_io_wait_ns;
+    atomic_int replace_said; /**< The first replacement of a damaged record was logged. */
+    int end_said;            /**< This plan's end was reached (and its replacements logged);
+                                  the consumer's. */
+    uint64_t replaced_mark;  /**< st_replaced when the plan started; the consumer's. */
 };
 
 /* outputs.c */
@@ -306,6 +310,10 @@ void dlc__dev_stats(const struct dlc_loader *l, dlc_loader_stats *st);
 /** dlc_loader_open() on device operations @p ops (NULL: the plugin). */
 dlc_status dlc__loader_open_with(const char *path, const dlc_loader_config *config,
                                  const struct dlc__devops *ops, struct dlc_loader **out);
+
+/* loader.c */
+/** The consumer reached the plan's end: log the replacements of damaged records it had. */
+void dlc__epoch_end(struct dlc_loader *l);
 
 /* pipeline.c */
 /** A worker's body. */

@@ -87,7 +87,7 @@ static dlc_status check_config(const dlc_loader_config *c, const char *path)
     FAIL_IF(c->num_views && !c->views, DLC_EINVAL, "%s: config.num_views = %u without views", path,
             c->num_views);
     FAIL_IF(c->crop_h > 65536 || c->crop_w > 65536, DLC_EINVAL,
-            "%s: config.crop_h x crop_w = %ux%u: at most 65536 a side", path, c->crop_w, c->crop_h);
+            "%s: config.crop_h x crop_w = %ux%u: at most 65536 a side", path, c->crop_h, c->crop_w);
     return DLC_OK;
 fail:
     return rc;
@@ -375,6 +375,7 @@ dlc_status dlc_loader_next(dlc_loader *l, dlc_batch *batch)
     if (l->cons_next >= l->shard.batches) {
         pthread_mutex_unlock(&l->mu);
         memset(batch, 0, sizeof *batch);
+        dlc__epoch_end(l);
         return DLC_END;
     }
     const uint64_t b = l->cons_next;
@@ -413,6 +414,24 @@ dlc_status dlc_loader_next(dlc_loader *l, dlc_batch *batch)
     atomic_fetch_add_explicit(&l->st_batches, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&l->st_samples, s->count, memory_order_relaxed);
     return DLC_OK;
+}
+
+void dlc__epoch_end(dlc_loader *l)
+{
+    if (l->end_said)
+        return;
+    l->end_said = 1;
+    const uint64_t now = atomic_load(&l->st_replaced), n = now - l->replaced_mark;
+    l->replaced_mark = now;
+    if (n)
+        dlc__logf(l->cfg.log, l->cfg.log_user, DLC_LOG_WARN,
+                  "%s: epoch %llu: %llu damaged record%s replaced by others (on_corrupt = "
+                  "replace; verify = %s)",
+                  l->path, (unsigned long long)l->sampler.epoch, (unsigned long long)n,
+                  n == 1 ? " was" : "s were",
+                  l->cfg.verify == DLC_VERIFY_OFF     ? "off: only broken headers are found"
+                  : l->cfg.verify == DLC_VERIFY_FIRST ? "first"
+                                                      : "always");
 }
 
 dlc_status dlc_loader_release(dlc_loader *l, const dlc_batch *batch)

@@ -123,7 +123,19 @@ static void process(dlc_loader *l, dlc__worker *w, dlc__slot *s, uint32_t j)
     if (rc == DLC_OK)
         rc = check_record(l, &sv);
     if (rc == DLC_ECORRUPT && l->cfg.on_corrupt == DLC_CORRUPT_REPLACE) {
+        /* The first replacement of the loader is said at once (rare: the copy of its message
+         * costs nothing in the hot path); the rest are counted, and each epoch's count is said
+         * at its end (dlc__epoch_end()). */
+        char why[512] = "";
+        const int first = !atomic_load_explicit(&l->replace_said, memory_order_relaxed);
+        if (first)
+            snprintf(why, sizeof why, "%s", msg ? msg : dlc_errmsg());
         rc = replace(l, w, s, si->pos, si->index, &sv);
+        if (rc == DLC_OK && first && !atomic_exchange(&l->replace_said, 1))
+            dlc__logf(l->cfg.log, l->cfg.log_user, DLC_LOG_WARN,
+                      "%s; replaced by record %llu (on_corrupt = replace: further replacements "
+                      "are counted, and each epoch's count is logged at its end)",
+                      why, (unsigned long long)sv.index);
         msg = NULL;
     }
     if (rc == DLC_OK)
@@ -298,6 +310,8 @@ void dlc__pipeline_reset(dlc_loader *l, uint64_t seed, uint64_t epoch, uint64_t 
     const uint64_t per_batch = (uint64_t)l->cfg.world_size * l->cfg.batch_size;
     l->batch_base = start / per_batch;
     l->fill_next = l->cons_next = 0;
+    l->end_said = 0;
+    l->replaced_mark = atomic_load(&l->st_replaced);
     l->paused = 0;
     pthread_cond_broadcast(&l->cv_io);
     pthread_cond_broadcast(&l->cv_done); /* The copy thread waits there. */

@@ -55,9 +55,9 @@ static dlc_status draw_views(const dlc_loader *l, dlc__worker *w, const dlc__slo
             } else {
                 if (W < cw || H < ch)
                     return dlc__errorf(DLC_EINVAL,
-                                       "%s: record %llu: its %ux%u image is smaller than the "
-                                       "%ux%u crop",
-                                       l->path, (unsigned long long)index, W, H, cw, ch);
+                                       "%s: record %llu: its image of %ux%u (height x width) "
+                                       "is smaller than the %ux%u crop",
+                                       l->path, (unsigned long long)index, H, W, ch, cw);
                 vp->box = gr->augment == DLC_AUGMENT_CENTER_CROP
                               ? dlc__center_box(W, H, cw, ch)
                               : dlc__random_box(W, H, cw, ch, &r);

@@ -53,7 +53,12 @@ _STATE_VERSION = 1
 
 def _log_cb(_user, level, msg):
     lvl = {0: logging.DEBUG, 1: logging.INFO, 2: logging.WARNING}.get(level, logging.INFO)
-    _log.log(lvl, "%s", msg.decode("utf-8", "replace") if msg else "")
+    text = msg.decode("utf-8", "replace") if msg else ""
+    _log.log(lvl, "%s", text)
+    if lvl >= logging.WARNING:
+        # What a user must not miss (damaged records replaced, a slower I/O path) also reaches
+        # Python's warnings, which are shown without any logging set up.
+        warnings.warn("dlcache: " + text, RuntimeWarning, stacklevel=2)
 
 
 # One callback object for every loader: ctypes keeps it alive with the module.

@@ -294,6 +294,29 @@ static void corrupt_record(const char *path, uint64_t index)
     close(fd);
 }
 
+/* The loader's notices about replaced records, kept for the test to read. */
+typedef struct notices {
+    int first, per_epoch[2];
+    char text[1024];
+} notices;
+
+static void keep_notice(void *user, dlc_log_level level, const char *msg)
+{
+    notices *n = user;
+    if (level != DLC_LOG_WARN)
+        return;
+    if (strstr(msg, "replaced by record") && strstr(msg, "record 17")) {
+        n->first++;
+        snprintf(n->text, sizeof n->text, "%s", msg);
+    }
+    for (int e = 0; e < 2; e++) {
+        char want[64];
+        snprintf(want, sizeof want, "epoch %d: 1 damaged record was replaced", e);
+        if (strstr(msg, want))
+            n->per_epoch[e]++;
+    }
+}
+
 Test(loader, corrupt_record_is_replaced_and_counted_or_named)
 {
     fx_dir d;
@@ -305,6 +328,9 @@ Test(loader, corrupt_record_is_replaced_and_counted_or_named)
         c.io = ios[io];
         c.verify = DLC_VERIFY_FIRST;
         c.on_corrupt = DLC_CORRUPT_REPLACE;
+        notices said = {0};
+        c.log = keep_notice;
+        c.log_user = &said;
         dlc_loader *l = open_ok(d.path, &c);
         for (int epoch = 0; epoch < 2; epoch++) {
             cr_assert_eq(dlc_loader_set_epoch(l, (uint64_t)epoch), DLC_OK);
@@ -323,6 +349,12 @@ Test(loader, corrupt_record_is_replaced_and_counted_or_named)
         dlc_loader_stats st;
         dlc_loader_get_stats(l, &st);
         cr_assert_eq(st.corrupt_replaced, 2, "once per epoch");
+        /* Said: the first replacement at once, naming the record, and each epoch's count. */
+        cr_assert_eq(said.first, 1, "%s", said.text);
+        cr_assert(strstr(said.text, d.path), "%s", said.text);
+        cr_assert_eq(said.per_epoch[0], 1);
+        cr_assert_eq(said.per_epoch[1], 1);
+        c.log = NULL;
         cr_assert_eq(st.io_mode, ios[io]);
         dlc_loader_close(l);
 

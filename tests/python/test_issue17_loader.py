@@ -165,3 +165,31 @@ def test_resume_with_another_batch_size_says_what_it_does(store):
     with dlcache.Loader(store, 10, **KW) as c, warnings.catch_warnings():
         warnings.simplefilter("error")
         c.load_state_dict(sd)
+
+
+def test_replaced_records_are_said_once_and_counted_per_epoch(store, tmp_path):
+    import ctypes
+    import shutil
+    bad = tmp_path / "damaged.dlc"
+    shutil.copyfile(store, bad)
+    st, rd, rec = ctypes.c_void_p(), ctypes.c_void_p(), L.Record()
+    assert lib.dlc_store_open(str(store).encode(), 0, ctypes.byref(st)) == 0
+    assert lib.dlc_store_reader_open(st, ctypes.byref(rd)) == 0
+    assert lib.dlc_store_read(rd, 7, ctypes.byref(rec)) == 0
+    offset, size = rec.offset, rec.size
+    lib.dlc_store_reader_close(rd)
+    lib.dlc_store_close(st)
+    with open(bad, "r+b") as f:
+        f.seek(offset + size // 2)
+        f.write(b"\xff" * 16)
+    with dlcache.Loader(bad, 10, verify="first", **KW) as ld:
+        with pytest.warns(RuntimeWarning) as got:
+            for _ in ld:
+                pass
+            for _ in ld:
+                pass
+    texts = [str(w.message) for w in got]
+    first = [t for t in texts if "replaced by record" in t]
+    assert len(first) == 1 and "record 7" in first[0] and "damaged.dlc" in first[0], texts
+    assert any("epoch 0: 1 damaged record was replaced" in t for t in texts), texts
+    assert any("epoch 1: 1 damaged record was replaced" in t for t in texts), texts
