@@ -409,6 +409,10 @@ static void take_notices(dlc__build_pipe *p, notices *nt)
 
 static void send_notices(const dlc__build_job *job, const notices *nt)
 {
+    /* With strict, a bad item is not skipped: it stops the build, and the error names it. A
+     * "skipped" notice just before that error would say the opposite. */
+    if (job->o.strict)
+        return;
     for (uint32_t k = 0; k < nt->n; k++)
         dlc__logf(job->o.log, job->o.log_user, DLC_LOG_WARN, "%s: skipped: %s", nt->skip[k]->path,
                   nt->skip[k]->reason);

@@ -81,7 +81,8 @@ Cflags: -I\\\${includedir}
 # $DLCACHE_LIB.
 set(_dlc_pydir ${DLCACHE_PYTHON_DIR}/dlcache)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/dlcache/ DESTINATION ${_dlc_pydir}
-        FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE PATTERN "_install.py" EXCLUDE)
+        FILES_MATCHING PATTERN "*.py" PATTERN "py.typed" PATTERN "__pycache__" EXCLUDE
+        PATTERN "_install.py" EXCLUDE)
 install(CODE "
   set(_f \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/${_dlc_pydir}/_install.py\")
   file(WRITE \"\${_f}\"

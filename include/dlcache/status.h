@@ -46,7 +46,7 @@ typedef int dlc_status;
 #define DLC_ERRORS(XX)                                                                             \
     XX(EINVAL, -1000, "invalid argument")                                                          \
     XX(ECORRUPT, -1001, "corrupt data")                                                            \
-    XX(EVERSION, -1002, "unsupported store format version")                                        \
+    XX(EVERSION, -1002, "not a store in a format this library reads")                              \
     XX(ENOTFOUND, -1003, "not found")                                                              \
     XX(EDECODE, -1004, "image cannot be decoded")                                                  \
     XX(ENOIMAGES, -1005, "no valid image in the sources")                                          \
@@ -76,8 +76,17 @@ DLC_API const char *dlc_strerror(dlc_status status);
 /**
  * @brief The detail of the last failure on the calling thread: a sentence that
  *        names the file, the record and the reason.
- * @return A thread-local string owned by the library, valid until the next
- *         dlcache call on this thread; "" when the last call recorded nothing.
+ *
+ * Read it right after a call that returned a failure (a negative status): that
+ * call recorded it. A call that succeeds need not clear it, so after a success
+ * it may be "" or still hold the message of an earlier failure; it is
+ * meaningful after a failure only. (Clearing it in every call would add a
+ * thread-local store to the hot paths, dlc_loader_next() and dlc_store_read(),
+ * for a message nobody reads after a success.)
+ * @return A thread-local string owned by the library, never NULL, valid until
+ *         the next dlcache call on this thread.
+ * Thread safety: each thread has its own; a failure on one thread never shows
+ * in another's.
  */
 DLC_API const char *dlc_errmsg(void);
 

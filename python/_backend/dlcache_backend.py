@@ -343,10 +343,11 @@ class _WheelWriter:
 
 
 def _package_files():
-    """python/dlcache/*.py, sorted; not _install.py (written by `make install`
-    for its prefix) nor any library copy lying there."""
+    """python/dlcache/*.py and the py.typed marker (PEP 561: type checkers read
+    the package's annotations), sorted; not _install.py (written by `make
+    install` for its prefix) nor any library copy lying there."""
     names = sorted(n for n in os.listdir(PACKAGE_DIR)
-                   if n.endswith(".py") and n != "_install.py")
+                   if (n.endswith(".py") and n != "_install.py") or n == "py.typed")
     return [(os.path.join(PACKAGE_DIR, n), "%s/%s" % (PACKAGE, n)) for n in names]
 
 

@@ -22,8 +22,10 @@ build/lib, or the system library path (see ``dlcache._lib.find_library``).
 from ._lib import lib as _clib, lib_path as library_path
 from .errors import (  # noqa: F401
     CanceledError, ChangedError, CorruptError, CudaError, DecodeError, DlcacheError,
-    DlcacheOSError, ExistsError, FileNotFound, HTTPError, InvalidArgumentError, NetworkError,
-    NoImagesError, NotFoundError, PermissionDenied, StateError, UnsupportedError, VersionError,
+    DlcacheFileNotFoundError, DlcacheOSError, DlcachePermissionError, ExistsError, HTTPError,
+    InvalidArgumentError, NetworkError, NoImagesError, NotFoundError, StateError,
+    UnsupportedError, VersionError,
+    FileNotFound, PermissionDenied,  # the old names of the two above
 )
 from .store import BuildReport, Store, StoreInfo, build, info, join  # noqa: F401
 
@@ -43,6 +45,11 @@ def __getattr__(name):
     raise AttributeError("module 'dlcache' has no attribute %r" % name)
 
 
+def __dir__():
+    # Loader, write and WriteReport are loaded on first use (above), yet belong in dir().
+    return sorted(set(globals()) | set(__all__))
+
+
 def version():
     """The version of the loaded libdlcache ("MAJOR.MINOR.PATCH")."""
     return _clib.dlc_version().decode()
@@ -54,5 +61,6 @@ __all__ = [
     "DlcacheError", "InvalidArgumentError", "CorruptError", "VersionError", "NotFoundError",
     "DecodeError", "NoImagesError", "ExistsError", "HTTPError", "NetworkError", "ChangedError",
     "CanceledError", "StateError", "CudaError", "UnsupportedError",
-    "DlcacheOSError", "FileNotFound", "PermissionDenied",
+    "DlcacheOSError", "DlcacheFileNotFoundError", "DlcachePermissionError",
+    "FileNotFound", "PermissionDenied",
 ]

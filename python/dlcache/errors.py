@@ -6,6 +6,11 @@ text of dlc_strerror() (``strerror``) and the sentence of dlc_errmsg() that
 names the file, the record and the reason (``detail``). Classes also derive
 from the builtin exception a Python user would catch for that kind of error
 (ValueError for a bad argument, FileNotFoundError for a missing file...).
+
+Every class name ends in ``Error``. The two that did not, ``FileNotFound`` and
+``PermissionDenied``, remain as aliases of ``DlcacheFileNotFoundError`` and
+``DlcachePermissionError``. Those carry the ``Dlcache`` prefix so that a
+``from dlcache import *`` cannot shadow the builtins they derive from.
 """
 
 import errno as _errno
@@ -16,7 +21,7 @@ __all__ = [
     "DlcacheError", "InvalidArgumentError", "CorruptError", "VersionError", "NotFoundError",
     "DecodeError", "NoImagesError", "ExistsError", "HTTPError", "NetworkError", "ChangedError",
     "CanceledError", "StateError", "CudaError", "UnsupportedError", "DlcacheOSError",
-    "check", "error_for",
+    "DlcacheFileNotFoundError", "DlcachePermissionError", "check", "error_for",
 ]
 
 
@@ -28,15 +33,23 @@ class DlcacheError(Exception):
     record and reason; may be empty).
     """
 
+    # Whether the text of dlc_strerror() goes before the detail. A class whose
+    # details always say what went wrong (VersionError) leaves it out.
+    _strerror_prefix = True
+
     def __init__(self, status, strerror, detail, context=None):
         self.status = status
         self.strerror = strerror
         self.detail = detail
         self.context = context
         text = detail or strerror
-        if detail and strerror and strerror.lower() not in detail.lower():
+        if detail and strerror and self._strerror_prefix and \
+                strerror.lower() not in detail.lower():
             text = "%s: %s" % (strerror, detail)
-        if context:
+        # The C library's detail usually starts with the path; a context that
+        # is that path (or is already in the detail) would say it twice.
+        if context and not (detail and (detail.startswith(context)
+                                        or context + ": " in detail)):
             text = "%s: %s" % (context, text)
         self._text = text
         Exception.__init__(self, text)
@@ -57,7 +70,11 @@ class CorruptError(DlcacheError):
 
 
 class VersionError(DlcacheError):
-    """DLC_EVERSION: not a dlcache store, or a newer format."""
+    """DLC_EVERSION: not a dlcache store, or a newer format; the detail says which."""
+
+    # Its details say "not a dlcache store (...)" or "store format version N,
+    # this library reads ...": the generic text before them would only blur that.
+    _strerror_prefix = False
 
 
 class NotFoundError(DlcacheError, LookupError):
@@ -112,12 +129,17 @@ class DlcacheOSError(DlcacheError, OSError):
         self.errno = -status
 
 
-class FileNotFound(DlcacheOSError, FileNotFoundError):
+class DlcacheFileNotFoundError(DlcacheOSError, FileNotFoundError):
     """-ENOENT."""
 
 
-class PermissionDenied(DlcacheOSError, PermissionError):
+class DlcachePermissionError(DlcacheOSError, PermissionError):
     """-EACCES, -EPERM."""
+
+
+# The names before they all ended in Error; kept so that code using them still works.
+FileNotFound = DlcacheFileNotFoundError
+PermissionDenied = DlcachePermissionError
 
 
 # dlcache's own codes: the DLC_ERRORS list of include/dlcache/status.h, name
@@ -141,8 +163,8 @@ CODES = {
     "ENOSYS": (-1013, UnsupportedError),
 }
 _BY_CODE = {value: cls for value, cls in CODES.values()}
-_BY_ERRNO = {_errno.ENOENT: FileNotFound, _errno.EACCES: PermissionDenied,
-             _errno.EPERM: PermissionDenied}
+_BY_ERRNO = {_errno.ENOENT: DlcacheFileNotFoundError, _errno.EACCES: DlcachePermissionError,
+             _errno.EPERM: DlcachePermissionError}
 
 
 def _text(b):

@@ -110,9 +110,13 @@ def build(sources, out, size=256, crop="center", encoding="raw", quality=90, thr
         threads: worker threads (None = all cores).
         strict: stop at the first bad image instead of skipping it.
         force: replace an existing ``out``.
-        progress: None; True for a progress line on stderr; or a callable
-            taking a dict (done, total, skipped, bytes_in, bytes_out, seconds)
-            about 10 times a second and returning True to cancel.
+        progress: None; True for a progress line on stderr; False for
+            silence: no line, and the builder's notices (a line per skipped
+            file, which otherwise go to the "dlcache" logger, shown on stderr
+            when logging is not configured) are dropped: the report's
+            ``skips`` still lists them; or a callable taking a dict (done,
+            total, skipped, bytes_in, bytes_out, seconds) about 10 times a
+            second and returning True to cancel.
         shards: None for one store file; N for a store set (docs/SETS.md):
             ``out`` is then a directory of N parts and an index, all parts
             built here at once (as ``cachebuild --shards N``).
@@ -173,7 +177,10 @@ def build(sources, out, size=256, crop="center", encoding="raw", quality=90, thr
     command = "dlcache.build(%r, %r, size=%d, crop=%r, encoding=%r, quality=%d)" % (
         [os.fsdecode(s) for s in srcs], os.fsdecode(outp), size, crop, encoding, quality)
     opts.command = command.encode("utf-8", "replace")
-    opts.log = _LOG_CB
+    if progress is not False:
+        # progress=False leaves it NULL: the builder's notices (a line per skipped file...)
+        # are dropped, and the report's skips still lists every skipped file.
+        opts.log = _LOG_CB
 
     if progress is not None and progress is not False and not callable(progress) \
             and progress is not True:
@@ -370,7 +377,8 @@ def info(path, verify=False):
     mismatch raises CorruptError whose ``bad`` attribute lists
     (record, message) for each bad record.
 
-    Raises FileNotFound, VersionError (not a dlcache store), CorruptError, ...
+    Raises DlcacheFileNotFoundError (a FileNotFoundError), VersionError (not
+    a dlcache store, or a newer format), CorruptError, ...
     with the C library's message naming the file and the reason.
     """
     with _Store(path, L.STORE_SEQUENTIAL if verify else 0) as st:
@@ -413,82 +421,96 @@ class Store:
     ``store[i]`` is a dict {field name: value}: images as uint8 HxWxC numpy
     arrays (JPEG and PNG decoded), ndarrays as numpy arrays of their dtype and
     shape, int and float fields as Python numbers, bytes fields as bytes. Each
-    value is a copy. Also: ``len(store)``, ``store.info`` (what info() gives),
+    value is a copy. ``store[a:b:k]`` (negative indices and steps as for a
+    list) is a list of such dicts. An int index out of range raises
+    IndexError. Also: ``len(store)``, ``store.info`` (what info() gives),
     ``store.fields`` (the schema), ``close()``, and ``with``. One Store may be
     used from several threads.
     """
 
-    def __init__(self, path):
+    def __init__(self, path: "str | os.PathLike[str] | bytes") -> None:
         self._st = _Store(path)
         self.info = _read_info(self._st)
         self.fields = self.info["fields"]
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self.info["count"]
 
-    def __enter__(self):
+    def __enter__(self) -> "Store":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc) -> None:
         self.close()
 
-    def close(self):
+    def close(self) -> None:
         self._st.close()
 
-    def __getitem__(self, index):
-        import numpy as np
-        if isinstance(index, bool) or not isinstance(index, int):
-            raise TypeError("record numbers are ints, not %s" % type(index).__name__)
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError("record %d of a store of %d" % (index, len(self)))
+    def __getitem__(self, index: "int | slice") -> "dict | list[dict]":
+        if isinstance(index, slice):
+            rows = range(*index.indices(len(self)))
+        elif isinstance(index, bool) or not hasattr(index, "__index__"):
+            raise TypeError("records are read by int or slice, not %s" % type(index).__name__)
+        else:
+            i = index.__index__()  # an int, or a numpy integer
+            if i < 0:
+                i += len(self)
+            if not 0 <= i < len(self):
+                raise IndexError("record %d of a store of %d" % (index, len(self)))
+            rows = (i,)
         if not self._st.h:
             raise ValueError("this dlcache.Store is closed")
-        ctx = "dlcache.Store(%s)[%d]" % (self.info["path"], index)
-        values = (L.Value * len(self.fields))()
+        # One reader and one codec for all the records of a slice.
         r = ctypes.c_void_p()
-        check(lib.dlc_store_reader_open(self._st.h, ctypes.byref(r)), ctx)
+        check(lib.dlc_store_reader_open(self._st.h, ctypes.byref(r)),
+              "dlcache.Store(%s)" % self.info["path"])
         codec = ctypes.c_void_p()
         try:
-            check(lib.dlc_store_read_values(r, index, values), ctx)
-            out = {}
-            for f, v in zip(self.fields, values):
-                kind = f["kind"]
-                if kind == "int":
-                    out[f["name"]] = int(v.i)
-                elif kind == "float":
-                    out[f["name"]] = float(v.f)
-                elif kind == "bytes":
-                    out[f["name"]] = ctypes.string_at(v.data, v.size) if v.size else b""
-                elif kind == "ndarray":
-                    raw = ctypes.string_at(v.data, v.size) if v.size else b""
-                    out[f["name"]] = np.frombuffer(raw, dtype=f["dtype"]).reshape(
-                        (v.dim0,) + tuple(f["shape"][1:])).copy()
-                else:
-                    c = f["shape"][2]
-                    if f["encoding"] == "raw":
-                        raw = ctypes.string_at(v.data, v.size)
-                        out[f["name"]] = np.frombuffer(raw, np.uint8).reshape(
-                            v.dim0, v.dim1, c).copy()
-                        continue
-                    if not codec:
-                        check(lib.dlc_codec_create(ctypes.byref(codec)), ctx)
-                    img = L.Image()
-                    if f["encoding"] == "png":
-                        rc = lib.dlc_png_decode(codec, v.data, v.size, ctypes.byref(img))
-                    else:
-                        rc = lib.dlc_jpeg_decode_as(codec, v.data, v.size, c, 0, 0,
-                                                    ctypes.byref(img))
-                    check(rc, "%s: field %r" % (ctx, f["name"]))
-                    rows = ctypes.string_at(img.data, img.stride * img.height)
-                    a = np.frombuffer(rows, np.uint8).reshape(img.height, img.stride)
-                    out[f["name"]] = a[:, :img.width * img.channels].reshape(
-                        img.height, img.width, img.channels).copy()
-            return out
+            out = [self._read(r, codec, i) for i in rows]
         finally:
             lib.dlc_codec_destroy(codec)
             lib.dlc_store_reader_close(r)
+        return out if isinstance(index, slice) else out[0]
+
+    def _read(self, r, codec, index):
+        """Record @p index as a dict, through reader @p r; @p codec is made on first need."""
+        import numpy as np
+        ctx = "dlcache.Store(%s)[%d]" % (self.info["path"], index)
+        values = (L.Value * len(self.fields))()
+        check(lib.dlc_store_read_values(r, index, values), ctx)
+        out = {}
+        for f, v in zip(self.fields, values):
+            kind = f["kind"]
+            if kind == "int":
+                out[f["name"]] = int(v.i)
+            elif kind == "float":
+                out[f["name"]] = float(v.f)
+            elif kind == "bytes":
+                out[f["name"]] = ctypes.string_at(v.data, v.size) if v.size else b""
+            elif kind == "ndarray":
+                raw = ctypes.string_at(v.data, v.size) if v.size else b""
+                out[f["name"]] = np.frombuffer(raw, dtype=f["dtype"]).reshape(
+                    (v.dim0,) + tuple(f["shape"][1:])).copy()
+            else:
+                c = f["shape"][2]
+                if f["encoding"] == "raw":
+                    raw = ctypes.string_at(v.data, v.size)
+                    out[f["name"]] = np.frombuffer(raw, np.uint8).reshape(
+                        v.dim0, v.dim1, c).copy()
+                    continue
+                if not codec:
+                    check(lib.dlc_codec_create(ctypes.byref(codec)), ctx)
+                img = L.Image()
+                if f["encoding"] == "png":
+                    rc = lib.dlc_png_decode(codec, v.data, v.size, ctypes.byref(img))
+                else:
+                    rc = lib.dlc_jpeg_decode_as(codec, v.data, v.size, c, 0, 0,
+                                                ctypes.byref(img))
+                check(rc, "%s: field %r" % (ctx, f["name"]))
+                rows = ctypes.string_at(img.data, img.stride * img.height)
+                a = np.frombuffer(rows, np.uint8).reshape(img.height, img.stride)
+                out[f["name"]] = a[:, :img.width * img.channels].reshape(
+                    img.height, img.width, img.channels).copy()
+        return out
 
     def __repr__(self):
         return "dlcache.Store(%r, %d records, fields %s)" % (

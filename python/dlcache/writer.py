@@ -2,7 +2,9 @@
 
 A sample is a dict {name: value} (or a tuple, named by the rule in write()'s docstring) of numpy
 arrays, torch tensors, PIL images, ints, floats, bytes or str. The schema is inferred from the
-first sample unless given. Worker threads turn samples into C buffers and seal records (encode,
+first sample unless given, and so are the sizes of its images and arrays unless a field is
+declared variable: a later sample that does not fit is an error naming it, never a quietly
+widened schema. Worker threads turn samples into C buffers and seal records (encode,
 hash, lay out: C work, GIL released) with one dlc_record_builder per record in flight; the
 calling thread appends them in sample order, so the store's bytes do not depend on the number
 of workers. numpy is imported here, not by ``import dlcache``.
@@ -19,6 +21,7 @@ import re
 import sys
 import threading
 import time
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -40,15 +43,15 @@ _KIND_CODES = {"image": L.FIELD_IMAGE, "ndarray": L.FIELD_NDARRAY, "int": L.FIEL
 _ENCODINGS = {"raw": L.ENCODING_RAW, "jpeg": L.ENCODING_JPEG, "png": L.ENCODING_PNG}
 # Options a field's dict may carry, by kind (None: the kind is inferred).
 _OPTIONS = {
-    "image": {"kind", "encoding", "quality", "channels"},
-    "mask": {"kind", "encoding", "channels"},
+    "image": {"kind", "encoding", "quality", "channels", "variable"},
+    "mask": {"kind", "encoding", "channels", "variable"},
     "boxes": {"kind", "classes"},
-    "ndarray": {"kind", "dtype"},
+    "ndarray": {"kind", "dtype", "variable"},
     "int": {"kind", "label"},
     "label": {"kind"},
     "float": {"kind"},
     "bytes": {"kind"},
-    None: {"kind", "encoding", "quality", "channels", "dtype", "label"},
+    None: {"kind", "encoding", "quality", "channels", "dtype", "label", "variable"},
 }
 # PIL modes and the channels an image field of them gets (masks keep palette indices).
 _PIL_CHANNELS = {"1": 1, "L": 1, "P": 3, "LA": 4, "PA": 4, "RGBA": 4, "RGBa": 4, "RGB": 3,
@@ -99,6 +102,8 @@ def _describe(v):
         return "%d bytes" % len(v)
     if isinstance(v, str):
         return "a str"
+    if isinstance(v, (list, tuple)):
+        return "a %s of %d value%s" % (type(v).__name__, len(v), "" if len(v) == 1 else "s")
     return "a %s" % type(v).__name__
 
 
@@ -232,6 +237,11 @@ class _Field:
         self.dtype = None           # ndarray: a numpy dtype
         self.explicit_dtype = False
         self.trailing = ()          # ndarray: shape[1:]
+        # Whether records may differ in the leading dimension (ndarray) or in height and width
+        # (image); _schema() decides it. A fixed field holds every record to sample 0's.
+        self.variable = False
+        self.first_dim0 = None      # ndarray: sample 0's leading dimension
+        self.first_hw = None        # image: sample 0's (height, width)
         self.label_limit = _MAX_LABELS
         self.codecs = codecs
         if kind in ("image", "mask"):
@@ -258,6 +268,14 @@ class _Field:
                            "found %s" % _describe(value))
             if a.ndim > L.MAX_DIMS:
                 raise _bad(where, "%s has more than %d dimensions" % (_describe(a), L.MAX_DIMS))
+            if a.size == 0 and "dtype" not in opt and not isinstance(value, np.ndarray) \
+                    and not _is_torch(value):
+                # numpy would call an empty list float64, which is rarely what the later
+                # samples hold; the schema is fixed here, at sample 0, so it must be declared.
+                raise _bad(where, "an empty %s has no element type to infer: declare the field, "
+                           "e.g. fields={%r: {'kind': 'ndarray', 'dtype': 'int64'}} (a declared "
+                           "'ndarray' may vary in length), or give a typed empty array such as "
+                           "np.array([], dtype=np.int64)" % (type(value).__name__, name))
             if "dtype" in opt:
                 try:
                     self.dtype = np.dtype(opt["dtype"])
@@ -271,6 +289,7 @@ class _Field:
             else:
                 self.dtype = _array_dtype(a, where)
             self.trailing = tuple(int(d) for d in a.shape[1:])
+            self.first_dim0 = int(a.shape[0])
             if any(d == 0 for d in self.trailing):
                 raise _bad(where, "%s: only the leading dimension may be 0" % _describe(a))
         elif kind == "label":
@@ -300,6 +319,7 @@ class _Field:
                 raise _bad(where, "channels %r; an image has 1, 3 or 4" % (self.channels,))
         else:
             self.channels = self._first_channels(value, where)
+        self.first_hw = self._first_size(value, where)
         if self.encoding == "jpeg" and self.channels == 4:
             raise _bad(where, "JPEG holds 1 or 3 channels, not 4: give encoding 'png' or 'raw' "
                        "(or channels 3)")
@@ -323,6 +343,20 @@ class _Field:
             raise _bad(where, "an image is uint8 HxW or HxWxC with C = 1, 3 or 4 (or a PIL "
                        "image), found %s" % _describe(v))
         return 1 if a.ndim == 2 else int(a.shape[2])
+
+    def _first_size(self, v, where):
+        """(height, width) of sample 0's image, which a fixed image field holds every record to;
+        None when it cannot be told here (then prepare() refuses the value anyway)."""
+        if _is_pil(v):
+            return (int(v.height), int(v.width))
+        if isinstance(v, (bytes, bytearray, memoryview)):
+            if self.encoding == "raw":
+                return None
+            return self._encoded_dims(bytes(v), where, self.codecs)[:2]
+        a = _to_numpy(v, where)
+        if a is None or a.ndim not in (2, 3):
+            return None
+        return (int(a.shape[0]), int(a.shape[1]))
 
     def _encoded_dims(self, data, where, codec):
         """(height, width, channels) of an encoded JPEG or PNG, from its header."""
@@ -367,8 +401,12 @@ class _Field:
             return "%s (%d channels, %s)" % ("mask" if self.mask else "image", self.channels,
                                             self.encoding)
         if self.kind == "ndarray":
-            return "%s %s of shape (N%s)" % ("boxes" if self.boxes else "ndarray", self.dtype,
-                                            "".join(", %d" % d for d in self.trailing))
+            # A variable field's leading dimension is N; a fixed one's is sample 0's.
+            dims = ["N" if self.variable or self.first_dim0 is None else str(self.first_dim0)]
+            dims += [str(d) for d in self.trailing]
+            return "%s %s of shape (%s%s)" % ("boxes" if self.boxes else "ndarray", self.dtype,
+                                             ", ".join(dims), "," if len(dims) == 1 and
+                                             dims[0] != "N" else "")
         return "label" if self.label else self.kind
 
     # ---- one value -> what the C setter takes (runs on the worker threads) ----
@@ -434,6 +472,7 @@ class _Field:
             if got != c:
                 raise _bad(where, "expected %d channels (%s), found a %s of %d"
                            % (c, self.describe(), self.encoding.upper(), got))
+            self._check_size(h, w, where, "a %dx%d %s" % (h, w, self.encoding.upper()))
             return ("encoded", data, h, w)
         else:
             a = _to_numpy(v, where)
@@ -450,17 +489,30 @@ class _Field:
                 raise _bad(where, "an image field holds uint8 HWC pixels, found %s: convert it "
                            "(e.g. (x * 255).round().clip(0, 255).astype('uint8')), or store "
                            "it with fields={%r: 'ndarray'}" % (_describe(v), self.name))
+        given = a
         if a.ndim == 2:
             a = a[:, :, None]
         if a.ndim != 3 or a.shape[2] != c:
             hint = ""
             if a.ndim == 3 and a.shape[0] == c:
                 hint = " (a CHW tensor? store x.permute(1, 2, 0))"
+            # The array as given: a 2-D HxW image is described as (H, W), not as the
+            # (H, W, 1) it was widened to here.
             raise _bad(where, "expected %s as HxWx%d, found %s%s"
-                       % (self.describe(), c, _describe(a), hint))
+                       % (self.describe(), c, _describe(given), hint))
+        self._check_size(a.shape[0], a.shape[1], where, _describe(v))
         if a.strides[2] != 1 or a.strides[1] != c or a.strides[0] < a.shape[1] * c:
             a = np.ascontiguousarray(a)
         return ("image", a)
+
+    def _check_size(self, h, w, where, found):
+        """A fixed image field takes sample 0's height and width only."""
+        if self.variable or self.first_hw is None or (h, w) == self.first_hw:
+            return
+        raise _bad(where, "expected a %dx%d (HxW) image like sample 0, found %s: the size of "
+                   "an image field is fixed by sample 0 unless the field is declared variable, "
+                   "with write(..., variable=[%r]) (or variable=True), or resize the images "
+                   "to one size" % (self.first_hw[0], self.first_hw[1], found, self.name))
 
     def _pil_pixels(self, img, where):
         c = self.channels
@@ -500,11 +552,22 @@ class _Field:
                 raise _bad(where, "boxes are N x 4 numbers (x0, y0, x1, y1 in pixels), found %s"
                            % _describe(v))
             return _native(a.astype(np.float32, copy=False))
+        if a.size == 0 and a.ndim == 1 and self.trailing:
+            a = a.reshape((0,) + self.trailing)  # [] for a field of shape (N, d1, ...)
         if a.ndim != 1 + len(self.trailing) or tuple(a.shape[1:]) != self.trailing:
-            raise _bad(where, "expected %s, found %s (only the leading dimension may differ "
-                       "from sample to sample)" % (self.describe(), _describe(v)))
+            raise _bad(where, "expected %s, found %s (%s)" % (
+                self.describe(), _describe(v), "only the leading dimension may differ from "
+                "sample to sample" if self.variable else "the shape is sample 0's"))
+        if not self.variable and a.shape[0] != self.first_dim0:
+            raise _bad(where, "expected %s like sample 0, found %s: the shape of an ndarray "
+                       "field is fixed by sample 0 unless the field is declared variable, with "
+                       "write(..., variable=[%r]) (or variable=True) or fields={%r: 'ndarray'}"
+                       % (self.describe(), _describe(v), self.name, self.name))
         if a.shape[0] >= 2**32:
             raise _bad(where, "a leading dimension of %d is over 2^32 - 1" % a.shape[0])
+        if a.size == 0:
+            # No element to convert: an empty list (numpy's float64) fits a field of any dtype.
+            return np.empty(a.shape, self.dtype)
         if a.dtype != self.dtype:
             rule = "same_kind" if self.explicit_dtype else "safe"
             if not np.can_cast(a.dtype, self.dtype, rule):
@@ -632,7 +695,68 @@ class _Sampler:
         return sample
 
 
-def _schema(first, sampler, opts, label_names, codecs):
+def _variable_names(variable):
+    """write()'s variable= as True or a set of names."""
+    if variable is None:
+        return set()
+    if variable is True:
+        return True
+    if isinstance(variable, str):
+        return {variable}
+    try:
+        names = set(variable)
+    except TypeError:
+        names = None
+    if isinstance(variable, (bool, bytes, dict)) or names is None or \
+            not all(isinstance(n, str) for n in names):
+        raise ValueError("variable must be None, True or field names (a str or a list of str), "
+                         "got %r" % (variable,))
+    return names
+
+
+def _decide_variable(fields, opts, variable):
+    """Which fields may vary from record to record: a field is fixed by sample 0 (shape, or
+    image height and width) unless variable= names it (or is True), its options say
+    "variable": True, it is declared kind "ndarray" (which PYTHON.md has always described as
+    of variable length), or it is boxes or the classes of boxes (N per image by nature)."""
+    by_name = {f.name: f for f in fields}
+    if variable is not True:
+        unknown = sorted(n for n in variable if n not in by_name)
+        if unknown:
+            raise ValueError("variable names %s, which the samples do not have as a stored "
+                             "field (they have: %s)" % (", ".join(map(repr, unknown)),
+                                                        ", ".join(by_name)))
+        for n in sorted(variable):
+            f = by_name[n]
+            if f.kind not in ("image", "ndarray", "bytes"):  # bytes: of any length already
+                raise ValueError("variable names %r, %s: only images and ndarrays have a size "
+                                 "that can vary" % (n, "the label" if f.label else
+                                                    "an int" if f.kind == "int" else "a float"))
+    for f in fields:
+        opt = opts.get(f.name) or {}
+        if f.kind not in ("image", "ndarray"):
+            if opt.get("variable"):
+                raise ValueError("fields[%r]: 'variable' applies to images and ndarrays, and "
+                                 "this field is %s" % (f.name, f.describe()))
+            continue
+        if "variable" in opt:
+            if not isinstance(opt["variable"], bool):
+                raise ValueError("fields[%r]: variable must be True or False, got %r"
+                                 % (f.name, opt["variable"]))
+            if opt["variable"] is False and variable is not True and f.name in variable:
+                raise ValueError("%r is in variable= but fields[%r] says 'variable': False"
+                                 % (f.name, f.name))
+            f.variable = opt["variable"] or variable is True or f.name in variable
+        else:
+            f.variable = variable is True or f.name in variable or opt.get("kind") == "ndarray"
+        if f.boxes:
+            f.variable = True
+    for f in fields:
+        if f.boxes and f.classes in by_name:
+            by_name[f.classes].variable = True
+
+
+def _schema(first, sampler, opts, label_names, codecs, variable=frozenset()):
     """The fields of the store, inferred from sample 0 where fields= does not say."""
     values = sampler.values(first, 0)
     out = []
@@ -665,6 +789,7 @@ def _schema(first, sampler, opts, label_names, codecs):
                 raise _bad("sample 0: field %r" % f.name,
                            "its classes field %r must be an ndarray of one dimension (N ids), "
                            "is %s" % (f.classes, c.describe() if c else "left out"))
+    _decide_variable(out, opts, variable)
     label = next((f for f in out if f.label), None)
     if label_names is not None:
         if label is None:
@@ -729,6 +854,14 @@ class _Progress:
                 done / secs if secs > 0 else 0.0, secs))
             sys.stderr.flush()
 
+    def finish(self, done):
+        """The store is written: a callable hears of it once more, with done == total (the
+        calls of update() are at most 10 a second, so the last sample's may have been
+        skipped)."""
+        if self.fn is not None:
+            self.last = 0.0
+            self.update(done)
+
     def close(self):
         if self.bar is not None:
             self.bar.close()
@@ -755,8 +888,11 @@ def _indexable(samples):
     return hasattr(samples, "__len__") and hasattr(samples, "__getitem__")
 
 
-def write(samples, path, fields=None, workers=None, label_names=None, force=False,
-          progress=None):
+def write(samples: "Iterable[Any]", path: "str | os.PathLike[str] | bytes",
+          fields: "Mapping[str, Any] | Sequence[str] | None" = None,
+          workers: "int | None" = None, label_names: "Sequence[str] | None" = None,
+          force: bool = False, progress: "bool | Callable[[dict], Any] | None" = None, *,
+          variable: "bool | str | Iterable[str] | None" = None) -> "WriteReport":
     """Write ``samples`` into a new store at ``path`` (the C writer; docs/PYTHON.md).
 
     Args:
@@ -777,15 +913,26 @@ def write(samples, path, fields=None, workers=None, label_names=None, force=Fals
             and "encoding" ("raw", "jpeg", "png"), "quality" (JPEG),
             "channels" (images), "dtype" (ndarrays), "classes" (boxes: the
             field of their per-box classes), "label" (False: an int field named
-            "label" is not the store's label); None leaves a field out. A list
-            of names only names tuple values.
+            "label" is not the store's label), "variable" (images, ndarrays:
+            see ``variable``); None leaves a field out. A list of names only
+            names tuple values.
         workers: threads that convert and seal records (default: the cores).
         label_names: names of the label values 0..K-1 (default: "0".."K-1",
             K = the largest label + 1, decided at the end).
         force: replace an existing store.
         progress: None (tqdm if importable, else a line on stderr when it is a
             terminal), False, True, or a callable taking a dict (done, total,
-            seconds) about 10 times a second.
+            seconds) about 10 times a second, and a last time once the store
+            is written, with done == total (total is None for an iterable
+            without ``len()``).
+        variable: which image and ndarray fields may differ in size from
+            record to record: True for all, or names (``("tokens",)``). Every
+            other field is fixed by sample 0: an ndarray's shape, an image's
+            height and width; a later sample that differs is an error naming
+            it and the field. A field declared ``"ndarray"`` in ``fields``,
+            one whose options say ``"variable": True``, boxes and the classes
+            of boxes are variable without it. A variable field whose records
+            all turn out the same is still stored with a fixed shape.
 
     Returns:
         A WriteReport (path, count, seconds, samples_per_s, file_bytes,
@@ -801,6 +948,7 @@ def write(samples, path, fields=None, workers=None, label_names=None, force=Fals
     ctx = "dlcache.write(%s)" % os.fsdecode(outp)
     nworkers = _cores() if workers is None else _uint(workers, "workers", 1, 1024)
     opts, order = _normalize_fields(fields)
+    variable = _variable_names(variable)
     if label_names is not None:
         if isinstance(label_names, str) or not all(isinstance(n, str) for n in label_names):
             raise ValueError("label_names must be a list of str, got %r" % (label_names,))
@@ -842,7 +990,7 @@ def write(samples, path, fields=None, workers=None, label_names=None, force=Fals
     codec = _Codecs()
     sampler = _Sampler(first, opts, order)
     try:
-        schema = _schema(first, sampler, opts, label_names, codec)
+        schema = _schema(first, sampler, opts, label_names, codec, variable)
     except BaseException:
         codec.destroy_all()
         raise
@@ -933,6 +1081,7 @@ def write(samples, path, fields=None, workers=None, label_names=None, force=Fals
         rc = lib.dlc_writer_finish(w)  # frees w in every case
         w = None
         check(rc, ctx)
+        bar.finish(done)
     except BaseException as e:
         stop.set()
         if pool is not None:

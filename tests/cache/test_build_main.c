@@ -503,6 +503,36 @@ static void capture_log(void *user, dlc_log_level level, const char *msg)
     strcat(l->text, "\n");
 }
 
+/* Strict: a bad file stops the build and the error names it; no "skipped" notice about that
+ * same file comes before (issue 17: cachebuild --strict printed "warning: ... skipped"). Without
+ * strict the notice says it was skipped. */
+Test(build, strict_does_not_call_the_bad_file_skipped)
+{
+    char *train = make_tree(2);
+    char *cat = tmp_path(train, "cat");
+    char *p = tmp_path(cat, "0text.jpg");
+    btu_write_str(p, "this is not an image\n");
+    char *out = tmp_path(dir, "strict-log.dlc");
+    log_capture lc = {.text = ""};
+    dlc_build_options o = opts(2);
+    o.log = capture_log;
+    o.log_user = &lc;
+    o.strict = 1;
+    dlc_build_report *r = NULL;
+    cr_assert_eq(build(train, out, &o, &r), DLC_EDECODE);
+    cr_assert(strstr(dlc_errmsg(), "0text.jpg"), "%s", dlc_errmsg());
+    cr_assert_null(strstr(lc.text, "skipped"), "%s", lc.text);
+    dlc_build_report_free(r);
+    o.strict = 0;
+    cr_assert_eq(build(train, out, &o, &r), DLC_OK, "%s", dlc_errmsg());
+    cr_assert(strstr(lc.text, "0text.jpg: skipped: not a JPEG"), "%s", lc.text);
+    dlc_build_report_free(r);
+    free(out);
+    free(p);
+    free(cat);
+    free(train);
+}
+
 Test(build, keep_channels_of_the_first_image)
 {
     btu_mkdir(dir, "k");

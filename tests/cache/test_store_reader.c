@@ -252,6 +252,66 @@ Test(store_reader, foreign_files_fail_cleanly)
     free(plain);
 }
 
+/* Random bytes are "not a dlcache store"; the short text of their code must not call them a
+ * store of another version (issue 17: that is for real stores of another version). */
+Test(store_reader, random_bytes_are_not_called_a_version)
+{
+    char *junk = tmp_path(dir, "junk.dlc");
+    uint8_t bytes[8192];
+    for (size_t i = 0; i < sizeof bytes; i++)
+        bytes[i] = (uint8_t)(i * 2246822519u >> 11);
+    write_bytes(junk, bytes, sizeof bytes);
+    dlc_store *s = NULL;
+    cr_assert_eq(dlc_store_open(junk, 0, &s), DLC_EVERSION);
+    cr_assert(strstr(dlc_errmsg(), "not a dlcache store"), "%s", dlc_errmsg());
+    const char *text = dlc_strerror(DLC_EVERSION);
+    cr_assert(strstr(text, "not a store"), "%s", text);
+    cr_assert_null(strstr(text, "unsupported store format version"), "%s", text);
+    free(junk);
+}
+
+static void *fail_open_elsewhere(void *path)
+{
+    dlc_store *s = NULL;
+    return (void *)(intptr_t)dlc_store_open(path, 0, &s);
+}
+
+/* status.h: dlc_errmsg() holds the detail of the failure just returned (a success leaves it as
+ * it was), per thread. */
+Test(store_reader, errmsg_is_the_failure_just_returned)
+{
+    char *path = tmp_path(dir, "e.dlc");
+    char *missing = tmp_path(dir, "first-missing.dlc");
+    char *other = tmp_path(dir, "other-thread.dlc");
+    tsu_write_store(path, 3, 0, 0);
+    dlc_store *s = NULL;
+    cr_assert_eq(dlc_store_open(missing, 0, &s), -ENOENT);
+    cr_assert(strstr(dlc_errmsg(), "first-missing.dlc"), "%s", dlc_errmsg());
+
+    cr_assert_eq(dlc_store_open(path, 0, &s), DLC_OK, "%s", dlc_errmsg());
+    dlc_store_reader *r = NULL;
+    dlc_value values[DLC_MAX_FIELDS];
+    cr_assert_eq(dlc_store_reader_open(s, &r), DLC_OK);
+    cr_assert_eq(dlc_store_read_values(r, 1, values), DLC_OK);
+    /* The next failure records its own detail, not the earlier one. */
+    cr_assert_eq(dlc_store_read_values(r, 7, values), DLC_ENOTFOUND);
+    cr_assert(strstr(dlc_errmsg(), "record 7: no such record"), "%s", dlc_errmsg());
+    cr_assert_null(strstr(dlc_errmsg(), "first-missing"), "%s", dlc_errmsg());
+
+    /* A failure on another thread is that thread's. */
+    pthread_t t;
+    void *ret = NULL;
+    cr_assert_eq(pthread_create(&t, NULL, fail_open_elsewhere, other), 0);
+    cr_assert_eq(pthread_join(t, &ret), 0);
+    cr_assert_eq((int)(intptr_t)ret, -ENOENT);
+    cr_assert(strstr(dlc_errmsg(), "record 7"), "%s", dlc_errmsg());
+    dlc_store_reader_close(r);
+    dlc_store_close(s);
+    free(path);
+    free(missing);
+    free(other);
+}
+
 /* Find the first occurrence of @p needle in the file. */
 static uint64_t find_in_file(const char *path, const void *needle, size_t n)
 {

@@ -86,7 +86,8 @@ def main():
                 ceiling[k].append(read_only(ds, k))
                 r = dlcache.write(ds, os.path.join(tmp, "w.dlc"), workers=k, progress=False,
                                   label_names=ds.classes, force=True,
-                                  fields={"image": {"kind": "image", "encoding": a.encoding}})
+                                  fields={"image": {"kind": "image", "encoding": a.encoding,
+                                                    "variable": True}})  # full-size photos
                 runs[k].append(r)
     finally:
         shutil.rmtree(tmp)

@@ -71,7 +71,7 @@ def test_wheel_is_well_formed(tmp_path):
     di = "dlcache-%s.dist-info/" % dlcache.__version__
 
     py = sorted(n for n in os.listdir(os.path.join(REPO, "python", "dlcache"))
-                if n.endswith(".py") and n != "_install.py")
+                if n.endswith(".py") and n != "_install.py") + ["py.typed"]
     assert sorted(files) == sorted(["dlcache/" + n for n in py] + [
         "dlcache/libdlcache.so.0", di + "METADATA", di + "WHEEL", di + "top_level.txt",
         di + "RECORD"])
