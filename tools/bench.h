@@ -136,6 +136,7 @@ typedef struct bench_load_opts {
     uint64_t epochs, batches; /**< --epochs / --batches; 0 when the window is time-based. */
     double seconds;           /**< --seconds: the window, and the references' windows. */
     int json, prewarm;
+    int device_lend; /**< --device-lend: the device path in lend mode, no conversion. */
     /* The untimed digest pass: off when both are 0, else exactly one is set. */
     uint64_t digest_epochs;                  /**< Hash this many whole epochs. */
     uint64_t digest_batches;                 /**< Hash this many batches. */
@@ -173,16 +174,20 @@ typedef struct bench_digest {
 /* `cachebench load ARGS`: returns the exit status. */
 int bench_cmd_load(int argc, char **argv);
 
-/* Take the next batch for the timed window, count it and give it back: @p count samples and
- * @p bytes delivered. The host path (bench_load.c) or the device path (bench_device.c). */
-typedef dlc_status (*bench_next_fn)(dlc_loader *l, uint32_t *count, size_t *bytes);
+/* What the timed window consumes batches with: the host path (bench_load.c) or the device path
+ * (bench_device.c). */
+typedef struct bench_consumer {
+    /* Take the next batch, count it and give it back (or hand it on to the device): @p count
+     * samples and @p bytes delivered. */
+    dlc_status (*next)(void *ctx, dlc_loader *l, uint32_t *count, size_t *bytes);
+    /* NULL, or wait on the host until the work that next() enqueued has completed: called after
+     * the warm-up batch and to close the window, so that the window holds exactly its batches'
+     * work. */
+    dlc_status (*drain)(void *ctx);
+    void *ctx;
+} bench_consumer;
 
 /* ---- load: the device path (bench_device.c) -------------------------------------------------- */
-
-/* cachebench links no CUDA and has no device memory of its own, so it runs the device path in
- * lend mode: each staged batch is waited for on the legacy default stream and released, and the
- * conversion kernel of dlc_loader_device_emit() is not run. */
-#define BENCH_DEVICE_MODE "lend"
 
 /* The device path's references, measured before and after the loader's window. */
 typedef struct bench_device_refs {
@@ -192,6 +197,34 @@ typedef struct bench_device_refs {
     double ceil_before, ceil_after; /**< GB/s of dlc_cuda_copy_ceiling(). */
 } bench_device_refs;
 
+/* One output's device memory, cachebench's own (dlc_cuda_alloc). */
+typedef struct bench_device_buf {
+    void *data;    /**< cap bytes, or NULL before an output had bytes. */
+    size_t cap;    /**< Bytes at data. */
+    void *lengths; /**< batch int64, for an output with lengths; else NULL. */
+    void *offsets; /**< batch + 1 int64, for an output with offsets; else NULL. */
+} bench_device_buf;
+
+/* The device path's consumer. Emit mode (the default): each batch is converted by
+ * dlc_loader_device_emit() on the legacy default stream into device buffers allocated at the
+ * first batch (the warm-up one, untimed) from its dlc_device_field.bytes, and grown when a later
+ * batch needs more (variable-size outputs only: an image store's shapes are fixed). Lend mode
+ * (--device-lend): each staged batch is waited for on that stream and released, no kernel. */
+typedef struct bench_device_out {
+    int device;             /**< The GPU. */
+    int lend;               /**< --device-lend. */
+    uint32_t batch;         /**< config.batch_size: no batch has more samples. */
+    uint32_t num;           /**< Outputs per batch, from the first batch (0 before it). */
+    bench_device_buf *bufs; /**< num buffers. */
+    dlc_device_dst *dst;    /**< num destinations into bufs. */
+    void *indices;          /**< batch uint64 record numbers. */
+    uint64_t allocated;     /**< Device bytes held for the outputs (they only grow). */
+    uint32_t reallocs;      /**< Buffers grown after the first batch. */
+    int has_image;          /**< The batches have an image output. */
+    uint32_t image_dtype;   /**< The first image output as written (lend: as staged). */
+    uint32_t image_layout;  /**< Ditto: DLC_LAYOUT_NCHW or DLC_LAYOUT_NHWC. */
+} bench_device_out;
+
 /* Can the device path run on o->cfg.device? Prints the reason (dlc_cuda_probe()'s) when it
  * cannot. Fills @p refs' sizes from the store @p s. Returns 0 or -1. */
 int bench_device_prepare(const bench_load_opts *o, const dlc_store *s, bench_device_refs *refs);
@@ -199,8 +232,11 @@ int bench_device_prepare(const bench_load_opts *o, const dlc_store *s, bench_dev
 int bench_device_check_loader(const bench_load_opts *o, const dlc_loader *l);
 /* One window of the copy ceiling into *gbps. Returns 0 or -1 (printed). */
 int bench_device_ceiling(const bench_load_opts *o, const bench_device_refs *refs, double *gbps);
-/* The bench_next_fn of the device path (lend mode). */
-dlc_status bench_device_next(dlc_loader *l, uint32_t *count, size_t *bytes);
+/* The consumer of the device path over @p out (zeroed here), in the mode --device-lend says. */
+void bench_device_consumer(const bench_load_opts *o, bench_device_out *out, bench_consumer *c);
+/* Free @p out's device memory (after dlc_loader_close(), which waits for the conversions);
+ * keeps its figures for the report. */
+void bench_device_out_free(bench_device_out *out);
 
 /* ---- load: the selected fields (bench_fields.c) ---------------------------------------------- */
 
@@ -240,7 +276,8 @@ struct bench_load_run {
     bench_window jpeg_before, jpeg_after; /**< Zero without --jpeg-dir. */
     uint64_t jpeg_files;
     bench_loader_result lr;
-    bench_device_refs dev; /**< Zero without --device. */
+    bench_device_refs dev;    /**< Zero without --device. */
+    bench_device_out dev_out; /**< Zero without --device. */
     bench_digest digest;
 };
 

@@ -39,10 +39,11 @@ static double prewarm_store(const dlc_store *store, uint64_t resident_before)
     return dlc__now_s() - t0;
 }
 
-/* The host path's bench_next_fn: the batch stays lent until the next call, which hands it back,
- * as a training loop that uses each batch within its step does. */
-static dlc_status host_next(dlc_loader *l, uint32_t *count, size_t *bytes)
+/* The host path's consumer: the batch stays lent until the next call, which hands it back, as a
+ * training loop that uses each batch within its step does. */
+static dlc_status host_next(void *ctx, dlc_loader *l, uint32_t *count, size_t *bytes)
 {
+    (void)ctx;
     dlc_batch b;
     const dlc_status rc = dlc_loader_next(l, &b);
     if (rc == DLC_OK) {
@@ -54,8 +55,8 @@ static dlc_status host_next(dlc_loader *l, uint32_t *count, size_t *bytes)
 
 /* Open the loader and take the first batch, which is not timed: after it the workers run and the
  * ring fills, as in the steady state of a training run. Returns 0 or -1 (printed). */
-static int open_and_warm_up(const bench_load_opts *o, bench_next_fn next, bench_loader_result *res,
-                            dlc_loader **out)
+static int open_and_warm_up(const bench_load_opts *o, const bench_consumer *c,
+                            bench_loader_result *res, dlc_loader **out)
 {
     uint32_t count = 0;
     size_t bytes = 0;
@@ -69,7 +70,9 @@ static int open_and_warm_up(const bench_load_opts *o, bench_next_fn next, bench_
     }
     if (o->cfg.device >= 0 && bench_device_check_loader(o, *out) != 0)
         return -1;
-    rc = next(*out, &count, &bytes);
+    rc = c->next(c->ctx, *out, &count, &bytes);
+    if (rc == DLC_OK && c->drain)
+        rc = c->drain(c->ctx);
     res->first_batch_seconds = dlc__now_s() - t0;
     if (rc == DLC_END) {
         fprintf(stderr, TOOL ": error: %s: epoch %llu has no batch for rank %u\n", o->store,
@@ -87,8 +90,9 @@ static int open_and_warm_up(const bench_load_opts *o, bench_next_fn next, bench_
 }
 
 /* The timed window: --seconds, exactly --batches, or whole --epochs after the warm-up batch. The
- * consumer only counts; it never reads the batch. Returns 0 or -1 (printed). */
-static int timed_window(const bench_load_opts *o, bench_next_fn next, dlc_loader *l,
+ * host consumer only counts; it never reads the batch. The device consumer's work is drained
+ * before the window closes. Returns 0 or -1 (printed). */
+static int timed_window(const bench_load_opts *o, const bench_consumer *c, dlc_loader *l,
                         bench_loader_result *res)
 {
     uint64_t epoch = o->cfg.epoch;
@@ -102,7 +106,7 @@ static int timed_window(const bench_load_opts *o, bench_next_fn next, dlc_loader
             break;
         if (!o->batches && !o->epochs && dlc__now_s() - w0 >= o->seconds)
             break;
-        dlc_status rc = next(l, &count, &bytes);
+        dlc_status rc = c->next(c->ctx, l, &count, &bytes);
         if (rc == DLC_END) {
             res->epochs_done++;
             if (o->epochs && res->epochs_done >= o->epochs)
@@ -123,17 +127,22 @@ static int timed_window(const bench_load_opts *o, bench_next_fn next, dlc_loader
                            (unsigned long long)res->batches,
                            (double)res->samples / (dlc__now_s() - w0));
     }
+    const dlc_status rc = c->drain ? c->drain(c->ctx) : DLC_OK;
     res->seconds = dlc__now_s() - w0;
     tool_progress_end(&prog);
+    if (rc != DLC_OK) {
+        tool_report(TOOL, rc, "waiting for the device at the end of the window");
+        return -1;
+    }
     return 0;
 }
 
-static int measure_loader(const bench_load_opts *o, bench_loader_result *res)
+static int measure_loader(const bench_load_opts *o, const bench_consumer *c,
+                          bench_loader_result *res)
 {
     memset(res, 0, sizeof *res);
-    const bench_next_fn next = o->cfg.device >= 0 ? bench_device_next : host_next;
     dlc_loader *l = NULL;
-    if (open_and_warm_up(o, next, res, &l) != 0 || timed_window(o, next, l, res) != 0) {
+    if (open_and_warm_up(o, c, res, &l) != 0 || timed_window(o, c, l, res) != 0) {
         dlc_loader_close(l);
         return -1;
     }
@@ -264,15 +273,20 @@ static int prepare_store(bench_load_opts *o, bench_load_run *run, dlc_store **ou
 }
 
 /* The device path between two windows of its own ceiling, the pinned host-to-device copy of one
- * batch (the host references measure the CPU side, which --device leaves as it is). Returns 0 or
- * -1 (printed). */
+ * batch (the host references measure the CPU side, which --device leaves as it is). The output
+ * buffers are freed after the loader has closed, which waits for the conversions into them.
+ * Returns 0 or -1 (printed). */
 static int measure_device(const bench_load_opts *o, bench_load_run *run)
 {
-    if (bench_device_ceiling(o, &run->dev, &run->dev.ceil_before) != 0 ||
-        measure_loader(o, &run->lr) != 0 ||
-        bench_device_ceiling(o, &run->dev, &run->dev.ceil_after) != 0)
-        return -1;
-    return 0;
+    bench_consumer c;
+    bench_device_consumer(o, &run->dev_out, &c);
+    int status = -1;
+    if (bench_device_ceiling(o, &run->dev, &run->dev.ceil_before) == 0 &&
+        measure_loader(o, &c, &run->lr) == 0 &&
+        bench_device_ceiling(o, &run->dev, &run->dev.ceil_after) == 0)
+        status = 0;
+    bench_device_out_free(&run->dev_out);
+    return status;
 }
 
 /* The references are measured on both sides of the loader, half their window each, and pooled:
@@ -283,6 +297,7 @@ static int measure_all(const bench_load_opts *o, bench_load_run *run)
 {
     if (o->cfg.device >= 0)
         return measure_device(o, run);
+    const bench_consumer host = {.next = host_next, .drain = NULL, .ctx = NULL};
     const int threads = (int)o->cfg.threads;
     const double half = o->seconds / 2 > 0.5 ? o->seconds / 2 : 0.5;
     bench_ceiling *cl = NULL;
@@ -296,7 +311,7 @@ static int measure_all(const bench_load_opts *o, bench_load_run *run)
     if (jb && bench_jpeg_run(jb, half, &run->jpeg_before) != 0)
         goto out;
     bench_ceiling_run(cl, half, &run->ceil_before);
-    if (measure_loader(o, &run->lr) != 0)
+    if (measure_loader(o, &host, &run->lr) != 0)
         goto out;
     bench_ceiling_run(cl, half, &run->ceil_after);
     if (jb && bench_jpeg_run(jb, half, &run->jpeg_after) != 0)

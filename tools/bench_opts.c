@@ -61,6 +61,8 @@ static int parse_flag(const char *a, bench_load_opts *o, digest_request *d)
         d->digest = 0;
     else if (!strcmp(a, "--no-prewarm"))
         o->prewarm = 0;
+    else if (!strcmp(a, "--device-lend"))
+        o->device_lend = 1;
     else
         return 0;
     return 1;
@@ -72,6 +74,8 @@ static int parse_config_option(const char *a, const char *v, dlc_loader_config *
 {
     static const char *const dtypes[] = {"uint8", "float32", "float16", NULL};
     static const char *const ios[] = {"auto", "mmap", "direct", NULL};
+    static const char *const layouts[] = {"nchw", "nhwc", NULL};
+    static const uint32_t layout_of[] = {DLC_LAYOUT_NCHW, DLC_LAYOUT_NHWC};
     static const uint32_t dtype_of[] = {DLC_DTYPE_UINT8, DLC_DTYPE_FLOAT32, DLC_DTYPE_FLOAT16};
     static const uint32_t io_of[] = {DLC_IO_AUTO, DLC_IO_MMAP, DLC_IO_DIRECT};
     uint32_t u32 = 0;
@@ -114,6 +118,11 @@ static int parse_config_option(const char *a, const char *v, dlc_loader_config *
         const int bad = parse_u32(v, INT32_MAX, &u32);
         cfg->device = (int32_t)u32;
         return bad;
+    }
+    if (!strcmp(a, "--device-layout")) {
+        if ((k = pick(v, layouts)) >= 0)
+            cfg->device_layout = layout_of[k];
+        return k < 0;
     }
     if (!strcmp(a, "--flip"))
         return parse_float(v, 0.0f, 1.0f, &cfg->flip_prob);
@@ -166,6 +175,17 @@ static int resolve(bench_load_opts *o, const digest_request *d)
     }
     if (o->cfg.device >= 0 && o->jpeg_dir) {
         fprintf(stderr, TOOL ": error: load: --jpeg-dir is a host reference; not with --device\n");
+        return -1;
+    }
+    const int layout = o->cfg.device_layout != DLC_LAYOUT_NONE;
+    if (o->cfg.device < 0 && (layout || o->device_lend)) {
+        fprintf(stderr, TOOL ": error: load: %s is for the device path: give --device N too\n",
+                layout ? "--device-layout" : "--device-lend");
+        return -1;
+    }
+    if (layout && o->device_lend) {
+        fprintf(stderr, TOOL ": error: load: --device-layout is the conversion's, which lend mode "
+                             "(--device-lend) does not run\n");
         return -1;
     }
     /* The device path's batches are on the GPU, where cachebench cannot read them: a digest is

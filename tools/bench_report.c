@@ -184,10 +184,13 @@ static void print_text(const bench_load_run *r, const figures *f)
            tool_human_bytes(r->info.file_bytes, b1, sizeof b1),
            r->info.file_bytes ? 100.0 * (double)r->resident_after / (double)r->info.file_bytes
                               : 0.0);
-    char crops[64] = "";
+    char crops[80] = "";
+    const bench_device_out *dev = &r->dev_out;
     if (r->has_image && o->cfg.device >= 0)
-        snprintf(crops, sizeof crops, ", images uint8 %ux%u staged on GPU %d", o->cfg.crop_h,
-                 o->cfg.crop_w, o->cfg.device);
+        snprintf(crops, sizeof crops, ", images %s %s %ux%u %s GPU %d",
+                 bench_dtype_name(dev->image_dtype),
+                 dev->image_layout == DLC_LAYOUT_NCHW ? "NCHW" : "NHWC", o->cfg.crop_h,
+                 o->cfg.crop_w, dev->lend ? "staged on" : "written on", o->cfg.device);
     else if (r->has_image)
         snprintf(crops, sizeof crops, ", images %s %ux%u", bench_dtype_name(o->cfg.dtype),
                  o->cfg.crop_h, o->cfg.crop_w);

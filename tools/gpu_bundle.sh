@@ -4,15 +4,15 @@
 # /work/shared/notes/gpu-h100.md: Ubuntu 24.04, CUDA 13, torch 2.11, no package registry).
 #
 #   DIR/run.sh            the checks (tools/gpu_run.sh): `bash DIR/run.sh [--quick]`
-#   DIR/bin/              cachebuild, cacheinfo, cachebench, mkdemo (a wrapper that gives the
-#                         real one, DIR/libexec/mkdemo, the bundled photos when the machine has
-#                         no /usr/share/backgrounds/mate/nature)
+#   DIR/bin/              cachebuild, cacheinfo, cachebench, mkdemo (run.sh points mkdemo at the
+#                         bundled photos with $DLCACHE_DEMO_PHOTOS)
 #   DIR/lib/              libdlcache.so, libdlcache_cuda.so and every library that ldd lists for
 #                         the bundled programs except glibc's own and GCC's runtime (below)
 #   DIR/python/dlcache    the Python package
 #   DIR/pylib/            Debian's pytest and what it imports, used only where python3 has none
 #   DIR/tests/            tests/python/test_device.py with conftest.py and the helpers it
 #                         imports; tests/bin/test_cuda_plugin with Criterion, when it is built
+#                         (run.sh points it at the bundled plugin with $DLCACHE_CUDA_PLUGIN)
 #   DIR/examples/         train_gpu.py
 #   DIR/share/photos/     the photographs mkdemo cuts the data set from
 #   DIR/BUNDLE_INFO       where and from what the bundle was made
@@ -92,48 +92,18 @@ cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}" >"$BUILD/gpu_bundle.b
     || { grep -E "error|Error" "$BUILD/gpu_bundle.build.log" | head -20 >&2; die "the build failed ($BUILD/gpu_bundle.build.log)"; }
 
 # ---- Files ---------------------------------------------------------------------------------------
-mkdir -p "$DIR"/{bin,libexec,lib,python/dlcache,pylib,tests/python,tests/bin,examples,share/photos}
-for t in cachebuild cacheinfo cachebench; do
+mkdir -p "$DIR"/{bin,lib,python/dlcache,pylib,tests/python,tests/bin,examples,share/photos}
+for t in "${TOOLS[@]}"; do
     install -m 755 "$BUILD/bin/$t" "$DIR/bin/$t"
 done
-install -m 755 "$BUILD/bin/mkdemo" "$DIR/libexec/mkdemo"
-cat >"$DIR/bin/mkdemo" <<'EOF'
-#!/bin/sh
-# The bundle's mkdemo: the real one (../libexec/mkdemo) with the bundled photographs when the
-# caller names none and the machine lacks mkdemo's default folder (Debian's mate-backgrounds).
-here=$(dirname "$0")
-for a in "$@"; do [ "$a" = --photos ] && exec "$here/../libexec/mkdemo" "$@"; done
-[ -d /usr/share/backgrounds/mate/nature ] && exec "$here/../libexec/mkdemo" "$@"
-exec "$here/../libexec/mkdemo" "$@" --photos "$here/../share/photos"
-EOF
-chmod 755 "$DIR/bin/mkdemo"
 # Under the name the Python package and its tests look for; nothing NEEDs libdlcache.so.0.
 install -m 755 "$(readlink -f "$BUILD/lib/libdlcache.so")" "$DIR/lib/libdlcache.so"
 [ -f "$BUILD/lib/libdlcache_cuda.so" ] || die "the plugin was not built ($BUILD/lib/libdlcache_cuda.so)"
 install -m 755 "$BUILD/lib/libdlcache_cuda.so" "$DIR/lib/libdlcache_cuda.so"
 cp "$PHOTOS"/*.jpg "$DIR/share/photos/"
 
-if [ "$have_ctest" = 1 ]; then
-    install -m 755 "$BUILD/tests/test_cuda_plugin" "$DIR/tests/bin/test_cuda_plugin"
-    # The test dlopens the plugin at the path CMake gave it at build time; the bundle's copy is
-    # pointed at ./lib/libdlcache_cuda.so instead (run.sh runs it from DIR), the same length with
-    # NUL padding, so that nothing else in the binary moves.
-    baked=$(sed -n 's/^DLCACHE_CUDA_PLUGIN_PATH:INTERNAL=//p' "$BUILD/CMakeCache.txt")
-    if [ -n "$baked" ]; then
-        /usr/bin/python3 - "$DIR/tests/bin/test_cuda_plugin" "$baked" <<'EOF' \
-            || die "cannot repoint test_cuda_plugin at the bundled plugin"
-import sys
-path, old = sys.argv[1], sys.argv[2].encode() + b"\0"
-new = b"./lib/libdlcache_cuda.so\0"
-data = open(path, "rb").read()
-n = data.count(old)
-if n == 0 or len(new) > len(old):
-    sys.exit("gpu_bundle: %s: %d copies of %r" % (path, n, old))
-data = data.replace(old, new.ljust(len(old), b"\0"))
-open(path, "wb").write(data)
-EOF
-    fi
-fi
+# The test dlopens $DLCACHE_CUDA_PLUGIN when set (run.sh sets it), else the build's path.
+[ "$have_ctest" = 1 ] && install -m 755 "$BUILD/tests/test_cuda_plugin" "$DIR/tests/bin/test_cuda_plugin"
 
 # The Python package, the GPU tests and what they import from tests/python, the example.
 cp "$SRC"/python/dlcache/*.py "$DIR/python/dlcache/"
@@ -156,8 +126,7 @@ find "$DIR" -name __pycache__ -type d -prune -exec rm -rf {} +
 install -m 755 "$SRC/tools/gpu_run.sh" "$DIR/run.sh"
 
 # ---- Libraries -----------------------------------------------------------------------------------
-elves=("$DIR"/bin/cachebuild "$DIR"/bin/cacheinfo "$DIR"/bin/cachebench "$DIR"/libexec/mkdemo
-       "$DIR"/lib/libdlcache.so "$DIR"/lib/libdlcache_cuda.so)
+elves=("${TOOLS[@]/#/$DIR/bin/}" "$DIR"/lib/libdlcache.so "$DIR"/lib/libdlcache_cuda.so)
 [ "$have_ctest" = 1 ] && elves+=("$DIR/tests/bin/test_cuda_plugin")
 # ldd lists the whole closure; each library goes in under the name it is NEEDED by.
 while read -r name path; do
@@ -169,7 +138,7 @@ if for f in "${elves[@]}"; do ldd "$f"; done | grep -q "not found"; then
 fi
 # shellcheck disable=SC2016 # $ORIGIN is for the dynamic loader, not the shell
 for f in "$DIR"/lib/*; do patchelf --set-rpath '$ORIGIN' "$f"; done
-for f in "$DIR"/bin/cachebuild "$DIR"/bin/cacheinfo "$DIR"/bin/cachebench "$DIR"/libexec/mkdemo; do
+for f in "${TOOLS[@]/#/$DIR/bin/}"; do
     # shellcheck disable=SC2016
     patchelf --set-rpath '$ORIGIN/../lib' "$f"
 done

@@ -9,10 +9,18 @@
 #                    temporary folder (removed at the end unless --keep)
 #   plugin_test      the C test of the CUDA plugin (Criterion), when bundled
 #   bench_host       cachebench load: RandomResizedCrop 224, float16, batch 256, cores-1 threads
-#   bench_device     the same with --device 0 (the device path, lend mode); its ratio to host
+#   bench_device     the same with --device 0: each batch emitted (dlc_loader_device_emit) on the
+#                    default stream into cachebench's device buffers, so the conversion kernel
+#                    runs (float16 NCHW); samples/s on the device and its ratio to host, the
+#                    copies' GB/s against the pinned-copy ceiling measured in the same run
+#   bench_device_nhwc  the same, float16 channels_last (--device-layout nhwc)
+#   bench_device_u8  the same, uint8 (NHWC: copied as staged, no kernel)
+#   bench_device_lend  the same as bench_device in lend mode (--device-lend): staged batches
+#                    waited for and released, no kernel; what the conversion costs is the gap
 #   pytest_plugin    tests/python/test_device.py with DLCACHE_DEVICE_BACKEND=plugin
 #   pytest_torch     the same with DLCACHE_DEVICE_BACKEND=torch
-#   memcheck_bench   compute-sanitizer --tool memcheck over a few batches of bench_device
+#   memcheck_bench   compute-sanitizer --tool memcheck over 6 small batches of bench_device
+#                    (the kernel, float16 NCHW) and of bench_device_nhwc
 #   racecheck_bench  compute-sanitizer --tool racecheck over the same
 #   train            examples/train_gpu.py: resnet18 and resnet50 on synthetic, dlcache (both
 #                    backends; --quick: the default one) and torch DataLoader inputs
@@ -55,6 +63,9 @@ BIN=$HERE/bin
 export DLCACHE_LIB=$HERE/lib/libdlcache.so
 export DLCACHE_BUILD_DIR=$HERE
 export DLCACHE_CUDA_PLUGIN=$HERE/lib/libdlcache_cuda.so
+# mkdemo's photographs: the bundle's copy of Debian's mate-backgrounds, unless the caller names
+# others.
+export DLCACHE_DEMO_PHOTOS=${DLCACHE_DEMO_PHOTOS:-$HERE/share/photos}
 export PYTHONPATH=$HERE/python${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONDONTWRITEBYTECODE=1
 [ -f "$DLCACHE_CUDA_PLUGIN" ] || unset DLCACHE_CUDA_PLUGIN
@@ -219,26 +230,47 @@ elif run_step bench_host 60 bash -c 'to_file "$@"' _ "$LOGS/host.json" "$BIN/cac
         record bench_host fail "$DUR" "exit $RC: $(why "$LOGS/bench_host.log" error)"
     fi
 fi
-if [ "$HAVE_DATA" = 0 ]; then
-    skip bench_device "no store (the data step failed)"
-elif run_step bench_device 60 bash -c 'to_file "$@"' _ "$LOGS/device.json" "$BIN/cachebench" "${BENCH[@]}" \
-    --device 0 && ! timed_out; then
-    if [ "$RC" = 0 ]; then
-        d=$LOGS/device.json
-        sps=$(jget "$d" 'round(d["device_samples_per_s"])')
-        record bench_device pass "$DUR" "$sps samples/s${HOST_SPS:+ (x$(jget "$d" "round(d['device_samples_per_s'] / $HOST_SPS, 2)") host)}; copy $(jget "$d" 'round(d["device_copy_gbytes_per_s"], 1)') GB/s of ceiling $(jget "$d" 'round(d["device_copy_ceiling_gbytes_per_s"], 1)') = $(jget "$d" 'round(d["device_copy_ratio_to_ceiling"] * 100)')%"
-    elif [ "$GPU" = 0 ]; then
-        record bench_device skip "$DUR" "$(why "$LOGS/bench_device.log" 'error')"
-    else
-        record bench_device fail "$DUR" "exit $RC: $(why "$LOGS/bench_device.log" 'error')"
+# bench_dev NAME JSON ARGS...: cachebench load --device 0 with the host step's options and ARGS.
+bench_dev() {
+    local name=$1 json=$LOGS/$2.json
+    shift 2
+    if [ "$HAVE_DATA" = 0 ]; then
+        skip "$name" "no store (the data step failed)"
+        return
     fi
-fi
+    run_step "$name" 60 bash -c 'to_file "$@"' _ "$json" "$BIN/cachebench" "${BENCH[@]}" \
+        --device 0 "$@" || return
+    timed_out && return
+    if [ "$RC" = 0 ]; then
+        local d=$json sps
+        sps=$(jget "$d" 'round(d["device_samples_per_s"])')
+        record "$name" pass "$DUR" "$(jget "$d" 'd["device_mode"]') $(jget "$d" 'd["device_image_dtype"]') $(jget "$d" 'd["device_image_layout"]'): $sps samples/s${HOST_SPS:+ (x$(jget "$d" "round(d['device_samples_per_s'] / $HOST_SPS, 2)") host)}; copy $(jget "$d" 'round(d["device_copy_gbytes_per_s"], 1)') GB/s of ceiling $(jget "$d" 'round(d["device_copy_ceiling_gbytes_per_s"], 1)') = $(jget "$d" 'round(d["device_copy_ratio_to_ceiling"] * 100)')%"
+    elif [ "$GPU" = 0 ]; then
+        record "$name" skip "$DUR" "$(why "$LOGS/$name.log" 'error')"
+    else
+        record "$name" fail "$DUR" "exit $RC: $(why "$LOGS/$name.log" 'error')"
+    fi
+}
+bench_dev bench_device device
+bench_dev bench_device_nhwc device_nhwc --device-layout nhwc
+bench_dev bench_device_u8 device_u8 --dtype uint8
+bench_dev bench_device_lend device_lend --device-lend
 
-# pytest, once per backend.
+# pytest, once per backend. test_device.py imports numpy and torch at the top: a python3
+# without them cannot even collect it.
+PYTEST_MISSING=""
+if ! PYTEST_ERR=$("$PY" -c 'import numpy, torch' 2>&1); then
+    PYTEST_MISSING=$(printf '%s\n' "$PYTEST_ERR" | tail -1)
+    PYTEST_MISSING=${PYTEST_MISSING:-import numpy, torch failed}
+fi
 for backend in plugin torch; do
     name=pytest_$backend
     if [ ! -f "$HERE/tests/python/test_device.py" ]; then
         skip "$name" "tests/python/test_device.py is not in the bundle"
+        continue
+    fi
+    if [ -n "$PYTEST_MISSING" ]; then
+        skip "$name" "$PY cannot import what test_device.py needs: $PYTEST_MISSING"
         continue
     fi
     run_step "$name" 150 env DLCACHE_DEVICE_BACKEND=$backend "$PY" -m pytest -q -rs -p no:cacheprovider \
@@ -274,21 +306,25 @@ sanitize() {
         --error-exitcode 9 "$@" || return
     timed_out && return
     local summary
-    summary=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/$name.log" | tail -1 | sed 's/^=* *//')
+    summary=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/$name.log" | sed 's/^=* *//' | paste -sd ';' -)
     if [ "$RC" = 0 ]; then
         record "$name" pass "$DUR" "${summary:-no summary line}"
     else
         record "$name" fail "$DUR" "exit $RC: ${summary:-$(tail -1 "$LOGS/$name.log")}"
     fi
 }
+# Each sanitizer runs cachebench twice, the kernel writing NCHW then NHWC: 6 batches of 64 after
+# the warm-up one and the ceiling's copies, a few seconds each under the sanitizer.
 SMALL=(load "$STORE" --batch 64 --crop 224 --random-resized-crop --dtype float16 --threads 4
        --batches 6 --device 0)
 if [ "$HAVE_DATA" = 0 ]; then
     skip memcheck_bench "no store"
     skip racecheck_bench "no store"
 else
-    sanitize memcheck_bench memcheck "$BIN/cachebench" "${SMALL[@]}"
-    sanitize racecheck_bench racecheck "$BIN/cachebench" "${SMALL[@]}"
+    sanitize memcheck_bench memcheck bash -c '"$@" && "$@" --device-layout nhwc' _ \
+        "$BIN/cachebench" "${SMALL[@]}"
+    sanitize racecheck_bench racecheck bash -c '"$@" && "$@" --device-layout nhwc' _ \
+        "$BIN/cachebench" "${SMALL[@]}"
 fi
 
 # train
@@ -359,7 +395,7 @@ for line in open(tsv):
     name, status, secs, info = line.rstrip("\n").split("\t", 3)
     steps.append({"step": name, "status": status, "seconds": int(secs), "info": info})
 figures = {}
-for n in ("build", "host", "device", "train"):
+for n in ("build", "host", "device", "device_nhwc", "device_u8", "device_lend", "train"):
     p = os.path.join(logs, n + ".json")
     if os.path.exists(p):
         try:

@@ -5,7 +5,8 @@
  *          [--scale X]
  *
  * writes OUTDIR/train/<class>/<n>.jpg. Class k is made from the k-th photo of
- * DIR (default /usr/share/backgrounds/mate/nature, *.jpg sorted by name) and
+ * DIR (default $DLCACHE_DEMO_PHOTOS when set, else /usr/share/backgrounds/mate/nature,
+ * Debian's mate-backgrounds; *.jpg sorted by name) and
  * named after it in lower case ("aqua", "blinds", ...). Each image is a random
  * crop of its class's photo (10% to 100% of the area, aspect 3/4 to 4/3, as
  * RandomResizedCrop draws them), resized so both sides are 300 to 600 pixels
@@ -38,6 +39,9 @@
 
 #define TOOL "mkdemo"
 #define DEFAULT_PHOTOS "/usr/share/backgrounds/mate/nature"
+/* Names the photos' folder when --photos does not: for machines without Debian's
+ * mate-backgrounds, such as the GPU bundle's (tools/gpu_bundle.sh), which carries its own. */
+#define PHOTOS_ENV "DLCACHE_DEMO_PHOTOS"
 #define MAX_CLASSES 1000
 #define MAX_THREADS 64
 #define MIN_SIDE 300u
@@ -219,8 +223,8 @@ static int load_photos(photo *photos, uint32_t n, uint32_t scale)
             return -1;
         }
         if (p->img.width < MIN_SIDE * scale || p->img.height < MIN_SIDE * scale) {
-            tool_error(TOOL, "%s is %ux%u, below %ux%u", p->path, p->img.width, p->img.height,
-                       MIN_SIDE * scale, MIN_SIDE * scale);
+            tool_error(TOOL, "%s is %ux%u (height x width), below %ux%u", p->path, p->img.height,
+                       p->img.width, MIN_SIDE * scale, MIN_SIDE * scale);
             dlc_codec_destroy(c);
             return -1;
         }
@@ -411,8 +415,8 @@ static int make_dir(const char *path)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: " TOOL " OUTDIR [--count N (3000)] [--classes K (10)] [--seed S (0)]\n"
-               "              [--photos DIR (" DEFAULT_PHOTOS ")] [--threads T (2)]\n"
-               "              [--scale X (1): image sides times X, 1..4]\n"
+               "              [--photos DIR ($" PHOTOS_ENV " or " DEFAULT_PHOTOS ")]\n"
+               "              [--threads T (2)] [--scale X (1): image sides times X, 1..4]\n"
                "Makes OUTDIR/train/<class>/<n>.jpg from real photographs, one class per photo.\n");
 }
 
@@ -523,8 +527,12 @@ static int make_images(const demo_args *a, photo *photos, job *jobs, pthread_t *
 
 int main(int argc, char **argv)
 {
-    demo_args a = {
-        .photos_dir = DEFAULT_PHOTOS, .count = 3000, .classes = 10, .threads = 2, .scale = 1};
+    const char *env_photos = getenv(PHOTOS_ENV);
+    demo_args a = {.photos_dir = env_photos && *env_photos ? env_photos : DEFAULT_PHOTOS,
+                   .count = 3000,
+                   .classes = 10,
+                   .threads = 2,
+                   .scale = 1};
     int status = parse_args(argc, argv, &a);
     if (status >= 0)
         return status;

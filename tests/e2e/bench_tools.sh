@@ -80,7 +80,8 @@ EOF
 
 # float16 + RandomResizedCrop + the JPEG path, a time-based window (no digest).
 "$B" load "$tmp/s.dlc" --batch 8 --crop 32 --dtype float16 --random-resized-crop --threads 2 \
-    --seconds 0.3 --jpeg-dir "$tree" --device 0 --json >"$tmp/e.json" 2>"$tmp/e.err"
+    --seconds 0.3 --jpeg-dir "$tree" --json >"$tmp/e.json" 2>"$tmp/e.err" ||
+    { cat "$tmp/e.err" >&2; fail "float16 + JPEG path"; }
 $PY - "$tmp/e.json" <<'EOF' || fail "float16 + JPEG path JSON"
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -90,21 +91,38 @@ assert r["jpeg_files"] == 40 and r["jpeg_samples"] > 0, r
 for k in ("samples_per_s", "jpeg_samples_per_s", "speedup_vs_jpeg", "ratio_to_ceiling"):
     assert r[k] > 0, (k, r)
 EOF
-grep -q "cachebench: loader" "$tmp/e.err" || fail "--device 0: no loader notice on stderr"
+grep -q "cachebench: loader" "$tmp/e.err" || fail "no loader notice on stderr"
 
-# Errors: a missing store names it (exit 1); a bad option is a usage error (exit 2).
+# Errors name their cause: exit 1 for a run that cannot be made, 2 for a usage error.
+expect() { # expect RC WANT FILE PATTERN WHAT: exit status WANT, and PATTERN in FILE
+    [ "$1" = "$2" ] && grep -q -- "$4" "$3" && return
+    fail "$5: exit $1 (wanted $2): $(cat "$3")"
+}
 set +e
 "$B" load "$tmp/none.dlc" --seconds 0.1 2>"$tmp/err1"; rc1=$?
 "$B" load "$tmp/s.dlc" --dtype int4 2>"$tmp/err2"; rc2=$?
 "$B" load "$tmp/s.dlc" --crop 96 --seconds 0.1 2>"$tmp/err3"; rc3=$?
-"$B" load "$tmp/s.dlc" --no-digest --digest-batches 2 2>"$tmp/err5"; rc5=$?
 "$B" decode "$tmp/empty-dir-that-is-missing" 2>"$tmp/err4"; rc4=$?
+"$B" load "$tmp/s.dlc" --no-digest --digest-batches 2 2>"$tmp/err5"; rc5=$?
+"$B" load "$tmp/s.dlc" --device-layout nhwc 2>"$tmp/err6"; rc6=$?
+"$B" load "$tmp/s.dlc" --device 0 --device-layout nhcw 2>"$tmp/err7"; rc7=$?
+"$B" load "$tmp/s.dlc" --device 0 --device-lend --device-layout nchw 2>"$tmp/err8"; rc8=$?
+# --device N without a usable GPU (here a plugin that is not there, so that the result does not
+# depend on the machine) is an error that says why, never host batches instead.
+DLCACHE_CUDA_PLUGIN=/nonexistent/libdlcache_cuda.so "$B" load "$tmp/s.dlc" --batch 8 --crop 48 \
+    --batches 2 --device 0 --json >"$tmp/g.json" 2>"$tmp/err9"; rc9=$?
 set -e
-[ $rc1 = 1 ] && grep -q "none.dlc" "$tmp/err1" || fail "missing store: rc $rc1, $(cat "$tmp/err1")"
-[ $rc2 = 2 ] && grep -q -- "--dtype" "$tmp/err2" || fail "bad dtype: rc $rc2, $(cat "$tmp/err2")"
-[ $rc5 = 2 ] && grep -q -- "--digest-batches" "$tmp/err5" || fail "--no-digest --digest-batches: rc $rc5"
-[ $rc3 = 1 ] && grep -q "crop" "$tmp/err3" || fail "crop too large: rc $rc3, $(cat "$tmp/err3")"
-[ $rc4 = 1 ] && grep -q "empty-dir-that-is-missing" "$tmp/err4" || fail "missing source: rc $rc4"
+expect $rc1 1 "$tmp/err1" "none.dlc" "missing store"
+expect $rc2 2 "$tmp/err2" "--dtype" "bad dtype"
+expect $rc3 1 "$tmp/err3" "crop" "crop too large"
+expect $rc4 1 "$tmp/err4" "empty-dir-that-is-missing" "missing source"
+expect $rc5 2 "$tmp/err5" "--digest-batches" "--no-digest --digest-batches"
+expect $rc6 2 "$tmp/err6" "--device-layout is for the device path" "--device-layout alone"
+expect $rc7 2 "$tmp/err7" "--device-layout: nhcw" "bad --device-layout"
+expect $rc8 2 "$tmp/err8" "lend mode" "--device-lend with --device-layout"
+expect $rc9 1 "$tmp/err9" "device path cannot run: .*/nonexistent/libdlcache_cuda.so" \
+    "--device 0 without a plugin"
+[ ! -s "$tmp/g.json" ] || fail "--device 0 without a plugin printed a result"
 
 # The sweep over 1 and 2 threads and its plot.
 THREADS="1 2" BIN=$DLC_BIN SVG=$tmp/sweep.svg bash "$DLC_SRC/tools/bench_threads.sh" \

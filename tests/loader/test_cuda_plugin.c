@@ -1,6 +1,8 @@
 /* The CUDA plugin, libdlcache_cuda.so (loader/cuda/plugin.cu), through its one export as the
- * library sees it: dlopen, never a link to CUDA. cmake/cuda.cmake passes the built file as
- * DLC_TEST_CUDA_PLUGIN; without it every test skips with the reason. On a machine without a GPU
+ * library sees it: dlopen, never a link to CUDA. $DLCACHE_CUDA_PLUGIN, when set, names the file
+ * (as for the library: a bundle moved to another machine points it at its own copy); else
+ * cmake/cuda.cmake passes the built file as DLC_TEST_CUDA_PLUGIN; without either every test
+ * skips with the reason. On a machine without a GPU
  * or a driver, the table and device_count's reason are checked and the GPU tests skip with that
  * reason. With a GPU: the conversion kernel against dlc__hd_convert_at() byte for byte, copies
  * ordered through events, device_enter/device_leave against the driver's own view of the current
@@ -21,21 +23,40 @@
 #define DLC_TEST_CUDA_PLUGIN_WHY "cmake/cuda.cmake did not say why"
 #endif
 
+/* The plugin's file: $DLCACHE_CUDA_PLUGIN first, as the library looks there first too, then the
+ * one this build made; or a skip saying why there is none. */
+static const char *plugin_path(void)
+{
+    const char *env = getenv("DLCACHE_CUDA_PLUGIN");
+    if (env && *env)
+        return env;
+#ifdef DLC_TEST_CUDA_PLUGIN
+    return DLC_TEST_CUDA_PLUGIN;
+#else
+    cr_skip_test("the CUDA plugin is not built (%s) and DLCACHE_CUDA_PLUGIN is not set",
+                 DLC_TEST_CUDA_PLUGIN_WHY);
+    return NULL;
+#endif
+}
+
+/* The plugin's export, from a handle that is never closed: a statically linked CUDA runtime is
+ * not meant to be unloaded. */
+static dlc__devops_fn plugin_fn(void)
+{
+    const char *path = plugin_path();
+    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    cr_assert_not_null(lib, "dlopen(%s): %s", path, dlerror());
+    const dlc__devops_fn fn = (dlc__devops_fn)dlsym(lib, DLC__DEVOPS_SYMBOL);
+    cr_assert_not_null(fn, "%s does not export %s", path, DLC__DEVOPS_SYMBOL);
+    return fn;
+}
+
 /* The plugin's table; its ABI and layout are checked by table_is_exported. */
 static const dlc__devops *plugin(void)
 {
-#ifndef DLC_TEST_CUDA_PLUGIN
-    cr_skip_test("the CUDA plugin is not built: %s", DLC_TEST_CUDA_PLUGIN_WHY);
-#else
-    /* Never closed: a statically linked CUDA runtime is not meant to be unloaded. */
-    void *lib = dlopen(DLC_TEST_CUDA_PLUGIN, RTLD_NOW | RTLD_LOCAL);
-    cr_assert_not_null(lib, "dlopen(%s): %s", DLC_TEST_CUDA_PLUGIN, dlerror());
-    const dlc__devops_fn fn = (dlc__devops_fn)dlsym(lib, DLC__DEVOPS_SYMBOL);
-    cr_assert_not_null(fn, "%s does not export %s", DLC_TEST_CUDA_PLUGIN, DLC__DEVOPS_SYMBOL);
-    const dlc__devops *ops = fn(DLC__DEVOPS_ABI);
+    const dlc__devops *ops = plugin_fn()(DLC__DEVOPS_ABI);
     cr_assert_not_null(ops, "the plugin refused ABI %u", DLC__DEVOPS_ABI);
     return ops;
-#endif
 }
 
 /* The driver's calls that the test reads the device through (CUresult is an int, CUcontext and
@@ -82,13 +103,10 @@ static uint64_t xorshift(uint64_t *s)
 Test(cuda_plugin, table_is_exported)
 {
     const dlc__devops *ops = plugin();
-#ifdef DLC_TEST_CUDA_PLUGIN
-    void *lib = dlopen(DLC_TEST_CUDA_PLUGIN, RTLD_NOW | RTLD_LOCAL);
-    const dlc__devops_fn fn = (dlc__devops_fn)dlsym(lib, DLC__DEVOPS_SYMBOL);
+    const dlc__devops_fn fn = plugin_fn();
     cr_assert_null(fn(DLC__DEVOPS_ABI + 1), "a table for another ABI");
     cr_assert_null(fn(0), "a table for ABI 0");
     cr_assert_eq(fn(DLC__DEVOPS_ABI), ops, "one table, made once");
-#endif
     cr_assert_eq(ops->abi, DLC__DEVOPS_ABI);
     cr_assert_eq(ops->size, sizeof(dlc__devops));
     cr_assert_null(ops->ctx);
