@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Copies whose gap is at most this are merged: copying a few alignment bytes more is cheaper
  * than another copy call (a full batch of fixed-size outputs is then exactly one copy). */
@@ -125,8 +126,13 @@ static void plugin_load(void)
     }
     char dir[4096], path[4200], why1[384] = "", why2[384] = "";
     if (self_dir(dir, sizeof dir)) {
+        /* Next to libdlcache.so; or, for a tool or test that links the library statically
+         * (build/bin, build/tests), in the lib folder beside its own. */
         snprintf(path, sizeof path, "%s/libdlcache_cuda.so", dir);
         if ((plugin_ops = plugin_try(path, why1, sizeof why1)))
+            return;
+        snprintf(path, sizeof path, "%s/../lib/libdlcache_cuda.so", dir);
+        if (access(path, F_OK) == 0 && (plugin_ops = plugin_try(path, why1, sizeof why1)))
             return;
     }
     if ((plugin_ops = plugin_try("libdlcache_cuda.so", why2, sizeof why2)))
