@@ -295,10 +295,12 @@ DLC_API void dlc_loader_config_init(dlc_loader_config *c);
 
 /**
  * @brief Open the store at @p path and start the workers on the first epoch.
- * @param[in] path Store file (not retained).
+ * @param[in] path A store file or a store set's directory (not retained).
  * @param[in] config Copied; NULL means all defaults.
  * @param[out] out Release with dlc_loader_close().
- * @return DLC_OK, DLC_EINVAL (a bad field, named), the errors of dlc_store_open().
+ * @return DLC_OK, DLC_EINVAL (a bad field, named; a plain or center crop larger than the
+ *         smallest image of a variable image or mask field, naming a record of that size, when
+ *         the store records it: ::dlc_field.min_dim0), the errors of dlc_store_open().
  */
 DLC_API dlc_status dlc_loader_open(const char *path, const dlc_loader_config *config,
                                    dlc_loader **out);

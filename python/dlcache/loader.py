@@ -7,6 +7,7 @@ import math
 import os
 import warnings
 import weakref
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union  # noqa: F401
 
 import torch
 
@@ -86,7 +87,7 @@ class _Handle:
         self.ptr = ptr
         self._fin = weakref.finalize(self, _close_loader, ptr, pins)
 
-    def close(self):
+    def close(self) -> None:
         if self.ptr is not None:
             self.ptr = None
             self._fin()
@@ -216,7 +217,8 @@ class Loader:
     function, so the number of threads never changes an output byte.
 
     Args:
-        path: store file made by ``dlcache.build`` or ``cachebuild``.
+        path: a store file, or a store set's directory, made by ``dlcache.build``,
+            ``dlcache.write`` or ``cachebuild``.
         batch_size: samples per batch.
         shuffle: a new permutation per epoch (False: records in order).
         seed: seed of the order and of the augmentation.
@@ -334,12 +336,22 @@ class Loader:
     constant amount of work per batch, none per sample.
     """
 
-    def __init__(self, path, batch_size, *, shuffle=True, seed=0, drop_last=False, crop=None,
-                 random_resized_crop=None, flip=0.5, dtype="uint8", mean=None, std=None,
-                 device=None, rank=None, world_size=None, threads=None, prefetch=None,
-                 verify="off", on_corrupt="replace", return_indices=False, random_crop=True,
-                 fields=None, variable=None, views=None, as_dict=None, memory_format=None,
-                 debug_poison=None):
+    def __init__(self, path: "Union[str, os.PathLike]", batch_size: int, *,
+                 shuffle: bool = True, seed: int = 0, drop_last: bool = False,
+                 crop: "Union[None, int, Tuple[int, int]]" = None,
+                 random_resized_crop: "Union[None, bool, tuple]" = None, flip: float = 0.5,
+                 dtype: str = "uint8", mean: "Optional[Sequence[float]]" = None,
+                 std: "Optional[Sequence[float]]" = None,
+                 device: "Union[None, str, torch.device]" = None, rank: "Optional[int]" = None,
+                 world_size: "Optional[int]" = None, threads: "Optional[int]" = None,
+                 prefetch: "Optional[int]" = None, verify: str = "off",
+                 on_corrupt: str = "replace", return_indices: bool = False,
+                 random_crop: bool = True, fields: "Optional[Sequence[str]]" = None,
+                 variable: "Optional[Dict[str, Any]]" = None,
+                 views: "Optional[List[Dict[str, Any]]]" = None,
+                 as_dict: "Optional[bool]" = None,
+                 memory_format: "Optional[torch.memory_format]" = None,
+                 debug_poison: "Optional[bool]" = None) -> None:
         self._handle = None
         self._feed = None
         self._path = _fspath(path, "path")
@@ -670,7 +682,7 @@ class Loader:
     def classes(self):
         return list(self.store_info["classes"])
 
-    def __len__(self):
+    def __len__(self) -> int:
         """Batches per epoch for this rank."""
         return self._len
 
@@ -685,7 +697,7 @@ class Loader:
         return self._handle.ptr
 
     # ------------------------------------------------------------ epochs
-    def set_epoch(self, epoch):
+    def set_epoch(self, epoch: int) -> None:
         """Make the next iter() start epoch ``epoch`` from its beginning.
 
         Like DistributedSampler.set_epoch(). After load_state_dict() of a
@@ -711,7 +723,7 @@ class Loader:
         self._pos = _FRESH
         self._yielded = 0
 
-    def __iter__(self):
+    def __iter__(self) -> "Iterator[Any]":
         self._start()
         self._gen += 1
         return self._iterate(self._gen)
@@ -869,7 +881,7 @@ class Loader:
             return True
         return self._pos == _RUNNING and self._yielded is not None and self._yielded >= self._len
 
-    def state_dict(self):
+    def state_dict(self) -> Dict[str, Any]:
         """The stream's position, to save with a checkpoint (torch.save-able).
 
         Taken mid-epoch, it counts every batch already yielded (including the
@@ -889,7 +901,7 @@ class Loader:
             "batch_size": int(self.batch_size),
         }
 
-    def load_state_dict(self, state_dict):
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         """Continue from a state_dict() (also one saved under another world size)."""
         if not isinstance(state_dict, dict) or "dlcache_loader_state" not in state_dict:
             raise ValueError("state_dict is not a dlcache.Loader state_dict")
@@ -932,7 +944,7 @@ class Loader:
         CUDA runtime), or None (host batches)."""
         return self._feed.backend if self._feed is not None else None
 
-    def stats(self):
+    def stats(self) -> Dict[str, Any]:
         """Counters since open: batches, samples, wait_seconds (time this
         process waited for data), io_wait_seconds, corrupt_replaced,
         bytes_read, io_mode, threads; device (the GPU index of CUDA batches,

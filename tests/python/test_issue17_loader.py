@@ -193,3 +193,11 @@ def test_replaced_records_are_said_once_and_counted_per_epoch(store, tmp_path):
     assert len(first) == 1 and "record 7" in first[0] and "damaged.dlc" in first[0], texts
     assert any("epoch 0: 1 damaged record was replaced" in t for t in texts), texts
     assert any("epoch 1: 1 damaged record was replaced" in t for t in texts), texts
+
+
+def test_loader_has_type_hints_that_resolve():
+    import typing
+    import dlcache.loader as dl
+    hints = typing.get_type_hints(dlcache.Loader.__init__, vars(dl))
+    assert hints["batch_size"] is int and "device" in hints and "memory_format" in hints
+    assert typing.get_type_hints(dlcache.Loader.state_dict, vars(dl))["return"]
