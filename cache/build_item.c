@@ -128,8 +128,9 @@ static int make_mask(dlc__build_worker *w, size_t i, dlc__build_slot *sl, uint32
         return decode_failed(sl, rc, what);
     }
     if (m.width != width || m.height != height) {
-        snprintf(sl->why, DLC__BUILD_WHY, "the mask %.200s is %ux%u, its image %ux%u", w->mpath,
-                 m.width, m.height, width, height);
+        snprintf(sl->why, DLC__BUILD_WHY,
+                 "the mask %.200s is %ux%u, its image %ux%u (height x width)", w->mpath, m.height,
+                 m.width, height, width);
         return DLC__SLOT_SKIP;
     }
     if (m.channels != plan->mask_channels) {

@@ -134,8 +134,9 @@ static dlc_status read_header(dlc_codec *c, const void *jpeg, size_t size, jpeg_
     if (hd->width <= 0 || hd->height <= 0 || (uint32_t)hd->width > DLC__IMAGE_MAX_SIDE ||
         (uint32_t)hd->height > DLC__IMAGE_MAX_SIDE ||
         (uint64_t)hd->width * (uint64_t)hd->height > MAX_PIXELS)
-        return dlc__errorf(DLC_EDECODE, "JPEG header (%zu bytes): %dx%d is too large to decode",
-                           size, hd->width, hd->height);
+        return dlc__errorf(DLC_EDECODE,
+                           "JPEG header (%zu bytes): %dx%d (height x width) is too large to decode",
+                           size, hd->height, hd->width);
     return DLC_OK;
 }
 
@@ -328,8 +329,10 @@ dlc_status dlc_jpeg_decode_resize_as(dlc_codec *c, const void *jpeg, size_t size
     dlc_resize_geometry g;
     if (dlc_resize_geometry_get((uint32_t)hd.width, (uint32_t)hd.height, short_side, center_crop,
                                 &g) != DLC_OK)
-        return dlc__errorf(DLC_EDECODE, "JPEG %dx%d: resizing to a short side of %u gives %ux%u",
-                           hd.width, hd.height, short_side, g.resized_w, g.resized_h);
+        return dlc__errorf(DLC_EDECODE,
+                           "JPEG %dx%d: resizing to a short side of %u gives %ux%u (height x "
+                           "width)",
+                           hd.height, hd.width, short_side, g.resized_h, g.resized_w);
     const uint32_t rw = g.resized_w, rh = g.resized_h;
 
     /* The issue's rule: an image at least twice the resize target on both
@@ -368,8 +371,9 @@ dlc_status dlc_jpeg_decode_resize_as(dlc_codec *c, const void *jpeg, size_t size
     const size_t need =
         dlc__resize_window_need(&dec, 0, 0, dec.width, dec.height, rw, rh, oy, &res);
     if (need == 0)
-        return dlc__errorf(DLC_EINVAL, "JPEG %dx%d: cannot plan the resize to %ux%u", hd.width,
-                           hd.height, rw, rh);
+        return dlc__errorf(DLC_EINVAL,
+                           "JPEG %dx%d: cannot plan the resize to %ux%u (height x width)",
+                           hd.height, hd.width, rh, rw);
     rc = dlc__buf_reserve(&c->scratch, need);
     if (rc < 0)
         return rc;
@@ -391,8 +395,9 @@ dlc_status dlc_jpeg_encode(dlc_codec *c, const dlc_image *img, int quality, cons
                            img->channels);
     if (!img->width || !img->height || img->width > DLC__IMAGE_MAX_SIDE ||
         img->height > DLC__IMAGE_MAX_SIDE || img->stride < (size_t)img->width * img->channels)
-        return dlc__errorf(DLC_EINVAL, "JPEG encode: bad image geometry %ux%u stride %zu",
-                           img->width, img->height, img->stride);
+        return dlc__errorf(DLC_EINVAL,
+                           "JPEG encode: bad image geometry %ux%u (height x width) stride %zu",
+                           img->height, img->width, img->stride);
     if (quality < 1 || quality > 100)
         return dlc__errorf(DLC_EINVAL, "JPEG encode: quality %d is not in 1..100", quality);
     if (!c->enc) {
@@ -405,8 +410,8 @@ dlc_status dlc_jpeg_encode(dlc_codec *c, const dlc_image *img, int quality, cons
     const int subsamp = gray ? TJSAMP_GRAY : quality < 90 ? TJSAMP_420 : TJSAMP_444;
     const unsigned long bound = tjBufSize((int)img->width, (int)img->height, subsamp);
     if (bound == (unsigned long)-1 || bound > 0x7fffffffUL)
-        return dlc__errorf(DLC_EINVAL, "JPEG encode: %ux%u is too large to encode", img->width,
-                           img->height);
+        return dlc__errorf(DLC_EINVAL, "JPEG encode: %ux%u (height x width) is too large to encode",
+                           img->height, img->width);
     if (bound > c->jpeg_cap) {
         /* TJFLAG_NOREALLOC below needs a buffer of tjBufSize() bytes. */
         unsigned char *p = tjAlloc((int)bound);
@@ -421,8 +426,8 @@ dlc_status dlc_jpeg_encode(dlc_codec *c, const dlc_image *img, int quality, cons
     if (tjCompress2(c->enc, img->data, (int)img->width, (int)img->stride, (int)img->height,
                     gray ? TJPF_GRAY : TJPF_RGB, &buf, &len, subsamp, quality,
                     TJFLAG_NOREALLOC) != 0)
-        return dlc__errorf(DLC_EINVAL, "JPEG encode %ux%u: %s", img->width, img->height,
-                           tjGetErrorStr2(c->enc));
+        return dlc__errorf(DLC_EINVAL, "JPEG encode %ux%u (height x width): %s", img->height,
+                           img->width, tjGetErrorStr2(c->enc));
     *jpeg = buf;
     *size = len;
     return DLC_OK;

@@ -45,15 +45,18 @@ dlc_status dlc_resize_geometry_get(uint32_t src_w, uint32_t src_h, uint32_t shor
         return dlc__errorf(DLC_EINVAL, "resize geometry: out is NULL");
     memset(out, 0, sizeof *out);
     if (!src_w || !src_h || !short_side || short_side > DLC__IMAGE_MAX_SIDE)
-        return dlc__errorf(DLC_EINVAL, "resize geometry: %ux%u to a short side of %u", src_w, src_h,
-                           short_side);
+        return dlc__errorf(DLC_EINVAL,
+                           "resize geometry: %ux%u (height x width) to a short side of %u", src_h,
+                           src_w, short_side);
     uint32_t rw, rh;
     resized_size(src_w, src_h, short_side, &rw, &rh);
     out->resized_w = rw;
     out->resized_h = rh;
     if (rw == 0 || rh == 0 || rw > DLC__IMAGE_MAX_SIDE || rh > DLC__IMAGE_MAX_SIDE)
-        return dlc__errorf(DLC_EINVAL, "resize geometry: %ux%u to a short side of %u gives %ux%u",
-                           src_w, src_h, short_side, rw, rh);
+        return dlc__errorf(DLC_EINVAL,
+                           "resize geometry: %ux%u to a short side of %u gives %ux%u (height x "
+                           "width)",
+                           src_h, src_w, short_side, rh, rw);
     out->width = rw;
     out->height = rh;
     if (center_crop) {
@@ -97,8 +100,9 @@ dlc_status dlc_resize_nearest(const dlc_image *src, uint32_t out_w, uint32_t out
         src->stride < (size_t)src->width * c || dst->stride < (size_t)dst->width * c ||
         (uint64_t)x + dst->width > out_w || (uint64_t)y + dst->height > out_h)
         return dlc__errorf(DLC_EINVAL,
-                           "nearest resize: %ux%u to the window (%u, %u) %ux%u of %ux%u",
-                           src->width, src->height, x, y, dst->width, dst->height, out_w, out_h);
+                           "nearest resize: %ux%u to the window (x %u, y %u) %ux%u of %ux%u "
+                           "(height x width)",
+                           src->height, src->width, x, y, dst->height, dst->width, out_h, out_w);
     const double sx = (double)src->width / out_w, sy = (double)src->height / out_h;
     double ypos = nearest_start(sy, y);
     const double x0 = nearest_start(sx, x);

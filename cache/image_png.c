@@ -251,15 +251,16 @@ dlc_status dlc_png_encode(dlc_codec *c, const dlc_image *img, const uint8_t **pn
                            img->channels);
     if (!img->width || !img->height || img->width > DLC__IMAGE_MAX_SIDE ||
         img->height > DLC__IMAGE_MAX_SIDE || img->stride < (size_t)img->width * img->channels)
-        return dlc__errorf(DLC_EINVAL, "%s: bad image geometry %ux%u stride %zu", ctx.what,
-                           img->width, img->height, img->stride);
+        return dlc__errorf(DLC_EINVAL, "%s: bad image geometry %ux%u (height x width) stride %zu",
+                           ctx.what, img->height, img->width, img->stride);
     /* deflate's worst case is its input plus 5 bytes per 16 KiB block; each row has a filter
      * byte; libpng cuts IDAT into chunks of at least 8 KiB with 12 bytes around each; signature,
      * IHDR and IEND take 57. Generous, so the sink never runs out. */
     const uint64_t filtered = ((uint64_t)img->width * img->channels + 1) * img->height;
     const uint64_t bound = filtered + filtered / 256 + 4096;
     if (bound > (uint64_t)SIZE_MAX / 2)
-        return dlc__errorf(DLC_EINVAL, "%s: %ux%u is too large", ctx.what, img->width, img->height);
+        return dlc__errorf(DLC_EINVAL, "%s: %ux%u (height x width) is too large", ctx.what,
+                           img->height, img->width);
     dlc__grow_buf *buf = dlc__codec_png(c);
     dlc_status rc = dlc__buf_reserve(buf, (size_t)bound);
     if (rc < 0)

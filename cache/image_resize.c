@@ -800,8 +800,9 @@ static dlc_status check_image(const dlc_image *im, const char *what)
         return dlc__errorf(DLC_EINVAL, "resize: %s image is NULL", what);
     if (!im->width || !im->height || im->width > DLC__IMAGE_MAX_SIDE ||
         im->height > DLC__IMAGE_MAX_SIDE)
-        return dlc__errorf(DLC_EINVAL, "resize: %s image is %ux%u (each side must be 1..%u)", what,
-                           im->width, im->height, DLC__IMAGE_MAX_SIDE);
+        return dlc__errorf(DLC_EINVAL,
+                           "resize: %s image is %ux%u (height x width; each side must be 1..%u)",
+                           what, im->height, im->width, DLC__IMAGE_MAX_SIDE);
     if (im->channels < 1 || im->channels > 4)
         return dlc__errorf(DLC_EINVAL, "resize: %s image has %u channels (1..4 supported)", what,
                            im->channels);
@@ -829,14 +830,16 @@ static dlc_status plan(const dlc_image *src, double x, double y, double w, doubl
     if (!out_w || !out_h || out_w > DLC__IMAGE_MAX_SIDE || out_h > DLC__IMAGE_MAX_SIDE ||
         ox > out_w || oy > out_h || dst->width > out_w - ox || dst->height > out_h - oy)
         return dlc__errorf(DLC_EINVAL,
-                           "resize: window %ux%u at (%u, %u) is not inside the %ux%u output",
-                           dst->width, dst->height, ox, oy, out_w, out_h);
+                           "resize: window %ux%u at (x %u, y %u) is not inside the %ux%u output "
+                           "(height x width)",
+                           dst->height, dst->width, ox, oy, out_h, out_w);
     /* The !(a <= b) forms also reject NaN. */
     if (!(x >= 0.0) || !(y >= 0.0) || !(w > 0.0) || !(h > 0.0) || !(x + w <= src->width) ||
         !(y + h <= src->height))
         return dlc__errorf(DLC_EINVAL,
-                           "resize: region (%g, %g) %gx%g is empty or not inside the %ux%u source",
-                           x, y, w, h, src->width, src->height);
+                           "resize: region (x %g, y %g) %gx%g is empty or not inside the %ux%u "
+                           "source (height x width)",
+                           x, y, h, w, src->height, src->width);
 
     /* Pillow's box is (x0, y0, x1, y1) in single precision. */
     const float x0 = (float)x, y0 = (float)y, x1 = (float)(x + w), y1 = (float)(y + h);

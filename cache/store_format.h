@@ -32,6 +32,11 @@
 #define DLC__META_SOURCE_DIGEST "source_digest"
 #define DLC__META_SCHEMA "schema" /* Version 2: the field entries. */
 #define DLC__META_INDEX "index"   /* Version 2: record i's file offset, count x u64. */
+/* Version 2, optional: the smallest image of each VARIABLE image field and the first records that
+ * have it (below). A key of its own, not the schema's reserved words, which every reader before
+ * it requires to be zero: those readers ignore a key they do not know, so they still open stores
+ * that have it. */
+#define DLC__META_MIN_DIMS "min_dims"
 
 /* Label values must be below this; it bounds the label tables that the
  * writer and the reader allocate, whatever a file claims. */
@@ -291,10 +296,22 @@ static inline void dlc__schema_entry_load(const uint8_t *p, dlc_field *f, uint64
     f->max_dim0 = dlc__ld32(p + 80);
     f->max_dim1 = dlc__ld32(p + 84);
     f->max_size = dlc__ld64(p + 88);
+    f->min_dim0 = f->min_dim1 = 0; /* Not in the schema: "min_dims" holds them. */
+    f->min_record0 = f->min_record1 = 0;
     for (int i = 0; i < 3; i++)
         reserved[i] = dlc__ld64(p + 96 + 8 * i);
     *xxh3 = dlc__ld64(p + 120);
 }
+
+/* ---- meta "min_dims": num_fields entries of 24 bytes in schema order, then the XXH3-64 of the
+ * entries (dlc__min_dims_encode/decode, store_schema.c). An entry is all zero except for a
+ * VARIABLE image field of a store with records:
+ *   +0 u32 min_dim0   the smallest height of any record
+ *   +4 u32 min_dim1   the smallest width of any record
+ *   +8 u64 record0    the first record whose height is min_dim0
+ *   +16 u64 record1   the first record whose width is min_dim1 ---- */
+#define DLC__MIN_DIMS_ENTRY 24u
+#define DLC__MIN_DIMS_SIZE(nf) ((size_t)(nf)*DLC__MIN_DIMS_ENTRY + 8u)
 
 /* ---- samples, version 2: value = record header (fixed part, one entry per field, zero padding
  * up to header_size), then the payloads of image, ndarray and bytes fields in field order, each

@@ -40,6 +40,18 @@ dlc_status dlc__schema_check_maxes(const dlc_field *fields, uint32_t n, uint64_t
 dlc_status dlc__schema_decode(const uint8_t *p, uint32_t nf, uint64_t count, const char *path,
                               dlc_field *out);
 
+/* The smallest image of each field (dlc_field.min_*; docs/FORMAT.md, "min_dims"). Readers fill
+ * fixed images from their shape (dlc__schema_min_fixed) and VARIABLE ones from the "min_dims" meta
+ * value when the store has one (dlc__min_dims_decode: its size, hash and that each entry fits the
+ * schema's largest sizes and @p count records, else DLC_ECORRUPT naming @p path); without it
+ * they stay 0, unknown. The writer encodes its fields' (dlc__min_dims_encode, @p p of
+ * DLC__MIN_DIMS_SIZE(n) bytes) when dlc__min_dims_wanted() says some field has an entry. */
+void dlc__schema_min_fixed(dlc_field *fields, uint32_t n, uint64_t count);
+int dlc__min_dims_wanted(const dlc_field *fields, uint32_t n, uint64_t count);
+void dlc__min_dims_encode(uint8_t *p, const dlc_field *fields, uint32_t n, uint64_t count);
+dlc_status dlc__min_dims_decode(const uint8_t *v, size_t len, uint32_t n, uint64_t count,
+                                const char *path, dlc_field *fields);
+
 /* Bytes of one index of the leading dimension of ndarray @p f (the product of shape[1..] and the
  * element size); 0 for other kinds. Only for fields that passed dlc__schema_check(). */
 uint64_t dlc__field_row_bytes(const dlc_field *f);
@@ -65,6 +77,8 @@ typedef struct dlc__field_rt {
     uint32_t dim1;     /* Fixed image: width. */
     uint32_t max_dim0; /* Variable: the largest dim0 allowed. */
     uint32_t max_dim1;
+    uint32_t min_dim0; /* Variable image: the smallest dim0 allowed (0: unknown, any). */
+    uint32_t min_dim1;
     uint32_t link; /* BOXES: the class field, whose dim0 must equal this one's; else DLC_NO_FIELD */
     uint64_t unit; /* Raw image: channels; ndarray: bytes per leading index; else 0. */
     uint64_t max_size; /* Encoded images and bytes: the largest payload allowed. */

@@ -50,8 +50,10 @@ static const char *payload_fault(const dlc__field_rt *rt, uint64_t size, uint32_
 {
     switch (rt->kind) {
     case DLC_FIELD_IMAGE:
+        /* min_dim0 and min_dim1 are at least 1 when known, 0 when not. */
         if (rt->fixed ? d0 != rt->dim0 || d1 != rt->dim1
-                      : d0 == 0 || d1 == 0 || d0 > rt->max_dim0 || d1 > rt->max_dim1)
+                      : d0 == 0 || d1 == 0 || d0 < rt->min_dim0 || d1 < rt->min_dim1 ||
+                            d0 > rt->max_dim0 || d1 > rt->max_dim1)
             return "image size";
         /* d0, d1 <= 2^20 and unit <= 4 from here: the product cannot overflow. */
         if (rt->encoding == DLC_ENCODING_RAW ? size != (uint64_t)d0 * d1 * rt->unit
@@ -79,10 +81,11 @@ bad_payload(const dlc_store *s, uint64_t index, uint32_t f, const char *what, ui
     const dlc__field_rt *rt = &s->rt[f];
     return bad_record(s, index, (int)f,
                       "%s disagrees with the schema: %" PRIu64 " bytes, dimensions %u x %u (%s: "
-                      "%u x %u, at most %u x %u, %" PRIu64
+                      "%u x %u, at least %u x %u, at most %u x %u, %" PRIu64
                       " bytes per row or pixel, at most %" PRIu64 " bytes)",
                       what, size, d0, d1, rt->fixed ? "fixed" : "variable", rt->dim0, rt->dim1,
-                      rt->max_dim0, rt->max_dim1, rt->unit, rt->max_size);
+                      rt->min_dim0, rt->min_dim1, rt->max_dim0, rt->max_dim1, rt->unit,
+                      rt->max_size);
 }
 
 /* Check the fixed part of a version 2 record header at @p p, @p room bytes before the end of its

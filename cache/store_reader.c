@@ -102,6 +102,7 @@ static dlc_status load_info_v1(dlc_store *s, const uint8_t *block, uint64_t samp
     const uint64_t max_size =
         max_value > DLC__RECORD_HEADER_SIZE ? max_value - DLC__RECORD_HEADER_SIZE : 0;
     dlc__schema_v1(s->fields, d.encoding, d.height, d.width, d.channels, max_size);
+    dlc__schema_min_fixed(s->fields, 2, d.count);
     s->info = (dlc_store_info){
         .format_version = d.format_version,
         .encoding = d.encoding,
@@ -131,6 +132,11 @@ static dlc_status load_schema(dlc_store *s, uint32_t nf, uint32_t label_field, u
             "%s: corrupt: \"schema\" of %zu bytes, expected %u fields of %u", s->path,
             e ? e->val_len : 0, nf, DLC__SCHEMA_ENTRY_SIZE);
     CHECK(dlc__schema_decode(e->val, nf, count, s->path, s->fields));
+    dlc__schema_min_fixed(s->fields, nf, count);
+    /* Absent from stores written before it: their variable images' smallest size is unknown. */
+    const meta_entry *me = find_meta(s, DLC__META_MIN_DIMS);
+    if (me)
+        CHECK(dlc__min_dims_decode(me->val, me->val_len, nf, count, s->path, s->fields));
     uint32_t label = DLC_NO_FIELD;
     for (uint32_t i = 0; i < nf; i++) {
         if (s->fields[i].flags & DLC_FIELD_LABEL)

@@ -316,6 +316,92 @@ dlc_status dlc__schema_decode(const uint8_t *p, uint32_t nf, uint64_t count, con
     return rc < 0 ? rc : dlc__schema_check_maxes(out, nf, count, DLC_ECORRUPT, prefix);
 }
 
+/* Does field @p f of a store of @p count records have an entry of its own in "min_dims"? Fixed
+ * images need none: their shape is their smallest size. */
+static int min_recorded(const dlc_field *f, uint64_t count)
+{
+    return f->kind == DLC_FIELD_IMAGE && (f->flags & DLC_FIELD_VARIABLE) && count > 0;
+}
+
+void dlc__schema_min_fixed(dlc_field *fields, uint32_t n, uint64_t count)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        dlc_field *f = &fields[i];
+        if (f->kind == DLC_FIELD_IMAGE && !(f->flags & DLC_FIELD_VARIABLE) && count > 0) {
+            f->min_dim0 = f->shape[0];
+            f->min_dim1 = f->shape[1];
+            f->min_record0 = f->min_record1 = 0;
+        }
+    }
+}
+
+int dlc__min_dims_wanted(const dlc_field *fields, uint32_t n, uint64_t count)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (min_recorded(&fields[i], count))
+            return 1;
+    return 0;
+}
+
+void dlc__min_dims_encode(uint8_t *p, const dlc_field *fields, uint32_t n, uint64_t count)
+{
+    memset(p, 0, DLC__MIN_DIMS_SIZE(n));
+    for (uint32_t i = 0; i < n; i++) {
+        const dlc_field *f = &fields[i];
+        if (!min_recorded(f, count))
+            continue;
+        uint8_t *e = p + (size_t)i * DLC__MIN_DIMS_ENTRY;
+        dlc__st32(e, f->min_dim0);
+        dlc__st32(e + 4, f->min_dim1);
+        dlc__st64(e + 8, f->min_record0);
+        dlc__st64(e + 16, f->min_record1);
+    }
+    const size_t len = (size_t)n * DLC__MIN_DIMS_ENTRY;
+    dlc__st64(p + len, XXH3_64bits(p, len));
+}
+
+dlc_status dlc__min_dims_decode(const uint8_t *v, size_t len, uint32_t n, uint64_t count,
+                                const char *path, dlc_field *fields)
+{
+    if (len != DLC__MIN_DIMS_SIZE(n))
+        return dlc__errorf(DLC_ECORRUPT,
+                           "%s: corrupt: \"%s\" of %zu bytes, expected %zu for %u fields", path,
+                           DLC__META_MIN_DIMS, len, DLC__MIN_DIMS_SIZE(n), n);
+    const size_t body = (size_t)n * DLC__MIN_DIMS_ENTRY;
+    const uint64_t stored = dlc__ld64(v + body), h = XXH3_64bits(v, body);
+    if (h != stored)
+        return dlc__errorf(DLC_ECORRUPT,
+                           "%s: corrupt: \"%s\" checksum mismatch (stored %016" PRIx64
+                           ", computed %016" PRIx64 ")",
+                           path, DLC__META_MIN_DIMS, stored, h);
+    for (uint32_t i = 0; i < n; i++) {
+        const uint8_t *e = v + (size_t)i * DLC__MIN_DIMS_ENTRY;
+        dlc_field *f = &fields[i];
+        const uint32_t d0 = dlc__ld32(e), d1 = dlc__ld32(e + 4);
+        const uint64_t r0 = dlc__ld64(e + 8), r1 = dlc__ld64(e + 16);
+        if (!min_recorded(f, count)) {
+            if (d0 || d1 || r0 || r1)
+                return dlc__errorf(DLC_ECORRUPT,
+                                   "%s: corrupt: \"%s\": field %u \"%s\" is not a variable image "
+                                   "of a store with records, and its entry is not zero",
+                                   path, DLC__META_MIN_DIMS, i, f->name);
+            continue;
+        }
+        if (!d0 || !d1 || d0 > f->max_dim0 || d1 > f->max_dim1 || r0 >= count || r1 >= count)
+            return dlc__errorf(DLC_ECORRUPT,
+                               "%s: corrupt: \"%s\": field %u \"%s\": smallest %ux%u (height x "
+                               "width; records %" PRIu64 " and %" PRIu64
+                               ") is impossible with the largest %ux%u and %" PRIu64 " records",
+                               path, DLC__META_MIN_DIMS, i, f->name, d0, d1, r0, r1, f->max_dim0,
+                               f->max_dim1, count);
+        f->min_dim0 = d0;
+        f->min_dim1 = d1;
+        f->min_record0 = r0;
+        f->min_record1 = r1;
+    }
+    return DLC_OK;
+}
+
 void dlc__schema_v1(dlc_field out[2], uint32_t encoding, uint32_t height, uint32_t width,
                     uint32_t channels, uint64_t max_size)
 {
@@ -357,6 +443,8 @@ void dlc__field_rt_init(dlc__field_rt *rt, const dlc_field *f)
         .dim1 = fixed && f->kind == DLC_FIELD_IMAGE ? f->shape[1] : 0,
         .max_dim0 = f->max_dim0,
         .max_dim1 = f->max_dim1,
+        .min_dim0 = fixed ? 0 : f->min_dim0,
+        .min_dim1 = fixed ? 0 : f->min_dim1,
         .link = f->link,
         .unit = f->kind == DLC_FIELD_IMAGE ? f->shape[2] : dlc__field_row_bytes(f),
         .max_size = f->max_size,

@@ -201,6 +201,9 @@ static dlc_status open_shards(dlc_store *s, const dlc__set_index *x, uint32_t fl
     }
     s->firsts[x->num_shards] = x->count;
     CHECK(check_schema(s, x, &m));
+    /* The index's schema, which is the merge's but for the smallest images: the index does not
+     * record them (an old library reads a new set), the shards do. */
+    memcpy(s->fields, m.fields, (size_t)m.num_fields * sizeof *s->fields);
 fail:
     free(path);
     return rc;
@@ -220,7 +223,6 @@ static dlc_status set_info(dlc_store *s, dlc__set_index *x)
         s->label_names[i] = s->labels + off;
         off += strlen(s->labels + off) + 1;
     }
-    memcpy(s->fields, x->fields, (size_t)x->num_fields * sizeof *s->fields);
     s->info = (dlc_store_info){
         .format_version = DLC_STORE_FORMAT_VERSION,
         .count = x->count,

@@ -113,7 +113,9 @@ dlc_status dlc__set_index_read(const char *path, uint8_t **out, size_t *len);
 
 /* The set's schema from its shards': fields that agree in everything but their sizes are
  * merged the way a single store of all the records would have them (fixed where every shard
- * with records has the same fixed shape, else VARIABLE with the largest sizes). Shards without
+ * with records has the same fixed shape, else VARIABLE with the largest sizes, and the smallest
+ * image with the first record that has it, by its global number; unknown when a shard with
+ * records does not know its own). Shards without
  * records must agree on the rest but do not change the sizes. Add the shards in order; @p code
  * (DLC_EINVAL joining, DLC_ECORRUPT opening) names @p dir, the shard and the field that
  * disagree. */
@@ -122,6 +124,8 @@ typedef struct dlc__schema_merge {
     uint32_t num_fields;
     int have_records; /* Some merged shard had records: the sizes are the records'. */
     int started;
+    uint64_t records; /* Of the shards merged so far: the global number of the next one's first
+                         record, which its min_record0/1 are moved by. */
 } dlc__schema_merge;
 dlc_status dlc__set_merge_add(dlc__schema_merge *m, const dlc_store *shard, const char *dir,
                               const char *name, dlc_status code);

@@ -340,9 +340,38 @@ static uint64_t max64(uint64_t a, uint64_t b)
     return a > b ? a : b;
 }
 
-/* Merge the sizes of field @p b (of a shard with records) into @p a, as the writer would have
- * made them over all the records (cache/store_writer.c, final_schema): fixed while every shard
- * has one and the same fixed shape, else VARIABLE with the largest sizes. */
+/* The smallest image of field @p b of a shard whose first record is @p first, as a set's. */
+static void move_min(dlc_field *b, uint64_t first)
+{
+    if (b->min_dim0)
+        b->min_record0 += first;
+    if (b->min_dim1)
+        b->min_record1 += first;
+}
+
+/* The smaller of two smallest images, each with the first record that has it: @p b's records
+ * come after @p a's, so a tie keeps @p a's. Unknown (0) when either is. */
+static void merge_min(dlc_field *a, const dlc_field *b)
+{
+    if (!a->min_dim0 || !b->min_dim0 || !a->min_dim1 || !b->min_dim1) {
+        a->min_dim0 = a->min_dim1 = 0;
+        a->min_record0 = a->min_record1 = 0;
+        return;
+    }
+    if (b->min_dim0 < a->min_dim0) {
+        a->min_dim0 = b->min_dim0;
+        a->min_record0 = b->min_record0;
+    }
+    if (b->min_dim1 < a->min_dim1) {
+        a->min_dim1 = b->min_dim1;
+        a->min_record1 = b->min_record1;
+    }
+}
+
+/* Merge the sizes of field @p b (of a shard with records, its min_record0/1 already global) into
+ * @p a, as the writer would have made them over all the records (cache/store_writer.c,
+ * final_schema): fixed while every shard has one and the same fixed shape, else VARIABLE with
+ * the largest sizes and the smallest image. */
 static void merge_sizes(dlc_field *a, const dlc_field *b)
 {
     const int image = a->kind == DLC_FIELD_IMAGE, array = a->kind == DLC_FIELD_NDARRAY;
@@ -360,6 +389,8 @@ static void merge_sizes(dlc_field *a, const dlc_field *b)
     }
     a->max_dim0 = max32(a->max_dim0, b->max_dim0);
     a->max_dim1 = max32(a->max_dim1, b->max_dim1);
+    if (image)
+        merge_min(a, b);
     a->max_size =
         array ? (uint64_t)a->max_dim0 * dlc__field_row_bytes(a) : max64(a->max_size, b->max_size);
 }
@@ -374,6 +405,7 @@ dlc_status dlc__set_merge_add(dlc__schema_merge *m, const dlc_store *shard, cons
         m->num_fields = in->num_fields;
         m->have_records = in->count > 0;
         m->started = 1;
+        m->records = in->count;
         return DLC_OK;
     }
     if (in->num_fields != m->num_fields)
@@ -391,12 +423,17 @@ dlc_status dlc__set_merge_add(dlc__schema_merge *m, const dlc_store *shard, cons
      * replaces whatever a shard without had. */
     if (in->count == 0)
         return DLC_OK;
+    dlc_field b[DLC_MAX_FIELDS];
+    memcpy(b, f, (size_t)m->num_fields * sizeof *f);
+    for (uint32_t i = 0; i < m->num_fields; i++)
+        move_min(&b[i], m->records);
+    m->records += in->count;
     if (!m->have_records) {
-        memcpy(m->fields, f, (size_t)m->num_fields * sizeof *f);
+        memcpy(m->fields, b, (size_t)m->num_fields * sizeof *b);
         m->have_records = 1;
         return DLC_OK;
     }
     for (uint32_t i = 0; i < m->num_fields; i++)
-        merge_sizes(&m->fields[i], &f[i]);
+        merge_sizes(&m->fields[i], &b[i]);
     return DLC_OK;
 }

@@ -27,7 +27,8 @@ typedef struct verify_state {
     uint64_t *counts;                 /* Records per label. */
     dlc_value values[DLC_MAX_FIELDS]; /* Of the record being checked. */
     uint8_t items[DLC_MAX_FIELDS * DLC__DIGEST_ITEM];
-    char first[512]; /* The first problem, for dlc_errmsg() at the end. */
+    dlc_field mins[DLC_MAX_FIELDS]; /* min_* over the records read (min_dim0 0: none yet). */
+    char first[512];                /* The first problem, for dlc_errmsg() at the end. */
 } verify_state;
 
 /* Keep the message of the first problem found (dlc_errmsg() is overwritten
@@ -99,6 +100,20 @@ static dlc_status verify_v2(verify_state *vs, uint64_t i, const MDB_val *v)
             vs->p.bytes_done += fv->size;
     }
     XXH3_64bits_update(vs->digest, vs->items, (size_t)s->info.num_fields * DLC__DIGEST_ITEM);
+    for (uint32_t f = 0; f < s->info.num_fields; f++) {
+        dlc_field *m = &vs->mins[f];
+        const dlc_value *fv = &vs->values[f];
+        if (s->fields[f].kind != DLC_FIELD_IMAGE)
+            continue;
+        if (!m->min_dim0 || fv->dim0 < m->min_dim0) {
+            m->min_dim0 = fv->dim0;
+            m->min_record0 = i;
+        }
+        if (!m->min_dim1 || fv->dim1 < m->min_dim1) {
+            m->min_dim1 = fv->dim1;
+            m->min_record1 = i;
+        }
+    }
     if (s->info.label_field != DLC_NO_FIELD)
         vs->counts[vs->values[s->info.label_field].i]++;
     return st;
@@ -159,6 +174,22 @@ static int check_totals(verify_state *vs, uint64_t n)
             problem = 1;
             break;
         }
+    }
+    /* The smallest images, when every record was read (a bad one is not counted). */
+    for (uint32_t f = 0; f < s->info.num_fields && s->index && !problem && !vs->p.bad; f++) {
+        const dlc_field *want = &s->fields[f], *got = &vs->mins[f];
+        if (!want->min_dim0 ||
+            (want->min_dim0 == got->min_dim0 && want->min_dim1 == got->min_dim1 &&
+             want->min_record0 == got->min_record0 && want->min_record1 == got->min_record1))
+            continue;
+        dlc__errorf(
+            DLC_ECORRUPT,
+            "%s: field \"%s\": the smallest image is %ux%u (height x width; records %" PRIu64
+            " and %" PRIu64 "), the metadata says %ux%u (records %" PRIu64 " and %" PRIu64 ")",
+            s->path, want->name, got->min_dim0, got->min_dim1, got->min_record0, got->min_record1,
+            want->min_dim0, want->min_dim1, want->min_record0, want->min_record1);
+        note_first(vs);
+        problem = 1;
     }
     const uint64_t d = XXH3_64bits_digest(vs->digest);
     if (d != s->info.content_digest) {

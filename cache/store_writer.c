@@ -331,6 +331,18 @@ static void account(dlc_writer *w, const uint8_t *value, int64_t label)
             st->max_dim0 = e.dim0;
         if (e.dim1 > st->max_dim1)
             st->max_dim1 = e.dim1;
+        /* Strictly smaller: the first record of the smallest size is kept, the one a store set
+         * of the same records names too (its shards are merged in record order). */
+        if (w->fields[f].kind == DLC_FIELD_IMAGE) {
+            if (w->count == 0 || e.dim0 < st->min_dim0) {
+                st->min_dim0 = e.dim0;
+                st->min_record0 = w->count;
+            }
+            if (w->count == 0 || e.dim1 < st->min_dim1) {
+                st->min_dim1 = e.dim1;
+                st->min_record1 = w->count;
+            }
+        }
         if (e.size > st->max_size)
             st->max_size = e.size;
     }
@@ -416,6 +428,12 @@ static dlc_status final_schema(dlc_writer *w)
                 f->shape[1] = st->dim1;
         }
         const int fixed = !(f->flags & DLC_FIELD_VARIABLE);
+        if (image && w->count > 0) {
+            f->min_dim0 = st->min_dim0;
+            f->min_dim1 = st->min_dim1;
+            f->min_record0 = st->min_record0;
+            f->min_record1 = st->min_record1;
+        }
         f->max_dim0 = fixed && (image || f->kind == DLC_FIELD_NDARRAY) ? f->shape[0] : st->max_dim0;
         f->max_dim1 = image ? (fixed ? f->shape[1] : st->max_dim1) : 0;
         if (dlc__kind_is_scalar(f->kind))
@@ -534,6 +552,11 @@ static dlc_status write_meta(dlc_writer *w, const uint8_t *index)
         CHECK(put_meta(w, DLC__META_BUILD, w->build_json, strlen(w->build_json)));
     if (w->has_set_part)
         CHECK(put_meta(w, DLC__META_SET_PART, w->set_part, sizeof w->set_part));
+    if (dlc__min_dims_wanted(w->fields, w->nf, w->count)) {
+        uint8_t mins[DLC__MIN_DIMS_SIZE(DLC_MAX_FIELDS)];
+        dlc__min_dims_encode(mins, w->fields, w->nf, w->count);
+        CHECK(put_meta(w, DLC__META_MIN_DIMS, mins, DLC__MIN_DIMS_SIZE(w->nf)));
+    }
 fail:
     free(counts);
     return rc;

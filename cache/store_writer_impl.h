@@ -32,6 +32,9 @@ typedef struct field_stats {
     uint32_t dim0, dim1; /* Of the first record. */
     int uniform;         /* Every record so far has dim0, dim1. */
     uint32_t max_dim0, max_dim1;
+    uint32_t min_dim0, min_dim1; /* Images: the smallest height and width, */
+    uint64_t min_record0;        /* the first record of that height, */
+    uint64_t min_record1;        /* and of that width. */
     uint64_t max_size;
 } field_stats;
 

@@ -41,8 +41,9 @@ static dlc_status check_group(const dlc_loader *l, const dlc_view_spec *v, uint3
             "%s: config.views[%u] (%s): augment = %u is not a dlc_augment", l->path, i, v->name,
             v->augment);
     FAIL_IF(!v->crop_h || !v->crop_w || v->crop_h > 65536 || v->crop_w > 65536, DLC_EINVAL,
-            "%s: config.views[%u] (%s): crop %ux%u must be 1..65536 on each side", l->path, i,
-            v->name, v->crop_w, v->crop_h);
+            "%s: config.views[%u] (%s): crop %ux%u (height x width) must be 1..65536 on each "
+            "side",
+            l->path, i, v->name, v->crop_h, v->crop_w);
     FAIL_IF(!(v->flip_prob >= 0 && v->flip_prob <= 1), DLC_EINVAL,
             "%s: config.views[%u] (%s): flip_prob = %g must be in [0, 1]", l->path, i, v->name,
             v->flip_prob);
@@ -203,6 +204,51 @@ static dlc_status add_output(dlc_loader *l, const dlc__output *o)
     return DLC_OK;
 }
 
+/* Height and width of field @p f of record @p index, or 0 x 0 when it cannot be read. */
+static void record_size(const dlc_loader *l, uint32_t f, uint64_t index, uint32_t *h, uint32_t *w)
+{
+    dlc_store_reader *r = NULL;
+    dlc_value v[DLC_MAX_FIELDS];
+    *h = *w = 0;
+    if (dlc_store_reader_open(l->store, &r) == DLC_OK &&
+        dlc_store_read_values(r, index, v) == DLC_OK) {
+        *h = v[f].dim0;
+        *w = v[f].dim1;
+    }
+    dlc_store_reader_close(r);
+}
+
+/* A plain or center crop of @p oh x @p ow fits every record of variable image field @p f when
+ * the store knows its smallest image (stores written before it was recorded do not: their
+ * records are checked as their batches are built). Refused here, at open, rather than hours into
+ * an epoch, naming one record too small. RandomResizedCrop resizes, so any size fits it. */
+static dlc_status check_min_size(const dlc_loader *l, uint32_t f, const dlc__group *gr, uint32_t oh,
+                                 uint32_t ow)
+{
+    const dlc_field *fd = &l->fields[f];
+    if (gr->augment == DLC_AUGMENT_RANDOM_RESIZED_CROP || !fd->min_dim0 || !fd->min_dim1 ||
+        (oh <= fd->min_dim0 && ow <= fd->min_dim1))
+        return DLC_OK;
+    const uint64_t rec = oh > fd->min_dim0 ? fd->min_record0 : fd->min_record1;
+    uint32_t h, w;
+    record_size(l, f, rec, &h, &w);
+    char size[48], group[64] = "";
+    if (h && w)
+        snprintf(size, sizeof size, "%ux%u (height x width)", h, w);
+    else if (oh > fd->min_dim0)
+        snprintf(size, sizeof size, "%u pixels high", fd->min_dim0);
+    else
+        snprintf(size, sizeof size, "%u pixels wide", fd->min_dim1);
+    if (gr->name[0])
+        snprintf(group, sizeof group, " of view group \"%s\"", gr->name);
+    return dlc__errorf(DLC_EINVAL,
+                       "%s: field \"%s\": record %llu is %s, smaller than the %ux%u crop%s; use a "
+                       "crop of at most %ux%u, random_resized_crop, or rebuild the store with "
+                       "larger images",
+                       l->path, fd->name, (unsigned long long)rec, size, oh, ow, group,
+                       fd->min_dim0, fd->min_dim1);
+}
+
 /* An image or mask field in group @p g. */
 static dlc_status plan_image(dlc_loader *l, uint32_t f, uint32_t g)
 {
@@ -233,6 +279,7 @@ static dlc_status plan_image(dlc_loader *l, uint32_t f, uint32_t g)
                 (o.out_h > fd->shape[0] || o.out_w > fd->shape[1]),
             DLC_EINVAL, "%s: config.crop_h x crop_w = %ux%u is larger than field \"%s\"'s %ux%u",
             l->path, o.out_h, o.out_w, fd->name, fd->shape[0], fd->shape[1]);
+    CHECK(check_min_size(l, f, gr, o.out_h, o.out_w));
     o.dtype = mask ? DLC_DTYPE_UINT8 : c->dtype;
     if (o.dtype != DLC_DTYPE_UINT8)
         for (uint32_t ch = 0; ch < o.out_c; ch++)

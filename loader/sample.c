@@ -165,10 +165,11 @@ static dlc_status check_same_size(const dlc_loader *l, const dlc__output *o,
     if (o->field == l->primary || (v->dim0 == p->dim0 && v->dim1 == p->dim1))
         return DLC_OK;
     return dlc__errorf(DLC_EINVAL,
-                       "%s: record %llu: field \"%s\" is %ux%u and field \"%s\" %ux%u: the images "
-                       "and masks of a record must have one size to be cropped together",
-                       l->path, (unsigned long long)sv->index, l->fields[o->field].name, v->dim1,
-                       v->dim0, l->fields[l->primary].name, p->dim1, p->dim0);
+                       "%s: record %llu: field \"%s\" is %ux%u and field \"%s\" %ux%u (height x "
+                       "width): the images and masks of a record must have one size to be cropped "
+                       "together",
+                       l->path, (unsigned long long)sv->index, l->fields[o->field].name, v->dim0,
+                       v->dim1, l->fields[l->primary].name, p->dim0, p->dim1);
 }
 
 static dlc_status out_image(const dlc_loader *l, dlc__worker *w, const dlc__output *o,

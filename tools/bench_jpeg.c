@@ -51,8 +51,9 @@ static dlc_status augment_sample(const jpeg_shared *sh, jpeg_arg *a, dlc__rng *r
     const uint32_t oh = c->crop_h, ow = c->crop_w;
     if (c->augment != DLC_AUGMENT_RANDOM_RESIZED_CROP) {
         if (img->width < ow || img->height < oh)
-            return dlc__errorf(DLC_EINVAL, "its %ux%u image is smaller than the %ux%u crop",
-                               img->width, img->height, ow, oh);
+            return dlc__errorf(DLC_EINVAL,
+                               "its image of %ux%u (height x width) is smaller than the %ux%u crop",
+                               img->height, img->width, oh, ow);
         const dlc__box box = c->augment == DLC_AUGMENT_CENTER_CROP
                                  ? dlc__center_box(img->width, img->height, ow, oh)
                                  : dlc__random_box(img->width, img->height, ow, oh, r);

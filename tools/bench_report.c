@@ -179,8 +179,8 @@ static void print_text(const bench_load_run *r, const figures *f)
     const bench_load_opts *o = r->o;
     const bench_loader_result *lr = &r->lr;
     char b1[32];
-    printf("store:   %s, %llu records of %ux%u, %s, %.0f%% in the page cache\n", o->store,
-           (unsigned long long)r->info.count, r->info.width, r->info.height,
+    printf("store:   %s, %llu records of %ux%u (height x width), %s, %.0f%% in the page cache\n",
+           o->store, (unsigned long long)r->info.count, r->info.height, r->info.width,
            tool_human_bytes(r->info.file_bytes, b1, sizeof b1),
            r->info.file_bytes ? 100.0 * (double)r->resident_after / (double)r->info.file_bytes
                               : 0.0);

@@ -132,7 +132,7 @@ static int write_value(FILE *f, const char *path, const dlc_field *fd, const dlc
             status = 1;
         } else {
             status = write_image(f, c, path, &img);
-            snprintf(what, cap, "%ux%u", img.width, img.height);
+            snprintf(what, cap, "%u high x %u wide", img.height, img.width);
         }
     } else if (fd->kind == DLC_FIELD_NDARRAY) {
         uint64_t shape[DLC_MAX_DIMS];

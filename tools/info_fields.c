@@ -163,6 +163,11 @@ void info_print_fields_text(const dlc_store *s, const info_sizes *sz)
             printf(" %.0f B/record, %s\n",
                    info->count ? (double)sz->total[f] / (double)info->count : 0.0,
                    tool_human_bytes(sz->total[f], b1, sizeof b1));
+        if (fs[f].kind == DLC_FIELD_IMAGE && (fs[f].flags & DLC_FIELD_VARIABLE) && fs[f].min_dim0)
+            printf("  %-*s  %ux%u to %ux%u (height x width; the smallest height: record %" PRIu64
+                   ", width: record %" PRIu64 ")\n",
+                   wn, "", fs[f].min_dim0, fs[f].min_dim1, fs[f].max_dim0, fs[f].max_dim1,
+                   fs[f].min_record0, fs[f].min_record1);
     }
 }
 
@@ -210,6 +215,20 @@ static void field_json(tool_json *j, const dlc_store *s, uint32_t f, const info_
     tool_json_u64(j, "max_dim0", fd->max_dim0);
     tool_json_u64(j, "max_dim1", fd->max_dim1);
     tool_json_u64(j, "max_bytes", fd->max_size);
+    if (fd->kind == DLC_FIELD_IMAGE) {
+        /* null: unknown (a store written before the smallest image was recorded). */
+        if (fd->min_dim0) {
+            tool_json_u64(j, "min_dim0", fd->min_dim0);
+            tool_json_u64(j, "min_dim1", fd->min_dim1);
+            tool_json_u64(j, "min_record0", fd->min_record0);
+            tool_json_u64(j, "min_record1", fd->min_record1);
+        } else {
+            tool_json_str(j, "min_dim0", NULL);
+            tool_json_str(j, "min_dim1", NULL);
+            tool_json_str(j, "min_record0", NULL);
+            tool_json_str(j, "min_record1", NULL);
+        }
+    }
     if (sz->known) {
         tool_json_u64(j, "bytes", sz->total[f]);
         tool_json_f64(j, "mean_bytes",

@@ -130,6 +130,17 @@ typedef struct dlc_field {
     uint64_t max_size; /**< The largest payload of any record, in bytes. */
     uint32_t link;     /**< DLC_FIELD_BOXES: index of the per-box class field; else
                             DLC_NO_FIELD. */
+    /* The smallest image, so that a crop too large for some record is refused at open rather
+     * than when its batch is built. Images only (0 for other kinds). Fixed images: the shape and
+     * record 0. 0 where unknown: no record, a version 1 store whose images differ in size, or a
+     * store built before these were recorded (docs/FORMAT.md, "min_dims"); then min_record0 and
+     * min_record1 are 0 too. */
+    uint32_t min_dim0;    /**< The smallest height of any record, or 0: unknown. */
+    uint32_t min_dim1;    /**< The smallest width of any record, or 0: unknown. */
+    uint64_t min_record0; /**< When min_dim0 is known: the first record whose height is min_dim0
+                               (a set: its global number). */
+    uint64_t min_record1; /**< When min_dim1 is known: the first record whose width is
+                               min_dim1. */
 } dlc_field;
 
 /** One field of one record: a view into the map. */

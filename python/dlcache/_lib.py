@@ -64,6 +64,10 @@ class Field(ctypes.Structure):
         ("max_dim1", ctypes.c_uint32),
         ("max_size", ctypes.c_uint64),
         ("link", ctypes.c_uint32),
+        ("min_dim0", ctypes.c_uint32),
+        ("min_dim1", ctypes.c_uint32),
+        ("min_record0", ctypes.c_uint64),
+        ("min_record1", ctypes.c_uint64),
     ]
 
 

@@ -12,6 +12,7 @@
 
 #include <criterion/criterion.h>
 #include <ftw.h>
+#include <lmdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,6 +107,27 @@ static inline uint64_t tsu_file_size(const char *path)
     struct stat st;
     cr_assert_eq(stat(path, &st), 0);
     return (uint64_t)st.st_size;
+}
+
+/* Set the value of metadata key @p key of the store at @p path to @p size bytes of @p data, or
+ * delete the key when @p data is NULL, through LMDB itself: the store another writer (an older
+ * library) or damage would have left. */
+static inline void tsu_put_meta(const char *path, const char *key, const void *data, size_t size)
+{
+    MDB_env *env = NULL;
+    MDB_txn *txn = NULL;
+    MDB_dbi dbi;
+    cr_assert_eq(mdb_env_create(&env), 0);
+    cr_assert_eq(mdb_env_set_maxdbs(env, 4), 0);
+    cr_assert_eq(mdb_env_open(env, path, MDB_NOSUBDIR | MDB_NOLOCK, 0644), 0);
+    cr_assert_eq(mdb_txn_begin(env, NULL, 0, &txn), 0);
+    cr_assert_eq(mdb_dbi_open(txn, "meta", 0, &dbi), 0);
+    MDB_val k = {.mv_size = strlen(key), .mv_data = (void *)key};
+    MDB_val v = {.mv_size = size, .mv_data = (void *)data};
+    const int rc = data ? mdb_put(txn, dbi, &k, &v, 0) : mdb_del(txn, dbi, &k, NULL);
+    cr_assert_eq(rc, 0, "%s: %s", key, mdb_strerror(rc));
+    cr_assert_eq(mdb_txn_commit(txn), 0);
+    mdb_env_close(env);
 }
 
 /* Does any entry of @p dir contain ".tmp-"? */

@@ -698,7 +698,7 @@ Test(build, items_without_a_good_mask_are_skipped)
     cr_assert_eq(r->skipped, 4);
     static const char *const want[4][2] = {
         {"b.jpeg", "no mask: "},
-        {"c.jpeg", "c.png is 10x10, its image 30x20"},
+        {"c.jpeg", "c.png is 10x10, its image 20x30 (height x width)"},
         {"d.jpeg", "has 3 channels; the store's masks have 1"},
         {"e.jpeg", "e.png cannot be decoded"},
     };

@@ -704,3 +704,86 @@ Test(store_set, verify_names_an_index_changed_since_open_and_can_be_canceled)
     free(index);
     free(set);
 }
+
+/* Item sizes (height, width) for the smallest-image test: part 0 (items 0..3) all 40x40, fixed
+ * in its shard; the smallest width, 12, first at item 6 (part 1); the smallest height, 9, first
+ * at item 9 (part 2), with a later tie at item 10. */
+static const uint32_t min_items[12][2] = {{40, 40}, {40, 40}, {40, 40}, {40, 40},
+                                          {35, 30}, {33, 28}, {38, 12}, {33, 12},
+                                          {36, 36}, {9, 40},  {9, 15},  {20, 20}};
+
+/* Items [first, end) of min_items, with one VARIABLE image field, to @p path; as part @p part
+ * of 3 when @p part >= 0. */
+static void write_min_items(const char *path, uint64_t first, uint64_t end, int part)
+{
+    const dlc_field_spec spec = {
+        .name = "image", .kind = DLC_FIELD_IMAGE, .flags = DLC_FIELD_VARIABLE, .shape = {0, 0, 3}};
+    const dlc_writer_config cfg = {.fields = &spec, .num_fields = 1, .force = 1};
+    dlc_writer *w = NULL;
+    dlc_record_builder *b = NULL;
+    static uint8_t px[40 * 40 * 3];
+    cr_assert_eq(dlc_writer_open(path, &cfg, &w), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(dlc_record_builder_create(w, &b), DLC_OK);
+    for (uint64_t i = first; i < end; i++) {
+        const uint32_t h = min_items[i][0], wd = min_items[i][1];
+        const dlc_image img = {px, wd, h, 3, (size_t)wd * 3};
+        cr_assert_eq(dlc_record_set_image(b, 0, &img), DLC_OK, "%s", dlc_errmsg());
+        cr_assert_eq(dlc_record_seal(b), DLC_OK, "%s", dlc_errmsg());
+        cr_assert_eq(dlc_writer_append(w, b), DLC_OK, "%s", dlc_errmsg());
+    }
+    if (part >= 0)
+        cr_assert_eq(dlc__writer_set_part(w, (uint32_t)part, 3, SET_ID, first, end), DLC_OK);
+    cr_assert_eq(dlc_writer_finish(w), DLC_OK, "%s", dlc_errmsg());
+    dlc_record_builder_destroy(b);
+}
+
+/* A set's smallest image is the smallest over its parts, each with the first record that has it
+ * by its global number: what one store of the same records says. A part that does not know its
+ * own (built before "min_dims") makes the set's unknown. */
+Test(store_set, smallest_image_is_the_smallest_over_the_parts_with_global_records)
+{
+    char *set = tmp_path(dir, "set"), *single = tmp_path(dir, "single.dlc");
+    cr_assert_eq(mkdir(set, 0755), 0);
+    for (int k = 0; k < 3; k++) {
+        char *part = sf_part_path(set, (uint32_t)k, 3);
+        write_min_items(part, 4u * (uint64_t)k, 4u * (uint64_t)k + 4, k);
+        free(part);
+    }
+    cr_assert_eq(dlc_set_join(set, NULL), DLC_OK, "%s", dlc_errmsg());
+    write_min_items(single, 0, 12, -1);
+    dlc_store *a = open_ok(set), *b = open_ok(single);
+    same_schema(a, b);
+    const dlc_field *fa = dlc_store_fields(a), *fb = dlc_store_fields(b);
+    cr_assert(fa[0].flags & DLC_FIELD_VARIABLE);
+    cr_assert_eq(fa[0].min_dim0, 9);
+    cr_assert_eq(fa[0].min_dim1, 12);
+    cr_assert_eq(fa[0].min_record0, 9, "record 1 of part 2: %llu",
+                 (unsigned long long)fa[0].min_record0);
+    cr_assert_eq(fa[0].min_record1, 6, "record 2 of part 1: %llu",
+                 (unsigned long long)fa[0].min_record1);
+    cr_assert_eq(memcmp(&fa[0], &fb[0], sizeof fa[0]), 0, "the single store's field");
+    /* Each shard says its own, by its own record numbers. */
+    const dlc_store *part0 = a->shards[0], *part2 = a->shards[2];
+    cr_assert_eq(dlc_store_fields(part0)[0].flags & DLC_FIELD_VARIABLE, 0, "40x40 throughout");
+    cr_assert_eq(dlc_store_fields(part0)[0].min_dim0, 40);
+    cr_assert_eq(dlc_store_fields(part2)[0].min_record0, 1);
+    cr_assert_eq(dlc_store_verify(a, NULL, NULL, NULL), DLC_OK, "%s", dlc_errmsg());
+    dlc_store_close(a);
+    dlc_store_close(b);
+
+    /* Part 1 as an older library wrote it: the set's smallest size is unknown. */
+    char *part1 = sf_part_path(set, 1, 3);
+    write_min_items(part1, 4, 8, 1);
+    tsu_put_meta(part1, "min_dims", NULL, 0);
+    cr_assert_eq(dlc_set_join(set, NULL), DLC_OK, "%s", dlc_errmsg());
+    a = open_ok(set);
+    fa = dlc_store_fields(a);
+    cr_assert_eq(fa[0].min_dim0 | fa[0].min_dim1, 0, "unknown: %ux%u", fa[0].min_dim0,
+                 fa[0].min_dim1);
+    cr_assert_eq(fa[0].min_record0 | fa[0].min_record1, 0);
+    cr_assert_eq(fa[0].max_dim0, 40, "the rest of the union as before");
+    dlc_store_close(a);
+    free(part1);
+    free(single);
+    free(set);
+}

@@ -680,3 +680,180 @@ Test(store_writer, public_writer_publishes_atomically)
     free(r);
     free(path);
 }
+
+/* Records of the smallest-image tests: (height, width). The smallest height, 30, is first at
+ * record 1 and the smallest width, 20, at record 2; record 3 has both again (a later tie) and
+ * record 6 the largest, 60x70. */
+static const uint32_t min_sizes[][2] = {{40, 50}, {30, 60}, {45, 20}, {30, 20},
+                                        {50, 50}, {35, 25}, {60, 70}, {31, 21}};
+#define MIN_N (sizeof min_sizes / sizeof min_sizes[0])
+
+/* A store of MIN_N records: "image" (VARIABLE, RGB), "label", "mask" (VARIABLE, of the image's
+ * size) and "thumb" (fixed 4x4), with the writer API. */
+static void write_min_store(const char *path)
+{
+    const dlc_field_spec spec[4] = {
+        {.name = "image", .kind = DLC_FIELD_IMAGE, .flags = DLC_FIELD_VARIABLE, .shape = {0, 0, 3}},
+        {.name = "label", .kind = DLC_FIELD_INT},
+        {.name = "mask",
+         .kind = DLC_FIELD_IMAGE,
+         .flags = DLC_FIELD_VARIABLE | DLC_FIELD_MASK,
+         .shape = {0, 0, 1}},
+        {.name = "thumb", .kind = DLC_FIELD_IMAGE, .shape = {4, 4, 3}},
+    };
+    const dlc_writer_config cfg = {.fields = spec, .num_fields = 4, .force = 1};
+    dlc_writer *w = NULL;
+    dlc_record_builder *b = NULL;
+    cr_assert_eq(dlc_writer_open(path, &cfg, &w), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(dlc_record_builder_create(w, &b), DLC_OK);
+    uint8_t *px = calloc(60 * 70 * 3, 1);
+    for (size_t i = 0; i < MIN_N; i++) {
+        const uint32_t h = min_sizes[i][0], wd = min_sizes[i][1];
+        const dlc_image img = {px, wd, h, 3, (size_t)wd * 3}, mask = {px, wd, h, 1, wd},
+                        thumb = {px, 4, 4, 3, 12};
+        cr_assert_eq(dlc_record_set_image(b, 0, &img), DLC_OK, "%s", dlc_errmsg());
+        cr_assert_eq(dlc_record_set_int(b, 1, (int64_t)i), DLC_OK);
+        cr_assert_eq(dlc_record_set_image(b, 2, &mask), DLC_OK, "%s", dlc_errmsg());
+        cr_assert_eq(dlc_record_set_image(b, 3, &thumb), DLC_OK, "%s", dlc_errmsg());
+        cr_assert_eq(dlc_record_seal(b), DLC_OK, "%s", dlc_errmsg());
+        cr_assert_eq(dlc_writer_append(w, b), DLC_OK, "%s", dlc_errmsg());
+    }
+    cr_assert_eq(dlc_writer_finish(w), DLC_OK, "%s", dlc_errmsg());
+    dlc_record_builder_destroy(b);
+    free(px);
+}
+
+static void st32(uint8_t *p, uint32_t v)
+{
+    for (int b = 0; b < 4; b++)
+        p[b] = (uint8_t)(v >> (8 * b));
+}
+
+static void st64(uint8_t *p, uint64_t v)
+{
+    for (int b = 0; b < 8; b++)
+        p[b] = (uint8_t)(v >> (8 * b));
+}
+
+/* The "min_dims" value of docs/FORMAT.md, written out here: 24 bytes per field, then the hash. */
+static size_t min_dims_value(uint8_t *out, const uint32_t (*e)[2], const uint64_t (*rec)[2],
+                             uint32_t nf)
+{
+    memset(out, 0, (size_t)nf * 24 + 8);
+    for (uint32_t f = 0; f < nf; f++) {
+        st32(out + 24 * f, e[f][0]);
+        st32(out + 24 * f + 4, e[f][1]);
+        st64(out + 24 * f + 8, rec[f][0]);
+        st64(out + 24 * f + 16, rec[f][1]);
+    }
+    st64(out + 24 * nf, XXH3_64bits(out, (size_t)nf * 24));
+    return (size_t)nf * 24 + 8;
+}
+
+static dlc_store *open_store(const char *path)
+{
+    dlc_store *s = NULL;
+    cr_assert_eq(dlc_store_open(path, 0, &s), DLC_OK, "%s", dlc_errmsg());
+    return s;
+}
+
+/* The writer records each variable image's smallest height and width and the first record of
+ * each ("min_dims", as docs/FORMAT.md lays it out); the reader gives them in dlc_field, fixed
+ * images their shape; verify agrees. */
+Test(store_writer, smallest_image_and_its_first_record_are_recorded)
+{
+    char *path = tmp_path(dir, "min.dlc");
+    write_min_store(path);
+    dlc_store *s = open_store(path);
+    const dlc_field *f = dlc_store_fields(s);
+    for (int k = 0; k < 3; k += 2) {
+        cr_assert(f[k].flags & DLC_FIELD_VARIABLE, "%s", f[k].name);
+        cr_assert_eq(f[k].max_dim0, 60);
+        cr_assert_eq(f[k].max_dim1, 70);
+        cr_assert_eq(f[k].min_dim0, 30, "%s: %u", f[k].name, f[k].min_dim0);
+        cr_assert_eq(f[k].min_dim1, 20, "%s: %u", f[k].name, f[k].min_dim1);
+        cr_assert_eq(f[k].min_record0, 1, "the first record 30 high, not the later tie");
+        cr_assert_eq(f[k].min_record1, 2, "the first record 20 wide");
+    }
+    cr_assert_eq(f[1].min_dim0 | f[1].min_dim1, 0, "not an image");
+    cr_assert_eq(f[3].min_dim0, 4, "a fixed image: its shape");
+    cr_assert_eq(f[3].min_dim1, 4);
+    cr_assert_eq(f[3].min_record0 | f[3].min_record1, 0);
+    /* The bytes on disk: an entry for each variable image, zeros for the others. */
+    const void *v = NULL;
+    size_t len = 0;
+    cr_assert_eq(dlc_store_meta(s, "min_dims", &v, &len), DLC_OK, "%s", dlc_errmsg());
+    const uint32_t dims[4][2] = {{30, 20}, {0, 0}, {30, 20}, {0, 0}};
+    const uint64_t recs[4][2] = {{1, 2}, {0, 0}, {1, 2}, {0, 0}};
+    uint8_t want[4 * 24 + 8];
+    cr_assert_eq(len, min_dims_value(want, dims, recs, 4));
+    cr_assert_eq(memcmp(v, want, len), 0);
+    cr_assert_eq(dlc_store_verify(s, NULL, NULL, NULL), DLC_OK, "%s", dlc_errmsg());
+    dlc_store_close(s);
+    free(path);
+}
+
+/* A store written before "min_dims" (the key deleted) opens, reads and verifies, its variable
+ * images' smallest size unknown (0); a damaged or lying value is refused as corrupt. */
+Test(store_writer, smallest_image_unknown_in_old_stores_and_checked)
+{
+    char *path = tmp_path(dir, "old.dlc");
+    write_min_store(path);
+    tsu_put_meta(path, "min_dims", NULL, 0);
+    dlc_store *s = open_store(path);
+    const dlc_field *f = dlc_store_fields(s);
+    cr_assert_eq(f[0].min_dim0 | f[0].min_dim1, 0, "unknown");
+    cr_assert_eq(f[0].min_record0 | f[0].min_record1, 0);
+    cr_assert_eq(f[2].min_dim0, 0);
+    cr_assert_eq(f[3].min_dim0, 4, "a fixed image's is its shape, also in an old store");
+    cr_assert_eq(dlc_store_verify(s, NULL, NULL, NULL), DLC_OK, "%s", dlc_errmsg());
+    dlc_store_close(s);
+
+    uint32_t dims[4][2] = {{30, 20}, {0, 0}, {30, 20}, {0, 0}};
+    uint64_t recs[4][2] = {{1, 2}, {0, 0}, {1, 2}, {0, 0}};
+    uint8_t v[4 * 24 + 8];
+    size_t len = min_dims_value(v, dims, recs, 4);
+    v[3] ^= 1; /* The hash no longer matches. */
+    tsu_put_meta(path, "min_dims", v, len);
+    s = NULL;
+    cr_assert_eq(dlc_store_open(path, 0, &s), DLC_ECORRUPT);
+    cr_assert(strstr(dlc_errmsg(), "\"min_dims\" checksum mismatch"), "%s", dlc_errmsg());
+    tsu_put_meta(path, "min_dims", v, len - 1);
+    cr_assert_eq(dlc_store_open(path, 0, &s), DLC_ECORRUPT);
+    cr_assert(strstr(dlc_errmsg(), "\"min_dims\" of 103 bytes"), "%s", dlc_errmsg());
+    /* Larger than the largest; an entry for a field that is not a variable image. */
+    dims[0][0] = 61;
+    tsu_put_meta(path, "min_dims", v, min_dims_value(v, dims, recs, 4));
+    cr_assert_eq(dlc_store_open(path, 0, &s), DLC_ECORRUPT);
+    cr_assert(strstr(dlc_errmsg(), "field 0 \"image\": smallest 61x20"), "%s", dlc_errmsg());
+    dims[0][0] = 30;
+    dims[3][0] = 4;
+    tsu_put_meta(path, "min_dims", v, min_dims_value(v, dims, recs, 4));
+    cr_assert_eq(dlc_store_open(path, 0, &s), DLC_ECORRUPT);
+    cr_assert(strstr(dlc_errmsg(), "field 3 \"thumb\" is not a variable image"), "%s",
+              dlc_errmsg());
+    /* A smallest size that some record is under: that record is refused when read, and verify
+     * finds a first record that is not the one named. */
+    dims[3][0] = 0;
+    dims[0][0] = 31;
+    tsu_put_meta(path, "min_dims", v, min_dims_value(v, dims, recs, 4));
+    s = open_store(path);
+    dlc_store_reader *r = NULL;
+    dlc_value vals[4];
+    cr_assert_eq(dlc_store_reader_open(s, &r), DLC_OK);
+    cr_assert_eq(dlc_store_read_values(r, 0, vals), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(dlc_store_read_values(r, 1, vals), DLC_ECORRUPT);
+    cr_assert(strstr(dlc_errmsg(), "record 1: field \"image\": image size"), "%s", dlc_errmsg());
+    dlc_store_reader_close(r);
+    cr_assert_eq(dlc_store_verify(s, NULL, NULL, NULL), DLC_ECORRUPT);
+    dlc_store_close(s);
+    dims[0][0] = 30;
+    recs[2][1] = 3; /* 20 wide, but not the first such record. */
+    tsu_put_meta(path, "min_dims", v, min_dims_value(v, dims, recs, 4));
+    s = open_store(path);
+    cr_assert_eq(dlc_store_verify(s, NULL, NULL, NULL), DLC_ECORRUPT);
+    cr_assert(strstr(dlc_errmsg(), "field \"mask\": the smallest image is 30x20"), "%s",
+              dlc_errmsg());
+    dlc_store_close(s);
+    free(path);
+}

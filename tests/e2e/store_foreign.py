@@ -254,6 +254,7 @@ def main():
         header = 16 + 32 * num_fields
         header += (48 - header % 64) % 64
         seen, total = [0, 0, 0], 0
+        mins = {}  # VARIABLE image field: [min_dim0, min_dim1, first record of each]
         digest = _lib.XXH3_createState()
         _lib.XXH3_64bits_reset(digest)
         for i in range(count):
@@ -268,6 +269,13 @@ def main():
                 cursor, item, size = check_field(i, f, field, value, off, cursor, want)
                 _lib.XXH3_64bits_update(digest, item, len(item))
                 total += size
+                if field[1] == IMAGE and field[4] & 1:
+                    d0, d1 = struct.unpack_from("<II", value, 16 + 32 * f + 16)
+                    m = mins.setdefault(f, [d0, d1, i, i])
+                    if d0 < m[0]:
+                        m[0], m[2] = d0, i
+                    if d1 < m[1]:
+                        m[1], m[3] = d1, i
             if cursor != len(value):
                 fail(f"record {i}: the value is {len(value)} bytes, its fields end at {cursor}")
             seen[want["label"]] += 1
@@ -279,6 +287,16 @@ def main():
             fail(f"payload bytes {total}, metadata {payload_bytes}")
         if _lib.XXH3_64bits_digest(digest) != content_digest:
             fail("content digest mismatch")
+        # min_dims: 24 bytes per field (smallest height, width, the first record of each), zero
+        # but for VARIABLE images, then the hash of the entries.
+        md = txn.get(b"min_dims", db=meta)
+        if not mins or md is None or len(md) != 24 * num_fields + 8 or \
+                struct.unpack_from("<Q", md, 24 * num_fields)[0] != xxh3_64(md[:24 * num_fields]):
+            fail("no min_dims of 24 bytes a field with its hash")
+        for f in range(num_fields):
+            got = list(struct.unpack_from("<IIQQ", md, 24 * f))
+            if got != mins.get(f, [0, 0, 0, 0]):
+                fail(f"min_dims of field {f}: {got}, the records make {mins.get(f)}")
     print(f"foreign reader: {count} records of {num_fields} fields, labels {counts}, "
           f"content digest {content_digest:016x}: ok")
 

@@ -21,13 +21,13 @@ if ls -a "$tmp" | grep -q -- '-lock\|\.tmp-'; then
 fi
 
 # LMDB's own tool sees both databases with the right number of entries: the records, and
-# format, schema, index, labels, label_counts, source_digest and build.
+# format, schema, index, labels, label_counts, source_digest, build and min_dims.
 stat_out=$(mdb_stat -n -a "$store")
 echo "$stat_out"
 samples_entries=$(awk '/^Status of samples/{f=1} f && /Entries:/{print $2; exit}' <<<"$stat_out")
 meta_entries=$(awk '/^Status of meta/{f=1} f && /Entries:/{print $2; exit}' <<<"$stat_out")
 [ "$samples_entries" = "$N" ] || fail "mdb_stat: samples has '$samples_entries' entries, expected $N"
-[ "$meta_entries" = 7 ] || fail "mdb_stat: meta has '$meta_entries' entries, expected 7"
+[ "$meta_entries" = 8 ] || fail "mdb_stat: meta has '$meta_entries' entries, expected 8"
 
 # The snippet exactly as docs/FORMAT.md prints it.
 snippet=$tmp/read_record.py

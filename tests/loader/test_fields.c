@@ -15,6 +15,7 @@
 #include <dlcache/writer.h>
 
 #include <fcntl.h>
+#include <lmdb.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -687,5 +688,157 @@ Test(fields, corrupt_variable_field_is_replaced_whole)
         cr_assert_eq(st.corrupt_replaced, 1);
         dlc_loader_close(l);
     }
+    drop_store(&fs);
+}
+
+/* Records of the smallest-image test (height, width): 48x64 but record 7, 20x50 (the smallest
+ * height), and record 9, 40x30 (the smallest width). */
+static void min_size_of(uint64_t i, uint32_t *h, uint32_t *w)
+{
+    *h = i == 7 ? 20u : i == 9 ? 40u : H;
+    *w = i == 7 ? 50u : i == 9 ? 30u : W;
+}
+
+/* A store of N records of a VARIABLE image and a VARIABLE mask of its size. */
+static void make_variable_store(fstore *fs)
+{
+    fs->dir = tu_mkdtemp();
+    cr_assert_not_null(fs->dir);
+    fs->path = tu_path(fs->dir, "var.dlc");
+    const dlc_field_spec spec[] = {
+        {.name = "image", .kind = DLC_FIELD_IMAGE, .flags = DLC_FIELD_VARIABLE, .shape = {0, 0, 3}},
+        {.name = "mask",
+         .kind = DLC_FIELD_IMAGE,
+         .flags = DLC_FIELD_VARIABLE | DLC_FIELD_MASK,
+         .shape = {0, 0, 1}},
+    };
+    const dlc_writer_config cfg = {.fields = spec, .num_fields = 2};
+    dlc_writer *wr = NULL;
+    dlc_record_builder *b = NULL;
+    cr_assert_eq(dlc_writer_open(fs->path, &cfg, &wr), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(dlc_record_builder_create(wr, &b), DLC_OK);
+    static uint8_t px[H * W * 3];
+    for (uint64_t i = 0; i < N; i++) {
+        uint32_t h, w;
+        min_size_of(i, &h, &w);
+        for (size_t k = 0; k < (size_t)h * w * 3; k++)
+            px[k] = (uint8_t)(k + i);
+        const dlc_image im = {px, w, h, 3, (size_t)w * 3}, mk = {px, w, h, 1, w};
+        cr_assert_eq(dlc_record_set_image(b, 0, &im), DLC_OK, "%s", dlc_errmsg());
+        cr_assert_eq(dlc_record_set_image(b, 1, &mk), DLC_OK, "%s", dlc_errmsg());
+        cr_assert_eq(dlc_record_seal(b), DLC_OK, "%s", dlc_errmsg());
+        cr_assert_eq(dlc_writer_append(wr, b), DLC_OK, "%s", dlc_errmsg());
+    }
+    cr_assert_eq(dlc_writer_finish(wr), DLC_OK, "%s", dlc_errmsg());
+    dlc_record_builder_destroy(b);
+}
+
+/* Delete metadata key @p key of the store at @p path: a store an older library wrote. */
+static void drop_meta(const char *path, const char *key)
+{
+    MDB_env *env = NULL;
+    MDB_txn *txn = NULL;
+    MDB_dbi dbi;
+    cr_assert_eq(mdb_env_create(&env), 0);
+    cr_assert_eq(mdb_env_set_maxdbs(env, 4), 0);
+    cr_assert_eq(mdb_env_open(env, path, MDB_NOSUBDIR | MDB_NOLOCK, 0644), 0);
+    cr_assert_eq(mdb_txn_begin(env, NULL, 0, &txn), 0);
+    cr_assert_eq(mdb_dbi_open(txn, "meta", 0, &dbi), 0);
+    MDB_val k = {.mv_size = strlen(key), .mv_data = (void *)key};
+    cr_assert_eq(mdb_del(txn, dbi, &k, NULL), 0);
+    cr_assert_eq(mdb_txn_commit(txn), 0);
+    mdb_env_close(env);
+}
+
+/* Open with @p c; expect DLC_EINVAL and a message holding @p want. */
+static void open_refused(const char *path, const dlc_loader_config *c, const char *want)
+{
+    dlc_loader *l = NULL;
+    cr_assert_eq(dlc_loader_open(path, c, &l), DLC_EINVAL, "%s", dlc_errmsg());
+    cr_assert_null(l);
+    cr_assert_not_null(strstr(dlc_errmsg(), want), "\"%s\" not in: %s", want, dlc_errmsg());
+}
+
+/* Run an epoch; return how it ended. */
+static dlc_status run_epoch(dlc_loader *l)
+{
+    dlc_batch b;
+    dlc_status rc;
+    while ((rc = dlc_loader_next(l, &b)) == DLC_OK)
+        continue;
+    return rc;
+}
+
+/* A plain or center crop larger than the smallest image the store records is refused at open,
+ * naming the store, the field, a record of that size and the largest crop that fits; one that
+ * fits, and RandomResizedCrop, open. A store without the record (built before it) opens, and the
+ * record is named when its batch is built. */
+Test(fields, crop_larger_than_the_smallest_image_is_refused_at_open)
+{
+    fstore fs;
+    make_variable_store(&fs);
+    char want[512];
+    dlc_loader_config c = base_config();
+    c.crop_h = c.crop_w = 32;
+    snprintf(want, sizeof want,
+             "%s: field \"image\": record 7 is 20x50 (height x width), smaller than the 32x32 "
+             "crop; use a crop of at most 20x30, random_resized_crop, or rebuild",
+             fs.path);
+    open_refused(fs.path, &c, want);
+    c.augment = DLC_AUGMENT_CENTER_CROP;
+    c.crop_h = 16;
+    c.crop_w = 40; /* High enough for every record; too wide for record 9. */
+    open_refused(fs.path, &c,
+                 "field \"image\": record 9 is 40x30 (height x width), smaller than "
+                 "the 16x40 crop");
+    const char *sel[] = {"mask"};
+    c.fields = sel;
+    c.num_fields = 1;
+    open_refused(fs.path, &c, "field \"mask\": record 9 is 40x30");
+    c.fields = NULL;
+    c.num_fields = 0;
+    const dlc_view_spec views[2] = {
+        {.name = "global",
+         .count = 1,
+         .augment = DLC_AUGMENT_RANDOM_CROP,
+         .crop_h = 20,
+         .crop_w = 30},
+        {.name = "local",
+         .count = 2,
+         .augment = DLC_AUGMENT_RANDOM_CROP,
+         .crop_h = 21,
+         .crop_w = 8},
+    };
+    c.views = views;
+    c.num_views = 2;
+    open_refused(fs.path, &c,
+                 "record 7 is 20x50 (height x width), smaller than the 21x8 crop of "
+                 "view group \"local\"");
+    c.views = NULL;
+    c.num_views = 0;
+
+    /* The largest crop that fits every record, and RandomResizedCrop at any size, open and run. */
+    c.crop_h = 20;
+    c.crop_w = 30;
+    dlc_loader *l = open_ok(fs.path, &c);
+    cr_assert_eq(run_epoch(l), DLC_END, "%s", dlc_errmsg());
+    dlc_loader_close(l);
+    c.augment = DLC_AUGMENT_RANDOM_RESIZED_CROP;
+    c.crop_h = c.crop_w = 32;
+    l = open_ok(fs.path, &c);
+    cr_assert_eq(run_epoch(l), DLC_END, "%s", dlc_errmsg());
+    dlc_loader_close(l);
+
+    /* A store an older library wrote: no check at open, the batch names the record. */
+    drop_meta(fs.path, "min_dims");
+    c.augment = DLC_AUGMENT_RANDOM_CROP;
+    c.crop_h = 21; /* Only record 7 is too small. */
+    c.crop_w = 30;
+    l = open_ok(fs.path, &c);
+    cr_assert_eq(run_epoch(l), DLC_EINVAL);
+    cr_assert_not_null(strstr(dlc_errmsg(), "record 7: its image of 20x50 (height x width) is "
+                                            "smaller than the 21x30 crop"),
+                       "%s", dlc_errmsg());
+    dlc_loader_close(l);
     drop_store(&fs);
 }

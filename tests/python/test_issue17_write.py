@@ -213,3 +213,29 @@ def test_progress_callable_gets_a_last_call_with_done_equal_total(tmp_path):
     dlcache.write(({"a": i} for i in range(30)), tmp_path / "g.dlc", progress=seen.append)
     assert seen[-1]["done"] == 30 and seen[-1]["total"] is None
     assert [s["done"] for s in seen] == sorted(s["done"] for s in seen)
+
+
+# ---- the smallest image, checked at construction ---------------------------------------------
+
+def test_a_loader_whose_crop_is_larger_than_one_image_fails_at_construction(tmp_path):
+    """The store records its smallest image and the record that has it: a Loader whose plain
+    crop is larger fails at construction naming that record, not when its batch is built."""
+    rng = np.random.default_rng(17)
+    sizes = [(40, 36)] * 12
+    sizes[3] = (40, 44)
+    sizes[9] = (20, 30)  # the one small image
+    samples = [{"image": rng.integers(0, 256, (h, w, 3), np.uint8), "label": i % 2}
+               for i, (h, w) in enumerate(sizes)]
+    p = tmp_path / "small.dlc"
+    dlcache.write(samples, p, variable=["image"], progress=False)
+    with pytest.raises(InvalidArgumentError, match=r"field \"image\": record 9 is 20x30 \(height "
+                       r"x width\), smaller than the 24x24 crop; use a crop of at most 20x30, "
+                       r"random_resized_crop, or rebuild") as e:
+        dlcache.Loader(p, 4, crop=24, shuffle=True)
+    assert str(p) in str(e.value)
+    with pytest.raises(InvalidArgumentError, match=r"record 9 is 20x30"):
+        dlcache.Loader(p, 4, crop=(16, 32), random_crop=False)
+    # A crop that fits every image, and RandomResizedCrop, load every record.
+    for kw in (dict(crop=(20, 30)), dict(crop=24, random_resized_crop=True)):
+        with dlcache.Loader(p, 4, shuffle=False, **kw) as ld:
+            assert sum(len(labels) for _, labels in ld) == 12
