@@ -182,8 +182,9 @@ def test_replaced_records_are_said_once_and_counted_per_epoch(store, tmp_path):
     with open(bad, "r+b") as f:
         f.seek(offset + size // 2)
         f.write(b"\xff" * 16)
-    with dlcache.Loader(bad, 10, verify="first", **KW) as ld:
-        with pytest.warns(RuntimeWarning) as got:
+    # Recording starts before the Loader opens: its workers start on the first batches at once.
+    with pytest.warns(RuntimeWarning) as got:
+        with dlcache.Loader(bad, 10, verify="first", **KW) as ld:
             for _ in ld:
                 pass
             for _ in ld:
