@@ -11,31 +11,77 @@ JOBS  ?= $(shell nproc)
 PY    ?= /usr/bin/python3
 PREFIX ?= /usr/local
 
-# Debian packages the build, the demo and the tests need.
-DEB_PKGS := build-essential cmake pkg-config git curl ca-certificates \
-            liblmdb-dev lmdb-utils libturbojpeg0-dev libpng-dev liburing-dev libxxhash-dev \
-            libcriterion-dev libcurl4-openssl-dev \
-            python3 python3-numpy python3-torch python3-torchvision python3-lmdb python3-pytest python3-venv \
-            mate-backgrounds clang libclang-rt-dev clang-format-14 valgrind openssl libssl-dev
+# Debian packages, by what asks for them. `make build` installs the build list
+# only, and so does `make install` (and pip's `pip install .` needs no more:
+# it reuses or builds the same library); `make demo` adds the demo list;
+# `make test` adds the demo list (the tests make their images from the same
+# photos) and the test list; `make fuzz` adds the fuzz list. `make deps`
+# installs every list. `make deps-list` prints what each goal installs on a
+# machine that has none of them, and what is missing on this one.
+#
+# build: a C compiler and make, CMake, pkg-config, and the libraries that
+# CMakeLists.txt and cmake/warm.cmake find with pkg-config: LMDB,
+# libjpeg-turbo, libpng, liburing, xxHash, libcurl, and OpenSSL's libcrypto
+# (cachewarm's MD5s for ETags; libcurl4-openssl-dev does not pull it in).
+BUILD_PKGS := build-essential cmake pkg-config \
+              liblmdb-dev libturbojpeg0-dev libpng-dev liburing-dev libxxhash-dev \
+              libcurl4-openssl-dev libssl-dev
+# demo: the photographs mkdemo crops its images from
+# (/usr/share/backgrounds/mate/nature) and Python for tools/demo.sh's report.
+DEMO_PKGS := mate-backgrounds python3
+# fuzz (tests/fuzz/run.sh, also a step of make test): clang with libFuzzer's
+# runtime, and Python for tests/fuzz/make_seeds.sh.
+FUZZ_PKGS := clang libclang-rt-dev python3
+# test (tests/run_all.sh and what it runs), beyond the demo and fuzz lists:
+#   libcriterion-dev     the C unit tests (CMake requires it with DLCACHE_TESTS=ON)
+#   clang-format-14      tests/check_format.sh (the pinned version), with git ls-files
+#   valgrind             tests/e2e/valgrind_tools.sh
+#   lmdb-utils           mdb_stat in tests/e2e/store_foreign.sh
+#   openssl              the self-signed certificate of tests/e2e/warm_gcs.sh
+#   curl ca-certificates tests/warm/lib.sh: curl uploads to s3rver; npm fetches it over https
+#   python3-*            pytest and the Python tests; torch, torchvision, numpy, lmdb and
+#                        PIL (tests/python, tests/e2e/*.py and build_gray.sh); venv with pip
+#                        for tests/python/test_packaging.py
+#   node and npm         s3rver for tests/e2e/warm_*.sh: checked as a command, since a
+#                        NodeSource nodejs carries npm itself and conflicts with Debian's npm
+TEST_PKGS := libcriterion-dev clang-format-14 git valgrind lmdb-utils openssl curl ca-certificates \
+             python3 python3-pytest python3-venv python3-numpy python3-torch python3-torchvision \
+             python3-pil python3-lmdb $(FUZZ_PKGS)
 
-.PHONY: all deps build demo test install fuzz bench clean
+# $(call pkgs_for,GOALS): the packages those goals need, and "node" when they need npm.
+pkgs_for = $(sort $(BUILD_PKGS) \
+    $(if $(filter demo deps-demo deps,$1),$(DEMO_PKGS)) \
+    $(if $(filter fuzz,$1),$(FUZZ_PKGS)) \
+    $(if $(filter test deps-test deps,$1),$(DEMO_PKGS) $(TEST_PKGS) node))
+DEPS_PKGS := $(call pkgs_for,$(MAKECMDGOALS))
+
+# missing_sh: shell code that sets $$missing to those of $(1) not installed here.
+missing_sh = missing=$$(for p in $(filter-out node,$1); do \
+	    dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; \
+	  done); \
+	$(if $(filter node,$1),command -v npm >/dev/null || missing="$$missing nodejs npm";)
+
+.PHONY: all packages deps deps-build deps-demo deps-test deps-list build demo test install fuzz bench clean
 
 all: build
 
 # Install only what is missing, so a machine that has everything is not
-# touched (and needs no root). Node is checked as a command: a NodeSource
-# nodejs package carries npm itself and conflicts with Debian's npm package.
-deps:
-	@missing=$$(for p in $(DEB_PKGS); do \
-	    dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; \
-	  done); \
-	command -v npm >/dev/null || missing="$$missing nodejs npm"; \
+# touched (and needs no root). `packages`, which build and fuzz run first,
+# installs what the goals on the command line need (DEPS_PKGS), so `make test`
+# installs once, before the build that needs Criterion.
+packages deps deps-build deps-demo deps-test:
+	@$(call missing_sh,$(DEPS_PKGS)) \
 	if [ -n "$$missing" ]; then \
 	  echo "Installing Debian packages:" $$missing; \
 	  if [ "$$(id -u)" != 0 ]; then echo "error: run as root (or install: $$missing)" >&2; exit 1; fi; \
 	  export DEBIAN_FRONTEND=noninteractive; \
 	  apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
+
+deps-list:
+	@$(foreach g,build demo test fuzz,\
+	  echo "make $g installs on a bare Debian 12: $(patsubst node,nodejs npm,$(call pkgs_for,$g))"; \
+	  $(call missing_sh,$(call pkgs_for,$g)) echo "  missing here:" $${missing:-nothing};)
 
 # Warnings are errors for the developers' and CI's builds (make test), not for a user's.
 # The tests are built when Criterion is there (AUTO); make test requires them.
@@ -44,7 +90,7 @@ TESTS  ?= AUTO
 test: WERROR = ON
 test: TESTS = ON
 
-build: deps
+build: packages
 	cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLCACHE_WERROR=$(WERROR) \
 	      -DDLCACHE_TESTS=$(TESTS) >/dev/null
 	cmake --build build -j $(JOBS)
@@ -56,14 +102,15 @@ test: build
 	bash tests/run_all.sh
 
 # Debian's python3 reads /usr/lib/python3/dist-packages for packages of the
-# system and /usr/local/lib/python3.X/dist-packages for local ones.
-PYDIR = $(if $(filter /usr,$(PREFIX)),lib/python3/dist-packages,lib/python3.$(shell $(PY) -c 'import sys; print(sys.version_info[1])')/dist-packages)
+# system and /usr/local/lib/python3.X/dist-packages for local ones. Python is
+# not in the build list: without it, X is Debian 12's 11.
+PYDIR = $(if $(filter /usr,$(PREFIX)),lib/python3/dist-packages,lib/python3.$(shell $(PY) -c 'import sys; print(sys.version_info[1])' 2>/dev/null || echo 11)/dist-packages)
 
 install: build
 	cmake -S . -B build -DDLCACHE_PYTHON_DIR=$(PYDIR) >/dev/null
 	cmake --install build --prefix $(PREFIX)
 
-fuzz: deps
+fuzz: packages
 	bash tests/fuzz/run.sh $(FUZZ_SECONDS)
 
 clean:
