@@ -72,7 +72,10 @@ class StoreInfo(dict):
     "png"; images only), shape (images (H, W, C); None where it varies per
     record), variable, mask, boxes, label (flags), classes (the field of a
     boxes field's classes, or None), max_dim0, max_dim1, max_size (the
-    largest leading dimension, width and payload bytes of any record).
+    largest leading dimension, width and payload bytes of any record), and
+    for images min_dim0, min_dim1 (the smallest height and width) with
+    min_record0, min_record1 (a record of each), None where the store does
+    not record them (built before they were).
     """
 
     __getattr__ = dict.get
@@ -323,7 +326,10 @@ def _fields_of(st):
             boxes=bool(f.flags & L.FIELD_BOXES), label=bool(f.flags & L.FIELD_LABEL),
             classes=(raw[f.link].name.decode("utf-8", "replace")
                      if f.link != L.NO_FIELD and f.link < n else None),
-            max_dim0=f.max_dim0, max_dim1=f.max_dim1, max_size=f.max_size))
+            max_dim0=f.max_dim0, max_dim1=f.max_dim1, max_size=f.max_size,
+            min_dim0=f.min_dim0 or None, min_dim1=f.min_dim1 or None,
+            min_record0=f.min_record0 if f.min_dim0 else None,
+            min_record1=f.min_record1 if f.min_dim0 else None))
     return out
 
 

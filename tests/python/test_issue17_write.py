@@ -239,3 +239,5 @@ def test_a_loader_whose_crop_is_larger_than_one_image_fails_at_construction(tmp_
     for kw in (dict(crop=(20, 30)), dict(crop=24, random_resized_crop=True)):
         with dlcache.Loader(p, 4, shuffle=False, **kw) as ld:
             assert sum(len(labels) for _, labels in ld) == 12
+    f = dlcache.info(p)["fields"][0]
+    assert (f["min_dim0"], f["min_dim1"], f["min_record0"], f["min_record1"]) == (20, 30, 9, 9)
