@@ -1,11 +1,15 @@
-/* The download itself: a probe for size and ETag, then parallel ranged GETs on
- * libcurl's multi interface, each written at its offset with pwrite(), each
- * response checked (status, Content-Range, ETag, length), failures retried
- * with backoff, and completed byte ranges journaled by a thread of their own
- * once their bytes are synced. What is fetched are the pieces of the object
- * that no earlier run put in place, each inside one chunk (dlc__warm_gaps). */
+/* The download itself: a probe for size and ETag, then parallel ranged GETs,
+ * each written at its offset with pwrite(), each response checked (status,
+ * Content-Range, ETag, length), and completed byte ranges journaled by a
+ * thread of their own once their bytes are synced. What is fetched are the
+ * pieces of the object that no earlier run put in place, each inside one chunk
+ * (dlc__warm_gaps). Both the probe and the pieces run on the warm part's
+ * transfer engine (warm_xfer.h), which owns the connections, the retries with
+ * their backoff, progress and cancellation; this file says what to ask for
+ * and what an answer means. */
 #include "common.h"
 #include "warm_internal.h"
+#include "warm_xfer.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,22 +32,15 @@ enum abort_reason {
     ABORT_PROBE,   /* The probe has its headers and stops on purpose. */
 };
 
-/* One transfer slot: an easy handle and the piece it is working on. */
+/* What one engine slot is working on: a piece, or the probe. */
 typedef struct xfer {
-    CURL *h;
     struct curl_slist *hdrs;
-    dlc__warm_fetch_job *job;
-    char errbuf[CURL_ERROR_SIZE];
-    int active;     /* Added to the multi handle. */
-    int assigned;   /* Holds a piece (active, or waiting for its retry time). */
-    uint64_t piece; /* The piece's first byte. */
-    uint64_t start; /* This attempt's first byte (after bytes of earlier attempts). */
-    uint64_t end;   /* Inclusive last byte of the piece. */
-    uint64_t got;   /* Bytes written by this attempt. */
-    unsigned attempts;
-    double retry_at;
-    /* The response, from the header callback. */
-    long status;
+    dlc__warm_fetch_job *job; /* NULL for the probe. */
+    uint64_t piece;           /* The piece's first byte. */
+    uint64_t start;           /* This attempt's first byte (after bytes of earlier attempts). */
+    uint64_t end;             /* Inclusive last byte of the piece. */
+    uint64_t got;             /* Bytes written by this attempt. */
+    /* The response, from the header hook (its status is the slot's). */
     int have_range;
     uint64_t cr_start, cr_end, cr_total;
     int64_t content_length;
@@ -59,23 +55,8 @@ typedef struct xfer {
     size_t body_len;
 } xfer;
 
-static void trim_value(const char *v, size_t n, char *out, size_t cap)
-{
-    while (n > 0 && (*v == ' ' || *v == '\t')) {
-        v++;
-        n--;
-    }
-    while (n > 0 && (v[n - 1] == '\r' || v[n - 1] == '\n' || v[n - 1] == ' '))
-        n--;
-    if (n >= cap)
-        n = cap - 1;
-    memcpy(out, v, n);
-    out[n] = '\0';
-}
-
 static void reset_response(xfer *x)
 {
-    x->status = 0;
     x->have_range = 0;
     x->content_length = -1;
     x->etag[0] = '\0';
@@ -88,51 +69,40 @@ static void reset_response(xfer *x)
     x->body[0] = '\0';
 }
 
-static size_t on_header(char *p, size_t size, size_t n, void *user)
+/* A new response (the first, or the next after a redirect or a 100): forget the previous. */
+static void on_response(void *drv, dlc__xfer_slot *s)
 {
-    xfer *x = user;
-    const size_t len = size * n;
-    if (len >= 5 && strncmp(p, "HTTP/", 5) == 0) {
-        /* A new response (after a redirect or a 100): forget the previous. */
-        reset_response(x);
-        const char *sp = memchr(p, ' ', len);
-        if (sp)
-            x->status = strtol(sp + 1, NULL, 10);
-        return len;
-    }
-    const char *colon = memchr(p, ':', len);
-    if (!colon)
-        return len;
-    const size_t klen = (size_t)(colon - p);
-    const char *v = colon + 1;
-    const size_t vlen = len - klen - 1;
+    reset_response(s->t);
+}
+
+static void on_header(void *drv, dlc__xfer_slot *s, const char *k, size_t klen, const char *v,
+                      size_t vlen)
+{
+    xfer *x = s->t;
     char val[256];
-    if (klen == 13 && strncasecmp(p, "Content-Range", 13) == 0) {
-        trim_value(v, vlen, val, sizeof val);
+    if (dlc__xfer_header_is(k, klen, "Content-Range")) {
+        dlc__xfer_header_copy(v, vlen, val, sizeof val);
         x->have_range =
             dlc__warm_parse_content_range(val, &x->cr_start, &x->cr_end, &x->cr_total) == 0;
-    } else if (klen == 14 && strncasecmp(p, "Content-Length", 14) == 0) {
-        trim_value(v, vlen, val, sizeof val);
+    } else if (dlc__xfer_header_is(k, klen, "Content-Length")) {
+        dlc__xfer_header_copy(v, vlen, val, sizeof val);
         char *end = NULL;
         const unsigned long long cl = strtoull(val, &end, 10);
         x->content_length = (end && *end == '\0' && end != val) ? (int64_t)cl : -1;
-    } else if (klen == 4 && strncasecmp(p, "ETag", 4) == 0) {
-        trim_value(v, vlen, x->etag, sizeof x->etag);
-    } else if ((klen == strlen("x-amz-meta-" DLC__PUSH_META) &&
-                strncasecmp(p, "x-amz-meta-" DLC__PUSH_META, klen) == 0) ||
-               (klen == strlen("x-goog-meta-" DLC__PUSH_META) &&
-                strncasecmp(p, "x-goog-meta-" DLC__PUSH_META, klen) == 0)) {
-        trim_value(v, vlen, val, sizeof val);
+    } else if (dlc__xfer_header_is(k, klen, "ETag")) {
+        dlc__xfer_header_copy(v, vlen, x->etag, sizeof x->etag);
+    } else if (dlc__xfer_header_is(k, klen, "x-amz-meta-" DLC__PUSH_META) ||
+               dlc__xfer_header_is(k, klen, "x-goog-meta-" DLC__PUSH_META)) {
+        dlc__xfer_header_copy(v, vlen, val, sizeof val);
         x->pushed = 1;
         x->push_part_size = strtoull(val, NULL, 10);
-    } else if (klen == 11 && strncasecmp(p, "x-goog-hash", 11) == 0) {
+    } else if (dlc__xfer_header_is(k, klen, "x-goog-hash")) {
         /* "crc32c=...,md5=..." (one header or several). */
-        trim_value(v, vlen, val, sizeof val);
+        dlc__xfer_header_copy(v, vlen, val, sizeof val);
         const char *m = strstr(val, "md5=");
         if (m)
             snprintf(x->goog_md5, sizeof x->goog_md5, "%.*s", (int)strcspn(m + 4, ", "), m + 4);
     }
-    return len;
 }
 
 static int is_ok_status(long s)
@@ -142,14 +112,14 @@ static int is_ok_status(long s)
 
 /* Check a response's headers against the request before its first byte is
  * written anywhere. */
-static enum abort_reason check_headers(xfer *x)
+static enum abort_reason check_headers(const dlc__xfer_slot *s, const xfer *x)
 {
     const dlc__warm_fetch_job *job = x->job;
     const uint64_t size = job->obj->size;
     const char *want_etag = job->obj->etag;
     if (*want_etag && *x->etag && strcmp(want_etag, x->etag) != 0)
         return ABORT_CHANGED;
-    if (x->status == 200) {
+    if (s->status == 200) {
         /* A whole-object answer is only right when the whole object is what
          * this attempt asked for. */
         if (x->start != 0 || x->end + 1 != size)
@@ -167,11 +137,10 @@ static enum abort_reason check_headers(xfer *x)
     return ABORT_NONE;
 }
 
-static size_t on_body(char *p, size_t size, size_t n, void *user)
+static size_t on_body(void *drv, dlc__xfer_slot *s, const char *p, size_t len)
 {
-    xfer *x = user;
-    const size_t len = size * n;
-    if (!is_ok_status(x->status)) {
+    xfer *x = s->t;
+    if (!is_ok_status(s->status)) {
         /* An error answer: keep its start for the message, write nothing. */
         const size_t room = sizeof x->body - 1 - x->body_len;
         const size_t take = len < room ? len : room;
@@ -186,7 +155,7 @@ static size_t on_body(char *p, size_t size, size_t n, void *user)
         return 0;
     }
     if (!x->checked) {
-        x->why = check_headers(x);
+        x->why = check_headers(s, x);
         if (x->why != ABORT_NONE)
             return 0;
         x->checked = 1;
@@ -315,25 +284,50 @@ static dlc_status sync_failed(syncer *s)
 }
 
 /* ------------------------------------------------------------------------ */
+/* The pieces, as the engine's driver. */
 
-static dlc_status start_attempt(CURLM *m, xfer *x)
+/* The state of one dlc__warm_fetch() call, shared by its stages. */
+typedef struct fetcher {
+    dlc__warm_fetch_job *job;
+    dlc__xfer *e;
+    xfer *xs; /* One per engine slot. */
+    size_t nx;
+    syncer sy;
+    int sync_started;    /* The journal thread runs and must be joined. */
+    uint64_t missing;    /* Pieces not yet complete. */
+    dlc__warm_gaps gaps; /* The pieces not yet assigned. */
+} fetcher;
+
+/* Give slot @p s the next missing piece; 0 when none is left. */
+static int next_piece(void *drv, dlc__xfer_slot *s)
 {
-    dlc__warm_fetch_job *job = x->job;
+    fetcher *f = drv;
+    xfer *x = s->t;
+    dlc__warm_range piece;
+    if (!dlc__warm_gaps_next(&f->gaps, &piece))
+        return 0;
+    x->piece = piece.off;
+    x->start = piece.off;
+    x->end = piece.off + piece.len - 1;
+    f->job->chunks_fetched++;
+    return 1;
+}
+
+/* One attempt: the rest of the piece, from the first byte no earlier attempt wrote. */
+static dlc_status piece_request(void *drv, dlc__xfer_slot *s)
+{
+    xfer *x = s->t;
+    const dlc__warm_fetch_job *job = x->job;
     curl_slist_free_all(x->hdrs);
     x->hdrs = NULL;
     const int whole = x->start == 0 && x->end + 1 == job->obj->size && !job->obj->ranges;
-    dlc_status rc = dlc__warm_request_headers(job->src, x->start, whole ? UINT64_MAX : x->end,
-                                              job->obj->etag, &x->hdrs);
+    const dlc_status rc = dlc__warm_request_headers(job->src, x->start, whole ? UINT64_MAX : x->end,
+                                                    job->obj->etag, &x->hdrs);
     if (rc < 0)
         return rc;
-    curl_easy_setopt(x->h, CURLOPT_HTTPHEADER, x->hdrs);
+    curl_easy_setopt(s->h, CURLOPT_HTTPHEADER, x->hdrs);
     reset_response(x);
     x->got = 0;
-    x->errbuf[0] = '\0';
-    const CURLMcode mc = curl_multi_add_handle(m, x->h);
-    if (mc != CURLM_OK)
-        return dlc__errorf(-ENOMEM, "warm: curl_multi_add_handle: %s", curl_multi_strerror(mc));
-    x->active = 1;
     return DLC_OK;
 }
 
@@ -354,14 +348,16 @@ static const char *reason_text(enum abort_reason r)
     }
 }
 
-/* Decide what a finished attempt means: DLC_OK with *complete set, a
- * retry (returns 1), or a fatal error. */
-static int finish_attempt(xfer *x, CURLcode res, dlc_status *fatal, char *why, size_t whycap)
+/* Decide what a finished attempt means: 0 (the piece is complete), 1 (a
+ * retry, the reason in @p why) or -1 (*fatal is the failure). */
+static int finish_attempt(const dlc__xfer_slot *s, CURLcode res, dlc_status *fatal, char *why,
+                          size_t whycap)
 {
-    dlc__warm_fetch_job *job = x->job;
+    const xfer *x = s->t;
+    const dlc__warm_fetch_job *job = x->job;
     const char *shown = job->src->shown;
     why[0] = '\0';
-    if (res == CURLE_OK && is_ok_status(x->status)) {
+    if (res == CURLE_OK && is_ok_status(s->status)) {
         if (x->got == x->end - x->start + 1)
             return 0;
         snprintf(why, whycap, "short answer: %" PRIu64 " of %" PRIu64 " bytes", x->got,
@@ -382,16 +378,16 @@ static int finish_attempt(xfer *x, CURLcode res, dlc_status *fatal, char *why, s
     if (res == CURLE_OK) {
         char said[600];
         dlc__warm_describe_body(x->body, x->body_len, said, sizeof said);
-        if (dlc__warm_retryable_http(x->status)) {
-            snprintf(why, whycap, "HTTP %ld%s%s", x->status, *said ? ": " : "", said);
+        if (dlc__warm_retryable_http(s->status)) {
+            snprintf(why, whycap, "HTTP %ld%s%s", s->status, *said ? ": " : "", said);
             return 1;
         }
         *fatal =
-            dlc__errorf(x->status == 412 ? DLC_ECHANGED : DLC_EHTTP, "%s: HTTP %ld%s%s", shown,
-                        x->status, *said ? ": " : "", *said ? said : "(no detail from the server)");
+            dlc__errorf(s->status == 412 ? DLC_ECHANGED : DLC_EHTTP, "%s: HTTP %ld%s%s", shown,
+                        s->status, *said ? ": " : "", *said ? said : "(no detail from the server)");
         return -1;
     }
-    const char *detail = x->errbuf[0] ? x->errbuf : curl_easy_strerror(res);
+    const char *detail = s->errbuf[0] ? s->errbuf : curl_easy_strerror(res);
     if (dlc__warm_retryable_curl(res)) {
         snprintf(why, whycap, "%s", detail);
         return 1;
@@ -400,67 +396,112 @@ static int finish_attempt(xfer *x, CURLcode res, dlc_status *fatal, char *why, s
     return -1;
 }
 
-static int want_cancel(dlc__warm_fetch_job *job, const xfer *xs, size_t nx, double *last)
+static dlc_status piece_done(void *drv, dlc__xfer_slot *s, CURLcode res, char *why, size_t cap)
 {
-    const dlc_warm_options *opt = job->opt;
-    if (!opt->progress)
-        return 0;
-    const double now = dlc__now_s();
-    if (now - *last < 0.1)
-        return 0;
-    *last = now;
-    uint64_t partial = 0;
-    for (size_t i = 0; i < nx; i++)
-        if (xs[i].assigned)
-            partial += xs[i].start - xs[i].piece + (xs[i].active ? xs[i].got : 0);
-    dlc_warm_progress p = {.total = job->obj->size,
-                           .done = job->done_bytes + partial,
-                           .downloaded = job->downloaded,
-                           .seconds = now - job->t0,
-                           .verifying = 0};
-    return opt->progress(opt->progress_user, &p) != 0;
+    fetcher *f = drv;
+    xfer *x = s->t;
+    dlc_status fatal = DLC_OK;
+    const int verdict = finish_attempt(s, res, &fatal, why, cap);
+    if (verdict < 0)
+        return fatal;
+    if (verdict == 0) {
+        /* All bytes of the piece are in place: count it and hand it to the journal. */
+        const uint64_t len = x->end - x->piece + 1;
+        f->job->done_bytes += len;
+        f->missing--;
+        if (f->sync_started)
+            sync_push(&f->sy, x->piece, len);
+        return DLC_OK;
+    }
+    /* Bytes that arrived in a checked answer are in place, so the next attempt
+     * asks for the rest only, and an attempt that made progress starts the
+     * count over. A server without ranges can only send the whole object again. */
+    const int ranges = f->job->obj->ranges;
+    s->progressed = x->got > 0 && ranges;
+    if (ranges)
+        x->start += x->got;
+    return DLC__XFER_RETRY;
 }
 
-/* The state of one dlc__warm_fetch() call, shared by its stages. */
-typedef struct fetcher {
-    dlc__warm_fetch_job *job;
-    CURLM *m;
-    xfer *xs; /* nx transfer slots. */
-    size_t nx;
-    syncer sy;
-    int sync_started; /* The journal thread runs and must be joined. */
-    uint32_t max_retries;
-    uint64_t rng;        /* Backoff jitter. */
-    uint64_t missing;    /* Pieces not yet complete. */
-    dlc__warm_gaps gaps; /* The pieces not yet assigned. */
-    double last_progress;
-} fetcher;
+static const char *piece_describe(void *drv, const dlc__xfer_slot *s, char *buf, size_t cap)
+{
+    const fetcher *f = drv;
+    const xfer *x = s->t;
+    snprintf(buf, cap, "%s: bytes %" PRIu64 "-%" PRIu64, f->job->src->shown, x->start, x->end);
+    return buf;
+}
 
-/* One easy handle per slot, all sharing the source's settings. */
+static int all_pieces_done(void *drv)
+{
+    const fetcher *f = drv;
+    return f->missing == 0;
+}
+
+/* The journal thread's failure stops the transfers. */
+static dlc_status journal_failed(void *drv)
+{
+    fetcher *f = drv;
+    return f->sync_started ? sync_failed(&f->sy) : DLC_OK;
+}
+
+static void fetch_progress(void *drv, const dlc__xfer *e, double now, dlc_warm_progress *p)
+{
+    const fetcher *f = drv;
+    const dlc__warm_fetch_job *job = f->job;
+    uint64_t partial = 0;
+    for (size_t i = 0; i < dlc__xfer_slot_count(e); i++) {
+        const dlc__xfer_slot *s = dlc__xfer_slot_at(e, i);
+        const xfer *x = s->t;
+        if (s->assigned)
+            partial += x->start - x->piece + (s->active ? x->got : 0);
+    }
+    p->total = job->obj->size;
+    p->done = job->done_bytes + partial;
+    p->downloaded = job->downloaded;
+    p->seconds = now - job->t0;
+}
+
+static dlc_status fetch_canceled(void *drv)
+{
+    const fetcher *f = drv;
+    return dlc__errorf(DLC_ECANCELED, "%s: download canceled; a rerun resumes it",
+                       f->job->src->shown);
+}
+
+static const dlc__xfer_ops piece_ops = {
+    .next = next_piece,
+    .request = piece_request,
+    .response = on_response,
+    .header = on_header,
+    .sink = on_body,
+    .done = piece_done,
+    .describe = piece_describe,
+    .finished = all_pieces_done,
+    .check = journal_failed,
+    .progress = fetch_progress,
+    .canceled = fetch_canceled,
+};
+
+/* The engine, with one slot per connection, each sharing the source's settings. */
 static dlc_status open_transfers(fetcher *f)
 {
-    f->m = curl_multi_init();
     f->xs = calloc(f->nx, sizeof *f->xs);
-    if (!f->m || !f->xs)
+    if (!f->xs)
         return dlc__errorf(-ENOMEM, "warm: out of memory");
-    curl_multi_setopt(f->m, CURLMOPT_MAX_HOST_CONNECTIONS, (long)f->nx);
-    for (size_t i = 0; i < f->nx; i++) {
-        xfer *x = &f->xs[i];
-        x->job = f->job;
-        x->h = curl_easy_init();
-        if (!x->h)
-            return dlc__errorf(-ENOMEM, "warm: out of memory");
-        const dlc_status rc = dlc__warm_easy_setup(x->h, f->job->src, f->job->opt);
-        if (rc < 0)
-            return rc;
-        curl_easy_setopt(x->h, CURLOPT_WRITEFUNCTION, on_body);
-        curl_easy_setopt(x->h, CURLOPT_WRITEDATA, x);
-        curl_easy_setopt(x->h, CURLOPT_HEADERFUNCTION, on_header);
-        curl_easy_setopt(x->h, CURLOPT_HEADERDATA, x);
-        curl_easy_setopt(x->h, CURLOPT_ERRORBUFFER, x->errbuf);
-        curl_easy_setopt(x->h, CURLOPT_PRIVATE, x);
+    const dlc__xfer_config cfg = {.ops = &piece_ops,
+                                  .drv = f,
+                                  .slots = f->nx,
+                                  .net = f->job->opt,
+                                  .name = "warm",
+                                  .retries = &f->job->retries};
+    dlc_status rc = dlc__xfer_open(&cfg, &f->e);
+    for (size_t i = 0; rc == DLC_OK && i < f->nx; i++) {
+        dlc__xfer_slot *s = dlc__xfer_slot_at(f->e, i);
+        f->xs[i].job = f->job;
+        s->t = &f->xs[i];
+        rc = dlc__warm_easy_setup(s->h, f->job->src, f->job->opt);
     }
-    return DLC_OK;
+    return rc;
 }
 
 /* Start the journal thread when there is a journal. */
@@ -492,163 +533,13 @@ static dlc_status start_syncer(fetcher *f)
     return DLC_OK;
 }
 
-/* Give @p x the next missing piece; 0 when none is left. */
-static int assign_next_piece(fetcher *f, xfer *x)
-{
-    dlc__warm_range piece;
-    if (!dlc__warm_gaps_next(&f->gaps, &piece))
-        return 0;
-    x->assigned = 1;
-    x->piece = piece.off;
-    x->start = piece.off;
-    x->end = piece.off + piece.len - 1;
-    x->attempts = 0;
-    x->retry_at = 0;
-    f->job->chunks_fetched++;
-    return 1;
-}
-
-/* Every idle slot takes a piece, and starts its request once its retry is due. */
-static dlc_status start_due_attempts(fetcher *f)
-{
-    const double now = dlc__now_s();
-    for (size_t i = 0; i < f->nx; i++) {
-        xfer *x = &f->xs[i];
-        if (x->active)
-            continue;
-        if (!x->assigned && !assign_next_piece(f, x))
-            continue;
-        if (now >= x->retry_at) {
-            const dlc_status rc = start_attempt(f->m, x);
-            if (rc < 0)
-                return rc;
-        }
-    }
-    return DLC_OK;
-}
-
-/* All bytes of the piece of @p x are in place: count it and hand it to the journal. */
-static void complete_piece(fetcher *f, xfer *x)
-{
-    const uint64_t len = x->end - x->piece + 1;
-    f->job->done_bytes += len;
-    x->assigned = 0;
-    f->missing--;
-    if (f->sync_started)
-        sync_push(&f->sy, x->piece, len);
-}
-
-/* Retry what is still missing of the piece of @p x after a backoff, or give up. */
-static dlc_status schedule_retry(fetcher *f, xfer *x, const char *why)
-{
-    dlc__warm_fetch_job *job = f->job;
-    const dlc_warm_options *opt = job->opt;
-    /* Bytes that arrived in a checked answer are in place, so the next attempt
-     * asks for the rest only; an attempt that made progress resets the count. */
-    x->attempts = (x->got > 0 && job->obj->ranges) ? 1 : x->attempts + 1;
-    /* A server without ranges can only send the whole object again. */
-    if (job->obj->ranges)
-        x->start += x->got;
-    job->retries++;
-    if (x->attempts > f->max_retries)
-        return dlc__errorf(DLC_ENETWORK,
-                           "%s: bytes %" PRIu64 "-%" PRIu64 ": gave up after %u attempts: %s",
-                           job->src->shown, x->start, x->end, x->attempts, why);
-    const double delay = dlc__warm_backoff(x->attempts, &f->rng);
-    x->retry_at = dlc__now_s() + delay;
-    dlc__logf(opt->log, opt->log_user, DLC_LOG_WARN,
-              "%s: bytes %" PRIu64 "-%" PRIu64 ": %s; retry %u in %.2f s", job->src->shown,
-              x->start, x->end, why, x->attempts, delay);
-    return DLC_OK;
-}
-
-/* Judge every transfer that libcurl reports finished. *freed says whether a
- * slot became free, so that its next request starts without sleeping. */
-static dlc_status collect_finished(fetcher *f, int *freed)
-{
-    CURLMsg *msg;
-    int left;
-    *freed = 0;
-    while ((msg = curl_multi_info_read(f->m, &left))) {
-        if (msg->msg != CURLMSG_DONE)
-            continue;
-        xfer *x = NULL;
-        curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&x);
-        const CURLcode res = msg->data.result;
-        curl_multi_remove_handle(f->m, x->h);
-        x->active = 0;
-        *freed = 1;
-        dlc_status fatal = DLC_OK;
-        char why[700];
-        const int verdict = finish_attempt(x, res, &fatal, why, sizeof why);
-        if (verdict < 0)
-            return fatal;
-        if (verdict == 0) {
-            complete_piece(f, x);
-            continue;
-        }
-        const dlc_status rc = schedule_retry(f, x, why);
-        if (rc < 0)
-            return rc;
-    }
-    return DLC_OK;
-}
-
-/* Sleep until a socket is ready, a retry is due, or 100 ms pass (the progress
- * callback's pace); not at all when a slot was freed. */
-static dlc_status wait_for_work(fetcher *f, int freed)
-{
-    double wait = freed ? 0.0 : 0.1;
-    const double now = dlc__now_s();
-    for (size_t i = 0; i < f->nx; i++)
-        if (f->xs[i].assigned && !f->xs[i].active) {
-            const double d = f->xs[i].retry_at - now;
-            if (d < wait)
-                wait = d;
-        }
-    if (wait <= 0)
-        return DLC_OK;
-    const CURLMcode mc = curl_multi_poll(f->m, NULL, 0, (int)(wait * 1000.0) + 1, NULL);
-    if (mc != CURLM_OK)
-        return dlc__errorf(DLC_ENETWORK, "warm: curl_multi_poll: %s", curl_multi_strerror(mc));
-    return DLC_OK;
-}
-
-/* One turn of the transfer loop. */
-static dlc_status fetch_step(fetcher *f)
-{
-    dlc_status rc = start_due_attempts(f);
-    if (rc < 0)
-        return rc;
-    int running = 0;
-    const CURLMcode mc = curl_multi_perform(f->m, &running);
-    if (mc != CURLM_OK)
-        return dlc__errorf(DLC_ENETWORK, "warm: curl_multi_perform: %s", curl_multi_strerror(mc));
-    int freed = 0;
-    rc = collect_finished(f, &freed);
-    if (rc == DLC_OK && f->sync_started)
-        rc = sync_failed(&f->sy);
-    if (rc < 0)
-        return rc;
-    if (want_cancel(f->job, f->xs, f->nx, &f->last_progress))
-        return dlc__errorf(DLC_ECANCELED, "%s: download canceled; a rerun resumes it",
-                           f->job->src->shown);
-    return f->missing == 0 ? DLC_OK : wait_for_work(f, freed);
-}
-
 /* Free the transfers and stop the journal thread; returns @p rc, or the
  * journal's failure when everything else went well. */
 static dlc_status close_fetcher(fetcher *f, dlc_status rc)
 {
-    if (f->xs) {
-        for (size_t i = 0; i < f->nx; i++) {
-            if (f->xs[i].active)
-                curl_multi_remove_handle(f->m, f->xs[i].h);
-            if (f->xs[i].h)
-                curl_easy_cleanup(f->xs[i].h);
-            curl_slist_free_all(f->xs[i].hdrs);
-        }
-    }
+    dlc__xfer_close(f->e);
+    for (size_t i = 0; f->xs && i < f->nx; i++)
+        curl_slist_free_all(f->xs[i].hdrs);
     syncer *sy = &f->sy;
     if (f->sync_started) {
         /* Let the journal catch up with every piece that did complete, also
@@ -666,8 +557,6 @@ static dlc_status close_fetcher(fetcher *f, dlc_status rc)
     free(sy->pending);
     free(sy->batch);
     free(f->xs);
-    if (f->m)
-        curl_multi_cleanup(f->m);
     return rc;
 }
 
@@ -677,7 +566,6 @@ dlc_status dlc__warm_fetch(dlc__warm_fetch_job *job)
     fetcher f;
     memset(&f, 0, sizeof f);
     f.job = job;
-    f.max_retries = opt->max_retries ? opt->max_retries : DLC__WARM_DEFAULT_RETRIES;
     uint64_t complete_chunks = 0;
     dlc__warm_gaps_count(job->have, job->obj->size, job->chunk_size, &f.missing, &complete_chunks);
     if (f.missing == 0)
@@ -686,32 +574,75 @@ dlc_status dlc__warm_fetch(dlc__warm_fetch_job *job)
     if (f.nx > f.missing)
         f.nx = (size_t)f.missing;
     dlc__warm_gaps_init(&f.gaps, job->have, job->obj->size, job->chunk_size);
-    f.rng = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^ (uint64_t)(dlc__now_s() * 1e9);
 
     dlc_status rc = open_transfers(&f);
     if (rc == DLC_OK)
         rc = start_syncer(&f);
-    while (rc == DLC_OK && f.missing > 0)
-        rc = fetch_step(&f);
+    if (rc == DLC_OK)
+        rc = dlc__xfer_run(f.e);
     return close_fetcher(&f, rc);
 }
 
 /* ------------------------------------------------------------------------ */
+/* The probe: one request on a one-slot engine, which retries it like a piece. */
+
+typedef struct prober {
+    const dlc__warm_source *src;
+    const dlc_warm_options *opt;
+    dlc__warm_object *obj;
+    uint32_t *retries;
+    xfer x;
+    int ready;   /* The easy handle is set up. */
+    int taken;   /* The slot holds the probe. */
+    int learned; /* The answer said what the object is. */
+} prober;
+
+static int probe_next(void *drv, dlc__xfer_slot *s)
+{
+    prober *pr = drv;
+    if (pr->taken)
+        return 0;
+    pr->taken = 1;
+    return 1;
+}
+
+static dlc_status probe_request(void *drv, dlc__xfer_slot *s)
+{
+    prober *pr = drv;
+    xfer *x = s->t;
+    if (!pr->ready) {
+        const uint64_t chunk = pr->opt->chunk_size ? pr->opt->chunk_size : DLC__WARM_DEFAULT_CHUNK;
+        dlc_status rc = dlc__warm_easy_setup(s->h, pr->src, pr->opt);
+        /* Ask for the first chunk and stop at the first body byte: this works
+         * for pre-signed GET URLs, where a HEAD would not match the signature. */
+        if (rc == DLC_OK)
+            rc = dlc__warm_request_headers(pr->src, 0, chunk - 1, NULL, &x->hdrs);
+        if (rc < 0)
+            return rc;
+        curl_easy_setopt(s->h, CURLOPT_HTTPHEADER, x->hdrs);
+        pr->ready = 1;
+    }
+    /* Without a job, on_body() stops at the first byte of a 2xx answer. */
+    reset_response(x);
+    return DLC_OK;
+}
 
 /* What a probe's answer says about the object. *learned is 1 when it says
  * (size, ETag, ranges in @p obj), 0 when it is a failure for
  * probe_retry_or_fail() to judge. */
-static dlc_status read_probe_answer(const xfer *x, CURLcode res, const dlc__warm_source *src,
-                                    dlc__warm_object *obj, int *learned)
+static dlc_status read_probe_answer(const dlc__xfer_slot *s, CURLcode res,
+                                    const dlc__warm_source *src, dlc__warm_object *obj,
+                                    int *learned)
 {
+    const xfer *x = s->t;
     *learned = 0;
-    obj->status = x->status;
-    if ((res == CURLE_OK || res == CURLE_WRITE_ERROR) && is_ok_status(x->status)) {
+    obj->status = s->status;
+    if ((res == CURLE_OK || res == CURLE_WRITE_ERROR) && is_ok_status(s->status)) {
         snprintf(obj->etag, sizeof obj->etag, "%s", x->etag);
         obj->pushed = x->pushed;
         obj->push_part_size = x->push_part_size;
         snprintf(obj->goog_md5, sizeof obj->goog_md5, "%s", x->goog_md5);
-        if (x->status == 206) {
+        if (s->status == 206) {
             if (!x->have_range || x->cr_total == UINT64_MAX)
                 return dlc__errorf(DLC_EHTTP,
                                    "%s: a 206 answer without the object's size in Content-Range",
@@ -732,7 +663,7 @@ static dlc_status read_probe_answer(const xfer *x, CURLcode res, const dlc__warm
             obj->ranges = 0;
         }
         *learned = 1;
-    } else if (res == CURLE_OK && x->status == 416 && x->have_range && x->cr_start == UINT64_MAX &&
+    } else if (res == CURLE_OK && s->status == 416 && x->have_range && x->cr_start == UINT64_MAX &&
                x->cr_total == 0) {
         obj->size = 0; /* An empty object: nothing to range over. */
         snprintf(obj->etag, sizeof obj->etag, "%s", x->etag);
@@ -743,79 +674,95 @@ static dlc_status read_probe_answer(const xfer *x, CURLcode res, const dlc__warm
 
 /* A failed probe: DLC_OK with the reason in @p why when it is worth another
  * try, else the error. */
-static dlc_status probe_retry_or_fail(const xfer *x, CURLcode res, const dlc__warm_source *src,
-                                      unsigned attempt, uint32_t max_retries, char *why,
-                                      size_t whycap)
+
+/* A failed probe: DLC_OK with the reason in @p why when it is worth another
+ * try, else the error. */
+static dlc_status probe_retry_or_fail(const dlc__xfer_slot *s, CURLcode res,
+                                      const dlc__warm_source *src, char *why, size_t whycap)
 {
+    const xfer *x = s->t;
     if (res == CURLE_OK) {
         char said[600];
         dlc__warm_describe_body(x->body, x->body_len, said, sizeof said);
-        snprintf(why, whycap, "HTTP %ld%s%s", x->status, *said ? ": " : "",
+        snprintf(why, whycap, "HTTP %ld%s%s", s->status, *said ? ": " : "",
                  *said ? said : "(no detail from the server)");
-        if (!dlc__warm_retryable_http(x->status))
+        if (!dlc__warm_retryable_http(s->status))
             return dlc__errorf(DLC_EHTTP, "%s: %s", src->shown, why);
     } else {
-        snprintf(why, whycap, "%s", x->errbuf[0] ? x->errbuf : curl_easy_strerror(res));
+        snprintf(why, whycap, "%s", s->errbuf[0] ? s->errbuf : curl_easy_strerror(res));
         if (!dlc__warm_retryable_curl(res))
             return dlc__errorf(DLC_ENETWORK, "%s: %s", src->shown, why);
     }
-    if (attempt > max_retries)
-        return dlc__errorf(DLC_ENETWORK, "%s: gave up after %u attempts: %s", src->shown, attempt,
-                           why);
     return DLC_OK;
 }
 
-static void sleep_s(double s)
+static dlc_status probe_done(void *drv, dlc__xfer_slot *s, CURLcode res, char *why, size_t cap)
 {
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
-    }
+    prober *pr = drv;
+    int learned = 0;
+    dlc_status rc = read_probe_answer(s, res, pr->src, pr->obj, &learned);
+    if (rc == DLC_OK && learned)
+        pr->learned = 1;
+    else if (rc == DLC_OK)
+        rc = probe_retry_or_fail(s, res, pr->src, why, cap);
+    return rc < 0 || learned ? rc : DLC__XFER_RETRY;
 }
+
+static const char *probe_describe(void *drv, const dlc__xfer_slot *s, char *buf, size_t cap)
+{
+    const prober *pr = drv;
+    snprintf(buf, cap, "%s", pr->src->shown);
+    return buf;
+}
+
+/* The probe counts the retries it makes, not the attempt it gives up on. */
+static dlc_status probe_before_retry(void *drv, dlc__xfer_slot *s)
+{
+    prober *pr = drv;
+    (*pr->retries)++;
+    return DLC_OK;
+}
+
+static int probe_finished(void *drv)
+{
+    const prober *pr = drv;
+    return pr->learned;
+}
+
+/* No progress hook: a probe reports no progress and cannot be canceled. */
+static const dlc__xfer_ops probe_ops = {
+    .next = probe_next,
+    .request = probe_request,
+    .response = on_response,
+    .header = on_header,
+    .sink = on_body,
+    .done = probe_done,
+    .describe = probe_describe,
+    .before_retry = probe_before_retry,
+    .finished = probe_finished,
+};
 
 dlc_status dlc__warm_probe(const dlc__warm_source *src, const dlc_warm_options *opt,
                            dlc__warm_object *obj, uint32_t *retries)
 {
-    dlc_status rc = DLC_OK;
     memset(obj, 0, sizeof *obj);
-    const uint32_t max_retries = opt->max_retries ? opt->max_retries : DLC__WARM_DEFAULT_RETRIES;
-    const uint64_t chunk = opt->chunk_size ? opt->chunk_size : DLC__WARM_DEFAULT_CHUNK;
-    uint64_t rng = (uint64_t)getpid() ^ (uint64_t)(dlc__now_s() * 1e9);
-    xfer *x = calloc(1, sizeof *x);
-    CURL *h = curl_easy_init();
-    FAIL_IF(!x || !h, -ENOMEM, "warm: out of memory");
-    CHECK(dlc__warm_easy_setup(h, src, opt));
-    /* Ask for the first chunk and stop at the first body byte: this works
-     * for pre-signed GET URLs, where a HEAD would not match the signature. */
-    CHECK(dlc__warm_request_headers(src, 0, chunk - 1, NULL, &x->hdrs));
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, x->hdrs);
-    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
-    curl_easy_setopt(h, CURLOPT_HEADERDATA, x);
-    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, x->errbuf);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, x);
-    /* Without a job, on_body() stops at the first byte of a 2xx answer. */
-    for (unsigned attempt = 1;; attempt++) {
-        reset_response(x);
-        x->errbuf[0] = '\0';
-        x->job = NULL;
-        const CURLcode res = curl_easy_perform(h);
-        int learned = 0;
-        CHECK(read_probe_answer(x, res, src, obj, &learned));
-        if (learned)
-            break;
-        char why[700];
-        CHECK(probe_retry_or_fail(x, res, src, attempt, max_retries, why, sizeof why));
-        const double delay = dlc__warm_backoff(attempt, &rng);
-        dlc__logf(opt->log, opt->log_user, DLC_LOG_WARN, "%s: %s; retry %u in %.2f s", src->shown,
-                  why, attempt, delay);
-        (*retries)++;
-        sleep_s(delay);
+    prober *pr = calloc(1, sizeof *pr);
+    if (!pr)
+        return dlc__errorf(-ENOMEM, "warm: out of memory");
+    pr->src = src;
+    pr->opt = opt;
+    pr->obj = obj;
+    pr->retries = retries;
+    const dlc__xfer_config cfg = {
+        .ops = &probe_ops, .drv = pr, .slots = 1, .net = opt, .name = "warm"};
+    dlc__xfer *e = NULL;
+    dlc_status rc = dlc__xfer_open(&cfg, &e);
+    if (rc == DLC_OK) {
+        dlc__xfer_slot_at(e, 0)->t = &pr->x;
+        rc = dlc__xfer_run(e);
     }
-fail:
-    if (h)
-        curl_easy_cleanup(h);
-    if (x)
-        curl_slist_free_all(x->hdrs);
-    free(x);
+    dlc__xfer_close(e);
+    curl_slist_free_all(pr->x.hdrs);
+    free(pr);
     return rc;
 }

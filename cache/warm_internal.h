@@ -1,6 +1,7 @@
 /* Private to the warm part (cache/warm_*.c): source resolution, the resume
- * journal and the byte ranges it records, the sidecar and the parallel
- * fetcher. Tests include it to check the pieces one by one. */
+ * journal and the byte ranges it records, the sidecar, the parallel fetcher
+ * and the push (both on the transfer engine of warm_xfer.h). Tests include it
+ * to check the pieces one by one. */
 #ifndef DLCACHE_WARM_INTERNAL_H
 #define DLCACHE_WARM_INTERNAL_H
 
@@ -176,7 +177,7 @@ typedef struct dlc__warm_object {
 } dlc__warm_object;
 
 /* Ask for the first bytes of the object and stop at the body: size, ETag and
- * whether ranges work. Retries like a chunk does. */
+ * whether ranges work. Retries like a chunk does (the same engine, warm_xfer.h). */
 dlc_status dlc__warm_probe(const dlc__warm_source *src, const dlc_warm_options *opt,
                            dlc__warm_object *obj, uint32_t *retries);
 
@@ -200,8 +201,9 @@ typedef struct dlc__warm_fetch_job {
     uint32_t retries;
 } dlc__warm_fetch_job;
 
-/* Fetch every missing piece, journaling each after its bytes are synced.
- * On failure the pieces completed so far stay journaled (resumable). */
+/* Fetch every missing piece on the transfer engine (warm_xfer.h), journaling
+ * each after its bytes are synced. On failure the pieces completed so far stay
+ * journaled (resumable). */
 dlc_status dlc__warm_fetch(dlc__warm_fetch_job *job);
 
 /* Backoff before attempt @p attempt (1, 2, ...): exponential from 0.1 s,
@@ -333,7 +335,7 @@ typedef enum dlc__push_step {
 struct dlc__push_file;
 
 /* One HTTP request of a push: what the protocol (warm_push_s3.c, warm_push_gcs.c) asks for, and
- * what the engine (warm_push_engine.c) got back. */
+ * what came back, as warm_push_engine.c hands it to the transfer engine (warm_xfer.h). */
 typedef struct dlc__push_req {
     struct dlc__push_file *file;
     dlc__push_step step;
@@ -403,7 +405,6 @@ typedef struct dlc__push_ctx {
     size_t nfiles;
     dlc_warm_push_result *r;
     double t0;
-    uint64_t rng;
 } dlc__push_ctx;
 
 /* The answer of a protocol to a finished request that should be sent again after a backoff. */
@@ -422,7 +423,8 @@ dlc_status dlc__push_gcs_done(dlc__push_ctx *c, dlc__push_req *r, char *why, siz
 /* An HTTP answer the protocol did not expect: DLC__PUSH_RETRY for 5xx, 408 and 429 (with the
  * reason in @p why), else DLC_EHTTP naming the object, @p what and the server's Code/Message. */
 dlc_status dlc__push_http_error(const dlc__push_req *r, const char *what, char *why, size_t cap);
-/* Send every file's requests until all are finished; the first failure ends it. */
+/* Send every file's requests on the transfer engine until all are finished; the first failure
+ * ends it. */
 dlc_status dlc__push_run(dlc__push_ctx *c);
 /* Release what a request owns and zero it. */
 void dlc__push_req_free(dlc__push_req *r);
@@ -458,8 +460,8 @@ void dlc__warm_set_list_free(dlc__warm_set_list *l);
 dlc_status dlc__warm_set(const char *url, const char *dest, const dlc_warm_options *opt,
                          dlc_warm_result *r, double t0);
 
-/* The small parsers of warm_source.c, for the push's XML and JSON answers. */
+/* The small XML parser of warm_source.c, for S3's answers (JSON ones go to the library's one
+ * reader, dlc__json_find_string() of common.h). */
 int dlc__warm_xml_field(const char *body, size_t len, const char *tag, char *out, size_t cap);
-int dlc__warm_json_string(const char *body, size_t len, const char *key, char *out, size_t cap);
 
 #endif /* DLCACHE_WARM_INTERNAL_H */

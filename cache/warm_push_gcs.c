@@ -201,9 +201,9 @@ static dlc_status check_object(dlc__push_ctx *c, dlc__push_req *r)
     dlc__push_file *f = r->file;
     char b64[64] = "", size[32] = "", etag[DLC__WARM_ETAG_MAX] = "";
     uint8_t want[16], got[16];
-    dlc__warm_json_string(r->resp, r->resp_len, "md5Hash", b64, sizeof b64);
-    dlc__warm_json_string(r->resp, r->resp_len, "size", size, sizeof size);
-    dlc__warm_json_string(r->resp, r->resp_len, "etag", etag, sizeof etag);
+    dlc__json_find_string(r->resp, r->resp_len, "md5Hash", 1, b64, sizeof b64);
+    dlc__json_find_string(r->resp, r->resp_len, "size", 1, size, sizeof size);
+    dlc__json_find_string(r->resp, r->resp_len, "etag", 1, etag, sizeof etag);
     const double t = dlc__now_s();
     const dlc_status rc = dlc__md5_file_range(f->fd, f->path, 0, f->id.size, want);
     c->r->verify_seconds += dlc__now_s() - t;
@@ -273,9 +273,9 @@ static dlc_status on_checked(dlc__push_ctx *c, dlc__push_req *r, char *why, size
     uint8_t got[16];
     if (r->status != 200 && r->status != 404)
         return dlc__push_http_error(r, NULL, why, cap);
-    dlc__warm_json_string(r->resp, r->resp_len, "md5Hash", b64, sizeof b64);
-    dlc__warm_json_string(r->resp, r->resp_len, "size", size, sizeof size);
-    dlc__warm_json_string(r->resp, r->resp_len, "etag", etag, sizeof etag);
+    dlc__json_find_string(r->resp, r->resp_len, "md5Hash", 1, b64, sizeof b64);
+    dlc__json_find_string(r->resp, r->resp_len, "size", 1, size, sizeof size);
+    dlc__json_find_string(r->resp, r->resp_len, "etag", 1, etag, sizeof etag);
     if (r->status == 200 && dlc__md5_from_base64(b64, got) == 0 &&
         memcmp(got, f->j.final_md5, 16) == 0 && strtoull(size, NULL, 10) == f->id.size) {
         snprintf(f->etag, sizeof f->etag, "%s", etag);

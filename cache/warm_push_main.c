@@ -1,6 +1,7 @@
 /* dlc_warm_push(): the files to upload (a store, or a set's shards and then its index), their
- * destinations, resume journals and part sizes; then the engine (warm_push_engine.c) sends them;
- * then the journals are removed once every file is on the server and checked. */
+ * destinations, resume journals and part sizes; then warm_push_engine.c sends them on the transfer
+ * engine (warm_xfer.h); then the journals are removed once every file is on the server and
+ * checked. */
 #include "common.h"
 #include "warm_internal.h"
 
@@ -197,7 +198,6 @@ dlc_status dlc_warm_push(const char *path, const char *url, const dlc_warm_push_
     memset(&r, 0, sizeof r);
     dlc__push_ctx c = {.opt = opt_in ? opt_in : &defaults, .r = &r, .t0 = dlc__now_s()};
     c.net = c.opt->net;
-    c.rng = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^ (uint64_t)(c.t0 * 1e9);
     int curl_inited = 0;
     struct stat st;
     dlc_status rc = check_options(&c, path, url);

@@ -158,31 +158,6 @@ int dlc__warm_xml_field(const char *body, size_t len, const char *tag, char *out
     return 1;
 }
 
-/* Copy the string value of the first "key": "value" in a JSON text. */
-int dlc__warm_json_string(const char *body, size_t len, const char *key, char *out, size_t cap)
-{
-    char pat[64];
-    snprintf(pat, sizeof pat, "\"%s\"", key);
-    const char *a = memmem(body, len, pat, strlen(pat));
-    if (!a)
-        return 0;
-    const char *end = body + len;
-    a += strlen(pat);
-    while (a < end && (*a == ' ' || *a == ':' || *a == '\t' || *a == '\n' || *a == '\r'))
-        a++;
-    if (a >= end || *a != '"')
-        return 0;
-    a++;
-    size_t o = 0;
-    while (a < end && *a != '"' && o + 1 < cap) {
-        if (*a == '\\' && a + 1 < end)
-            a++;
-        out[o++] = *a++;
-    }
-    out[o] = '\0';
-    return a < end && *a == '"';
-}
-
 static void printable(char *s)
 {
     for (; *s; s++)
@@ -201,7 +176,7 @@ void dlc__warm_describe_body(const char *body, size_t len, char *out, size_t cap
             snprintf(out, cap, "%s: %s", code, msg);
         else
             snprintf(out, cap, "%s", code);
-    } else if (dlc__warm_json_string(body, len, "message", msg, sizeof msg)) {
+    } else if (dlc__json_find_string(body, len, "message", 1, msg, sizeof msg)) {
         snprintf(out, cap, "%s", msg);
     } else {
         snprintf(out, cap, "%.*s", (int)(len < 200 ? len : 200), body);
@@ -421,7 +396,7 @@ static dlc_status gce_token(const dlc_warm_options *opt, char *token, size_t cap
         long status = 0;
         if (curl_easy_perform(h) == CURLE_OK &&
             curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status) == CURLE_OK && status == 200 &&
-            dlc__warm_json_string(m->data, m->len, "access_token", token, cap))
+            dlc__json_find_string(m->data, m->len, "access_token", 1, token, cap))
             rc = DLC_OK;
         memset(m, 0, sizeof *m);
     }

@@ -8,7 +8,8 @@
  *   - little-endian loads and stores on unaligned bytes (inline);
  *   - the monotonic clock, the usable core count, syncing a directory (platform.c);
  *   - the counter-based random streams of the loader and the tools (inline, and rng.c);
- *   - IEEE binary16 conversion (half.c).
+ *   - IEEE binary16 conversion (half.c);
+ *   - reading JSON and writing a JSON string (json.c).
  * No function here allocates except dlc__fsync_dir and dlc__replace_file, and none keeps state
  * between calls. */
 #ifndef DLCACHE_COMMON_H
@@ -173,5 +174,75 @@ uint64_t dlc__rng_below(dlc__rng *r, uint64_t n);
 /* Binary16 bits of @p f, rounded to nearest even (what torch's .half() does); NaN stays a quiet
  * NaN, values beyond the largest half become infinities. */
 uint16_t dlc__f32_to_f16(float f);
+
+/* ---- JSON (json.c) -----------------------------------------------------------------------------
+ * One reader and one string writer for the JSON that the parts and the tools handle: a store's
+ * "build" metadata (shown by cacheinfo), the tools' --json reports, an object server's answers
+ * and error bodies (warm). The reader walks the text in place and reports each value to a
+ * callback; it never allocates, and it refuses nesting deeper than DLC__JSON_MAX_DEPTH, so that
+ * hostile text cannot exhaust the stack. */
+enum {
+    DLC__JSON_MAX_DEPTH = 16, /* Levels of containers below the top value (depth 0). */
+    DLC__JSON_KEY_MAX = 256,  /* A member's name is cut to this many bytes, NUL included, */
+    DLC__JSON_STR_MAX = 4096, /* and a string value handed to a callback to this many. */
+};
+
+typedef enum dlc__json_kind {
+    DLC__JSON_NULL,
+    DLC__JSON_BOOL,
+    DLC__JSON_INT,    /* An integer that fits a long long (a larger one is malformed). */
+    DLC__JSON_DOUBLE, /* A number with a fraction or an exponent. */
+    DLC__JSON_STRING,
+    DLC__JSON_OBJECT,     /* Its members follow, then DLC__JSON_OBJECT_END. */
+    DLC__JSON_ARRAY,      /* Its elements follow, then DLC__JSON_ARRAY_END. */
+    DLC__JSON_OBJECT_END, /* key, depth and raw are those of the container; raw_end is set. */
+    DLC__JSON_ARRAY_END,
+} dlc__json_kind;
+
+/* One value as the walk meets it; valid during the callback only. */
+typedef struct dlc__json_item {
+    dlc__json_kind kind;
+    int depth;           /* 0: the top value; a container's members are one deeper. */
+    const char *key;     /* The member's name, decoded; NULL at the top and in an array. */
+    const char *raw;     /* The value's text: its first byte, */
+    const char *raw_end; /* and one past its last (NULL at the start of a container). */
+    const char *str;     /* DLC__JSON_STRING: decoded, NUL-terminated, cut to STR_MAX. */
+    long long i;         /* DLC__JSON_INT. */
+    double d;            /* DLC__JSON_DOUBLE. */
+    int b;               /* DLC__JSON_BOOL. */
+} dlc__json_item;
+
+/* Called for each value in text order; a nonzero return stops the walk. */
+typedef int (*dlc__json_visit)(void *user, const dlc__json_item *item);
+
+/* Walk the one value at @p p (white space before it is skipped) up to @p end, calling @p visit
+ * (may be NULL: only check). Returns 0 when the value is whole (*after, when not NULL, is the
+ * byte after it), 1 when @p visit stopped the walk, -1 when the text is not JSON there. Text
+ * after a value the callback stopped at is never read, so a cut text still yields what came
+ * before the cut. Strings decode \uXXXX beyond ASCII as '?'. */
+int dlc__json_walk(const char *p, const char *end, dlc__json_visit visit, void *user,
+                   const char **after);
+/* 1 when the @p n bytes at @p p are exactly one JSON value, with white space around it. */
+int dlc__json_valid(const char *p, size_t n);
+/* Decode the string at @p p (which points at its '"') into @p out (may be NULL; cut to @p cap
+ * bytes with its NUL), its whole decoded length into *len (may be NULL). Returns the byte after
+ * the closing quote, or NULL when malformed. */
+const char *dlc__json_string(const char *p, const char *end, char *out, size_t cap, size_t *len);
+/* The value of member @p key of the top-level object in [p, end) (the first such member): its
+ * text is [*vs, *ve). Returns 0, or -1 when there is none before the text ends or goes wrong. */
+int dlc__json_member(const char *p, const char *end, const char *key, const char **vs,
+                     const char **ve);
+/* Copy the string value of the first member named @p key (of the top-level object, or with
+ * @p any_depth of any object, in text order) into @p out. Returns 1, or 0 when there is no such
+ * member before the text ends or goes wrong, when its value is not a string, or when the string
+ * does not fit @p cap (@p out then holds its start). */
+int dlc__json_find_string(const char *p, size_t n, const char *key, int any_depth, char *out,
+                          size_t cap);
+
+/* Where dlc__json_quote() writes: @p n bytes at @p p. */
+typedef void (*dlc__json_put)(void *user, const char *p, size_t n);
+/* Write @p s as a JSON string: quoted, with quotes, backslashes, \n, \r and \t escaped by name,
+ * other control characters as \u00XX, and every other byte as it is (UTF-8 passes through). */
+void dlc__json_quote(const char *s, dlc__json_put put, void *user);
 
 #endif /* DLCACHE_COMMON_H */

@@ -16,7 +16,6 @@
 
 #include "info.h"
 
-#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,8 +23,6 @@
 
 /* Labels listed in the text output; --json lists all. */
 #define MAX_LABEL_LINES 40
-/* The "build" text is untrusted input: its nesting is bounded. */
-#define MAX_JSON_DEPTH 16
 
 static void usage(FILE *f)
 {
@@ -46,231 +43,58 @@ static void usage(FILE *f)
           f);
 }
 
-/* ---- A small JSON reader for the "build" metadata: it validates the text
- * (dry run, j == NULL) and re-emits it through tool_json, so --json embeds
- * it as an object. ---- */
+/* ---- The "build" metadata, re-emitted through tool_json by the library's JSON reader
+ * (common.h), so that --json embeds it as an object. ---- */
 
-static const char *js_ws(const char *p, const char *end)
+typedef struct reemit {
+    tool_json *j;
+    const char *top_key; /* The key of the top value in the report. */
+} reemit;
+
+static int on_build_value(void *user, const dlc__json_item *it)
 {
-    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
-        p++;
-    return p;
-}
-
-/* Decode a string at p (which points at '"') into out (cap bytes, truncated). */
-static const char *js_string(const char *p, const char *end, char *out, size_t cap)
-{
-    size_t n = 0;
-    if (p >= end || *p != '"')
-        return NULL;
-    p++;
-    while (p < end && *p != '"') {
-        unsigned c = (unsigned char)*p++;
-        if (c < 0x20)
-            return NULL;
-        if (c == '\\') {
-            if (p >= end)
-                return NULL;
-            const char e = *p++;
-            switch (e) {
-            case '"':
-            case '\\':
-            case '/':
-                c = (unsigned char)e;
-                break;
-            case 'b':
-                c = '\b';
-                break;
-            case 'f':
-                c = '\f';
-                break;
-            case 'n':
-                c = '\n';
-                break;
-            case 'r':
-                c = '\r';
-                break;
-            case 't':
-                c = '\t';
-                break;
-            case 'u': {
-                if (end - p < 4)
-                    return NULL;
-                c = 0;
-                for (int i = 0; i < 4; i++) {
-                    const char h = *p++;
-                    c <<= 4;
-                    if (h >= '0' && h <= '9')
-                        c |= (unsigned)(h - '0');
-                    else if (h >= 'a' && h <= 'f')
-                        c |= (unsigned)(h - 'a' + 10);
-                    else if (h >= 'A' && h <= 'F')
-                        c |= (unsigned)(h - 'A' + 10);
-                    else
-                        return NULL;
-                }
-                if (c >= 0x80)
-                    c = '?'; /* Only control characters are escaped by our writer. */
-                break;
-            }
-            default:
-                return NULL;
-            }
-        }
-        if (out && n + 1 < cap)
-            out[n++] = (char)c;
+    const reemit *r = user;
+    tool_json *j = r->j;
+    const char *key = it->depth == 0 ? r->top_key : it->key;
+    switch (it->kind) {
+    case DLC__JSON_OBJECT:
+        tool_json_object_begin(j, key);
+        break;
+    case DLC__JSON_ARRAY:
+        tool_json_array_begin(j, key);
+        break;
+    case DLC__JSON_OBJECT_END:
+        tool_json_object_end(j);
+        break;
+    case DLC__JSON_ARRAY_END:
+        tool_json_array_end(j);
+        break;
+    case DLC__JSON_STRING:
+        tool_json_str(j, key, it->str);
+        break;
+    case DLC__JSON_INT:
+        tool_json_i64(j, key, it->i);
+        break;
+    case DLC__JSON_DOUBLE:
+        tool_json_f64(j, key, it->d);
+        break;
+    case DLC__JSON_BOOL:
+        tool_json_bool(j, key, it->b);
+        break;
+    case DLC__JSON_NULL:
+        tool_json_str(j, key, NULL);
+        break;
     }
-    if (p >= end)
-        return NULL;
-    if (out && cap)
-        out[n] = '\0';
-    return p + 1;
-}
-
-static const char *js_value(const char *p, const char *end, tool_json *j, const char *key,
-                            int depth);
-
-/* An object or an array at p (which points at '{' or '['), its members re-emitted into j. */
-static const char *js_container(const char *p, const char *end, tool_json *j, const char *key,
-                                int depth)
-{
-    const int obj = *p == '{';
-    if (j)
-        (obj ? tool_json_object_begin : tool_json_array_begin)(j, key);
-    p = js_ws(p + 1, end);
-    if (p < end && *p == (obj ? '}' : ']')) {
-        p++;
-    } else {
-        for (;;) {
-            char k[256];
-            if (obj) {
-                p = js_string(js_ws(p, end), end, k, sizeof k);
-                if (!p)
-                    return NULL;
-                p = js_ws(p, end);
-                if (p >= end || *p != ':')
-                    return NULL;
-                p++;
-            }
-            p = js_value(p, end, j, obj ? k : NULL, depth + 1);
-            if (!p)
-                return NULL;
-            p = js_ws(p, end);
-            if (p < end && *p == ',') {
-                p++;
-                continue;
-            }
-            if (p < end && *p == (obj ? '}' : ']')) {
-                p++;
-                break;
-            }
-            return NULL;
-        }
-    }
-    if (j)
-        (obj ? tool_json_object_end : tool_json_array_end)(j);
-    return p;
-}
-
-/* A number at p: an integer stays an integer, anything with a fraction or an exponent is a
- * double. */
-static const char *js_number(const char *p, const char *end, tool_json *j, const char *key)
-{
-    char num[64];
-    size_t n = 0;
-    while (p + n < end && n + 1 < sizeof num && strchr("+-0123456789.eE", p[n]))
-        n++;
-    if (n == 0)
-        return NULL;
-    memcpy(num, p, n);
-    num[n] = '\0';
-    char *e;
-    if (strpbrk(num, ".eE")) {
-        const double d = strtod(num, &e);
-        if (*e)
-            return NULL;
-        if (j)
-            tool_json_f64(j, key, d);
-    } else {
-        errno = 0;
-        const long long v = strtoll(num, &e, 10);
-        if (*e || errno)
-            return NULL;
-        if (j)
-            tool_json_i64(j, key, v);
-    }
-    return p + n;
-}
-
-static const char *js_value(const char *p, const char *end, tool_json *j, const char *key,
-                            int depth)
-{
-    p = js_ws(p, end);
-    if (p >= end || depth > MAX_JSON_DEPTH)
-        return NULL;
-    if (*p == '{' || *p == '[')
-        return js_container(p, end, j, key, depth);
-    if (*p == '"') {
-        char s[4096];
-        const char *q = js_string(p, end, s, sizeof s);
-        if (q && j)
-            tool_json_str(j, key, s);
-        return q;
-    }
-    static const char *const words[] = {"true", "false", "null"};
-    for (int w = 0; w < 3; w++) {
-        const size_t n = strlen(words[w]);
-        if ((size_t)(end - p) >= n && memcmp(p, words[w], n) == 0) {
-            if (j && w < 2)
-                tool_json_bool(j, key, w == 0);
-            else if (j)
-                tool_json_str(j, key, NULL);
-            return p + n;
-        }
-    }
-    return js_number(p, end, j, key);
-}
-
-/* Find top-level member @p key of the object in [p, end): its value's span. */
-static int js_find(const char *p, const char *end, const char *key, const char **vs,
-                   const char **ve)
-{
-    p = js_ws(p, end);
-    if (p >= end || *p != '{')
-        return -1;
-    p++;
-    for (;;) {
-        char k[256];
-        p = js_string(js_ws(p, end), end, k, sizeof k);
-        if (!p)
-            return -1;
-        p = js_ws(p, end);
-        if (p >= end || *p != ':')
-            return -1;
-        const char *s = js_ws(p + 1, end);
-        const char *e = js_value(s, end, NULL, NULL, 1);
-        if (!e)
-            return -1;
-        if (strcmp(k, key) == 0) {
-            *vs = s;
-            *ve = e;
-            return 0;
-        }
-        p = js_ws(e, end);
-        if (p >= end || *p != ',')
-            return -1;
-        p++;
-    }
+    return 0;
 }
 
 /* The string value of top-level @p key, or NULL. */
-static const char *js_get_str(const char *text, const char *key, char *buf, size_t cap)
+static const char *build_str(const char *text, const char *key, char *buf, size_t cap)
 {
     const char *vs, *ve;
-    const char *end = text + strlen(text);
-    if (js_find(text, end, key, &vs, &ve) != 0 || *vs != '"')
+    if (dlc__json_member(text, text + strlen(text), key, &vs, &ve) != 0 || *vs != '"')
         return NULL;
-    return js_string(vs, ve, buf, cap) ? buf : NULL;
+    return dlc__json_string(vs, ve, buf, cap, NULL) ? buf : NULL;
 }
 
 /* ---- Verify ---- */
@@ -419,8 +243,7 @@ static void read_build_meta(info_report *r)
     const size_t n = r->build_size;
     memcpy(r->build, data, n);
     r->build[n] = '\0';
-    const char *e = js_value(r->build, r->build + n, NULL, NULL, 0);
-    r->build_ok = e && js_ws(e, r->build + n) == r->build + n && memchr(r->build, 0, n) == NULL;
+    r->build_ok = dlc__json_valid(r->build, n) && memchr(r->build, 0, n) == NULL;
 }
 
 /* --verify: re-hash every record, naming the bad ones as they come. Returns the exit status
@@ -551,10 +374,12 @@ static void print_json(const info_report *r)
         tool_json_u64(&j, "resident_bytes", r->resident);
     else
         tool_json_str(&j, "resident_bytes", NULL);
-    if (r->build_ok)
-        js_value(r->build, r->build + r->build_size, &j, "build", 0);
-    else
+    if (r->build_ok) {
+        reemit re = {&j, "build"};
+        dlc__json_walk(r->build, r->build + r->build_size, on_build_value, &re, NULL);
+    } else {
         tool_json_str(&j, "build", r->build);
+    }
     print_json_set(&j, r->s);
     if (r->verify) {
         tool_json_bool(&j, "ok", r->vrc == DLC_OK);
@@ -605,13 +430,13 @@ static void print_text_build(const info_report *r)
     char date[64], ver[64], cmd[4096];
     const char *vs, *ve;
     printf("built        %s by dlcache %s\n",
-           js_get_str(build, "date", date, sizeof date) ? date : "?",
-           js_get_str(build, "version", ver, sizeof ver) ? ver : "?");
-    if (js_get_str(build, "command", cmd, sizeof cmd))
+           build_str(build, "date", date, sizeof date) ? date : "?",
+           build_str(build, "version", ver, sizeof ver) ? ver : "?");
+    if (build_str(build, "command", cmd, sizeof cmd))
         printf("command      %s\n", cmd);
-    if (js_find(build, end, "options", &vs, &ve) == 0)
+    if (dlc__json_member(build, end, "options", &vs, &ve) == 0)
         printf("options      %.*s\n", (int)(ve - vs), vs);
-    if (js_find(build, end, "sources", &vs, &ve) == 0)
+    if (dlc__json_member(build, end, "sources", &vs, &ve) == 0)
         printf("sources      %.*s\n", (int)(ve - vs), vs);
 }
 

@@ -187,34 +187,14 @@ void tool_json_init(tool_json *j, FILE *out)
     j->first[0] = 1;
 }
 
+static void put_file(void *out, const char *p, size_t n)
+{
+    fwrite(p, 1, n, out);
+}
+
 static void json_string(FILE *out, const char *s)
 {
-    fputc('"', out);
-    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-        switch (*c) {
-        case '"':
-            fputs("\\\"", out);
-            break;
-        case '\\':
-            fputs("\\\\", out);
-            break;
-        case '\n':
-            fputs("\\n", out);
-            break;
-        case '\r':
-            fputs("\\r", out);
-            break;
-        case '\t':
-            fputs("\\t", out);
-            break;
-        default:
-            if (*c < 0x20)
-                fprintf(out, "\\u%04x", *c);
-            else
-                fputc(*c, out);
-        }
-    }
-    fputc('"', out);
+    dlc__json_quote(s, put_file, out);
 }
 
 /* Comma, newline, indentation and key before a member at the current depth. */

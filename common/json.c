@@ -1,0 +1,344 @@
+/* The one JSON reader and string writer of the library and its tools: a walk over a text that
+ * reports each value to a callback, the lookups built on it, and the escaping of a string. The
+ * walk allocates nothing and recurses at most DLC__JSON_MAX_DEPTH levels, so hostile text (an
+ * object server's answer, a store's metadata) can neither exhaust the stack nor the heap. */
+#include "common.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The state of one dlc__json_walk(). */
+typedef struct walker {
+    dlc__json_visit visit;
+    void *user;
+    int stopped; /* The callback asked to stop. */
+} walker;
+
+static const char *skip_ws(const char *p, const char *end)
+{
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+        p++;
+    return p;
+}
+
+static int hex_digit(char h)
+{
+    if (h >= '0' && h <= '9')
+        return h - '0';
+    if (h >= 'a' && h <= 'f')
+        return h - 'a' + 10;
+    if (h >= 'A' && h <= 'F')
+        return h - 'A' + 10;
+    return -1;
+}
+
+/* The character that the escape after a backslash at *pp stands for (*pp moves past it), or
+ * -1 when it is no JSON escape. */
+static int unescape(const char **pp, const char *end)
+{
+    const char *p = *pp;
+    if (p >= end)
+        return -1;
+    const char e = *p++;
+    int c;
+    switch (e) {
+    case '"':
+    case '\\':
+    case '/':
+        c = e;
+        break;
+    case 'b':
+        c = '\b';
+        break;
+    case 'f':
+        c = '\f';
+        break;
+    case 'n':
+        c = '\n';
+        break;
+    case 'r':
+        c = '\r';
+        break;
+    case 't':
+        c = '\t';
+        break;
+    case 'u':
+        if (end - p < 4)
+            return -1;
+        c = 0;
+        for (int i = 0; i < 4; i++) {
+            const int d = hex_digit(*p++);
+            if (d < 0)
+                return -1;
+            c = c << 4 | d;
+        }
+        /* Our writers escape only control characters; anything beyond ASCII is shown as '?'
+         * rather than re-encoded, which no reader of these texts needs. */
+        if (c >= 0x80)
+            c = '?';
+        break;
+    default:
+        return -1;
+    }
+    *pp = p;
+    return c;
+}
+
+const char *dlc__json_string(const char *p, const char *end, char *out, size_t cap, size_t *len)
+{
+    size_t n = 0;
+    if (p >= end || *p != '"')
+        return NULL;
+    p++;
+    while (p < end && *p != '"') {
+        int c = (unsigned char)*p++;
+        if (c < 0x20)
+            return NULL;
+        if (c == '\\' && (c = unescape(&p, end)) < 0)
+            return NULL;
+        if (out && n + 1 < cap)
+            out[n] = (char)c;
+        n++;
+    }
+    if (p >= end)
+        return NULL;
+    if (out && cap)
+        out[n < cap ? n : cap - 1] = '\0';
+    if (len)
+        *len = n;
+    return p + 1;
+}
+
+static int emit(walker *w, const dlc__json_item *it)
+{
+    if (w->visit && w->visit(w->user, it) != 0) {
+        w->stopped = 1;
+        return 1;
+    }
+    return 0;
+}
+
+static const char *walk_value(walker *w, const char *p, const char *end, const char *key,
+                              int depth);
+
+/* An object or an array at p (which points at '{' or '['), its members walked in order. */
+static const char *walk_container(walker *w, const char *p, const char *end, const char *key,
+                                  int depth)
+{
+    const int obj = *p == '{';
+    const char close = obj ? '}' : ']';
+    dlc__json_item it = {
+        .kind = obj ? DLC__JSON_OBJECT : DLC__JSON_ARRAY, .depth = depth, .key = key, .raw = p};
+    if (emit(w, &it))
+        return NULL;
+    p = skip_ws(p + 1, end);
+    if (p < end && *p == close) {
+        p++;
+    } else {
+        for (;;) {
+            char k[DLC__JSON_KEY_MAX];
+            if (obj) {
+                p = dlc__json_string(skip_ws(p, end), end, k, sizeof k, NULL);
+                if (!p)
+                    return NULL;
+                p = skip_ws(p, end);
+                if (p >= end || *p != ':')
+                    return NULL;
+                p++;
+            }
+            p = walk_value(w, p, end, obj ? k : NULL, depth + 1);
+            if (!p)
+                return NULL;
+            p = skip_ws(p, end);
+            if (p < end && *p == ',') {
+                p++;
+                continue;
+            }
+            if (p < end && *p == close) {
+                p++;
+                break;
+            }
+            return NULL;
+        }
+    }
+    it.kind = obj ? DLC__JSON_OBJECT_END : DLC__JSON_ARRAY_END;
+    it.raw_end = p;
+    return emit(w, &it) ? NULL : p;
+}
+
+/* A string value at p, decoded for the callback only when there is one. */
+static const char *walk_string(walker *w, const char *p, const char *end, dlc__json_item *it)
+{
+    char s[DLC__JSON_STR_MAX];
+    const char *q = dlc__json_string(p, end, w->visit ? s : NULL, sizeof s, NULL);
+    if (!q)
+        return NULL;
+    it->kind = DLC__JSON_STRING;
+    it->str = s;
+    it->raw_end = q;
+    return emit(w, it) ? NULL : q;
+}
+
+/* A number at p: an integer stays an integer, anything with a fraction or an exponent is a
+ * double. The token is what strtoll() or strtod() read whole (so "+1" passes). */
+static const char *walk_number(walker *w, const char *p, const char *end, dlc__json_item *it)
+{
+    char num[64];
+    size_t n = 0;
+    while (p + n < end && n + 1 < sizeof num && strchr("+-0123456789.eE", p[n]))
+        n++;
+    if (n == 0)
+        return NULL;
+    memcpy(num, p, n);
+    num[n] = '\0';
+    char *e;
+    if (strpbrk(num, ".eE")) {
+        it->kind = DLC__JSON_DOUBLE;
+        it->d = strtod(num, &e);
+        if (*e)
+            return NULL;
+    } else {
+        errno = 0;
+        it->kind = DLC__JSON_INT;
+        it->i = strtoll(num, &e, 10);
+        if (*e || errno)
+            return NULL;
+    }
+    it->raw_end = p + n;
+    return emit(w, it) ? NULL : p + n;
+}
+
+static const char *walk_value(walker *w, const char *p, const char *end, const char *key, int depth)
+{
+    p = skip_ws(p, end);
+    if (p >= end || depth > DLC__JSON_MAX_DEPTH)
+        return NULL;
+    if (*p == '{' || *p == '[')
+        return walk_container(w, p, end, key, depth);
+    dlc__json_item it = {.depth = depth, .key = key, .raw = p};
+    if (*p == '"')
+        return walk_string(w, p, end, &it);
+    static const char *const words[] = {"true", "false", "null"};
+    for (int k = 0; k < 3; k++) {
+        const size_t n = strlen(words[k]);
+        if ((size_t)(end - p) >= n && memcmp(p, words[k], n) == 0) {
+            it.kind = k < 2 ? DLC__JSON_BOOL : DLC__JSON_NULL;
+            it.b = k == 0;
+            it.raw_end = p + n;
+            return emit(w, &it) ? NULL : p + n;
+        }
+    }
+    return walk_number(w, p, end, &it);
+}
+
+int dlc__json_walk(const char *p, const char *end, dlc__json_visit visit, void *user,
+                   const char **after)
+{
+    walker w = {.visit = visit, .user = user};
+    const char *q = walk_value(&w, p, end, NULL, 0);
+    if (w.stopped)
+        return 1;
+    if (!q)
+        return -1;
+    if (after)
+        *after = q;
+    return 0;
+}
+
+int dlc__json_valid(const char *p, size_t n)
+{
+    const char *after;
+    return dlc__json_walk(p, p + n, NULL, NULL, &after) == 0 && skip_ws(after, p + n) == p + n;
+}
+
+/* What dlc__json_member() and dlc__json_find_string() look for, and what they found. */
+typedef struct finder {
+    const char *key;
+    int any_depth;  /* A member at any depth, else one of the top-level object. */
+    int open_depth; /* > 0: the container that matched starts here; its end is awaited. */
+    const char *vs; /* The value found: its text, */
+    const char *ve; /* and one past it. */
+    dlc__json_kind kind;
+    int found;
+} finder;
+
+static int on_find(void *user, const dlc__json_item *it)
+{
+    finder *f = user;
+    if (f->open_depth > 0) {
+        if (it->depth != f->open_depth ||
+            (it->kind != DLC__JSON_OBJECT_END && it->kind != DLC__JSON_ARRAY_END))
+            return 0;
+        f->ve = it->raw_end;
+        f->found = 1;
+        return 1;
+    }
+    if (!it->key || it->kind == DLC__JSON_OBJECT_END || it->kind == DLC__JSON_ARRAY_END ||
+        (!f->any_depth && it->depth != 1) || strcmp(it->key, f->key) != 0)
+        return 0;
+    f->kind = it->kind;
+    f->vs = it->raw;
+    if ((it->kind == DLC__JSON_OBJECT || it->kind == DLC__JSON_ARRAY) && !f->any_depth) {
+        f->open_depth = it->depth;
+        return 0;
+    }
+    f->ve = it->raw_end;
+    f->found = 1;
+    return 1;
+}
+
+int dlc__json_member(const char *p, const char *end, const char *key, const char **vs,
+                     const char **ve)
+{
+    finder f = {.key = key};
+    dlc__json_walk(p, end, on_find, &f, NULL);
+    if (!f.found)
+        return -1;
+    *vs = f.vs;
+    *ve = f.ve;
+    return 0;
+}
+
+int dlc__json_find_string(const char *p, size_t n, const char *key, int any_depth, char *out,
+                          size_t cap)
+{
+    finder f = {.key = key, .any_depth = any_depth};
+    dlc__json_walk(p, p + n, on_find, &f, NULL);
+    if (!f.found || f.kind != DLC__JSON_STRING || cap == 0)
+        return 0;
+    size_t len = 0;
+    return dlc__json_string(f.vs, f.ve, out, cap, &len) != NULL && len < cap;
+}
+
+void dlc__json_quote(const char *s, dlc__json_put put, void *user)
+{
+    put(user, "\"", 1);
+    const char *run = s; /* Bytes written as they are, not yet handed to put. */
+    for (const char *c = s; *c; c++) {
+        const unsigned char u = (unsigned char)*c;
+        char esc[8];
+        size_t n = 2;
+        esc[0] = '\\';
+        if (u == '"' || u == '\\')
+            esc[1] = (char)u;
+        else if (u == '\n')
+            esc[1] = 'n';
+        else if (u == '\r')
+            esc[1] = 'r';
+        else if (u == '\t')
+            esc[1] = 't';
+        else if (u < 0x20)
+            n = (size_t)snprintf(esc, sizeof esc, "\\u%04x", u);
+        else
+            continue;
+        if (c > run)
+            put(user, run, (size_t)(c - run));
+        put(user, esc, n);
+        run = c + 1;
+    }
+    if (*run)
+        put(user, run, strlen(run));
+    put(user, "\"", 1);
+}

@@ -1,0 +1,108 @@
+/* The library's one JSON reader and string writer (common/json.c) as the warm part and the tools
+ * use them: an object server's answer read for one string (also when the text is cut after it),
+ * a store's "build" text walked value by value and its top-level members found, and strings
+ * written back escaped. */
+#include "common.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+
+Test(warm_json, find_string_at_any_depth_or_at_the_top)
+{
+    char out[64];
+    const char *gcs = "{\"error\": {\"code\": 403, \"message\": \"Invalid \\\"x\\\" \\u0041\\n\"}}";
+    cr_assert(dlc__json_find_string(gcs, strlen(gcs), "message", 1, out, sizeof out));
+    cr_assert_str_eq(out, "Invalid \"x\" A\n");
+    cr_assert_not(dlc__json_find_string(gcs, strlen(gcs), "message", 0, out, sizeof out));
+    /* The first member of that name decides, even when its value is no string. */
+    const char *num = "{\"size\": 12, \"x\": {\"size\": \"13\"}}";
+    cr_assert_not(dlc__json_find_string(num, strlen(num), "size", 1, out, sizeof out));
+    /* A value that is not the member's name is not the member. */
+    const char *val = "{\"name\": \"etag\", \"etag\": \"\\\"abc\\\"\"}";
+    cr_assert(dlc__json_find_string(val, strlen(val), "etag", 1, out, sizeof out));
+    cr_assert_str_eq(out, "\"abc\"");
+    /* A text cut after the member still gives it; one cut inside it does not. */
+    const char *cut = "{\"access_token\": \"ya29.tok\", \"expires_in\": 35";
+    cr_assert(dlc__json_find_string(cut, strlen(cut), "access_token", 1, out, sizeof out));
+    cr_assert_str_eq(out, "ya29.tok");
+    cr_assert_not(dlc__json_find_string(cut, 24, "access_token", 1, out, sizeof out));
+    /* A value longer than the room for it is not handed out cut. */
+    cr_assert_not(dlc__json_find_string(cut, strlen(cut), "access_token", 1, out, 5));
+    cr_assert_not(dlc__json_find_string("<html>", 6, "message", 1, out, sizeof out));
+}
+
+typedef struct seen {
+    char line[16][64];
+    int n;
+} seen;
+
+static int record(void *user, const dlc__json_item *it)
+{
+    seen *s = user;
+    char v[32] = "";
+    if (it->kind == DLC__JSON_STRING)
+        snprintf(v, sizeof v, "'%s'", it->str);
+    else if (it->kind == DLC__JSON_INT)
+        snprintf(v, sizeof v, "%lld", it->i);
+    else if (it->kind == DLC__JSON_DOUBLE)
+        snprintf(v, sizeof v, "%g", it->d);
+    else if (it->kind == DLC__JSON_BOOL)
+        snprintf(v, sizeof v, "%s", it->b ? "true" : "false");
+    if (s->n < 16)
+        snprintf(s->line[s->n++], sizeof s->line[0], "%d %d %s %s", it->depth, (int)it->kind,
+                 it->key ? it->key : "-", v);
+    return 0;
+}
+
+Test(warm_json, walk_reports_every_value_in_order)
+{
+    const char *t = " {\"a\": [1, 2.5, \"s\"], \"b\": {\"c\": true, \"d\": null}} ";
+    seen s = {.n = 0};
+    const char *after = NULL;
+    cr_assert_eq(dlc__json_walk(t, t + strlen(t), record, &s, &after), 0);
+    cr_assert_eq(*after, ' ');
+    const char *want[] = {"0 5 - ", "1 6 a ",     "2 2 - 1", "2 3 - 2.5", "2 4 - 's'", "1 8 a ",
+                          "1 5 b ", "2 1 c true", "2 0 d ",  "1 7 b ",    "0 7 - "};
+    cr_assert_eq(s.n, 11);
+    for (int i = 0; i < 11; i++)
+        cr_assert_str_eq(s.line[i], want[i], "item %d", i);
+    cr_assert(dlc__json_valid(t, strlen(t)));
+    cr_assert_not(dlc__json_valid("{\"a\": 1} x", 10));
+    cr_assert_not(dlc__json_valid("{\"a\": 99999999999999999999}", 27));
+    cr_assert_not(dlc__json_valid("[\"\x01\"]", 5));
+    char deep[64] = "";
+    for (int i = 0; i < 20; i++)
+        strcat(deep, "[");
+    cr_assert_eq(dlc__json_walk(deep, deep + strlen(deep), NULL, NULL, NULL), -1);
+}
+
+Test(warm_json, member_spans_of_the_top_object)
+{
+    const char *t = "{\"options\": {\"options\": 1}, \"sources\": [\"/a\", \"/b\"], \"n\": 7}";
+    const char *vs, *ve;
+    cr_assert_eq(dlc__json_member(t, t + strlen(t), "sources", &vs, &ve), 0);
+    cr_assert_eq(ve - vs, 12);
+    cr_assert(strncmp(vs, "[\"/a\", \"/b\"]", 12) == 0);
+    cr_assert_eq(dlc__json_member(t, t + strlen(t), "options", &vs, &ve), 0);
+    cr_assert(strncmp(vs, "{\"options\": 1}", (size_t)(ve - vs)) == 0);
+    cr_assert_eq(dlc__json_member(t, t + strlen(t), "missing", &vs, &ve), -1);
+    cr_assert_eq(dlc__json_member("[1]", "[1]" + 3, "n", &vs, &ve), -1);
+}
+
+static void put_buf(void *user, const char *p, size_t n)
+{
+    strncat(user, p, n);
+}
+
+Test(warm_json, quote_escapes_what_json_needs)
+{
+    char out[128] = "";
+    dlc__json_quote("a\"b\\c\nd\te\x01 \xc3\xa9", put_buf, out);
+    cr_assert_str_eq(out, "\"a\\\"b\\\\c\\nd\\te\\u0001 \xc3\xa9\"");
+    char back[64];
+    size_t len = 0;
+    cr_assert_not_null(dlc__json_string(out, out + strlen(out), back, sizeof back, &len));
+    cr_assert_str_eq(back, "a\"b\\c\nd\te\x01 \xc3\xa9");
+    cr_assert_eq(len, strlen(back));
+}
