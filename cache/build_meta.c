@@ -110,24 +110,15 @@ sb_printf(sbuf *b, const char *fmt, ...)
 
 /* A JSON string: quotes, backslashes and control characters escaped; other
  * bytes as they are (file names are UTF-8 on any sane system). */
+static void sb_put_cb(void *user, const char *p, size_t n)
+{
+    sb_put(user, p, n);
+}
+
+/* A JSON string, quoted as every other JSON the library and the tools write (common/json.c). */
 static void sb_json_str(sbuf *b, const char *s)
 {
-    sb_put(b, "\"", 1);
-    if (!s) {
-        sb_put(b, "\"", 1);
-        return;
-    }
-    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-        if (*c == '"' || *c == '\\') {
-            const char e[2] = {'\\', (char)*c};
-            sb_put(b, e, 2);
-        } else if (*c < 0x20) {
-            sb_printf(b, "\\u%04x", *c);
-        } else {
-            sb_put(b, (const char *)c, 1);
-        }
-    }
-    sb_put(b, "\"", 1);
+    dlc__json_quote(s ? s : "", sb_put_cb, b);
 }
 
 /* The options of the fields, only where they are not the defaults: the "build" text of a store
