@@ -529,7 +529,7 @@ static dlc__slot *copy_next(dlc_loader *l, dlc__stage **tp)
     dlc__devpath *d = l->dev;
     if (l->paused || d->up_next >= l->shard.batches)
         return NULL;
-    dlc__slot *s = &l->slots[d->up_next % l->nslots];
+    dlc__slot *s = &l->slots[dlc__slot_of(l, d->up_next)];
     dlc__stage *t = &d->stages[d->up_next % d->nstage];
     if (s->state != DLC__SLOT_READY || s->batch != d->up_next || t->state != STAGE_FREE)
         return NULL;

@@ -188,6 +188,9 @@ struct dlc_loader {
 
     uint32_t nslots;
     dlc__slot *slots;
+    uint32_t slot_base;   /**< Batch b of the plan fills slot (b + slot_base) % nslots: a new plan
+                               starts after the slots the consumer still holds (see
+                               dlc__pipeline_reset()); under mu. */
     size_t arena_bytes;   /**< Of one slot's arena. */
     size_t arena_labels;  /**< Offsets in the arena of the labels, */
     size_t arena_indices; /**< the record numbers, */
@@ -314,6 +317,12 @@ dlc_status dlc__loader_open_with(const char *path, const dlc_loader_config *conf
 /* loader.c */
 /** The consumer reached the plan's end: log the replacements of damaged records it had. */
 void dlc__epoch_end(struct dlc_loader *l);
+
+/* The slot of batch @p b of the current plan; under mu (or by the thread that owns b). */
+static inline uint32_t dlc__slot_of(const struct dlc_loader *l, uint64_t b)
+{
+    return (uint32_t)((b + l->slot_base) % l->nslots);
+}
 
 /* pipeline.c */
 /** A worker's body. */

@@ -478,15 +478,15 @@ void *dlc__io_main(void *arg)
     for (;;) {
         while (!l->stop &&
                (l->paused || l->fill_next >= l->shard.batches ||
-                l->slots[l->fill_next % l->nslots].state != DLC__SLOT_FREE ||
+                l->slots[dlc__slot_of(l, l->fill_next)].state != DLC__SLOT_FREE ||
                 /* A worker may still be about to find the slot's claims exhausted; reusing the
                  * slot before it leaves would hand it a fresh claim of the next batch. */
-                l->slots[l->fill_next % l->nslots].active))
+                l->slots[dlc__slot_of(l, l->fill_next)].active))
             pthread_cond_wait(&l->cv_io, &l->mu);
         if (l->stop)
             break;
         const uint64_t b = l->fill_next++;
-        const uint32_t si = (uint32_t)(b % l->nslots);
+        const uint32_t si = dlc__slot_of(l, b);
         dlc__slot *s = &l->slots[si];
         s->state = DLC__SLOT_IO;
         s->batch = b;

@@ -379,7 +379,7 @@ dlc_status dlc_loader_next(dlc_loader *l, dlc_batch *batch)
         return DLC_END;
     }
     const uint64_t b = l->cons_next;
-    const uint32_t si = (uint32_t)(b % l->nslots);
+    const uint32_t si = dlc__slot_of(l, b);
     dlc__slot *s = &l->slots[si];
     if (!(s->state == DLC__SLOT_READY && s->batch == b)) {
         const uint64_t t0 = dlc__now_ns();

@@ -281,9 +281,6 @@ void dlc__pipeline_reset(dlc_loader *l, uint64_t seed, uint64_t epoch, uint64_t 
     const int resident = dlc__io_resident(l);
     pthread_mutex_lock(&l->mu);
     l->paused = 1;
-    for (uint32_t k = 0; k < l->nlent; k++)
-        l->slots[l->lent[k]].state = DLC__SLOT_FREE;
-    l->nlent = 0;
     /* Abandon the batches in flight: stop new claims, then wait until no thread is inside a
      * slot, since they write into its buffers. */
     for (;;) {
@@ -299,8 +296,15 @@ void dlc__pipeline_reset(dlc_loader *l, uint64_t seed, uint64_t epoch, uint64_t 
             break;
         pthread_cond_wait(&l->cv_done, &l->mu);
     }
+    /* Batches the consumer holds stay lent: it gives them back as usual (the next dlc_loader_next()
+     * when it holds max_lent, or dlc_loader_release()), so a batch a program still uses across
+     * set_epoch() is never overwritten and need not be copied. The new plan starts at the slot
+     * after the newest lent one, so its first batches go to free slots and reach the held ones
+     * only after they have been given back. */
     for (uint32_t i = 0; i < l->nslots; i++)
-        l->slots[i].state = DLC__SLOT_FREE;
+        if (l->slots[i].state != DLC__SLOT_LENT)
+            l->slots[i].state = DLC__SLOT_FREE;
+    l->slot_base = l->nlent ? (l->lent[l->nlent - 1] + 1) % l->nslots : 0;
     dlc__dev_reset_locked(l);
     /* No thread is inside a slot now; the I/O thread reads this after taking the next one. */
     l->resident = resident;

@@ -94,6 +94,7 @@
 extern "C" {
 #endif
 
+/** An open loader: its store, worker threads and batch slots. One consumer thread at a time. */
 typedef struct dlc_loader dlc_loader;
 
 /** How the epoch's global order is made. */
@@ -122,8 +123,8 @@ typedef enum dlc_augment {
 
 /** Layout of an image output. */
 typedef enum dlc_layout {
-    DLC_LAYOUT_NHWC = 0,
-    DLC_LAYOUT_NCHW = 1,
+    DLC_LAYOUT_NHWC = 0, /**< Samples, rows, columns, channels: the pixels as stored. */
+    DLC_LAYOUT_NCHW = 1, /**< Samples, channels, rows, columns: planar, as torch models take it. */
     DLC_LAYOUT_NONE = 2, /**< Not an image: the field's own shape after the batch dimension. */
 } dlc_layout;
 
@@ -215,20 +216,20 @@ typedef struct dlc_loader_config {
     const char *const *fields;             /**< Names of the fields to load (NULL: every field). */
     uint32_t num_fields;                   /**< Entries in fields. */
     const dlc_field_option *field_options; /**< Per-field options; copied at open. */
-    uint32_t num_field_options;
+    uint32_t num_field_options;            /**< Entries in field_options. */
     const dlc_view_spec *views; /**< View groups (NULL: one view per image, made of augment,
                                      crop_h, crop_w, rrc_scale, rrc_ratio, flip_prob); copied. */
-    uint32_t num_views;
-    dlc_log_fn log; /**< Notices (chosen I/O mode, no GPU...); may be NULL. */
-    void *log_user;
-    uint32_t device_layout;  /**< Images written by dlc_loader_device_emit(): DLC_LAYOUT_NCHW,
-                                  DLC_LAYOUT_NHWC (torch's channels_last for float), or
-                                  DLC_LAYOUT_NONE (default): as on the host, uint8 NHWC and
-                                  float NCHW. */
-    uint32_t device_staging; /**< Device staging buffers, 1..16 (default 2). */
-    uint32_t max_lent;       /**< Host batches the consumer may hold at once (default 1): when
-                                  it holds this many, dlc_loader_next() gives back the oldest.
-                                  Above 1 it must be below prefetch. */
+    uint32_t num_views;         /**< Entries in views. */
+    dlc_log_fn log;             /**< Notices (chosen I/O mode, no GPU...); may be NULL. */
+    void *log_user;             /**< Passed to log as its first argument. */
+    uint32_t device_layout;     /**< Images written by dlc_loader_device_emit(): DLC_LAYOUT_NCHW,
+                                     DLC_LAYOUT_NHWC (torch's channels_last for float), or
+                                     DLC_LAYOUT_NONE (default): as on the host, uint8 NHWC and
+                                     float NCHW. */
+    uint32_t device_staging;    /**< Device staging buffers, 1..16 (default 2). */
+    uint32_t max_lent;          /**< Host batches the consumer may hold at once (default 1): when
+                                     it holds this many, dlc_loader_next() gives back the oldest.
+                                     Above 1 it must be below prefetch. */
 } dlc_loader_config;
 
 /** One output of a batch: a field of the store (or one view group of an image field), for every
@@ -290,7 +291,8 @@ typedef struct dlc_loader_stats {
 /** Bytes of a serialized loader state (see dlc_loader_state_save()). */
 #define DLC_LOADER_STATE_SIZE 64u
 
-/** Fill @p c with the defaults. */
+/** Fill @p c with the defaults.
+ *  @param[out] c The configuration to fill; every field is written. */
 DLC_API void dlc_loader_config_init(dlc_loader_config *c);
 
 /**
@@ -308,34 +310,51 @@ DLC_API dlc_status dlc_loader_open(const char *path, const dlc_loader_config *co
 /**
  * @brief Lend the next batch of the current epoch, waiting for it if needed.
  *        When config.max_lent batches are lent, the oldest is released first.
+ * @param[in] l The loader.
+ * @param[out] batch Filled with the lent batch (zeroed with DLC_END); what it points to stays
+ *             valid until the batch is released (see "Lifetime of a batch").
  * @return DLC_OK, DLC_END when the epoch has no more batches for this rank
  *         (then call dlc_loader_set_epoch()), DLC_ECORRUPT, DLC_ECHANGED (the
  *         store file shrank under the loader: replace stores by renaming a new
- *         file over them, never by truncating in place), -errno.
+ *         file over them, never by truncating in place), DLC_ESTATE (the device path is on:
+ *         take batches with dlc_loader_next_device()), DLC_EINVAL (a NULL argument), -errno.
  */
 DLC_API dlc_status dlc_loader_next(dlc_loader *l, dlc_batch *batch);
 
 /** @brief Give back a lent batch early so its slot can be refilled.
+ *  @param[in] l The loader.
+ *  @param[in] batch A batch that dlc_loader_next() lent and that is still lent; not used after.
  *  @return DLC_OK, or DLC_EINVAL when @p batch is not one lent. */
 DLC_API dlc_status dlc_loader_release(dlc_loader *l, const dlc_batch *batch);
 
-/** @brief Batches per epoch for this rank (what len() of a DataLoader says). */
+/** @brief Batches per epoch for this rank (what len() of a DataLoader says).
+ *  @param[in] l The loader (not NULL).
+ *  @return The count; cannot fail. */
 DLC_API uint64_t dlc_loader_batches_per_epoch(const dlc_loader *l);
 
-/** @brief Samples of the store (not of the epoch). */
+/** @brief Samples of the store (not of the epoch).
+ *  @param[in] l The loader (not NULL).
+ *  @return The store's record count; cannot fail. */
 DLC_API uint64_t dlc_loader_store_count(const dlc_loader *l);
 
 /**
  * @brief Start epoch @p epoch from its beginning (also to repeat an epoch).
- *        Batches in flight are discarded; a lent batch must not be used after.
- * @return DLC_OK or -errno.
+ *        Batches in flight are discarded; batches the caller holds stay lent, valid until
+ *        given back as usual (dlc_loader_release(), or dlc_loader_next() when max_lent are
+ *        held).
+ * @param[in] l The loader.
+ * @param[in] epoch The epoch to start; any value, earlier ones included.
+ * @return DLC_OK, or DLC_EINVAL when @p l is NULL.
  */
 DLC_API dlc_status dlc_loader_set_epoch(dlc_loader *l, uint64_t epoch);
 
 /**
  * @brief Serialize the stream's position: seed, epoch, and how far the
  *        epoch's global order has been consumed by all ranks together.
+ *        Give it to dlc_loader_state_restore() to continue from there.
+ * @param[in] l The loader.
  * @param[out] buf DLC_LOADER_STATE_SIZE bytes, little-endian, checksummed.
+ * @return DLC_OK, or DLC_EINVAL when @p l or @p buf is NULL (@p buf is then untouched).
  */
 DLC_API dlc_status dlc_loader_state_save(const dlc_loader *l, uint8_t buf[DLC_LOADER_STATE_SIZE]);
 
@@ -343,11 +362,17 @@ DLC_API dlc_status dlc_loader_state_save(const dlc_loader *l, uint8_t buf[DLC_LO
  * @brief Continue from a saved position, also under another world size: the
  *        samples of the epoch not yet delivered are then split among the new
  *        ranks. The seed in the state replaces the configured one.
- * @return DLC_OK, DLC_EINVAL (wrong size, bad checksum, another store count).
+ * @param[in] l The loader; batches in flight are discarded, as by dlc_loader_set_epoch().
+ * @param[in] buf A state from dlc_loader_state_save(); not retained.
+ * @param[in] size Bytes at @p buf: DLC_LOADER_STATE_SIZE.
+ * @return DLC_OK, DLC_EINVAL (wrong size, bad checksum, another version, sampler, store count
+ *         or epoch length; the loader is then unchanged).
  */
 DLC_API dlc_status dlc_loader_state_restore(dlc_loader *l, const void *buf, size_t size);
 
-/** @brief Counters since open. */
+/** @brief Counters since open.
+ *  @param[in] l The loader (not NULL).
+ *  @param[out] stats Every field is written. */
 DLC_API void dlc_loader_get_stats(const dlc_loader *l, dlc_loader_stats *stats);
 
 /* ---- The device path (see the file's comment) ------------------------------------------------ */
@@ -399,6 +424,7 @@ typedef struct dlc_device_dst {
 
 /**
  * @brief The device path's GPU, and why it is off if it is.
+ * @param[in] l The loader, or NULL (then -1).
  * @param[out] why NULL, or set to NULL when the path is on, else to the reason (valid until
  *             close), the same text that the log got once at open.
  * @return The CUDA device ordinal in use, or -1.
@@ -410,6 +436,9 @@ DLC_API int dlc_loader_device(const dlc_loader *l, const char **why);
  *        for the workers and the copy thread, never for the device) until it has been issued.
  *        Releases the batch lent before, if it was not released (ordered after the stream given
  *        to dlc_loader_device_wait() for it, if any).
+ * @param[in] l The loader.
+ * @param[out] batch Filled with the lent batch (zeroed when there is none); valid as
+ *             ::dlc_device_batch says.
  * @return DLC_OK, DLC_END, DLC_ESTATE (the device path is off: the message says why), DLC_ECUDA
  *         (the copy could not be issued: CUDA's text), and the errors of dlc_loader_next().
  */
@@ -419,6 +448,8 @@ DLC_API dlc_status dlc_loader_next_device(dlc_loader *l, dlc_device_batch *batch
  * @brief Enqueue on @p stream the wait for @p batch's copy, the conversion or copy of every
  *        output into @p dst, and the batch's release. Returns at once; the outputs are ready for
  *        work enqueued on @p stream after this call. @p batch must not be used after.
+ * @param[in] l The loader.
+ * @param[in] batch The batch that dlc_loader_next_device() lent.
  * @param[in] stream A cudaStream_t of config.device (NULL: the legacy default stream).
  * @param[in] dst batch->num_fields destinations (device memory of config.device).
  * @param[in] indices NULL, or device memory for batch->count uint64 record numbers.
@@ -431,6 +462,9 @@ DLC_API dlc_status dlc_loader_device_emit(dlc_loader *l, const dlc_device_batch 
 /**
  * @brief Lend mode: make work enqueued on @p stream after this call wait for @p batch's copy, so
  *        that it may read the staged pointers.
+ * @param[in] l The loader.
+ * @param[in] batch The batch that dlc_loader_next_device() lent.
+ * @param[in] stream A cudaStream_t of config.device (NULL: the legacy default stream).
  * @return DLC_OK, DLC_EINVAL (not the lent batch), DLC_ECUDA.
  */
 DLC_API dlc_status dlc_loader_device_wait(dlc_loader *l, const dlc_device_batch *batch,
@@ -439,6 +473,8 @@ DLC_API dlc_status dlc_loader_device_wait(dlc_loader *l, const dlc_device_batch 
 /**
  * @brief Give back a lent device batch: its staging buffer is overwritten only after the work
  *        enqueued on @p stream up to this call has completed on the device.
+ * @param[in] l The loader.
+ * @param[in] batch The batch that dlc_loader_next_device() lent; not used after.
  * @param[in] stream The stream that read the staged pointers, or NULL when nothing did.
  * @return DLC_OK, DLC_EINVAL (not the lent batch), DLC_ECUDA.
  */
@@ -451,15 +487,21 @@ DLC_API dlc_status dlc_loader_device_release(dlc_loader *l, const dlc_device_bat
  *        slot is one block, allocated at open and freed by dlc_loader_close(); unregister it
  *        before closing. A block being copied must not be handed back (the next
  *        dlc_loader_next()) before its copy has completed.
- * @param[out] bases, sizes @p cap entries each, or NULL to count.
- * @return The number of slots.
+ * @param[in] l The loader (not NULL).
+ * @param[out] bases @p cap entries for the slots' first bytes, or NULL.
+ * @param[out] sizes @p cap entries for the slots' sizes in bytes, or NULL.
+ * @param[in] cap Entries of @p bases and @p sizes; the first @p cap slots are written. 0 (with
+ *            NULL arrays) only counts.
+ * @return The number of slots, which may exceed @p cap; cannot fail.
  */
 DLC_API uint32_t dlc_loader_host_slots(const dlc_loader *l, void **bases, size_t *sizes,
                                        uint32_t cap);
 
 /**
  * @brief Can the device path run on @p device in this process? Loads the CUDA plugin if needed.
- * @param[out] why NULL, or @p cap bytes for the reason when it cannot.
+ * @param[in] device A CUDA device ordinal.
+ * @param[out] why NULL, or @p cap bytes for the reason when it cannot ("" when it can).
+ * @param[in] cap Bytes at @p why.
  * @return DLC_OK, DLC_ENOSYS (no plugin, or no driver or GPU: the reason in @p why and in
  *         dlc_errmsg()), DLC_EINVAL (no GPU of that ordinal).
  */
@@ -468,30 +510,42 @@ DLC_API dlc_status dlc_cuda_probe(int device, char *why, size_t cap);
 /**
  * @brief The ceiling of the device path's copy, measured now: @p reps asynchronous copies of
  *        @p bytes from page-locked host memory to @p device, timed with CUDA events.
+ * @param[in] device A CUDA device ordinal.
+ * @param[in] bytes Bytes per copy, at least 1.
+ * @param[in] reps Copies, at least 1.
  * @param[out] gbps Gigabytes (1e9 bytes) per second.
- * @return DLC_OK, the errors of dlc_cuda_probe(), DLC_ECUDA, -ENOMEM.
+ * @return DLC_OK, DLC_EINVAL (@p bytes or @p reps 0, @p gbps NULL), the errors of
+ *         dlc_cuda_probe(), DLC_ECUDA, -ENOMEM.
  */
 DLC_API dlc_status dlc_cuda_copy_ceiling(int device, size_t bytes, uint32_t reps, double *gbps);
 
 /**
  * @brief Device memory for the outputs of dlc_loader_device_emit(), for programs without a CUDA
  *        runtime of their own (the tools, C tests); with the plugin's runtime.
- * @param[out] ptr Free with dlc_cuda_free() on the same device.
- * @return DLC_OK, the errors of dlc_cuda_probe(), DLC_ECUDA (out of device memory...).
+ * @param[in] device A CUDA device ordinal.
+ * @param[in] bytes Bytes to allocate (0 allocates 1).
+ * @param[out] ptr Free with dlc_cuda_free() on the same device; NULL on failure.
+ * @return DLC_OK, DLC_EINVAL (@p ptr is NULL), the errors of dlc_cuda_probe(), DLC_ECUDA (out of
+ * device memory...).
  */
 DLC_API dlc_status dlc_cuda_alloc(int device, size_t bytes, void **ptr);
 
-/** Free memory from dlc_cuda_alloc(). Accepts NULL. */
+/** Free memory from dlc_cuda_alloc().
+ *  @param[in] device The device @p ptr was allocated on.
+ *  @param[in] ptr The memory, or NULL (nothing happens). */
 DLC_API void dlc_cuda_free(int device, void *ptr);
 
 /** @brief Wait on the host until the work enqueued on @p stream (a cudaStream_t of @p device;
  *         NULL: the legacy default stream) has completed.
+ *  @param[in] device A CUDA device ordinal.
+ *  @param[in] stream The stream, or NULL.
  *  @return DLC_OK, the errors of dlc_cuda_probe(), DLC_ECUDA (an error of that work). */
 DLC_API dlc_status dlc_cuda_stream_sync(int device, void *stream);
 
-/** Stop the workers and free everything. Accepts NULL. Lent batches die. With the device path,
+/** Stop the workers and free everything. Lent batches die. With the device path,
  *  waits first (on the host) for the device work the loader enqueued, including conversions on
- *  the caller's streams. */
+ *  the caller's streams.
+ *  @param[in] l The loader, or NULL (nothing happens). */
 DLC_API void dlc_loader_close(dlc_loader *l);
 
 #ifdef __cplusplus

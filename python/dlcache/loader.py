@@ -310,9 +310,8 @@ class Loader:
     over the slot); labels, scalar fields, NAME_lengths, NAME_offsets and
     indices are tensors of their own (a few KB a batch). A batch you still
     hold when its slot is about to be refilled (``batches = list(loader)``,
-    an evaluation loop that appends each batch, a batch kept across
-    ``set_epoch()``, ``close()`` or ``load_state_dict()``) is detected and
-    detached: its tensors are given memory of their own first, so what you
+    an evaluation loop that appends each batch, a batch kept across epochs or
+    ``close()``) is detected and detached: its tensors are given memory of their own first, so what you
     kept is right. The usual loop, which keeps nothing, copies nothing. What
     is not detected is a view you cut from a batch tensor and kept alone
     (``first = images[0]``, dropping ``images``): it still shares the slot and
@@ -320,10 +319,11 @@ class Loader:
     $DLCACHE_DEBUG_POISON=1) makes such a view fail loudly: batches then come
     in private copies that are filled with 0xFF bytes (NaN for float outputs)
     when the batch is given back, and never reused (a copy per batch: for
-    debugging only). Keep a copy instead (``images[0].clone()``). Copy-free detection needs prefetch >= 3 (the
-    default is 4); with prefetch 1 or 2 every batch still held by the loop's
-    variables when the next one is asked for is copied. CUDA tensors
-    (``device="cuda"``) are not lent: they are the caller's.
+    debugging only). Keep a copy instead (``images[0].clone()``). The batch
+    held over takes one slot beyond ``prefetch``; with prefetch=1 there is
+    none, and a batch still named by the loop's variables when the next one is
+    asked for is copied. CUDA tensors (``device="cuda"``) are not lent: they
+    are the caller's.
 
     Resuming: ``state_dict()`` at any point (also mid-epoch) and
     ``load_state_dict()`` into a fresh Loader continue the stream exactly,
@@ -511,8 +511,11 @@ class Loader:
         # after, when it is known whether the caller kept it (see _settle()).
         self._held = collections.deque()
         self._batches = [L.Batch(), L.Batch()]
-        if self._device is None and cfg.prefetch >= 3:
+        if self._device is None and cfg.prefetch >= 2:
+            # One slot more than prefetch: the batch held over does not eat into the batches
+            # being prepared.
             cfg.max_lent = 2
+            cfg.prefetch += 1
         if self._device is None:
             self._open(cfg)
         else:
@@ -717,7 +720,8 @@ class Loader:
         elif e == self._epoch and self._pos in (_FRESH, _RESUMED):
             return
         self._sync()
-        self._settle()
+        # Held batches stay lent across the new plan (the C loader keeps them): the loop's
+        # variables still name the last one, and it is given back, uncopied, two batches on.
         check(lib.dlc_loader_set_epoch(ptr, e), "dlcache.Loader.set_epoch(%d)" % e)
         self._epoch = e
         self._pos = _FRESH
@@ -922,7 +926,6 @@ class Loader:
                           % (int(saved_bs), int(self.batch_size), int(self.batch_size)),
                           RuntimeWarning, stacklevel=2)
         self._sync()
-        self._settle()
         check(lib.dlc_loader_state_restore(self._ptr(), bytes(raw), len(raw)),
               "dlcache.Loader.load_state_dict")
         self._gen += 1  # iterators over the old position must not go on

@@ -626,3 +626,46 @@ Test(loader, config_errors_are_named_and_device_falls_back_to_host)
     dlc_loader_close(l);
     fx_rmdir(&d);
 }
+
+/* Batches the caller holds stay lent, and unchanged, across set_epoch() and a restore, until it
+ * gives them back; the new plan's batches are right meanwhile (max_lent 2, and the default 1). */
+Test(loader, held_batches_survive_a_new_plan)
+{
+    fx_dir d;
+    fx_make_store(&d, N, H, W, CLASSES, 0);
+    for (uint32_t max_lent = 1; max_lent <= 2; max_lent++) {
+        for (uint32_t prefetch = max_lent == 1 ? 1 : 3; prefetch <= 4; prefetch++) {
+            dlc_loader_config c = fx_config();
+            c.max_lent = max_lent;
+            c.prefetch = prefetch;
+            const uint64_t want = run_hash(d.path, &c); /* Epoch 0, untouched. */
+            dlc_loader *l = open_ok(d.path, &c);
+            dlc_batch a, b;
+            cr_assert_eq(dlc_loader_next(l, &a), DLC_OK);
+            const uint64_t ha = XXH3_64bits(a.data, a.bytes);
+            if (max_lent == 2) {
+                cr_assert_eq(dlc_loader_next(l, &b), DLC_OK);
+                cr_assert_eq(XXH3_64bits(a.data, a.bytes), ha, "two lent at once");
+            }
+            const uint64_t hb = max_lent == 2 ? XXH3_64bits(b.data, b.bytes) : 0;
+            cr_assert_eq(dlc_loader_set_epoch(l, 0), DLC_OK);
+            /* Held over the reset: still lent, still the same bytes. */
+            cr_assert_eq(XXH3_64bits(a.data, a.bytes), ha);
+            if (max_lent == 2) {
+                cr_assert_eq(XXH3_64bits(b.data, b.bytes), hb);
+                cr_assert_eq(dlc_loader_release(l, &a), DLC_OK);
+                cr_assert_eq(dlc_loader_release(l, &b), DLC_OK);
+            }
+            cr_assert_eq(fx_epoch_hash(l, NULL, NULL, 0), want, "max_lent %u prefetch %u", max_lent,
+                         prefetch);
+            dlc_loader_close(l);
+        }
+    }
+    dlc_loader_config c = fx_config();
+    c.max_lent = 2;
+    c.prefetch = 2;
+    dlc_loader *l = NULL;
+    cr_assert_eq(dlc_loader_open(d.path, &c, &l), DLC_EINVAL, "max_lent must be below prefetch");
+    cr_assert(strstr(dlc_errmsg(), "max_lent"), "%s", dlc_errmsg());
+    fx_rmdir(&d);
+}

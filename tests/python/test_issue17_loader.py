@@ -68,11 +68,15 @@ def test_usual_loop_copies_nothing_and_labels_are_own_tensors(store):
             assert not in_slots(y, ranges), "labels are tensors of their own"
             if i == 5:
                 break
-        # The loop's variables still name the batch: it is still a view now...
+        # The loop's variables still name the batch: it is still a view now, also across a new
+        # epoch (held batches stay lent)...
         assert in_slots(x, ranges)
         ld.set_epoch(1)
-        next(iter(ld))
+        it = iter(ld)
+        next(it)
+        assert in_slots(x, ranges)
         # ...and detached once its slot was going to be refilled.
+        next(it)
         assert not in_slots(x, ranges)
 
 
