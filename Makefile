@@ -35,6 +35,7 @@ FUZZ_PKGS := clang libclang-rt-dev python3
 # test (tests/run_all.sh and what it runs), beyond the demo and fuzz lists:
 #   libcriterion-dev     the C unit tests (CMake requires it with DLCACHE_TESTS=ON)
 #   clang-format-14      tests/check_format.sh (the pinned version), with git ls-files
+#   doxygen              tests/check_docs.sh: every public function, parameter and field documented
 #   valgrind             tests/e2e/valgrind_tools.sh
 #   lmdb-utils           mdb_stat in tests/e2e/store_foreign.sh
 #   openssl              the self-signed certificate of tests/e2e/warm_gcs.sh
@@ -44,7 +45,7 @@ FUZZ_PKGS := clang libclang-rt-dev python3
 #                        for tests/python/test_packaging.py
 #   node and npm         s3rver for tests/e2e/warm_*.sh: checked as a command, since a
 #                        NodeSource nodejs carries npm itself and conflicts with Debian's npm
-TEST_PKGS := libcriterion-dev clang-format-14 git valgrind lmdb-utils openssl curl ca-certificates \
+TEST_PKGS := libcriterion-dev clang-format-14 doxygen git valgrind lmdb-utils openssl curl ca-certificates \
              python3 python3-pytest python3-venv python3-numpy python3-torch python3-torchvision \
              python3-pil python3-lmdb $(FUZZ_PKGS)
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Every test, in the order that fails fastest: the layout check, the unit and
-# end-to-end tests of the normal build, the unit tests again under ASan+UBSan,
-# the loader's threading tests under TSan, the Python tests, Release builds
-# with gcc and clang, and a short fuzzing run.
+# Every test, in the order that fails fastest: the layout check, the check that
+# the public headers are documented, the unit and end-to-end tests of the
+# normal build, the unit tests again under ASan+UBSan, the loader's threading
+# tests under TSan, the Python tests, Release builds with gcc and clang, and a
+# short fuzzing run.
 # `make test` runs this after `make build`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +19,9 @@ run() { # run NAME CMD...: record a failing step, keep going
 
 step "layout of the C sources (clang-format-14)"
 run format bash tests/check_format.sh
+
+step "public headers documented (doxygen)"
+run docs bash tests/check_docs.sh
 
 step "unit and end-to-end tests (build/)"
 run ctest ctest --test-dir build --output-on-failure -j "$JOBS"

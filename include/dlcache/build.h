@@ -142,9 +142,9 @@ typedef struct dlc_build_options {
     int force;           /**< Replace an existing output store. */
     const char *command; /**< Command line to record in the store's "build" metadata, or NULL. */
     dlc_build_progress_fn progress; /**< May be NULL. */
-    void *progress_user;
-    dlc_log_fn log; /**< Notices (skipped files...); may be NULL. */
-    void *log_user;
+    void *progress_user;            /**< Passed to progress as its first argument. */
+    dlc_log_fn log;                 /**< Notices (skipped files...); may be NULL. */
+    void *log_user;                 /**< Passed to log as its first argument. */
 } dlc_build_options;
 
 /** ::dlc_build_fields.channels: the image field takes the channels of the first source image. */
@@ -194,7 +194,7 @@ typedef struct dlc_build_report {
 typedef struct dlc_build_part {
     uint32_t part;       /**< I. */
     uint64_t first_item; /**< Its source items, [first_item, end_item). */
-    uint64_t end_item;
+    uint64_t end_item;   /**< One past its last source item. */
     uint64_t count;      /**< Records. */
     uint64_t skipped;    /**< Items skipped. */
     uint64_t file_bytes; /**< Its file's size. */
@@ -209,7 +209,8 @@ typedef struct dlc_build_set_options {
     uint32_t part;  /**< With one_part: I, 0..N-1. */
 } dlc_build_set_options;
 
-/** Fill @p o with the defaults. */
+/** Fill @p o with the defaults.
+ *  @param[out] o The options to fill; every field is written. */
 DLC_API void dlc_build_options_init(dlc_build_options *o);
 
 /**
@@ -217,7 +218,10 @@ DLC_API void dlc_build_options_init(dlc_build_options *o);
  * @param[in] sources Paths: directories (ImageFolder), `.tar` files
  *            (WebDataset), other files (manifests). Several tar shards or
  *            manifests are concatenated in the order given; one ImageFolder
- *            may not be mixed with other sources.
+ *            may not be mixed with other sources. Not retained.
+ * @param[in] nsources Entries of @p sources, at least 1.
+ * @param[in] out Path of the store to write; not retained.
+ * @param[in] opts Options (NULL: dlc_build_options_init()'s defaults); copied.
  * @param[out] report On DLC_OK and on DLC_ENOIMAGES/DLC_EDECODE (strict), what
  *             was done; NULL otherwise. Free with dlc_build_report_free().
  * @return DLC_OK, DLC_EEXIST (out exists, no force), DLC_ENOIMAGES, DLC_EDECODE
@@ -227,13 +231,20 @@ DLC_API void dlc_build_options_init(dlc_build_options *o);
 DLC_API dlc_status dlc_build(const char *const *sources, size_t nsources, const char *out,
                              const dlc_build_options *opts, dlc_build_report **report);
 
-/** Fill @p f with the defaults. */
+/** Fill @p f with the defaults.
+ *  @param[out] f The fields to fill; every field is written. */
 DLC_API void dlc_build_fields_init(dlc_build_fields *f);
 
 /**
  * @brief dlc_build() with @p fields saying what each record holds besides the sources' own
  *        values: the image's channels and the masks (NULL: dlc_build_fields_init()'s defaults,
  *        which is dlc_build()).
+ * @param[in] sources As dlc_build().
+ * @param[in] nsources As dlc_build().
+ * @param[in] out As dlc_build().
+ * @param[in] opts As dlc_build().
+ * @param[in] fields What each record holds (NULL: the defaults); copied.
+ * @param[out] report As dlc_build().
  * @return As dlc_build(); DLC_EINVAL also for a masks root that is not a folder, masks with a
  *         tar source, or a bad channels or mask encoding.
  */
@@ -241,7 +252,8 @@ DLC_API dlc_status dlc_build_with_fields(const char *const *sources, size_t nsou
                                          const char *out, const dlc_build_options *opts,
                                          const dlc_build_fields *fields, dlc_build_report **report);
 
-/** Fill @p s with the defaults. */
+/** Fill @p s with the defaults.
+ *  @param[out] s The set options to fill; every field is written. */
 DLC_API void dlc_build_set_options_init(dlc_build_set_options *s);
 
 /**
@@ -273,7 +285,12 @@ DLC_API void dlc_build_set_options_init(dlc_build_set_options *s);
  * item was skipped is a valid, empty part. A part file already there is replaced only with
  * force, and a directory that holds a joined set only with force (its set is retired as above).
  *
- * @param[in] set The set to build (NULL: N = 1, all parts).
+ * @param[in] sources As dlc_build().
+ * @param[in] nsources As dlc_build().
+ * @param[in] dir The set's directory; not retained.
+ * @param[in] opts As dlc_build().
+ * @param[in] fields As dlc_build_with_fields().
+ * @param[in] set The set to build (NULL: N = 1, all parts); copied.
  * @param[out] report As dlc_build(); with parts, set_id, items and one entry per part built. For
  *             all parts, content_digest and file_bytes are the set's (dlc_store_info of @p dir).
  * @return As dlc_build(); DLC_EEXIST (a set or parts in @p dir, no force; the part's file
@@ -293,11 +310,14 @@ DLC_API dlc_status dlc_build_set(const char *const *sources, size_t nsources, co
  * A part missing under its own name whose retired copy belongs to the same set as the parts
  * present (the same set_id) is taken back first (a hard link): one part of a joined set rebuilt
  * alone with force retires the whole set, and joins again with the other parts as they were.
- * @return As dlc_set_join().
+ * @param[in] dir The set's directory; not retained.
+ * @param[out] report As dlc_set_join() (may be NULL).
+ * @return As dlc_set_join(); the clean-up after a successful join never changes it.
  */
 DLC_API dlc_status dlc_build_join(const char *dir, dlc_set_join_report *report);
 
-/** Free a report. Accepts NULL. */
+/** Free a report and everything it points to.
+ *  @param[in] r A report from dlc_build(), dlc_build_with_fields() or dlc_build_set(), or NULL. */
 DLC_API void dlc_build_report_free(dlc_build_report *r);
 
 #ifdef __cplusplus

@@ -45,14 +45,26 @@ typedef struct dlc_image {
     size_t stride;     /**< Bytes from one row to the next (>= width * channels). */
 } dlc_image;
 
-/** @brief Create a codec. @param[out] out Release with dlc_codec_destroy(). */
+/**
+ * @brief Create a codec. Its JPEG encoder and scratch buffers are made on first use.
+ * @param[out] out The codec, or NULL on failure; release with dlc_codec_destroy().
+ * @return DLC_OK, DLC_EINVAL (@p out is NULL), -ENOMEM (also when libjpeg-turbo cannot make its
+ *         decompressor).
+ */
 DLC_API dlc_status dlc_codec_create(dlc_codec **out);
-/** Free @p c and its buffers. Accepts NULL. */
+/** Free @p c and its buffers.
+ *  @param[in] c A codec from dlc_codec_create(), or NULL (nothing happens). */
 DLC_API void dlc_codec_destroy(dlc_codec *c);
 
 /**
  * @brief Read a JPEG's dimensions without decoding it.
- * @return DLC_OK or DLC_EDECODE.
+ * @param[in] c The calling thread's codec.
+ * @param[in] jpeg The JPEG's bytes; not retained.
+ * @param[in] size Bytes at @p jpeg.
+ * @param[out] width Pixels; may be NULL. Written on DLC_OK only.
+ * @param[out] height Pixels; may be NULL. Written on DLC_OK only.
+ * @return DLC_OK, DLC_EDECODE (not a JPEG, a damaged header, an image too large to decode),
+ *         DLC_EINVAL (@p c is NULL), -ENOMEM.
  */
 DLC_API dlc_status dlc_jpeg_info(dlc_codec *c, const void *jpeg, size_t size, uint32_t *width,
                                  uint32_t *height);
@@ -60,7 +72,13 @@ DLC_API dlc_status dlc_jpeg_info(dlc_codec *c, const void *jpeg, size_t size, ui
 /**
  * @brief Read a JPEG's dimensions and its number of colour components without
  *        decoding it: 1 (grayscale), 3 (YCbCr or RGB) or 4 (CMYK, YCCK).
- * @return DLC_OK or DLC_EDECODE.
+ * @param[in] c The calling thread's codec.
+ * @param[in] jpeg The JPEG's bytes; not retained.
+ * @param[in] size Bytes at @p jpeg.
+ * @param[out] width Pixels; may be NULL. Written on DLC_OK only.
+ * @param[out] height Pixels; may be NULL. Written on DLC_OK only.
+ * @param[out] components 1, 3 or 4 as above; may be NULL. Written on DLC_OK only.
+ * @return As dlc_jpeg_info().
  */
 DLC_API dlc_status dlc_jpeg_header(dlc_codec *c, const void *jpeg, size_t size, uint32_t *width,
                                    uint32_t *height, uint32_t *components);
@@ -70,6 +88,11 @@ DLC_API dlc_status dlc_jpeg_header(dlc_codec *c, const void *jpeg, size_t size, 
  *        When @p min_width and @p min_height are non-zero, libjpeg-turbo's DCT
  *        scaling (1/2, 1/4, 1/8) is used for the largest reduction that keeps
  *        the decoded image at least that large; pass 0, 0 for full size.
+ * @param[in] c The calling thread's codec.
+ * @param[in] jpeg The JPEG's bytes; not retained.
+ * @param[in] size Bytes at @p jpeg.
+ * @param[in] min_width Smallest width wanted after DCT scaling, or 0.
+ * @param[in] min_height Smallest height wanted after DCT scaling, or 0.
  * @param[out] out Pixels in the codec's scratch buffer: valid until the next
  *             call on @p c.
  * @return DLC_OK, DLC_EDECODE, -ENOMEM.
@@ -83,7 +106,12 @@ DLC_API dlc_status dlc_jpeg_decode(dlc_codec *c, const void *jpeg, size_t size, 
  *        samples of a grayscale JPEG, the luma (Y) that libjpeg-turbo decodes
  *        from a YCbCr one, and Pillow's L = (299 R + 587 G + 114 B) / 1000 of
  *        the RGB of an RGB or CMYK one (what a 1-channel image field stores).
+ * @param[in] c As dlc_jpeg_decode().
+ * @param[in] jpeg As dlc_jpeg_decode().
+ * @param[in] size As dlc_jpeg_decode().
  * @param[in] channels 1 or 3.
+ * @param[in] min_width As dlc_jpeg_decode().
+ * @param[in] min_height As dlc_jpeg_decode().
  * @param[out] out Pixels in the codec's scratch buffer: valid until the next call on @p c.
  * @return DLC_OK, DLC_EDECODE, DLC_EINVAL (other channels), -ENOMEM.
  */
@@ -103,8 +131,13 @@ DLC_API dlc_status dlc_jpeg_decode_as(dlc_codec *c, const void *jpeg, size_t siz
  *        DCT scaling the result differs slightly from torchvision on the
  *        full-size image: 48.6 dB mean PSNR (32.5 dB minimum) on the 12 MATE
  *        photographs (tests/e2e/image_psnr.sh).
+ * @param[in] c The calling thread's codec.
+ * @param[in] jpeg The JPEG's bytes; not retained.
+ * @param[in] size Bytes at @p jpeg.
+ * @param[in] short_side The shorter side after the resize, 1..2^20 pixels.
+ * @param[in] center_crop Non-zero: keep the centered short_side x short_side square.
  * @param[out] out Result in the codec's scratch: valid until the next call on @p c.
- * @return DLC_OK, DLC_EDECODE, DLC_EINVAL, -ENOMEM.
+ * @return DLC_OK, DLC_EDECODE, DLC_EINVAL (a short side of 0 or above 2^20), -ENOMEM.
  */
 DLC_API dlc_status dlc_jpeg_decode_resize(dlc_codec *c, const void *jpeg, size_t size,
                                           uint32_t short_side, int center_crop, dlc_image *out);
@@ -112,7 +145,14 @@ DLC_API dlc_status dlc_jpeg_decode_resize(dlc_codec *c, const void *jpeg, size_t
 /**
  * @brief dlc_jpeg_decode_resize() to @p channels channels (1 or 3, as in
  *        dlc_jpeg_decode_as()): the builder's transform for 1-channel stores.
- * @return DLC_OK, DLC_EDECODE, DLC_EINVAL, -ENOMEM.
+ * @param[in] c As dlc_jpeg_decode_resize().
+ * @param[in] jpeg As dlc_jpeg_decode_resize().
+ * @param[in] size As dlc_jpeg_decode_resize().
+ * @param[in] channels 1 or 3.
+ * @param[in] short_side As dlc_jpeg_decode_resize().
+ * @param[in] center_crop As dlc_jpeg_decode_resize().
+ * @param[out] out As dlc_jpeg_decode_resize().
+ * @return DLC_OK, DLC_EDECODE, DLC_EINVAL (other channels, or a bad short side), -ENOMEM.
  */
 DLC_API dlc_status dlc_jpeg_decode_resize_as(dlc_codec *c, const void *jpeg, size_t size,
                                              uint32_t channels, uint32_t short_side,
@@ -121,9 +161,14 @@ DLC_API dlc_status dlc_jpeg_decode_resize_as(dlc_codec *c, const void *jpeg, siz
 /**
  * @brief Encode RGB pixels as a baseline JPEG (4:2:0 subsampling for quality
  *        < 90, 4:4:4 from 90).
+ * @param[in] c The calling thread's codec.
+ * @param[in] img The pixels: 3 channels (RGB), or 1 (gray, encoded as a grayscale JPEG).
+ * @param[in] quality 1..100.
  * @param[out] jpeg The encoded bytes, in the codec's scratch: valid until the
  *             next call on @p c.
- * @return DLC_OK, DLC_EINVAL, -ENOMEM.
+ * @param[out] size Bytes at *@p jpeg.
+ * @return DLC_OK, DLC_EINVAL (a NULL argument, other channels, bad geometry, a quality outside
+ *         1..100), -ENOMEM.
  */
 DLC_API dlc_status dlc_jpeg_encode(dlc_codec *c, const dlc_image *img, int quality,
                                    const uint8_t **jpeg, size_t *size);
@@ -131,6 +176,11 @@ DLC_API dlc_status dlc_jpeg_encode(dlc_codec *c, const dlc_image *img, int quali
 /**
  * @brief Read a PNG's dimensions and the channels dlc_png_decode() gives,
  *        without decoding it.
+ * @param[in] c The calling thread's codec.
+ * @param[in] png The PNG's bytes; not retained.
+ * @param[in] size Bytes at @p png.
+ * @param[out] width Pixels; may be NULL. Written on DLC_OK only.
+ * @param[out] height Pixels; may be NULL. Written on DLC_OK only.
  * @param[out] channels 1 (gray), 3 (RGB, or a palette without transparency) or
  *             4 (RGBA, gray with alpha, or a palette with transparency); may be NULL.
  * @return DLC_OK, DLC_EDECODE (not a PNG, a damaged header, a side over 2^20).
@@ -144,6 +194,9 @@ DLC_API dlc_status dlc_png_info(dlc_codec *c, const void *png, size_t size, uint
  *        bit). Other PNGs are converted: below 8 bits expanded, 16 bits
  *        reduced to their high byte, palettes expanded to RGB (RGBA with
  *        transparency), gray with alpha expanded to RGBA.
+ * @param[in] c The calling thread's codec.
+ * @param[in] png The PNG's bytes; not retained.
+ * @param[in] size Bytes at @p png.
  * @param[out] out Pixels in the codec's scratch buffer: valid until the next call on @p c.
  * @return DLC_OK, DLC_EDECODE (libpng's reason: truncated, bad CRC, too large), -ENOMEM.
  */
@@ -153,6 +206,9 @@ DLC_API dlc_status dlc_png_decode(dlc_codec *c, const void *png, size_t size, dl
  * @brief Decode a mask or label map: a palette PNG gives its palette indices, which are the
  *        class ids (Pascal VOC and Cityscapes masks are stored so), in one channel; any other
  *        PNG decodes as dlc_png_decode() decodes it.
+ * @param[in] c As dlc_png_decode().
+ * @param[in] png As dlc_png_decode().
+ * @param[in] size As dlc_png_decode().
  * @param[out] out Pixels in the codec's scratch buffer: valid until the next call on @p c.
  * @return DLC_OK, DLC_EDECODE, -ENOMEM.
  */
@@ -162,8 +218,11 @@ DLC_API dlc_status dlc_png_decode_ids(dlc_codec *c, const void *png, size_t size
  * @brief Encode @p img (1, 3 or 4 channels: gray, RGB, RGBA) as an 8-bit
  *        PNG. Lossless. The bytes depend only on the pixels (fixed zlib level
  *        and filters), so stores are byte-identical at any thread count.
+ * @param[in] c The calling thread's codec.
+ * @param[in] img The pixels.
  * @param[out] png The encoded bytes, in the codec's scratch: valid until the
  *             next call on @p c.
+ * @param[out] size Bytes at *@p png.
  * @return DLC_OK, DLC_EINVAL (bad geometry or channels), -ENOMEM.
  */
 DLC_API dlc_status dlc_png_encode(dlc_codec *c, const dlc_image *img, const uint8_t **png,
@@ -175,6 +234,11 @@ DLC_API dlc_status dlc_png_encode(dlc_codec *c, const dlc_image *img, const uint
  *        @p src_w and @p src_h are the region's size rounded up (ceil(w),
  *        ceil(h)) or anything larger, such as the whole source image, so one
  *        bound computed from the largest source serves every crop of it.
+ * @param[in] src_w Width of the source region, rounded up (or larger).
+ * @param[in] src_h Height of the source region, rounded up (or larger).
+ * @param[in] dst_w Width of the result.
+ * @param[in] dst_h Height of the result.
+ * @param[in] channels 1 to 4.
  * @return Bytes, or 0 for a zero size, a side above 2^20 or channels not
  *         in 1..4.
  */
@@ -189,7 +253,14 @@ DLC_API size_t dlc_resize_scratch_bound(uint32_t src_w, uint32_t src_h, uint32_t
  *        Image.resize((dst w, dst h), BILINEAR, box=(x, y, x + w, y + h)),
  *        the box taken in single precision as Pillow does. @p src and @p dst
  *        have the same channel count, 1 to 4 (3 in dlcache).
+ * @param[in] src The source image.
+ * @param[in] x Left of the region, in source pixels.
+ * @param[in] y Top of the region, in source pixels.
+ * @param[in] w Width of the region, in source pixels.
+ * @param[in] h Height of the region, in source pixels.
+ * @param[in] dst The result: its width, height and stride say where; its pixels are written.
  * @param[in] scratch At least dlc_resize_scratch_bound() bytes, 16-byte aligned.
+ * @param[in] scratch_size Bytes at @p scratch.
  * @return DLC_OK or DLC_EINVAL (region outside src, empty sizes, small scratch).
  * Thread safety: reentrant.
  */
@@ -201,11 +272,11 @@ DLC_API dlc_status dlc_resize(const dlc_image *src, double x, double y, double w
 typedef struct dlc_resize_geometry {
     uint32_t resized_w; /**< The shorter side is the short side asked for; the longer one keeps
                              the aspect, truncated (torchvision's Resize(N)). */
-    uint32_t resized_h;
-    uint32_t x;      /**< Left of the kept window: torchvision's CenterCrop offset, or 0. */
-    uint32_t y;      /**< Top of the kept window. */
-    uint32_t width;  /**< Of the window: the result's size (resized_w without a crop). */
-    uint32_t height; /**< Of the window (resized_h without a crop). */
+    uint32_t resized_h; /**< The other side of the resized image. */
+    uint32_t x;         /**< Left of the kept window: torchvision's CenterCrop offset, or 0. */
+    uint32_t y;         /**< Top of the kept window. */
+    uint32_t width;     /**< Of the window: the result's size (resized_w without a crop). */
+    uint32_t height;    /**< Of the window (resized_h without a crop). */
 } dlc_resize_geometry;
 
 /**
@@ -213,6 +284,10 @@ typedef struct dlc_resize_geometry {
  *        short side @p short_side, center-cropped to short_side x short_side when
  *        @p center_crop. Masks resized with dlc_resize_nearest() to this geometry align pixel for
  *        pixel with their image.
+ * @param[in] src_w The source image's width.
+ * @param[in] src_h The source image's height.
+ * @param[in] short_side The shorter side after the resize.
+ * @param[in] center_crop Non-zero: crop to short_side x short_side.
  * @param[out] out Filled; on DLC_EINVAL its resized size says what the resize would give.
  * @return DLC_OK or DLC_EINVAL (a zero size, a short side above 2^20, or a resized side that is 0
  *         or above 2^20).
@@ -229,7 +304,12 @@ DLC_API dlc_status dlc_resize_geometry_get(uint32_t src_w, uint32_t src_h, uint3
  *        torchvision's Resize(N, NEAREST) + CenterCrop(N) on a PIL mask when the geometry comes
  *        from dlc_resize_geometry_get(). No allocation.
  * @param[in] src 1 to 4 channels.
- * @param[in] dst The same channels; the window must lie inside out_w x out_h.
+ * @param[in] out_w Width of the virtual resized image.
+ * @param[in] out_h Height of the virtual resized image.
+ * @param[in] x Left of the window in the virtual image.
+ * @param[in] y Top of the window in the virtual image.
+ * @param[in] dst The same channels; the window must lie inside out_w x out_h. Its pixels are
+ *            written.
  * @return DLC_OK or DLC_EINVAL (channels, empty sizes, a window outside the output).
  * Thread safety: reentrant.
  */

@@ -59,6 +59,8 @@ typedef int dlc_status;
     XX(ECUDA, -1012, "CUDA error")                                                                 \
     XX(ENOSYS, -1013, "not supported on this system")
 
+/** dlcache's own error codes, DLC_EINVAL (-1000) to DLC_ENOSYS (-1013), made from DLC_ERRORS:
+ *  one enumerator DLC_<name> = value per entry, so the list above is their documentation. */
 enum dlc_error_code {
 #define DLC__ERR_ENUM(name, value, text) DLC_##name = (value),
     DLC_ERRORS(DLC__ERR_ENUM)
@@ -68,6 +70,7 @@ enum dlc_error_code {
 /**
  * @brief A short static description of @p status ("corrupt data", "No space
  *        left on device", ...).
+ * @param[in] status Any value: ::DLC_OK, ::DLC_END, a negated errno value or a DLC_E* code.
  * @return A string owned by the library, never NULL, valid forever.
  * Thread safety: safe from any thread.
  */
@@ -104,7 +107,8 @@ typedef enum dlc_log_level {
  */
 typedef void (*dlc_log_fn)(void *user, dlc_log_level level, const char *msg);
 
-/** The library's version as "MAJOR.MINOR.PATCH"; static storage. */
+/** The library's version.
+ *  @return "MAJOR.MINOR.PATCH" in static storage; never NULL, cannot fail. */
 DLC_API const char *dlc_version(void);
 
 #ifdef __cplusplus

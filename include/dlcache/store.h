@@ -63,20 +63,24 @@ typedef enum dlc_encoding {
 /** Element types, of a stored field and of a batch. The first three are the loader's output
  *  types of images and keep their version 1 values. */
 typedef enum dlc_dtype {
-    DLC_DTYPE_UINT8 = 0,
-    DLC_DTYPE_FLOAT32 = 1,
+    DLC_DTYPE_UINT8 = 0,   /**< 1 byte, unsigned. */
+    DLC_DTYPE_FLOAT32 = 1, /**< IEEE binary32. */
     DLC_DTYPE_FLOAT16 = 2, /**< IEEE binary16. */
-    DLC_DTYPE_INT8 = 3,
-    DLC_DTYPE_UINT16 = 4,
-    DLC_DTYPE_INT16 = 5,
-    DLC_DTYPE_INT32 = 6,
-    DLC_DTYPE_INT64 = 7,
-    DLC_DTYPE_FLOAT64 = 8,
+    DLC_DTYPE_INT8 = 3,    /**< 1 byte, signed. */
+    DLC_DTYPE_UINT16 = 4,  /**< 2 bytes, unsigned. */
+    DLC_DTYPE_INT16 = 5,   /**< 2 bytes, signed. */
+    DLC_DTYPE_INT32 = 6,   /**< 4 bytes, signed. */
+    DLC_DTYPE_INT64 = 7,   /**< 8 bytes, signed. */
+    DLC_DTYPE_FLOAT64 = 8, /**< IEEE binary64. */
 } dlc_dtype;
 
-/** Bytes of one element of @p dtype, or 0 for an unknown type. */
+/** Bytes of one element of @p dtype.
+ *  @param[in] dtype A ::dlc_dtype, or any value.
+ *  @return The size in bytes, or 0 for an unknown type. */
 DLC_API size_t dlc_dtype_size(uint32_t dtype);
-/** "uint8", "float32"... (numpy's names); "?" for an unknown type. Static storage. */
+/** The name of @p dtype: "uint8", "float32"... (numpy's names).
+ *  @param[in] dtype A ::dlc_dtype, or any value.
+ *  @return Static storage, never NULL; "?" for an unknown type. */
 DLC_API const char *dlc_dtype_name(uint32_t dtype);
 
 /** What a field of a record holds (format version 2). */
@@ -106,8 +110,9 @@ enum dlc_field_flags {
     DLC_FIELD_LABEL = 1u << 3,
 };
 
-/** The most fields a record may have, and the most dimensions of an ndarray field. */
+/** The most fields a record may have. */
 #define DLC_MAX_FIELDS 64u
+/** The most dimensions of an ndarray field. */
 #define DLC_MAX_DIMS 6u
 /** ::dlc_field.link of a field that names no other. */
 #define DLC_NO_FIELD UINT32_MAX
@@ -227,84 +232,122 @@ enum dlc_store_flags {
  */
 DLC_API dlc_status dlc_store_open(const char *path, uint32_t flags, dlc_store **out);
 
-/** Unmap and free @p s. Accepts NULL. Every reader must be closed first. */
+/** Unmap and free @p s. Every reader must be closed first.
+ *  @param[in] s A store from dlc_store_open(), or NULL (nothing happens). */
 DLC_API void dlc_store_close(dlc_store *s);
 
-/** @brief The metadata read at open. Valid until dlc_store_close(). */
+/** @brief The metadata read at open.
+ *  @param[in] s The store (not NULL).
+ *  @return Owned by @p s, valid until dlc_store_close(); never NULL, cannot fail. */
 DLC_API const dlc_store_info *dlc_store_get_info(const dlc_store *s);
 
 /** @brief The schema: info->num_fields fields, owned by @p s, valid until dlc_store_close().
  *  A version 1 store has two: "image" (DLC_FIELD_IMAGE) and "label" (DLC_FIELD_INT,
- *  DLC_FIELD_LABEL). */
+ *  DLC_FIELD_LABEL).
+ *  @param[in] s The store (not NULL).
+ *  @return The array; never NULL, cannot fail. */
 DLC_API const dlc_field *dlc_store_fields(const dlc_store *s);
 
-/** @brief Index of the field named @p name, or -1 when there is none. */
+/** @brief Find a field of the schema by name.
+ *  @param[in] s The store.
+ *  @param[in] name The field's name.
+ *  @return Its index in dlc_store_fields(), or -1 when there is none (or @p s or @p name is
+ *          NULL). */
 DLC_API int dlc_store_find_field(const dlc_store *s, const char *name);
 
-/** @brief The path the store was opened with (a copy owned by @p s): a set's directory. */
+/** @brief The path the store was opened with: a set's directory.
+ *  @param[in] s The store (not NULL).
+ *  @return A copy owned by @p s, valid until dlc_store_close(); never NULL. */
 DLC_API const char *dlc_store_path(const dlc_store *s);
 
-/** @brief Name of class @p label ("n01440764"...), or NULL when out of range.
- *  Valid until dlc_store_close(). */
+/** @brief Name of class @p label ("n01440764"...).
+ *  @param[in] s The store (not NULL).
+ *  @param[in] label 0..info->num_labels-1.
+ *  @return Owned by @p s, valid until dlc_store_close(); NULL when @p label is out of range. */
 DLC_API const char *dlc_store_label_name(const dlc_store *s, uint32_t label);
 
-/** @brief Records per label; an array of info->num_labels counts owned by @p s. */
+/** @brief Records per label.
+ *  @param[in] s The store (not NULL).
+ *  @return An array of info->num_labels counts owned by @p s, valid until dlc_store_close();
+ *          never NULL, cannot fail. */
 DLC_API const uint64_t *dlc_store_label_counts(const dlc_store *s);
 
 /**
  * @brief Raw value of metadata key @p key (for example "build", a JSON text
  *        that says how the store was built). A set answers with its first shard's metadata.
+ * @param[in] s The store.
+ * @param[in] key The metadata key.
  * @param[out] data Points into the map; never write or free; valid until close.
  * @param[out] size Bytes.
- * @return DLC_OK or DLC_ENOTFOUND.
+ * @return DLC_OK, DLC_ENOTFOUND (no such key; @p data and @p size untouched), DLC_EINVAL (a
+ *         NULL argument).
  */
 DLC_API dlc_status dlc_store_meta(const dlc_store *s, const char *key, const void **data,
                                   size_t *size);
 
 /** @brief The file descriptor of the store (opened O_RDONLY, owned by @p s);
  *  for readahead and io_uring reads. Never close it. A set's first shard's: read a set's
- *  files with dlc_store_file_fd(). */
+ *  files with dlc_store_file_fd().
+ *  @param[in] s The store (not NULL).
+ *  @return The descriptor; cannot fail. */
 DLC_API int dlc_store_fd(const dlc_store *s);
 
 /** @brief Files of the store: 1 for a single store, the number of shards for a set. Files are
- *  numbered 0..n-1 in record order; dlc_value.file names one. */
+ *  numbered 0..n-1 in record order; dlc_value.file names one.
+ *  @param[in] s The store (not NULL).
+ *  @return The count, at least 1; cannot fail. */
 DLC_API uint32_t dlc_store_num_files(const dlc_store *s);
 
-/** @brief The descriptor of file @p file (opened O_RDONLY, owned by @p s; never close it), for
- *  pread, readahead and io_uring reads at dlc_value.offset; -1 when there is no such file. */
+/** @brief The descriptor of file @p file, for pread, readahead and io_uring reads at
+ *  dlc_value.offset.
+ *  @param[in] s The store (not NULL).
+ *  @param[in] file 0..dlc_store_num_files()-1.
+ *  @return The descriptor (opened O_RDONLY, owned by @p s; never close it), or -1 when there is
+ *          no such file. */
 DLC_API int dlc_store_file_fd(const dlc_store *s, uint32_t file);
 
-/** @brief The path of file @p file (owned by @p s, valid until dlc_store_close()), to open it
- *  again with other flags (O_DIRECT); NULL when there is no such file. */
+/** @brief The path of file @p file, to open it again with other flags (O_DIRECT).
+ *  @param[in] s The store (not NULL).
+ *  @param[in] file 0..dlc_store_num_files()-1.
+ *  @return Owned by @p s, valid until dlc_store_close(); NULL when there is no such file. */
 DLC_API const char *dlc_store_file_path(const dlc_store *s, uint32_t file);
 
-/** @brief The size of file @p file when it was opened, in bytes (0 when there is no such
- *  file). A file found smaller later was truncated in place: reading its map past the new end
- *  raises SIGBUS, so a long-running reader compares with fstat() of dlc_store_file_fd(). */
+/** @brief The size of file @p file when it was opened. A file found smaller later was truncated
+ *  in place: reading its map past the new end raises SIGBUS, so a long-running reader compares
+ *  with fstat() of dlc_store_file_fd().
+ *  @param[in] s The store (not NULL).
+ *  @param[in] file 0..dlc_store_num_files()-1.
+ *  @return Bytes, or 0 when there is no such file. */
 DLC_API uint64_t dlc_store_file_bytes(const dlc_store *s, uint32_t file);
 
 /** @brief The file that holds record @p index, found without touching the map (a binary
- *  search over a set's shards); UINT32_MAX when @p index >= count. */
+ *  search over a set's shards).
+ *  @param[in] s The store (not NULL).
+ *  @param[in] index A record number.
+ *  @return The file's number, or UINT32_MAX when @p index >= count. */
 DLC_API uint32_t dlc_store_record_file(const dlc_store *s, uint64_t index);
 
 /**
  * @brief Bytes of the store file that are in the page cache now (mincore); a set's files
  *        summed.
+ * @param[in] s The store.
  * @param[out] resident Bytes resident.
- * @return DLC_OK or -errno.
+ * @return DLC_OK, DLC_EINVAL (a NULL argument) or -errno.
  */
 DLC_API dlc_status dlc_store_resident(const dlc_store *s, uint64_t *resident);
 
 /**
  * @brief Start a per-thread read handle (a set's holds one per shard, made here, so that
  *        reads allocate nothing).
+ * @param[in] s The store; it must outlive the reader.
  * @param[out] out Release with dlc_store_reader_close(), on the thread that opened it.
- * @return DLC_OK, -ENOMEM, DLC_ECORRUPT.
+ * @return DLC_OK, DLC_EINVAL (a NULL argument), -ENOMEM, DLC_ECORRUPT.
  * Thread safety: a reader belongs to the thread that opened it.
  */
 DLC_API dlc_status dlc_store_reader_open(const dlc_store *s, dlc_store_reader **out);
 
-/** Close @p r. Accepts NULL. Views it returned remain valid until dlc_store_close(). */
+/** Close @p r. Views it returned remain valid until dlc_store_close().
+ *  @param[in] r A reader from dlc_store_reader_open(), or NULL (nothing happens). */
 DLC_API void dlc_store_reader_close(dlc_store_reader *r);
 
 /**
@@ -317,6 +360,8 @@ DLC_API void dlc_store_reader_close(dlc_store_reader *r);
  *        the shard that holds @p index (a binary search over the shards' first records), whose
  *        file each value names in dlc_value.file. A record that fails is named with its set,
  *        its global number, its shard and its number there.
+ * @param[in] r The calling thread's reader.
+ * @param[in] index The record number, 0..count-1.
  * @param[out] values info->num_fields views, in schema order; valid until dlc_store_close().
  * @return DLC_OK, DLC_ENOTFOUND (index >= count), DLC_ECORRUPT (bad header, a payload out of
  *         the file, a size or shape that disagrees with the schema).
@@ -326,8 +371,12 @@ DLC_API dlc_status dlc_store_read_values(dlc_store_reader *r, uint64_t index, dl
 /**
  * @brief Hash field @p field of record @p index (as read into @p v) and compare with its stored
  *        checksum.
+ * @param[in] s The store @p v was read from (it names the file in the message).
+ * @param[in] index The record number @p v was read as.
+ * @param[in] field The field's index in the schema.
+ * @param[in] v The value dlc_store_read_values() gave for that field.
  * @return DLC_OK or DLC_ECORRUPT, with "STORE: record I: field NAME: checksum mismatch (stored
- *         X, computed Y)" in dlc_errmsg().
+ *         X, computed Y)" in dlc_errmsg(); DLC_EINVAL (a NULL argument, no such field).
  */
 DLC_API dlc_status dlc_value_verify(const dlc_store *s, uint64_t index, uint32_t field,
                                     const dlc_value *v);
@@ -336,6 +385,8 @@ DLC_API dlc_status dlc_value_verify(const dlc_store *s, uint64_t index, uint32_t
  * @brief Find record @p index's first image field and its label without copying or allocating
  *        (dlc_store_read_values() reads every field). Checks the header and bounds, not the
  *        payload checksum. In a set, rec->offset is in file dlc_store_record_file(s, index).
+ * @param[in] r The calling thread's reader.
+ * @param[in] index The record number, 0..count-1.
  * @param[out] rec Filled on success; its views stay valid until dlc_store_close(). The label
  *             is 0 in a store without a label field.
  * @return DLC_OK, DLC_ENOTFOUND (index >= count), DLC_ECORRUPT (bad header,
@@ -346,6 +397,8 @@ DLC_API dlc_status dlc_store_read(dlc_store_reader *r, uint64_t index, dlc_recor
 
 /**
  * @brief Hash @p rec's image payload and compare with its stored checksum.
+ * @param[in] s The store @p rec was read from, or NULL (the message then says "store").
+ * @param[in] rec A record from dlc_store_read() (not NULL).
  * @return DLC_OK or DLC_ECORRUPT, with "STORE: record I: checksum mismatch
  *         (stored X, computed Y)" in dlc_errmsg(). @p s names the file.
  */
@@ -373,12 +426,14 @@ typedef int (*dlc_verify_fn)(void *user, const dlc_verify_progress *p);
  *        counts, the offset table and the content digest against the metadata. A set: its
  *        index is read again and compared with the one opened, and every shard is verified,
  *        in parallel on up to one thread per core (never more threads than shards).
+ * @param[in] s The store.
  * @param[in] fn Called about every 64 MiB hashed and once per bad record; may be NULL. On a
  *            set it is called from the verifying threads, one call at a time, with the
  *            shards' progress summed.
+ * @param[in] user Passed to @p fn as its first argument.
  * @param[out] bad Number of bad records (may be NULL).
  * @return DLC_OK when everything matches, DLC_ECORRUPT when something does not
- *         (dlc_errmsg() names the first), DLC_ECANCELED, or -errno.
+ *         (dlc_errmsg() names the first), DLC_ECANCELED, DLC_EINVAL (@p s is NULL), or -errno.
  */
 DLC_API dlc_status dlc_store_verify(const dlc_store *s, dlc_verify_fn fn, void *user,
                                     uint64_t *bad);

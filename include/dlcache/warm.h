@@ -142,7 +142,8 @@ typedef struct dlc_warm_result {
                           object made by dlc_warm_push()); a set: every file's. */
 } dlc_warm_result;
 
-/** @brief Fill @p o with the defaults. */
+/** @brief Fill @p o with the defaults.
+ *  @param[out] o The options to fill; every field is written. */
 DLC_API void dlc_warm_options_init(dlc_warm_options *o);
 
 /**
@@ -200,7 +201,8 @@ typedef struct dlc_warm_push_result {
     char etag[128]; /**< The object's ETag as the server reports it (a set: the index's). */
 } dlc_warm_push_result;
 
-/** @brief Fill @p o with the defaults. */
+/** @brief Fill @p o with the defaults.
+ *  @param[out] o The options to fill; every field is written. */
 DLC_API void dlc_warm_push_options_init(dlc_warm_push_options *o);
 
 /**
@@ -252,8 +254,10 @@ DLC_API dlc_status dlc_warm_push(const char *path, const char *url,
 /**
  * @brief Copy @p url into @p buf with its query string and any user:password
  *        replaced by "REDACTED", for showing to people.
+ * @param[in] url The URL, or NULL (written as "(null)").
  * @param[out] buf Receives a NUL-terminated string, truncated to @p cap.
- * @return @p buf.
+ * @param[in] cap Bytes at @p buf; with 0 (or a NULL @p buf) nothing is written.
+ * @return @p buf; cannot fail.
  * Thread safety: safe from any thread.
  */
 DLC_API const char *dlc_warm_redact_url(const char *url, char *buf, size_t cap);

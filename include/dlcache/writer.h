@@ -42,7 +42,9 @@
 extern "C" {
 #endif
 
+/** A store being written: its schema, its temporary file and the records appended so far. */
 typedef struct dlc_writer dlc_writer;
+/** One record's values being set, encoded and laid out; one per thread. */
 typedef struct dlc_record_builder dlc_record_builder;
 
 /** One field of the schema to write. Fields not named here keep the zero of their type. */
@@ -83,6 +85,8 @@ typedef struct dlc_writer_config {
 
 /**
  * @brief Check the schema and create PATH.tmp-PID beside @p path.
+ * @param[in] path The store to write; not retained.
+ * @param[in] config The schema and options; copied (what it points to too) at open.
  * @param[out] out Release with dlc_writer_finish() or dlc_writer_abort().
  * @return DLC_OK, DLC_EINVAL (the schema, named; label names without num_labels, or
  *         num_labels without a LABEL field), DLC_EEXIST, -ENOSPC, -errno.
@@ -90,20 +94,30 @@ typedef struct dlc_writer_config {
 DLC_API dlc_status dlc_writer_open(const char *path, const dlc_writer_config *config,
                                    dlc_writer **out);
 
-/** @brief Index of the field named @p name in the writer's schema, or -1. */
+/** @brief Find a field of the writer's schema by name.
+ *  @param[in] w The writer.
+ *  @param[in] name The field's name.
+ *  @return Its index (the @c field argument of the dlc_record_set_* calls), or -1 when there is
+ *          none (or @p w or @p name is NULL). */
 DLC_API int dlc_writer_find_field(const dlc_writer *w, const char *name);
 
-/** @brief Records appended so far: the number the next record gets. */
+/** @brief Records appended so far: the number the next record gets.
+ *  @param[in] w The writer.
+ *  @return The count (0 for a NULL @p w); cannot fail. */
 DLC_API uint64_t dlc_writer_count(const dlc_writer *w);
 
 /**
- * @brief Count one source item that did not become a record (the store's "skipped" metadata).
+ * @brief Count source items that did not become records (the store's "skipped" metadata).
+ * @param[in] w The writer (NULL: nothing happens).
+ * @param[in] n Items to add to the count.
  */
 DLC_API void dlc_writer_add_skipped(dlc_writer *w, uint64_t n);
 
 /**
  * @brief Append the record sealed in @p b as record number dlc_writer_count(); @p b is then
  *        empty and ready for the next record.
+ * @param[in] w The writer.
+ * @param[in] b A builder of @p w holding a sealed record (dlc_record_seal()).
  * @return DLC_OK, DLC_ESTATE (b is not sealed, or belongs to another writer's schema; or an
  *         earlier write failed), DLC_EINVAL (a label value not below num_labels), -ENOSPC,
  *         -errno. After a write failure only dlc_writer_abort() is accepted.
@@ -114,51 +128,90 @@ DLC_API dlc_status dlc_writer_append(dlc_writer *w, dlc_record_builder *b);
  * @brief Write the schema and metadata, commit, sync, and rename the store into place. Frees
  *        @p w in every case; on failure the temporary file is removed and the previous store
  *        (if any) is untouched.
- * @return DLC_OK, DLC_EINVAL (no record), -ENOSPC, -errno.
+ * @param[in] w The writer; not used after, whatever the result.
+ * @return DLC_OK, DLC_EINVAL (no record, or a NULL @p w), DLC_ESTATE (an earlier write failed),
+ *         -ENOSPC, -errno.
  */
 DLC_API dlc_status dlc_writer_finish(dlc_writer *w);
 
-/** Remove the temporary file and free @p w. Accepts NULL. */
+/** Remove the temporary file and free @p w.
+ *  @param[in] w The writer, or NULL (nothing happens). */
 DLC_API void dlc_writer_abort(dlc_writer *w);
 
 /**
  * @brief A record builder for @p w's schema.
- * @param[out] out Release with dlc_record_builder_destroy().
- * @return DLC_OK or -ENOMEM.
+ * @param[in] w The writer; it must outlive the builder.
+ * @param[out] out Release with dlc_record_builder_destroy(); NULL on failure.
+ * @return DLC_OK, DLC_EINVAL (a NULL argument), -ENOMEM.
  */
 DLC_API dlc_status dlc_record_builder_create(const dlc_writer *w, dlc_record_builder **out);
 
-/** Free @p b. Accepts NULL. */
+/** Free @p b.
+ *  @param[in] b The builder, or NULL (nothing happens). */
 DLC_API void dlc_record_builder_destroy(dlc_record_builder *b);
 
 /* Values of the record being built. Every setter checks the value against the field's schema and
  * returns DLC_EINVAL naming the field and the reason; the data pointers must stay valid until
  * dlc_record_seal() returns (the builder copies at seal, once). Setting a field twice keeps the
- * last value. */
+ * last value. Each setter returns DLC_OK; DLC_EINVAL (a NULL builder, no such field, a setter of
+ * another kind than the field's, or a value the field refuses: dlc_errmsg() names the field and
+ * the reason); DLC_ESTATE (the record is sealed: append it or reset the builder). The builder
+ * keeps its other values after a failure. */
 
 /** @brief Pixels of an image field: @p img (height x width x channels, rows img->stride bytes
  *         apart), encoded as the field says (JPEG with its quality, PNG, or raw). The channels
- *         must be the field's; fixed-size fields need their height and width. */
+ *         must be the field's; fixed-size fields need their height and width.
+ *  @param[in] b The builder.
+ *  @param[in] field The field's index in the schema (dlc_writer_find_field()).
+ *  @param[in] img The image; the struct is copied, its pixels are read at dlc_record_seal().
+ *  @return DLC_OK, DLC_EINVAL, DLC_ESTATE, as above. */
 DLC_API dlc_status dlc_record_set_image(dlc_record_builder *b, uint32_t field,
                                         const dlc_image *img);
 
 /** @brief An already encoded image (a JPEG for a JPEG field, a PNG for a PNG field) of
- *         @p height x @p width pixels, stored as it is; its header is checked, not decoded. */
+ *         @p height x @p width pixels, stored as it is; its header is checked, not decoded.
+ *  @param[in] b The builder.
+ *  @param[in] field The field's index in the schema (not a raw image field).
+ *  @param[in] data The encoded bytes; read again at dlc_record_seal().
+ *  @param[in] size Bytes at @p data, at least 1.
+ *  @param[in] height The image's height, which its header must say.
+ *  @param[in] width The image's width, which its header must say.
+ *  @return DLC_OK, DLC_EINVAL (also a header that is not the field's encoding or size),
+ *          DLC_ESTATE, as above; -ENOMEM (the builder's codec). */
 DLC_API dlc_status dlc_record_set_encoded(dlc_record_builder *b, uint32_t field, const void *data,
                                           size_t size, uint32_t height, uint32_t width);
 
 /** @brief An ndarray field: @p bytes bytes of elements in C order whose leading dimension is
- *         @p dim0 (the field's shape[0] unless VARIABLE; 0 allowed for VARIABLE). */
+ *         @p dim0 (the field's shape[0] unless VARIABLE; 0 allowed for VARIABLE).
+ *  @param[in] b The builder.
+ *  @param[in] field The field's index in the schema.
+ *  @param[in] data The elements; read at dlc_record_seal().
+ *  @param[in] bytes Bytes at @p data: @p dim0 times the field's row size.
+ *  @param[in] dim0 The leading dimension.
+ *  @return DLC_OK, DLC_EINVAL, DLC_ESTATE, as above. */
 DLC_API dlc_status dlc_record_set_array(dlc_record_builder *b, uint32_t field, const void *data,
                                         size_t bytes, uint32_t dim0);
 
-/** @brief An int field. */
+/** @brief An int field.
+ *  @param[in] b The builder.
+ *  @param[in] field The field's index in the schema.
+ *  @param[in] value The value (a LABEL field's must be below num_labels, checked at append).
+ *  @return DLC_OK, DLC_EINVAL, DLC_ESTATE, as above. */
 DLC_API dlc_status dlc_record_set_int(dlc_record_builder *b, uint32_t field, int64_t value);
 
-/** @brief A float field. */
+/** @brief A float field.
+ *  @param[in] b The builder.
+ *  @param[in] field The field's index in the schema.
+ *  @param[in] value The value, stored bit for bit.
+ *  @return DLC_OK, DLC_EINVAL, DLC_ESTATE, as above. */
 DLC_API dlc_status dlc_record_set_float(dlc_record_builder *b, uint32_t field, double value);
 
-/** @brief A bytes field (any length, 0 included). */
+/** @brief A bytes field (any length, 0 included).
+ *  @param[in] b The builder.
+ *  @param[in] field The field's index in the schema.
+ *  @param[in] data The bytes (NULL only with @p size 0); read at dlc_record_seal().
+ *  @param[in] size Bytes at @p data, below 4 GiB.
+ *  @return DLC_OK, DLC_EINVAL, DLC_ESTATE, as above. */
 DLC_API dlc_status dlc_record_set_bytes(dlc_record_builder *b, uint32_t field, const void *data,
                                         size_t size);
 
@@ -166,12 +219,14 @@ DLC_API dlc_status dlc_record_set_bytes(dlc_record_builder *b, uint32_t field, c
  * @brief Check that every field has a value, encode and hash them, and lay out the record in
  *        the builder's buffer (reused from record to record: a steady stream allocates
  *        nothing). The heavy work of writing; run it on as many threads as there are builders.
+ * @param[in] b The builder; after DLC_OK, give it to dlc_writer_append().
  * @return DLC_OK, DLC_EINVAL (a field without a value, or an image the encoder refuses,
- *         named), -ENOMEM.
+ *         named; or a NULL @p b), DLC_ESTATE (already sealed), -ENOMEM.
  */
 DLC_API dlc_status dlc_record_seal(dlc_record_builder *b);
 
-/** @brief Forget the values set so far (after an error, or to skip a record). */
+/** @brief Forget the values set so far (after an error, or to skip a record).
+ *  @param[in] b The builder (NULL: nothing happens). */
 DLC_API void dlc_record_builder_reset(dlc_record_builder *b);
 
 #ifdef __cplusplus
