@@ -136,6 +136,7 @@ typedef struct dlc__build_part {
     size_t logged;       /* skips already sent to the log callback (by the calling thread) */
     uint64_t count;      /* records written */
     uint64_t file_bytes; /* of the finished store */
+    int published;       /* the finished store was renamed into place */
     dlc_status rc;       /* its failure, with msg */
     char msg[1024];
 } dlc__build_part;

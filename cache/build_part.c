@@ -312,6 +312,7 @@ static dlc_status part_finish(part_writer *pw, dlc__build_part *part)
                                    part->end));
     rc = dlc_writer_finish(part->wr);
     part->wr = NULL; /* finish frees it in every case */
+    part->published = rc == DLC_OK;
     struct stat st;
     if (rc == DLC_OK && stat(part->path, &st) == 0)
         part->file_bytes = (uint64_t)st.st_size;
@@ -625,7 +626,12 @@ static dlc_status outcome(const engine *e)
         const dlc__build_part *part = &e->p.parts[e->failed];
         return dlc__errorf(part->rc, "%s", part->msg);
     }
-    if (e->canceled)
+    /* A cancel that came after every part had published its store is too late: the build is
+     * done (saying "canceled" then would call a replaced store the old one). */
+    int published = 1;
+    for (uint32_t k = 0; k < e->p.nparts; k++)
+        published &= e->p.parts[k].published;
+    if (e->canceled && !published)
         return dlc__errorf(DLC_ECANCELED, "%s: build canceled", job->out);
     uint64_t converted = 0;
     for (uint32_t k = 0; k < e->p.nparts; k++)
