@@ -87,7 +87,8 @@ Test(warm_json, member_spans_of_the_top_object)
     cr_assert_eq(dlc__json_member(t, t + strlen(t), "options", &vs, &ve), 0);
     cr_assert(strncmp(vs, "{\"options\": 1}", (size_t)(ve - vs)) == 0);
     cr_assert_eq(dlc__json_member(t, t + strlen(t), "missing", &vs, &ve), -1);
-    cr_assert_eq(dlc__json_member("[1]", "[1]" + 3, "n", &vs, &ve), -1);
+    static const char arr[] = "[1]";
+    cr_assert_eq(dlc__json_member(arr, arr + 3, "n", &vs, &ve), -1);
 }
 
 static void put_buf(void *user, const char *p, size_t n)
