@@ -1,4 +1,4 @@
-# Rules of the image part (cache/image_*.c).
+# Rules of the image part (cache/image/image_*.c).
 #
 # The resampler's inner loops are written for the auto-vectoriser (int32
 # accumulators over contiguous rows), which GCC 12 runs at full strength only
@@ -6,7 +6,7 @@
 # unknown trip count scalar. Measured on dlc_resize 341x256 -> 224x224: about
 # 1.7x faster. Debug builds keep their own flags for the debugger and ASan.
 if(TARGET dlc_image)
-  set_source_files_properties(${PROJECT_SOURCE_DIR}/cache/image_resize.c
+  set_source_files_properties(${PROJECT_SOURCE_DIR}/cache/image/image_resize.c
     TARGET_DIRECTORY dlc_image
     PROPERTIES COMPILE_OPTIONS "$<$<NOT:$<CONFIG:Debug>>:-O3>")
 endif()

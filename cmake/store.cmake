@@ -8,9 +8,9 @@ if(TARGET dlc_store AND DLCACHE_TESTS)
   target_link_libraries(store_fixture PRIVATE dlc_store dlc_test_headers)
 endif()
 # bench_store_read: how fast dlc_store_read_values() finds small records, through the offset
-# table and through LMDB's B-tree (tests/cache/bench_store_read.c). A program, not a test.
+# table and through LMDB's B-tree (tests/store/bench_store_read.c). A program, not a test.
 if(TARGET dlc_store AND DLCACHE_TESTS)
-  add_executable(bench_store_read ${PROJECT_SOURCE_DIR}/tests/cache/bench_store_read.c)
+  add_executable(bench_store_read ${PROJECT_SOURCE_DIR}/tests/store/bench_store_read.c)
   target_link_libraries(bench_store_read PRIVATE dlc_store dlc_test_headers)
 endif()
 # set_split: the records of a store written again as the parts of a store set and joined

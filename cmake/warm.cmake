@@ -12,7 +12,7 @@ if(DLCACHE_TESTS AND DLCACHE_E2E)
   endforeach()
 endif()
 
-# MD5 for the ETag checks of pushes and of downloads of pushed objects (cache/warm_md5.c):
+# MD5 for the ETag checks of pushes and of downloads of pushed objects (cache/warm/warm_md5.c):
 # OpenSSL's libcrypto, the library Debian's libcurl is built on (libssl-dev), so the process
 # loads no second crypto library.
 if(TARGET dlc_warm)

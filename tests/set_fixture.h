@@ -1,4 +1,4 @@
-/* Shared by the store set tests (tests/cache/test_store_set.c, tests/loader/test_loader_set.c)
+/* Shared by the store set tests (tests/store/test_store_set.c, tests/loader/test_loader_set.c)
  * and tests/e2e/set_fixture.c: a list of source items made into records of several fields,
  * written as one single store and as the N parts of a store set with the writer API (each part
  * with its "set_part" record), then joined with dlc_set_join(). The set and the single store

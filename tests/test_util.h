@@ -8,7 +8,7 @@
 #define DLCACHE_TEST_UTIL_H
 
 #include "common.h"
-#include "store_writer.h"
+#include "store_compat.h"
 
 #include <dlcache/image.h>
 #include <dlcache/status.h>

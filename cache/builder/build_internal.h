@@ -1,6 +1,6 @@
-/* Private to the builder (cache/build_*.c): the pipeline's shared types, the per-item work of the
- * workers (build_item.c), the parts and their threads (build_part.c), store sets (build_set.c,
- * build_setdir.c) and the bookkeeping around them (build_meta.c).
+/* Private to the builder (cache/builder/build_*.c): the pipeline's shared types, the per-item work
+ * of the workers (build_item.c), the parts and their threads (build_part.c), store sets
+ * (build_set.c, build_setdir.c) and the bookkeeping around them (build_meta.c).
  *
  * The pipeline. A build writes one store or the N parts of a set; each store being written is a
  * dlc__build_part: a range of source items [first, end), its own dlc_writer, a reorder window of
@@ -84,7 +84,7 @@ dlc_status dlc__build_plan_make(const dlc__source_set *src, const dlc_build_opti
  * into *buf (grown with realloc to *cap). DLC_OK or -ENOMEM. */
 dlc_status dlc__build_mask_path(const char *masks, const char *rel, char **buf, size_t *cap);
 
-/* Everything one build decides before its workers start (build_main.c); read-only while they
+/* Everything one build decides before its workers start (build_run.c); read-only while they
  * run. */
 typedef struct dlc__build_job {
     const char *const *sources;

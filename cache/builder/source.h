@@ -1,4 +1,4 @@
-/* Private to the builder (cache/build_*.c, cache/source_*.c): the list of
+/* Private to the builder (cache/builder/build_*.c, cache/builder/source_*.c): the list of
  * source items that a build turns into records.
  *
  * A scan turns the sources (an ImageFolder tree, manifests, WebDataset tar

@@ -1,4 +1,4 @@
-/* Private to the image part (cache/image_*.c): the resampler's windowed entry
+/* Private to the image part (cache/image/image_*.c): the resampler's windowed entry
  * point, which the codec uses to resize and center-crop in one pass, and the
  * codec's buffers, which the PNG functions (image_png.c) share. */
 #ifndef DLCACHE_IMAGE_INTERNAL_H

@@ -1,9 +1,9 @@
-/* The writer API of version 1 stores (cache/store_writer.h: one image and one label per record),
- * kept for the builder and the tests, on top of dlc_writer: it writes version 2 stores of two
- * fields, "image" and "label". The image field takes the encoding and channels of the first
+/* The writer API of version 1 stores (cache/store/store_compat.h: one image and one label per
+ * record), kept for the tests, on top of dlc_writer: it writes version 2 stores of
+ * two fields, "image" and "label". The image field takes the encoding and channels of the first
  * record and is VARIABLE, so records of different sizes are accepted; dlc_writer_finish() makes
  * it fixed when they all turn out to have one size. */
-#include "store_writer.h"
+#include "store_compat.h"
 
 #include "common.h"
 #include "store_format.h"

@@ -1,6 +1,6 @@
-/* Private to cache/: the writer API of stores of one image and one label per
- * record, used by the builder (cache/build_*.c) and the tests. It runs on the
- * public writer (include/dlcache/writer.h, cache/store_compat.c) and writes
+/* Private to the store part (cache/store/): the writer API of stores of one image and one label
+ * per record, kept for the tests (the builder writes through the public writer). It runs on the
+ * public writer (include/dlcache/writer.h, cache/store/store_compat.c) and writes
  * format version 2 stores of two fields: "image" (the encoding and channels of
  * the first record; VARIABLE, made fixed at finish when every record has one
  * size) and "label" (int, DLC_FIELD_LABEL). Records go in index order to a
@@ -9,8 +9,8 @@
  * store or a complete new one (docs/FORMAT.md gives the layout).
  *
  * Thread safety: a writer belongs to one thread at a time. */
-#ifndef DLCACHE_STORE_WRITER_H
-#define DLCACHE_STORE_WRITER_H
+#ifndef DLCACHE_STORE_COMPAT_H
+#define DLCACHE_STORE_COMPAT_H
 
 #include <dlcache/store.h>
 
@@ -62,4 +62,4 @@ uint64_t dlc__store_writer_count(const dlc__store_writer *w);
 /* The temporary file's path (FINAL.tmp-PID), owned by w; for messages and tests. */
 const char *dlc__store_writer_temp_path(const dlc__store_writer *w);
 
-#endif /* DLCACHE_STORE_WRITER_H */
+#endif /* DLCACHE_STORE_COMPAT_H */

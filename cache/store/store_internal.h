@@ -1,7 +1,7 @@
-/* Private to the store part (cache/store_*.c): the schema rules shared by the writer, which
+/* Private to the store part (cache/store/store_*.c): the schema rules shared by the writer, which
  * refuses a bad schema as DLC_EINVAL, and the reader, which refuses one read from a file as
  * DLC_ECORRUPT; the per-field facts the read path computes once at open; and the hooks the
- * version 1 writer API (cache/store_writer.h) uses to run on top of dlc_writer. */
+ * version 1 writer API (cache/store/store_compat.h) uses to run on top of dlc_writer. */
 #ifndef DLCACHE_STORE_INTERNAL_H
 #define DLCACHE_STORE_INTERNAL_H
 
@@ -86,7 +86,7 @@ typedef struct dlc__field_rt {
 
 void dlc__field_rt_init(dlc__field_rt *rt, const dlc_field *f);
 
-/* ---- The open store (store_reader.c opens it; store_read.c and store_verify.c read it) ------- */
+/* ---- The open store (store_open.c opens it; store_read.c and store_verify.c read it) ------- */
 
 /* One key/value pair of the "meta" database, as views into the map. */
 typedef struct dlc__meta_entry {
@@ -143,7 +143,7 @@ void dlc__store_image_info(dlc_store *s);
  * the set opens its shards with it, so a shard can never be a directory). */
 dlc_status dlc__store_open_file(const char *path, uint32_t flags, dlc_store **out);
 
-/* An LMDB return code as a dlc_status for readers (store_reader.c). */
+/* An LMDB return code as a dlc_status for readers (store_open.c). */
 dlc_status dlc__store_lmdb_status(int rc);
 
 /* Check the value of record @p index of a version 2 store, which starts at file offset @p off

@@ -1,7 +1,7 @@
 /* Opening a store set (docs/FORMAT.md, "Store sets"): its index, then every shard with all the
  * checks of a store, then each shard against the index, so that the union presented through
  * include/dlcache/store.h is exactly what the index promises. Reads go through
- * cache/store_read.c, which finds the shard of a record with dlc__set_shard_of(). */
+ * cache/store/store_read.c, which finds the shard of a record with dlc__set_shard_of(). */
 #include "common.h"
 #include "store_format.h"
 #include "store_set.h"

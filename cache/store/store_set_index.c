@@ -369,7 +369,7 @@ static void merge_min(dlc_field *a, const dlc_field *b)
 }
 
 /* Merge the sizes of field @p b (of a shard with records, its min_record0/1 already global) into
- * @p a, as the writer would have made them over all the records (cache/store_writer.c,
+ * @p a, as the writer would have made them over all the records (cache/store/store_writer.c,
  * final_schema): fixed while every shard has one and the same fixed shape, else VARIABLE with
  * the largest sizes and the smallest image. */
 static void merge_sizes(dlc_field *a, const dlc_field *b)

@@ -1,6 +1,6 @@
 /* dlc_store_verify() of a store set: the index is read again and compared with the one opened,
- * and every shard is verified by dlc_store_verify() (cache/store_verify.c) on up to one thread
- * per core, never more threads than shards. The shards' progress is summed into one
+ * and every shard is verified by dlc_store_verify() (cache/store/store_verify.c) on up to one
+ * thread per core, never more threads than shards. The shards' progress is summed into one
  * dlc_verify_progress and handed to the caller's function one call at a time; a bad record is
  * named with the set, its global number, its shard and its number there. */
 #include "common.h"

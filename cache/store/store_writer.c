@@ -3,7 +3,7 @@
  * (docs/FORMAT.md). Records are laid out by record builders (store_record.c); this file only
  * copies their bytes into LMDB and keeps the per-field statistics the schema needs at finish.
  * The file under it (paths, LMDB's environment, room on disk, transactions, the final seal) is
- * cache/store_writer_file.c's. */
+ * cache/store/store_writer_file.c's. */
 #include "store_writer_impl.h"
 
 #include <errno.h>

@@ -1,7 +1,7 @@
 /* The file under the store writer (include/dlcache/writer.h): FINAL.tmp-PID and its LMDB
  * environment, blocks reserved ahead of the map, the transactions records are appended in, and
  * at finish the trim, sync and rename that publish the store. The schema and the records are
- * cache/store_writer.c's. */
+ * cache/store/store_writer.c's. */
 #include "store_writer_impl.h"
 
 #include <dirent.h>

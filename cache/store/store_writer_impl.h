@@ -1,7 +1,7 @@
-/* The writer's state, shared by the two halves of the store writer: cache/store_writer.c (the
- * schema, the records and what finish writes about them) and cache/store_writer_file.c (the file
- * under them: paths, the LMDB environment, room on disk, transactions, the final seal). Private
- * to cache/. */
+/* The writer's state, shared by the two halves of the store writer: cache/store/store_writer.c (the
+ * schema, the records and what finish writes about them) and cache/store/store_writer_file.c (the
+ * file under them: paths, the LMDB environment, room on disk, transactions, the final seal).
+ * Private to the store part (cache/store/). */
 #ifndef DLCACHE_STORE_WRITER_IMPL_H
 #define DLCACHE_STORE_WRITER_IMPL_H
 

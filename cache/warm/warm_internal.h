@@ -1,4 +1,4 @@
-/* Private to the warm part (cache/warm_*.c): source resolution, the resume
+/* Private to the warm part (cache/warm/warm_*.c): source resolution, the resume
  * journal and the byte ranges it records, the sidecar, the parallel fetcher
  * and the push (both on the transfer engine of warm_xfer.h). Tests include it
  * to check the pieces one by one. */
@@ -436,7 +436,7 @@ const char *dlc__push_step_name(const dlc__push_req *r, char *buf, size_t cap);
 #define DLC__WARM_SET_INDEX "index.dlcset"
 
 /* The shards a set's index names, decoded by the store part's own reader of the index
- * (dlc__set_index_decode(), cache/store_set.h): never a second parser. */
+ * (dlc__set_index_decode(), cache/store/store_set.h): never a second parser. */
 typedef struct dlc__warm_set_list {
     uint32_t n;
     char (*names)[64]; /* n shard names, in record order (malloc'd). */

@@ -1,6 +1,6 @@
 /* Store sets on object storage: which files a set's index names (decoded by the store part's
- * reader of the index, cache/store_set.h), and the warm of a whole set: the index first into a
- * temporary name, the shards in parallel with dlc_warm() each, the index published last. */
+ * reader of the index, cache/store/store_set.h), and the warm of a whole set: the index first into
+ * a temporary name, the shards in parallel with dlc_warm() each, the index published last. */
 #include "common.h"
 #include "store_set.h"
 #include "warm_internal.h"

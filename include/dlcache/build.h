@@ -32,7 +32,7 @@
  *     that reason. ustar, GNU (long names) and pax headers are read; a bad
  *     header checksum or a member past the end of the file is DLC_ECORRUPT.
  *   - Manifest with named columns: a first line `#columns: path label ...`
- *     names each cell of the lines (cache/source_manifest.c gives the
+ *     names each cell of the lines (cache/builder/source_manifest.c gives the
  *     syntax): `label` the store's label, `labels` (or NAME:ints) a list of
  *     integers, NAME:floats a list of numbers, NAME:int, NAME:float, and a
  *     plain NAME one number (int64 when every value is an integer, else

@@ -1,5 +1,5 @@
-/* Store sets from the builder (cache/build_set.c, build_setdir.c, build_main.c): the split of
- * the items among the parts, the set's identity, and dlc_build_set() end to end on small trees
+/* Store sets from the builder (cache/builder/build_set.c, build_setdir.c, build_run.c): the split
+ * of the items among the parts, the set's identity, and dlc_build_set() end to end on small trees
  * of real JPEGs: a set gives the records of a single store built from the same sources, parts
  * built one by one join into the same set, a foreign part is refused, a part without records of
  * some class still has every label, an empty part is a part, and a set is replaced only with

@@ -33,7 +33,7 @@ push() {
     rc=$?
     set -e
 }
-# parts_journaled: part records in the push journal (layout in cache/warm_internal.h).
+# parts_journaled: part records in the push journal (layout in cache/warm/warm_internal.h).
 parts_journaled() {
     "$PY" - "$DLCACHE_STATE_DIR" <<'PYEOF'
 import glob, struct, sys

@@ -1,4 +1,4 @@
-/* Fuzz the JPEG ingest (cache/image_codec.c, cache/image_resize.c): the
+/* Fuzz the JPEG ingest (cache/image/image_codec.c, cache/image/image_resize.c): the
  * input is a whole file as cachebuild would read it. It goes through
  * dlc_jpeg_info() and the builder's heavy transform dlc_jpeg_decode_resize()
  * (decode with DCT scaling, antialiased resize, center crop), with a target

@@ -1,4 +1,4 @@
-/* Fuzz the manifest scanner (cache/source_manifest.c): the input is a whole
+/* Fuzz the manifest scanner (cache/builder/source_manifest.c): the input is a whole
  * manifest file, `PATH<TAB>LABEL` lines or a `#columns:` header and its
  * cells. The scan either lists items with labels in range, paths inside the
  * set's arena, columns with valid names and kinds and every list inside the

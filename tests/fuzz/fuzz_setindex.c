@@ -1,5 +1,5 @@
-/* Fuzz the store set index decoder (cache/store_set_index.c): the input is an index.dlcset file.
- * It is decoded as it is, again with its trailing checksum made right, and again with the
+/* Fuzz the store set index decoder (cache/store/store_set_index.c): the input is an index.dlcset
+ * file. It is decoded as it is, again with its trailing checksum made right, and again with the
  * schema's hashes made right too, so that mutations reach the checks behind the checksums
  * (sizes, names, firsts, the schema's rules, labels) instead of dying at them. The promise checked:
  * no crash, sanitizer report or leak; every refusal has a message; whatever is accepted encodes

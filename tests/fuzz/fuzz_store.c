@@ -13,7 +13,7 @@
 
 #include "store_kinds.h"
 #include "store_v1.h"
-#include "store_writer.h"
+#include "store_compat.h"
 
 #include <dlcache/store.h>
 

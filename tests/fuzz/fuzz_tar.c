@@ -1,4 +1,4 @@
-/* Fuzz the WebDataset tar scanner (cache/source_tar.c): the input is a whole
+/* Fuzz the WebDataset tar scanner (cache/builder/source_tar.c): the input is a whole
  * shard. The scan walks 512-byte headers (ustar, GNU long names and base-256
  * sizes, pax records), groups members by key and reads the .cls labels; then
  * each item's bytes are read at the offsets the scan recorded, as the build's

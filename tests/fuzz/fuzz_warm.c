@@ -1,4 +1,4 @@
-/* Fuzz what the warm part parses from the outside world (cache/warm_*.c):
+/* Fuzz what the warm part parses from the outside world (cache/warm/warm_*.c):
  * the server's Content-Range values, error bodies (S3's XML, GCS's JSON,
  * anything else) turned into one line of an error message, the URL redactor
  * that stands between pre-signed URLs and every message, and the two small

@@ -1,5 +1,5 @@
 /* Tests of the JPEG codec and the builder's decode + resize + crop
- * (cache/image_codec.c), on JPEGs made here with TurboJPEG and on a real
+ * (cache/image/image_codec.c), on JPEGs made here with TurboJPEG and on a real
  * photograph from mate-backgrounds. */
 #include <dlcache/image.h>
 

@@ -1,4 +1,4 @@
-/* PNG encode and decode (cache/image_png.c): lossless round trips of 1, 3 and 4 channels,
+/* PNG encode and decode (cache/image/image_png.c): lossless round trips of 1, 3 and 4 channels,
  * deterministic bytes, conversions of the PNGs other programs write (palette, 16-bit, gray with
  * alpha, low bit depths, interlaced), made here with libpng directly, and damaged input refused
  * with DLC_EDECODE, never a crash. */

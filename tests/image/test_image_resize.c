@@ -1,4 +1,4 @@
-/* Tests of the Pillow-compatible resampler (cache/image_resize.c). */
+/* Tests of the Pillow-compatible resampler (cache/image/image_resize.c). */
 #include <dlcache/image.h>
 
 #include "image_internal.h"

@@ -68,7 +68,7 @@ def test_detection(tmp_path):
 
 
 def test_tokens(tmp_path):
-    sources = [os.path.join(REPO, d) for d in ("cache/*.c", "loader/*.c", "tools/*.c",
+    sources = [os.path.join(REPO, d) for d in ("cache/*/*.c", "loader/*.c", "tools/*.c",
                                                "include/dlcache/*.h", "docs/*.md")]
     out = run_example("tokens.py", [
         "--docs", "50", "--max-len", "100", "--batch-size", "8", "--vocab", "500",

@@ -140,10 +140,12 @@ def test_sdist(tmp_path):
         names = set(t.getnames())
         pkg_info = t.extractfile(base + "/PKG-INFO").read().decode()
     for f in ("PKG-INFO", "pyproject.toml", "CMakeLists.txt", "include/dlcache/status.h",
-              "python/_backend/dlcache_backend.py", "python/dlcache/__init__.py"):
+              "python/_backend/dlcache_backend.py", "python/dlcache/__init__.py",
+              "cache/builder/build_run.c"):
         assert "%s/%s" % (base, f) in names, f
     assert all(n.startswith(base + "/") for n in names)
-    assert not [n for n in names if re.search(r"/build[^/]*/|__pycache__|\.pyc$|\.dlc$", n)]
+    # Build folders sit at the root of the tree (build/, build-asan/); cache/builder/ is source.
+    assert not [n for n in names if re.search(r"^[^/]+/build[^/]*/|__pycache__|\.pyc$|\.dlc$", n)]
     assert pkg_info == backend.metadata()
 
 

@@ -4,7 +4,7 @@
 #ifndef DLCACHE_TEST_STORE_UTIL_H
 #define DLCACHE_TEST_STORE_UTIL_H
 
-#include "store_writer.h"
+#include "store_compat.h"
 
 #include <dlcache/store.h>
 
@@ -79,7 +79,8 @@ static inline void tsu_write_store(const char *path, uint64_t n, int uniform, in
 
 /* The 24 bytes of one field of one record that the version 2 content digest hashes: xxh3 and
  * size as u64, dim0 and dim1 as u32, little-endian (docs/FORMAT.md). Written out here rather than
- * taken from cache/store_format.h, so the test checks the format, not the code against itself. */
+ * taken from cache/store/store_format.h, so the test checks the format, not the code against
+ * itself. */
 static inline void tsu_digest_item(uint8_t *p, uint64_t xxh3, uint64_t size, uint32_t dim0,
                                    uint32_t dim1)
 {

@@ -1,4 +1,4 @@
-/* The store reader (cache/store_reader.c, cache/store_check.c): checksums,
+/* The store reader (cache/store/store_open.c, cache/store/store_check.c): checksums,
  * verification, and files that are damaged, truncated, foreign or hostile.
  * Every bad file must give an error naming the file (and the record), never
  * a crash. The last test reads from several threads at once.
@@ -24,7 +24,7 @@ static void teardown(void)
     dir = NULL;
 }
 
-TestSuite(store_reader, .init = setup, .fini = teardown);
+TestSuite(store_open, .init = setup, .fini = teardown);
 
 static void write_bytes(const char *path, const void *data, size_t n)
 {
@@ -97,7 +97,7 @@ static int on_verify(void *user, const dlc_verify_progress *p)
     return 0;
 }
 
-Test(store_reader, verify_passes_then_names_a_flipped_payload_byte)
+Test(store_open, verify_passes_then_names_a_flipped_payload_byte)
 {
     char *path = tmp_path(dir, "v.dlc");
     tsu_write_store(path, 20, 0, 0);
@@ -141,7 +141,7 @@ Test(store_reader, verify_passes_then_names_a_flipped_payload_byte)
     free(path);
 }
 
-Test(store_reader, damaged_record_header_is_named)
+Test(store_open, damaged_record_header_is_named)
 {
     char *path = tmp_path(dir, "h.dlc");
     tsu_write_store(path, 12, 0, 0);
@@ -175,7 +175,7 @@ Test(store_reader, damaged_record_header_is_named)
     free(path);
 }
 
-Test(store_reader, truncated_file_fails_at_open)
+Test(store_open, truncated_file_fails_at_open)
 {
     char *path = tmp_path(dir, "t.dlc");
     tsu_write_store(path, 20, 0, 0);
@@ -193,7 +193,7 @@ Test(store_reader, truncated_file_fails_at_open)
     free(path);
 }
 
-Test(store_reader, foreign_files_fail_cleanly)
+Test(store_open, foreign_files_fail_cleanly)
 {
     dlc_store *s = NULL;
     char *missing = tmp_path(dir, "missing.dlc");
@@ -254,7 +254,7 @@ Test(store_reader, foreign_files_fail_cleanly)
 
 /* Random bytes are "not a dlcache store"; the short text of their code must not call them a
  * store of another version (issue 17: that is for real stores of another version). */
-Test(store_reader, random_bytes_are_not_called_a_version)
+Test(store_open, random_bytes_are_not_called_a_version)
 {
     char *junk = tmp_path(dir, "junk.dlc");
     uint8_t bytes[8192];
@@ -278,7 +278,7 @@ static void *fail_open_elsewhere(void *path)
 
 /* status.h: dlc_errmsg() holds the detail of the failure just returned (a success leaves it as
  * it was), per thread. */
-Test(store_reader, errmsg_is_the_failure_just_returned)
+Test(store_open, errmsg_is_the_failure_just_returned)
 {
     char *path = tmp_path(dir, "e.dlc");
     char *missing = tmp_path(dir, "first-missing.dlc");
@@ -327,7 +327,7 @@ static uint64_t find_in_file(const char *path, const void *needle, size_t n)
     return off;
 }
 
-Test(store_reader, damaged_or_newer_metadata_is_refused)
+Test(store_open, damaged_or_newer_metadata_is_refused)
 {
     char *path = tmp_path(dir, "m.dlc");
     char *copy = tmp_path(dir, "m2.dlc");
@@ -357,7 +357,7 @@ Test(store_reader, damaged_or_newer_metadata_is_refused)
 /* Mutations of LMDB's own branch and leaf pages: LMDB would follow them out
  * of the map; the page walk at open must refuse every one that matters, and
  * whatever opens must read and verify without crashing. */
-Test(store_reader, hostile_lmdb_pages_never_crash)
+Test(store_open, hostile_lmdb_pages_never_crash)
 {
     char *path = tmp_path(dir, "p.dlc");
     char *copy = tmp_path(dir, "p2.dlc");
@@ -448,7 +448,7 @@ Test(store_reader, hostile_lmdb_pages_never_crash)
     free(copy);
 }
 
-Test(store_reader, resident_bytes_are_sane)
+Test(store_open, resident_bytes_are_sane)
 {
     char *path = tmp_path(dir, "r.dlc");
     tsu_write_store(path, 14, 0, 0);
@@ -506,7 +506,7 @@ static void *read_all(void *p)
     return NULL;
 }
 
-Test(store_reader, one_store_many_reader_threads)
+Test(store_open, one_store_many_reader_threads)
 {
     char *path = tmp_path(dir, "th.dlc");
     tsu_write_store(path, 30, 0, 0);

@@ -1,7 +1,7 @@
-/* Reading version 2 records (cache/store_read.c, cache/store_verify.c, and the schema checks of
- * cache/store_reader.c): the offset table finds every record without a B-tree search and agrees
- * with a cursor walk; a damaged schema entry, record header, field entry or offset table is
- * refused at open or read with DLC_ECORRUPT naming the store, the record and the field, and
+/* Reading version 2 records (cache/store/store_read.c, cache/store/store_verify.c, and the schema
+ * checks of cache/store/store_open.c): the offset table finds every record without a B-tree search
+ * and agrees with a cursor walk; a damaged schema entry, record header, field entry or offset table
+ * is refused at open or read with DLC_ECORRUPT naming the store, the record and the field, and
  * verify names it too. */
 #include "store_kinds.h"
 #include "store_test_util.h"

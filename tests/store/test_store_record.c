@@ -1,5 +1,5 @@
-/* Record builders (cache/store_record.c): every setter refuses a value that disagrees with its
- * field, with DLC_EINVAL naming the field and the reason, and leaves the builder usable; seal
+/* Record builders (cache/store/store_record.c): every setter refuses a value that disagrees with
+ * its field, with DLC_EINVAL naming the field and the reason, and leaves the builder usable; seal
  * refuses a record with a missing value or boxes without as many classes; calls out of order are
  * DLC_ESTATE. */
 #include "store_kinds.h"

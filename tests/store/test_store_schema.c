@@ -1,5 +1,5 @@
-/* Schemas (cache/store_schema.c): dlc_writer_open() refuses every schema that breaks a rule of
- * docs/FORMAT.md, before it makes a file, with DLC_EINVAL and a message naming the field and the
+/* Schemas (cache/store/store_schema.c): dlc_writer_open() refuses every schema that breaks a rule
+ * of docs/FORMAT.md, before it makes a file, with DLC_EINVAL and a message naming the field and the
  * reason; the element types have their sizes and numpy's names. */
 #include "store_test_util.h"
 

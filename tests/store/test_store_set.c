@@ -1,5 +1,5 @@
-/* Store sets (cache/store_set*.c, include/dlcache/set.h): sets written with the writer API and
- * joined, read against a single store of the same records; verify; every refusal of join and
+/* Store sets (cache/store/store_set*.c, include/dlcache/set.h): sets written with the writer API
+ * and joined, read against a single store of the same records; verify; every refusal of join and
  * open; a damaged index; shards replaced under the index. */
 #include "set_fixture.h"
 #include "store_format.h"

@@ -1,5 +1,5 @@
-/* The store writer (cache/store_writer.c, and the version 1 API of cache/store_compat.c on
- * it): round trips of every field kind through the reader, automatic fixing of variable fields,
+/* The store writer (cache/store/store_writer.c, and the version 1 API of cache/store/store_compat.c
+ * on it): round trips of every field kind through the reader, automatic fixing of variable fields,
  * identical bytes at any number of builder threads, atomic replacement, and rejection of bad
  * input. Real LMDB files in a temporary directory. */
 #include "store_internal.h"

@@ -1,4 +1,4 @@
-/* The resume journal as byte ranges (cache/warm_journal.c): what a run with
+/* The resume journal as byte ranges (cache/warm/warm_journal.c): what a run with
  * one chunk size journaled counts for a rerun with another (the rerun fetches
  * only the missing bytes, each piece inside one of its chunks); a torn or
  * damaged record is dropped with everything after it; a journal of another

@@ -1,4 +1,4 @@
-/* MD5 and ETags (cache/warm_md5.c): RFC 1321's test values; S3's multipart ETag of a file
+/* MD5 and ETags (cache/warm/warm_md5.c): RFC 1321's test values; S3's multipart ETag of a file
  * against the value Python's hashlib gives for the same bytes and part size; the ETag parser's
  * forms and refusals; GCS's base64 md5Hash both ways. */
 #include "tmpdir_util.h"

@@ -1,7 +1,7 @@
-/* The push journal (cache/warm_push_journal.c): an upload id and the parts the server confirmed,
- * read back by a rerun of the same file to the same destination; a torn or damaged record is
- * dropped with everything after it; another version of the file gives its upload id back as
- * stale (to abort) and is started over; another destination is ignored; a second push of the
+/* The push journal (cache/warm/warm_push_journal.c): an upload id and the parts the server
+ * confirmed, read back by a rerun of the same file to the same destination; a torn or damaged
+ * record is dropped with everything after it; another version of the file gives its upload id back
+ * as stale (to abort) and is started over; another destination is ignored; a second push of the
  * same file is refused while the first holds the journal; the completion record; the state
  * directory and the journal's name. */
 #include "tmpdir_util.h"

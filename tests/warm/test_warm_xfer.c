@@ -1,4 +1,4 @@
-/* The transfer engine of the warm part (cache/warm_xfer.c) on its own, with a small driver of
+/* The transfer engine of the warm part (cache/warm/warm_xfer.c) on its own, with a small driver of
  * file:// transfers, so that no server is needed: every transfer is done once across the slots,
  * bodies go to the sink and come from the source, a retry waits its backoff and is logged, the
  * attempts run out into the driver's failure, an attempt that made progress starts the count
