@@ -21,41 +21,71 @@
 #include <stdint.h>
 
 /* ---- Errors (error.c) --------------------------------------------------------------------------
- * One thread-local buffer for the whole library (dlc_errmsg()). */
+ * One thread-local buffer for the whole library (dlc_errmsg()), and beside it, in builds with
+ * assert() on (no NDEBUG: Debug, and RelWithDebInfo, the default), where the failure was raised
+ * and the CHECKs it went through on its way out: "loader/loader.c:44 <- loader/loader.c:266".
+ * The site is kept apart from the message rather than appended to it: RelWithDebInfo is what a
+ * user builds, and the message is theirs (and the tests match it); the tests read the site with
+ * dlc__errsite(), and a developer sees it after the message with DLCACHE_ERROR_SITES=1 in the
+ * environment. Release builds (NDEBUG) record no site and pay nothing for it. */
+
+#ifndef NDEBUG
+#define DLC__SITE __FILE__, __LINE__
+#define DLC__ERR_FORWARD(status) dlc__err_forward((status), __FILE__, __LINE__)
+#else
+#define DLC__SITE NULL, 0
+#define DLC__ERR_FORWARD(status) ((void)0)
+#endif
 
 /* Record a detail message for dlc_errmsg() and return @p status, so error paths read
- * `return dlc__errorf(DLC_ECORRUPT, "%s: record %llu: ...", ...)`. */
+ * `return dlc__errorf(DLC_ECORRUPT, "%s: record %llu: ...", ...)`. The call's file and line
+ * become the error's site (debug builds). */
+#define dlc__errorf(...) dlc__errorf_at(DLC__SITE, __VA_ARGS__)
+/* dlc__errorf() with the site given: @p file (__FILE__, or NULL for none) and @p line. */
 #if defined(__GNUC__)
-__attribute__((format(printf, 2, 3)))
+__attribute__((format(printf, 4, 5)))
 #endif
 dlc_status
-dlc__errorf(dlc_status status, const char *fmt, ...);
+dlc__errorf_at(const char *file, int line, dlc_status status, const char *fmt, ...);
+/* Empty the message and the site. */
 void dlc__clear_error(void);
+/* A failure @p status passes the CHECK at @p file:@p line: add the place to the site when the
+ * recorded message is this status's, else start the site here ("? <- file:line": the status
+ * came without a message). Called by CHECK in debug builds only. */
+void dlc__err_forward(dlc_status status, const char *file, int line);
+/* Where the last failure of this thread was raised and the CHECKs it went through, paths from
+ * the source root: "loader/loader.c:44 <- loader/loader.c:266"; "" in release builds and after
+ * dlc__clear_error(). Valid until this thread's next error call. */
+const char *dlc__errsite(void);
 /* Send a notice to @p log, if there is one. */
 #if defined(__GNUC__)
 __attribute__((format(printf, 4, 5)))
 #endif
 void dlc__logf(dlc_log_fn log, void *user, dlc_log_level level, const char *fmt, ...);
 
-/* The message of a failure, kept while cleanup code runs calls that may overwrite it:
+/* The message of a failure and its site, kept while cleanup code runs calls that may overwrite
+ * them:
  *     dlc__errsave es; dlc__err_save(&es); ...cleanup...; return dlc__err_restore(&es, rc); */
 typedef struct dlc__errsave {
     char msg[1024];
+    char site[256];
 } dlc__errsave;
 void dlc__err_save(dlc__errsave *es);
-/* Put the saved message back and return @p status. */
+/* Put the saved message and site back and return @p status. */
 dlc_status dlc__err_restore(const dlc__errsave *es, dlc_status status);
 
-/* Propagate a failure to the `fail:` cleanup ladder, keeping its message. Needs a local
- * `dlc_status rc`. */
+/* Propagate a failure to the `fail:` cleanup ladder, keeping its message (and adding this line to
+ * its site in debug builds). Needs a local `dlc_status rc`. */
 #define CHECK(expr)                                                                                \
     do {                                                                                           \
         rc = (expr);                                                                               \
-        if (rc < 0)                                                                                \
+        if (rc < 0) {                                                                              \
+            DLC__ERR_FORWARD(rc);                                                                  \
             goto fail;                                                                             \
+        }                                                                                          \
     } while (0)
 
-/* Fail with @p code and a message when @p cond holds. */
+/* Fail with @p code and a message when @p cond holds; this line is the error's site. */
 #define FAIL_IF(cond, code, ...)                                                                   \
     do {                                                                                           \
         if (cond) {                                                                                \

@@ -1,13 +1,33 @@
-/* Status strings and the thread-local error detail shared by every part. */
+/* Status strings and the thread-local error detail shared by every part: the message, and in
+ * debug builds the site where it was raised (see common.h). */
 #include "common.h"
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The only mutable state of the library outside of handles: one message per
  * thread, so shared read-only handles can report errors without locking. */
 static _Thread_local char dlc__msg[1024];
+/* Where the message was raised and the CHECKs it passed ("" when unknown or in a release build),
+ * and the status it was raised with: a CHECK adds its line only to the site of its own status. */
+static _Thread_local char dlc__site[sizeof(((dlc__errsave *)0)->site)];
+static _Thread_local dlc_status dlc__site_status;
+/* dlc_errmsg() with the site appended, under DLCACHE_ERROR_SITES=1. */
+static _Thread_local char dlc__msg_sited[sizeof dlc__msg + sizeof dlc__site + 4];
+
+/* @p file relative to the source root: __FILE__ is what the compiler was given, an absolute path
+ * under CMake, and this file's own tells where the root is. */
+static const char *site_path(const char *file)
+{
+    static const char self[] = __FILE__, tail[] = "common/error.c";
+    const size_t n = strlen(self), t = sizeof tail - 1;
+    if (n < t || strcmp(self + n - t, tail) != 0)
+        return file;
+    const size_t root = n - t;
+    return strncmp(file, self, root) == 0 ? file + root : file;
+}
 
 const char *dlc_version(void)
 {
@@ -40,21 +60,53 @@ const char *dlc_strerror(dlc_status status)
 
 const char *dlc_errmsg(void)
 {
-    return dlc__msg;
+    /* A developer's switch, read only when there is a site to show (never in release builds).
+     * Messages the library copies into others then carry their sites too. */
+    if (!dlc__site[0] || !dlc__msg[0])
+        return dlc__msg;
+    const char *env = getenv("DLCACHE_ERROR_SITES");
+    if (!env || strcmp(env, "1") != 0)
+        return dlc__msg;
+    snprintf(dlc__msg_sited, sizeof dlc__msg_sited, "%s [%s]", dlc__msg, dlc__site);
+    return dlc__msg_sited;
 }
 
-dlc_status dlc__errorf(dlc_status status, const char *fmt, ...)
+dlc_status dlc__errorf_at(const char *file, int line, dlc_status status, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(dlc__msg, sizeof dlc__msg, fmt, ap);
     va_end(ap);
+    dlc__site[0] = '\0';
+    if (file)
+        snprintf(dlc__site, sizeof dlc__site, "%s:%d", site_path(file), line);
+    dlc__site_status = status;
     return status;
+}
+
+void dlc__err_forward(dlc_status status, const char *file, int line)
+{
+    const size_t n = dlc__site[0] && status == dlc__site_status ? strlen(dlc__site) : 0;
+    if (n == 0) {
+        /* The status came without a message of its own (a plain -errno, say). */
+        snprintf(dlc__site, sizeof dlc__site, "?");
+        dlc__site_status = status;
+    }
+    const size_t at = n ? n : 1;
+    /* A site cut at its end still names the raise and the first CHECKs, the useful part. */
+    if (at < sizeof dlc__site)
+        snprintf(dlc__site + at, sizeof dlc__site - at, " <- %s:%d", site_path(file), line);
+}
+
+const char *dlc__errsite(void)
+{
+    return dlc__site;
 }
 
 void dlc__clear_error(void)
 {
     dlc__msg[0] = '\0';
+    dlc__site[0] = '\0';
 }
 
 void dlc__logf(dlc_log_fn log, void *user, dlc_log_level level, const char *fmt, ...)
@@ -72,9 +124,13 @@ void dlc__logf(dlc_log_fn log, void *user, dlc_log_level level, const char *fmt,
 void dlc__err_save(dlc__errsave *es)
 {
     snprintf(es->msg, sizeof es->msg, "%s", dlc__msg);
+    snprintf(es->site, sizeof es->site, "%s", dlc__site);
 }
 
 dlc_status dlc__err_restore(const dlc__errsave *es, dlc_status status)
 {
-    return dlc__errorf(status, "%s", es->msg);
+    snprintf(dlc__msg, sizeof dlc__msg, "%s", es->msg);
+    snprintf(dlc__site, sizeof dlc__site, "%s", es->site);
+    dlc__site_status = status;
+    return status;
 }

@@ -386,6 +386,9 @@ uint8_t *dlc__dev_host_alloc(dlc_loader *l)
             return NULL;
         }
     }
+    /* The outputs' offsets in the arena are 256-byte aligned (dlc__arena_plan()); the base must be
+     * at least as aligned for the outputs to be. */
+    assert((uintptr_t)p % 256 == 0);
     if (p)
         memset(p, 0, l->arena_bytes); /* Also faults the pages in now, not in the first epoch. */
     return p;
@@ -439,6 +442,7 @@ void dlc__dev_close(dlc_loader *l)
 static void stage_describe(dlc_loader *l, dlc__slot *s, dlc__stage *t)
 {
     const dlc__devpath *d = l->dev;
+    assert(s->count >= 1 && s->count <= l->cfg.batch_size);
     dlc_batch hb;
     memset(&hb, 0, sizeof hb);
     dlc__outputs_describe(l, s, &hb);
@@ -456,6 +460,7 @@ static void stage_describe(dlc_loader *l, dlc__slot *s, dlc__stage *t)
         f->ndim = bf->ndim;
         memcpy(f->shape, bf->shape, sizeof f->shape);
         f->bytes = bf->bytes;
+        assert(o->arena_data + bf->bytes <= l->arena_bytes);
         f->staged = t->dev + o->arena_data;
         f->staged_bytes = bf->bytes;
         if (bf->lengths) {
@@ -510,6 +515,8 @@ static int stage_copy(dlc_loader *l, const dlc__slot *s, dlc__stage *t, const ch
             }
         }
         if (hi > lo) {
+            /* Ranges in order, inside the arena, that of the small arrays first. */
+            assert(hi <= l->arena_bytes && (lo == 0 || lo >= l->arena_meta));
             if ((e = ops->copy_h2d(d->ctx, t->dev + lo, s->arena + lo, hi - lo, d->stream)))
                 return e;
             bytes += hi - lo;
@@ -533,6 +540,8 @@ static dlc__slot *copy_next(dlc_loader *l, dlc__stage **tp)
     dlc__stage *t = &d->stages[d->up_next % d->nstage];
     if (s->state != DLC__SLOT_READY || s->batch != d->up_next || t->state != STAGE_FREE)
         return NULL;
+    /* The copy thread follows the I/O thread and stays ahead of the consumer. */
+    assert(d->up_next < l->fill_next && l->cons_next <= d->up_next);
     *tp = t;
     return s;
 }
@@ -553,6 +562,7 @@ static void *copy_main(void *arg)
         if (l->stop)
             break;
         const uint64_t b = d->up_next;
+        assert(!d->up_busy);
         d->up_busy = 1;
         assert(t->state == STAGE_FREE);
         pthread_mutex_unlock(&l->mu);
@@ -579,7 +589,10 @@ static void *copy_main(void *arg)
         const uint64_t t0 = dlc__now_ns();
 
         pthread_mutex_lock(&l->mu);
-        t->state = STAGE_STAGED;
+        /* A reset waits while the copy thread is busy, and the consumer takes only STAGED
+         * stages: stage, slot and counter are as this thread left them. */
+        assert(d->up_busy && d->up_next == b && t->state == STAGE_FREE);
+        t->state = STAGE_STAGED; /* FREE -> STAGED */
         t->batch = b;
         t->waited = 0;
         d->up_next++;
@@ -600,8 +613,8 @@ static void *copy_main(void *arg)
         atomic_fetch_add_explicit(&d->copy_ns, dlc__now_ns() - t0, memory_order_relaxed);
 
         pthread_mutex_lock(&l->mu);
-        assert(s->state == DLC__SLOT_READY && s->batch == b);
-        s->state = DLC__SLOT_FREE;
+        assert(s->state == DLC__SLOT_READY && s->batch == b && d->up_busy);
+        s->state = DLC__SLOT_FREE; /* The device path's READY -> FREE. */
         d->up_busy = 0;
         pthread_cond_broadcast(&l->cv_io);
         pthread_cond_broadcast(&l->cv_done);
@@ -653,8 +666,8 @@ static int stage_release_locked(dlc_loader *l, uint32_t i, void *stream, int hav
             d->ops->device_leave(d->ctx, saved);
         }
     }
-    assert(t->state == STAGE_LENT);
-    t->state = STAGE_FREE;
+    assert(t->state == STAGE_LENT && d->lent == (int)i);
+    t->state = STAGE_FREE; /* LENT -> FREE */
     t->waited = 0;
     d->lent = -1;
     pthread_cond_broadcast(&l->cv_done);
@@ -678,6 +691,7 @@ void dlc__dev_reset_locked(dlc_loader *l)
     }
     /* Staged batches of the old plan are dropped; their copies were ordered on the loader's
      * stream, so the next copy into the same buffer comes after them. */
+    assert(d->lent < 0);
     for (uint32_t i = 0; i < d->nstage; i++)
         d->stages[i].state = STAGE_FREE;
     d->up_next = 0;
@@ -738,16 +752,19 @@ dlc_status dlc_loader_next_device(dlc_loader *l, dlc_device_batch *batch)
             pthread_cond_wait(&l->cv_done, &l->mu);
         atomic_fetch_add_explicit(&l->st_wait_ns, dlc__now_ns() - t0, memory_order_relaxed);
     }
+    /* The copy thread staged batch b; it was released above, or never lent. */
+    assert(b < d->up_next && d->lent < 0);
     l->cons_next++;
     if (t->err != DLC_OK) {
         const dlc_status err = t->err;
         dlc__errorf(err, "%s", t->errmsg);
-        t->state = STAGE_FREE;
+        t->state = STAGE_FREE; /* STAGED -> FREE: a failed batch is never lent. */
         pthread_cond_broadcast(&l->cv_done);
         pthread_mutex_unlock(&l->mu);
         return err;
     }
-    t->state = STAGE_LENT;
+    assert(t->count >= 1 && t->count <= l->cfg.batch_size);
+    t->state = STAGE_LENT; /* STAGED -> LENT */
     d->lent = (int)ti;
     pthread_mutex_unlock(&l->mu);
 
@@ -783,7 +800,9 @@ static int emit_one(dlc_loader *l, const dlc__stage *t, uint32_t i, const dlc_de
             memset(&cv, 0, sizeof cv);
             cv.src = f->staged;
             cv.dst = dst->data;
-            cv.n = f->staged_bytes / ((size_t)o->out_h * o->out_w * o->out_c);
+            const size_t view = (size_t)o->out_h * o->out_w * o->out_c;
+            assert(view && f->staged_bytes % view == 0); /* Whole views of uint8, as staged. */
+            cv.n = f->staged_bytes / view;
             cv.h = o->out_h;
             cv.w = o->out_w;
             cv.c = o->out_c;

@@ -12,6 +12,7 @@
 #include <dlcache/status.h>
 #include <dlcache/store.h>
 
+#include <assert.h>
 #include <liburing.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -321,7 +322,22 @@ void dlc__epoch_end(struct dlc_loader *l);
 /* The slot of batch @p b of the current plan; under mu (or by the thread that owns b). */
 static inline uint32_t dlc__slot_of(const struct dlc_loader *l, uint64_t b)
 {
+    assert(l->slot_base < l->nslots);
     return (uint32_t)((b + l->slot_base) % l->nslots);
+}
+
+/* The consumer's list of lent slots: at most max_lent, each a slot in state LENT (the device path
+ * lends stages, never slots: its list stays empty). Under mu; O(max_lent), at most 16. */
+static inline void dlc__assert_lent(const struct dlc_loader *l)
+{
+#ifndef NDEBUG
+    assert(l->nlent <= l->cfg.max_lent && l->cfg.max_lent <= DLC__MAX_LENT);
+    assert(!l->dev || l->nlent == 0);
+    for (uint32_t k = 0; k < l->nlent; k++)
+        assert(l->lent[k] < l->nslots && l->slots[l->lent[k]].state == DLC__SLOT_LENT);
+#else
+    (void)l;
+#endif
 }
 
 /* pipeline.c */

@@ -6,6 +6,7 @@
  * through a direct descriptor per file, and each file is checked for shrinking. */
 #include "internal.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -153,6 +154,7 @@ dlc_status dlc__io_open(dlc_loader *l)
          * largest payloads gets twice the average plus slack, and a larger record is read from
          * the map instead (counted as mmap reads, still correct). */
         l->io_cap = align_up(span_bound(l), IO_ALIGN) + IO_ALIGN;
+        assert(l->io_cap % IO_ALIGN == 0); /* Every sample's buffer starts aligned. */
         const size_t slot_bytes = l->io_cap * l->cfg.batch_size;
         for (uint32_t i = 0; i < l->nslots; i++) {
             void *p = NULL;
@@ -275,6 +277,7 @@ static void span_of(const dlc__sample_io *si, uint64_t *start, size_t *len, size
 
 static void read_direct(dlc_loader *l, dlc__slot *s, uint32_t slot_index)
 {
+    assert(s->count <= l->cfg.batch_size && slot_index < l->nslots);
     uint32_t inflight = 0;
     for (uint32_t j = 0; j < s->count; j++) {
         dlc__sample_io *si = &s->io[j];
@@ -286,6 +289,10 @@ static void read_direct(dlc_loader *l, dlc__slot *s, uint32_t slot_index)
         if (len > l->io_cap)
             continue; /* Larger than a buffer: the worker reads it from the map. */
         uint8_t *buf = s->iobuf + (size_t)j * l->io_cap;
+        /* O_DIRECT wants the buffer, the offset and the length aligned. */
+        assert((uintptr_t)buf % IO_ALIGN == 0 && start % IO_ALIGN == 0 && len % IO_ALIGN == 0);
+        assert(need <= len && len <= l->io_cap);
+        assert(si->v[0].file < l->nfiles);
         const int fd = l->direct_fds[si->v[0].file]; /* Every field of a record is in one file. */
         si->span = buf + (si->span_off - start);
         atomic_fetch_add_explicit(&l->st_bytes, si->span_len, memory_order_relaxed);
@@ -320,6 +327,8 @@ static void read_direct(dlc_loader *l, dlc__slot *s, uint32_t slot_index)
         const uint64_t j = io_uring_cqe_get_data64(cqe);
         const int res = cqe->res;
         io_uring_cqe_seen(&l->ring, cqe);
+        /* Only this batch's reads are in flight: direct mode sends no readahead. */
+        assert(j < s->count && inflight > 0);
         inflight--;
         dlc__sample_io *si = &s->io[j];
         uint64_t start;
@@ -346,6 +355,7 @@ int dlc__store_shrunk(const dlc_loader *l, const dlc__slot *s, uint32_t *file, u
 {
     const int all = l->nfiles <= DLC__SHRINK_ALL_FILES;
     const uint32_t n = all ? l->nfiles : s->nfiles;
+    assert(all || (s->files && s->nfiles <= s->count));
     for (uint32_t i = 0; i < n; i++) {
         *file = all ? i : s->files[i];
         if (dlc__file_shrunk(l, *file, now))
@@ -373,6 +383,7 @@ void dlc__shrunk_msg(const dlc_loader *l, uint32_t file, uint64_t now, uint64_t 
 static void fail_shrunk(dlc_loader *l, dlc__slot *s, uint32_t file, uint64_t now)
 {
     const dlc__shard *sh = &l->shard;
+    assert(s->count >= 1); /* The message names the first record. */
     for (uint32_t j = 0; j < s->count; j++) {
         dlc__sample_io *si = &s->io[j];
         si->pos = dlc__shard_pos(sh, s->batch * sh->batch + j);
@@ -400,6 +411,7 @@ static void list_files(dlc_loader *l, dlc__slot *s)
             dlc__sampler_at(&l->sampler, dlc__shard_pos(sh, s->batch * sh->batch + j));
         const uint32_t f = dlc_store_record_file(l->store, index);
         if (f < l->nfiles && l->stamps[f] != stamp) {
+            assert(s->nfiles <= j); /* A file is listed once: the list fits the batch. */
             l->stamps[f] = stamp;
             s->files[s->nfiles++] = f;
         }
@@ -488,9 +500,13 @@ void *dlc__io_main(void *arg)
         const uint64_t b = l->fill_next++;
         const uint32_t si = dlc__slot_of(l, b);
         dlc__slot *s = &l->slots[si];
-        s->state = DLC__SLOT_IO;
+        /* Batches are taken in order, never behind the consumer, into a slot nobody holds. */
+        assert(b < l->shard.batches && l->cons_next <= b);
+        assert(s->state == DLC__SLOT_FREE && s->active == 0);
+        s->state = DLC__SLOT_IO; /* FREE -> IO */
         s->batch = b;
         const uint64_t first = b * l->shard.batch;
+        assert(first < l->shard.per_rank && l->shard.batch <= l->cfg.batch_size);
         const uint64_t left = l->shard.per_rank - first;
         s->count = (uint32_t)(left < l->shard.batch ? left : l->shard.batch);
         s->seed = l->sampler.seed;
@@ -505,7 +521,9 @@ void *dlc__io_main(void *arg)
         resolve(l, s, si);
 
         pthread_mutex_lock(&l->mu);
-        s->state = DLC__SLOT_FILL;
+        /* A reset waits while a slot is in IO: nothing else moved this one. */
+        assert(s->state == DLC__SLOT_IO && s->batch == b);
+        s->state = DLC__SLOT_FILL; /* IO -> FILL */
         pthread_cond_broadcast(&l->cv_work);
         pthread_cond_broadcast(&l->cv_done);
     }

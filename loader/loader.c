@@ -365,8 +365,10 @@ dlc_status dlc_loader_next(dlc_loader *l, dlc_batch *batch)
                            "dlc_loader_next_device()",
                            l->path, dlc_loader_device(l, NULL));
     pthread_mutex_lock(&l->mu);
+    dlc__assert_lent(l);
     if (l->nlent >= l->cfg.max_lent) {
         /* The oldest lent batch goes back: the caller holds at most max_lent. */
+        assert(l->nlent == l->cfg.max_lent);
         assert(l->slots[l->lent[0]].state == DLC__SLOT_LENT);
         l->slots[l->lent[0]].state = DLC__SLOT_FREE;
         memmove(l->lent, l->lent + 1, --l->nlent * sizeof *l->lent);
@@ -387,6 +389,11 @@ dlc_status dlc_loader_next(dlc_loader *l, dlc_batch *batch)
             pthread_cond_wait(&l->cv_done, &l->mu);
         atomic_fetch_add_explicit(&l->st_wait_ns, dlc__now_ns() - t0, memory_order_relaxed);
     }
+    /* The I/O thread took batch b before the workers made it READY: the consumer never runs
+     * ahead of it. A READY slot has every sample done. */
+    assert(b < l->fill_next);
+    assert(s->count >= 1 && s->count <= l->cfg.batch_size);
+    assert(atomic_load_explicit(&s->done, memory_order_relaxed) == s->count);
     l->cons_next++;
     if (s->err != DLC_OK) {
         /* The batch is consumed: the stream moves past it, and the caller decides. */
@@ -401,6 +408,7 @@ dlc_status dlc_loader_next(dlc_loader *l, dlc_batch *batch)
     s->state = DLC__SLOT_LENT;
     assert(l->nlent < l->cfg.max_lent);
     l->lent[l->nlent++] = si;
+    dlc__assert_lent(l);
     pthread_mutex_unlock(&l->mu);
 
     memset(batch, 0, sizeof *batch);
@@ -439,6 +447,7 @@ dlc_status dlc_loader_release(dlc_loader *l, const dlc_batch *batch)
     if (!l || !batch)
         return dlc__errorf(DLC_EINVAL, "loader: dlc_loader_release() needs a loader and a batch");
     pthread_mutex_lock(&l->mu);
+    dlc__assert_lent(l);
     uint32_t k = 0;
     while (k < l->nlent && batch->labels != l->slots[l->lent[k]].labels)
         k++;

@@ -11,6 +11,7 @@
  * coordination between workers. */
 #include "internal.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -312,6 +313,7 @@ static void make_variable(dlc__output *o, const dlc_field_option *opt, uint32_t 
     o->var = opt ? opt->variable : default_mode;
     o->max_len = opt ? opt->max_len : 0;
     o->rows_cap = o->var == DLC_VARIABLE_PAD_TO ? o->max_len : most_rows;
+    assert(o->var != DLC__VAR_FIXED);
     o->sample_cap = (size_t)o->rows_cap * o->row_bytes;
 }
 
@@ -494,13 +496,18 @@ void dlc__arena_plan(dlc_loader *l)
         dlc__output *o = &l->out[i];
         at = round_up(at, 256);
         o->arena_data = at;
+        /* link_outputs() bounded every output by MAX_SLOT_BYTES: no overflow below. */
+        assert(o->sample_cap <= MAX_SLOT_BYTES / B);
         at += o->sample_cap * B;
     }
     l->arena_bytes = round_up(at ? at : 1, 4096);
+    assert(l->arena_labels % 64 == 0 && l->arena_indices % 64 == 0 && l->arena_meta % 64 == 0);
+    assert(at <= l->arena_bytes && l->arena_bytes % 4096 == 0);
 }
 
 dlc_status dlc__slot_outputs_alloc(dlc_loader *l, dlc__slot *s, uint8_t *arena)
 {
+    assert(arena && (uintptr_t)arena % 256 == 0);
     s->arena = arena;
     s->out = calloc(l->nout ? l->nout : 1, sizeof *s->out);
     s->bf = calloc(l->nout ? l->nout : 1, sizeof *s->bf);
@@ -511,11 +518,18 @@ dlc_status dlc__slot_outputs_alloc(dlc_loader *l, dlc__slot *s, uint8_t *arena)
     for (uint32_t i = 0; i < l->nout; i++) {
         const dlc__output *o = &l->out[i];
         dlc__slot_out *so = &s->out[i];
+        /* Each part inside the arena, aligned: the data after the small arrays. */
+        assert(o->arena_data % 256 == 0 && o->arena_data >= l->arena_meta);
+        assert(o->arena_data + o->sample_cap * l->cfg.batch_size <= l->arena_bytes);
         so->data = arena + o->arena_data;
-        if (o->var != DLC__VAR_FIXED)
+        if (o->var != DLC__VAR_FIXED) {
+            assert(o->arena_lengths % 64 == 0 && o->arena_lengths < l->arena_meta);
             so->lengths = (int64_t *)(arena + o->arena_lengths);
-        if (o->var == DLC_VARIABLE_OFFSETS)
+        }
+        if (o->var == DLC_VARIABLE_OFFSETS) {
+            assert(o->arena_offsets % 64 == 0 && o->arena_offsets < l->arena_meta);
             so->offsets = (int64_t *)(arena + o->arena_offsets);
+        }
     }
     return DLC_OK;
 }
@@ -533,23 +547,29 @@ void dlc__slot_outputs_free(dlc_loader *l, dlc__slot *s)
 void dlc__outputs_pack(dlc_loader *l, dlc__slot *s)
 {
     const uint32_t n = s->count;
+    assert(n >= 1 && n <= l->cfg.batch_size);
     for (uint32_t i = 0; i < l->nout; i++) {
         const dlc__output *o = &l->out[i];
         dlc__slot_out *so = &s->out[i];
         if (o->var == DLC__VAR_FIXED)
             continue;
         const size_t rb = o->row_bytes;
+        /* Boxes stage every box before PAD_TO cuts them: their room may exceed rows_cap rows. */
+        assert(so->lengths && o->sample_cap >= (size_t)o->rows_cap * rb);
         /* Every move goes to a place at or before its source (rows <= rows_cap, and the packed
          * offset of sample j is at most j * rows_cap), so one forward pass is safe. */
         if (o->var == DLC_VARIABLE_OFFSETS) {
             uint64_t at = 0;
             for (uint32_t j = 0; j < n; j++) {
+                /* The workers wrote at most rows_cap rows of each sample. */
+                assert(so->lengths[j] >= 0 && (uint64_t)so->lengths[j] <= o->rows_cap);
                 so->offsets[j] = (int64_t)at;
                 memmove(so->data + at * rb, so->data + (size_t)j * o->sample_cap,
                         (size_t)so->lengths[j] * rb);
                 at += (uint64_t)so->lengths[j];
             }
             so->offsets[n] = (int64_t)at;
+            assert(at * rb <= (uint64_t)n * o->sample_cap); /* Never past the staged rows. */
             so->rows = at;
             continue;
         }
@@ -559,7 +579,10 @@ void dlc__outputs_pack(dlc_loader *l, dlc__slot *s)
             for (uint32_t j = 0; j < n; j++)
                 rows = (uint64_t)so->lengths[j] > rows ? (uint64_t)so->lengths[j] : rows;
         }
+        /* Sample j's packed rows end at (j + 1) * rows <= (j + 1) * rows_cap: inside the slot. */
+        assert(rows <= o->rows_cap);
         for (uint32_t j = 0; j < n; j++) {
+            assert(so->lengths[j] >= 0 && (uint64_t)so->lengths[j] <= rows);
             uint8_t *dst = so->data + (size_t)j * rows * rb;
             const size_t used = (size_t)so->lengths[j] * rb;
             memmove(dst, so->data + (size_t)j * o->sample_cap, used);
@@ -575,6 +598,9 @@ static void describe_one(const dlc_loader *l, const dlc__slot *s, uint32_t i)
     const dlc__output *o = &l->out[i];
     const dlc__slot_out *so = &s->out[i];
     dlc_batch_field *bf = &s->bf[i];
+    /* Packed rows (variable outputs) fit the output's part of the arena. */
+    assert(o->var == DLC__VAR_FIXED ||
+           so->rows * o->row_bytes <= (uint64_t)s->count * o->sample_cap);
     memset(bf, 0, sizeof *bf);
     bf->name = o->name;
     bf->field = o->field;

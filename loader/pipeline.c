@@ -3,6 +3,7 @@
 #include "internal.h"
 #include "sample.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,9 @@
 
 /* A claim counter at or beyond this value means "abandoned" (set by a reset). */
 #define CLAIM_KILLED 0x40000000u
+/* Claims alone never reach it: a batch of at most 2^24 samples, and past its end one more chunk
+ * (at most 64) by each of at most 1024 workers (check_config(), dlc__outputs_plan()). */
+_Static_assert((1u << 24) + 1024u * 64u < CLAIM_KILLED, "claims cannot pass for a kill");
 
 static int test_bit(_Atomic uint64_t *bits, uint64_t i)
 {
@@ -223,7 +227,11 @@ void *dlc__worker_main(void *arg)
         }
         if (l->stop)
             break;
+        assert(s->state == DLC__SLOT_FILL);
+        assert(s->count >= 1 && s->count <= l->cfg.batch_size);
+        assert(l->chunk >= 1 && l->chunk <= 64);
         s->active++;
+        assert(s->active <= l->nworkers);
         const uint32_t count = s->count;
         pthread_mutex_unlock(&l->mu);
 
@@ -236,9 +244,12 @@ void *dlc__worker_main(void *arg)
         int finished = 0;
         for (;;) {
             const uint32_t i = atomic_fetch_add(&s->claim, l->chunk);
+            /* Past the end by at most a chunk per worker inside, unless a reset killed it. */
+            assert(i >= CLAIM_KILLED || (uint64_t)i < count + (uint64_t)l->nworkers * l->chunk);
             if (i >= count)
                 break;
             const uint32_t n = count - i < l->chunk ? count - i : l->chunk;
+            assert(n >= 1 && i + n <= count);
             if (shrunk) {
                 char msg[512];
                 dlc__shrunk_msg(l, file, now, s->io[i].index, msg, sizeof msg);
@@ -251,7 +262,11 @@ void *dlc__worker_main(void *arg)
                 atomic_fetch_add_explicit(&l->st_bytes, w->bytes_read, memory_order_relaxed);
                 w->bytes_read = 0;
             }
-            if (atomic_fetch_add(&s->done, n) + n == count)
+            /* Every sample is counted once: done never passes count, and one worker sees it
+             * reach count. */
+            const uint32_t done = atomic_fetch_add(&s->done, n) + n;
+            assert(done <= count);
+            if (done == count)
                 finished = 1;
         }
         /* Every sample is in (the other workers' writes happened before their increments of
@@ -260,9 +275,15 @@ void *dlc__worker_main(void *arg)
             dlc__outputs_pack(l, s);
 
         pthread_mutex_lock(&l->mu);
+        /* Neither a reset nor the I/O thread touches a slot a worker is inside; the worker that
+         * completed the batch makes it READY, and the others may find it READY, LENT or even
+         * FREE again (the consumer does not wait for them). */
+        assert(s->active > 0 && s->state != DLC__SLOT_IO);
         s->active--;
-        if (finished)
-            s->state = DLC__SLOT_READY;
+        if (finished) {
+            assert(s->state == DLC__SLOT_FILL);
+            s->state = DLC__SLOT_READY; /* FILL -> READY */
+        }
         if (finished || s->active == 0)
             pthread_cond_broadcast(&l->cv_done);
         if (s->active == 0)
@@ -301,9 +322,12 @@ void dlc__pipeline_reset(dlc_loader *l, uint64_t seed, uint64_t epoch, uint64_t 
      * set_epoch() is never overwritten and need not be copied. The new plan starts at the slot
      * after the newest lent one, so its first batches go to free slots and reach the held ones
      * only after they have been given back. */
-    for (uint32_t i = 0; i < l->nslots; i++)
+    dlc__assert_lent(l);
+    for (uint32_t i = 0; i < l->nslots; i++) {
+        assert(l->slots[i].active == 0 && l->slots[i].state != DLC__SLOT_IO);
         if (l->slots[i].state != DLC__SLOT_LENT)
             l->slots[i].state = DLC__SLOT_FREE;
+    }
     l->slot_base = l->nlent ? (l->lent[l->nlent - 1] + 1) % l->nslots : 0;
     dlc__dev_reset_locked(l);
     /* No thread is inside a slot now; the I/O thread reads this after taking the next one. */

@@ -5,6 +5,7 @@
  * never blended) and as a coordinate map to boxes. */
 #include "sample.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -47,6 +48,7 @@ static dlc_status draw_views(const dlc_loader *l, dlc__worker *w, const dlc__slo
     for (uint32_t g = 0; g < l->ngroups; g++) {
         const dlc__group *gr = &l->groups[g];
         const uint32_t cw = gr->crop_w ? gr->crop_w : W, ch = gr->crop_h ? gr->crop_h : H;
+        assert(gr->first + gr->count <= l->nviews); /* w->views has nviews entries. */
         for (uint32_t k = 0; k < gr->count; k++) {
             dlc__view_params *vp = &w->views[gr->first + k];
             dlc__rng r = view_rng(s, pos, gr->first + k);
@@ -62,6 +64,9 @@ static dlc_status draw_views(const dlc_loader *l, dlc__worker *w, const dlc__slo
                               ? dlc__center_box(W, H, cw, ch)
                               : dlc__random_box(W, H, cw, ch, &r);
             }
+            /* Every crop lies inside the image it is drawn on. */
+            assert((uint64_t)vp->box.left + vp->box.w <= W &&
+                   (uint64_t)vp->box.top + vp->box.h <= H);
             vp->flip = gr->flip > 0 && dlc__rng_uniform(&r) < gr->flip;
         }
     }
@@ -180,6 +185,7 @@ static dlc_status out_image(const dlc_loader *l, dlc__worker *w, const dlc__outp
     if (rc == DLC_OK)
         rc = get_pixels(l, w, o, sv, &px);
     const dlc__group *gr = &l->groups[o->group];
+    assert((size_t)gr->count * o->view_bytes <= o->sample_cap); /* The views fill the sample. */
     for (uint32_t k = 0; rc == DLC_OK && k < gr->count; k++) {
         const dlc__view_params *vp = &w->views[gr->first + k];
         uint8_t *out = dst + (size_t)k * o->view_bytes;
@@ -213,6 +219,9 @@ static void out_boxes(const dlc_loader *l, dlc__worker *w, const dlc__output *o,
                       const dlc__sample_view *sv, uint8_t *dst, int64_t *length)
 {
     const dlc_value *v = &sv->v[o->field];
+    /* The store reader holds every record to the schema's max_dim0, which sized the staging
+     * room and the worker's keep flags. */
+    assert(v->dim0 <= l->max_boxes && (size_t)v->dim0 * o->row_bytes <= o->sample_cap);
     const dlc__geom g = view0_geom(l, w, sv);
     uint32_t kept = dlc__boxes_transform(dlc__payload(sv, v), v->dim0, &g, (float *)dst, w->keep);
     if (kept > o->rows_cap) {
@@ -223,6 +232,7 @@ static void out_boxes(const dlc_loader *l, dlc__worker *w, const dlc__output *o,
                 w->keep[i] = 0;
         kept = o->rows_cap;
     }
+    assert(kept <= o->rows_cap);
     *length = kept;
 }
 
@@ -233,6 +243,7 @@ static dlc_status out_array(const dlc_loader *l, const dlc__worker *w, const dlc
     const dlc_value *v = &sv->v[o->field];
     const uint8_t *src = dlc__payload(sv, v);
     if (o->var == DLC__VAR_FIXED) {
+        assert(v->size <= o->sample_cap); /* The reader holds a fixed array to its shape. */
         memcpy(dst, src, v->size);
         return DLC_OK;
     }
@@ -262,6 +273,7 @@ static dlc_status build_output(const dlc_loader *l, dlc__worker *w, dlc__slot *s
 {
     const dlc__output *o = &l->out[i];
     dlc__slot_out *so = &s->out[i];
+    assert(j < s->count);
     uint8_t *dst = so->data + (size_t)j * o->sample_cap;
     int64_t *len = so->lengths ? &so->lengths[j] : NULL;
     const dlc_value *v = &sv->v[o->field];
@@ -281,6 +293,8 @@ static dlc_status build_output(const dlc_loader *l, dlc__worker *w, dlc__slot *s
             memcpy(dst, &v->f, 8);
         return DLC_OK;
     case DLC__OUT_BYTES:
+        /* The reader holds a bytes value to the schema's max_size, this output's room. */
+        assert(v->size <= o->sample_cap);
         memcpy(dst, dlc__payload(sv, v), v->size);
         *len = (int64_t)v->size;
         return DLC_OK;
@@ -306,6 +320,7 @@ dlc_status dlc__build_sample(const dlc_loader *l, dlc__worker *w, dlc__slot *s, 
             rc = build_output(l, w, s, i, j, sv);
     if (rc != DLC_OK)
         return rc;
+    assert(j < s->count);
     s->labels[j] = l->info->label_field != DLC_NO_FIELD ? sv->v[l->info->label_field].i : 0;
     s->indices[j] = sv->index;
     return DLC_OK;

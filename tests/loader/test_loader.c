@@ -4,6 +4,7 @@
  * (Under TSan, Criterion cannot start, Snaipe/Criterion#274; loader_stress.c drives the same
  * pipeline paths there as a plain program.) */
 #include "augment.h"
+#include "common.h"
 #include "loader_fixture.h"
 
 #include <fcntl.h>
@@ -625,6 +626,42 @@ Test(loader, config_errors_are_named_and_device_falls_back_to_host)
                          tu_pixel(1, y, x, 1));
     dlc_loader_close(l);
     fx_rmdir(&d);
+}
+
+/* In a debug build a configuration error names the FAIL_IF that raised it (the line that tests
+ * config.batch_size in loader/loader.c) and the CHECK it left through, beside a message that
+ * stays as written. */
+Test(loader, config_error_records_the_fail_if_that_raised_it)
+{
+    dlc_loader_config c = fx_config();
+    c.batch_size = 0;
+    dlc_loader *l = NULL;
+    cr_assert_eq(dlc_loader_open("/nonexistent/store.dlc", &c, &l), DLC_EINVAL);
+    cr_assert(strstr(dlc_errmsg(), "config.batch_size = 0 must be in 1..16777216"), "%s",
+              dlc_errmsg());
+    cr_assert_null(strchr(dlc_errmsg(), '['), "no site in the message: %s", dlc_errmsg());
+#ifdef NDEBUG
+    cr_assert_str_eq(dlc__errsite(), "", "a release build records no site");
+#else
+    const char *site = dlc__errsite();
+    int line = 0, check = 0, used = 0;
+    cr_assert_eq(sscanf(site, "loader/loader.c:%d <- loader/loader.c:%d%n", &line, &check, &used),
+                 2, "site: %s", site);
+    cr_assert_eq(site[used], '\0', "site: %s", site);
+    /* The lines named are the FAIL_IF on config.batch_size and the CHECK of check_config(). */
+    FILE *f = fopen(DLC_TEST_SOURCE_DIR "/loader/loader.c", "r");
+    cr_assert(f);
+    char text[256], raised[256] = "", checked[256] = "";
+    for (int n = 1; fgets(text, sizeof text, f); n++) {
+        if (n == line)
+            snprintf(raised, sizeof raised, "%s", text);
+        if (n == check)
+            snprintf(checked, sizeof checked, "%s", text);
+    }
+    fclose(f);
+    cr_assert(strstr(raised, "FAIL_IF(c->batch_size == 0"), "line %d: %s", line, raised);
+    cr_assert(strstr(checked, "CHECK(check_config("), "line %d: %s", check, checked);
+#endif
 }
 
 /* Batches the caller holds stay lent, and unchanged, across set_epoch() and a restore, until it
