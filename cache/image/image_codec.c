@@ -125,14 +125,21 @@ static dlc_status read_header(dlc_codec *c, const void *jpeg, size_t size, jpeg_
         return dlc__errorf(DLC_EDECODE, "JPEG decode: empty input");
     if (size > (size_t)0xffffffffu)
         return dlc__errorf(DLC_EDECODE, "JPEG decode: %zu bytes is too large a JPEG", size);
+    /* libjpeg-turbo can report success on a header cut short before its frame and leave the
+     * size unset: start from zeros, so that case is refused below instead of reading garbage. */
+    *hd = (jpeg_header){0};
     if (tjDecompressHeader3(c->dec, jpeg, (unsigned long)size, &hd->width, &hd->height,
                             &hd->subsamp, &hd->colorspace) != 0) {
         const dlc_status rc =
             dlc__errorf(DLC_EDECODE, "JPEG header (%zu bytes): %s", size, tjGetErrorStr2(c->dec));
         return reset_decoder(c, rc);
     }
-    if (hd->width <= 0 || hd->height <= 0 || (uint32_t)hd->width > DLC__IMAGE_MAX_SIDE ||
-        (uint32_t)hd->height > DLC__IMAGE_MAX_SIDE ||
+    if (hd->width <= 0 || hd->height <= 0)
+        return reset_decoder(c, dlc__errorf(DLC_EDECODE,
+                                            "JPEG header (%zu bytes): no image size in it (cut "
+                                            "short before its frame header, or not a JPEG)",
+                                            size));
+    if ((uint32_t)hd->width > DLC__IMAGE_MAX_SIDE || (uint32_t)hd->height > DLC__IMAGE_MAX_SIDE ||
         (uint64_t)hd->width * (uint64_t)hd->height > MAX_PIXELS)
         return dlc__errorf(DLC_EDECODE,
                            "JPEG header (%zu bytes): %dx%d (height x width) is too large to decode",
