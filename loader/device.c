@@ -698,18 +698,27 @@ void dlc__dev_reset_locked(dlc_loader *l)
 }
 
 /* The stage lent as @p b, or -1. */
-static int lent_stage(const dlc_loader *l, const dlc_device_batch *b)
-{
-    const dlc__devpath *d = l->dev;
-    if (!d || d->lent < 0 || !b || b->fields != d->stages[d->lent].df)
-        return -1;
-    return d->lent;
-}
 
 static dlc_status device_off(const dlc_loader *l)
 {
     return dlc__errorf(DLC_ESTATE, "%s: the device path is off: %s", l->path,
                        l->dev_why ? l->dev_why : "config.device is -1");
+}
+
+/* The stage lent as @p b, or -1 with the error in *rc: the device path off, or @p b not the batch
+ * lent (@p verb says what the caller did with it). The one check of emit, wait and release. */
+static int lent_stage(dlc_loader *l, const dlc_device_batch *b, const char *verb, dlc_status *rc)
+{
+    const dlc__devpath *d = l ? l->dev : NULL;
+    if (!l)
+        *rc = dlc__errorf(DLC_EINVAL, "loader: NULL loader");
+    else if (!d)
+        *rc = device_off(l);
+    else if (d->lent < 0 || !b || b->fields != d->stages[d->lent].df)
+        *rc = dlc__errorf(DLC_EINVAL, "%s: the device batch %s is not the one lent", l->path, verb);
+    else
+        return d->lent;
+    return -1;
 }
 
 dlc_status dlc_loader_next_device(dlc_loader *l, dlc_device_batch *batch)
@@ -835,13 +844,10 @@ static int emit_one(dlc_loader *l, const dlc__stage *t, uint32_t i, const dlc_de
 dlc_status dlc_loader_device_emit(dlc_loader *l, const dlc_device_batch *batch, void *stream,
                                   const dlc_device_dst *dst, void *indices)
 {
-    if (!l)
-        return dlc__errorf(DLC_EINVAL, "loader: NULL loader");
-    const int ti = lent_stage(l, batch);
+    dlc_status rc = DLC_OK;
+    const int ti = lent_stage(l, batch, "emitted", &rc);
     if (ti < 0)
-        return l->dev ? dlc__errorf(DLC_EINVAL, "%s: the device batch emitted is not the one lent",
-                                    l->path)
-                      : device_off(l);
+        return rc;
     if (!dst && batch->num_fields)
         return dlc__errorf(DLC_EINVAL, "%s: dlc_loader_device_emit() needs %u destinations",
                            l->path, batch->num_fields);
@@ -887,12 +893,10 @@ dlc_status dlc_loader_device_emit(dlc_loader *l, const dlc_device_batch *batch, 
 
 dlc_status dlc_loader_device_wait(dlc_loader *l, const dlc_device_batch *batch, void *stream)
 {
-    if (!l)
-        return dlc__errorf(DLC_EINVAL, "loader: NULL loader");
-    const int ti = lent_stage(l, batch);
+    dlc_status rc = DLC_OK;
+    const int ti = lent_stage(l, batch, "waited on", &rc);
     if (ti < 0)
-        return l->dev ? dlc__errorf(DLC_EINVAL, "%s: the device batch is not the one lent", l->path)
-                      : device_off(l);
+        return rc;
     dlc__devpath *d = l->dev;
     dlc__stage *t = &d->stages[ti];
     void *saved = NULL;
@@ -911,15 +915,10 @@ dlc_status dlc_loader_device_wait(dlc_loader *l, const dlc_device_batch *batch, 
 
 dlc_status dlc_loader_device_release(dlc_loader *l, const dlc_device_batch *batch, void *stream)
 {
-    if (!l)
-        return dlc__errorf(DLC_EINVAL, "loader: NULL loader");
-    const int ti = lent_stage(l, batch);
+    dlc_status rc = DLC_OK;
+    const int ti = lent_stage(l, batch, "released", &rc);
     if (ti < 0)
-        return l->dev ? dlc__errorf(DLC_EINVAL,
-                                    "%s: the device batch released is not the one "
-                                    "lent",
-                                    l->path)
-                      : device_off(l);
+        return rc;
     dlc__devpath *d = l->dev;
     const dlc__stage *t = &d->stages[ti];
     /* A stream given to wait read the buffer even when release names none. */

@@ -171,6 +171,21 @@ def _perm(ndim):
     return (0, 3, 1, 2) if ndim == 4 else (0, 1, 4, 2, 3)
 
 
+def _items(outputs, indices):
+    """[(name, tensor)] of a device batch, as the host path names them: each output, then its
+    NAME_lengths and NAME_offsets where it has them, then the record numbers."""
+    items = []
+    for name, t, lengths, offsets in outputs:
+        items.append((name, t))
+        if lengths is not None:
+            items.append((name + "_lengths", lengths))
+        if offsets is not None:
+            items.append((name + "_offsets", offsets))
+    if indices is not None:
+        items.append(("indices", indices))
+    return items
+
+
 class _Pins:
     """The torch backend's hold on the C loader's slots: those page-locked with
     cudaHostRegister and the event of the copy that may still read one. release() runs before
@@ -277,20 +292,14 @@ class PluginFeed(_Feed):
                                             dst, idx.data_ptr() if idx is not None else None)
             if rc != L.DLC_OK:
                 raise error_for(rc, ctx)
-            items = []
+            done = []
             for name, code, layout, t, lengths, offsets in outs:
                 t = _finish_raw(t, code)
                 if layout == L.LAYOUT_NHWC and code in (L.DTYPE_FLOAT32, L.DTYPE_FLOAT16):
                     # channels_last: the logical [N, C, H, W] ([N, K, C, H, W]) over NHWC memory.
                     t = t.permute(_perm(t.dim()))
-                items.append((name, t))
-                if lengths is not None:
-                    items.append((name + "_lengths", lengths))
-                if offsets is not None:
-                    items.append((name + "_offsets", offsets))
-            if idx is not None:
-                items.append(("indices", idx))
-        return L.DLC_OK, items
+                done.append((name, t, lengths, offsets))
+        return L.DLC_OK, _items(done, idx)
 
 
 class TorchFeed(_Feed):
@@ -419,20 +428,9 @@ class TorchFeed(_Feed):
                 ev.record(self.side)
             self.pins.event = ev
             cur.wait_event(ev)
-            items = []
-            for name, code, image, t, lengths, offsets in raw:
-                if image and self.float_out:
-                    t = self._convert(t)
-                else:
-                    t = _finish_raw(t, code)
-                items.append((name, t))
-                if lengths is not None:
-                    items.append((name + "_lengths", lengths))
-                if offsets is not None:
-                    items.append((name + "_offsets", offsets))
-            if idx is not None:
-                items.append(("indices", idx))
-        return L.DLC_OK, items
+            done = [(name, self._convert(t) if image and self.float_out else _finish_raw(t, code),
+                     lengths, offsets) for name, code, image, t, lengths, offsets in raw]
+        return L.DLC_OK, _items(done, idx)
 
 
 def make_feed(backend, *args):
