@@ -126,7 +126,15 @@ int op_device_enter(void *ctx, int device, void **saved)
         cur = NULL;
     else if (r != CUDA_SUCCESS)
         return (int)r;
-    const cudaError_t e = cudaSetDevice(device);
+    /* An ordinal past the machine's is refused before cudaSetDevice: the caller gets the same
+     * "invalid device ordinal", and no CUDA API call fails (compute-sanitizer counts a failed
+     * call as an error, so a caller's bad ordinal would read as a fault of ours). */
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e == cudaSuccess && (device < 0 || device >= count))
+        e = cudaErrorInvalidDevice;
+    if (e == cudaSuccess)
+        e = cudaSetDevice(device);
     if (e != cudaSuccess) {
         api.set(cur);
         return e;

@@ -346,9 +346,15 @@ Test(cuda_plugin, device_enter_and_leave_restore_the_callers_context)
 
     /* A device that does not exist fails and changes nothing. */
     void *saved = NULL;
-    cr_assert_neq(ops->device_enter(ops->ctx, count, &saved), 0);
-    cr_assert_eq(drv.ctx_get(&now), 0);
-    cr_assert_eq(now, mine);
+    const int bad[] = {count, -1};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const int rc = ops->device_enter(ops->ctx, bad[i], &saved);
+        cr_assert_neq(rc, 0, "device_enter(%d) of %d devices succeeded", bad[i], count);
+        cr_assert_not_null(strstr(ops->errstr(ops->ctx, rc), "ordinal"), "device %d: %s", bad[i],
+                           ops->errstr(ops->ctx, rc));
+        cr_assert_eq(drv.ctx_get(&now), 0);
+        cr_assert_eq(now, mine);
+    }
 }
 
 Test(cuda_plugin, bench_h2d_times_the_copies)
