@@ -335,7 +335,7 @@ typedef enum dlc__push_step {
 struct dlc__push_file;
 
 /* One HTTP request of a push: what the protocol (warm_push_s3.c, warm_push_gcs.c) asks for, and
- * what came back, as warm_push_engine.c hands it to the transfer engine (warm_xfer.h). */
+ * what came back, as warm_push_send.c hands it to the transfer engine (warm_xfer.h). */
 typedef struct dlc__push_req {
     struct dlc__push_file *file;
     dlc__push_step step;
