@@ -20,7 +20,7 @@ PREFIX ?= /usr/local
 # machine that has none of them, and what is missing on this one.
 #
 # build: a C compiler and make, CMake, pkg-config, and the libraries that
-# CMakeLists.txt and cmake/warm.cmake find with pkg-config: LMDB,
+# CMakeLists.txt finds with pkg-config (all of them, in one place): LMDB,
 # libjpeg-turbo, libpng, liburing, xxHash, libcurl, and OpenSSL's libcrypto
 # (cachewarm's MD5s for ETags; libcurl4-openssl-dev does not pull it in).
 BUILD_PKGS := build-essential cmake pkg-config \

@@ -11,12 +11,3 @@ if(DLCACHE_TESTS AND DLCACHE_E2E)
     endif()
   endforeach()
 endif()
-
-# MD5 for the ETag checks of pushes and of downloads of pushed objects (cache/warm/warm_md5.c):
-# OpenSSL's libcrypto, the library Debian's libcurl is built on (libssl-dev), so the process
-# loads no second crypto library.
-if(TARGET dlc_warm)
-  pkg_check_modules(LIBCRYPTO REQUIRED IMPORTED_TARGET libcrypto)
-  target_link_libraries(dlc_warm PUBLIC PkgConfig::LIBCRYPTO)
-  target_link_libraries(dlcache PRIVATE PkgConfig::LIBCRYPTO)
-endif()
