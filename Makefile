@@ -39,7 +39,7 @@ FUZZ_PKGS := clang libclang-rt-dev python3
 #   valgrind             tests/e2e/valgrind_tools.sh
 #   lmdb-utils           mdb_stat in tests/e2e/store_foreign.sh
 #   openssl              the self-signed certificate of tests/e2e/warm_gcs.sh
-#   curl ca-certificates tests/warm/lib.sh: curl uploads to s3rver; npm fetches it over https
+#   curl ca-certificates tests/lib/warm.sh: curl uploads to s3rver; npm fetches it over https
 #   python3-*            pytest and the Python tests; torch, torchvision, numpy, lmdb and
 #                        PIL (tests/python, tests/e2e/*.py and build_gray.sh); venv with pip
 #                        for tests/python/test_packaging.py

@@ -1,5 +1,5 @@
 # The warm part's extra rules. Its end-to-end tests (tests/e2e/warm_*.sh)
-# start real servers on loopback; s3rver comes from npm (tests/warm/
+# start real servers on loopback; s3rver comes from npm (tests/lib/
 # package-lock.json) and a machine without node or without registry access
 # cannot run them: they then exit 77, which ctest reports as skipped.
 if(DLCACHE_TESTS AND DLCACHE_E2E)

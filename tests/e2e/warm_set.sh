@@ -9,7 +9,7 @@
 # A fetched set's directory holds the set's files alone: the shards' locks, journals and sidecars
 # are in DEST.warm-set/ beside it, and the leftovers of the layout before it are removed.
 set -euo pipefail
-source "$DLC_SRC/tests/warm/lib.sh"
+source "$DLC_SRC/tests/lib/warm.sh"
 [ -x "$DLC_BIN/set_split" ] || skip "set_split is not built"
 
 warm_start_s3rver
