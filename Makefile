@@ -20,7 +20,7 @@ PREFIX ?= /usr/local
 # machine that has none of them, and what is missing on this one.
 #
 # build: a C compiler and make, CMake, pkg-config, and the libraries that
-# CMakeLists.txt and cmake/warm.cmake find with pkg-config: LMDB,
+# CMakeLists.txt finds with pkg-config (all of them, in one place): LMDB,
 # libjpeg-turbo, libpng, liburing, xxHash, libcurl, and OpenSSL's libcrypto
 # (cachewarm's MD5s for ETags; libcurl4-openssl-dev does not pull it in).
 BUILD_PKGS := build-essential cmake pkg-config \
@@ -39,7 +39,7 @@ FUZZ_PKGS := clang libclang-rt-dev python3
 #   valgrind             tests/e2e/valgrind_tools.sh
 #   lmdb-utils           mdb_stat in tests/e2e/store_foreign.sh
 #   openssl              the self-signed certificate of tests/e2e/warm_gcs.sh
-#   curl ca-certificates tests/warm/lib.sh: curl uploads to s3rver; npm fetches it over https
+#   curl ca-certificates tests/lib/warm.sh: curl uploads to s3rver; npm fetches it over https
 #   python3-*            pytest and the Python tests; torch, torchvision, numpy, lmdb and
 #                        PIL (tests/python, tests/e2e/*.py and build_gray.sh); venv with pip
 #                        for tests/python/test_packaging.py

@@ -5,7 +5,7 @@
 #   -DDLCACHE_CUDA=AUTO (default)  build it where nvcc is found: CMAKE_CUDA_COMPILER, nvcc on the
 #                                  PATH, or /usr/local/cuda/bin/nvcc; in a sanitizer build, not
 #                                  at all (those test the device logic on the CPU stand-in,
-#                                  tests/loader/devsim.c, and nvcc cannot take the flags)
+#                                  tests/lib/devsim.c, and nvcc cannot take the flags)
 #   -DDLCACHE_CUDA=ON              build it, or stop here without nvcc
 #   -DDLCACHE_CUDA=OFF             do not build it
 #

@@ -1,11 +1,11 @@
-# The CPU stand-in of the device (tests/loader/devsim.c): the device path's ring, slots and
+# The CPU stand-in of the device (tests/lib/devsim.c): the device path's ring, slots and
 # events run on it under ThreadSanitizer and AddressSanitizer on machines without a GPU.
 # test_devsim (the stand-in itself) and test_device (the loader on it) are made by the root
 # CMakeLists.txt's glob of tests/loader/test_*.c; they get the stand-in here. device_stress is
 # the same check as a plain program, which runs under TSan too (Criterion cannot start there,
 # Snaipe/Criterion#274), hence its labels "unit;threads".
-if(DLCACHE_TESTS AND TARGET dlc_loader AND EXISTS ${PROJECT_SOURCE_DIR}/tests/loader/devsim.c)
-  set(dlc_devsim_src ${PROJECT_SOURCE_DIR}/tests/loader/devsim.c)
+if(DLCACHE_TESTS AND TARGET dlc_loader AND EXISTS ${PROJECT_SOURCE_DIR}/tests/lib/devsim.c)
+  set(dlc_devsim_src ${PROJECT_SOURCE_DIR}/tests/lib/devsim.c)
   foreach(t test_devsim test_device)
     if(TARGET ${t})
       target_sources(${t} PRIVATE ${dlc_devsim_src})

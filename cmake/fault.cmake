@@ -1,12 +1,12 @@
-# The fault injector (tests/fault/faultinject.c): an LD_PRELOAD library that
+# The fault injector (tests/lib/faultinject.c): an LD_PRELOAD library that
 # makes chosen writes, syncs, preallocations and renames fail, for the
 # end-to-end tests tests/e2e/fault_*.sh. It lands in lib/ beside the other
 # libraries (DLC_LIB in those tests). Not installed. The interposed functions
 # must be exported, so this target does not take the project's hidden
 # visibility. Tests that need something this machine lacks (a tmpfs mount,
 # valgrind) exit 77, which ctest reports as skipped.
-if(DLCACHE_TESTS AND EXISTS ${PROJECT_SOURCE_DIR}/tests/fault/faultinject.c AND NOT DLCACHE_SANITIZE)
-  add_library(dlc_faultinject SHARED ${PROJECT_SOURCE_DIR}/tests/fault/faultinject.c)
+if(DLCACHE_TESTS AND EXISTS ${PROJECT_SOURCE_DIR}/tests/lib/faultinject.c AND NOT DLCACHE_SANITIZE)
+  add_library(dlc_faultinject SHARED ${PROJECT_SOURCE_DIR}/tests/lib/faultinject.c)
   target_link_libraries(dlc_faultinject PRIVATE ${CMAKE_DL_LIBS} Threads::Threads)
   set_target_properties(dlc_faultinject PROPERTIES C_VISIBILITY_PRESET default)
 endif()

@@ -4,19 +4,19 @@
 # that are not ours (Python's lmdb module, mdb_stat). Only for tests; not
 # installed.
 if(TARGET dlc_store AND DLCACHE_TESTS)
-  add_executable(store_fixture ${PROJECT_SOURCE_DIR}/tests/e2e/store_fixture.c)
+  add_executable(store_fixture ${PROJECT_SOURCE_DIR}/tests/lib/store_fixture.c)
   target_link_libraries(store_fixture PRIVATE dlc_store dlc_test_headers)
 endif()
 # bench_store_read: how fast dlc_store_read_values() finds small records, through the offset
-# table and through LMDB's B-tree (tests/store/bench_store_read.c). A program, not a test.
+# table and through LMDB's B-tree (tests/bench/bench_store_read.c). A program, not a test.
 if(TARGET dlc_store AND DLCACHE_TESTS)
-  add_executable(bench_store_read ${PROJECT_SOURCE_DIR}/tests/store/bench_store_read.c)
+  add_executable(bench_store_read ${PROJECT_SOURCE_DIR}/tests/bench/bench_store_read.c)
   target_link_libraries(bench_store_read PRIVATE dlc_store dlc_test_headers)
 endif()
 # set_split: the records of a store written again as the parts of a store set and joined
-# (tests/e2e/set_split.c), so that the Python tests and the benchmarks compare a set with a
+# (tests/lib/set_split.c), so that the Python tests and the benchmarks compare a set with a
 # single store of the same records. Only for tests; not installed.
 if(TARGET dlc_store AND DLCACHE_TESTS)
-  add_executable(set_split ${PROJECT_SOURCE_DIR}/tests/e2e/set_split.c)
+  add_executable(set_split ${PROJECT_SOURCE_DIR}/tests/lib/set_split.c)
   target_link_libraries(set_split PRIVATE dlc_store dlc_test_headers)
 endif()

@@ -1,5 +1,5 @@
 # The warm part's extra rules. Its end-to-end tests (tests/e2e/warm_*.sh)
-# start real servers on loopback; s3rver comes from npm (tests/warm/
+# start real servers on loopback; s3rver comes from npm (tests/lib/
 # package-lock.json) and a machine without node or without registry access
 # cannot run them: they then exit 77, which ctest reports as skipped.
 if(DLCACHE_TESTS AND DLCACHE_E2E)
@@ -10,13 +10,4 @@ if(DLCACHE_TESTS AND DLCACHE_E2E)
       set_tests_properties(e2e_${name} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
     endif()
   endforeach()
-endif()
-
-# MD5 for the ETag checks of pushes and of downloads of pushed objects (cache/warm/warm_md5.c):
-# OpenSSL's libcrypto, the library Debian's libcurl is built on (libssl-dev), so the process
-# loads no second crypto library.
-if(TARGET dlc_warm)
-  pkg_check_modules(LIBCRYPTO REQUIRED IMPORTED_TARGET libcrypto)
-  target_link_libraries(dlc_warm PUBLIC PkgConfig::LIBCRYPTO)
-  target_link_libraries(dlcache PRIVATE PkgConfig::LIBCRYPTO)
 endif()

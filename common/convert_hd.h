@@ -3,7 +3,7 @@
  * The CPU path builds its tables from dlc__hd_norm() and dlc__hd_f32_to_f16() (loader/augment.c,
  * common/half.c), the CUDA plugin's kernel (loader/cuda/) builds its table in shared memory with
  * the same functions,
- * and the CPU stand-in of the device (tests/loader/devsim.c) calls dlc__hd_convert_at(). So a
+ * and the CPU stand-in of the device (tests/lib/devsim.c) calls dlc__hd_convert_at(). So a
  * device batch is bit-identical to the host batch: float32 with 0 ulp of difference, float16
  * identical, uint8 identical. Only correctly rounded operations are used (IEEE division and
  * subtraction: nvcc's __fdiv_rn and __fsub_rn, which -use_fast_math cannot relax, and no

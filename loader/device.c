@@ -3,7 +3,7 @@
  * device path").
  *
  * Everything here runs against the table of operations in device.h: the CUDA plugin in a real
- * run, the CPU stand-in of tests/loader/devsim.c in the tests, so that the ordering below is
+ * run, the CPU stand-in of tests/lib/devsim.c in the tests, so that the ordering below is
  * checked under ThreadSanitizer and AddressSanitizer on machines without a GPU.
  *
  * The order of one batch b, slot s = b % nslots, staging buffer t = b % nstage:

@@ -5,7 +5,7 @@
  *   - the CUDA plugin, libdlcache_cuda.so (loader/cuda/plugin.cu), compiled by nvcc with the CUDA
  *     runtime linked statically and loaded with dlopen, so that libdlcache.so never depends on
  *     CUDA;
- *   - a CPU stand-in (tests/loader/devsim.c) whose streams are queues drained by threads with
+ *   - a CPU stand-in (tests/lib/devsim.c) whose streams are queues drained by threads with
  *     random delays and whose events are sequence numbers, so that the ordering logic runs under
  *     ThreadSanitizer and AddressSanitizer on machines without a GPU.
  *

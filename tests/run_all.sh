@@ -5,11 +5,31 @@
 # tests under TSan, the Python tests, Release builds with gcc and clang, and a
 # short fuzzing run.
 # `make test` runs this after `make build`.
+#
+#   tests/run_all.sh              every step
+#   tests/run_all.sh STEP...      only those steps, in the order given
+#   tests/run_all.sh --list       the steps' names, one a line, with what each runs
+#
+# The steps: format, docs, ctest, asan, tsan, pytest, release, fuzz. Each but format and docs
+# needs build/ (`make build`), as the whole run does; asan, tsan and release make their own
+# build folders. A failing step does not stop the others; the exit status is 1 when any failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
 PY=${PY:-/usr/bin/python3}
 failed=()
+
+STEPS=(format docs ctest asan tsan pytest release fuzz)
+declare -A ABOUT=(
+    [format]="layout of the C sources (clang-format-14)"
+    [docs]="public headers documented (doxygen)"
+    [ctest]="unit and end-to-end tests (build/)"
+    [asan]="unit tests under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)"
+    [tsan]="loader threading tests under ThreadSanitizer (build-tsan/)"
+    [pytest]="Python tests (pytest, $PY)"
+    [release]="Release builds with gcc and clang, as a user makes them (warnings as errors here)"
+    [fuzz]="fuzzing, ${FUZZ_SECONDS:-25} s per harness"
+)
 
 step() { printf '\n== %s\n' "$*"; }
 run() { # run NAME CMD...: record a failing step, keep going
@@ -17,54 +37,79 @@ run() { # run NAME CMD...: record a failing step, keep going
     if ! "$@"; then failed+=("$name"); fi
 }
 
-step "layout of the C sources (clang-format-14)"
-run format bash tests/check_format.sh
+step_format() { run format bash tests/check_format.sh; }
 
-step "public headers documented (doxygen)"
-run docs bash tests/check_docs.sh
+step_docs() { run docs bash tests/check_docs.sh; }
 
-step "unit and end-to-end tests (build/)"
-run ctest ctest --test-dir build --output-on-failure -j "$JOBS"
+step_ctest() { run ctest ctest --test-dir build --output-on-failure -j "$JOBS"; }
 
-step "unit tests under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)"
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DDLCACHE_SANITIZE=address,undefined \
-      -DDLCACHE_E2E=OFF -DDLCACHE_TESTS=ON -DDLCACHE_WERROR=ON >/dev/null &&
-    cmake --build build-asan -j "$JOBS" >/dev/null &&
-    run asan env ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-        ctest --test-dir build-asan -L unit --output-on-failure -j "$JOBS" || failed+=(asan-build)
+step_asan() {
+    cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DDLCACHE_SANITIZE=address,undefined \
+          -DDLCACHE_E2E=OFF -DDLCACHE_TESTS=ON -DDLCACHE_WERROR=ON >/dev/null &&
+        cmake --build build-asan -j "$JOBS" >/dev/null &&
+        run asan env ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+            ctest --test-dir build-asan -L unit --output-on-failure -j "$JOBS" || failed+=(asan-build)
+}
 
-step "loader threading tests under ThreadSanitizer (build-tsan/)"
-cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DDLCACHE_SANITIZE=thread \
-      -DDLCACHE_E2E=OFF -DDLCACHE_TESTS=ON -DDLCACHE_WERROR=ON >/dev/null &&
-    cmake --build build-tsan -j "$JOBS" >/dev/null &&
-    run tsan env TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-        ctest --test-dir build-tsan -L threads --output-on-failure -j "$JOBS" \
-        --no-tests=error || failed+=(tsan-build)
+step_tsan() {
+    cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DDLCACHE_SANITIZE=thread \
+          -DDLCACHE_E2E=OFF -DDLCACHE_TESTS=ON -DDLCACHE_WERROR=ON >/dev/null &&
+        cmake --build build-tsan -j "$JOBS" >/dev/null &&
+        run tsan env TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+            ctest --test-dir build-tsan -L threads --output-on-failure -j "$JOBS" \
+            --no-tests=error || failed+=(tsan-build)
+}
 
-if [ -d tests/python ] && ls tests/python/test_*.py >/dev/null 2>&1; then
-    step "Python tests (pytest, $PY)"
+step_pytest() {
+    if ! ls tests/python/test_*.py >/dev/null 2>&1; then
+        echo "no tests/python/test_*.py: nothing to run"
+        return
+    fi
     run pytest env DLCACHE_LIB="$PWD/build/lib/libdlcache.so" PYTHONPATH="$PWD/python" \
         "$PY" -m pytest -q tests/python
-fi
+}
 
-step "Release builds with gcc and clang, as a user makes them (warnings as errors here)"
-for cc in gcc clang; do
-    if command -v "$cc" >/dev/null; then
-        CC=$cc cmake -S . -B "build-release-$cc" -DCMAKE_BUILD_TYPE=Release -DDLCACHE_WERROR=ON \
-            >/dev/null && cmake --build "build-release-$cc" -j "$JOBS" >"build-release-$cc/build.log" 2>&1 ||
-            { grep -E "error|warning" "build-release-$cc/build.log" | head -20
-              failed+=("release-$cc"); }
+step_release() {
+    local cc
+    for cc in gcc clang; do
+        if command -v "$cc" >/dev/null; then
+            CC=$cc cmake -S . -B "build-release-$cc" -DCMAKE_BUILD_TYPE=Release \
+                -DDLCACHE_WERROR=ON >/dev/null &&
+                cmake --build "build-release-$cc" -j "$JOBS" >"build-release-$cc/build.log" 2>&1 ||
+                { grep -E "error|warning" "build-release-$cc/build.log" | head -20
+                  failed+=("release-$cc"); }
+        fi
+    done
+}
+
+step_fuzz() {
+    if [ ! -x tests/fuzz/run.sh ]; then
+        echo "no tests/fuzz/run.sh: nothing to run"
+        return
+    fi
+    run fuzz bash tests/fuzz/run.sh "${FUZZ_SECONDS:-25}"
+}
+
+if [ "${1:-}" = --list ]; then
+    for s in "${STEPS[@]}"; do printf '%-8s %s\n' "$s" "${ABOUT[$s]}"; done
+    exit 0
+fi
+wanted=("$@")
+[ ${#wanted[@]} -gt 0 ] || wanted=("${STEPS[@]}")
+for s in "${wanted[@]}"; do
+    if [ -z "${ABOUT[$s]+x}" ]; then
+        echo "run_all.sh: no step '$s'; the steps are: ${STEPS[*]}" >&2
+        exit 2
     fi
 done
-
-if [ -x tests/fuzz/run.sh ]; then
-    step "fuzzing, ${FUZZ_SECONDS:-25} s per harness"
-    run fuzz bash tests/fuzz/run.sh "${FUZZ_SECONDS:-25}"
-fi
+for s in "${wanted[@]}"; do
+    step "${ABOUT[$s]}"
+    "step_$s"
+done
 
 echo
 if [ ${#failed[@]} -gt 0 ]; then
     echo "FAILED steps: ${failed[*]}"
     exit 1
 fi
-echo "all test steps passed"
+echo "all test steps passed (${wanted[*]})"

@@ -335,7 +335,7 @@ typedef enum dlc__push_step {
 struct dlc__push_file;
 
 /* One HTTP request of a push: what the protocol (warm_push_s3.c, warm_push_gcs.c) asks for, and
- * what came back, as warm_push_engine.c hands it to the transfer engine (warm_xfer.h). */
+ * what came back, as warm_push_send.c hands it to the transfer engine (warm_xfer.h). */
 typedef struct dlc__push_req {
     struct dlc__push_file *file;
     dlc__push_step step;
@@ -450,13 +450,25 @@ dlc_status dlc__warm_set_list_read(const char *dir, dlc__warm_set_list *out);
 dlc_status dlc__warm_set_list_file(const char *path, dlc__warm_set_list *out);
 void dlc__warm_set_list_free(dlc__warm_set_list *l);
 
+/* dlc_warm() with its bookkeeping named after @p state rather than @p dest: the lock, journal and
+ * sidecar are STATE.lock, STATE.warm-journal and STATE.warm, while the partial file stays
+ * DEST.warm-part, beside DEST, since publishing it is a rename within DEST's directory.
+ * dlc_warm() is this with STATE = DEST (NULL says the same); a set's shards and its index name a
+ * file in the set's bookkeeping folder (dlc__warm_set()), so that the set's directory holds only
+ * the set. */
+dlc_status dlc__warm_file(const char *url, const char *dest, const char *state,
+                          const dlc_warm_options *opt, dlc_warm_result *res);
+
 /* Warm the set at @p url (a prefix) into the directory @p dest; the caller holds DEST.lock.
  * The index is fetched first into DEST/index.dlcset.warm-new and decoded; an older index at
  * DEST is removed when it differs (DEST is then no set, rather than a set whose shards are being
- * replaced); the shards are fetched in parallel by dlc_warm() each (their own resume journals,
- * verification and atomic publishing inside DEST), the connections split among them; every
- * shard is checked against the index; then the index is published last (rename and directory
- * sync) and the set opened once as a whole. */
+ * replaced); the shards are fetched in parallel by dlc__warm_file() each (their own resume
+ * journals, verification and atomic publishing inside DEST), the connections split among them;
+ * every shard is checked against the index; then the index is published last (rename and
+ * directory sync) and the set opened once as a whole. The shards' and the index's locks,
+ * journals and sidecars are kept in one folder beside DEST, DEST.warm-set/ (NAME.lock,
+ * NAME.warm-journal, NAME.warm), so that DEST holds the set's files and, during a fetch, the
+ * partial files being fetched into it (NAME.warm-part, index.dlcset.warm-new). */
 dlc_status dlc__warm_set(const char *url, const char *dest, const dlc_warm_options *opt,
                          dlc_warm_result *r, double t0);
 

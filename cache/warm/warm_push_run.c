@@ -1,5 +1,5 @@
 /* dlc_warm_push(): the files to upload (a store, or a set's shards and then its index), their
- * destinations, resume journals and part sizes; then warm_push_engine.c sends them on the transfer
+ * destinations, resume journals and part sizes; then warm_push_send.c sends them on the transfer
  * engine (warm_xfer.h); then the journals are removed once every file is on the server and
  * checked. */
 #include "common.h"

@@ -33,13 +33,16 @@ typedef struct paths {
     char sidecar[4096];
 } paths;
 
-static dlc_status make_paths(const char *dest, paths *p)
+/* The partial file is always beside DEST, since publishing it is a rename within DEST's directory;
+ * the lock, journal and sidecar are named after @p state (DEST itself, or a set's shard's name in
+ * the set's bookkeeping folder, dlc__warm_file()). */
+static dlc_status make_paths(const char *dest, const char *state, paths *p)
 {
     const size_t cap = sizeof p->lock;
-    if ((size_t)snprintf(p->lock, cap, "%s.lock", dest) >= cap ||
+    if ((size_t)snprintf(p->lock, cap, "%s.lock", state) >= cap ||
         (size_t)snprintf(p->part, cap, "%s.warm-part", dest) >= cap ||
-        (size_t)snprintf(p->journal, cap, "%s.warm-journal", dest) >= cap ||
-        (size_t)snprintf(p->sidecar, cap, "%s.warm", dest) >= cap)
+        (size_t)snprintf(p->journal, cap, "%s.warm-journal", state) >= cap ||
+        (size_t)snprintf(p->sidecar, cap, "%s.warm", state) >= cap)
         return dlc__errorf(DLC_EINVAL, "%s: path too long", dest);
     return DLC_OK;
 }
@@ -161,6 +164,7 @@ static dlc_status publish(const char *dest, const paths *p, int fd, const dlc__w
 /* The state of one dlc_warm() call, shared by its stages. */
 typedef struct warm_call {
     const char *dest;
+    const char *state; /* What the lock, journal and sidecar are named after (make_paths()). */
     dlc_warm_options opt;
     dlc_warm_result r;
     double t0;
@@ -205,7 +209,7 @@ static dlc_status prepare(warm_call *w, const char *url)
     w->p = malloc(sizeof *w->p);
     if (!w->p)
         return dlc__errorf(-ENOMEM, "dlc_warm: out of memory");
-    dlc_status rc = make_paths(w->dest, w->p);
+    dlc_status rc = make_paths(w->dest, w->state, w->p);
     if (rc < 0)
         return rc;
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
@@ -488,9 +492,16 @@ static void release(warm_call *w, dlc_status rc)
 dlc_status dlc_warm(const char *url, const char *dest, const dlc_warm_options *opt_in,
                     dlc_warm_result *res)
 {
+    return dlc__warm_file(url, dest, dest, opt_in, res);
+}
+
+dlc_status dlc__warm_file(const char *url, const char *dest, const char *state,
+                          const dlc_warm_options *opt_in, dlc_warm_result *res)
+{
     warm_call w;
     memset(&w, 0, sizeof w);
     w.dest = dest;
+    w.state = state ? state : dest;
     if (opt_in)
         w.opt = *opt_in;
     else

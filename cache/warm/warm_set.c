@@ -1,6 +1,8 @@
 /* Store sets on object storage: which files a set's index names (decoded by the store part's
  * reader of the index, cache/store/store_set.h), and the warm of a whole set: the index first into
- * a temporary name, the shards in parallel with dlc_warm() each, the index published last. */
+ * a temporary name, the shards in parallel with dlc__warm_file() each, the index published last.
+ * The shards' bookkeeping (locks, resume journals, sidecars) goes into one folder beside the set,
+ * DEST.warm-set/, never into the set's directory, which a fetch leaves holding the set alone. */
 #include "common.h"
 #include "store_set.h"
 #include "warm_internal.h"
@@ -79,6 +81,7 @@ dlc_status dlc__warm_set_list_read(const char *dir, dlc__warm_set_list *out)
 typedef struct set_fetch {
     const char *url;
     const char *dest;
+    const char *state; /* DEST.warm-set: the shards' locks, journals and sidecars. */
     const dlc_warm_options *opt;
     const dlc__warm_set_list *list;
     dlc_warm_options shard_opt; /* The caller's, with connections split and our callbacks. */
@@ -119,10 +122,11 @@ static void on_shard_log(void *user, dlc_log_level level, const char *msg)
 
 static dlc_status fetch_shard(set_fetch *sf, uint32_t i)
 {
-    char url[4096], dest[4096];
+    char url[4096], dest[4096], state[4096];
     const char *name = sf->list->names[i];
     if ((size_t)snprintf(url, sizeof url, "%s/%s", sf->url, name) >= sizeof url ||
-        (size_t)snprintf(dest, sizeof dest, "%s/%s", sf->dest, name) >= sizeof dest)
+        (size_t)snprintf(dest, sizeof dest, "%s/%s", sf->dest, name) >= sizeof dest ||
+        (size_t)snprintf(state, sizeof state, "%s/%s", sf->state, name) >= sizeof state)
         return dlc__errorf(DLC_EINVAL, "%s: path too long", sf->dest);
     shard_ctx ctx = {sf, i};
     dlc_warm_options o = sf->shard_opt;
@@ -130,7 +134,7 @@ static dlc_status fetch_shard(set_fetch *sf, uint32_t i)
     o.progress_user = &ctx;
     o.log = sf->opt->log ? on_shard_log : NULL;
     o.log_user = &ctx;
-    return dlc_warm(url, dest, &o, &sf->res[i]);
+    return dlc__warm_file(url, dest, state, &o, &sf->res[i]);
 }
 
 static void *shard_worker(void *arg)
@@ -271,6 +275,8 @@ typedef struct set_paths {
     char index[4096];   /* DEST/index.dlcset */
     char tmp[4096];     /* DEST/index.dlcset.warm-new: the new index until the shards are in. */
     char sidecar[4096]; /* DEST.warm */
+    char state[4096];   /* DEST.warm-set: the folder of the shards' and the index's bookkeeping, */
+    char index_state[4096]; /* and what the index's is named after: DEST.warm-set/index.dlcset. */
 } set_paths;
 
 static dlc_status make_set_paths(const char *url, const char *dest, set_paths *p)
@@ -281,7 +287,9 @@ static dlc_status make_set_paths(const char *url, const char *dest, set_paths *p
     const size_t cap = sizeof p->url;
     if (n >= cap || (size_t)snprintf(p->index, cap, "%s/" DLC__WARM_SET_INDEX, dest) >= cap ||
         (size_t)snprintf(p->tmp, cap, "%s.warm-new", p->index) >= cap ||
-        (size_t)snprintf(p->sidecar, cap, "%s.warm", dest) >= cap)
+        (size_t)snprintf(p->sidecar, cap, "%s.warm", dest) >= cap ||
+        (size_t)snprintf(p->state, cap, "%s.warm-set", dest) >= cap ||
+        (size_t)snprintf(p->index_state, cap, "%s/" DLC__WARM_SET_INDEX, p->state) >= cap)
         return dlc__errorf(DLC_EINVAL, "%s: path too long", dest);
     snprintf(p->url, cap, "%.*s", (int)n, url);
     dlc_warm_redact_url(p->url, p->name, sizeof p->name);
@@ -391,7 +399,7 @@ static dlc_status fetch_index(const set_paths *p, const dlc_warm_options *opt, d
     dlc_warm_options o = *opt;
     o.flags |= DLC_WARM_NO_VERIFY; /* Not a store: its own decoder checks it below. */
     o.progress = NULL;
-    dlc_status rc = dlc_warm(p->index_url, p->tmp, &o, ir);
+    dlc_status rc = dlc__warm_file(p->index_url, p->tmp, p->index_state, &o, ir);
     if (rc == DLC_OK)
         rc = dlc__warm_set_list_file(p->tmp, list);
     if (rc == DLC_ECORRUPT || rc == DLC_EVERSION) {
@@ -416,27 +424,35 @@ static dlc_status retire_old_index(const set_paths *p)
     return dlc__fsync_dir(p->index);
 }
 
-static dlc_status make_dest_dir(const char *dest)
+/* DEST, or the folder of its bookkeeping (@p what says which, for the message), as a directory:
+ * made and its entry synced when new, so that a journal written into it survives a crash. */
+static dlc_status make_dir(const char *path, const char *what)
 {
     struct stat st;
-    if (mkdir(dest, 0755) == 0)
-        return dlc__fsync_dir(dest);
+    if (mkdir(path, 0755) == 0)
+        return dlc__fsync_dir(path);
     if (errno != EEXIST)
-        return dlc__errorf(-errno, "%s: mkdir: %s", dest, strerror(errno));
-    if (stat(dest, &st) < 0 || !S_ISDIR(st.st_mode))
-        return dlc__errorf(DLC_EINVAL, "%s: the source is a store set, the destination is a file",
-                           dest);
+        return dlc__errorf(-errno, "%s: mkdir: %s", path, strerror(errno));
+    if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode))
+        return dlc__errorf(DLC_EINVAL, "%s: the source is a store set, %s is a file", path, what);
     return DLC_OK;
 }
 
-/* The leftovers of the index's own warm beside its temporary name. */
-static void remove_index_leftovers(const set_paths *p)
+/* The lock and sidecar of the index's own warm, which describe a temporary name that is gone,
+ * and those that versions before DEST.warm-set/ left inside DEST beside each shard. */
+static void remove_leftovers(const set_paths *p, const char *dest, const dlc__warm_set_list *list)
 {
     char path[4200];
-    snprintf(path, sizeof path, "%s.warm", p->tmp);
+    snprintf(path, sizeof path, "%s.warm", p->index_state);
     unlink(path);
-    snprintf(path, sizeof path, "%s.lock", p->tmp);
+    snprintf(path, sizeof path, "%s.lock", p->index_state);
     unlink(path);
+    for (uint32_t i = 0; i < list->n; i++) {
+        snprintf(path, sizeof path, "%s/%s.warm", dest, list->names[i]);
+        unlink(path);
+        snprintf(path, sizeof path, "%s/%s.lock", dest, list->names[i]);
+        unlink(path);
+    }
 }
 
 dlc_status dlc__warm_set(const char *url, const char *dest, const dlc_warm_options *opt,
@@ -447,17 +463,19 @@ dlc_status dlc__warm_set(const char *url, const char *dest, const dlc_warm_optio
     memset(&list, 0, sizeof list);
     dlc_warm_result ir;
     memset(&ir, 0, sizeof ir);
-    set_fetch sf = {.dest = dest, .opt = opt, .list = &list};
+    set_fetch sf = {.dest = dest, .state = p ? p->state : NULL, .opt = opt, .list = &list};
     r->is_set = 1;
     dlc_status rc = p ? make_set_paths(url, dest, p) : dlc__errorf(-ENOMEM, "warm: out of memory");
     if (rc == DLC_OK)
-        rc = make_dest_dir(dest);
+        rc = make_dir(dest, "the destination");
     if (rc == DLC_OK && set_is_current(p, opt, r)) {
         r->already_complete = 1;
         r->verified = !(opt->flags & DLC_WARM_NO_VERIFY);
         free(p);
         return DLC_OK;
     }
+    if (rc == DLC_OK)
+        rc = make_dir(p->state, "the folder of its bookkeeping");
     if (rc == DLC_OK)
         rc = fetch_index(p, opt, &ir, &list);
     if (rc == DLC_OK)
@@ -480,7 +498,7 @@ dlc_status dlc__warm_set(const char *url, const char *dest, const dlc_warm_optio
     if (sf.res)
         sum_results(r, &ir, sf.res, list.n);
     if (rc == DLC_OK)
-        remove_index_leftovers(p);
+        remove_leftovers(p, dest, &list);
     free(sf.res);
     free(sf.pr);
     dlc__warm_set_list_free(&list);

@@ -1,5 +1,5 @@
 /* Private to the warm part: the one transfer engine that a download (warm_fetch.c), a push
- * (warm_push_engine.c) and the probe before a download drive, so that connections, retries and
+ * (warm_push_send.c) and the probe before a download drive, so that connections, retries and
  * cancellation behave the same everywhere and a fix to them is made once.
  *
  * The engine owns libcurl's multi handle and a fixed pool of slots, one easy handle each (one

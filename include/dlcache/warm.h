@@ -34,6 +34,13 @@
  * the connections split among them; each is checked against the index (size, content digest);
  * then the index is published last (rename, directory sync) and the set is opened once as a
  * whole. DEST.lock and DEST.warm work as for a file, so the ranks of a node fetch a set once.
+ * The set's directory holds the set's files alone: the locks, resume journals and sidecars of
+ * its shards and of its index are kept in one folder beside it, `DEST.warm-set/` (NAME.lock,
+ * NAME.warm-journal, NAME.warm); only the partial files of a fetch under way are inside DEST
+ * (NAME.warm-part, index.dlcset.warm-new), since each is published by a rename in DEST's
+ * directory. DEST.warm-set/ stays after the fetch: its sidecars let the fetch of a new version
+ * of the set keep the shards that did not change. Deleting it while nobody warms the set is
+ * safe; the next fetch of a changed set then downloads every shard again.
  * For a set, the log callback runs on the threads fetching the shards, one call at a time.
  *
  * An object made by dlc_warm_push() carries metadata saying so (x-amz-meta-dlcache-part-size,

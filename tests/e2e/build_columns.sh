@@ -35,7 +35,7 @@ for i in 0 5 7; do
     "$DLC_BIN/cacheinfo" m1.dlc --dump $i --field weight -o weight$i.txt 2>/dev/null
     "$DLC_BIN/cacheinfo" m1.dlc --dump $i --field n -o n$i.npy 2>/dev/null
 done
-$PY - "$DLC_SRC/tests/e2e" <<'PYEOF'
+$PY - "$DLC_SRC/tests/lib" <<'PYEOF'
 import json, struct, sys
 import numpy as np
 sys.path.insert(0, sys.argv[1])

@@ -17,7 +17,7 @@ mkdir "$c/e_folder.jpg"                            # a folder: walked into, not 
 printf '\xff\xd8\xff\xe0garbage after a JPEG start' > "$c/f_header_only.jpeg"
 
 "$DLC_BIN/cachebuild" "$tree" -o "$tmp/s.dlc" --size 48 --json > "$tmp/b.json" 2>"$tmp/err"
-$PY "$DLC_SRC/tests/e2e/build_check.py" skips "$tmp/b.json" \
+$PY "$DLC_SRC/tests/lib/build_check.py" skips "$tmp/b.json" \
     "/a_truncated.jpg=decode" "/b_text.jpg=not a JPEG" "/c_empty.jpg=empty file" \
     "/d_dangling.jpg=cannot open" "/f_header_only.jpeg=decode"
 for f in a_truncated b_text c_empty d_dangling f_header_only; do

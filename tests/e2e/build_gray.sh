@@ -28,7 +28,7 @@ same_at_two_threads() { # STORE_BASE ARGS...
 
 same_at_two_threads keep gray --channels keep --size 256
 same_at_two_threads one demo/train --channels 1 --size 28
-$PY - "$DLC_SRC/tests/e2e" <<'PYEOF'
+$PY - "$DLC_SRC/tests/lib" <<'PYEOF'
 import json, os, sys
 import torchvision.transforms as T
 from PIL import Image

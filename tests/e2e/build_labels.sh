@@ -19,8 +19,8 @@ echo "not an image" > "$tree/$first/notes.txt"
 
 "$DLC_BIN/cachebuild" "$tree" -o "$tmp/s1.dlc" --size 64 --threads 1 --json > "$tmp/b1.json"
 "$DLC_BIN/cacheinfo" "$tmp/s1.dlc" --json > "$tmp/i1.json"
-$PY "$DLC_SRC/tests/e2e/build_check.py" labels "$tree" "$tmp/s1.dlc" "$tmp/i1.json" "$tmp/b1.json"
-$PY "$DLC_SRC/tests/e2e/build_check.py" skips "$tmp/b1.json" "/picture.png=not a JPEG"
+$PY "$DLC_SRC/tests/lib/build_check.py" labels "$tree" "$tmp/s1.dlc" "$tmp/i1.json" "$tmp/b1.json"
+$PY "$DLC_SRC/tests/lib/build_check.py" skips "$tmp/b1.json" "/picture.png=not a JPEG"
 
 # Same store at two threads.
 "$DLC_BIN/cachebuild" "$tree" -o "$tmp/s2.dlc" --size 64 --threads 2 --json > "$tmp/b2.json"
@@ -33,5 +33,5 @@ mkdir "$tree/mmm_empty"
 "$DLC_BIN/cachebuild" "$tree" -o "$tmp/s3.dlc" --size 32 --json > "$tmp/b3.json" 2>"$tmp/err3"
 grep -q "mmm_empty: no image file" "$tmp/err3" || { cat "$tmp/err3" >&2; exit 1; }
 "$DLC_BIN/cacheinfo" "$tmp/s3.dlc" --json > "$tmp/i3.json"
-$PY "$DLC_SRC/tests/e2e/build_check.py" labels "$tree" "$tmp/s3.dlc" "$tmp/i3.json" "$tmp/b3.json"
+$PY "$DLC_SRC/tests/lib/build_check.py" labels "$tree" "$tmp/s3.dlc" "$tmp/i3.json" "$tmp/b3.json"
 echo "build_labels: ok"

@@ -10,7 +10,7 @@
 
 "$DLC_BIN/mkdemo" "$tmp/demo" --count 24 --classes 3 >/dev/null
 tree=$tmp/demo/train
-$PY "$DLC_SRC/tests/e2e/make_masks.py" "$tree" "$tmp/masks" 6 >/dev/null
+$PY "$DLC_SRC/tests/lib/make_masks.py" "$tree" "$tmp/masks" 6 >/dev/null
 cd "$tmp"
 digest() { $PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["content_digest"])' "$1"; }
 
@@ -19,7 +19,7 @@ digest() { $PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["content_
 "$DLC_BIN/cachebuild" "$tree" -o s1.dlc --masks masks --size 256 --threads 1 --json >b1.json 2>/dev/null
 "$DLC_BIN/cachebuild" "$tree" -o s2.dlc --masks masks --size 256 --threads 2 --json >b2.json 2>/dev/null
 [ "$(digest b1.json)" = "$(digest b2.json)" ] || fail "1 and 2 threads gave other stores"
-$PY "$DLC_SRC/tests/e2e/build_check.py" masks "$tree" masks s1.dlc b1.json 256
+$PY "$DLC_SRC/tests/lib/build_check.py" masks "$tree" masks s1.dlc b1.json 256
 
 # PNG masks, with JPEG images and without a crop: the same ids, still nearest neighbour.
 "$DLC_BIN/cachebuild" "$tree" -o p.dlc --masks masks --size 256 --crop none --encoding jpeg \
@@ -58,7 +58,7 @@ PYEOF
 "$DLC_BIN/cacheinfo" s1.dlc --dump 5 --field mask -o m5.pgm 2>/dev/null
 "$DLC_BIN/cacheinfo" s1.dlc --dump 5 --field mask -o m5.npy 2>/dev/null
 "$DLC_BIN/cacheinfo" s1.dlc --dump 5 -o i5.png 2>/dev/null
-$PY - "$DLC_SRC/tests/e2e" <<'PYEOF'
+$PY - "$DLC_SRC/tests/lib" <<'PYEOF'
 import sys
 import numpy as np
 from PIL import Image
@@ -81,10 +81,10 @@ rm "masks/${jpgs[1]%.jpg}.png"
 $PY -c 'from PIL import Image; Image.new("L", (10, 10)).save("masks/'"${jpgs[4]%.jpg}"'.png")'
 echo "not a png" >"masks/${jpgs[7]%.jpg}.png"
 "$DLC_BIN/cachebuild" "$tree" -o bad.dlc --masks masks --size 64 --json >bb.json 2>/dev/null
-$PY "$DLC_SRC/tests/e2e/build_check.py" skips bb.json "/${jpgs[1]}=no mask" \
+$PY "$DLC_SRC/tests/lib/build_check.py" skips bb.json "/${jpgs[1]}=no mask" \
     "/${jpgs[4]}=is 10x10, its image" "/${jpgs[7]}=cannot be decoded"
 # The other records keep their masks (resized from full size while the images are DCT-scaled).
-$PY "$DLC_SRC/tests/e2e/build_check.py" masks "$tree" masks bad.dlc bb.json 64
+$PY "$DLC_SRC/tests/lib/build_check.py" masks "$tree" masks bad.dlc bb.json 64
 if "$DLC_BIN/cachebuild" "$tree" -o strict.dlc --masks masks --size 64 --strict 2>err; then
     fail "--strict built a store with a missing mask"
 fi

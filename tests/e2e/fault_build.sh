@@ -6,7 +6,7 @@
 # nothing under the final name and no temporary file, and an older store of
 # that name stays byte for byte what it was.
 #
-# Faults come from tests/fault/faultinject.c (LD_PRELOAD): for each call
+# Faults come from tests/lib/faultinject.c (LD_PRELOAD): for each call
 # family, the run is first counted, then failed at its first, middle and
 # last call. The full disk is a small tmpfs mounted by the test (skipped with
 # a note where mounting is not permitted).

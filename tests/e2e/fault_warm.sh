@@ -9,9 +9,9 @@
 # the signature of a pre-signed URL) appears in any output, report, log or
 # file beside the destination.
 #
-# The server is the project's own Python object server (tests/warm/
+# The server is the project's own Python object server (tests/lib/
 # gcsserver.py, stdlib only), so this test needs no node. Faults come from
-# tests/fault/faultinject.c (LD_PRELOAD); the full disk is a small tmpfs
+# tests/lib/faultinject.c (LD_PRELOAD); the full disk is a small tmpfs
 # (skipped with a note where mounting is not permitted).
 set -euo pipefail
 : "${DLC_BIN:?DLC_BIN must name the bin directory of the build}"
@@ -54,7 +54,7 @@ mkdir -p "$root/bkt" "$root/files"
 cp "$root/bkt/new.dlc" "$root/files/new.dlc"
 new_sum=$(sha256sum <"$root/bkt/new.dlc")
 "$DLC_BIN/cachebuild" "$tmp/demo/train" -o "$tmp/old.dlc" --size 16 >/dev/null 2>&1
-"$PY" "$DLC_SRC/tests/warm/gcsserver.py" --root "$root" --port-file "$tmp/port" \
+"$PY" "$DLC_SRC/tests/lib/gcsserver.py" --root "$root" --port-file "$tmp/port" \
     --token "$TOKEN" --sig "$SIG" 2>"$tmp/server.log" &
 pids+=("$!")
 for _ in $(seq 1 100); do [ -s "$tmp/port" ] && break; sleep 0.05; done

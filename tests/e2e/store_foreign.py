@@ -1,7 +1,7 @@
-"""Read a whole store written by tests/e2e/store_fixture.c with nothing but Python's lmdb
+"""Read a whole store written by tests/lib/store_fixture.c with nothing but Python's lmdb
 module, zlib and the system's libxxhash, following docs/FORMAT.md (format version 2), and check
 the format block, every schema entry, the offset table, every record header, field entry,
-payload alignment and value (recomputed from the formulas of tests/store_kinds.h; PNGs decoded
+payload alignment and value (recomputed from the formulas of tests/lib/store_kinds.h; PNGs decoded
 here, JPEGs checked by hash and header), every hash, the label counts and the content digest.
 
 usage: store_foreign.py STORE COUNT
@@ -34,7 +34,7 @@ NO_FIELD = 0xFFFFFFFF
 DTYPE = {0: "B", 1: "f", 2: "e", 3: "b", 4: "H", 5: "h", 6: "i", 7: "q", 8: "d"}
 
 # name: (kind, dtype, encoding, flags of a store of many records, ndim, shape) as written
-# (tests/store_kinds.h); VARIABLE shapes have 0 where they vary.
+# (tests/lib/store_kinds.h); VARIABLE shapes have 0 where they vary.
 FIELDS = [
     ("image", IMAGE, 0, 0, VARIABLE, 3, (0, 0, 3)),
     ("gray", IMAGE, 0, 0, 0, 3, (16, 12, 1)),

@@ -5,7 +5,7 @@
 # it once (GETs counted at the proxy); a full destination disk (a small
 # tmpfs) gives a clear error and leaves no file behind.
 set -euo pipefail
-source "$DLC_SRC/tests/warm/lib.sh"
+source "$DLC_SRC/tests/lib/warm.sh"
 
 warm_start_s3rver
 head -c 50000000 /dev/urandom >"$warm_tmp/obj.bin"

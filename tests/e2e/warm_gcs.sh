@@ -5,7 +5,7 @@
 # Range support, and for TLS (s3rver with a self-signed certificate: refused
 # unless --insecure).
 set -euo pipefail
-source "$DLC_SRC/tests/warm/lib.sh"
+source "$DLC_SRC/tests/lib/warm.sh"
 
 TOKEN=ya29.TokenMustNotLeak789
 SIG=SignatureMustNotLeak000

@@ -2,14 +2,14 @@
 # cachewarm push against a real S3 server (s3rver on loopback): a store goes up in parallel
 # multipart uploads and comes back bit-exact, verified and MD5-checked; a push SIGKILLed midway
 # is resumed by a rerun that sends only the missing parts, whether the server can list them
-# (ListParts through tests/warm/faultproxy.py --s3-data, since s3rver lacks it) or not (the
+# (ListParts through tests/lib/faultproxy.py --s3-data, since s3rver lacks it) or not (the
 # journal is trusted); a journaled part the server lost is sent again; an upload the server no
 # longer knows starts over; a part corrupted on the way (or answered with a wrong ETag) is sent
 # again, and refused for good when it keeps failing; a bucket whose ETags are not MD5s (KMS) is
 # refused at once; a part corrupted at rest on the server is
 # caught by the check after completing and the object deleted; secrets appear in no output.
 set -euo pipefail
-source "$DLC_SRC/tests/warm/lib.sh"
+source "$DLC_SRC/tests/lib/warm.sh"
 
 warm_start_s3rver
 warm_make_store "$warm_tmp/src" 100 448

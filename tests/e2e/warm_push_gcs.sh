@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# cachewarm push to gs:// against the project's own GCS server (tests/warm/gcsserver.py, which
+# cachewarm push to gs:// against the project's own GCS server (tests/lib/gcsserver.py, which
 # speaks the JSON API's resumable upload sessions and checks the bearer token): a store goes up
 # and comes back bit-exact with its MD5 checked (x-goog-hash); a push SIGKILLed midway asks its
 # session how far it got and sends the rest; a session the server no longer knows starts over;
@@ -8,7 +8,7 @@
 # a set goes up shards first and index last and comes back; neither the token nor the session
 # URI appears in any output.
 set -euo pipefail
-source "$DLC_SRC/tests/warm/lib.sh"
+source "$DLC_SRC/tests/lib/warm.sh"
 
 TOKEN=ya29.TokenMustNotLeak4711
 warm_start_gcs --token "$TOKEN" --short-every 5

@@ -4,7 +4,7 @@
 # only what is missing and the last one publishes a valid, bit-exact store.
 # An object that changed between runs is fetched again from the start.
 set -euo pipefail
-source "$DLC_SRC/tests/warm/lib.sh"
+source "$DLC_SRC/tests/lib/warm.sh"
 
 warm_start_s3rver
 warm_make_store "$warm_tmp/src" 100 448

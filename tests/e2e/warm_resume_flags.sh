@@ -10,7 +10,7 @@
 # resumed and downloaded exactly the bytes the journal did not cover, which
 # is clearly less than the object.
 set -euo pipefail
-source "$DLC_SRC/tests/warm/lib.sh"
+source "$DLC_SRC/tests/lib/warm.sh"
 
 warm_start_s3rver
 warm_make_store "$warm_tmp/src" 100 448

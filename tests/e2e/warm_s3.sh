@@ -5,7 +5,7 @@
 # credentials and a corrupt store give clear errors and no file under the
 # final name; secrets never appear in any output.
 set -euo pipefail
-source "$DLC_SRC/tests/warm/lib.sh"
+source "$DLC_SRC/tests/lib/warm.sh"
 
 warm_start_s3rver
 warm_make_store "$warm_tmp/src" 300 448

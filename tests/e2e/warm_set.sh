@@ -6,8 +6,10 @@
 # shard; a fetch SIGKILLed midway leaves DEST no set and is resumed shard by shard; a new version
 # of the set replacing an old one at DEST, killed midway, leaves no index naming the old or new
 # shards; four ranks fetching the set at once download it once; secrets appear in no output.
+# A fetched set's directory holds the set's files alone: the shards' locks, journals and sidecars
+# are in DEST.warm-set/ beside it, and the leftovers of the layout before it are removed.
 set -euo pipefail
-source "$DLC_SRC/tests/warm/lib.sh"
+source "$DLC_SRC/tests/lib/warm.sh"
 [ -x "$DLC_BIN/set_split" ] || skip "set_split is not built"
 
 warm_start_s3rver
@@ -33,6 +35,18 @@ same_set() {
         cmp "$2/$f" "$1/$f" || fail "$1/$f differs"
     done
     "$DLC_BIN/cacheinfo" "$1" >"$out/info.txt" 2>&1 || fail "$1 does not open: $(cat "$out/info.txt")"
+    only_the_set "$1"
+}
+# only_the_set DIR: DIR holds the files of the set and nothing else; the shards' bookkeeping is in
+# DIR.warm-set/.
+only_the_set() {
+    local have want f
+    have=$(ls -A "$1" | sort)
+    want=$(printf '%s\n' "${files[@]}" | sort)
+    [ "$have" = "$want" ] || fail "$1 holds more than the set: $(echo $have)"
+    for f in "${files[@]:1}"; do
+        [ -s "$1.warm-set/$f.warm" ] || fail "$1.warm-set/$f.warm: no sidecar for the shard"
+    done
 }
 head_status() { curl -s -o /dev/null -w '%{http_code}' -I "$S3_URL/b/$1"; }
 # mtime_ns FILE: s3rver's file of an object, for the order in which objects were completed.
@@ -59,6 +73,16 @@ note "fetch the set: verified, MD5-checked, bit-exact; a second run fetches noth
 [ "$(json_get "$out/get1.json" bytes_downloaded)" = "$total" ] || fail "bytes_downloaded"
 same_set "$out/a" "$set1"
 [ ! -e "$out/a/index.dlcset.warm-new" ] || fail "the temporary index was left"
+
+note "the leftovers of the layout before DEST.warm-set/, a lock and a sidecar beside each shard, go"
+for f in "${files[@]:1}"; do
+    : >"$out/a/$f.lock"
+    cp "$out/a.warm-set/$f.warm" "$out/a/$f.warm"
+done
+rm "$out/a.warm"
+"$DLC_BIN/cachewarm" s3://b/sets/a -o "$out/a" --endpoint "$S3_URL" -q 2>"$out/old.err" ||
+    fail "fetch over the older layout: $(cat "$out/old.err")"
+same_set "$out/a" "$set1"
 "$DLC_BIN/cachewarm" s3://b/sets/a -o "$out/a" --endpoint "$S3_URL" --json \
     >"$out/get2.json" 2>/dev/null || fail "second fetch"
 [ "$(json_get "$out/get2.json" already_complete)" = true ] || fail "the second run fetched again"

@@ -7,8 +7,8 @@
  *
  * Seeds: small real stores written by this harness when it runs with
  * DLC_FUZZ_SEED_DIR set (tests/fuzz/make_seeds.sh): format 2 stores of a
- * field of every kind (tests/store_kinds.h), of the version 1 API's two
- * fields, and format 1 stores (tests/store_v1.h). */
+ * field of every kind (tests/lib/store_kinds.h), of the version 1 API's two
+ * fields, and format 1 stores (tests/lib/store_v1.h). */
 #include "fuzz_util.h"
 
 #include "store_kinds.h"

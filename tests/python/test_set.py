@@ -1,5 +1,5 @@
 """A store set through the Python package, which goes through the C API: the
-session's demo store split into a set of three parts (tests/e2e/set_split.c
+session's demo store split into a set of three parts (tests/lib/set_split.c
 writes its records again as parts and joins them) reads the same records and
 loads the same batches as the store itself."""
 

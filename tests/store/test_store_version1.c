@@ -1,4 +1,4 @@
-/* Stores of format version 1, made before schemas (tests/store_v1.h writes them with LMDB
+/* Stores of format version 1, made before schemas (tests/lib/store_v1.h writes them with LMDB
  * directly, as the version 1 writer did): they open and read through every API exactly as
  * before, and read as the two fields "image" and "label". */
 #include "store_test_util.h"

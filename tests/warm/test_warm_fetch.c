@@ -1,5 +1,5 @@
 /* dlc_warm() end to end inside one process, against the project's own
- * loopback object server (tests/warm/gcsserver.py, Python stdlib): a real
+ * loopback object server (tests/lib/gcsserver.py, Python stdlib): a real
  * store written by the store writer arrives bit-exact and verified; a
  * journaled partial download is resumed fetching only the missing bytes, also
  * with another chunk size than the run that left it; a cancel keeps the
@@ -40,7 +40,7 @@ static void start_server(void)
     server = fork();
     cr_assert(server >= 0);
     if (server == 0) {
-        execl("/usr/bin/python3", "python3", DLC_TEST_SOURCE_DIR "/tests/warm/gcsserver.py",
+        execl("/usr/bin/python3", "python3", DLC_TEST_SOURCE_DIR "/tests/lib/gcsserver.py",
               "--root", root, "--port-file", port_file, "--token", "tok123", (char *)NULL);
         _exit(127);
     }

@@ -1,7 +1,7 @@
 /* bench_store_read [COUNT [DIR]]: how fast dlc_store_read_values() finds small records.
  *
  * Writes COUNT (default 60,000) records of a 28x28x1 raw image and a label twice: as a format 2
- * store (public writer) and as a format 1 store (tests/store_v1.h), both in DIR (default /tmp),
+ * store (public writer) and as a format 1 store (tests/lib/store_v1.h), both in DIR (default /tmp),
  * then reads every record in a random order, several passes, warm in the page cache:
  *   v2_table  dlc_store_read_values() on the format 2 store: one load from the offset table
  *   v2_btree  the same records of the same file found with LMDB's mdb_get() (a B-tree search)

@@ -8,7 +8,7 @@
 # Prints one line per run: samples/s, the ceiling of the same run, the share of it, the JPEG
 # path's speed-up, the load average after.
 #
-#   tools/bench_compare.sh OLD_BIN NEW_BIN SOURCE [ROUNDS (2)] [THREADS (2)]
+#   tests/bench/bench_compare.sh OLD_BIN NEW_BIN SOURCE [ROUNDS (2)] [THREADS (2)]
 #
 # OLD_BIN and NEW_BIN are build/bin folders (for the old one: `git worktree add /tmp/old REV`
 # and a build there). Environment: WORK (the stores, default a fresh folder under TMPDIR; it

@@ -5,14 +5,14 @@
 # (set_split). Every figure is the median of ROUNDS interleaved runs, in MB/s (10^6 bytes),
 # file bytes over the wall time from start to a checked object on the server.
 #
-#   DLC_BIN=build/bin DLC_SRC=. bash tests/warm/bench_push.sh [ROUNDS (3)]
+#   DLC_BIN=build/bin DLC_SRC=. bash tests/bench/bench_warm_push.sh [ROUNDS (3)]
 #
 # Not a test (no assertion); docs/BENCHMARKS.md has the figures.
 set -euo pipefail
 : "${DLC_SRC:=$(cd "$(dirname "$0")/../.." && pwd)}"
 : "${DLC_BIN:=$DLC_SRC/build/bin}"
 export DLC_SRC DLC_BIN
-source "$DLC_SRC/tests/warm/lib.sh"
+source "$DLC_SRC/tests/lib/warm.sh"
 ROUNDS=${1:-3}
 
 warm_start_s3rver

@@ -1,4 +1,4 @@
-/* Temporary directories for the Criterion tests: tests/test_util.h's helpers with Criterion's
+/* Temporary directories for the Criterion tests: tests/lib/test_util.h's helpers with Criterion's
  * assertions, so a test reads `dir = tmp_mkdtemp();`. Header-only, so each test program stays one
  * file. */
 #ifndef DLCACHE_TEST_TMPDIR_UTIL_H

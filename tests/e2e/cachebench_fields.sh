@@ -4,12 +4,12 @@
 # with the public writer). Byte and sample counts cover every selected field, the ceiling copies
 # samples of that size, the digest is the same at any thread count and changes with the
 # selection, and an unknown field or a JPEG path without an RGB image is refused with a reason.
-. "$(dirname "$0")/../lib/e2e.sh" bench_fields
+. "$(dirname "$0")/../lib/e2e.sh" cachebench_fields
 
 B=$DLC_BIN/cachebench
 "$DLC_BIN/mkdemo" "$tmp/demo" --count 40 --classes 4 >/dev/null
 "$DLC_BIN/cachebuild" "$tmp/demo/train" -o "$tmp/g.dlc" --channels 1 --size 28 2>/dev/null
-$PY "$DLC_SRC/tests/e2e/write_tokens.py" "$DLC_LIB/libdlcache.so" "$tmp/tok.dlc" 50
+$PY "$DLC_SRC/tests/lib/write_tokens.py" "$DLC_LIB/libdlcache.so" "$tmp/tok.dlc" 50
 run() { # run OUT.json STORE ARGS...
     local out=$1 store=$2
     shift 2
@@ -42,7 +42,7 @@ t1, t2 = r["tok1"], r["tok2"]
 assert t1["fields"] == ["tokens"] and t1["digest"] == t2["digest"], (t1, t2)
 # Tokens are padded to the longest of the batch (8 ids at most): 4 bytes each.
 assert 0 < t1["bytes"] <= t1["samples"] * 8 * 4 and t1["sample_bytes"] == 8 * 4, t1
-print("bench_fields: 1-channel and token stores measured by their selected fields")
+print("cachebench_fields: 1-channel and token stores measured by their selected fields")
 PYEOF
 
 set +e
@@ -55,4 +55,4 @@ set -e
 [ $rc2 -eq 2 ] && grep -q "must have 3 channels" "$tmp/err2" ||
     { cat "$tmp/err2" >&2; fail "JPEG path on a gray store: rc $rc2"; }
 [ $rc3 -eq 2 ] || fail "--fields , accepted"
-echo "bench_fields: ok"
+echo "cachebench_fields: ok"

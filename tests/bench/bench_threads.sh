@@ -2,9 +2,9 @@
 # Sweep worker threads 1..nproc: for each count, one `cachebench load` run that
 # measures the memcpy ceiling, the loader and the decode-every-epoch path on
 # that many threads, and collect the results into one JSON file that
-# tools/plot_bench.py turns into docs/bench_threads.svg.
+# tests/bench/plot_bench.py turns into docs/bench_threads.svg.
 #
-#   tools/bench_threads.sh STORE JPEGDIR OUT.json [extra cachebench load options]
+#   tests/bench/bench_threads.sh STORE JPEGDIR OUT.json [extra cachebench load options]
 #
 # Environment: BIN (default build/bin), PY (default /usr/bin/python3),
 # THREADS (space-separated counts, default "1 2 ... nproc"), SVG (default
@@ -19,10 +19,10 @@ fi
 STORE=$1 JPEGDIR=$2 OUT=$3
 shift 3
 HERE=$(cd "$(dirname "$0")" && pwd)
-BIN=${BIN:-$HERE/../build/bin}
+BIN=${BIN:-$HERE/../../build/bin}
 PY=${PY:-/usr/bin/python3}
 THREADS=${THREADS:-$(seq -s ' ' 1 "$(nproc)")}
-SVG=${SVG-$HERE/../docs/bench_threads.svg}
+SVG=${SVG-$HERE/../../docs/bench_threads.svg}
 
 [ -x "$BIN/cachebench" ] || { echo "$0: $BIN/cachebench not found (build first)" >&2; exit 1; }
 tmp=$(mktemp -d)

@@ -5,9 +5,9 @@
 # from the MATE photographs, so cachebuild does real decoding. Then a fresh
 # `cachebench load` process reports open_seconds, first_batch_seconds and how
 # much its memory grew, next to the same figures for a small store.
-#   tools/bench_first_batch.sh WORKDIR [COUNT]
+#   tests/bench/bench_first_batch.sh WORKDIR [COUNT]
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 BIN=build/bin
 DIR=${1:?usage: $0 WORKDIR [COUNT]}
 COUNT=${2:-1281167}

@@ -1,4 +1,4 @@
-/* Shared by the loader's Criterion tests: a store from tests/test_util.h in a temporary
+/* Shared by the loader's Criterion tests: a store from tests/lib/test_util.h in a temporary
  * directory, the tests' usual configuration, and a helper that hashes a whole epoch's output. */
 #ifndef DLC_TEST_LOADER_FIXTURE_H
 #define DLC_TEST_LOADER_FIXTURE_H

@@ -1,4 +1,4 @@
-# Shared by tests/e2e/warm_*.sh and tests/warm/bench.sh (sourced, bash).
+# Shared by tests/e2e/warm_*.sh and tests/bench/bench_warm.sh (sourced, bash).
 # Starts real servers on 127.0.0.1 (s3rver from npm, the project's own Python
 # object server and fault proxy), each on a free port, and stops them on exit.
 # A test that cannot run here (no node, npm offline) exits 77: ctest reports
@@ -6,7 +6,7 @@
 
 : "${DLC_BIN:?DLC_BIN must name the bin directory of the build}"
 : "${DLC_SRC:?DLC_SRC must name the source tree}"
-WARM_DIR="$DLC_SRC/tests/warm"
+WARM_DIR="$DLC_SRC/tests/lib"
 PY=${PY:-/usr/bin/python3}
 S3RVER_VERSION=3.7.1
 
@@ -42,7 +42,7 @@ unset GOOGLE_OAUTH_ACCESS_TOKEN DLCACHE_GCS_ENDPOINT
 unset http_proxy https_proxy HTTP_PROXY HTTPS_PROXY ALL_PROXY all_proxy
 export NO_PROXY=127.0.0.1,localhost
 
-# Install s3rver (pinned by tests/warm/package-lock.json) once per build
+# Install s3rver (pinned by tests/lib/package-lock.json) once per build
 # directory; concurrent tests wait for each other on a lock.
 warm_install_s3rver() {
     local dir

@@ -1,9 +1,9 @@
 /* A store with a field of every kind, encoding, channel count and dtype, and deterministic values
  * for each record: written through the public writer (include/dlcache/writer.h) and checked
  * value by value through the reader. The Criterion tests, the fuzz seeds and the end-to-end
- * fixture (tests/e2e/store_fixture.c, read again by tests/e2e/store_foreign.py, which computes
+ * fixture (tests/lib/store_fixture.c, read again by tests/e2e/store_foreign.py, which computes
  * the same values in Python) share it. Plain C without Criterion: failures are returned with a
- * message and the caller asserts in its own way. Header-only, as tests/test_util.h.
+ * message and the caller asserts in its own way. Header-only, as tests/lib/test_util.h.
  *
  * Record i of a store of the fields below:
  *   image    raw RGB, VARIABLE: 8x8 for even i, (16 + 5i % 49) x (32 + 11i % 65) for odd i

@@ -2,7 +2,7 @@
  * record header; docs/FORMAT.md, "Version 1"), written here with LMDB directly, independently of
  * the library's writer, which only writes version 2 now. The tests use it to show that stores made
  * before version 2 keep opening and reading exactly as before; the fuzz seeds and the read
- * benchmark use it too. Plain C without Criterion, header-only, as tests/test_util.h.
+ * benchmark use it too. Plain C without Criterion, header-only, as tests/lib/test_util.h.
  *
  * Record i: label i % num_labels, height x width x channels from tv1_shape(), raw byte
  * j = tv1_byte(i, j); or, with jpeg, that image as a JPEG of quality 90 from the codec. */

@@ -1,7 +1,7 @@
 /* store_fixture OUT COUNT: write a small deterministic store with the public writer, for tests
  * that read it with other tools (tests/e2e/store_foreign.sh reads it with Python's lmdb module
  * and mdb_stat). It has a field of every kind, encoding, channel count and dtype; record i's
- * values are the formulas of tests/store_kinds.h, which tests/e2e/store_foreign.py computes
+ * values are the formulas of tests/lib/store_kinds.h, which tests/e2e/store_foreign.py computes
  * again in Python. Built by cmake/store.cmake; not installed. */
 #include "store_kinds.h"
 

@@ -7,7 +7,7 @@
 # the ratio to the decode of the same round and T, and the build's user and system CPU time per
 # image), and writes them as JSON lines to OUT. The two builds take turns at going first.
 #
-#   tools/bench_build.sh SOURCE OUT.jsonl [ROUNDS (3)] [THREADS ("1 2")]
+#   tests/bench/bench_build.sh SOURCE OUT.jsonl [ROUNDS (3)] [THREADS ("1 2")]
 #
 # Environment: BIN (default build/bin), PY (default /usr/bin/python3), WORK (a directory for
 # the stores, default a fresh one under TMPDIR; it needs about twice the store's size),
@@ -20,7 +20,7 @@ if [ $# -lt 2 ]; then
 fi
 SOURCE=$1 OUT=$2 ROUNDS=${3:-3} THREADS=${4:-"1 2"}
 HERE=$(cd "$(dirname "$0")" && pwd)
-BIN=${BIN:-$HERE/../build/bin}
+BIN=${BIN:-$HERE/../../build/bin}
 PY=${PY:-/usr/bin/python3}
 SECONDS_DECODE=${SECONDS_DECODE:-3}
 read -r -a extra <<<"${EXTRA:-}"

@@ -6,7 +6,7 @@
 # whether the window was fixed-length or time-based, that every delivered sample is
 # counted, that errors name their cause with the right exit status, and that
 # the plot is well-formed SVG with the three series.
-. "$(dirname "$0")/../lib/e2e.sh" bench_tools
+. "$(dirname "$0")/../lib/e2e.sh" cachebench_tools
 B=$DLC_BIN/cachebench
 
 "$DLC_BIN/mkdemo" "$tmp/demo" --count 40 --classes 4 >/dev/null
@@ -125,7 +125,7 @@ expect $rc9 1 "$tmp/err9" "device path cannot run: .*/nonexistent/libdlcache_cud
 [ ! -s "$tmp/g.json" ] || fail "--device 0 without a plugin printed a result"
 
 # The sweep over 1 and 2 threads and its plot.
-THREADS="1 2" BIN=$DLC_BIN SVG=$tmp/sweep.svg bash "$DLC_SRC/tools/bench_threads.sh" \
+THREADS="1 2" BIN=$DLC_BIN SVG=$tmp/sweep.svg bash "$DLC_SRC/tests/bench/bench_threads.sh" \
     "$tmp/s.dlc" "$tree" "$tmp/sweep.json" --batch 8 --crop 48 --seconds 0.2 2>"$tmp/sweep.err" ||
     { cat "$tmp/sweep.err" >&2; fail "bench_threads.sh"; }
 $PY - "$tmp/sweep.json" "$tmp/sweep.svg" <<'EOF' || fail "sweep JSON or SVG"
@@ -141,9 +141,9 @@ assert len(lines) == 3, len(lines)  # ceiling, loader, JPEG path
 assert len(svg.findall(ns + "circle")) == 6
 EOF
 # plot_bench.py also takes single results, and refuses what is not one.
-$PY "$DLC_SRC/tools/plot_bench.py" "$tmp/a.json" "$tmp/b.json" -o "$tmp/two.svg"
+$PY "$DLC_SRC/tests/bench/plot_bench.py" "$tmp/a.json" "$tmp/b.json" -o "$tmp/two.svg"
 $PY -c 'import sys, xml.etree.ElementTree as ET; ET.parse(sys.argv[1])' "$tmp/two.svg"
-if $PY "$DLC_SRC/tools/plot_bench.py" "$tmp/dec.json" -o "$tmp/bad.svg" 2>/dev/null; then
+if $PY "$DLC_SRC/tests/bench/plot_bench.py" "$tmp/dec.json" -o "$tmp/bad.svg" 2>/dev/null; then
     fail "plot_bench.py accepted a decode result"
 fi
-echo "bench_tools: ok"
+echo "cachebench_tools: ok"

@@ -4,7 +4,7 @@
     plot_bench.py [-o OUT.svg] [--title TEXT] FILE.json...
 
 Each FILE is what `cachebench load --json` printed (one object), a JSON array
-of such objects, or what tools/bench_threads.sh writes ({"runs": [...], ...}).
+of such objects, or what tests/bench/bench_threads.sh writes ({"runs": [...], ...}).
 The plot shows worker threads against samples per second for the three paths
 that cachebench measures in one run: the memcpy ceiling (the same output bytes
 copied by the same number of threads), the loader, and decoding the JPEGs

@@ -1,6 +1,6 @@
 """Throughput of dlcache.write() on an ImageFolder tree decoded with PIL (not a test: a program).
 
-    PYTHONPATH=python /usr/bin/python3 tests/python/bench_write.py /tmp/demo/train \\
+    PYTHONPATH=python /usr/bin/python3 tests/bench/bench_write.py /tmp/demo/train \\
         --workers 1 2 [--repeat 3] [--size 256] [--encoding raw|jpeg|png] [--json]
 
 Each sample is what a torch Dataset over the folder would return: {"image": the PIL image
