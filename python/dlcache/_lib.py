@@ -187,6 +187,14 @@ class BuildOptions(ctypes.Structure):
         ("progress_user", ctypes.c_void_p),
         ("log", LOG_FN),
         ("log_user", ctypes.c_void_p),
+        # What each record holds besides what the sources give.
+        ("channels", ctypes.c_uint32),
+        ("masks", ctypes.c_char_p),
+        ("mask_encoding", ctypes.c_int),
+        # A store set: parts > 0.
+        ("parts", ctypes.c_uint32),
+        ("one_part", ctypes.c_int),
+        ("part", ctypes.c_uint32),
     ]
 
 
@@ -195,7 +203,7 @@ class BuildSkip(ctypes.Structure):
 
 
 class BuildPart(ctypes.Structure):
-    """dlc_build_part: one part of a store set that dlc_build_set() wrote."""
+    """dlc_build_part: one part of a store set that dlc_build() wrote."""
     _fields_ = [
         ("part", ctypes.c_uint32),
         ("first_item", ctypes.c_uint64),
@@ -220,20 +228,12 @@ class BuildReport(ctypes.Structure):
         ("skips", ctypes.POINTER(BuildSkip)),
         ("channels", ctypes.c_uint32),
         ("converted", ctypes.c_uint64),
-        # dlc_build_set() only.
+        # A store set (BuildOptions.parts > 0) only.
         ("parts", ctypes.c_uint32),
         ("set_id", ctypes.c_uint64),
         ("items", ctypes.c_uint64),
         ("num_built", ctypes.c_uint32),
         ("built", ctypes.POINTER(BuildPart)),
-    ]
-
-
-class BuildSetOptions(ctypes.Structure):
-    _fields_ = [
-        ("parts", ctypes.c_uint32),
-        ("one_part", ctypes.c_int),
-        ("part", ctypes.c_uint32),
     ]
 
 
@@ -501,11 +501,6 @@ _PROTOTYPES = {
                              ctypes.POINTER(BuildOptions),
                              ctypes.POINTER(ctypes.POINTER(BuildReport))]),
     "dlc_build_report_free": (None, [ctypes.POINTER(BuildReport)]),
-    "dlc_build_set_options_init": (None, [ctypes.POINTER(BuildSetOptions)]),
-    "dlc_build_set": (c_status, [ctypes.POINTER(ctypes.c_char_p), ctypes.c_size_t,
-                                 ctypes.c_char_p, ctypes.POINTER(BuildOptions), _P,
-                                 ctypes.POINTER(BuildSetOptions),
-                                 ctypes.POINTER(ctypes.POINTER(BuildReport))]),
     "dlc_build_join": (c_status, [ctypes.c_char_p, ctypes.POINTER(SetJoinReport)]),
     # loader.h
     "dlc_loader_config_init": (None, [ctypes.POINTER(LoaderConfig)]),

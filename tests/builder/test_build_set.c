@@ -1,6 +1,6 @@
 /* Store sets from the builder (cache/builder/build_set.c, build_setdir.c, build_run.c): the split
- * of the items among the parts, the set's identity, and dlc_build_set() end to end on small trees
- * of real JPEGs: a set gives the records of a single store built from the same sources, parts
+ * of the items among the parts, the set's identity, and dlc_build() of a set end to end on small
+ * trees of real JPEGs: a set gives the records of a single store built from the same sources, parts
  * built one by one join into the same set, a foreign part is refused, a part without records of
  * some class still has every label, an empty part is a part, and a set is replaced only with
  * force, through retired names.
@@ -97,12 +97,11 @@ static dlc_status build_set(const char *src, const char *out, const dlc_build_op
                             uint32_t parts, int one_part, uint32_t part, dlc_build_report **r)
 {
     const char *srcs[] = {src};
-    dlc_build_set_options s;
-    dlc_build_set_options_init(&s);
+    dlc_build_options s = *o;
     s.parts = parts;
     s.one_part = one_part;
     s.part = part;
-    return dlc_build_set(srcs, 1, out, o, NULL, &s, r);
+    return dlc_build(srcs, 1, out, &s, r);
 }
 
 /* Every record of @p a and @p b has the same fields, byte for byte. */
@@ -493,7 +492,9 @@ Test(build_set, bad_set_options)
     char *set = tmp_path(dir, "set");
     dlc_build_options o = opts(1, 24);
     dlc_build_report *r = NULL;
-    cr_assert_eq(build_set(train, set, &o, 0, 0, 0, &r), DLC_EINVAL);
+    /* parts 0 is one store, which has no part to build alone. */
+    cr_assert_eq(build_set(train, set, &o, 0, 1, 0, &r), DLC_EINVAL);
+    cr_assert(strstr(dlc_errmsg(), "one_part") != NULL, "%s", dlc_errmsg());
     cr_assert_eq(build_set(train, set, &o, 65537, 0, 0, &r), DLC_EINVAL);
     cr_assert_eq(build_set(train, set, &o, 3, 1, 3, &r), DLC_EINVAL);
     char *file = tmp_path(dir, "file.dlc");

@@ -38,7 +38,6 @@ STRUCTS = {
     "dlc_build_skip": "BuildSkip",
     "dlc_build_report": "BuildReport",
     "dlc_build_part": "BuildPart",
-    "dlc_build_set_options": "BuildSetOptions",
     "dlc_set_join_report": "SetJoinReport",
     "dlc_loader_config": "LoaderConfig",
     "dlc_batch": "Batch",
