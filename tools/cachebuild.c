@@ -9,7 +9,7 @@
  *   cachebuild SOURCE... -o SET --part I/N [options]   part I only (one machine of many)
  *   cachebuild --join SET [--json]                     the index, once every part is there
  *
- * A thin shell over dlc_build() and dlc_build_join(): it parses
+ * A thin shell over dlc_build() and dlc_set_join(): it parses
  * flags, draws a progress line, turns SIGINT/SIGTERM into a clean cancel (the library then
  * removes its temporary files) and prints the report.
  *
@@ -476,7 +476,7 @@ static void print_summary(const dlc_build_report *r, const char *out)
 static int run_join(const char *dir, int json)
 {
     dlc_set_join_report jr = {0};
-    const dlc_status rc = dlc_build_join(dir, &jr);
+    const dlc_status rc = dlc_set_join(dir, &jr);
     if (json) {
         tool_json j;
         tool_json_init(&j, stdout);

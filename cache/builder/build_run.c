@@ -437,7 +437,7 @@ static dlc_status set_finish(build_run *b)
     FAIL_IF(b->rep->count == 0, DLC_ENOIMAGES, "%s: no valid image among %zu items (%llu skipped)",
             b->job.sources[0], b->job.src.count, (unsigned long long)b->rep->skipped);
     dlc_set_join_report jr;
-    CHECK(dlc_set_join(dir, &jr));
+    CHECK(dlc__set_join(dir, &jr));
     (void)dlc__build_tidy(dir, b->job.o.log, b->job.o.log_user);
     CHECK(fill_report(b, dir));
 fail:
@@ -533,11 +533,13 @@ fail:
     return build_end(&b, rc, report_out);
 }
 
-dlc_status dlc_build_join(const char *dir, dlc_set_join_report *report)
+/* The public join (set.h) is the store part's, wrapped in the builder's clean-up of a replaced
+ * set, which the store part does not know. */
+dlc_status dlc_set_join(const char *dir, dlc_set_join_report *report)
 {
     if (dir)
         (void)dlc__build_restore(dir, NULL, NULL);
-    const dlc_status rc = dlc_set_join(dir, report);
+    const dlc_status rc = dlc__set_join(dir, report);
     if (rc == DLC_OK)
         (void)dlc__build_tidy(dir, NULL, NULL);
     return rc;

@@ -95,7 +95,7 @@
  * the same sources. All N parts are built at once on one machine (each with
  * its own writer thread, the workers shared), or one part per call, on as many
  * machines as there are parts, each scanning the same sources; then
- * dlc_build_join() writes the index.
+ * dlc_set_join() writes the index.
  *
  * Memory: one small entry per item, plus a window of 4 x threads + 4 records
  * in flight, at least 32 (for a set: per part being written, 4 x its share of
@@ -160,7 +160,7 @@ typedef struct dlc_build_options {
                          the directory OUT. */
     int one_part;   /**< With parts: 0 (default): every part, at once, on this machine, then the
                          index. 1: part @c part alone (one machine's share of a build across
-                         machines); dlc_build_join() writes the index once all parts are there. */
+                         machines); dlc_set_join() writes the index once all parts are there. */
     uint32_t part;  /**< With one_part: I, 0..N-1. */
 } dlc_build_options;
 
@@ -239,7 +239,7 @@ DLC_API void dlc_build_options_init(dlc_build_options *o);
  * machines may do so at once). The part's file is published atomically; a part whose every
  * item was skipped is a valid, empty part. A part file already there is replaced only with
  * force, and a directory that holds a joined set only with force (its set is retired as above).
- * dlc_build_join() writes the index once every part is there.
+ * dlc_set_join() writes the index once every part is there.
  *
  * @param[in] sources Paths: directories (ImageFolder), `.tar` files
  *            (WebDataset), other files (manifests). Several tar shards or
@@ -262,20 +262,6 @@ DLC_API void dlc_build_options_init(dlc_build_options *o);
  */
 DLC_API dlc_status dlc_build(const char *const *sources, size_t nsources, const char *out,
                              const dlc_build_options *opts, dlc_build_report **report);
-
-/**
- * @brief Join the parts in @p dir into a set (dlc_set_join(): checks, then the index, written
- *        last), then remove the files the new index made garbage: part files it does not name
- *        (of another N) and the retired parts of the set it replaced.
- *
- * A part missing under its own name whose retired copy belongs to the same set as the parts
- * present (the same set_id) is taken back first (a hard link): one part of a joined set rebuilt
- * alone with force retires the whole set, and joins again with the other parts as they were.
- * @param[in] dir The set's directory; not retained.
- * @param[out] report As dlc_set_join() (may be NULL).
- * @return As dlc_set_join(); the clean-up after a successful join never changes it.
- */
-DLC_API dlc_status dlc_build_join(const char *dir, dlc_set_join_report *report);
 
 /** Free a report and everything it points to.
  *  @param[in] r A report from dlc_build(), or NULL. */

@@ -238,7 +238,7 @@ class BuildReport(ctypes.Structure):
 
 
 class SetJoinReport(ctypes.Structure):
-    """dlc_set_join_report (set.h): what dlc_build_join() found and wrote."""
+    """dlc_set_join_report (set.h): what dlc_set_join() found and wrote."""
     _fields_ = [
         ("num_shards", ctypes.c_uint32),
         ("count", ctypes.c_uint64),
@@ -501,7 +501,7 @@ _PROTOTYPES = {
                              ctypes.POINTER(BuildOptions),
                              ctypes.POINTER(ctypes.POINTER(BuildReport))]),
     "dlc_build_report_free": (None, [ctypes.POINTER(BuildReport)]),
-    "dlc_build_join": (c_status, [ctypes.c_char_p, ctypes.POINTER(SetJoinReport)]),
+    "dlc_set_join": (c_status, [ctypes.c_char_p, ctypes.POINTER(SetJoinReport)]),
     # loader.h
     "dlc_loader_config_init": (None, [ctypes.POINTER(LoaderConfig)]),
     "dlc_loader_open": (c_status, [ctypes.c_char_p, ctypes.POINTER(LoaderConfig),

@@ -262,7 +262,7 @@ def join(path):
     """
     p = _fspath(path, "path")
     rep = L.SetJoinReport()
-    rc = lib.dlc_build_join(p, ctypes.byref(rep))
+    rc = lib.dlc_set_join(p, ctypes.byref(rep))
     if rc < 0:
         raise error_for(rc, "dlcache.join(%s)" % os.fsdecode(p))
     return {"path": os.fsdecode(p), "num_shards": rep.num_shards, "count": rep.count,

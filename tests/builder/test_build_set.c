@@ -202,7 +202,7 @@ Test(build_set, parts_built_one_by_one_join_into_the_same_set)
         cr_assert_neq(dlc_store_open(each, 0, &s), DLC_OK, "no index before the join");
     }
     dlc_set_join_report jr;
-    cr_assert_eq(dlc_build_join(each, &jr), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(dlc_set_join(each, &jr), DLC_OK, "%s", dlc_errmsg());
     cr_assert_eq(jr.num_shards, 3);
     cr_assert_eq(jr.count, 15);
     cr_assert_eq(jr.set_id, set_id);
@@ -226,7 +226,7 @@ Test(build_set, a_part_of_other_options_is_foreign)
     cr_assert_eq(build_set(train, set, &o, 3, 1, 2, &r), DLC_OK, "%s", dlc_errmsg());
     dlc_build_report_free(r);
     dlc_set_join_report jr;
-    cr_assert_eq(dlc_build_join(set, &jr), DLC_EINVAL);
+    cr_assert_eq(dlc_set_join(set, &jr), DLC_EINVAL);
     cr_assert(strstr(dlc_errmsg(), "part-00001-of-00003.dlc") != NULL, "%s", dlc_errmsg());
     cr_assert(strstr(dlc_errmsg(), "other sources or options") != NULL, "%s", dlc_errmsg());
     char *index = tmp_path(set, "index.dlcset");
@@ -235,7 +235,7 @@ Test(build_set, a_part_of_other_options_is_foreign)
     o.force = 1;
     cr_assert_eq(build_set(train, set, &o, 3, 1, 1, &r), DLC_OK, "%s", dlc_errmsg());
     dlc_build_report_free(r);
-    cr_assert_eq(dlc_build_join(set, &jr), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(dlc_set_join(set, &jr), DLC_OK, "%s", dlc_errmsg());
     cr_assert(btu_exists(index));
     free(index);
     free(set);
@@ -405,7 +405,7 @@ Test(build_set, retired_set_stays_readable_until_the_join)
     dlc_build_report_free(r);
     cr_assert_eq(digest_of(set), old);
     dlc_set_join_report jr;
-    cr_assert_eq(dlc_build_join(set, &jr), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(dlc_set_join(set, &jr), DLC_OK, "%s", dlc_errmsg());
     cr_assert_neq(digest_of(set), old);
     cr_assert_eq(count_files(set, "retired-"), 0, "the join removes the retired parts");
     free(set);
@@ -426,7 +426,7 @@ Test(build_set, one_part_of_a_joined_set_is_rebuilt_alone)
     dlc_build_report_free(r);
     cr_assert_eq(digest_of(set), d, "the set, retired, reads as before");
     dlc_set_join_report jr;
-    cr_assert_eq(dlc_build_join(set, &jr), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(dlc_set_join(set, &jr), DLC_OK, "%s", dlc_errmsg());
     cr_assert_eq(digest_of(set), d);
     cr_assert_eq(count_files(set, "retired-"), 0);
     cr_assert_eq(count_files(set, "part-"), 3);

@@ -131,7 +131,7 @@ int main(int argc, char **argv)
     for (uint32_t k = 0; k < parts; k++)
         CHECK(write_part(s, r, argv[3], k, (uint32_t)parts, set_id));
     dlc_set_join_report rep;
-    CHECK(dlc_set_join(argv[3], &rep));
+    CHECK(dlc__set_join(argv[3], &rep));
     printf("%s: %u parts, %llu records, %llu bytes\n", argv[3], rep.num_shards,
            (unsigned long long)rep.count, (unsigned long long)rep.file_bytes);
 fail:
