@@ -107,7 +107,8 @@ static inline dlc_status sf_write(const char *path, uint64_t first, uint64_t end
     dlc_status rc = DLC_OK;
     dlc_writer *w = NULL;
     dlc_record_builder *b = NULL;
-    const dlc_writer_config cfg = {.fields = sf_fields,
+    const dlc_writer_config cfg = {.struct_size = sizeof(dlc_writer_config),
+                                   .fields = sf_fields,
                                    .num_fields = SF_NUM_FIELDS,
                                    .label_names = sf_labels,
                                    .num_labels = 3,

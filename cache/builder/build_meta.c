@@ -16,6 +16,7 @@
 void dlc_build_options_init(dlc_build_options *o)
 {
     memset(o, 0, sizeof *o);
+    o->struct_size = sizeof *o;
     o->size = 256;
     o->center_crop = 1;
     o->encoding = DLC_ENCODING_RAW;

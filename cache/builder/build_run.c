@@ -243,10 +243,7 @@ static void start(build_run *b, const char *const *sources, size_t nsources, con
     job->sources = sources;
     job->nsources = nsources;
     job->out = out;
-    if (opts)
-        job->o = *opts;
-    else
-        dlc_build_options_init(&job->o);
+    job->o = *opts;
     dlc__source_init(&job->src);
     job->src.log = job->o.log;
     job->src.log_user = job->o.log_user;
@@ -522,10 +519,16 @@ dlc_status dlc_build(const char *const *sources, size_t nsources, const char *ou
                      const dlc_build_options *opts, dlc_build_report **report_out)
 {
     dlc_status rc;
+    dlc_build_options o;
+    dlc_build_options_init(&o);
+    const dlc_status taken =
+        opts ? dlc__options_take(&o, sizeof o, opts, "dlc_build_options", "dlc_build_options_init")
+             : DLC_OK;
     build_run b;
-    start(&b, sources, nsources, out, opts);
+    start(&b, sources, nsources, out, &o);
     if (report_out)
         *report_out = NULL;
+    CHECK(taken);
     CHECK(check_options(sources, nsources, out, &b.job.o));
     CHECK(check_fields(&b.job.o));
     rc = b.job.o.parts ? build_set(&b, out) : build_store(&b, out);

@@ -137,14 +137,16 @@ typedef int (*dlc_build_progress_fn)(void *user, const dlc_build_progress *p);
 
 /** Options; dlc_build_options_init() sets the defaults named below. */
 typedef struct dlc_build_options {
-    uint32_t size;       /**< Shorter side after resize (default 256). */
-    int center_crop;     /**< 1: crop to size x size (default); 0: keep the aspect. */
-    uint32_t encoding;   /**< A ::dlc_encoding (default DLC_ENCODING_RAW). */
-    int quality;         /**< JPEG quality with DLC_ENCODING_JPEG (default 90). */
-    uint32_t threads;    /**< Worker threads; 0 = all online cores (default). */
-    int strict;          /**< Stop at the first bad image instead of skipping it. */
-    int force;           /**< Replace an existing output store (or set, or part). */
-    const char *command; /**< Command line to record in the store's "build" metadata, or NULL. */
+    uint32_t struct_size; /**< sizeof(dlc_build_options) as the caller's header has it; set by
+                               dlc_build_options_init() (status.h, "How options grow"). */
+    uint32_t size;        /**< Shorter side after resize (default 256). */
+    int center_crop;      /**< 1: crop to size x size (default); 0: keep the aspect. */
+    uint32_t encoding;    /**< A ::dlc_encoding (default DLC_ENCODING_RAW). */
+    int quality;          /**< JPEG quality with DLC_ENCODING_JPEG (default 90). */
+    uint32_t threads;     /**< Worker threads; 0 = all online cores (default). */
+    int strict;           /**< Stop at the first bad image instead of skipping it. */
+    int force;            /**< Replace an existing output store (or set, or part). */
+    const char *command;  /**< Command line to record in the store's "build" metadata, or NULL. */
     dlc_build_progress_fn progress; /**< May be NULL. */
     void *progress_user;            /**< Passed to progress as its first argument. */
     dlc_log_fn log;                 /**< Notices (skipped files...); may be NULL. */
@@ -247,18 +249,19 @@ DLC_API void dlc_build_options_init(dlc_build_options *o);
  *            may not be mixed with other sources. Not retained.
  * @param[in] nsources Entries of @p sources, at least 1.
  * @param[in] out Path of the store to write, or of the set's directory; not retained.
- * @param[in] opts Options (NULL: dlc_build_options_init()'s defaults); copied.
+ * @param[in] opts Options, filled by dlc_build_options_init() then changed (NULL: its
+ *            defaults); copied.
  * @param[out] report On DLC_OK and on DLC_ENOIMAGES/DLC_EDECODE (strict), what
  *             was done; NULL otherwise. Free with dlc_build_report_free(). A set's also has
  *             parts, set_id, items and one entry per part built; for all parts, content_digest
  *             and file_bytes are the set's (dlc_store_info of @p out).
  * @return DLC_OK, DLC_EEXIST (out exists, no force; a set's: a set or parts in @p out, or the
  *         part's file), DLC_ENOIMAGES (a set of all parts: no part has a record), DLC_EDECODE
- *         (strict mode: first bad image), DLC_EINVAL (bad source, manifest line, option; a
- *         masks root that is not a folder, masks with a tar source, a bad channels or mask
- *         encoding; N outside 1..65536, I >= N, an @p out for a set that is not a directory),
- *         DLC_ECANCELED, -ENOSPC (disk full), -errno; for a set of all parts, also the join's
- *         refusals (dlc_set_join()).
+ *         (strict mode: first bad image), DLC_EINVAL (a struct_size of 0, larger than the library's
+ * or no size it had (status.h, "How options grow"); bad source, manifest line, option; a masks root
+ * that is not a folder, masks with a tar source, a bad channels or mask encoding; N
+ * outside 1..65536, I >= N, an @p out for a set that is not a directory), DLC_ECANCELED, -ENOSPC
+ * (disk full), -errno; for a set of all parts, also the join's refusals (dlc_set_join()).
  */
 DLC_API dlc_status dlc_build(const char *const *sources, size_t nsources, const char *out,
                              const dlc_build_options *opts, dlc_build_report **report);

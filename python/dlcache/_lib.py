@@ -144,9 +144,13 @@ class FieldSpec(ctypes.Structure):
     ]
 
 
+# Options structs open with struct_size (status.h, "How options grow"): always fill one with its
+# _init() (which sets struct_size to the library's sizeof, which test_layout.py checks is this
+# mirror's) before setting fields.
 class WriterConfig(ctypes.Structure):
     """dlc_writer_config."""
     _fields_ = [
+        ("struct_size", ctypes.c_uint32),
         ("fields", ctypes.POINTER(FieldSpec)),
         ("num_fields", ctypes.c_uint32),
         ("label_names", ctypes.POINTER(ctypes.c_char_p)),
@@ -175,6 +179,7 @@ BUILD_PROGRESS_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINT
 
 class BuildOptions(ctypes.Structure):
     _fields_ = [
+        ("struct_size", ctypes.c_uint32),
         ("size", ctypes.c_uint32),
         ("center_crop", ctypes.c_int),
         ("encoding", ctypes.c_uint32),
@@ -275,6 +280,7 @@ class ViewSpec(ctypes.Structure):
 
 class LoaderConfig(ctypes.Structure):
     _fields_ = [
+        ("struct_size", ctypes.c_uint32),
         ("batch_size", ctypes.c_uint32),
         ("drop_last", ctypes.c_int),
         ("sampler", ctypes.c_uint32),
@@ -475,6 +481,7 @@ _PROTOTYPES = {
                                 ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint32)]),
     "dlc_png_decode": (c_status, [_P, _P, ctypes.c_size_t, ctypes.POINTER(Image)]),
     # writer.h
+    "dlc_writer_config_init": (None, [ctypes.POINTER(WriterConfig)]),
     "dlc_writer_open": (c_status, [ctypes.c_char_p, ctypes.POINTER(WriterConfig),
                                    ctypes.POINTER(_P)]),
     "dlc_writer_find_field": (ctypes.c_int, [_P, ctypes.c_char_p]),

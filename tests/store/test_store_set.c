@@ -503,7 +503,8 @@ Test(store_set, writer_refuses_bad_part_numbers)
 {
     char *path = tmp_path(dir, "p.dlc");
     dlc_writer *w = NULL;
-    const dlc_writer_config cfg = {.fields = sf_fields,
+    const dlc_writer_config cfg = {.struct_size = sizeof(dlc_writer_config),
+                                   .fields = sf_fields,
                                    .num_fields = SF_NUM_FIELDS,
                                    .label_names = sf_labels,
                                    .num_labels = 3};
@@ -718,7 +719,8 @@ static void write_min_items(const char *path, uint64_t first, uint64_t end, int 
 {
     const dlc_field_spec spec = {
         .name = "image", .kind = DLC_FIELD_IMAGE, .flags = DLC_FIELD_VARIABLE, .shape = {0, 0, 3}};
-    const dlc_writer_config cfg = {.fields = &spec, .num_fields = 1, .force = 1};
+    const dlc_writer_config cfg = {
+        .struct_size = sizeof(dlc_writer_config), .fields = &spec, .num_fields = 1, .force = 1};
     dlc_writer *w = NULL;
     dlc_record_builder *b = NULL;
     static uint8_t px[40 * 40 * 3];

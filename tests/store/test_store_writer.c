@@ -439,7 +439,8 @@ Test(store_writer, variable_fields_that_agree_become_fixed)
          .link = "c"},
         {.name = "c", .kind = DLC_FIELD_NDARRAY, .flags = DLC_FIELD_VARIABLE, .ndim = 1},
     };
-    const dlc_writer_config cfg = {.fields = spec, .num_fields = 2, .force = 1};
+    const dlc_writer_config cfg = {
+        .struct_size = sizeof(dlc_writer_config), .fields = spec, .num_fields = 2, .force = 1};
     dlc_writer *w = NULL;
     dlc_record_builder *b = NULL;
     cr_assert_eq(dlc_writer_open(path, &cfg, &w), DLC_OK, "%s", dlc_errmsg());
@@ -701,7 +702,8 @@ static void write_min_store(const char *path)
          .shape = {0, 0, 1}},
         {.name = "thumb", .kind = DLC_FIELD_IMAGE, .shape = {4, 4, 3}},
     };
-    const dlc_writer_config cfg = {.fields = spec, .num_fields = 4, .force = 1};
+    const dlc_writer_config cfg = {
+        .struct_size = sizeof(dlc_writer_config), .fields = spec, .num_fields = 4, .force = 1};
     dlc_writer *w = NULL;
     dlc_record_builder *b = NULL;
     cr_assert_eq(dlc_writer_open(path, &cfg, &w), DLC_OK, "%s", dlc_errmsg());
