@@ -12,6 +12,7 @@
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
+#include <stddef.h>
 #include <sys/wait.h>
 
 TMPDIR_SUITE(build);
@@ -392,6 +393,46 @@ Test(build, bad_options)
     cr_assert_eq(build(dir, out, &o, &r), DLC_EINVAL);
     o = opts(1);
     cr_assert_eq(dlc_build(NULL, 0, out, &o, &r), DLC_EINVAL);
+    free(out);
+}
+
+/* Options grow at their end (status.h, "How options grow"). A program built before the fields
+ * and the set joined the options sends a struct that ends at log_user: what its memory holds
+ * after that (here a bad channels count and a set of too many parts) is never read, and the
+ * build is the single RGB store that program asked for. */
+Test(build, older_options_get_the_defaults_of_what_they_did_not_know)
+{
+    char *train = make_tree(1);
+    char *out = tmp_path(dir, "old.dlc");
+    dlc_build_options o = opts(1);
+    o.channels = 2;
+    o.parts = 70000;
+    dlc_build_report *r = NULL;
+    cr_assert_eq(build(train, out, &o, &r), DLC_EINVAL, "the current size reads them");
+    o.struct_size = offsetof(dlc_build_options, log_user) + sizeof o.log_user;
+    cr_assert_eq(build(train, out, &o, &r), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(r->channels, 3);
+    cr_assert_eq(r->parts, 0, "one store, not a set");
+    dlc_build_report_free(r);
+    free(out);
+    free(train);
+}
+
+Test(build, options_without_init_or_from_a_newer_header_are_refused)
+{
+    char *out = tmp_path(dir, "s.dlc");
+    dlc_build_options o = opts(1);
+    o.struct_size = 0;
+    dlc_build_report *r = NULL;
+    cr_assert_eq(build(dir, out, &o, &r), DLC_EINVAL);
+    cr_assert(strstr(dlc_errmsg(), "dlc_build_options: struct_size is 0") != NULL, "%s",
+              dlc_errmsg());
+    cr_assert(strstr(dlc_errmsg(), "dlc_build_options_init()") != NULL, "%s", dlc_errmsg());
+    cr_assert_null(r);
+    o.struct_size = sizeof o + 8;
+    cr_assert_eq(build(dir, out, &o, &r), DLC_EINVAL);
+    cr_assert(strstr(dlc_errmsg(), "newer dlcache header") != NULL, "%s", dlc_errmsg());
+    cr_assert(!btu_exists(out));
     free(out);
 }
 
