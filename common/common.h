@@ -94,6 +94,19 @@ dlc_status dlc__err_restore(const dlc__errsave *es, dlc_status status);
         }                                                                                          \
     } while (0)
 
+/* ---- Options structs (options.c) --------------------------------------------------------------
+ */
+
+/* Take the caller's options @p src, a public struct of type @p type whose first member is its
+ * uint32_t struct_size, into @p dst, which holds this library's defaults (from @p init, the
+ * struct's _init()) and is @p size bytes, the library's sizeof. The caller's struct_size bytes
+ * are copied over the defaults and dst's struct_size becomes @p size. DLC_EINVAL, naming
+ * @p type and @p init, for a struct_size of 0 (no _init() call), one larger than @p size (a newer
+ * header than this library) or one no version had. The one entry check of every call that takes
+ * such a struct (status.h, "How options grow"). */
+dlc_status dlc__options_take(void *dst, size_t size, const void *src, const char *type,
+                             const char *init);
+
 /* ---- Little-endian loads and stores on unaligned bytes -----------------------------------------
  * Bytes inside an LMDB map or a file have no alignment promise, so they are never cast to a
  * struct; these compile to single loads and stores on x86-64. */

@@ -11,6 +11,7 @@
 void dlc_loader_config_init(dlc_loader_config *c)
 {
     memset(c, 0, sizeof *c);
+    c->struct_size = sizeof *c;
     c->batch_size = 256;
     c->sampler = DLC_SAMPLER_SHUFFLE;
     c->world_size = 1;
@@ -259,10 +260,10 @@ dlc_status dlc__loader_open_with(const char *path, const dlc_loader_config *conf
     FAIL_IF(!path || !out, DLC_EINVAL, "loader: path and out must not be NULL");
     *out = NULL;
     dlc_loader_config cfg;
+    dlc_loader_config_init(&cfg);
     if (config)
-        cfg = *config;
-    else
-        dlc_loader_config_init(&cfg);
+        CHECK(dlc__options_take(&cfg, sizeof cfg, config, "dlc_loader_config",
+                                "dlc_loader_config_init"));
     CHECK(check_config(&cfg, path));
 
     l = calloc(1, sizeof *l);

@@ -9,7 +9,7 @@
  *   cachebuild SOURCE... -o SET --part I/N [options]   part I only (one machine of many)
  *   cachebuild --join SET [--json]                     the index, once every part is there
  *
- * A thin shell over dlc_build_with_fields(), dlc_build_set() and dlc_build_join(): it parses
+ * A thin shell over dlc_build() and dlc_set_join(): it parses
  * flags, draws a progress line, turns SIGINT/SIGTERM into a clean cancel (the library then
  * removes its temporary files) and prints the report.
  *
@@ -229,11 +229,9 @@ static void print_json(const dlc_build_report *r, const char *store, dlc_status 
 
 /* What the command line asks for. */
 typedef struct build_args {
-    dlc_build_options o;
-    dlc_build_fields f;
-    dlc_build_set_options set;
-    int to_set;       /* --shards or --part */
-    const char *join; /* --join SET */
+    dlc_build_options o; /* a set's N and part too */
+    int to_set;          /* --shards or --part */
+    const char *join;    /* --join SET */
     const char *out;
     int json;
 } build_args;
@@ -263,15 +261,15 @@ static int apply_field_option(build_args *a, int c, const char *arg)
     case O_CHANNELS:
         if (strcmp(arg, "1") != 0 && strcmp(arg, "3") != 0 && strcmp(arg, "keep") != 0)
             return tool_usage_error(TOOL, NULL, "--channels is 1, 3 or keep, not '%s'", arg);
-        a->f.channels = !strcmp(arg, "keep") ? DLC_BUILD_CHANNELS_KEEP : (uint32_t)atoi(arg);
+        a->o.channels = !strcmp(arg, "keep") ? DLC_BUILD_CHANNELS_KEEP : (uint32_t)atoi(arg);
         break;
     case O_MASKS:
-        a->f.masks = arg;
+        a->o.masks = arg;
         break;
     case O_MASK_ENC:
         if (strcmp(arg, "raw") != 0 && strcmp(arg, "png") != 0)
             return tool_usage_error(TOOL, NULL, "--mask-encoding is raw or png, not '%s'", arg);
-        a->f.mask_encoding = strcmp(arg, "raw") == 0 ? DLC_ENCODING_RAW : DLC_ENCODING_PNG;
+        a->o.mask_encoding = strcmp(arg, "raw") == 0 ? DLC_ENCODING_RAW : DLC_ENCODING_PNG;
         break;
     }
     return -1;
@@ -292,7 +290,7 @@ static int apply_set_option(build_args *a, int c, const char *arg)
                                               : "--shards wants a number of parts in 1..65536, "
                                                 "not '%s'",
                                     arg);
-        a->set.parts = (uint32_t)v;
+        a->o.parts = (uint32_t)v;
         a->to_set = 1;
         break;
     case O_PART:
@@ -308,9 +306,9 @@ static int apply_set_option(build_args *a, int c, const char *arg)
                                     arg);
         if (a->to_set)
             return tool_usage_error(TOOL, NULL, "--shards and --part go alone: one of them");
-        a->set.parts = (uint32_t)w;
-        a->set.part = (uint32_t)v;
-        a->set.one_part = 1;
+        a->o.parts = (uint32_t)w;
+        a->o.part = (uint32_t)v;
+        a->o.one_part = 1;
         a->to_set = 1;
         break;
     case O_JOIN:
@@ -412,7 +410,7 @@ static int parse_args(int argc, char **argv, build_args *a)
         if (status >= 0)
             return status;
     }
-    if (a->f.mask_encoding >= 0 && !a->f.masks)
+    if (a->o.mask_encoding >= 0 && !a->o.masks)
         return tool_usage_error(TOOL, NULL, "--mask-encoding goes with --masks DIR");
     if (a->join && (a->out || a->to_set || optind < argc))
         return tool_usage_error(TOOL, usage,
@@ -478,7 +476,7 @@ static void print_summary(const dlc_build_report *r, const char *out)
 static int run_join(const char *dir, int json)
 {
     dlc_set_join_report jr = {0};
-    const dlc_status rc = dlc_build_join(dir, &jr);
+    const dlc_status rc = dlc_set_join(dir, &jr);
     if (json) {
         tool_json j;
         tool_json_init(&j, stdout);
@@ -513,8 +511,6 @@ int main(int argc, char **argv)
 {
     build_args a = {.out = NULL};
     dlc_build_options_init(&a.o);
-    dlc_build_fields_init(&a.f);
-    dlc_build_set_options_init(&a.set);
     /* Before getopt_long(), which permutes argv. */
     char *cmd = command_line(argc, argv);
     int status = parse_args(argc, argv, &a);
@@ -534,9 +530,7 @@ int main(int argc, char **argv)
     dlc_build_report *r = NULL;
     const char *const *sources = (const char *const *)argv + optind;
     const size_t nsources = (size_t)(argc - optind);
-    const dlc_status rc = a.to_set
-                              ? dlc_build_set(sources, nsources, a.out, &a.o, &a.f, &a.set, &r)
-                              : dlc_build_with_fields(sources, nsources, a.out, &a.o, &a.f, &r);
+    const dlc_status rc = dlc_build(sources, nsources, a.out, &a.o, &r);
     tool_progress_end(&t.pg);
     status = rc == DLC_OK ? 0 : report_failure(rc, a.out);
     if (r && t.json)

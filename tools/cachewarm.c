@@ -312,7 +312,8 @@ static void push_usage(FILE *f)
 }
 
 typedef struct push_cli {
-    dlc_warm_push_options opt;
+    dlc_warm_push_options opt; /* its net points to net */
+    dlc_warm_options net;
     const char *path;
     const char *url;
     int json;
@@ -327,26 +328,26 @@ static int push_common_flag(push_cli *c, int f, const char *arg)
 {
     cli tmp;
     memset(&tmp, 0, sizeof tmp);
-    tmp.opt = c->opt.net;
+    tmp.opt = c->net;
     switch (f) {
     case OPT_CONNECTIONS:
     case OPT_TIMEOUT:
     case OPT_RETRIES:
         if (parse_number(&tmp, f, arg) != 0)
             return 2;
-        c->opt.net = tmp.opt;
+        c->net = tmp.opt;
         return 1;
     case OPT_ENDPOINT:
-        c->opt.net.endpoint = arg;
+        c->net.endpoint = arg;
         return 1;
     case OPT_REGION:
-        c->opt.net.region = arg;
+        c->net.region = arg;
         return 1;
     case OPT_NO_RESUME:
-        c->opt.net.flags |= DLC_WARM_NO_RESUME;
+        c->net.flags |= DLC_WARM_NO_RESUME;
         return 1;
     case OPT_INSECURE:
-        c->opt.net.flags |= DLC_WARM_INSECURE;
+        c->net.flags |= DLC_WARM_INSECURE;
         return 1;
     default:
         return 0;
@@ -433,7 +434,7 @@ static void push_json(const push_cli *c, dlc_status rc, const dlc_warm_push_resu
     tool_json_u64(&j, "parts_resumed", r->parts_resumed);
     tool_json_u64(&j, "retries", r->retries);
     tool_json_bool(&j, "resumed", r->resumed);
-    tool_json_u64(&j, "connections", c->opt.net.connections);
+    tool_json_u64(&j, "connections", c->net.connections);
     tool_json_u64(&j, "part_size", c->opt.part_size);
     tool_json_str(&j, "etag", r->etag);
     tool_json_object_end(&j);
@@ -446,15 +447,17 @@ static int push_main(int argc, char **argv)
     push_cli c;
     memset(&c, 0, sizeof c);
     dlc_warm_push_options_init(&c.opt);
+    dlc_warm_options_init(&c.net);
+    c.opt.net = &c.net;
     const int status = push_args(argc, argv, &c);
     if (status >= 0)
         return status;
     catch_signals();
     tool_progress_init(&c.u.bar, 10);
-    c.opt.net.progress = on_progress;
-    c.opt.net.progress_user = &c.u;
-    c.opt.net.log = on_log;
-    c.opt.net.log_user = &c.u;
+    c.net.progress = on_progress;
+    c.net.progress_user = &c.u;
+    c.net.log = on_log;
+    c.net.log_user = &c.u;
     dlc_warm_push_result r;
     const dlc_status rc = dlc_warm_push(c.path, c.url, &c.opt, &r);
     tool_progress_end(&c.u.bar);

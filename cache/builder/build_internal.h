@@ -77,8 +77,7 @@ typedef struct dlc__build_plan {
  * schema into @p fields (DLC_MAX_FIELDS entries; their names point into @p src or are static).
  * DLC_EINVAL for masks with a tar source (build_plan.c). */
 dlc_status dlc__build_plan_make(const dlc__source_set *src, const dlc_build_options *o,
-                                const dlc_build_fields *f, dlc__build_plan *plan,
-                                dlc_field_spec *fields, uint32_t *nfields);
+                                dlc__build_plan *plan, dlc_field_spec *fields, uint32_t *nfields);
 
 /* The mask of the item whose relative path is @p rel: MASKS/DIR/STEM.png (build.h, "Masks"),
  * into *buf (grown with realloc to *cap). DLC_OK or -ENOMEM. */
@@ -91,7 +90,6 @@ typedef struct dlc__build_job {
     size_t nsources;
     const char *out; /* the store, or the set's directory: for messages */
     dlc_build_options o;
-    dlc_build_fields f;
     double t0; /* dlc__now_s() at the start */
     dlc__source_set src;
     dlc__build_plan plan;

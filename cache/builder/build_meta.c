@@ -16,17 +16,13 @@
 void dlc_build_options_init(dlc_build_options *o)
 {
     memset(o, 0, sizeof *o);
+    o->struct_size = sizeof *o;
     o->size = 256;
     o->center_crop = 1;
     o->encoding = DLC_ENCODING_RAW;
     o->quality = 90;
-}
-
-void dlc_build_fields_init(dlc_build_fields *f)
-{
-    memset(f, 0, sizeof *f);
-    f->channels = 3;
-    f->mask_encoding = -1;
+    o->channels = 3;
+    o->mask_encoding = -1;
 }
 
 void dlc_build_report_free(dlc_build_report *r)
@@ -123,7 +119,7 @@ static void sb_json_str(sbuf *b, const char *s)
 
 /* The options of the fields, only where they are not the defaults: the "build" text of a store
  * of RGB images and labels stays what it was. */
-static void json_field_options(sbuf *b, const dlc_build_fields *f)
+static void json_field_options(sbuf *b, const dlc_build_options *f)
 {
     if (f->channels == DLC_BUILD_CHANNELS_KEEP)
         sb_printf(b, ",\"channels\":\"keep\"");
@@ -186,7 +182,7 @@ char *dlc__build_json(const dlc__build_job *job, const dlc__build_part *part, do
               o->encoding == DLC_ENCODING_JPEG ? "jpeg" : "raw");
     if (o->encoding == DLC_ENCODING_JPEG)
         sb_printf(&b, ",\"quality\":%d", o->quality);
-    json_field_options(&b, &job->f);
+    json_field_options(&b, &job->o);
     sb_printf(&b, ",\"strict\":%s,\"threads\":%u}", o->strict ? "true" : "false", job->threads);
     sb_put(&b, ",\"sources\":[", 12);
     for (size_t i = 0; i < job->nsources; i++) {

@@ -199,6 +199,7 @@ static dlc_status part_open(part_writer *pw, dlc__build_part *part)
     for (size_t i = part->first; i < part->end; i++)
         to_write += job->src.items[i].skip == DLC__SKIP_NONE;
     const dlc_writer_config cfg = {
+        .struct_size = sizeof(dlc_writer_config),
         .fields = job->fields,
         .num_fields = job->nfields,
         .label_names = labelled ? job->names : NULL,

@@ -129,7 +129,7 @@ static dlc_field_spec column_field(const dlc__column *col)
 
 /* The image's and the masks' channels, each from its first readable file where the data
  * decides them. */
-static dlc_status decide_channels(const dlc__source_set *src, const dlc_build_fields *f,
+static dlc_status decide_channels(const dlc__source_set *src, const dlc_build_options *f,
                                   dlc__build_plan *plan)
 {
     dlc_status rc = DLC_OK;
@@ -151,9 +151,9 @@ fail:
 }
 
 dlc_status dlc__build_plan_make(const dlc__source_set *src, const dlc_build_options *o,
-                                const dlc_build_fields *f, dlc__build_plan *plan,
-                                dlc_field_spec *fields, uint32_t *nfields)
+                                dlc__build_plan *plan, dlc_field_spec *fields, uint32_t *nfields)
 {
+    const dlc_build_options *f = o; /* the options of the fields */
     dlc_status rc = DLC_OK;
     uint32_t n = 0;
     FAIL_IF(f->masks && src->nshards > 0, DLC_EINVAL,

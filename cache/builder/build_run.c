@@ -1,5 +1,5 @@
-/* dlc_build() and dlc_build_set(): scan the sources, decide what a record holds, write the store
- * or the parts of a set (build_part.c: make and seal the records on every core, append them in
+/* dlc_build(): scan the sources, decide what a record holds, write the store or the parts of a
+ * set (build_part.c: make and seal the records on every core, append them in
  * item order), then report (build_internal.h describes the pipeline).
  *
  * Stages: start() copies the options; scan_sources(), plan_record() and choose_threads() fill
@@ -30,7 +30,7 @@
 #define MAX_SIZE 8192u
 
 /* The fields' options: channels, a masks folder, their encoding. */
-static dlc_status check_fields(const dlc_build_fields *f)
+static dlc_status check_fields(const dlc_build_options *f)
 {
     struct stat st;
     if (f->channels != 1 && f->channels != 3 && f->channels != DLC_BUILD_CHANNELS_KEEP)
@@ -58,6 +58,9 @@ static dlc_status check_options(const char *const *sources, size_t nsources, con
             return dlc__errorf(DLC_EINVAL, "build: source %zu is empty", i + 1);
     if (!out || !*out)
         return dlc__errorf(DLC_EINVAL, "build: no output path given");
+    if (!o->parts && (o->one_part || o->part))
+        return dlc__errorf(DLC_EINVAL, "build: one_part and part build one part of a set: set "
+                                       "parts, the set's N, too");
     if (o->size < 1 || o->size > MAX_SIZE)
         return dlc__errorf(DLC_EINVAL, "build: size %u is outside 1..%u", o->size, MAX_SIZE);
     if (o->encoding != DLC_ENCODING_RAW && o->encoding != DLC_ENCODING_JPEG)
@@ -67,10 +70,9 @@ static dlc_status check_options(const char *const *sources, size_t nsources, con
     return DLC_OK;
 }
 
-/* Everything one dlc_build() or dlc_build_set() call owns; build_end() releases it. */
+/* Everything one dlc_build() call owns; build_end() releases it. */
 typedef struct build_run {
     dlc__build_job job;
-    dlc_build_set_options set;
     dlc_build_report *rep;
     int keep_report; /* ENOIMAGES and strict EDECODE come with the report */
     dlc__build_part *parts;
@@ -147,7 +149,7 @@ fail:
 static dlc_status plan_record(dlc__build_job *job)
 {
     const dlc_status rc =
-        dlc__build_plan_make(&job->src, &job->o, &job->f, &job->plan, job->fields, &job->nfields);
+        dlc__build_plan_make(&job->src, &job->o, &job->plan, job->fields, &job->nfields);
     if (rc < 0 || job->plan.f_label == DLC_NO_FIELD)
         return rc;
     return label_names(job);
@@ -233,7 +235,7 @@ static dlc_status fill_report(build_run *b, const char *path)
 
 /* Copy the caller's arguments into @p b. */
 static void start(build_run *b, const char *const *sources, size_t nsources, const char *out,
-                  const dlc_build_options *opts, const dlc_build_fields *fields)
+                  const dlc_build_options *opts)
 {
     memset(b, 0, sizeof *b);
     dlc__build_job *job = &b->job;
@@ -241,14 +243,7 @@ static void start(build_run *b, const char *const *sources, size_t nsources, con
     job->sources = sources;
     job->nsources = nsources;
     job->out = out;
-    if (opts)
-        job->o = *opts;
-    else
-        dlc_build_options_init(&job->o);
-    if (fields)
-        job->f = *fields;
-    else
-        dlc_build_fields_init(&job->f);
+    job->o = *opts;
     dlc__source_init(&job->src);
     job->src.log = job->o.log;
     job->src.log_user = job->o.log_user;
@@ -281,51 +276,33 @@ static dlc_status build_end(build_run *b, dlc_status rc, dlc_build_report **repo
     return rc;
 }
 
-dlc_status dlc_build_with_fields(const char *const *sources, size_t nsources, const char *out,
-                                 const dlc_build_options *opts_in, const dlc_build_fields *fields,
-                                 dlc_build_report **report_out)
+/* One store: the file @p out. The caller's build_end() releases what this made. */
+static dlc_status build_store(build_run *b, const char *out)
 {
     dlc_status rc;
-    build_run b;
-    start(&b, sources, nsources, out, opts_in, fields);
-    if (report_out)
-        *report_out = NULL;
-    CHECK(check_options(sources, nsources, out, &b.job.o));
-    CHECK(check_fields(&b.job.f));
     struct stat st;
-    FAIL_IF(!b.job.o.force && lstat(out, &st) == 0, DLC_EEXIST,
+    FAIL_IF(!b->job.o.force && lstat(out, &st) == 0, DLC_EEXIST,
             "%s: a store (or another file) is already there; it is replaced only with force", out);
-    CHECK(prepare(&b));
-    b.parts = calloc(1, sizeof *b.parts);
-    FAIL_IF(!b.parts, -ENOMEM, "build: out of memory");
-    b.nparts = 1;
-    b.parts[0].end = b.job.src.count;
-    b.parts[0].path = strdup(out);
-    FAIL_IF(!b.parts[0].path, -ENOMEM, "build: out of memory");
-    CHECK(write_parts(&b, 1));
-    CHECK(fill_report(&b, out));
+    CHECK(prepare(b));
+    b->parts = calloc(1, sizeof *b->parts);
+    FAIL_IF(!b->parts, -ENOMEM, "build: out of memory");
+    b->nparts = 1;
+    b->parts[0].end = b->job.src.count;
+    b->parts[0].path = strdup(out);
+    FAIL_IF(!b->parts[0].path, -ENOMEM, "build: out of memory");
+    CHECK(write_parts(b, 1));
+    CHECK(fill_report(b, out));
     rc = DLC_OK;
 fail:
-    return build_end(&b, rc, report_out);
-}
-
-dlc_status dlc_build(const char *const *sources, size_t nsources, const char *out,
-                     const dlc_build_options *opts, dlc_build_report **report)
-{
-    return dlc_build_with_fields(sources, nsources, out, opts, NULL, report);
+    return rc;
 }
 
 /* ---- Store sets ----------------------------------------------------------------------------- */
 
-void dlc_build_set_options_init(dlc_build_set_options *s)
+/* The set's options; parts is not 0 here (0 is one store). */
+static dlc_status check_set(const dlc_build_options *s)
 {
-    memset(s, 0, sizeof *s);
-    s->parts = 1;
-}
-
-static dlc_status check_set(const dlc_build_set_options *s)
-{
-    if (s->parts == 0 || s->parts > DLC__SET_MAX_SHARDS)
+    if (s->parts > DLC__SET_MAX_SHARDS)
         return dlc__errorf(DLC_EINVAL, "build: a set has 1 to %u parts, not %u",
                            DLC__SET_MAX_SHARDS, s->parts);
     if (s->one_part && s->part >= s->parts)
@@ -362,7 +339,7 @@ static dlc_status set_dir_check(build_run *b)
             "%s: is a file (a single store?), not a set's directory: remove it or choose another "
             "path",
             dir);
-    if (!b->set.one_part) {
+    if (!b->job.o.one_part) {
         FAIL_IF(!force && (has_index(dir) || dlc__build_set_files(dir) > 0), DLC_EEXIST,
                 "%s: holds a set (or parts of one); it is replaced only with force", dir);
         return DLC_OK;
@@ -372,14 +349,14 @@ static dlc_status set_dir_check(build_run *b)
             "set stays readable until the new one is joined)",
             dir);
     char name[DLC__SET_NAME_SIZE];
-    dlc__set_part_name(name, b->set.part, b->set.parts);
+    dlc__set_part_name(name, b->job.o.part, b->job.o.parts);
     char *path = dlc__set_path(dir, "/", name);
     FAIL_IF(!path, -ENOMEM, "build: out of memory");
     const int exists = lstat(path, &st) == 0;
     free(path);
     FAIL_IF(!force && exists, DLC_EEXIST,
             "%s: part %u of %u (%s) is already there; it is replaced only with force", dir,
-            b->set.part, b->set.parts, name);
+            b->job.o.part, b->job.o.parts, name);
 fail:
     return rc;
 }
@@ -396,7 +373,7 @@ static dlc_status set_dir_clean(build_run *b)
         if (rc < 0)
             return rc;
     }
-    if (!b->set.one_part)
+    if (!b->job.o.one_part)
         (void)dlc__build_tidy(dir, o->log, o->log_user);
     return DLC_OK;
 }
@@ -405,9 +382,9 @@ static dlc_status set_dir_clean(build_run *b)
 static dlc_status make_parts(build_run *b)
 {
     dlc_status rc = DLC_OK;
-    const uint32_t n = b->set.parts;
-    const uint32_t first = b->set.one_part ? b->set.part : 0;
-    b->nparts = b->set.one_part ? 1 : n;
+    const uint32_t n = b->job.o.parts;
+    const uint32_t first = b->job.o.one_part ? b->job.o.part : 0;
+    b->nparts = b->job.o.one_part ? 1 : n;
     b->parts = calloc(b->nparts, sizeof *b->parts);
     FAIL_IF(!b->parts, -ENOMEM, "build: out of memory");
     for (uint32_t k = 0; k < b->nparts; k++) {
@@ -430,7 +407,7 @@ fail:
 static dlc_status report_parts(build_run *b)
 {
     dlc_build_report *rep = b->rep;
-    rep->parts = b->set.parts;
+    rep->parts = b->job.o.parts;
     rep->set_id = b->job.set_id;
     rep->built = calloc(b->nparts, sizeof *rep->built);
     if (!rep->built)
@@ -457,7 +434,7 @@ static dlc_status set_finish(build_run *b)
     FAIL_IF(b->rep->count == 0, DLC_ENOIMAGES, "%s: no valid image among %zu items (%llu skipped)",
             b->job.sources[0], b->job.src.count, (unsigned long long)b->rep->skipped);
     dlc_set_join_report jr;
-    CHECK(dlc_set_join(dir, &jr));
+    CHECK(dlc__set_join(dir, &jr));
     (void)dlc__build_tidy(dir, b->job.o.log, b->job.o.log_user);
     CHECK(fill_report(b, dir));
 fail:
@@ -477,7 +454,7 @@ static int joined(const build_run *b)
     if (index && dlc__set_index_read(index, &bytes, &len) == DLC_OK &&
         dlc__set_index_decode(bytes, len, index, &x) == DLC_OK && x.set_id == b->job.set_id) {
         char name[DLC__SET_NAME_SIZE];
-        dlc__set_part_name(name, 0, b->set.parts);
+        dlc__set_part_name(name, 0, b->job.o.parts);
         named = strcmp(x.shards[0].name, name) == 0;
     }
     dlc__set_index_free(&x);
@@ -498,62 +475,74 @@ static void remove_new_parts(const build_run *b)
             (void)unlink(b->parts[k].path);
 }
 
-dlc_status dlc_build_set(const char *const *sources, size_t nsources, const char *dir,
-                         const dlc_build_options *opts, const dlc_build_fields *fields,
-                         const dlc_build_set_options *set, dlc_build_report **report_out)
+/* A set: its parts in the directory @p dir, and with all parts its index. */
+static dlc_status build_set(build_run *b, const char *dir)
 {
     dlc_status rc;
-    build_run b;
-    start(&b, sources, nsources, dir, opts, fields);
-    if (report_out)
-        *report_out = NULL;
-    if (set)
-        b.set = *set;
-    else
-        dlc_build_set_options_init(&b.set);
-    CHECK(check_options(sources, nsources, dir, &b.job.o));
-    CHECK(check_fields(&b.job.f));
-    CHECK(check_set(&b.set));
-    CHECK(set_dir_check(&b));
-    CHECK(prepare(&b));
+    CHECK(check_set(&b->job.o));
+    CHECK(set_dir_check(b));
+    CHECK(prepare(b));
     uint64_t items;
-    CHECK(dlc__build_items_digest(&b.job.src, b.job.plan.masks, b.job.threads, &items));
-    b.job.parts = b.set.parts;
-    CHECK(dlc__build_set_id(items, &b.job, &b.job.set_id));
-    CHECK(make_parts(&b));
-    CHECK(set_dir_clean(&b));
-    const uint32_t nwriters = b.nparts < b.job.threads ? b.nparts : b.job.threads;
-    b.published = 1;
-    CHECK(write_parts(&b, nwriters));
-    CHECK(report_parts(&b));
-    if (b.set.one_part)
-        CHECK(fill_report(&b, b.parts[0].path));
+    CHECK(dlc__build_items_digest(&b->job.src, b->job.plan.masks, b->job.threads, &items));
+    b->job.parts = b->job.o.parts;
+    CHECK(dlc__build_set_id(items, &b->job, &b->job.set_id));
+    CHECK(make_parts(b));
+    CHECK(set_dir_clean(b));
+    const uint32_t nwriters = b->nparts < b->job.threads ? b->nparts : b->job.threads;
+    b->published = 1;
+    CHECK(write_parts(b, nwriters));
+    CHECK(report_parts(b));
+    if (b->job.o.one_part)
+        CHECK(fill_report(b, b->parts[0].path));
     else
-        CHECK(set_finish(&b));
+        CHECK(set_finish(b));
     rc = DLC_OK;
 fail:
     if (rc < 0) {
         /* Keep the message of the failure: the cleanup reads files and may replace it. */
         dlc__errsave saved;
         dlc__err_save(&saved);
-        if (b.published && !b.set.one_part)
-            remove_new_parts(&b);
-        if (b.rep && b.parts && !b.rep->built)
-            (void)report_parts(&b);
+        if (b->published && !b->job.o.one_part)
+            remove_new_parts(b);
+        if (b->rep && b->parts && !b->rep->built)
+            (void)report_parts(b);
         /* A directory this build made and left empty goes with it; not one part's: another
          * machine may have found it made and be about to write there. */
-        if (b.made_dir && !b.set.one_part)
+        if (b->made_dir && !b->job.o.one_part)
             (void)rmdir(dir);
         dlc__err_restore(&saved, rc);
     }
+    return rc;
+}
+
+dlc_status dlc_build(const char *const *sources, size_t nsources, const char *out,
+                     const dlc_build_options *opts, dlc_build_report **report_out)
+{
+    dlc_status rc;
+    dlc_build_options o;
+    dlc_build_options_init(&o);
+    const dlc_status taken =
+        opts ? dlc__options_take(&o, sizeof o, opts, "dlc_build_options", "dlc_build_options_init")
+             : DLC_OK;
+    build_run b;
+    start(&b, sources, nsources, out, &o);
+    if (report_out)
+        *report_out = NULL;
+    CHECK(taken);
+    CHECK(check_options(sources, nsources, out, &b.job.o));
+    CHECK(check_fields(&b.job.o));
+    rc = b.job.o.parts ? build_set(&b, out) : build_store(&b, out);
+fail:
     return build_end(&b, rc, report_out);
 }
 
-dlc_status dlc_build_join(const char *dir, dlc_set_join_report *report)
+/* The public join (set.h) is the store part's, wrapped in the builder's clean-up of a replaced
+ * set, which the store part does not know. */
+dlc_status dlc_set_join(const char *dir, dlc_set_join_report *report)
 {
     if (dir)
         (void)dlc__build_restore(dir, NULL, NULL);
-    const dlc_status rc = dlc_set_join(dir, report);
+    const dlc_status rc = dlc__set_join(dir, report);
     if (rc == DLC_OK)
         (void)dlc__build_tidy(dir, NULL, NULL);
     return rc;

@@ -229,7 +229,7 @@ dlc_status dlc__build_set_id(uint64_t items_digest, const dlc__build_job *job, u
     put32(h, (uint32_t)o->center_crop);
     put32(h, o->encoding);
     put32(h, o->encoding == DLC_ENCODING_JPEG ? (uint32_t)o->quality : 0);
-    put32(h, job->f.channels);
+    put32(h, o->channels);
     put32(h, job->plan.channels);
     put32(h, job->plan.masks != NULL);
     put32(h, job->plan.masks ? job->plan.mask_encoding : 0);

@@ -3,7 +3,7 @@
  * bytes of the index and of a shard's "set_part" record (store_set_index.c), the merge of the
  * shards' schemas into the set's (store_set_index.c), and the calls that dlc_store_open(),
  * the readers and dlc_store_verify() make when the store is a set (store_set.c,
- * store_set_verify.c). dlc_set_join() (store_set_join.c, include/dlcache/set.h) writes the index.
+ * store_set_verify.c). dlc__set_join() (store_set_join.c) writes the index.
  *
  * A set's records are numbered globally: shard k holds records first_k .. first_k + count_k - 1,
  * whose own numbers inside the shard are 0 .. count_k - 1. */
@@ -12,6 +12,7 @@
 
 #include "store_internal.h"
 
+#include <dlcache/set.h>
 #include <dlcache/store.h>
 
 #include <stddef.h>
@@ -106,6 +107,12 @@ dlc_status dlc__set_index_encode(const dlc__set_index *x, uint8_t **out, size_t 
 
 /* Free what @p x owns. Accepts a zeroed index. */
 void dlc__set_index_free(dlc__set_index *x);
+
+/* Check the parts in @p dir and write its index: dlc_set_join() (include/dlcache/set.h) as it
+ * documents, without taking back retired parts before and removing garbage after, which belong
+ * to the builder's way of replacing a set (cache/builder/build_setdir.c) that wraps this call.
+ * The store part's tests and tools that write parts themselves join with this. */
+dlc_status dlc__set_join(const char *dir, dlc_set_join_report *report);
 
 /* Read the index file @p path whole into a malloc'd buffer: -errno (-ENOENT when there is
  * none), DLC_ECORRUPT when it is larger than any index. */

@@ -1,5 +1,5 @@
-/* dlc_set_join() (include/dlcache/set.h): check that the parts in a directory make one whole
- * set and write its index, index.dlcset, last and atomically.
+/* dlc__set_join(), the heart of dlc_set_join() (include/dlcache/set.h): check that the parts in a
+ * directory make one whole set and write its index, index.dlcset, last and atomically.
  *
  * The checks go from the cheap to the costly, so that the message names the real fault: first
  * the file names (every part present once, of one N), then each part opened in turn with all of
@@ -376,7 +376,7 @@ static int same_bytes(const char *path, const uint8_t *p, size_t len)
     return same;
 }
 
-dlc_status dlc_set_join(const char *dir, dlc_set_join_report *report)
+dlc_status dlc__set_join(const char *dir, dlc_set_join_report *report)
 {
     dlc_status rc = DLC_OK;
     join j = {.dir = dir};

@@ -137,14 +137,25 @@ static dlc_status set_labels(dlc_writer *w, const char *const *names, uint32_t n
     return DLC_OK;
 }
 
-dlc_status dlc_writer_open(const char *path, const dlc_writer_config *config, dlc_writer **out)
+void dlc_writer_config_init(dlc_writer_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->struct_size = sizeof *c;
+}
+
+dlc_status dlc_writer_open(const char *path, const dlc_writer_config *config_in, dlc_writer **out)
 {
     dlc_status rc = DLC_OK;
     dlc_writer *w = NULL;
     if (out)
         *out = NULL;
-    FAIL_IF(!path || !*path || !config || !out, DLC_EINVAL, "dlc_writer_open: %s",
+    FAIL_IF(!path || !*path || !config_in || !out, DLC_EINVAL, "dlc_writer_open: %s",
             !path || !*path ? "no output path" : "NULL argument");
+    dlc_writer_config cfg;
+    dlc_writer_config_init(&cfg);
+    CHECK(dlc__options_take(&cfg, sizeof cfg, config_in, "dlc_writer_config",
+                            "dlc_writer_config_init"));
+    const dlc_writer_config *const config = &cfg;
     /* Everything about the schema is checked before a file is made. */
     dlc_writer probe = {.final_path = (char *)path, .label_field = DLC_NO_FIELD};
     CHECK(set_schema(&probe, config->fields, config->num_fields));

@@ -20,7 +20,7 @@
 void dlc_warm_push_options_init(dlc_warm_push_options *o)
 {
     memset(o, 0, sizeof *o);
-    dlc_warm_options_init(&o->net);
+    o->struct_size = sizeof *o;
     o->part_size = DLC__PUSH_DEFAULT_PART;
 }
 
@@ -192,15 +192,25 @@ static void release(dlc__push_ctx *c, dlc_status rc)
 dlc_status dlc_warm_push(const char *path, const char *url, const dlc_warm_push_options *opt_in,
                          dlc_warm_push_result *res)
 {
-    dlc_warm_push_options defaults;
-    dlc_warm_push_options_init(&defaults);
+    dlc_warm_push_options opt;
+    dlc_warm_push_options_init(&opt);
     dlc_warm_push_result r;
     memset(&r, 0, sizeof r);
-    dlc__push_ctx c = {.opt = opt_in ? opt_in : &defaults, .r = &r, .t0 = dlc__now_s()};
-    c.net = c.opt->net;
+    dlc__push_ctx c = {.opt = &opt, .r = &r, .t0 = dlc__now_s()};
+    dlc_warm_options_init(&c.net);
+    dlc_status rc = DLC_OK;
+    if (opt_in)
+        rc = dlc__options_take(&opt, sizeof opt, opt_in, "dlc_warm_push_options",
+                               "dlc_warm_push_options_init");
+    if (rc == DLC_OK && opt.net)
+        rc = dlc__options_take(&c.net, sizeof c.net, opt.net, "dlc_warm_push_options.net",
+                               "dlc_warm_options_init");
+    /* The caller's network options need not outlive this call; the copy in c.net is used. */
+    opt.net = NULL;
     int curl_inited = 0;
     struct stat st;
-    dlc_status rc = check_options(&c, path, url);
+    if (rc == DLC_OK)
+        rc = check_options(&c, path, url);
     if (rc == DLC_OK && stat(path, &st) < 0)
         rc = dlc__errorf(-errno, "%s: %s", path, strerror(errno));
     if (rc == DLC_OK) {

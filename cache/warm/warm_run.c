@@ -19,6 +19,7 @@
 void dlc_warm_options_init(dlc_warm_options *o)
 {
     memset(o, 0, sizeof *o);
+    o->struct_size = sizeof *o;
     o->connections = DLC__WARM_DEFAULT_CONNECTIONS;
     o->chunk_size = DLC__WARM_DEFAULT_CHUNK;
     o->max_retries = DLC__WARM_DEFAULT_RETRIES;
@@ -502,10 +503,16 @@ dlc_status dlc__warm_file(const char *url, const char *dest, const char *state,
     memset(&w, 0, sizeof w);
     w.dest = dest;
     w.state = state ? state : dest;
-    if (opt_in)
-        w.opt = *opt_in;
-    else
-        dlc_warm_options_init(&w.opt);
+    dlc_warm_options_init(&w.opt);
+    if (opt_in) {
+        const dlc_status rc = dlc__options_take(&w.opt, sizeof w.opt, opt_in, "dlc_warm_options",
+                                                "dlc_warm_options_init");
+        if (rc < 0) {
+            if (res)
+                memset(res, 0, sizeof *res);
+            return rc;
+        }
+    }
     w.t0 = dlc__now_s();
     w.lock_fd = w.part_fd = w.journal_fd = -1;
 

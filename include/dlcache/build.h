@@ -49,7 +49,7 @@
  *     JPEG header (1 for a grayscale JPEG, else 3); an image of the other kind
  *     is converted (dlc_jpeg_decode_resize_as()), the first one with a
  *     notice, and counted in ::dlc_build_report.converted.
- *   - "mask", with ::dlc_build_fields.masks: a segmentation mask (an image
+ *   - "mask", with ::dlc_build_options.masks: a segmentation mask (an image
  *     with DLC_FIELD_MASK), raw or PNG, never JPEG.
  *   - one field per column of the sources, named like it: "label" (int,
  *     DLC_FIELD_LABEL, names "0".."K-1" for lists, the class folders for an
@@ -87,14 +87,15 @@
  * `OUT.tmp-PID` files whose process no longer exists. An existing OUT is
  * replaced only with ::dlc_build_options.force.
  *
- * Store sets (docs/SETS.md). dlc_build_set() writes a directory of N parts
+ * Store sets (docs/SETS.md). With ::dlc_build_options.parts = N, dlc_build() writes a directory
+ * of N parts
  * and its index instead of one file: part I holds the records of the source
  * items [I*n/N, (I+1)*n/N) (n items scanned), numbered on from the part before
  * it, so that the set delivers exactly the records of one store built from
  * the same sources. All N parts are built at once on one machine (each with
  * its own writer thread, the workers shared), or one part per call, on as many
  * machines as there are parts, each scanning the same sources; then
- * dlc_build_join() writes the index.
+ * dlc_set_join() writes the index.
  *
  * Memory: one small entry per item, plus a window of 4 x threads + 4 records
  * in flight, at least 32 (for a set: per part being written, 4 x its share of
@@ -131,35 +132,39 @@ typedef struct dlc_build_progress {
  *  poll a flag set by a signal handler. */
 typedef int (*dlc_build_progress_fn)(void *user, const dlc_build_progress *p);
 
+/** ::dlc_build_options.channels: the image field takes the channels of the first source image. */
+#define DLC_BUILD_CHANNELS_KEEP 0u
+
 /** Options; dlc_build_options_init() sets the defaults named below. */
 typedef struct dlc_build_options {
-    uint32_t size;       /**< Shorter side after resize (default 256). */
-    int center_crop;     /**< 1: crop to size x size (default); 0: keep the aspect. */
-    uint32_t encoding;   /**< A ::dlc_encoding (default DLC_ENCODING_RAW). */
-    int quality;         /**< JPEG quality with DLC_ENCODING_JPEG (default 90). */
-    uint32_t threads;    /**< Worker threads; 0 = all online cores (default). */
-    int strict;          /**< Stop at the first bad image instead of skipping it. */
-    int force;           /**< Replace an existing output store. */
-    const char *command; /**< Command line to record in the store's "build" metadata, or NULL. */
+    uint32_t struct_size; /**< sizeof(dlc_build_options) as the caller's header has it; set by
+                               dlc_build_options_init() (status.h, "How options grow"). */
+    uint32_t size;        /**< Shorter side after resize (default 256). */
+    int center_crop;      /**< 1: crop to size x size (default); 0: keep the aspect. */
+    uint32_t encoding;    /**< A ::dlc_encoding (default DLC_ENCODING_RAW). */
+    int quality;          /**< JPEG quality with DLC_ENCODING_JPEG (default 90). */
+    uint32_t threads;     /**< Worker threads; 0 = all online cores (default). */
+    int strict;           /**< Stop at the first bad image instead of skipping it. */
+    int force;            /**< Replace an existing output store (or set, or part). */
+    const char *command;  /**< Command line to record in the store's "build" metadata, or NULL. */
     dlc_build_progress_fn progress; /**< May be NULL. */
     void *progress_user;            /**< Passed to progress as its first argument. */
     dlc_log_fn log;                 /**< Notices (skipped files...); may be NULL. */
     void *log_user;                 /**< Passed to log as its first argument. */
-} dlc_build_options;
-
-/** ::dlc_build_fields.channels: the image field takes the channels of the first source image. */
-#define DLC_BUILD_CHANNELS_KEEP 0u
-
-/** What each record holds besides what the sources give; dlc_build_fields_init() sets the
- *  defaults named below. Kept apart from ::dlc_build_options so that callers built against the
- *  options without it (the Python package's ctypes mirror) keep working. */
-typedef struct dlc_build_fields {
+    /* What each record holds besides what the sources give. */
     uint32_t channels; /**< The image field's channels: 3 (RGB, the default), 1 (gray) or
                             DLC_BUILD_CHANNELS_KEEP. */
-    const char *masks; /**< Root of a tree of PNG masks (see "Masks" above), or NULL. */
+    const char *masks; /**< Root of a tree of PNG masks (see "Masks" above), or NULL (default). */
     int mask_encoding; /**< -1 (default): raw masks in a raw store, PNG in a JPEG one; else
                             DLC_ENCODING_RAW or DLC_ENCODING_PNG. */
-} dlc_build_fields;
+    /* A store set (see "Store sets" above) instead of one store file. */
+    uint32_t parts; /**< 0 (default): one store, the file OUT. N, 1..65536: a set of N parts in
+                         the directory OUT. */
+    int one_part;   /**< With parts: 0 (default): every part, at once, on this machine, then the
+                         index. 1: part @c part alone (one machine's share of a build across
+                         machines); dlc_set_join() writes the index once all parts are there. */
+    uint32_t part;  /**< With one_part: I, 0..N-1. */
+} dlc_build_options;
 
 /** One source item that was not stored, and why. */
 typedef struct dlc_build_skip {
@@ -182,7 +187,7 @@ typedef struct dlc_build_report {
     uint32_t channels;       /**< Of the image field. */
     uint64_t converted;      /**< DLC_BUILD_CHANNELS_KEEP: images stored with other channels
                                   than their source's. */
-    /* dlc_build_set() only (0 and NULL for a single store). */
+    /* A set (::dlc_build_options.parts > 0) only; 0 and NULL for a single store. */
     uint32_t parts;               /**< N. */
     uint64_t set_id;              /**< The set's identity, the same in every part. */
     uint64_t items;               /**< Source items scanned, of which the parts built a share. */
@@ -190,7 +195,7 @@ typedef struct dlc_build_report {
     struct dlc_build_part *built; /**< num_built entries, in part order. */
 } dlc_build_report;
 
-/** One part that dlc_build_set() wrote. */
+/** One part of a set that dlc_build() wrote. */
 typedef struct dlc_build_part {
     uint32_t part;       /**< I. */
     uint64_t first_item; /**< Its source items, [first_item, end_item). */
@@ -200,124 +205,69 @@ typedef struct dlc_build_part {
     uint64_t file_bytes; /**< Its file's size. */
 } dlc_build_part;
 
-/** What dlc_build_set() builds; dlc_build_set_options_init() sets the defaults named below. */
-typedef struct dlc_build_set_options {
-    uint32_t parts; /**< N, 1..65536 (default 1). */
-    int one_part;   /**< 0 (default): every part, at once, on this machine, then the index.
-                         1: part @c part alone (one machine's share of a build across
-                         machines); dlc_build_join() writes the index once all parts are there. */
-    uint32_t part;  /**< With one_part: I, 0..N-1. */
-} dlc_build_set_options;
-
 /** Fill @p o with the defaults.
  *  @param[out] o The options to fill; every field is written. */
 DLC_API void dlc_build_options_init(dlc_build_options *o);
 
 /**
- * @brief Build the store @p out from @p nsources sources.
+ * @brief Build the store @p out, or with @c parts the store set (or one part of it) in the
+ *        directory @p out, from @p nsources sources.
+ *
+ * One store (parts 0): the file @p out, written as the file comment says.
+ *
+ * A set (parts N >= 1): its N parts, OUT/part-IIIII-of-NNNNN.dlc, and (all parts at once) its
+ * index, OUT/index.dlcset (docs/SETS.md). Every call scans all the sources, whichever part it
+ * builds, so that the split is the same on every machine: part I takes the items
+ * [I*n/N, (I+1)*n/N) of the n scanned, its records numbered on from the part before it, and
+ * every part gets the label names of the whole list. Each part records its place and the set's
+ * identity, set_id: XXH3-64 over the whole item list (each item's path relative to its source,
+ * size, mtime, label, mask and column values: found with stat(), nothing is read), the options
+ * that change the stored bytes, the record's fields, the label names and N. A part built from
+ * other sources, options or N has another set_id and is refused by the join. Every machine must
+ * therefore see the same files (a shared file system, or copies that keep the times: rsync -a,
+ * cp -p).
+ *
+ * All parts (one_part 0): the worker threads are shared by min(N, threads) parts written at
+ * once, each by its own writer thread; then the join writes the index, the commit point, and
+ * the files of a set it replaced are removed. A set already in @p out is replaced only with
+ * force: before any new part is written its parts are hard-linked to retired-NAME and an index
+ * naming those links takes the old index's place, so that until the new index is in place
+ * @p out holds the old set, whole and readable, and after it the new one; a failure, a signal
+ * or a kill never leaves an index naming a missing or half-written part (on a file system
+ * without hard links the old index is removed first: the old set, then none, then the new).
+ * A failed build removes the parts it wrote (and @p out when it made it).
+ *
+ * One part (one_part 1): writes OUT/part-I-of-N.dlc only, creating @p out when needed (several
+ * machines may do so at once). The part's file is published atomically; a part whose every
+ * item was skipped is a valid, empty part. A part file already there is replaced only with
+ * force, and a directory that holds a joined set only with force (its set is retired as above).
+ * dlc_set_join() writes the index once every part is there.
+ *
  * @param[in] sources Paths: directories (ImageFolder), `.tar` files
  *            (WebDataset), other files (manifests). Several tar shards or
  *            manifests are concatenated in the order given; one ImageFolder
  *            may not be mixed with other sources. Not retained.
  * @param[in] nsources Entries of @p sources, at least 1.
- * @param[in] out Path of the store to write; not retained.
- * @param[in] opts Options (NULL: dlc_build_options_init()'s defaults); copied.
+ * @param[in] out Path of the store to write, or of the set's directory; not retained.
+ * @param[in] opts Options, filled by dlc_build_options_init() then changed (NULL: its
+ *            defaults); copied.
  * @param[out] report On DLC_OK and on DLC_ENOIMAGES/DLC_EDECODE (strict), what
- *             was done; NULL otherwise. Free with dlc_build_report_free().
- * @return DLC_OK, DLC_EEXIST (out exists, no force), DLC_ENOIMAGES, DLC_EDECODE
- *         (strict mode: first bad image), DLC_EINVAL (bad source, manifest line,
- *         option), DLC_ECANCELED, -ENOSPC (disk full), -errno.
+ *             was done; NULL otherwise. Free with dlc_build_report_free(). A set's also has
+ *             parts, set_id, items and one entry per part built; for all parts, content_digest
+ *             and file_bytes are the set's (dlc_store_info of @p out).
+ * @return DLC_OK, DLC_EEXIST (out exists, no force; a set's: a set or parts in @p out, or the
+ *         part's file), DLC_ENOIMAGES (a set of all parts: no part has a record), DLC_EDECODE
+ *         (strict mode: first bad image), DLC_EINVAL (a struct_size of 0, larger than the library's
+ * or no size it had (status.h, "How options grow"); bad source, manifest line, option; a masks root
+ * that is not a folder, masks with a tar source, a bad channels or mask encoding; N
+ * outside 1..65536, I >= N, an @p out for a set that is not a directory), DLC_ECANCELED, -ENOSPC
+ * (disk full), -errno; for a set of all parts, also the join's refusals (dlc_set_join()).
  */
 DLC_API dlc_status dlc_build(const char *const *sources, size_t nsources, const char *out,
                              const dlc_build_options *opts, dlc_build_report **report);
 
-/** Fill @p f with the defaults.
- *  @param[out] f The fields to fill; every field is written. */
-DLC_API void dlc_build_fields_init(dlc_build_fields *f);
-
-/**
- * @brief dlc_build() with @p fields saying what each record holds besides the sources' own
- *        values: the image's channels and the masks (NULL: dlc_build_fields_init()'s defaults,
- *        which is dlc_build()).
- * @param[in] sources As dlc_build().
- * @param[in] nsources As dlc_build().
- * @param[in] out As dlc_build().
- * @param[in] opts As dlc_build().
- * @param[in] fields What each record holds (NULL: the defaults); copied.
- * @param[out] report As dlc_build().
- * @return As dlc_build(); DLC_EINVAL also for a masks root that is not a folder, masks with a
- *         tar source, or a bad channels or mask encoding.
- */
-DLC_API dlc_status dlc_build_with_fields(const char *const *sources, size_t nsources,
-                                         const char *out, const dlc_build_options *opts,
-                                         const dlc_build_fields *fields, dlc_build_report **report);
-
-/** Fill @p s with the defaults.
- *  @param[out] s The set options to fill; every field is written. */
-DLC_API void dlc_build_set_options_init(dlc_build_set_options *s);
-
-/**
- * @brief Build the store set @p dir from @p nsources sources: its N parts, DIR/part-IIIII-of-
- *        NNNNN.dlc, and (all parts at once) its index, DIR/index.dlcset (docs/SETS.md).
- *
- * Every call scans all the sources, whichever part it builds, so that the split is the same on
- * every machine: part I takes the items [I*n/N, (I+1)*n/N) of the n scanned, its records
- * numbered on from the part before it, and every part gets the label names of the whole list.
- * Each part records its place and the set's identity, set_id: XXH3-64 over the whole item list
- * (each item's path relative to its source, size, mtime, label, mask and column values: found
- * with stat(), nothing is read), the options that change the stored bytes, the record's fields,
- * the label names and N. A part built from other sources, options or N has another set_id and
- * is refused by the join. Every machine must therefore see the same files (a shared file
- * system, or copies that keep the times: rsync -a, cp -p).
- *
- * All parts (one_part 0): the worker threads are shared by min(N, threads) parts written at
- * once, each by its own writer thread; then dlc_set_join() writes the index, the commit point,
- * and the files of a set it replaced are removed. A set already in @p dir is replaced only with
- * force: before any new part is written its parts are hard-linked to retired-NAME and an index
- * naming those links takes the old index's place, so that until the new index is in place
- * @p dir holds the old set, whole and readable, and after it the new one; a failure, a signal
- * or a kill never leaves an index naming a missing or half-written part (on a file system
- * without hard links the old index is removed first: the old set, then none, then the new).
- * A failed build removes the parts it wrote (and @p dir when it made it).
- *
- * One part (one_part 1): writes DIR/part-I-of-N.dlc only, creating @p dir when needed (several
- * machines may do so at once). The part's file is published atomically; a part whose every
- * item was skipped is a valid, empty part. A part file already there is replaced only with
- * force, and a directory that holds a joined set only with force (its set is retired as above).
- *
- * @param[in] sources As dlc_build().
- * @param[in] nsources As dlc_build().
- * @param[in] dir The set's directory; not retained.
- * @param[in] opts As dlc_build().
- * @param[in] fields As dlc_build_with_fields().
- * @param[in] set The set to build (NULL: N = 1, all parts); copied.
- * @param[out] report As dlc_build(); with parts, set_id, items and one entry per part built. For
- *             all parts, content_digest and file_bytes are the set's (dlc_store_info of @p dir).
- * @return As dlc_build(); DLC_EEXIST (a set or parts in @p dir, no force; the part's file
- *         exists, no force); DLC_EINVAL also for N outside 1..65536, I >= N, a @p dir that is
- *         not a directory; DLC_ENOIMAGES when no part has a record (all parts). The join's
- *         refusals (dlc_set_join()) with all parts.
- */
-DLC_API dlc_status dlc_build_set(const char *const *sources, size_t nsources, const char *dir,
-                                 const dlc_build_options *opts, const dlc_build_fields *fields,
-                                 const dlc_build_set_options *set, dlc_build_report **report);
-
-/**
- * @brief Join the parts in @p dir into a set (dlc_set_join(): checks, then the index, written
- *        last), then remove the files the new index made garbage: part files it does not name
- *        (of another N) and the retired parts of the set it replaced.
- *
- * A part missing under its own name whose retired copy belongs to the same set as the parts
- * present (the same set_id) is taken back first (a hard link): one part of a joined set rebuilt
- * alone with force retires the whole set, and joins again with the other parts as they were.
- * @param[in] dir The set's directory; not retained.
- * @param[out] report As dlc_set_join() (may be NULL).
- * @return As dlc_set_join(); the clean-up after a successful join never changes it.
- */
-DLC_API dlc_status dlc_build_join(const char *dir, dlc_set_join_report *report);
-
 /** Free a report and everything it points to.
- *  @param[in] r A report from dlc_build(), dlc_build_with_fields() or dlc_build_set(), or NULL. */
+ *  @param[in] r A report from dlc_build(), or NULL. */
 DLC_API void dlc_build_report_free(dlc_build_report *r);
 
 #ifdef __cplusplus

@@ -185,6 +185,8 @@ typedef enum dlc_io_mode {
 
 /** Loader options. dlc_loader_config_init() sets every field to its default. */
 typedef struct dlc_loader_config {
+    uint32_t struct_size;        /**< sizeof(dlc_loader_config) as the caller's header has it; set
+                                      by dlc_loader_config_init() (status.h, "How options grow"). */
     uint32_t batch_size;         /**< Samples per batch (default 256). */
     int drop_last;               /**< Cut to a multiple of world_size and drop a short last batch
                                       (default 0). */
@@ -298,11 +300,13 @@ DLC_API void dlc_loader_config_init(dlc_loader_config *c);
 /**
  * @brief Open the store at @p path and start the workers on the first epoch.
  * @param[in] path A store file or a store set's directory (not retained).
- * @param[in] config Copied; NULL means all defaults.
+ * @param[in] config Filled by dlc_loader_config_init(), then changed; copied. NULL means all
+ *            defaults.
  * @param[out] out Release with dlc_loader_close().
- * @return DLC_OK, DLC_EINVAL (a bad field, named; a plain or center crop larger than the
- *         smallest image of a variable image or mask field, naming a record of that size, when
- *         the store records it: ::dlc_field.min_dim0), the errors of dlc_store_open().
+ * @return DLC_OK, DLC_EINVAL (a struct_size of 0, larger than the library's or no size it had
+ *         (status.h, "How options grow"); a bad field, named; a plain or center crop larger than
+ * the smallest image of a variable image or mask field, naming a record of that size, when the
+ * store records it: ::dlc_field.min_dim0), the errors of dlc_store_open().
  */
 DLC_API dlc_status dlc_loader_open(const char *path, const dlc_loader_config *config,
                                    dlc_loader **out);

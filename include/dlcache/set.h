@@ -9,9 +9,12 @@
  * loader, every tool and the Python package) presents the shards as one store whose records are
  * numbered globally in part order, the records of a single store built from the same items.
  *
- * The builder writes the parts; dlc_set_join() checks that they make a whole set and writes the
- * index. Run it once every part is built; running it again writes nothing new (the index is a
- * pure function of the parts, byte for byte).
+ * The builder writes the parts (dlc_build() with ::dlc_build_options.parts, build.h);
+ * dlc_set_join() checks that they make a whole set and writes the index. Run it once every part
+ * is built; running it again writes nothing new (the index is a pure function of the parts, byte
+ * for byte). It is the one join: dlc_build() of every part at once runs it itself. It is built
+ * into the library with the builder, whose way of replacing a set (retired parts, see
+ * dlc_build()) it completes.
  *
  * Thread safety: dlc_set_join() shares nothing; two joins of one directory at once leave one of
  * their (equal) indexes.
@@ -54,13 +57,21 @@ typedef struct dlc_set_join_report {
  * records would have). Finally writes the index to a temporary file, syncs it, renames it into
  * place and syncs @p dir, unless the index there already holds the same bytes.
  *
+ * Around the checks, for a set that dlc_build() replaced with force: before them, a part missing
+ * under its own name whose retired copy (retired-NAME) belongs to the same set as the parts
+ * present (the same set_id) is taken back (a hard link), so that one part of a joined set
+ * rebuilt alone, which retires the whole set, joins again with the other parts as they were.
+ * After a successful join, the files the new index made garbage are removed: part files it does
+ * not name (of another N) and the retired parts of the set it replaced; that clean-up never
+ * changes the result.
+ *
  * @param[in] dir The set's directory; not retained.
  * @param[out] report What was joined (may be NULL); filled on success.
  * @return DLC_OK; -ENOENT (missing parts, named; or no such directory); DLC_EINVAL (no parts,
  *         parts of different N, duplicates, a misnamed, foreign or non-part store, items, labels
  *         or schemas that disagree); DLC_ECORRUPT or DLC_EVERSION (a damaged part, named);
  *         -ENOSPC or -errno writing the index. dlc_errmsg() names @p dir, the part and the
- *         reason.
+ *         reason. A refused join writes no index.
  */
 DLC_API dlc_status dlc_set_join(const char *dir, dlc_set_join_report *report);
 

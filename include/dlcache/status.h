@@ -13,6 +13,29 @@
  * sentence naming the file, the record and the reason in a thread-local buffer
  * that dlc_errmsg() returns; notices that are not errors go to the log
  * callback that the caller passes in its options.
+ *
+ * How options grow. Every options struct a call takes (::dlc_loader_config,
+ * ::dlc_writer_config, ::dlc_build_options, ::dlc_warm_options,
+ * ::dlc_warm_push_options) opens with `uint32_t struct_size`, the struct's
+ * sizeof in the header the caller was built with, which its _init() function
+ * sets together with every default: fill one with its _init(), then set the
+ * fields you need. A new version of the library adds fields only at the end,
+ * starting at or after the previous sizeof (never in its tail padding), so
+ * every version has its own size. Each call checks struct_size first:
+ *   - 0 (the struct was not filled by its _init()): DLC_EINVAL, naming the
+ *     struct and its _init();
+ *   - smaller than the library's (a program built against an older header):
+ *     accepted; those bytes are taken over the library's defaults, so the
+ *     fields that program does not know have their defaults;
+ *   - larger than the library's (a newer header than the library it runs
+ *     with), or no size the struct ever had: DLC_EINVAL.
+ * Structs that the caller passes in arrays (::dlc_field_spec,
+ * ::dlc_field_option, ::dlc_view_spec) carry no size of their own: the
+ * struct_size of the options that point to them says which header the caller
+ * had, so when one of them grows, the options that hold it grow in the same
+ * version. What the library allocates and hands out (::dlc_build_report,
+ * lent batches, progress) may grow the same way: a caller reads the fields
+ * it knows.
  */
 #ifndef DLCACHE_STATUS_H
 #define DLCACHE_STATUS_H

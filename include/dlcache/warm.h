@@ -113,6 +113,8 @@ typedef int (*dlc_warm_progress_fn)(void *user, const dlc_warm_progress *p);
 /** How to download. Start from dlc_warm_options_init(); zero fields mean the
  *  default. Strings are not retained after dlc_warm() returns. */
 typedef struct dlc_warm_options {
+    uint32_t struct_size; /**< sizeof(dlc_warm_options) as the caller's header has it; set by
+                               dlc_warm_options_init() (status.h, "How options grow"). */
     uint32_t connections; /**< Parallel ranged GETs; default 8, at most 256. */
     uint64_t chunk_size;  /**< Bytes per ranged GET; default 16 MiB, at least 64 KiB. */
     const char *endpoint; /**< S3 or GCS endpoint URL ("http://127.0.0.1:4568"); NULL: from the
@@ -159,12 +161,13 @@ DLC_API void dlc_warm_options_init(dlc_warm_options *o);
  * @param[in] url `s3://BUCKET/KEY`, `gs://BUCKET/OBJECT`, `https://...` or
  *        `http://...`; not retained.
  * @param[in] dest Destination path; its directory must exist. Not retained.
- * @param[in] opt Options, or NULL for the defaults.
+ * @param[in] opt Options filled by dlc_warm_options_init() then changed, or NULL for the
+ *            defaults.
  * @param[out] res Filled on success and, as far as known, on failure (may be NULL).
- * @return DLC_OK or an error listed in the file comment; dlc_errmsg() has the
- *         detail (with secrets redacted).
- * Thread safety: any number of threads and processes may call dlc_warm() at
- * once, also for the same destination (each call opens DEST.lock itself, and
+ * @return DLC_OK or an error listed in the file comment (DLC_EINVAL also for a struct_size of 0,
+ *         larger than the library's or no size it had (status.h, "How options grow")); dlc_errmsg()
+ * has the detail (with secrets redacted). Thread safety: any number of threads and processes may
+ * call dlc_warm() at once, also for the same destination (each call opens DEST.lock itself, and
  * flock locks belong to the open file, so calls exclude each other). The log
  * and progress callbacks run on the calling thread.
  */
@@ -173,11 +176,17 @@ DLC_API dlc_status dlc_warm(const char *url, const char *dest, const dlc_warm_op
 
 /** How to upload (dlc_warm_push()). Start from dlc_warm_push_options_init(). */
 typedef struct dlc_warm_push_options {
-    /** The network part: connections (parallel part uploads, shared by all the files of a set),
-     *  endpoint, region, DLC_WARM_INSECURE, DLC_WARM_NO_RESUME (abort an earlier run's upload
-     *  and start over), max_retries, timeouts, progress (done and downloaded count bytes
-     *  uploaded) and log. chunk_size and DLC_WARM_NO_VERIFY are not used. */
-    dlc_warm_options net;
+    /** sizeof(dlc_warm_push_options) as the caller's header has it; set by
+     *  dlc_warm_push_options_init() (status.h, "How options grow"). */
+    uint32_t struct_size;
+    /** The network part, or NULL (default): dlc_warm_options_init()'s defaults. Filled by
+     *  dlc_warm_options_init() and checked like any options; a pointer, not a member, so that
+     *  each of the two structs grows on its own. Its connections (parallel part uploads, shared
+     *  by all the files of a set), endpoint, region, DLC_WARM_INSECURE, DLC_WARM_NO_RESUME
+     *  (abort an earlier run's upload and start over), max_retries, timeouts, progress (done and
+     *  downloaded count bytes uploaded) and log. chunk_size and DLC_WARM_NO_VERIFY are not used.
+     *  Not retained. */
+    const dlc_warm_options *net;
     /** Bytes per part; default 16 MiB; 64 KiB to 5 GiB. Raised for a file that would need more
      *  than S3's 10,000 parts; for GCS rounded up to a multiple of 256 KiB (the chunk of the
      *  upload session). S3 refuses parts under 5 MiB but the last (EntityTooSmall). A resumed
@@ -243,9 +252,12 @@ DLC_API void dlc_warm_push_options_init(dlc_warm_push_options *o);
  *
  * @param[in] path A store file or a set's directory; not retained.
  * @param[in] url The destination; not retained.
- * @param[in] opt Options, or NULL for the defaults.
+ * @param[in] opt Options filled by dlc_warm_push_options_init() then changed, or NULL for the
+ *            defaults.
  * @param[out] res Filled on success and, as far as known, on failure (may be NULL).
- * @return DLC_OK; DLC_EINVAL (bad URL or option, a directory that is not a set); DLC_EHTTP (the
+ * @return DLC_OK; DLC_EINVAL (bad URL or option, a directory that is not a set; a struct_size of
+ *         0, larger than the library's or no size it had, in @p opt or its net
+ *         (status.h, "How options grow")); DLC_EHTTP (the
  *         server refused: dlc_errmsg() names the object, the request and the server's Code and
  *         Message); DLC_ENETWORK (retries exhausted); DLC_ECORRUPT (the server holds other bytes
  *         than those sent; a shard that is not the one its index names); DLC_ECHANGED (the file

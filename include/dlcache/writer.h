@@ -64,8 +64,11 @@ typedef struct dlc_field_spec {
     int quality;                  /**< JPEG quality 1..100 (0: 90). */
 } dlc_field_spec;
 
-/** Writer options; zero-initialise and fill in. */
+/** Writer options; dlc_writer_config_init() sets struct_size and every other field to 0, its
+ *  default. */
 typedef struct dlc_writer_config {
+    uint32_t struct_size;           /**< sizeof(dlc_writer_config) as the caller's header has it;
+                                         set by dlc_writer_config_init() (status.h, "How options grow"). */
     const dlc_field_spec *fields;   /**< num_fields fields, in record order; copied at open. */
     uint32_t num_fields;            /**< 1..DLC_MAX_FIELDS. */
     const char *const *label_names; /**< With a DLC_FIELD_LABEL field: num_labels names of its
@@ -83,13 +86,19 @@ typedef struct dlc_writer_config {
     uint64_t source_digest; /**< Written as the "source_digest" metadata (0: none). */
 } dlc_writer_config;
 
+/** Fill @p c with the defaults: struct_size, and 0 in every other field.
+ *  @param[out] c The configuration to fill; every field is written. */
+DLC_API void dlc_writer_config_init(dlc_writer_config *c);
+
 /**
  * @brief Check the schema and create PATH.tmp-PID beside @p path.
  * @param[in] path The store to write; not retained.
- * @param[in] config The schema and options; copied (what it points to too) at open.
+ * @param[in] config The schema and options, filled by dlc_writer_config_init() then set; copied
+ *            (what it points to too) at open.
  * @param[out] out Release with dlc_writer_finish() or dlc_writer_abort().
- * @return DLC_OK, DLC_EINVAL (the schema, named; label names without num_labels, or
- *         num_labels without a LABEL field), DLC_EEXIST, -ENOSPC, -errno.
+ * @return DLC_OK, DLC_EINVAL (a NULL argument; a struct_size of 0, larger than the library's or
+ *         no size it had (status.h, "How options grow"); the schema, named; label names without
+ * num_labels, or num_labels without a LABEL field), DLC_EEXIST, -ENOSPC, -errno.
  */
 DLC_API dlc_status dlc_writer_open(const char *path, const dlc_writer_config *config,
                                    dlc_writer **out);

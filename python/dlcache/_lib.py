@@ -144,9 +144,13 @@ class FieldSpec(ctypes.Structure):
     ]
 
 
+# Options structs open with struct_size (status.h, "How options grow"): always fill one with its
+# _init() (which sets struct_size to the library's sizeof, which test_layout.py checks is this
+# mirror's) before setting fields.
 class WriterConfig(ctypes.Structure):
     """dlc_writer_config."""
     _fields_ = [
+        ("struct_size", ctypes.c_uint32),
         ("fields", ctypes.POINTER(FieldSpec)),
         ("num_fields", ctypes.c_uint32),
         ("label_names", ctypes.POINTER(ctypes.c_char_p)),
@@ -175,6 +179,7 @@ BUILD_PROGRESS_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINT
 
 class BuildOptions(ctypes.Structure):
     _fields_ = [
+        ("struct_size", ctypes.c_uint32),
         ("size", ctypes.c_uint32),
         ("center_crop", ctypes.c_int),
         ("encoding", ctypes.c_uint32),
@@ -187,6 +192,14 @@ class BuildOptions(ctypes.Structure):
         ("progress_user", ctypes.c_void_p),
         ("log", LOG_FN),
         ("log_user", ctypes.c_void_p),
+        # What each record holds besides what the sources give.
+        ("channels", ctypes.c_uint32),
+        ("masks", ctypes.c_char_p),
+        ("mask_encoding", ctypes.c_int),
+        # A store set: parts > 0.
+        ("parts", ctypes.c_uint32),
+        ("one_part", ctypes.c_int),
+        ("part", ctypes.c_uint32),
     ]
 
 
@@ -195,7 +208,7 @@ class BuildSkip(ctypes.Structure):
 
 
 class BuildPart(ctypes.Structure):
-    """dlc_build_part: one part of a store set that dlc_build_set() wrote."""
+    """dlc_build_part: one part of a store set that dlc_build() wrote."""
     _fields_ = [
         ("part", ctypes.c_uint32),
         ("first_item", ctypes.c_uint64),
@@ -220,7 +233,7 @@ class BuildReport(ctypes.Structure):
         ("skips", ctypes.POINTER(BuildSkip)),
         ("channels", ctypes.c_uint32),
         ("converted", ctypes.c_uint64),
-        # dlc_build_set() only.
+        # A store set (BuildOptions.parts > 0) only.
         ("parts", ctypes.c_uint32),
         ("set_id", ctypes.c_uint64),
         ("items", ctypes.c_uint64),
@@ -229,16 +242,8 @@ class BuildReport(ctypes.Structure):
     ]
 
 
-class BuildSetOptions(ctypes.Structure):
-    _fields_ = [
-        ("parts", ctypes.c_uint32),
-        ("one_part", ctypes.c_int),
-        ("part", ctypes.c_uint32),
-    ]
-
-
 class SetJoinReport(ctypes.Structure):
-    """dlc_set_join_report (set.h): what dlc_build_join() found and wrote."""
+    """dlc_set_join_report (set.h): what dlc_set_join() found and wrote."""
     _fields_ = [
         ("num_shards", ctypes.c_uint32),
         ("count", ctypes.c_uint64),
@@ -275,6 +280,7 @@ class ViewSpec(ctypes.Structure):
 
 class LoaderConfig(ctypes.Structure):
     _fields_ = [
+        ("struct_size", ctypes.c_uint32),
         ("batch_size", ctypes.c_uint32),
         ("drop_last", ctypes.c_int),
         ("sampler", ctypes.c_uint32),
@@ -475,6 +481,7 @@ _PROTOTYPES = {
                                 ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint32)]),
     "dlc_png_decode": (c_status, [_P, _P, ctypes.c_size_t, ctypes.POINTER(Image)]),
     # writer.h
+    "dlc_writer_config_init": (None, [ctypes.POINTER(WriterConfig)]),
     "dlc_writer_open": (c_status, [ctypes.c_char_p, ctypes.POINTER(WriterConfig),
                                    ctypes.POINTER(_P)]),
     "dlc_writer_find_field": (ctypes.c_int, [_P, ctypes.c_char_p]),
@@ -501,12 +508,7 @@ _PROTOTYPES = {
                              ctypes.POINTER(BuildOptions),
                              ctypes.POINTER(ctypes.POINTER(BuildReport))]),
     "dlc_build_report_free": (None, [ctypes.POINTER(BuildReport)]),
-    "dlc_build_set_options_init": (None, [ctypes.POINTER(BuildSetOptions)]),
-    "dlc_build_set": (c_status, [ctypes.POINTER(ctypes.c_char_p), ctypes.c_size_t,
-                                 ctypes.c_char_p, ctypes.POINTER(BuildOptions), _P,
-                                 ctypes.POINTER(BuildSetOptions),
-                                 ctypes.POINTER(ctypes.POINTER(BuildReport))]),
-    "dlc_build_join": (c_status, [ctypes.c_char_p, ctypes.POINTER(SetJoinReport)]),
+    "dlc_set_join": (c_status, [ctypes.c_char_p, ctypes.POINTER(SetJoinReport)]),
     # loader.h
     "dlc_loader_config_init": (None, [ctypes.POINTER(LoaderConfig)]),
     "dlc_loader_open": (c_status, [ctypes.c_char_p, ctypes.POINTER(LoaderConfig),

@@ -152,17 +152,13 @@ def build(sources, out, size=256, crop="center", encoding="raw", quality=90, thr
     outp = _fspath(out, "out")
     if part is not None and shards is None:
         raise ValueError("part needs shards: part=I builds part I of shards=N")
-    setopts = None
-    if shards is not None:
-        setopts = L.BuildSetOptions()
-        lib.dlc_build_set_options_init(ctypes.byref(setopts))
-        setopts.parts = _uint(shards, "shards", 1, 65536)
-        if part is not None:
-            setopts.one_part = 1
-            setopts.part = _uint(part, "part", 0, setopts.parts - 1)
-
     opts = L.BuildOptions()
     lib.dlc_build_options_init(ctypes.byref(opts))
+    if shards is not None:
+        opts.parts = _uint(shards, "shards", 1, 65536)
+        if part is not None:
+            opts.one_part = 1
+            opts.part = _uint(part, "part", 0, opts.parts - 1)
     opts.size = _uint(size, "size", 1, 65535)
     if crop in ("center", True):
         opts.center_crop = 1
@@ -216,11 +212,7 @@ def build(sources, out, size=256, crop="center", encoding="raw", quality=90, thr
 
     arr = (ctypes.c_char_p * len(srcs))(*srcs)
     rep = ctypes.POINTER(L.BuildReport)()
-    if setopts is None:
-        rc = lib.dlc_build(arr, len(srcs), outp, ctypes.byref(opts), ctypes.byref(rep))
-    else:
-        rc = lib.dlc_build_set(arr, len(srcs), outp, ctypes.byref(opts), None,
-                               ctypes.byref(setopts), ctypes.byref(rep))
+    rc = lib.dlc_build(arr, len(srcs), outp, ctypes.byref(opts), ctypes.byref(rep))
     if progress is True:
         sys.stderr.write("\n")
     err = error_for(rc, "dlcache.build(%s)" % os.fsdecode(outp)) if rc < 0 else None
@@ -239,7 +231,7 @@ def build(sources, out, size=256, crop="center", encoding="raw", quality=90, thr
                              images_per_s=r.images_per_s, threads=r.threads,
                              content_digest=r.content_digest, channels=r.channels,
                              converted=r.converted)
-        if setopts is not None:
+        if shards is not None:
             report.update(parts=r.parts, set_id=r.set_id, items=r.items, built=[
                 {"part": b.part, "first_item": b.first_item, "end_item": b.end_item,
                  "count": b.count, "skipped": b.skipped, "file_bytes": b.file_bytes}
@@ -270,7 +262,7 @@ def join(path):
     """
     p = _fspath(path, "path")
     rep = L.SetJoinReport()
-    rc = lib.dlc_build_join(p, ctypes.byref(rep))
+    rc = lib.dlc_set_join(p, ctypes.byref(rep))
     if rc < 0:
         raise error_for(rc, "dlcache.join(%s)" % os.fsdecode(p))
     return {"path": os.fsdecode(p), "num_shards": rep.num_shards, "count": rep.count,

@@ -802,6 +802,7 @@ def _schema(first, sampler, opts, label_names, codecs, variable=frozenset()):
 def _open_writer(path, fields, label_names, force, build_json):
     specs = (L.FieldSpec * len(fields))(*[f.spec() for f in fields])
     cfg = L.WriterConfig()
+    lib.dlc_writer_config_init(ctypes.byref(cfg))
     cfg.fields, cfg.num_fields = specs, len(fields)
     names = None
     if label_names is not None:

@@ -32,8 +32,12 @@ static dlc_status write_v2(const char *path, uint64_t n)
         {.name = "image", .kind = DLC_FIELD_IMAGE, .shape = {28, 28, 1}},
         {.name = "label", .kind = DLC_FIELD_INT, .flags = DLC_FIELD_LABEL},
     };
-    const dlc_writer_config cfg = {
-        .fields = fields, .num_fields = 2, .label_names = names, .num_labels = 10, .force = 1};
+    const dlc_writer_config cfg = {.struct_size = sizeof(dlc_writer_config),
+                                   .fields = fields,
+                                   .num_fields = 2,
+                                   .label_names = names,
+                                   .num_labels = 10,
+                                   .force = 1};
     dlc_writer *w = NULL;
     dlc_record_builder *b = NULL;
     uint8_t px[28 * 28];

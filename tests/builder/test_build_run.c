@@ -12,6 +12,7 @@
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
+#include <stddef.h>
 #include <sys/wait.h>
 
 TMPDIR_SUITE(build);
@@ -395,28 +396,67 @@ Test(build, bad_options)
     free(out);
 }
 
+/* Options grow at their end (status.h, "How options grow"). A program built before the fields
+ * and the set joined the options sends a struct that ends at log_user: what its memory holds
+ * after that (here a bad channels count and a set of too many parts) is never read, and the
+ * build is the single RGB store that program asked for. */
+Test(build, older_options_get_the_defaults_of_what_they_did_not_know)
+{
+    char *train = make_tree(1);
+    char *out = tmp_path(dir, "old.dlc");
+    dlc_build_options o = opts(1);
+    o.channels = 2;
+    o.parts = 70000;
+    dlc_build_report *r = NULL;
+    cr_assert_eq(build(train, out, &o, &r), DLC_EINVAL, "the current size reads them");
+    o.struct_size = offsetof(dlc_build_options, log_user) + sizeof o.log_user;
+    cr_assert_eq(build(train, out, &o, &r), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(r->channels, 3);
+    cr_assert_eq(r->parts, 0, "one store, not a set");
+    dlc_build_report_free(r);
+    free(out);
+    free(train);
+}
+
+Test(build, options_without_init_or_from_a_newer_header_are_refused)
+{
+    char *out = tmp_path(dir, "s.dlc");
+    dlc_build_options o = opts(1);
+    o.struct_size = 0;
+    dlc_build_report *r = NULL;
+    cr_assert_eq(build(dir, out, &o, &r), DLC_EINVAL);
+    cr_assert(strstr(dlc_errmsg(), "dlc_build_options: struct_size is 0") != NULL, "%s",
+              dlc_errmsg());
+    cr_assert(strstr(dlc_errmsg(), "dlc_build_options_init()") != NULL, "%s", dlc_errmsg());
+    cr_assert_null(r);
+    o.struct_size = sizeof o + 8;
+    cr_assert_eq(build(dir, out, &o, &r), DLC_EINVAL);
+    cr_assert(strstr(dlc_errmsg(), "newer dlcache header") != NULL, "%s", dlc_errmsg());
+    cr_assert(!btu_exists(out));
+    free(out);
+}
+
 /* ---- Fields: channels, masks, manifest columns ------------------------------------------------
  */
 
 static dlc_status build_fields(const char *src, const char *out, const dlc_build_options *o,
-                               const dlc_build_fields *f, dlc_build_report **r)
+                               dlc_build_report **r)
 {
     const char *srcs[] = {src};
-    return dlc_build_with_fields(srcs, 1, out, o, f, r);
+    return dlc_build(srcs, 1, out, o, r);
 }
 
 /* Build @p src at 1 and 3 threads; the stores must be the same. Returns the 1-thread store's
  * report (the store at @p out). */
-static dlc_build_report *build_twice(const char *src, const char *out, dlc_build_options o,
-                                     const dlc_build_fields *f)
+static dlc_build_report *build_twice(const char *src, const char *out, dlc_build_options o)
 {
     dlc_build_report *r1 = NULL, *r3 = NULL;
     char *out3 = malloc(strlen(out) + 3);
     sprintf(out3, "%s.3", out);
     o.threads = 1;
-    cr_assert_eq(build_fields(src, out, &o, f, &r1), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(build_fields(src, out, &o, &r1), DLC_OK, "%s", dlc_errmsg());
     o.threads = 3;
-    cr_assert_eq(build_fields(src, out3, &o, f, &r3), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(build_fields(src, out3, &o, &r3), DLC_OK, "%s", dlc_errmsg());
     cr_assert_eq(r1->content_digest, r3->content_digest, "1 and 3 threads gave other stores");
     cr_assert_eq(r1->count, r3->count);
     dlc_build_report_free(r3);
@@ -457,10 +497,9 @@ Test(build, gray_images)
 {
     char *train = make_tree(3);
     char *out = tmp_path(dir, "g.dlc");
-    dlc_build_fields f;
-    dlc_build_fields_init(&f);
-    f.channels = 1;
-    dlc_build_report *r = build_twice(train, out, opts(1), &f);
+    dlc_build_options o = opts(1);
+    o.channels = 1;
+    dlc_build_report *r = build_twice(train, out, o);
     cr_assert_eq(r->channels, 1);
     cr_assert_eq(r->bytes_out, 9ull * 24 * 24, "one byte per pixel");
     read_back b;
@@ -544,14 +583,12 @@ Test(build, keep_channels_of_the_first_image)
     btu_jpeg_channels(a, "1.jpg", 40, 30, 2, 3);
     btu_jpeg_channels(bdir, "2.jpg", 30, 40, 3, 1);
     char *out = tmp_path(dir, "k.dlc");
-    dlc_build_fields f;
-    dlc_build_fields_init(&f);
-    f.channels = DLC_BUILD_CHANNELS_KEEP;
     log_capture lc = {.text = ""};
     dlc_build_options o = opts(1);
+    o.channels = DLC_BUILD_CHANNELS_KEEP;
     o.log = capture_log;
     o.log_user = &lc;
-    dlc_build_report *r = build_twice(k, out, o, &f);
+    dlc_build_report *r = build_twice(k, out, o);
     cr_assert_eq(r->channels, 1, "a gray first image makes a gray store");
     cr_assert_eq(r->converted, 1);
     cr_assert_eq(r->count, 3);
@@ -563,7 +600,7 @@ Test(build, keep_channels_of_the_first_image)
     unlink(first);
     btu_jpeg_channels(a, "0.jpg", 40, 30, 1, 3);
     unlink(out);
-    r = build_twice(k, out, o, &f);
+    r = build_twice(k, out, o);
     cr_assert_eq(r->channels, 3);
     cr_assert_eq(r->converted, 1);
     dlc_build_report_free(r);
@@ -609,14 +646,12 @@ Test(build, masks_lie_on_their_images_pixels)
     }
     char *out = tmp_path(dir, "seg.dlc");
     for (int crop = 0; crop < 2; crop++) {
-        dlc_build_fields f;
-        dlc_build_fields_init(&f);
-        f.masks = m;
-        f.mask_encoding = crop ? DLC_ENCODING_PNG : -1;
         dlc_build_options o = opts(1);
+        o.masks = m;
+        o.mask_encoding = crop ? DLC_ENCODING_PNG : -1;
         o.center_crop = crop;
         unlink(out);
-        dlc_build_report *r = build_twice(seg, out, o, &f);
+        dlc_build_report *r = build_twice(seg, out, o);
         cr_assert_eq(r->count, 5);
         read_back b;
         read_open(&b, out);
@@ -688,12 +723,10 @@ Test(build, items_without_a_good_mask_are_skipped)
     char *e = tmp_path(mc, "e.png");
     btu_write_str(e, "not a png");
     char *out = tmp_path(dir, "s.dlc");
-    dlc_build_fields f;
-    dlc_build_fields_init(&f);
-    f.masks = m;
     dlc_build_options o = opts(2);
+    o.masks = m;
     dlc_build_report *r = NULL;
-    cr_assert_eq(build_fields(seg, out, &o, &f, &r), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(build_fields(seg, out, &o, &r), DLC_OK, "%s", dlc_errmsg());
     cr_assert_eq(r->count, 1);
     cr_assert_eq(r->skipped, 4);
     static const char *const want[4][2] = {
@@ -712,7 +745,7 @@ Test(build, items_without_a_good_mask_are_skipped)
     /* Strict: the first item without its mask stops the build. */
     o.strict = 1;
     o.force = 1;
-    cr_assert_eq(build_fields(seg, out, &o, &f, &r), DLC_EDECODE);
+    cr_assert_eq(build_fields(seg, out, &o, &r), DLC_EDECODE);
     cr_assert(strstr(dlc_errmsg(), "b.jpeg: no mask") != NULL, "%s", dlc_errmsg());
     dlc_build_report_free(r);
     cr_assert_eq(temp_files(), 0);
@@ -748,31 +781,29 @@ Test(build, masks_need_a_folder_and_a_tree)
 {
     char *train = make_tree(1);
     char *out = tmp_path(dir, "s.dlc");
-    dlc_build_fields f;
-    dlc_build_fields_init(&f);
     dlc_build_options o = opts(1);
     dlc_build_report *r = NULL;
-    f.masks = "/nonexistent-masks";
-    cr_assert_eq(build_fields(train, out, &o, &f, &r), -ENOENT);
+    o.masks = "/nonexistent-masks";
+    cr_assert_eq(build_fields(train, out, &o, &r), -ENOENT);
     cr_assert(strstr(dlc_errmsg(), "/nonexistent-masks") != NULL, "%s", dlc_errmsg());
     char *file = tmp_path(dir, "afile");
     btu_write_str(file, "x");
-    f.masks = file;
-    cr_assert_eq(build_fields(train, out, &o, &f, &r), DLC_EINVAL);
+    o.masks = file;
+    cr_assert_eq(build_fields(train, out, &o, &r), DLC_EINVAL);
     /* A tar member has no path in a tree to find its mask by. */
     char *tar = tmp_path(dir, "x.tar");
     one_member_tar(tar, "k.cls", "1");
-    f.masks = dir;
-    cr_assert_eq(build_fields(tar, out, &o, &f, &r), DLC_EINVAL);
+    o.masks = dir;
+    cr_assert_eq(build_fields(tar, out, &o, &r), DLC_EINVAL);
     cr_assert(strstr(dlc_errmsg(), "x.tar: masks are found by an image's path") != NULL, "%s",
               dlc_errmsg());
     cr_assert(!btu_exists(out));
-    f.channels = 2;
-    cr_assert_eq(build_fields(train, out, &o, &f, &r), DLC_EINVAL);
-    dlc_build_fields_init(&f);
-    f.mask_encoding = DLC_ENCODING_JPEG;
-    f.masks = dir;
-    cr_assert_eq(build_fields(train, out, &o, &f, &r), DLC_EINVAL);
+    o.channels = 2;
+    cr_assert_eq(build_fields(train, out, &o, &r), DLC_EINVAL);
+    o = opts(1);
+    o.mask_encoding = DLC_ENCODING_JPEG;
+    o.masks = dir;
+    cr_assert_eq(build_fields(train, out, &o, &r), DLC_EINVAL);
     cr_assert(strstr(dlc_errmsg(), "never JPEG") != NULL, "%s", dlc_errmsg());
     cr_assert_eq(temp_files(), 0);
     free(tar);
@@ -790,7 +821,7 @@ Test(build, manifest_columns_become_fields)
                      "train/dog/001.jpg\t\t2\t8\n"
                      "train/eel/000.jpg\t9\t-1.25\t1000000000000\n");
     char *out = tmp_path(dir, "c.dlc");
-    dlc_build_report *r = build_twice(m, out, opts(1), NULL);
+    dlc_build_report *r = build_twice(m, out, opts(1));
     cr_assert_eq(r->count, 3);
     read_back b;
     read_open(&b, out);
@@ -846,7 +877,7 @@ Test(build, manifest_label_and_labels_together)
                      "train/cat/000.jpg\t2\t1,2\n"
                      "train/dog/000.jpg\t0\t0\n");
     char *out = tmp_path(dir, "b.dlc");
-    dlc_build_report *r = build_twice(m, out, opts(1), NULL);
+    dlc_build_report *r = build_twice(m, out, opts(1));
     read_back b;
     read_open(&b, out);
     const dlc_store_info *info = dlc_store_get_info(b.s);

@@ -1,6 +1,6 @@
 /* Store sets from the builder (cache/builder/build_set.c, build_setdir.c, build_run.c): the split
- * of the items among the parts, the set's identity, and dlc_build_set() end to end on small trees
- * of real JPEGs: a set gives the records of a single store built from the same sources, parts
+ * of the items among the parts, the set's identity, and dlc_build() of a set end to end on small
+ * trees of real JPEGs: a set gives the records of a single store built from the same sources, parts
  * built one by one join into the same set, a foreign part is refused, a part without records of
  * some class still has every label, an empty part is a part, and a set is replaced only with
  * force, through retired names.
@@ -97,12 +97,11 @@ static dlc_status build_set(const char *src, const char *out, const dlc_build_op
                             uint32_t parts, int one_part, uint32_t part, dlc_build_report **r)
 {
     const char *srcs[] = {src};
-    dlc_build_set_options s;
-    dlc_build_set_options_init(&s);
+    dlc_build_options s = *o;
     s.parts = parts;
     s.one_part = one_part;
     s.part = part;
-    return dlc_build_set(srcs, 1, out, o, NULL, &s, r);
+    return dlc_build(srcs, 1, out, &s, r);
 }
 
 /* Every record of @p a and @p b has the same fields, byte for byte. */
@@ -203,7 +202,7 @@ Test(build_set, parts_built_one_by_one_join_into_the_same_set)
         cr_assert_neq(dlc_store_open(each, 0, &s), DLC_OK, "no index before the join");
     }
     dlc_set_join_report jr;
-    cr_assert_eq(dlc_build_join(each, &jr), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(dlc_set_join(each, &jr), DLC_OK, "%s", dlc_errmsg());
     cr_assert_eq(jr.num_shards, 3);
     cr_assert_eq(jr.count, 15);
     cr_assert_eq(jr.set_id, set_id);
@@ -227,7 +226,7 @@ Test(build_set, a_part_of_other_options_is_foreign)
     cr_assert_eq(build_set(train, set, &o, 3, 1, 2, &r), DLC_OK, "%s", dlc_errmsg());
     dlc_build_report_free(r);
     dlc_set_join_report jr;
-    cr_assert_eq(dlc_build_join(set, &jr), DLC_EINVAL);
+    cr_assert_eq(dlc_set_join(set, &jr), DLC_EINVAL);
     cr_assert(strstr(dlc_errmsg(), "part-00001-of-00003.dlc") != NULL, "%s", dlc_errmsg());
     cr_assert(strstr(dlc_errmsg(), "other sources or options") != NULL, "%s", dlc_errmsg());
     char *index = tmp_path(set, "index.dlcset");
@@ -236,7 +235,7 @@ Test(build_set, a_part_of_other_options_is_foreign)
     o.force = 1;
     cr_assert_eq(build_set(train, set, &o, 3, 1, 1, &r), DLC_OK, "%s", dlc_errmsg());
     dlc_build_report_free(r);
-    cr_assert_eq(dlc_build_join(set, &jr), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(dlc_set_join(set, &jr), DLC_OK, "%s", dlc_errmsg());
     cr_assert(btu_exists(index));
     free(index);
     free(set);
@@ -406,7 +405,7 @@ Test(build_set, retired_set_stays_readable_until_the_join)
     dlc_build_report_free(r);
     cr_assert_eq(digest_of(set), old);
     dlc_set_join_report jr;
-    cr_assert_eq(dlc_build_join(set, &jr), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(dlc_set_join(set, &jr), DLC_OK, "%s", dlc_errmsg());
     cr_assert_neq(digest_of(set), old);
     cr_assert_eq(count_files(set, "retired-"), 0, "the join removes the retired parts");
     free(set);
@@ -427,7 +426,7 @@ Test(build_set, one_part_of_a_joined_set_is_rebuilt_alone)
     dlc_build_report_free(r);
     cr_assert_eq(digest_of(set), d, "the set, retired, reads as before");
     dlc_set_join_report jr;
-    cr_assert_eq(dlc_build_join(set, &jr), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(dlc_set_join(set, &jr), DLC_OK, "%s", dlc_errmsg());
     cr_assert_eq(digest_of(set), d);
     cr_assert_eq(count_files(set, "retired-"), 0);
     cr_assert_eq(count_files(set, "part-"), 3);
@@ -493,7 +492,9 @@ Test(build_set, bad_set_options)
     char *set = tmp_path(dir, "set");
     dlc_build_options o = opts(1, 24);
     dlc_build_report *r = NULL;
-    cr_assert_eq(build_set(train, set, &o, 0, 0, 0, &r), DLC_EINVAL);
+    /* parts 0 is one store, which has no part to build alone. */
+    cr_assert_eq(build_set(train, set, &o, 0, 1, 0, &r), DLC_EINVAL);
+    cr_assert(strstr(dlc_errmsg(), "one_part") != NULL, "%s", dlc_errmsg());
     cr_assert_eq(build_set(train, set, &o, 65537, 0, 0, &r), DLC_EINVAL);
     cr_assert_eq(build_set(train, set, &o, 3, 1, 3, &r), DLC_EINVAL);
     char *file = tmp_path(dir, "file.dlc");

@@ -347,7 +347,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         read_field(&in, &R.fields[i]);
     static const char *const labels[] = {"zero", "one", "two", "three"};
     const uint32_t nl = u8(&in) % 5;
-    const dlc_writer_config cfg = {.fields = R.fields,
+    const dlc_writer_config cfg = {.struct_size = sizeof(dlc_writer_config),
+                                   .fields = R.fields,
                                    .num_fields = R.nf,
                                    /* 0 labels and no names: named "0".."K-1" at finish. */
                                    .label_names = nl ? labels : NULL,

@@ -7,7 +7,7 @@
  * 48 bytes decode or are refused as a "set_part" record.
  *
  * Seeds: the indexes of real sets (one shard, three, one with an empty shard) written with the
- * writer API and dlc_set_join() when the harness runs with DLC_FUZZ_SEED_DIR set
+ * writer API and dlc__set_join() when the harness runs with DLC_FUZZ_SEED_DIR set
  * (tests/fuzz/make_seeds.sh). */
 #include "fuzz_util.h"
 

@@ -1,7 +1,7 @@
 /* Shared by the store set tests (tests/store/test_store_set.c, tests/loader/test_loader_set.c)
  * and tests/e2e/set_fixture.c: a list of source items made into records of several fields,
  * written as one single store and as the N parts of a store set with the writer API (each part
- * with its "set_part" record), then joined with dlc_set_join(). The set and the single store
+ * with its "set_part" record), then joined with dlc__set_join(). The set and the single store
  * hold the same records in the same order, so everything read through them must agree.
  * Plain C without Criterion, like test_util.h: failures are returned. Header-only. */
 #ifndef DLCACHE_TEST_SET_FIXTURE_H
@@ -107,7 +107,8 @@ static inline dlc_status sf_write(const char *path, uint64_t first, uint64_t end
     dlc_status rc = DLC_OK;
     dlc_writer *w = NULL;
     dlc_record_builder *b = NULL;
-    const dlc_writer_config cfg = {.fields = sf_fields,
+    const dlc_writer_config cfg = {.struct_size = sizeof(dlc_writer_config),
+                                   .fields = sf_fields,
                                    .num_fields = SF_NUM_FIELDS,
                                    .label_names = sf_labels,
                                    .num_labels = 3,
@@ -171,7 +172,7 @@ static inline dlc_status sf_make_set(const char *dir, uint64_t n, uint32_t parts
         if (rc < 0)
             return rc;
     }
-    return dlc_set_join(dir, NULL);
+    return dlc__set_join(dir, NULL);
 }
 
 #endif /* DLCACHE_TEST_SET_FIXTURE_H */

@@ -81,7 +81,8 @@ static dlc_status write_part(const dlc_store *s, dlc_store_reader *r, const char
     FAIL_IF(!names, -ENOMEM, "out of memory");
     for (uint32_t l = 0; l < in->num_labels; l++)
         names[l] = dlc_store_label_name(s, l);
-    const dlc_writer_config cfg = {.fields = specs,
+    const dlc_writer_config cfg = {.struct_size = sizeof(dlc_writer_config),
+                                   .fields = specs,
                                    .num_fields = in->num_fields,
                                    .label_names = in->num_labels ? names : NULL,
                                    .num_labels = in->num_labels,
@@ -131,7 +132,7 @@ int main(int argc, char **argv)
     for (uint32_t k = 0; k < parts; k++)
         CHECK(write_part(s, r, argv[3], k, (uint32_t)parts, set_id));
     dlc_set_join_report rep;
-    CHECK(dlc_set_join(argv[3], &rep));
+    CHECK(dlc__set_join(argv[3], &rep));
     printf("%s: %u parts, %llu records, %llu bytes\n", argv[3], rep.num_shards,
            (unsigned long long)rep.count, (unsigned long long)rep.file_bytes);
 fail:

@@ -330,7 +330,7 @@ fail:
 static inline dlc_writer_config sk_config(int force)
 {
     dlc_writer_config c;
-    memset(&c, 0, sizeof c);
+    dlc_writer_config_init(&c);
     c.fields = SK_FIELDS;
     c.num_fields = SK_NUM_FIELDS;
     c.label_names = SK_LABELS;

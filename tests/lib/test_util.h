@@ -158,7 +158,8 @@ static inline dlc_status tu_make_fields_store(const char *path, uint64_t n, uint
         {.name = "text", .kind = DLC_FIELD_BYTES},
     };
     const char *names[] = {"a", "b", "c"};
-    const dlc_writer_config cfg = {.fields = spec,
+    const dlc_writer_config cfg = {.struct_size = sizeof(dlc_writer_config),
+                                   .fields = spec,
                                    .num_fields = sizeof spec / sizeof *spec,
                                    .label_names = names,
                                    .num_labels = 3,

@@ -99,7 +99,8 @@ static void make_store(fstore *fs, uint32_t image_encoding)
         {.name = "rgba", .kind = DLC_FIELD_IMAGE, .shape = {H, W, 4}},
     };
     const char *names[] = {"a", "b", "c"};
-    const dlc_writer_config cfg = {.fields = spec,
+    const dlc_writer_config cfg = {.struct_size = sizeof(dlc_writer_config),
+                                   .fields = spec,
                                    .num_fields = sizeof spec / sizeof *spec,
                                    .label_names = names,
                                    .num_labels = 3};
@@ -712,7 +713,8 @@ static void make_variable_store(fstore *fs)
          .flags = DLC_FIELD_VARIABLE | DLC_FIELD_MASK,
          .shape = {0, 0, 1}},
     };
-    const dlc_writer_config cfg = {.fields = spec, .num_fields = 2};
+    const dlc_writer_config cfg = {
+        .struct_size = sizeof(dlc_writer_config), .fields = spec, .num_fields = 2};
     dlc_writer *wr = NULL;
     dlc_record_builder *b = NULL;
     cr_assert_eq(dlc_writer_open(fs->path, &cfg, &wr), DLC_OK, "%s", dlc_errmsg());

@@ -134,6 +134,7 @@ def test_record_seal_releases_the_gil(tmp_path, no_forced_switch):
     spec.name, spec.kind, spec.encoding, spec.ndim = b"image", L.FIELD_IMAGE, L.ENCODING_PNG, 3
     spec.shape[0], spec.shape[1], spec.shape[2] = 768, 768, 3
     cfg = L.WriterConfig()
+    L.lib.dlc_writer_config_init(ctypes.byref(cfg))
     cfg.fields, cfg.num_fields = ctypes.pointer(spec), 1
     w, b = ctypes.c_void_p(), ctypes.c_void_p()
     assert L.lib.dlc_writer_open(str(tmp_path / "g.dlc").encode(), ctypes.byref(cfg),

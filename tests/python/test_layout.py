@@ -38,7 +38,6 @@ STRUCTS = {
     "dlc_build_skip": "BuildSkip",
     "dlc_build_report": "BuildReport",
     "dlc_build_part": "BuildPart",
-    "dlc_build_set_options": "BuildSetOptions",
     "dlc_set_join_report": "SetJoinReport",
     "dlc_loader_config": "LoaderConfig",
     "dlc_batch": "Batch",
@@ -216,3 +215,17 @@ def test_dtype_names_match_library():
         assert L.lib.dlc_dtype_name(code).decode() == name
         assert L.lib.dlc_dtype_size(code) == np.dtype(name).itemsize
     assert L.lib.dlc_dtype_name(len(L.DTYPE_NAMES)).decode() == "?"
+
+
+def test_options_init_sets_struct_size():
+    """Every options mirror starts with struct_size, which its _init() sets to the library's
+    sizeof (status.h, "How options grow"); the mirror's own sizeof must be that size, or the
+    library would take a Python caller for an older or newer header."""
+    from dlcache import _lib as L
+    for cls, init in ((L.LoaderConfig, "dlc_loader_config_init"),
+                      (L.WriterConfig, "dlc_writer_config_init"),
+                      (L.BuildOptions, "dlc_build_options_init")):
+        assert cls._fields_[0] == ("struct_size", ctypes.c_uint32), cls.__name__
+        c = cls()
+        getattr(L.lib, init)(ctypes.byref(c))
+        assert c.struct_size == ctypes.sizeof(cls), cls.__name__

@@ -157,7 +157,8 @@ Test(store_record, a_builder_of_another_schema_is_refused)
 {
     char *path = tmp_path(dir, "other.dlc");
     const dlc_field_spec one = {.name = "x", .kind = DLC_FIELD_INT};
-    const dlc_writer_config cfg = {.fields = &one, .num_fields = 1};
+    const dlc_writer_config cfg = {
+        .struct_size = sizeof(dlc_writer_config), .fields = &one, .num_fields = 1};
     dlc_writer *w2 = NULL;
     dlc_record_builder *b2 = NULL;
     cr_assert_eq(dlc_writer_open(path, &cfg, &w2), DLC_OK, "%s", dlc_errmsg());

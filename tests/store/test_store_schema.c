@@ -44,8 +44,11 @@ static const char *const names[] = {"a", "b"};
 static void expect(const dlc_field_spec *f, uint32_t n, dlc_status want, const char *msg)
 {
     char *path = tmp_path(dir, "s.dlc");
-    const dlc_writer_config cfg = {
-        .fields = f, .num_fields = n, .label_names = names, .num_labels = 2};
+    const dlc_writer_config cfg = {.struct_size = sizeof(dlc_writer_config),
+                                   .fields = f,
+                                   .num_fields = n,
+                                   .label_names = names,
+                                   .num_labels = 2};
     dlc_writer *w = NULL;
     const dlc_status rc = dlc_writer_open(path, &cfg, &w);
     cr_assert_eq(rc, want, "want %d, got %d: %s (%s)", want, rc, dlc_errmsg(), msg);
@@ -253,24 +256,39 @@ Test(store_schema, hostile_configurations_are_refused)
     dlc_field_spec f[4];
     base(f);
     dlc_writer *w = NULL;
-    dlc_writer_config cfg = {.fields = f, .num_fields = 0, .label_names = names, .num_labels = 2};
+    dlc_writer_config cfg = {.struct_size = sizeof(dlc_writer_config),
+                             .fields = f,
+                             .num_fields = 0,
+                             .label_names = names,
+                             .num_labels = 2};
     cr_assert_eq(dlc_writer_open(path, &cfg, &w), DLC_EINVAL);
     cr_assert(strstr(dlc_errmsg(), "0 fields; a record has 1 to 64"), "%s", dlc_errmsg());
     cfg.num_fields = 65;
     cr_assert_eq(dlc_writer_open(path, &cfg, &w), DLC_EINVAL);
-    cfg = (dlc_writer_config){.num_fields = 4};
+    cfg = (dlc_writer_config){.struct_size = sizeof(dlc_writer_config), .num_fields = 4};
     cr_assert_eq(dlc_writer_open(path, &cfg, &w), DLC_EINVAL, "no fields");
     /* num_labels = 0 with a LABEL names the labels at finish (test_store_writer.c); names given
      * without their count are a mistake. */
-    cfg = (dlc_writer_config){.fields = f, .num_fields = 4, .label_names = names};
+    cfg = (dlc_writer_config){.struct_size = sizeof(dlc_writer_config),
+                              .fields = f,
+                              .num_fields = 4,
+                              .label_names = names};
     cr_assert_eq(dlc_writer_open(path, &cfg, &w), DLC_EINVAL);
     cr_assert(strstr(dlc_errmsg(), "\"label\" is the LABEL: label_names given without num_labels"),
               "%s", dlc_errmsg());
-    cfg = (dlc_writer_config){.fields = f, .num_fields = 3, .label_names = names, .num_labels = 2};
+    cfg = (dlc_writer_config){.struct_size = sizeof(dlc_writer_config),
+                              .fields = f,
+                              .num_fields = 3,
+                              .label_names = names,
+                              .num_labels = 2};
     cr_assert_eq(dlc_writer_open(path, &cfg, &w), DLC_EINVAL);
     cr_assert(strstr(dlc_errmsg(), "2 label names but no field is the LABEL"), "%s", dlc_errmsg());
     const char *const holes[] = {"a", NULL};
-    cfg = (dlc_writer_config){.fields = f, .num_fields = 4, .label_names = holes, .num_labels = 2};
+    cfg = (dlc_writer_config){.struct_size = sizeof(dlc_writer_config),
+                              .fields = f,
+                              .num_fields = 4,
+                              .label_names = holes,
+                              .num_labels = 2};
     cr_assert_eq(dlc_writer_open(path, &cfg, &w), DLC_EINVAL);
     cr_assert(strstr(dlc_errmsg(), "label name 1 is NULL"), "%s", dlc_errmsg());
     cfg.label_names = NULL;
@@ -302,7 +320,8 @@ Test(store_schema, every_field_kind_alone_and_sixty_four_fields)
     };
     char *path = tmp_path(dir, "k.dlc");
     for (size_t k = 0; k < sizeof alone / sizeof alone[0]; k++) {
-        const dlc_writer_config cfg = {.fields = &alone[k], .num_fields = 1};
+        const dlc_writer_config cfg = {
+            .struct_size = sizeof(dlc_writer_config), .fields = &alone[k], .num_fields = 1};
         dlc_writer *w = NULL;
         cr_assert_eq(dlc_writer_open(path, &cfg, &w), DLC_OK, "%s", dlc_errmsg());
         dlc_writer_abort(w);
@@ -313,7 +332,8 @@ Test(store_schema, every_field_kind_alone_and_sixty_four_fields)
         snprintf(nm[k], sizeof nm[k], "f%u", k);
         many[k] = (dlc_field_spec){.name = nm[k], .kind = DLC_FIELD_INT};
     }
-    const dlc_writer_config cfg = {.fields = many, .num_fields = DLC_MAX_FIELDS};
+    const dlc_writer_config cfg = {
+        .struct_size = sizeof(dlc_writer_config), .fields = many, .num_fields = DLC_MAX_FIELDS};
     dlc_writer *w = NULL;
     cr_assert_eq(dlc_writer_open(path, &cfg, &w), DLC_OK, "%s", dlc_errmsg());
     dlc_writer_abort(w);

@@ -51,7 +51,7 @@ static void open_fails(const char *path, dlc_status want, const char *const *nee
 
 static void join_fails(const char *set, dlc_status want, const char *const *needles)
 {
-    const dlc_status rc = dlc_set_join(set, NULL);
+    const dlc_status rc = dlc__set_join(set, NULL);
     cr_assert_eq(rc, want, "join: %d, expected %d (%s)", rc, want, dlc_errmsg());
     for (; needles && *needles; needles++)
         cr_assert_not_null(strstr(dlc_errmsg(), *needles), "\"%s\" not in: %s", *needles,
@@ -359,7 +359,7 @@ Test(store_set, join_writes_the_index_once_and_again_the_same_bytes)
     char *tmp = tmp_path(set, "part-00001-of-00004.dlc.tmp-99999999");
     write_file(tmp, "partial", 7);
     dlc_set_join_report rep;
-    cr_assert_eq(dlc_set_join(set, &rep), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(dlc__set_join(set, &rep), DLC_OK, "%s", dlc_errmsg());
     cr_assert_eq(rep.num_shards, PARTS);
     cr_assert_eq(rep.set_id, SET_ID);
     cr_assert_eq(rep.temp_files, 1);
@@ -369,7 +369,7 @@ Test(store_set, join_writes_the_index_once_and_again_the_same_bytes)
     uint8_t *first = read_file(index, &n1);
     struct stat st1, st2;
     cr_assert_eq(stat(index, &st1), 0);
-    cr_assert_eq(dlc_set_join(set, &rep), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(dlc__set_join(set, &rep), DLC_OK, "%s", dlc_errmsg());
     cr_assert_eq(rep.unchanged, 1, "a second join finds the same bytes");
     uint8_t *second = read_file(index, &n2);
     cr_assert_eq(n1, n2);
@@ -454,7 +454,7 @@ Test(store_set, join_refuses_duplicates_other_n_and_misnamed_parts)
     cr_assert_eq(mkdir(empty, 0755), 0);
     join_fails(empty, DLC_EINVAL, (const char *[]){"no part-*-of-*.dlc files", NULL});
     join_fails("/nonexistent/dlc-set", -ENOENT, NULL);
-    cr_assert_eq(dlc_set_join(set, NULL), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(dlc__set_join(set, NULL), DLC_OK, "%s", dlc_errmsg());
     free(empty);
     free(past);
     free(save);
@@ -491,7 +491,7 @@ Test(store_set, join_refuses_a_foreign_part_a_plain_store_and_a_corrupt_part)
     cr_assert_eq(sf_write(p1path, 11, 20, N_ITEMS, 1, PARTS, SET_ID, sf_skip_some), DLC_OK);
     join_fails(set, DLC_EINVAL, (const char *[]){"do not follow the part before it", NULL});
     cr_assert_eq(sf_write_part(set, N_ITEMS, 1, PARTS, SET_ID, sf_skip_some), DLC_OK);
-    cr_assert_eq(dlc_set_join(set, NULL), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(dlc__set_join(set, NULL), DLC_OK, "%s", dlc_errmsg());
     free(p1path);
     free(save);
     free(p1);
@@ -503,7 +503,8 @@ Test(store_set, writer_refuses_bad_part_numbers)
 {
     char *path = tmp_path(dir, "p.dlc");
     dlc_writer *w = NULL;
-    const dlc_writer_config cfg = {.fields = sf_fields,
+    const dlc_writer_config cfg = {.struct_size = sizeof(dlc_writer_config),
+                                   .fields = sf_fields,
                                    .num_fields = SF_NUM_FIELDS,
                                    .label_names = sf_labels,
                                    .num_labels = 3};
@@ -718,7 +719,8 @@ static void write_min_items(const char *path, uint64_t first, uint64_t end, int 
 {
     const dlc_field_spec spec = {
         .name = "image", .kind = DLC_FIELD_IMAGE, .flags = DLC_FIELD_VARIABLE, .shape = {0, 0, 3}};
-    const dlc_writer_config cfg = {.fields = &spec, .num_fields = 1, .force = 1};
+    const dlc_writer_config cfg = {
+        .struct_size = sizeof(dlc_writer_config), .fields = &spec, .num_fields = 1, .force = 1};
     dlc_writer *w = NULL;
     dlc_record_builder *b = NULL;
     static uint8_t px[40 * 40 * 3];
@@ -749,7 +751,7 @@ Test(store_set, smallest_image_is_the_smallest_over_the_parts_with_global_record
         write_min_items(part, 4u * (uint64_t)k, 4u * (uint64_t)k + 4, k);
         free(part);
     }
-    cr_assert_eq(dlc_set_join(set, NULL), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(dlc__set_join(set, NULL), DLC_OK, "%s", dlc_errmsg());
     write_min_items(single, 0, 12, -1);
     dlc_store *a = open_ok(set), *b = open_ok(single);
     same_schema(a, b);
@@ -775,7 +777,7 @@ Test(store_set, smallest_image_is_the_smallest_over_the_parts_with_global_record
     char *part1 = sf_part_path(set, 1, 3);
     write_min_items(part1, 4, 8, 1);
     tsu_put_meta(part1, "min_dims", NULL, 0);
-    cr_assert_eq(dlc_set_join(set, NULL), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(dlc__set_join(set, NULL), DLC_OK, "%s", dlc_errmsg());
     a = open_ok(set);
     fa = dlc_store_fields(a);
     cr_assert_eq(fa[0].min_dim0 | fa[0].min_dim1, 0, "unknown: %ux%u", fa[0].min_dim0,

@@ -439,7 +439,8 @@ Test(store_writer, variable_fields_that_agree_become_fixed)
          .link = "c"},
         {.name = "c", .kind = DLC_FIELD_NDARRAY, .flags = DLC_FIELD_VARIABLE, .ndim = 1},
     };
-    const dlc_writer_config cfg = {.fields = spec, .num_fields = 2, .force = 1};
+    const dlc_writer_config cfg = {
+        .struct_size = sizeof(dlc_writer_config), .fields = spec, .num_fields = 2, .force = 1};
     dlc_writer *w = NULL;
     dlc_record_builder *b = NULL;
     cr_assert_eq(dlc_writer_open(path, &cfg, &w), DLC_OK, "%s", dlc_errmsg());
@@ -701,7 +702,8 @@ static void write_min_store(const char *path)
          .shape = {0, 0, 1}},
         {.name = "thumb", .kind = DLC_FIELD_IMAGE, .shape = {4, 4, 3}},
     };
-    const dlc_writer_config cfg = {.fields = spec, .num_fields = 4, .force = 1};
+    const dlc_writer_config cfg = {
+        .struct_size = sizeof(dlc_writer_config), .fields = spec, .num_fields = 4, .force = 1};
     dlc_writer *w = NULL;
     dlc_record_builder *b = NULL;
     cr_assert_eq(dlc_writer_open(path, &cfg, &w), DLC_OK, "%s", dlc_errmsg());
@@ -855,5 +857,72 @@ Test(store_writer, smallest_image_unknown_in_old_stores_and_checked)
     cr_assert(strstr(dlc_errmsg(), "field \"mask\": the smallest image is 30x20"), "%s",
               dlc_errmsg());
     dlc_store_close(s);
+    free(path);
+}
+
+/* Options grow at their end (status.h, "How options grow"): a program built before
+ * source_digest existed sends a struct that ends at build_json, and the writer takes the
+ * default, none, whatever that program's memory holds after it. */
+static dlc_status write_one(const char *path, const dlc_writer_config *cfg)
+{
+    dlc_writer *w = NULL;
+    dlc_record_builder *b = NULL;
+    const dlc_status rc = dlc_writer_open(path, cfg, &w);
+    if (rc != DLC_OK)
+        return rc;
+    cr_assert_eq(dlc_record_builder_create(w, &b), DLC_OK);
+    cr_assert_eq(dlc_record_set_int(b, 0, 7), DLC_OK);
+    cr_assert_eq(dlc_record_seal(b), DLC_OK);
+    cr_assert_eq(dlc_writer_append(w, b), DLC_OK, "%s", dlc_errmsg());
+    dlc_record_builder_destroy(b);
+    return dlc_writer_finish(w);
+}
+
+static int has_source_digest(const char *path)
+{
+    dlc_store *s = NULL;
+    cr_assert_eq(dlc_store_open(path, 0, &s), DLC_OK, "%s", dlc_errmsg());
+    const void *v = NULL;
+    size_t n = 0;
+    const int has = dlc_store_meta(s, "source_digest", &v, &n) == DLC_OK;
+    dlc_store_close(s);
+    return has;
+}
+
+Test(store_writer, an_older_config_gets_the_defaults_of_what_it_did_not_know)
+{
+    const dlc_field_spec one = {.name = "x", .kind = DLC_FIELD_INT};
+    dlc_writer_config cfg;
+    dlc_writer_config_init(&cfg);
+    cfg.fields = &one;
+    cfg.num_fields = 1;
+    cfg.source_digest = 0x1234;
+    char *now = tmp_path(dir, "now.dlc"), *old = tmp_path(dir, "old.dlc");
+    cr_assert_eq(write_one(now, &cfg), DLC_OK, "%s", dlc_errmsg());
+    cr_assert(has_source_digest(now));
+    cfg.struct_size = offsetof(dlc_writer_config, build_json) + sizeof cfg.build_json;
+    cr_assert_eq(write_one(old, &cfg), DLC_OK, "%s", dlc_errmsg());
+    cr_assert(!has_source_digest(old), "source_digest was past the caller's struct");
+    free(old);
+    free(now);
+}
+
+Test(store_writer, a_config_without_init_or_from_a_newer_header_is_refused)
+{
+    const dlc_field_spec one = {.name = "x", .kind = DLC_FIELD_INT};
+    dlc_writer_config cfg = {.fields = &one, .num_fields = 1}; /* struct_size 0: no _init() */
+    char *path = tmp_path(dir, "no.dlc");
+    dlc_writer *w = NULL;
+    cr_assert_eq(dlc_writer_open(path, &cfg, &w), DLC_EINVAL);
+    cr_assert(strstr(dlc_errmsg(), "dlc_writer_config: struct_size is 0") != NULL, "%s",
+              dlc_errmsg());
+    cr_assert(strstr(dlc_errmsg(), "dlc_writer_config_init()") != NULL, "%s", dlc_errmsg());
+    cr_assert_null(w);
+    cfg.struct_size = sizeof cfg + 8;
+    cr_assert_eq(dlc_writer_open(path, &cfg, &w), DLC_EINVAL);
+    cr_assert(strstr(dlc_errmsg(), "newer dlcache header") != NULL, "%s", dlc_errmsg());
+    cr_assert_null(w);
+    struct stat st;
+    cr_assert_neq(stat(path, &st), 0, "nothing was made");
     free(path);
 }

@@ -408,3 +408,35 @@ Test(warm_fetch, rejects_bad_options)
     free(nodir);
     free(dest);
 }
+
+/* Options grow at their end (status.h, "How options grow"): both calls check struct_size before
+ * anything else, dlc_warm_push() also in the network options its net points to. */
+Test(warm_fetch, options_without_init_or_from_a_newer_header_are_refused)
+{
+    char *dest = tmp_path(work, "never.dlc");
+    dlc_warm_options o = small_chunks();
+    dlc_warm_result r;
+    o.struct_size = 0;
+    cr_assert_eq(dlc_warm("http://127.0.0.1:1/x", dest, &o, &r), DLC_EINVAL);
+    cr_assert(strstr(dlc_errmsg(), "dlc_warm_options: struct_size is 0") != NULL, "%s",
+              dlc_errmsg());
+    cr_assert(strstr(dlc_errmsg(), "dlc_warm_options_init()") != NULL, "%s", dlc_errmsg());
+    o.struct_size = sizeof o + 8;
+    cr_assert_eq(dlc_warm("http://127.0.0.1:1/x", dest, &o, &r), DLC_EINVAL);
+    cr_assert(strstr(dlc_errmsg(), "newer dlcache header") != NULL, "%s", dlc_errmsg());
+
+    dlc_warm_push_options p;
+    dlc_warm_push_options_init(&p);
+    dlc_warm_options net;
+    memset(&net, 0, sizeof net);
+    p.net = &net;
+    dlc_warm_push_result pr;
+    cr_assert_eq(dlc_warm_push(dest, "s3://b/k", &p, &pr), DLC_EINVAL);
+    cr_assert(strstr(dlc_errmsg(), "dlc_warm_push_options.net: struct_size is 0") != NULL, "%s",
+              dlc_errmsg());
+    p.net = NULL;
+    p.struct_size = 0;
+    cr_assert_eq(dlc_warm_push(dest, "s3://b/k", &p, &pr), DLC_EINVAL);
+    cr_assert(strstr(dlc_errmsg(), "dlc_warm_push_options_init()") != NULL, "%s", dlc_errmsg());
+    free(dest);
+}
