@@ -14,7 +14,8 @@ class FieldSpec(C.Structure):
 
 
 class WriterConfig(C.Structure):
-    _fields_ = [("fields", C.POINTER(FieldSpec)), ("num_fields", C.c_uint32),
+    _fields_ = [("struct_size", C.c_uint32), ("fields", C.POINTER(FieldSpec)),
+                ("num_fields", C.c_uint32),
                 ("label_names", C.POINTER(C.c_char_p)), ("num_labels", C.c_uint32),
                 ("force", C.c_int), ("size_hint", C.c_uint64), ("build_json", C.c_char_p),
                 ("source_digest", C.c_uint64)]
@@ -32,7 +33,10 @@ def main(libpath, store, count):
             sys.exit(f"write_tokens.py: {what}: {lib.dlc_errmsg().decode()}")
 
     spec = FieldSpec(name=b"tokens", kind=NDARRAY, dtype=INT32, flags=VARIABLE, ndim=1)
-    cfg = WriterConfig(fields=C.pointer(spec), num_fields=1, force=1)
+    # dlc_writer_config_init() sets struct_size and the defaults, as a C caller does.
+    cfg = WriterConfig()
+    lib.dlc_writer_config_init(C.byref(cfg))
+    cfg.fields, cfg.num_fields, cfg.force = C.pointer(spec), 1, 1
     w, b = C.c_void_p(), C.c_void_p()
     check(lib.dlc_writer_open(store.encode(), C.byref(cfg), C.byref(w)), "open")
     check(lib.dlc_record_builder_create(w, C.byref(b)), "builder")
