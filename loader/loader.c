@@ -36,6 +36,7 @@ void dlc_loader_config_init(dlc_loader_config *c)
     c->device_layout = DLC_LAYOUT_NONE;
     c->device_staging = 2;
     c->max_lent = 1;
+    c->window_shards = 4;
 }
 
 /* Every field that can be wrong, named, before anything is allocated. */
@@ -57,7 +58,7 @@ static dlc_status check_config(const dlc_loader_config *c, const char *path)
             path, c->max_lent, DLC__MAX_LENT, c->prefetch);
     FAIL_IF(c->threads > 1024, DLC_EINVAL, "%s: config.threads = %u is more than 1024", path,
             c->threads);
-    FAIL_IF(c->sampler > DLC_SAMPLER_QUASI_RANDOM, DLC_EINVAL,
+    FAIL_IF(c->sampler > DLC_SAMPLER_SHARD_WINDOWS, DLC_EINVAL,
             "%s: config.sampler = %u is not a dlc_sampler", path, c->sampler);
     FAIL_IF(c->augment > DLC_AUGMENT_RANDOM_RESIZED_CROP, DLC_EINVAL,
             "%s: config.augment = %u is not a dlc_augment", path, c->augment);
@@ -140,6 +141,29 @@ static void stop_threads(dlc_loader *l)
     }
 }
 
+/* The first record of each of the store's @p n files (a set's shards) and the count after them,
+ * found through the public calls: a binary search each. */
+static dlc_status shard_firsts(dlc_loader *l, uint32_t n, uint64_t **out)
+{
+    uint64_t *f = malloc(((size_t)n + 1) * sizeof *f);
+    if (!f)
+        return dlc__errorf(-ENOMEM, "%s: out of memory", l->path);
+    for (uint32_t k = 0; k < n; k++) {
+        uint64_t lo = 0, hi = l->info->count;
+        while (lo < hi) {
+            const uint64_t m = lo + (hi - lo) / 2;
+            if (dlc_store_record_file(l->store, m) < k)
+                lo = m + 1;
+            else
+                hi = m;
+        }
+        f[k] = lo;
+    }
+    f[n] = l->info->count;
+    *out = f;
+    return DLC_OK;
+}
+
 /* The sampler, with the labels and a copy of the class weights when it is the weighted one. */
 static dlc_status sampler_open(dlc_loader *l)
 {
@@ -147,6 +171,7 @@ static dlc_status sampler_open(dlc_loader *l)
     const dlc_loader_config *cfg = &l->cfg;
     const dlc_store_info *in = l->info;
     int64_t *labels = NULL;
+    uint64_t *firsts = NULL;
     if (cfg->sampler == DLC_SAMPLER_WEIGHTED) {
         FAIL_IF(!cfg->class_weights || cfg->num_class_weights != in->num_labels, DLC_EINVAL,
                 "%s: config.class_weights: the weighted sampler needs %u weights, got %u", l->path,
@@ -157,9 +182,18 @@ static dlc_status sampler_open(dlc_loader *l)
         l->cfg.class_weights = l->weights;
         CHECK(read_labels(l, &labels));
     }
-    CHECK(dlc__sampler_init(&l->sampler, cfg->sampler, in->count, cfg->num_samples,
-                            cfg->quasi_group, labels, in->num_labels, l->weights));
+    if (cfg->sampler == DLC_SAMPLER_SHARD_WINDOWS) {
+        const uint32_t n = dlc_store_num_files(l->store);
+        CHECK(shard_firsts(l, n, &firsts));
+        l->cfg.streams = cfg->streams ? cfg->streams : cfg->world_size;
+        CHECK(
+            dlc__sampler_init_windows(&l->sampler, firsts, n, cfg->window_shards, l->cfg.streams));
+    } else {
+        CHECK(dlc__sampler_init(&l->sampler, cfg->sampler, in->count, cfg->num_samples,
+                                cfg->quasi_group, labels, in->num_labels, l->weights));
+    }
 fail:
+    free(firsts);
     free(labels);
     return rc;
 }
@@ -487,6 +521,15 @@ dlc_status dlc_loader_set_epoch(dlc_loader *l, uint64_t epoch)
 
 /* ---- State ---- */
 
+/* The state's sampler word: the kind, and for shard windows what the order depends on beside
+ * (seed, epoch, store): streams in bits 8..19, window_shards in 20..31. */
+static uint32_t state_sampler(const dlc_loader *l)
+{
+    if (l->sampler.kind != DLC_SAMPLER_SHARD_WINDOWS)
+        return l->sampler.kind;
+    return l->sampler.kind | l->cfg.streams << 8 | l->cfg.window_shards << 20;
+}
+
 #define STATE_MAGIC 0x31545344434c44ull /* "DLCDST1" + NUL, little-endian. */
 #define STATE_VERSION 1u
 
@@ -514,7 +557,7 @@ dlc_status dlc_loader_state_save(const dlc_loader *l, uint8_t buf[DLC_LOADER_STA
     }
     dlc__st64(buf + 0, STATE_MAGIC);
     dlc__st32(buf + 8, STATE_VERSION);
-    dlc__st32(buf + 12, l->sampler.kind);
+    dlc__st32(buf + 12, state_sampler(l));
     dlc__st64(buf + 16, l->sampler.seed);
     dlc__st64(buf + 24, l->sampler.epoch);
     dlc__st64(buf + 32, pos);
@@ -541,15 +584,24 @@ dlc_status dlc_loader_state_restore(dlc_loader *l, const void *buf, size_t size)
     if (dlc__ld32(p + 8) != STATE_VERSION)
         return dlc__errorf(DLC_EINVAL, "%s: loader state: version %u, this library reads %u",
                            l->path, dlc__ld32(p + 8), STATE_VERSION);
-    if (dlc__ld32(p + 12) != l->sampler.kind)
+    const uint32_t saved = dlc__ld32(p + 12), mine = state_sampler(l);
+    if (saved != mine && (saved & 0xff) == DLC_SAMPLER_SHARD_WINDOWS &&
+        (mine & 0xff) == (saved & 0xff))
+        return dlc__errorf(DLC_EINVAL,
+                           "%s: loader state: saved with streams = %u and window_shards = %u, this "
+                           "loader has %u and %u: open it with the saved ones to resume (the "
+                           "order depends on them; streams defaults to the world size)",
+                           l->path, saved >> 8 & 0xfff, saved >> 20, mine >> 8 & 0xfff, mine >> 20);
+    if (saved != mine)
         return dlc__errorf(DLC_EINVAL,
                            "%s: loader state: saved with sampler %u, this loader uses %u", l->path,
-                           dlc__ld32(p + 12), l->sampler.kind);
+                           saved & 0xff, mine & 0xff);
     if (dlc__ld64(p + 40) != l->info->count)
         return dlc__errorf(
             DLC_EINVAL, "%s: loader state: saved for a store of %llu records, this one has %llu",
             l->path, (unsigned long long)dlc__ld64(p + 40), (unsigned long long)l->info->count);
-    if (dlc__ld64(p + 48) != l->sampler.len)
+    /* Shard windows: the length is the epoch's (its streams' longest), checked by what made it. */
+    if (l->sampler.kind != DLC_SAMPLER_SHARD_WINDOWS && dlc__ld64(p + 48) != l->sampler.len)
         return dlc__errorf(
             DLC_EINVAL, "%s: loader state: an epoch of %llu samples, this loader's has %llu",
             l->path, (unsigned long long)dlc__ld64(p + 48), (unsigned long long)l->sampler.len);

@@ -201,8 +201,23 @@ fail:
     return rc;
 }
 
+dlc_status dlc__sampler_init_windows(dlc__sampler *s, const uint64_t *firsts, uint32_t nshards,
+                                     uint32_t window, uint32_t streams)
+{
+    memset(s, 0, sizeof *s);
+    s->kind = DLC_SAMPLER_SHARD_WINDOWS;
+    s->count = nshards ? firsts[nshards] : 0;
+    const dlc_status rc = dlc__swin_init(&s->swin, firsts, nshards, window, streams);
+    if (rc != DLC_OK)
+        return rc;
+    s->len = dlc__swin_len(s->swin);
+    return DLC_OK;
+}
+
 void dlc__sampler_free(dlc__sampler *s)
 {
+    dlc__swin_free(s->swin);
+    s->swin = NULL;
     free(s->by_class);
     free(s->class_start);
     free(s->alias_prob);
@@ -223,6 +238,9 @@ void dlc__sampler_set_epoch(dlc__sampler *s, uint64_t seed, uint64_t epoch)
         /* Where the short last group lands in the permuted order of groups: positions after it
          * are shifted by its size. */
         s->tail_pos = s->tail ? dlc__perm_invert(&s->perm, s->ngroups - 1) : s->ngroups;
+    } else if (s->kind == DLC_SAMPLER_SHARD_WINDOWS) {
+        dlc__swin_set_epoch(s->swin, seed, epoch);
+        s->len = dlc__swin_len(s->swin);
     }
 }
 
@@ -264,6 +282,8 @@ uint64_t dlc__sampler_at(const dlc__sampler *s, uint64_t pos)
         const uint64_t n = s->class_start[c + 1] - s->class_start[c];
         return s->by_class[s->class_start[c] + dlc__rng_below(&r, n)];
     }
+    case DLC_SAMPLER_SHARD_WINDOWS:
+        return dlc__swin_at(s->swin, pos);
     default:
         return pos;
     }

@@ -25,6 +25,28 @@ void dlc__perm_init(dlc__perm *p, uint64_t n, uint64_t key);
 uint64_t dlc__perm_apply(const dlc__perm *p, uint64_t i);
 uint64_t dlc__perm_invert(const dlc__perm *p, uint64_t i);
 
+/* ---- Shard windows (sampler_windows.c) --------------------------------------------------------
+ * The order a store set is streamed in: shards permuted and dealt to streams, windows of shards
+ * permuted record by record, streams interleaved (the file's comment has the whole rule). */
+typedef struct dlc__swin dlc__swin;
+#define DLC__SWIN_MAX 4095u /* Largest window and stream count: both fit 12 bits of the state. */
+/** Make the tables for a store of @p nshards shards whose first records are @p firsts
+ *  (nshards + 1 entries, the last being the count; copied), keyed to epoch 0. DLC_OK, DLC_EINVAL
+ *  (named) or -ENOMEM; *out is NULL on failure. */
+dlc_status dlc__swin_init(dlc__swin **out, const uint64_t *firsts, uint32_t nshards,
+                          uint32_t window, uint32_t streams);
+void dlc__swin_free(dlc__swin *w);
+/** Refill the tables for (seed, epoch); allocates nothing. */
+void dlc__swin_set_epoch(dlc__swin *w, uint64_t seed, uint64_t epoch);
+/** The epoch's length: streams x the longest stream (it changes with the epoch). */
+uint64_t dlc__swin_len(const dlc__swin *w);
+/** Streams in effect: the configured count, or the shards with records when fewer. */
+uint32_t dlc__swin_streams(const dlc__swin *w);
+/** Record at position @p pos < dlc__swin_len(). */
+uint64_t dlc__swin_at(const dlc__swin *w, uint64_t pos);
+/** The shard holding record @p record < count. */
+uint32_t dlc__swin_shard_of(const dlc__swin *w, uint64_t record);
+
 /* ---- The epoch's global order (sampler.c) ---------------------------------------------------- */
 typedef struct dlc__sampler {
     uint32_t kind;  /**< A ::dlc_sampler. */
@@ -46,6 +68,8 @@ typedef struct dlc__sampler {
     uint64_t *class_start; /**< nclasses + 1 offsets into by_class. */
     double *alias_prob;    /**< nclasses acceptance probabilities. */
     uint32_t *alias_idx;   /**< nclasses alias classes. */
+    /* Shard windows. Owned by the sampler. */
+    dlc__swin *swin;
 } dlc__sampler;
 
 /**
@@ -57,6 +81,13 @@ dlc_status dlc__sampler_init(dlc__sampler *s, uint32_t kind, uint64_t count, uin
                              uint32_t quasi_group, const int64_t *labels, uint32_t nclasses,
                              const double *weights);
 void dlc__sampler_free(dlc__sampler *s);
+/**
+ * Prepare a DLC_SAMPLER_SHARD_WINDOWS sampler over a store of @p nshards shards whose first
+ * records are @p firsts (nshards + 1 entries; copied). Returns DLC_OK, DLC_EINVAL (named) or
+ * -ENOMEM.
+ */
+dlc_status dlc__sampler_init_windows(dlc__sampler *s, const uint64_t *firsts, uint32_t nshards,
+                                     uint32_t window, uint32_t streams);
 /** Key the order to (seed, epoch). */
 void dlc__sampler_set_epoch(dlc__sampler *s, uint64_t seed, uint64_t epoch);
 /** Record at position @p pos of the epoch's order extended cyclically (pos may be >= len: that

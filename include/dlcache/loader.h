@@ -99,13 +99,22 @@ typedef struct dlc_loader dlc_loader;
 
 /** How the epoch's global order is made. */
 typedef enum dlc_sampler {
-    DLC_SAMPLER_SEQUENTIAL = 0,   /**< 0, 1, 2, ... */
-    DLC_SAMPLER_SHUFFLE = 1,      /**< A fresh permutation per (seed, epoch). */
-    DLC_SAMPLER_WEIGHTED = 2,     /**< Draws with replacement, P(record) proportional to
-                                       class_weights[label]. */
-    DLC_SAMPLER_QUASI_RANDOM = 3, /**< Shuffled groups of neighbouring records, shuffled again
-                                       within a window: large sequential reads for stores
-                                       larger than memory (io = direct). */
+    DLC_SAMPLER_SEQUENTIAL = 0,    /**< 0, 1, 2, ... */
+    DLC_SAMPLER_SHUFFLE = 1,       /**< A fresh permutation per (seed, epoch). */
+    DLC_SAMPLER_WEIGHTED = 2,      /**< Draws with replacement, P(record) proportional to
+                                        class_weights[label]. */
+    DLC_SAMPLER_QUASI_RANDOM = 3,  /**< Shuffled groups of neighbouring records, shuffled again
+                                        within a window: large sequential reads for stores
+                                        larger than memory (io = direct). */
+    DLC_SAMPLER_SHARD_WINDOWS = 4, /**< The order a set is streamed in (docs/STREAMING.md): per
+                                        epoch the shards are permuted and dealt to `streams`
+                                        streams, each stream is read in windows of
+                                        `window_shards` shards whose records are fully
+                                        permuted, and the streams are interleaved. Ranks of a
+                                        world size that divides `streams` read disjoint shards.
+                                        A pure function of (seed, epoch, the shards' record
+                                        counts, window_shards, streams); a single store is one
+                                        shard. */
 } dlc_sampler;
 
 /** Per-sample spatial augmentation. */
@@ -232,6 +241,11 @@ typedef struct dlc_loader_config {
     uint32_t max_lent;          /**< Host batches the consumer may hold at once (default 1): when
                                      it holds this many, dlc_loader_next() gives back the oldest.
                                      Above 1 it must be below prefetch. */
+    uint32_t window_shards;     /**< DLC_SAMPLER_SHARD_WINDOWS: shards whose records are shuffled
+                                     together, 1..4095 (default 4). */
+    uint32_t streams;           /**< DLC_SAMPLER_SHARD_WINDOWS: streams interleaved, 1..4095;
+                                     0 (default) = world_size. Keep it when resuming with
+                                     another world size: the order depends on it. */
 } dlc_loader_config;
 
 /** One output of a batch: a field of the store (or one view group of an image field), for every

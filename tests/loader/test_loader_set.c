@@ -219,3 +219,128 @@ Test(loader_set, a_shard_truncated_under_the_loader_fails_the_batch_naming_it)
     truncate_shard_under_loader(70, DLC_IO_MMAP);
     truncate_shard_under_loader(70, DLC_IO_DIRECT);
 }
+
+/* The indices of every sample of every rank of one epoch, counted per record. */
+static void count_epoch(const char *path, dlc_loader_config c, uint32_t world, uint32_t *seen,
+                        uint64_t count)
+{
+    for (uint32_t r = 0; r < world; r++) {
+        c.world_size = world, c.rank = r;
+        dlc_loader *l = open_ok(path, &c);
+        dlc_batch bt;
+        dlc_status rc;
+        while ((rc = dlc_loader_next(l, &bt)) == DLC_OK)
+            for (uint32_t i = 0; i < bt.count; i++) {
+                cr_assert_lt(bt.indices[i], count);
+                seen[bt.indices[i]]++;
+            }
+        cr_assert_eq(rc, DLC_END, "%s", dlc_errmsg());
+        dlc_loader_close(l);
+    }
+}
+
+Test(loader_set, shard_windows_read_every_record_of_a_set_and_ranks_read_disjoint_shards)
+{
+    both b = make_both(8);
+    dlc_store *s = NULL;
+    cr_assert_eq(dlc_store_open(b.set, 0, &s), DLC_OK);
+    const uint64_t count = dlc_store_get_info(s)->count;
+    dlc_loader_config c = config(DLC_SAMPLER_SHARD_WINDOWS, DLC_IO_MMAP);
+    c.window_shards = 2;
+    c.streams = 4;
+    c.batch_size = 4;
+    for (uint32_t world = 1; world <= 4; world *= 2) {
+        uint32_t *seen = calloc(count, sizeof *seen);
+        count_epoch(b.set, c, world, seen, count);
+        for (uint64_t i = 0; i < count; i++)
+            cr_assert_geq(seen[i], 1, "world %u: record %llu never read", world,
+                          (unsigned long long)i);
+        free(seen);
+        /* Each shard is read by one rank. */
+        int owner[8];
+        memset(owner, -1, sizeof owner);
+        for (uint32_t r = 0; r < world; r++) {
+            c.world_size = world, c.rank = r;
+            dlc_loader *l = open_ok(b.set, &c);
+            dlc_batch bt;
+            while (dlc_loader_next(l, &bt) == DLC_OK)
+                for (uint32_t i = 0; i < bt.count; i++) {
+                    const uint32_t k = dlc_store_record_file(s, bt.indices[i]);
+                    cr_assert(owner[k] == -1 || owner[k] == (int)r,
+                              "world %u: shard %u read by ranks %d and %u", world, k, owner[k], r);
+                    owner[k] = (int)r;
+                }
+            dlc_loader_close(l);
+        }
+    }
+    dlc_store_close(s);
+    free_both(&b);
+}
+
+Test(loader_set, shard_windows_resume_into_another_world_size_exactly_once)
+{
+    both b = make_both(6);
+    dlc_store *s = NULL;
+    cr_assert_eq(dlc_store_open(b.set, 0, &s), DLC_OK);
+    const uint64_t count = dlc_store_get_info(s)->count;
+    dlc_store_close(s);
+    dlc_loader_config c = config(DLC_SAMPLER_SHARD_WINDOWS, DLC_IO_MMAP);
+    c.window_shards = 2;
+    c.streams = 2;
+    c.batch_size = 3;
+    c.epoch = 1;
+    /* The epoch as positions: world 1 reads it whole, in order. */
+    dlc_loader *l = open_ok(b.set, &c);
+    const uint64_t len = dlc_loader_batches_per_epoch(l) * 3;
+    uint64_t *order = calloc(len, sizeof *order);
+    uint64_t n = 0;
+    dlc_batch bt;
+    while (dlc_loader_next(l, &bt) == DLC_OK)
+        for (uint32_t i = 0; i < bt.count; i++)
+            order[n++] = bt.indices[i];
+    dlc_loader_close(l);
+    /* Two ranks read 2 batches each and save; three ranks resume. */
+    uint8_t state[DLC_LOADER_STATE_SIZE];
+    uint32_t *seen = calloc(count, sizeof *seen);
+    for (uint32_t r = 0; r < 2; r++) {
+        c.world_size = 2, c.rank = r;
+        l = open_ok(b.set, &c);
+        for (int k = 0; k < 2; k++) {
+            cr_assert_eq(dlc_loader_next(l, &bt), DLC_OK);
+            for (uint32_t i = 0; i < bt.count; i++)
+                seen[bt.indices[i]]++;
+        }
+        cr_assert_eq(dlc_loader_state_save(l, state), DLC_OK);
+        dlc_loader_close(l);
+    }
+    /* Opening with the default streams (the world size, 3) is refused, naming both. */
+    c.world_size = 3, c.rank = 0, c.streams = 0;
+    l = open_ok(b.set, &c);
+    cr_assert_eq(dlc_loader_state_restore(l, state, sizeof state), DLC_EINVAL);
+    cr_assert_not_null(strstr(dlc_errmsg(), "streams = 2"), "%s", dlc_errmsg());
+    dlc_loader_close(l);
+    c.streams = 2;
+    for (uint32_t r = 0; r < 3; r++) {
+        c.rank = r;
+        l = open_ok(b.set, &c);
+        cr_assert_eq(dlc_loader_state_restore(l, state, sizeof state), DLC_OK, "%s", dlc_errmsg());
+        while (dlc_loader_next(l, &bt) == DLC_OK)
+            for (uint32_t i = 0; i < bt.count; i++)
+                seen[bt.indices[i]]++;
+        dlc_loader_close(l);
+    }
+    /* Every position of the epoch once: the records as often as the order has them, and at most
+     * two more (world 3 pads what is left with the epoch's start, as DistributedSampler does). */
+    uint32_t *want = calloc(count, sizeof *want);
+    for (uint64_t i = 0; i < n; i++)
+        want[order[i]]++;
+    uint64_t extra = 0;
+    for (uint64_t i = 0; i < count; i++) {
+        cr_assert_geq(seen[i], want[i], "record %llu read %u times, the epoch has it %u times",
+                      (unsigned long long)i, seen[i], want[i]);
+        extra += seen[i] - want[i];
+    }
+    cr_assert_leq(extra, 2);
+    free(want), free(seen), free(order);
+    free_both(&b);
+}
