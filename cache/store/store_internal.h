@@ -127,6 +127,11 @@ struct dlc_store {
     uint32_t num_shards;
     uint8_t *set_index; /* The index file's bytes as read at open (dlc_store_verify() compares). */
     size_t set_index_len;
+    /* A set opened lazily (store_set_lazy.c, for streaming): its shards are attached one by one
+     * as they arrive and detached when evicted, so shards[k] may be NULL, and is read and
+     * written with atomics; the decoded index is kept to check each shard against. */
+    int lazy;
+    struct dlc__set_index *lazy_index;
 };
 
 struct dlc_store_reader {

@@ -479,8 +479,15 @@ dlc_status dlc_store_meta(const dlc_store *s, const char *key, const void **data
 {
     if (!s || !key || !data || !size)
         return dlc__errorf(DLC_EINVAL, "dlc_store_meta: NULL argument");
-    if (s->shards) /* A set's metadata is its first shard's. */
-        return dlc_store_meta(s->shards[0], key, data, size);
+    if (s->shards) { /* A set's metadata is its first shard's. */
+        const dlc_store *first = dlc__set_shard_at(s, 0);
+        if (!first)
+            return dlc__errorf(DLC_ENOTFOUND,
+                               "%s: no metadata key \"%s\" (streamed: its first "
+                               "shard is not in the cache now)",
+                               s->path, key);
+        return dlc_store_meta(first, key, data, size);
+    }
     const meta_entry *e = find_meta(s, key);
     if (!e)
         return dlc__errorf(DLC_ENOTFOUND, "%s: no metadata key \"%s\"", s->path, key);
@@ -491,7 +498,10 @@ dlc_status dlc_store_meta(const dlc_store *s, const char *key, const void **data
 
 int dlc_store_fd(const dlc_store *s)
 {
-    return s->shards ? s->shards[0]->fd : s->fd;
+    if (!s->shards)
+        return s->fd;
+    const dlc_store *first = dlc__set_shard_at(s, 0);
+    return first ? first->fd : -1;
 }
 
 uint32_t dlc_store_num_files(const dlc_store *s)
@@ -503,7 +513,7 @@ uint32_t dlc_store_num_files(const dlc_store *s)
 static const dlc_store *file_of(const dlc_store *s, uint32_t file)
 {
     if (s->shards)
-        return file < s->num_shards ? s->shards[file] : NULL;
+        return file < s->num_shards ? dlc__set_shard_at(s, file) : NULL;
     return file == 0 ? s : NULL;
 }
 
@@ -540,7 +550,10 @@ dlc_status dlc_store_resident(const dlc_store *s, uint64_t *resident)
         uint64_t sum = 0;
         for (uint32_t k = 0; k < s->num_shards; k++) {
             uint64_t one = 0;
-            const dlc_status rc = dlc_store_resident(s->shards[k], &one);
+            const dlc_store *sh = dlc__set_shard_at(s, k);
+            if (!sh) /* Streamed, and not in the cache now. */
+                continue;
+            const dlc_status rc = dlc_store_resident(sh, &one);
             if (rc < 0)
                 return rc;
             sum += one;
@@ -593,6 +606,10 @@ dlc_status dlc_store_reader_open(const dlc_store *s, dlc_store_reader **out)
     if (!r)
         return dlc__errorf(-ENOMEM, "%s: out of memory", s->path);
     r->s = s;
+    if (s->shards && s->lazy) { /* Reads go to the shards' maps directly (store_read.c). */
+        *out = r;
+        return DLC_OK;
+    }
     if (s->shards) {
         const dlc_status rc = set_reader_open(r);
         if (rc < 0) {

@@ -277,7 +277,11 @@ static dlc_status set_read_values(dlc_store_reader *r, uint64_t index, dlc_value
 {
     const dlc_store *s = r->s;
     const uint32_t k = dlc__set_shard_of(s, index);
-    const dlc_status rc = dlc_store_read_values(r->shards[k], index - s->firsts[k], values);
+    dlc_store_reader lazy;
+    dlc_store_reader *sr = s->lazy ? dlc__set_lazy_reader(s, k, index, &lazy) : r->shards[k];
+    if (!sr)
+        return DLC_EINVAL;
+    const dlc_status rc = dlc_store_read_values(sr, index - s->firsts[k], values);
     return rc < 0 ? dlc__set_shard_error(s, k, index, rc) : rc;
 }
 
@@ -303,7 +307,11 @@ dlc_status dlc_store_read(dlc_store_reader *r, uint64_t index, dlc_record *rec)
         return no_record(s, index);
     if (s->shards) {
         const uint32_t k = dlc__set_shard_of(s, index);
-        const dlc_status rc = dlc_store_read(r->shards[k], index - s->firsts[k], rec);
+        dlc_store_reader lazy;
+        dlc_store_reader *sr = s->lazy ? dlc__set_lazy_reader(s, k, index, &lazy) : r->shards[k];
+        if (!sr)
+            return DLC_EINVAL;
+        const dlc_status rc = dlc_store_read(sr, index - s->firsts[k], rec);
         if (rc < 0)
             return dlc__set_shard_error(s, k, index, rc);
         rec->index = index;

@@ -18,7 +18,10 @@
 /* The shard's name: its path after the set's directory and the slash. */
 static const char *shard_name(const dlc_store *s, uint32_t k)
 {
-    return s->shards[k]->path + strlen(s->path) + 1;
+    const dlc_store *sh = dlc__set_shard_at(s, k);
+    if (!sh && s->lazy_index) /* Streamed, and not attached now: the index names it. */
+        return s->lazy_index->shards[k].name;
+    return sh ? sh->path + strlen(s->path) + 1 : "?";
 }
 
 /* @p msg without a leading "PATH: ", when it has one: the caller names the file itself. */
@@ -45,8 +48,8 @@ dlc_status dlc__set_shard_msg(const dlc_store *s, uint32_t k, const char *msg, d
      * @p msg may be dlc_errmsg()'s buffer, which dlc__errorf() writes. */
     char copy[1024], where[PATH_MAX + 160];
     snprintf(copy, sizeof copy, "%s", msg);
-    const dlc_store *sh = s->shards[k];
-    const char *rest = after_path(copy, sh->path);
+    const dlc_store *sh = dlc__set_shard_at(s, k);
+    const char *rest = sh ? after_path(copy, sh->path) : copy;
     if (rest != copy && strncmp(rest, "record ", 7) == 0) {
         char *end = NULL;
         const unsigned long long local = strtoull(rest + 7, &end, 10);
@@ -62,7 +65,9 @@ dlc_status dlc__set_shard_error(const dlc_store *s, uint32_t k, uint64_t index, 
 {
     char copy[1024], lead[PATH_MAX + 64], where[PATH_MAX + 160];
     snprintf(copy, sizeof copy, "%s", dlc_errmsg());
-    const dlc_store *sh = s->shards[k];
+    const dlc_store *sh = dlc__set_shard_at(s, k);
+    if (!sh)
+        return dlc__errorf(rc, "%s: shard %s: %s", s->path, shard_name(s, k), copy);
     snprintf(lead, sizeof lead, "%s: record %" PRIu64 ": ", sh->path, index - s->firsts[k]);
     const size_t n = strlen(lead);
     const char *why = strncmp(copy, lead, n) == 0 ? copy + n : after_path(copy, sh->path);
@@ -89,9 +94,9 @@ static dlc_status no_index(const char *dir)
 }
 
 /* The shard's labels are the index's, byte for byte. */
-static dlc_status check_labels(const dlc_store *s, const dlc__set_index *x, uint32_t k)
+static dlc_status check_labels(const dlc_store *s, const dlc_store *sh, const dlc__set_index *x,
+                               uint32_t k)
 {
-    const dlc_store *sh = s->shards[k];
     const void *v = NULL;
     size_t n = 0;
     (void)dlc_store_meta(sh, DLC__META_LABELS, &v, &n);
@@ -105,12 +110,11 @@ static dlc_status check_labels(const dlc_store *s, const dlc__set_index *x, uint
     return DLC_OK;
 }
 
-/* Shard @p k against the index: its place in the set, its records, digest, size and labels. */
-static dlc_status check_shard(const dlc_store *s, const dlc__set_index *x, uint32_t k,
-                              dlc__set_part *part, const dlc__set_part *prev)
+dlc_status dlc__set_check_shard(const dlc_store *s, const dlc_store *sh, const dlc__set_index *x,
+                                uint32_t k, dlc__set_part *part, const dlc__set_part *prev,
+                                int follow)
 {
     dlc_status rc = DLC_OK;
-    const dlc_store *sh = s->shards[k];
     const dlc__set_shard *e = &x->shards[k];
     const char *name = shard_name(s, k);
     FAIL_IF(sh->info.format_version != DLC_STORE_FORMAT_VERSION, DLC_ECORRUPT,
@@ -129,7 +133,7 @@ static dlc_status check_shard(const dlc_store *s, const dlc__set_index *x, uint3
             "%s: shard %s: built from other sources or options than the set (set_id %016" PRIx64
             ", the index's %016" PRIx64 ")",
             s->path, name, part->set_id, x->set_id);
-    FAIL_IF(!dlc__set_items_follow(prev, part), DLC_ECORRUPT,
+    FAIL_IF(follow && !dlc__set_items_follow(prev, part), DLC_ECORRUPT,
             "%s: shard %s: built from source items [%" PRIu64 ", %" PRIu64
             "), which do not follow the shard before it (ending at %" PRIu64 ")",
             s->path, name, part->first_item, part->end_item, prev ? prev->end_item : 0);
@@ -143,7 +147,7 @@ static dlc_status check_shard(const dlc_store *s, const dlc__set_index *x, uint3
     FAIL_IF(sh->file_size != e->file_bytes, DLC_ECORRUPT,
             "%s: shard %s: %" PRIu64 " bytes, the index says %" PRIu64, s->path, name,
             sh->file_size, e->file_bytes);
-    CHECK(check_labels(s, x, k));
+    CHECK(check_labels(s, sh, x, k));
 fail:
     return rc;
 }
@@ -195,7 +199,7 @@ static dlc_status open_shards(dlc_store *s, const dlc__set_index *x, uint32_t fl
         }
         s->shards[k]->file_no = k;
         s->firsts[k] = x->shards[k].first;
-        CHECK(check_shard(s, x, k, &part, k ? &prev : NULL));
+        CHECK(dlc__set_check_shard(s, s->shards[k], x, k, &part, k ? &prev : NULL, 1));
         CHECK(dlc__set_merge_add(&m, s->shards[k], s->path, name, DLC_ECORRUPT));
         prev = part;
     }
@@ -313,6 +317,11 @@ void dlc__set_close(dlc_store *s)
     free(s->shards);
     free(s->firsts);
     free(s->set_index);
+    if (s->lazy_index) {
+        dlc__set_index_free(s->lazy_index);
+        free(s->lazy_index);
+        s->lazy_index = NULL;
+    }
     s->shards = NULL;
     s->firsts = NULL;
     s->set_index = NULL;

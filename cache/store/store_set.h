@@ -142,6 +142,41 @@ int dlc__set_items_follow(const dlc__set_part *prev, const dlc__set_part *p);
 
 /* ---- The open set (store_set.c) ----------------------------------------------------------- */
 
+/* Shard @p k of set @p s, or NULL when a lazily opened set does not hold it now. */
+static inline const dlc_store *dlc__set_shard_at(const dlc_store *s, uint32_t k)
+{
+    return s->lazy ? __atomic_load_n(&s->shards[k], __ATOMIC_ACQUIRE) : s->shards[k];
+}
+
+/* Shard @p sh, opened as shard @p k of set @p s, against the index @p x: its place in the set
+ * (and, with @p follow, that its source items follow @p prev's), set_id, record count, content
+ * digest, size and labels. DLC_ECORRUPT names the set, the shard and both values. */
+dlc_status dlc__set_check_shard(const dlc_store *s, const dlc_store *sh, const dlc__set_index *x,
+                                uint32_t k, dlc__set_part *part, const dlc__set_part *prev,
+                                int follow);
+
+/* ---- A set opened lazily, for streaming (store_set_lazy.c) ----------------------------------
+ * The union is made from the index alone: count, schema, labels, the shards' record ranges, the
+ * content digest and the bytes (the index's; the label counts, skipped items and payload bytes
+ * are the shards' and read as 0). Shards are attached when they are local and detached before
+ * they are removed; a read of a record whose shard is not attached fails with DLC_EINVAL naming
+ * it (the streaming layer attaches every shard of a batch before its reads). Version 2 shards
+ * only: their reads need no LMDB transaction, so one reader serves every shard. */
+dlc_status dlc__set_open_lazy(const char *dir, dlc_store **out);
+/* Open @p path as shard @p k, check it against the index (its place, set_id, record count,
+ * content digest, size and labels; DLC_ECORRUPT naming the shard and both values) and attach
+ * it. Thread safety: one attach or detach of a shard at a time; reads of other shards may run. */
+dlc_status dlc__set_attach(dlc_store *s, uint32_t k, const char *path);
+/* Close and detach shard @p k (nothing when it is not attached). The caller guarantees that
+ * no read of it runs or follows until it is attached again. */
+void dlc__set_detach(dlc_store *s, uint32_t k);
+/* Whether shard @p k is attached now. */
+int dlc__set_attached(const dlc_store *s, uint32_t k);
+/* A reader for shard @p k in @p tmp, or NULL with DLC_EINVAL's message when it is not attached
+ * (a read of record @p index came before its shard). */
+dlc_store_reader *dlc__set_lazy_reader(const dlc_store *s, uint32_t k, uint64_t index,
+                                       dlc_store_reader *tmp);
+
 /* Open the set in directory @p dir: read and check the index, open every shard and check it
  * against the index, and fill @p *out with the union. */
 dlc_status dlc__set_open(const char *dir, uint32_t flags, dlc_store **out);

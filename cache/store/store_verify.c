@@ -212,6 +212,8 @@ dlc_status dlc_store_verify(const dlc_store *s, dlc_verify_fn fn, void *user, ui
     if (bad)
         *bad = 0;
     FAIL_IF(!s, DLC_EINVAL, "dlc_store_verify: NULL store");
+    FAIL_IF(s->lazy, DLC_EINVAL,
+            "%s: a streamed set is verified shard by shard as each arrives, not whole", s->path);
     if (s->shards)
         return dlc__set_verify(s, fn, user, bad);
     vs = calloc(1, sizeof *vs);
