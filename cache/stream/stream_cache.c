@@ -1,0 +1,657 @@
+/* The shard cache's calls (stream_cache.h): open (the index), the schedule, acquire and release,
+ * and the background threads that download along the schedule. A download is the warm part's:
+ * a probe and the ranged GETs of dlc__warm_fetch() on its transfer engine, into a temporary file
+ * that stream_disk.c reserved under the cache-wide lock; the file is checked against the index
+ * (size, content digest, set position) and every record's checksum before it is published. */
+#include "common.h"
+#include "stream_internal.h"
+#include "warm_internal.h"
+
+#include <dlcache/store.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* How often a waiter looks again at what other processes may have done (published a shard it
+ * waits for, freed space, died): they cannot signal our condition variable. */
+#define POLL_S 0.05
+/* How long a worker with nothing it may do waits before looking again. */
+#define IDLE_S 0.25
+
+static void wait_for(dlc__scache *c, double seconds)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    const long ns = ts.tv_nsec + (long)(seconds * 1e9);
+    ts.tv_sec += ns / 1000000000L;
+    ts.tv_nsec = ns % 1000000000L;
+    pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+}
+
+/* Make @p path and its missing parents. */
+static dlc_status make_dirs(const char *path)
+{
+    char buf[4096];
+    if ((size_t)snprintf(buf, sizeof buf, "%s", path) >= sizeof buf)
+        return dlc__errorf(DLC_EINVAL, "%s: path too long", path);
+    for (char *p = buf + 1;; p++) {
+        const char ch = *p;
+        if (ch != '/' && ch != '\0')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+            return dlc__errorf(-errno, "%s: mkdir: %s", buf, strerror(errno));
+        *p = ch;
+        if (ch == '\0')
+            break;
+    }
+    struct stat st;
+    if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode))
+        return dlc__errorf(DLC_EINVAL, "%s: not a directory", path);
+    return DLC_OK;
+}
+
+/* ---- Downloads ---------------------------------------------------------------------------- */
+
+static int on_progress(void *user, const dlc_warm_progress *p)
+{
+    dlc__scache *c = user;
+    pthread_mutex_lock(&c->mu);
+    const int stop = c->stop;
+    pthread_mutex_unlock(&c->mu);
+    return stop;
+}
+
+/* Fetch the object @p url of @p size bytes (UINT64_MAX: whatever it has, at most @p max) into
+ * @p fd, on the warm part's engine. Counts requests and bytes. *size_out gets its size. */
+static dlc_status fetch_object(dlc__scache *c, const char *url, uint64_t size, uint64_t max, int fd,
+                               const char *fd_name, uint64_t *size_out)
+{
+    dlc__warm_source src;
+    dlc__warm_object obj;
+    dlc__warm_ranges have;
+    memset(&have, 0, sizeof have);
+    uint32_t retries = 0;
+    dlc_status rc = dlc__warm_source_init(&src, url, &c->net);
+    if (rc == DLC_OK)
+        rc = dlc__warm_probe(&src, &c->net, &obj, &retries);
+    pthread_mutex_lock(&c->mu);
+    c->st.requests += 1 + retries;
+    pthread_mutex_unlock(&c->mu);
+    if (rc == DLC_OK && size != UINT64_MAX && obj.size != size)
+        rc = dlc__errorf(DLC_ECORRUPT,
+                         "%s: %" PRIu64 " bytes on the server, the set's index says %" PRIu64
+                         ": the bucket's shard is not the one the index names; refused",
+                         src.shown, obj.size, size);
+    if (rc == DLC_OK && size == UINT64_MAX && obj.size > max)
+        rc = dlc__errorf(DLC_ECORRUPT, "%s: %" PRIu64 " bytes, larger than any set index",
+                         src.shown, obj.size);
+    if (rc == DLC_OK && size == UINT64_MAX && ftruncate(fd, (off_t)obj.size) < 0)
+        rc = dlc__errorf(-errno, "%s: truncate: %s", fd_name, strerror(errno));
+    if (rc == DLC_OK) {
+        dlc__warm_fetch_job job = {.src = &src,
+                                   .opt = &c->net,
+                                   .obj = &obj,
+                                   .fd = fd,
+                                   .part_path = fd_name,
+                                   .journal_fd = -1,
+                                   .chunk_size = c->net.chunk_size,
+                                   .have = &have,
+                                   .t0 = dlc__now_s()};
+        rc = dlc__warm_fetch(&job);
+        pthread_mutex_lock(&c->mu);
+        c->st.requests += job.chunks_fetched + job.retries;
+        c->st.bytes_fetched += job.downloaded;
+        pthread_mutex_unlock(&c->mu);
+        *size_out = obj.size;
+    }
+    dlc__warm_source_free(&src);
+    return rc;
+}
+
+/* The downloaded file @p tmp is shard @p k of the index: size, content digest, its set position
+ * and every record's checksum. */
+static dlc_status check_shard(dlc__scache *c, uint32_t k, const char *tmp, const char *url)
+{
+    const dlc__set_shard *e = &c->x.shards[k];
+    dlc_store *s = NULL;
+    dlc_status rc = dlc_store_open(tmp, DLC_STORE_SEQUENTIAL, &s);
+    if (rc < 0) {
+        char detail[1024];
+        snprintf(detail, sizeof detail, "%s", dlc_errmsg());
+        return dlc__errorf(rc == DLC_EVERSION ? DLC_ECORRUPT : rc,
+                           "%s: shard %u (%s) is not a valid store: %s; refused", url, k, e->name,
+                           detail);
+    }
+    const dlc_store_info *info = dlc_store_get_info(s);
+    const void *v = NULL;
+    size_t n = 0;
+    dlc__set_part part;
+    FAIL_IF(info->file_bytes != e->file_bytes || info->content_digest != e->content_digest,
+            DLC_ECORRUPT,
+            "%s: shard %u (%s): %" PRIu64 " bytes with content digest %016" PRIx64
+            ", the set's index says %" PRIu64 " bytes and %016" PRIx64 ": refused",
+            url, k, e->name, info->file_bytes, info->content_digest, e->file_bytes,
+            e->content_digest);
+    FAIL_IF(dlc_store_meta(s, DLC__META_SET_PART, &v, &n) != DLC_OK, DLC_ECORRUPT,
+            "%s: shard %u (%s) is not a part of a set: refused", url, k, e->name);
+    CHECK(dlc__set_part_decode(v, n, url, &part));
+    FAIL_IF(part.part != k || part.parts != c->x.num_shards || part.set_id != c->x.set_id,
+            DLC_ECORRUPT,
+            "%s: shard %u (%s) is part %u of %u of set %016" PRIx64
+            ", the index wants part %u of %u of set %016" PRIx64 ": refused",
+            url, k, e->name, part.part, part.parts, part.set_id, k, c->x.num_shards, c->x.set_id);
+    uint64_t bad = 0;
+    rc = dlc_store_verify(s, NULL, NULL, &bad);
+    if (rc < 0) {
+        char detail[1024];
+        snprintf(detail, sizeof detail, "%s", dlc_errmsg());
+        FAIL_IF(1, rc, "%s: shard %u (%s): %s; refused", url, k, e->name, detail);
+    }
+fail:
+    dlc_store_close(s);
+    return rc;
+}
+
+/* Download shard @p k (a waiter's when @p after is 0, else ahead of need) and publish it.
+ * Returns a failure, DLC_OK (published), or an outcome of dlc__scache_reserve(). */
+static dlc_status download(dlc__scache *c, uint32_t k, uint64_t after)
+{
+    const char *name = c->x.shards[k].name;
+    char tmp[4300], url[4300], shown[4300];
+    snprintf(tmp, sizeof tmp, "%s.%ld" DLC__SCACHE_TMP, c->paths[k], (long)getpid());
+    snprintf(url, sizeof url, "%s/%s", c->url, name);
+    snprintf(shown, sizeof shown, "%s/%s", c->shown, name);
+    int fd = -1;
+    dlc_status rc = dlc__scache_reserve(c, k, after, tmp, &fd);
+    if (rc != DLC_OK)
+        return rc;
+    uint64_t got = 0;
+    rc = fetch_object(c, url, c->x.shards[k].file_bytes, 0, fd, tmp, &got);
+    if (rc == DLC_OK && fdatasync(fd) < 0)
+        rc = dlc__errorf(-errno, "%s: fdatasync: %s", tmp, strerror(errno));
+    if (rc == DLC_OK)
+        rc = check_shard(c, k, tmp, shown);
+    if (rc < 0) {
+        /* Nothing of a failed download is kept: we hold its lock, so nobody else uses it. */
+        unlink(tmp);
+        close(fd);
+        return rc;
+    }
+    rc = dlc__scache_publish(c, k, tmp, fd);
+    dlc__scache_log(c, DLC_LOG_DEBUG, "%s: published (%s)", c->paths[k],
+                    after ? "ahead of need" : "an acquire waited for it");
+    if (rc == DLC_OK) {
+        pthread_mutex_lock(&c->mu);
+        c->st.downloads++;
+        pthread_mutex_unlock(&c->mu);
+    }
+    return rc;
+}
+
+/* ---- The background threads --------------------------------------------------------------- */
+
+static int may_fetch(const dlc__scache *c, uint32_t k)
+{
+    return !(c->flags[k] &
+             (DLC__SC_FETCHING | DLC__SC_ELSEWHERE | DLC__SC_FAILED | DLC__SC_PRESENT)) &&
+           c->pin_fd[k] < 0;
+}
+
+/* The next shard to download (mu held): one an acquire waits for, else the first along the
+ * schedule that is not there. *after is what it may evict (see dlc__scache_pick_victim()). */
+static int pick(const dlc__scache *c, uint32_t *k, uint64_t *after, uint64_t blocked_at)
+{
+    for (uint32_t i = 0; i < c->x.num_shards; i++) {
+        if (c->want[i] > 0 && may_fetch(c, i)) {
+            *k = i;
+            *after = 0;
+            return 1;
+        }
+    }
+    const dlc__scache_plan *p = &c->plan;
+    for (size_t i = p->cursor; i < p->n; i++) {
+        const uint32_t j = p->sched[i];
+        /* The entry that is its shard's next use; later ones repeat it. */
+        if (p->consumed[i] || p->head[j] != i)
+            continue;
+        if (i >= blocked_at)
+            return 0; /* Nothing later may evict more than the download that found no room. */
+        if (may_fetch(c, j)) {
+            *k = j;
+            *after = i + 1;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void record_failure(dlc__scache *c, uint32_t k, dlc_status rc)
+{
+    c->flags[k] |= DLC__SC_FAILED;
+    c->err_rc[k] = rc;
+    free(c->err_msg[k]);
+    c->err_msg[k] = strdup(dlc_errmsg());
+}
+
+/* A shard an acquire waits for found no room: is that for good? It is when it cannot fit beside
+ * the index and the shards this process pins, which only the caller can release. */
+static int never_fits(const dlc__scache *c, uint32_t k)
+{
+    const uint64_t need = dlc__scache_round(c->x.shards[k].file_bytes);
+    return c->limit && need + c->index_bytes + c->pinned_bytes > c->limit;
+}
+
+static void *worker(void *arg)
+{
+    dlc__scache *c = arg;
+    uint64_t blocked_gen = UINT64_MAX, blocked_at = UINT64_MAX;
+    pthread_mutex_lock(&c->mu);
+    while (!c->stop) {
+        if (blocked_gen != c->gen)
+            blocked_at = UINT64_MAX;
+        uint32_t k = 0;
+        uint64_t after = 0;
+        if (!pick(c, &k, &after, blocked_at)) {
+            wait_for(c, IDLE_S);
+            /* Time passing is a change too: other processes may have freed space. */
+            blocked_at = UINT64_MAX;
+            continue;
+        }
+        c->flags[k] |= DLC__SC_FETCHING;
+        int blocked = 0;
+        pthread_mutex_unlock(&c->mu);
+        const dlc_status rc = download(c, k, after);
+        pthread_mutex_lock(&c->mu);
+        c->flags[k] &= (uint8_t)~DLC__SC_FETCHING;
+        if (rc == DLC_OK || rc == DLC__SC_IS_PRESENT) {
+            c->flags[k] |= DLC__SC_PRESENT;
+        } else if (rc == DLC__SC_IS_ELSEWHERE) {
+            c->flags[k] |= DLC__SC_ELSEWHERE;
+        } else if (rc == DLC__SC_NO_ROOM) {
+            if (after == 0 && never_fits(c, k)) {
+                dlc__errorf(DLC_ESTATE,
+                            "%s: shard %u (%s) needs %" PRIu64 " bytes, which do not fit in the "
+                            "cache's limit of %" PRIu64 " bytes beside the index (%" PRIu64
+                            ") and the %" PRIu64 " bytes of shards this process has pinned",
+                            c->dir, k, c->x.shards[k].name,
+                            dlc__scache_round(c->x.shards[k].file_bytes), c->limit, c->index_bytes,
+                            c->pinned_bytes);
+                record_failure(c, k, DLC_ESTATE);
+            } else if (after > 0) {
+                blocked = 1;
+                blocked_at = after - 1;
+            } else {
+                /* Other processes' pins or downloads hold the space: look again soon. */
+                wait_for(c, POLL_S);
+            }
+        } else if (rc == DLC_ECANCELED && c->stop) {
+            /* Closing. */
+        } else if (rc < 0) {
+            record_failure(c, k, rc);
+            dlc__scache_log(c, DLC_LOG_WARN, "%s", c->err_msg[k] ? c->err_msg[k] : "");
+        }
+        c->gen++;
+        /* Our own change does not unblock us; the next one may. */
+        if (blocked)
+            blocked_gen = c->gen;
+        pthread_cond_broadcast(&c->cv);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+/* ---- The calls ---------------------------------------------------------------------------- */
+
+const dlc__set_index *dlc__scache_index(const dlc__scache *c)
+{
+    return &c->x;
+}
+
+const char *dlc__scache_set_dir(const dlc__scache *c)
+{
+    return c->set_dir;
+}
+
+dlc_status dlc__scache_schedule(dlc__scache *c, const uint32_t *shards, size_t n)
+{
+    if (!c || (!shards && n > 0))
+        return dlc__errorf(DLC_EINVAL, "dlc__scache_schedule: NULL argument");
+    for (size_t i = 0; i < n; i++)
+        if (shards[i] >= c->x.num_shards)
+            return dlc__errorf(DLC_EINVAL,
+                               "%s: the schedule names shard %u at entry %zu; the set has %u",
+                               c->shown, shards[i], i, c->x.num_shards);
+    pthread_mutex_lock(&c->mu);
+    const dlc_status rc = dlc__scache_plan_set(&c->plan, c->x.num_shards, shards, n);
+    c->gen++;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+dlc_status dlc__scache_acquire(dlc__scache *c, uint32_t k, const char **path)
+{
+    if (!c || !path)
+        return dlc__errorf(DLC_EINVAL, "dlc__scache_acquire: NULL argument");
+    if (k >= c->x.num_shards)
+        return dlc__errorf(DLC_EINVAL, "%s: shard %u: the set has %u", c->shown, k,
+                           c->x.num_shards);
+    const double t0 = dlc__now_s();
+    dlc_status rc = DLC_OK;
+    int waited = 0;
+    pthread_mutex_lock(&c->mu);
+    dlc__scache_plan_consume(&c->plan, k);
+    /* From here until the pin, want keeps the shard from eviction (rank_cands()). */
+    c->want[k]++;
+    c->gen++;
+    for (;;) {
+        if (c->pin_fd[k] >= 0)
+            break;
+        if (c->flags[k] & DLC__SC_FAILED) {
+            c->flags[k] &= (uint8_t)~DLC__SC_FAILED;
+            rc = dlc__errorf(c->err_rc[k], "%s", c->err_msg[k] ? c->err_msg[k] : "");
+            break;
+        }
+        if (c->stop) {
+            rc = dlc__errorf(DLC_ECANCELED, "%s: the cache is closing", c->shown);
+            break;
+        }
+        pthread_mutex_unlock(&c->mu);
+        int fd = -1;
+        rc = dlc__scache_try_pin(c, k, &fd);
+        pthread_mutex_lock(&c->mu);
+        if (rc < 0 || c->pin_fd[k] >= 0)
+            break;
+        /* A download elsewhere that we saw may have ended (or died): let a worker look again. */
+        c->flags[k] &= (uint8_t)~DLC__SC_ELSEWHERE;
+        waited = 1;
+        c->gen++;
+        pthread_cond_broadcast(&c->cv);
+        wait_for(c, POLL_S);
+    }
+    c->want[k]--;
+    if (rc == DLC_OK) {
+        c->pins[k]++;
+        *path = c->paths[k];
+        if (waited) {
+            c->st.misses++;
+            c->st.stall_s += dlc__now_s() - t0;
+        } else {
+            c->st.hits++;
+        }
+    } else if (c->pins[k] == 0 && c->want[k] == 0 && c->pin_fd[k] >= 0) {
+        /* A pin a worker took for us while we gave up. */
+        close(c->pin_fd[k]);
+        c->pin_fd[k] = -1;
+        c->pinned_bytes -= dlc__scache_round(c->x.shards[k].file_bytes);
+    }
+    c->gen++;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+void dlc__scache_release(dlc__scache *c, uint32_t k)
+{
+    if (!c || k >= c->x.num_shards)
+        return;
+    pthread_mutex_lock(&c->mu);
+    if (c->pins[k] > 0 && --c->pins[k] == 0 && c->want[k] == 0 && c->pin_fd[k] >= 0) {
+        /* The shared lock goes with the close: the shard may be evicted from now on. */
+        close(c->pin_fd[k]);
+        c->pin_fd[k] = -1;
+        c->pinned_bytes -= dlc__scache_round(c->x.shards[k].file_bytes);
+        c->gen++;
+        pthread_cond_broadcast(&c->cv);
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+void dlc__scache_stats_get(const dlc__scache *c, dlc__scache_stats *st)
+{
+    dlc__scache *m = (dlc__scache *)c; /* The lock is not part of the value. */
+    pthread_mutex_lock(&m->mu);
+    *st = c->st;
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* ---- Open and close ----------------------------------------------------------------------- */
+
+/* Fetch URL/index.dlcset into memory (an anonymous file the engine writes into) and decode it. */
+static dlc_status fetch_index(dlc__scache *c, uint8_t **buf, size_t *len)
+{
+    char url[4300];
+    snprintf(url, sizeof url, "%s/" DLC__SET_INDEX_NAME, c->url);
+    char shown[4300];
+    snprintf(shown, sizeof shown, "%s/" DLC__SET_INDEX_NAME, c->shown);
+    const int fd = memfd_create("dlcache-index", MFD_CLOEXEC);
+    if (fd < 0)
+        return dlc__errorf(-errno, "memfd_create: %s", strerror(errno));
+    uint64_t size = 0;
+    dlc_status rc = fetch_object(c, url, UINT64_MAX, DLC__SET_MAX_INDEX_BYTES, fd, shown, &size);
+    uint8_t *b = NULL;
+    if (rc == DLC_OK) {
+        b = malloc(size ? size : 1);
+        if (!b)
+            rc = dlc__errorf(-ENOMEM, "%s: out of memory", shown);
+    }
+    if (rc == DLC_OK && pread(fd, b, size, 0) != (ssize_t)size)
+        rc = dlc__errorf(DLC_ECORRUPT, "%s: short read of the fetched index", shown);
+    if (rc == DLC_OK)
+        rc = dlc__set_index_decode(b, size, shown, &c->x);
+    close(fd);
+    if (rc < 0) {
+        free(b);
+        return rc;
+    }
+    *buf = b;
+    *len = size;
+    return DLC_OK;
+}
+
+static dlc_status copy_config(dlc__scache *c, const dlc__scache_config *cfg)
+{
+    if (cfg->net)
+        c->net = *cfg->net;
+    else
+        dlc_warm_options_init(&c->net);
+    if (c->net.connections == 0)
+        c->net.connections = DLC__WARM_DEFAULT_CONNECTIONS;
+    if (c->net.chunk_size == 0)
+        c->net.chunk_size = DLC__WARM_DEFAULT_CHUNK;
+    if (c->net.chunk_size < DLC__WARM_MIN_CHUNK || c->net.connections > DLC__WARM_MAX_CONNECTIONS)
+        return dlc__errorf(DLC_EINVAL, "stream cache: chunk size or connections out of range");
+    c->net.progress = on_progress;
+    c->net.progress_user = c;
+    c->endpoint = c->net.endpoint ? strdup(c->net.endpoint) : NULL;
+    c->region = c->net.region ? strdup(c->net.region) : NULL;
+    c->net.endpoint = c->endpoint;
+    c->net.region = c->region;
+    size_t n = strlen(cfg->url);
+    while (n > 0 && cfg->url[n - 1] == '/')
+        n--;
+    c->url = strndup(cfg->url, n);
+    c->dir = strdup(cfg->dir);
+    c->shown = malloc(n + 64);
+    c->lock_path = dlc__set_path(cfg->dir, "/", DLC__SCACHE_LOCK);
+    if (!c->url || !c->dir || !c->shown || !c->lock_path ||
+        (cfg->net && cfg->net->endpoint && !c->endpoint) ||
+        (cfg->net && cfg->net->region && !c->region))
+        return dlc__errorf(-ENOMEM, "stream cache: out of memory");
+    dlc_warm_redact_url(c->url, c->shown, n + 64);
+    c->limit = cfg->limit;
+    return DLC_OK;
+}
+
+/* The per-shard state and paths, once the index is known. */
+static dlc_status make_state(dlc__scache *c)
+{
+    const uint32_t n = c->x.num_shards;
+    const size_t m = n ? n : 1;
+    c->paths = calloc(m, sizeof *c->paths);
+    c->flags = calloc(m, 1);
+    c->seen_tmp = calloc(m, 1);
+    c->pins = calloc(m, sizeof *c->pins);
+    c->pin_fd = malloc(m * sizeof *c->pin_fd);
+    c->want = calloc(m, sizeof *c->want);
+    c->err_rc = calloc(m, sizeof *c->err_rc);
+    c->err_msg = calloc(m, sizeof *c->err_msg);
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016" PRIx64, c->x.set_id);
+    c->set_dir = dlc__set_path(c->dir, "/", hex);
+    if (!c->paths || !c->flags || !c->seen_tmp || !c->pins || !c->pin_fd || !c->want ||
+        !c->err_rc || !c->err_msg || !c->set_dir)
+        return dlc__errorf(-ENOMEM, "stream cache: out of memory");
+    for (uint32_t k = 0; k < n; k++) {
+        c->pin_fd[k] = -1;
+        c->paths[k] = dlc__set_path(c->set_dir, "/", c->x.shards[k].name);
+        if (!c->paths[k])
+            return dlc__errorf(-ENOMEM, "stream cache: out of memory");
+    }
+    return dlc__scache_names_make(&c->x, &c->names);
+}
+
+/* The limit must hold the index and the largest shard. */
+static dlc_status check_limit(dlc__scache *c)
+{
+    const uint64_t need = dlc__scache_needed(&c->x, 1, 0);
+    if (c->limit == 0 || need <= c->limit)
+        return DLC_OK;
+    uint32_t big = 0;
+    for (uint32_t k = 1; k < c->x.num_shards; k++)
+        if (c->x.shards[k].file_bytes > c->x.shards[big].file_bytes)
+            big = k;
+    return dlc__errorf(
+        DLC_EINVAL,
+        "%s: a cache limit of %" PRIu64 " bytes is too small for %s: it needs at "
+        "least %" PRIu64 " bytes (the index and its largest shard, %s of %" PRIu64 " bytes)",
+        c->dir, c->limit, c->shown, need, c->x.num_shards ? c->x.shards[big].name : "-",
+        c->x.num_shards ? c->x.shards[big].file_bytes : 0);
+}
+
+static dlc_status start_threads(dlc__scache *c, uint32_t n)
+{
+    c->threads = calloc(n, sizeof *c->threads);
+    if (!c->threads)
+        return dlc__errorf(-ENOMEM, "stream cache: out of memory");
+    for (uint32_t i = 0; i < n; i++) {
+        const int e = pthread_create(&c->threads[i], NULL, worker, c);
+        if (e != 0)
+            return dlc__errorf(-e, "stream cache: cannot start a download thread: %s", strerror(e));
+        c->nthreads++;
+    }
+    return DLC_OK;
+}
+
+dlc_status dlc__scache_open(const dlc__scache_config *cfg, dlc__scache **out)
+{
+    dlc_status rc = DLC_OK;
+    if (!out)
+        return dlc__errorf(DLC_EINVAL, "dlc__scache_open: NULL out");
+    *out = NULL;
+    if (!cfg || !cfg->dir || !*cfg->dir || !cfg->url || !*cfg->url)
+        return dlc__errorf(DLC_EINVAL, "dlc__scache_open: a cache directory and a URL are needed");
+    dlc__scache *c = calloc(1, sizeof *c);
+    if (!c)
+        return dlc__errorf(-ENOMEM, "stream cache: out of memory");
+    c->lock_fd = -1;
+    pthread_mutex_init(&c->fs_mu, NULL);
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_mutex_init(&c->log_mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    uint8_t *ibuf = NULL;
+    size_t ilen = 0;
+    CHECK(copy_config(c, cfg));
+    FAIL_IF(curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK, DLC_ENOSYS,
+            "stream cache: libcurl failed to initialize");
+    c->curl_inited = 1;
+    CHECK(make_dirs(c->dir));
+    c->lock_fd = open(c->lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    FAIL_IF(c->lock_fd < 0, -errno, "%s: cannot create the lock file: %s", c->lock_path,
+            strerror(errno));
+    CHECK(fetch_index(c, &ibuf, &ilen));
+    c->index_bytes = dlc__scache_round(ilen);
+    CHECK(make_state(c));
+    CHECK(check_limit(c));
+    CHECK(make_dirs(c->set_dir));
+    CHECK(dlc__scache_put_index(c, ibuf, ilen));
+    CHECK(dlc__scache_plan_set(&c->plan, c->x.num_shards, NULL, 0));
+    CHECK(start_threads(c, cfg->downloads ? cfg->downloads : 2));
+    free(ibuf);
+    *out = c;
+    return DLC_OK;
+fail:
+    free(ibuf);
+    {
+        dlc__errsave es;
+        dlc__err_save(&es);
+        dlc__scache_close(c);
+        return dlc__err_restore(&es, rc);
+    }
+}
+
+void dlc__scache_close(dlc__scache *c)
+{
+    if (!c)
+        return;
+    pthread_mutex_lock(&c->mu);
+    c->stop = 1;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    for (uint32_t i = 0; i < c->nthreads; i++)
+        pthread_join(c->threads[i], NULL);
+    free(c->threads);
+    for (uint32_t k = 0; c->pin_fd && k < c->x.num_shards; k++)
+        if (c->pin_fd[k] >= 0)
+            close(c->pin_fd[k]);
+    for (uint32_t k = 0; c->paths && k < c->x.num_shards; k++)
+        free(c->paths[k]);
+    for (uint32_t k = 0; c->err_msg && k < c->x.num_shards; k++)
+        free(c->err_msg[k]);
+    free(c->paths);
+    free(c->err_msg);
+    free(c->err_rc);
+    free(c->flags);
+    free(c->seen_tmp);
+    free(c->pins);
+    free(c->pin_fd);
+    free(c->want);
+    dlc__scache_plan_free(&c->plan);
+    dlc__scache_names_free(&c->names);
+    for (size_t i = 0; i < c->nother; i++)
+        dlc__scache_names_free(&c->other[i]);
+    free(c->other);
+    free(c->scan.cands);
+    free(c->scan.folders);
+    dlc__set_index_free(&c->x);
+    if (c->lock_fd >= 0)
+        close(c->lock_fd);
+    if (c->curl_inited)
+        curl_global_cleanup();
+    free(c->set_dir);
+    free(c->lock_path);
+    free(c->dir);
+    free(c->url);
+    free(c->shown);
+    free(c->endpoint);
+    free(c->region);
+    pthread_cond_destroy(&c->cv);
+    pthread_mutex_destroy(&c->log_mu);
+    pthread_mutex_destroy(&c->mu);
+    pthread_mutex_destroy(&c->fs_mu);
+    free(c);
+}

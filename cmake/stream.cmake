@@ -1,0 +1,11 @@
+# The stream part's extra rules. stream_cache_drive (tests/stream/stream_cache_drive.c) walks a
+# schedule through the shard cache and prints its counters, for tests/e2e/stream_cache.sh; a test
+# program, built with the tests into bin/ beside the tools, not installed. The end-to-end test
+# starts s3rver from npm like the warm part's tests and exits 77 (skipped) where it cannot.
+if(TARGET dlc_stream AND DLCACHE_TESTS)
+  add_executable(stream_cache_drive ${PROJECT_SOURCE_DIR}/tests/stream/stream_cache_drive.c)
+  target_link_libraries(stream_cache_drive PRIVATE dlc_stream dlc_test_headers)
+  if(DLCACHE_E2E AND TEST e2e_stream_cache)
+    set_tests_properties(e2e_stream_cache PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
+  endif()
+endif()
