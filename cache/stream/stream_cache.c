@@ -173,6 +173,12 @@ static dlc_status download(dlc__scache *c, uint32_t k, uint64_t after)
     snprintf(shown, sizeof shown, "%s/%s", c->shown, name);
     int fd = -1;
     dlc_status rc = dlc__scache_reserve(c, k, after, tmp, &fd);
+    pthread_mutex_lock(&c->mu);
+    c->reserving--;
+    if (rc == DLC__SC_NO_ROOM && after > 0 && after - 1 < c->blocked_at)
+        c->blocked_at = after - 1;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
     if (rc != DLC_OK)
         return rc;
     uint64_t got = 0;
@@ -209,7 +215,7 @@ static int may_fetch(const dlc__scache *c, uint32_t k)
 
 /* The next shard to download (mu held): one an acquire waits for, else the first along the
  * schedule that is not there. *after is what it may evict (see dlc__scache_pick_victim()). */
-static int pick(const dlc__scache *c, uint32_t *k, uint64_t *after, uint64_t blocked_at)
+static int pick(const dlc__scache *c, uint32_t *k, uint64_t *after)
 {
     for (uint32_t i = 0; i < c->x.num_shards; i++) {
         if (c->want[i] > 0 && may_fetch(c, i)) {
@@ -224,8 +230,11 @@ static int pick(const dlc__scache *c, uint32_t *k, uint64_t *after, uint64_t blo
         /* The entry that is its shard's next use; later ones repeat it. */
         if (p->consumed[i] || p->head[j] != i)
             continue;
-        if (i >= blocked_at)
-            return 0; /* Nothing later may evict more than the download that found no room. */
+        /* Room goes to the shards in the order they are needed: nothing later is reserved
+         * while an earlier one is reserving (it might take the space the earlier one needs)
+         * or found no room. */
+        if (i >= c->blocked_at || c->reserving > 0)
+            return 0;
         if (may_fetch(c, j)) {
             *k = j;
             *after = i + 1;
@@ -254,20 +263,22 @@ static int never_fits(const dlc__scache *c, uint32_t k)
 static void *worker(void *arg)
 {
     dlc__scache *c = arg;
-    uint64_t blocked_gen = UINT64_MAX, blocked_at = UINT64_MAX;
     pthread_mutex_lock(&c->mu);
     while (!c->stop) {
-        if (blocked_gen != c->gen)
-            blocked_at = UINT64_MAX;
+        if (c->blocked_gen != c->gen)
+            c->blocked_at = UINT64_MAX;
         uint32_t k = 0;
         uint64_t after = 0;
-        if (!pick(c, &k, &after, blocked_at)) {
+        if (!pick(c, &k, &after)) {
+            const uint64_t gen = c->gen;
             wait_for(c, IDLE_S);
             /* Time passing is a change too: other processes may have freed space. */
-            blocked_at = UINT64_MAX;
+            if (c->gen == gen)
+                c->blocked_at = UINT64_MAX;
             continue;
         }
         c->flags[k] |= DLC__SC_FETCHING;
+        c->reserving++;
         int blocked = 0;
         pthread_mutex_unlock(&c->mu);
         const dlc_status rc = download(c, k, after);
@@ -288,8 +299,7 @@ static void *worker(void *arg)
                             c->pinned_bytes);
                 record_failure(c, k, DLC_ESTATE);
             } else if (after > 0) {
-                blocked = 1;
-                blocked_at = after - 1;
+                blocked = 1; /* download() set blocked_at. */
             } else {
                 /* Other processes' pins or downloads hold the space: look again soon. */
                 wait_for(c, POLL_S);
@@ -303,7 +313,7 @@ static void *worker(void *arg)
         c->gen++;
         /* Our own change does not unblock us; the next one may. */
         if (blocked)
-            blocked_gen = c->gen;
+            c->blocked_gen = c->gen;
         pthread_cond_broadcast(&c->cv);
     }
     pthread_mutex_unlock(&c->mu);
@@ -565,6 +575,7 @@ dlc_status dlc__scache_open(const dlc__scache_config *cfg, dlc__scache **out)
     if (!c)
         return dlc__errorf(-ENOMEM, "stream cache: out of memory");
     c->lock_fd = -1;
+    c->blocked_at = c->blocked_gen = UINT64_MAX;
     pthread_mutex_init(&c->fs_mu, NULL);
     pthread_mutex_init(&c->mu, NULL);
     pthread_mutex_init(&c->log_mu, NULL);

@@ -55,7 +55,7 @@ typedef struct dlc__scache dlc__scache;
 
 /* How to open it. Strings and options are copied at open (not retained). */
 typedef struct dlc__scache_config {
-    const char *dir; /* The cache directory; made (with its parents' last level) if missing. */
+    const char *dir; /* The cache directory; made, with missing parents, if missing. */
     uint64_t limit;  /* Hard cap in bytes over every file the cache writes in dir, temporary
                         files included; 0: no cap (nothing is ever evicted). */
     const char *url; /* The set: s3://bucket/prefix, gs://bucket/prefix or http(s)://.../prefix,

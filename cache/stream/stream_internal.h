@@ -134,6 +134,9 @@ struct dlc__scache {
     char **err_msg;        /* and its message (malloc'd). */
     uint64_t pinned_bytes; /* Counted bytes of the shards with pin_fd >= 0. */
     uint64_t gen;          /* Bumped on each change: a blocked worker waits for the next. */
+    uint32_t reserving;    /* Workers between picking a shard and having its room (or not). */
+    uint64_t blocked_at;   /* The schedule entry whose download ahead found no room at */
+    uint64_t blocked_gen;  /* this gen: no later entry is picked until something changes. */
     int stop;
     pthread_t *threads;
     uint32_t nthreads;
