@@ -196,8 +196,9 @@ struct dlc_loader {
     size_t arena_labels;  /**< Offsets in the arena of the labels, */
     size_t arena_indices; /**< the record numbers, */
     size_t arena_meta;    /**< and the end of the small arrays (the data of the outputs follow). */
-    struct dlc__devpath *dev; /**< The device path, or NULL (loader/device.c). */
-    char *dev_why;            /**< Why the device path is off although config.device >= 0. */
+    struct dlc__devpath *dev;    /**< The device path, or NULL (loader/device.c). */
+    struct dlc__lstream *stream; /**< Streaming from object storage, or NULL (loader/stream.c). */
+    char *dev_why;               /**< Why the device path is off although config.device >= 0. */
     pthread_mutex_t mu;
     pthread_cond_t cv_io;         /**< The I/O thread waits here for a free slot. */
     pthread_cond_t cv_work;       /**< Workers wait here for a slot to fill. */
@@ -266,6 +267,9 @@ void dlc__io_close(struct dlc_loader *l);
 int dlc__io_resident(const struct dlc_loader *l);
 /** The I/O thread's body. */
 void *dlc__io_main(void *arg);
+/* Whether the slots list the files of their batches (a set of many files, or streamed). */
+#define dlc__io_lists(l) ((l)->nfiles > DLC__SHRINK_ALL_FILES || (l)->stream != NULL)
+
 /* A set of at most this many files has every file checked for shrinking once per batch; a
  * larger one only the files the batch reads (s->files), so the cost stays a few fstat calls
  * per batch however many shards there are. */
@@ -314,6 +318,29 @@ void dlc__dev_stats(const struct dlc_loader *l, dlc_loader_stats *st);
 /** dlc_loader_open() on device operations @p ops (NULL: the plugin). */
 dlc_status dlc__loader_open_with(const char *path, const dlc_loader_config *config,
                                  const struct dlc__devops *ops, struct dlc_loader **out);
+
+/** The first record of each of store @p s's @p n files (a set's shards) and the count after them
+ *  (n + 1 entries, malloc'd), found through the public calls: a binary search each. */
+dlc_status dlc__shard_firsts(const dlc_store *s, uint32_t n, uint64_t **out);
+
+/* stream.c: a store set read from object storage through the shard cache. */
+/** Whether @p path names a set in object storage (s3://, gs://, http(s)://). */
+int dlc__stream_is_url(const char *path);
+/** Open the cache of the set at @p url and the set lazily into l->store (config checked). */
+dlc_status dlc__stream_open(struct dlc_loader *l, const char *url);
+/** After the sampler: can the cache hold what the windows need? DLC_EINVAL with the bytes. */
+dlc_status dlc__stream_check(const struct dlc_loader *l);
+/** A new plan (open, reset; under mu or before the threads): the shards' last batches and the
+ *  cache's schedule. */
+void dlc__stream_plan(struct dlc_loader *l);
+/** The I/O thread, before a batch's lookups: pin and attach the @p nfiles shards it reads. */
+dlc_status dlc__stream_pin(struct dlc_loader *l, const uint32_t *files, uint32_t nfiles);
+/** The I/O thread, under mu: unpin and detach the shards no batch still reads. */
+void dlc__stream_unpin_locked(struct dlc_loader *l);
+/** The streaming counters into @p st (nothing for a local store). */
+void dlc__stream_stats(const struct dlc_loader *l, dlc_loader_stream_stats *st);
+/** Release everything, close the store and the cache (threads stopped). */
+void dlc__stream_close(struct dlc_loader *l);
 
 /* loader.c */
 /** The consumer reached the plan's end: log the replacements of damaged records it had. */

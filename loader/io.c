@@ -109,7 +109,7 @@ static dlc_status open_direct(dlc_loader *l)
  * keep a file from being listed twice. */
 static dlc_status alloc_file_lists(dlc_loader *l)
 {
-    if (l->nfiles <= DLC__SHRINK_ALL_FILES)
+    if (!dlc__io_lists(l))
         return DLC_OK;
     l->stamps = calloc(l->nfiles, sizeof *l->stamps);
     if (!l->stamps)
@@ -129,6 +129,8 @@ dlc_status dlc__io_open(dlc_loader *l)
     l->nfiles = dlc_store_num_files(l->store);
     CHECK(alloc_file_lists(l));
     l->io_mode = c->io;
+    if (l->stream) /* Shards arrive one by one and are read through their maps. */
+        l->io_mode = DLC_IO_MMAP;
     if (l->io_mode == DLC_IO_AUTO) {
         const uint64_t avail = mem_available();
         l->io_mode = avail && l->info->file_bytes > avail ? DLC_IO_DIRECT : DLC_IO_MMAP;
@@ -353,7 +355,7 @@ int dlc__file_shrunk(const dlc_loader *l, uint32_t file, uint64_t *now)
 
 int dlc__store_shrunk(const dlc_loader *l, const dlc__slot *s, uint32_t *file, uint64_t *now)
 {
-    const int all = l->nfiles <= DLC__SHRINK_ALL_FILES;
+    const int all = !dlc__io_lists(l);
     const uint32_t n = all ? l->nfiles : s->nfiles;
     assert(all || (s->files && s->nfiles <= s->count));
     for (uint32_t i = 0; i < n; i++) {
@@ -378,22 +380,30 @@ void dlc__shrunk_msg(const dlc_loader *l, uint32_t file, uint64_t now, uint64_t 
              (unsigned long long)now);
 }
 
-/* Every sample of slot @p s fails with DLC_ECHANGED: file @p file of the store shrank under the
- * loader. */
-static void fail_shrunk(dlc_loader *l, dlc__slot *s, uint32_t file, uint64_t now)
+/* Every sample of slot @p s fails with @p rc, the batch's error saying @p msg. */
+static void fail_batch(dlc_loader *l, dlc__slot *s, dlc_status rc, const char *msg)
 {
     const dlc__shard *sh = &l->shard;
-    assert(s->count >= 1); /* The message names the first record. */
+    assert(s->count >= 1);
     for (uint32_t j = 0; j < s->count; j++) {
         dlc__sample_io *si = &s->io[j];
         si->pos = dlc__shard_pos(sh, s->batch * sh->batch + j);
         si->index = dlc__sampler_at(&l->sampler, si->pos);
         si->span = NULL;
         si->span_len = 0;
-        si->status = DLC_ECHANGED;
+        si->status = rc;
     }
     s->io_err_at = 0;
     s->lookup_by_workers = 0;
+    if (msg != s->io_msg)
+        snprintf(s->io_msg, sizeof s->io_msg, "%s", msg);
+}
+
+/* Every sample of slot @p s fails with DLC_ECHANGED: file @p file of the store shrank under the
+ * loader. */
+static void fail_shrunk(dlc_loader *l, dlc__slot *s, uint32_t file, uint64_t now)
+{
+    fail_batch(l, s, DLC_ECHANGED, "");
     dlc__shrunk_msg(l, file, now, s->io[0].index, s->io_msg, sizeof s->io_msg);
 }
 
@@ -403,7 +413,7 @@ static void list_files(dlc_loader *l, dlc__slot *s)
 {
     const dlc__shard *sh = &l->shard;
     s->nfiles = 0;
-    if (l->nfiles <= DLC__SHRINK_ALL_FILES)
+    if (!dlc__io_lists(l))
         return;
     const uint64_t stamp = ++l->resolves;
     for (uint32_t j = 0; j < s->count; j++) {
@@ -435,6 +445,14 @@ static void resolve(dlc_loader *l, dlc__slot *s, uint32_t slot_index)
      * batch, before it looks up any record of the batch: the batch then fails with
      * DLC_ECHANGED naming the store, the shard and its first record. */
     list_files(l, s);
+    /* Streaming: every shard the batch reads is on disk and attached before any lookup. */
+    if (l->stream) {
+        const dlc_status prc = dlc__stream_pin(l, s->files, s->nfiles);
+        if (prc != DLC_OK) {
+            fail_batch(l, s, prc, dlc_errmsg());
+            return;
+        }
+    }
     uint64_t now;
     uint32_t file;
     if (dlc__store_shrunk(l, s, &file, &now)) {
@@ -488,12 +506,14 @@ void *dlc__io_main(void *arg)
     }
     pthread_cond_broadcast(&l->cv_done);
     for (;;) {
-        while (!l->stop &&
-               (l->paused || l->fill_next >= l->shard.batches ||
-                l->slots[dlc__slot_of(l, l->fill_next)].state != DLC__SLOT_FREE ||
-                /* A worker may still be about to find the slot's claims exhausted; reusing the
-                 * slot before it leaves would hand it a fresh claim of the next batch. */
-                l->slots[dlc__slot_of(l, l->fill_next)].active))
+        /* Streaming: give back the shards no batch reads any more, whenever a slot moves. */
+        while (dlc__stream_unpin_locked(l),
+               !l->stop &&
+                   (l->paused || l->fill_next >= l->shard.batches ||
+                    l->slots[dlc__slot_of(l, l->fill_next)].state != DLC__SLOT_FREE ||
+                    /* A worker may still be about to find the slot's claims exhausted; reusing the
+                     * slot before it leaves would hand it a fresh claim of the next batch. */
+                    l->slots[dlc__slot_of(l, l->fill_next)].active))
             pthread_cond_wait(&l->cv_io, &l->mu);
         if (l->stop)
             break;

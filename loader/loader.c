@@ -37,6 +37,8 @@ void dlc_loader_config_init(dlc_loader_config *c)
     c->device_staging = 2;
     c->max_lent = 1;
     c->window_shards = 4;
+    c->cache_ranks = 1;
+    c->downloads = 2;
 }
 
 /* Every field that can be wrong, named, before anything is allocated. */
@@ -141,25 +143,24 @@ static void stop_threads(dlc_loader *l)
     }
 }
 
-/* The first record of each of the store's @p n files (a set's shards) and the count after them,
- * found through the public calls: a binary search each. */
-static dlc_status shard_firsts(dlc_loader *l, uint32_t n, uint64_t **out)
+dlc_status dlc__shard_firsts(const dlc_store *s, uint32_t n, uint64_t **out)
 {
+    const uint64_t count = dlc_store_get_info(s)->count;
     uint64_t *f = malloc(((size_t)n + 1) * sizeof *f);
     if (!f)
-        return dlc__errorf(-ENOMEM, "%s: out of memory", l->path);
+        return dlc__errorf(-ENOMEM, "%s: out of memory", dlc_store_path(s));
     for (uint32_t k = 0; k < n; k++) {
-        uint64_t lo = 0, hi = l->info->count;
+        uint64_t lo = 0, hi = count;
         while (lo < hi) {
             const uint64_t m = lo + (hi - lo) / 2;
-            if (dlc_store_record_file(l->store, m) < k)
+            if (dlc_store_record_file(s, m) < k)
                 lo = m + 1;
             else
                 hi = m;
         }
         f[k] = lo;
     }
-    f[n] = l->info->count;
+    f[n] = count;
     *out = f;
     return DLC_OK;
 }
@@ -184,7 +185,7 @@ static dlc_status sampler_open(dlc_loader *l)
     }
     if (cfg->sampler == DLC_SAMPLER_SHARD_WINDOWS) {
         const uint32_t n = dlc_store_num_files(l->store);
-        CHECK(shard_firsts(l, n, &firsts));
+        CHECK(dlc__shard_firsts(l->store, n, &firsts));
         l->cfg.streams = cfg->streams ? cfg->streams : cfg->world_size;
         CHECK(
             dlc__sampler_init_windows(&l->sampler, firsts, n, cfg->window_shards, l->cfg.streams));
@@ -304,7 +305,10 @@ dlc_status dlc__loader_open_with(const char *path, const dlc_loader_config *conf
     FAIL_IF(!l, -ENOMEM, "%s: out of memory", path);
     l->cfg = cfg;
     l->paused = 1; /* Until every thread has started. */
-    CHECK(dlc_store_open(path, DLC_STORE_RANDOM, &l->store));
+    if (dlc__stream_is_url(path))
+        CHECK(dlc__stream_open(l, path));
+    else
+        CHECK(dlc_store_open(path, DLC_STORE_RANDOM, &l->store));
     l->info = dlc_store_get_info(l->store);
     l->fields = dlc_store_fields(l->store);
     l->path = dlc_store_path(l->store);
@@ -318,6 +322,7 @@ dlc_status dlc__loader_open_with(const char *path, const dlc_loader_config *conf
     l->cfg.num_fields = l->cfg.num_field_options = l->cfg.num_views = 0;
 
     CHECK(sampler_open(l));
+    CHECK(dlc__stream_check(l));
     CHECK(dlc__dev_open(l));
     CHECK(slots_alloc(l));
     CHECK(dlc__io_open(l));
@@ -327,6 +332,7 @@ dlc_status dlc__loader_open_with(const char *path, const dlc_loader_config *conf
     dlc__sampler_set_epoch(&l->sampler, cfg.seed, cfg.epoch);
     dlc__shard_plan(&l->shard, l->sampler.len, 0, cfg.rank, cfg.world_size, cfg.batch_size,
                     cfg.drop_last);
+    dlc__stream_plan(l);
     CHECK(threads_start(l, &sync_made));
     CHECK(dlc__dev_start(l));
     *out = l;
@@ -386,6 +392,7 @@ void dlc_loader_close(dlc_loader *l)
     free(l->dev_why);
     free(l->weights);
     free(l->out);
+    dlc__stream_close(l); /* Closes a streamed store, after its shards are given back. */
     dlc_store_close(l->store);
     free(l);
 }
@@ -506,6 +513,11 @@ uint64_t dlc_loader_batches_per_epoch(const dlc_loader *l)
     return sh.batches;
 }
 
+const dlc_store *dlc_loader_store(const dlc_loader *l)
+{
+    return l->store;
+}
+
 uint64_t dlc_loader_store_count(const dlc_loader *l)
 {
     return l->info->count;
@@ -611,6 +623,26 @@ dlc_status dlc_loader_state_restore(dlc_loader *l, const void *buf, size_t size)
         return dlc__errorf(DLC_EINVAL, "%s: loader state: position %llu is beyond the epoch",
                            l->path, (unsigned long long)pos);
     dlc__pipeline_reset(l, dlc__ld64(p + 16), dlc__ld64(p + 24), pos);
+    return DLC_OK;
+}
+
+dlc_status dlc_loader_get_stream_stats(const dlc_loader *l, dlc_loader_stream_stats *st)
+{
+    if (!l || !st)
+        return dlc__errorf(DLC_EINVAL,
+                           "loader: dlc_loader_get_stream_stats() needs a loader and stats");
+    if (st->struct_size == 0 || st->struct_size > sizeof *st)
+        return dlc__errorf(
+            DLC_EINVAL,
+            "%s: dlc_loader_get_stream_stats: struct_size is %u bytes, this library's "
+            "is %zu: set it to sizeof(dlc_loader_stream_stats)",
+            l->path, st->struct_size, sizeof *st);
+    dlc_loader_stream_stats all;
+    memset(&all, 0, sizeof all);
+    dlc__stream_stats(l, &all);
+    const uint32_t n = st->struct_size;
+    memcpy((char *)st + sizeof st->struct_size, (const char *)&all + sizeof all.struct_size,
+           n - sizeof st->struct_size);
     return DLC_OK;
 }
 

@@ -88,6 +88,7 @@
 #define DLCACHE_LOADER_H
 
 #include <dlcache/status.h>
+#include <dlcache/warm.h>
 #include <dlcache/store.h>
 
 #ifdef __cplusplus
@@ -246,6 +247,19 @@ typedef struct dlc_loader_config {
     uint32_t streams;           /**< DLC_SAMPLER_SHARD_WINDOWS: streams interleaved, 1..4095;
                                      0 (default) = world_size. Keep it when resuming with
                                      another world size: the order depends on it. */
+    /* Streaming (a store set's URL as the path: s3://, gs://, http(s)://; docs/STREAMING.md). */
+    const char *cache_dir;       /**< The local folder that holds shards while they are read;
+                                      required for a URL; shared by the ranks and jobs of a node.
+                                      Not retained. */
+    uint64_t cache_limit;        /**< The most bytes the cache folder may hold, temporary files
+                                      counted; 0 (default) = no limit. Checked at open against
+                                      what the windows need (the bytes needed are named). */
+    uint32_t cache_ranks;        /**< Processes sharing cache_dir on this node, each needing its
+                                      windows (default 1; Python: LOCAL_WORLD_SIZE). */
+    uint32_t downloads;          /**< Shards this process downloads at once (default 2). */
+    const dlc_warm_options *net; /**< Endpoint, region, retries, timeouts, log of the downloads;
+                                      NULL (default): dlc_warm_options_init()'s, which read the
+                                      environment. Copied at open. */
 } dlc_loader_config;
 
 /** One output of a batch: a field of the store (or one view group of an image field), for every
@@ -304,6 +318,30 @@ typedef struct dlc_loader_stats {
                                      event's completion, as the loader's copy thread saw it. */
 } dlc_loader_stats;
 
+/** What streaming did since open (dlc_loader_get_stream_stats()). */
+typedef struct dlc_loader_stream_stats {
+    uint32_t struct_size;      /**< sizeof(dlc_loader_stream_stats) as the caller's header has it:
+                                    set it before the call; the library fills that many bytes. */
+    double stall_seconds;      /**< Time the loader's I/O thread waited for a shard to arrive. */
+    uint64_t hits;             /**< Shards found in the cache when a batch needed them. */
+    uint64_t misses;           /**< Shards a batch had to wait for. */
+    uint64_t bytes_fetched;    /**< Bytes downloaded (the index, retries counted). */
+    uint64_t requests;         /**< HTTP requests sent. */
+    uint64_t peak_cache_bytes; /**< The most bytes the cache folder held, as this process saw it
+                                    (its reservation counted). */
+    uint64_t evictions;        /**< Shards this process removed to make room. */
+    uint64_t downloads;        /**< Shards this process downloaded. */
+} dlc_loader_stream_stats;
+
+/**
+ * @brief What streaming did since open: zeros for a local store.
+ * @param[in] l The loader.
+ * @param[in,out] st Its struct_size set by the caller; filled up to it.
+ * @return DLC_OK; DLC_EINVAL (NULL, or a struct_size of 0 or larger than the library's).
+ * Thread safety: any thread.
+ */
+DLC_API dlc_status dlc_loader_get_stream_stats(const dlc_loader *l, dlc_loader_stream_stats *st);
+
 /** Bytes of a serialized loader state (see dlc_loader_state_save()). */
 #define DLC_LOADER_STATE_SIZE 64u
 
@@ -354,6 +392,64 @@ DLC_API uint64_t dlc_loader_batches_per_epoch(const dlc_loader *l);
  *  @param[in] l The loader (not NULL).
  *  @return The store's record count; cannot fail. */
 DLC_API uint64_t dlc_loader_store_count(const dlc_loader *l);
+
+/** @brief The loader's store: its schema, labels and metadata. A streamed set's is opened from
+ *  its index: its records are read through the loader only, and dlc_store_verify() refuses it.
+ *  @param[in] l The loader (not NULL).
+ *  @return Owned by the loader, valid until dlc_loader_close(); cannot fail. */
+DLC_API const dlc_store *dlc_loader_store(const dlc_loader *l);
+
+/**
+ * @brief Open the store a loader of @p path would read, for its schema, labels and metadata:
+ *        dlc_store_open() of a local store or set; for a streamed set's URL, the set opened
+ *        from its index, fetched into config.cache_dir (no shard is downloaded; its records are
+ *        read through a loader only).
+ * @param[in] path A store, a set's directory, or a set's URL.
+ * @param[in] config Its cache_dir and net are used for a URL; NULL for a local path.
+ * @param[out] out Close with dlc_store_close().
+ * @return DLC_OK; the errors of dlc_store_open(); DLC_EINVAL (a URL without cache_dir, a bad
+ *         struct_size); DLC_EHTTP, DLC_ENETWORK, DLC_ECORRUPT (fetching the index).
+ * Thread safety: any thread; shares nothing.
+ */
+DLC_API dlc_status dlc_loader_open_store(const char *path, const dlc_loader_config *config,
+                                         dlc_store **out);
+
+/** What a run of DLC_SAMPLER_SHARD_WINDOWS would need and do (dlc_loader_plan()). */
+typedef struct dlc_loader_plan_info {
+    uint32_t struct_size;         /**< Set by the caller: sizeof(dlc_loader_plan_info). */
+    uint32_t shards;              /**< The store's files: a set's shards, or 1. */
+    uint32_t streams;             /**< Streams in effect (at most the shards with records). */
+    uint32_t nodes;               /**< world_size / cache_ranks, rounded up. */
+    uint64_t set_bytes;           /**< The shards' bytes. */
+    uint64_t largest_shard_bytes; /**< The largest shard. */
+    uint64_t epoch_samples;       /**< Positions of epoch 0 (records, and the padding). */
+    uint64_t samples_per_rank;    /**< Rank 0's samples in epoch 0; every rank has as many. */
+    uint64_t batches_per_rank;    /**< And its batches. */
+    uint64_t cache_needed_bytes;  /**< The smallest cache_limit that config would be opened
+                                       with (as dlc_loader_open() checks it). */
+    uint64_t egress_bytes;        /**< Bytes downloaded in epoch 0 by all nodes together, each
+                                       node once per shard its ranks read (a cache that holds a
+                                       shard for its whole window). */
+    double batch_same_shard;      /**< The chance that two samples of one batch of rank 0 come
+                                       from the same shard (on label-ordered data with a label
+                                       per shard: that they share a label). */
+    double neighbour_same_shard;  /**< The same for neighbouring samples. */
+} dlc_loader_plan_info;
+
+/**
+ * @brief Plan a shard-window run without reading a record: epoch 0 of @p config (its sampler
+ *        taken as DLC_SAMPLER_SHARD_WINDOWS) over the store or set at @p path, or over a
+ *        streamed set whose URL is @p path (only its index is fetched, into config.cache_dir).
+ * @param[in] path A store, a set's directory, or a set's URL.
+ * @param[in] config As for dlc_loader_open(); cache_limit is not checked (the answer says what
+ *        it must be).
+ * @param[in,out] out struct_size set by the caller; filled up to it.
+ * @return DLC_OK; DLC_EINVAL (a bad config, a struct_size of 0 or too large); the errors of
+ *         dlc_store_open() and of fetching a streamed set's index. dlc_errmsg() says why.
+ * Thread safety: any thread; shares nothing.
+ */
+DLC_API dlc_status dlc_loader_plan(const char *path, const dlc_loader_config *config,
+                                   dlc_loader_plan_info *out);
 
 /**
  * @brief Start epoch @p epoch from its beginning (also to repeat an epoch).

@@ -1,0 +1,405 @@
+/* Streaming: a store set read from object storage through the bounded shard cache
+ * (cache/stream/stream_cache.h, docs/STREAMING.md). The store is the set opened lazily from its
+ * index (cache/store/store_set.h); this file holds the loader's side of the cache:
+ *   - at each plan (open, set_epoch, restore) it walks this rank's share of the epoch once,
+ *     and tells the cache the shards in the order of their first use (the schedule it downloads
+ *     ahead along and evicts by) and keeps, per shard, the last batch that reads it;
+ *   - the I/O thread, before it looks up a batch's records, pins every shard the batch reads
+ *     (waiting for its download when it is not there yet) and attaches it to the store;
+ *   - once no batch still reads a shard (every batch that reads it is READY: its outputs are in
+ *     its slot), the I/O thread detaches and unpins it, and the cache may evict it.
+ * The order is the sampler's: nothing here changes which record a batch holds, only when its
+ * shards arrive. The I/O thread owns `held`; the plan's tables are written under mu while the
+ * I/O thread is outside a slot (a reset waits for that) and read by it under mu. */
+#include "internal.h"
+#include "store_set.h"
+#include "stream_cache.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct dlc__lstream {
+    dlc__scache *cache;
+    uint32_t nshards;
+    uint8_t *held;     /* The I/O thread's: attached and pinned. */
+    uint32_t *held_at; /* The held shards, nheld of them (the I/O thread's). */
+    uint32_t nheld;
+    uint64_t *last_use; /* Per shard: 1 + the last batch of the plan that reads it; 0: none. */
+    uint32_t *sched;    /* The plan's shards in the order of their first use. */
+    uint8_t *seen;      /* Scratch of the plan walk. */
+    int limit_refused;  /* The cache refused config.cache_limit at open; the check says why. */
+} dlc__lstream;
+
+int dlc__stream_is_url(const char *path)
+{
+    return strncmp(path, "s3://", 5) == 0 || strncmp(path, "gs://", 5) == 0 ||
+           strncmp(path, "http://", 7) == 0 || strncmp(path, "https://", 8) == 0;
+}
+
+dlc_status dlc__stream_open(dlc_loader *l, const char *url)
+{
+    dlc_status rc = DLC_OK;
+    const dlc_loader_config *c = &l->cfg;
+    FAIL_IF(!c->cache_dir || !*c->cache_dir, DLC_EINVAL,
+            "%s: streaming from object storage needs config.cache_dir, the local folder that "
+            "holds the shards while they are read",
+            url);
+    FAIL_IF(c->sampler != DLC_SAMPLER_SHARD_WINDOWS, DLC_EINVAL,
+            "%s: a streamed set is read in shard windows: config.sampler must be "
+            "DLC_SAMPLER_SHARD_WINDOWS (another order would need every shard at once)",
+            url);
+    FAIL_IF(c->io == DLC_IO_DIRECT, DLC_EINVAL,
+            "%s: a streamed set is read through its shards' maps: config.io must be auto or mmap",
+            url);
+    dlc__lstream *st = calloc(1, sizeof *st);
+    FAIL_IF(!st, -ENOMEM, "%s: out of memory", url);
+    l->stream = st;
+    dlc__scache_config sc = {
+        .dir = c->cache_dir,
+        .limit = c->cache_limit,
+        .url = url,
+        .net = c->net,
+        .downloads = c->downloads,
+    };
+    rc = dlc__scache_open(&sc, &st->cache);
+    if (rc == DLC_EINVAL && sc.limit) {
+        /* Too small even for the index and one shard: open it uncapped only to read the index
+         * (nothing is scheduled before the check), so that the check names the bytes the
+         * windows need, the number a user can act on. */
+        dlc__errsave es;
+        dlc__err_save(&es);
+        sc.limit = 0;
+        if (dlc__scache_open(&sc, &st->cache) != DLC_OK)
+            CHECK(dlc__err_restore(&es, rc));
+        st->limit_refused = 1;
+        rc = DLC_OK;
+    }
+    CHECK(rc);
+    CHECK(dlc__set_open_lazy(dlc__scache_set_dir(st->cache), &l->store));
+    const uint32_t n = dlc_store_num_files(l->store);
+    st->nshards = n;
+    st->held = calloc(n, 1);
+    st->seen = calloc(n, 1);
+    st->held_at = calloc(n, sizeof *st->held_at);
+    st->last_use = calloc(n, sizeof *st->last_use);
+    st->sched = calloc(n, sizeof *st->sched);
+    FAIL_IF(!st->held || !st->seen || !st->held_at || !st->last_use || !st->sched, -ENOMEM,
+            "%s: out of memory for %u shards", url, n);
+    return DLC_OK;
+fail:
+    return rc;
+}
+
+dlc_status dlc__stream_check(const dlc_loader *l)
+{
+    const dlc__lstream *st = l->stream;
+    const dlc_loader_config *c = &l->cfg;
+    if (!st || !c->cache_limit)
+        return DLC_OK;
+    /* A rank reads ceil(streams / world) streams; at a window's end the last batches of one
+     * window and the first of the next are in flight together, so two windows per stream are
+     * pinned at once, and each process sharing the folder needs as much. */
+    const uint32_t streams = dlc__swin_streams(l->sampler.swin);
+    const uint32_t per_rank = (streams + c->world_size - 1) / c->world_size;
+    const uint32_t ranks = c->cache_ranks ? c->cache_ranks : 1;
+    const uint32_t pinned = 2 * c->window_shards * per_rank * ranks;
+    const uint32_t ahead = (c->downloads ? c->downloads : 2) * ranks;
+    const uint64_t need = dlc__scache_needed(dlc__scache_index(st->cache), pinned, ahead);
+    if (c->cache_limit < need || st->limit_refused)
+        return dlc__errorf(DLC_EINVAL,
+                           "%s: config.cache_limit = %llu bytes is too small: %llu bytes are "
+                           "needed for 2 windows of %u shards on each of the %u streams this "
+                           "rank reads, for %u processes sharing %s, and %u downloads ahead "
+                           "(the largest shards counted); raise cache_limit or lower "
+                           "window_shards",
+                           l->path, (unsigned long long)c->cache_limit, (unsigned long long)need,
+                           c->window_shards, per_rank, ranks, c->cache_dir, ahead / ranks);
+    return DLC_OK;
+}
+
+void dlc__stream_plan(dlc_loader *l)
+{
+    dlc__lstream *st = l->stream;
+    if (!st)
+        return;
+    const dlc__shard *sh = &l->shard;
+    memset(st->last_use, 0, st->nshards * sizeof *st->last_use);
+    memset(st->seen, 0, st->nshards);
+    uint32_t n = 0;
+    for (uint64_t j = 0; j < sh->per_rank; j++) {
+        const uint64_t rec = dlc__sampler_at(&l->sampler, dlc__shard_pos(sh, j));
+        const uint32_t k = dlc__swin_shard_of(l->sampler.swin, rec);
+        st->last_use[k] = j / sh->batch + 1;
+        if (!st->seen[k]) {
+            st->seen[k] = 1;
+            st->sched[n++] = k;
+        }
+    }
+    /* The shards still held from before stay pinned until the I/O thread finds them unused;
+     * the cache downloads along the new plan meanwhile. */
+    if (dlc__scache_schedule(st->cache, st->sched, n) != DLC_OK)
+        dlc__logf(l->cfg.log, l->cfg.log_user, DLC_LOG_WARN, "%s: streaming schedule: %s", l->path,
+                  dlc_errmsg());
+}
+
+dlc_status dlc__stream_pin(dlc_loader *l, const uint32_t *files, uint32_t nfiles)
+{
+    dlc__lstream *st = l->stream;
+    for (uint32_t i = 0; i < nfiles; i++) {
+        const uint32_t k = files[i];
+        if (st->held[k])
+            continue;
+        const char *path = NULL;
+        dlc_status rc = dlc__scache_acquire(st->cache, k, &path);
+        if (rc != DLC_OK)
+            return rc;
+        rc = dlc__set_attach(l->store, k, path);
+        if (rc != DLC_OK) {
+            dlc__errsave es;
+            dlc__err_save(&es);
+            dlc__scache_release(st->cache, k);
+            return dlc__err_restore(&es, rc);
+        }
+        st->held[k] = 1;
+        st->held_at[st->nheld++] = k;
+    }
+    return DLC_OK;
+}
+
+/* The oldest batch of the plan that still reads records: one the I/O thread or the workers are
+ * inside, else the next the I/O thread takes. A batch once READY reads nothing more: its outputs
+ * are in its slot, so the shards it came from may go even while the consumer holds it. */
+static uint64_t oldest_reading(const dlc_loader *l)
+{
+    uint64_t oldest = l->fill_next;
+    for (uint32_t i = 0; i < l->nslots; i++) {
+        const dlc__slot *s = &l->slots[i];
+        if ((s->state == DLC__SLOT_IO || s->state == DLC__SLOT_FILL || s->active) &&
+            s->batch < oldest)
+            oldest = s->batch;
+    }
+    return oldest;
+}
+
+void dlc__stream_unpin_locked(dlc_loader *l)
+{
+    dlc__lstream *st = l->stream;
+    if (!st || !st->nheld)
+        return;
+    const uint64_t oldest = oldest_reading(l);
+    for (uint32_t i = 0; i < st->nheld;) {
+        const uint32_t k = st->held_at[i];
+        if (st->last_use[k] > oldest) { /* A batch in use or to come reads it. */
+            i++;
+            continue;
+        }
+        dlc__set_detach(l->store, k);
+        dlc__scache_release(st->cache, k);
+        st->held[k] = 0;
+        st->held_at[i] = st->held_at[--st->nheld];
+    }
+}
+
+void dlc__stream_stats(const dlc_loader *l, dlc_loader_stream_stats *out)
+{
+    const dlc__lstream *st = l->stream;
+    if (!st)
+        return;
+    dlc__scache_stats s;
+    dlc__scache_stats_get(st->cache, &s);
+    out->stall_seconds = s.stall_s;
+    out->hits = s.hits;
+    out->misses = s.misses;
+    out->bytes_fetched = s.bytes_fetched;
+    out->requests = s.requests;
+    out->peak_cache_bytes = s.peak_bytes;
+    out->evictions = s.evictions;
+    out->downloads = s.downloads;
+}
+
+void dlc__stream_close(dlc_loader *l)
+{
+    dlc__lstream *st = l->stream;
+    if (!st)
+        return;
+    for (uint32_t i = 0; i < st->nheld; i++) {
+        if (l->store)
+            dlc__set_detach(l->store, st->held_at[i]);
+        dlc__scache_release(st->cache, st->held_at[i]);
+    }
+    /* The store's shards are detached: the cache may go first. */
+    dlc_store_close(l->store);
+    l->store = NULL;
+    dlc__scache_close(st->cache);
+    free(st->held), free(st->held_at), free(st->last_use), free(st->sched), free(st->seen);
+    free(st);
+    l->stream = NULL;
+}
+
+/* ---- dlc_loader_open_store(), dlc_loader_plan() -----------------------------------------------
+ */
+
+/* The store at @p path for planning: a local store or set, or a streamed set opened from its
+ * index (fetched into c->cache_dir; no shard is downloaded). */
+static dlc_status plan_open(const char *path, const dlc_loader_config *c, dlc_store **out)
+{
+    if (!dlc__stream_is_url(path))
+        return dlc_store_open(path, 0, out);
+    if (!c->cache_dir || !*c->cache_dir)
+        return dlc__errorf(DLC_EINVAL,
+                           "%s: planning a streamed set needs config.cache_dir, where "
+                           "its index is fetched",
+                           path);
+    const dlc__scache_config sc = {.dir = c->cache_dir, .url = path, .net = c->net};
+    dlc__scache *cache = NULL;
+    dlc_status rc = dlc__scache_open(&sc, &cache);
+    if (rc == DLC_OK)
+        rc = dlc__set_open_lazy(dlc__scache_set_dir(cache), out);
+    dlc__errsave es;
+    dlc__err_save(&es);
+    dlc__scache_close(cache); /* The lazy store keeps nothing of it. */
+    return dlc__err_restore(&es, rc);
+}
+
+/* The shards' bytes, and the bytes the cache needs for @p pinned pinned and @p ahead downloading
+ * shards, from the set's index (a single store: one shard, the file). */
+static dlc_status plan_bytes(const dlc_store *s, uint64_t *bytes, uint32_t pinned, uint32_t ahead,
+                             uint64_t *need)
+{
+    const uint32_t n = dlc_store_num_files(s);
+    if (!s->set_index) {
+        bytes[0] = dlc_store_file_bytes(s, 0);
+        *need = (bytes[0] + 4095) / 4096 * 4096;
+        return DLC_OK;
+    }
+    dlc__set_index x = {0};
+    const dlc_status rc = dlc__set_index_decode(s->set_index, s->set_index_len, s->path, &x);
+    if (rc == DLC_OK) {
+        for (uint32_t k = 0; k < n; k++)
+            bytes[k] = x.shards[k].file_bytes;
+        *need = dlc__scache_needed(&x, pinned, ahead);
+    }
+    dlc__set_index_free(&x);
+    return rc;
+}
+
+dlc_status dlc_loader_open_store(const char *path, const dlc_loader_config *config, dlc_store **out)
+{
+    if (!path || !out)
+        return dlc__errorf(DLC_EINVAL, "dlc_loader_open_store: NULL argument");
+    *out = NULL;
+    dlc_loader_config c;
+    dlc_loader_config_init(&c);
+    if (config) {
+        const dlc_status rc =
+            dlc__options_take(&c, sizeof c, config, "dlc_loader_config", "dlc_loader_config_init");
+        if (rc != DLC_OK)
+            return rc;
+    }
+    return plan_open(path, &c, out);
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    const uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+dlc_status dlc_loader_plan(const char *path, const dlc_loader_config *config,
+                           dlc_loader_plan_info *out)
+{
+    dlc_status rc = DLC_OK;
+    dlc_store *s = NULL;
+    uint64_t *firsts = NULL, *bytes = NULL;
+    uint8_t *seen = NULL;
+    uint32_t *ks = NULL;
+    dlc__sampler smp;
+    memset(&smp, 0, sizeof smp);
+    FAIL_IF(!path || !config || !out, DLC_EINVAL, "dlc_loader_plan: NULL argument");
+    FAIL_IF(out->struct_size == 0 || out->struct_size > sizeof *out, DLC_EINVAL,
+            "%s: dlc_loader_plan: struct_size is %u bytes, this library's is %zu: set it to "
+            "sizeof(dlc_loader_plan_info)",
+            path, out->struct_size, sizeof *out);
+    dlc_loader_config c;
+    dlc_loader_config_init(&c);
+    CHECK(dlc__options_take(&c, sizeof c, config, "dlc_loader_config", "dlc_loader_config_init"));
+    FAIL_IF(c.world_size == 0 || c.batch_size == 0 || c.rank >= c.world_size, DLC_EINVAL,
+            "%s: config: batch_size %u, rank %u of world_size %u", path, c.batch_size, c.rank,
+            c.world_size);
+    CHECK(plan_open(path, &c, &s));
+    const uint32_t n = dlc_store_num_files(s);
+    CHECK(dlc__shard_firsts(s, n, &firsts));
+    const uint32_t streams = c.streams ? c.streams : c.world_size;
+    CHECK(dlc__sampler_init_windows(&smp, firsts, n, c.window_shards, streams));
+    dlc__sampler_set_epoch(&smp, c.seed, c.epoch);
+
+    const uint32_t eff = dlc__swin_streams(smp.swin);
+    const uint32_t ranks = c.cache_ranks ? c.cache_ranks : 1;
+    const uint32_t nodes = (c.world_size + ranks - 1) / ranks;
+    const uint32_t per_rank = (eff + c.world_size - 1) / c.world_size;
+    const uint32_t downloads = c.downloads ? c.downloads : 2;
+    dlc_loader_plan_info p;
+    memset(&p, 0, sizeof p);
+    bytes = calloc(n, sizeof *bytes);
+    seen = calloc((size_t)nodes * n, 1);
+    ks = malloc((size_t)c.batch_size * sizeof *ks);
+    FAIL_IF(!bytes || !seen || !ks, -ENOMEM, "%s: out of memory", path);
+    CHECK(plan_bytes(s, bytes, 2 * c.window_shards * per_rank * ranks, downloads * ranks,
+                     &p.cache_needed_bytes));
+    for (uint32_t k = 0; k < n; k++) {
+        p.set_bytes += bytes[k];
+        if (bytes[k] > p.largest_shard_bytes)
+            p.largest_shard_bytes = bytes[k];
+    }
+    p.shards = n, p.streams = eff, p.nodes = nodes, p.epoch_samples = smp.len;
+    /* Every rank's share: what each node downloads, and rank 0's batches for the quality. */
+    uint64_t same_pairs = 0, pairs = 0, same_next = 0, nexts = 0;
+    for (uint32_t r = 0; r < c.world_size; r++) {
+        dlc__shard sh;
+        dlc__shard_plan(&sh, smp.len, 0, r, c.world_size, c.batch_size, c.drop_last);
+        uint8_t *mine = seen + (size_t)(r / ranks) * n;
+        if (r == 0)
+            p.samples_per_rank = sh.per_rank, p.batches_per_rank = sh.batches;
+        for (uint64_t j = 0, in = 0; j < sh.per_rank; j++) {
+            const uint32_t k =
+                dlc__swin_shard_of(smp.swin, dlc__sampler_at(&smp, dlc__shard_pos(&sh, j)));
+            if (!mine[k]) {
+                mine[k] = 1;
+                p.egress_bytes += bytes[k];
+            }
+            if (r != 0)
+                continue;
+            if (j > 0 && j % sh.batch != 0)
+                same_next += k == ks[in - 1], nexts++;
+            ks[in++] = k;
+            if (in == sh.batch || j + 1 == sh.per_rank) {
+                /* Pairs within the batch that share a shard: runs of equal shards once sorted. */
+                qsort(ks, in, sizeof *ks, cmp_u32);
+                for (uint64_t a = 0, b; a < in; a = b) {
+                    for (b = a + 1; b < in && ks[b] == ks[a]; b++)
+                        ;
+                    same_pairs += (b - a) * (b - a - 1) / 2;
+                }
+                pairs += in * (in - 1) / 2;
+                in = 0;
+            }
+        }
+    }
+    p.batch_same_shard = pairs ? (double)same_pairs / (double)pairs : 0;
+    p.neighbour_same_shard = nexts ? (double)same_next / (double)nexts : 0;
+    p.struct_size = out->struct_size;
+    memcpy(out, &p, out->struct_size);
+fail:
+    dlc__sampler_free(&smp);
+    free(firsts), free(bytes), free(seen), free(ks);
+    if (s) {
+        dlc__errsave es;
+        dlc__err_save(&es);
+        dlc_store_close(s);
+        dlc__err_restore(&es, rc);
+    }
+    return rc;
+}

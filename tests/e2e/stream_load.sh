@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# The loader streaming a store set from a real S3 server (s3rver on loopback), through
+# `cachebench load s3://... --cache-dir DIR --cache-limit SIZE`:
+#   1. the batches are those of the same set read locally in shard windows, byte for byte, with
+#      the cache at 100 %, about 50 % and at the smallest limit the loader accepts, and with 1
+#      and 2 threads: the cache never changes a batch;
+#   2. peak_cache_bytes never exceeds the limit, and the cache folder's files never do either
+#      (polled while the smallest-cache run reads two epochs);
+#   3. a limit below what the windows need fails at open with the bytes needed;
+#   4. two ranks of a world of 2 (2 streams) download disjoint shards: together about one copy
+#      of the set per epoch, not two;
+#   5. a second run on a warm cache downloads nothing and gives the same batches.
+set -euo pipefail
+source "$DLC_SRC/tests/lib/warm.sh"
+bench=$DLC_BIN/cachebench
+[ -x "$bench" ] && [ -x "$DLC_BIN/mkdemo" ] && [ -x "$DLC_BIN/cachebuild" ] ||
+    skip "cachebench, mkdemo and cachebuild are needed"
+
+warm_start_s3rver
+src=$warm_tmp/src
+mkdir -p "$src"
+"$DLC_BIN/mkdemo" "$src/demo" --count 300 --seed 7 >/dev/null 2>&1 || fail "mkdemo failed"
+"$DLC_BIN/cachebuild" "$src/demo/train" -o "$src/set" --shards 30 --size 96 \
+    >/dev/null 2>"$src/build.log" || fail "cachebuild failed: $(tail -3 "$src/build.log")"
+set_bytes=0
+for f in "$src"/set/part-*.dlc; do set_bytes=$((set_bytes + $(stat -c %s "$f"))); done
+"$DLC_BIN/cachewarm" push "$src/set" s3://b/sets/s --endpoint "$S3_URL" -q 2>"$warm_tmp/push.err" ||
+    fail "push: $(cat "$warm_tmp/push.err")"
+url=s3://b/sets/s
+out=$warm_tmp/out
+mkdir -p "$out"
+note "set: 30 shards, $set_bytes bytes"
+
+common=(--batch 16 --crop 64 --sampler windows --window-shards 2 --streams 2 --epochs 2 --json)
+# load NAME ARGS...: cachebench load with the common options, its JSON in $out/NAME.json.
+load() {
+    local name=$1
+    shift
+    "$bench" load "$@" "${common[@]}" >"$out/$name.json" 2>"$out/$name.err" ||
+        fail "$name: $(tail -3 "$out/$name.err")"
+}
+used() {
+    { find "$1" -type f -printf '%b\n' 2>/dev/null || true; } | awk '{s += $1 * 512} END {print s + 0}'
+}
+stream_get() { "$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["stream"][sys.argv[2]])' "$@"; }
+
+load local "$src/set" --threads 2
+want=$(json_get "$out/local.json" digest)
+[ -n "$want" ] && [ "$want" != None ] || fail "no digest from the local run"
+note "local set, shard windows: digest $want"
+
+note "1, 2. the same batches at every cache limit and thread count; the cap holds"
+need=$("$bench" load "$url" --cache-dir "$warm_tmp/probe" --endpoint "$S3_URL" \
+    --cache-limit 4096 "${common[@]}" 2>&1 >/dev/null | sed -n 's/.* = 4096 bytes is too small: \([0-9]*\) bytes are needed.*/\1/p' || true)
+[ -n "$need" ] || fail "a 4 KiB cache was not refused with the bytes needed"
+note "3. a 4 KiB cache is refused at open: $need bytes are needed"
+for limit in 0 $((set_bytes / 2)) "$need"; do
+    for threads in 1 2; do
+        cache=$warm_tmp/cache-$limit-$threads
+        name=stream-$limit-$threads
+        "$bench" load "$url" --cache-dir "$cache" --cache-limit "$limit" --endpoint "$S3_URL" \
+            --threads "$threads" "${common[@]}" >"$out/$name.json" 2>"$out/$name.err" &
+        pid=$!
+        max=0
+        while kill -0 "$pid" 2>/dev/null; do
+            u=$(used "$cache")
+            [ "$limit" = 0 ] || [ "$u" -le "$limit" ] ||
+                fail "$name: the cache folder holds $u bytes, over its limit of $limit"
+            [ "$u" -le "$max" ] || max=$u
+            sleep 0.02
+        done
+        wait "$pid" || fail "$name: $(tail -3 "$out/$name.err")"
+        got=$(json_get "$out/$name.json" digest)
+        [ "$got" = "$want" ] || fail "$name: digest $got, the local set's is $want"
+        peak=$(stream_get "$out/$name.json" peak_cache_bytes)
+        [ "$limit" = 0 ] || [ "$peak" -le "$limit" ] || fail "$name: peak $peak over $limit"
+        note "limit $limit, $threads threads: digest equal; peak $peak, polled $max," \
+            "$(stream_get "$out/$name.json" bytes_fetched) bytes fetched," \
+            "$(stream_get "$out/$name.json" evictions) evictions"
+    done
+done
+
+note "4. two ranks of two streams download disjoint shards"
+total=0
+for rank in 0 1; do
+    name=rank$rank
+    "$bench" load "$url" --cache-dir "$warm_tmp/rank$rank" --endpoint "$S3_URL" \
+        --world-size 2 --rank $rank --batch 16 --crop 64 --sampler windows --window-shards 2 \
+        --streams 2 --epochs 1 --json >"$out/$name.json" 2>"$out/$name.err" ||
+        fail "$name: $(tail -3 "$out/$name.err")"
+    total=$((total + $(stream_get "$out/$name.json" bytes_fetched)))
+done
+# Each rank fetched the index and its half; one copy of the set and two indexes, with slack
+# for the probes' bytes.
+[ "$total" -lt $((set_bytes * 13 / 10)) ] ||
+    fail "the two ranks fetched $total bytes, more than 1.3 x the set's $set_bytes"
+note "ranks 0 and 1 fetched $total bytes together for a set of $set_bytes"
+
+note "5. a warm cache downloads nothing"
+load warm "$url" --cache-dir "$warm_tmp/cache-0-1" --endpoint "$S3_URL" --threads 2
+[ "$(json_get "$out/warm.json" digest)" = "$want" ] || fail "warm: another digest"
+[ "$(stream_get "$out/warm.json" downloads)" = 0 ] || fail "warm: shards downloaded again"
+note "ok"
