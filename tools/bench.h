@@ -141,7 +141,10 @@ typedef struct bench_load_opts {
     uint64_t digest_epochs;                  /**< Hash this many whole epochs. */
     uint64_t digest_batches;                 /**< Hash this many batches. */
     const char *field_names[DLC_MAX_FIELDS]; /**< --fields, split; cfg.fields points here. */
-    char fields_buf[1024];                   /**< The --fields text the names point into. */
+    int streamed;          /**< STORE is a set's URL: read through the shard cache. */
+    int sampler_set;       /**< --sampler was given. */
+    dlc_warm_options net;  /**< --endpoint, --region: the downloads' (cfg.net points here). */
+    char fields_buf[1024]; /**< The --fields text the names point into. */
 } bench_load_opts;
 
 /* Parse `cachebench load` arguments. Returns 0, 1 when --help was printed, or -1 after printing
@@ -158,8 +161,9 @@ typedef struct bench_loader_result {
     uint64_t rss_open, anon_open; /**< Just before dlc_loader_open. */
     uint64_t rss_first_batch, anon_first_batch, rss_end, anon_end;
     dlc_loader_stats stats;
-    dlc_loader_stats stats_warm; /**< After the warm-up batch: the window's counters are the
-                                      difference. */
+    dlc_loader_stats stats_warm;    /**< After the warm-up batch: the window's counters are the
+                                         difference. */
+    dlc_loader_stream_stats stream; /**< Streaming's counters over the loader's life. */
 } bench_loader_result;
 
 /* The untimed digest pass. */

@@ -148,6 +148,8 @@ static int measure_loader(const bench_load_opts *o, const bench_consumer *c,
     }
     bench_memory_now(&res->rss_end, &res->anon_end);
     dlc_loader_get_stats(l, &res->stats);
+    res->stream.struct_size = sizeof res->stream;
+    dlc_loader_get_stream_stats(l, &res->stream);
     dlc_loader_close(l);
     if (res->batches == 0) {
         fprintf(stderr,
@@ -249,7 +251,7 @@ static int check_crop(bench_load_opts *o, const bench_load_run *run, const dlc_s
  * status says. */
 static int prepare_store(bench_load_opts *o, bench_load_run *run, dlc_store **out)
 {
-    const dlc_status rc = dlc_store_open(o->store, 0, out);
+    const dlc_status rc = dlc_loader_open_store(o->store, &o->cfg, out);
     if (rc != DLC_OK) {
         tool_report(TOOL, rc, "opening the store");
         return 1;

@@ -126,6 +126,20 @@ static int parse_config_option(const char *a, const char *v, dlc_loader_config *
     }
     if (!strcmp(a, "--flip"))
         return parse_float(v, 0.0f, 1.0f, &cfg->flip_prob);
+    if (!strcmp(a, "--window-shards"))
+        return parse_u32(v, 4095, &cfg->window_shards) || cfg->window_shards == 0;
+    if (!strcmp(a, "--streams"))
+        return parse_u32(v, 4095, &cfg->streams);
+    if (!strcmp(a, "--cache-dir")) {
+        cfg->cache_dir = v;
+        return 0;
+    }
+    if (!strcmp(a, "--cache-limit"))
+        return tool_parse_size(v, &cfg->cache_limit) != 0;
+    if (!strcmp(a, "--cache-ranks"))
+        return parse_u32(v, 1u << 16, &cfg->cache_ranks) || cfg->cache_ranks == 0;
+    if (!strcmp(a, "--downloads"))
+        return parse_u32(v, 64, &cfg->downloads) || cfg->downloads == 0;
     return -1;
 }
 
@@ -146,6 +160,25 @@ static int parse_run_option(const char *a, const char *v, bench_load_opts *o, di
     }
     if (!strcmp(a, "--fields"))
         return bench_fields_parse(v, o) != 0;
+    if (!strcmp(a, "--sampler")) {
+        static const char *const names[] = {"sequential", "shuffle", "windows", NULL};
+        static const uint32_t of[] = {DLC_SAMPLER_SEQUENTIAL, DLC_SAMPLER_SHUFFLE,
+                                      DLC_SAMPLER_SHARD_WINDOWS};
+        const int k = pick(v, names);
+        if (k >= 0)
+            o->cfg.sampler = of[k], o->sampler_set = 1;
+        return k < 0;
+    }
+    if (!strcmp(a, "--endpoint")) {
+        o->net.endpoint = v;
+        o->cfg.net = &o->net;
+        return 0;
+    }
+    if (!strcmp(a, "--region")) {
+        o->net.region = v;
+        o->cfg.net = &o->net;
+        return 0;
+    }
     return -1;
 }
 
@@ -167,6 +200,22 @@ static int resolve(bench_load_opts *o, const digest_request *d)
     if (d->digest == 0 && d->digest_batches) {
         fprintf(stderr, TOOL ": error: load: give --digest-batches or --no-digest, not both\n");
         return -1;
+    }
+    o->streamed = !strncmp(o->store, "s3://", 5) || !strncmp(o->store, "gs://", 5) ||
+                  !strncmp(o->store, "http://", 7) || !strncmp(o->store, "https://", 8);
+    if (o->streamed) {
+        if (!o->cfg.cache_dir) {
+            fprintf(stderr,
+                    TOOL ": error: load: %s is streamed: give --cache-dir DIR (and "
+                         "--cache-limit SIZE)\n",
+                    o->store);
+            return -1;
+        }
+        /* A streamed set is read in shard windows unless told otherwise (and the loader
+         * refuses another order, saying why). */
+        if (!o->sampler_set)
+            o->cfg.sampler = DLC_SAMPLER_SHARD_WINDOWS;
+        o->prewarm = 0; /* Nothing is local to read ahead of the run. */
     }
     if (o->cfg.rank >= o->cfg.world_size) {
         fprintf(stderr, TOOL ": error: load: --rank %u is not below --world-size %u\n", o->cfg.rank,
@@ -214,6 +263,7 @@ static void set_defaults(bench_load_opts *o)
     o->cfg.log = log_to_stderr;
     o->seconds = BENCH_DEFAULT_SECONDS;
     o->prewarm = 1;
+    dlc_warm_options_init(&o->net);
 }
 
 int bench_load_parse(int argc, char **argv, bench_load_opts *o)

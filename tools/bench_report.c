@@ -67,6 +67,13 @@ static void json_config(tool_json *j, const bench_load_run *r)
     tool_json_u64(j, "epoch", o->cfg.epoch);
     tool_json_u64(j, "rank", o->cfg.rank);
     tool_json_u64(j, "world_size", o->cfg.world_size);
+    static const char *const samplers[] = {"sequential", "shuffle", "weighted", "quasi_random",
+                                           "windows"};
+    tool_json_str(j, "sampler", o->cfg.sampler < 5 ? samplers[o->cfg.sampler] : "?");
+    if (o->cfg.sampler == DLC_SAMPLER_SHARD_WINDOWS) {
+        tool_json_u64(j, "window_shards", o->cfg.window_shards);
+        tool_json_u64(j, "streams", o->cfg.streams ? o->cfg.streams : o->cfg.world_size);
+    }
     tool_json_i64(j, "device", o->cfg.device);
     if (o->epochs)
         tool_json_u64(j, "epochs", o->epochs);
@@ -99,6 +106,29 @@ static void json_window(tool_json *j, const bench_loader_result *lr)
                   (int64_t)lr->rss_first_batch - (int64_t)lr->rss_open);
     tool_json_i64(j, "loader_anon_end_bytes", (int64_t)lr->anon_end - (int64_t)lr->anon_open);
     tool_json_i64(j, "loader_rss_end_bytes", (int64_t)lr->rss_end - (int64_t)lr->rss_open);
+}
+
+/* Streaming's counters over the timed loader's life (open, warm-up and window): null for a local
+ * store. */
+static void json_stream(tool_json *j, const bench_load_run *r)
+{
+    const dlc_loader_stream_stats *s = &r->lr.stream;
+    if (!r->o->streamed) {
+        tool_json_str(j, "stream", NULL);
+        return;
+    }
+    tool_json_object_begin(j, "stream");
+    tool_json_str(j, "cache_dir", r->o->cfg.cache_dir);
+    tool_json_u64(j, "cache_limit", r->o->cfg.cache_limit);
+    tool_json_f64(j, "stall_s", s->stall_seconds);
+    tool_json_u64(j, "bytes_fetched", s->bytes_fetched);
+    tool_json_u64(j, "requests", s->requests);
+    tool_json_u64(j, "peak_cache_bytes", s->peak_cache_bytes);
+    tool_json_u64(j, "cache_hits", s->hits);
+    tool_json_u64(j, "cache_misses", s->misses);
+    tool_json_u64(j, "evictions", s->evictions);
+    tool_json_u64(j, "downloads", s->downloads);
+    tool_json_object_end(j);
 }
 
 /* The untimed digest pass: null fields when none was asked for. */
@@ -168,6 +198,7 @@ static void print_json(const bench_load_run *r, const figures *f)
     json_digest(&j, &r->digest);
     json_config(&j, r);
     json_window(&j, &r->lr);
+    json_stream(&j, r);
     json_references(&j, r, f);
     json_store(&j, r);
     tool_json_object_end(&j);
@@ -208,6 +239,14 @@ static void print_text(const bench_load_run *r, const figures *f)
                f->sps / f->jpeg_sps);
     printf("open:    %.3f s; first batch %.3f s after open began\n", lr->open_seconds,
            lr->first_batch_seconds);
+    if (o->streamed)
+        printf("stream:  %.2f s stalled for shards, %llu bytes in %llu requests, %llu hits and "
+               "%llu misses, %llu evictions, peak cache %llu bytes of %llu\n",
+               lr->stream.stall_seconds, (unsigned long long)lr->stream.bytes_fetched,
+               (unsigned long long)lr->stream.requests, (unsigned long long)lr->stream.hits,
+               (unsigned long long)lr->stream.misses, (unsigned long long)lr->stream.evictions,
+               (unsigned long long)lr->stream.peak_cache_bytes,
+               (unsigned long long)o->cfg.cache_limit);
     if (r->digest.done)
         printf("digest:  %016llx over %llu batches (%llu samples), hashed untimed after the run\n",
                (unsigned long long)r->digest.value, (unsigned long long)r->digest.batches,
