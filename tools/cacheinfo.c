@@ -2,6 +2,7 @@
  * cacheinfo: what a store holds, how it was built, whether it is intact.
  *
  *   cacheinfo STORE [--json] [--verify] [--dump I [--field NAME] -o FILE]
+ *   cacheinfo STORE|URL --plan [options] [--json]   (info_plan.c)
  *
  * Prints the record count, shape, encoding, labels with their record counts,
  * the size on disk, the schema (each field with its payload bytes), how the
@@ -39,6 +40,8 @@ static void usage(FILE *f)
           "                     number as text\n"
           "  --field NAME       the field --dump writes (default: the first image)\n"
           "  -o, --output FILE  where --dump writes\n"
+          "  --plan             plan a shard-window or streamed run instead (STORE may be\n"
+          "                     a set's URL): cacheinfo --plan --help\n"
           "  -h, --help         this text\n",
           f);
 }
@@ -489,6 +492,9 @@ static void print_text(const info_report *r)
 
 int main(int argc, char **argv)
 {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--plan"))
+            return info_plan_main(argc, argv);
     info_args a = {.path = NULL};
     int status = parse_args(argc, argv, &a);
     if (status >= 0)

@@ -24,6 +24,9 @@ typedef struct info_sizes {
  * read (no payload is). */
 void info_field_sizes(const dlc_store *s, info_sizes *sz);
 
+/* cacheinfo STORE|URL --plan ... (info_plan.c): the whole command; returns its exit status. */
+int info_plan_main(int argc, char **argv);
+
 /* "image", "ndarray", "int", "float", "bytes". */
 const char *info_kind_name(uint32_t kind);
 /* "raw", "jpeg", "png". */

@@ -1,0 +1,200 @@
+/* cacheinfo --plan: what a shard-window run of a set would need and do, from its index alone
+ * (dlc_loader_plan()): the cache it needs, the bytes all nodes download in an epoch, and the
+ * shuffle's quality. A set's URL is planned without downloading a shard. */
+#include "info.h"
+
+#include <dlcache/loader.h>
+#include <dlcache/warm.h>
+
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+static void plan_usage(FILE *f)
+{
+    fputs("usage: " TOOL " STORE|URL --plan [options] [--json]\n"
+          "\n"
+          "Plan reading a store set in shard windows (the order a streamed set is read in),\n"
+          "without reading a record: the cache it needs, the bytes downloaded per epoch by\n"
+          "all nodes together, and the shuffle's quality. A URL (s3://, gs://, https://) is\n"
+          "planned from its index alone, fetched into --cache-dir.\n"
+          "\n"
+          "options:\n"
+          "  --batch B            samples per batch (default 256)\n"
+          "  --window-shards W    shards shuffled together (default 4)\n"
+          "  --streams V          streams interleaved (default: the world size)\n"
+          "  --world-size N       ranks (default 1)\n"
+          "  --cache-ranks R      ranks per node, sharing its cache (default 1)\n"
+          "  --downloads D        shards each rank downloads at once (default 2)\n"
+          "  --cache-limit SIZE   say whether a cache of SIZE bytes (50G, 500M) is enough\n"
+          "  --seed S --epoch E   the order's seed and epoch (default 0, 0)\n"
+          "  --cache-dir DIR      where a URL's index is fetched (required for a URL)\n"
+          "  --endpoint URL --region R  the S3 or GCS endpoint and region of a URL\n"
+          "  --json               one JSON object on stdout\n",
+          f);
+}
+
+int info_plan_main(int argc, char **argv)
+{
+    enum {
+        O_PLAN = 256,
+        O_JSON,
+        O_BATCH,
+        O_WINDOW,
+        O_STREAMS,
+        O_WORLD,
+        O_RANKS,
+        O_DOWNLOADS,
+        O_LIMIT,
+        O_SEED,
+        O_EPOCH,
+        O_CACHE_DIR,
+        O_ENDPOINT,
+        O_REGION,
+    };
+    static const struct option longopts[] = {
+        {"plan", no_argument, NULL, O_PLAN},
+        {"json", no_argument, NULL, O_JSON},
+        {"batch", required_argument, NULL, O_BATCH},
+        {"window-shards", required_argument, NULL, O_WINDOW},
+        {"streams", required_argument, NULL, O_STREAMS},
+        {"world-size", required_argument, NULL, O_WORLD},
+        {"cache-ranks", required_argument, NULL, O_RANKS},
+        {"downloads", required_argument, NULL, O_DOWNLOADS},
+        {"cache-limit", required_argument, NULL, O_LIMIT},
+        {"seed", required_argument, NULL, O_SEED},
+        {"epoch", required_argument, NULL, O_EPOCH},
+        {"cache-dir", required_argument, NULL, O_CACHE_DIR},
+        {"endpoint", required_argument, NULL, O_ENDPOINT},
+        {"region", required_argument, NULL, O_REGION},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    dlc_loader_config cfg;
+    dlc_loader_config_init(&cfg);
+    cfg.sampler = DLC_SAMPLER_SHARD_WINDOWS;
+    dlc_warm_options net;
+    dlc_warm_options_init(&net);
+    int json = 0;
+    uint64_t limit = 0, v = 0;
+    int c;
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        const int u32 = c >= O_BATCH && c <= O_DOWNLOADS;
+        if (u32 && (tool_parse_u64(optarg, 1u << 24, &v) != 0 || (v == 0 && c != O_STREAMS)))
+            return tool_usage_error(TOOL, NULL, "%s wants a positive number, not '%s'",
+                                    argv[optind - 2], optarg);
+        switch (c) {
+        case O_PLAN:
+            break;
+        case O_JSON:
+            json = 1;
+            break;
+        case O_BATCH:
+            cfg.batch_size = (uint32_t)v;
+            break;
+        case O_WINDOW:
+            cfg.window_shards = (uint32_t)v;
+            break;
+        case O_STREAMS:
+            cfg.streams = (uint32_t)v;
+            break;
+        case O_WORLD:
+            cfg.world_size = (uint32_t)v;
+            break;
+        case O_RANKS:
+            cfg.cache_ranks = (uint32_t)v;
+            break;
+        case O_DOWNLOADS:
+            cfg.downloads = (uint32_t)v;
+            break;
+        case O_LIMIT:
+            if (tool_parse_size(optarg, &limit) != 0)
+                return tool_usage_error(TOOL, NULL, "--cache-limit wants a size, not '%s'", optarg);
+            break;
+        case O_SEED:
+        case O_EPOCH:
+            if (tool_parse_u64(optarg, UINT64_MAX / 2, c == O_SEED ? &cfg.seed : &cfg.epoch))
+                return tool_usage_error(TOOL, NULL, "%s wants a number, not '%s'", argv[optind - 2],
+                                        optarg);
+            break;
+        case O_CACHE_DIR:
+            cfg.cache_dir = optarg;
+            break;
+        case O_ENDPOINT:
+            net.endpoint = optarg, cfg.net = &net;
+            break;
+        case O_REGION:
+            net.region = optarg, cfg.net = &net;
+            break;
+        case 'h':
+            plan_usage(stdout);
+            return 0;
+        default:
+            return tool_usage_error(TOOL, plan_usage, "unknown option or missing value: %s",
+                                    argv[optind - 1]);
+        }
+    }
+    if (optind + 1 != argc)
+        return tool_usage_error(TOOL, plan_usage, "exactly one STORE or URL is needed");
+    const char *path = argv[optind];
+    dlc_loader_plan_info p = {.struct_size = sizeof p};
+    const dlc_status rc = dlc_loader_plan(path, &cfg, &p);
+    if (rc != DLC_OK) {
+        tool_report(TOOL, rc, "cannot plan");
+        return 2;
+    }
+    const int fits = !limit || limit >= p.cache_needed_bytes;
+    if (json) {
+        tool_json j;
+        tool_json_init(&j, stdout);
+        tool_json_object_begin(&j, NULL);
+        tool_json_str(&j, "path", path);
+        tool_json_u64(&j, "shards", p.shards);
+        tool_json_u64(&j, "set_bytes", p.set_bytes);
+        tool_json_u64(&j, "largest_shard_bytes", p.largest_shard_bytes);
+        tool_json_u64(&j, "batch", cfg.batch_size);
+        tool_json_u64(&j, "window_shards", cfg.window_shards);
+        tool_json_u64(&j, "streams", p.streams);
+        tool_json_u64(&j, "world_size", cfg.world_size);
+        tool_json_u64(&j, "nodes", p.nodes);
+        tool_json_u64(&j, "epoch_samples", p.epoch_samples);
+        tool_json_u64(&j, "samples_per_rank", p.samples_per_rank);
+        tool_json_u64(&j, "batches_per_rank", p.batches_per_rank);
+        tool_json_u64(&j, "cache_needed_bytes", p.cache_needed_bytes);
+        tool_json_u64(&j, "egress_bytes_per_epoch", p.egress_bytes);
+        tool_json_f64(&j, "egress_copies_per_epoch",
+                      p.set_bytes ? (double)p.egress_bytes / (double)p.set_bytes : 0);
+        tool_json_f64(&j, "batch_same_shard", p.batch_same_shard);
+        tool_json_f64(&j, "neighbour_same_shard", p.neighbour_same_shard);
+        if (limit) {
+            tool_json_u64(&j, "cache_limit", limit);
+            tool_json_bool(&j, "cache_limit_fits", fits);
+        }
+        tool_json_object_end(&j);
+        tool_json_finish(&j);
+    } else {
+        char a[32], b[32], e[32];
+        printf("%s: %u shards, %s (largest %s)\n", path, p.shards,
+               tool_human_bytes(p.set_bytes, a, sizeof a),
+               tool_human_bytes(p.largest_shard_bytes, b, sizeof b));
+        printf("order:   windows of %u shards, %u streams, world size %u on %u nodes, batch %u\n",
+               cfg.window_shards, p.streams, cfg.world_size, p.nodes, cfg.batch_size);
+        printf("epoch:   %llu positions, %llu samples and %llu batches per rank\n",
+               (unsigned long long)p.epoch_samples, (unsigned long long)p.samples_per_rank,
+               (unsigned long long)p.batches_per_rank);
+        printf("cache:   %s needed per node (%llu bytes)%s%s\n",
+               tool_human_bytes(p.cache_needed_bytes, a, sizeof a),
+               (unsigned long long)p.cache_needed_bytes,
+               limit ? (fits ? "; --cache-limit " : "; too small: --cache-limit ") : "",
+               limit ? tool_human_bytes(limit, b, sizeof b) : "");
+        printf("egress:  %s per epoch for all nodes, %.2f copies of the set\n",
+               tool_human_bytes(p.egress_bytes, e, sizeof e),
+               p.set_bytes ? (double)p.egress_bytes / (double)p.set_bytes : 0);
+        printf("shuffle: two samples of a batch share a shard with chance %.4f; neighbours "
+               "%.4f\n",
+               p.batch_same_shard, p.neighbour_same_shard);
+    }
+    return fits ? 0 : 1;
+}
