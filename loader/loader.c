@@ -322,9 +322,9 @@ dlc_status dlc__loader_open_with(const char *path, const dlc_loader_config *conf
     l->cfg.num_fields = l->cfg.num_field_options = l->cfg.num_views = 0;
 
     CHECK(sampler_open(l));
-    CHECK(dlc__stream_check(l));
     CHECK(dlc__dev_open(l));
     CHECK(slots_alloc(l));
+    CHECK(dlc__stream_check(l)); /* The slots in flight bound the shards pinned. */
     CHECK(dlc__io_open(l));
     l->resident = dlc__io_resident(l);
 

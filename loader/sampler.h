@@ -44,6 +44,16 @@ uint64_t dlc__swin_len(const dlc__swin *w);
 uint32_t dlc__swin_streams(const dlc__swin *w);
 /** Record at position @p pos < dlc__swin_len(). */
 uint64_t dlc__swin_at(const dlc__swin *w, uint64_t pos);
+/** The fewest records of a shard that has any. */
+uint64_t dlc__swin_min_count(const dlc__swin *w);
+/**
+ * The most shards a rank can hold pinned at once while streaming: @p slots batches of @p batch
+ * samples in flight, spread over @p per_rank streams, each run of a stream's samples touching
+ * every shard of each window it enters (a window's records are fully permuted), plus the
+ * window the next batch enters.
+ */
+uint32_t dlc__swin_pinned_bound(const dlc__swin *w, uint32_t slots, uint32_t batch,
+                                uint32_t per_rank);
 /** The shard holding record @p record < count. */
 uint32_t dlc__swin_shard_of(const dlc__swin *w, uint64_t record);
 

@@ -209,6 +209,30 @@ uint64_t dlc__swin_at(const dlc__swin *w, uint64_t pos)
     return w->firsts[w->order[lo]] + (k - w->cum[lo]);
 }
 
+uint64_t dlc__swin_min_count(const dlc__swin *w)
+{
+    uint64_t least = UINT64_MAX;
+    for (uint32_t i = 0; i < w->nfull; i++)
+        if (shard_count(w, w->full[i]) < least)
+            least = shard_count(w, w->full[i]);
+    return least;
+}
+
+uint32_t dlc__swin_pinned_bound(const dlc__swin *w, uint32_t slots, uint32_t batch,
+                                uint32_t per_rank)
+{
+    /* A stream's samples in flight; the windows a run of them can enter (one more for the
+     * staggered first window, shorter than the rest, one for the next batch's); each window
+     * pins all its shards. */
+    const uint64_t run = ((uint64_t)slots * batch + per_rank - 1) / per_rank + 1;
+    const uint64_t window = (uint64_t)w->window * dlc__swin_min_count(w);
+    const uint64_t windows = (run + window - 1) / window + 2;
+    uint64_t shards = windows * w->window * per_rank;
+    if (shards > w->nfull)
+        shards = w->nfull;
+    return (uint32_t)shards;
+}
+
 uint32_t dlc__swin_shard_of(const dlc__swin *w, uint64_t record)
 {
     uint32_t lo = 0, hi = w->nshards - 1;

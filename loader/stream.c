@@ -99,24 +99,27 @@ dlc_status dlc__stream_check(const dlc_loader *l)
     const dlc_loader_config *c = &l->cfg;
     if (!st || !c->cache_limit)
         return DLC_OK;
-    /* A rank reads ceil(streams / world) streams; at a window's end the last batches of one
-     * window and the first of the next are in flight together, so two windows per stream are
-     * pinned at once, and each process sharing the folder needs as much. */
+    /* A rank reads ceil(streams / world) streams; its batches in flight pin every shard of the
+     * windows they touch (dlc__swin_pinned_bound()), and each process sharing the folder needs
+     * as much. */
     const uint32_t streams = dlc__swin_streams(l->sampler.swin);
     const uint32_t per_rank = (streams + c->world_size - 1) / c->world_size;
     const uint32_t ranks = c->cache_ranks ? c->cache_ranks : 1;
-    const uint32_t pinned = 2 * c->window_shards * per_rank * ranks;
+    const uint32_t pinned =
+        dlc__swin_pinned_bound(l->sampler.swin, l->nslots, c->batch_size, per_rank) * ranks;
     const uint32_t ahead = (c->downloads ? c->downloads : 2) * ranks;
     const uint64_t need = dlc__scache_needed(dlc__scache_index(st->cache), pinned, ahead);
     if (c->cache_limit < need || st->limit_refused)
         return dlc__errorf(DLC_EINVAL,
                            "%s: config.cache_limit = %llu bytes is too small: %llu bytes are "
-                           "needed for 2 windows of %u shards on each of the %u streams this "
-                           "rank reads, for %u processes sharing %s, and %u downloads ahead "
-                           "(the largest shards counted); raise cache_limit or lower "
-                           "window_shards",
+                           "needed for the %u shards the batches in flight can pin (windows of "
+                           "%u shards on each of the %u streams this rank reads, %u batches of "
+                           "%u), for %u processes sharing %s, and %u downloads ahead (the "
+                           "largest shards counted); raise cache_limit, or lower window_shards, "
+                           "prefetch or batch_size",
                            l->path, (unsigned long long)c->cache_limit, (unsigned long long)need,
-                           c->window_shards, per_rank, ranks, c->cache_dir, ahead / ranks);
+                           pinned / ranks, c->window_shards, per_rank, l->nslots, c->batch_size,
+                           ranks, c->cache_dir, ahead / ranks);
     return DLC_OK;
 }
 
@@ -347,8 +350,9 @@ dlc_status dlc_loader_plan(const char *path, const dlc_loader_config *config,
     seen = calloc((size_t)nodes * n, 1);
     ks = malloc((size_t)c.batch_size * sizeof *ks);
     FAIL_IF(!bytes || !seen || !ks, -ENOMEM, "%s: out of memory", path);
-    CHECK(plan_bytes(s, bytes, 2 * c.window_shards * per_rank * ranks, downloads * ranks,
-                     &p.cache_needed_bytes));
+    const uint32_t pinned =
+        dlc__swin_pinned_bound(smp.swin, c.prefetch, c.batch_size, per_rank) * ranks;
+    CHECK(plan_bytes(s, bytes, pinned, downloads * ranks, &p.cache_needed_bytes));
     for (uint32_t k = 0; k < n; k++) {
         p.set_bytes += bytes[k];
         if (bytes[k] > p.largest_shard_bytes)

@@ -2,8 +2,8 @@
 # The loader streaming a store set from a real S3 server (s3rver on loopback), through
 # `cachebench load s3://... --cache-dir DIR --cache-limit SIZE`:
 #   1. the batches are those of the same set read locally in shard windows, byte for byte, with
-#      the cache at 100 %, about 50 % and at the smallest limit the loader accepts, and with 1
-#      and 2 threads: the cache never changes a batch;
+#      no cache limit, a limit between the smallest the loader accepts and the set's size, and
+#      that smallest limit, with 1 and 2 threads: the cache never changes a batch;
 #   2. peak_cache_bytes never exceeds the limit, and the cache folder's files never do either
 #      (polled while the smallest-cache run reads two epochs);
 #   3. a limit below what the windows need fails at open with the bytes needed;
@@ -54,7 +54,11 @@ need=$("$bench" load "$url" --cache-dir "$warm_tmp/probe" --endpoint "$S3_URL" \
     --cache-limit 4096 "${common[@]}" 2>&1 >/dev/null | sed -n 's/.* = 4096 bytes is too small: \([0-9]*\) bytes are needed.*/\1/p' || true)
 [ -n "$need" ] || fail "a 4 KiB cache was not refused with the bytes needed"
 note "3. a 4 KiB cache is refused at open: $need bytes are needed"
-for limit in 0 $((set_bytes / 2)) "$need"; do
+plan=$("$DLC_BIN/cacheinfo" "$url" --plan --json --cache-dir "$warm_tmp/plan" --endpoint "$S3_URL" \
+    --batch 16 --window-shards 2 --streams 2 | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["cache_needed_bytes"])')
+[ "$plan" = "$need" ] || fail "cacheinfo --plan says $plan bytes are needed, the loader $need"
+[ "$(ls "$warm_tmp/plan"/*/ | grep -c '^part-')" = 0 ] || fail "--plan downloaded shards"
+for limit in 0 $(((need + set_bytes) / 2)) "$need"; do
     for threads in 1 2; do
         cache=$warm_tmp/cache-$limit-$threads
         name=stream-$limit-$threads
