@@ -25,6 +25,7 @@ static void plan_usage(FILE *f)
           "  --streams V          streams interleaved (default: the world size)\n"
           "  --world-size N       ranks (default 1)\n"
           "  --cache-ranks R      ranks per node, sharing its cache (default 1)\n"
+          "  --prefetch P         batches in flight (default 4): they bound the shards pinned\n"
           "  --downloads D        shards each rank downloads at once (default 2)\n"
           "  --cache-limit SIZE   say whether a cache of SIZE bytes (50G, 500M) is enough\n"
           "  --seed S --epoch E   the order's seed and epoch (default 0, 0)\n"
@@ -44,6 +45,7 @@ int info_plan_main(int argc, char **argv)
         O_STREAMS,
         O_WORLD,
         O_RANKS,
+        O_PREFETCH,
         O_DOWNLOADS,
         O_LIMIT,
         O_SEED,
@@ -60,6 +62,7 @@ int info_plan_main(int argc, char **argv)
         {"streams", required_argument, NULL, O_STREAMS},
         {"world-size", required_argument, NULL, O_WORLD},
         {"cache-ranks", required_argument, NULL, O_RANKS},
+        {"prefetch", required_argument, NULL, O_PREFETCH},
         {"downloads", required_argument, NULL, O_DOWNLOADS},
         {"cache-limit", required_argument, NULL, O_LIMIT},
         {"seed", required_argument, NULL, O_SEED},
@@ -105,6 +108,9 @@ int info_plan_main(int argc, char **argv)
             break;
         case O_RANKS:
             cfg.cache_ranks = (uint32_t)v;
+            break;
+        case O_PREFETCH:
+            cfg.prefetch = (uint32_t)v;
             break;
         case O_DOWNLOADS:
             cfg.downloads = (uint32_t)v;
