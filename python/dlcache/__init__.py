@@ -9,7 +9,11 @@ A thin ctypes binding over libdlcache (no compiled extension):
 * ``dlcache.info(path, verify=False)`` describes (and checks) a store;
 * ``dlcache.Loader(path, batch_size, ...)`` iterates shuffled, augmented,
   collated batches of a store as torch tensors, zero-copy, with
-  ``state_dict()``/``load_state_dict()`` and DistributedSampler sharding.
+  ``state_dict()``/``load_state_dict()`` and DistributedSampler sharding;
+  the path may be a store set's s3://, gs:// or https:// URL, streamed
+  through a bounded local cache (``cache_dir``, ``cache_limit``);
+* ``dlcache.plan(path_or_url, batch_size, ...)`` says what such a run
+  needs (cache bytes, egress, shuffle quality) without downloading shards.
 
 Errors of the C library arrive as ``dlcache.DlcacheError`` subclasses that
 carry the status code and the library's message (file, record, reason).
@@ -28,6 +32,7 @@ from .errors import (  # noqa: F401
     FileNotFound, PermissionDenied,  # the old names of the two above
 )
 from .store import BuildReport, Store, StoreInfo, build, info, join  # noqa: F401
+from ._stream import plan  # noqa: F401
 
 __version__ = "0.1.0"
 
@@ -56,7 +61,7 @@ def version():
 
 
 __all__ = [
-    "Loader", "build", "join", "write", "WriteReport", "info", "Store", "version", "library_path",
+    "Loader", "plan", "build", "join", "write", "WriteReport", "info", "Store", "version", "library_path",
     "BuildReport", "StoreInfo",
     "DlcacheError", "InvalidArgumentError", "CorruptError", "VersionError", "NotFoundError",
     "DecodeError", "NoImagesError", "ExistsError", "HTTPError", "NetworkError", "ChangedError",

@@ -254,6 +254,40 @@ class SetJoinReport(ctypes.Structure):
     ]
 
 
+# ---------------------------------------------------------------- warm.h
+class WarmProgress(ctypes.Structure):
+    """dlc_warm_progress."""
+    _fields_ = [
+        ("total", ctypes.c_uint64),
+        ("done", ctypes.c_uint64),
+        ("downloaded", ctypes.c_uint64),
+        ("seconds", ctypes.c_double),
+        ("verifying", ctypes.c_int),
+    ]
+
+
+WARM_PROGRESS_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(WarmProgress))
+
+
+class WarmOptions(ctypes.Structure):
+    """dlc_warm_options: the network part of a download (LoaderConfig.net for streaming)."""
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("connections", ctypes.c_uint32),
+        ("chunk_size", ctypes.c_uint64),
+        ("endpoint", ctypes.c_char_p),
+        ("region", ctypes.c_char_p),
+        ("flags", ctypes.c_uint32),
+        ("max_retries", ctypes.c_uint32),
+        ("timeout_s", ctypes.c_double),
+        ("connect_timeout_s", ctypes.c_double),
+        ("progress", WARM_PROGRESS_FN),
+        ("progress_user", ctypes.c_void_p),
+        ("log", LOG_FN),
+        ("log_user", ctypes.c_void_p),
+    ]
+
+
 # ---------------------------------------------------------------- loader.h
 class FieldOption(ctypes.Structure):
     """dlc_field_option: how one field of the store goes into a batch."""
@@ -318,6 +352,15 @@ class LoaderConfig(ctypes.Structure):
         ("device_layout", ctypes.c_uint32),
         ("device_staging", ctypes.c_uint32),
         ("max_lent", ctypes.c_uint32),
+        # DLC_SAMPLER_SHARD_WINDOWS.
+        ("window_shards", ctypes.c_uint32),
+        ("streams", ctypes.c_uint32),
+        # Streaming a store set from its URL.
+        ("cache_dir", ctypes.c_char_p),
+        ("cache_limit", ctypes.c_uint64),
+        ("cache_ranks", ctypes.c_uint32),
+        ("downloads", ctypes.c_uint32),
+        ("net", ctypes.POINTER(WarmOptions)),
     ]
 
 
@@ -409,6 +452,42 @@ class DeviceBatch(ctypes.Structure):
     ]
 
 
+class LoaderStreamStats(ctypes.Structure):
+    """dlc_loader_stream_stats: what streaming did since open; struct_size is set by the
+    caller (the library fills that many bytes)."""
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("stall_seconds", ctypes.c_double),
+        ("hits", ctypes.c_uint64),
+        ("misses", ctypes.c_uint64),
+        ("bytes_fetched", ctypes.c_uint64),
+        ("requests", ctypes.c_uint64),
+        ("peak_cache_bytes", ctypes.c_uint64),
+        ("evictions", ctypes.c_uint64),
+        ("downloads", ctypes.c_uint64),
+    ]
+
+
+class LoaderPlanInfo(ctypes.Structure):
+    """dlc_loader_plan_info: what a shard-window run would need and do; struct_size is set by
+    the caller."""
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("shards", ctypes.c_uint32),
+        ("streams", ctypes.c_uint32),
+        ("nodes", ctypes.c_uint32),
+        ("set_bytes", ctypes.c_uint64),
+        ("largest_shard_bytes", ctypes.c_uint64),
+        ("epoch_samples", ctypes.c_uint64),
+        ("samples_per_rank", ctypes.c_uint64),
+        ("batches_per_rank", ctypes.c_uint64),
+        ("cache_needed_bytes", ctypes.c_uint64),
+        ("egress_bytes", ctypes.c_uint64),
+        ("batch_same_shard", ctypes.c_double),
+        ("neighbour_same_shard", ctypes.c_double),
+    ]
+
+
 class DeviceDst(ctypes.Structure):
     """dlc_device_dst: where dlc_loader_device_emit() writes one output (device memory)."""
     _fields_ = [
@@ -424,7 +503,7 @@ DLC_END = 1
 LOADER_STATE_SIZE = 64
 ENCODING_RAW, ENCODING_JPEG, ENCODING_PNG = 0, 1, 2
 STORE_RANDOM, STORE_SEQUENTIAL = 0, 1
-SAMPLER_SEQUENTIAL, SAMPLER_SHUFFLE = 0, 1
+SAMPLER_SEQUENTIAL, SAMPLER_SHUFFLE, SAMPLER_SHARD_WINDOWS = 0, 1, 4
 AUGMENT_CENTER_CROP, AUGMENT_RANDOM_CROP, AUGMENT_RANDOM_RESIZED_CROP = 0, 1, 2
 DTYPE_UINT8, DTYPE_FLOAT32, DTYPE_FLOAT16 = 0, 1, 2
 DTYPE_INT8, DTYPE_UINT16, DTYPE_INT16, DTYPE_INT32, DTYPE_INT64, DTYPE_FLOAT64 = 3, 4, 5, 6, 7, 8
@@ -509,6 +588,8 @@ _PROTOTYPES = {
                              ctypes.POINTER(ctypes.POINTER(BuildReport))]),
     "dlc_build_report_free": (None, [ctypes.POINTER(BuildReport)]),
     "dlc_set_join": (c_status, [ctypes.c_char_p, ctypes.POINTER(SetJoinReport)]),
+    # warm.h
+    "dlc_warm_options_init": (None, [ctypes.POINTER(WarmOptions)]),
     # loader.h
     "dlc_loader_config_init": (None, [ctypes.POINTER(LoaderConfig)]),
     "dlc_loader_open": (c_status, [ctypes.c_char_p, ctypes.POINTER(LoaderConfig),
@@ -521,6 +602,12 @@ _PROTOTYPES = {
     "dlc_loader_state_save": (c_status, [_P, ctypes.c_char_p]),
     "dlc_loader_state_restore": (c_status, [_P, ctypes.c_char_p, ctypes.c_size_t]),
     "dlc_loader_get_stats": (None, [_P, ctypes.POINTER(LoaderStats)]),
+    "dlc_loader_get_stream_stats": (c_status, [_P, ctypes.POINTER(LoaderStreamStats)]),
+    "dlc_loader_store": (_P, [_P]),
+    "dlc_loader_open_store": (c_status, [ctypes.c_char_p, ctypes.POINTER(LoaderConfig),
+                                         ctypes.POINTER(_P)]),
+    "dlc_loader_plan": (c_status, [ctypes.c_char_p, ctypes.POINTER(LoaderConfig),
+                                   ctypes.POINTER(LoaderPlanInfo)]),
     "dlc_loader_close": (None, [_P]),
     # loader.h: the device path
     "dlc_loader_device": (ctypes.c_int, [_P, ctypes.POINTER(ctypes.c_char_p)]),

@@ -12,6 +12,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union  
 import torch
 
 from . import _device
+from . import _stream
 from . import _lib as L
 from ._lib import lib
 from .errors import check, error_for
@@ -42,6 +43,13 @@ _VARIABLE = {"pad": L.VARIABLE_PAD, "offsets": L.VARIABLE_OFFSETS, "pad_to": L.V
 _VERIFY = {"off": L.VERIFY_OFF, "first": L.VERIFY_FIRST, "always": L.VERIFY_ALWAYS,
            False: L.VERIFY_OFF, True: L.VERIFY_FIRST}
 _CORRUPT = {"replace": L.CORRUPT_REPLACE, "fail": L.CORRUPT_FAIL, "raise": L.CORRUPT_FAIL}
+_SAMPLERS = {"shuffle": L.SAMPLER_SHUFFLE, "sequential": L.SAMPLER_SEQUENTIAL,
+             "windows": L.SAMPLER_SHARD_WINDOWS}
+# Loader.stream_stats() keys: dlc_loader_stream_stats fields.
+_STREAM_STATS = (("stall_s", "stall_seconds"), ("hits", "hits"), ("misses", "misses"),
+                 ("bytes_fetched", "bytes_fetched"), ("requests", "requests"),
+                 ("peak_cache_bytes", "peak_cache_bytes"), ("evictions", "evictions"),
+                 ("downloads", "downloads"))
 
 # Where the stream stands, as far as iter() is concerned.
 _FRESH = 0    # The C loader sits at the start of self._epoch; nothing was taken from it.
@@ -218,9 +226,34 @@ class Loader:
 
     Args:
         path: a store file, or a store set's directory, made by ``dlcache.build``,
-            ``dlcache.write`` or ``cachebuild``.
+            ``dlcache.write`` or ``cachebuild``; or the URL (``s3://``, ``gs://``,
+            ``http(s)://``) of a store set that ``cachewarm push`` uploaded, streamed
+            through a local cache of its shards (see cache_dir).
         batch_size: samples per batch.
         shuffle: a new permutation per epoch (False: records in order).
+        sampler: the epoch's order: "shuffle" (the default), "sequential" (the
+            default with shuffle=False), or "windows": shards permuted per epoch
+            and read in windows of ``window_shards`` shards whose records are
+            fully permuted, ``streams`` streams interleaved (the order a URL is
+            streamed in, and its default; the only one a URL takes).
+        window_shards: with "windows": shards whose records are shuffled
+            together (1..4095).
+        streams: with "windows": streams interleaved; None = world_size. The
+            order depends on it: keep it when resuming under another world size
+            (state_dict() records it).
+        cache_dir: for a URL, required: the local folder that holds shards
+            while they are read, shared by the ranks and jobs of a node.
+            Ignored for a local path, like the other streaming arguments.
+        cache_limit: the most bytes cache_dir may hold, an int or a size
+            such as "50GB", "500MiB", "10G" (powers of 1024, as cachebench's
+            --cache-limit); None = no limit. Checked at open: too small for
+            the windows raises InvalidArgumentError naming the bytes needed
+            (``dlcache.plan()`` says them beforehand).
+        cache_ranks: processes of this node sharing cache_dir, each needing its
+            windows; None = $LOCAL_WORLD_SIZE (torchrun sets it), else 1.
+        downloads: shards this process downloads at once.
+        endpoint, region: of S3 or GCS ("http://127.0.0.1:9000"); None = from
+            the environment (AWS_ENDPOINT_URL_S3, AWS_REGION...).
         seed: seed of the order and of the augmentation.
         drop_last: drop the last short batch (and cut the epoch to a multiple
             of world_size instead of padding it).
@@ -351,21 +384,40 @@ class Loader:
                  views: "Optional[List[Dict[str, Any]]]" = None,
                  as_dict: "Optional[bool]" = None,
                  memory_format: "Optional[torch.memory_format]" = None,
-                 debug_poison: "Optional[bool]" = None) -> None:
+                 debug_poison: "Optional[bool]" = None, sampler: "Optional[str]" = None,
+                 window_shards: int = 4, streams: "Optional[int]" = None,
+                 cache_dir: "Union[None, str, os.PathLike]" = None,
+                 cache_limit: "Union[None, int, str]" = None,
+                 cache_ranks: "Optional[int]" = None, downloads: int = 2,
+                 endpoint: "Optional[str]" = None, region: "Optional[str]" = None) -> None:
         self._handle = None
         self._feed = None
+        self._info = None
         self._path = _fspath(path, "path")
+        self._url = _stream.is_url(self._path)
+        ctx = "dlcache.Loader(%s)" % os.fsdecode(self._path)
         # Before anything is opened: a CUDA device that torch cannot use is an error now.
         self._device = _device.parse_device(device)
         channels_last = _device.parse_memory_format(memory_format)
-        schema = _read_schema(self._path)
         cfg = L.LoaderConfig()
         lib.dlc_loader_config_init(ctypes.byref(cfg))
         cfg.batch_size = _uint(batch_size, "batch_size", 1)
         cfg.drop_last = 1 if drop_last else 0
-        cfg.sampler = L.SAMPLER_SHUFFLE if shuffle else L.SAMPLER_SEQUENTIAL
+        cfg.sampler = self._sampler(sampler, shuffle, self._url, ctx)
         cfg.seed = _uint(seed, "seed", 0, 2**64 - 1)
         self._seed = seed
+        # Kept alive until dlc_loader_open() returns: the C loader copies what it needs.
+        keep = []
+        _stream.apply(cfg, self._path, keep, ctx, window_shards=window_shards, streams=streams,
+                      cache_dir=cache_dir, cache_limit=cache_limit, cache_ranks=cache_ranks,
+                      downloads=downloads, endpoint=endpoint, region=region, log=_LOG_CB)
+        if self._url:
+            # The schema and labels of a streamed set come from its index (fetched into
+            # cache_dir; no shard is downloaded), as the C loader will open it.
+            self._info = _stream.read_info(self._path, cfg, ctx)
+            schema = {"fields": self._info["fields"]}
+        else:
+            schema = _read_schema(self._path)
 
         if crop is None:
             cfg.crop_h = cfg.crop_w = 0
@@ -447,8 +499,6 @@ class Loader:
             for i, v in enumerate(vals):
                 dst[i] = v
 
-        # Kept alive until dlc_loader_open() returns: the C loader copies what it needs.
-        keep = []
         if fields is not None:
             names = [f["name"].encode() for f in selected]
             keep.append((ctypes.c_char_p * len(names))(*names))
@@ -528,7 +578,6 @@ class Loader:
         self._pending_epoch = None
         self._yielded = 0
         self._gen = 0
-        self._info = None
         self._batch = L.Batch()  # the device feeds' own
 
     def _open(self, cfg, pins=None):
@@ -575,6 +624,27 @@ class Loader:
         finally:
             cfg.dtype = dtype
         self._feed = feed
+
+    @staticmethod
+    def _sampler(sampler, shuffle, url, ctx):
+        """The dlc_sampler of Loader(sampler=..., shuffle=...); @p url: the path is streamed."""
+        if sampler is None:
+            if url:
+                if not shuffle:
+                    raise ValueError("%s: a URL is streamed in shard windows, which shuffle: "
+                                     "shuffle=False is not available for it" % ctx)
+                return L.SAMPLER_SHARD_WINDOWS
+            return L.SAMPLER_SHUFFLE if shuffle else L.SAMPLER_SEQUENTIAL
+        if sampler not in _SAMPLERS:
+            raise ValueError("sampler must be one of %s, got %r"
+                             % (", ".join(repr(k) for k in _SAMPLERS), sampler))
+        if not shuffle and sampler != "sequential":
+            raise ValueError("shuffle=False contradicts sampler=%r (sampler='sequential' reads "
+                             "in order)" % (sampler,))
+        if url and sampler != "windows":
+            raise ValueError("%s: a URL is streamed in shard windows: sampler must be "
+                             "'windows' (its default), got %r" % (ctx, sampler))
+        return _SAMPLERS[sampler]
 
     @staticmethod
     def _select(schema, fields):
@@ -894,7 +964,7 @@ class Loader:
         """
         buf = ctypes.create_string_buffer(L.LOADER_STATE_SIZE)
         check(lib.dlc_loader_state_save(self._ptr(), buf), "dlcache.Loader.state_dict")
-        return {
+        out = {
             "dlcache_loader_state": _STATE_VERSION,
             "state": buf.raw,
             "epoch": int(self._epoch),
@@ -904,6 +974,13 @@ class Loader:
             "world_size": int(self.world_size),
             "batch_size": int(self.batch_size),
         }
+        c = self._config
+        if c.sampler == L.SAMPLER_SHARD_WINDOWS:
+            # The order depends on them: a Loader resuming this state needs the same ones (the
+            # C state checks it), so they are here to be read back.
+            out["streams"] = int(c.streams or c.world_size)
+            out["window_shards"] = int(c.window_shards)
+        return out
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         """Continue from a state_dict() (also one saved under another world size)."""
@@ -963,6 +1040,19 @@ class Loader:
             out["device"] = self._device.index
             out["device_bytes"] = self._feed.bytes
         return out
+
+    def stream_stats(self) -> Dict[str, Any]:
+        """What streaming did since open (zeros for a local path): stall_s (seconds the
+        loader waited for a shard to arrive), hits and misses (shards a batch found in the
+        cache, or had to wait for), bytes_fetched (downloaded, the index and retries
+        counted), requests (HTTP), peak_cache_bytes (the most the cache folder held, as this
+        process saw it), evictions (shards this process removed to make room) and downloads
+        (shards this process downloaded)."""
+        st = L.LoaderStreamStats()
+        st.struct_size = ctypes.sizeof(st)
+        check(lib.dlc_loader_get_stream_stats(self._ptr(), ctypes.byref(st)),
+              "dlcache.Loader.stream_stats")
+        return {key: getattr(st, field) for key, field in _STREAM_STATS}
 
     def close(self):
         """Stop the workers and free the slots. Batches still held are

@@ -42,6 +42,10 @@ STRUCTS = {
     "dlc_loader_config": "LoaderConfig",
     "dlc_batch": "Batch",
     "dlc_loader_stats": "LoaderStats",
+    "dlc_loader_stream_stats": "LoaderStreamStats",
+    "dlc_loader_plan_info": "LoaderPlanInfo",
+    "dlc_warm_progress": "WarmProgress",
+    "dlc_warm_options": "WarmOptions",
     "dlc_device_field": "DeviceField",
     "dlc_device_batch": "DeviceBatch",
     "dlc_device_dst": "DeviceDst",
@@ -53,6 +57,7 @@ CONSTANTS = {
     "DLC_ENCODING_RAW": "ENCODING_RAW", "DLC_ENCODING_JPEG": "ENCODING_JPEG",
     "DLC_ENCODING_PNG": "ENCODING_PNG", "DLC_STORE_SEQUENTIAL": "STORE_SEQUENTIAL",
     "DLC_SAMPLER_SEQUENTIAL": "SAMPLER_SEQUENTIAL", "DLC_SAMPLER_SHUFFLE": "SAMPLER_SHUFFLE",
+    "DLC_SAMPLER_SHARD_WINDOWS": "SAMPLER_SHARD_WINDOWS",
     "DLC_AUGMENT_CENTER_CROP": "AUGMENT_CENTER_CROP",
     "DLC_AUGMENT_RANDOM_CROP": "AUGMENT_RANDOM_CROP",
     "DLC_AUGMENT_RANDOM_RESIZED_CROP": "AUGMENT_RANDOM_RESIZED_CROP",
@@ -78,7 +83,8 @@ def _c_program():
     from dlcache import _lib as L
     lines = ["#include <dlcache/store.h>", "#include <dlcache/build.h>",
              "#include <dlcache/loader.h>", "#include <dlcache/writer.h>",
-             "#include <dlcache/image.h>", "#include <dlcache/set.h>", "#include <stdio.h>",
+             "#include <dlcache/image.h>", "#include <dlcache/set.h>", "#include <dlcache/warm.h>",
+             "#include <stdio.h>",
              "#include <stddef.h>",
              "int main(void) {"]
     for cname, pyname in STRUCTS.items():
@@ -224,7 +230,8 @@ def test_options_init_sets_struct_size():
     from dlcache import _lib as L
     for cls, init in ((L.LoaderConfig, "dlc_loader_config_init"),
                       (L.WriterConfig, "dlc_writer_config_init"),
-                      (L.BuildOptions, "dlc_build_options_init")):
+                      (L.BuildOptions, "dlc_build_options_init"),
+                      (L.WarmOptions, "dlc_warm_options_init")):
         assert cls._fields_[0] == ("struct_size", ctypes.c_uint32), cls.__name__
         c = cls()
         getattr(L.lib, init)(ctypes.byref(c))

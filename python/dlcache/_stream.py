@@ -1,0 +1,198 @@
+"""Streaming a store set from object storage: the options Loader and plan() share.
+
+A path that starts with s3://, gs://, http:// or https:// names a store set that `cachewarm
+push` uploaded; the C loader reads it through a bounded local cache of shards (cache_dir,
+cache_limit) in shard windows (DLC_SAMPLER_SHARD_WINDOWS). This module turns the Python
+arguments into the dlc_loader_config fields, opens such a set's store for its schema and labels
+(dlc_loader_open_store: only the index is fetched), and plans a run (dlc_loader_plan). It needs
+no torch, so that dlcache.plan() works where the Loader cannot be imported.
+"""
+
+import ctypes
+import os
+import re
+import sys
+
+from . import _lib as L
+from ._lib import lib
+from .errors import check
+from .store import _fspath, _uint
+
+__all__ = ["plan", "is_url", "parse_size"]
+
+URL_SCHEMES = (b"s3://", b"gs://", b"http://", b"https://")
+
+
+def is_url(path):
+    """True when @p path (as _fspath() made it: bytes) is streamed rather than opened."""
+    return path.startswith(URL_SCHEMES)
+
+
+_UNITS = {"": 0, "k": 10, "m": 20, "g": 30, "t": 40, "p": 50}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgtp]?)(i?)(b?)\s*$", re.IGNORECASE)
+
+
+def parse_size(value, name="cache_limit"):
+    """Bytes from an int or a string such as "50GB", "500MiB", "10G", "4096".
+
+    The units are powers of 1024 whatever the spelling (G, GB and GiB are 2**30), as in
+    cachebench's --cache-limit, so that one string means the same bytes to every tool.
+    """
+    if isinstance(value, bool):
+        raise ValueError("%s must be bytes (an int) or a size such as '50GB', got %r"
+                         % (name, value))
+    if isinstance(value, int):
+        n = value
+    elif isinstance(value, str):
+        m = _SIZE_RE.match(value)
+        if not m or (m.group(3) and not m.group(2)):
+            raise ValueError("%s must be bytes or a size such as '50GB', '500MiB' or '10G' "
+                             "(K, M, G, T, P: powers of 1024), got %r" % (name, value))
+        n = int(float(m.group(1)) * (1 << _UNITS[m.group(2).lower()]))
+    else:
+        raise ValueError("%s must be bytes (an int) or a size such as '50GB', got %r"
+                         % (name, value))
+    if not 0 < n < 2**64:
+        raise ValueError("%s must be at least 1 byte (None for no limit), got %r"
+                         % (name, value))
+    return n
+
+
+def default_rank_world(rank, world_size):
+    """rank and world_size as the Loader defaults them: torch.distributed's when it is
+    initialized (then it is imported already), else $RANK and $WORLD_SIZE, else 0 and 1."""
+    r = w = None
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            r, w = dist.get_rank(), dist.get_world_size()
+    except Exception:  # a torch without distributed support: fall through to the env
+        pass
+    if r is None:
+        r = int(os.environ.get("RANK", "0") or 0)
+        w = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    return (r if rank is None else rank), (w if world_size is None else world_size)
+
+
+def default_cache_ranks():
+    """The processes of this node that share cache_dir: torchrun's $LOCAL_WORLD_SIZE, else 1."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+
+
+def apply(cfg, path, keep, ctx, *, window_shards=4, streams=None, cache_dir=None,
+          cache_limit=None, cache_ranks=None, downloads=2, endpoint=None, region=None,
+          log=None):
+    """Set the shard-window and streaming fields of the LoaderConfig @p cfg for @p path.
+
+    The window fields are set for any path (they matter with the windows sampler only); the
+    cache and network fields only for a URL, where cache_dir is required. What cfg points to
+    is appended to @p keep, which must live until the C call that takes cfg has returned.
+    @p ctx names the call in errors ("dlcache.Loader(s3://...)").
+    """
+    cfg.window_shards = _uint(window_shards, "window_shards", 1, 4095)
+    cfg.streams = 0 if streams is None else _uint(streams, "streams", 1, 4095)
+    if not is_url(path):
+        return
+    if cache_dir is None:
+        raise ValueError(
+            "%s: a URL is streamed through a local cache of its shards: pass cache_dir= (a "
+            "folder on this node's local disk, shared by its ranks and jobs) and cache_limit= "
+            "(its size, such as '50GB'; None = no limit)" % ctx)
+    cfg.cache_dir = _fspath(cache_dir, "cache_dir")
+    keep.append(cfg.cache_dir)
+    cfg.cache_limit = 0 if cache_limit is None else parse_size(cache_limit)
+    cfg.cache_ranks = _uint(default_cache_ranks() if cache_ranks is None else cache_ranks,
+                            "cache_ranks", 1, 1 << 16)
+    cfg.downloads = _uint(downloads, "downloads", 1, 64)
+    net = L.WarmOptions()
+    lib.dlc_warm_options_init(ctypes.byref(net))
+    for name, value in (("endpoint", endpoint), ("region", region)):
+        if value is not None:
+            if not isinstance(value, str) or not value:
+                raise ValueError("%s must be a non-empty str, got %r" % (name, value))
+            b = value.encode()
+            keep.append(b)
+            setattr(net, name, b)
+    if log is not None:
+        net.log = log  # retries and waits for another rank's download
+    keep.append(net)
+    cfg.net = ctypes.pointer(net)
+
+
+class _OpenedStore:
+    """A store from dlc_loader_open_store(), as store._read_info() reads one (.h, .path)."""
+
+    def __init__(self, path, cfg, ctx):
+        self.h = None
+        self.path = path
+        h = ctypes.c_void_p()
+        check(lib.dlc_loader_open_store(path, ctypes.byref(cfg), ctypes.byref(h)), ctx)
+        self.h = h
+
+    def close(self):
+        if self.h:
+            lib.dlc_store_close(self.h)
+            self.h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()
+
+
+def read_info(path, cfg, ctx):
+    """dlcache.info() of what a loader of @p path with @p cfg reads: for a URL, the set
+    opened from its index (fetched into cfg.cache_dir; no shard is downloaded)."""
+    from .store import _read_info
+    with _OpenedStore(path, cfg, ctx) as st:
+        return _read_info(st)
+
+
+_PLAN_KEYS = ("shards", "streams", "nodes", "set_bytes", "largest_shard_bytes", "epoch_samples",
+              "samples_per_rank", "batches_per_rank", "cache_needed_bytes", "egress_bytes",
+              "batch_same_shard", "neighbour_same_shard")
+
+
+def plan(path, batch_size=256, *, window_shards=4, streams=None, world_size=None,
+         cache_ranks=None, downloads=2, drop_last=False, seed=0, cache_dir=None,
+         endpoint=None, region=None):
+    """What a Loader(path, sampler="windows", ...) run would need and do, without reading a
+    record (for a URL only the set's index is fetched, into cache_dir).
+
+    Takes the Loader's arguments of the same names, with the same defaults (world_size from
+    torch.distributed or $WORLD_SIZE, cache_ranks from $LOCAL_WORLD_SIZE).
+
+    Returns a dict about epoch 0: shards, streams (in effect), nodes (world_size /
+    cache_ranks), set_bytes, largest_shard_bytes, epoch_samples, samples_per_rank,
+    batches_per_rank, cache_needed_bytes (the smallest cache_limit a Loader with these
+    arguments opens with), egress_bytes (downloaded by all nodes together), batch_same_shard
+    and neighbour_same_shard (the chance that two samples of a batch, or two neighbours, come
+    from the same shard: the shuffle's quality).
+    """
+    p = _fspath(path, "path")
+    ctx = "dlcache.plan(%s)" % os.fsdecode(p)
+    cfg = L.LoaderConfig()
+    lib.dlc_loader_config_init(ctypes.byref(cfg))
+    cfg.sampler = L.SAMPLER_SHARD_WINDOWS
+    cfg.batch_size = _uint(batch_size, "batch_size", 1, 1 << 24)
+    cfg.drop_last = 1 if drop_last else 0
+    cfg.seed = _uint(seed, "seed", 0, 2**64 - 1)
+    _, w = default_rank_world(None, world_size)
+    cfg.world_size = _uint(w, "world_size", 1)
+    keep = []
+    apply(cfg, p, keep, ctx, window_shards=window_shards, streams=streams, cache_dir=cache_dir,
+          cache_ranks=cache_ranks, downloads=downloads, endpoint=endpoint, region=region)
+    if not is_url(p):
+        # The cache check counts the processes sharing a cache: a local set has none, yet its
+        # answer should be what the same run streamed would need.
+        cfg.cache_ranks = _uint(default_cache_ranks() if cache_ranks is None else cache_ranks,
+                                "cache_ranks", 1, 1 << 16)
+        cfg.downloads = _uint(downloads, "downloads", 1, 64)
+    out = L.LoaderPlanInfo()
+    out.struct_size = ctypes.sizeof(out)
+    check(lib.dlc_loader_plan(p, ctypes.byref(cfg), ctypes.byref(out)), ctx)
+    return {k: getattr(out, k) for k in _PLAN_KEYS}

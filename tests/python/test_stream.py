@@ -1,0 +1,316 @@
+"""dlcache.Loader streaming a store set from a real S3 server (s3rver on 127.0.0.1, started
+here as tests/lib/warm.sh starts it: node and the s3rver package that npm installs into the
+build directory), against the same set read locally:
+
+- a streamed Loader gives the local set's batches in shard windows, byte for byte, with no
+  cache limit and with the smallest limit dlcache.plan() says it needs; stream_stats() counts
+  the downloads and the peak stays under the limit;
+- a limit below that fails at open naming the bytes needed; a URL without cache_dir, or with
+  an order other than shard windows, fails before anything is fetched;
+- dlcache.plan() says the same of the URL as of the local set;
+- state_dict() in shard windows (on the local set: the order is the same) saved mid-epoch by
+  two ranks resumes into one or three ranks with the same streams, giving the rest of the
+  epoch once; another streams value is refused with the library's message.
+
+Without node, npm or an npm registry the tests that need the server skip, saying why."""
+
+import fcntl
+import filecmp
+import os
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+
+import pytest
+import torch
+
+from conftest import BUILD, DEMO_COUNT, REPO, require_lib, tool
+
+require_lib("dlc_loader_open", "dlc_loader_plan", "dlc_loader_open_store", "dlc_build")
+
+import dlcache  # noqa: E402
+
+SHARDS = 30
+SET_SIZE = 48
+# Shard windows of 2 shards (10 records) on 2 streams: several windows per epoch, so that a
+# small cache evicts and downloads again. The batches in flight (prefetch) stay within two
+# windows per stream, as the cache's minimum assumes (see loader/stream.c's check).
+OPTS = dict(batch_size=4, prefetch=2, crop=32, seed=5, window_shards=2, streams=2, threads=2,
+            return_indices=True)
+S3_ENV = {"AWS_ACCESS_KEY_ID": "S3RVER", "AWS_SECRET_ACCESS_KEY": "S3RVER",
+          "AWS_REGION": "us-east-1", "NO_PROXY": "127.0.0.1,localhost"}
+UNSET = ("AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_DEFAULT_REGION",
+         "GOOGLE_OAUTH_ACCESS_TOKEN", "DLCACHE_GCS_ENDPOINT", "http_proxy", "https_proxy",
+         "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "all_proxy")
+
+
+def _install_s3rver():
+    """node_modules/s3rver under BUILD/warm-node, pinned by tests/lib/package-lock.json and
+    shared with tests/lib/warm.sh (the same folder, lock file and check)."""
+    for t in ("node", "npm"):
+        if shutil.which(t) is None:
+            pytest.skip("%s is not installed: no s3rver to stream from" % t)
+    d = os.path.join(BUILD, "warm-node")
+    os.makedirs(d, exist_ok=True)
+    lock = os.path.join(REPO, "tests", "lib", "package-lock.json")
+    with open(d + ".lock", "w") as lk:
+        fcntl.flock(lk, fcntl.LOCK_EX)
+        have = os.path.join(d, "node_modules", "s3rver", "package.json")
+        mine = os.path.join(d, "package-lock.json")
+        if not (os.path.isfile(have) and os.path.isfile(mine)
+                and filecmp.cmp(lock, mine, shallow=False)):
+            for f in ("package.json", "package-lock.json"):
+                shutil.copy(os.path.join(REPO, "tests", "lib", f), d)
+            with open(os.path.join(d, "npm.log"), "w") as log:
+                try:
+                    rc = subprocess.run(["npm", "ci", "--ignore-scripts", "--no-audit",
+                                         "--no-fund", "--loglevel=error"], cwd=d, stdout=log,
+                                        stderr=subprocess.STDOUT, timeout=300).returncode
+                except subprocess.TimeoutExpired:
+                    rc = -1
+            if rc != 0:
+                with open(os.path.join(d, "npm.log")) as f:
+                    tail = f.read()[-300:]
+                pytest.skip("npm ci of s3rver failed (offline?): %s" % tail)
+    return os.path.join(d, "node_modules", "s3rver", "bin", "s3rver.js")
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory):
+    """The endpoint URL of an s3rver with bucket "b", and its credentials in the environment
+    (the library reads them at each call) for the session."""
+    js = _install_s3rver()
+    data = tmp_path_factory.mktemp("s3data")
+    saved = {k: os.environ.get(k) for k in tuple(S3_ENV) + UNSET}
+    os.environ.update(S3_ENV)
+    for k in UNSET:
+        os.environ.pop(k, None)
+    no_proxy = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    proc = url = None
+    log = open(str(data) + ".log", "w")
+    for _ in range(3):
+        port = _free_port()
+        proc = subprocess.Popen(["node", "--openssl-legacy-provider", js, "-d", str(data), "-a",
+                                 "127.0.0.1", "-p", str(port), "--no-vhost-buckets", "--silent",
+                                 "--configure-bucket", "b"], stdout=log, stderr=log)
+        url = "http://127.0.0.1:%d" % port
+        for _ in range(100):
+            try:
+                no_proxy.open(url + "/", timeout=2).close()
+                break
+            except urllib.error.HTTPError:
+                break  # it answered
+            except OSError:
+                if proc.poll() is not None:
+                    break
+                time.sleep(0.1)
+        else:
+            proc.kill()
+            proc.wait()
+            continue
+        if proc.poll() is None:
+            break
+    else:
+        proc = None
+    try:
+        if proc is None or proc.poll() is not None:
+            log.flush()
+            with open(str(data) + ".log") as f:
+                pytest.fail("s3rver did not start: %s" % f.read()[-500:])
+        yield url
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        log.close()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture(scope="session")
+def local_set(demo_dir, tmp_path_factory):
+    """A store set of demo_dir in SHARDS shards."""
+    path = tmp_path_factory.mktemp("streamset") / "set"
+    dlcache.build(str(demo_dir), str(path), size=SET_SIZE, threads=2, shards=SHARDS)
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def url(s3, local_set, tmp_path_factory):
+    """local_set pushed to s3://b/sets/s with cachewarm push."""
+    r = subprocess.run([tool("cachewarm"), "push", local_set, "s3://b/sets/s", "--endpoint", s3,
+                        "-q"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, "cachewarm push: %s" % r.stderr
+    return "s3://b/sets/s"
+
+
+def collect(loader):
+    """Every batch of one epoch, cloned (the loader's tensors are only lent)."""
+    return [tuple(t.clone() for t in b) for b in loader]
+
+
+def same_batches(got, want):
+    assert len(got) == len(want), "%d batches, the local set gives %d" % (len(got), len(want))
+    for n, (p, q) in enumerate(zip(got, want)):
+        assert all(torch.equal(s, t) for s, t in zip(p, q)), "batch %d differs" % n
+
+
+def test_streamed_batches_are_the_local_sets(local_set, url, s3, tmp_path):
+    with dlcache.Loader(local_set, sampler="windows", **OPTS) as ld:
+        want = [collect(ld), collect(ld)]
+        want_len, classes = len(ld), ld.classes
+    need = dlcache.plan(url, OPTS["batch_size"], window_shards=2, streams=2, world_size=1,
+                        cache_ranks=1, cache_dir=str(tmp_path / "plan"),
+                        endpoint=s3)["cache_needed_bytes"]
+    set_bytes = sum(os.path.getsize(os.path.join(local_set, f))
+                    for f in os.listdir(local_set) if f.endswith(".dlc"))
+    assert 0 < need < set_bytes, "the smallest cache is below the set, or nothing evicts"
+    for limit in (None, need, "%dk" % -(-need // 1024)):
+        cache = tmp_path / ("cache-%s" % limit)
+        # The URL's default sampler is shard windows; cache_ranks=1 whatever the environment.
+        with dlcache.Loader(url, cache_dir=cache, cache_limit=limit, cache_ranks=1,
+                            endpoint=s3, **OPTS) as ld:
+            assert len(ld) == want_len and ld.num_samples == DEMO_COUNT
+            assert ld.classes == classes and ld.store_info["count"] == DEMO_COUNT
+            for epoch in range(2):
+                same_batches(collect(ld), want[epoch])
+            st = ld.stream_stats()
+        assert set(st) == {"stall_s", "hits", "misses", "bytes_fetched", "requests",
+                           "peak_cache_bytes", "evictions", "downloads"}
+        assert st["bytes_fetched"] >= set_bytes, "every shard was fetched at least once"
+        assert st["requests"] >= SHARDS and st["downloads"] >= SHARDS
+        assert st["hits"] + st["misses"] > 0 and st["stall_s"] >= 0
+        if limit is None:
+            assert st["evictions"] == 0 and st["downloads"] == SHARDS
+        else:
+            assert st["peak_cache_bytes"] <= dlcache._stream.parse_size(limit)
+            assert st["evictions"] > 0, "a cache below the set evicts over two epochs"
+    # A warm cache downloads nothing and gives the same batches.
+    with dlcache.Loader(url, cache_dir=tmp_path / "cache-None", cache_ranks=1, endpoint=s3,
+                        **OPTS) as ld:
+        same_batches(collect(ld), want[0])
+        assert ld.stream_stats()["downloads"] == 0
+
+
+def test_too_small_cache_names_the_bytes_needed(url, s3, tmp_path):
+    need = dlcache.plan(url, OPTS["batch_size"], window_shards=2, streams=2, world_size=1,
+                        cache_ranks=1, cache_dir=str(tmp_path / "c"),
+                        endpoint=s3)["cache_needed_bytes"]
+    with pytest.raises(dlcache.InvalidArgumentError,
+                       match=r"cache_limit = %d bytes is too small: %d bytes are needed"
+                       % (need - 1, need)):
+        dlcache.Loader(url, cache_dir=tmp_path / "c", cache_limit=need - 1, cache_ranks=1,
+                       endpoint=s3, **OPTS)
+    # Each process sharing the folder needs its windows: two need more than one.
+    two = dlcache.plan(url, OPTS["batch_size"], window_shards=2, streams=2, world_size=1,
+                       cache_ranks=2, cache_dir=str(tmp_path / "c"),
+                       endpoint=s3)["cache_needed_bytes"]
+    assert two > need
+    with pytest.raises(dlcache.InvalidArgumentError, match="%d bytes are needed" % two):
+        dlcache.Loader(url, cache_dir=tmp_path / "c", cache_limit=need, cache_ranks=2,
+                       endpoint=s3, **OPTS)
+
+
+def test_url_needs_cache_dir_and_shard_windows(tmp_path, monkeypatch):
+    """Refused before anything is fetched: no server is needed."""
+    with pytest.raises(ValueError, match=r"Loader\(s3://b/sets/s\).*pass cache_dir="):
+        dlcache.Loader("s3://b/sets/s", 8)
+    with pytest.raises(ValueError, match=r"gs://b/x\).*pass cache_dir="):
+        dlcache.plan("gs://b/x", 8)
+    with pytest.raises(ValueError, match="sampler must be 'windows'"):
+        dlcache.Loader("s3://b/sets/s", 8, cache_dir=tmp_path, sampler="shuffle")
+    with pytest.raises(ValueError, match="shuffle=False is not available"):
+        dlcache.Loader("https://example.invalid/set", 8, cache_dir=tmp_path, shuffle=False)
+    for bad in ("50 parsecs", "-1", 0, "GB", 1.5, "10i"):
+        with pytest.raises(ValueError, match="cache_limit"):
+            dlcache.Loader("s3://b/sets/s", 8, cache_dir=tmp_path, cache_limit=bad)
+
+
+def test_cache_limit_sizes():
+    parse = dlcache._stream.parse_size
+    assert parse(4096) == parse("4096") == parse("4k") == parse("4KiB") == parse("4KB") == 4096
+    assert parse("50GB") == parse("50G") == parse("50gib") == 50 << 30
+    assert parse("500MiB") == 500 << 20 and parse("1.5G") == 3 << 29
+
+
+def test_plan_of_url_is_the_local_sets(local_set, url, s3, tmp_path):
+    kw = dict(window_shards=2, streams=2, cache_ranks=1)
+    for world in (1, 2, 3):
+        here = dlcache.plan(local_set, 8, world_size=world, **kw)
+        there = dlcache.plan(url, 8, world_size=world, cache_dir=str(tmp_path), endpoint=s3, **kw)
+        assert here == there, "world size %d" % world
+        assert here["shards"] == SHARDS and here["streams"] == 2
+        assert here["epoch_samples"] >= DEMO_COUNT
+        with dlcache.Loader(local_set, sampler="windows", rank=0, world_size=world, crop=8,
+                            batch_size=8, window_shards=2, streams=2) as ld:
+            assert len(ld) == here["batches_per_rank"]
+    assert 0 <= here["batch_same_shard"] <= 1 and 0 <= here["neighbour_same_shard"] <= 1
+
+
+def _indices(loader, n=None):
+    out = []
+    for k, (_, _, idx) in enumerate(loader):
+        out.append(idx.clone())
+        if n is not None and k + 1 == n:
+            break
+    return torch.cat(out).tolist() if out else []
+
+
+@pytest.mark.parametrize("new_world", [1, 3])
+def test_state_dict_resumes_into_another_world_size(local_set, new_world):
+    """Two ranks of two streams take 3 batches each and save; the new ranks, opened with the
+    same streams, deliver the rest of the epoch once (plus padding to equal shares)."""
+    kw = dict(batch_size=6, crop=8, seed=11, sampler="windows", window_shards=2, streams=2,
+              return_indices=True)
+    seen, states = [], []
+    for r in range(2):
+        with dlcache.Loader(local_set, rank=r, world_size=2, **kw) as a:
+            seen += _indices(a, 3)
+            states.append(a.state_dict())
+    assert states[0]["state"] == states[1]["state"], "every rank saves the same position"
+    assert states[0]["streams"] == 2 and states[0]["window_shards"] == 2
+    assert len(set(seen)) == len(seen) == 36
+    rest = []
+    for r in range(new_world):
+        with dlcache.Loader(local_set, rank=r, world_size=new_world, **kw) as b:
+            b.load_state_dict(states[0])
+            rest.append(_indices(b))
+    together = sum(rest, [])
+    assert len({len(x) for x in rest}) == 1, "equal shares, like DistributedSampler"
+    assert not set(seen) & set(together), "nothing delivered twice across the resume"
+    assert set(together) == set(range(DEMO_COUNT)) - set(seen), "each remaining sample"
+    assert len(together) - len(set(together)) < new_world, "only padding repeats"
+
+
+def test_state_dict_refuses_other_streams(local_set):
+    kw = dict(batch_size=6, crop=8, sampler="windows", window_shards=2, return_indices=True)
+    with dlcache.Loader(local_set, rank=0, world_size=2, **kw) as a:
+        _indices(a, 2)
+        sd = a.state_dict()
+    assert sd["streams"] == 2, "streams defaults to the world size"
+    # world_size 3 with the default streams (3), and streams given as 4: both refused, naming
+    # the saved values.
+    for extra in ({}, {"streams": 4}):
+        with dlcache.Loader(local_set, rank=0, world_size=3, **kw, **extra) as b:
+            with pytest.raises(dlcache.InvalidArgumentError,
+                               match="saved with streams = 2 and window_shards = 2"):
+                b.load_state_dict(sd)
+    with dlcache.Loader(local_set, rank=0, world_size=3, streams=2, window_shards=3,
+                        **{k: v for k, v in kw.items() if k != "window_shards"}) as b:
+        with pytest.raises(dlcache.InvalidArgumentError, match="window_shards"):
+            b.load_state_dict(sd)
