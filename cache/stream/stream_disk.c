@@ -109,7 +109,10 @@ static const dlc__scache_names *other_names(dlc__scache *c, uint64_t set_id, con
     memset(n, 0, sizeof *n);
     n->set_id = set_id;
     char ipath[4200];
-    snprintf(ipath, sizeof ipath, "%s/" DLC__SET_INDEX_NAME, path);
+    /* A path too long for the buffer names no index we can read. */
+    const int plen = snprintf(ipath, sizeof ipath, "%s/" DLC__SET_INDEX_NAME, path);
+    if (plen < 0 || (size_t)plen >= sizeof ipath)
+        return NULL;
     uint8_t *buf = NULL;
     size_t len = 0;
     dlc__set_index x;
