@@ -9,7 +9,11 @@
 #   3. a limit below what the windows need fails at open with the bytes needed;
 #   4. two ranks of a world of 2 (2 streams) download disjoint shards: together about one copy
 #      of the set per epoch, not two;
-#   5. a second run on a warm cache downloads nothing and gives the same batches.
+#   5. a second run on a warm cache downloads nothing and gives the same batches;
+#   6. a loader killed (SIGKILL) while it downloads leaves a cache the next run completes
+#      cleanly, with the same batches and no temporary file left;
+#   7. two loaders at once on one cache folder give the same batches, and download each shard
+#      once between them.
 set -euo pipefail
 source "$DLC_SRC/tests/lib/warm.sh"
 bench=$DLC_BIN/cachebench
@@ -104,4 +108,37 @@ note "5. a warm cache downloads nothing"
 load warm "$url" --cache-dir "$warm_tmp/cache-0-1" --endpoint "$S3_URL" --threads 2
 [ "$(json_get "$out/warm.json" digest)" = "$want" ] || fail "warm: another digest"
 [ "$(stream_get "$out/warm.json" downloads)" = 0 ] || fail "warm: shards downloaded again"
+note "6. kill -9 while downloading, then a clean run"
+cache=$warm_tmp/killed
+warm_start_proxy slow "$S3_PORT" --rate 1000000
+"$bench" load "$url" --cache-dir "$cache" --endpoint "http://127.0.0.1:$PROXY_PORT" \
+    --cache-limit "$need" "${common[@]}" >/dev/null 2>"$out/killed.err" &
+pid=$!
+for i in $(seq 1 500); do
+    [ -n "$(find "$cache" -name '*.dlcs-tmp' 2>/dev/null)" ] && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.02
+done
+kill -9 "$pid" 2>/dev/null || fail "the loader ended before it could be killed"
+wait "$pid" 2>/dev/null || true
+[ -n "$(find "$cache" -name '*.dlcs-tmp')" ] || fail "no download was under way when killed"
+load after-kill "$url" --cache-dir "$cache" --cache-limit "$need" --endpoint "$S3_URL"
+[ "$(json_get "$out/after-kill.json" digest)" = "$want" ] || fail "after kill: another digest"
+[ -z "$(find "$cache" -name '*.dlcs-tmp')" ] || fail "after kill: temporary files left"
+
+note "7. two loaders on one cache folder"
+cache=$warm_tmp/shared
+for j in a b; do
+    "$bench" load "$url" --cache-dir "$cache" --endpoint "$S3_URL" --threads 1 \
+        "${common[@]}" >"$out/shared-$j.json" 2>"$out/shared-$j.err" &
+    eval "pid_$j=\$!"
+done
+wait "$pid_a" || fail "shared a: $(tail -3 "$out/shared-a.err")"
+wait "$pid_b" || fail "shared b: $(tail -3 "$out/shared-b.err")"
+downloads=0
+for j in a b; do
+    [ "$(json_get "$out/shared-$j.json" digest)" = "$want" ] || fail "shared $j: another digest"
+    downloads=$((downloads + $(stream_get "$out/shared-$j.json" downloads)))
+done
+[ "$downloads" = 30 ] || fail "two loaders downloaded $downloads shards of 30 between them"
 note "ok"
