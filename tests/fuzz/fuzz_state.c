@@ -9,9 +9,15 @@
  * state that was accepted must give a stream that works. Each input starts
  * from the same loader state, so a crash replays from its input alone.
  *
+ * Each input also goes to a second loader over a store set of 5 shards in
+ * shard windows (DLC_SAMPLER_SHARD_WINDOWS, the order a streamed set is read
+ * in), whose state carries its streams and window in the sampler word and
+ * whose epoch length changes with the epoch.
+ *
  * Seeds: states saved by this harness at a few positions when it runs with
  * DLC_FUZZ_SEED_DIR set (tests/fuzz/make_seeds.sh does that). */
 #include "fuzz_util.h"
+#include "set_fixture.h"
 
 #include <dlcache/loader.h>
 
@@ -20,8 +26,10 @@
 #define RECORDS 37u
 #define SIDE 8u
 
-static dlc_loader *loader;
-static uint8_t initial[DLC_LOADER_STATE_SIZE];
+#define SET_RECORDS 41u
+
+static dlc_loader *loader, *windows;
+static uint8_t initial[DLC_LOADER_STATE_SIZE], initial_w[DLC_LOADER_STATE_SIZE];
 
 static void die(const char *what)
 {
@@ -63,6 +71,18 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         die("loader_open");
     if (dlc_loader_state_save(loader, initial) != DLC_OK)
         die("state_save");
+    char set[512];
+    fz_path(set, sizeof set, "state-set");
+    if (sf_make_set(set, SET_RECORDS, 5, 0x51ed, NULL) != DLC_OK)
+        die("sf_make_set");
+    c.sampler = DLC_SAMPLER_SHARD_WINDOWS;
+    c.window_shards = 2;
+    c.streams = 2;
+    c.crop_h = c.crop_w = 6;
+    if (dlc_loader_open(set, &c, &windows) != DLC_OK)
+        die("loader_open of the set");
+    if (dlc_loader_state_save(windows, initial_w) != DLC_OK)
+        die("state_save of the set");
     const char *seeds = getenv("DLC_FUZZ_SEED_DIR");
     if (seeds) {
         /* The start, mid-epoch, the last batch, the end, and a later epoch. */
@@ -80,8 +100,53 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         save_seed(seeds, "epoch5");
         if (dlc_loader_state_restore(loader, initial, sizeof initial) != DLC_OK)
             die("restore initial");
+        char p[1024];
+        snprintf(p, sizeof p, "%s/windows-start", seeds);
+        fz_write_file(p, initial_w, sizeof initial_w);
     }
     return 0;
+}
+
+/* The set in shard windows: batches until the epoch ends or a few have come. */
+static void draw_windows(void)
+{
+    dlc_batch b;
+    for (int i = 0; i < 12; i++) {
+        const dlc_status rc = dlc_loader_next(windows, &b);
+        if (rc == DLC_END)
+            break;
+        if (rc != DLC_OK)
+            die("next after an accepted restore (windows)");
+        if (b.count == 0 || b.count > 5 || b.shape[0] != b.count)
+            abort();
+        for (uint32_t k = 0; k < b.count; k++)
+            if (b.indices[k] >= SET_RECORDS)
+                abort();
+    }
+}
+
+/* Restore @p data into the set's loader, as given and with its checksum fixed. */
+static void restore_windows(const uint8_t *data, size_t size)
+{
+    dlc_status rc = dlc_loader_state_restore(windows, data, size);
+    if (rc < 0 && dlc_errmsg()[0] == '\0')
+        abort();
+    if (rc == DLC_OK)
+        draw_windows();
+    if (size == DLC_LOADER_STATE_SIZE) {
+        uint8_t fixed[DLC_LOADER_STATE_SIZE];
+        memcpy(fixed, data, size);
+        const uint64_t h = XXH3_64bits(fixed, 56);
+        for (int i = 0; i < 8; i++)
+            fixed[56 + i] = (uint8_t)(h >> (8 * i));
+        rc = dlc_loader_state_restore(windows, fixed, sizeof fixed);
+        if (rc < 0 && dlc_errmsg()[0] == '\0')
+            abort();
+        if (rc == DLC_OK)
+            draw_windows();
+    }
+    if (dlc_loader_state_restore(windows, initial_w, sizeof initial_w) != DLC_OK)
+        die("restore initial (windows)");
 }
 
 static void draw(void)
@@ -122,5 +187,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (dlc_loader_state_restore(loader, initial, sizeof initial) != DLC_OK)
         die("restore initial");
+    restore_windows(data, size);
     return 0;
 }
