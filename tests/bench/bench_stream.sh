@@ -17,6 +17,10 @@
 #
 # The loader does RandomResizedCrop to float16 on THREADS threads, so that what it consumes stays
 # within what s3rver (Node, on the same cores) can serve, and a rate above it exists.
+# Then tests/bench/bench_stream_quality.py on the JPEG set: the shuffle's quality on these
+# label-ordered data (measured on the labels delivered, and as cacheinfo --plan predicts it), and
+# the time to the first batch of a streaming Loader cold, after a resume, and warm.
+# QUALITY_ONLY=1 runs only that part.
 # Knobs: COUNT (images, default 6000), SHARDS (60), SIZE (112), BATCH (32), CROP (96),
 # PREFETCH (2), THREADS (1), WINDOW (2), STREAMS (1), DOWNLOADS (1), RATES ("below above" in
 # MB/s, default derived from the local JPEG run: 0.5x and 2x its consumption).
@@ -42,7 +46,9 @@ opts=(--batch "$BATCH" --crop "$CROP" --random-resized-crop --dtype float16 --pr
 jq_py() { "$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
 
 rows=()
-for kind in jpeg raw; do
+kinds="jpeg raw"
+[ "${QUALITY_ONLY:-0}" = 1 ] && kinds=jpeg
+for kind in $kinds; do
     "$DLC_BIN/cachebuild" "$src/demo/train" -o "$src/$kind" --shards "$SHARDS" --size "$SIZE" \
         --encoding "$kind" >/dev/null 2>&1
     bytes=0
@@ -61,6 +67,7 @@ for kind in jpeg raw; do
     if [ -z "${RATES:-}" ] && [ "$kind" = jpeg ]; then
         RATES="$((consume / 2000000 > 0 ? consume / 2000000 : 1)) $((consume * 2 / 1000000 + 1))"
     fi
+    [ "${QUALITY_ONLY:-0}" = 1 ] && continue
     for rate in ${RATES:-4 40} none; do
         if [ "$rate" = none ]; then
             endpoint=$S3_URL
@@ -90,3 +97,8 @@ done
     echo "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
     printf '%s\n' "${rows[@]}"
 } >"$OUT"
+quality=$warm_tmp/quality.md
+DLCACHE_LIB=${DLCACHE_LIB:-$DLC_SRC/build/lib/libdlcache.so} PYTHONPATH=$DLC_SRC/python${PYTHONPATH:+:$PYTHONPATH} \
+    "$PY" "$DLC_SRC/tests/bench/bench_stream_quality.py" "$src/jpeg" s3://b/jpeg "$S3_URL" \
+    "$warm_tmp/q" >"$quality"
+{ echo; cat "$quality"; } >>"$OUT"
