@@ -62,8 +62,8 @@ Test(sampler_windows, every_record_once_per_epoch_and_the_padding_from_the_last_
 
 Test(sampler_windows, a_pure_function_of_seed_and_epoch)
 {
-    uint64_t *f;
-    dlc__sampler a = make(12, 40, 99, 3, 2, &f), b = make(12, 40, 99, 3, 2, &f);
+    uint64_t *fa, *fb;
+    dlc__sampler a = make(12, 40, 99, 3, 2, &fa), b = make(12, 40, 99, 3, 2, &fb);
     dlc__sampler_set_epoch(&a, 1, 5);
     dlc__sampler_set_epoch(&b, 1, 4); /* Another epoch first: no state carries over. */
     dlc__sampler_set_epoch(&b, 1, 5);
@@ -75,7 +75,7 @@ Test(sampler_windows, a_pure_function_of_seed_and_epoch)
         differ += dlc__sampler_at(&a, p) != dlc__sampler_at(&b, p);
     cr_assert_gt(differ, a.len / 2, "epochs 5 and 6 share most positions");
     dlc__sampler_free(&a), dlc__sampler_free(&b);
-    free(f);
+    free(fa), free(fb);
 }
 
 Test(sampler_windows, a_window_reads_its_shards_only)
