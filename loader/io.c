@@ -73,6 +73,11 @@ int dlc__io_resident(const dlc_loader *l)
     /* Direct mode is for stores larger than memory, where mincore would walk the page tables of
      * a huge map for an answer known in advance. */
     uint64_t resident = 0;
+    /* Streamed, the shards are attached and detached by the I/O thread while this runs on the
+     * consumer's (a reset): their maps cannot be walked here (ThreadSanitizer found it), and
+     * the answer would be no anyway, since only the shards in use are local. */
+    if (l->stream)
+        return 0;
     return l->io_mode == DLC_IO_MMAP && dlc_store_resident(l->store, &resident) == DLC_OK &&
            resident >= l->info->file_bytes;
 }
