@@ -2,7 +2,7 @@
 # Every test, in the order that fails fastest: the layout check, the check that
 # the public headers are documented, the unit and end-to-end tests of the
 # normal build, the unit tests again under ASan+UBSan, the loader's threading
-# tests under TSan, the Python tests, Release builds with gcc and clang, and a
+# tests and streaming end to end under TSan, the Python tests, Release builds with gcc and clang, and a
 # short fuzzing run.
 # `make test` runs this after `make build`.
 #
@@ -25,7 +25,7 @@ declare -A ABOUT=(
     [docs]="public headers documented (doxygen)"
     [ctest]="unit and end-to-end tests (build/)"
     [asan]="unit tests under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)"
-    [tsan]="loader threading tests under ThreadSanitizer (build-tsan/)"
+    [tsan]="loader threading tests and streaming end to end under ThreadSanitizer (build-tsan/)"
     [pytest]="Python tests (pytest, $PY)"
     [release]="Release builds with gcc and clang, as a user makes them (warnings as errors here)"
     [fuzz]="fuzzing, ${FUZZ_SECONDS:-25} s per harness"
@@ -58,6 +58,13 @@ step_tsan() {
         run tsan env TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
             ctest --test-dir build-tsan -L threads --output-on-failure -j "$JOBS" \
             --no-tests=error || failed+=(tsan-build)
+    # Streaming runs the loader's threads, the cache's download threads and other processes
+    # against a real S3 server: its end-to-end test again with the TSan build's tools (77 is
+    # its skip, when node or s3rver cannot be had).
+    local rc=0
+    DLC_SRC=$PWD DLC_BIN=$PWD/build-tsan/bin PY=$PY \
+        TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 bash tests/e2e/stream_load.sh || rc=$?
+    [ "$rc" = 0 ] || [ "$rc" = 77 ] || failed+=(tsan-stream)
 }
 
 step_pytest() {
