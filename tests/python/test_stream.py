@@ -207,6 +207,43 @@ def test_streamed_batches_are_the_local_sets(local_set, url, s3, tmp_path):
         assert ld.stream_stats()["downloads"] == 0
 
 
+def _script(ld, state=None):
+    """The same calls on any Loader: three batches, a jump to epoch 3 mid-epoch, five batches,
+    a restore of @p state (when given) and the rest of that epoch. Cloned batches, and the state
+    saved after the five."""
+    out, it = [], iter(ld)
+    for _ in range(3):
+        out.append(tuple(t.clone() for t in next(it)))
+    ld.set_epoch(3)
+    it = iter(ld)
+    for _ in range(5):
+        out.append(tuple(t.clone() for t in next(it)))
+    saved = ld.state_dict()
+    if state is not None:
+        ld.load_state_dict(state)
+    out.extend(collect(ld))
+    return out, saved
+
+
+def test_resets_mid_epoch_at_the_smallest_cache_give_the_local_batches(local_set, url, s3,
+                                                                      tmp_path):
+    """set_epoch() and load_state_dict() while shards are pinned and downloads are under way:
+    the plan changes under the cache, which must give back what the old plan held and never a
+    wrong batch."""
+    with dlcache.Loader(local_set, sampler="windows", **OPTS) as ld:
+        _, state = _script(ld)
+    with dlcache.Loader(local_set, sampler="windows", **OPTS) as ld:
+        want, _ = _script(ld, state)
+    need = dlcache.plan(url, OPTS["batch_size"], window_shards=2, streams=2, world_size=1,
+                        cache_ranks=1, cache_dir=str(tmp_path / "plan"),
+                        endpoint=s3)["cache_needed_bytes"]
+    with dlcache.Loader(url, cache_dir=tmp_path / "c", cache_limit=need, cache_ranks=1,
+                        endpoint=s3, **OPTS) as ld:
+        got, _ = _script(ld, state)
+        assert ld.stream_stats()["peak_cache_bytes"] <= need
+    same_batches(got, want)
+
+
 def test_too_small_cache_names_the_bytes_needed(url, s3, tmp_path):
     need = dlcache.plan(url, OPTS["batch_size"], window_shards=2, streams=2, world_size=1,
                         cache_ranks=1, cache_dir=str(tmp_path / "c"),
