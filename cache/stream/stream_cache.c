@@ -594,7 +594,15 @@ dlc_status dlc__scache_open(const dlc__scache_config *cfg, dlc__scache **out)
     c->lock_fd = open(c->lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     FAIL_IF(c->lock_fd < 0, -errno, "%s: cannot create the lock file: %s", c->lock_path,
             strerror(errno));
-    CHECK(fetch_index(c, &ibuf, &ilen));
+    if (cfg->index) {
+        ibuf = malloc(cfg->index_len ? cfg->index_len : 1);
+        FAIL_IF(!ibuf, -ENOMEM, "stream cache: out of memory");
+        memcpy(ibuf, cfg->index, cfg->index_len);
+        ilen = cfg->index_len;
+        CHECK(dlc__set_index_decode(ibuf, ilen, c->url, &c->x));
+    } else {
+        CHECK(fetch_index(c, &ibuf, &ilen));
+    }
     c->index_bytes = dlc__scache_round(ilen);
     CHECK(make_state(c));
     CHECK(check_limit(c));

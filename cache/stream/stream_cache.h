@@ -66,6 +66,10 @@ typedef struct dlc__scache_config {
                                     and called from the cache's threads, one call at a time. */
     uint32_t downloads;          /* Shards this process downloads at once (its background threads);
                                     0: 2. */
+    /* For the fuzzer and tests only: the index's bytes, taken instead of fetching
+     * URL/index.dlcset (nothing else is fetched until a shard is needed). NULL: fetch it. */
+    const uint8_t *index;
+    size_t index_len;
 } dlc__scache_config;
 
 /* What the cache did in this process since open. */

@@ -13,13 +13,13 @@ bin=$1
 out=$2
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
-for h in store schema setindex manifest tar jpeg state warm; do
+for h in store schema setindex manifest tar jpeg state warm stream; do
     mkdir -p "$out/$h"
     if [ -d "$here/corpus/$h" ]; then
         find "$here/corpus/$h" -maxdepth 1 -type f -exec cp -f {} "$out/$h/" \;
     fi
 done
-for h in store schema setindex jpeg state warm; do
+for h in store schema setindex jpeg state warm stream; do
     if [ -x "$bin/fuzz_$h" ]; then
         DLC_FUZZ_SEED_DIR="$out/$h" "$bin/fuzz_$h" -runs=0 >/dev/null 2>&1 || {
             echo "make_seeds: fuzz_$h could not write its seeds" >&2
