@@ -108,16 +108,19 @@ static void json_window(tool_json *j, const bench_loader_result *lr)
     tool_json_i64(j, "loader_rss_end_bytes", (int64_t)lr->rss_end - (int64_t)lr->rss_open);
 }
 
-/* Streaming's counters over the timed loader's life (open, warm-up and window): null for a local
- * store. */
+/* Streaming's counters over the timed loader's life (open, warm-up and window), beside the
+ * digest as top-level keys: null for a local store. */
 static void json_stream(tool_json *j, const bench_load_run *r)
 {
+    static const char *const keys[] = {
+        "cache_dir",        "cache_limit", "stall_s",      "bytes_fetched", "requests",
+        "peak_cache_bytes", "cache_hits",  "cache_misses", "evictions",     "downloads"};
     const dlc_loader_stream_stats *s = &r->lr.stream;
     if (!r->o->streamed) {
-        tool_json_str(j, "stream", NULL);
+        for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+            tool_json_str(j, keys[i], NULL);
         return;
     }
-    tool_json_object_begin(j, "stream");
     tool_json_str(j, "cache_dir", r->o->cfg.cache_dir);
     tool_json_u64(j, "cache_limit", r->o->cfg.cache_limit);
     tool_json_f64(j, "stall_s", s->stall_seconds);
@@ -128,7 +131,6 @@ static void json_stream(tool_json *j, const bench_load_run *r)
     tool_json_u64(j, "cache_misses", s->misses);
     tool_json_u64(j, "evictions", s->evictions);
     tool_json_u64(j, "downloads", s->downloads);
-    tool_json_object_end(j);
 }
 
 /* The untimed digest pass: null fields when none was asked for. */
@@ -196,9 +198,9 @@ static void print_json(const bench_load_run *r, const figures *f)
     if (r->o->cfg.device >= 0)
         bench_device_json(&j, r);
     json_digest(&j, &r->digest);
+    json_stream(&j, r);
     json_config(&j, r);
     json_window(&j, &r->lr);
-    json_stream(&j, r);
     json_references(&j, r, f);
     json_store(&j, r);
     tool_json_object_end(&j);

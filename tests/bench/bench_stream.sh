@@ -87,7 +87,7 @@ for kind in $kinds; do
                 { echo "-- $kind $rate $pct: $(tail -2 "$j.err")" >&2; continue; }
             sps=$(jq_py "$j" 'round(d["samples_per_s"])')
             same=$([ "$(jq_py "$j" 'd["digest"]')" = "$digest" ] && echo yes || echo NO)
-            rows+=("| $kind | $([ "$rate" = none ] && echo "s3rver, no limit" || echo "$rate MB/s") | $pct %$note | $limit | $sps | $(awk -v a="$sps" -v b="$local_sps" 'BEGIN{printf "%.2f", a/b}') | $(jq_py "$j" '"%.2f" % d["first_batch_seconds"]') | $(jq_py "$j" '"%.2f" % (d["stream"]["bytes_fetched"] / 2 / '"$bytes"')') | $(jq_py "$j" 'd["stream"]["peak_cache_bytes"]') | $(jq_py "$j" '"%.2f" % d["stream"]["stall_s"]') | $same |")
+            rows+=("| $kind | $([ "$rate" = none ] && echo "s3rver, no limit" || echo "$rate MB/s") | $pct %$note | $limit | $sps | $(awk -v a="$sps" -v b="$local_sps" 'BEGIN{printf "%.2f", a/b}') | $(jq_py "$j" '"%.2f" % d["first_batch_seconds"]') | $(jq_py "$j" '"%.2f" % (d["bytes_fetched"] / 2 / '"$bytes"')') | $(jq_py "$j" 'd["peak_cache_bytes"]') | $(jq_py "$j" '"%.2f" % d["stall_s"]') | $same |")
             echo "${rows[-1]}" >&2
         done
     done

@@ -46,7 +46,7 @@ load() {
 used() {
     { find "$1" -type f -printf '%b\n' 2>/dev/null || true; } | awk '{s += $1 * 512} END {print s + 0}'
 }
-stream_get() { "$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["stream"][sys.argv[2]])' "$@"; }
+stream_get() { json_get "$@"; }
 
 load local "$src/set" --threads 2
 want=$(json_get "$out/local.json" digest)
