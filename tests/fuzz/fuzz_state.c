@@ -107,53 +107,13 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     return 0;
 }
 
-/* The set in shard windows: batches until the epoch ends or a few have come. */
-static void draw_windows(void)
+/* Batches of @p l until the epoch ends or a few have come, each checked: a count of 1..5, records
+ * below @p records and, with @p labels, the label tu_make_store gave each (index % 3). */
+static void draw(dlc_loader *l, uint64_t records, int labels)
 {
     dlc_batch b;
     for (int i = 0; i < 12; i++) {
-        const dlc_status rc = dlc_loader_next(windows, &b);
-        if (rc == DLC_END)
-            break;
-        if (rc != DLC_OK)
-            die("next after an accepted restore (windows)");
-        if (b.count == 0 || b.count > 5 || b.shape[0] != b.count)
-            abort();
-        for (uint32_t k = 0; k < b.count; k++)
-            if (b.indices[k] >= SET_RECORDS)
-                abort();
-    }
-}
-
-/* Restore @p data into the set's loader, as given and with its checksum fixed. */
-static void restore_windows(const uint8_t *data, size_t size)
-{
-    dlc_status rc = dlc_loader_state_restore(windows, data, size);
-    if (rc < 0 && dlc_errmsg()[0] == '\0')
-        abort();
-    if (rc == DLC_OK)
-        draw_windows();
-    if (size == DLC_LOADER_STATE_SIZE) {
-        uint8_t fixed[DLC_LOADER_STATE_SIZE];
-        memcpy(fixed, data, size);
-        const uint64_t h = XXH3_64bits(fixed, 56);
-        for (int i = 0; i < 8; i++)
-            fixed[56 + i] = (uint8_t)(h >> (8 * i));
-        rc = dlc_loader_state_restore(windows, fixed, sizeof fixed);
-        if (rc < 0 && dlc_errmsg()[0] == '\0')
-            abort();
-        if (rc == DLC_OK)
-            draw_windows();
-    }
-    if (dlc_loader_state_restore(windows, initial_w, sizeof initial_w) != DLC_OK)
-        die("restore initial (windows)");
-}
-
-static void draw(void)
-{
-    dlc_batch b;
-    for (int i = 0; i < 12; i++) {
-        const dlc_status rc = dlc_loader_next(loader, &b);
+        const dlc_status rc = dlc_loader_next(l, &b);
         if (rc == DLC_END)
             break;
         if (rc != DLC_OK)
@@ -161,32 +121,40 @@ static void draw(void)
         if (b.count == 0 || b.count > 5 || b.shape[0] != b.count)
             abort();
         for (uint32_t k = 0; k < b.count; k++)
-            if (b.indices[k] >= RECORDS || b.labels[k] != (int64_t)(b.indices[k] % 3))
+            if (b.indices[k] >= records || (labels && b.labels[k] != (int64_t)(b.indices[k] % 3)))
                 abort();
     }
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+/* Restore @p data into @p l as given, and with its checksum recomputed; draw after each restore
+ * that is accepted; then put @p l back at @p initial. */
+static void restore(dlc_loader *l, const uint8_t *initial_state, uint64_t records, int labels,
+                    const uint8_t *data, size_t size)
 {
-    dlc_status rc = dlc_loader_state_restore(loader, data, size);
+    dlc_status rc = dlc_loader_state_restore(l, data, size);
     if (rc < 0 && dlc_errmsg()[0] == '\0')
         abort();
     if (rc == DLC_OK)
-        draw();
+        draw(l, records, labels);
     if (size == DLC_LOADER_STATE_SIZE) {
         uint8_t fixed[DLC_LOADER_STATE_SIZE];
         memcpy(fixed, data, size);
         const uint64_t h = XXH3_64bits(fixed, 56);
         for (int i = 0; i < 8; i++)
             fixed[56 + i] = (uint8_t)(h >> (8 * i));
-        rc = dlc_loader_state_restore(loader, fixed, sizeof fixed);
+        rc = dlc_loader_state_restore(l, fixed, sizeof fixed);
         if (rc < 0 && dlc_errmsg()[0] == '\0')
             abort();
         if (rc == DLC_OK)
-            draw();
+            draw(l, records, labels);
     }
-    if (dlc_loader_state_restore(loader, initial, sizeof initial) != DLC_OK)
+    if (dlc_loader_state_restore(l, initial_state, DLC_LOADER_STATE_SIZE) != DLC_OK)
         die("restore initial");
-    restore_windows(data, size);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    restore(loader, initial, RECORDS, 1, data, size);
+    restore(windows, initial_w, SET_RECORDS, 0, data, size);
     return 0;
 }
