@@ -93,22 +93,36 @@ fail:
     return rc;
 }
 
+/* What a node's cache must hold for config @p c with @p slots batches in flight: the shards
+ * each rank's batches in flight can pin (a rank reads ceil(streams / world) streams, and its
+ * batches pin every shard of the windows they touch, dlc__swin_pinned_bound()) and its downloads
+ * ahead, for each of the cache_ranks processes sharing the folder. The one count behind the
+ * loader's check at open and dlc_loader_plan(). */
+typedef struct cache_need {
+    uint32_t per_rank; /* Streams a rank reads. */
+    uint32_t ranks;    /* Processes sharing the folder. */
+    uint32_t pinned;   /* Shards pinned at once, all of them. */
+    uint32_t ahead;    /* Downloads in flight, all of them. */
+} cache_need;
+
+static cache_need need_of(const dlc__swin *w, const dlc_loader_config *c, uint32_t slots)
+{
+    cache_need n;
+    n.per_rank = (dlc__swin_streams(w) + c->world_size - 1) / c->world_size;
+    n.ranks = c->cache_ranks ? c->cache_ranks : 1;
+    n.pinned = dlc__swin_pinned_bound(w, slots, c->batch_size, n.per_rank) * n.ranks;
+    n.ahead = (c->downloads ? c->downloads : 2) * n.ranks;
+    return n;
+}
+
 dlc_status dlc__stream_check(const dlc_loader *l)
 {
     const dlc__lstream *st = l->stream;
     const dlc_loader_config *c = &l->cfg;
     if (!st || !c->cache_limit)
         return DLC_OK;
-    /* A rank reads ceil(streams / world) streams; its batches in flight pin every shard of the
-     * windows they touch (dlc__swin_pinned_bound()), and each process sharing the folder needs
-     * as much. */
-    const uint32_t streams = dlc__swin_streams(l->sampler.swin);
-    const uint32_t per_rank = (streams + c->world_size - 1) / c->world_size;
-    const uint32_t ranks = c->cache_ranks ? c->cache_ranks : 1;
-    const uint32_t pinned =
-        dlc__swin_pinned_bound(l->sampler.swin, l->nslots, c->batch_size, per_rank) * ranks;
-    const uint32_t ahead = (c->downloads ? c->downloads : 2) * ranks;
-    const uint64_t need = dlc__scache_needed(dlc__scache_index(st->cache), pinned, ahead);
+    const cache_need n = need_of(l->sampler.swin, c, l->nslots);
+    const uint64_t need = dlc__scache_needed(dlc__scache_index(st->cache), n.pinned, n.ahead);
     if (c->cache_limit < need || st->limit_refused)
         return dlc__errorf(DLC_EINVAL,
                            "%s: config.cache_limit = %llu bytes is too small: %llu bytes are "
@@ -118,8 +132,8 @@ dlc_status dlc__stream_check(const dlc_loader *l)
                            "largest shards counted); raise cache_limit, or lower window_shards, "
                            "prefetch or batch_size",
                            l->path, (unsigned long long)c->cache_limit, (unsigned long long)need,
-                           pinned / ranks, c->window_shards, per_rank, l->nslots, c->batch_size,
-                           ranks, c->cache_dir, ahead / ranks);
+                           n.pinned / n.ranks, c->window_shards, n.per_rank, l->nslots,
+                           c->batch_size, n.ranks, c->cache_dir, n.ahead / n.ranks);
     return DLC_OK;
 }
 
@@ -340,19 +354,17 @@ dlc_status dlc_loader_plan(const char *path, const dlc_loader_config *config,
     dlc__sampler_set_epoch(&smp, c.seed, c.epoch);
 
     const uint32_t eff = dlc__swin_streams(smp.swin);
-    const uint32_t ranks = c.cache_ranks ? c.cache_ranks : 1;
+    /* The loader's slots are config.prefetch: the batches in flight. */
+    const cache_need need = need_of(smp.swin, &c, c.prefetch);
+    const uint32_t ranks = need.ranks;
     const uint32_t nodes = (c.world_size + ranks - 1) / ranks;
-    const uint32_t per_rank = (eff + c.world_size - 1) / c.world_size;
-    const uint32_t downloads = c.downloads ? c.downloads : 2;
     dlc_loader_plan_info p;
     memset(&p, 0, sizeof p);
     bytes = calloc(n, sizeof *bytes);
     seen = calloc((size_t)nodes * n, 1);
     ks = malloc((size_t)c.batch_size * sizeof *ks);
     FAIL_IF(!bytes || !seen || !ks, -ENOMEM, "%s: out of memory", path);
-    const uint32_t pinned =
-        dlc__swin_pinned_bound(smp.swin, c.prefetch, c.batch_size, per_rank) * ranks;
-    CHECK(plan_bytes(s, bytes, pinned, downloads * ranks, &p.cache_needed_bytes));
+    CHECK(plan_bytes(s, bytes, need.pinned, need.ahead, &p.cache_needed_bytes));
     for (uint32_t k = 0; k < n; k++) {
         p.set_bytes += bytes[k];
         if (bytes[k] > p.largest_shard_bytes)
