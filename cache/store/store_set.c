@@ -213,16 +213,16 @@ fail:
     return rc;
 }
 
-/* The union: sums, the index's schema and labels, label counts summed over the shards. */
-static dlc_status set_info(dlc_store *s, dlc__set_index *x)
+dlc_status dlc__set_index_info(dlc_store *s, const dlc__set_index *x)
 {
     const uint32_t nl = x->num_labels;
-    s->labels = x->labels ? x->labels : calloc(1, 1);
-    x->labels = NULL;
+    s->labels = calloc(1, x->labels_bytes + 1u);
     s->label_names = calloc(nl + 1u, sizeof *s->label_names);
     s->label_counts = calloc(nl + 1u, sizeof *s->label_counts);
     if (!s->labels || !s->label_names || !s->label_counts)
         return dlc__errorf(-ENOMEM, "%s: out of memory for %u labels", s->path, nl);
+    if (x->labels_bytes)
+        memcpy(s->labels, x->labels, x->labels_bytes);
     for (size_t i = 0, off = 0; i < nl; i++) {
         s->label_names[i] = s->labels + off;
         off += strlen(s->labels + off) + 1;
@@ -238,25 +238,39 @@ static dlc_status set_info(dlc_store *s, dlc__set_index *x)
         if (s->fields[i].flags & DLC_FIELD_LABEL)
             s->info.label_field = i;
     dlc__store_image_info(s);
+    /* XXH3 over the shards' digests, and their bytes: the index's, which every shard is checked
+     * against before it is used. */
     XXH3_state_t *digest = XXH3_createState();
     if (!digest)
         return dlc__errorf(-ENOMEM, "%s: out of memory", s->path);
     XXH3_64bits_reset(digest);
-    for (uint32_t k = 0; k < s->num_shards; k++) {
-        const dlc_store *sh = s->shards[k];
-        s->info.skipped += sh->info.skipped;
-        s->info.payload_bytes += sh->info.payload_bytes;
-        s->info.file_bytes += sh->info.file_bytes;
-        const uint64_t *counts = dlc_store_label_counts(sh);
-        for (uint32_t l = 0; l < nl; l++)
-            s->label_counts[l] += counts[l];
+    for (uint32_t k = 0; k < x->num_shards; k++) {
         uint8_t le[8];
-        dlc__st64(le, sh->info.content_digest);
+        dlc__st64(le, x->shards[k].content_digest);
         XXH3_64bits_update(digest, le, sizeof le);
+        s->info.file_bytes += x->shards[k].file_bytes;
     }
     s->info.content_digest = XXH3_64bits_digest(digest);
     XXH3_freeState(digest);
     s->file_size = s->info.file_bytes;
+    return DLC_OK;
+}
+
+/* The union of a set opened whole: what the index says, and what only the shards know (skipped
+ * items, payload bytes, label counts), summed. */
+static dlc_status set_info(dlc_store *s, const dlc__set_index *x)
+{
+    const dlc_status rc = dlc__set_index_info(s, x);
+    if (rc != DLC_OK)
+        return rc;
+    for (uint32_t k = 0; k < s->num_shards; k++) {
+        const dlc_store *sh = s->shards[k];
+        s->info.skipped += sh->info.skipped;
+        s->info.payload_bytes += sh->info.payload_bytes;
+        const uint64_t *counts = dlc_store_label_counts(sh);
+        for (uint32_t l = 0; l < x->num_labels; l++)
+            s->label_counts[l] += counts[l];
+    }
     return DLC_OK;
 }
 

@@ -155,6 +155,11 @@ dlc_status dlc__set_check_shard(const dlc_store *s, const dlc_store *sh, const d
                                 uint32_t k, dlc__set_part *part, const dlc__set_part *prev,
                                 int follow);
 
+/* The union of set @p s from its index @p x alone (its schema already in s->fields): labels
+ * (copied), count, the content digest over the shards' and their bytes. Label counts are zero,
+ * skipped items and payload bytes 0: only the shards know those. */
+dlc_status dlc__set_index_info(dlc_store *s, const dlc__set_index *x);
+
 /* ---- A set opened lazily, for streaming (store_set_lazy.c) ----------------------------------
  * The union is made from the index alone: count, schema, labels, the shards' record ranges, the
  * content digest and the bytes (the index's; the label counts, skipped items and payload bytes

@@ -12,56 +12,6 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
-
-/* The union from the index: what set_info() of store_set.c makes from the shards, but for the
- * label counts, skipped items and payload bytes, which only the shards know (0 here). */
-static dlc_status lazy_info(dlc_store *s, dlc__set_index *x)
-{
-    const uint32_t nl = x->num_labels;
-    /* A copy: the index keeps its own to check each shard's labels against. */
-    s->labels = calloc(1, x->labels_bytes + 1u);
-    if (s->labels && x->labels_bytes)
-        memcpy(s->labels, x->labels, x->labels_bytes);
-    s->label_names = calloc(nl + 1u, sizeof *s->label_names);
-    s->label_counts = calloc(nl + 1u, sizeof *s->label_counts);
-    if (!s->labels || !s->label_names || !s->label_counts)
-        return dlc__errorf(-ENOMEM, "%s: out of memory for %u labels", s->path, nl);
-    for (size_t i = 0, off = 0; i < nl; i++) {
-        s->label_names[i] = s->labels + off;
-        off += strlen(s->labels + off) + 1;
-    }
-    memcpy(s->fields, x->fields, (size_t)x->num_fields * sizeof *s->fields);
-    s->info = (dlc_store_info){
-        .format_version = DLC_STORE_FORMAT_VERSION,
-        .count = x->count,
-        .num_labels = nl,
-        .num_fields = x->num_fields,
-        .label_field = DLC_NO_FIELD,
-    };
-    for (uint32_t i = 0; i < x->num_fields; i++)
-        if (s->fields[i].flags & DLC_FIELD_LABEL)
-            s->info.label_field = i;
-    dlc__store_image_info(s);
-    /* The same digest as a set opened whole: XXH3 over the shards' digests, which the index
-     * holds. */
-    XXH3_state_t *digest = XXH3_createState();
-    if (!digest)
-        return dlc__errorf(-ENOMEM, "%s: out of memory", s->path);
-    XXH3_64bits_reset(digest);
-    for (uint32_t k = 0; k < x->num_shards; k++) {
-        uint8_t le[8];
-        dlc__st64(le, x->shards[k].content_digest);
-        XXH3_64bits_update(digest, le, sizeof le);
-        s->info.file_bytes += x->shards[k].file_bytes;
-        s->firsts[k] = x->shards[k].first;
-    }
-    s->firsts[x->num_shards] = x->count;
-    s->info.content_digest = XXH3_64bits_digest(digest);
-    XXH3_freeState(digest);
-    s->file_size = s->info.file_bytes;
-    return DLC_OK;
-}
 
 dlc_status dlc__set_open_lazy(const char *dir, dlc_store **out)
 {
@@ -90,7 +40,11 @@ dlc_status dlc__set_open_lazy(const char *dir, dlc_store **out)
     s->set_index = bytes;
     s->set_index_len = len;
     bytes = NULL;
-    CHECK(lazy_info(s, x));
+    memcpy(s->fields, x->fields, (size_t)x->num_fields * sizeof *s->fields);
+    for (uint32_t k = 0; k < x->num_shards; k++)
+        s->firsts[k] = x->shards[k].first;
+    s->firsts[x->num_shards] = x->count;
+    CHECK(dlc__set_index_info(s, x));
     s->lazy_index = x;
     x = NULL;
     free(ipath);
