@@ -422,9 +422,11 @@ static void list_files(dlc_loader *l, dlc__slot *s)
         return;
     const uint64_t stamp = ++l->resolves;
     for (uint32_t j = 0; j < s->count; j++) {
-        const uint64_t index =
-            dlc__sampler_at(&l->sampler, dlc__shard_pos(sh, s->batch * sh->batch + j));
-        const uint32_t f = dlc_store_record_file(l->store, index);
+        /* Kept for the lookups after the shrink check, which then need not place them again. */
+        dlc__sample_io *si = &s->io[j];
+        si->pos = dlc__shard_pos(sh, s->batch * sh->batch + j);
+        si->index = dlc__sampler_at(&l->sampler, si->pos);
+        const uint32_t f = dlc_store_record_file(l->store, si->index);
         if (f < l->nfiles && l->stamps[f] != stamp) {
             assert(s->nfiles <= j); /* A file is listed once: the list fits the batch. */
             l->stamps[f] = stamp;
@@ -471,10 +473,13 @@ static void resolve(dlc_loader *l, dlc__slot *s, uint32_t slot_index)
     if (s->lookup_by_workers)
         return;
     uint64_t bytes = 0;
+    const int lists = dlc__io_lists(l);
     for (uint32_t j = 0; j < s->count; j++) {
         dlc__sample_io *si = &s->io[j];
-        si->pos = dlc__shard_pos(sh, s->batch * sh->batch + j);
-        si->index = dlc__sampler_at(&l->sampler, si->pos);
+        if (!lists) { /* Else list_files() placed them. */
+            si->pos = dlc__shard_pos(sh, s->batch * sh->batch + j);
+            si->index = dlc__sampler_at(&l->sampler, si->pos);
+        }
         si->v = s->values + (size_t)j * nf;
         si->span = NULL;
         si->status = dlc_store_read_values(l->io_reader, si->index, si->v);
