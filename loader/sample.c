@@ -322,6 +322,8 @@ dlc_status dlc__build_sample(const dlc_loader *l, dlc__worker *w, dlc__slot *s, 
         return rc;
     assert(j < s->count);
     s->labels[j] = l->info->label_field != DLC_NO_FIELD ? sv->v[l->info->label_field].i : 0;
+    if (l->mixl && l->info->label_field != DLC_NO_FIELD)
+        s->labels[j] += l->mixl->file_label[sv->v[l->info->label_field].file];
     s->indices[j] = sv->index;
     return DLC_OK;
 }

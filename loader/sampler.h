@@ -80,6 +80,8 @@ typedef struct dlc__sampler {
     uint32_t *alias_idx;   /**< nclasses alias classes. */
     /* Shard windows. Owned by the sampler. */
     dlc__swin *swin;
+    /* A mixture (sampler_mix.c): positions go to it. Owned by the sampler. */
+    struct dlc__mix *mix;
 } dlc__sampler;
 
 /**

@@ -60,8 +60,8 @@ static void init_common(dlc__mix *m, const dlc__mix_source *src, uint32_t n, uin
 }
 
 dlc_status dlc__mix_init_quotas(dlc__mix *m, const dlc__mix_source *src, uint32_t n,
-                                const uint32_t *quota, uint64_t len, uint32_t world,
-                                int drop_last, int sequential)
+                                const uint32_t *quota, uint64_t len, uint32_t world, int drop_last,
+                                int sequential)
 {
     if (n == 0 || n > DLC__MIX_MAX_SOURCES)
         return dlc__errorf(DLC_EINVAL, "loader: a mixture of %u sources: 1 to %u", n,
@@ -90,8 +90,10 @@ dlc_status dlc__mix_init(dlc__mix *m, const dlc__mix_source *src, uint32_t n, ui
     for (uint32_t s = 0; s < n; s++) {
         const double w = src[s].weight;
         if (!(w >= 0) || !isfinite(w))
-            return dlc__errorf(DLC_EINVAL, "loader: %s: weight %g is not a weight (a finite "
-                                           "number, 0 or more)", NAME(s), w);
+            return dlc__errorf(DLC_EINVAL,
+                               "loader: %s: weight %g is not a weight (a finite "
+                               "number, 0 or more)",
+                               NAME(s), w);
         if (src[s].count == 0)
             return dlc__errorf(DLC_EINVAL, "loader: %s: the source has no records", NAME(s));
         sum += w;

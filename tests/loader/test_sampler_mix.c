@@ -15,8 +15,8 @@ static dlc__mix make(const double *w, const uint64_t *count, uint32_t n, uint64_
     dlc__mix_source src[DLC__MIX_MAX_SOURCES];
     uint64_t first = 0;
     for (uint32_t s = 0; s < n; s++) {
-        src[s] = (dlc__mix_source){.count = count[s], .first = first, .tag = 1000 + s,
-                                   .weight = w[s]};
+        src[s] =
+            (dlc__mix_source){.count = count[s], .first = first, .tag = 1000 + s, .weight = w[s]};
         first += count[s];
     }
     dlc__mix m;
@@ -124,8 +124,7 @@ static void check_passes(const dlc__mix *m, uint32_t s, uint32_t *seen, uint64_t
     for (uint64_t r = 0; r < c; r++) {
         cr_assert(seen[r] == full || seen[r] == full + 1,
                   "source %u record %llu seen %u times in %llu draws of %llu records", s,
-                  (unsigned long long)r, seen[r], (unsigned long long)draws,
-                  (unsigned long long)c);
+                  (unsigned long long)r, seen[r], (unsigned long long)draws, (unsigned long long)c);
         more += seen[r] == full + 1;
         total += seen[r];
     }
@@ -173,8 +172,8 @@ Test(sampler_mix, every_rank_batch_holds_the_shares)
                 dlc__mix_at(&m, 0, r + j * world, &s, NULL);
                 n0 += s == 0;
             }
-            cr_assert_eq(n0, 7, "rank %u batch at %llu: %u of source 0", r,
-                         (unsigned long long)j0, n0);
+            cr_assert_eq(n0, 7, "rank %u batch at %llu: %u of source 0", r, (unsigned long long)j0,
+                         n0);
         }
     dlc__mix_free(&m);
 }
