@@ -176,8 +176,7 @@ dlc_status dlc_loader_source_info(const dlc_loader *l, uint32_t source, dlc_mix_
     if (!l->mixl)
         return dlc__errorf(DLC_EINVAL, "%s: not a mixture", l->path);
     if (source >= l->mixl->n)
-        return dlc__errorf(DLC_EINVAL, "%s: no source %u (it has %u)", l->path, source,
-                           l->mixl->n);
+        return dlc__errorf(DLC_EINVAL, "%s: no source %u (it has %u)", l->path, source, l->mixl->n);
     if (out->struct_size < 2 * sizeof(uint32_t) || out->struct_size > sizeof *out)
         return dlc__errorf(DLC_EINVAL,
                            "%s: dlc_mix_source_info: struct_size is %u bytes, this library's is "
@@ -238,8 +237,9 @@ dlc_status dlc_loader_mix_state_save(const dlc_loader *l, void *buf, size_t cap,
     const dlc__shard *sh = &l->shard;
     /* Every position before it was drawn (by some rank): a complete rank share ends exactly
      * where the epoch's draws end, which the next segment must not count again. */
-    const uint64_t pos = l->cons_next >= sh->batches ? sh->start + sh->per_rank * sh->world
-                                                     : sh->start + l->cons_next * sh->batch * sh->world;
+    const uint64_t pos = l->cons_next >= sh->batches
+                             ? sh->start + sh->per_rank * sh->world
+                             : sh->start + l->cons_next * sh->batch * sh->world;
     const dlc__mix *x = l->sampler.mix;
     dlc__st64(p + 0, MIX_MAGIC);
     dlc__st32(p + 8, MIX_VERSION);
@@ -316,9 +316,9 @@ dlc_status dlc_loader_mix_state_restore(dlc_loader *l, const void *buf, size_t s
     CHECK(dlc__mix_init_quotas(&old, src, n, quota, len, world, flags & 1u, (flags & 2u) != 0));
     dlc__mix_segment(&old, seg_epoch, seg_pos, base);
     /* Past the saved epoch's draws is beyond the epoch. */
-    FAIL_IF(pos > (epoch == seg_epoch ? seg_pos : 0) + dlc__mix_epoch_span(&old, epoch),
-            DLC_EINVAL, "%s: mixture state: position %" PRIu64 " is beyond epoch %" PRIu64,
-            l->path, pos, epoch);
+    FAIL_IF(pos > (epoch == seg_epoch ? seg_pos : 0) + dlc__mix_epoch_span(&old, epoch), DLC_EINVAL,
+            "%s: mixture state: position %" PRIu64 " is beyond epoch %" PRIu64, l->path, pos,
+            epoch);
     uint64_t draws[DLC__MIX_MAX_SOURCES];
     dlc__mix_draws(&old, epoch, pos, draws);
     /* Each source of this loader finds its saved self by path, then by its records. */

@@ -287,9 +287,13 @@ static dlc_status build_output(const dlc_loader *l, dlc__worker *w, dlc__slot *s
     case DLC__OUT_ARRAY:
         return out_array(l, w, o, sv, dst, len);
     case DLC__OUT_SCALAR:
-        if (o->dtype == DLC_DTYPE_INT64)
-            memcpy(dst, &v->i, 8);
-        else
+        if (o->dtype == DLC_DTYPE_INT64) {
+            /* A mixture's label field carries its source's offset, as dlc_batch.labels does. */
+            const int64_t x = l->mixl && o->field == l->info->label_field
+                                  ? v->i + l->mixl->file_label[v->file]
+                                  : v->i;
+            memcpy(dst, &x, 8);
+        } else
             memcpy(dst, &v->f, 8);
         return DLC_OK;
     case DLC__OUT_BYTES:

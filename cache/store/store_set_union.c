@@ -81,8 +81,8 @@ dlc_status dlc__store_open_union(const char *name, const char *const *paths, uin
                 (long long)label_offsets[i]);
         CHECK(dlc_store_open(paths[i], flags, &src[i]));
         FAIL_IF(src[i]->info.format_version != DLC_STORE_FORMAT_VERSION, DLC_EINVAL,
-                "%s: source %u (%s): a version %u store cannot be in a mixture (rebuild it)",
-                name, i, paths[i], src[i]->info.format_version);
+                "%s: source %u (%s): a version %u store cannot be in a mixture (rebuild it)", name,
+                i, paths[i], src[i]->info.format_version);
         FAIL_IF(src[i]->info.count == 0, DLC_EINVAL, "%s: source %u (%s): no records", name, i,
                 paths[i]);
         files += src[i]->shards ? src[i]->num_shards : 1;
@@ -100,8 +100,10 @@ dlc_status dlc__store_open_union(const char *name, const char *const *paths, uin
     XXH3_64bits_reset(digest);
     for (uint32_t i = 0; i < n; i++) {
         dlc_store *s = src[i];
-        parts[i] = (dlc__union_part){.first = first, .count = s->info.count,
-                                     .digest = s->info.content_digest, .first_file = u->num_shards};
+        parts[i] = (dlc__union_part){.first = first,
+                                     .count = s->info.count,
+                                     .digest = s->info.content_digest,
+                                     .first_file = u->num_shards};
         uint8_t le[8];
         dlc__st64(le, s->info.content_digest);
         XXH3_64bits_update(digest, le, sizeof le);

@@ -257,8 +257,7 @@ Test(loader_mix, refusals_name_the_source)
     dlc_loader *l = NULL;
     /* Another schema. */
     cr_assert_eq(dlc_loader_open_mix(src, 2, NULL, &c, &l), DLC_EINVAL);
-    cr_assert(strstr(dlc_errmsg(), m.path[3]) && strstr(dlc_errmsg(), "field"), "%s",
-              dlc_errmsg());
+    cr_assert(strstr(dlc_errmsg(), m.path[3]) && strstr(dlc_errmsg(), "field"), "%s", dlc_errmsg());
     cr_assert_null(l);
     src[1].path = m.path[1];
     src[1].weight = NAN;
