@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +65,11 @@ dlc_status dlc__mixload_open(dlc_loader *l, const dlc_mix_source *sources, uint3
                 "loader: mixture source %u (%s): streamed sources are not supported in a "
                 "mixture yet: warm it to a local set first",
                 i, s.path);
+        /* Before the sources are opened: a bad weight is the caller's, named first. */
+        FAIL_IF(!(s.weight >= 0) || !isfinite(s.weight), DLC_EINVAL,
+                "loader: mixture source %u (%s): weight %g is not a weight (a finite number, 0 "
+                "or more)",
+                i, s.path, s.weight);
         FAIL_IF(!(m->paths[i] = strdup(s.path)), -ENOMEM, "loader: out of memory");
         paths[i] = m->paths[i];
         m->path_hash[i] = XXH3_64bits(s.path, strlen(s.path));

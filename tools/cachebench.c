@@ -24,6 +24,7 @@ void bench_usage(FILE *out)
 {
     fputs("usage: cachebench decode SOURCE [--threads T] [--limit N] [--seconds S] [--json]\n"
           "       cachebench load STORE [options] [--json]\n"
+          "       cachebench load STORE STORE... --weights W,W... [--samples-per-epoch N]\n"
           "\n"
           "decode: plain libjpeg-turbo decode at full size of every JPEG under SOURCE (an\n"
           "  ImageFolder tree or any directory of .jpg files, searched recursively and\n"
@@ -62,6 +63,10 @@ void bench_usage(FILE *out)
           "  --cache-ranks N      processes sharing DIR (default 1)\n"
           "  --downloads N        shards downloaded at once (default 2)\n"
           "  --endpoint URL --region R  the S3 or GCS endpoint and region of the URL\n"
+          "  --weights W,W,...    several STOREs are a mixture (dlc_loader_open_mix): one\n"
+          "                       weight per STORE (default equal); the shares of each\n"
+          "                       source per epoch go to stderr after the report\n"
+          "  --samples-per-epoch N  a mixture's epoch (default: its records)\n"
           "  --device N           run the loader's device path on GPU N instead: each batch\n"
           "                       is converted (--dtype, --device-layout) by\n"
           "                       dlc_loader_device_emit on the default stream into device\n"
