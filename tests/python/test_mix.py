@@ -140,3 +140,23 @@ def test_refusals(sources, tmp_path):
     with pytest.raises(ValueError, match="mixture"):
         plain.load_state_dict(mixed.state_dict())
     mixed.close(), plain.close()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="torch.cuda.is_available() is False: runs on a machine with a GPU")
+def test_device_batches_equal_the_host_ones(sources):
+    kw = dict(weights=[0.5, 0.3, 0.2], label_offsets=[0, 10, 20], return_indices=True,
+              dtype="float32")
+    host = [{k: v.clone() for k, v in b.items()}
+            for b in _loader(sources, as_dict=True, **kw)]
+    dev = [{k: v.cpu() for k, v in b.items()}
+           for b in _loader(sources, as_dict=True, device="cuda", **kw)]
+    assert len(host) == len(dev) == 8
+    for h, d in zip(host, dev):
+        assert h.keys() == d.keys() and "source" in h
+        for k in h:
+            assert torch.equal(h[k], d[k]), k
+    images, labels, idx, src = next(iter(_loader(sources, device="cuda", return_source=True,
+                                                 **kw)))
+    assert src.device.type == "cuda" and torch.equal(src.cpu(), host[0]["source"])
+    assert torch.equal(idx.cpu(), host[0]["indices"])
