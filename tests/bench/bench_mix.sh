@@ -25,7 +25,9 @@ THREADS=${THREADS:-"1 2"}
 ROUNDS=${ROUNDS:-5}
 SECONDS_EACH=${SECONDS_EACH:-2}
 [ -x "$BIN/cachebench" ] || { echo "$0: $BIN/cachebench not found (build first)" >&2; exit 1; }
-count() { "$BIN/cacheinfo" "$1" --json | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["count"])'; }
+count() {
+    "$BIN/cacheinfo" "$1" --json | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["count"])'
+}
 WEIGHTS=${WEIGHTS:-$(count "$A"),$(count "$B"),$(count "$C")}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

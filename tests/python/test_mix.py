@@ -160,3 +160,39 @@ def test_device_batches_equal_the_host_ones(sources):
                                                  **kw)))
     assert src.device.type == "cuda" and torch.equal(src.cpu(), host[0]["source"])
     assert torch.equal(idx.cpu(), host[0]["indices"])
+
+
+_CHILD = r"""
+import os, signal, sys, torch
+sys.path.insert(0, sys.argv[1])
+import dlcache
+paths, out = sys.argv[2].split(","), sys.argv[3]
+loader = dlcache.Loader(paths, 10, weights=[5, 3, 2], crop=4, threads=2, seed=3,
+                        return_indices=True)
+it = iter(loader)
+for _ in range(3):
+    next(it)
+torch.save(loader.state_dict(), out + ".tmp")
+os.rename(out + ".tmp", out)
+next(it)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_kill_9_mid_epoch_and_resume(sources, tmp_path):
+    import os
+    import subprocess
+    import sys
+    state = tmp_path / "state.pt"
+    child = subprocess.run([sys.executable, "-c", _CHILD, os.path.join(os.path.dirname(
+        dlcache.__file__), ".."), ",".join(sources), str(state)], env=dict(os.environ))
+    assert child.returncode == -9 and state.exists()
+    ref = _loader(sources, weights=[5, 3, 2], return_indices=True)
+    want = [tuple(t.clone() for t in b) for b in ref][3:]
+    got_loader = _loader(sources, weights=[5, 3, 2], return_indices=True)
+    got_loader.load_state_dict(torch.load(str(state)))
+    got = [tuple(t.clone() for t in b) for b in got_loader]
+    assert len(got) == len(want) == 5
+    for g, w in zip(got, want):
+        assert all(torch.equal(x, y) for x, y in zip(g, w))
+    ref.close(), got_loader.close()
