@@ -144,6 +144,7 @@ dlc_status dlc__mixload_sampler(dlc_loader *l)
     CHECK(dlc__mix_init(l->sampler.mix, src, m->n, m->samples_per_epoch, cfg->world_size,
                         cfg->drop_last, cfg->sampler == DLC_SAMPLER_SEQUENTIAL,
                         (const char *const *)m->paths));
+    l->sampler.mix->batch = cfg->batch_size;
 fail:
     return rc;
 }
@@ -222,8 +223,9 @@ _Static_assert(DLC_LOADER_MIX_STATE_MAX == MIX_HEAD + MIX_ENTRY * DLC__MIX_MAX_S
 
 /* Layout (little-endian): magic u64 | version u32 | sources u32 | seed u64 | epoch u64 |
  * position u64 | segment epoch u64 | segment position u64 | epoch length u64 | world u32 |
- * flags u32 (1: drop_last, 2: sequential); per source: path hash u64 | count u64 | digest u64 |
- * draws before the segment u64 | quota u32 | 0 u32; XXH3-64 of everything before it. */
+ * flags u32 (1: drop_last, 2: sequential) | batch u32 | 0 u32; per source: path hash u64 | count
+ * u64 | digest u64 | draws before the segment u64 | quota u32 | 0 u32; XXH3-64 of everything before
+ * it. */
 
 dlc_status dlc_loader_mix_state_save(const dlc_loader *l, void *buf, size_t cap, size_t *size)
 {
@@ -258,7 +260,8 @@ dlc_status dlc_loader_mix_state_save(const dlc_loader *l, void *buf, size_t cap,
     dlc__st64(p + 56, x->len);
     dlc__st32(p + 64, x->world);
     dlc__st32(p + 68, (x->drop_last ? 1u : 0u) | (x->sequential ? 2u : 0u));
-    dlc__st64(p + 72, 0);
+    dlc__st32(p + 72, x->batch);
+    dlc__st32(p + 76, 0);
     for (uint32_t i = 0; i < m->n; i++) {
         uint8_t *e = p + MIX_HEAD + (size_t)MIX_ENTRY * i;
         dlc__st64(e + 0, m->path_hash[i]);
@@ -301,8 +304,9 @@ dlc_status dlc_loader_mix_state_restore(dlc_loader *l, const void *buf, size_t s
     const uint64_t seg_epoch = dlc__ld64(p + 40), seg_pos = dlc__ld64(p + 48);
     const uint64_t len = dlc__ld64(p + 56);
     const uint32_t world = dlc__ld32(p + 64), flags = dlc__ld32(p + 68);
-    FAIL_IF(world == 0 || len == 0, DLC_EINVAL, "%s: mixture state: world %u, length %" PRIu64,
-            l->path, world, len);
+    const uint32_t batch = dlc__ld32(p + 72);
+    FAIL_IF(world == 0 || len == 0 || batch == 0, DLC_EINVAL,
+            "%s: mixture state: world %u, batch %u, length %" PRIu64, l->path, world, batch, len);
     FAIL_IF(epoch < seg_epoch || (epoch == seg_epoch && pos < seg_pos), DLC_EINVAL,
             "%s: mixture state: position %" PRIu64 " of epoch %" PRIu64
             " is before its schedule began (%" PRIu64 " of %" PRIu64 ")",
@@ -320,6 +324,7 @@ dlc_status dlc_loader_mix_state_restore(dlc_loader *l, const void *buf, size_t s
                 l->path, i);
     }
     CHECK(dlc__mix_init_quotas(&old, src, n, quota, len, world, flags & 1u, (flags & 2u) != 0));
+    old.batch = batch;
     dlc__mix_segment(&old, seg_epoch, seg_pos, base);
     /* Past the saved epoch's draws is beyond the epoch. */
     FAIL_IF(pos > (epoch == seg_epoch ? seg_pos : 0) + dlc__mix_epoch_span(&old, epoch), DLC_EINVAL,
@@ -351,7 +356,7 @@ dlc_status dlc_loader_mix_state_restore(dlc_loader *l, const void *buf, size_t s
         same = same && j == (int)i && quota[i] == x->quota[i];
     }
     same = same && world == x->world && len == x->len && (flags & 1u) == (x->drop_last ? 1u : 0u) &&
-           ((flags & 2u) != 0) == (x->sequential != 0);
+           (!x->drop_last || batch == x->batch) && ((flags & 2u) != 0) == (x->sequential != 0);
     /* The same schedule continues exactly as it would have; another one begins here. */
     m->pending = 1;
     if (same) {

@@ -143,7 +143,8 @@ static inline uint64_t dlc__shard_pos(const dlc__shard *sh, uint64_t j)
  * under other weights, sources or world size, with each source's draws before it (base[]): the
  * new schedule continues every source's pass exactly where it stood. An epoch draws len positions
  * rounded up to a multiple of world (down with drop_last), so the padding DistributedSampler
- * repeats is made of new draws here and no draw is ever skipped. */
+ * repeats is made of new draws here and no draw is ever skipped; with drop_last the epoch is
+ * cut to a multiple of world x batch, exactly what the ranks deliver. */
 #define DLC__MIX_MAX_SOURCES 64u
 #define DLC__MIX_MAX_PERIOD 65536u
 
@@ -164,6 +165,8 @@ typedef struct dlc__mix {
     uint64_t len;                         /**< Positions per epoch as asked (samples_per_epoch). */
     uint32_t world;
     int drop_last;
+    uint32_t batch; /**< With drop_last a rank's short last batch is cut too: an epoch then draws
+                         a multiple of world x batch (1 unless the caller sets it). */
     int sequential; /**< Passes in record order (DLC_SAMPLER_SEQUENTIAL), else permuted. */
     uint64_t seed;
     uint64_t seg_epoch, seg_pos;         /**< Where the segment began. */

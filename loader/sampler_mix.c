@@ -56,6 +56,7 @@ static void init_common(dlc__mix *m, const dlc__mix_source *src, uint32_t n, uin
     m->len = len;
     m->world = world ? world : 1;
     m->drop_last = drop_last;
+    m->batch = 1;
     m->sequential = sequential;
 }
 
@@ -157,8 +158,10 @@ void dlc__mix_segment(dlc__mix *m, uint64_t epoch, uint64_t pos, const uint64_t 
 
 static uint64_t round_world(const dlc__mix *m, uint64_t left)
 {
-    const uint64_t w = m->world;
-    return m->drop_last ? left / w * w : (left + w - 1) / w * w;
+    /* drop_last cuts each rank's short last batch too (dlc__shard_plan()): an epoch's draws are
+     * what the ranks deliver, or the cut ones would be skipped by the next epoch's. */
+    const uint64_t w = m->world, unit = w * (m->batch ? m->batch : 1);
+    return m->drop_last ? left / unit * unit : (left + w - 1) / w * w;
 }
 
 uint64_t dlc__mix_epoch_span(const dlc__mix *m, uint64_t epoch)

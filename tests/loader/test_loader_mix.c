@@ -404,3 +404,46 @@ Test(loader_mix, resume_from_two_ranks_into_three_and_into_one)
     }
     free_mix(&m);
 }
+
+Test(loader_mix, drop_last_skips_no_draw)
+{
+    /* 65 samples per epoch in batches of 10 over 2 ranks with drop_last: each epoch delivers 60
+     * (the ranks' short batches cut), and the next epoch's draws follow on from exactly those:
+     * over 4 epochs each source's records come in whole passes. */
+    mixdir m = make_mix();
+    const uint32_t which[] = {0, 1};
+    const double w[] = {0.6, 0.4};
+    dlc_loader_config c = mix_config();
+    c.drop_last = 1;
+    c.world_size = 2;
+    uint64_t *seq[2][2];
+    uint64_t nseq[2][2] = {{0}};
+    for (uint32_t r = 0; r < 2; r++) {
+        seq[r][0] = calloc(1024, sizeof **seq[r]);
+        seq[r][1] = calloc(1024, sizeof **seq[r]);
+        c.rank = r;
+        dlc_loader *l = open_mix(&m, which, w, 2, 65, &c);
+        cr_assert_eq(dlc_loader_batches_per_epoch(l), 3);
+        for (uint64_t e = 0; e < 4; e++) {
+            cr_assert_eq(dlc_loader_set_epoch(l, e), DLC_OK);
+            take(l, which, -1, seq[r], nseq[r]);
+        }
+        dlc_loader_close(l);
+    }
+    for (uint32_t s = 0; s < 2; s++) {
+        const uint64_t count = m.count[s];
+        const uint64_t total = nseq[0][s] + nseq[1][s];
+        uint32_t *seen = calloc(count, sizeof *seen);
+        for (uint32_t r = 0; r < 2; r++)
+            for (uint64_t i = 0; i < nseq[r][s]; i++)
+                seen[seq[r][s][i]]++;
+        cr_assert_eq(total, s == 0 ? 144 : 96, "source %u: %llu", s, (unsigned long long)total);
+        for (uint64_t i = 0; i < count; i++)
+            cr_assert(seen[i] == total / count || seen[i] == total / count + 1,
+                      "source %u record %llu seen %u times in %llu draws", s, (unsigned long long)i,
+                      seen[i], (unsigned long long)total);
+        free(seen);
+        free(seq[0][s]), free(seq[1][s]);
+    }
+    free_mix(&m);
+}
