@@ -132,16 +132,25 @@ Test(loader_mix, identical_across_threads_and_prefetch)
     dlc_loader *a = open_mix(&m, which, w, 3, 0, &c);
     c.threads = 3, c.prefetch = 4;
     dlc_loader *b = open_mix(&m, which, w, 3, 0, &c);
+    c.io = DLC_IO_DIRECT; /* O_DIRECT reads of every source's file. */
+    dlc_loader *d = open_mix(&m, which, w, 3, 0, &c);
     for (uint64_t e = 0; e < 2; e++) {
         cr_assert_eq(dlc_loader_set_epoch(a, e), DLC_OK);
         cr_assert_eq(dlc_loader_set_epoch(b, e), DLC_OK);
+        cr_assert_eq(dlc_loader_set_epoch(d, e), DLC_OK);
         uint64_t na = 0, nb = 0;
-        cr_assert_eq(fx_epoch_hash(a, NULL, &na, 0), fx_epoch_hash(b, NULL, &nb, 0));
+        const uint64_t h = fx_epoch_hash(a, NULL, &na, 0);
+        cr_assert_eq(h, fx_epoch_hash(b, NULL, &nb, 0));
+        cr_assert_eq(h, fx_epoch_hash(d, NULL, NULL, 0));
         cr_assert_eq(na, 80);
         cr_assert_eq(nb, 80);
     }
+    dlc_loader_stats st;
+    dlc_loader_get_stats(d, &st);
+    cr_assert_eq(st.io_mode, DLC_IO_DIRECT);
     dlc_loader_close(a);
     dlc_loader_close(b);
+    dlc_loader_close(d);
     free_mix(&m);
 }
 
