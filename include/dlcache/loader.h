@@ -679,7 +679,8 @@ typedef struct dlc_mix_options {
     uint32_t struct_size;       /**< Set by dlc_mix_options_init(). */
     uint64_t samples_per_epoch; /**< Positions of an epoch over all ranks (0: the sum of the
                                      sources' records). Rounded up to a multiple of world_size
-                                     (down with drop_last) with new draws, never repeats. */
+                                     with new draws, never repeats (with drop_last: down to a
+                                     multiple of world_size x batch_size). */
 } dlc_mix_options;
 
 /** Set @p o to the defaults and its struct_size.
