@@ -67,16 +67,23 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# The jobs run as nobody: every folder on their way must be searchable (munged wants its
-# socket's folders searchable by all, too).
+# The jobs run as nobody: every folder on their way must be searchable and the sources
+# readable (munged wants its socket's folders searchable by all, too).
+umask 022
 chmod 755 "$tmp"
 mkdir -p "$S/munge" "$S/state" "$S/spool" "$S/log" "$tmp/work" "$tmp/sets"
 chown "$uid:$gid" "$tmp/work" "$tmp/sets"
+# The jobs' tools: copies of the build's, which may be where nobody cannot go (/root/...).
+mkdir "$tmp/bin"
+cp "$DLC_BIN/cachebuild" "$DLC_BIN/cacheinfo" "$tmp/bin/"
+as_nobody() { setpriv --reuid="$uid" --regid="$gid" --clear-groups -- "$@"; }
+as_nobody "$tmp/bin/cachebuild" --help >/dev/null || fail "the user nobody cannot run cachebuild"
 
 (umask 077 && head -c 1024 /dev/urandom >"$S/munge/key")
 chmod 400 "$S/munge/key"
+# -F: in the foreground, so that $! is its PID; it logs to stderr.
 munged -F --socket="$S/munge/socket" --key-file="$S/munge/key" --pid-file="$S/munge/pid" \
-    --seed-file="$S/munge/seed" --log-file="$S/log/munged.log" >"$S/log/munged.out" 2>&1 &
+    --seed-file="$S/munge/seed" >"$S/log/munged.log" 2>&1 &
 pids+=($!)
 for t in $(seq 50); do
     munge -S "$S/munge/socket" -n >/dev/null 2>&1 && break
@@ -153,9 +160,8 @@ block join.sbatch >join.sbatch
 # the tools on PATH, the sources, the set and N. Prints the block's output,
 # then "array=JOBID" (the block's $jid).
 submit() { # submit SET BLOCK_TEXT
-    env PATH="$DLC_BIN:$PATH" HOME="$tmp/work" DLC_SOURCES="$tree" DLC_SET="$1" DLC_PARTS=4 \
-        setpriv --reuid="$uid" --regid="$gid" --clear-groups \
-        bash -euo pipefail -c "$2"$'\necho "array=$jid"'
+    as_nobody env PATH="$tmp/bin:$PATH" HOME="$tmp/work" DLC_SOURCES="$tree" DLC_SET="$1" \
+        DLC_PARTS=4 bash -euo pipefail -c "$2"$'\necho "array=$jid"'
 }
 submitted() { sed -n 's/^Submitted batch job \([0-9]*\)$/\1/p' <<<"$1"; }
 array_of() { sed -n 's/^array=\([0-9]*\)$/\1/p' <<<"$1"; }
