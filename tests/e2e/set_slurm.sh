@@ -66,6 +66,8 @@ cleanup() {
     exit "$rc"
 }
 trap cleanup EXIT
+trap "exit 130" INT
+trap "exit 143" TERM
 
 # The jobs run as nobody: every folder on their way must be searchable and the sources
 # readable (munged wants its socket's folders searchable by all, too).
