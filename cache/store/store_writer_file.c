@@ -94,13 +94,13 @@ dlc_status dlc__wfile_txn_commit(dlc_writer *w)
 
 /* A record reaches the page cache through pwrite() rather than through the map. Written
  * through MDB_WRITEMAP's shared map, every page of a new record is a first-touch fault on a
- * fresh page-cache page that the kernel zeroes before the copy lands; on ext4 each such fault
- * also starts a journal handle (page_mkwrite). That was a third of a 1-thread build, and it is
- * the step that stops scaling with threads: tests/bench/bench_pagecache.c writes the same bytes
- * at about 6x the speed with pwrite() as through a map, 1 or 2 threads alike
- * (docs/BENCHMARKS.md, "Where a build's time goes"). pwrite() of a whole record copies straight
- * into new page-cache folios, large ones where the file system has them, with no fault, and
- * zeroes only the last page's tail.
+ * fresh page-cache page over unwritten blocks, which the kernel zeroes before the copy lands:
+ * a fifth of a build's CPU in perf, on the writer's thread. tests/bench/bench_pagecache.c
+ * writes the same bytes with pwrite() at a steady system time per GB from 1 to 2 threads,
+ * where through a map 2 threads write less in all than 1 (docs/BENCHMARKS.md, "The builder at
+ * the speed of decoding"). pwrite() of a whole record copies straight into new page-cache
+ * folios, large ones where the file system has them, with no fault, and zeroes only the last
+ * page's tail.
  *
  * Only a value on overflow pages under MDB_WRITEMAP goes this way: LMDB hands it out 16 bytes
  * (its page header) into the first page of its run, the run is the value's alone, and LMDB has
@@ -360,7 +360,7 @@ static dlc_status files_open(dlc_writer *w, uint64_t size_hint)
      * map): LMDB's write of an overflow run's page header is a fault on a page not yet in the
      * page cache, and with readahead that fault read (zeroed, the blocks being unwritten) the
      * next 128 KiB or more, which dlc__wfile_put_value()'s pwrite() then overwrote: 11% of a
-     * 1-thread build in the kernel's memset, against under 1% with one page per fault. */
+     * 1-thread build in the kernel's memset, against 0.1% with one page per fault. */
     const unsigned flags = MDB_NOSUBDIR | MDB_NOSYNC | MDB_NOMETASYNC | MDB_NOLOCK | MDB_NOTLS |
                            (w->writemap ? MDB_WRITEMAP | MDB_NORDAHEAD : 0u);
     mrc = mdb_env_open(w->env, w->temp_path, flags, 0644);

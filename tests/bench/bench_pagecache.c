@@ -1,6 +1,6 @@
 /* How fast new bytes reach fresh page-cache pages, from 1, 2, ... threads at once: the builder's
- * one serial step (docs/BENCHMARKS.md, "Where a build's time goes"). Each thread writes BYTES
- * of the same record-sized pattern into a file of its own in DIR, in one of three ways:
+ * one serial step (docs/BENCHMARKS.md, "The builder at the speed of decoding"). Each thread writes
+ * BYTES of the same record-sized pattern into a file of its own in DIR, in one of three ways:
  *
  *   map     ftruncate + fallocate(KEEP_SIZE) as the store writer does, then memcpy into a
  *           MAP_SHARED map of it: every 4 KiB page is a first-touch fault, and the kernel zeroes
