@@ -3,8 +3,8 @@
  * BYTES of the same record-sized pattern into a file of its own in DIR, in one of three ways:
  *
  *   map     ftruncate + fallocate(KEEP_SIZE) as the store writer does, then memcpy into a
- *           MAP_SHARED map of it: every 4 KiB page is a first-touch fault, and the kernel zeroes
- *           the page before the copy lands (what LMDB's MDB_WRITEMAP costs without help).
+ *           MAP_SHARED map of it: every new folio is a first-touch fault, and the kernel zeroes
+ *           it before the copy lands (what LMDB's MDB_WRITEMAP costs without help).
  *   pwrite  the same reserved file, written with pwrite() of BLOCK bytes: no fault, no zeroing
  *           of pages wholly overwritten, and the page cache may use large folios.
  *   direct  O_DIRECT pwrite() of BLOCK bytes from an aligned buffer: no page cache at all.
