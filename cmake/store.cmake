@@ -13,6 +13,12 @@ if(TARGET dlc_store AND DLCACHE_TESTS)
   add_executable(bench_store_read ${PROJECT_SOURCE_DIR}/tests/bench/bench_store_read.c)
   target_link_libraries(bench_store_read PRIVATE dlc_store dlc_test_headers)
 endif()
+# bench_pagecache: how fast new bytes reach fresh page-cache pages through a shared map, pwrite()
+# and O_DIRECT, from 1, 2, ... threads (tests/bench/bench_pagecache.c). A program, not a test.
+if(DLCACHE_TESTS)
+  add_executable(bench_pagecache ${PROJECT_SOURCE_DIR}/tests/bench/bench_pagecache.c)
+  target_link_libraries(bench_pagecache PRIVATE Threads::Threads)
+endif()
 # set_split: the records of a store written again as the parts of a store set and joined
 # (tests/lib/set_split.c), so that the Python tests and the benchmarks compare a set with a
 # single store of the same records. Only for tests; not installed.
