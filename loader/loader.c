@@ -254,6 +254,7 @@ static dlc_status threads_start(dlc_loader *l, int *sync_made)
     l->nworkers = threads;
     l->workers = calloc(threads, sizeof *l->workers);
     FAIL_IF(!l->workers, -ENOMEM, "%s: out of memory", l->path);
+    CHECK(dlc__report_open(l));
     int prc = pthread_create(&l->io_thread, NULL, dlc__io_main, l);
     FAIL_IF(prc, -prc, "%s: cannot start the I/O thread: %s", l->path, strerror(prc));
     l->io_started = 1;
@@ -375,6 +376,7 @@ void dlc_loader_close(dlc_loader *l)
         pthread_cond_destroy(&l->cv_done);
         pthread_mutex_destroy(&l->mu);
     }
+    dlc__report_close(l);
     dlc__io_close(l);
     dlc__dev_close(l); /* Frees the slots' arenas: after the threads, before the slots. */
     if (l->slots) {
@@ -406,6 +408,7 @@ dlc_status dlc_loader_next(dlc_loader *l, dlc_batch *batch)
                            "%s: the batches go to CUDA device %d: take them with "
                            "dlc_loader_next_device()",
                            l->path, dlc_loader_device(l, NULL));
+    const uint64_t t_in = dlc__now_ns();
     pthread_mutex_lock(&l->mu);
     dlc__assert_lent(l);
     if (l->nlent >= l->cfg.max_lent) {
@@ -420,6 +423,7 @@ dlc_status dlc_loader_next(dlc_loader *l, dlc_batch *batch)
         pthread_mutex_unlock(&l->mu);
         memset(batch, 0, sizeof *batch);
         dlc__epoch_end(l);
+        dlc__report_consumer(l, t_in, dlc__now_ns(), 0);
         return DLC_END;
     }
     const uint64_t b = l->cons_next;
@@ -445,6 +449,7 @@ dlc_status dlc_loader_next(dlc_loader *l, dlc_batch *batch)
         pthread_cond_broadcast(&l->cv_io);
         pthread_mutex_unlock(&l->mu);
         memset(batch, 0, sizeof *batch);
+        dlc__report_consumer(l, t_in, dlc__now_ns(), 0);
         return err;
     }
     s->state = DLC__SLOT_LENT;
@@ -463,6 +468,7 @@ dlc_status dlc_loader_next(dlc_loader *l, dlc_batch *batch)
     batch->batch_index = l->batch_base + b;
     atomic_fetch_add_explicit(&l->st_batches, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&l->st_samples, s->count, memory_order_relaxed);
+    dlc__report_consumer(l, t_in, dlc__now_ns(), 1);
     return DLC_OK;
 }
 

@@ -224,11 +224,13 @@ void *dlc__worker_main(void *arg)
             int io_pending = 0;
             for (uint32_t i = 0; i < l->nslots; i++)
                 io_pending |= l->slots[i].state == DLC__SLOT_IO;
-            const uint64_t t0 = io_pending ? dlc__now_ns() : 0;
+            const uint64_t t0 = dlc__now_ns();
             pthread_cond_wait(&l->cv_work, &l->mu);
+            const uint64_t waited = dlc__now_ns() - t0;
             if (io_pending)
-                atomic_fetch_add_explicit(&l->st_io_wait_ns, dlc__now_ns() - t0,
-                                          memory_order_relaxed);
+                atomic_fetch_add_explicit(&l->st_io_wait_ns, waited, memory_order_relaxed);
+            if (w->cnt)
+                dlc__cnt_add(io_pending ? &w->cnt->iowait : &w->cnt->idle, waited);
         }
         if (l->stop)
             break;
@@ -239,6 +241,12 @@ void *dlc__worker_main(void *arg)
         assert(s->active <= l->nworkers);
         const uint32_t count = s->count;
         pthread_mutex_unlock(&l->mu);
+        /* Where the time goes: one clock and one rusage read as the worker joins a batch and
+         * as it leaves, none per sample. */
+        const uint64_t t_join = dlc__now_ns();
+        uint64_t cpu0, flt0;
+        dlc__thread_usage(&cpu0, &flt0);
+        uint32_t built = 0;
 
         /* The I/O stage checked the store's size before this batch; check once more as this
          * worker joins it, since a batch may wait in the ring (see resolve()). Once per batch
@@ -263,6 +271,7 @@ void *dlc__worker_main(void *arg)
                 for (uint32_t j = i; j < i + n; j++)
                     process(l, w, s, j);
             }
+            built += n;
             if (w->bytes_read) {
                 atomic_fetch_add_explicit(&l->st_bytes, w->bytes_read, memory_order_relaxed);
                 w->bytes_read = 0;
@@ -278,6 +287,14 @@ void *dlc__worker_main(void *arg)
          * done, which this worker's increment followed): pack the variable outputs once. */
         if (finished && l->variable)
             dlc__outputs_pack(l, s);
+        if (w->cnt) {
+            uint64_t cpu1, flt1;
+            dlc__thread_usage(&cpu1, &flt1);
+            dlc__cnt_add(&w->cnt->busy, dlc__now_ns() - t_join);
+            dlc__cnt_add(&w->cnt->cpu, cpu1 - cpu0);
+            dlc__cnt_add(&w->cnt->majflt, flt1 - flt0);
+            dlc__cnt_add(&w->cnt->samples, built);
+        }
 
         pthread_mutex_lock(&l->mu);
         /* Neither a reset nor the I/O thread touches a slot a worker is inside; the worker that
