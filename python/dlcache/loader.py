@@ -5,6 +5,7 @@ import ctypes
 import logging
 import math
 import os
+import time
 import warnings
 import weakref
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union  # noqa: F401
@@ -12,6 +13,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union  
 import torch
 
 from . import _device
+from . import _report
 from . import _stream
 from . import _lib as L
 from ._lib import lib
@@ -560,6 +562,11 @@ class Loader:
         # loop's variables when the next one is asked for is not given back until the call
         # after, when it is known whether the caller kept it (see _settle()).
         self._held = collections.deque()
+        # Loader.report(): the copies of batches the loop kept past their turn (only Python sees
+        # them), cumulative, and their total when each batch was yielded.
+        self._kept_s = 0.0
+        self._kept_n = 0
+        self._kept_marks = collections.deque(maxlen=1024)
         self._batches = [L.Batch(), L.Batch()]
         if self._device is None and cfg.prefetch >= 2:
             # One slot more than prefetch: the batch held over does not eat into the batches
@@ -836,6 +843,7 @@ class Loader:
                 self._pos = _RUNNING
             if self._yielded is not None:
                 self._yielded += 1
+            self._kept_marks.append((self._kept_s, self._kept_n))
             if feed is not None:
                 yield self._device_batch(items)
                 continue
@@ -874,13 +882,19 @@ class Loader:
         still holds get memory of their own first (Tensor.set_ moves every reference to the
         tensor object onto the copy)."""
         batch, refs = self._held.popleft()
+        kept = False
+        t0 = time.perf_counter()
         for r, buf in refs:
             t = r()
             if buf is None:
                 if t is not None:
                     t.set_(t.clone())
+                    kept = True
             elif t is None:
                 ctypes.memset((ctypes.c_char * len(buf)).from_buffer(buf), 0xFF, len(buf))
+        if kept:
+            self._kept_s += time.perf_counter() - t0
+            self._kept_n += 1
         lib.dlc_loader_release(ptr, ctypes.byref(batch))
 
     def _settle(self):
@@ -1040,6 +1054,19 @@ class Loader:
             out["device"] = self._device.index
             out["device_bytes"] = self._feed.bytes
         return out
+
+    def report(self, last: int = 0) -> "_report.Report":
+        """Where the time went over the last ``last`` batches (at most 1023; 0: since open),
+        and what bounds the training step: ``.bound`` is "model" (batches were ready),
+        "cpu", "storage", "network", "copy" or "consumer", with ``.reason`` and ``.advice``;
+        ``str()`` is a short table, ``.as_dict()`` a flat dict for TensorBoard or W&B. See
+        docs/WAITING.md. Call it from the loop's thread."""
+        marks = self._kept_marks
+        kept_s, kept_n = self._kept_s, self._kept_n
+        if last and last < len(marks):
+            s0, n0 = marks[-last - 1]
+            kept_s, kept_n = kept_s - s0, kept_n - n0
+        return _report.get(self._ptr(), last, kept_s, kept_n, "dlcache.Loader.report")
 
     def stream_stats(self) -> Dict[str, Any]:
         """What streaming did since open (zeros for a local path): stall_s (seconds the

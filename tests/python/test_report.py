@@ -1,0 +1,128 @@
+"""Loader.report(): the verdict in staged situations, and shares that add up.
+
+- a loop that sleeps 50 ms a step on a store in the page cache: "model";
+- RandomResizedCrop to float32 on one thread, a loop that does nothing: "cpu";
+- a loop that keeps every batch (so each is copied out of its slot): "consumer";
+- streaming through the throttling proxy of tests/lib (faultproxy.py --rate) at a rate below
+  what the loader consumes: "network".
+Each report's shares are in [0, 1] and the loop's wait plus its time away make the window's
+wall time within 5 %. No timed assertion: only verdicts and invariants."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from conftest import REPO, require_lib, tool
+
+require_lib("dlc_loader_get_report")
+
+import dlcache  # noqa: E402
+from test_stream import s3  # noqa: E402,F401 (the fixture: an s3rver on 127.0.0.1)
+
+SHARES = ("input_share", "io_busy_share", "io_read_share", "io_stall_share", "io_held_share",
+          "io_full_share", "io_idle_share", "workers_busy_share", "workers_io_share",
+          "workers_idle_share", "workers_cpu_share", "copy_busy_share", "copy_idle_share")
+
+
+def check_invariants(rep):
+    d = rep.as_dict()
+    for k in SHARES:
+        assert 0.0 <= d[k] <= 1.0, (k, d[k])
+    assert d["wall_seconds"] > 0
+    step = d["wait_seconds"] + d["away_seconds"]
+    assert abs(step - d["wall_seconds"]) <= 0.05 * d["wall_seconds"], d
+    assert d["bound"] in ("model", "cpu", "storage", "network", "copy", "consumer")
+    assert d["reason"] and d["advice"]
+    text = str(rep)
+    assert "bound: %s" % rep.bound in text, text
+    json.dumps(d)  # plain numbers and strings
+    print(text)
+
+
+@pytest.fixture(scope="module")
+def big_store(tmp_path_factory):
+    """48 raw 256x256 RGB images: heavy enough for RandomResizedCrop to float32."""
+    rng = np.random.default_rng(3)
+    samples = [(rng.integers(0, 255, (256, 256, 3), dtype=np.uint8), i % 4) for i in range(48)]
+    path = tmp_path_factory.mktemp("report") / "big.dlc"
+    dlcache.write(samples, str(path), workers=2)
+    return str(path)
+
+
+def test_model_bound_when_the_loop_sleeps(store):
+    with dlcache.Loader(store, batch_size=8, crop=48, threads=2, prefetch=4) as ld:
+        for n, _ in enumerate(ld):
+            time.sleep(0.05)
+            if n == 9:
+                break
+        rep = ld.report(last=8)
+        assert rep.bound == "model", str(rep)
+        assert rep.batches == 8
+        check_invariants(rep)
+        check_invariants(ld.report())
+        assert ld.report().batches == 10
+
+
+def test_cpu_bound_rrc_float32_one_thread(big_store):
+    with dlcache.Loader(big_store, batch_size=8, crop=224, threads=1, prefetch=2,
+                        random_resized_crop=True, dtype="float32") as ld:
+        for _ in ld:
+            pass
+        rep = ld.report()
+        assert rep.bound == "cpu", str(rep)
+        assert rep.threads == 1
+        check_invariants(rep)
+
+
+def test_consumer_bound_when_the_loop_keeps_every_batch(big_store):
+    kept = []
+    with dlcache.Loader(big_store, batch_size=16, crop=224, threads=2, prefetch=4) as ld:
+        for _ in range(3):
+            for images, labels in ld:
+                kept.append(images)
+        rep = ld.report()
+        assert rep.bound == "consumer", str(rep)
+        assert rep.kept_batches >= 6
+        check_invariants(rep)
+        assert "copying kept batches" in str(rep)
+    assert len(kept) == 9
+
+
+def test_network_bound_through_a_throttled_proxy(s3, tmp_path):
+    """Streaming through faultproxy.py --rate: downloads slower than the loader consumes."""
+    demo = tmp_path / "demo"
+    subprocess.run([tool("mkdemo"), str(demo), "--count", "40", "--classes", "2", "--threads",
+                    "2"], check=True, stdout=subprocess.DEVNULL)
+    local = str(tmp_path / "set")
+    dlcache.build(str(demo / "train"), local, size=48, threads=2, shards=8)
+    r = subprocess.run([tool("cachewarm"), "push", local, "s3://b/sets/r", "--endpoint", s3,
+                        "-q"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    port_file = tmp_path / "proxy.port"
+    proxy = subprocess.Popen([sys.executable, os.path.join(REPO, "tests", "lib", "faultproxy.py"),
+                              "--upstream", "127.0.0.1:" + s3.rsplit(":", 1)[1], "--port-file",
+                              str(port_file), "--rate", "200000"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            if port_file.exists() and port_file.read_text().strip():
+                break
+            time.sleep(0.1)
+        via = "http://127.0.0.1:%s" % port_file.read_text().strip()
+        with dlcache.Loader("s3://b/sets/r", batch_size=4, crop=32, threads=2, prefetch=2,
+                            sampler="windows", window_shards=2, streams=1,
+                            cache_dir=str(tmp_path / "cache"), endpoint=via, downloads=1) as ld:
+            for _ in ld:
+                pass
+            rep = ld.report()
+            assert rep.bound == "network", str(rep)
+            assert rep.stall_seconds > 0
+            check_invariants(rep)
+    finally:
+        proxy.terminate()
+        proxy.wait(10)
