@@ -160,6 +160,8 @@ typedef struct dlc__worker {
     dlc__view_params *views; /**< Of the sample being built: one per view. */
     uint64_t bytes_read;     /**< Not yet added to the loader's stats. */
     struct dlc__wcnt *cnt;   /**< Its counters of where the time goes (report.c). */
+    uint64_t cpu_mark;       /**< Its CPU time and major faults when it last left a batch. */
+    uint64_t flt_mark;
 } dlc__worker;
 
 /* ---- Where the time goes (report.c) ----------------------------------------------------------
@@ -442,7 +444,8 @@ void dlc__report_fill(const dlc__tally *a, const dlc__tally *b, uint32_t threads
                       dlc_loader_report *r);
 /** The verdict of a report whose shares are filled: bound, reason and advice. Pure. */
 void dlc__report_decide(dlc_loader_report *r);
-/** The calling worker's rusage: CPU nanoseconds and major faults. */
+/** The calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID: exact, where getrusage() counts
+ *  in ticks) and major page faults. */
 void dlc__thread_usage(uint64_t *cpu_ns, uint64_t *majflt);
 
 /* pipeline.c */

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 
 dlc_status dlc__report_open(dlc_loader *l)
 {
@@ -34,14 +35,12 @@ void dlc__report_close(dlc_loader *l)
 
 void dlc__thread_usage(uint64_t *cpu_ns, uint64_t *majflt)
 {
+    struct timespec ts;
     struct rusage ru;
-    if (getrusage(RUSAGE_THREAD, &ru) != 0) {
-        *cpu_ns = *majflt = 0;
-        return;
-    }
-    *cpu_ns = ((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) * 1000000000ull +
-              ((uint64_t)ru.ru_utime.tv_usec + (uint64_t)ru.ru_stime.tv_usec) * 1000ull;
-    *majflt = (uint64_t)ru.ru_majflt;
+    *cpu_ns = clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0
+                  ? (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec
+                  : 0;
+    *majflt = getrusage(RUSAGE_THREAD, &ru) == 0 ? (uint64_t)ru.ru_majflt : 0;
 }
 
 static uint64_t ld(const dlc__cnt *c)
@@ -143,8 +142,7 @@ void dlc__report_fill(const dlc__tally *a, const dlc__tally *b, uint32_t threads
 /* Workers busy at least this share of the window: the CPU bounds. */
 #define WORKERS_BUSY 0.60
 
-static void say(char *buf, size_t cap, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+static void say(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void say(char *buf, size_t cap, const char *fmt, ...)
 {
     va_list ap;
@@ -170,8 +168,7 @@ void dlc__report_decide(dlc_loader_report *r)
             "batches were ready: the consumer waited %.1f%% of its %.1f ms step (%.2f ms a "
             "batch); its own work is the limit",
             pct, ms, wait_ms);
-        say(r->advice, sizeof r->advice,
-            "nothing to change on the input side%s",
+        say(r->advice, sizeof r->advice, "nothing to change on the input side%s",
             r->workers_idle_share > 0.5 ? " (the workers idle: fewer threads would do)" : "");
         return;
     }
@@ -274,8 +271,8 @@ dlc_status dlc_loader_get_report(const dlc_loader *l, uint32_t last, dlc_loader_
 
 const char *dlc_bound_name(uint32_t bound)
 {
-    static const char *const names[] = {"unknown", "model",   "cpu",     "storage",
-                                        "network", "copy",    "consumer"};
+    static const char *const names[] = {"unknown", "model", "cpu",     "storage",
+                                        "network", "copy",  "consumer"};
     return bound < sizeof names / sizeof names[0] ? names[bound] : "unknown";
 }
 
@@ -283,23 +280,23 @@ size_t dlc_loader_report_text(const dlc_loader_report *r, char *buf, size_t cap)
 {
     if (!r)
         return 0;
-    const int n = snprintf(
-        buf, cap,
-        "dlcache loader report: %llu batches, %.3f s, %u workers\n"
-        "  consumer   step %8.2f ms   waiting %5.1f%%   away %5.1f%%\n"
-        "  I/O thread busy %5.1f%% (reads %5.1f%%, downloads %5.1f%%)   "
-        "waiting for consumer %5.1f%%, workers %5.1f%%   idle %5.1f%%\n"
-        "  workers    busy %5.1f%% (on CPU %5.1f%%, %.1f us a sample)   "
-        "waiting I/O %5.1f%%   idle %5.1f%%\n"
-        "  copy       busy %5.1f%%   idle %5.1f%%\n"
-        "bound: %s: %s.\n"
-        "what to do: %s.\n",
-        (unsigned long long)r->batches, r->wall_seconds, r->threads, 1e3 * r->step_seconds,
-        100 * r->input_share, 100 * (1 - r->input_share) * (r->batches > 0),
-        100 * r->io_busy_share, 100 * r->io_read_share, 100 * r->io_stall_share,
-        100 * r->io_held_share, 100 * r->io_full_share, 100 * r->io_idle_share,
-        100 * r->workers_busy_share, 100 * r->workers_cpu_share, 1e6 * r->sample_seconds,
-        100 * r->workers_io_share, 100 * r->workers_idle_share, 100 * r->copy_busy_share,
-        100 * r->copy_idle_share, dlc_bound_name(r->bound), r->reason, r->advice);
+    const int n =
+        snprintf(buf, cap,
+                 "dlcache loader report: %llu batches, %.3f s, %u workers\n"
+                 "  consumer   step %8.2f ms   waiting %5.1f%%   away %5.1f%%\n"
+                 "  I/O thread busy %5.1f%% (reads %5.1f%%, downloads %5.1f%%)   "
+                 "waiting for consumer %5.1f%%, workers %5.1f%%   idle %5.1f%%\n"
+                 "  workers    busy %5.1f%% (on CPU %5.1f%%, %.1f us a sample)   "
+                 "waiting I/O %5.1f%%   idle %5.1f%%\n"
+                 "  copy       busy %5.1f%%   idle %5.1f%%\n"
+                 "bound: %s: %s.\n"
+                 "what to do: %s.\n",
+                 (unsigned long long)r->batches, r->wall_seconds, r->threads, 1e3 * r->step_seconds,
+                 100 * r->input_share, 100 * (1 - r->input_share) * (r->batches > 0),
+                 100 * r->io_busy_share, 100 * r->io_read_share, 100 * r->io_stall_share,
+                 100 * r->io_held_share, 100 * r->io_full_share, 100 * r->io_idle_share,
+                 100 * r->workers_busy_share, 100 * r->workers_cpu_share, 1e6 * r->sample_seconds,
+                 100 * r->workers_io_share, 100 * r->workers_idle_share, 100 * r->copy_busy_share,
+                 100 * r->copy_idle_share, dlc_bound_name(r->bound), r->reason, r->advice);
     return n < 0 ? 0 : (size_t)n;
 }

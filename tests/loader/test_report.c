@@ -46,16 +46,15 @@ static dlc_loader_report get_report(dlc_loader *l, uint32_t last)
  * and time away add up to the window within 5 %. */
 static void check_invariants(const dlc_loader_report *r)
 {
-    const double shares[] = {r->input_share,        r->io_busy_share,     r->io_read_share,
-                             r->io_stall_share,     r->io_held_share,     r->io_full_share,
+    const double shares[] = {r->input_share,        r->io_busy_share,      r->io_read_share,
+                             r->io_stall_share,     r->io_held_share,      r->io_full_share,
                              r->io_idle_share,      r->workers_busy_share, r->workers_io_share,
-                             r->workers_idle_share, r->workers_cpu_share, r->copy_busy_share,
+                             r->workers_idle_share, r->workers_cpu_share,  r->copy_busy_share,
                              r->copy_idle_share};
     for (size_t i = 0; i < sizeof shares / sizeof shares[0]; i++)
         cr_assert(shares[i] >= 0 && shares[i] <= 1, "share %zu = %g", i, shares[i]);
     cr_assert_leq(r->io_read_share + r->io_stall_share, r->io_busy_share + 1e-9);
-    cr_assert_leq(r->io_busy_share + r->io_held_share + r->io_full_share + r->io_idle_share,
-                  1.05);
+    cr_assert_leq(r->io_busy_share + r->io_held_share + r->io_full_share + r->io_idle_share, 1.05);
     cr_assert_leq(r->workers_busy_share + r->workers_io_share + r->workers_idle_share, 1.05);
     const double step = r->wait_seconds + r->away_seconds;
     cr_assert(r->wall_seconds > 0);
