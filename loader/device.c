@@ -616,6 +616,9 @@ static void *copy_main(void *arg)
         const uint64_t t_end = dlc__now_ns();
         atomic_fetch_add_explicit(&d->copy_ns, t_end - t0, memory_order_relaxed);
         dlc__cnt_add(&l->copy_busy, t_end - t_busy);
+        if (l->trace)
+            dlc__trace_span(l, DLC__TRACK_COPY, DLC__SPAN_COPY, s->epoch, l->batch_base + b, t_busy,
+                            t_end);
 
         pthread_mutex_lock(&l->mu);
         assert(s->state == DLC__SLOT_READY && s->batch == b && d->up_busy);

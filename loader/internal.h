@@ -448,6 +448,25 @@ void dlc__report_decide(dlc_loader_report *r);
  *  in ticks) and major page faults. */
 void dlc__thread_usage(uint64_t *cpu_ns, uint64_t *majflt);
 
+/* trace.c: the timeline (config.trace). Tracks: */
+enum {
+    DLC__TRACK_IO,       /* The I/O thread: "io" (a batch's lookups and reads), "download". */
+    DLC__TRACK_COPY,     /* The device copy thread: "copy". */
+    DLC__TRACK_CONSUMER, /* The consumer: "next" (its wait for a batch). */
+    DLC__TRACK_WORKER0,  /* Worker i is track DLC__TRACK_WORKER0 + i: "work". */
+};
+/* Names of spans. */
+enum { DLC__SPAN_IO, DLC__SPAN_DOWNLOAD, DLC__SPAN_WORK, DLC__SPAN_COPY, DLC__SPAN_NEXT };
+/** Start recording when config.trace or $DLCACHE_TRACE names a file (after the workers are
+ *  counted, before they start); l->trace stays NULL otherwise. */
+dlc_status dlc__trace_open(struct dlc_loader *l);
+/** Record a span on track @p trk, by that track's own thread only (no lock). */
+void dlc__trace_span(struct dlc_loader *l, uint32_t trk, uint32_t name, uint64_t epoch,
+                     uint64_t batch, uint64_t t0, uint64_t t1);
+/** Write the file when @p write (the threads are joined) and free the rings; a failure to
+ *  write is logged. */
+void dlc__trace_close(struct dlc_loader *l, int write);
+
 /* pipeline.c */
 /** A worker's body. */
 void *dlc__worker_main(void *arg);

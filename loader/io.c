@@ -458,7 +458,11 @@ static void resolve(dlc_loader *l, dlc__slot *s, uint32_t slot_index)
     if (l->stream) {
         const uint64_t t0 = dlc__now_ns();
         const dlc_status prc = dlc__stream_pin(l, s->files, s->nfiles);
-        dlc__cnt_add(&l->io_stall, dlc__now_ns() - t0);
+        const uint64_t t1 = dlc__now_ns();
+        dlc__cnt_add(&l->io_stall, t1 - t0);
+        if (l->trace)
+            dlc__trace_span(l, DLC__TRACK_IO, DLC__SPAN_DOWNLOAD, s->epoch,
+                            l->batch_base + s->batch, t0, t1);
         if (prc != DLC_OK) {
             fail_batch(l, s, prc, dlc_errmsg());
             return;
@@ -528,13 +532,14 @@ void *dlc__io_main(void *arg)
                     /* A worker may still be about to find the slot's claims exhausted; reusing the
                      * slot before it leaves would hand it a fresh claim of the next batch. */
                     l->slots[dlc__slot_of(l, l->fill_next)].active)) {
-            /* What the wait is charged to: nothing to do; the consumer, which holds the slot
-             * or has not taken its batch yet; or the workers or the copy thread, still on it. */
+            /* What the wait is charged to: nothing to do; the consumer, which holds that slot
+             * beside the batch it uses (max_lent > 1: its holding shortens the ring); or a ring
+             * full of batches ahead of the consumer or still in work. */
             dlc__cnt *why = &l->io_full;
-            const int st = l->slots[dlc__slot_of(l, l->fill_next)].state;
             if (l->paused || l->fill_next >= l->shard.batches)
                 why = &l->io_idle;
-            else if (st == DLC__SLOT_LENT || (st == DLC__SLOT_READY && !l->dev))
+            else if (l->slots[dlc__slot_of(l, l->fill_next)].state == DLC__SLOT_LENT &&
+                     l->nlent > 1)
                 why = &l->io_held;
             const uint64_t t0 = dlc__now_ns();
             pthread_cond_wait(&l->cv_io, &l->mu);
@@ -565,7 +570,10 @@ void *dlc__io_main(void *arg)
 
         const uint64_t t0 = dlc__now_ns();
         resolve(l, s, si);
-        dlc__cnt_add(&l->io_busy, dlc__now_ns() - t0);
+        const uint64_t t1 = dlc__now_ns();
+        dlc__cnt_add(&l->io_busy, t1 - t0);
+        if (l->trace)
+            dlc__trace_span(l, DLC__TRACK_IO, DLC__SPAN_IO, s->epoch, l->batch_base + b, t0, t1);
 
         pthread_mutex_lock(&l->mu);
         /* A reset waits while a slot is in IO: nothing else moved this one. */

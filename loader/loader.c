@@ -90,6 +90,8 @@ static dlc_status check_config(const dlc_loader_config *c, const char *path)
             "%s: config.num_field_options = %u without field_options", path, c->num_field_options);
     FAIL_IF(c->num_views && !c->views, DLC_EINVAL, "%s: config.num_views = %u without views", path,
             c->num_views);
+    FAIL_IF(c->trace_batches > (1u << 20), DLC_EINVAL,
+            "%s: config.trace_batches = %u: at most 1048576", path, c->trace_batches);
     FAIL_IF(c->crop_h > 65536 || c->crop_w > 65536, DLC_EINVAL,
             "%s: config.crop_h x crop_w = %ux%u: at most 65536 a side", path, c->crop_h, c->crop_w);
     return DLC_OK;
@@ -255,6 +257,7 @@ static dlc_status threads_start(dlc_loader *l, int *sync_made)
     l->workers = calloc(threads, sizeof *l->workers);
     FAIL_IF(!l->workers, -ENOMEM, "%s: out of memory", l->path);
     CHECK(dlc__report_open(l));
+    CHECK(dlc__trace_open(l));
     int prc = pthread_create(&l->io_thread, NULL, dlc__io_main, l);
     FAIL_IF(prc, -prc, "%s: cannot start the I/O thread: %s", l->path, strerror(prc));
     l->io_started = 1;
@@ -345,6 +348,7 @@ fail:
         dlc__err_save(&es);
         if (sync_made)
             stop_threads(l);
+        dlc__trace_close(l, 0); /* A loader that never opened leaves no file. */
         dlc_loader_close(l);
         dlc__err_restore(&es, rc);
     }
@@ -358,6 +362,7 @@ void dlc_loader_close(dlc_loader *l)
     if (l->workers || l->io_started) {
         stop_threads(l);
     }
+    dlc__trace_close(l, 1);
     if (l->workers) {
         for (uint32_t i = 0; i < l->nworkers; i++) {
             dlc__worker *w = &l->workers[i];

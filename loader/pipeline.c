@@ -291,7 +291,11 @@ void *dlc__worker_main(void *arg)
              * costs next to nothing, so this is the batch's (one read per batch, not two). */
             uint64_t cpu, flt;
             dlc__thread_usage(&cpu, &flt);
-            dlc__cnt_add(&w->cnt->busy, dlc__now_ns() - t_join);
+            const uint64_t t_leave = dlc__now_ns();
+            dlc__cnt_add(&w->cnt->busy, t_leave - t_join);
+            if (l->trace)
+                dlc__trace_span(l, DLC__TRACK_WORKER0 + w->id, DLC__SPAN_WORK, s->epoch,
+                                l->batch_base + s->batch, t_join, t_leave);
             dlc__cnt_add(&w->cnt->cpu, cpu - w->cpu_mark);
             dlc__cnt_add(&w->cnt->majflt, flt - w->flt_mark);
             dlc__cnt_add(&w->cnt->samples, built);

@@ -84,6 +84,9 @@ void dlc__report_consumer(dlc_loader *l, uint64_t t_in, uint64_t t_out, int deli
     l->cons_out = t_out;
     if (!delivered || !l->tally)
         return;
+    if (l->trace)
+        dlc__trace_span(l, DLC__TRACK_CONSUMER, DLC__SPAN_NEXT, l->sampler.epoch,
+                        l->batch_base + l->cons_next - 1, t_in, t_out);
     /* One tally per batch, taken on the consumer's thread: the counters of the other threads
      * are read, never written, so this costs the hot path a few dozen loads a batch. */
     l->ntally++;
@@ -285,7 +288,7 @@ size_t dlc_loader_report_text(const dlc_loader_report *r, char *buf, size_t cap)
                  "dlcache loader report: %llu batches, %.3f s, %u workers\n"
                  "  consumer   step %8.2f ms   waiting %5.1f%%   away %5.1f%%\n"
                  "  I/O thread busy %5.1f%% (reads %5.1f%%, downloads %5.1f%%)   "
-                 "waiting for consumer %5.1f%%, workers %5.1f%%   idle %5.1f%%\n"
+                 "waiting: held slots %5.1f%%, ring full %5.1f%%   idle %5.1f%%\n"
                  "  workers    busy %5.1f%% (on CPU %5.1f%%, %.1f us a sample)   "
                  "waiting I/O %5.1f%%   idle %5.1f%%\n"
                  "  copy       busy %5.1f%%   idle %5.1f%%\n"

@@ -260,6 +260,12 @@ typedef struct dlc_loader_config {
     const dlc_warm_options *net; /**< Endpoint, region, retries, timeouts, log of the downloads;
                                       NULL (default): dlc_warm_options_init()'s, which read the
                                       environment. Copied at open. */
+    const char *trace;           /**< A file to write the timeline to at close: Chrome trace-event
+                                      JSON (Perfetto, chrome://tracing), one track per thread, one
+                                      span per batch stage (docs/WAITING.md). NULL (default):
+                                      $DLCACHE_TRACE, or none. Not retained. */
+    uint32_t trace_batches;      /**< Spans the trace keeps per thread: the last ones (0, the
+                                      default: 256). */
 } dlc_loader_config;
 
 /** One output of a batch: a field of the store (or one view group of an image field), for every
@@ -688,10 +694,10 @@ typedef struct dlc_loader_report {
     double io_busy_share;      /**< The I/O thread resolving batches (lookups, reads, pins), */
     double io_read_share;      /**< of which waiting for direct reads to complete, */
     double io_stall_share;     /**< and waiting for shards to arrive (streaming). */
-    double io_held_share;      /**< The I/O thread waiting for the consumer: the next slot holds
-                                    a batch it holds or has not taken yet (the ring is full). */
-    double io_full_share;      /**< The I/O thread waiting for the workers or the copy thread
-                                    to finish the next slot's batch. */
+    double io_held_share;      /**< The I/O thread waiting for a slot the consumer holds beside
+                                    the batch it uses (max_lent > 1). */
+    double io_full_share;      /**< The I/O thread waiting with the ring full: batches made ahead
+                                    of the consumer, or still in the workers' or copy's hands. */
     double io_idle_share;      /**< The I/O thread with nothing to do (the plan's end). */
     double workers_busy_share; /**< The workers inside batches (mean over workers). */
     double workers_io_share;   /**< The workers waiting while a batch was in its I/O stage. */

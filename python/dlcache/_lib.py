@@ -361,6 +361,8 @@ class LoaderConfig(ctypes.Structure):
         ("cache_ranks", ctypes.c_uint32),
         ("downloads", ctypes.c_uint32),
         ("net", ctypes.POINTER(WarmOptions)),
+        ("trace", ctypes.c_char_p),
+        ("trace_batches", ctypes.c_uint32),
     ]
 
 

@@ -256,6 +256,11 @@ class Loader:
         downloads: shards this process downloads at once.
         endpoint, region: of S3 or GCS ("http://127.0.0.1:9000"); None = from
             the environment (AWS_ENDPOINT_URL_S3, AWS_REGION...).
+        trace: a file to write the loader's timeline to at close (Chrome
+            trace-event JSON for Perfetto or chrome://tracing: one track per
+            thread, one span per batch stage); None = $DLCACHE_TRACE, or none.
+            Each wait in the loop is also a torch.profiler range "dlcache.next".
+        trace_batches: spans the trace keeps per thread, the last ones (256).
         seed: seed of the order and of the augmentation.
         drop_last: drop the last short batch (and cut the epoch to a multiple
             of world_size instead of padding it).
@@ -391,7 +396,9 @@ class Loader:
                  cache_dir: "Union[None, str, os.PathLike]" = None,
                  cache_limit: "Union[None, int, str]" = None,
                  cache_ranks: "Optional[int]" = None, downloads: int = 2,
-                 endpoint: "Optional[str]" = None, region: "Optional[str]" = None) -> None:
+                 endpoint: "Optional[str]" = None, region: "Optional[str]" = None,
+                 trace: "Union[None, str, os.PathLike]" = None,
+                 trace_batches: "Optional[int]" = None) -> None:
         self._handle = None
         self._feed = None
         self._info = None
@@ -413,6 +420,11 @@ class Loader:
         _stream.apply(cfg, self._path, keep, ctx, window_shards=window_shards, streams=streams,
                       cache_dir=cache_dir, cache_limit=cache_limit, cache_ranks=cache_ranks,
                       downloads=downloads, endpoint=endpoint, region=region, log=_LOG_CB)
+        if trace is not None:
+            keep.append(_fspath(trace, "trace"))
+            cfg.trace = keep[-1]
+        if trace_batches is not None:
+            cfg.trace_batches = _uint(trace_batches, "trace_batches", 1, 1 << 20)
         if self._url:
             # The schema and labels of a streamed set come from its index (fetched into
             # cache_dir; no shard is downloaded), as the C loader will open it.
@@ -811,6 +823,7 @@ class Loader:
 
     def _iterate(self, gen):
         next_fn = lib.dlc_loader_next
+        record = torch.profiler.record_function
         owner = self._handle
         feed = self._feed
         ctx = "dlcache.Loader(%s)" % os.fsdecode(self._path)
@@ -823,7 +836,8 @@ class Loader:
             ptr = self._ptr()
             if feed is not None:
                 batch = self._batch
-                rc, items = feed.next(ptr, batch, owner, ctx)  # GIL released while waiting
+                with record("dlcache.next"):
+                    rc, items = feed.next(ptr, batch, owner, ctx)  # GIL released while waiting
             else:
                 # Give back what the caller can no longer hold: with two lent, the batch before
                 # the one the loop's variables still name; with one, that one.
@@ -831,7 +845,9 @@ class Loader:
                     self._settle_one(ptr)
                 turn ^= 1
                 batch = self._batches[turn]
-                rc = next_fn(ptr, ctypes.byref(batch))  # GIL released while the workers work
+                # The wait shows in a torch profile beside the model's kernels.
+                with record("dlcache.next"):
+                    rc = next_fn(ptr, ctypes.byref(batch))  # GIL released while workers work
             if rc == L.DLC_END:
                 self._pos = _DONE
                 return

@@ -126,3 +126,60 @@ def test_network_bound_through_a_throttled_proxy(s3, tmp_path):
     finally:
         proxy.terminate()
         proxy.wait(10)
+
+
+def _spans(path):
+    with open(path) as f:
+        doc = json.load(f)  # valid JSON, or this fails
+    ev = doc["traceEvents"]
+    tracks = {e["tid"]: e["args"]["name"] for e in ev if e["name"] == "thread_name"}
+    return [e for e in ev if e["ph"] == "X"], tracks
+
+
+def test_trace_one_span_per_batch_stage(store, tmp_path):
+    path = tmp_path / "run.json"
+    with dlcache.Loader(store, batch_size=8, crop=48, threads=2, trace=str(path)) as ld:
+        n = 0
+        for epoch in range(2):
+            ld.set_epoch(epoch)
+            for _ in ld:
+                n += 1
+    spans, tracks = _spans(path)
+    assert {s["name"] for s in spans} <= {"io", "download", "work", "copy", "next"}
+    assert "dlcache I/O" in tracks.values() and "dlcache worker 0" in tracks.values()
+    for stage in ("io", "next"):
+        keys = [(s["args"]["epoch"], s["args"]["batch"]) for s in spans if s["name"] == stage]
+        assert len(keys) == n and len(set(keys)) == n, stage  # one span per batch
+    work = {(s["args"]["epoch"], s["args"]["batch"]) for s in spans if s["name"] == "work"}
+    assert len(work) == n  # every batch was worked on, by one worker or more
+    assert all(s["dur"] >= 0 and s["ts"] >= 0 for s in spans)
+
+
+def test_trace_stays_bounded_over_a_long_run(store, tmp_path, monkeypatch):
+    path = tmp_path / "env.json"
+    monkeypatch.setenv("DLCACHE_TRACE", str(path))
+    with dlcache.Loader(store, batch_size=2, crop=32, threads=2, trace_batches=16) as ld:
+        n = 0
+        for epoch in range(6):
+            ld.set_epoch(epoch)
+            for _ in ld:
+                n += 1
+    assert n > 100
+    spans, tracks = _spans(path)
+    per_track = {}
+    for s in spans:
+        per_track[s["tid"]] = per_track.get(s["tid"], 0) + 1
+    assert per_track and max(per_track.values()) <= 16, per_track
+    nexts = [s for s in spans if s["name"] == "next"]
+    assert len(nexts) == 16 and max(s["args"]["batch"] for s in nexts) == n // 6 - 1
+    assert os.path.getsize(path) < 64 * 1024
+
+
+def test_next_is_a_torch_profiler_range(store):
+    import torch
+    with dlcache.Loader(store, batch_size=8, crop=48, threads=2) as ld:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            for _ in ld:
+                pass
+    names = [e.key for e in prof.key_averages()]
+    assert "dlcache.next" in names, names[:20]
