@@ -204,6 +204,7 @@ typedef struct dlc__tally {
     uint64_t w_busy, w_cpu, w_iowait, w_idle, w_samples, w_majflt; /**< Over the workers. */
     uint64_t copy_busy, copy_idle;                                 /**< The device copy thread. */
     uint64_t bytes;                                                /**< Payload bytes read. */
+    uint64_t w_avail; /**< Worker time available: the integral of nactive. */
 } dlc__tally;
 
 /** Batches of counters kept: the longest window a report covers (beside "since open"). */
@@ -305,6 +306,12 @@ struct dlc_loader {
     dlc__tally *tally;        /**< DLC__REPORT_RING snapshots, one per delivered batch; the
                                    consumer's. */
     uint64_t ntally;          /**< Snapshots taken (batch k's at tally[k % DLC__REPORT_RING]). */
+    uint32_t nactive;         /**< Workers that may take work (the others are parked): all of them,
+                                   or threads="auto"'s choice; written by the consumer under mu. */
+    uint32_t auto_max;        /**< threads="auto": the most workers; 0 when off. */
+    uint64_t auto_next;       /**< The tally at which threads="auto" decides next. */
+    uint64_t w_avail;         /**< The consumer's integral of nactive over time (ns), */
+    uint64_t t_avail;         /**< up to this time. */
     struct dlc__trace *trace; /**< The timeline being recorded, or NULL (trace.c). */
 };
 

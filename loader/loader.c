@@ -90,6 +90,8 @@ static dlc_status check_config(const dlc_loader_config *c, const char *path)
             "%s: config.num_field_options = %u without field_options", path, c->num_field_options);
     FAIL_IF(c->num_views && !c->views, DLC_EINVAL, "%s: config.num_views = %u without views", path,
             c->num_views);
+    FAIL_IF(c->auto_threads > 1, DLC_EINVAL, "%s: config.auto_threads = %u must be 0 or 1", path,
+            c->auto_threads);
     FAIL_IF(c->trace_batches > (1u << 20), DLC_EINVAL,
             "%s: config.trace_batches = %u: at most 1048576", path, c->trace_batches);
     FAIL_IF(c->crop_h > 65536 || c->crop_w > 65536, DLC_EINVAL,
@@ -249,11 +251,21 @@ static dlc_status threads_start(dlc_loader *l, int *sync_made)
     }
     *sync_made = 1;
     uint32_t threads = l->cfg.threads;
-    if (!threads) {
+    if (!threads && l->cfg.auto_threads) {
+        /* threads="auto" shares the cores among the node's ranks, as torch's launchers say. */
+        const char *env = getenv("LOCAL_WORLD_SIZE");
+        const long local = env ? strtol(env, NULL, 10) : 1;
+        threads = dlc__cpu_count() / (uint32_t)(local >= 1 && local <= 4096 ? local : 1);
+        threads = threads < 1 ? 1 : threads < 256 ? threads : 256;
+    } else if (!threads) {
         threads = dlc__cpu_count();
         threads = threads < 256 ? threads : 256;
     }
     l->nworkers = threads;
+    /* threads="auto" starts every worker (each owns its scratch from the start) and lets two
+     * of them work; the consumer's thread adds and parks them (report.c). */
+    l->auto_max = l->cfg.auto_threads ? threads : 0;
+    l->nactive = l->cfg.auto_threads && threads > 2 ? 2 : threads;
     l->workers = calloc(threads, sizeof *l->workers);
     FAIL_IF(!l->workers, -ENOMEM, "%s: out of memory", l->path);
     CHECK(dlc__report_open(l));
@@ -668,6 +680,6 @@ void dlc_loader_get_stats(const dlc_loader *l, dlc_loader_stats *st)
     st->corrupt_replaced = atomic_load(&m->st_replaced);
     st->bytes_read = atomic_load(&m->st_bytes);
     st->io_mode = l->io_mode;
-    st->threads = l->nworkers;
+    st->threads = l->nactive;
     dlc__dev_stats(l, st);
 }

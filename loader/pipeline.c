@@ -210,10 +210,19 @@ void *dlc__worker_main(void *arg)
         snprintf(l->start_msg, sizeof l->start_msg, "%s", dlc_errmsg());
     }
     pthread_cond_broadcast(&l->cv_done);
+    /* The worker's time between batches is all waiting, counted from when it left the last
+     * batch to when it joins the next (the lock's hand-offs included, which on a loaded machine
+     * are no small part): for I/O when a batch was in its I/O stage at its last wait, else idle;
+     * nothing while parked by threads="auto". So busy + waits = the worker's whole time. */
+    uint64_t t_mark = dlc__now_ns();
+    int waited_io = 0, was_parked = 0;
     for (;;) {
         dlc__slot *s = NULL;
         while (!l->stop) {
-            for (uint32_t i = 0; i < l->nslots; i++) {
+            /* A worker parked by threads="auto" takes no work and counts no wait. */
+            const int parked = w->id >= l->nactive;
+            was_parked |= parked;
+            for (uint32_t i = 0; !parked && i < l->nslots; i++) {
                 dlc__slot *t = &l->slots[i];
                 if (t->state == DLC__SLOT_FILL && atomic_load(&t->claim) < t->count &&
                     (!s || t->batch < s->batch))
@@ -228,10 +237,9 @@ void *dlc__worker_main(void *arg)
             const uint64_t t0 = dlc__now_ns();
             pthread_cond_wait(&l->cv_work, &l->mu);
             const uint64_t waited = dlc__now_ns() - t0;
-            if (io_pending)
+            if (io_pending && !parked)
                 atomic_fetch_add_explicit(&l->st_io_wait_ns, waited, memory_order_relaxed);
-            if (w->cnt)
-                dlc__cnt_add(io_pending ? &w->cnt->iowait : &w->cnt->idle, waited);
+            waited_io = io_pending;
         }
         if (l->stop)
             break;
@@ -245,6 +253,9 @@ void *dlc__worker_main(void *arg)
         /* Where the time goes: a clock read as the worker joins a batch, and the clock and the
          * thread's CPU time and faults as it leaves, none per sample. */
         const uint64_t t_join = dlc__now_ns();
+        if (w->cnt && !was_parked)
+            dlc__cnt_add(waited_io ? &w->cnt->iowait : &w->cnt->idle, t_join - t_mark);
+        waited_io = was_parked = 0;
         uint32_t built = 0;
 
         /* The I/O stage checked the store's size before this batch; check once more as this
@@ -293,6 +304,7 @@ void *dlc__worker_main(void *arg)
             dlc__thread_usage(&cpu, &flt);
             const uint64_t t_leave = dlc__now_ns();
             dlc__cnt_add(&w->cnt->busy, t_leave - t_join);
+            t_mark = t_leave;
             if (l->trace)
                 dlc__trace_span(l, DLC__TRACK_WORKER0 + w->id, DLC__SPAN_WORK, s->epoch,
                                 l->batch_base + s->batch, t_join, t_leave);

@@ -11,6 +11,15 @@
 #include <sys/resource.h>
 #include <time.h>
 
+/* threads="auto": batches per decision; the consumer's wait share above which a worker is
+ * added unless the workers or the I/O thread wait for reads or downloads AUTO_IO of the time;
+ * one is given back when the consumer waits less than a fifth of AUTO_WAIT and the others would
+ * be busy less than AUTO_IDLE. */
+#define AUTO_WINDOW 4u
+#define AUTO_WAIT 0.05
+#define AUTO_IO 0.25
+#define AUTO_IDLE 0.60
+
 dlc_status dlc__report_open(dlc_loader *l)
 {
     const size_t n = l->nworkers ? l->nworkers : 1;
@@ -21,7 +30,8 @@ dlc_status dlc__report_open(dlc_loader *l)
     memset(l->wcnt, 0, n * sizeof *l->wcnt);
     for (uint32_t i = 0; i < l->nworkers; i++)
         l->workers[i].cnt = &l->wcnt[i];
-    l->t_open = l->cons_out = dlc__now_ns();
+    l->t_open = l->cons_out = l->t_avail = dlc__now_ns();
+    l->auto_next = AUTO_WINDOW;
     return DLC_OK;
 }
 
@@ -56,6 +66,7 @@ void dlc__report_tally(const dlc_loader *l, dlc__tally *t)
     t->batches = atomic_load_explicit(&m->st_batches, memory_order_relaxed);
     t->samples = atomic_load_explicit(&m->st_samples, memory_order_relaxed);
     t->bytes = atomic_load_explicit(&m->st_bytes, memory_order_relaxed);
+    t->w_avail = l->w_avail;
     t->cons_wait = l->cons_wait;
     t->cons_away = l->cons_away;
     t->io_busy = ld(&l->io_busy);
@@ -77,8 +88,46 @@ void dlc__report_tally(const dlc_loader *l, dlc__tally *t)
     }
 }
 
+/* threads="auto", on the consumer's thread once a batch: over the last AUTO_WINDOW batches,
+ * add a worker while the consumer waits and the working ones are busy; give one back when the
+ * consumer does not wait and the others would absorb the work. Each change is judged on a fresh
+ * window. The workers park and wake on cv_work; no output byte depends on their number. */
+static void auto_threads(dlc_loader *l)
+{
+    if (!l->auto_max || l->ntally < l->auto_next)
+        return;
+    assert(l->ntally >= AUTO_WINDOW);
+    const dlc__tally *a = &l->tally[(l->ntally - AUTO_WINDOW) % DLC__REPORT_RING];
+    const dlc__tally *b = &l->tally[l->ntally % DLC__REPORT_RING];
+    const double wait = (double)(b->cons_wait - a->cons_wait);
+    const double step = wait + (double)(b->cons_away - a->cons_away);
+    const double input = step > 0 ? wait / step : 0;
+    const double avail = (double)(b->w_avail - a->w_avail);
+    const double busy = avail > 0 ? (double)(b->w_busy - a->w_busy) / avail : 0;
+    const double io = avail > 0 ? (double)(b->w_iowait - a->w_iowait) / avail : 0;
+    const double wall = (double)(b->t - a->t);
+    const double stall = wall > 0 ? (double)(b->io_stall - a->io_stall) / wall : 0;
+    uint32_t n = l->nactive;
+    /* The consumer waits, and not for reads or downloads (more workers would not help there):
+     * the workers are the limit, busy or losing their time to hand-offs between batches, which
+     * another worker overlaps. */
+    if (input > AUTO_WAIT && io < AUTO_IO && stall < AUTO_IO && n < l->auto_max)
+        n++;
+    else if (input < AUTO_WAIT / 5 && n > 1 && busy * n / (n - 1) < AUTO_IDLE)
+        n--;
+    l->auto_next = l->ntally + AUTO_WINDOW;
+    if (n == l->nactive)
+        return;
+    pthread_mutex_lock(&l->mu);
+    l->nactive = n;
+    pthread_cond_broadcast(&l->cv_work);
+    pthread_mutex_unlock(&l->mu);
+}
+
 void dlc__report_consumer(dlc_loader *l, uint64_t t_in, uint64_t t_out, int delivered)
 {
+    l->w_avail += (uint64_t)l->nactive * (t_out > l->t_avail ? t_out - l->t_avail : 0);
+    l->t_avail = t_out;
     l->cons_away += t_in > l->cons_out ? t_in - l->cons_out : 0;
     l->cons_wait += t_out > t_in ? t_out - t_in : 0;
     l->cons_out = t_out;
@@ -87,6 +136,7 @@ void dlc__report_consumer(dlc_loader *l, uint64_t t_in, uint64_t t_out, int deli
     if (l->trace)
         dlc__trace_span(l, DLC__TRACK_CONSUMER, DLC__SPAN_NEXT, l->sampler.epoch,
                         l->batch_base + l->cons_next - 1, t_in, t_out);
+    auto_threads(l);
     /* One tally per batch, taken on the consumer's thread: the counters of the other threads
      * are read, never written, so this costs the hot path a few dozen loads a batch. */
     l->ntally++;
@@ -112,7 +162,10 @@ void dlc__report_fill(const dlc__tally *a, const dlc__tally *b, uint32_t threads
     r->samples = b->samples - a->samples;
     r->bytes_read = b->bytes - a->bytes;
     const double wall = b->t > a->t ? (double)(b->t - a->t) : 0;
-    const double wthreads = wall * (threads ? threads : 1);
+    /* Worker time available: wall x workers, or with threads="auto" the integral of the number
+     * working (parked workers count no wait). */
+    const double wthreads = b->w_avail > a->w_avail ? (double)(b->w_avail - a->w_avail)
+                                                    : wall * (threads ? threads : 1);
     r->wall_seconds = wall * 1e-9;
     r->wait_seconds = (double)(b->cons_wait - a->cons_wait) * 1e-9;
     r->away_seconds = (double)(b->cons_away - a->cons_away) * 1e-9;
@@ -189,7 +242,9 @@ void dlc__report_decide(dlc_loader_report *r)
             "cachewarm, or read a local copy");
         return;
     }
-    if (r->io_held_share >= STAGE_LARGE && r->workers_busy_share < WORKERS_BUSY) {
+    /* Held slots starve the workers only when they are left without work: a consumer that
+     * keeps a batch or two while the workers are busy is not the limit. */
+    if (r->io_held_share >= STAGE_LARGE && r->workers_busy_share < WORKERS_BUSY / 2) {
         r->bound = DLC_BOUND_CONSUMER;
         say(r->reason, sizeof r->reason,
             "the consumer waited %.1f%% of its step, and the I/O thread waited %.0f%% of the "
@@ -265,7 +320,7 @@ dlc_status dlc_loader_get_report(const dlc_loader *l, uint32_t last, dlc_loader_
     }
     dlc_loader_report all;
     all.struct_size = sizeof all;
-    dlc__report_fill(a, b, l->nworkers, l->dev ? dlc_loader_device(l, NULL) : -1, &all);
+    dlc__report_fill(a, b, l->nactive, l->dev ? dlc_loader_device(l, NULL) : -1, &all);
     const uint32_t n = r->struct_size;
     memcpy((char *)r + sizeof r->struct_size, (const char *)&all + sizeof all.struct_size,
            n - sizeof r->struct_size);

@@ -92,8 +92,9 @@ static void track_name(const dlc__trace *t, uint32_t i, char *buf, size_t cap)
 /* Write the JSON to @p f. Times in microseconds from the loader's open. */
 static int write_json(const dlc_loader *l, const dlc__trace *t, FILE *f)
 {
-    fprintf(f, "{\"displayTimeUnit\": \"ms\", \"otherData\": {\"source\": \"dlcache\", "
-               "\"batches_kept\": %u}, \"traceEvents\": [\n",
+    fprintf(f,
+            "{\"displayTimeUnit\": \"ms\", \"otherData\": {\"source\": \"dlcache\", "
+            "\"batches_kept\": %u}, \"traceEvents\": [\n",
             t->cap);
     fprintf(f, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": 0, "
                "\"args\": {\"name\": \"dlcache loader\"}}");

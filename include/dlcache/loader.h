@@ -266,6 +266,12 @@ typedef struct dlc_loader_config {
                                       $DLCACHE_TRACE, or none. Not retained. */
     uint32_t trace_batches;      /**< Spans the trace keeps per thread: the last ones (0, the
                                       default: 256). */
+    uint32_t auto_threads;       /**< 1: tune the worker count while running (threads="auto"):
+                                      start with 2, add one while the consumer waits and the
+                                      workers are all busy, give one back when they idle; at most
+                                      threads, or (0) the cores divided by $LOCAL_WORLD_SIZE.
+                                      0 (default): threads workers throughout. The output bytes
+                                      never depend on it. */
 } dlc_loader_config;
 
 /** One output of a batch: a field of the store (or one view group of an image field), for every

@@ -363,6 +363,7 @@ class LoaderConfig(ctypes.Structure):
         ("net", ctypes.POINTER(WarmOptions)),
         ("trace", ctypes.c_char_p),
         ("trace_batches", ctypes.c_uint32),
+        ("auto_threads", ctypes.c_uint32),
     ]
 
 

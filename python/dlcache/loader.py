@@ -313,7 +313,10 @@ class Loader:
         rank, world_size: this process's shard; default to torch.distributed's
             when it is initialized, else to $RANK and $WORLD_SIZE, else 0 and 1.
         threads: worker threads of the C loader; None = the cores available
-            divided by $LOCAL_WORLD_SIZE.
+            divided by $LOCAL_WORLD_SIZE; "auto": start with 2 and add one
+            while the loop waits and the workers are all busy (up to that
+            many), give one back when they idle (stats()["threads"] says how
+            many work now; docs/WAITING.md).
         prefetch: batches prepared ahead (slots of the ring); None = the C default (4).
         verify: "off", "first" (check each record's checksum the first time
             it is read) or "always".
@@ -383,7 +386,8 @@ class Loader:
                  dtype: str = "uint8", mean: "Optional[Sequence[float]]" = None,
                  std: "Optional[Sequence[float]]" = None,
                  device: "Union[None, str, torch.device]" = None, rank: "Optional[int]" = None,
-                 world_size: "Optional[int]" = None, threads: "Optional[int]" = None,
+                 world_size: "Optional[int]" = None,
+                 threads: "Union[None, int, str]" = None,
                  prefetch: "Optional[int]" = None, verify: str = "off",
                  on_corrupt: str = "replace", return_indices: bool = False,
                  random_crop: bool = True, fields: "Optional[Sequence[str]]" = None,
@@ -547,7 +551,13 @@ class Loader:
         r, w = _default_rank_world(rank, world_size)
         cfg.world_size = _uint(w, "world_size", 1)
         cfg.rank = _uint(r, "rank", 0, cfg.world_size - 1)
-        cfg.threads = _uint(_default_threads() if threads is None else threads, "threads", 1, 4096)
+        if threads == "auto":
+            # The C loader tunes the count, up to the cores divided by LOCAL_WORLD_SIZE.
+            cfg.auto_threads = 1
+            cfg.threads = 0
+        else:
+            cfg.threads = _uint(_default_threads() if threads is None else threads, "threads", 1,
+                                4096)
         if prefetch is not None:
             cfg.prefetch = _uint(prefetch, "prefetch", 1, 1024)
         if verify not in _VERIFY:
