@@ -45,6 +45,7 @@ static void json_config(tool_json *j, const bench_load_run *r)
     const bench_load_opts *o = r->o;
     tool_json_u64(j, "batch", o->cfg.batch_size);
     tool_json_u64(j, "threads", o->cfg.threads);
+    tool_json_bool(j, "auto_threads", (int)o->cfg.auto_threads);
     tool_json_u64(j, "loader_threads", r->lr.stats.threads);
     tool_json_u64(j, "prefetch", o->cfg.prefetch);
     tool_json_u64(j, "crop", o->cfg.crop_h);
