@@ -323,7 +323,7 @@ typedef struct dlc_loader_stats {
     uint64_t corrupt_replaced;  /**< Corrupt records replaced (DLC_CORRUPT_REPLACE). */
     uint64_t bytes_read;        /**< Payload bytes read from the store. */
     uint32_t io_mode;           /**< The ::dlc_io_mode actually in use (never AUTO). */
-    uint32_t threads;           /**< Worker threads in use. */
+    uint32_t threads;           /**< Worker threads in use (with auto_threads: working now). */
     int32_t device;             /**< The device path's GPU, or -1 when it is off. */
     uint64_t device_bytes;      /**< Bytes copied from the slots to the device. */
     double device_copy_seconds; /**< Sum over the copies of the time from issuing one to its
