@@ -273,9 +273,14 @@ void dlc__report_decide(dlc_loader_report *r)
             "the consumer waited %.1f%% of its step on reads: the I/O thread waited %.0f%% of "
             "the time for the disk, the workers %.0f%% for I/O (%.2f major faults a sample)",
             pct, 100 * r->io_read_share, 100 * r->workers_io_share, faults);
-        say(r->advice, sizeof r->advice,
-            "move the store to local SSD, warm the page cache before the run, or use "
-            "io=\"direct\" for a store larger than memory");
+        if (r->io_read_share >= STAGE_LARGE)
+            say(r->advice, sizeof r->advice,
+                "the direct reads (io=\"direct\") are the limit: a store that fits in memory "
+                "reads faster through the page cache (io=\"mmap\"); else a faster local SSD");
+        else
+            say(r->advice, sizeof r->advice,
+                "move the store to local SSD, warm the page cache before the run (or use "
+                "io=\"direct\" for a store larger than memory)");
         return;
     }
     if (r->workers_busy_share >= WORKERS_BUSY || r->workers_busy_share >= r->io_busy_share) {

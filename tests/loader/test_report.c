@@ -1,12 +1,15 @@
-/* The loader's report (loader/report.c): the verdict in staged situations, shares that add up,
- * windows, the struct_size rule, the text; and the verdict's rules on staged figures for the
- * situations a unit test cannot stage (a slow disk, a slow copy, stalled downloads).
+/* The loader's report (loader/report.c): the verdict in staged situations (model, cpu, storage
+ * with O_DIRECT reads), shares that add up, windows, the struct_size rule, the text;
+ * threads="auto"; and the verdict's rules on staged figures for what a unit test cannot stage
+ * (page faults from a slow disk, a slow copy to a GPU, stalled downloads: tests/python).
  * dlc-test-label: threads */
 #include "internal.h"
 #include "loader_fixture.h"
 
+#include <fcntl.h>
 #include <math.h>
 #include <time.h>
+#include <unistd.h>
 
 static dlc_loader *open_ok(const char *path, const dlc_loader_config *c)
 {
@@ -321,5 +324,44 @@ Test(report, auto_threads_gives_workers_back_to_a_slow_consumer)
     dlc_loader_close(l);
     c.auto_threads = 2;
     cr_assert_eq(dlc_loader_open(d.path, &c, &l), DLC_EINVAL);
+    fx_rmdir(&d);
+}
+
+/* A store read with O_DIRECT, a loop that does nothing and uint8 crops that cost the workers
+ * little: every batch waits for the disk. Skipped where the store's file system refuses
+ * O_DIRECT (tmpfs: the reads then come from the page cache). */
+Test(report, storage_bound_reading_direct)
+{
+    fx_dir d;
+    fx_make_store(&d, 96, 256, 256, 4, 0);
+    const int fd = open(d.path, O_RDONLY | O_DIRECT);
+    if (fd < 0) {
+        fx_rmdir(&d);
+        cr_skip_test("the temporary folder's file system refuses O_DIRECT");
+    }
+    close(fd);
+    dlc_loader_config c = fx_config();
+    c.batch_size = 16;
+    c.crop_h = c.crop_w = 224;
+    c.prefetch = 4;
+    c.io = DLC_IO_DIRECT;
+    dlc_loader *l = open_ok(d.path, &c);
+    dlc_loader_stats s;
+    dlc_loader_get_stats(l, &s);
+    cr_assert_eq(s.io_mode, DLC_IO_DIRECT);
+    for (int e = 0; e < 3; e++) {
+        cr_assert_eq(dlc_loader_set_epoch(l, (uint64_t)e), DLC_OK);
+        dlc_batch b;
+        while (dlc_loader_next(l, &b) == DLC_OK)
+            ;
+    }
+    const dlc_loader_report r = get_report(l, 0);
+    char text[2048];
+    dlc_loader_report_text(&r, text, sizeof text);
+    cr_log_info("%s", text);
+    check_invariants(&r, 1);
+    cr_assert_eq(r.bound, DLC_BOUND_STORAGE, "%s", text);
+    cr_assert_gt(r.io_read_share, 0);
+    dlc_loader_close(l);
     fx_rmdir(&d);
 }
