@@ -45,9 +45,13 @@ FUZZ_PKGS := clang libclang-rt-dev python3
 #                        for tests/python/test_packaging.py
 #   node and npm         s3rver for tests/e2e/warm_*.sh: checked as a command, since a
 #                        NodeSource nodejs carries npm itself and conflicts with Debian's npm
+#   slurm-wlm munge      tests/e2e/set_slurm.sh: docs/SETS.md's Slurm jobs on a one-node Slurm
+#                        of its own (slurmctld, slurmd, munged, own config and key); their
+#                        system services do not start without /etc/slurm/slurm.conf (a system
+#                        munged may start, on its own socket, and is left alone)
 TEST_PKGS := libcriterion-dev clang-format-14 doxygen git valgrind lmdb-utils openssl curl ca-certificates \
              python3 python3-pytest python3-venv python3-numpy python3-torch python3-torchvision \
-             python3-pil python3-lmdb $(FUZZ_PKGS)
+             python3-pil python3-lmdb slurm-wlm munge $(FUZZ_PKGS)
 
 # $(call pkgs_for,GOALS): the packages those goals need, and "node" when they need npm.
 pkgs_for = $(sort $(BUILD_PKGS) \

@@ -557,8 +557,11 @@ static void *copy_main(void *arg)
     for (;;) {
         dlc__slot *s = NULL;
         dlc__stage *t = NULL;
+        const uint64_t t_wait = dlc__now_ns();
         while (!l->stop && !(s = copy_next(l, &t)))
             pthread_cond_wait(&l->cv_done, &l->mu);
+        const uint64_t t_busy = dlc__now_ns();
+        dlc__cnt_add(&l->copy_idle, t_busy - t_wait);
         if (l->stop)
             break;
         const uint64_t b = d->up_next;
@@ -610,7 +613,12 @@ static void *copy_main(void *arg)
             }
             pthread_mutex_unlock(&l->mu);
         }
-        atomic_fetch_add_explicit(&d->copy_ns, dlc__now_ns() - t0, memory_order_relaxed);
+        const uint64_t t_end = dlc__now_ns();
+        atomic_fetch_add_explicit(&d->copy_ns, t_end - t0, memory_order_relaxed);
+        dlc__cnt_add(&l->copy_busy, t_end - t_busy);
+        if (l->trace)
+            dlc__trace_span(l, DLC__TRACK_COPY, DLC__SPAN_COPY, s->epoch, l->batch_base + b, t_busy,
+                            t_end);
 
         pthread_mutex_lock(&l->mu);
         assert(s->state == DLC__SLOT_READY && s->batch == b && d->up_busy);
@@ -730,6 +738,7 @@ dlc_status dlc_loader_next_device(dlc_loader *l, dlc_device_batch *batch)
     dlc__devpath *d = l->dev;
     if (!d)
         return device_off(l);
+    const uint64_t t_in = dlc__now_ns();
     pthread_mutex_lock(&l->mu);
     int e = 0;
     if (d->lent >= 0) {
@@ -745,11 +754,13 @@ dlc_status dlc_loader_next_device(dlc_loader *l, dlc_device_batch *batch)
             snprintf(msg, sizeof msg, "%s", d->async_msg);
         d->async_err = DLC_OK;
         pthread_mutex_unlock(&l->mu);
+        dlc__report_consumer(l, t_in, dlc__now_ns(), 0);
         return dlc__errorf(DLC_ECUDA, "%s", msg);
     }
     if (l->cons_next >= l->shard.batches) {
         pthread_mutex_unlock(&l->mu);
         dlc__epoch_end(l);
+        dlc__report_consumer(l, t_in, dlc__now_ns(), 0);
         return DLC_END;
     }
     const uint64_t b = l->cons_next;
@@ -770,6 +781,7 @@ dlc_status dlc_loader_next_device(dlc_loader *l, dlc_device_batch *batch)
         t->state = STAGE_FREE; /* STAGED -> FREE: a failed batch is never lent. */
         pthread_cond_broadcast(&l->cv_done);
         pthread_mutex_unlock(&l->mu);
+        dlc__report_consumer(l, t_in, dlc__now_ns(), 0);
         return err;
     }
     assert(t->count >= 1 && t->count <= l->cfg.batch_size);
@@ -790,6 +802,7 @@ dlc_status dlc_loader_next_device(dlc_loader *l, dlc_device_batch *batch)
     batch->fields = t->df;
     atomic_fetch_add_explicit(&l->st_batches, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&l->st_samples, t->count, memory_order_relaxed);
+    dlc__report_consumer(l, t_in, dlc__now_ns(), 1);
     return DLC_OK;
 }
 

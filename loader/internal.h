@@ -159,7 +159,58 @@ typedef struct dlc__worker {
     uint8_t *keep;           /**< Per box of a sample: kept by the crop. */
     dlc__view_params *views; /**< Of the sample being built: one per view. */
     uint64_t bytes_read;     /**< Not yet added to the loader's stats. */
+    struct dlc__wcnt *cnt;   /**< Its counters of where the time goes (report.c). */
+    uint64_t cpu_mark;       /**< Its CPU time and major faults when it last left a batch. */
+    uint64_t flt_mark;
 } dlc__worker;
+
+/* ---- Where the time goes (report.c) ----------------------------------------------------------
+ * Each thread owns its counters: one writer adds with a relaxed load and store (no locked
+ * instruction, no lock), and the consumer's report reads them with relaxed loads. Clocks are read
+ * per batch and stage (a worker: when it joins and leaves a batch), never per sample. */
+
+/** A counter with one writing thread (nanoseconds unless said). */
+typedef _Atomic uint64_t dlc__cnt;
+
+/** Add @p d to the calling thread's own counter @p c. */
+static inline void dlc__cnt_add(dlc__cnt *c, uint64_t d)
+{
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + d,
+                          memory_order_relaxed);
+}
+
+/** A worker's counters, one cache line each so that workers never share one. */
+typedef struct dlc__wcnt {
+    dlc__cnt busy;    /**< Inside batches: looking up, cropping, converting. */
+    dlc__cnt cpu;     /**< Of busy, on the CPU (the rest: page faults, preemption). */
+    dlc__cnt iowait;  /**< Waiting for work while a batch was in its I/O stage. */
+    dlc__cnt idle;    /**< Waiting for work with no batch in I/O. */
+    dlc__cnt samples; /**< Samples built (a count). */
+    dlc__cnt majflt;  /**< Major page faults inside batches (a count). */
+    uint8_t pad[16];
+} dlc__wcnt;
+_Static_assert(sizeof(dlc__wcnt) == 64, "a worker's counters fill one cache line");
+
+/** The counters summed at one moment: what a report subtracts. */
+typedef struct dlc__tally {
+    uint64_t t;                /**< dlc__now_ns() when taken. */
+    uint64_t batches, samples; /**< Delivered. */
+    uint64_t cons_wait;        /**< The consumer inside next(). */
+    uint64_t cons_away;        /**< The consumer between calls of next(). */
+    uint64_t io_busy, io_read; /**< The I/O thread on batches; of that, waiting for reads, */
+    uint64_t io_stall;         /**< and for shards to arrive (streaming). */
+    uint64_t io_held, io_full; /**< Waiting for a slot: one the consumer holds; one in work. */
+    uint64_t io_idle;          /**< Nothing to do (the plan's end, a reset). */
+    uint64_t w_busy, w_cpu, w_iowait, w_idle, w_samples, w_majflt; /**< Over the workers. */
+    uint64_t copy_busy, copy_idle;                                 /**< The device copy thread. */
+    uint64_t bytes;                                                /**< Payload bytes read. */
+    uint64_t w_avail; /**< Worker time available: the integral of nactive. */
+} dlc__tally;
+
+/** Batches of counters kept: the longest window a report covers (beside "since open"). */
+#define DLC__REPORT_RING 1024u
+
+struct dlc__trace;
 
 struct dlc_loader {
     dlc_loader_config cfg;
@@ -244,6 +295,24 @@ struct dlc_loader {
                                   the consumer's. */
     uint64_t replaced_mark;  /**< st_replaced when the plan started; the consumer's. */
 
+    /* Where the time goes (report.c). */
+    dlc__cnt io_busy, io_read, io_stall, io_held, io_full, io_idle; /**< The I/O thread's. */
+    dlc__cnt copy_busy, copy_idle;                                  /**< The copy thread's. */
+    dlc__wcnt *wcnt;           /**< One per worker (64-byte aligned). */
+    uint64_t cons_wait;        /**< The consumer's own: time inside next(), */
+    uint64_t cons_away;        /**< time between its calls, */
+    uint64_t cons_out;         /**< and when the last call returned (open, at first). */
+    uint64_t t_open;           /**< dlc__now_ns() at open: the base of "since open". */
+    dlc__tally *tally;         /**< DLC__REPORT_RING snapshots, one per delivered batch; the
+                                    consumer's. */
+    uint64_t ntally;           /**< Snapshots taken (batch k's at tally[k % DLC__REPORT_RING]). */
+    uint32_t nactive;          /**< Workers that may take work (the others are parked): all of them,
+                                    or threads="auto"'s choice; written by the consumer under mu. */
+    uint32_t auto_max;         /**< threads="auto": the most workers; 0 when off. */
+    uint64_t auto_next;        /**< The tally at which threads="auto" decides next. */
+    uint64_t w_avail;          /**< The consumer's integral of nactive over time (ns), */
+    uint64_t t_avail;          /**< up to this time. */
+    struct dlc__trace *trace;  /**< The timeline being recorded, or NULL (trace.c). */
     struct dlc__mixload *mixl; /**< A mixture of sources (loader/mix.c), or NULL. */
 };
 
@@ -406,6 +475,43 @@ static inline void dlc__assert_lent(const struct dlc_loader *l)
     (void)l;
 #endif
 }
+
+/* report.c */
+/** Allocate the counters and the snapshot ring (at open, before the threads). */
+dlc_status dlc__report_open(struct dlc_loader *l);
+void dlc__report_close(struct dlc_loader *l);
+/** The consumer entered next() (at @p t_in) and is leaving it (@p t_out, a batch delivered or
+ *  not): its wait and its time away. */
+void dlc__report_consumer(struct dlc_loader *l, uint64_t t_in, uint64_t t_out, int delivered);
+/** The counters now. */
+void dlc__report_tally(const struct dlc_loader *l, dlc__tally *t);
+/** Fill @p r's shares from two tallies, then its verdict (dlc__report_decide()). */
+void dlc__report_fill(const dlc__tally *a, const dlc__tally *b, uint32_t threads, int device,
+                      dlc_loader_report *r);
+/** The verdict of a report whose shares are filled: bound, reason and advice. Pure. */
+void dlc__report_decide(dlc_loader_report *r);
+/** The calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID: exact, where getrusage() counts
+ *  in ticks) and major page faults. */
+void dlc__thread_usage(uint64_t *cpu_ns, uint64_t *majflt);
+
+/* trace.c: the timeline (config.trace). Tracks: */
+enum {
+    DLC__TRACK_IO,       /* The I/O thread: "io" (a batch's lookups and reads), "download". */
+    DLC__TRACK_COPY,     /* The device copy thread: "copy". */
+    DLC__TRACK_CONSUMER, /* The consumer: "next" (its wait for a batch). */
+    DLC__TRACK_WORKER0,  /* Worker i is track DLC__TRACK_WORKER0 + i: "work". */
+};
+/* Names of spans. */
+enum { DLC__SPAN_IO, DLC__SPAN_DOWNLOAD, DLC__SPAN_WORK, DLC__SPAN_COPY, DLC__SPAN_NEXT };
+/** Start recording when config.trace or $DLCACHE_TRACE names a file (after the workers are
+ *  counted, before they start); l->trace stays NULL otherwise. */
+dlc_status dlc__trace_open(struct dlc_loader *l);
+/** Record a span on track @p trk, by that track's own thread only (no lock). */
+void dlc__trace_span(struct dlc_loader *l, uint32_t trk, uint32_t name, uint64_t epoch,
+                     uint64_t batch, uint64_t t0, uint64_t t1);
+/** Write the file when @p write (the threads are joined) and free the rings; a failure to
+ *  write is logged. */
+void dlc__trace_close(struct dlc_loader *l, int write);
 
 /* pipeline.c */
 /** A worker's body. */

@@ -324,6 +324,7 @@ static void read_direct(dlc_loader *l, dlc__slot *s, uint32_t slot_index)
     if (!l->uring_ok)
         return;
     io_uring_submit(&l->ring);
+    const uint64_t t0 = dlc__now_ns();
     while (inflight) {
         struct io_uring_cqe *cqe;
         const int r = io_uring_wait_cqe(&l->ring, &cqe);
@@ -346,6 +347,7 @@ static void read_direct(dlc_loader *l, dlc__slot *s, uint32_t slot_index)
         else if ((size_t)res < need)
             si->status = -EIO; /* A short read: the file ends inside the record. */
     }
+    dlc__cnt_add(&l->io_read, dlc__now_ns() - t0);
 }
 
 int dlc__file_shrunk(const dlc_loader *l, uint32_t file, uint64_t *now)
@@ -454,7 +456,13 @@ static void resolve(dlc_loader *l, dlc__slot *s, uint32_t slot_index)
     list_files(l, s);
     /* Streaming: every shard the batch reads is on disk and attached before any lookup. */
     if (l->stream) {
+        const uint64_t t0 = dlc__now_ns();
         const dlc_status prc = dlc__stream_pin(l, s->files, s->nfiles);
+        const uint64_t t1 = dlc__now_ns();
+        dlc__cnt_add(&l->io_stall, t1 - t0);
+        if (l->trace)
+            dlc__trace_span(l, DLC__TRACK_IO, DLC__SPAN_DOWNLOAD, s->epoch,
+                            l->batch_base + s->batch, t0, t1);
         if (prc != DLC_OK) {
             fail_batch(l, s, prc, dlc_errmsg());
             return;
@@ -523,8 +531,20 @@ void *dlc__io_main(void *arg)
                     l->slots[dlc__slot_of(l, l->fill_next)].state != DLC__SLOT_FREE ||
                     /* A worker may still be about to find the slot's claims exhausted; reusing the
                      * slot before it leaves would hand it a fresh claim of the next batch. */
-                    l->slots[dlc__slot_of(l, l->fill_next)].active))
+                    l->slots[dlc__slot_of(l, l->fill_next)].active)) {
+            /* What the wait is charged to: nothing to do; the consumer, which holds that slot
+             * beside the batch it uses (max_lent > 1: its holding shortens the ring); or a ring
+             * full of batches ahead of the consumer or still in work. */
+            dlc__cnt *why = &l->io_full;
+            if (l->paused || l->fill_next >= l->shard.batches)
+                why = &l->io_idle;
+            else if (l->slots[dlc__slot_of(l, l->fill_next)].state == DLC__SLOT_LENT &&
+                     l->nlent > 1)
+                why = &l->io_held;
+            const uint64_t t0 = dlc__now_ns();
             pthread_cond_wait(&l->cv_io, &l->mu);
+            dlc__cnt_add(why, dlc__now_ns() - t0);
+        }
         if (l->stop)
             break;
         const uint64_t b = l->fill_next++;
@@ -548,7 +568,12 @@ void *dlc__io_main(void *arg)
         atomic_store(&s->done, 0);
         pthread_mutex_unlock(&l->mu);
 
+        const uint64_t t0 = dlc__now_ns();
         resolve(l, s, si);
+        const uint64_t t1 = dlc__now_ns();
+        dlc__cnt_add(&l->io_busy, t1 - t0);
+        if (l->trace)
+            dlc__trace_span(l, DLC__TRACK_IO, DLC__SPAN_IO, s->epoch, l->batch_base + b, t0, t1);
 
         pthread_mutex_lock(&l->mu);
         /* A reset waits while a slot is in IO: nothing else moved this one. */

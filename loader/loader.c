@@ -90,6 +90,10 @@ static dlc_status check_config(const dlc_loader_config *c, const char *path)
             "%s: config.num_field_options = %u without field_options", path, c->num_field_options);
     FAIL_IF(c->num_views && !c->views, DLC_EINVAL, "%s: config.num_views = %u without views", path,
             c->num_views);
+    FAIL_IF(c->auto_threads > 1, DLC_EINVAL, "%s: config.auto_threads = %u must be 0 or 1", path,
+            c->auto_threads);
+    FAIL_IF(c->trace_batches > (1u << 20), DLC_EINVAL,
+            "%s: config.trace_batches = %u: at most 1048576", path, c->trace_batches);
     FAIL_IF(c->crop_h > 65536 || c->crop_w > 65536, DLC_EINVAL,
             "%s: config.crop_h x crop_w = %ux%u: at most 65536 a side", path, c->crop_h, c->crop_w);
     return DLC_OK;
@@ -247,13 +251,25 @@ static dlc_status threads_start(dlc_loader *l, int *sync_made)
     }
     *sync_made = 1;
     uint32_t threads = l->cfg.threads;
-    if (!threads) {
+    if (!threads && l->cfg.auto_threads) {
+        /* threads="auto" shares the cores among the node's ranks, as torch's launchers say. */
+        const char *env = getenv("LOCAL_WORLD_SIZE");
+        const long local = env ? strtol(env, NULL, 10) : 1;
+        threads = dlc__cpu_count() / (uint32_t)(local >= 1 && local <= 4096 ? local : 1);
+        threads = threads < 1 ? 1 : threads < 256 ? threads : 256;
+    } else if (!threads) {
         threads = dlc__cpu_count();
         threads = threads < 256 ? threads : 256;
     }
     l->nworkers = threads;
+    /* threads="auto" starts every worker (each owns its scratch from the start) and lets two
+     * of them work; the consumer's thread adds and parks them (report.c). */
+    l->auto_max = l->cfg.auto_threads ? threads : 0;
+    l->nactive = l->cfg.auto_threads && threads > 2 ? 2 : threads;
     l->workers = calloc(threads, sizeof *l->workers);
     FAIL_IF(!l->workers, -ENOMEM, "%s: out of memory", l->path);
+    CHECK(dlc__report_open(l));
+    CHECK(dlc__trace_open(l));
     int prc = pthread_create(&l->io_thread, NULL, dlc__io_main, l);
     FAIL_IF(prc, -prc, "%s: cannot start the I/O thread: %s", l->path, strerror(prc));
     l->io_started = 1;
@@ -355,6 +371,7 @@ fail:
         dlc__err_save(&es);
         if (sync_made)
             stop_threads(l);
+        dlc__trace_close(l, 0); /* A loader that never opened leaves no file. */
         dlc_loader_close(l);
         dlc__err_restore(&es, rc);
     }
@@ -368,6 +385,7 @@ void dlc_loader_close(dlc_loader *l)
     if (l->workers || l->io_started) {
         stop_threads(l);
     }
+    dlc__trace_close(l, 1);
     if (l->workers) {
         for (uint32_t i = 0; i < l->nworkers; i++) {
             dlc__worker *w = &l->workers[i];
@@ -386,6 +404,7 @@ void dlc_loader_close(dlc_loader *l)
         pthread_cond_destroy(&l->cv_done);
         pthread_mutex_destroy(&l->mu);
     }
+    dlc__report_close(l);
     dlc__io_close(l);
     dlc__dev_close(l); /* Frees the slots' arenas: after the threads, before the slots. */
     if (l->slots) {
@@ -418,6 +437,7 @@ dlc_status dlc_loader_next(dlc_loader *l, dlc_batch *batch)
                            "%s: the batches go to CUDA device %d: take them with "
                            "dlc_loader_next_device()",
                            l->path, dlc_loader_device(l, NULL));
+    const uint64_t t_in = dlc__now_ns();
     pthread_mutex_lock(&l->mu);
     dlc__assert_lent(l);
     if (l->nlent >= l->cfg.max_lent) {
@@ -432,6 +452,7 @@ dlc_status dlc_loader_next(dlc_loader *l, dlc_batch *batch)
         pthread_mutex_unlock(&l->mu);
         memset(batch, 0, sizeof *batch);
         dlc__epoch_end(l);
+        dlc__report_consumer(l, t_in, dlc__now_ns(), 0);
         return DLC_END;
     }
     const uint64_t b = l->cons_next;
@@ -457,6 +478,7 @@ dlc_status dlc_loader_next(dlc_loader *l, dlc_batch *batch)
         pthread_cond_broadcast(&l->cv_io);
         pthread_mutex_unlock(&l->mu);
         memset(batch, 0, sizeof *batch);
+        dlc__report_consumer(l, t_in, dlc__now_ns(), 0);
         return err;
     }
     s->state = DLC__SLOT_LENT;
@@ -475,6 +497,7 @@ dlc_status dlc_loader_next(dlc_loader *l, dlc_batch *batch)
     batch->batch_index = l->batch_base + b;
     atomic_fetch_add_explicit(&l->st_batches, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&l->st_samples, s->count, memory_order_relaxed);
+    dlc__report_consumer(l, t_in, dlc__now_ns(), 1);
     return DLC_OK;
 }
 
@@ -678,6 +701,6 @@ void dlc_loader_get_stats(const dlc_loader *l, dlc_loader_stats *st)
     st->corrupt_replaced = atomic_load(&m->st_replaced);
     st->bytes_read = atomic_load(&m->st_bytes);
     st->io_mode = l->io_mode;
-    st->threads = l->nworkers;
+    st->threads = l->nactive;
     dlc__dev_stats(l, st);
 }

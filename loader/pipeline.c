@@ -202,6 +202,7 @@ void *dlc__worker_main(void *arg)
     dlc__worker *w = arg;
     dlc_loader *l = w->l;
     const dlc_status src = worker_start(l, w);
+    dlc__thread_usage(&w->cpu_mark, &w->flt_mark);
     pthread_mutex_lock(&l->mu);
     l->ready_workers++;
     if (src != DLC_OK && l->start_rc == DLC_OK) {
@@ -209,10 +210,19 @@ void *dlc__worker_main(void *arg)
         snprintf(l->start_msg, sizeof l->start_msg, "%s", dlc_errmsg());
     }
     pthread_cond_broadcast(&l->cv_done);
+    /* The worker's time between batches is all waiting, counted from when it left the last
+     * batch to when it joins the next (the lock's hand-offs included, which on a loaded machine
+     * are no small part): for I/O when a batch was in its I/O stage at its last wait, else idle;
+     * nothing while parked by threads="auto". So busy + waits = the worker's whole time. */
+    uint64_t t_mark = dlc__now_ns();
+    int waited_io = 0, was_parked = 0;
     for (;;) {
         dlc__slot *s = NULL;
         while (!l->stop) {
-            for (uint32_t i = 0; i < l->nslots; i++) {
+            /* A worker parked by threads="auto" takes no work and counts no wait. */
+            const int parked = w->id >= l->nactive;
+            was_parked |= parked;
+            for (uint32_t i = 0; !parked && i < l->nslots; i++) {
                 dlc__slot *t = &l->slots[i];
                 if (t->state == DLC__SLOT_FILL && atomic_load(&t->claim) < t->count &&
                     (!s || t->batch < s->batch))
@@ -224,11 +234,12 @@ void *dlc__worker_main(void *arg)
             int io_pending = 0;
             for (uint32_t i = 0; i < l->nslots; i++)
                 io_pending |= l->slots[i].state == DLC__SLOT_IO;
-            const uint64_t t0 = io_pending ? dlc__now_ns() : 0;
+            const uint64_t t0 = dlc__now_ns();
             pthread_cond_wait(&l->cv_work, &l->mu);
-            if (io_pending)
-                atomic_fetch_add_explicit(&l->st_io_wait_ns, dlc__now_ns() - t0,
-                                          memory_order_relaxed);
+            const uint64_t waited = dlc__now_ns() - t0;
+            if (io_pending && !parked)
+                atomic_fetch_add_explicit(&l->st_io_wait_ns, waited, memory_order_relaxed);
+            waited_io = io_pending;
         }
         if (l->stop)
             break;
@@ -239,6 +250,13 @@ void *dlc__worker_main(void *arg)
         assert(s->active <= l->nworkers);
         const uint32_t count = s->count;
         pthread_mutex_unlock(&l->mu);
+        /* Where the time goes: a clock read as the worker joins a batch, and the clock and the
+         * thread's CPU time and faults as it leaves, none per sample. */
+        const uint64_t t_join = dlc__now_ns();
+        if (w->cnt && !was_parked)
+            dlc__cnt_add(waited_io ? &w->cnt->iowait : &w->cnt->idle, t_join - t_mark);
+        waited_io = was_parked = 0;
+        uint32_t built = 0;
 
         /* The I/O stage checked the store's size before this batch; check once more as this
          * worker joins it, since a batch may wait in the ring (see resolve()). Once per batch
@@ -263,6 +281,7 @@ void *dlc__worker_main(void *arg)
                 for (uint32_t j = i; j < i + n; j++)
                     process(l, w, s, j);
             }
+            built += n;
             if (w->bytes_read) {
                 atomic_fetch_add_explicit(&l->st_bytes, w->bytes_read, memory_order_relaxed);
                 w->bytes_read = 0;
@@ -278,6 +297,23 @@ void *dlc__worker_main(void *arg)
          * done, which this worker's increment followed): pack the variable outputs once. */
         if (finished && l->variable)
             dlc__outputs_pack(l, s);
+        if (w->cnt) {
+            /* CPU time and faults since the last batch left: a wait in between sleeps and
+             * costs next to nothing, so this is the batch's (one read per batch, not two). */
+            uint64_t cpu, flt;
+            dlc__thread_usage(&cpu, &flt);
+            const uint64_t t_leave = dlc__now_ns();
+            dlc__cnt_add(&w->cnt->busy, t_leave - t_join);
+            t_mark = t_leave;
+            if (l->trace)
+                dlc__trace_span(l, DLC__TRACK_WORKER0 + w->id, DLC__SPAN_WORK, s->epoch,
+                                l->batch_base + s->batch, t_join, t_leave);
+            dlc__cnt_add(&w->cnt->cpu, cpu - w->cpu_mark);
+            dlc__cnt_add(&w->cnt->majflt, flt - w->flt_mark);
+            dlc__cnt_add(&w->cnt->samples, built);
+            w->cpu_mark = cpu;
+            w->flt_mark = flt;
+        }
 
         pthread_mutex_lock(&l->mu);
         /* Neither a reset nor the I/O thread touches a slot a worker is inside; the worker that

@@ -174,6 +174,7 @@ typedef struct bench_loader_result {
     dlc_loader_stats stats_warm;    /**< After the warm-up batch: the window's counters are the
                                          difference. */
     dlc_loader_stream_stats stream; /**< Streaming's counters over the loader's life. */
+    dlc_loader_report report;       /**< Where the time went over the window's last batches. */
 } bench_loader_result;
 
 /* The untimed digest pass. */

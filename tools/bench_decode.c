@@ -1,21 +1,28 @@
 /* `cachebench decode`: plain libjpeg-turbo decode at full size, the reference that the builder's
- * images/s is compared with (docs/BENCHMARKS.md, "The builder against plain decoding"). */
+ * images/s is compared with (docs/BENCHMARKS.md, "The builder against plain decoding"); with
+ * --size, also the builder's own transform (dlc_jpeg_decode_resize(), as cache/builder/
+ * build_item.c calls it for a 3-channel store) into memory, nothing written: the fair ceiling of
+ * a build, measured in the same run right after the plain decode. */
 #include "bench.h"
 
 #include <dlcache/image.h>
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct decode_opts {
     const char *source;
     uint64_t threads, limit;
+    uint64_t size; /* --size: also decode + resize to this short side; 0: plain decode only */
     double seconds;
-    int json;
+    int json, center_crop;
 } decode_opts;
 
 typedef struct decode_shared {
     const bench_jpeg_set *set;
+    uint32_t size; /* 0: plain decode; else decode + resize to this short side */
+    int center_crop;
     bench_sync sync;
     double min_seconds;
     atomic_uint_fast64_t next;  /* next image number; image = number % count */
@@ -25,12 +32,13 @@ typedef struct decode_shared {
 typedef struct decode_arg {
     decode_shared *sh;
     uint64_t images, pixels, bytes;
+    double cpu_s; /* the thread's CPU time in the window: a cost the machine's load moves little */
 } decode_arg;
 
 /* What one run measured, summed over the threads. */
 typedef struct decode_result {
     uint64_t images, pixels, bytes, files, file_bytes;
-    double seconds;
+    double seconds, cpu_s;
 } decode_result;
 
 /* Close the window at image number @p k, the first of a pass: numbers from @p k on are not
@@ -50,6 +58,8 @@ static void *decode_worker(void *p)
     dlc_codec *codec = NULL;
     const dlc_status crc = dlc_codec_create(&codec);
     pthread_barrier_wait(&sh->sync.start);
+    struct timespec c0, c1;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
     if (crc != DLC_OK) {
         tool_report(TOOL, crc, "creating a codec");
         atomic_store(&sh->sync.failed, 1);
@@ -67,7 +77,9 @@ static void *decode_worker(void *p)
         }
         const bench_jpeg_file *f = &sh->set->files[k % n];
         dlc_image img;
-        const dlc_status rc = dlc_jpeg_decode(codec, f->data, f->size, 0, 0, &img);
+        const dlc_status rc = sh->size ? dlc_jpeg_decode_resize(codec, f->data, f->size, sh->size,
+                                                                sh->center_crop, &img)
+                                       : dlc_jpeg_decode(codec, f->data, f->size, 0, 0, &img);
         if (rc != DLC_OK) {
             tool_report(TOOL, rc, f->path);
             atomic_store(&sh->sync.failed, 1);
@@ -77,6 +89,8 @@ static void *decode_worker(void *p)
         a->pixels += (uint64_t)img.width * img.height;
         a->bytes += f->size;
     }
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+    a->cpu_s = (double)(c1.tv_sec - c0.tv_sec) + (double)(c1.tv_nsec - c0.tv_nsec) / 1e9;
     dlc_codec_destroy(codec);
     return NULL;
 }
@@ -98,6 +112,11 @@ static int parse_decode(int argc, char **argv, decode_opts *o)
         } else if (a[0] != '-' && !o->source) {
             o->source = a;
             continue;
+        } else if (!strcmp(a, "--center-crop")) {
+            o->center_crop = 1;
+            continue;
+        } else if (!strcmp(a, "--size") && v) {
+            bad = tool_parse_u64(v, 65535, &o->size) || o->size == 0;
         } else if (!strcmp(a, "--threads") && v) {
             bad = tool_parse_u64(v, 4096, &o->threads);
         } else if (!strcmp(a, "--limit") && v) {
@@ -124,16 +143,16 @@ static int parse_decode(int argc, char **argv, decode_opts *o)
     return 0;
 }
 
-/* Read the files, then decode them in whole passes on the threads. Returns 0 or -1 (printed). */
-static int measure_decode(const decode_opts *o, decode_result *res)
+/* Decode the files of @p set in whole passes on the threads, plain (@p size 0) or resized to
+ * @p size. Returns 0 or -1 (printed). */
+static int measure_decode(const decode_opts *o, const bench_jpeg_set *set, uint32_t size,
+                          decode_result *res)
 {
-    bench_jpeg_set set;
     decode_arg *args = NULL;
     int status = -1;
     memset(res, 0, sizeof *res);
-    if (bench_jpeg_set_load(&set, o->source, o->limit) != 0)
-        goto out;
-    decode_shared sh = {.set = &set, .min_seconds = o->seconds};
+    decode_shared sh = {
+        .set = set, .size = size, .center_crop = o->center_crop, .min_seconds = o->seconds};
     atomic_init(&sh.next, 0);
     atomic_init(&sh.limit, UINT64_MAX);
     atomic_init(&sh.sync.failed, 0);
@@ -149,17 +168,18 @@ static int measure_decode(const decode_opts *o, decode_result *res)
         res->images += args[t].images;
         res->pixels += args[t].pixels;
         res->bytes += args[t].bytes;
+        res->cpu_s += args[t].cpu_s;
     }
-    res->files = set.count;
-    res->file_bytes = set.bytes;
+    res->files = set->count;
+    res->file_bytes = set->bytes;
     status = atomic_load(&sh.sync.failed) ? -1 : 0;
 out:
     free(args);
-    bench_jpeg_set_free(&set);
     return status;
 }
 
-static void print_decode(const decode_opts *o, const decode_result *r)
+/* The plain decode @p r and, with --size, the decode + resize @p z (NULL without). */
+static void print_decode(const decode_opts *o, const decode_result *r, const decode_result *z)
 {
     const double passes = (double)r->images / (double)r->files;
     if (!o->json) {
@@ -168,6 +188,12 @@ static void print_decode(const decode_opts *o, const decode_result *r)
                (unsigned long long)r->images, (unsigned long long)r->files, passes,
                (unsigned long long)o->threads, r->seconds, (double)r->images / r->seconds,
                (double)r->pixels / r->seconds / 1e6, (double)r->bytes / r->seconds / 1e6);
+        if (z)
+            printf("decode + resize to %llu%s: %llu images in %.2f s: %.0f images/s, %.2f of "
+                   "the plain decode\n",
+                   (unsigned long long)o->size, o->center_crop ? " (center crop)" : "",
+                   (unsigned long long)z->images, z->seconds, (double)z->images / z->seconds,
+                   ((double)z->images / z->seconds) / ((double)r->images / r->seconds));
         return;
     }
     tool_json j;
@@ -184,6 +210,18 @@ static void print_decode(const decode_opts *o, const decode_result *r)
     tool_json_f64(&j, "images_per_s", (double)r->images / r->seconds);
     tool_json_f64(&j, "megapixels_per_s", (double)r->pixels / r->seconds / 1e6);
     tool_json_f64(&j, "mbytes_per_s", (double)r->bytes / r->seconds / 1e6);
+    /* CPU time of the decoding threads per image: on a loaded machine a steadier cost than
+     * threads / images_per_s. */
+    tool_json_f64(&j, "cpu_ms_per_image", 1e3 * r->cpu_s / (double)r->images);
+    if (z) {
+        /* The builder's ceiling, measured right after the plain decode on the same files. */
+        tool_json_u64(&j, "size", o->size);
+        tool_json_u64(&j, "center_crop", (uint64_t)o->center_crop);
+        tool_json_u64(&j, "resize_images", z->images);
+        tool_json_f64(&j, "resize_seconds", z->seconds);
+        tool_json_f64(&j, "resize_images_per_s", (double)z->images / z->seconds);
+        tool_json_f64(&j, "resize_cpu_ms_per_image", 1e3 * z->cpu_s / (double)z->images);
+    }
     tool_json_object_end(&j);
     tool_json_finish(&j);
 }
@@ -194,9 +232,15 @@ int bench_cmd_decode(int argc, char **argv)
     const int prc = parse_decode(argc, argv, &o);
     if (prc != 0)
         return prc == 1 ? 0 : prc;
-    decode_result r;
-    if (measure_decode(&o, &r) != 0)
+    bench_jpeg_set set;
+    if (bench_jpeg_set_load(&set, o.source, o.limit) != 0)
         return 1;
-    print_decode(&o, &r);
-    return 0;
+    decode_result r, z;
+    int status = measure_decode(&o, &set, 0, &r);
+    if (status == 0 && o.size)
+        status = measure_decode(&o, &set, (uint32_t)o.size, &z);
+    if (status == 0)
+        print_decode(&o, &r, o.size ? &z : NULL);
+    bench_jpeg_set_free(&set);
+    return status == 0 ? 0 : 1;
 }

@@ -150,6 +150,9 @@ static int measure_loader(const bench_load_opts *o, const bench_consumer *c,
     dlc_loader_get_stats(l, &res->stats);
     res->stream.struct_size = sizeof res->stream;
     dlc_loader_get_stream_stats(l, &res->stream);
+    /* The window's batches (the warm-up one left out), or its last ones the loader keeps. */
+    res->report.struct_size = sizeof res->report;
+    dlc_loader_get_report(l, res->batches < 1023 ? (uint32_t)res->batches : 1023, &res->report);
     dlc_loader_close(l);
     if (res->batches == 0) {
         fprintf(stderr,

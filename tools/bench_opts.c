@@ -83,6 +83,12 @@ static int parse_config_option(const char *a, const char *v, dlc_loader_config *
     if (!strcmp(a, "--batch"))
         return parse_u32(v, 1u << 20, &cfg->batch_size) || cfg->batch_size == 0;
     if (!strcmp(a, "--threads")) {
+        /* auto: the loader tunes its workers (up to the cores); the references use them all. */
+        cfg->auto_threads = !strcmp(v, "auto");
+        if (cfg->auto_threads) {
+            cfg->threads = dlc__cpu_count();
+            return 0;
+        }
         if (parse_u32(v, 4096, &cfg->threads))
             return 1;
         if (cfg->threads == 0)

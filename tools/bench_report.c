@@ -45,6 +45,7 @@ static void json_config(tool_json *j, const bench_load_run *r)
     const bench_load_opts *o = r->o;
     tool_json_u64(j, "batch", o->cfg.batch_size);
     tool_json_u64(j, "threads", o->cfg.threads);
+    tool_json_bool(j, "auto_threads", (int)o->cfg.auto_threads);
     tool_json_u64(j, "loader_threads", r->lr.stats.threads);
     tool_json_u64(j, "prefetch", o->cfg.prefetch);
     tool_json_u64(j, "crop", o->cfg.crop_h);
@@ -133,6 +134,38 @@ static void json_stream(tool_json *j, const bench_load_run *r)
     tool_json_u64(j, "downloads", s->downloads);
 }
 
+/* The loader's report over the window (docs/WAITING.md): the verdict and every share. */
+static void json_report(tool_json *j, const dlc_loader_report *r)
+{
+    tool_json_object_begin(j, "report");
+    tool_json_str(j, "bound", dlc_bound_name(r->bound));
+    tool_json_str(j, "reason", r->reason);
+    tool_json_str(j, "advice", r->advice);
+    tool_json_u64(j, "batches", r->batches);
+    tool_json_u64(j, "threads", r->threads);
+    tool_json_f64(j, "wall_seconds", r->wall_seconds);
+    tool_json_f64(j, "wait_seconds", r->wait_seconds);
+    tool_json_f64(j, "away_seconds", r->away_seconds);
+    tool_json_f64(j, "input_share", r->input_share);
+    tool_json_f64(j, "step_seconds", r->step_seconds);
+    tool_json_f64(j, "io_busy_share", r->io_busy_share);
+    tool_json_f64(j, "io_read_share", r->io_read_share);
+    tool_json_f64(j, "io_stall_share", r->io_stall_share);
+    tool_json_f64(j, "io_held_share", r->io_held_share);
+    tool_json_f64(j, "io_full_share", r->io_full_share);
+    tool_json_f64(j, "io_idle_share", r->io_idle_share);
+    tool_json_f64(j, "workers_busy_share", r->workers_busy_share);
+    tool_json_f64(j, "workers_io_share", r->workers_io_share);
+    tool_json_f64(j, "workers_idle_share", r->workers_idle_share);
+    tool_json_f64(j, "workers_cpu_share", r->workers_cpu_share);
+    tool_json_f64(j, "sample_seconds", r->sample_seconds);
+    tool_json_u64(j, "major_faults", r->major_faults);
+    tool_json_f64(j, "copy_busy_share", r->copy_busy_share);
+    tool_json_f64(j, "copy_idle_share", r->copy_idle_share);
+    tool_json_f64(j, "stall_seconds", r->stall_seconds);
+    tool_json_object_end(j);
+}
+
 /* The untimed digest pass: null fields when none was asked for. */
 static void json_digest(tool_json *j, const bench_digest *d)
 {
@@ -203,6 +236,7 @@ static void print_json(const bench_load_run *r, const figures *f)
     json_window(&j, &r->lr);
     json_references(&j, r, f);
     json_store(&j, r);
+    json_report(&j, &r->lr.report);
     tool_json_object_end(&j);
     tool_json_finish(&j);
 }
@@ -253,6 +287,9 @@ static void print_text(const bench_load_run *r, const figures *f)
         printf("digest:  %016llx over %llu batches (%llu samples), hashed untimed after the run\n",
                (unsigned long long)r->digest.value, (unsigned long long)r->digest.batches,
                (unsigned long long)r->digest.samples);
+    char text[2048];
+    dlc_loader_report_text(&r->lr.report, text, sizeof text);
+    fputs(text, stdout);
 }
 
 void bench_load_report(const bench_load_run *run)

@@ -22,7 +22,8 @@
 
 void bench_usage(FILE *out)
 {
-    fputs("usage: cachebench decode SOURCE [--threads T] [--limit N] [--seconds S] [--json]\n"
+    fputs("usage: cachebench decode SOURCE [--threads T] [--limit N] [--seconds S]\n"
+          "                         [--size N [--center-crop]] [--json]\n"
           "       cachebench load STORE [options] [--json]\n"
           "       cachebench load STORE STORE... --weights W,W... [--samples-per-epoch N]\n"
           "\n"
@@ -31,6 +32,9 @@ void bench_usage(FILE *out)
           "  sorted), on T threads with one codec each. Files are read into memory first\n"
           "  (not timed); passes over all images repeat until S seconds (default 2) have\n"
           "  passed. This is the reference the builder's images/s is compared with.\n"
+          "  --size N: then, on the same files and threads, the builder's own transform\n"
+          "  (decode + resize to short side N, --center-crop as cachebuild's) into memory,\n"
+          "  nothing written: the ceiling of cachebuild --size N (resize_images_per_s).\n"
           "\n"
           "load: in one run, (1) the memcpy ceiling: T threads copy sample-sized blocks from a\n"
           "  buffer larger than the last-level cache into batch-sized destinations, (2) the\n"
@@ -40,7 +44,8 @@ void bench_usage(FILE *out)
           "  half before and half after (2). Then, untimed, a second loader of the same\n"
           "  configuration hashes its batches for the determinism digest. Options:\n"
           "  --batch B            samples per batch (default 256)\n"
-          "  --threads T          worker threads for all three (default: all cores)\n"
+          "  --threads T          worker threads for all three (default: all cores); auto: the\n"
+          "                       loader tunes its own up to the cores (the references use all)\n"
           "  --prefetch P         batches in flight (default 4)\n"
           "  --fields A,B,...     the fields to load (default: all); bytes and the\n"
           "                       ceiling count every selected field\n"

@@ -7,6 +7,10 @@
 #   data             mkdemo makes the JPEGs (12,000; --quick 4,000; 600 without a GPU),
 #                    cachebuild the store at 256, in $WORK, else /dev/shm when it has room, else a
 #                    temporary folder (removed at the end unless --keep)
+#   build_rate       the builder against its ceilings on the same JPEGs and cores: cachebench
+#                    decode --size 256 (plain decode, then the builder's decode + resize, in
+#                    memory), cachebuild of a store and of a set of 4 parts on every core (at
+#                    most 64), and (not with --quick) of a store on 1 thread, for the scaling
 #   plugin_test      the C test of the CUDA plugin (Criterion), when bundled
 #   bench_host       cachebench load: RandomResizedCrop 224, float16, batch 256, cores-1 threads
 #   bench_device     the same with --device 0: each batch emitted (dlc_loader_device_emit) on the
@@ -195,6 +199,46 @@ if run_step data 240 bash -c '"$1/mkdemo" "$2" --count "$3" --threads "$4" >/dev
 fi
 HAVE_DATA=0
 [ -f "$STORE" ] && HAVE_DATA=1
+
+# build_rate: each build into a file of its own in $W, removed at once (the store stays).
+# shellcheck disable=SC2016 # the arguments are expanded by the inner shell
+if [ "$HAVE_DATA" = 0 ]; then
+    skip build_rate "no data (the data step failed)"
+elif run_step build_rate 150 bash -c 'b=$1 src=$2 t=$3 w=$4 logs=$5 one=$6
+        "$b/cachebench" decode "$src" --threads "$t" --size 256 --center-crop --seconds 3 \
+            --json >"$logs/rate_decode.json" &&
+        "$b/cachebuild" "$src" -o "$w/rate.dlc" --size 256 --threads "$t" --json \
+            >"$logs/rate_store.json" && rm -f "$w/rate.dlc" &&
+        "$b/cachebuild" "$src" -o "$w/rate-set" --shards 4 --size 256 --threads "$t" --json \
+            >"$logs/rate_set.json" && rm -rf "$w/rate-set" &&
+        if [ "$one" = 1 ]; then
+            "$b/cachebuild" "$src" -o "$w/rate1.dlc" --size 256 --threads 1 --json \
+                >"$logs/rate_store1.json" && rm -f "$w/rate1.dlc"
+        fi' _ "$BIN" "$DATA/train" "$((CORES > 64 ? 64 : CORES))" "$W" "$LOGS" "$((1 - QUICK))"; then
+    if timed_out; then :
+    elif [ "$RC" = 0 ]; then
+        record build_rate pass "$DUR" "$("$PY" - "$LOGS" <<'EOF'
+import json, os, sys
+logs = sys.argv[1]
+def get(name):
+    p = os.path.join(logs, name)
+    return json.load(open(p)) if os.path.exists(p) else None
+d, st, se, s1 = (get(n) for n in ("rate_decode.json", "rate_store.json", "rate_set.json",
+                                   "rate_store1.json"))
+t, dec, rsz = d["threads"], d["images_per_s"], d["resize_images_per_s"]
+out = "%d threads: decode %.0f, decode+resize %.0f img/s; store %.0f (%.2f of decode+resize), " \
+      "set of 4 %.0f (%.2f)" % (t, dec, rsz, st["images_per_s"], st["images_per_s"] / rsz,
+                                se["images_per_s"], se["images_per_s"] / rsz)
+if s1:
+    out += "; store on 1 thread %.0f (%.1fx at %d)" % (s1["images_per_s"],
+                                                       st["images_per_s"] / s1["images_per_s"], t)
+print(out)
+EOF
+)"
+    else
+        record build_rate fail "$DUR" "exit $RC: $(tail -1 "$LOGS/build_rate.log")"
+    fi
+fi
 
 # plugin_test: Criterion's TAP report counts what ran and what skipped.
 if [ ! -x "$HERE/tests/bin/test_cuda_plugin" ]; then

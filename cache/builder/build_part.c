@@ -18,12 +18,21 @@
  * writing. A worker with nothing to claim waits on `space` (broadcast when a slot is freed and
  * when a part starts or ends); a writer waits on its own `ready` condition for its next slot.
  * A failure or a cancel sets `stop`: workers finish the item in hand and leave, writers abort
- * their stores (the temporary files go) and leave; slots live until every thread is joined. */
+ * their stores (the temporary files go) and leave; slots live until every thread is joined.
+ *
+ * Invariants, asserted where they change (under mu): a part goes WAITING -> ACTIVE -> DONE, or
+ * WAITING -> DONE when its store cannot be opened; while it is ACTIVE, first <= write_next <=
+ * next <= end and next - write_next <= window, so the items in flight map onto distinct slots;
+ * a slot is FREE while its item is claimed and being made, set once by the worker, and FREE
+ * again only by the writer, which takes the items strictly in order. A worker never holds a
+ * slot of a part that has not started. tests/builder/build_stress.c runs these paths under
+ * TSan. */
 #include "build_internal.h"
 #include "common.h"
 #include "source.h"
 #include "store_internal.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -141,7 +150,10 @@ static dlc__build_part *claim(dlc__build_pipe *p, uint32_t home, size_t *item)
         dlc__build_part *part = p->active[(home + k) % p->nwriters];
         if (part && part->state == DLC__PART_ACTIVE && part->next < part->end &&
             part->next < part->write_next + part->window) {
+            assert(part->first <= part->write_next && part->write_next <= part->next);
             *item = part->next++;
+            /* The window is what keeps two items in flight off the same slot. */
+            assert(part->slots[(*item - part->first) % part->window].state == DLC__SLOT_FREE);
             return part;
         }
     }
@@ -178,7 +190,13 @@ void *dlc__build_worker_main(void *arg)
         dlc__build_slot *sl = &part->slots[(i - part->first) % part->window];
         pthread_mutex_unlock(&p->mu);
         const int state = dlc__build_item(w, i, sl);
+        assert(state == DLC__SLOT_READY || state == DLC__SLOT_SKIP || state == DLC__SLOT_FATAL);
         pthread_mutex_lock(&p->mu);
+        /* Only this worker writes the slot until the writer frees it; the writer cannot pass
+         * item i (write_next <= i) before this state is set. The part may be DONE already when
+         * the build stopped meanwhile (its slots live until every thread is joined). */
+        assert(sl->state == DLC__SLOT_FREE && part->write_next <= i && i < part->next);
+        assert(part->state != DLC__PART_WAITING);
         sl->state = state;
         pthread_cond_signal(part->ready);
     }
@@ -217,6 +235,7 @@ static dlc_status part_open(part_writer *pw, dlc__build_part *part)
     XXH3_64bits_reset(part->digest);
     part->ready = &pw->ready;
     pthread_mutex_lock(&p->mu);
+    assert(part->state == DLC__PART_WAITING && p->active[pw->index] == NULL);
     part->next = part->write_next = part->first;
     part->state = DLC__PART_ACTIVE;
     p->active[pw->index] = part;
@@ -250,6 +269,9 @@ static dlc_status write_item(part_writer *pw, dlc__build_part *part, size_t j, d
         dlc_writer_add_skipped(part->wr, 1);
     }
     pthread_mutex_lock(&p->mu);
+    /* Strictly in item order, and only items a worker finished. */
+    assert(part->state == DLC__PART_ACTIVE && j == part->write_next && j < part->next);
+    assert(sl->state == state && state != DLC__SLOT_FREE);
     if (state == DLC__SLOT_SKIP)
         rc = dlc__skips_add(&part->skips, &part->nskips, &part->skips_cap, path, sl->why);
     if (state == DLC__SLOT_READY && sl->converted && part->converted++ == 0) {
@@ -262,6 +284,7 @@ static dlc_status write_item(part_writer *pw, dlc__build_part *part, size_t j, d
     part->bytes_out += out;
     sl->state = DLC__SLOT_FREE;
     part->write_next = j + 1;
+    assert(part->done == part->write_next - part->first);
     pthread_cond_broadcast(&p->space);
     pthread_mutex_unlock(&p->mu);
     FAIL_IF(rc == DLC_OK && state == DLC__SLOT_SKIP && job->o.strict, DLC_EDECODE, "%s: %s", path,
@@ -346,6 +369,12 @@ static void part_end(part_writer *pw, dlc__build_part *part, dlc_status rc)
     XXH3_freeState(part->digest);
     part->digest = NULL;
     pthread_mutex_lock(&e->p.mu);
+    assert(part->state != DLC__PART_DONE);
+    /* A part that finished handed every item back: no worker holds one of its slots. */
+    assert(rc != DLC_OK ||
+           (part->next == part->end && part->write_next == part->end &&
+            part->done == part->end - part->first && e->p.active[pw->index] == part));
+    assert(e->p.active[pw->index] == part || e->p.active[pw->index] == NULL);
     part->state = DLC__PART_DONE;
     e->p.active[pw->index] = NULL;
     if (rc < 0 && e->failed < 0)
@@ -380,6 +409,7 @@ static void *writer_main(void *arg)
         part_end(pw, part, rc);
     }
     pthread_mutex_lock(&p->mu);
+    assert(p->writers_left > 0);
     p->writers_left--;
     pthread_cond_broadcast(&p->done);
     pthread_mutex_unlock(&p->mu);
@@ -511,6 +541,8 @@ static dlc_status engine_init(engine *e, const dlc__build_job *job, dlc__build_p
 {
     dlc_status rc = DLC_OK;
     dlc__build_pipe *p = &e->p;
+    /* dlc_build() chose these: W = 1 for one store, min(N, T) for a set of N parts. */
+    assert(nparts >= 1 && nwriters >= 1 && nwriters <= nparts);
     e->job = job;
     e->failed = -1;
     p->src = &job->src;
@@ -568,14 +600,21 @@ static dlc_status start_threads(engine *e)
         CHECK(dlc_codec_create(&e->workers[t].codec));
     }
     for (uint32_t k = 0; k < e->p.nwriters; k++) {
+        /* Counted before it starts: a writer whose part fails at once may end before
+         * pthread_create() returns, and must not find itself uncounted. */
+        pthread_mutex_lock(&e->p.mu);
+        e->p.writers_left++;
+        pthread_mutex_unlock(&e->p.mu);
         const int err = pthread_create(&e->writers[k].tid, NULL, writer_main, &e->writers[k]);
+        if (err != 0) {
+            pthread_mutex_lock(&e->p.mu);
+            e->p.writers_left--;
+            pthread_mutex_unlock(&e->p.mu);
+        }
         FAIL_IF(err != 0 && k == 0, -err, "build: cannot start a writer thread: %s", strerror(err));
         if (err != 0)
             break;
         e->writers[k].started = 1;
-        pthread_mutex_lock(&e->p.mu);
-        e->p.writers_left++;
-        pthread_mutex_unlock(&e->p.mu);
     }
     for (uint32_t t = 0; t < e->nworkers; t++) {
         const int err =

@@ -395,16 +395,14 @@ dlc_status dlc_writer_append(dlc_writer *w, dlc_record_builder *b)
     MDB_val k = {.mv_size = sizeof key, .mv_data = key};
     MDB_val v = {.mv_size = rec.size, .mv_data = NULL};
     /* APPEND: keys arrive in order, so LMDB fills leaf pages completely
-     * instead of splitting them in half. RESERVE: copy the record once,
-     * straight into the page that gets written. */
+     * instead of splitting them in half. RESERVE: LMDB only places the value; the writer copies
+     * the record once, straight into the page cache (dlc__wfile_put_value()). */
     const int mrc = mdb_put(w->txn, w->dbi_samples, &k, &v, MDB_APPEND | MDB_RESERVE);
     if (mrc != 0) {
         rc = dlc__wfile_write_error(w, mrc, "write record");
         goto fail;
     }
-    memcpy(v.mv_data, rec.value, rec.size);
-    /* The record's number is known only now: builders seal records before their order is. */
-    dlc__st64((uint8_t *)v.mv_data + 8, w->count);
+    CHECK(dlc__wfile_put_value(w, v.mv_data, rec.value, rec.size, w->count));
     account(w, rec.value, label);
     dlc__record_appended(b);
     w->payload_bytes += rec.payload;

@@ -4,6 +4,7 @@
  * cache/store/store_writer.c's. */
 #include "store_writer_impl.h"
 
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -88,6 +89,54 @@ dlc_status dlc__wfile_txn_commit(dlc_writer *w)
     mdb_env_info(w->env, &ei);
     w->used = ((uint64_t)ei.me_last_pgno + 1) * w->psize;
     w->pending = 0;
+    return DLC_OK;
+}
+
+/* A record reaches the page cache through pwrite() rather than through the map. Written
+ * through MDB_WRITEMAP's shared map, every page of a new record is a first-touch fault on a
+ * fresh page-cache page over unwritten blocks, which the kernel zeroes before the copy lands:
+ * a fifth of a build's CPU in perf, on the writer's thread. tests/bench/bench_pagecache.c
+ * writes the same bytes with pwrite() at a steady system time per GB from 1 to 2 threads,
+ * where through a map 2 threads write less in all than 1 (docs/BENCHMARKS.md, "The builder at
+ * the speed of decoding"). pwrite() of a whole record copies straight into new page-cache
+ * folios, large ones where the file system has them, with no fault, and zeroes only the last
+ * page's tail.
+ *
+ * Only a value on overflow pages under MDB_WRITEMAP goes this way: LMDB hands it out 16 bytes
+ * (its page header) into the first page of its run, the run is the value's alone, and LMDB has
+ * written nothing there but that header, which begins with the page's number: so the value's
+ * place in the file is known and the map and the file are the same pages. LMDB's semantics are
+ * unchanged (the pages are its dirty pages of the open transaction, committed and synced as
+ * before), and so are the file's bytes. Anything else (a small value sharing a leaf page, the
+ * writer without WRITEMAP, where @p dst is LMDB's own malloc'd page) is copied as before. */
+dlc_status dlc__wfile_put_value(dlc_writer *w, uint8_t *dst, const uint8_t *src, size_t size,
+                                uint64_t record)
+{
+    assert(size >= DLC__RECORD2_FIXED); /* a sealed record has its fixed part */
+    /* The first page of the value's run holds LMDB's page header, so it is in the page cache
+     * already: the record's fixed part goes there through the map. The record's number is known
+     * only now: builders seal records before their order is. */
+    memcpy(dst, src, DLC__RECORD2_FIXED);
+    dlc__st64(dst + 8, record);
+    const uintptr_t p = (uintptr_t)dst;
+    if (w->writemap && w->fd >= 0 && !w->no_pwrite && size >= w->psize &&
+        p % w->psize == DLC__LMDB_PAGEHDRSZ) {
+        const uint64_t pgno = dlc__ld64(dst - DLC__LMDB_PAGEHDRSZ);
+        const uint64_t off = pgno * w->psize + DLC__LMDB_PAGEHDRSZ;
+        /* LMDB's own page, so these hold; checked rather than trusted all the same. */
+        if (pgno >= 2 && pgno < w->mapsize / w->psize && off + size <= w->mapsize) {
+            for (size_t done = DLC__RECORD2_FIXED; done < size;) {
+                const ssize_t got = pwrite(w->fd, src + done, size - done, (off_t)(off + done));
+                if (got < 0 && errno == EINTR)
+                    continue;
+                if (got <= 0)
+                    return dlc__wfile_write_error(w, got < 0 ? errno : EIO, "write record");
+                done += (size_t)got;
+            }
+            return DLC_OK;
+        }
+    }
+    memcpy(dst + DLC__RECORD2_FIXED, src + DLC__RECORD2_FIXED, size - DLC__RECORD2_FIXED);
     return DLC_OK;
 }
 
@@ -307,12 +356,20 @@ static dlc_status files_open(dlc_writer *w, uint64_t size_hint)
     /* NOSYNC/NOMETASYNC: one fsync at finish is all the durability a build
      * needs, since the file is not the store until the rename. NOLOCK: the
      * temporary file has one writer and no readers, and no lock file is left
-     * behind. WRITEMAP only over reserved blocks (create_file()). */
+     * behind. WRITEMAP only over reserved blocks (create_file()). NORDAHEAD (MADV_RANDOM on the
+     * map): LMDB's write of an overflow run's page header is a fault on a page not yet in the
+     * page cache, and with readahead that fault read (zeroed, the blocks being unwritten) the
+     * next 128 KiB or more, which dlc__wfile_put_value()'s pwrite() then overwrote: 11% of a
+     * 1-thread build in the kernel's memset, against 0.1% with one page per fault. */
     const unsigned flags = MDB_NOSUBDIR | MDB_NOSYNC | MDB_NOMETASYNC | MDB_NOLOCK | MDB_NOTLS |
-                           (w->writemap ? MDB_WRITEMAP : 0u);
+                           (w->writemap ? MDB_WRITEMAP | MDB_NORDAHEAD : 0u);
     mrc = mdb_env_open(w->env, w->temp_path, flags, 0644);
     FAIL_IF(mrc != 0, dlc__wfile_lmdb_status(mrc), "%s: cannot create: %s", w->temp_path,
             mdb_strerror(mrc));
+    if (mdb_env_get_fd(w->env, &w->fd) != 0)
+        w->fd = -1;
+    /* For measuring the copy through the map against pwrite() with the same binary. */
+    w->no_pwrite = getenv("DLCACHE_WRITER_NO_PWRITE") != NULL;
     MDB_stat ms;
     mdb_env_stat(w->env, &ms);
     w->psize = ms.ms_psize;
@@ -338,6 +395,7 @@ dlc_status dlc__wfile_writer_create(const char *path, int force, uint64_t size_h
     FAIL_IF(!w, -ENOMEM, "%s: out of memory", path);
     w->max_label = -1;
     w->label_field = DLC_NO_FIELD;
+    w->fd = -1;
     CHECK(paths_init(w, path, force));
     CHECK(files_open(w, size_hint));
     *out = w;

@@ -54,6 +54,8 @@ struct dlc_writer {
     uint32_t txn_records;
     uint64_t prealloc; /* Bytes reserved with fallocate (0: none). */
     int writemap;      /* MDB_WRITEMAP over blocks reserved for the whole map (create_file()). */
+    int fd;            /* LMDB's file descriptor, for dlc__wfile_put_value()'s pwrite; -1: none. */
+    int no_pwrite;     /* DLCACHE_WRITER_NO_PWRITE is set: copy through the map (benchmarks). */
     uint64_t size_hint;
     int failed;      /* A write failed: only abort is valid now. */
     int deferred;    /* The version 1 API: schema at the first record, labels checked at finish. */
@@ -98,6 +100,10 @@ dlc_status dlc__wfile_write_error(dlc_writer *w, int rc, const char *what);
 /* Begin and commit the write transaction that records are appended in. */
 dlc_status dlc__wfile_txn_begin(dlc_writer *w);
 dlc_status dlc__wfile_txn_commit(dlc_writer *w);
+/* Put the sealed record @p src of @p size bytes, number @p record, where mdb_put(MDB_RESERVE)
+ * placed it (@p dst, in the map or in a dirty page of LMDB's). */
+dlc_status dlc__wfile_put_value(dlc_writer *w, uint8_t *dst, const uint8_t *src, size_t size,
+                                uint64_t record);
 /* Make sure @p extra more bytes fit in the map: commit, grow (blocks reserved first under
  * MDB_WRITEMAP), begin again. */
 dlc_status dlc__wfile_ensure_room(dlc_writer *w, uint64_t extra);

@@ -260,6 +260,18 @@ typedef struct dlc_loader_config {
     const dlc_warm_options *net; /**< Endpoint, region, retries, timeouts, log of the downloads;
                                       NULL (default): dlc_warm_options_init()'s, which read the
                                       environment. Copied at open. */
+    const char *trace;           /**< A file to write the timeline to at close: Chrome trace-event
+                                      JSON (Perfetto, chrome://tracing), one track per thread, one
+                                      span per batch stage (docs/WAITING.md). NULL (default):
+                                      $DLCACHE_TRACE, or none. Not retained. */
+    uint32_t trace_batches;      /**< Spans the trace keeps per thread: the last ones (0, the
+                                      default: 256). */
+    uint32_t auto_threads;       /**< 1: tune the worker count while running (threads="auto"):
+                                      start with 2, add one while the consumer waits and the
+                                      workers are all busy, give one back when they idle; at most
+                                      threads, or (0) the cores divided by $LOCAL_WORLD_SIZE.
+                                      0 (default): threads workers throughout. The output bytes
+                                      never depend on it. */
 } dlc_loader_config;
 
 /** One output of a batch: a field of the store (or one view group of an image field), for every
@@ -311,7 +323,7 @@ typedef struct dlc_loader_stats {
     uint64_t corrupt_replaced;  /**< Corrupt records replaced (DLC_CORRUPT_REPLACE). */
     uint64_t bytes_read;        /**< Payload bytes read from the store. */
     uint32_t io_mode;           /**< The ::dlc_io_mode actually in use (never AUTO). */
-    uint32_t threads;           /**< Worker threads in use. */
+    uint32_t threads;           /**< Worker threads in use (with auto_threads: working now). */
     int32_t device;             /**< The device path's GPU, or -1 when it is off. */
     uint64_t device_bytes;      /**< Bytes copied from the slots to the device. */
     double device_copy_seconds; /**< Sum over the copies of the time from issuing one to its
@@ -784,6 +796,85 @@ DLC_API dlc_status dlc_loader_mix_state_save(const dlc_loader *l, void *buf, siz
  *         before the saved schedule began). The loader is unchanged on failure.
  */
 DLC_API dlc_status dlc_loader_mix_state_restore(dlc_loader *l, const void *buf, size_t size);
+
+/* ---- Why is the GPU waiting? (docs/WAITING.md) ------------------------------------------- */
+
+/** What bounds the training step, as a report judges it (dlc_loader_report.bound). */
+typedef enum dlc_bound {
+    DLC_BOUND_UNKNOWN = 0,  /**< No batch delivered in the window yet. */
+    DLC_BOUND_MODEL = 1,    /**< Batches were ready: the consumer's own step is the limit. */
+    DLC_BOUND_CPU = 2,      /**< The workers were busy while the consumer waited. */
+    DLC_BOUND_STORAGE = 3,  /**< Reads from the disk or page faults held the batches back. */
+    DLC_BOUND_NETWORK = 4,  /**< Streaming: the loader waited for shards to arrive. */
+    DLC_BOUND_COPY = 5,     /**< The device copy thread was busy while the consumer waited. */
+    DLC_BOUND_CONSUMER = 6, /**< The consumer held batches, so the slots ran out. */
+} dlc_bound;
+
+/** Where the time of the loader's threads and of its consumer went, over the last batches or
+ *  since open (dlc_loader_get_report()), and the verdict. Shares are of wall_seconds, except
+ *  where said; a stage's shares add up to at most 1. */
+typedef struct dlc_loader_report {
+    uint32_t struct_size;      /**< sizeof(dlc_loader_report) as the caller's header has it: set
+                                    it before the call; the library fills that many bytes. */
+    uint32_t bound;            /**< A ::dlc_bound. */
+    uint64_t batches;          /**< Batches delivered in the window. */
+    uint64_t samples;          /**< Samples delivered in the window. */
+    uint32_t threads;          /**< Worker threads. */
+    int32_t device;            /**< The device path's GPU, or -1. */
+    double wall_seconds;       /**< The window: from the batch before it (or open) to its last. */
+    double wait_seconds;       /**< The consumer's time inside dlc_loader_next() (or _device). */
+    double away_seconds;       /**< The consumer's time between those calls: its own step. */
+    double input_share;        /**< wait / (wait + away): the share of the step lost to input. */
+    double step_seconds;       /**< (wait + away) per batch. */
+    double io_busy_share;      /**< The I/O thread resolving batches (lookups, reads, pins), */
+    double io_read_share;      /**< of which waiting for direct reads to complete, */
+    double io_stall_share;     /**< and waiting for shards to arrive (streaming). */
+    double io_held_share;      /**< The I/O thread waiting for a slot the consumer holds beside
+                                    the batch it uses (max_lent > 1). */
+    double io_full_share;      /**< The I/O thread waiting with the ring full: batches made ahead
+                                    of the consumer, or still in the workers' or copy's hands. */
+    double io_idle_share;      /**< The I/O thread with nothing to do (the plan's end). */
+    double workers_busy_share; /**< The workers inside batches (mean over workers). */
+    double workers_io_share;   /**< The workers waiting while a batch was in its I/O stage. */
+    double workers_idle_share; /**< The workers waiting with no batch in I/O. */
+    double workers_cpu_share;  /**< Of the workers' busy time, the share on the CPU (the rest:
+                                    page faults from the disk, or cores shared with others). */
+    double sample_seconds;     /**< Workers' busy time per sample (crop, resize, convert). */
+    uint64_t major_faults;     /**< Major page faults of the workers inside batches. */
+    double copy_busy_share;    /**< The device copy thread copying (0 without the device path). */
+    double copy_idle_share;    /**< The device copy thread waiting for work or a free buffer. */
+    double stall_seconds;      /**< Streaming: the I/O thread's wait for shards (io_stall). */
+    uint64_t bytes_read;       /**< Payload bytes read in the window. */
+    char reason[256];          /**< The verdict in a sentence, with the figures behind it. */
+    char advice[256];          /**< What to change (or "nothing" when the model bounds). */
+} dlc_loader_report;
+
+/**
+ * @brief Where the time went, over the last @p last batches delivered or since open, and which
+ *        part bounds the step. Costs a sum over the workers' counters; allocates nothing.
+ * @param[in] l The loader.
+ * @param[in] last Batches of the window (at most 1023 are kept); 0, or more than were
+ *            delivered: since open.
+ * @param[in,out] r Its struct_size set by the caller; filled up to it.
+ * @return DLC_OK; DLC_EINVAL (NULL, or a struct_size of 0 or larger than the library's).
+ * Thread safety: the consumer's thread, like dlc_loader_next().
+ */
+DLC_API dlc_status dlc_loader_get_report(const dlc_loader *l, uint32_t last, dlc_loader_report *r);
+
+/** @brief The name of a ::dlc_bound: "model", "cpu", "storage", "network", "copy",
+ *         "consumer", or "unknown".
+ *  @param[in] bound A ::dlc_bound.
+ *  @return A static string. */
+DLC_API const char *dlc_bound_name(uint32_t bound);
+
+/**
+ * @brief Write @p r as text: a short table of the shares, the verdict, its reason and advice.
+ * @param[in] r A report filled by dlc_loader_get_report() (all of this header's fields).
+ * @param[out] buf @p cap bytes, NUL-terminated when @p cap > 0; may be NULL when @p cap is 0.
+ * @param[in] cap Bytes at @p buf.
+ * @return The length of the whole text (as snprintf: larger than @p cap - 1 when cut).
+ */
+DLC_API size_t dlc_loader_report_text(const dlc_loader_report *r, char *buf, size_t cap);
 
 /** Stop the workers and free everything. Lent batches die. With the device path,
  *  waits first (on the host) for the device work the loader enqueued, including conversions on

@@ -361,6 +361,9 @@ class LoaderConfig(ctypes.Structure):
         ("cache_ranks", ctypes.c_uint32),
         ("downloads", ctypes.c_uint32),
         ("net", ctypes.POINTER(WarmOptions)),
+        ("trace", ctypes.c_char_p),
+        ("trace_batches", ctypes.c_uint32),
+        ("auto_threads", ctypes.c_uint32),
     ]
 
 
@@ -468,6 +471,42 @@ class LoaderStreamStats(ctypes.Structure):
     ]
 
 
+class LoaderReport(ctypes.Structure):
+    """dlc_loader_report: where the loader's and the consumer's time went, and the verdict;
+    struct_size is set by the caller (the library fills that many bytes)."""
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("bound", ctypes.c_uint32),
+        ("batches", ctypes.c_uint64),
+        ("samples", ctypes.c_uint64),
+        ("threads", ctypes.c_uint32),
+        ("device", ctypes.c_int32),
+        ("wall_seconds", ctypes.c_double),
+        ("wait_seconds", ctypes.c_double),
+        ("away_seconds", ctypes.c_double),
+        ("input_share", ctypes.c_double),
+        ("step_seconds", ctypes.c_double),
+        ("io_busy_share", ctypes.c_double),
+        ("io_read_share", ctypes.c_double),
+        ("io_stall_share", ctypes.c_double),
+        ("io_held_share", ctypes.c_double),
+        ("io_full_share", ctypes.c_double),
+        ("io_idle_share", ctypes.c_double),
+        ("workers_busy_share", ctypes.c_double),
+        ("workers_io_share", ctypes.c_double),
+        ("workers_idle_share", ctypes.c_double),
+        ("workers_cpu_share", ctypes.c_double),
+        ("sample_seconds", ctypes.c_double),
+        ("major_faults", ctypes.c_uint64),
+        ("copy_busy_share", ctypes.c_double),
+        ("copy_idle_share", ctypes.c_double),
+        ("stall_seconds", ctypes.c_double),
+        ("bytes_read", ctypes.c_uint64),
+        ("reason", ctypes.c_char * 256),
+        ("advice", ctypes.c_char * 256),
+    ]
+
+
 class LoaderPlanInfo(ctypes.Structure):
     """dlc_loader_plan_info: what a shard-window run would need and do; struct_size is set by
     the caller."""
@@ -555,6 +594,8 @@ VARIABLE_PAD, VARIABLE_PAD_TO, VARIABLE_OFFSETS = 0, 1, 2
 VERIFY_OFF, VERIFY_FIRST, VERIFY_ALWAYS = 0, 1, 2
 CORRUPT_FAIL, CORRUPT_REPLACE = 0, 1
 IO_AUTO, IO_MMAP, IO_DIRECT = 0, 1, 2
+BOUND_UNKNOWN, BOUND_MODEL, BOUND_CPU, BOUND_STORAGE = 0, 1, 2, 3
+BOUND_NETWORK, BOUND_COPY, BOUND_CONSUMER = 4, 5, 6
 
 # name: (restype, argtypes). Declared once so that ctypes converts and checks
 # every argument; a missing symbol (a part not built) is reported when the
@@ -641,6 +682,10 @@ _PROTOTYPES = {
     "dlc_loader_state_restore": (c_status, [_P, ctypes.c_char_p, ctypes.c_size_t]),
     "dlc_loader_get_stats": (None, [_P, ctypes.POINTER(LoaderStats)]),
     "dlc_loader_get_stream_stats": (c_status, [_P, ctypes.POINTER(LoaderStreamStats)]),
+    "dlc_loader_get_report": (c_status, [_P, ctypes.c_uint32, ctypes.POINTER(LoaderReport)]),
+    "dlc_bound_name": (ctypes.c_char_p, [ctypes.c_uint32]),
+    "dlc_loader_report_text": (ctypes.c_size_t, [ctypes.POINTER(LoaderReport), ctypes.c_char_p,
+                                                 ctypes.c_size_t]),
     "dlc_loader_store": (_P, [_P]),
     "dlc_loader_open_store": (c_status, [ctypes.c_char_p, ctypes.POINTER(LoaderConfig),
                                          ctypes.POINTER(_P)]),

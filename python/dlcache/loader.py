@@ -5,6 +5,7 @@ import ctypes
 import logging
 import math
 import os
+import time
 import warnings
 import weakref
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union  # noqa: F401
@@ -12,6 +13,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union  
 import torch
 
 from . import _device
+from . import _report
 from . import _stream
 from . import _lib as L
 from ._lib import lib
@@ -254,6 +256,11 @@ class Loader:
         downloads: shards this process downloads at once.
         endpoint, region: of S3 or GCS ("http://127.0.0.1:9000"); None = from
             the environment (AWS_ENDPOINT_URL_S3, AWS_REGION...).
+        trace: a file to write the loader's timeline to at close (Chrome
+            trace-event JSON for Perfetto or chrome://tracing: one track per
+            thread, one span per batch stage); None = $DLCACHE_TRACE, or none.
+            Each wait in the loop is also a torch.profiler range "dlcache.next".
+        trace_batches: spans the trace keeps per thread, the last ones (256).
         seed: seed of the order and of the augmentation.
         drop_last: drop the last short batch (and cut the epoch to a multiple
             of world_size instead of padding it).
@@ -306,7 +313,10 @@ class Loader:
         rank, world_size: this process's shard; default to torch.distributed's
             when it is initialized, else to $RANK and $WORLD_SIZE, else 0 and 1.
         threads: worker threads of the C loader; None = the cores available
-            divided by $LOCAL_WORLD_SIZE.
+            divided by $LOCAL_WORLD_SIZE; "auto": start with 2 and add one
+            while the loop waits and the workers are all busy (up to that
+            many), give one back when they idle (stats()["threads"] says how
+            many work now; docs/WAITING.md).
         prefetch: batches prepared ahead (slots of the ring); None = the C default (4).
         verify: "off", "first" (check each record's checksum the first time
             it is read) or "always".
@@ -388,7 +398,8 @@ class Loader:
                  dtype: str = "uint8", mean: "Optional[Sequence[float]]" = None,
                  std: "Optional[Sequence[float]]" = None,
                  device: "Union[None, str, torch.device]" = None, rank: "Optional[int]" = None,
-                 world_size: "Optional[int]" = None, threads: "Optional[int]" = None,
+                 world_size: "Optional[int]" = None,
+                 threads: "Union[None, int, str]" = None,
                  prefetch: "Optional[int]" = None, verify: str = "off",
                  on_corrupt: str = "replace", return_indices: bool = False,
                  random_crop: bool = True, fields: "Optional[Sequence[str]]" = None,
@@ -402,6 +413,8 @@ class Loader:
                  cache_limit: "Union[None, int, str]" = None,
                  cache_ranks: "Optional[int]" = None, downloads: int = 2,
                  endpoint: "Optional[str]" = None, region: "Optional[str]" = None,
+                 trace: "Union[None, str, os.PathLike]" = None,
+                 trace_batches: "Optional[int]" = None,
                  weights: "Optional[Sequence[float]]" = None,
                  samples_per_epoch: "Optional[int]" = None,
                  label_offsets: "Optional[Sequence[int]]" = None,
@@ -432,6 +445,11 @@ class Loader:
         _stream.apply(cfg, self._path, keep, ctx, window_shards=window_shards, streams=streams,
                       cache_dir=cache_dir, cache_limit=cache_limit, cache_ranks=cache_ranks,
                       downloads=downloads, endpoint=endpoint, region=region, log=_LOG_CB)
+        if trace is not None:
+            keep.append(_fspath(trace, "trace"))
+            cfg.trace = keep[-1]
+        if trace_batches is not None:
+            cfg.trace_batches = _uint(trace_batches, "trace_batches", 1, 1 << 20)
         if self._url:
             # The schema and labels of a streamed set come from its index (fetched into
             # cache_dir; no shard is downloaded), as the C loader will open it.
@@ -554,7 +572,13 @@ class Loader:
         r, w = _default_rank_world(rank, world_size)
         cfg.world_size = _uint(w, "world_size", 1)
         cfg.rank = _uint(r, "rank", 0, cfg.world_size - 1)
-        cfg.threads = _uint(_default_threads() if threads is None else threads, "threads", 1, 4096)
+        if threads == "auto":
+            # The C loader tunes the count, up to the cores divided by LOCAL_WORLD_SIZE.
+            cfg.auto_threads = 1
+            cfg.threads = 0
+        else:
+            cfg.threads = _uint(_default_threads() if threads is None else threads, "threads", 1,
+                                4096)
         if prefetch is not None:
             cfg.prefetch = _uint(prefetch, "prefetch", 1, 1024)
         if verify not in _VERIFY:
@@ -581,6 +605,11 @@ class Loader:
         # loop's variables when the next one is asked for is not given back until the call
         # after, when it is known whether the caller kept it (see _settle()).
         self._held = collections.deque()
+        # Loader.report(): the copies of batches the loop kept past their turn (only Python sees
+        # them), cumulative, and their total when each batch was yielded.
+        self._kept_s = 0.0
+        self._kept_n = 0
+        self._kept_marks = collections.deque(maxlen=1024)
         self._batches = [L.Batch(), L.Batch()]
         if self._device is None and cfg.prefetch >= 2:
             # One slot more than prefetch: the batch held over does not eat into the batches
@@ -842,6 +871,7 @@ class Loader:
 
     def _iterate(self, gen):
         next_fn = lib.dlc_loader_next
+        record = torch.profiler.record_function
         owner = self._handle
         feed = self._feed
         ctx = "dlcache.Loader(%s)" % os.fsdecode(self._path)
@@ -854,7 +884,8 @@ class Loader:
             ptr = self._ptr()
             if feed is not None:
                 batch = self._batch
-                rc, items = feed.next(ptr, batch, owner, ctx)  # GIL released while waiting
+                with record("dlcache.next"):
+                    rc, items = feed.next(ptr, batch, owner, ctx)  # GIL released while waiting
             else:
                 # Give back what the caller can no longer hold: with two lent, the batch before
                 # the one the loop's variables still name; with one, that one.
@@ -862,7 +893,9 @@ class Loader:
                     self._settle_one(ptr)
                 turn ^= 1
                 batch = self._batches[turn]
-                rc = next_fn(ptr, ctypes.byref(batch))  # GIL released while the workers work
+                # The wait shows in a torch profile beside the model's kernels.
+                with record("dlcache.next"):
+                    rc = next_fn(ptr, ctypes.byref(batch))  # GIL released while workers work
             if rc == L.DLC_END:
                 self._pos = _DONE
                 return
@@ -874,6 +907,7 @@ class Loader:
                 self._pos = _RUNNING
             if self._yielded is not None:
                 self._yielded += 1
+            self._kept_marks.append((self._kept_s, self._kept_n))
             if feed is not None:
                 yield self._device_batch(items)
                 continue
@@ -915,13 +949,19 @@ class Loader:
         still holds get memory of their own first (Tensor.set_ moves every reference to the
         tensor object onto the copy)."""
         batch, refs = self._held.popleft()
+        kept = False
+        t0 = time.perf_counter()
         for r, buf in refs:
             t = r()
             if buf is None:
                 if t is not None:
                     t.set_(t.clone())
+                    kept = True
             elif t is None:
                 ctypes.memset((ctypes.c_char * len(buf)).from_buffer(buf), 0xFF, len(buf))
+        if kept:
+            self._kept_s += time.perf_counter() - t0
+            self._kept_n += 1
         lib.dlc_loader_release(ptr, ctypes.byref(batch))
 
     def _settle(self):
@@ -1106,6 +1146,19 @@ class Loader:
             out["device"] = self._device.index
             out["device_bytes"] = self._feed.bytes
         return out
+
+    def report(self, last: int = 0) -> "_report.Report":
+        """Where the time went over the last ``last`` batches (at most 1023; 0: since open),
+        and what bounds the training step: ``.bound`` is "model" (batches were ready),
+        "cpu", "storage", "network", "copy" or "consumer", with ``.reason`` and ``.advice``;
+        ``str()`` is a short table, ``.as_dict()`` a flat dict for TensorBoard or W&B. See
+        docs/WAITING.md. Call it from the loop's thread."""
+        marks = self._kept_marks
+        kept_s, kept_n = self._kept_s, self._kept_n
+        if last and last < len(marks):
+            s0, n0 = marks[-last - 1]
+            kept_s, kept_n = kept_s - s0, kept_n - n0
+        return _report.get(self._ptr(), last, kept_s, kept_n, "dlcache.Loader.report")
 
     def stream_stats(self) -> Dict[str, Any]:
         """What streaming did since open (zeros for a local path): stall_s (seconds the

@@ -29,6 +29,10 @@ r = {n: json.load(open(f"{sys.argv[1]}/{n}.json")) for n in
 for n, v in r.items():
     assert v["samples"] > 0 and v["samples_per_s"] > 0 and v["ratio_to_ceiling"] > 0, (n, v)
     assert len(v["digest"]) == 16 and v["digest_samples"] in (80, 100), (n, v)
+    rep = v["report"]  # the loader's report over the window (docs/WAITING.md)
+    assert rep["bound"] in ("model", "cpu", "storage", "network", "copy", "consumer"), (n, rep)
+    assert rep["reason"] and rep["advice"] and rep["batches"] > 0, (n, rep)
+    assert all(0 <= rep[k] <= 1 for k in rep if k.endswith("_share")), (n, rep)
 a = r["all1"]
 assert a["fields"] == ["image", "label"] and a["sample_bytes"] == 28 * 28 + 8, a
 assert a["bytes"] == a["samples"] * (28 * 28 + 8), a

@@ -163,6 +163,24 @@ int main(void)
     dlc_loader_close(l);
     free(path2);
 
+    /* threads="auto" parks and wakes workers from the consumer's thread while they run, the
+     * report reads every thread's counters, and the trace's rings are written by their threads
+     * and read at close: the same bytes, and no race. */
+    char trace[600];
+    snprintf(trace, sizeof trace, "%s/trace.json", dir);
+    c.threads = 6, c.prefetch = 3, c.auto_threads = 1, c.trace = trace, c.trace_batches = 8;
+    TU_REQUIRE(dlc_loader_open(path, &c, &l) == DLC_OK);
+    for (int e = 0; e < 3; e++) {
+        TU_REQUIRE(dlc_loader_set_epoch(l, c.epoch) == DLC_OK);
+        TU_REQUIRE(epoch_hash(l, 0) == full);
+        dlc_loader_report rep;
+        rep.struct_size = sizeof rep;
+        TU_REQUIRE(dlc_loader_get_report(l, 5, &rep) == DLC_OK);
+        TU_REQUIRE(rep.threads >= 1 && rep.threads <= 6 && rep.bound != DLC_BOUND_UNKNOWN);
+    }
+    dlc_loader_close(l);
+    TU_REQUIRE(access(trace, F_OK) == 0);
+
     tu_rmtree(dir);
     puts("loader_stress: ok");
     return 0;

@@ -43,6 +43,7 @@ STRUCTS = {
     "dlc_batch": "Batch",
     "dlc_loader_stats": "LoaderStats",
     "dlc_loader_stream_stats": "LoaderStreamStats",
+    "dlc_loader_report": "LoaderReport",
     "dlc_loader_plan_info": "LoaderPlanInfo",
     "dlc_mix_source": "MixSource",
     "dlc_mix_options": "MixOptions",
@@ -80,6 +81,9 @@ CONSTANTS = {
     "DLC_VARIABLE_PAD_TO": "VARIABLE_PAD_TO", "DLC_VARIABLE_OFFSETS": "VARIABLE_OFFSETS",
     "DLC_VERIFY_ALWAYS": "VERIFY_ALWAYS", "DLC_CORRUPT_REPLACE": "CORRUPT_REPLACE",
     "DLC_IO_DIRECT": "IO_DIRECT",
+    "DLC_BOUND_MODEL": "BOUND_MODEL", "DLC_BOUND_CPU": "BOUND_CPU",
+    "DLC_BOUND_STORAGE": "BOUND_STORAGE", "DLC_BOUND_NETWORK": "BOUND_NETWORK",
+    "DLC_BOUND_COPY": "BOUND_COPY", "DLC_BOUND_CONSUMER": "BOUND_CONSUMER",
 }
 
 

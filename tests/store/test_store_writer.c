@@ -550,6 +550,26 @@ Test(store_writer, identical_bytes_at_any_number_of_builder_threads)
     free(four);
 }
 
+/* Records of a page or more reach the page cache through pwrite() at the place LMDB gave them
+ * in its map (cache/store/store_writer_file.c: dlc__wfile_put_value()); the file is the same,
+ * byte for byte, as when every record is copied through the map. */
+Test(store_writer, pwrite_and_the_map_write_the_same_file)
+{
+    char *pw = tmp_path(dir, "pwrite.dlc"), *map = tmp_path(dir, "map.dlc");
+    write_threaded(pw, 23, 1);
+    cr_assert_eq(setenv("DLCACHE_WRITER_NO_PWRITE", "1", 1), 0);
+    write_threaded(map, 23, 1);
+    unsetenv("DLCACHE_WRITER_NO_PWRITE");
+    size_t n1, n2;
+    uint8_t *a = slurp(pw, &n1), *b = slurp(map, &n2);
+    cr_assert_eq(n1, n2);
+    cr_assert_eq(memcmp(a, b, n1), 0, "the files differ");
+    free(a);
+    free(b);
+    free(pw);
+    free(map);
+}
+
 Test(store_writer, label_out_of_range_is_refused_at_append)
 {
     char *path = tmp_path(dir, "lab.dlc");

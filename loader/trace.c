@@ -1,0 +1,195 @@
+/* The timeline (config.trace, $DLCACHE_TRACE): each thread of the loader keeps its own ring of
+ * spans (a batch's stage: the I/O thread's resolve and its wait for shards, a worker's part of
+ * a batch, the copy, the consumer's wait in next()), written without a lock or an atomic by its
+ * one owner; at close, once every thread has been joined, the rings become a Chrome trace-event
+ * JSON file (Perfetto, chrome://tracing), one track per thread. The rings hold the last
+ * trace_batches spans of each thread, so the file's size is bounded however long the run. */
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* One span. */
+typedef struct span {
+    uint64_t t0, t1; /* dlc__now_ns(). */
+    uint64_t epoch;  /* The batch's epoch, */
+    uint64_t batch;  /* and its number in the epoch (dlc_batch.batch_index). */
+    uint32_t name;   /* An entry of names[]. */
+} span;
+
+static const char *const names[] = {"io", "download", "work", "copy", "next"};
+
+/* A thread's ring. */
+typedef struct track {
+    span *ring;
+    uint64_t n; /* Spans written; the last cap are kept. */
+} track;
+
+typedef struct dlc__trace dlc__trace;
+struct dlc__trace {
+    char *path;
+    uint32_t cap;    /* Spans kept per track. */
+    uint32_t ntrack; /* DLC__TRACK_WORKER0 + workers. */
+    track *tracks;
+};
+
+dlc_status dlc__trace_open(dlc_loader *l)
+{
+    const char *path = l->cfg.trace;
+    if (!path || !*path)
+        path = getenv("DLCACHE_TRACE");
+    if (!path || !*path)
+        return DLC_OK;
+    const uint32_t cap = l->cfg.trace_batches ? l->cfg.trace_batches : 256;
+    dlc__trace *t = calloc(1, sizeof *t);
+    if (!t)
+        return dlc__errorf(-ENOMEM, "%s: out of memory for the trace", l->path);
+    l->trace = t;
+    t->cap = cap;
+    t->ntrack = DLC__TRACK_WORKER0 + l->nworkers;
+    t->path = strdup(path);
+    t->tracks = calloc(t->ntrack, sizeof *t->tracks);
+    if (!t->path || !t->tracks)
+        return dlc__errorf(-ENOMEM, "%s: out of memory for the trace", l->path);
+    for (uint32_t i = 0; i < t->ntrack; i++) {
+        t->tracks[i].ring = malloc((size_t)cap * sizeof(span));
+        if (!t->tracks[i].ring)
+            return dlc__errorf(-ENOMEM, "%s: out of memory for the trace of %u batches", l->path,
+                               cap);
+    }
+    l->cfg.trace = NULL; /* The caller's string need not outlive open. */
+    return DLC_OK;
+}
+
+void dlc__trace_span(dlc_loader *l, uint32_t trk, uint32_t name, uint64_t epoch, uint64_t batch,
+                     uint64_t t0, uint64_t t1)
+{
+    dlc__trace *t = l->trace;
+    assert(t && trk < t->ntrack && name < sizeof names / sizeof names[0]);
+    track *k = &t->tracks[trk];
+    k->ring[k->n % t->cap] = (span){t0, t1, epoch, batch, name};
+    k->n++;
+}
+
+static void track_name(const dlc__trace *t, uint32_t i, char *buf, size_t cap)
+{
+    if (i == DLC__TRACK_IO)
+        snprintf(buf, cap, "dlcache I/O");
+    else if (i == DLC__TRACK_COPY)
+        snprintf(buf, cap, "dlcache copy");
+    else if (i == DLC__TRACK_CONSUMER)
+        snprintf(buf, cap, "consumer (waits in next)");
+    else
+        snprintf(buf, cap, "dlcache worker %u", i - DLC__TRACK_WORKER0);
+    (void)t;
+}
+
+/* Write the JSON to @p f. Times in microseconds from the loader's open. */
+static int write_json(const dlc_loader *l, const dlc__trace *t, FILE *f)
+{
+    fprintf(f,
+            "{\"displayTimeUnit\": \"ms\", \"otherData\": {\"source\": \"dlcache\", "
+            "\"batches_kept\": %u}, \"traceEvents\": [\n",
+            t->cap);
+    fprintf(f, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": 0, "
+               "\"args\": {\"name\": \"dlcache loader\"}}");
+    for (uint32_t i = 0; i < t->ntrack; i++) {
+        const track *k = &t->tracks[i];
+        if (!k->n)
+            continue;
+        char name[64];
+        track_name(t, i, name, sizeof name);
+        fprintf(f,
+                ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %u, "
+                "\"args\": {\"name\": \"%s\"}}",
+                i + 1, name);
+        fprintf(f,
+                ",\n{\"name\": \"thread_sort_index\", \"ph\": \"M\", \"pid\": 1, \"tid\": %u, "
+                "\"args\": {\"sort_index\": %u}}",
+                i + 1, i);
+        const uint64_t first = k->n > t->cap ? k->n - t->cap : 0;
+        for (uint64_t j = first; j < k->n; j++) {
+            const span *s = &k->ring[j % t->cap];
+            const double ts = s->t0 > l->t_open ? (double)(s->t0 - l->t_open) * 1e-3 : 0;
+            const double dur = s->t1 > s->t0 ? (double)(s->t1 - s->t0) * 1e-3 : 0;
+            fprintf(f,
+                    ",\n{\"name\": \"%s\", \"cat\": \"dlcache\", \"ph\": \"X\", \"pid\": 1, "
+                    "\"tid\": %u, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"epoch\": %" PRIu64
+                    ", \"batch\": %" PRIu64 "}}",
+                    names[s->name], i + 1, ts, dur, s->epoch, s->batch);
+        }
+    }
+    fprintf(f, "\n]}\n");
+    return ferror(f) ? -EIO : 0;
+}
+
+/* Write the trace next to its name and rename it over that name, both relative to the
+ * directory's descriptor and never through a link: a crash leaves the old file or none. */
+static dlc_status write_file(const dlc_loader *l, const dlc__trace *t)
+{
+    char *dir = strdup(t->path);
+    if (!dir)
+        return -ENOMEM;
+    char *slash = strrchr(dir, '/');
+    const char *base = t->path;
+    if (slash) {
+        base = t->path + (slash - dir) + 1;
+        *slash = '\0';
+    }
+    dlc_status rc = DLC_OK;
+    const int dfd = open(slash ? (*dir ? dir : "/") : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    char tmp[300];
+    int fd = -1;
+    FILE *f = NULL;
+    if (dfd < 0 || !*base || strlen(base) > 200) {
+        rc = dfd < 0 ? -errno : DLC_EINVAL;
+        goto out;
+    }
+    snprintf(tmp, sizeof tmp, ".%s.tmp-%ld", base, (long)getpid());
+    fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0 || !(f = fdopen(fd, "w"))) {
+        rc = -errno;
+        goto out;
+    }
+    fd = -1; /* f owns it. */
+    rc = write_json(l, t, f);
+    if (fclose(f) != 0 && rc == DLC_OK)
+        rc = -errno;
+    f = NULL;
+    if (rc == DLC_OK && renameat(dfd, tmp, dfd, base) != 0)
+        rc = -errno;
+    if (rc != DLC_OK)
+        unlinkat(dfd, tmp, 0);
+out:
+    if (fd >= 0)
+        close(fd);
+    if (dfd >= 0)
+        close(dfd);
+    free(dir);
+    return rc;
+}
+
+void dlc__trace_close(dlc_loader *l, int write)
+{
+    dlc__trace *t = l->trace;
+    if (!t)
+        return;
+    if (write && t->tracks && t->path) {
+        const dlc_status rc = write_file(l, t);
+        if (rc != DLC_OK)
+            dlc__logf(l->cfg.log, l->cfg.log_user, DLC_LOG_WARN,
+                      "%s: the trace was not written to %s: %s", l->path, t->path,
+                      dlc_strerror(rc));
+    }
+    for (uint32_t i = 0; t->tracks && i < t->ntrack; i++)
+        free(t->tracks[i].ring);
+    free(t->tracks);
+    free(t->path);
+    free(t);
+    l->trace = NULL;
+}
