@@ -190,6 +190,7 @@ enum {
     DLC__KEY_REPLACE = 6,     /**< Choice of a replacement for a corrupt record. */
     DLC__KEY_SWIN_SHARDS = 7, /**< Shard windows: the order of the shards. */
     DLC__KEY_SWIN_WINDOW = 8, /**< Shard windows: the order within one window. */
+    DLC__KEY_MIX_PASS = 9,    /**< Mixtures: the permutation of one pass of one source. */
 };
 
 /* A counter-based stream: the n-th output is mix64(key ^ n * odd constant). */

@@ -298,22 +298,61 @@ struct dlc_loader {
     /* Where the time goes (report.c). */
     dlc__cnt io_busy, io_read, io_stall, io_held, io_full, io_idle; /**< The I/O thread's. */
     dlc__cnt copy_busy, copy_idle;                                  /**< The copy thread's. */
-    dlc__wcnt *wcnt;          /**< One per worker (64-byte aligned). */
-    uint64_t cons_wait;       /**< The consumer's own: time inside next(), */
-    uint64_t cons_away;       /**< time between its calls, */
-    uint64_t cons_out;        /**< and when the last call returned (open, at first). */
-    uint64_t t_open;          /**< dlc__now_ns() at open: the base of "since open". */
-    dlc__tally *tally;        /**< DLC__REPORT_RING snapshots, one per delivered batch; the
-                                   consumer's. */
-    uint64_t ntally;          /**< Snapshots taken (batch k's at tally[k % DLC__REPORT_RING]). */
-    uint32_t nactive;         /**< Workers that may take work (the others are parked): all of them,
-                                   or threads="auto"'s choice; written by the consumer under mu. */
-    uint32_t auto_max;        /**< threads="auto": the most workers; 0 when off. */
-    uint64_t auto_next;       /**< The tally at which threads="auto" decides next. */
-    uint64_t w_avail;         /**< The consumer's integral of nactive over time (ns), */
-    uint64_t t_avail;         /**< up to this time. */
-    struct dlc__trace *trace; /**< The timeline being recorded, or NULL (trace.c). */
+    dlc__wcnt *wcnt;           /**< One per worker (64-byte aligned). */
+    uint64_t cons_wait;        /**< The consumer's own: time inside next(), */
+    uint64_t cons_away;        /**< time between its calls, */
+    uint64_t cons_out;         /**< and when the last call returned (open, at first). */
+    uint64_t t_open;           /**< dlc__now_ns() at open: the base of "since open". */
+    dlc__tally *tally;         /**< DLC__REPORT_RING snapshots, one per delivered batch; the
+                                    consumer's. */
+    uint64_t ntally;           /**< Snapshots taken (batch k's at tally[k % DLC__REPORT_RING]). */
+    uint32_t nactive;          /**< Workers that may take work (the others are parked): all of them,
+                                    or threads="auto"'s choice; written by the consumer under mu. */
+    uint32_t auto_max;         /**< threads="auto": the most workers; 0 when off. */
+    uint64_t auto_next;        /**< The tally at which threads="auto" decides next. */
+    uint64_t w_avail;          /**< The consumer's integral of nactive over time (ns), */
+    uint64_t t_avail;          /**< up to this time. */
+    struct dlc__trace *trace;  /**< The timeline being recorded, or NULL (trace.c). */
+    struct dlc__mixload *mixl; /**< A mixture of sources (loader/mix.c), or NULL. */
 };
+
+struct dlc__devops;
+
+/* ---- Mixtures (mix.c) ----------------------------------------------------------------------- */
+/** What a mixture loader knows of its sources beside the order (sampler.h, "Mixtures"). */
+typedef struct dlc__mixload {
+    uint32_t n;
+    char *name;                               /**< "mixture of N sources (A, B, ...)". */
+    char *paths[DLC__MIX_MAX_SOURCES];        /**< As given. */
+    uint64_t path_hash[DLC__MIX_MAX_SOURCES]; /**< XXH3 of each path: a state matches by it. */
+    int64_t label_offset[DLC__MIX_MAX_SOURCES];
+    uint64_t first[DLC__MIX_MAX_SOURCES + 1]; /**< Global numbers of each source's first record. */
+    uint64_t digest[DLC__MIX_MAX_SOURCES];
+    double weight[DLC__MIX_MAX_SOURCES];
+    int64_t *file_label; /**< Per file of the union: its source's offset. */
+    uint64_t samples_per_epoch;
+    /* A segment to begin at the next plan (set_epoch, restore), applied by dlc__pipeline_reset()
+     * once the threads are paused: the I/O thread reads the schedule. Consumer's thread. */
+    int pending;
+    uint64_t pend_epoch, pend_pos;
+    uint64_t pend_base[DLC__MIX_MAX_SOURCES];
+} dlc__mixload;
+
+/** Open the union of the sources into l->store and fill l->mixl (the loader's path names it). */
+dlc_status dlc__mixload_open(struct dlc_loader *l, const dlc_mix_source *sources, uint32_t n,
+                             const dlc_mix_options *mix);
+/** The mixture's sampler in l->sampler (shuffled or sequential passes). */
+dlc_status dlc__mixload_sampler(struct dlc_loader *l);
+void dlc__mixload_free(struct dlc_loader *l);
+/** dlc_loader_set_epoch() of a mixture: an epoch before a restored segment's end replays the
+ *  order of a run never restored. */
+void dlc__mixload_set_epoch(struct dlc_loader *l, uint64_t epoch);
+/** Begin the pending segment, if any (dlc__pipeline_reset(), threads paused, under mu). */
+void dlc__mixload_apply(struct dlc_loader *l);
+/** Open a loader over @p path, or over a mixture when @p sources is not NULL. */
+dlc_status dlc__loader_open_any(const char *path, const dlc_mix_source *sources, uint32_t n,
+                                const dlc_mix_options *mix, const dlc_loader_config *config,
+                                const struct dlc__devops *ops, dlc_loader **out);
 
 /* outputs.c */
 /** Plan the outputs from the schema and the configuration (fields, options, views, crop,

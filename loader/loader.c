@@ -305,6 +305,15 @@ dlc_status dlc_loader_open(const char *path, const dlc_loader_config *config, dl
 dlc_status dlc__loader_open_with(const char *path, const dlc_loader_config *config,
                                  const struct dlc__devops *ops, dlc_loader **out)
 {
+    if (!path)
+        return dlc__errorf(DLC_EINVAL, "loader: path and out must not be NULL");
+    return dlc__loader_open_any(path, NULL, 0, NULL, config, ops, out);
+}
+
+dlc_status dlc__loader_open_any(const char *path, const dlc_mix_source *sources, uint32_t n,
+                                const dlc_mix_options *mix, const dlc_loader_config *config,
+                                const struct dlc__devops *ops, dlc_loader **out)
+{
     dlc_status rc = DLC_OK;
     dlc_loader *l = NULL;
     int sync_made = 0;
@@ -321,7 +330,9 @@ dlc_status dlc__loader_open_with(const char *path, const dlc_loader_config *conf
     FAIL_IF(!l, -ENOMEM, "%s: out of memory", path);
     l->cfg = cfg;
     l->paused = 1; /* Until every thread has started. */
-    if (dlc__stream_is_url(path))
+    if (sources)
+        CHECK(dlc__mixload_open(l, sources, n, mix));
+    else if (dlc__stream_is_url(path))
         CHECK(dlc__stream_open(l, path));
     else
         CHECK(dlc_store_open(path, DLC_STORE_RANDOM, &l->store));
@@ -337,7 +348,7 @@ dlc_status dlc__loader_open_with(const char *path, const dlc_loader_config *conf
     l->cfg.fields = NULL, l->cfg.field_options = NULL, l->cfg.views = NULL;
     l->cfg.num_fields = l->cfg.num_field_options = l->cfg.num_views = 0;
 
-    CHECK(sampler_open(l));
+    CHECK(l->mixl ? dlc__mixload_sampler(l) : sampler_open(l));
     CHECK(dlc__dev_open(l));
     CHECK(slots_alloc(l));
     CHECK(dlc__stream_check(l)); /* The slots in flight bound the shards pinned. */
@@ -413,6 +424,7 @@ void dlc_loader_close(dlc_loader *l)
     free(l->out);
     dlc__stream_close(l); /* Closes a streamed store, after its shards are given back. */
     dlc_store_close(l->store);
+    dlc__mixload_free(l);
     free(l);
 }
 
@@ -550,6 +562,8 @@ dlc_status dlc_loader_set_epoch(dlc_loader *l, uint64_t epoch)
 {
     if (!l)
         return dlc__errorf(DLC_EINVAL, "loader: NULL loader");
+    if (l->mixl)
+        dlc__mixload_set_epoch(l, epoch);
     dlc__pipeline_reset(l, l->sampler.seed, epoch, 0);
     return DLC_OK;
 }
@@ -577,6 +591,9 @@ dlc_status dlc_loader_state_save(const dlc_loader *l, uint8_t buf[DLC_LOADER_STA
     if (!l || !buf)
         return dlc__errorf(DLC_EINVAL,
                            "loader: dlc_loader_state_save() needs a loader and a buffer");
+    if (l->mixl)
+        return dlc__errorf(DLC_EINVAL, "%s: a mixture's state is dlc_loader_mix_state_save()'s",
+                           l->path);
     dlc_loader *m = (dlc_loader *)l; /* The mutex is not part of the logical state. */
     pthread_mutex_lock(&m->mu);
     const dlc__shard *sh = &l->shard;
@@ -608,6 +625,10 @@ dlc_status dlc_loader_state_restore(dlc_loader *l, const void *buf, size_t size)
     if (!l || !buf)
         return dlc__errorf(DLC_EINVAL, "loader: dlc_loader_state_restore() needs a loader and a "
                                        "buffer");
+    if (l->mixl)
+        return dlc__errorf(DLC_EINVAL,
+                           "%s: a mixture's state is restored by dlc_loader_mix_state_restore()",
+                           l->path);
     if (size != DLC_LOADER_STATE_SIZE)
         return dlc__errorf(DLC_EINVAL, "%s: loader state: %zu bytes, expected %u", l->path, size,
                            DLC_LOADER_STATE_SIZE);

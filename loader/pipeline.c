@@ -373,6 +373,8 @@ void dlc__pipeline_reset(dlc_loader *l, uint64_t seed, uint64_t epoch, uint64_t 
     dlc__dev_reset_locked(l);
     /* No thread is inside a slot now; the I/O thread reads this after taking the next one. */
     l->resident = resident;
+    if (l->mixl)
+        dlc__mixload_apply(l);
     dlc__sampler_set_epoch(&l->sampler, seed, epoch);
     dlc__shard_plan(&l->shard, l->sampler.len, start, l->cfg.rank, l->cfg.world_size,
                     l->cfg.batch_size, l->cfg.drop_last);

@@ -287,9 +287,13 @@ static dlc_status build_output(const dlc_loader *l, dlc__worker *w, dlc__slot *s
     case DLC__OUT_ARRAY:
         return out_array(l, w, o, sv, dst, len);
     case DLC__OUT_SCALAR:
-        if (o->dtype == DLC_DTYPE_INT64)
-            memcpy(dst, &v->i, 8);
-        else
+        if (o->dtype == DLC_DTYPE_INT64) {
+            /* A mixture's label field carries its source's offset, as dlc_batch.labels does. */
+            const int64_t x = l->mixl && o->field == l->info->label_field
+                                  ? v->i + l->mixl->file_label[v->file]
+                                  : v->i;
+            memcpy(dst, &x, 8);
+        } else
             memcpy(dst, &v->f, 8);
         return DLC_OK;
     case DLC__OUT_BYTES:
@@ -322,6 +326,8 @@ dlc_status dlc__build_sample(const dlc_loader *l, dlc__worker *w, dlc__slot *s, 
         return rc;
     assert(j < s->count);
     s->labels[j] = l->info->label_field != DLC_NO_FIELD ? sv->v[l->info->label_field].i : 0;
+    if (l->mixl && l->info->label_field != DLC_NO_FIELD)
+        s->labels[j] += l->mixl->file_label[sv->v[l->info->label_field].file];
     s->indices[j] = sv->index;
     return DLC_OK;
 }

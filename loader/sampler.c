@@ -218,6 +218,11 @@ void dlc__sampler_free(dlc__sampler *s)
 {
     dlc__swin_free(s->swin);
     s->swin = NULL;
+    if (s->mix) {
+        dlc__mix_free(s->mix);
+        free(s->mix);
+        s->mix = NULL;
+    }
     free(s->by_class);
     free(s->class_start);
     free(s->alias_prob);
@@ -231,6 +236,8 @@ void dlc__sampler_set_epoch(dlc__sampler *s, uint64_t seed, uint64_t epoch)
 {
     s->seed = seed;
     s->epoch = epoch;
+    if (s->mix)
+        s->mix->seed = seed;
     if (s->kind == DLC_SAMPLER_SHUFFLE) {
         dlc__perm_init(&s->perm, s->count, dlc__key4(DLC__KEY_SHUFFLE, seed, epoch, 0));
     } else if (s->kind == DLC_SAMPLER_QUASI_RANDOM) {
@@ -262,6 +269,9 @@ static uint64_t quasi_groups_at(const dlc__sampler *s, uint64_t p)
 
 uint64_t dlc__sampler_at(const dlc__sampler *s, uint64_t pos)
 {
+    /* A mixture's padding is made of new draws, not repeats (sampler.h, "Mixtures"). */
+    if (s->mix)
+        return dlc__mix_at(s->mix, s->epoch, pos, NULL, NULL);
     if (pos >= s->len)
         pos %= s->len;
     switch (s->kind) {

@@ -80,6 +80,8 @@ typedef struct dlc__sampler {
     uint32_t *alias_idx;   /**< nclasses alias classes. */
     /* Shard windows. Owned by the sampler. */
     dlc__swin *swin;
+    /* A mixture (sampler_mix.c): positions go to it. Owned by the sampler. */
+    struct dlc__mix *mix;
 } dlc__sampler;
 
 /**
@@ -123,5 +125,81 @@ static inline uint64_t dlc__shard_pos(const dlc__shard *sh, uint64_t j)
 {
     return sh->start + sh->rank + j * sh->world;
 }
+
+/* ---- Mixtures (sampler_mix.c) -----------------------------------------------------------------
+ * Several sources (stores or sets) read as one loader, by weight. Each source walks passes: pass
+ * k of a source is a permutation of its records (keyed by (seed, k, its tag)) that it finishes
+ * before pass k + 1 starts. A fixed cycle of `period` slots, quota[s] of them for source s, laid
+ * out by the largest deficit (slot i goes to the source furthest behind its share (i + 1) x
+ * quota / period, the lowest number on a tie), says which source each row of positions draws
+ * from; a row is `world` consecutive positions, one per rank, so every rank sees the same
+ * low-discrepancy sequence of sources. Every prefix of the sequence holds each source's share
+ * within less than 1, so every window of it (a rank's batch) within less than 2, and within less
+ * than 1 with two sources (the cycle is then a Bresenham line). Exact windows within 1 for three
+ * or more sources of distinct rates do not exist in general (Fraenkel's problem).
+ *
+ * The schedule runs on across epochs: its index t counts the positions drawn since the segment
+ * began. A segment begins at (epoch 0, position 0) with no draws, or where a state was restored
+ * under other weights, sources or world size, with each source's draws before it (base[]): the
+ * new schedule continues every source's pass exactly where it stood. An epoch draws len positions
+ * rounded up to a multiple of world (down with drop_last), so the padding DistributedSampler
+ * repeats is made of new draws here and no draw is ever skipped; with drop_last the epoch is
+ * cut to a multiple of world x batch, exactly what the ranks deliver. */
+#define DLC__MIX_MAX_SOURCES 64u
+#define DLC__MIX_MAX_PERIOD 65536u
+
+typedef struct dlc__mix_source {
+    uint64_t count; /**< Records of the source. */
+    uint64_t first; /**< Global number of its first record in the loader's union. */
+    uint64_t tag;   /**< Keys its passes (its content digest: not its place in the list). */
+    double weight;  /**< Non-negative, finite. */
+} dlc__mix_source;
+
+typedef struct dlc__mix {
+    uint32_t n;
+    dlc__mix_source src[DLC__MIX_MAX_SOURCES];
+    uint32_t quota[DLC__MIX_MAX_SOURCES]; /**< Slots of each source per cycle. */
+    uint32_t period;                      /**< Slots per cycle: the sum of the quotas. */
+    uint8_t *slot_src;                    /**< period: the source of each slot. */
+    uint32_t *slot_rank;                  /**< period: slots of the same source before it. */
+    uint64_t len;                         /**< Positions per epoch as asked (samples_per_epoch). */
+    uint32_t world;
+    int drop_last;
+    uint32_t batch; /**< With drop_last a rank's short last batch is cut too: an epoch then draws
+                         a multiple of world x batch (1 unless the caller sets it). */
+    int sequential; /**< Passes in record order (DLC_SAMPLER_SEQUENTIAL), else permuted. */
+    uint64_t seed;
+    uint64_t seg_epoch, seg_pos;         /**< Where the segment began. */
+    uint64_t base[DLC__MIX_MAX_SOURCES]; /**< Each source's draws before it. */
+} dlc__mix;
+
+/**
+ * Prepare a mixture of @p n sources with weights (quotas from them: the smallest period up to
+ * DLC__MIX_MAX_PERIOD that gives every weight exactly, else that period by largest remainders).
+ * @p names (may be NULL) name the sources in messages. DLC_OK, DLC_EINVAL (no source, too many, a
+ * source without records, a weight negative, NaN or infinite, all weights 0, a weight too small
+ * for the largest period: named) or -ENOMEM. The segment is (0, 0) with no draws.
+ */
+dlc_status dlc__mix_init(dlc__mix *m, const dlc__mix_source *src, uint32_t n, uint64_t len,
+                         uint32_t world, int drop_last, int sequential, const char *const *names);
+/** The same with the quotas given (a state's); DLC_EINVAL when they are all 0 or sum above the
+ *  largest period. */
+dlc_status dlc__mix_init_quotas(dlc__mix *m, const dlc__mix_source *src, uint32_t n,
+                                const uint32_t *quota, uint64_t len, uint32_t world, int drop_last,
+                                int sequential);
+void dlc__mix_free(dlc__mix *m);
+/** Positions of epoch @p epoch that the schedule draws (from the segment's start in its first
+ *  epoch): what is left, rounded to a multiple of world. */
+uint64_t dlc__mix_epoch_span(const dlc__mix *m, uint64_t epoch);
+/** Source and draw of position @p pos of epoch @p epoch (not before the segment): returns the
+ *  global record, with the source and the record's number within it. */
+uint64_t dlc__mix_at(const dlc__mix *m, uint64_t epoch, uint64_t pos, uint32_t *source,
+                     uint64_t *local);
+/** Each source's draws before position @p pos of epoch @p epoch (n entries into @p draws). */
+void dlc__mix_draws(const dlc__mix *m, uint64_t epoch, uint64_t pos, uint64_t *draws);
+/** Begin a segment at (@p epoch, @p pos) with @p base draws per source (NULL: none). */
+void dlc__mix_segment(dlc__mix *m, uint64_t epoch, uint64_t pos, const uint64_t *base);
+/** The record of draw @p k of source @p s: its pass k / count permuted, or in order. */
+uint64_t dlc__mix_record(const dlc__mix *m, uint32_t s, uint64_t k);
 
 #endif /* DLCACHE_LOADER_SAMPLER_H */

@@ -145,7 +145,17 @@ typedef struct bench_load_opts {
     int sampler_set;       /**< --sampler was given. */
     dlc_warm_options net;  /**< --endpoint, --region: the downloads' (cfg.net points here). */
     char fields_buf[1024]; /**< The --fields text the names point into. */
+    /* A mixture: STORE A B ... --weights 0.7,0.3 (dlc_loader_open_mix()). */
+    const char *mix[64];        /**< Every STORE given, the first being `store`. */
+    uint32_t nmix;              /**< Entries of mix. */
+    double weights[64];         /**< --weights, one per STORE (default 1 each). */
+    uint32_t nweights;          /**< Entries given to --weights. */
+    uint64_t samples_per_epoch; /**< --samples-per-epoch (0: the sources' records). */
 } bench_load_opts;
+
+/* Open the loader of @p o's STORE, or of its mixture when several were given, with @p cfg. */
+dlc_status bench_open_loader(const bench_load_opts *o, const dlc_loader_config *cfg,
+                             dlc_loader **out);
 
 /* Parse `cachebench load` arguments. Returns 0, 1 when --help was printed, or -1 after printing
  * a usage error. */

@@ -62,7 +62,7 @@ static int open_and_warm_up(const bench_load_opts *o, const bench_consumer *c,
     size_t bytes = 0;
     bench_memory_now(&res->rss_open, &res->anon_open);
     const double t0 = dlc__now_s();
-    dlc_status rc = dlc_loader_open(o->store, &o->cfg, out);
+    dlc_status rc = bench_open_loader(o, &o->cfg, out);
     res->open_seconds = dlc__now_s() - t0;
     if (rc != DLC_OK) {
         tool_report(TOOL, rc, "opening the loader");
@@ -182,7 +182,7 @@ static int digest_pass(const bench_load_opts *o, uint32_t label_field, bench_dig
     /* The host path's bytes, which the device path's equal by the loader's contract. */
     dlc_loader_config cfg = o->cfg;
     cfg.device = -1;
-    dlc_status rc = dlc_loader_open(o->store, &cfg, &l);
+    dlc_status rc = bench_open_loader(o, &cfg, &l);
     if (rc != DLC_OK)
         goto fail;
     XXH3_64bits_reset(st);
@@ -272,6 +272,19 @@ static int prepare_store(bench_load_opts *o, bench_load_run *run, dlc_store **ou
     if (dlc_store_resident(*out, &run->resident_before) != DLC_OK)
         run->resident_before = 0;
     run->prewarm_seconds = o->prewarm ? prewarm_store(*out, run->resident_before) : 0;
+    /* A mixture's other sources are read once as well (their residency is not reported). */
+    for (uint32_t i = 1; o->prewarm && i < o->nmix; i++) {
+        dlc_store *s = NULL;
+        if (dlc_loader_open_store(o->mix[i], &o->cfg, &s) != DLC_OK) {
+            tool_report(TOOL, DLC_EINVAL, "opening a source of the mixture");
+            return 1;
+        }
+        uint64_t res = 0;
+        if (dlc_store_resident(s, &res) != DLC_OK)
+            res = 0;
+        run->prewarm_seconds += prewarm_store(s, res);
+        dlc_store_close(s);
+    }
     if (dlc_store_resident(*out, &run->resident_after) != DLC_OK)
         run->resident_after = 0;
     return 0;
@@ -330,6 +343,31 @@ out:
     return status;
 }
 
+/* A mixture's shares of epoch 0 per source, on stderr (the JSON on stdout stays one object). */
+static int mix_shares(const bench_load_opts *o)
+{
+    dlc_loader_config cfg = o->cfg;
+    cfg.threads = 1, cfg.prefetch = 1, cfg.device = -1;
+    dlc_loader *l = NULL;
+    const dlc_status rc = bench_open_loader(o, &cfg, &l);
+    if (rc != DLC_OK) {
+        tool_report(TOOL, rc, "opening the mixture");
+        return 1;
+    }
+    for (uint32_t s = 0; s < dlc_loader_num_sources(l); s++) {
+        dlc_mix_source_info in = {.struct_size = sizeof in};
+        if (dlc_loader_source_info(l, s, &in) != DLC_OK)
+            continue;
+        fprintf(stderr,
+                TOOL ": mixture: source %u %s: %llu samples per epoch (quota %u/%u) of %llu "
+                     "records: %.3f passes per epoch\n",
+                s, o->mix[s], (unsigned long long)in.epoch_samples, in.quota, in.period,
+                (unsigned long long)in.count, (double)in.epoch_samples / (double)in.count);
+    }
+    dlc_loader_close(l);
+    return 0;
+}
+
 int bench_cmd_load(int argc, char **argv)
 {
     bench_load_opts o;
@@ -350,5 +388,7 @@ int bench_cmd_load(int argc, char **argv)
         status = 1;
     if (status == 0)
         bench_load_report(&run);
+    if (status == 0 && o.nmix > 1)
+        status = mix_shares(&o);
     return status;
 }

@@ -192,11 +192,53 @@ static int parse_run_option(const char *a, const char *v, bench_load_opts *o, di
  * run, the same batches the timed run delivered (its --epochs, or the warm-up batch and its
  * --batches), so that its digest is the one earlier versions printed; with a time-based window,
  * one epoch when --digest asks for it; exactly K batches with --digest-batches K. */
+/* --weights W,W,...: one non-negative number per STORE (the library checks the rest). */
+static int parse_weights(const char *v, bench_load_opts *o)
+{
+    const char *p = v;
+    o->nweights = 0;
+    while (*p) {
+        char *end = NULL;
+        const double w = strtod(p, &end);
+        if (end == p || o->nweights == sizeof o->weights / sizeof *o->weights ||
+            (*end && *end != ',')) {
+            fprintf(stderr, TOOL ": error: load: --weights %s: give numbers separated by commas\n",
+                    v);
+            return -1;
+        }
+        o->weights[o->nweights++] = w;
+        p = *end ? end + 1 : end;
+    }
+    return 0;
+}
+
+dlc_status bench_open_loader(const bench_load_opts *o, const dlc_loader_config *cfg,
+                             dlc_loader **out)
+{
+    if (o->nmix <= 1 && !o->nweights && !o->samples_per_epoch)
+        return dlc_loader_open(o->store, cfg, out);
+    dlc_mix_source src[64];
+    for (uint32_t i = 0; i < o->nmix; i++) {
+        dlc_mix_source_init(&src[i]);
+        src[i].path = o->mix[i];
+        src[i].weight = o->nweights ? o->weights[i] : 1.0;
+    }
+    dlc_mix_options mo;
+    dlc_mix_options_init(&mo);
+    mo.samples_per_epoch = o->samples_per_epoch;
+    return dlc_loader_open_mix(src, o->nmix, &mo, cfg, out);
+}
+
 static int resolve(bench_load_opts *o, const digest_request *d)
 {
     if (!o->store) {
         fprintf(stderr, TOOL ": error: load: missing STORE\n");
         bench_usage(stderr);
+        return -1;
+    }
+    if (o->nweights && o->nweights != o->nmix) {
+        fprintf(stderr, TOOL ": error: load: --weights has %u numbers for %u STOREs\n", o->nweights,
+                o->nmix);
         return -1;
     }
     if (o->epochs && o->batches) {
@@ -286,16 +328,34 @@ int bench_load_parse(int argc, char **argv, bench_load_opts *o)
             return 1;
         }
         if (a[0] != '-') {
-            if (o->store) {
-                fprintf(stderr, TOOL ": error: load: more than one STORE: %s\n", a);
+            /* More than one STORE is a mixture of them. */
+            if (o->nmix == sizeof o->mix / sizeof *o->mix) {
+                fprintf(stderr, TOOL ": error: load: more than 64 STOREs: %s\n", a);
                 return -1;
             }
-            o->store = a;
+            o->mix[o->nmix++] = a;
+            if (!o->store)
+                o->store = a;
             continue;
         }
         if (!v) {
             fprintf(stderr, TOOL ": error: load: %s needs a value\n", a);
             return -1;
+        }
+        if (!strcmp(a, "--weights")) {
+            if (parse_weights(v, o) != 0)
+                return -1;
+            i++;
+            continue;
+        }
+        if (!strcmp(a, "--samples-per-epoch")) {
+            if (tool_parse_u64(v, UINT64_MAX / 2, &o->samples_per_epoch) ||
+                o->samples_per_epoch == 0) {
+                fprintf(stderr, TOOL ": error: load: bad value for %s: %s\n", a, v);
+                return -1;
+            }
+            i++;
+            continue;
         }
         int bad = parse_config_option(a, v, &o->cfg);
         if (bad < 0)

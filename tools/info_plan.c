@@ -8,6 +8,7 @@
 
 #include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void plan_usage(FILE *f)
@@ -31,8 +32,91 @@ static void plan_usage(FILE *f)
           "  --seed S --epoch E   the order's seed and epoch (default 0, 0)\n"
           "  --cache-dir DIR      where a URL's index is fetched (required for a URL)\n"
           "  --endpoint URL --region R  the S3 or GCS endpoint and region of a URL\n"
-          "  --json               one JSON object on stdout\n",
+          "  --json               one JSON object on stdout\n"
+          "\n"
+          "Several STOREs (or --weights) plan a mixture of them instead (dlc_loader_open_mix):\n"
+          "each source's samples per epoch and what that is in passes of its records.\n"
+          "  --weights W,W,...    one weight per STORE (default equal)\n"
+          "  --samples-per-epoch N  the mixture's epoch (default: its records)\n",
           f);
+}
+
+/* The plan of a mixture: open it (one thread, nothing read) and ask each source. */
+static int plan_mix(char **paths, uint32_t n, const double *weights, uint32_t nweights,
+                    uint64_t per_epoch, dlc_loader_config *cfg, int json)
+{
+    if (n > 64)
+        return tool_usage_error(TOOL, NULL, "a mixture has at most 64 sources");
+    if (nweights && nweights != n)
+        return tool_usage_error(TOOL, NULL, "--weights has %u numbers for %u STOREs", nweights, n);
+    dlc_mix_source src[64];
+    for (uint32_t i = 0; i < n; i++) {
+        dlc_mix_source_init(&src[i]);
+        src[i].path = paths[i];
+        src[i].weight = nweights ? weights[i] : 1.0;
+    }
+    dlc_mix_options mo;
+    dlc_mix_options_init(&mo);
+    mo.samples_per_epoch = per_epoch;
+    cfg->sampler = DLC_SAMPLER_SHUFFLE;
+    cfg->threads = 1, cfg->prefetch = 1, cfg->crop_h = cfg->crop_w = 1; /* Nothing is read. */
+    dlc_loader *l = NULL;
+    const dlc_status rc = dlc_loader_open_mix(src, n, &mo, cfg, &l);
+    if (rc != DLC_OK) {
+        tool_report(TOOL, rc, "cannot plan the mixture");
+        return 2;
+    }
+    const uint64_t batches = dlc_loader_batches_per_epoch(l);
+    tool_json j;
+    if (json) {
+        tool_json_init(&j, stdout);
+        tool_json_object_begin(&j, NULL);
+        tool_json_u64(&j, "sources", n);
+        tool_json_u64(&j, "batch", cfg->batch_size);
+        tool_json_u64(&j, "world_size", cfg->world_size);
+        tool_json_u64(&j, "batches_per_rank", batches);
+        tool_json_array_begin(&j, "mixture");
+    } else {
+        printf("mixture: %u sources, world size %u, batch %u: %llu batches per rank per epoch\n", n,
+               cfg->world_size, cfg->batch_size, (unsigned long long)batches);
+    }
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        dlc_mix_source_info in = {.struct_size = sizeof in};
+        if (dlc_loader_source_info(l, i, &in) != DLC_OK)
+            continue;
+        total += in.epoch_samples;
+        const double passes = (double)in.epoch_samples / (double)in.count;
+        if (json) {
+            tool_json_object_begin(&j, NULL);
+            tool_json_str(&j, "path", paths[i]);
+            tool_json_f64(&j, "weight", src[i].weight);
+            tool_json_u64(&j, "records", in.count);
+            tool_json_u64(&j, "quota", in.quota);
+            tool_json_u64(&j, "period", in.period);
+            tool_json_u64(&j, "samples_per_epoch", in.epoch_samples);
+            tool_json_f64(&j, "passes_per_epoch", passes);
+            tool_json_object_end(&j);
+        } else {
+            printf("source %u %s: weight %g (%u of every %u), %llu of %llu records per epoch: "
+                   "%s %.3f %s\n",
+                   i, paths[i], src[i].weight, in.quota, in.period,
+                   (unsigned long long)in.epoch_samples, (unsigned long long)in.count,
+                   passes > 1 ? "repeats its passes," : "spreads a pass over",
+                   passes > 1 ? passes : (passes > 0 ? 1 / passes : 0),
+                   passes > 1 ? "passes per epoch" : "epochs");
+        }
+    }
+    if (json) {
+        tool_json_array_end(&j);
+        tool_json_u64(&j, "epoch_samples", total);
+        tool_json_object_end(&j);
+        tool_json_finish(&j);
+    } else {
+        printf("epoch:   %llu samples over all ranks\n", (unsigned long long)total);
+    }
+    dlc_loader_close(l);
+    return 0;
 }
 
 int info_plan_main(int argc, char **argv)
@@ -53,6 +137,8 @@ int info_plan_main(int argc, char **argv)
         O_CACHE_DIR,
         O_ENDPOINT,
         O_REGION,
+        O_WEIGHTS,
+        O_SPE,
     };
     static const struct option longopts[] = {
         {"plan", no_argument, NULL, O_PLAN},
@@ -70,6 +156,8 @@ int info_plan_main(int argc, char **argv)
         {"cache-dir", required_argument, NULL, O_CACHE_DIR},
         {"endpoint", required_argument, NULL, O_ENDPOINT},
         {"region", required_argument, NULL, O_REGION},
+        {"weights", required_argument, NULL, O_WEIGHTS},
+        {"samples-per-epoch", required_argument, NULL, O_SPE},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -79,7 +167,9 @@ int info_plan_main(int argc, char **argv)
     dlc_warm_options net;
     dlc_warm_options_init(&net);
     int json = 0;
-    uint64_t limit = 0, v = 0;
+    uint64_t limit = 0, v = 0, per_epoch = 0;
+    double weights[64];
+    uint32_t nweights = 0;
     int c;
     opterr = 0;
     optind = 1;
@@ -134,6 +224,26 @@ int info_plan_main(int argc, char **argv)
         case O_REGION:
             net.region = optarg, cfg.net = &net;
             break;
+        case O_WEIGHTS:
+            for (const char *q = optarg; *q;) {
+                char *end = NULL;
+                const double w = strtod(q, &end);
+                if (end == q || nweights == 64 || (*end && *end != ','))
+                    return tool_usage_error(TOOL, NULL,
+                                            "--weights wants numbers separated by "
+                                            "commas, not '%s'",
+                                            optarg);
+                weights[nweights++] = w;
+                q = *end ? end + 1 : end;
+            }
+            break;
+        case O_SPE:
+            if (tool_parse_u64(optarg, UINT64_MAX / 2, &per_epoch) || per_epoch == 0)
+                return tool_usage_error(TOOL, NULL,
+                                        "--samples-per-epoch wants a positive number, "
+                                        "not '%s'",
+                                        optarg);
+            break;
         case 'h':
             plan_usage(stdout);
             return 0;
@@ -142,6 +252,9 @@ int info_plan_main(int argc, char **argv)
                                     argv[optind - 1]);
         }
     }
+    if (optind < argc && (argc - optind > 1 || nweights || per_epoch))
+        return plan_mix(argv + optind, (uint32_t)(argc - optind), weights, nweights, per_epoch,
+                        &cfg, json);
     if (optind + 1 != argc)
         return tool_usage_error(TOOL, plan_usage, "exactly one STORE or URL is needed");
     const char *path = argv[optind];

@@ -21,7 +21,11 @@ static const char *shard_name(const dlc_store *s, uint32_t k)
     const dlc_store *sh = dlc__set_shard_at(s, k);
     if (!sh && s->lazy_index) /* Streamed, and not attached now: the index names it. */
         return s->lazy_index->shards[k].name;
-    return sh ? sh->path + strlen(s->path) + 1 : "?";
+    if (!sh)
+        return "?";
+    /* A union's files are not under its name: they are named by their own paths. */
+    const size_t n = strlen(s->path);
+    return strncmp(sh->path, s->path, n) == 0 && sh->path[n] == '/' ? sh->path + n + 1 : sh->path;
 }
 
 /* @p msg without a leading "PATH: ", when it has one: the caller names the file itself. */

@@ -220,4 +220,22 @@ void dlc__record_where(const dlc_store *s, uint32_t file, uint64_t index, char *
 /* dlc_store_verify() of a set (store_set_verify.c). */
 dlc_status dlc__set_verify(const dlc_store *s, dlc_verify_fn fn, void *user, uint64_t *bad);
 
+/* ---- A union of stores and sets, for a mixture (store_set_union.c) --------------------------
+ * Opened like a set whose shards are every source's files in order: a store is one file, a
+ * set's shards are taken over from it. The sources must be version 2 stores or sets with records
+ * whose schemas agree but for sizes (merged as a set's; DLC_EINVAL names @p name, the source's
+ * path and the field). Labels: source s's label l is label_offsets[s] + l of the union (NULL:
+ * no offsets), whose names are each source's at its offset (the first source's where they
+ * overlap, "" where none). */
+typedef struct dlc__union_part {
+    uint64_t first;      /* Global number of the source's first record. */
+    uint64_t count;      /* Its records. */
+    uint64_t digest;     /* Its content digest. */
+    uint32_t first_file; /* Its first file among the union's. */
+    uint32_t num_files;  /* Its files. */
+} dlc__union_part;
+dlc_status dlc__store_open_union(const char *name, const char *const *paths, uint32_t n,
+                                 const int64_t *label_offsets, uint32_t flags,
+                                 dlc__union_part *parts, dlc_store **out);
+
 #endif /* DLCACHE_STORE_SET_H */

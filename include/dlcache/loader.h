@@ -668,6 +668,135 @@ DLC_API void dlc_cuda_free(int device, void *ptr);
  *  @return DLC_OK, the errors of dlc_cuda_probe(), DLC_ECUDA (an error of that work). */
 DLC_API dlc_status dlc_cuda_stream_sync(int device, void *stream);
 
+/* ---- Mixtures: several stores and sets in one loader, by weight (docs/MIXTURES.md) ----------- */
+
+/** One source of a mixture. dlc_mix_source_init() sets the defaults; in an array every entry
+ *  has the first one's struct_size. */
+typedef struct dlc_mix_source {
+    uint32_t struct_size; /**< sizeof(dlc_mix_source) as the caller's header has it; set by
+                               dlc_mix_source_init() (status.h, "How options grow"). */
+    const char *path;     /**< A version 2 store or a set's directory; copied at open. */
+    double weight;        /**< Its share of the samples: weight / the sum of the weights
+                               (default 1; 0: none, its pass waits where it stands). */
+    int64_t label_offset; /**< Added to the source's labels (default 0), for sources whose
+                               label spaces are disjoint. */
+} dlc_mix_source;
+
+/** Set @p s to the defaults (weight 1, no path, offset 0) and its struct_size.
+ *  @param[out] s The source. */
+DLC_API void dlc_mix_source_init(dlc_mix_source *s);
+
+/** Options of a mixture beside the loader's. dlc_mix_options_init() sets the defaults. */
+typedef struct dlc_mix_options {
+    uint32_t struct_size;       /**< Set by dlc_mix_options_init(). */
+    uint64_t samples_per_epoch; /**< Positions of an epoch over all ranks (0: the sum of the
+                                     sources' records). Rounded up to a multiple of world_size
+                                     with new draws, never repeats (with drop_last: down to a
+                                     multiple of world_size x batch_size). */
+} dlc_mix_options;
+
+/** Set @p o to the defaults and its struct_size.
+ *  @param[out] o The options. */
+DLC_API void dlc_mix_options_init(dlc_mix_options *o);
+
+/**
+ * @brief Open a loader over a mixture of @p num_sources stores and sets.
+ *
+ * Each source walks its own passes: pass k is a permutation of its records (config.sampler
+ * DLC_SAMPLER_SHUFFLE, keyed by the seed, k and the source's content digest) or its records in
+ * order (DLC_SAMPLER_SEQUENTIAL), finished before pass k + 1 begins. A fixed low-discrepancy
+ * cycle (largest deficit over integer quotas of the weights) says which source each row of
+ * world_size positions draws from, so every rank's sequence of sources is the same: each prefix
+ * of it holds every source's share within less than 1 sample of weight x n, each of its windows
+ * (a batch) within less than 2, and within less than 1 with two sources. The order is a pure
+ * function of (seed, epoch, the weights, the sources' record counts and digests, world_size,
+ * drop_last); the schedule runs on across epochs. A source smaller than its share repeats its
+ * passes within an epoch; a larger one spreads its pass over several.
+ *
+ * Records are numbered globally, source after source (::dlc_batch.indices; see
+ * dlc_loader_source_info()); labels are each source's plus its label_offset. The schemas must
+ * agree (the same fields with the same kinds, dtypes and flags; sizes may differ): a mismatch is
+ * DLC_EINVAL naming the source and the field. Everything else of the loader (fields, crops,
+ * views, the device path, prefetch, kept batches) works as on one store.
+ * @param[in] sources @p num_sources entries (1..64); not retained.
+ * @param[in] num_sources Entries of @p sources.
+ * @param[in] mix Options of the mixture, or NULL for the defaults.
+ * @param[in] config As for dlc_loader_open(); sampler DLC_SAMPLER_SHUFFLE or SEQUENTIAL.
+ * @param[out] out The loader; close with dlc_loader_close().
+ * @return DLC_OK; DLC_EINVAL (a weight negative, NaN or infinite, all weights 0, a weight below
+ *         1/65536 of the total, a negative label offset, another sampler, mismatched schemas, a
+ *         source without records or of version 1: named); the errors of dlc_store_open() and
+ *         dlc_loader_open(). dlc_errmsg() says why.
+ */
+DLC_API dlc_status dlc_loader_open_mix(const dlc_mix_source *sources, uint32_t num_sources,
+                                       const dlc_mix_options *mix, const dlc_loader_config *config,
+                                       dlc_loader **out);
+
+/** A mixture's source, as the loader has it. */
+typedef struct dlc_mix_source_info {
+    uint32_t struct_size;    /**< Set by the caller: sizeof(dlc_mix_source_info). */
+    uint32_t quota;          /**< Its slots per cycle of the schedule. */
+    uint32_t period;         /**< Slots per cycle (the same for every source). */
+    uint64_t first;          /**< Global number of its first record (::dlc_batch.indices). */
+    uint64_t count;          /**< Its records. */
+    uint64_t epoch_samples;  /**< Its draws in the current epoch, all ranks together. */
+    uint64_t drawn;          /**< Its draws before the current epoch (its pass is drawn /
+                                  count, the position in it drawn % count). */
+    uint64_t content_digest; /**< Of the source (a state matches sources by it and the path). */
+    int64_t label_offset;    /**< As opened. */
+} dlc_mix_source_info;
+
+/**
+ * @brief Sources of a mixture loader: 0 for a loader of one store.
+ * @param[in] l The loader (not NULL).
+ * @return The number of sources.
+ */
+DLC_API uint32_t dlc_loader_num_sources(const dlc_loader *l);
+
+/**
+ * @brief Describe source @p source of a mixture.
+ * @param[in] l The loader.
+ * @param[in] source Below dlc_loader_num_sources().
+ * @param[in,out] out struct_size set by the caller; filled up to it.
+ * @return DLC_OK, DLC_EINVAL (not a mixture, no such source, a bad struct_size).
+ */
+DLC_API dlc_status dlc_loader_source_info(const dlc_loader *l, uint32_t source,
+                                          dlc_mix_source_info *out);
+
+/** The largest state of a mixture (dlc_loader_mix_state_save()), in bytes. */
+#define DLC_LOADER_MIX_STATE_MAX (80u + 40u * 64u + 8u)
+
+/**
+ * @brief Save a mixture's position: the seed, the epoch, how far all ranks together consumed
+ *        it, the schedule, and each source's draws (its pass and place in it), path and digest.
+ * @param[in] l A mixture loader.
+ * @param[out] buf @p cap bytes; DLC_LOADER_MIX_STATE_MAX always suffice.
+ * @param[in] cap Bytes at @p buf.
+ * @param[out] size The state's bytes (80 + 40 per source + 8), little-endian, checksummed.
+ * @return DLC_OK, DLC_EINVAL (not a mixture, NULL, @p cap too small: nothing written).
+ */
+DLC_API dlc_status dlc_loader_mix_state_save(const dlc_loader *l, void *buf, size_t cap,
+                                             size_t *size);
+
+/**
+ * @brief Continue a mixture from a saved state, also with other weights, sources added or
+ *        removed, another world size or samples_per_epoch.
+ *
+ * Sources are matched by path (then by content digest). When nothing of the schedule changed
+ * (the same sources in the same order, quotas, world size, drop_last and epoch length), the
+ * stream continues exactly as it would have. Otherwise a new schedule begins at the saved
+ * position and every source continues its pass exactly where it stood: no record of a source is
+ * seen twice before its pass ends, none is skipped; a new source starts its first pass, a
+ * removed one is dropped. The seed in the state replaces the configured one.
+ * @param[in] l A mixture loader; batches in flight are discarded, as by dlc_loader_set_epoch().
+ * @param[in] buf A state from dlc_loader_mix_state_save(); not retained.
+ * @param[in] size Bytes at @p buf.
+ * @return DLC_OK; DLC_EINVAL (not a mixture, bad size, checksum or version; a source whose
+ *         records changed since the save, named with both counts and digests; a position
+ *         before the saved schedule began). The loader is unchanged on failure.
+ */
+DLC_API dlc_status dlc_loader_mix_state_restore(dlc_loader *l, const void *buf, size_t size);
+
 /* ---- Why is the GPU waiting? (docs/WAITING.md) ------------------------------------------- */
 
 /** What bounds the training step, as a report judges it (dlc_loader_report.bound). */

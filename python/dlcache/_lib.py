@@ -527,6 +527,44 @@ class LoaderPlanInfo(ctypes.Structure):
     ]
 
 
+# ---- Mixtures (loader.h, "Mixtures") ----
+class MixSource(ctypes.Structure):
+    """dlc_mix_source: one source of a mixture (dlc_mix_source_init() sets the defaults)."""
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("path", ctypes.c_char_p),
+        ("weight", ctypes.c_double),
+        ("label_offset", ctypes.c_int64),
+    ]
+
+
+class MixOptions(ctypes.Structure):
+    """dlc_mix_options: a mixture's options beside the loader's."""
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("samples_per_epoch", ctypes.c_uint64),
+    ]
+
+
+class MixSourceInfo(ctypes.Structure):
+    """dlc_mix_source_info: a mixture's source as the loader has it; struct_size is set by the
+    caller."""
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("quota", ctypes.c_uint32),
+        ("period", ctypes.c_uint32),
+        ("first", ctypes.c_uint64),
+        ("count", ctypes.c_uint64),
+        ("epoch_samples", ctypes.c_uint64),
+        ("drawn", ctypes.c_uint64),
+        ("content_digest", ctypes.c_uint64),
+        ("label_offset", ctypes.c_int64),
+    ]
+
+
+LOADER_MIX_STATE_MAX = 80 + 40 * 64 + 8
+
+
 class DeviceDst(ctypes.Structure):
     """dlc_device_dst: where dlc_loader_device_emit() writes one output (device memory)."""
     _fields_ = [
@@ -654,6 +692,17 @@ _PROTOTYPES = {
     "dlc_loader_plan": (c_status, [ctypes.c_char_p, ctypes.POINTER(LoaderConfig),
                                    ctypes.POINTER(LoaderPlanInfo)]),
     "dlc_loader_close": (None, [_P]),
+    # loader.h: mixtures
+    "dlc_mix_source_init": (None, [ctypes.POINTER(MixSource)]),
+    "dlc_mix_options_init": (None, [ctypes.POINTER(MixOptions)]),
+    "dlc_loader_open_mix": (c_status, [ctypes.POINTER(MixSource), ctypes.c_uint32,
+                                       ctypes.POINTER(MixOptions), ctypes.POINTER(LoaderConfig),
+                                       ctypes.POINTER(_P)]),
+    "dlc_loader_num_sources": (ctypes.c_uint32, [_P]),
+    "dlc_loader_source_info": (c_status, [_P, ctypes.c_uint32, ctypes.POINTER(MixSourceInfo)]),
+    "dlc_loader_mix_state_save": (c_status, [_P, ctypes.c_char_p, ctypes.c_size_t,
+                                             ctypes.POINTER(ctypes.c_size_t)]),
+    "dlc_loader_mix_state_restore": (c_status, [_P, ctypes.c_char_p, ctypes.c_size_t]),
     # loader.h: the device path
     "dlc_loader_device": (ctypes.c_int, [_P, ctypes.POINTER(ctypes.c_char_p)]),
     "dlc_loader_next_device": (c_status, [_P, ctypes.POINTER(DeviceBatch)]),

@@ -338,6 +338,18 @@ class Loader:
             (then ``(images, labels)`` as before); False insists on the pair.
         debug_poison: fill released slots with 0xFF (see "Lifetime of a
             batch"); None = $DLCACHE_DEBUG_POISON.
+        weights, samples_per_epoch, label_offsets, return_source: a mixture,
+            when ``path`` is a list of stores and sets (docs/MIXTURES.md): each
+            source walks its own shuffled passes, interleaved by ``weights``
+            (default equal) so that every batch holds each source's share
+            within 1 or 2 samples; an epoch is ``samples_per_epoch`` samples
+            (default: the sources' records summed); source i's labels are moved
+            by ``label_offsets[i]``. Batches as dicts gain "source" (int64
+            [N], the index of each sample's source) and "indices" is the
+            record number within the source; tuples gain the source as a last
+            element with return_source=True. state_dict() holds every source's
+            pass, and load_state_dict() continues them under other weights or
+            sources.
 
     Every argument after batch_size is keyword-only.
 
@@ -402,13 +414,22 @@ class Loader:
                  cache_ranks: "Optional[int]" = None, downloads: int = 2,
                  endpoint: "Optional[str]" = None, region: "Optional[str]" = None,
                  trace: "Union[None, str, os.PathLike]" = None,
-                 trace_batches: "Optional[int]" = None) -> None:
+                 trace_batches: "Optional[int]" = None,
+                 weights: "Optional[Sequence[float]]" = None,
+                 samples_per_epoch: "Optional[int]" = None,
+                 label_offsets: "Optional[Sequence[int]]" = None,
+                 return_source: bool = False) -> None:
         self._handle = None
         self._feed = None
         self._info = None
+        # A list of paths is a mixture: its first source gives the schema the others must have.
+        self._mix = _Mix.make(path, weights, samples_per_epoch, label_offsets, return_source)
+        if self._mix is not None:
+            path = self._mix.paths[0]
         self._path = _fspath(path, "path")
         self._url = _stream.is_url(self._path)
-        ctx = "dlcache.Loader(%s)" % os.fsdecode(self._path)
+        ctx = "dlcache.Loader(%s)" % (self._mix.name if self._mix is not None
+                                      else os.fsdecode(self._path))
         # Before anything is opened: a CUDA device that torch cannot use is an error now.
         self._device = _device.parse_device(device)
         channels_last = _device.parse_memory_format(memory_format)
@@ -611,9 +632,14 @@ class Loader:
 
     def _open(self, cfg, pins=None):
         h = ctypes.c_void_p()
-        check(lib.dlc_loader_open(self._path, ctypes.byref(cfg), ctypes.byref(h)),
-              "dlcache.Loader(%s)" % os.fsdecode(self._path))
+        if self._mix is not None:
+            self._mix.open(cfg, h)
+        else:
+            check(lib.dlc_loader_open(self._path, ctypes.byref(cfg), ctypes.byref(h)),
+                  "dlcache.Loader(%s)" % os.fsdecode(self._path))
         self._handle = _Handle(h.value, pins)
+        if self._mix is not None:
+            self._mix.opened(h.value)
 
     def _open_device(self, cfg, schema, channels_last):
         """Open the C loader for CUDA batches: the plugin's device path when it can run, else
@@ -621,7 +647,8 @@ class Loader:
         dev = self._device
         backend, why = _device.choose_backend(dev.index)
         dtype = cfg.dtype
-        args = (dev, dtype, channels_last, schema, cfg, self._return_indices)
+        args = (dev, dtype, channels_last, schema, cfg,
+                self._return_indices or self._mix is not None)
         if backend == "plugin":
             feed = _device.make_feed("plugin", *args)
             cfg.device = dev.index
@@ -771,7 +798,11 @@ class Loader:
 
     @property
     def store_info(self):
-        """dlcache.info() of the store (classes, count, size...), read once."""
+        """dlcache.info() of the store (classes, count, size...), read once. For a mixture,
+        the first source's, with count, num_labels and classes of the mixture (see
+        ``sources``)."""
+        if self._info is None and self._mix is not None:
+            self._info = self._mix.store_info(_store_info(self._path), self._ptr())
         if self._info is None:
             self._info = _store_info(self._path)
         return self._info
@@ -783,6 +814,13 @@ class Loader:
     @property
     def classes(self):
         return list(self.store_info["classes"])
+
+    @property
+    def sources(self):
+        """A mixture's sources (path, weight, first, count, quota, period, epoch_samples: its
+        draws in the current epoch over all ranks, drawn: before it, content_digest,
+        label_offset), or None for one source."""
+        return self._mix.info(self._ptr()) if self._mix is not None else None
 
     def __len__(self) -> int:
         """Batches per epoch for this rank."""
@@ -881,7 +919,10 @@ class Loader:
             images, ref = self._lend(batch.data, batch.dtype, shape, owner)
             self._held.append((batch, [ref]))
             labels = _own(batch.labels, L.DTYPE_INT64, (n,))
-            if self._return_indices:
+            if self._mix is not None:
+                yield self._mix.pair(images, labels, _own(batch.indices, L.DTYPE_INT64, (n,)),
+                                     self._return_indices)
+            elif self._return_indices:
                 # Record numbers are < 2**63: int64 is the same bytes as the C uint64.
                 yield images, labels, _own(batch.indices, L.DTYPE_INT64, (n,))
             else:
@@ -936,9 +977,15 @@ class Loader:
         (images, labels[, indices])."""
         out = dict(items)
         self._check_names(len(out), len(items))
+        if self._mix is not None:
+            self._mix.split_into(out, out.pop("indices"), self._return_indices)
         if self._as_dict:
             return out
         images, labels = self._pair_names
+        if self._mix is not None:
+            extra = ((out["indices"],) if self._return_indices else ()) + \
+                ((out["source"],) if self._mix.return_source else ())
+            return (out[images], out[labels]) + extra
         if self._return_indices:
             return out[images], out[labels], out["indices"]
         return out[images], out[labels]
@@ -973,13 +1020,17 @@ class Loader:
             if bf.offsets:
                 out[name + "_offsets"] = _own(bf.offsets, L.DTYPE_INT64, (n + 1,))
         self._held.append((batch, refs))
-        if self._return_indices:
+        if self._mix is not None:
+            self._mix.split_into(out, _own(batch.indices, L.DTYPE_INT64, (n,)),
+                                 self._return_indices)
+        elif self._return_indices:
             # Record numbers are < 2**63: int64 is the same bytes as the C uint64.
             out["indices"] = _own(batch.indices, L.DTYPE_INT64, (n,))
         if not self._checked_names:
             want = sum(1 + (1 if batch.fields[i].lengths else 0) +
                        (1 if batch.fields[i].offsets else 0)
                        for i in range(batch.num_fields)) + (1 if self._return_indices else 0)
+            want += 1 if self._mix is not None else 0  # "source"
             self._check_names(len(out), want)
         return out
 
@@ -1002,11 +1053,15 @@ class Loader:
         one in use) as consumed; a fresh Loader given it by load_state_dict()
         yields exactly the batches that this one would yield next.
         """
-        buf = ctypes.create_string_buffer(L.LOADER_STATE_SIZE)
-        check(lib.dlc_loader_state_save(self._ptr(), buf), "dlcache.Loader.state_dict")
+        if self._mix is not None:
+            raw = self._mix.state(self._ptr())
+        else:
+            buf = ctypes.create_string_buffer(L.LOADER_STATE_SIZE)
+            check(lib.dlc_loader_state_save(self._ptr(), buf), "dlcache.Loader.state_dict")
+            raw = buf.raw
         out = {
             "dlcache_loader_state": _STATE_VERSION,
-            "state": buf.raw,
+            "state": raw,
             "epoch": int(self._epoch),
             "epoch_finished": bool(self._finished()),
             "seed": self._seed,
@@ -1015,6 +1070,8 @@ class Loader:
             "batch_size": int(self.batch_size),
         }
         c = self._config
+        if self._mix is not None:
+            out["mixture"] = self._mix.describe()
         if c.sampler == L.SAMPLER_SHARD_WINDOWS:
             # The order depends on them: a Loader resuming this state needs the same ones (the
             # C state checks it), so they are here to be read back.
@@ -1032,7 +1089,15 @@ class Loader:
         raw = state_dict.get("state")
         if isinstance(raw, torch.Tensor):
             raw = bytes(raw.to(torch.uint8).tolist())
-        if not isinstance(raw, (bytes, bytearray)) or len(raw) != L.LOADER_STATE_SIZE:
+        if (self._mix is None) != ("mixture" not in state_dict):
+            raise ValueError("state_dict is a %s's state and this Loader reads %s"
+                             % ("mixture" if "mixture" in state_dict else "single source",
+                                "a mixture" if self._mix is not None else "one source"))
+        if self._mix is not None:
+            if not isinstance(raw, (bytes, bytearray)) or len(raw) > L.LOADER_MIX_STATE_MAX:
+                raise ValueError("state_dict['state'] must be at most %d bytes"
+                                 % L.LOADER_MIX_STATE_MAX)
+        elif not isinstance(raw, (bytes, bytearray)) or len(raw) != L.LOADER_STATE_SIZE:
             raise ValueError("state_dict['state'] must be %d bytes" % L.LOADER_STATE_SIZE)
         saved_bs = state_dict.get("batch_size")
         if saved_bs is not None and int(saved_bs) != int(self.batch_size):
@@ -1043,8 +1108,9 @@ class Loader:
                           % (int(saved_bs), int(self.batch_size), int(self.batch_size)),
                           RuntimeWarning, stacklevel=2)
         self._sync()
-        check(lib.dlc_loader_state_restore(self._ptr(), bytes(raw), len(raw)),
-              "dlcache.Loader.load_state_dict")
+        restore = (lib.dlc_loader_mix_state_restore if self._mix is not None
+                   else lib.dlc_loader_state_restore)
+        check(restore(self._ptr(), bytes(raw), len(raw)), "dlcache.Loader.load_state_dict")
         self._gen += 1  # iterators over the old position must not go on
         self._epoch = int(state_dict["epoch"])
         self._seed = state_dict.get("seed", self._seed)
@@ -1131,3 +1197,119 @@ class Loader:
         return ("dlcache.Loader(%r, batch_size=%d, rank=%d/%d, epoch=%d, %d batches/epoch%s%s)"
                 % (os.fsdecode(self._path), c.batch_size, c.rank, c.world_size, self._epoch,
                    self._len, dev, ", closed" if closed else ""))
+
+
+# ------------------------------------------------------------ mixtures
+class _Mix:
+    """What a Loader over several sources adds (include/dlcache/loader.h, "Mixtures"): the
+    sources and their options, the C call that opens them, each sample's source and its record
+    number within it, and the mixture's state."""
+
+    @staticmethod
+    def make(path, weights, samples_per_epoch, label_offsets, return_source):
+        """A _Mix for a list of paths, else None (and the mixture's arguments must be unset)."""
+        if isinstance(path, (list, tuple)):
+            return _Mix(path, weights, samples_per_epoch, label_offsets, return_source)
+        if weights is not None or samples_per_epoch is not None or label_offsets is not None \
+                or return_source:
+            raise ValueError("weights, samples_per_epoch, label_offsets and return_source apply "
+                             "to a mixture: give a list of paths")
+        return None
+
+    def __init__(self, paths, weights, samples_per_epoch, label_offsets, return_source):
+        n = len(paths)
+        if not 1 <= n <= 64:
+            raise ValueError("a mixture has 1 to 64 sources, got %d" % n)
+        self.paths = [_fspath(p, "path[%d]" % i) for i, p in enumerate(paths)]
+        for p in self.paths:
+            if _stream.is_url(p):
+                raise ValueError("%s: streamed sources are not supported in a mixture yet: warm "
+                                 "it to a local set (cachewarm) and give its directory"
+                                 % os.fsdecode(p))
+        self.name = "[%s]" % ", ".join(os.fsdecode(p) for p in self.paths)
+        self.weights = [1.0] * n if weights is None else list(weights)
+        self.offsets = [0] * n if label_offsets is None else list(label_offsets)
+        for arg, vals in (("weights", self.weights), ("label_offsets", self.offsets)):
+            if len(vals) != n:
+                raise ValueError("%s has %d entries for %d sources" % (arg, len(vals), n))
+        try:
+            self.weights = [float(w) for w in self.weights]
+        except (TypeError, ValueError):
+            raise ValueError("weights must be numbers, got %r" % (weights,)) from None
+        self.offsets = [_uint(o, "label_offsets[%d]" % i, 0, 2**62)
+                        for i, o in enumerate(self.offsets)]
+        self.samples_per_epoch = 0 if samples_per_epoch is None else \
+            _uint(samples_per_epoch, "samples_per_epoch", 1)
+        self.return_source = bool(return_source)
+        self.firsts = None
+
+    def open(self, cfg, h):
+        n = len(self.paths)
+        arr = (L.MixSource * n)()
+        for i in range(n):
+            lib.dlc_mix_source_init(ctypes.byref(arr[i]))
+            arr[i].path = self.paths[i] if isinstance(self.paths[i], bytes) else \
+                os.fsencode(self.paths[i])
+            arr[i].weight = self.weights[i]
+            arr[i].label_offset = self.offsets[i]
+        o = L.MixOptions()
+        lib.dlc_mix_options_init(ctypes.byref(o))
+        o.samples_per_epoch = self.samples_per_epoch
+        check(lib.dlc_loader_open_mix(arr, n, ctypes.byref(o), ctypes.byref(cfg), ctypes.byref(h)),
+              "dlcache.Loader(%s)" % self.name)
+
+    def info(self, ptr):
+        """Each source as the C loader has it (dlc_mix_source_info)."""
+        out = []
+        for i, p in enumerate(self.paths):
+            s = L.MixSourceInfo()
+            s.struct_size = ctypes.sizeof(s)
+            check(lib.dlc_loader_source_info(ptr, i, ctypes.byref(s)), "dlcache.Loader.sources")
+            d = {name: getattr(s, name) for name, _ in L.MixSourceInfo._fields_
+                 if name != "struct_size"}
+            d.update(path=os.fsdecode(p), weight=self.weights[i])
+            out.append(d)
+        return out
+
+    def opened(self, ptr):
+        self.firsts = torch.tensor([s["first"] for s in self.info(ptr)], dtype=torch.int64)
+
+    def split(self, idx):
+        """The source of each global record number, and the number within the source."""
+        firsts = self.firsts.to(idx.device)
+        src = torch.searchsorted(firsts, idx, right=True) - 1
+        return src, idx - firsts[src]
+
+    def split_into(self, out, idx, want_indices):
+        src, local = self.split(idx)
+        out["source"] = src
+        if want_indices:
+            out["indices"] = local
+
+    def pair(self, images, labels, idx, want_indices):
+        src, local = self.split(idx)
+        return (images, labels) + ((local,) if want_indices else ()) + \
+            ((src,) if self.return_source else ())
+
+    def state(self, ptr):
+        buf = ctypes.create_string_buffer(L.LOADER_MIX_STATE_MAX)
+        n = ctypes.c_size_t()
+        check(lib.dlc_loader_mix_state_save(ptr, buf, len(buf), ctypes.byref(n)),
+              "dlcache.Loader.state_dict")
+        return buf.raw[:n.value]
+
+    def describe(self):
+        return {"paths": [os.fsdecode(p) for p in self.paths], "weights": list(self.weights),
+                "label_offsets": list(self.offsets),
+                "samples_per_epoch": self.samples_per_epoch}
+
+    def store_info(self, first, ptr):
+        """The first source's dlcache.info() with the mixture's count and label names."""
+        info = dict(first)
+        st = lib.dlc_loader_store(ptr)
+        si = lib.dlc_store_get_info(st).contents
+        info["count"] = si.count
+        info["num_labels"] = si.num_labels
+        info["classes"] = [lib.dlc_store_label_name(st, i).decode("utf-8", "replace")
+                           for i in range(si.num_labels)]
+        return info

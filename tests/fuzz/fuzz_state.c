@@ -14,6 +14,10 @@
  * in), whose state carries its streams and window in the sampler word and
  * whose epoch length changes with the epoch.
  *
+ * And to a third, a mixture of the store and a second one of 23 records at weights 2 and 1
+ * (dlc_loader_mix_state_restore(): a state of 80 + 40 per source + 8 bytes), whose restore
+ * rebuilds the saved schedule from its quotas and matches sources by path and digest.
+ *
  * Seeds: states saved by this harness at a few positions when it runs with
  * DLC_FUZZ_SEED_DIR set (tests/fuzz/make_seeds.sh does that). */
 #include "fuzz_util.h"
@@ -27,9 +31,12 @@
 #define SIDE 8u
 
 #define SET_RECORDS 41u
+#define MIX_RECORDS (RECORDS + 23u)
 
-static dlc_loader *loader, *windows;
+static dlc_loader *loader, *windows, *mixture;
 static uint8_t initial[DLC_LOADER_STATE_SIZE], initial_w[DLC_LOADER_STATE_SIZE];
+static uint8_t initial_m[DLC_LOADER_MIX_STATE_MAX];
+static size_t initial_m_size;
 
 static void die(const char *what)
 {
@@ -83,6 +90,21 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         die("loader_open of the set");
     if (dlc_loader_state_save(windows, initial_w) != DLC_OK)
         die("state_save of the set");
+    char second[512];
+    fz_path(second, sizeof second, "state-2.dlc");
+    if (tu_make_store(second, MIX_RECORDS - RECORDS, SIDE, SIDE, 3, 0) != DLC_OK)
+        die("tu_make_store");
+    dlc_mix_source src[2];
+    dlc_mix_source_init(&src[0]);
+    dlc_mix_source_init(&src[1]);
+    src[0].path = path, src[0].weight = 2;
+    src[1].path = second;
+    c.sampler = DLC_SAMPLER_SHUFFLE;
+    c.crop_h = c.crop_w = 4;
+    if (dlc_loader_open_mix(src, 2, NULL, &c, &mixture) != DLC_OK)
+        die("loader_open_mix");
+    if (dlc_loader_mix_state_save(mixture, initial_m, sizeof initial_m, &initial_m_size) != DLC_OK)
+        die("mix_state_save");
     const char *seeds = getenv("DLC_FUZZ_SEED_DIR");
     if (seeds) {
         /* The start, mid-epoch, the last batch, the end, and a later epoch. */
@@ -103,6 +125,19 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         char p[1024];
         snprintf(p, sizeof p, "%s/windows-start", seeds);
         fz_write_file(p, initial_w, sizeof initial_w);
+        snprintf(p, sizeof p, "%s/mix-start", seeds);
+        fz_write_file(p, initial_m, initial_m_size);
+        for (int i = 0; i < 4; i++)
+            if (dlc_loader_next(mixture, &b) != DLC_OK)
+                die("next of the mixture");
+        uint8_t st[DLC_LOADER_MIX_STATE_MAX];
+        size_t n = 0;
+        if (dlc_loader_mix_state_save(mixture, st, sizeof st, &n) != DLC_OK)
+            die("mix_state_save");
+        snprintf(p, sizeof p, "%s/mix-mid", seeds);
+        fz_write_file(p, st, n);
+        if (dlc_loader_mix_state_restore(mixture, initial_m, initial_m_size) != DLC_OK)
+            die("restore the mixture's initial state");
     }
     return 0;
 }
@@ -152,9 +187,34 @@ static void restore(dlc_loader *l, const uint8_t *initial_state, uint64_t record
         die("restore initial");
 }
 
+/* The same for the mixture: its state's checksum is its last 8 bytes, whatever its size. */
+static void restore_mix(const uint8_t *data, size_t size)
+{
+    dlc_status rc = dlc_loader_mix_state_restore(mixture, data, size);
+    if (rc < 0 && dlc_errmsg()[0] == '\0')
+        abort();
+    if (rc == DLC_OK)
+        draw(mixture, MIX_RECORDS, 0);
+    if (size >= 8 && size <= DLC_LOADER_MIX_STATE_MAX) {
+        uint8_t fixed[DLC_LOADER_MIX_STATE_MAX];
+        memcpy(fixed, data, size);
+        const uint64_t h = XXH3_64bits(fixed, size - 8);
+        for (int i = 0; i < 8; i++)
+            fixed[size - 8 + i] = (uint8_t)(h >> (8 * i));
+        rc = dlc_loader_mix_state_restore(mixture, fixed, size);
+        if (rc < 0 && dlc_errmsg()[0] == '\0')
+            abort();
+        if (rc == DLC_OK)
+            draw(mixture, MIX_RECORDS, 0);
+    }
+    if (dlc_loader_mix_state_restore(mixture, initial_m, initial_m_size) != DLC_OK)
+        die("restore the mixture's initial state");
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     restore(loader, initial, RECORDS, 1, data, size);
     restore(windows, initial_w, SET_RECORDS, 0, data, size);
+    restore_mix(data, size);
     return 0;
 }

@@ -127,6 +127,42 @@ int main(void)
     TU_REQUIRE(stats.threads == 6);
     dlc_loader_close(l);
 
+    /* A mixture (loader/mix.c): the same bytes whatever the threads, and its state saved while
+     * workers run ahead, restored exactly (same weights) and under other weights (a new schedule
+     * begins, applied by the reset while the threads are paused). */
+    char *path2 = tu_path(dir, "t.dlc");
+    TU_REQUIRE(path2 && tu_make_store(path2, 23, H, W, CLASSES, 0) == DLC_OK);
+    dlc_mix_source src[2];
+    dlc_mix_source_init(&src[0]);
+    dlc_mix_source_init(&src[1]);
+    src[0].path = path, src[0].weight = 2;
+    src[1].path = path2;
+    c.threads = 1, c.prefetch = 1;
+    TU_REQUIRE(dlc_loader_open_mix(src, 2, NULL, &c, &l) == DLC_OK);
+    const uint64_t mix_ref = epoch_hash(l, 0);
+    dlc_loader_close(l);
+    c.threads = 6, c.prefetch = 4;
+    TU_REQUIRE(dlc_loader_open_mix(src, 2, NULL, &c, &l) == DLC_OK);
+    TU_REQUIRE(epoch_hash(l, 0) == mix_ref);
+    TU_REQUIRE(dlc_loader_set_epoch(l, c.epoch) == DLC_OK);
+    epoch_hash(l, 3);
+    uint8_t mst[DLC_LOADER_MIX_STATE_MAX];
+    size_t mn = 0;
+    TU_REQUIRE(dlc_loader_mix_state_save(l, mst, sizeof mst, &mn) == DLC_OK);
+    const uint64_t rest = epoch_hash(l, 0);
+    TU_REQUIRE(dlc_loader_mix_state_restore(l, mst, mn) == DLC_OK);
+    TU_REQUIRE(epoch_hash(l, 0) == rest);
+    dlc_loader_close(l);
+    src[1].weight = 3;
+    TU_REQUIRE(dlc_loader_open_mix(src, 2, NULL, &c, &l) == DLC_OK);
+    epoch_hash(l, 2);
+    TU_REQUIRE(dlc_loader_mix_state_restore(l, mst, mn) == DLC_OK);
+    epoch_hash(l, 0);
+    TU_REQUIRE(dlc_loader_set_epoch(l, 1) == DLC_OK);
+    epoch_hash(l, 0);
+    dlc_loader_close(l);
+    free(path2);
+
     /* threads="auto" parks and wakes workers from the consumer's thread while they run, the
      * report reads every thread's counters, and the trace's rings are written by their threads
      * and read at close: the same bytes, and no race. */

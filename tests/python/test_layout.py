@@ -45,6 +45,9 @@ STRUCTS = {
     "dlc_loader_stream_stats": "LoaderStreamStats",
     "dlc_loader_report": "LoaderReport",
     "dlc_loader_plan_info": "LoaderPlanInfo",
+    "dlc_mix_source": "MixSource",
+    "dlc_mix_options": "MixOptions",
+    "dlc_mix_source_info": "MixSourceInfo",
     "dlc_warm_progress": "WarmProgress",
     "dlc_warm_options": "WarmOptions",
     "dlc_device_field": "DeviceField",
@@ -54,7 +57,8 @@ STRUCTS = {
 
 # C name: the name of its mirror in dlcache._lib.
 CONSTANTS = {
-    "DLC_LOADER_STATE_SIZE": "LOADER_STATE_SIZE", "DLC_END": "DLC_END",
+    "DLC_LOADER_STATE_SIZE": "LOADER_STATE_SIZE",
+    "DLC_LOADER_MIX_STATE_MAX": "LOADER_MIX_STATE_MAX", "DLC_END": "DLC_END",
     "DLC_ENCODING_RAW": "ENCODING_RAW", "DLC_ENCODING_JPEG": "ENCODING_JPEG",
     "DLC_ENCODING_PNG": "ENCODING_PNG", "DLC_STORE_SEQUENTIAL": "STORE_SEQUENTIAL",
     "DLC_SAMPLER_SEQUENTIAL": "SAMPLER_SEQUENTIAL", "DLC_SAMPLER_SHUFFLE": "SAMPLER_SHUFFLE",

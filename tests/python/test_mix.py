@@ -1,0 +1,198 @@
+"""A Loader over a mixture of stores (include/dlcache/loader.h, "Mixtures"):
+shares per batch, "source" and per-source "indices", labels moved by their
+offsets, len() from samples_per_epoch, state_dict() that resumes exactly and
+under new weights with a source added, and the refusals."""
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import require_lib
+
+require_lib("dlc_loader_open_mix")
+
+import dlcache  # noqa: E402
+
+
+def _write(path, n, base, classes):
+    samples = [{"image": np.full((4, 4, 3), (base + i) % 251, np.uint8), "label": i % classes}
+               for i in range(n)]
+    dlcache.write(samples, str(path), progress=False,
+                  label_names=["c%d_%d" % (base, k) for k in range(classes)])
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    d = tmp_path_factory.mktemp("mix")
+    return [_write(d / "a.dlc", 40, 0, 3), _write(d / "b.dlc", 25, 100, 2),
+            _write(d / "c.dlc", 15, 200, 4)]
+
+
+def _loader(paths, **kw):
+    kw.setdefault("crop", 4)
+    kw.setdefault("threads", 2)
+    kw.setdefault("seed", 3)
+    return dlcache.Loader(paths, 10, **kw)
+
+
+def test_shares_sources_indices_and_labels(sources):
+    loader = _loader(sources[:2], weights=[0.7, 0.3], samples_per_epoch=100,
+                     label_offsets=[0, 3], as_dict=True, return_indices=True)
+    assert len(loader) == 10
+    assert loader.num_classes == 5
+    assert loader.classes == ["c0_0", "c0_1", "c0_2", "c100_0", "c100_1"]
+    seen = 0
+    for b in loader:
+        src, idx = b["source"], b["indices"]
+        assert src.dtype == torch.int64 and src.shape == (10,)
+        assert int((src == 0).sum()) == 7  # each batch: 7 of the source of weight 0.7
+        for s, i, label, img in zip(src.tolist(), idx.tolist(), b["label"].tolist(),
+                                    b["image"]):
+            want = i % 3 if s == 0 else 3 + i % 2
+            assert label == want
+            assert int(img[0, 0, 0]) == (100 * s + i) % 251
+        seen += 10
+    assert seen == 100
+    info = loader.sources
+    assert [s["epoch_samples"] for s in info] == [70, 30]
+    assert [s["count"] for s in info] == [40, 25]
+    loader.close()
+
+
+def test_tuples_with_return_source(sources):
+    loader = _loader(sources, return_source=True, return_indices=True)
+    images, labels, idx, src = next(iter(loader))
+    assert images.shape == (10, 4, 4, 3) and labels.shape == idx.shape == src.shape == (10,)
+    assert set(src.tolist()) <= {0, 1, 2}
+    loader.close()
+
+
+def _rest(loader):
+    return [tuple(t.clone() for t in b) for b in loader]
+
+
+def test_state_dict_resumes_exactly(sources):
+    a = _loader(sources, weights=[5, 3, 2], samples_per_epoch=77, return_indices=True)
+    it = iter(a)
+    for _ in range(3):
+        next(it)
+    state = a.state_dict()
+    assert "mixture" in state
+    want = _rest(it)
+    b = _loader(sources, weights=[5, 3, 2], samples_per_epoch=77, return_indices=True)
+    b.load_state_dict(state)
+    got = _rest(b)
+    assert len(got) == len(want) == 5
+    for g, w in zip(got, want):
+        assert all(torch.equal(x, y) for x, y in zip(g, w))
+    a.close(), b.close()
+
+
+def test_new_weights_and_a_new_source_keep_every_pass_whole(sources):
+    counts = {p: n for p, n in zip(sources, (40, 25, 15))}
+    seq = {p: [] for p in sources}
+
+    def take(loader, paths, batches=None):
+        for k, b in enumerate(loader):
+            for s, i in zip(b["source"].tolist(), b["indices"].tolist()):
+                seq[paths[s]].append(i)
+            if batches is not None and k + 1 == batches:
+                break
+
+    first = sources[:2]
+    a = _loader(first, weights=[0.7, 0.3], as_dict=True, return_indices=True)
+    take(a, first)
+    take(a, first, batches=3)
+    state = a.state_dict()
+    a.close()
+    then = [sources[2], sources[1], sources[0]]
+    b = _loader(then, weights=[0.5, 0.7, 0.3], as_dict=True, return_indices=True)
+    b.load_state_dict(state)
+    for _ in range(3):
+        take(b, then)
+    b.close()
+    for p, got in seq.items():
+        n = counts[p]
+        assert len(got) > n
+        for start in range(0, len(got), n):
+            chunk = got[start:start + n]
+            assert len(set(chunk)) == len(chunk), (p, start)
+
+
+def test_refusals(sources, tmp_path):
+    with pytest.raises(dlcache.InvalidArgumentError, match="weight"):
+        _loader(sources[:2], weights=[1, float("nan")])
+    with pytest.raises(dlcache.InvalidArgumentError, match="all 0"):
+        _loader(sources[:2], weights=[0, 0])
+    with pytest.raises(ValueError, match="2 entries for 3 sources"):
+        _loader(sources, weights=[1, 2])
+    with pytest.raises(ValueError, match="apply to a mixture"):
+        dlcache.Loader(sources[0], 10, weights=[1])
+    other = str(tmp_path / "other.dlc")
+    dlcache.write([{"image": np.zeros((4, 4, 3), np.uint8), "label": 0, "x": 1.5}], other,
+                  progress=False)
+    with pytest.raises(dlcache.InvalidArgumentError, match="other.dlc"):
+        _loader([sources[0], other])
+    mixed, plain = _loader([sources[0]]), dlcache.Loader(sources[0], 10, crop=4)
+    with pytest.raises(ValueError, match="single source"):
+        mixed.load_state_dict(plain.state_dict())
+    with pytest.raises(ValueError, match="mixture"):
+        plain.load_state_dict(mixed.state_dict())
+    mixed.close(), plain.close()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="torch.cuda.is_available() is False: runs on a machine with a GPU")
+def test_device_batches_equal_the_host_ones(sources):
+    kw = dict(weights=[0.5, 0.3, 0.2], label_offsets=[0, 10, 20], return_indices=True,
+              dtype="float32")
+    host = [{k: v.clone() for k, v in b.items()}
+            for b in _loader(sources, as_dict=True, **kw)]
+    dev = [{k: v.cpu() for k, v in b.items()}
+           for b in _loader(sources, as_dict=True, device="cuda", **kw)]
+    assert len(host) == len(dev) == 8
+    for h, d in zip(host, dev):
+        assert h.keys() == d.keys() and "source" in h
+        for k in h:
+            assert torch.equal(h[k], d[k]), k
+    images, labels, idx, src = next(iter(_loader(sources, device="cuda", return_source=True,
+                                                 **kw)))
+    assert src.device.type == "cuda" and torch.equal(src.cpu(), host[0]["source"])
+    assert torch.equal(idx.cpu(), host[0]["indices"])
+
+
+_CHILD = r"""
+import os, signal, sys, torch
+sys.path.insert(0, sys.argv[1])
+import dlcache
+paths, out = sys.argv[2].split(","), sys.argv[3]
+loader = dlcache.Loader(paths, 10, weights=[5, 3, 2], crop=4, threads=2, seed=3,
+                        return_indices=True)
+it = iter(loader)
+for _ in range(3):
+    next(it)
+torch.save(loader.state_dict(), out + ".tmp")
+os.rename(out + ".tmp", out)
+next(it)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_kill_9_mid_epoch_and_resume(sources, tmp_path):
+    import os
+    import subprocess
+    import sys
+    state = tmp_path / "state.pt"
+    child = subprocess.run([sys.executable, "-c", _CHILD, os.path.join(os.path.dirname(
+        dlcache.__file__), ".."), ",".join(sources), str(state)], env=dict(os.environ))
+    assert child.returncode == -9 and state.exists()
+    ref = _loader(sources, weights=[5, 3, 2], return_indices=True)
+    want = [tuple(t.clone() for t in b) for b in ref][3:]
+    got_loader = _loader(sources, weights=[5, 3, 2], return_indices=True)
+    got_loader.load_state_dict(torch.load(str(state)))
+    got = [tuple(t.clone() for t in b) for b in got_loader]
+    assert len(got) == len(want) == 5
+    for g, w in zip(got, want):
+        assert all(torch.equal(x, y) for x, y in zip(g, w))
+    ref.close(), got_loader.close()
