@@ -161,7 +161,12 @@ typedef struct dlc__worker {
     uint64_t bytes_read;     /**< Not yet added to the loader's stats. */
 } dlc__worker;
 
+/* dlc_loader.alive while the loader is open (loader.c): close clears it first, so a call with the
+ * pointer soon after close (a use after free, loader.h) usually finds it cleared and fails. */
+#define DLC__LOADER_ALIVE 0x6f70656e6c6f6164ull
+
 struct dlc_loader {
+    uint64_t alive; /**< DLC__LOADER_ALIVE from a successful open until dlc_loader_close(). */
     dlc_loader_config cfg;
     double *weights;
     dlc_store *store;

@@ -471,10 +471,15 @@ static dlc_status fetch_index(dlc__scache *c, uint8_t **buf, size_t *len)
 
 static dlc_status copy_config(dlc__scache *c, const dlc__scache_config *cfg)
 {
-    if (cfg->net)
-        c->net = *cfg->net;
-    else
-        dlc_warm_options_init(&c->net);
+    /* The caller's net options are checked and taken at their own struct_size, like any options
+     * (status.h): a whole copy would read past an older caller's smaller struct. */
+    dlc_warm_options_init(&c->net);
+    if (cfg->net) {
+        const dlc_status rc = dlc__options_take(&c->net, sizeof c->net, cfg->net,
+                                                "dlc_loader_config.net", "dlc_warm_options_init");
+        if (rc != DLC_OK)
+            return rc;
+    }
     if (c->net.connections == 0)
         c->net.connections = DLC__WARM_DEFAULT_CONNECTIONS;
     if (c->net.chunk_size == 0)

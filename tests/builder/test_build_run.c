@@ -396,7 +396,7 @@ Test(build, bad_options)
     free(out);
 }
 
-/* Options grow at their end (status.h, "How options grow"). A program built before the fields
+/* Options grow at their end (status.h, "How structs grow"). A program built before the fields
  * and the set joined the options sends a struct that ends at log_user: what its memory holds
  * after that (here a bad channels count and a set of too many parts) is never read, and the
  * build is the single RGB store that program asked for. */

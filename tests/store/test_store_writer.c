@@ -860,7 +860,7 @@ Test(store_writer, smallest_image_unknown_in_old_stores_and_checked)
     free(path);
 }
 
-/* Options grow at their end (status.h, "How options grow"): a program built before
+/* Options grow at their end (status.h, "How structs grow"): a program built before
  * source_digest existed sends a struct that ends at build_json, and the writer takes the
  * default, none, whatever that program's memory holds after it. */
 static dlc_status write_one(const char *path, const dlc_writer_config *cfg)
