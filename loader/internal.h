@@ -204,6 +204,14 @@ struct dlc_loader {
     struct dlc__devpath *dev;    /**< The device path, or NULL (loader/device.c). */
     struct dlc__lstream *stream; /**< Streaming from object storage, or NULL (loader/stream.c). */
     char *dev_why;               /**< Why the device path is off although config.device >= 0. */
+    /* The loader's one lock. Lock order across parts: mu comes first. The loader calls into the
+     * stream part's shard cache with mu held (dlc__stream_plan() from dlc__pipeline_reset(),
+     * dlc__stream_unpin_locked() from the consumer's release: dlc__scache_release() and
+     * dlc__set_detach()), and those take the cache's own locks (stream_cache.c: c->mu, fs_mu,
+     * log_mu) and the set's; the stream cache and the store never call back into the loader,
+     * so no thread takes mu while it holds one of theirs. Keep it so: a call into the loader
+     * from a cache callback would need to drop the cache's locks first. CONTRIBUTING.md,
+     * "Resources, memory and threads". */
     pthread_mutex_t mu;
     pthread_cond_t cv_io;         /**< The I/O thread waits here for a free slot. */
     pthread_cond_t cv_work;       /**< Workers wait here for a slot to fill. */
