@@ -960,9 +960,3 @@ void dlc__dev_stats(const dlc_loader *l, dlc_loader_stats *st)
     st->device_bytes = atomic_load(&d->bytes);
     st->device_copy_seconds = (double)atomic_load(&d->copy_ns) * 1e-9;
 }
-
-int dlc__loader_open_ops(const char *path, const struct dlc_loader_config *config,
-                         const dlc__devops *ops, struct dlc_loader **out)
-{
-    return dlc__loader_open_with(path, config, ops, out);
-}

@@ -328,7 +328,8 @@ int dlc__dev_busy_locked(const struct dlc_loader *l);
 void dlc__dev_reset_locked(struct dlc_loader *l);
 /** The device part of the stats. */
 void dlc__dev_stats(const struct dlc_loader *l, dlc_loader_stats *st);
-/** dlc_loader_open() on device operations @p ops (NULL: the plugin). */
+/** dlc_loader_open() on device operations @p ops (NULL: the CUDA plugin; the tests pass their CPU
+ *  stand-in, tests/lib/devsim.c, which must outlive the loader). */
 dlc_status dlc__loader_open_with(const char *path, const dlc_loader_config *config,
                                  const struct dlc__devops *ops, struct dlc_loader **out);
 
