@@ -384,29 +384,6 @@ DLC_API dlc_status dlc_store_read_values(dlc_store_reader *r, uint64_t index, dl
 DLC_API dlc_status dlc_value_verify(const dlc_store *s, uint64_t index, uint32_t field,
                                     const dlc_value *v);
 
-/**
- * @brief Find record @p index's first image field and its label without copying or allocating
- *        (dlc_store_read_values() reads every field). Checks the header and bounds, not the
- *        payload checksum. In a set, rec->offset is in file dlc_store_record_file(s, index).
- * @param[in] r The calling thread's reader.
- * @param[in] index The record number, 0..count-1.
- * @param[out] rec Filled on success; its views stay valid until dlc_store_close(). The label
- *             is 0 in a store without a label field.
- * @return DLC_OK, DLC_ENOTFOUND (index >= count), DLC_ECORRUPT (bad header,
- *         payload out of the file, size that disagrees with the shape), DLC_EINVAL (the store
- *         has no image field).
- */
-DLC_API dlc_status dlc_store_read(dlc_store_reader *r, uint64_t index, dlc_record *rec);
-
-/**
- * @brief Hash @p rec's image payload and compare with its stored checksum.
- * @param[in] s The store @p rec was read from, or NULL (the message then says "store").
- * @param[in] rec A record from dlc_store_read() (not NULL).
- * @return DLC_OK or DLC_ECORRUPT, with "STORE: record I: checksum mismatch
- *         (stored X, computed Y)" in dlc_errmsg(). @p s names the file.
- */
-DLC_API dlc_status dlc_record_verify(const dlc_store *s, const dlc_record *rec);
-
 /** Called by dlc_store_verify() for progress and for each bad record. A set's shards are
  *  verified in parallel and their progress summed. */
 typedef struct dlc_verify_progress {
@@ -440,6 +417,40 @@ typedef int (*dlc_verify_fn)(void *user, const dlc_verify_progress *p);
  */
 DLC_API dlc_status dlc_store_verify(const dlc_store *s, dlc_verify_fn fn, void *user,
                                     uint64_t *bad);
+
+/* ---- Experimental ----------------------------------------------------------------------------
+ * The version 1 view of a record (its first image and its label, a ::dlc_record): the one way to
+ * read a record is dlc_store_read_values(), and to check a field, dlc_value_verify().
+ * Declared only when the program defines DLC_EXPERIMENTAL before including this header (zstd's
+ * ZSTD_STATIC_LINKING_ONLY is the model; the tree's own build defines it): exported, in the
+ * DLCACHE_EXPERIMENTAL node of the symbol map, but outside the frozen ABI: they may change or go
+ * in any release (CONTRIBUTING.md, "The ABI"). */
+#ifdef DLC_EXPERIMENTAL
+
+/**
+ * @brief Find record @p index's first image field and its label without copying or allocating
+ *        (dlc_store_read_values() reads every field). Checks the header and bounds, not the
+ *        payload checksum. In a set, rec->offset is in file dlc_store_record_file(s, index).
+ * @param[in] r The calling thread's reader.
+ * @param[in] index The record number, 0..count-1.
+ * @param[out] rec Filled on success; its views stay valid until dlc_store_close(). The label
+ *             is 0 in a store without a label field.
+ * @return DLC_OK, DLC_ENOTFOUND (index >= count), DLC_ECORRUPT (bad header,
+ *         payload out of the file, size that disagrees with the shape), DLC_EINVAL (the store
+ *         has no image field).
+ */
+DLC_API dlc_status dlc_store_read(dlc_store_reader *r, uint64_t index, dlc_record *rec);
+
+/**
+ * @brief Hash @p rec's image payload and compare with its stored checksum.
+ * @param[in] s The store @p rec was read from, or NULL (the message then says "store").
+ * @param[in] rec A record from dlc_store_read() (not NULL).
+ * @return DLC_OK or DLC_ECORRUPT, with "STORE: record I: checksum mismatch
+ *         (stored X, computed Y)" in dlc_errmsg(). @p s names the file.
+ */
+DLC_API dlc_status dlc_record_verify(const dlc_store *s, const dlc_record *rec);
+
+#endif /* DLC_EXPERIMENTAL */
 
 #ifdef __cplusplus
 }
