@@ -178,6 +178,11 @@ dlc_status dlc__fsync_dir(const char *path);
  * the new one only once it is on disk; a failure removes the temporary file. Returns DLC_OK,
  * -ENOMEM or -errno with the file named. */
 dlc_status dlc__replace_file(const char *path, const void *p, size_t len);
+/* mkdir -p: make @p path and its missing parents with @p mode (existing ones are kept as they
+ * are), then check that @p path is a directory. @p what names the directory in a failure's
+ * message ("the push state directory"). Returns DLC_OK, DLC_EINVAL (a path of 4096 bytes or
+ * more, or one that is not a directory) or -errno with the part that failed named. */
+dlc_status dlc__make_dirs(const char *path, unsigned mode, const char *what);
 
 /* ---- Counter-based random streams (rng.c) ------------------------------------------------------
  * Every random choice of the loader is a pure function of a key made from (seed, epoch, position,
