@@ -93,10 +93,12 @@ test: WERROR = ON
 test: TESTS = ON
 
 # From a git checkout, the repository's hooks are .githooks/ (commit-msg: subjects of 72
-# characters or fewer); set once, and never over a hooks path someone chose.
+# characters or fewer); set once, and never over a hooks path someone chose or over hooks
+# already installed in the repository's own hooks folder (core.hooksPath would hide them).
 hooks:
 	@if git rev-parse --is-inside-work-tree >/dev/null 2>&1 && [ -d .githooks ] && \
-	    [ -z "$$(git config core.hooksPath)" ]; then \
+	    [ -z "$$(git config core.hooksPath)" ] && \
+	    ! ls "$$(git rev-parse --git-common-dir)/hooks" 2>/dev/null | grep -qv '\.sample$$'; then \
 	  git config core.hooksPath .githooks && echo "git: hooks from .githooks/ (core.hooksPath)"; \
 	fi
 
