@@ -942,6 +942,8 @@ int dlc_loader_device(const dlc_loader *l, const char **why)
 
 uint32_t dlc_loader_host_slots(const dlc_loader *l, void **bases, size_t *sizes, uint32_t cap)
 {
+    if (!l)
+        return 0;
     for (uint32_t i = 0; i < l->nslots && i < cap; i++) {
         if (bases)
             bases[i] = l->slots[i].arena;

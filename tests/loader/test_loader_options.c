@@ -115,6 +115,7 @@ Test(loader_options, null_is_answered_not_a_crash)
     cr_assert_eq(dlc_loader_batches_per_epoch(NULL), 0);
     cr_assert_eq(dlc_loader_store_count(NULL), 0);
     cr_assert_null(dlc_loader_store(NULL));
+    cr_assert_eq(dlc_loader_host_slots(NULL, NULL, NULL, 0), 0);
     cr_assert_null(dlc_store_get_info(NULL));
     cr_assert_null(dlc_store_fields(NULL));
     cr_assert_null(dlc_store_path(NULL));

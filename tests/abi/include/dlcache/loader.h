@@ -611,12 +611,12 @@ DLC_API dlc_status dlc_loader_device_release(dlc_loader *l, const dlc_device_bat
  *        slot is one block, allocated at open and freed by dlc_loader_close(); unregister it
  *        before closing. A block being copied must not be handed back (the next
  *        dlc_loader_next()) before its copy has completed.
- * @param[in] l The loader (not NULL).
+ * @param[in] l The loader; NULL gives 0.
  * @param[out] bases @p cap entries for the slots' first bytes, or NULL.
  * @param[out] sizes @p cap entries for the slots' sizes in bytes, or NULL.
  * @param[in] cap Entries of @p bases and @p sizes; the first @p cap slots are written. 0 (with
  *            NULL arrays) only counts.
- * @return The number of slots, which may exceed @p cap; cannot fail.
+ * @return The number of slots, which may exceed @p cap; 0 when @p l is NULL.
  */
 DLC_API uint32_t dlc_loader_host_slots(const dlc_loader *l, void **bases, size_t *sizes,
                                        uint32_t cap);
