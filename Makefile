@@ -36,6 +36,7 @@ FUZZ_PKGS := clang libclang-rt-dev python3
 #   libcriterion-dev     the C unit tests (CMake requires it with DLCACHE_TESTS=ON)
 #   clang-format-14      tests/check_format.sh (the pinned version), with git ls-files
 #   doxygen              tests/check_docs.sh: every public function, parameter and field documented
+#   abigail-tools        tests/abi/check.sh (abidiff) and tests/abi/update.sh (abidw): the ABI
 #   valgrind             tests/e2e/valgrind_tools.sh
 #   lmdb-utils           mdb_stat in tests/e2e/store_foreign.sh
 #   openssl              the self-signed certificate of tests/e2e/warm_gcs.sh
@@ -49,7 +50,7 @@ FUZZ_PKGS := clang libclang-rt-dev python3
 #                        of its own (slurmctld, slurmd, munged, own config and key); their
 #                        system services do not start without /etc/slurm/slurm.conf (a system
 #                        munged may start, on its own socket, and is left alone)
-TEST_PKGS := libcriterion-dev clang-format-14 doxygen git valgrind lmdb-utils openssl curl ca-certificates \
+TEST_PKGS := libcriterion-dev clang-format-14 doxygen abigail-tools git valgrind lmdb-utils openssl curl ca-certificates \
              python3 python3-pytest python3-venv python3-numpy python3-torch python3-torchvision \
              python3-pil python3-lmdb slurm-wlm munge $(FUZZ_PKGS)
 
@@ -66,7 +67,7 @@ missing_sh = missing=$$(for p in $(filter-out node,$1); do \
 	  done); \
 	$(if $(filter node,$1),command -v npm >/dev/null || missing="$$missing nodejs npm";)
 
-.PHONY: all packages deps deps-build deps-demo deps-test deps-list build demo test install fuzz bench clean
+.PHONY: all packages deps deps-build deps-demo deps-test deps-list hooks build demo test install fuzz bench clean
 
 all: build
 
@@ -95,7 +96,17 @@ TESTS  ?= AUTO
 test: WERROR = ON
 test: TESTS = ON
 
-build: packages
+# From a git checkout, the repository's hooks are .githooks/ (commit-msg: subjects of 72
+# characters or fewer); set once, and never over a hooks path someone chose or over hooks
+# already installed in the repository's own hooks folder (core.hooksPath would hide them).
+hooks:
+	@if git rev-parse --is-inside-work-tree >/dev/null 2>&1 && [ -d .githooks ] && \
+	    [ -z "$$(git config core.hooksPath)" ] && \
+	    ! ls "$$(git rev-parse --git-common-dir)/hooks" 2>/dev/null | grep -qv '\.sample$$'; then \
+	  git config core.hooksPath .githooks && echo "git: hooks from .githooks/ (core.hooksPath)"; \
+	fi
+
+build: packages hooks
 	cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLCACHE_WERROR=$(WERROR) \
 	      -DDLCACHE_TESTS=$(TESTS) >/dev/null
 	cmake --build build -j $(JOBS)
@@ -117,6 +128,11 @@ install: build
 
 fuzz: packages
 	bash tests/fuzz/run.sh $(FUZZ_SECONDS)
+
+# The benchmarks that need no server and no GPU, on a small data set (tests/bench/run.sh says
+# which; the other scripts of tests/bench/ say how to run them).
+bench: build
+	bash tests/bench/run.sh
 
 clean:
 	rm -rf build build-*

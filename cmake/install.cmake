@@ -46,17 +46,25 @@ check_required_components(dlcache)
 configure_package_config_file(${CMAKE_BINARY_DIR}/dlcacheConfig.cmake.in
   ${CMAKE_BINARY_DIR}/dlcacheConfig.cmake
   INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/dlcache)
+# From 1.0 a minor version only adds (include/dlcache/status.h): any 1.x satisfies find_package(dlcache 1.0).
 write_basic_package_version_file(${CMAKE_BINARY_DIR}/dlcacheConfigVersion.cmake
-  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
+  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMajorVersion)
 install(FILES ${CMAKE_BINARY_DIR}/dlcacheConfig.cmake
               ${CMAKE_BINARY_DIR}/dlcacheConfigVersion.cmake
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/dlcache)
 
 # pkg-config. The library links its dependencies itself (they are private to
 # the shared object), so Libs names only -ldlcache; Requires.private lets a
-# static link find them.
+# static link find them. Outside /usr (the one prefix whose library directory
+# the dynamic loader searches by default on Debian) Libs also carries an
+# rpath, so a program linked with `pkg-config --libs dlcache` finds the
+# library it was linked with without LD_LIBRARY_PATH.
 install(CODE "
   set(_prefix \"\${CMAKE_INSTALL_PREFIX}\")
+  set(_rpath \"\")
+  if(NOT _prefix STREQUAL \"/usr\")
+    set(_rpath \" -Wl,-rpath,\\\${libdir}\")
+  endif()
   set(_pcdir \"\$ENV{DESTDIR}\${_prefix}/${CMAKE_INSTALL_LIBDIR}/pkgconfig\")
   file(MAKE_DIRECTORY \"\${_pcdir}\")
   file(WRITE \"\${_pcdir}/dlcache.pc\"
@@ -69,7 +77,7 @@ Name: dlcache
 Description: Pre-decoded image cache and batch loader for training
 Version: ${PROJECT_VERSION}
 Requires.private: lmdb libxxhash libturbojpeg libpng liburing libcurl libcrypto
-Libs: -L\\\${libdir} -ldlcache
+Libs: -L\\\${libdir} -ldlcache\${_rpath}
 Libs.private: -lpthread -lm
 Cflags: -I\\\${includedir}
 \")

@@ -94,8 +94,16 @@ dlc_status dlc__err_restore(const dlc__errsave *es, dlc_status status);
         }                                                                                          \
     } while (0)
 
-/* ---- Options structs (options.c) --------------------------------------------------------------
- */
+/* ---- Structs that carry their size (options.c) ------------------------------------------------
+ * status.h, "How structs grow": one helper each way, and one table of the sizes each released
+ * header gave each struct (abi_sizes.h). */
+
+/* An options struct's _init(): write @p defaults (@p size bytes, this library's sizeof, with any
+ * struct_size) into the caller's @p dst of @p dst_size bytes (the sizeof of the caller's header,
+ * which the header's _init() macro passes), never past dst_size; bytes of a newer header than
+ * this library are zeroed; dst's struct_size becomes dst_size, which dlc__options_take() then
+ * accepts or refuses. Nothing is written when dst is NULL or smaller than a uint32_t. */
+void dlc__options_init(void *dst, size_t dst_size, const void *defaults, size_t size);
 
 /* Take the caller's options @p src, a public struct of type @p type whose first member is its
  * uint32_t struct_size, into @p dst, which holds this library's defaults (from @p init, the
@@ -103,9 +111,24 @@ dlc_status dlc__err_restore(const dlc__errsave *es, dlc_status status);
  * are copied over the defaults and dst's struct_size becomes @p size. DLC_EINVAL, naming
  * @p type and @p init, for a struct_size of 0 (no _init() call), one larger than @p size (a newer
  * header than this library) or one no version had. The one entry check of every call that takes
- * such a struct (status.h, "How options grow"). */
+ * such a struct (status.h, "How structs grow"). */
 dlc_status dlc__options_take(void *dst, size_t size, const void *src, const char *type,
                              const char *init);
+
+/* Copy a result out: @p src is the library's whole struct of type @p type (@p size bytes, its
+ * sizeof); the caller's @p dst opens with the struct_size the caller set, and only that many
+ * bytes of dst are written (its struct_size is kept). DLC_EINVAL, naming @p type, and nothing
+ * written, for a struct_size of 0, larger than @p size, or no size the struct ever had. The one
+ * copy-out of every result that carries its size (the mirror of dlc__options_take()). */
+dlc_status dlc__result_give(void *dst, const void *src, size_t size, const char *type);
+
+/* dlc__options_take() and dlc__result_give() with the older sizes given as @p older
+ * (0-terminated) instead of abi_sizes.h's rows for @p type: the rule apart from the table, which
+ * the unit tests (tests/common/test_common_options.c) check on structs of their own. */
+dlc_status dlc__options_take_as(void *dst, size_t size, const void *src, const char *type,
+                                const char *init, const uint32_t *older);
+dlc_status dlc__result_give_as(void *dst, const void *src, size_t size, const char *type,
+                               const uint32_t *older);
 
 /* ---- Little-endian loads and stores on unaligned bytes -----------------------------------------
  * Bytes inside an LMDB map or a file have no alignment promise, so they are never cast to a
@@ -155,6 +178,11 @@ dlc_status dlc__fsync_dir(const char *path);
  * the new one only once it is on disk; a failure removes the temporary file. Returns DLC_OK,
  * -ENOMEM or -errno with the file named. */
 dlc_status dlc__replace_file(const char *path, const void *p, size_t len);
+/* mkdir -p: make @p path and its missing parents with @p mode (existing ones are kept as they
+ * are), then check that @p path is a directory. @p what names the directory in a failure's
+ * message ("the push state directory"). Returns DLC_OK, DLC_EINVAL (a path of 4096 bytes or
+ * more, or one that is not a directory) or -errno with the part that failed named. */
+dlc_status dlc__make_dirs(const char *path, unsigned mode, const char *what);
 
 /* ---- Counter-based random streams (rng.c) ------------------------------------------------------
  * Every random choice of the loader is a pure function of a key made from (seed, epoch, position,

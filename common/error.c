@@ -34,6 +34,11 @@ const char *dlc_version(void)
     return DLC_VERSION_STRING;
 }
 
+uint32_t dlc_version_number(void)
+{
+    return DLC_VERSION_NUMBER;
+}
+
 const char *dlc_strerror(dlc_status status)
 {
     switch (status) {

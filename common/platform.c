@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -87,4 +88,28 @@ dlc_status dlc__replace_file(const char *path, const void *p, size_t len)
         unlink(tmp);
     free(tmp);
     return rc == DLC_OK ? dlc__fsync_dir(path) : rc;
+}
+
+dlc_status dlc__make_dirs(const char *path, unsigned mode, const char *what)
+{
+    char buf[4096];
+    if ((size_t)snprintf(buf, sizeof buf, "%s", path) >= sizeof buf)
+        return dlc__errorf(DLC_EINVAL, "%s: %s: path too long", path, what);
+    for (char *p = buf + 1;; p++) {
+        const char ch = *p;
+        if (ch != '/' && ch != '\0')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, (mode_t)mode) < 0 && errno != EEXIST) {
+            const int e = errno;
+            return dlc__errorf(-e, "%s: cannot create %s: %s", buf, what, strerror(e));
+        }
+        *p = ch;
+        if (ch == '\0')
+            break;
+    }
+    struct stat st;
+    if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode))
+        return dlc__errorf(DLC_EINVAL, "%s: %s is not a directory", path, what);
+    return DLC_OK;
 }

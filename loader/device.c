@@ -955,6 +955,8 @@ int dlc_loader_device(const dlc_loader *l, const char **why)
 
 uint32_t dlc_loader_host_slots(const dlc_loader *l, void **bases, size_t *sizes, uint32_t cap)
 {
+    if (!l)
+        return 0;
     for (uint32_t i = 0; i < l->nslots && i < cap; i++) {
         if (bases)
             bases[i] = l->slots[i].arena;
@@ -972,10 +974,4 @@ void dlc__dev_stats(const dlc_loader *l, dlc_loader_stats *st)
         return;
     st->device_bytes = atomic_load(&d->bytes);
     st->device_copy_seconds = (double)atomic_load(&d->copy_ns) * 1e-9;
-}
-
-int dlc__loader_open_ops(const char *path, const struct dlc_loader_config *config,
-                         const dlc__devops *ops, struct dlc_loader **out)
-{
-    return dlc__loader_open_with(path, config, ops, out);
 }

@@ -78,11 +78,4 @@ typedef struct dlc__devops {
 /* The plugin's export: the table for @p abi (its ctx is NULL), or NULL. */
 typedef const dlc__devops *(*dlc__devops_fn)(uint32_t abi);
 
-/* dlc_loader_open() with the device path on @p ops instead of the CUDA plugin (the tests' CPU
- * stand-in). @p ops must outlive the loader. Declared here, defined in loader/device.c. */
-struct dlc_loader;
-struct dlc_loader_config;
-int dlc__loader_open_ops(const char *path, const struct dlc_loader_config *config,
-                         const dlc__devops *ops, struct dlc_loader **out);
-
 #endif /* DLCACHE_LOADER_DEVICE_H */

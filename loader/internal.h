@@ -212,7 +212,12 @@ typedef struct dlc__tally {
 
 struct dlc__trace;
 
+/* dlc_loader.alive while the loader is open (loader.c): close clears it first, so a call with the
+ * pointer soon after close (a use after free, loader.h) usually finds it cleared and fails. */
+#define DLC__LOADER_ALIVE 0x6f70656e6c6f6164ull
+
 struct dlc_loader {
+    uint64_t alive; /**< DLC__LOADER_ALIVE from a successful open until dlc_loader_close(). */
     dlc_loader_config cfg;
     double *weights;
     dlc_store *store;
@@ -250,6 +255,14 @@ struct dlc_loader {
     struct dlc__devpath *dev;    /**< The device path, or NULL (loader/device.c). */
     struct dlc__lstream *stream; /**< Streaming from object storage, or NULL (loader/stream.c). */
     char *dev_why;               /**< Why the device path is off although config.device >= 0. */
+    /* The loader's one lock. Lock order across parts: mu comes first. The loader calls into the
+     * stream part's shard cache with mu held (dlc__stream_plan() from dlc__pipeline_reset(),
+     * dlc__stream_unpin_locked() from the consumer's release: dlc__scache_release() and
+     * dlc__set_detach()), and those take the cache's own locks (stream_cache.c: c->mu, fs_mu,
+     * log_mu) and the set's; the stream cache and the store never call back into the loader,
+     * so no thread takes mu while it holds one of theirs. Keep it so: a call into the loader
+     * from a cache callback would need to drop the cache's locks first. CONTRIBUTING.md,
+     * "Resources, memory and threads". */
     pthread_mutex_t mu;
     pthread_cond_t cv_io;         /**< The I/O thread waits here for a free slot. */
     pthread_cond_t cv_work;       /**< Workers wait here for a slot to fill. */
@@ -424,7 +437,8 @@ int dlc__dev_busy_locked(const struct dlc_loader *l);
 void dlc__dev_reset_locked(struct dlc_loader *l);
 /** The device part of the stats. */
 void dlc__dev_stats(const struct dlc_loader *l, dlc_loader_stats *st);
-/** dlc_loader_open() on device operations @p ops (NULL: the plugin). */
+/** dlc_loader_open() on device operations @p ops (NULL: the CUDA plugin; the tests pass their CPU
+ *  stand-in, tests/lib/devsim.c, which must outlive the loader). */
 dlc_status dlc__loader_open_with(const char *path, const dlc_loader_config *config,
                                  const struct dlc__devops *ops, struct dlc_loader **out);
 

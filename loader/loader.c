@@ -8,10 +8,11 @@
 #include <string.h>
 #include <xxhash.h>
 
-void dlc_loader_config_init(dlc_loader_config *c)
+/* The defaults, at this library's size: dlc_loader_config_init_sized() gives the caller its part.
+ */
+static void loader_config_defaults(dlc_loader_config *c)
 {
     memset(c, 0, sizeof *c);
-    c->struct_size = sizeof *c;
     c->batch_size = 256;
     c->sampler = DLC_SAMPLER_SHUFFLE;
     c->world_size = 1;
@@ -39,6 +40,13 @@ void dlc_loader_config_init(dlc_loader_config *c)
     c->window_shards = 4;
     c->cache_ranks = 1;
     c->downloads = 2;
+}
+
+void dlc_loader_config_init_sized(dlc_loader_config *c, size_t size)
+{
+    dlc_loader_config d;
+    loader_config_defaults(&d);
+    dlc__options_init(c, size, &d, sizeof d);
 }
 
 /* Every field that can be wrong, named, before anything is allocated. */
@@ -362,6 +370,7 @@ dlc_status dlc__loader_open_any(const char *path, const dlc_mix_source *sources,
     dlc__stream_plan(l);
     CHECK(threads_start(l, &sync_made));
     CHECK(dlc__dev_start(l));
+    l->alive = DLC__LOADER_ALIVE;
     *out = l;
     return DLC_OK;
 fail:
@@ -382,6 +391,7 @@ void dlc_loader_close(dlc_loader *l)
 {
     if (!l)
         return;
+    l->alive = 0;
     if (l->workers || l->io_started) {
         stop_threads(l);
     }
@@ -432,6 +442,8 @@ dlc_status dlc_loader_next(dlc_loader *l, dlc_batch *batch)
 {
     if (!l || !batch)
         return dlc__errorf(DLC_EINVAL, "loader: dlc_loader_next() needs a loader and a batch");
+    if (l->alive != DLC__LOADER_ALIVE)
+        return dlc__errorf(DLC_ESTATE, "loader: dlc_loader_next(): the loader was closed");
     if (l->dev)
         return dlc__errorf(DLC_ESTATE,
                            "%s: the batches go to CUDA device %d: take them with "
@@ -542,6 +554,8 @@ dlc_status dlc_loader_release(dlc_loader *l, const dlc_batch *batch)
 
 uint64_t dlc_loader_batches_per_epoch(const dlc_loader *l)
 {
+    if (!l)
+        return 0;
     dlc__shard sh;
     dlc__shard_plan(&sh, l->sampler.len, 0, l->cfg.rank, l->cfg.world_size, l->cfg.batch_size,
                     l->cfg.drop_last);
@@ -550,12 +564,12 @@ uint64_t dlc_loader_batches_per_epoch(const dlc_loader *l)
 
 const dlc_store *dlc_loader_store(const dlc_loader *l)
 {
-    return l->store;
+    return l ? l->store : NULL;
 }
 
 uint64_t dlc_loader_store_count(const dlc_loader *l)
 {
-    return l->info->count;
+    return l ? l->info->count : 0;
 }
 
 dlc_status dlc_loader_set_epoch(dlc_loader *l, uint64_t epoch)
@@ -675,24 +689,21 @@ dlc_status dlc_loader_get_stream_stats(const dlc_loader *l, dlc_loader_stream_st
     if (!l || !st)
         return dlc__errorf(DLC_EINVAL,
                            "loader: dlc_loader_get_stream_stats() needs a loader and stats");
-    if (st->struct_size == 0 || st->struct_size > sizeof *st)
-        return dlc__errorf(
-            DLC_EINVAL,
-            "%s: dlc_loader_get_stream_stats: struct_size is %u bytes, this library's "
-            "is %zu: set it to sizeof(dlc_loader_stream_stats)",
-            l->path, st->struct_size, sizeof *st);
     dlc_loader_stream_stats all;
     memset(&all, 0, sizeof all);
     dlc__stream_stats(l, &all);
-    const uint32_t n = st->struct_size;
-    memcpy((char *)st + sizeof st->struct_size, (const char *)&all + sizeof all.struct_size,
-           n - sizeof st->struct_size);
-    return DLC_OK;
+    return dlc__result_give(st, &all, sizeof all, "dlc_loader_stream_stats");
 }
 
 void dlc_loader_get_stats(const dlc_loader *l, dlc_loader_stats *st)
 {
+    if (!st)
+        return;
     memset(st, 0, sizeof *st);
+    if (!l) {
+        st->device = -1;
+        return;
+    }
     dlc_loader *m = (dlc_loader *)l; /* Atomic loads need a non-const object in C11. */
     st->batches = atomic_load(&m->st_batches);
     st->samples = atomic_load(&m->st_samples);

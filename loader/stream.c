@@ -336,10 +336,11 @@ dlc_status dlc_loader_plan(const char *path, const dlc_loader_config *config,
     dlc__sampler smp;
     memset(&smp, 0, sizeof smp);
     FAIL_IF(!path || !config || !out, DLC_EINVAL, "dlc_loader_plan: NULL argument");
-    FAIL_IF(out->struct_size == 0 || out->struct_size > sizeof *out, DLC_EINVAL,
-            "%s: dlc_loader_plan: struct_size is %u bytes, this library's is %zu: set it to "
-            "sizeof(dlc_loader_plan_info)",
-            path, out->struct_size, sizeof *out);
+    /* The size is checked before the plan is made, so a bad one costs no download; the copy-out at
+     * the end checks it again, through the same helper. */
+    dlc_loader_plan_info none;
+    memset(&none, 0, sizeof none);
+    CHECK(dlc__result_give(out, &none, sizeof none, "dlc_loader_plan_info"));
     dlc_loader_config c;
     dlc_loader_config_init(&c);
     CHECK(dlc__options_take(&c, sizeof c, config, "dlc_loader_config", "dlc_loader_config_init"));
@@ -406,8 +407,7 @@ dlc_status dlc_loader_plan(const char *path, const dlc_loader_config *config,
     }
     p.batch_same_shard = pairs ? (double)same_pairs / (double)pairs : 0;
     p.neighbour_same_shard = nexts ? (double)same_next / (double)nexts : 0;
-    p.struct_size = out->struct_size;
-    memcpy(out, &p, out->struct_size);
+    CHECK(dlc__result_give(out, &p, sizeof p, "dlc_loader_plan_info"));
 fail:
     dlc__sampler_free(&smp);
     free(firsts), free(bytes), free(seen), free(ks);

@@ -45,7 +45,6 @@ void bench_memory_now(uint64_t *rss, uint64_t *anon);
 /* Parse a positive number of seconds. Returns 0, or -1 on a malformed or non-positive value. */
 int bench_parse_seconds(const char *v, double *out);
 
-const char *bench_dtype_name(uint32_t dtype);
 const char *bench_io_name(uint32_t io);
 
 /* A start line for worker threads, so that the clock starts when all of them are ready rather

@@ -298,7 +298,7 @@ void bench_device_json(tool_json *j, const bench_load_run *r)
     tool_json_bool(j, "device_conversion_run", kernel_ran(out));
     tool_json_str(j, "device_layout_requested", layout_name(r->o->cfg.device_layout));
     tool_json_str(j, "device_image_dtype",
-                  out->has_image ? bench_dtype_name(out->image_dtype) : NULL);
+                  out->has_image ? dlc_dtype_name(out->image_dtype) : NULL);
     tool_json_str(j, "device_image_layout", out->has_image ? layout_name(out->image_layout) : NULL);
     tool_json_f64(j, "device_samples_per_s", f.sps);
     tool_json_f64(j, "device_gbytes_per_s", f.gbps);

@@ -53,7 +53,7 @@ static void json_config(tool_json *j, const bench_load_run *r)
                   o->cfg.augment == DLC_AUGMENT_RANDOM_RESIZED_CROP ? "random_resized_crop"
                                                                     : "random_crop");
     tool_json_f64(j, "flip", o->cfg.flip_prob);
-    tool_json_str(j, "dtype", bench_dtype_name(o->cfg.dtype));
+    tool_json_str(j, "dtype", dlc_dtype_name(o->cfg.dtype));
     tool_json_u64(j, "sample_bytes", r->sample_bytes);
     /* The selected outputs, in schema order (field_list is "a, b, c"). */
     tool_json_array_begin(j, "fields");
@@ -255,11 +255,11 @@ static void print_text(const bench_load_run *r, const figures *f)
     const bench_device_out *dev = &r->dev_out;
     if (r->has_image && o->cfg.device >= 0)
         snprintf(crops, sizeof crops, ", images %s %s %ux%u %s GPU %d",
-                 bench_dtype_name(dev->image_dtype),
+                 dlc_dtype_name(dev->image_dtype),
                  dev->image_layout == DLC_LAYOUT_NCHW ? "NCHW" : "NHWC", o->cfg.crop_h,
                  o->cfg.crop_w, dev->lend ? "staged on" : "written on", o->cfg.device);
     else if (r->has_image)
-        snprintf(crops, sizeof crops, ", images %s %ux%u", bench_dtype_name(o->cfg.dtype),
+        snprintf(crops, sizeof crops, ", images %s %ux%u", dlc_dtype_name(o->cfg.dtype),
                  o->cfg.crop_h, o->cfg.crop_w);
     printf("loader:  %.0f samples/s, %.2f GB/s of %s%s (%llu batches of %u, %.2f s, "
            "%u threads, io %s)\n",

@@ -47,13 +47,6 @@ int bench_parse_seconds(const char *v, double *out)
     return 0;
 }
 
-const char *bench_dtype_name(uint32_t dtype)
-{
-    return dtype == DLC_DTYPE_FLOAT32   ? "float32"
-           : dtype == DLC_DTYPE_FLOAT16 ? "float16"
-                                        : "uint8";
-}
-
 const char *bench_io_name(uint32_t io)
 {
     return io == DLC_IO_MMAP ? "mmap" : io == DLC_IO_DIRECT ? "direct" : "auto";

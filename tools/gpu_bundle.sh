@@ -96,7 +96,7 @@ mkdir -p "$DIR"/{bin,lib,python/dlcache,pylib,tests/python,tests/bin,examples,sh
 for t in "${TOOLS[@]}"; do
     install -m 755 "$BUILD/bin/$t" "$DIR/bin/$t"
 done
-# Under the name the Python package and its tests look for; nothing NEEDs libdlcache.so.0.
+# Under the name the Python package and its tests look for; nothing NEEDs libdlcache.so.1.
 install -m 755 "$(readlink -f "$BUILD/lib/libdlcache.so")" "$DIR/lib/libdlcache.so"
 [ -f "$BUILD/lib/libdlcache_cuda.so" ] || die "the plugin was not built ($BUILD/lib/libdlcache_cuda.so)"
 install -m 755 "$BUILD/lib/libdlcache_cuda.so" "$DIR/lib/libdlcache_cuda.so"

@@ -13,16 +13,24 @@
 #include <time.h>
 #include <unistd.h>
 
-void dlc_build_options_init(dlc_build_options *o)
+/* The defaults, at this library's size: dlc_build_options_init_sized() gives the caller its part.
+ */
+static void build_options_defaults(dlc_build_options *o)
 {
     memset(o, 0, sizeof *o);
-    o->struct_size = sizeof *o;
     o->size = 256;
     o->center_crop = 1;
     o->encoding = DLC_ENCODING_RAW;
     o->quality = 90;
     o->channels = 3;
     o->mask_encoding = -1;
+}
+
+void dlc_build_options_init_sized(dlc_build_options *o, size_t size)
+{
+    dlc_build_options d;
+    build_options_defaults(&d);
+    dlc__options_init(o, size, &d, sizeof d);
 }
 
 void dlc_build_report_free(dlc_build_report *r)

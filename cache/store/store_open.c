@@ -442,12 +442,12 @@ void dlc_store_close(dlc_store *s)
 
 const dlc_store_info *dlc_store_get_info(const dlc_store *s)
 {
-    return &s->info;
+    return s ? &s->info : NULL;
 }
 
 const dlc_field *dlc_store_fields(const dlc_store *s)
 {
-    return s->fields;
+    return s ? s->fields : NULL;
 }
 
 int dlc_store_find_field(const dlc_store *s, const char *name)
@@ -462,17 +462,17 @@ int dlc_store_find_field(const dlc_store *s, const char *name)
 
 const char *dlc_store_path(const dlc_store *s)
 {
-    return s->path;
+    return s ? s->path : NULL;
 }
 
 const char *dlc_store_label_name(const dlc_store *s, uint32_t label)
 {
-    return label < s->info.num_labels ? s->label_names[label] : NULL;
+    return s && label < s->info.num_labels ? s->label_names[label] : NULL;
 }
 
 const uint64_t *dlc_store_label_counts(const dlc_store *s)
 {
-    return s->label_counts;
+    return s ? s->label_counts : NULL;
 }
 
 dlc_status dlc_store_meta(const dlc_store *s, const char *key, const void **data, size_t *size)
@@ -498,6 +498,8 @@ dlc_status dlc_store_meta(const dlc_store *s, const char *key, const void **data
 
 int dlc_store_fd(const dlc_store *s)
 {
+    if (!s)
+        return -1;
     if (!s->shards)
         return s->fd;
     const dlc_store *first = dlc__set_shard_at(s, 0);
@@ -506,12 +508,14 @@ int dlc_store_fd(const dlc_store *s)
 
 uint32_t dlc_store_num_files(const dlc_store *s)
 {
-    return s->shards ? s->num_shards : 1;
+    return !s ? 0 : s->shards ? s->num_shards : 1;
 }
 
 /* File @p file of @p s, or NULL when there is no such file. */
 static const dlc_store *file_of(const dlc_store *s, uint32_t file)
 {
+    if (!s)
+        return NULL;
     if (s->shards)
         return file < s->num_shards ? dlc__set_shard_at(s, file) : NULL;
     return file == 0 ? s : NULL;
@@ -537,7 +541,7 @@ uint64_t dlc_store_file_bytes(const dlc_store *s, uint32_t file)
 
 uint32_t dlc_store_record_file(const dlc_store *s, uint64_t index)
 {
-    if (index >= s->info.count)
+    if (!s || index >= s->info.count)
         return UINT32_MAX;
     return s->shards ? dlc__set_shard_of(s, index) : 0;
 }

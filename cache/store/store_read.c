@@ -287,6 +287,8 @@ static dlc_status set_read_values(dlc_store_reader *r, uint64_t index, dlc_value
 
 dlc_status dlc_store_read_values(dlc_store_reader *r, uint64_t index, dlc_value *values)
 {
+    if (!r || !values)
+        return dlc__errorf(DLC_EINVAL, "dlc_store_read_values: NULL reader or values");
     const dlc_store *s = r->s;
     if (index >= s->info.count)
         return no_record(s, index);

@@ -137,10 +137,18 @@ static dlc_status set_labels(dlc_writer *w, const char *const *names, uint32_t n
     return DLC_OK;
 }
 
-void dlc_writer_config_init(dlc_writer_config *c)
+/* The defaults, at this library's size: dlc_writer_config_init_sized() gives the caller its part.
+ */
+static void writer_config_defaults(dlc_writer_config *c)
 {
     memset(c, 0, sizeof *c);
-    c->struct_size = sizeof *c;
+}
+
+void dlc_writer_config_init_sized(dlc_writer_config *c, size_t size)
+{
+    dlc_writer_config d;
+    writer_config_defaults(&d);
+    dlc__options_init(c, size, &d, sizeof d);
 }
 
 dlc_status dlc_writer_open(const char *path, const dlc_writer_config *config_in, dlc_writer **out)

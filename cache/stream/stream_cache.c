@@ -37,29 +37,6 @@ static void wait_for(dlc__scache *c, double seconds)
     pthread_cond_timedwait(&c->cv, &c->mu, &ts);
 }
 
-/* Make @p path and its missing parents. */
-static dlc_status make_dirs(const char *path)
-{
-    char buf[4096];
-    if ((size_t)snprintf(buf, sizeof buf, "%s", path) >= sizeof buf)
-        return dlc__errorf(DLC_EINVAL, "%s: path too long", path);
-    for (char *p = buf + 1;; p++) {
-        const char ch = *p;
-        if (ch != '/' && ch != '\0')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) < 0 && errno != EEXIST)
-            return dlc__errorf(-errno, "%s: mkdir: %s", buf, strerror(errno));
-        *p = ch;
-        if (ch == '\0')
-            break;
-    }
-    struct stat st;
-    if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode))
-        return dlc__errorf(DLC_EINVAL, "%s: not a directory", path);
-    return DLC_OK;
-}
-
 /* ---- Downloads ---------------------------------------------------------------------------- */
 
 static int on_progress(void *user, const dlc_warm_progress *p)
@@ -471,10 +448,15 @@ static dlc_status fetch_index(dlc__scache *c, uint8_t **buf, size_t *len)
 
 static dlc_status copy_config(dlc__scache *c, const dlc__scache_config *cfg)
 {
-    if (cfg->net)
-        c->net = *cfg->net;
-    else
-        dlc_warm_options_init(&c->net);
+    /* The caller's net options are checked and taken at their own struct_size, like any options
+     * (status.h): a whole copy would read past an older caller's smaller struct. */
+    dlc_warm_options_init(&c->net);
+    if (cfg->net) {
+        const dlc_status rc = dlc__options_take(&c->net, sizeof c->net, cfg->net,
+                                                "dlc_loader_config.net", "dlc_warm_options_init");
+        if (rc != DLC_OK)
+            return rc;
+    }
     if (c->net.connections == 0)
         c->net.connections = DLC__WARM_DEFAULT_CONNECTIONS;
     if (c->net.chunk_size == 0)
@@ -590,7 +572,7 @@ dlc_status dlc__scache_open(const dlc__scache_config *cfg, dlc__scache **out)
     FAIL_IF(curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK, DLC_ENOSYS,
             "stream cache: libcurl failed to initialize");
     c->curl_inited = 1;
-    CHECK(make_dirs(c->dir));
+    CHECK(dlc__make_dirs(c->dir, 0755, "the cache directory"));
     c->lock_fd = open(c->lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     FAIL_IF(c->lock_fd < 0, -errno, "%s: cannot create the lock file: %s", c->lock_path,
             strerror(errno));
@@ -606,7 +588,7 @@ dlc_status dlc__scache_open(const dlc__scache_config *cfg, dlc__scache **out)
     c->index_bytes = dlc__scache_round(ilen);
     CHECK(make_state(c));
     CHECK(check_limit(c));
-    CHECK(make_dirs(c->set_dir));
+    CHECK(dlc__make_dirs(c->set_dir, 0755, "the cache directory"));
     CHECK(dlc__scache_put_index(c, ibuf, ilen));
     CHECK(dlc__scache_plan_set(&c->plan, c->x.num_shards, NULL, 0));
     CHECK(start_threads(c, cfg->downloads ? cfg->downloads : 2));

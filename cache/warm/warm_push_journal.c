@@ -31,25 +31,6 @@ static const char *env(const char *name)
     return v && *v ? v : NULL;
 }
 
-/* mkdir -p @p dir with mode 0700 for the parts it makes. */
-static dlc_status make_dirs(char *dir)
-{
-    for (char *p = dir + 1;; p++) {
-        const char c = *p;
-        if (c != '/' && c != '\0')
-            continue;
-        *p = '\0';
-        const int r = mkdir(dir, 0700);
-        const int e = errno;
-        *p = c;
-        if (r < 0 && e != EEXIST)
-            return dlc__errorf(-e, "%.*s: cannot create the push state directory: %s",
-                               (int)(p - dir), dir, strerror(e));
-        if (c == '\0')
-            return DLC_OK;
-    }
-}
-
 dlc_status dlc__push_journal_path(const char *state_dir, const char *source, const char *dest,
                                   char *out, size_t cap)
 {
@@ -66,7 +47,7 @@ dlc_status dlc__push_journal_path(const char *state_dir, const char *source, con
         return dlc__errorf(DLC_EINVAL, "push: no state directory: set DLCACHE_STATE_DIR or HOME");
     if (n < 0 || (size_t)n >= sizeof dir)
         return dlc__errorf(DLC_EINVAL, "push: state directory path too long");
-    dlc_status rc = make_dirs(dir);
+    dlc_status rc = dlc__make_dirs(dir, 0700, "the push state directory");
     if (rc < 0)
         return rc;
     /* Name the journal by what it is about: the absolute path of the file and the destination. */

@@ -17,11 +17,19 @@
 
 #define MAX_PART_SIZE (5ull << 30) /* S3's largest part. */
 
-void dlc_warm_push_options_init(dlc_warm_push_options *o)
+/* The defaults, at this library's size: dlc_warm_push_options_init_sized() gives the caller its
+ * part. */
+static void warm_push_options_defaults(dlc_warm_push_options *o)
 {
     memset(o, 0, sizeof *o);
-    o->struct_size = sizeof *o;
     o->part_size = DLC__PUSH_DEFAULT_PART;
+}
+
+void dlc_warm_push_options_init_sized(dlc_warm_push_options *o, size_t size)
+{
+    dlc_warm_push_options d;
+    warm_push_options_defaults(&d);
+    dlc__options_init(o, size, &d, sizeof d);
 }
 
 static dlc_status check_options(dlc__push_ctx *c, const char *path, const char *url)

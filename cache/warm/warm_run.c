@@ -16,15 +16,22 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-void dlc_warm_options_init(dlc_warm_options *o)
+/* The defaults, at this library's size: dlc_warm_options_init_sized() gives the caller its part. */
+static void warm_options_defaults(dlc_warm_options *o)
 {
     memset(o, 0, sizeof *o);
-    o->struct_size = sizeof *o;
     o->connections = DLC__WARM_DEFAULT_CONNECTIONS;
     o->chunk_size = DLC__WARM_DEFAULT_CHUNK;
     o->max_retries = DLC__WARM_DEFAULT_RETRIES;
     o->timeout_s = 30.0;
     o->connect_timeout_s = 10.0;
+}
+
+void dlc_warm_options_init_sized(dlc_warm_options *o, size_t size)
+{
+    dlc_warm_options d;
+    warm_options_defaults(&d);
+    dlc__options_init(o, size, &d, sizeof d);
 }
 
 typedef struct paths {

@@ -138,7 +138,7 @@ typedef int (*dlc_build_progress_fn)(void *user, const dlc_build_progress *p);
 /** Options; dlc_build_options_init() sets the defaults named below. */
 typedef struct dlc_build_options {
     uint32_t struct_size; /**< sizeof(dlc_build_options) as the caller's header has it; set by
-                               dlc_build_options_init() (status.h, "How options grow"). */
+                               dlc_build_options_init() (status.h, "How structs grow"). */
     uint32_t size;        /**< Shorter side after resize (default 256). */
     int center_crop;      /**< 1: crop to size x size (default); 0: keep the aspect. */
     uint32_t encoding;    /**< A ::dlc_encoding (default DLC_ENCODING_RAW). */
@@ -205,9 +205,17 @@ typedef struct dlc_build_part {
     uint64_t file_bytes; /**< Its file's size. */
 } dlc_build_part;
 
-/** Fill @p o with the defaults.
- *  @param[out] o The options to fill; every field is written. */
-DLC_API void dlc_build_options_init(dlc_build_options *o);
+/** @brief Fill the caller's @p o with the defaults, never writing past @p size; called
+ *         through the macro dlc_build_options_init(), which passes the caller's sizeof.
+ *  @param[out] o The options to fill (NULL, or smaller than a uint32_t: nothing is written).
+ *  @param[in] size sizeof(dlc_build_options) in the header the caller was built with: the bytes of
+ *                  @p o that are written; struct_size is set to it (status.h, "How structs
+ *                  grow"). */
+DLC_API void dlc_build_options_init_sized(dlc_build_options *o, size_t size);
+
+/** Fill @p o (a ::dlc_build_options, not a pointer to void) with the defaults, its struct_size
+ *  with the caller's sizeof: every field the caller's header has is written. */
+#define dlc_build_options_init(o) dlc_build_options_init_sized((o), sizeof *(o))
 
 /**
  * @brief Build the store @p out, or with @c parts the store set (or one part of it) in the
@@ -258,7 +266,7 @@ DLC_API void dlc_build_options_init(dlc_build_options *o);
  * @return DLC_OK, DLC_EEXIST (out exists, no force; a set's: a set or parts in @p out, or the
  *         part's file), DLC_ENOIMAGES (a set of all parts: no part has a record), DLC_EDECODE
  *         (strict mode: first bad image), DLC_EINVAL (a struct_size of 0, larger than the library's
- * or no size it had (status.h, "How options grow"); bad source, manifest line, option; a masks root
+ * or no size it had (status.h, "How structs grow"); bad source, manifest line, option; a masks root
  * that is not a folder, masks with a tar source, a bad channels or mask encoding; N
  * outside 1..65536, I >= N, an @p out for a set that is not a directory), DLC_ECANCELED, -ENOSPC
  * (disk full), -errno; for a set of all parts, also the join's refusals (dlc_set_join()).

@@ -57,19 +57,6 @@ DLC_API dlc_status dlc_codec_create(dlc_codec **out);
 DLC_API void dlc_codec_destroy(dlc_codec *c);
 
 /**
- * @brief Read a JPEG's dimensions without decoding it.
- * @param[in] c The calling thread's codec.
- * @param[in] jpeg The JPEG's bytes; not retained.
- * @param[in] size Bytes at @p jpeg.
- * @param[out] width Pixels; may be NULL. Written on DLC_OK only.
- * @param[out] height Pixels; may be NULL. Written on DLC_OK only.
- * @return DLC_OK, DLC_EDECODE (not a JPEG, a damaged header, an image too large to decode),
- *         DLC_EINVAL (@p c is NULL), -ENOMEM.
- */
-DLC_API dlc_status dlc_jpeg_info(dlc_codec *c, const void *jpeg, size_t size, uint32_t *width,
-                                 uint32_t *height);
-
-/**
  * @brief Read a JPEG's dimensions and its number of colour components without
  *        decoding it: 1 (grayscale), 3 (YCbCr or RGB) or 4 (CMYK, YCCK).
  * @param[in] c The calling thread's codec.
@@ -82,23 +69,6 @@ DLC_API dlc_status dlc_jpeg_info(dlc_codec *c, const void *jpeg, size_t size, ui
  */
 DLC_API dlc_status dlc_jpeg_header(dlc_codec *c, const void *jpeg, size_t size, uint32_t *width,
                                    uint32_t *height, uint32_t *components);
-
-/**
- * @brief Decode a JPEG to RGB. Grayscale and CMYK/YCCK images become RGB.
- *        When @p min_width and @p min_height are non-zero, libjpeg-turbo's DCT
- *        scaling (1/2, 1/4, 1/8) is used for the largest reduction that keeps
- *        the decoded image at least that large; pass 0, 0 for full size.
- * @param[in] c The calling thread's codec.
- * @param[in] jpeg The JPEG's bytes; not retained.
- * @param[in] size Bytes at @p jpeg.
- * @param[in] min_width Smallest width wanted after DCT scaling, or 0.
- * @param[in] min_height Smallest height wanted after DCT scaling, or 0.
- * @param[out] out Pixels in the codec's scratch buffer: valid until the next
- *             call on @p c.
- * @return DLC_OK, DLC_EDECODE, -ENOMEM.
- */
-DLC_API dlc_status dlc_jpeg_decode(dlc_codec *c, const void *jpeg, size_t size, uint32_t min_width,
-                                   uint32_t min_height, dlc_image *out);
 
 /**
  * @brief dlc_jpeg_decode() with the channels of the result chosen: 3 gives
@@ -118,29 +88,6 @@ DLC_API dlc_status dlc_jpeg_decode(dlc_codec *c, const void *jpeg, size_t size, 
 DLC_API dlc_status dlc_jpeg_decode_as(dlc_codec *c, const void *jpeg, size_t size,
                                       uint32_t channels, uint32_t min_width, uint32_t min_height,
                                       dlc_image *out);
-
-/**
- * @brief The heavy transform of the builder: decode, resize so the shorter
- *        side is @p short_side (aspect kept, torchvision's rounding), then
- *        optionally a center crop of short_side x short_side (torchvision's
- *        CenterCrop offsets). An image at least twice the resize target
- *        on both axes is decoded with the largest DCT reduction (1/2, 1/4,
- *        1/8) that keeps it at least as large as the target, then resized
- *        with the antialiasing filter; smaller images are decoded at full
- *        size and the result is bit-identical to torchvision on PIL. With
- *        DCT scaling the result differs slightly from torchvision on the
- *        full-size image: 48.6 dB mean PSNR (32.5 dB minimum) on the 12 MATE
- *        photographs (tests/e2e/image_psnr.sh).
- * @param[in] c The calling thread's codec.
- * @param[in] jpeg The JPEG's bytes; not retained.
- * @param[in] size Bytes at @p jpeg.
- * @param[in] short_side The shorter side after the resize, 1..2^20 pixels.
- * @param[in] center_crop Non-zero: keep the centered short_side x short_side square.
- * @param[out] out Result in the codec's scratch: valid until the next call on @p c.
- * @return DLC_OK, DLC_EDECODE, DLC_EINVAL (a short side of 0 or above 2^20), -ENOMEM.
- */
-DLC_API dlc_status dlc_jpeg_decode_resize(dlc_codec *c, const void *jpeg, size_t size,
-                                          uint32_t short_side, int center_crop, dlc_image *out);
 
 /**
  * @brief dlc_jpeg_decode_resize() to @p channels channels (1 or 3, as in
@@ -315,6 +262,71 @@ DLC_API dlc_status dlc_resize_geometry_get(uint32_t src_w, uint32_t src_h, uint3
  */
 DLC_API dlc_status dlc_resize_nearest(const dlc_image *src, uint32_t out_w, uint32_t out_h,
                                       uint32_t x, uint32_t y, const dlc_image *dst);
+
+/* ---- Experimental ----------------------------------------------------------------------------
+ * Shorthands of the one way to each: dlc_jpeg_header() (with NULL components) for dlc_jpeg_info(),
+ * dlc_jpeg_decode_as() and dlc_jpeg_decode_resize_as() (with 3 channels) for dlc_jpeg_decode()
+ * and dlc_jpeg_decode_resize().
+ * Declared only when the program defines DLC_EXPERIMENTAL before including this header (zstd's
+ * ZSTD_STATIC_LINKING_ONLY is the model; the tree's own build defines it): exported, in the
+ * DLCACHE_EXPERIMENTAL node of the symbol map, but outside the frozen ABI: they may change or go
+ * in any release (CONTRIBUTING.md, "The ABI"). */
+#ifdef DLC_EXPERIMENTAL
+
+/**
+ * @brief Read a JPEG's dimensions without decoding it.
+ * @param[in] c The calling thread's codec.
+ * @param[in] jpeg The JPEG's bytes; not retained.
+ * @param[in] size Bytes at @p jpeg.
+ * @param[out] width Pixels; may be NULL. Written on DLC_OK only.
+ * @param[out] height Pixels; may be NULL. Written on DLC_OK only.
+ * @return DLC_OK, DLC_EDECODE (not a JPEG, a damaged header, an image too large to decode),
+ *         DLC_EINVAL (@p c is NULL), -ENOMEM.
+ */
+DLC_API dlc_status dlc_jpeg_info(dlc_codec *c, const void *jpeg, size_t size, uint32_t *width,
+                                 uint32_t *height);
+
+/**
+ * @brief Decode a JPEG to RGB. Grayscale and CMYK/YCCK images become RGB.
+ *        When @p min_width and @p min_height are non-zero, libjpeg-turbo's DCT
+ *        scaling (1/2, 1/4, 1/8) is used for the largest reduction that keeps
+ *        the decoded image at least that large; pass 0, 0 for full size.
+ * @param[in] c The calling thread's codec.
+ * @param[in] jpeg The JPEG's bytes; not retained.
+ * @param[in] size Bytes at @p jpeg.
+ * @param[in] min_width Smallest width wanted after DCT scaling, or 0.
+ * @param[in] min_height Smallest height wanted after DCT scaling, or 0.
+ * @param[out] out Pixels in the codec's scratch buffer: valid until the next
+ *             call on @p c.
+ * @return DLC_OK, DLC_EDECODE, -ENOMEM.
+ */
+DLC_API dlc_status dlc_jpeg_decode(dlc_codec *c, const void *jpeg, size_t size, uint32_t min_width,
+                                   uint32_t min_height, dlc_image *out);
+
+/**
+ * @brief The heavy transform of the builder: decode, resize so the shorter
+ *        side is @p short_side (aspect kept, torchvision's rounding), then
+ *        optionally a center crop of short_side x short_side (torchvision's
+ *        CenterCrop offsets). An image at least twice the resize target
+ *        on both axes is decoded with the largest DCT reduction (1/2, 1/4,
+ *        1/8) that keeps it at least as large as the target, then resized
+ *        with the antialiasing filter; smaller images are decoded at full
+ *        size and the result is bit-identical to torchvision on PIL. With
+ *        DCT scaling the result differs slightly from torchvision on the
+ *        full-size image: 48.6 dB mean PSNR (32.5 dB minimum) on the 12 MATE
+ *        photographs (tests/e2e/image_psnr.sh).
+ * @param[in] c The calling thread's codec.
+ * @param[in] jpeg The JPEG's bytes; not retained.
+ * @param[in] size Bytes at @p jpeg.
+ * @param[in] short_side The shorter side after the resize, 1..2^20 pixels.
+ * @param[in] center_crop Non-zero: keep the centered short_side x short_side square.
+ * @param[out] out Result in the codec's scratch: valid until the next call on @p c.
+ * @return DLC_OK, DLC_EDECODE, DLC_EINVAL (a short side of 0 or above 2^20), -ENOMEM.
+ */
+DLC_API dlc_status dlc_jpeg_decode_resize(dlc_codec *c, const void *jpeg, size_t size,
+                                          uint32_t short_side, int center_crop, dlc_image *out);
+
+#endif /* DLC_EXPERIMENTAL */
 
 #ifdef __cplusplus
 }

@@ -196,7 +196,7 @@ typedef enum dlc_io_mode {
 /** Loader options. dlc_loader_config_init() sets every field to its default. */
 typedef struct dlc_loader_config {
     uint32_t struct_size;        /**< sizeof(dlc_loader_config) as the caller's header has it; set
-                                      by dlc_loader_config_init() (status.h, "How options grow"). */
+                                      by dlc_loader_config_init() (status.h, "How structs grow"). */
     uint32_t batch_size;         /**< Samples per batch (default 256). */
     int drop_last;               /**< Cut to a multiple of world_size and drop a short last batch
                                       (default 0). */
@@ -328,6 +328,8 @@ typedef struct dlc_loader_stats {
     uint64_t device_bytes;      /**< Bytes copied from the slots to the device. */
     double device_copy_seconds; /**< Sum over the copies of the time from issuing one to its
                                      event's completion, as the loader's copy thread saw it. */
+    uint64_t reserved[8];       /**< Zero; fields added in later 1.x versions take these words, so
+                                     the struct keeps its size (status.h, "How structs grow"). */
 } dlc_loader_stats;
 
 /** What streaming did since open (dlc_loader_get_stream_stats()). */
@@ -357,9 +359,17 @@ DLC_API dlc_status dlc_loader_get_stream_stats(const dlc_loader *l, dlc_loader_s
 /** Bytes of a serialized loader state (see dlc_loader_state_save()). */
 #define DLC_LOADER_STATE_SIZE 64u
 
-/** Fill @p c with the defaults.
- *  @param[out] c The configuration to fill; every field is written. */
-DLC_API void dlc_loader_config_init(dlc_loader_config *c);
+/** @brief Fill the caller's @p c with the defaults, never writing past @p size; called
+ *         through the macro dlc_loader_config_init(), which passes the caller's sizeof.
+ *  @param[out] c The options to fill (NULL, or smaller than a uint32_t: nothing is written).
+ *  @param[in] size sizeof(dlc_loader_config) in the header the caller was built with: the bytes of
+ *                  @p c that are written; struct_size is set to it (status.h, "How structs
+ *                  grow"). */
+DLC_API void dlc_loader_config_init_sized(dlc_loader_config *c, size_t size);
+
+/** Fill @p c (a ::dlc_loader_config, not a pointer to void) with the defaults, its struct_size
+ *  with the caller's sizeof: every field the caller's header has is written. */
+#define dlc_loader_config_init(c) dlc_loader_config_init_sized((c), sizeof *(c))
 
 /**
  * @brief Open the store at @p path and start the workers on the first epoch.
@@ -368,7 +378,7 @@ DLC_API void dlc_loader_config_init(dlc_loader_config *c);
  *            defaults.
  * @param[out] out Release with dlc_loader_close().
  * @return DLC_OK, DLC_EINVAL (a struct_size of 0, larger than the library's or no size it had
- *         (status.h, "How options grow"); a bad field, named; a plain or center crop larger than
+ *         (status.h, "How structs grow"); a bad field, named; a plain or center crop larger than
  * the smallest image of a variable image or mask field, naming a record of that size, when the
  * store records it: ::dlc_field.min_dim0), the errors of dlc_store_open().
  */
@@ -396,19 +406,19 @@ DLC_API dlc_status dlc_loader_next(dlc_loader *l, dlc_batch *batch);
 DLC_API dlc_status dlc_loader_release(dlc_loader *l, const dlc_batch *batch);
 
 /** @brief Batches per epoch for this rank (what len() of a DataLoader says).
- *  @param[in] l The loader (not NULL).
- *  @return The count; cannot fail. */
+ *  @param[in] l The loader; NULL gives 0.
+ *  @return The count; 0 when @p l is NULL. */
 DLC_API uint64_t dlc_loader_batches_per_epoch(const dlc_loader *l);
 
 /** @brief Samples of the store (not of the epoch).
- *  @param[in] l The loader (not NULL).
- *  @return The store's record count; cannot fail. */
+ *  @param[in] l The loader; NULL gives 0.
+ *  @return The store's record count; 0 when @p l is NULL. */
 DLC_API uint64_t dlc_loader_store_count(const dlc_loader *l);
 
 /** @brief The loader's store: its schema, labels and metadata. A streamed set's is opened from
  *  its index: its records are read through the loader only, and dlc_store_verify() refuses it.
- *  @param[in] l The loader (not NULL).
- *  @return Owned by the loader, valid until dlc_loader_close(); cannot fail. */
+ *  @param[in] l The loader; NULL gives NULL.
+ *  @return Owned by the loader, valid until dlc_loader_close(); NULL only when @p l is NULL. */
 DLC_API const dlc_store *dlc_loader_store(const dlc_loader *l);
 
 /**
@@ -497,8 +507,8 @@ DLC_API dlc_status dlc_loader_state_save(const dlc_loader *l, uint8_t buf[DLC_LO
 DLC_API dlc_status dlc_loader_state_restore(dlc_loader *l, const void *buf, size_t size);
 
 /** @brief Counters since open.
- *  @param[in] l The loader (not NULL).
- *  @param[out] stats Every field is written. */
+ *  @param[in] l The loader; NULL writes zeros (device -1) into @p stats.
+ *  @param[out] stats Every field is written; NULL: nothing is. */
 DLC_API void dlc_loader_get_stats(const dlc_loader *l, dlc_loader_stats *stats);
 
 /* ---- The device path (see the file's comment) ------------------------------------------------ */
@@ -613,12 +623,12 @@ DLC_API dlc_status dlc_loader_device_release(dlc_loader *l, const dlc_device_bat
  *        slot is one block, allocated at open and freed by dlc_loader_close(); unregister it
  *        before closing. A block being copied must not be handed back (the next
  *        dlc_loader_next()) before its copy has completed.
- * @param[in] l The loader (not NULL).
+ * @param[in] l The loader; NULL gives 0.
  * @param[out] bases @p cap entries for the slots' first bytes, or NULL.
  * @param[out] sizes @p cap entries for the slots' sizes in bytes, or NULL.
  * @param[in] cap Entries of @p bases and @p sizes; the first @p cap slots are written. 0 (with
  *            NULL arrays) only counts.
- * @return The number of slots, which may exceed @p cap; cannot fail.
+ * @return The number of slots, which may exceed @p cap; 0 when @p l is NULL.
  */
 DLC_API uint32_t dlc_loader_host_slots(const dlc_loader *l, void **bases, size_t *sizes,
                                        uint32_t cap);
@@ -879,6 +889,11 @@ DLC_API size_t dlc_loader_report_text(const dlc_loader_report *r, char *buf, siz
 /** Stop the workers and free everything. Lent batches die. With the device path,
  *  waits first (on the host) for the device work the loader enqueued, including conversions on
  *  the caller's streams.
+ *  After it, @p l is freed memory: any call with it, dlc_loader_next() included, is a use after
+ *  free that no library can answer reliably (the memory may already hold something else). The
+ *  loader marks itself closed before it is freed, so a call soon after usually fails with
+ *  DLC_ESTATE instead of waiting on threads that are gone, and ASan names the call; set the
+ *  pointer to NULL after closing (NULL is DLC_EINVAL, 0 or NULL in every loader call).
  *  @param[in] l The loader, or NULL (nothing happens). */
 DLC_API void dlc_loader_close(dlc_loader *l);
 

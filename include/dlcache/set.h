@@ -30,14 +30,16 @@ extern "C" {
 
 /** What dlc_set_join() found and wrote. */
 typedef struct dlc_set_join_report {
-    uint32_t num_shards; /**< N: the parts joined. */
-    uint64_t count;      /**< Records of the set. */
-    uint64_t file_bytes; /**< The parts' bytes, summed. */
-    uint64_t set_id;     /**< The build's identity, the same in every part. */
-    uint32_t temp_files; /**< Files named NAME.tmp-PID that were not taken as parts: parts still
-                              being written, or left by a crash. */
-    int unchanged;       /**< 1: index.dlcset already held exactly these bytes and was left as it
-                              was (a repeated join); 0: it was written. */
+    uint32_t num_shards;  /**< N: the parts joined. */
+    uint64_t count;       /**< Records of the set. */
+    uint64_t file_bytes;  /**< The parts' bytes, summed. */
+    uint64_t set_id;      /**< The build's identity, the same in every part. */
+    uint32_t temp_files;  /**< Files named NAME.tmp-PID that were not taken as parts: parts still
+                               being written, or left by a crash. */
+    int unchanged;        /**< 1: index.dlcset already held exactly these bytes and was left as it
+                               was (a repeated join); 0: it was written. */
+    uint64_t reserved[8]; /**< Zero; fields added in later 1.x versions take these words, so
+                               the struct keeps its size (status.h, "How structs grow"). */
 } dlc_set_join_report;
 
 /**

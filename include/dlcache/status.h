@@ -14,34 +14,63 @@
  * that dlc_errmsg() returns; notices that are not errors go to the log
  * callback that the caller passes in its options.
  *
- * How options grow. Every options struct a call takes (::dlc_loader_config,
- * ::dlc_writer_config, ::dlc_build_options, ::dlc_warm_options,
- * ::dlc_warm_push_options) opens with `uint32_t struct_size`, the struct's
- * sizeof in the header the caller was built with, which its _init() function
- * sets together with every default: fill one with its _init(), then set the
- * fields you need. A new version of the library adds fields only at the end,
- * starting at or after the previous sizeof (never in its tail padding), so
- * every version has its own size. Each call checks struct_size first:
- *   - 0 (the struct was not filled by its _init()): DLC_EINVAL, naming the
- *     struct and its _init();
- *   - smaller than the library's (a program built against an older header):
- *     accepted; those bytes are taken over the library's defaults, so the
- *     fields that program does not know have their defaults;
- *   - larger than the library's (a newer header than the library it runs
- *     with), or no size the struct ever had: DLC_EINVAL.
- * Structs that the caller passes in arrays (::dlc_field_spec,
- * ::dlc_field_option, ::dlc_view_spec) carry no size of their own: the
- * struct_size of the options that point to them says which header the caller
- * had, so when one of them grows, the options that hold it grow in the same
- * version. What the library allocates and hands out (::dlc_build_report,
- * lent batches, progress) may grow the same way: a caller reads the fields
- * it knows.
+ * How structs grow (the ABI rule of every struct that crosses the API; 1.0
+ * is the first version that keeps it, tests/abi/ checks it). A struct grows
+ * only at its end, starting at or after the previous sizeof (never in its
+ * tail padding), so every version of it has its own size; the library
+ * accepts exactly the sizes some header had (a table written when a version
+ * is frozen, tests/abi/update.sh) and its own. Each struct follows one of
+ * four rules:
+ *
+ * 1. Options (size-carried, in): ::dlc_loader_config, ::dlc_writer_config,
+ *    ::dlc_build_options, ::dlc_warm_options, ::dlc_warm_push_options and
+ *    every options struct added later open with `uint32_t struct_size`. Their
+ *    _init() is a macro passing the caller's `sizeof *(c)` to an exported
+ *    `_init_sized()` function, which writes the defaults but never past the
+ *    caller's size and sets struct_size to it: fill one with its _init(),
+ *    then set the fields you need. Each call that takes one checks
+ *    struct_size first:
+ *    - 0 (the struct was not filled by its _init()): DLC_EINVAL, naming the
+ *      struct and its _init();
+ *    - a size an older header gave it (a program built against that header):
+ *      accepted; those bytes are taken over the library's defaults, so the
+ *      fields that program does not know have their defaults;
+ *    - larger than the library's (a newer header than the library it runs
+ *      with), or no size the struct ever had (one cutting a field in half):
+ *      DLC_EINVAL naming the struct.
+ *    Structs that the caller passes in arrays (::dlc_field_spec,
+ *    ::dlc_field_option, ::dlc_view_spec) carry no size of their own: the
+ *    struct_size of the options that point to them says which header the
+ *    caller had, so when one of them grows, the options that hold it grow in
+ *    the same version.
+ * 2. Results the caller allocates and the library fills (size-carried, out):
+ *    ::dlc_loader_stream_stats, ::dlc_loader_plan_info and every such result
+ *    added later open with `uint32_t struct_size`, which the caller sets to
+ *    its sizeof before the call; the library writes only that many bytes and
+ *    refuses a size it does not know exactly as for options.
+ * 3. Results with a reserved tail: ::dlc_loader_stats, ::dlc_warm_result,
+ *    ::dlc_warm_push_result and ::dlc_set_join_report end with `reserved`
+ *    words, which the library zeroes; a new field takes reserved words, so
+ *    the struct's size never changes.
+ * 4. Frozen until the soname changes: the structs handed out or walked in
+ *    arrays on the hot paths and in stores' schemas (::dlc_batch,
+ *    ::dlc_batch_field, ::dlc_device_batch, ::dlc_device_field,
+ *    ::dlc_device_dst, ::dlc_record, ::dlc_value, ::dlc_field, ::dlc_image,
+ *    ::dlc_resize_geometry): a caller indexes their arrays by its own sizeof
+ *    or the library writes them whole, so they cannot grow within a major
+ *    version.
+ * What the library allocates and only lends by pointer for reading
+ * (::dlc_store_info, ::dlc_build_report, ::dlc_build_progress,
+ * ::dlc_verify_progress and the other progress structs) may grow at its end:
+ * a caller reads the fields it knows and never copies or allocates one.
  */
 #ifndef DLCACHE_STATUS_H
 #define DLCACHE_STATUS_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include <dlcache/version.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -130,9 +159,14 @@ typedef enum dlc_log_level {
  */
 typedef void (*dlc_log_fn)(void *user, dlc_log_level level, const char *msg);
 
-/** The library's version.
+/** The library's version, as text.
  *  @return "MAJOR.MINOR.PATCH" in static storage; never NULL, cannot fail. */
 DLC_API const char *dlc_version(void);
+
+/** The version of the library the program runs with, as a number to compare with
+ *  ::DLC_VERSION_NUMBER (the version of the header it was built with).
+ *  @return MAJOR * 10000 + MINOR * 100 + PATCH (10000 for 1.0.0); cannot fail. */
+DLC_API uint32_t dlc_version_number(void);
 
 #ifdef __cplusplus
 }

@@ -237,15 +237,15 @@ DLC_API dlc_status dlc_store_open(const char *path, uint32_t flags, dlc_store **
 DLC_API void dlc_store_close(dlc_store *s);
 
 /** @brief The metadata read at open.
- *  @param[in] s The store (not NULL).
- *  @return Owned by @p s, valid until dlc_store_close(); never NULL, cannot fail. */
+ *  @param[in] s The store; NULL is a misuse answered as @return says.
+ *  @return Owned by @p s, valid until dlc_store_close(); NULL only when @p s is NULL. */
 DLC_API const dlc_store_info *dlc_store_get_info(const dlc_store *s);
 
 /** @brief The schema: info->num_fields fields, owned by @p s, valid until dlc_store_close().
  *  A version 1 store has two: "image" (DLC_FIELD_IMAGE) and "label" (DLC_FIELD_INT,
  *  DLC_FIELD_LABEL).
- *  @param[in] s The store (not NULL).
- *  @return The array; never NULL, cannot fail. */
+ *  @param[in] s The store; NULL is a misuse answered as @return says.
+ *  @return The array; NULL only when @p s is NULL. */
 DLC_API const dlc_field *dlc_store_fields(const dlc_store *s);
 
 /** @brief Find a field of the schema by name.
@@ -256,20 +256,21 @@ DLC_API const dlc_field *dlc_store_fields(const dlc_store *s);
 DLC_API int dlc_store_find_field(const dlc_store *s, const char *name);
 
 /** @brief The path the store was opened with: a set's directory.
- *  @param[in] s The store (not NULL).
- *  @return A copy owned by @p s, valid until dlc_store_close(); never NULL. */
+ *  @param[in] s The store; NULL is a misuse answered as @return says.
+ *  @return A copy owned by @p s, valid until dlc_store_close(); NULL only when @p s is NULL. */
 DLC_API const char *dlc_store_path(const dlc_store *s);
 
 /** @brief Name of class @p label ("n01440764"...).
- *  @param[in] s The store (not NULL).
+ *  @param[in] s The store; NULL is a misuse answered as @return says.
  *  @param[in] label 0..info->num_labels-1.
- *  @return Owned by @p s, valid until dlc_store_close(); NULL when @p label is out of range. */
+ *  @return Owned by @p s, valid until dlc_store_close(); NULL when @p label is out of range
+ *          or @p s is NULL. */
 DLC_API const char *dlc_store_label_name(const dlc_store *s, uint32_t label);
 
 /** @brief Records per label.
- *  @param[in] s The store (not NULL).
+ *  @param[in] s The store; NULL is a misuse answered as @return says.
  *  @return An array of info->num_labels counts owned by @p s, valid until dlc_store_close();
- *          never NULL, cannot fail. */
+ *          NULL only when @p s is NULL. */
 DLC_API const uint64_t *dlc_store_label_counts(const dlc_store *s);
 
 /**
@@ -288,43 +289,44 @@ DLC_API dlc_status dlc_store_meta(const dlc_store *s, const char *key, const voi
 /** @brief The file descriptor of the store (opened O_RDONLY, owned by @p s);
  *  for readahead and io_uring reads. Never close it. A set's first shard's: read a set's
  *  files with dlc_store_file_fd().
- *  @param[in] s The store (not NULL).
- *  @return The descriptor; cannot fail. */
+ *  @param[in] s The store; NULL is a misuse answered as @return says.
+ *  @return The descriptor; -1 when @p s is NULL (or a streamed set's first shard is absent). */
 DLC_API int dlc_store_fd(const dlc_store *s);
 
 /** @brief Files of the store: 1 for a single store, the number of shards for a set. Files are
  *  numbered 0..n-1 in record order; dlc_value.file names one.
- *  @param[in] s The store (not NULL).
- *  @return The count, at least 1; cannot fail. */
+ *  @param[in] s The store; NULL is a misuse answered as @return says.
+ *  @return The count, at least 1; 0 when @p s is NULL. */
 DLC_API uint32_t dlc_store_num_files(const dlc_store *s);
 
 /** @brief The descriptor of file @p file, for pread, readahead and io_uring reads at
  *  dlc_value.offset.
- *  @param[in] s The store (not NULL).
+ *  @param[in] s The store; NULL is a misuse answered as @return says.
  *  @param[in] file 0..dlc_store_num_files()-1.
  *  @return The descriptor (opened O_RDONLY, owned by @p s; never close it), or -1 when there is
- *          no such file. */
+ *          no such file or @p s is NULL. */
 DLC_API int dlc_store_file_fd(const dlc_store *s, uint32_t file);
 
 /** @brief The path of file @p file, to open it again with other flags (O_DIRECT).
- *  @param[in] s The store (not NULL).
+ *  @param[in] s The store; NULL is a misuse answered as @return says.
  *  @param[in] file 0..dlc_store_num_files()-1.
- *  @return Owned by @p s, valid until dlc_store_close(); NULL when there is no such file. */
+ *  @return Owned by @p s, valid until dlc_store_close(); NULL when there is no such file or
+ *          @p s is NULL. */
 DLC_API const char *dlc_store_file_path(const dlc_store *s, uint32_t file);
 
 /** @brief The size of file @p file when it was opened. A file found smaller later was truncated
  *  in place: reading its map past the new end raises SIGBUS, so a long-running reader compares
  *  with fstat() of dlc_store_file_fd().
- *  @param[in] s The store (not NULL).
+ *  @param[in] s The store; NULL is a misuse answered as @return says.
  *  @param[in] file 0..dlc_store_num_files()-1.
- *  @return Bytes, or 0 when there is no such file. */
+ *  @return Bytes, or 0 when there is no such file or @p s is NULL. */
 DLC_API uint64_t dlc_store_file_bytes(const dlc_store *s, uint32_t file);
 
 /** @brief The file that holds record @p index, found without touching the map (a binary
  *  search over a set's shards).
- *  @param[in] s The store (not NULL).
+ *  @param[in] s The store; NULL is a misuse answered as @return says.
  *  @param[in] index A record number.
- *  @return The file's number, or UINT32_MAX when @p index >= count. */
+ *  @return The file's number, or UINT32_MAX when @p index >= count or @p s is NULL. */
 DLC_API uint32_t dlc_store_record_file(const dlc_store *s, uint64_t index);
 
 /**
@@ -364,7 +366,8 @@ DLC_API void dlc_store_reader_close(dlc_store_reader *r);
  * @param[in] index The record number, 0..count-1.
  * @param[out] values info->num_fields views, in schema order; valid until dlc_store_close().
  * @return DLC_OK, DLC_ENOTFOUND (index >= count), DLC_ECORRUPT (bad header, a payload out of
- *         the file, a size or shape that disagrees with the schema).
+ *         the file, a size or shape that disagrees with the schema), DLC_EINVAL (@p r or
+ *         @p values NULL).
  */
 DLC_API dlc_status dlc_store_read_values(dlc_store_reader *r, uint64_t index, dlc_value *values);
 
@@ -380,29 +383,6 @@ DLC_API dlc_status dlc_store_read_values(dlc_store_reader *r, uint64_t index, dl
  */
 DLC_API dlc_status dlc_value_verify(const dlc_store *s, uint64_t index, uint32_t field,
                                     const dlc_value *v);
-
-/**
- * @brief Find record @p index's first image field and its label without copying or allocating
- *        (dlc_store_read_values() reads every field). Checks the header and bounds, not the
- *        payload checksum. In a set, rec->offset is in file dlc_store_record_file(s, index).
- * @param[in] r The calling thread's reader.
- * @param[in] index The record number, 0..count-1.
- * @param[out] rec Filled on success; its views stay valid until dlc_store_close(). The label
- *             is 0 in a store without a label field.
- * @return DLC_OK, DLC_ENOTFOUND (index >= count), DLC_ECORRUPT (bad header,
- *         payload out of the file, size that disagrees with the shape), DLC_EINVAL (the store
- *         has no image field).
- */
-DLC_API dlc_status dlc_store_read(dlc_store_reader *r, uint64_t index, dlc_record *rec);
-
-/**
- * @brief Hash @p rec's image payload and compare with its stored checksum.
- * @param[in] s The store @p rec was read from, or NULL (the message then says "store").
- * @param[in] rec A record from dlc_store_read() (not NULL).
- * @return DLC_OK or DLC_ECORRUPT, with "STORE: record I: checksum mismatch
- *         (stored X, computed Y)" in dlc_errmsg(). @p s names the file.
- */
-DLC_API dlc_status dlc_record_verify(const dlc_store *s, const dlc_record *rec);
 
 /** Called by dlc_store_verify() for progress and for each bad record. A set's shards are
  *  verified in parallel and their progress summed. */
@@ -437,6 +417,40 @@ typedef int (*dlc_verify_fn)(void *user, const dlc_verify_progress *p);
  */
 DLC_API dlc_status dlc_store_verify(const dlc_store *s, dlc_verify_fn fn, void *user,
                                     uint64_t *bad);
+
+/* ---- Experimental ----------------------------------------------------------------------------
+ * The version 1 view of a record (its first image and its label, a ::dlc_record): the one way to
+ * read a record is dlc_store_read_values(), and to check a field, dlc_value_verify().
+ * Declared only when the program defines DLC_EXPERIMENTAL before including this header (zstd's
+ * ZSTD_STATIC_LINKING_ONLY is the model; the tree's own build defines it): exported, in the
+ * DLCACHE_EXPERIMENTAL node of the symbol map, but outside the frozen ABI: they may change or go
+ * in any release (CONTRIBUTING.md, "The ABI"). */
+#ifdef DLC_EXPERIMENTAL
+
+/**
+ * @brief Find record @p index's first image field and its label without copying or allocating
+ *        (dlc_store_read_values() reads every field). Checks the header and bounds, not the
+ *        payload checksum. In a set, rec->offset is in file dlc_store_record_file(s, index).
+ * @param[in] r The calling thread's reader.
+ * @param[in] index The record number, 0..count-1.
+ * @param[out] rec Filled on success; its views stay valid until dlc_store_close(). The label
+ *             is 0 in a store without a label field.
+ * @return DLC_OK, DLC_ENOTFOUND (index >= count), DLC_ECORRUPT (bad header,
+ *         payload out of the file, size that disagrees with the shape), DLC_EINVAL (the store
+ *         has no image field).
+ */
+DLC_API dlc_status dlc_store_read(dlc_store_reader *r, uint64_t index, dlc_record *rec);
+
+/**
+ * @brief Hash @p rec's image payload and compare with its stored checksum.
+ * @param[in] s The store @p rec was read from, or NULL (the message then says "store").
+ * @param[in] rec A record from dlc_store_read() (not NULL).
+ * @return DLC_OK or DLC_ECORRUPT, with "STORE: record I: checksum mismatch
+ *         (stored X, computed Y)" in dlc_errmsg(). @p s names the file.
+ */
+DLC_API dlc_status dlc_record_verify(const dlc_store *s, const dlc_record *rec);
+
+#endif /* DLC_EXPERIMENTAL */
 
 #ifdef __cplusplus
 }

@@ -114,7 +114,7 @@ typedef int (*dlc_warm_progress_fn)(void *user, const dlc_warm_progress *p);
  *  default. Strings are not retained after dlc_warm() returns. */
 typedef struct dlc_warm_options {
     uint32_t struct_size; /**< sizeof(dlc_warm_options) as the caller's header has it; set by
-                               dlc_warm_options_init() (status.h, "How options grow"). */
+                               dlc_warm_options_init() (status.h, "How structs grow"). */
     uint32_t connections; /**< Parallel ranged GETs; default 8, at most 256. */
     uint64_t chunk_size;  /**< Bytes per ranged GET; default 16 MiB, at least 64 KiB. */
     const char *endpoint; /**< S3 or GCS endpoint URL ("http://127.0.0.1:4568"); NULL: from the
@@ -149,11 +149,21 @@ typedef struct dlc_warm_result {
     int is_set;      /**< 1: URL was a store set, DEST its directory. */
     int md5_checked; /**< 1: the bytes were hashed and matched the object's MD5 (an
                           object made by dlc_warm_push()); a set: every file's. */
+    uint64_t reserved[8]; /**< Zero; fields added in later 1.x versions take these words, so
+                               the struct keeps its size (status.h, "How structs grow"). */
 } dlc_warm_result;
 
-/** @brief Fill @p o with the defaults.
- *  @param[out] o The options to fill; every field is written. */
-DLC_API void dlc_warm_options_init(dlc_warm_options *o);
+/** @brief Fill the caller's @p o with the defaults, never writing past @p size; called
+ *         through the macro dlc_warm_options_init(), which passes the caller's sizeof.
+ *  @param[out] o The options to fill (NULL, or smaller than a uint32_t: nothing is written).
+ *  @param[in] size sizeof(dlc_warm_options) in the header the caller was built with: the bytes of
+ *                  @p o that are written; struct_size is set to it (status.h, "How structs
+ *                  grow"). */
+DLC_API void dlc_warm_options_init_sized(dlc_warm_options *o, size_t size);
+
+/** Fill @p o (a ::dlc_warm_options, not a pointer to void) with the defaults, its struct_size
+ *  with the caller's sizeof: every field the caller's header has is written. */
+#define dlc_warm_options_init(o) dlc_warm_options_init_sized((o), sizeof *(o))
 
 /**
  * @brief Download @p url to the local file @p dest, resuming, verifying and
@@ -165,7 +175,7 @@ DLC_API void dlc_warm_options_init(dlc_warm_options *o);
  *            defaults.
  * @param[out] res Filled on success and, as far as known, on failure (may be NULL).
  * @return DLC_OK or an error listed in the file comment (DLC_EINVAL also for a struct_size of 0,
- *         larger than the library's or no size it had (status.h, "How options grow")); dlc_errmsg()
+ *         larger than the library's or no size it had (status.h, "How structs grow")); dlc_errmsg()
  * has the detail (with secrets redacted). Thread safety: any number of threads and processes may
  * call dlc_warm() at once, also for the same destination (each call opens DEST.lock itself, and
  * flock locks belong to the open file, so calls exclude each other). The log
@@ -177,7 +187,7 @@ DLC_API dlc_status dlc_warm(const char *url, const char *dest, const dlc_warm_op
 /** How to upload (dlc_warm_push()). Start from dlc_warm_push_options_init(). */
 typedef struct dlc_warm_push_options {
     /** sizeof(dlc_warm_push_options) as the caller's header has it; set by
-     *  dlc_warm_push_options_init() (status.h, "How options grow"). */
+     *  dlc_warm_push_options_init() (status.h, "How structs grow"). */
     uint32_t struct_size;
     /** The network part, or NULL (default): dlc_warm_options_init()'s defaults. Filled by
      *  dlc_warm_options_init() and checked like any options; a pointer, not a member, so that
@@ -214,12 +224,23 @@ typedef struct dlc_warm_push_result {
     uint32_t retries;        /**< Requests that were sent again. */
     int resumed;             /**< 1: continued the upload of an earlier call. */
     int is_set;              /**< 1: PATH was a store set's directory. */
-    char etag[128]; /**< The object's ETag as the server reports it (a set: the index's). */
+    char etag[128];       /**< The object's ETag as the server reports it (a set: the index's). */
+    uint64_t reserved[8]; /**< Zero; fields added in later 1.x versions take these words, so
+                               the struct keeps its size (status.h, "How structs grow"). */
 } dlc_warm_push_result;
 
-/** @brief Fill @p o with the defaults.
- *  @param[out] o The options to fill; every field is written. */
-DLC_API void dlc_warm_push_options_init(dlc_warm_push_options *o);
+/** @brief Fill the caller's @p o with the defaults, never writing past @p size; called
+ *         through the macro dlc_warm_push_options_init(), which passes the caller's sizeof.
+ *  @param[out] o The options to fill (NULL, or smaller than a uint32_t: nothing is written).
+ *  @param[in] size sizeof(dlc_warm_push_options) in the header the caller was built with: the bytes
+ * of
+ *                  @p o that are written; struct_size is set to it (status.h, "How structs
+ *                  grow"). */
+DLC_API void dlc_warm_push_options_init_sized(dlc_warm_push_options *o, size_t size);
+
+/** Fill @p o (a ::dlc_warm_push_options, not a pointer to void) with the defaults, its struct_size
+ *  with the caller's sizeof: every field the caller's header has is written. */
+#define dlc_warm_push_options_init(o) dlc_warm_push_options_init_sized((o), sizeof *(o))
 
 /**
  * @brief Upload the store file, or the store set directory, @p path to object storage so that
@@ -257,7 +278,7 @@ DLC_API void dlc_warm_push_options_init(dlc_warm_push_options *o);
  * @param[out] res Filled on success and, as far as known, on failure (may be NULL).
  * @return DLC_OK; DLC_EINVAL (bad URL or option, a directory that is not a set; a struct_size of
  *         0, larger than the library's or no size it had, in @p opt or its net
- *         (status.h, "How options grow")); DLC_EHTTP (the
+ *         (status.h, "How structs grow")); DLC_EHTTP (the
  *         server refused: dlc_errmsg() names the object, the request and the server's Code and
  *         Message); DLC_ENETWORK (retries exhausted); DLC_ECORRUPT (the server holds other bytes
  *         than those sent; a shard that is not the one its index names); DLC_ECHANGED (the file

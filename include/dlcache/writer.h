@@ -68,7 +68,7 @@ typedef struct dlc_field_spec {
  *  default. */
 typedef struct dlc_writer_config {
     uint32_t struct_size;           /**< sizeof(dlc_writer_config) as the caller's header has it;
-                                         set by dlc_writer_config_init() (status.h, "How options grow"). */
+                                         set by dlc_writer_config_init() (status.h, "How structs grow"). */
     const dlc_field_spec *fields;   /**< num_fields fields, in record order; copied at open. */
     uint32_t num_fields;            /**< 1..DLC_MAX_FIELDS. */
     const char *const *label_names; /**< With a DLC_FIELD_LABEL field: num_labels names of its
@@ -86,9 +86,17 @@ typedef struct dlc_writer_config {
     uint64_t source_digest; /**< Written as the "source_digest" metadata (0: none). */
 } dlc_writer_config;
 
-/** Fill @p c with the defaults: struct_size, and 0 in every other field.
- *  @param[out] c The configuration to fill; every field is written. */
-DLC_API void dlc_writer_config_init(dlc_writer_config *c);
+/** @brief Fill the caller's @p c with the defaults, never writing past @p size; called
+ *         through the macro dlc_writer_config_init(), which passes the caller's sizeof.
+ *  @param[out] c The options to fill (NULL, or smaller than a uint32_t: nothing is written).
+ *  @param[in] size sizeof(dlc_writer_config) in the header the caller was built with: the bytes of
+ *                  @p c that are written; struct_size is set to it (status.h, "How structs
+ *                  grow"). */
+DLC_API void dlc_writer_config_init_sized(dlc_writer_config *c, size_t size);
+
+/** Fill @p c (a ::dlc_writer_config, not a pointer to void) with the defaults, its struct_size
+ *  with the caller's sizeof: every field the caller's header has is written. */
+#define dlc_writer_config_init(c) dlc_writer_config_init_sized((c), sizeof *(c))
 
 /**
  * @brief Check the schema and create PATH.tmp-PID beside @p path.
@@ -97,7 +105,7 @@ DLC_API void dlc_writer_config_init(dlc_writer_config *c);
  *            (what it points to too) at open.
  * @param[out] out Release with dlc_writer_finish() or dlc_writer_abort().
  * @return DLC_OK, DLC_EINVAL (a NULL argument; a struct_size of 0, larger than the library's or
- *         no size it had (status.h, "How options grow"); the schema, named; label names without
+ *         no size it had (status.h, "How structs grow"); the schema, named; label names without
  * num_labels, or num_labels without a LABEL field), DLC_EEXIST, -ENOSPC, -errno.
  */
 DLC_API dlc_status dlc_writer_open(const char *path, const dlc_writer_config *config,

@@ -4,7 +4,7 @@
 ["python/_backend"]), so an offline machine needs no setuptools or wheel in
 pip's isolated build environment, and nothing is fetched.
 
-The wheel holds python/dlcache/*.py and, next to them, libdlcache.so.0 (the
+The wheel holds python/dlcache/*.py and, next to them, libdlcache.so.1 (the
 library's SONAME), which dlcache/_lib.py loads before anything but
 $DLCACHE_LIB. The library put into the wheel is the first of:
 
@@ -67,7 +67,7 @@ __all__ = [
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PACKAGE = "dlcache"
 PACKAGE_DIR = os.path.join(ROOT, "python", PACKAGE)
-SONAME = "libdlcache.so.0"
+SONAME = "libdlcache.so.1"
 
 # ------------------------------------------------------------------ metadata
 
@@ -86,12 +86,12 @@ def _pyproject():
 
 
 def version():
-    """__version__ of python/dlcache/__init__.py, read without importing it
+    """__version__ of python/dlcache/_version.py, read without importing the package
     (importing it would load the library)."""
-    with open(os.path.join(PACKAGE_DIR, "__init__.py"), encoding="utf-8") as f:
+    with open(os.path.join(PACKAGE_DIR, "_version.py"), encoding="utf-8") as f:
         m = re.search(r"""^__version__\s*=\s*["']([^"']+)["']""", f.read(), re.M)
     if not m:
-        raise RuntimeError("no __version__ in %s" % os.path.join(PACKAGE_DIR, "__init__.py"))
+        raise RuntimeError("no __version__ in %s" % os.path.join(PACKAGE_DIR, "_version.py"))
     return m.group(1)
 
 

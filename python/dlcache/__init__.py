@@ -23,6 +23,7 @@ install``), the prefix recorded by ``make install``, the source tree's
 build/lib, or the system library path (see ``dlcache._lib.find_library``).
 """
 
+from ._version import __version__  # noqa: F401
 from ._lib import lib as _clib, lib_path as library_path
 from .errors import (  # noqa: F401
     CanceledError, ChangedError, CorruptError, CudaError, DecodeError, DlcacheError,
@@ -33,9 +34,6 @@ from .errors import (  # noqa: F401
 )
 from .store import BuildReport, Store, StoreInfo, build, info, join  # noqa: F401
 from ._stream import plan  # noqa: F401
-
-__version__ = "0.1.0"
-
 
 def __getattr__(name):
     # torch is imported only when the Loader is first used, so build() and

@@ -144,7 +144,7 @@ class FieldSpec(ctypes.Structure):
     ]
 
 
-# Options structs open with struct_size (status.h, "How options grow"): always fill one with its
+# Options structs open with struct_size (status.h, "How structs grow"): always fill one with its
 # _init() (which sets struct_size to the library's sizeof, which test_layout.py checks is this
 # mirror's) before setting fields.
 class WriterConfig(ctypes.Structure):
@@ -251,6 +251,7 @@ class SetJoinReport(ctypes.Structure):
         ("set_id", ctypes.c_uint64),
         ("temp_files", ctypes.c_uint32),
         ("unchanged", ctypes.c_int),
+        ("reserved", ctypes.c_uint64 * 8),
     ]
 
 
@@ -414,6 +415,7 @@ class LoaderStats(ctypes.Structure):
         ("device", ctypes.c_int32),
         ("device_bytes", ctypes.c_uint64),
         ("device_copy_seconds", ctypes.c_double),
+        ("reserved", ctypes.c_uint64 * 8),
     ]
 
 
@@ -605,6 +607,7 @@ _PROTOTYPES = {
     "dlc_strerror": (ctypes.c_char_p, [c_status]),
     "dlc_errmsg": (ctypes.c_char_p, []),
     "dlc_version": (ctypes.c_char_p, []),
+    "dlc_version_number": (ctypes.c_uint32, []),
     # store.h
     "dlc_store_open": (c_status, [ctypes.c_char_p, ctypes.c_uint32, ctypes.POINTER(_P)]),
     "dlc_store_close": (None, [_P]),
@@ -639,7 +642,7 @@ _PROTOTYPES = {
                                 ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint32)]),
     "dlc_png_decode": (c_status, [_P, _P, ctypes.c_size_t, ctypes.POINTER(Image)]),
     # writer.h
-    "dlc_writer_config_init": (None, [ctypes.POINTER(WriterConfig)]),
+    "dlc_writer_config_init_sized": (None, [ctypes.POINTER(WriterConfig), ctypes.c_size_t]),
     "dlc_writer_open": (c_status, [ctypes.c_char_p, ctypes.POINTER(WriterConfig),
                                    ctypes.POINTER(_P)]),
     "dlc_writer_find_field": (ctypes.c_int, [_P, ctypes.c_char_p]),
@@ -661,16 +664,16 @@ _PROTOTYPES = {
     "dlc_record_set_bytes": (c_status, [_P, ctypes.c_uint32, _P, ctypes.c_size_t]),
     "dlc_record_seal": (c_status, [_P]),
     # build.h
-    "dlc_build_options_init": (None, [ctypes.POINTER(BuildOptions)]),
+    "dlc_build_options_init_sized": (None, [ctypes.POINTER(BuildOptions), ctypes.c_size_t]),
     "dlc_build": (c_status, [ctypes.POINTER(ctypes.c_char_p), ctypes.c_size_t, ctypes.c_char_p,
                              ctypes.POINTER(BuildOptions),
                              ctypes.POINTER(ctypes.POINTER(BuildReport))]),
     "dlc_build_report_free": (None, [ctypes.POINTER(BuildReport)]),
     "dlc_set_join": (c_status, [ctypes.c_char_p, ctypes.POINTER(SetJoinReport)]),
     # warm.h
-    "dlc_warm_options_init": (None, [ctypes.POINTER(WarmOptions)]),
+    "dlc_warm_options_init_sized": (None, [ctypes.POINTER(WarmOptions), ctypes.c_size_t]),
     # loader.h
-    "dlc_loader_config_init": (None, [ctypes.POINTER(LoaderConfig)]),
+    "dlc_loader_config_init_sized": (None, [ctypes.POINTER(LoaderConfig), ctypes.c_size_t]),
     "dlc_loader_open": (c_status, [ctypes.c_char_p, ctypes.POINTER(LoaderConfig),
                                    ctypes.POINTER(_P)]),
     "dlc_loader_next": (c_status, [_P, ctypes.POINTER(Batch)]),
@@ -718,7 +721,7 @@ _PROTOTYPES = {
                                          ctypes.POINTER(ctypes.c_double)]),
 }
 
-_SONAMES = ("libdlcache.so", "libdlcache.so.0")
+_SONAMES = ("libdlcache.so", "libdlcache.so.1")
 
 
 def _candidates():
@@ -733,7 +736,7 @@ def _candidates():
         return [env], True
     out = []
     # Shipped inside the package: `pip install .` puts the library it was
-    # built with into the wheel, as libdlcache.so.0 next to this file.
+    # built with into the wheel, as libdlcache.so.1 next to this file.
     out += [os.path.join(here, n) for n in reversed(_SONAMES)]
     # Installed by `make install`: the install step writes the library
     # directory it used into _install.py next to this file.
@@ -786,6 +789,15 @@ class _Lib:
         self._dll = ctypes.CDLL(path)
 
     def __getattr__(self, name):
+        if name.endswith("_init") and name + "_sized" in _PROTOTYPES:
+            # The headers' _init() macros: the _sized function with the mirror's size
+            # (status.h, "How structs grow"), called with ctypes.byref(struct).
+            sized = getattr(self, name + "_sized")
+
+            def init(ref, _sized=sized):
+                _sized(ref, ctypes.sizeof(ref._obj))
+            setattr(self, name, init)
+            return init
         try:
             restype, argtypes = _PROTOTYPES[name]
         except KeyError:
@@ -805,5 +817,23 @@ class _Lib:
         return hasattr(self._dll, name)
 
 
+def check_version(loaded):
+    """Refuse a library whose version is not this package's: the struct mirrors above were
+    written for one version of the headers, so another library's layouts may differ."""
+    from ._version import __version__
+    here = os.path.dirname(os.path.abspath(__file__))
+    if not loaded.has("dlc_version_number"):
+        got = "older than 1.0 (no dlc_version_number())"
+    else:
+        n = loaded.dlc_version_number()
+        got = "%d.%d.%d" % (n // 10000, n // 100 % 100, n % 100)
+    if got != __version__:
+        raise OSError("%s is libdlcache %s, but the dlcache package at %s is %s and works only "
+                      "with its own version: point DLCACHE_LIB at a libdlcache %s, or use the "
+                      "package that matches the library" % (loaded.path, got, here, __version__,
+                                                            __version__))
+
+
 lib_path = find_library()
 lib = _Lib(lib_path)
+check_version(lib)

@@ -33,9 +33,10 @@ def main(libpath, store, count):
             sys.exit(f"write_tokens.py: {what}: {lib.dlc_errmsg().decode()}")
 
     spec = FieldSpec(name=b"tokens", kind=NDARRAY, dtype=INT32, flags=VARIABLE, ndim=1)
-    # dlc_writer_config_init() sets struct_size and the defaults, as a C caller does.
+    # dlc_writer_config_init() sets struct_size and the defaults, as a C caller does: the
+    # header's macro is dlc_writer_config_init_sized() with the caller's sizeof.
     cfg = WriterConfig()
-    lib.dlc_writer_config_init(C.byref(cfg))
+    lib.dlc_writer_config_init_sized(C.byref(cfg), C.c_size_t(C.sizeof(cfg)))
     cfg.fields, cfg.num_fields, cfg.force = C.pointer(spec), 1, 1
     w, b = C.c_void_p(), C.c_void_p()
     check(lib.dlc_writer_open(store.encode(), C.byref(cfg), C.byref(w)), "open")

@@ -9,6 +9,7 @@
  * from DLC_STRESS_SEED (default 1), so a failure replays. Exit status 0 = pass. Run by ctest
  * with the labels "unit;threads" (cmake/devsim.cmake). */
 #include "devsim.h"
+#include "internal.h"
 #include "test_util.h"
 
 #include <dlcache/loader.h>
@@ -244,7 +245,7 @@ static void round_run(unsigned round)
     c.device = -1;
     REQUIRE(dlc_loader_open(path, &c, &hl) == DLC_OK);
     c.device = 0;
-    REQUIRE(dlc__loader_open_ops(path, &c, r.o, &dl) == DLC_OK);
+    REQUIRE(dlc__loader_open_with(path, &c, r.o, &dl) == DLC_OK);
     REQUIRE(dlc_loader_device(dl, NULL) == 0);
 
     const uint32_t epochs = 2 + rnd(2);

@@ -10,6 +10,7 @@
  * calls the loader: a loader call that forgets to make its device current shows up as a stray
  * call. dlc-test-label: threads */
 #include "devsim.h"
+#include "internal.h"
 #include "loader_fixture.h"
 
 #include <time.h>
@@ -126,7 +127,7 @@ static dlc_loader *open_dev(rig *r, const char *path, dlc_loader_config c)
 {
     c.device = r->device;
     dlc_loader *l = NULL;
-    cr_assert_eq(dlc__loader_open_ops(path, &c, devsim_ops(r->sim), &l), DLC_OK, "%s",
+    cr_assert_eq(dlc__loader_open_with(path, &c, devsim_ops(r->sim), &l), DLC_OK, "%s",
                  dlc_errmsg());
     const char *why = "";
     cr_assert_eq(dlc_loader_device(l, &why), r->device, "%s", why ? why : "");
@@ -794,7 +795,7 @@ Test(device, keeps_the_callers_device_and_refuses_bad_ordinals)
     /* Beyond the devices present: refused at open, by name. */
     c.device = 2;
     dlc_loader *bad = NULL;
-    cr_assert_eq(dlc__loader_open_ops(d.path, &c, devsim_ops(r.sim), &bad), DLC_EINVAL);
+    cr_assert_eq(dlc__loader_open_with(d.path, &c, devsim_ops(r.sim), &bad), DLC_EINVAL);
     cr_assert(strstr(dlc_errmsg(), "device"), "%s", dlc_errmsg());
     dlc_loader_close(hl);
     rig_close(&r);
@@ -804,7 +805,7 @@ Test(device, keeps_the_callers_device_and_refuses_bad_ordinals)
     rig_open_opts(&r, &opts, 0);
     c.device = 0;
     dlc_loader *l = NULL;
-    cr_assert_eq(dlc__loader_open_ops(d.path, &c, devsim_ops(r.sim), &l), DLC_OK, "%s",
+    cr_assert_eq(dlc__loader_open_with(d.path, &c, devsim_ops(r.sim), &l), DLC_OK, "%s",
                  dlc_errmsg());
     const char *why = NULL;
     cr_assert_eq(dlc_loader_device(l, &why), -1);

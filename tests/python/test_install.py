@@ -77,7 +77,8 @@ C_PROGRAM = textwrap.dedent("""\
     #include <stdio.h>
     #include <string.h>
     int main(void) {
-        printf("%s|%s\\n", dlc_version(), dlc_strerror(DLC_ECORRUPT));
+        printf("%s|%u|%d|%s\\n", dlc_version(), (unsigned)dlc_version_number(),
+               DLC_VERSION_NUMBER, dlc_strerror(DLC_ECORRUPT));
         return strcmp(dlc_strerror(DLC_ECORRUPT), "corrupt data") != 0;
     }
     """)
@@ -95,9 +96,15 @@ def test_pkg_config(prefix, tmp_path):
     assert "-I%s/include" % prefix in flags and "-ldlcache" in flags
     (tmp_path / "v.c").write_text(C_PROGRAM)
     subprocess.run([cc, str(tmp_path / "v.c"), "-o", str(tmp_path / "v")] + flags, check=True)
-    run = subprocess.run([str(tmp_path / "v")], env=dict(env, LD_LIBRARY_PATH=libdir),
-                         check=True, capture_output=True, text=True)
+    # No LD_LIBRARY_PATH: outside /usr the .pc file's Libs carry an rpath to the prefix.
+    env.pop("LD_LIBRARY_PATH", None)
+    run = subprocess.run([str(tmp_path / "v")], env=env, check=True, capture_output=True,
+                         text=True)
     assert run.stdout.endswith("|corrupt data\n")
+    version, number, header_number, _ = run.stdout.split("|")
+    assert number == header_number == "%d" % (int(version.split(".")[0]) * 10000
+                                             + int(version.split(".")[1]) * 100
+                                             + int(version.split(".")[2])), run.stdout
 
 
 def test_find_package(prefix, tmp_path):
@@ -108,7 +115,7 @@ def test_find_package(prefix, tmp_path):
     (src / "CMakeLists.txt").write_text(textwrap.dedent("""\
         cmake_minimum_required(VERSION 3.16)
         project(uses_dlcache C)
-        find_package(dlcache 0.1 REQUIRED)
+        find_package(dlcache 1.0 REQUIRED)
         add_executable(v v.c)
         target_link_libraries(v PRIVATE dlcache::dlcache)
         """))

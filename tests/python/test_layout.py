@@ -233,7 +233,7 @@ def test_dtype_names_match_library():
 
 def test_options_init_sets_struct_size():
     """Every options mirror starts with struct_size, which its _init() sets to the library's
-    sizeof (status.h, "How options grow"); the mirror's own sizeof must be that size, or the
+    sizeof (status.h, "How structs grow"); the mirror's own sizeof must be that size, or the
     library would take a Python caller for an older or newer header."""
     from dlcache import _lib as L
     for cls, init in ((L.LoaderConfig, "dlc_loader_config_init"),

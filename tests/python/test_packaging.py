@@ -44,14 +44,42 @@ def _backend():
 backend = _backend()
 
 
-def _cmake_version():
-    with open(os.path.join(REPO, "CMakeLists.txt")) as f:
-        return re.search(r"project\(dlcache\s+VERSION\s+([0-9.]+)", f.read()).group(1)
+def _header_version():
+    """MAJOR.MINOR.PATCH of include/dlcache/version.h, where the version is written."""
+    with open(os.path.join(REPO, "include", "dlcache", "version.h")) as f:
+        text = f.read()
+    return ".".join(re.search(r"#define DLC_VERSION_%s (\d+)" % p, text).group(1)
+                    for p in ("MAJOR", "MINOR", "PATCH"))
 
 
 def test_versions_agree():
-    """One version: the package's, CMake's project(), the library's, the wheel's."""
-    assert dlcache.__version__ == _cmake_version() == dlcache.version() == backend.version()
+    """One version: the header's, the package's, the library's, the wheel's."""
+    n = dlcache._clib.dlc_version_number()
+    number = "%d.%d.%d" % (n // 10000, n // 100 % 100, n % 100)
+    assert dlcache.__version__ == _header_version() == dlcache.version() == number \
+        == backend.version()
+
+
+def test_other_version_refused():
+    """A library of another version than the package's is refused, naming both paths and
+    versions: the package's struct mirrors were written for its own version."""
+    from dlcache import _lib
+
+    class Other:
+        path = "/elsewhere/libdlcache.so.1"
+
+        def has(self, name):
+            return True
+
+        def dlc_version_number(self):
+            return 10203
+
+    with pytest.raises(OSError) as e:
+        _lib.check_version(Other())
+    msg = str(e.value)
+    assert "/elsewhere/libdlcache.so.1 is libdlcache 1.2.3" in msg, msg
+    assert os.path.dirname(_lib.__file__) in msg and dlcache.__version__ in msg, msg
+    _lib.check_version(dlcache._clib)
 
 
 def _read_wheel(path):
@@ -61,7 +89,7 @@ def _read_wheel(path):
 
 def test_wheel_is_well_formed(tmp_path):
     """build_wheel with a prebuilt library: the package's modules, the library
-    as dlcache/libdlcache.so.0, dist-info with METADATA, WHEEL and a RECORD
+    as dlcache/libdlcache.so.1, dist-info with METADATA, WHEEL and a RECORD
     whose hashes and sizes are right; the same bytes when built again."""
     name = backend.build_wheel(str(tmp_path / "a"), {"lib": LIB})
     tag = "py3-none-" + backend.platform_tag()
@@ -73,12 +101,12 @@ def test_wheel_is_well_formed(tmp_path):
     py = sorted(n for n in os.listdir(os.path.join(REPO, "python", "dlcache"))
                 if n.endswith(".py") and n != "_install.py") + ["py.typed"]
     assert sorted(files) == sorted(["dlcache/" + n for n in py] + [
-        "dlcache/libdlcache.so.0", di + "METADATA", di + "WHEEL", di + "top_level.txt",
+        "dlcache/libdlcache.so.1", di + "METADATA", di + "WHEEL", di + "top_level.txt",
         di + "RECORD"])
     for n in py:
         with open(os.path.join(REPO, "python", "dlcache", n), "rb") as f:
             assert files["dlcache/" + n][0] == f.read(), n
-    lib, mode = files["dlcache/libdlcache.so.0"]
+    lib, mode = files["dlcache/libdlcache.so.1"]
     with open(os.path.realpath(LIB), "rb") as f:
         assert lib == f.read(), "the library named by -C lib is the one shipped"
     assert mode & 0o777 == 0o755 and lib[:4] == b"\x7fELF"
@@ -232,7 +260,7 @@ def _installed(venv, out):
     pkg = os.path.dirname(out["file"])
     assert os.path.realpath(pkg).startswith(os.path.realpath(str(venv)) + os.sep), out
     assert os.path.basename(pkg) == "dlcache" and "site-packages" in pkg, out
-    assert out["lib"] == os.path.join(pkg, "libdlcache.so.0"), out
+    assert out["lib"] == os.path.join(pkg, "libdlcache.so.1"), out
     assert out["maps"] == [out["lib"]], "exactly the package's library is mapped: %r" % out
     return out["lib"]
 

@@ -409,7 +409,7 @@ Test(warm_fetch, rejects_bad_options)
     free(dest);
 }
 
-/* Options grow at their end (status.h, "How options grow"): both calls check struct_size before
+/* Options grow at their end (status.h, "How structs grow"): both calls check struct_size before
  * anything else, dlc_warm_push() also in the network options its net points to. */
 Test(warm_fetch, options_without_init_or_from_a_newer_header_are_refused)
 {

@@ -1,5 +1,4 @@
-/* The thread-local error detail of common/error.c (here under tests/loader/ until CMake gives the
- * common part a tests folder; it links dlc_common through dlc_loader): in a debug build (no NDEBUG)
+/* The thread-local error detail of common/error.c: in a debug build (no NDEBUG)
  * a failure raised by FAIL_IF or dlc__errorf() records its file and line, each CHECK it passes adds
  * its own, and the message itself stays as written; a release build records nothing. Cleanup that
  * saves and restores the message keeps the site, and DLCACHE_ERROR_SITES=1 shows it after the

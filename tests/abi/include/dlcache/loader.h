@@ -1,0 +1,683 @@
+/**
+ * @file loader.h
+ * @brief Shuffled, augmented, collated batches from a store, at memory speed.
+ *
+ * The loader reads a store made by cachebuild or a writer and lends out batches. Worker
+ * threads crop, flip and convert each sample straight from its view in the
+ * memory map into its final place in a batch slot; slots form a ring of
+ * `prefetch` batches allocated at open, so the hot path allocates nothing and
+ * takes no lock per sample.
+ *
+ * Fields. A batch carries every field of the store, or those named in
+ * config.fields, as ::dlc_batch_field outputs in schema order:
+ *   - images: cropped (or RandomResizedCrop-ed, antialiased bilinear),
+ *     flipped and converted as configured, 1, 3 or 4 channels, uint8 NHWC or
+ *     float NCHW normalized with one mean/std per channel;
+ *   - masks (DLC_FIELD_MASK): the same crop and flip with nearest neighbour,
+ *     uint8 NHWC as stored, so class ids are never blended;
+ *   - boxes (DLC_FIELD_BOXES): moved, scaled, flipped and clipped with the
+ *     same crop; boxes left without area are dropped with the entries of their
+ *     linked class field;
+ *   - other arrays as stored: fixed shapes stacked [N, ...]; a variable
+ *     leading dimension padded with zeros to the longest in the batch or to a
+ *     fixed max_len with a lengths array, or the values end to end with
+ *     offsets, chosen per field (dlc_field_option); bytes as values + offsets;
+ *   - int and float fields as int64 and float64 [N].
+ * The images, masks and boxes of a record move together: one crop box and
+ * one flip per view, drawn on the size of the store's first image field
+ * (which all of a record's images and masks must share), whatever the
+ * selection, so choosing fields never changes another field's bytes. View
+ * groups (dlc_view_spec) give K differently augmented views of every image
+ * and mask per sample. Variable outputs are packed once per batch by the
+ * worker that completes it; their slot room is the schema's largest record,
+ * so memory follows batch x prefetch x the largest sample, not the store.
+ *
+ * Determinism: the order of samples and every augmentation parameter are a
+ * pure function of (seed, epoch, rank, world size, position). The number of
+ * threads, the prefetch depth and timing never change an output byte.
+ *
+ * Sharding follows torch's DistributedSampler: each epoch has one global
+ * order of the store's records (a permutation when shuffling); it is padded
+ * by repeating its first entries to a multiple of world_size (or cut to one
+ * with drop_last), and rank r takes every world_size-th position starting at
+ * r. With drop_last the last incomplete batch of a rank is dropped too.
+ *
+ * Lifetime of a batch: the ::dlc_batch filled by dlc_loader_next() and the
+ * memory it points to are lent to the caller until dlc_loader_release() on
+ * it or, when the caller already holds config.max_lent batches (1 by default),
+ * the next dlc_loader_next(), which gives back the oldest; then the slot is
+ * refilled. Each lent batch needs a ::dlc_batch of its own.
+ *
+ * Thread safety: one consumer thread at a time calls dlc_loader_* on a given
+ * loader (the loader runs its own workers). Different loaders are independent.
+ *
+ * The device path. With config.device >= 0 and the CUDA plugin (libdlcache_cuda.so, found next
+ * to libdlcache.so or through $DLCACHE_CUDA_PLUGIN) able to use that GPU, batches go to the GPU:
+ *   - The slots are page-locked, allocated once at open. Workers crop and flip into them in
+ *     uint8, as stored, whatever config.dtype says.
+ *   - A copy thread of the loader moves each finished slot with one asynchronous copy (more only
+ *     for a short last batch or variable-size outputs) on a stream of the loader's own into a
+ *     ring of config.device_staging device buffers allocated at open, and records the batch's
+ *     ready event. The slot is refilled only after that event has completed; a staging buffer
+ *     is overwritten only after the work that the consumer enqueued on it (the release) has
+ *     completed on the device. Neither wait ever blocks the device or the consumer's thread.
+ *   - dlc_loader_next_device() lends the next staged batch: its shapes, host copies of the small
+ *     per-sample arrays, and device pointers into the staging buffer.
+ *   - dlc_loader_device_emit() enqueues on the caller's stream, in order: a wait for the ready
+ *     event, the conversion of every image output (uint8 NHWC to config.dtype, normalized with
+ *     config.mean and config.std, in config.device_layout) and a device-to-device copy of every
+ *     other output, into memory the caller owns; then the release. The caller's later work on
+ *     that stream sees the outputs; nothing waits on the host.
+ *   - Or lend mode, for a C caller that wants no kernel: dlc_loader_device_wait() on its stream,
+ *     use the staged pointers there, then dlc_loader_device_release() on the same stream.
+ * Outputs are bit-identical to the host path's batch with the same configuration: uint8 and
+ * float16 exactly, float32 with 0 ulp of difference (the arithmetic is written once for both,
+ * see docs/ARCHITECTURE.md). Every thread of the loader that calls CUDA makes config.device
+ * current first; calls on the consumer's thread put back the context that was current before.
+ * Without the plugin, a driver or any GPU, the loader opens anyway, serves host batches
+ * (dlc_loader_next()), says why once through config.log, and dlc_loader_device() answers the
+ * same question; a device ordinal beyond the GPUs present is DLC_EINVAL at open.
+ *
+ * Errors: DLC_OK, DLC_END (not an error: the epoch is over), DLC_EINVAL (bad
+ * config, with the field named in dlc_errmsg()), DLC_ECORRUPT (a record that
+ * fails its checksum or header check, with on_corrupt = DLC_CORRUPT_FAIL; the
+ * message names the store and the record), DLC_ESTATE, DLC_ECUDA (a CUDA call of
+ * the device path failed, named with CUDA's text), -errno.
+ */
+#ifndef DLCACHE_LOADER_H
+#define DLCACHE_LOADER_H
+
+#include <dlcache/status.h>
+#include <dlcache/warm.h>
+#include <dlcache/store.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** An open loader: its store, worker threads and batch slots. One consumer thread at a time. */
+typedef struct dlc_loader dlc_loader;
+
+/** How the epoch's global order is made. */
+typedef enum dlc_sampler {
+    DLC_SAMPLER_SEQUENTIAL = 0,    /**< 0, 1, 2, ... */
+    DLC_SAMPLER_SHUFFLE = 1,       /**< A fresh permutation per (seed, epoch). */
+    DLC_SAMPLER_WEIGHTED = 2,      /**< Draws with replacement, P(record) proportional to
+                                        class_weights[label]. */
+    DLC_SAMPLER_QUASI_RANDOM = 3,  /**< Shuffled groups of neighbouring records, shuffled again
+                                        within a window: large sequential reads for stores
+                                        larger than memory (io = direct). */
+    DLC_SAMPLER_SHARD_WINDOWS = 4, /**< The order a set is streamed in (docs/STREAMING.md): per
+                                        epoch the shards are permuted and dealt to `streams`
+                                        streams, each stream is read in windows of
+                                        `window_shards` shards whose records are fully
+                                        permuted, and the streams are interleaved. Ranks of a
+                                        world size that divides `streams` read disjoint shards.
+                                        A pure function of (seed, epoch, the shards' record
+                                        counts, window_shards, streams); a single store is one
+                                        shard. */
+} dlc_sampler;
+
+/** Per-sample spatial augmentation. */
+typedef enum dlc_augment {
+    DLC_AUGMENT_CENTER_CROP = 0,         /**< Central crop_h x crop_w (evaluation). */
+    DLC_AUGMENT_RANDOM_CROP = 1,         /**< A uniformly placed crop_h x crop_w window. */
+    DLC_AUGMENT_RANDOM_RESIZED_CROP = 2, /**< torchvision RandomResizedCrop(scale, ratio) resized
+                                             to crop_h x crop_w, antialiased bilinear. */
+} dlc_augment;
+
+/* Element types (::dlc_dtype) are in store.h. Images come out as DLC_DTYPE_UINT8 (pixels as
+ * stored, layout NHWC) or DLC_DTYPE_FLOAT32 / DLC_DTYPE_FLOAT16 ((x/255 - mean) / std per
+ * channel, layout NCHW); masks always as stored (uint8, NHWC); every other field in its stored
+ * dtype. */
+
+/** Layout of an image output. */
+typedef enum dlc_layout {
+    DLC_LAYOUT_NHWC = 0, /**< Samples, rows, columns, channels: the pixels as stored. */
+    DLC_LAYOUT_NCHW = 1, /**< Samples, channels, rows, columns: planar, as torch models take it. */
+    DLC_LAYOUT_NONE = 2, /**< Not an image: the field's own shape after the batch dimension. */
+} dlc_layout;
+
+/** How a field whose leading dimension varies per record (token ids, boxes, audio) and a bytes
+ *  field go into a batch. */
+typedef enum dlc_variable_mode {
+    DLC_VARIABLE_PAD = 0,     /**< Zero-padded to the longest in the batch; NAME_lengths beside
+                                   it. The default. */
+    DLC_VARIABLE_PAD_TO = 1,  /**< Zero-padded, or cut, to max_len; NAME_lengths beside it. */
+    DLC_VARIABLE_OFFSETS = 2, /**< The batch's values end to end, NAME_offsets (count + 1) beside
+                                   them. Always used for bytes fields. */
+} dlc_variable_mode;
+
+/** Options of one field of the store; fields not named take the defaults. */
+typedef struct dlc_field_option {
+    const char *name;  /**< A field of the store. */
+    uint32_t variable; /**< A ::dlc_variable_mode (variable ndarray fields). */
+    uint32_t max_len;  /**< DLC_VARIABLE_PAD_TO: the leading dimension of every sample. */
+} dlc_field_option;
+
+/**
+ * A group of views: @p count differently augmented crops of every image (and mask) of a sample,
+ * as in self-supervised training (two global crops of 224 and six local crops of 96). Each view
+ * draws its own parameters from the deterministic streams. The outputs of an image field F are
+ * named F_NAME with shape [N, count, ...].
+ */
+typedef struct dlc_view_spec {
+    const char *name;   /**< [A-Za-z0-9_]+, appended to the field's name. */
+    uint32_t count;     /**< Views in the group, 1..64. */
+    uint32_t augment;   /**< A ::dlc_augment. */
+    uint32_t crop_h;    /**< Output height of the group. */
+    uint32_t crop_w;    /**< Output width of the group. */
+    float rrc_scale[2]; /**< RandomResizedCrop area fraction range. */
+    float rrc_ratio[2]; /**< RandomResizedCrop aspect range. */
+    float flip_prob;    /**< Horizontal flip probability. */
+} dlc_view_spec;
+
+/** When record checksums are checked. */
+typedef enum dlc_verify_mode {
+    DLC_VERIFY_OFF = 0,    /**< Never (headers and bounds are always checked). */
+    DLC_VERIFY_FIRST = 1,  /**< The first time this loader reads each record. */
+    DLC_VERIFY_ALWAYS = 2, /**< Every read. */
+} dlc_verify_mode;
+
+/** What happens to a record that fails its check. */
+typedef enum dlc_corrupt_policy {
+    DLC_CORRUPT_FAIL = 0,    /**< dlc_loader_next() fails with DLC_ECORRUPT naming the record. */
+    DLC_CORRUPT_REPLACE = 1, /**< It is replaced by a deterministically chosen good record and
+                                  counted in the stats; the batch keeps its size. */
+} dlc_corrupt_policy;
+
+/** How records reach memory. */
+typedef enum dlc_io_mode {
+    DLC_IO_AUTO = 0,   /**< mmap when the store fits in memory, else direct. */
+    DLC_IO_MMAP = 1,   /**< Views into the shared page cache, with io_uring/fadvise readahead. */
+    DLC_IO_DIRECT = 2, /**< O_DIRECT reads through io_uring into registered buffers. */
+} dlc_io_mode;
+
+/** Loader options. dlc_loader_config_init() sets every field to its default. */
+typedef struct dlc_loader_config {
+    uint32_t struct_size;        /**< sizeof(dlc_loader_config) as the caller's header has it; set
+                                      by dlc_loader_config_init() (status.h, "How structs grow"). */
+    uint32_t batch_size;         /**< Samples per batch (default 256). */
+    int drop_last;               /**< Cut to a multiple of world_size and drop a short last batch
+                                      (default 0). */
+    uint32_t sampler;            /**< A ::dlc_sampler (default DLC_SAMPLER_SHUFFLE). */
+    uint64_t seed;               /**< Default 0. */
+    uint64_t epoch;              /**< First epoch (default 0). */
+    uint32_t rank;               /**< This process's rank (default 0). */
+    uint32_t world_size;         /**< Number of ranks (default 1). */
+    uint32_t threads;            /**< Worker threads; 0 = all online cores (default). */
+    uint32_t prefetch;           /**< Batches in flight (default 4, at least 1). */
+    const double *class_weights; /**< DLC_SAMPLER_WEIGHTED: one weight per label; copied at open. */
+    uint32_t num_class_weights;  /**< Entries in class_weights (must equal the store's labels). */
+    uint64_t num_samples; /**< DLC_SAMPLER_WEIGHTED: draws per epoch (0 = the store's count). */
+    uint32_t quasi_group; /**< DLC_SAMPLER_QUASI_RANDOM: records per group (default 64). */
+    uint32_t augment;     /**< A ::dlc_augment (default DLC_AUGMENT_RANDOM_CROP). */
+    uint32_t crop_h;      /**< Output height (default 224; 0 = the store's height). */
+    uint32_t crop_w;      /**< Output width (default 224; 0 = the store's width). */
+    float rrc_scale[2];   /**< RandomResizedCrop area fraction range (default 0.08, 1). */
+    float rrc_ratio[2];   /**< RandomResizedCrop aspect range (default 3/4, 4/3). */
+    float flip_prob;      /**< Horizontal flip probability (default 0.5; 0 for eval). */
+    uint32_t dtype;       /**< Images: DLC_DTYPE_UINT8 (default), FLOAT32 or FLOAT16. */
+    float mean[4];        /**< Per channel, on the 0..1 scale (default ImageNet's, then 0.5). */
+    float std[4];         /**< Per channel, on the 0..1 scale (default ImageNet's, then 0.5). */
+    uint32_t verify;      /**< A ::dlc_verify_mode (default DLC_VERIFY_OFF). */
+    uint32_t on_corrupt;  /**< A ::dlc_corrupt_policy (default DLC_CORRUPT_FAIL). */
+    uint32_t io;          /**< A ::dlc_io_mode (default DLC_IO_AUTO). */
+    int32_t device;       /**< CUDA device of the device path (see "The device path"), or -1:
+                               host batches only (default). */
+    const char *const *fields;             /**< Names of the fields to load (NULL: every field). */
+    uint32_t num_fields;                   /**< Entries in fields. */
+    const dlc_field_option *field_options; /**< Per-field options; copied at open. */
+    uint32_t num_field_options;            /**< Entries in field_options. */
+    const dlc_view_spec *views; /**< View groups (NULL: one view per image, made of augment,
+                                     crop_h, crop_w, rrc_scale, rrc_ratio, flip_prob); copied. */
+    uint32_t num_views;         /**< Entries in views. */
+    dlc_log_fn log;             /**< Notices (chosen I/O mode, no GPU...); may be NULL. */
+    void *log_user;             /**< Passed to log as its first argument. */
+    uint32_t device_layout;     /**< Images written by dlc_loader_device_emit(): DLC_LAYOUT_NCHW,
+                                     DLC_LAYOUT_NHWC (torch's channels_last for float), or
+                                     DLC_LAYOUT_NONE (default): as on the host, uint8 NHWC and
+                                     float NCHW. */
+    uint32_t device_staging;    /**< Device staging buffers, 1..16 (default 2). */
+    uint32_t max_lent;          /**< Host batches the consumer may hold at once (default 1): when
+                                     it holds this many, dlc_loader_next() gives back the oldest.
+                                     Above 1 it must be below prefetch. */
+    uint32_t window_shards;     /**< DLC_SAMPLER_SHARD_WINDOWS: shards whose records are shuffled
+                                     together, 1..4095 (default 4). */
+    uint32_t streams;           /**< DLC_SAMPLER_SHARD_WINDOWS: streams interleaved, 1..4095;
+                                     0 (default) = world_size. Keep it when resuming with
+                                     another world size: the order depends on it. */
+    /* Streaming (a store set's URL as the path: s3://, gs://, http(s)://; docs/STREAMING.md). */
+    const char *cache_dir;       /**< The local folder that holds shards while they are read;
+                                      required for a URL; shared by the ranks and jobs of a node.
+                                      Not retained. */
+    uint64_t cache_limit;        /**< The most bytes the cache folder may hold, temporary files
+                                      counted; 0 (default) = no limit. Checked at open against
+                                      what the windows need (the bytes needed are named). */
+    uint32_t cache_ranks;        /**< Processes sharing cache_dir on this node, each needing its
+                                      windows (default 1; Python: LOCAL_WORLD_SIZE). */
+    uint32_t downloads;          /**< Shards this process downloads at once (default 2). */
+    const dlc_warm_options *net; /**< Endpoint, region, retries, timeouts, log of the downloads;
+                                      NULL (default): dlc_warm_options_init()'s, which read the
+                                      environment. Copied at open. */
+} dlc_loader_config;
+
+/** One output of a batch: a field of the store (or one view group of an image field), for every
+ *  sample of the batch. */
+typedef struct dlc_batch_field {
+    const char *name;                 /**< The field's name, or FIELD_VIEW; valid until close. */
+    uint32_t field;                   /**< Its index in the store's schema (dlc_store_fields()). */
+    uint32_t kind;                    /**< The field's ::dlc_field_kind. */
+    void *data;                       /**< Contiguous, 64-byte aligned. */
+    size_t bytes;                     /**< Bytes of data used by this batch. */
+    uint32_t dtype;                   /**< A ::dlc_dtype. */
+    uint32_t layout;                  /**< A ::dlc_layout (DLC_LAYOUT_NONE for fields that are not
+                                           images). */
+    uint32_t ndim;                    /**< Entries of shape used. */
+    uint64_t shape[DLC_MAX_DIMS + 2]; /**< N first; then the view count for view groups; then
+                                           the sample's dimensions. OFFSETS: the total of the
+                                           leading dimensions, then the trailing ones. */
+    const int64_t *lengths; /**< PAD and PAD_TO: N leading dimensions (after cutting and, for
+                                 boxes, after the crop dropped some); else NULL. */
+    const int64_t *offsets; /**< OFFSETS and bytes: N + 1 offsets into data, in units of the
+                                 leading dimension (bytes: in bytes); else NULL. */
+} dlc_batch_field;
+
+/** A lent batch. Pointers stay valid until dlc_loader_release() or the next
+ *  dlc_loader_next(); never free them. data, dtype, layout, shape and bytes describe the first
+ *  image output (NULL data without one); labels are the label field's values (0 without one). */
+typedef struct dlc_batch {
+    void *data;                    /**< Host batch: count x shape, contiguous, 64-byte aligned. */
+    const int64_t *labels;         /**< count labels. */
+    const uint64_t *indices;       /**< count store record numbers. */
+    uint32_t count;                /**< Samples in this batch (the last may be short). */
+    uint32_t dtype;                /**< A ::dlc_dtype. */
+    uint32_t layout;               /**< A ::dlc_layout. */
+    uint32_t shape[4];             /**< N, then H, W, C for NHWC or C, H, W for NCHW; N = count. */
+    size_t bytes;                  /**< Bytes of data used by this batch. */
+    uint64_t epoch;                /**< Epoch this batch belongs to. */
+    uint64_t batch_index;          /**< Batch number within the epoch for this rank. */
+    uint32_t num_fields;           /**< Outputs in fields. */
+    const dlc_batch_field *fields; /**< Every selected field, in schema order (view groups in
+                                        the order given). */
+} dlc_batch;
+
+/** Counters since open. */
+typedef struct dlc_loader_stats {
+    uint64_t batches;           /**< Batches delivered. */
+    uint64_t samples;           /**< Samples delivered. */
+    double wait_seconds;        /**< Time the consumer spent blocked in dlc_loader_next(). */
+    double io_wait_seconds;     /**< Time workers spent blocked on I/O (page faults aside). */
+    uint64_t corrupt_replaced;  /**< Corrupt records replaced (DLC_CORRUPT_REPLACE). */
+    uint64_t bytes_read;        /**< Payload bytes read from the store. */
+    uint32_t io_mode;           /**< The ::dlc_io_mode actually in use (never AUTO). */
+    uint32_t threads;           /**< Worker threads in use. */
+    int32_t device;             /**< The device path's GPU, or -1 when it is off. */
+    uint64_t device_bytes;      /**< Bytes copied from the slots to the device. */
+    double device_copy_seconds; /**< Sum over the copies of the time from issuing one to its
+                                     event's completion, as the loader's copy thread saw it. */
+    uint64_t reserved[8];       /**< Zero; fields added in later 1.x versions take these words, so
+                                     the struct keeps its size (status.h, "How structs grow"). */
+} dlc_loader_stats;
+
+/** What streaming did since open (dlc_loader_get_stream_stats()). */
+typedef struct dlc_loader_stream_stats {
+    uint32_t struct_size;      /**< sizeof(dlc_loader_stream_stats) as the caller's header has it:
+                                    set it before the call; the library fills that many bytes. */
+    double stall_seconds;      /**< Time the loader's I/O thread waited for a shard to arrive. */
+    uint64_t hits;             /**< Shards found in the cache when a batch needed them. */
+    uint64_t misses;           /**< Shards a batch had to wait for. */
+    uint64_t bytes_fetched;    /**< Bytes downloaded (the index, retries counted). */
+    uint64_t requests;         /**< HTTP requests sent. */
+    uint64_t peak_cache_bytes; /**< The most bytes the cache folder held, as this process saw it
+                                    (its reservation counted). */
+    uint64_t evictions;        /**< Shards this process removed to make room. */
+    uint64_t downloads;        /**< Shards this process downloaded. */
+} dlc_loader_stream_stats;
+
+/**
+ * @brief What streaming did since open: zeros for a local store.
+ * @param[in] l The loader.
+ * @param[in,out] st Its struct_size set by the caller; filled up to it.
+ * @return DLC_OK; DLC_EINVAL (NULL, or a struct_size of 0 or larger than the library's).
+ * Thread safety: any thread.
+ */
+DLC_API dlc_status dlc_loader_get_stream_stats(const dlc_loader *l, dlc_loader_stream_stats *st);
+
+/** Bytes of a serialized loader state (see dlc_loader_state_save()). */
+#define DLC_LOADER_STATE_SIZE 64u
+
+/** @brief Fill the caller's @p c with the defaults, never writing past @p size; called
+ *         through the macro dlc_loader_config_init(), which passes the caller's sizeof.
+ *  @param[out] c The options to fill (NULL, or smaller than a uint32_t: nothing is written).
+ *  @param[in] size sizeof(dlc_loader_config) in the header the caller was built with: the bytes of
+ *                  @p c that are written; struct_size is set to it (status.h, "How structs
+ *                  grow"). */
+DLC_API void dlc_loader_config_init_sized(dlc_loader_config *c, size_t size);
+
+/** Fill @p c (a ::dlc_loader_config, not a pointer to void) with the defaults, its struct_size
+ *  with the caller's sizeof: every field the caller's header has is written. */
+#define dlc_loader_config_init(c) dlc_loader_config_init_sized((c), sizeof *(c))
+
+/**
+ * @brief Open the store at @p path and start the workers on the first epoch.
+ * @param[in] path A store file or a store set's directory (not retained).
+ * @param[in] config Filled by dlc_loader_config_init(), then changed; copied. NULL means all
+ *            defaults.
+ * @param[out] out Release with dlc_loader_close().
+ * @return DLC_OK, DLC_EINVAL (a struct_size of 0, larger than the library's or no size it had
+ *         (status.h, "How structs grow"); a bad field, named; a plain or center crop larger than
+ * the smallest image of a variable image or mask field, naming a record of that size, when the
+ * store records it: ::dlc_field.min_dim0), the errors of dlc_store_open().
+ */
+DLC_API dlc_status dlc_loader_open(const char *path, const dlc_loader_config *config,
+                                   dlc_loader **out);
+
+/**
+ * @brief Lend the next batch of the current epoch, waiting for it if needed.
+ *        When config.max_lent batches are lent, the oldest is released first.
+ * @param[in] l The loader.
+ * @param[out] batch Filled with the lent batch (zeroed with DLC_END); what it points to stays
+ *             valid until the batch is released (see "Lifetime of a batch").
+ * @return DLC_OK, DLC_END when the epoch has no more batches for this rank
+ *         (then call dlc_loader_set_epoch()), DLC_ECORRUPT, DLC_ECHANGED (the
+ *         store file shrank under the loader: replace stores by renaming a new
+ *         file over them, never by truncating in place), DLC_ESTATE (the device path is on:
+ *         take batches with dlc_loader_next_device()), DLC_EINVAL (a NULL argument), -errno.
+ */
+DLC_API dlc_status dlc_loader_next(dlc_loader *l, dlc_batch *batch);
+
+/** @brief Give back a lent batch early so its slot can be refilled.
+ *  @param[in] l The loader.
+ *  @param[in] batch A batch that dlc_loader_next() lent and that is still lent; not used after.
+ *  @return DLC_OK, or DLC_EINVAL when @p batch is not one lent. */
+DLC_API dlc_status dlc_loader_release(dlc_loader *l, const dlc_batch *batch);
+
+/** @brief Batches per epoch for this rank (what len() of a DataLoader says).
+ *  @param[in] l The loader; NULL gives 0.
+ *  @return The count; 0 when @p l is NULL. */
+DLC_API uint64_t dlc_loader_batches_per_epoch(const dlc_loader *l);
+
+/** @brief Samples of the store (not of the epoch).
+ *  @param[in] l The loader; NULL gives 0.
+ *  @return The store's record count; 0 when @p l is NULL. */
+DLC_API uint64_t dlc_loader_store_count(const dlc_loader *l);
+
+/** @brief The loader's store: its schema, labels and metadata. A streamed set's is opened from
+ *  its index: its records are read through the loader only, and dlc_store_verify() refuses it.
+ *  @param[in] l The loader; NULL gives NULL.
+ *  @return Owned by the loader, valid until dlc_loader_close(); NULL only when @p l is NULL. */
+DLC_API const dlc_store *dlc_loader_store(const dlc_loader *l);
+
+/**
+ * @brief Open the store a loader of @p path would read, for its schema, labels and metadata:
+ *        dlc_store_open() of a local store or set; for a streamed set's URL, the set opened
+ *        from its index, fetched into config.cache_dir (no shard is downloaded; its records are
+ *        read through a loader only).
+ * @param[in] path A store, a set's directory, or a set's URL.
+ * @param[in] config Its cache_dir and net are used for a URL; NULL for a local path.
+ * @param[out] out Close with dlc_store_close().
+ * @return DLC_OK; the errors of dlc_store_open(); DLC_EINVAL (a URL without cache_dir, a bad
+ *         struct_size); DLC_EHTTP, DLC_ENETWORK, DLC_ECORRUPT (fetching the index).
+ * Thread safety: any thread; shares nothing.
+ */
+DLC_API dlc_status dlc_loader_open_store(const char *path, const dlc_loader_config *config,
+                                         dlc_store **out);
+
+/** What a run of DLC_SAMPLER_SHARD_WINDOWS would need and do (dlc_loader_plan()). */
+typedef struct dlc_loader_plan_info {
+    uint32_t struct_size;         /**< Set by the caller: sizeof(dlc_loader_plan_info). */
+    uint32_t shards;              /**< The store's files: a set's shards, or 1. */
+    uint32_t streams;             /**< Streams in effect (at most the shards with records). */
+    uint32_t nodes;               /**< world_size / cache_ranks, rounded up. */
+    uint64_t set_bytes;           /**< The shards' bytes. */
+    uint64_t largest_shard_bytes; /**< The largest shard. */
+    uint64_t epoch_samples;       /**< Positions of epoch 0 (records, and the padding). */
+    uint64_t samples_per_rank;    /**< Rank 0's samples in epoch 0; every rank has as many. */
+    uint64_t batches_per_rank;    /**< And its batches. */
+    uint64_t cache_needed_bytes;  /**< The smallest cache_limit that config would be opened
+                                       with (as dlc_loader_open() checks it). */
+    uint64_t egress_bytes;        /**< Bytes downloaded in epoch 0 by all nodes together, each
+                                       node once per shard its ranks read (a cache that holds a
+                                       shard for its whole window). */
+    double batch_same_shard;      /**< The chance that two samples of one batch of rank 0 come
+                                       from the same shard (on label-ordered data with a label
+                                       per shard: that they share a label). */
+    double neighbour_same_shard;  /**< The same for neighbouring samples. */
+} dlc_loader_plan_info;
+
+/**
+ * @brief Plan a shard-window run without reading a record: epoch 0 of @p config (its sampler
+ *        taken as DLC_SAMPLER_SHARD_WINDOWS) over the store or set at @p path, or over a
+ *        streamed set whose URL is @p path (only its index is fetched, into config.cache_dir).
+ * @param[in] path A store, a set's directory, or a set's URL.
+ * @param[in] config As for dlc_loader_open(); cache_limit is not checked (the answer says what
+ *        it must be).
+ * @param[in,out] out struct_size set by the caller; filled up to it.
+ * @return DLC_OK; DLC_EINVAL (a bad config, a struct_size of 0 or too large); the errors of
+ *         dlc_store_open() and of fetching a streamed set's index. dlc_errmsg() says why.
+ * Thread safety: any thread; shares nothing.
+ */
+DLC_API dlc_status dlc_loader_plan(const char *path, const dlc_loader_config *config,
+                                   dlc_loader_plan_info *out);
+
+/**
+ * @brief Start epoch @p epoch from its beginning (also to repeat an epoch).
+ *        Batches in flight are discarded; batches the caller holds stay lent, valid until
+ *        given back as usual (dlc_loader_release(), or dlc_loader_next() when max_lent are
+ *        held).
+ * @param[in] l The loader.
+ * @param[in] epoch The epoch to start; any value, earlier ones included.
+ * @return DLC_OK, or DLC_EINVAL when @p l is NULL.
+ */
+DLC_API dlc_status dlc_loader_set_epoch(dlc_loader *l, uint64_t epoch);
+
+/**
+ * @brief Serialize the stream's position: seed, epoch, and how far the
+ *        epoch's global order has been consumed by all ranks together.
+ *        Give it to dlc_loader_state_restore() to continue from there.
+ * @param[in] l The loader.
+ * @param[out] buf DLC_LOADER_STATE_SIZE bytes, little-endian, checksummed.
+ * @return DLC_OK, or DLC_EINVAL when @p l or @p buf is NULL (@p buf is then untouched).
+ */
+DLC_API dlc_status dlc_loader_state_save(const dlc_loader *l, uint8_t buf[DLC_LOADER_STATE_SIZE]);
+
+/**
+ * @brief Continue from a saved position, also under another world size: the
+ *        samples of the epoch not yet delivered are then split among the new
+ *        ranks. The seed in the state replaces the configured one.
+ * @param[in] l The loader; batches in flight are discarded, as by dlc_loader_set_epoch().
+ * @param[in] buf A state from dlc_loader_state_save(); not retained.
+ * @param[in] size Bytes at @p buf: DLC_LOADER_STATE_SIZE.
+ * @return DLC_OK, DLC_EINVAL (wrong size, bad checksum, another version, sampler, store count
+ *         or epoch length; the loader is then unchanged).
+ */
+DLC_API dlc_status dlc_loader_state_restore(dlc_loader *l, const void *buf, size_t size);
+
+/** @brief Counters since open.
+ *  @param[in] l The loader; NULL writes zeros (device -1) into @p stats.
+ *  @param[out] stats Every field is written; NULL: nothing is. */
+DLC_API void dlc_loader_get_stats(const dlc_loader *l, dlc_loader_stats *stats);
+
+/* ---- The device path (see the file's comment) ------------------------------------------------ */
+
+/** One output of a device batch. Shapes are in memory order: an NHWC image output is
+ *  [N, H, W, C] (torch's channels_last tensor [N, C, H, W] has exactly this memory). */
+typedef struct dlc_device_field {
+    const char *name;                 /**< As in ::dlc_batch_field; valid until close. */
+    uint32_t field;                   /**< Its index in the store's schema. */
+    uint32_t kind;                    /**< The field's ::dlc_field_kind. */
+    uint32_t dtype;                   /**< Of what dlc_loader_device_emit() writes. */
+    uint32_t layout;                  /**< Ditto (DLC_LAYOUT_NONE for fields that are not
+                                           images). */
+    uint32_t ndim;                    /**< Entries of shape used. */
+    uint64_t shape[DLC_MAX_DIMS + 2]; /**< N first, as in ::dlc_batch_field. */
+    size_t bytes;                     /**< Bytes that dlc_loader_device_emit() writes. */
+    const void *staged;            /**< Device memory: the output as copied (images and masks uint8
+                                        NHWC), valid from the batch's ready event until release. */
+    size_t staged_bytes;           /**< Bytes at staged. */
+    const int64_t *lengths;        /**< Host copy of the N lengths of a padded output, else NULL;
+                                        valid until release. */
+    const int64_t *offsets;        /**< Host copy of the N + 1 offsets, else NULL. */
+    const int64_t *staged_lengths; /**< The same on the device (staging), or NULL. */
+    const int64_t *staged_offsets; /**< The same on the device (staging), or NULL. */
+} dlc_device_field;
+
+/** A lent device batch. Host pointers stay valid until the batch is released; device pointers
+ *  (staged*) may be read on the device only after its ready event and until its release. */
+typedef struct dlc_device_batch {
+    uint32_t count;                 /**< Samples. */
+    int32_t device;                 /**< The GPU. */
+    uint64_t epoch;                 /**< Epoch this batch belongs to. */
+    uint64_t batch_index;           /**< Batch number within the epoch for this rank. */
+    const int64_t *labels;          /**< Host copy of the labels (zeros without a label field). */
+    const uint64_t *indices;        /**< Host copy of the store record numbers. */
+    const int64_t *staged_labels;   /**< The labels on the device (staging). */
+    const uint64_t *staged_indices; /**< The record numbers on the device (staging). */
+    void *ready_event;              /**< cudaEvent_t recorded after the copy to staging. */
+    uint32_t num_fields;            /**< Outputs in fields. */
+    const dlc_device_field *fields; /**< Every selected output, as in ::dlc_batch. */
+} dlc_device_batch;
+
+/** Where dlc_loader_device_emit() writes one output: device memory that the caller owns. */
+typedef struct dlc_device_dst {
+    void *data;    /**< dlc_device_field.bytes bytes, or NULL to skip this output. */
+    void *lengths; /**< N int64 where the field has lengths, or NULL to skip them. */
+    void *offsets; /**< N + 1 int64 where the field has offsets, or NULL to skip them. */
+} dlc_device_dst;
+
+/**
+ * @brief The device path's GPU, and why it is off if it is.
+ * @param[in] l The loader, or NULL (then -1).
+ * @param[out] why NULL, or set to NULL when the path is on, else to the reason (valid until
+ *             close), the same text that the log got once at open.
+ * @return The CUDA device ordinal in use, or -1.
+ */
+DLC_API int dlc_loader_device(const dlc_loader *l, const char **why);
+
+/**
+ * @brief Lend the next batch of the current epoch as staged on the device, waiting (on the host,
+ *        for the workers and the copy thread, never for the device) until it has been issued.
+ *        Releases the batch lent before, if it was not released (ordered after the stream given
+ *        to dlc_loader_device_wait() for it, if any).
+ * @param[in] l The loader.
+ * @param[out] batch Filled with the lent batch (zeroed when there is none); valid as
+ *             ::dlc_device_batch says.
+ * @return DLC_OK, DLC_END, DLC_ESTATE (the device path is off: the message says why), DLC_ECUDA
+ *         (the copy could not be issued: CUDA's text), and the errors of dlc_loader_next().
+ */
+DLC_API dlc_status dlc_loader_next_device(dlc_loader *l, dlc_device_batch *batch);
+
+/**
+ * @brief Enqueue on @p stream the wait for @p batch's copy, the conversion or copy of every
+ *        output into @p dst, and the batch's release. Returns at once; the outputs are ready for
+ *        work enqueued on @p stream after this call. @p batch must not be used after.
+ * @param[in] l The loader.
+ * @param[in] batch The batch that dlc_loader_next_device() lent.
+ * @param[in] stream A cudaStream_t of config.device (NULL: the legacy default stream).
+ * @param[in] dst batch->num_fields destinations (device memory of config.device).
+ * @param[in] indices NULL, or device memory for batch->count uint64 record numbers.
+ * @return DLC_OK, DLC_EINVAL (not the lent batch), DLC_ECUDA (CUDA's text; the batch is then
+ *         released after a host wait for what was enqueued).
+ */
+DLC_API dlc_status dlc_loader_device_emit(dlc_loader *l, const dlc_device_batch *batch,
+                                          void *stream, const dlc_device_dst *dst, void *indices);
+
+/**
+ * @brief Lend mode: make work enqueued on @p stream after this call wait for @p batch's copy, so
+ *        that it may read the staged pointers.
+ * @param[in] l The loader.
+ * @param[in] batch The batch that dlc_loader_next_device() lent.
+ * @param[in] stream A cudaStream_t of config.device (NULL: the legacy default stream).
+ * @return DLC_OK, DLC_EINVAL (not the lent batch), DLC_ECUDA.
+ */
+DLC_API dlc_status dlc_loader_device_wait(dlc_loader *l, const dlc_device_batch *batch,
+                                          void *stream);
+
+/**
+ * @brief Give back a lent device batch: its staging buffer is overwritten only after the work
+ *        enqueued on @p stream up to this call has completed on the device.
+ * @param[in] l The loader.
+ * @param[in] batch The batch that dlc_loader_next_device() lent; not used after.
+ * @param[in] stream The stream that read the staged pointers, or NULL when nothing did.
+ * @return DLC_OK, DLC_EINVAL (not the lent batch), DLC_ECUDA.
+ */
+DLC_API dlc_status dlc_loader_device_release(dlc_loader *l, const dlc_device_batch *batch,
+                                             void *stream);
+
+/**
+ * @brief The memory of the batch slots, for a GPU runtime of the caller's own to page-lock
+ *        (cudaHostRegister) when the device path is off: torch's, in the Python package. Each
+ *        slot is one block, allocated at open and freed by dlc_loader_close(); unregister it
+ *        before closing. A block being copied must not be handed back (the next
+ *        dlc_loader_next()) before its copy has completed.
+ * @param[in] l The loader; NULL gives 0.
+ * @param[out] bases @p cap entries for the slots' first bytes, or NULL.
+ * @param[out] sizes @p cap entries for the slots' sizes in bytes, or NULL.
+ * @param[in] cap Entries of @p bases and @p sizes; the first @p cap slots are written. 0 (with
+ *            NULL arrays) only counts.
+ * @return The number of slots, which may exceed @p cap; 0 when @p l is NULL.
+ */
+DLC_API uint32_t dlc_loader_host_slots(const dlc_loader *l, void **bases, size_t *sizes,
+                                       uint32_t cap);
+
+/**
+ * @brief Can the device path run on @p device in this process? Loads the CUDA plugin if needed.
+ * @param[in] device A CUDA device ordinal.
+ * @param[out] why NULL, or @p cap bytes for the reason when it cannot ("" when it can).
+ * @param[in] cap Bytes at @p why.
+ * @return DLC_OK, DLC_ENOSYS (no plugin, or no driver or GPU: the reason in @p why and in
+ *         dlc_errmsg()), DLC_EINVAL (no GPU of that ordinal).
+ */
+DLC_API dlc_status dlc_cuda_probe(int device, char *why, size_t cap);
+
+/**
+ * @brief The ceiling of the device path's copy, measured now: @p reps asynchronous copies of
+ *        @p bytes from page-locked host memory to @p device, timed with CUDA events.
+ * @param[in] device A CUDA device ordinal.
+ * @param[in] bytes Bytes per copy, at least 1.
+ * @param[in] reps Copies, at least 1.
+ * @param[out] gbps Gigabytes (1e9 bytes) per second.
+ * @return DLC_OK, DLC_EINVAL (@p bytes or @p reps 0, @p gbps NULL), the errors of
+ *         dlc_cuda_probe(), DLC_ECUDA, -ENOMEM.
+ */
+DLC_API dlc_status dlc_cuda_copy_ceiling(int device, size_t bytes, uint32_t reps, double *gbps);
+
+/**
+ * @brief Device memory for the outputs of dlc_loader_device_emit(), for programs without a CUDA
+ *        runtime of their own (the tools, C tests); with the plugin's runtime.
+ * @param[in] device A CUDA device ordinal.
+ * @param[in] bytes Bytes to allocate (0 allocates 1).
+ * @param[out] ptr Free with dlc_cuda_free() on the same device; NULL on failure.
+ * @return DLC_OK, DLC_EINVAL (@p ptr is NULL), the errors of dlc_cuda_probe(), DLC_ECUDA (out of
+ * device memory...).
+ */
+DLC_API dlc_status dlc_cuda_alloc(int device, size_t bytes, void **ptr);
+
+/** Free memory from dlc_cuda_alloc().
+ *  @param[in] device The device @p ptr was allocated on.
+ *  @param[in] ptr The memory, or NULL (nothing happens). */
+DLC_API void dlc_cuda_free(int device, void *ptr);
+
+/** @brief Wait on the host until the work enqueued on @p stream (a cudaStream_t of @p device;
+ *         NULL: the legacy default stream) has completed.
+ *  @param[in] device A CUDA device ordinal.
+ *  @param[in] stream The stream, or NULL.
+ *  @return DLC_OK, the errors of dlc_cuda_probe(), DLC_ECUDA (an error of that work). */
+DLC_API dlc_status dlc_cuda_stream_sync(int device, void *stream);
+
+/** Stop the workers and free everything. Lent batches die. With the device path,
+ *  waits first (on the host) for the device work the loader enqueued, including conversions on
+ *  the caller's streams.
+ *  After it, @p l is freed memory: any call with it, dlc_loader_next() included, is a use after
+ *  free that no library can answer reliably (the memory may already hold something else). The
+ *  loader marks itself closed before it is freed, so a call soon after usually fails with
+ *  DLC_ESTATE instead of waiting on threads that are gone, and ASan names the call; set the
+ *  pointer to NULL after closing (NULL is DLC_EINVAL, 0 or NULL in every loader call).
+ *  @param[in] l The loader, or NULL (nothing happens). */
+DLC_API void dlc_loader_close(dlc_loader *l);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DLCACHE_LOADER_H */
