@@ -14,17 +14,19 @@
 #include <string.h>
 #include <xxhash.h>
 
-void dlc_mix_source_init(dlc_mix_source *s)
+void dlc_mix_source_init_sized(dlc_mix_source *s, size_t size)
 {
-    memset(s, 0, sizeof *s);
-    s->struct_size = sizeof *s;
-    s->weight = 1.0;
+    dlc_mix_source d;
+    memset(&d, 0, sizeof d);
+    d.weight = 1.0;
+    dlc__options_init(s, size, &d, sizeof d);
 }
 
-void dlc_mix_options_init(dlc_mix_options *o)
+void dlc_mix_options_init_sized(dlc_mix_options *o, size_t size)
 {
-    memset(o, 0, sizeof *o);
-    o->struct_size = sizeof *o;
+    dlc_mix_options d;
+    memset(&d, 0, sizeof d);
+    dlc__options_init(o, size, &d, sizeof d);
 }
 
 dlc_status dlc_loader_open_mix(const dlc_mix_source *sources, uint32_t num_sources,
@@ -184,11 +186,6 @@ dlc_status dlc_loader_source_info(const dlc_loader *l, uint32_t source, dlc_mix_
         return dlc__errorf(DLC_EINVAL, "%s: not a mixture", l->path);
     if (source >= l->mixl->n)
         return dlc__errorf(DLC_EINVAL, "%s: no source %u (it has %u)", l->path, source, l->mixl->n);
-    if (out->struct_size < 2 * sizeof(uint32_t) || out->struct_size > sizeof *out)
-        return dlc__errorf(DLC_EINVAL,
-                           "%s: dlc_mix_source_info: struct_size is %u bytes, this library's is "
-                           "%zu: set it to sizeof(dlc_mix_source_info)",
-                           l->path, out->struct_size, sizeof *out);
     const dlc__mixload *m = l->mixl;
     const dlc__mix *x = l->sampler.mix;
     const uint64_t e = l->sampler.epoch;
@@ -206,10 +203,7 @@ dlc_status dlc_loader_source_info(const dlc_loader *l, uint32_t source, dlc_mix_
         .content_digest = m->digest[source],
         .label_offset = m->label_offset[source],
     };
-    const uint32_t n = out->struct_size;
-    memcpy((char *)out + sizeof out->struct_size, (const char *)&all + sizeof all.struct_size,
-           n - sizeof out->struct_size);
-    return DLC_OK;
+    return dlc__result_give(out, &all, sizeof all, "dlc_mix_source_info");
 }
 
 /* ---- State ---- */

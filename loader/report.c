@@ -309,11 +309,6 @@ dlc_status dlc_loader_get_report(const dlc_loader *l, uint32_t last, dlc_loader_
     if (!l || !r)
         return dlc__errorf(DLC_EINVAL, "loader: dlc_loader_get_report() needs a loader and a "
                                        "report");
-    if (r->struct_size == 0 || r->struct_size > sizeof *r)
-        return dlc__errorf(DLC_EINVAL,
-                           "%s: dlc_loader_get_report: struct_size is %u bytes, this library's "
-                           "is %zu: set it to sizeof(dlc_loader_report)",
-                           l->path, r->struct_size, sizeof *r);
     dlc__tally zero;
     memset(&zero, 0, sizeof zero);
     zero.t = l->t_open;
@@ -326,10 +321,7 @@ dlc_status dlc_loader_get_report(const dlc_loader *l, uint32_t last, dlc_loader_
     dlc_loader_report all;
     all.struct_size = sizeof all;
     dlc__report_fill(a, b, l->nactive, l->dev ? dlc_loader_device(l, NULL) : -1, &all);
-    const uint32_t n = r->struct_size;
-    memcpy((char *)r + sizeof r->struct_size, (const char *)&all + sizeof all.struct_size,
-           n - sizeof r->struct_size);
-    return DLC_OK;
+    return dlc__result_give(r, &all, sizeof all, "dlc_loader_report");
 }
 
 const char *dlc_bound_name(uint32_t bound)

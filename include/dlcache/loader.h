@@ -692,9 +692,14 @@ typedef struct dlc_mix_source {
                                label spaces are disjoint. */
 } dlc_mix_source;
 
-/** Set @p s to the defaults (weight 1, no path, offset 0) and its struct_size.
- *  @param[out] s The source. */
-DLC_API void dlc_mix_source_init(dlc_mix_source *s);
+/** Set @p s to the defaults (weight 1, no path, offset 0) and its struct_size, writing at most
+ *  @p size bytes. Call it through the macro dlc_mix_source_init(), which passes the caller's
+ *  sizeof.
+ *  @param[out] s The source.
+ *  @param[in] size sizeof(dlc_mix_source) in the caller's header. */
+DLC_API void dlc_mix_source_init_sized(dlc_mix_source *s, size_t size);
+/** Set @p s (a dlc_mix_source *) to the defaults, at the caller's size. */
+#define dlc_mix_source_init(s) dlc_mix_source_init_sized((s), sizeof *(s))
 
 /** Options of a mixture beside the loader's. dlc_mix_options_init() sets the defaults. */
 typedef struct dlc_mix_options {
@@ -705,9 +710,13 @@ typedef struct dlc_mix_options {
                                      multiple of world_size x batch_size). */
 } dlc_mix_options;
 
-/** Set @p o to the defaults and its struct_size.
- *  @param[out] o The options. */
-DLC_API void dlc_mix_options_init(dlc_mix_options *o);
+/** Set @p o to the defaults and its struct_size, writing at most @p size bytes. Call it through
+ *  the macro dlc_mix_options_init(), which passes the caller's sizeof.
+ *  @param[out] o The options.
+ *  @param[in] size sizeof(dlc_mix_options) in the caller's header. */
+DLC_API void dlc_mix_options_init_sized(dlc_mix_options *o, size_t size);
+/** Set @p o (a dlc_mix_options *) to the defaults, at the caller's size. */
+#define dlc_mix_options_init(o) dlc_mix_options_init_sized((o), sizeof *(o))
 
 /**
  * @brief Open a loader over a mixture of @p num_sources stores and sets.

@@ -696,8 +696,8 @@ _PROTOTYPES = {
                                    ctypes.POINTER(LoaderPlanInfo)]),
     "dlc_loader_close": (None, [_P]),
     # loader.h: mixtures
-    "dlc_mix_source_init": (None, [ctypes.POINTER(MixSource)]),
-    "dlc_mix_options_init": (None, [ctypes.POINTER(MixOptions)]),
+    "dlc_mix_source_init_sized": (None, [ctypes.POINTER(MixSource), ctypes.c_size_t]),
+    "dlc_mix_options_init_sized": (None, [ctypes.POINTER(MixOptions), ctypes.c_size_t]),
     "dlc_loader_open_mix": (c_status, [ctypes.POINTER(MixSource), ctypes.c_uint32,
                                        ctypes.POINTER(MixOptions), ctypes.POINTER(LoaderConfig),
                                        ctypes.POINTER(_P)]),
