@@ -253,6 +253,9 @@ dlc_status dlc__outputs_plan(struct dlc_loader *l);
 void dlc__arena_plan(struct dlc_loader *l);
 /** Point slot @p s's outputs into @p arena (once, at open; the caller owns the arena). */
 dlc_status dlc__slot_outputs_alloc(struct dlc_loader *l, dlc__slot *s, uint8_t *arena);
+/** Point slot @p s's outputs into @p arena, without allocating: at open, and when
+ *  dlc_loader_keep() gives a lent slot new memory. */
+void dlc__slot_outputs_point(struct dlc_loader *l, dlc__slot *s, uint8_t *arena);
 void dlc__slot_outputs_free(struct dlc_loader *l, dlc__slot *s);
 /** Pack the variable outputs of a complete batch (by the worker that completed it). */
 void dlc__outputs_pack(struct dlc_loader *l, dlc__slot *s);

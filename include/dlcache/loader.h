@@ -383,6 +383,28 @@ DLC_API dlc_status dlc_loader_next(dlc_loader *l, dlc_batch *batch);
  *  @return DLC_OK, or DLC_EINVAL when @p batch is not one lent. */
 DLC_API dlc_status dlc_loader_release(dlc_loader *l, const dlc_batch *batch);
 
+/** @brief Give back a lent batch whose memory the caller still uses: its slot gets new memory
+ *         and is refilled there, and the memory the batch points to becomes the caller's.
+ *
+ * For a caller whose views of a batch may outlive its turn (the Python package, when a tensor
+ * cut from a batch is still alive as the batch is given back): nothing is copied, and what the
+ * batch's data, labels, indices and fields[i].data, lengths and offsets point to keeps its
+ * bytes until dlc_loader_kept_free(), also after dlc_loader_close(). The ::dlc_batch itself and
+ * its fields array belong to the slot and are not valid after this call. Costs one allocation
+ * of a slot's size: for the batches kept only, never in the usual loop. Host batches only (not
+ * with the device path); a caller that page-locked the slots (dlc_loader_host_slots()) must
+ * not keep them.
+ * @param[in] l The loader.
+ * @param[in] batch A batch that dlc_loader_next() lent and that is still lent; not used after.
+ * @param[out] memory The batch's memory, to free with dlc_loader_kept_free(); NULL on failure.
+ * @return DLC_OK; DLC_EINVAL when an argument is NULL or @p batch is not one lent; DLC_ESTATE
+ *         with the device path; -ENOMEM (the batch is then still lent). */
+DLC_API dlc_status dlc_loader_keep(dlc_loader *l, const dlc_batch *batch, void **memory);
+
+/** Free the memory of a batch kept with dlc_loader_keep(); with or without its loader.
+ *  @param[in] memory From dlc_loader_keep(), or NULL (nothing happens). */
+DLC_API void dlc_loader_kept_free(void *memory);
+
 /** @brief Batches per epoch for this rank (what len() of a DataLoader says).
  *  @param[in] l The loader (not NULL).
  *  @return The count; cannot fail. */

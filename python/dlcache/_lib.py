@@ -596,6 +596,8 @@ _PROTOTYPES = {
                                    ctypes.POINTER(_P)]),
     "dlc_loader_next": (c_status, [_P, ctypes.POINTER(Batch)]),
     "dlc_loader_release": (c_status, [_P, ctypes.POINTER(Batch)]),
+    "dlc_loader_keep": (c_status, [_P, ctypes.POINTER(Batch), ctypes.POINTER(_P)]),
+    "dlc_loader_kept_free": (None, [_P]),
     "dlc_loader_batches_per_epoch": (ctypes.c_uint64, [_P]),
     "dlc_loader_store_count": (ctypes.c_uint64, [_P]),
     "dlc_loader_set_epoch": (c_status, [_P, ctypes.c_uint64]),
