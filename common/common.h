@@ -155,6 +155,16 @@ dlc_status dlc__fsync_dir(const char *path);
  * the new one only once it is on disk; a failure removes the temporary file. Returns DLC_OK,
  * -ENOMEM or -errno with the file named. */
 dlc_status dlc__replace_file(const char *path, const void *p, size_t len);
+/* Open @p path read-only as a regular file, never blocking: with O_NONBLOCK, so that a FIFO
+ * returns at once instead of waiting for a writer, then checked with fstat (into @p st) and
+ * O_NONBLOCK cleared. @p extra: more open flags (O_DIRECT). Returns the descriptor, or -errno /
+ * DLC_EINVAL ("PATH: a FIFO, not a regular file (a store must be one)") with the message set;
+ * @p what names the file's role in it ("store", "tar shard"; NULL: none). */
+struct stat;
+int dlc__open_regular(const char *path, int extra, const char *what, struct stat *st);
+/* "a directory", "a FIFO", "a socket", "a character device", "a block device", "a symbolic
+ * link", "a regular file" or "an unknown kind of file", for a stat's st_mode. */
+const char *dlc__file_kind(unsigned mode);
 
 /* ---- Counter-based random streams (rng.c) ------------------------------------------------------
  * Every random choice of the loader is a pure function of a key made from (seed, epoch, position,

@@ -94,18 +94,27 @@ static dlc_status open_direct(dlc_loader *l)
     int refused = 0;
     for (uint32_t f = 0; f < l->nfiles; f++) {
         const char *path = dlc_store_file_path(l->store, f);
-        l->direct_fds[f] = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
-        if (l->direct_fds[f] >= 0)
-            continue;
-        /* Some file systems (tmpfs) refuse O_DIRECT; the same aligned reads still work
-         * through the page cache. Said once: a set's shards share their file system. */
-        if (!refused++)
-            dlc__logf(c->log, c->log_user, DLC_LOG_WARN,
-                      "%s: O_DIRECT refused (%s): direct mode reads through the page cache", path,
-                      dlc_strerror(-errno));
-        l->direct_fds[f] = open(path, O_RDONLY | O_CLOEXEC);
-        if (l->direct_fds[f] < 0)
-            return dlc__errorf(-errno, "%s: cannot open: %s", path, strerror(errno));
+        /* By name again (O_DIRECT is a flag of the open file), never blocking: what is there now
+         * must be the file the store checked, not a FIFO or another file renamed over it. */
+        struct stat st, was;
+        int fd = dlc__open_regular(path, O_DIRECT, "store", &st);
+        if (fd == -EINVAL) {
+            /* Some file systems (tmpfs) refuse O_DIRECT; the same aligned reads still work
+             * through the page cache. Said once: a set's shards share their file system. */
+            if (!refused++)
+                dlc__logf(c->log, c->log_user, DLC_LOG_WARN,
+                          "%s: O_DIRECT refused (%s): direct mode reads through the page cache",
+                          path, dlc_strerror(-EINVAL));
+            fd = dlc__open_regular(path, 0, "store", &st);
+        }
+        if (fd < 0)
+            return fd; /* The message names the path. */
+        l->direct_fds[f] = fd;
+        const int sfd = dlc_store_file_fd(l->store, f);
+        if (sfd >= 0 &&
+            (fstat(sfd, &was) != 0 || was.st_ino != st.st_ino || was.st_dev != st.st_dev))
+            return dlc__errorf(
+                -EAGAIN, "%s: the file changed since the store was opened; open it again", path);
     }
     return DLC_OK;
 }
