@@ -50,8 +50,9 @@ static dlc_status check_config(const dlc_loader_config *c, const char *path)
     FAIL_IF(c->world_size == 0, DLC_EINVAL, "%s: config.world_size must be at least 1", path);
     FAIL_IF(c->rank >= c->world_size, DLC_EINVAL, "%s: config.rank = %u is not below world_size %u",
             path, c->rank, c->world_size);
-    FAIL_IF(c->prefetch == 0 || c->prefetch > 1024, DLC_EINVAL,
-            "%s: config.prefetch = %u must be in 1..1024", path, c->prefetch);
+    FAIL_IF(c->prefetch == 0 || c->prefetch > DLC_LOADER_MAX_PREFETCH, DLC_EINVAL,
+            "%s: config.prefetch = %u must be in 1..%u", path, c->prefetch,
+            DLC_LOADER_MAX_PREFETCH);
     FAIL_IF(c->max_lent == 0 || c->max_lent > DLC__MAX_LENT ||
                 (c->max_lent > 1 && c->max_lent >= c->prefetch),
             DLC_EINVAL,

@@ -193,6 +193,9 @@ typedef enum dlc_io_mode {
     DLC_IO_DIRECT = 2, /**< O_DIRECT reads through io_uring into registered buffers. */
 } dlc_io_mode;
 
+/** The most batch slots of a loader (dlc_loader_config.prefetch); Python mirrors it. */
+#define DLC_LOADER_MAX_PREFETCH 1024u
+
 /** Loader options. dlc_loader_config_init() sets every field to its default. */
 typedef struct dlc_loader_config {
     uint32_t struct_size;        /**< sizeof(dlc_loader_config) as the caller's header has it; set
@@ -206,7 +209,7 @@ typedef struct dlc_loader_config {
     uint32_t rank;               /**< This process's rank (default 0). */
     uint32_t world_size;         /**< Number of ranks (default 1). */
     uint32_t threads;            /**< Worker threads; 0 = all online cores (default). */
-    uint32_t prefetch;           /**< Batches in flight (default 4, at least 1). */
+    uint32_t prefetch;           /**< Batches in flight: 1..DLC_LOADER_MAX_PREFETCH (default 4). */
     const double *class_weights; /**< DLC_SAMPLER_WEIGHTED: one weight per label; copied at open. */
     uint32_t num_class_weights;  /**< Entries in class_weights (must equal the store's labels). */
     uint64_t num_samples; /**< DLC_SAMPLER_WEIGHTED: draws per epoch (0 = the store's count). */

@@ -327,7 +327,8 @@ class Loader:
             when it is initialized, else to $RANK and $WORLD_SIZE, else 0 and 1.
         threads: worker threads of the C loader; None = the cores available
             divided by $LOCAL_WORLD_SIZE.
-        prefetch: batches prepared ahead (slots of the ring); None = the C default (4).
+        prefetch: batches prepared ahead (slots of the ring), 1..1024; None = the C
+            default (4).
         verify: "off", "first" (check each record's checksum the first time
             it is read) or "always".
         on_corrupt: "replace" (a record that fails its check is replaced by a
@@ -557,7 +558,7 @@ class Loader:
         cfg.rank = _uint(r, "rank", 0, cfg.world_size - 1)
         cfg.threads = _uint(_default_threads() if threads is None else threads, "threads", 1, 4096)
         if prefetch is not None:
-            cfg.prefetch = _uint(prefetch, "prefetch", 1, 1024)
+            cfg.prefetch = _uint(prefetch, "prefetch", 1, L.MAX_PREFETCH)
         if verify not in _VERIFY:
             raise ValueError("verify must be 'off', 'first' or 'always', got %r" % (verify,))
         cfg.verify = _VERIFY[verify]
@@ -587,7 +588,7 @@ class Loader:
             # One slot more than prefetch: the batch held over does not eat into the batches
             # being prepared.
             cfg.max_lent = 2
-            cfg.prefetch += 1
+            cfg.prefetch = min(cfg.prefetch + 1, L.MAX_PREFETCH)  # at the most, it shares one
         if self._device is None:
             self._open(cfg)
         else:
@@ -601,6 +602,24 @@ class Loader:
         self._yielded = 0
         self._gen = 0
         self._batch = L.Batch()  # the device feeds' own
+
+    # torch DataLoader arguments that mean something else here, and what to use instead.
+    _TORCH_ARGS = {
+        "num_workers": "dlcache uses threads= (worker threads of the C loader; default: the "
+                       "cores divided by $LOCAL_WORLD_SIZE), not worker processes",
+        "pin_memory": "pinned memory is automatic with device= (device='cuda' page-locks the "
+                      "slots and copies them asynchronously)",
+        "prefetch_factor": "dlcache uses prefetch= (batches prepared ahead, not per worker)",
+        "persistent_workers": "dlcache's threads live as long as the Loader",
+    }
+
+    def __new__(cls, *args, **kwargs):
+        # Before __init__, whose bare "unexpected keyword argument" TypeError would not say
+        # what to use instead.
+        for name, why in cls._TORCH_ARGS.items():
+            if name in kwargs:
+                raise TypeError("dlcache.Loader() takes no %s=: %s" % (name, why))
+        return super().__new__(cls)
 
     def _open(self, cfg, pins=None):
         h = ctypes.c_void_p()
