@@ -122,6 +122,7 @@ typedef struct dlc__slot {
     uint64_t *indices;
     dlc__sample_io *io;
     uint8_t *iobuf;    /**< Direct mode: batch_size * io_cap bytes, 4096-aligned. */
+    uint8_t *hdr;      /**< Direct mode: batch_size * hdr_bytes, the records' headers (pread). */
     atomic_uint claim; /**< Next sample to hand to a worker (a chunk at a time). */
     atomic_uint done;  /**< Samples finished; the worker that completes the batch packs its
                             variable outputs and marks it READY. */
@@ -228,7 +229,9 @@ struct dlc_loader {
     uint64_t *stamps; /**< A set of many files: per file, the last resolve() that listed it in a
                            slot's files (the I/O thread's own). */
     uint64_t resolves;
-    size_t io_cap; /**< Bytes of direct buffer per sample. */
+    size_t io_cap;    /**< Bytes of direct buffer per sample. */
+    size_t hdr_bytes; /**< Direct mode: bytes of a record's header read with pread (the lookups
+                           never touch the map); 0 for a version 1 store (through LMDB's map). */
     int bufs_registered;
     uint32_t madvise_inflight;
     int resident; /**< The whole store was in the page cache when the epoch started: no
