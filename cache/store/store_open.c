@@ -268,8 +268,8 @@ static dlc_status file_open(dlc_store *s, const char *path, struct stat *st)
     memcpy(s->path, path, plen);
     /* Checked before anything could block on it: a FIFO is refused, not waited on. */
     const int fd = dlc__open_regular(path, 0, "store", st);
-    if (fd < 0)
-        return fd; /* The message names the path and what it is. */
+    if (fd < 0) /* "PATH: REASON", as before the check: the Python package's errors say that. */
+        return fd == DLC_EINVAL ? fd : dlc__errorf(fd, "%s: %s", path, strerror(-fd));
     s->fd = fd;
     s->file_size = (uint64_t)st->st_size;
     FAIL_IF(s->file_size == 0, DLC_EVERSION, "%s: not a dlcache store (empty file)", path);

@@ -280,7 +280,7 @@ dlc_status dlc__set_index_read(const char *path, uint8_t **out, size_t *len)
     struct stat st;
     const int fd = dlc__open_regular(path, 0, "set index", &st); /* A FIFO is not waited on. */
     if (fd < 0)
-        return fd != DLC_EINVAL ? fd
+        return fd != DLC_EINVAL ? dlc__errorf(fd, "%s: %s", path, strerror(-fd))
                                 : dlc__errorf(DLC_ECORRUPT, "%s: corrupt: %s, not a regular file",
                                               path, dlc__file_kind((unsigned)st.st_mode));
     FAIL_IF((uint64_t)st.st_size > DLC__SET_MAX_INDEX_BYTES, DLC_ECORRUPT,
