@@ -25,6 +25,9 @@ refused "fifo.tsv: a FIFO, not a regular file (a manifest" \
     "$DLC_BIN/cachebuild" fifo.tsv -o x.dlc
 refused "fifo.tar: a FIFO, not a regular file (a tar shard" \
     "$DLC_BIN/cachebuild" fifo.tar -o x.dlc
+# Pushing a FIFO: refused before any request (the endpoint is a closed port).
+AWS_ACCESS_KEY_ID=x AWS_SECRET_ACCESS_KEY=y refused "fifo.dlc: a FIFO, not a regular file" \
+    "$DLC_BIN/cachewarm" push fifo.dlc s3://b/x.dlc --endpoint http://127.0.0.1:9
 # A set whose part is a FIFO.
 "$DLC_BIN/cachebuild" demo/train -o set --shards 2 --size 24 2>/dev/null
 part=$(ls set/part-*.dlc | head -1)
