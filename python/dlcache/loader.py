@@ -849,7 +849,6 @@ class Loader:
         feed = self._feed
         ctx = "dlcache.Loader(%s)" % os.fsdecode(self._path)
         max_lent = self._config.max_lent
-        turn = 0
         while True:
             if gen != self._gen:
                 raise RuntimeError("this dlcache.Loader iterator is stale: iter(), "
@@ -863,8 +862,11 @@ class Loader:
                 # the one the loop's variables still name; with one, that one.
                 while len(self._held) >= max_lent:
                     self._settle_one(ptr)
-                turn ^= 1
-                batch = self._batches[turn]
+                # Each lent batch keeps its own dlc_batch: the one not held (at most one is,
+                # also when a new iterator starts with the last epoch's batch held over).
+                batch = self._batches[0]
+                if self._held and self._held[-1][0] is batch:
+                    batch = self._batches[1]
                 rc = next_fn(ptr, ctypes.byref(batch))  # GIL released while the workers work
             if rc == L.DLC_END:
                 self._pos = _DONE

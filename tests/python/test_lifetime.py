@@ -116,3 +116,26 @@ def test_usual_loop_and_whole_batches_keep_nothing(store):
             assert any(bases[i] <= x.data_ptr() < bases[i] + sizes[i] for i in range(n))
         lib.dlc_loader_host_slots(ld._ptr(), bases, sizes, n)
         assert list(bases) == before
+
+
+@pytest.mark.parametrize("as_dict", [False, True])
+def test_batches_kept_across_a_new_epoch_with_one_held_over(store, as_dict):
+    """The loop's variables still name the last batch of an epoch when the next epoch's iter()
+    starts (held batches stay lent across the new plan). Each lent batch needs a dlc_batch of
+    its own: a new iterator that reused the held one's struct gave the new epoch's first batch
+    back in its place (refilled under `list(loader)`), and kept the old one lent for ever."""
+    def image(b):
+        return b["image"] if as_dict else b[0]
+
+    with dlcache.Loader(store, 10, as_dict=as_dict, **KW) as ld:
+        ref0 = [image(b).clone() for b in ld]
+        ref1 = [image(b).clone() for b in ld]
+    with dlcache.Loader(store, 10, as_dict=as_dict, **KW) as ld:
+        for b in ld:
+            pass  # b names epoch 0's last batch, still lent
+        kept = list(ld)  # epoch 1, every batch kept
+        assert torch.equal(image(b), ref0[-1])
+        again = list(ld)  # epoch 2: the ring still has every slot
+    assert len(kept) == len(ref1) and len(again) == len(ref0)
+    bad = [i for i, (k, r) in enumerate(zip(kept, ref1)) if not torch.equal(image(k), r)]
+    assert not bad, "batches %s of epoch 1 changed" % bad
