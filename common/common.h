@@ -183,6 +183,16 @@ dlc_status dlc__replace_file(const char *path, const void *p, size_t len);
  * message ("the push state directory"). Returns DLC_OK, DLC_EINVAL (a path of 4096 bytes or
  * more, or one that is not a directory) or -errno with the part that failed named. */
 dlc_status dlc__make_dirs(const char *path, unsigned mode, const char *what);
+/* Open @p path read-only as a regular file, never blocking: with O_NONBLOCK, so that a FIFO
+ * returns at once instead of waiting for a writer, then checked with fstat (into @p st) and
+ * O_NONBLOCK cleared. @p extra: more open flags (O_DIRECT). Returns the descriptor, or -errno /
+ * DLC_EINVAL ("PATH: a FIFO, not a regular file (a store must be one)") with the message set;
+ * @p what names the file's role in it ("store", "tar shard"; NULL: none). */
+struct stat;
+int dlc__open_regular(const char *path, int extra, const char *what, struct stat *st);
+/* "a directory", "a FIFO", "a socket", "a character device", "a block device", "a symbolic
+ * link", "a regular file" or "an unknown kind of file", for a stat's st_mode. */
+const char *dlc__file_kind(unsigned mode);
 
 /* ---- Counter-based random streams (rng.c) ------------------------------------------------------
  * Every random choice of the loader is a pure function of a key made from (seed, epoch, position,

@@ -113,3 +113,54 @@ dlc_status dlc__make_dirs(const char *path, unsigned mode, const char *what)
         return dlc__errorf(DLC_EINVAL, "%s: %s is not a directory", path, what);
     return DLC_OK;
 }
+
+const char *dlc__file_kind(unsigned mode)
+{
+    switch (mode & S_IFMT) {
+    case S_IFREG:
+        return "a regular file";
+    case S_IFDIR:
+        return "a directory";
+    case S_IFIFO:
+        return "a FIFO";
+    case S_IFSOCK:
+        return "a socket";
+    case S_IFCHR:
+        return "a character device";
+    case S_IFBLK:
+        return "a block device";
+    case S_IFLNK:
+        return "a symbolic link";
+    default:
+        return "an unknown kind of file";
+    }
+}
+
+int dlc__open_regular(const char *path, int extra, const char *what, struct stat *st)
+{
+    const char *const sep = what ? " " : "";
+    what = what ? what : "";
+    /* O_NONBLOCK makes opening a FIFO return at once (a blocking open waits for a writer,
+     * forever); O_NOCTTY keeps a terminal from becoming ours. Both only matter for what is
+     * refused below. */
+    const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | extra);
+    if (fd < 0)
+        return dlc__errorf(-errno, "%s: cannot open%s%s: %s", path, sep, what, strerror(errno));
+    int rc = DLC_OK;
+    if (fstat(fd, st) != 0)
+        rc = dlc__errorf(-errno, "%s: cannot stat%s%s: %s", path, sep, what, strerror(errno));
+    else if (!S_ISREG(st->st_mode))
+        rc = dlc__errorf(DLC_EINVAL, "%s: %s, not a regular file%s%s%s", path,
+                         dlc__file_kind((unsigned)st->st_mode), what[0] ? " (a " : "", what,
+                         what[0] ? " must be one)" : "");
+    else {
+        const int fl = fcntl(fd, F_GETFL);
+        if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0)
+            rc = dlc__errorf(-errno, "%s: fcntl: %s", path, strerror(errno));
+    }
+    if (rc != DLC_OK) {
+        close(fd);
+        return rc;
+    }
+    return fd;
+}

@@ -122,6 +122,7 @@ typedef struct dlc__slot {
     uint64_t *indices;
     dlc__sample_io *io;
     uint8_t *iobuf;    /**< Direct mode: batch_size * io_cap bytes, 4096-aligned. */
+    uint8_t *hdr;      /**< Direct mode: batch_size * hdr_bytes, the records' headers (pread). */
     atomic_uint claim; /**< Next sample to hand to a worker (a chunk at a time). */
     atomic_uint done;  /**< Samples finished; the worker that completes the batch packs its
                             variable outputs and marks it READY. */
@@ -292,7 +293,9 @@ struct dlc_loader {
     uint64_t *stamps; /**< A set of many files: per file, the last resolve() that listed it in a
                            slot's files (the I/O thread's own). */
     uint64_t resolves;
-    size_t io_cap; /**< Bytes of direct buffer per sample. */
+    size_t io_cap;    /**< Bytes of direct buffer per sample. */
+    size_t hdr_bytes; /**< Direct mode: bytes of a record's header read with pread (the lookups
+                           never touch the map); 0 for a version 1 store (through LMDB's map). */
     int bufs_registered;
     uint32_t madvise_inflight;
     int resident; /**< The whole store was in the page cache when the epoch started: no
@@ -375,6 +378,9 @@ dlc_status dlc__outputs_plan(struct dlc_loader *l);
 void dlc__arena_plan(struct dlc_loader *l);
 /** Point slot @p s's outputs into @p arena (once, at open; the caller owns the arena). */
 dlc_status dlc__slot_outputs_alloc(struct dlc_loader *l, dlc__slot *s, uint8_t *arena);
+/** Point slot @p s's outputs into @p arena, without allocating: at open, and when
+ *  dlc_loader_keep() gives a lent slot new memory. */
+void dlc__slot_outputs_point(struct dlc_loader *l, dlc__slot *s, uint8_t *arena);
 void dlc__slot_outputs_free(struct dlc_loader *l, dlc__slot *s);
 /** Pack the variable outputs of a complete batch (by the worker that completed it). */
 void dlc__outputs_pack(struct dlc_loader *l, dlc__slot *s);

@@ -94,18 +94,27 @@ static dlc_status open_direct(dlc_loader *l)
     int refused = 0;
     for (uint32_t f = 0; f < l->nfiles; f++) {
         const char *path = dlc_store_file_path(l->store, f);
-        l->direct_fds[f] = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
-        if (l->direct_fds[f] >= 0)
-            continue;
-        /* Some file systems (tmpfs) refuse O_DIRECT; the same aligned reads still work
-         * through the page cache. Said once: a set's shards share their file system. */
-        if (!refused++)
-            dlc__logf(c->log, c->log_user, DLC_LOG_WARN,
-                      "%s: O_DIRECT refused (%s): direct mode reads through the page cache", path,
-                      dlc_strerror(-errno));
-        l->direct_fds[f] = open(path, O_RDONLY | O_CLOEXEC);
-        if (l->direct_fds[f] < 0)
-            return dlc__errorf(-errno, "%s: cannot open: %s", path, strerror(errno));
+        /* By name again (O_DIRECT is a flag of the open file), never blocking: what is there now
+         * must be the file the store checked, not a FIFO or another file renamed over it. */
+        struct stat st, was;
+        int fd = dlc__open_regular(path, O_DIRECT, "store", &st);
+        if (fd == -EINVAL) {
+            /* Some file systems (tmpfs) refuse O_DIRECT; the same aligned reads still work
+             * through the page cache. Said once: a set's shards share their file system. */
+            if (!refused++)
+                dlc__logf(c->log, c->log_user, DLC_LOG_WARN,
+                          "%s: O_DIRECT refused (%s): direct mode reads through the page cache",
+                          path, dlc_strerror(-EINVAL));
+            fd = dlc__open_regular(path, 0, "store", &st);
+        }
+        if (fd < 0)
+            return fd; /* The message names the path. */
+        l->direct_fds[f] = fd;
+        const int sfd = dlc_store_file_fd(l->store, f);
+        if (sfd >= 0 &&
+            (fstat(sfd, &was) != 0 || was.st_ino != st.st_ino || was.st_dev != st.st_dev))
+            return dlc__errorf(
+                -EAGAIN, "%s: the file changed since the store was opened; open it again", path);
     }
     return DLC_OK;
 }
@@ -169,6 +178,17 @@ dlc_status dlc__io_open(dlc_loader *l)
                     "%s: out of memory for %zu bytes of direct I/O buffers", l->path, slot_bytes);
             l->slots[i].iobuf = p;
         }
+        /* The lookups read each record's header with pread too: a store truncated under the
+         * loader then fails a read (DLC_ECORRUPT naming the store and record) instead of raising
+         * SIGBUS in the map between the batch's size check and its lookups. A version 1 store's
+         * records are found through LMDB's B-tree, which only the map gives. */
+        if (l->info->format_version >= 2) {
+            l->hdr_bytes = dlc_store_header_bound(l->store);
+            for (uint32_t i = 0; i < l->nslots; i++) {
+                l->slots[i].hdr = malloc(l->hdr_bytes * l->cfg.batch_size);
+                FAIL_IF(!l->slots[i].hdr, -ENOMEM, "%s: out of memory for record headers", l->path);
+            }
+        }
         CHECK(open_direct(l));
         if (l->uring_ok && slot_bytes <= (1u << 30)) {
             struct iovec *iov = calloc(l->nslots, sizeof *iov);
@@ -209,6 +229,8 @@ void dlc__io_close(dlc_loader *l)
     for (uint32_t i = 0; l->slots && i < l->nslots; i++) {
         free(l->slots[i].files);
         l->slots[i].files = NULL;
+        free(l->slots[i].hdr);
+        l->slots[i].hdr = NULL;
     }
     free(l->stamps);
     l->stamps = NULL;
@@ -293,8 +315,13 @@ static void read_direct(dlc_loader *l, dlc__slot *s, uint32_t slot_index)
         uint64_t start;
         size_t len, need;
         span_of(si, &start, &len, &need);
-        if (len > l->io_cap)
-            continue; /* Larger than a buffer: the worker reads it from the map. */
+        if (len > l->io_cap) {
+            /* Larger than a buffer: the worker reads it from the map, and so its values must
+             * point there (the file was checked for shrinking at the batch's start). */
+            if (l->hdr_bytes)
+                si->status = dlc_store_read_values(l->io_reader, si->index, si->v);
+            continue;
+        }
         uint8_t *buf = s->iobuf + (size_t)j * l->io_cap;
         /* O_DIRECT wants the buffer, the offset and the length aligned. */
         assert((uintptr_t)buf % IO_ALIGN == 0 && start % IO_ALIGN == 0 && len % IO_ALIGN == 0);
@@ -490,7 +517,11 @@ static void resolve(dlc_loader *l, dlc__slot *s, uint32_t slot_index)
         }
         si->v = s->values + (size_t)j * nf;
         si->span = NULL;
-        si->status = dlc_store_read_values(l->io_reader, si->index, si->v);
+        si->status =
+            l->io_mode == DLC_IO_DIRECT && l->hdr_bytes
+                ? dlc_store_read_values_pread(l->store, si->index, si->v,
+                                              s->hdr + (size_t)j * l->hdr_bytes, l->hdr_bytes)
+                : dlc_store_read_values(l->io_reader, si->index, si->v);
         if (si->status != DLC_OK) {
             si->span_off = si->span_len = 0;
             if (s->io_err_at == UINT32_MAX) {

@@ -58,8 +58,9 @@ static dlc_status check_config(const dlc_loader_config *c, const char *path)
     FAIL_IF(c->world_size == 0, DLC_EINVAL, "%s: config.world_size must be at least 1", path);
     FAIL_IF(c->rank >= c->world_size, DLC_EINVAL, "%s: config.rank = %u is not below world_size %u",
             path, c->rank, c->world_size);
-    FAIL_IF(c->prefetch == 0 || c->prefetch > 1024, DLC_EINVAL,
-            "%s: config.prefetch = %u must be in 1..1024", path, c->prefetch);
+    FAIL_IF(c->prefetch == 0 || c->prefetch > DLC_LOADER_MAX_PREFETCH, DLC_EINVAL,
+            "%s: config.prefetch = %u must be in 1..%u", path, c->prefetch,
+            DLC_LOADER_MAX_PREFETCH);
     FAIL_IF(c->max_lent == 0 || c->max_lent > DLC__MAX_LENT ||
                 (c->max_lent > 1 && c->max_lent >= c->prefetch),
             DLC_EINVAL,
@@ -531,25 +532,78 @@ void dlc__epoch_end(dlc_loader *l)
                                                       : "always");
 }
 
+/* The place of @p batch in l->lent, or l->nlent when it is not one lent; under mu. */
+static uint32_t lent_index_locked(const dlc_loader *l, const dlc_batch *batch)
+{
+    uint32_t k = 0;
+    while (k < l->nlent && batch->labels != l->slots[l->lent[k]].labels)
+        k++;
+    return k;
+}
+
+/* Give back the slot lent as l->lent[k], to be refilled; under mu. */
+static void give_back_locked(dlc_loader *l, uint32_t k)
+{
+    assert(k < l->nlent && l->slots[l->lent[k]].state == DLC__SLOT_LENT);
+    l->slots[l->lent[k]].state = DLC__SLOT_FREE;
+    memmove(l->lent + k, l->lent + k + 1, (--l->nlent - k) * sizeof *l->lent);
+    pthread_cond_broadcast(&l->cv_io);
+}
+
 dlc_status dlc_loader_release(dlc_loader *l, const dlc_batch *batch)
 {
     if (!l || !batch)
         return dlc__errorf(DLC_EINVAL, "loader: dlc_loader_release() needs a loader and a batch");
     pthread_mutex_lock(&l->mu);
     dlc__assert_lent(l);
-    uint32_t k = 0;
-    while (k < l->nlent && batch->labels != l->slots[l->lent[k]].labels)
-        k++;
+    const uint32_t k = lent_index_locked(l, batch);
     if (k == l->nlent) {
         pthread_mutex_unlock(&l->mu);
         return dlc__errorf(DLC_EINVAL, "loader: the batch released is not one lent");
     }
-    assert(l->slots[l->lent[k]].state == DLC__SLOT_LENT);
-    l->slots[l->lent[k]].state = DLC__SLOT_FREE;
-    memmove(l->lent + k, l->lent + k + 1, (--l->nlent - k) * sizeof *l->lent);
-    pthread_cond_broadcast(&l->cv_io);
+    give_back_locked(l, k);
     pthread_mutex_unlock(&l->mu);
     return DLC_OK;
+}
+
+dlc_status dlc_loader_keep(dlc_loader *l, const dlc_batch *batch, void **memory)
+{
+    if (memory)
+        *memory = NULL;
+    if (!l || !batch || !memory)
+        return dlc__errorf(DLC_EINVAL, "loader: dlc_loader_keep() needs a loader, a batch and a "
+                                       "place for the memory");
+    if (l->dev)
+        return dlc__errorf(DLC_ESTATE,
+                           "%s: the batches go to CUDA device %d: their slots are page-locked "
+                           "and lent with dlc_loader_next_device(), not kept",
+                           l->path, dlc_loader_device(l, NULL));
+    /* Allocated before the lock, as at open: the workers never wait for it. Only a caller that
+     * keeps a batch's memory pays for it, once per batch kept. */
+    uint8_t *const fresh = dlc__dev_host_alloc(l);
+    if (!fresh)
+        return dlc__errorf(-ENOMEM, "%s: out of memory for a new batch slot of %zu bytes", l->path,
+                           l->arena_bytes);
+    pthread_mutex_lock(&l->mu);
+    dlc__assert_lent(l);
+    const uint32_t k = lent_index_locked(l, batch);
+    if (k == l->nlent) {
+        pthread_mutex_unlock(&l->mu);
+        free(fresh);
+        return dlc__errorf(DLC_EINVAL, "loader: the batch kept is not one lent");
+    }
+    /* A lent slot is touched by no thread of the loader: its outputs may move to new memory. */
+    dlc__slot *const s = &l->slots[l->lent[k]];
+    *memory = s->arena;
+    dlc__slot_outputs_point(l, s, fresh);
+    give_back_locked(l, k);
+    pthread_mutex_unlock(&l->mu);
+    return DLC_OK;
+}
+
+void dlc_loader_kept_free(void *memory)
+{
+    free(memory); /* dlc__dev_host_alloc()'s aligned_alloc() without the device path. */
 }
 
 uint64_t dlc_loader_batches_per_epoch(const dlc_loader *l)

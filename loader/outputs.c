@@ -507,12 +507,18 @@ void dlc__arena_plan(dlc_loader *l)
 
 dlc_status dlc__slot_outputs_alloc(dlc_loader *l, dlc__slot *s, uint8_t *arena)
 {
-    assert(arena && (uintptr_t)arena % 256 == 0);
-    s->arena = arena;
     s->out = calloc(l->nout ? l->nout : 1, sizeof *s->out);
     s->bf = calloc(l->nout ? l->nout : 1, sizeof *s->bf);
     if (!s->out || !s->bf)
         return dlc__errorf(-ENOMEM, "%s: out of memory", l->path);
+    dlc__slot_outputs_point(l, s, arena);
+    return DLC_OK;
+}
+
+void dlc__slot_outputs_point(dlc_loader *l, dlc__slot *s, uint8_t *arena)
+{
+    assert(arena && (uintptr_t)arena % 256 == 0);
+    s->arena = arena;
     s->labels = (int64_t *)(arena + l->arena_labels);
     s->indices = (uint64_t *)(arena + l->arena_indices);
     for (uint32_t i = 0; i < l->nout; i++) {
@@ -531,7 +537,6 @@ dlc_status dlc__slot_outputs_alloc(dlc_loader *l, dlc__slot *s, uint8_t *arena)
             so->offsets = (int64_t *)(arena + o->arena_offsets);
         }
     }
-    return DLC_OK;
 }
 
 void dlc__slot_outputs_free(dlc_loader *l, dlc__slot *s)

@@ -23,11 +23,13 @@
 
 #include "toolutil.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define TOOL "cachebuild"
 /* Skips printed as warnings; the report (--json) lists all of them. */
@@ -442,12 +444,56 @@ static int report_failure(dlc_status rc, const char *out)
         fprintf(stderr, "%s: interrupted; %s was not written\n", TOOL, out);
         return 128 + g_signal;
     }
-    tool_report(TOOL, rc, NULL);
+    /* The library's message already ends with the system's words ("...: No such file or
+     * directory"): said once, after the path, not again in front of it. */
+    const char *msg = dlc_errmsg();
+    if (rc < 0 && rc > -4096 && msg && strstr(msg, dlc_strerror(rc)))
+        fprintf(stderr, "%s: error: %s\n", TOOL, msg);
+    else
+        tool_report(TOOL, rc, NULL);
     if (rc == DLC_EEXIST) {
         fprintf(stderr, "%s: pass --force to replace %s\n", TOOL, out);
         return 2;
     }
     return 1;
+}
+
+/* Create the folders above @p out that are missing, as mkdir -p would: a build into
+ * runs/today/train.dlc makes runs/today (a set's own folder is made by the build). Returns 0, or
+ * 1 with the folder and the reason said once. */
+static int make_parents(const char *out)
+{
+    char *p = strdup(out);
+    if (!p) {
+        fprintf(stderr, "%s: error: out of memory\n", TOOL);
+        return 1;
+    }
+    size_t n = strlen(p);
+    while (n > 1 && p[n - 1] == '/')
+        p[--n] = '\0';
+    char *const last = strrchr(p, '/');
+    int status = 0;
+    if (last && last != p) {
+        *last = '\0';
+        for (char *q = p + 1;; q++) {
+            if (*q != '/' && *q != '\0')
+                continue;
+            const char c = *q;
+            *q = '\0';
+            struct stat st;
+            if (stat(p, &st) != 0 && mkdir(p, 0777) != 0 && errno != EEXIST) {
+                fprintf(stderr, "%s: error: cannot create %s, a folder of %s: %s\n", TOOL, p, out,
+                        strerror(errno));
+                status = 1;
+                break;
+            }
+            *q = c;
+            if (!c)
+                break;
+        }
+    }
+    free(p);
+    return status;
 }
 
 /* The one line a finished build prints on stderr. */
@@ -517,6 +563,10 @@ int main(int argc, char **argv)
     if (status >= 0 || a.join) {
         free(cmd);
         return status >= 0 ? status : run_join(a.join, a.json);
+    }
+    if (make_parents(a.out)) {
+        free(cmd);
+        return 1;
     }
     catch_signals();
 

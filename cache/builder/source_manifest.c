@@ -35,6 +35,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define HEADER "#columns:"
 /* A number longer than this is no number. */
@@ -452,7 +454,14 @@ dlc_status dlc__source_scan_manifest(dlc__source_set *s, const char *mpath)
     char *line = NULL;
     size_t line_cap = 0;
     mscan m = {.s = s, .mpath = mpath};
-    FILE *f = fopen(mpath, "re");
+    /* Checked before it is read: a FIFO (or a device) is refused, never waited on. */
+    struct stat st;
+    const int fd = dlc__open_regular(mpath, 0, "manifest", &st);
+    if (fd < 0)
+        return fd;
+    FILE *f = fdopen(fd, "r");
+    if (!f)
+        close(fd);
     FAIL_IF(!f, -errno, "%s: cannot open manifest: %s", mpath, strerror(errno));
 
     /* Relative paths are resolved against the manifest's folder. */

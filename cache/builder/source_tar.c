@@ -269,11 +269,11 @@ static dlc_status open_shard(tar_scan *ts)
     dlc__source_set *s = ts->s;
     const char *path = ts->path;
     dlc_status rc;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    FAIL_IF(fd < 0, -errno, "%s: cannot open tar shard: %s", path, strerror(errno));
     struct stat st;
-    FAIL_IF(fstat(fd, &st) != 0, -errno, "%s: cannot stat: %s", path, strerror(errno));
-    FAIL_IF(!S_ISREG(st.st_mode), DLC_EINVAL, "%s: a tar shard must be a regular file", path);
+    /* Checked before it is read: a FIFO (or a device) is refused, never waited on. */
+    int fd = dlc__open_regular(path, 0, "tar shard", &st);
+    if (fd < 0)
+        return fd;
     if (s->nshards == s->shards_cap) {
         const uint32_t cap = s->shards_cap ? s->shards_cap * 2 : 8;
         dlc__shard *p = realloc(s->shards, cap * sizeof *p);

@@ -266,10 +266,11 @@ static dlc_status file_open(dlc_store *s, const char *path, struct stat *st)
     s->path = malloc(plen);
     FAIL_IF(!s->path, -ENOMEM, "%s: out of memory", path);
     memcpy(s->path, path, plen);
-    s->fd = open(path, O_RDONLY | O_CLOEXEC);
-    FAIL_IF(s->fd < 0, -errno, "%s: %s", path, strerror(errno));
-    FAIL_IF(fstat(s->fd, st) != 0, -errno, "%s: %s", path, strerror(errno));
-    FAIL_IF(!S_ISREG(st->st_mode), DLC_EINVAL, "%s: not a regular file", path);
+    /* Checked before anything could block on it: a FIFO is refused, not waited on. */
+    const int fd = dlc__open_regular(path, 0, "store", st);
+    if (fd < 0) /* "PATH: REASON", as before the check: the Python package's errors say that. */
+        return fd == DLC_EINVAL ? fd : dlc__errorf(fd, "%s: %s", path, strerror(-fd));
+    s->fd = fd;
     s->file_size = (uint64_t)st->st_size;
     FAIL_IF(s->file_size == 0, DLC_EVERSION, "%s: not a dlcache store (empty file)", path);
 fail:
@@ -294,7 +295,13 @@ static dlc_status env_open(dlc_store *s, const char *path, uint32_t flags,
     unsigned env_flags = MDB_RDONLY | MDB_NOLOCK | MDB_NOSUBDIR | MDB_NOTLS;
     if (!(flags & DLC_STORE_SEQUENTIAL))
         env_flags |= MDB_NORDAHEAD;
-    mrc = mdb_env_open(s->env, path, env_flags, 0444);
+    /* LMDB opens by name: it is given the descriptor's own name (/proc/self/fd/N), the file
+     * checked above, so that a FIFO or another file renamed over @p path meanwhile can neither
+     * block the open nor be mapped. Without /proc, the name (and the inode check below). */
+    char fdpath[32];
+    snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", s->fd);
+    const char *const open_path = access(fdpath, R_OK) == 0 ? fdpath : path;
+    mrc = mdb_env_open(s->env, open_path, env_flags, 0444);
     FAIL_IF(mrc != 0, dlc__store_lmdb_status(mrc), "%s: %s", path,
             mrc == MDB_INVALID ? "not a dlcache store (not an LMDB file)" : mdb_strerror(mrc));
 

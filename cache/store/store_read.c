@@ -13,12 +13,15 @@
 #include "store_internal.h"
 #include "store_set.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <lmdb.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 /* Is [p, p+len) inside the file's part of the map? */
@@ -123,6 +126,12 @@ static dlc_status check_links(const dlc_store *s, uint64_t index, const dlc_valu
     return DLC_OK;
 }
 
+/* dlc__read_v2() on the record's header at @p p (in the map, or a copy of its header_size
+ * bytes); payload views point at @p base + their value offset (the record in the map), or are
+ * NULL when @p base is NULL. */
+static dlc_status read_v2_at(const dlc_store *s, uint64_t index, uint64_t off, uint64_t len,
+                             const uint8_t *p, const uint8_t *base, dlc_value *values);
+
 dlc_status dlc__read_v2(const dlc_store *s, uint64_t index, uint64_t off, uint64_t len,
                         dlc_value *values)
 {
@@ -130,8 +139,13 @@ dlc_status dlc__read_v2(const dlc_store *s, uint64_t index, uint64_t off, uint64
         return bad_record(s, index, -1,
                           "at offset %" PRIu64 ", outside the file of %" PRIu64 " bytes", off,
                           s->file_size);
+    return read_v2_at(s, index, off, len, s->map + off, s->map + off, values);
+}
+
+static dlc_status read_v2_at(const dlc_store *s, uint64_t index, uint64_t off, uint64_t len,
+                             const uint8_t *p, const uint8_t *base, dlc_value *values)
+{
     const uint64_t room = len != UINT64_MAX ? len : s->file_size - off;
-    const uint8_t *p = s->map + off;
     dlc_status rc = check_header(s, index, p, room);
     if (rc < 0)
         return rc;
@@ -172,7 +186,7 @@ dlc_status dlc__read_v2(const dlc_store *s, uint64_t index, uint64_t off, uint64
         const char *fault = payload_fault(rt, size, d0, d1);
         if (fault)
             return bad_payload(s, index, f, fault, size, d0, d1);
-        v->data = p + word;
+        v->data = base ? base + word : NULL;
         v->size = (size_t)size;
         v->offset = off + word;
         cursor = word + size;
@@ -300,6 +314,87 @@ dlc_status dlc_store_read_values(dlc_store_reader *r, uint64_t index, dlc_value 
     dlc_record rec;
     const dlc_status rc = get_v1(r, index, &v);
     return rc < 0 ? rc : dlc__read_v1(s, index, &v, &rec, values);
+}
+
+/* pread() all of @p len bytes at @p off of @p s's file, or say that the file ended first. */
+static dlc_status pread_all(const dlc_store *s, uint64_t index, void *buf, size_t len, uint64_t off)
+{
+    size_t got = 0;
+    while (got < len) {
+        const ssize_t r = pread(s->fd, (uint8_t *)buf + got, len - got, (off_t)(off + got));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return dlc__errorf(-errno, "%s: record %" PRIu64 ": read at offset %" PRIu64 ": %s",
+                               s->path, index, off + got, strerror(errno));
+        if (r == 0) {
+            struct stat st;
+            const uint64_t now = fstat(s->fd, &st) == 0 ? (uint64_t)st.st_size : off + got;
+            return dlc__errorf(DLC_ECORRUPT,
+                               "%s: record %" PRIu64 ": the file ends at %" PRIu64
+                               " bytes, inside the record (it had %" PRIu64
+                               " at open: truncated in place)",
+                               s->path, index, now, s->file_size);
+        }
+        got += (size_t)r;
+    }
+    return DLC_OK;
+}
+
+size_t dlc_store_header_bound(const dlc_store *s)
+{
+    if (!s)
+        return 0;
+    size_t most = s->header_size;
+    for (uint32_t k = 0; k < s->num_shards; k++) {
+        const dlc_store *sh = s->lazy ? dlc__set_shard_at(s, k) : s->shards[k];
+        if (sh && sh->header_size > most)
+            most = sh->header_size;
+    }
+    /* Every shard of a set has the set's schema, so one shard's size is every shard's; with none
+     * attached (a lazy set) the schema gives it. */
+    const size_t schema = dlc__record2_header_size(s->info.num_fields);
+    return most > schema ? most : schema;
+}
+
+dlc_status dlc_store_read_values_pread(const dlc_store *s, uint64_t index, dlc_value *values,
+                                       uint8_t *header, size_t cap)
+{
+    if (!s || !values || !header)
+        return dlc__errorf(DLC_EINVAL, "dlc_store_read_values_pread: NULL argument");
+    if (index >= s->info.count)
+        return no_record(s, index);
+    if (s->shards) {
+        const uint32_t k = dlc__set_shard_of(s, index);
+        const dlc_store *sh = s->lazy ? dlc__set_shard_at(s, k) : s->shards[k];
+        if (!sh)
+            return dlc__errorf(
+                DLC_EINVAL, "%s: record %" PRIu64 ": its shard is not in the streaming cache now",
+                s->path, index);
+        const dlc_status rc =
+            dlc_store_read_values_pread(sh, index - s->firsts[k], values, header, cap);
+        return rc < 0 && rc != DLC_ENOSYS ? dlc__set_shard_error(s, k, index, rc) : rc;
+    }
+    if (!s->index)
+        return dlc__errorf(
+            DLC_ENOSYS, "%s: a version 1 store is read through LMDB's B-tree, in the map", s->path);
+    if (cap < s->header_size)
+        return dlc__errorf(DLC_EINVAL, "%s: a header buffer of %zu bytes, below %u", s->path, cap,
+                           s->header_size);
+    uint8_t entry[8];
+    dlc_status rc =
+        pread_all(s, index, entry, sizeof entry, (uint64_t)(s->index - s->map) + index * 8);
+    if (rc < 0)
+        return rc;
+    const uint64_t off = dlc__ld64(entry);
+    if (off > s->file_size || s->file_size - off < s->header_size)
+        return bad_record(s, index, -1,
+                          "at offset %" PRIu64 ", outside the file of %" PRIu64 " bytes", off,
+                          s->file_size);
+    rc = pread_all(s, index, header, s->header_size, off);
+    if (rc < 0)
+        return rc;
+    return read_v2_at(s, index, off, UINT64_MAX, header, NULL, values);
 }
 
 dlc_status dlc_store_read(dlc_store_reader *r, uint64_t index, dlc_record *rec)

@@ -277,11 +277,12 @@ dlc_status dlc__set_index_read(const char *path, uint8_t **out, size_t *len)
     uint8_t *buf = NULL;
     *out = NULL;
     *len = 0;
-    const int fd = open(path, O_RDONLY | O_CLOEXEC);
-    FAIL_IF(fd < 0, -errno, "%s: %s", path, strerror(errno));
     struct stat st;
-    FAIL_IF(fstat(fd, &st) != 0, -errno, "%s: %s", path, strerror(errno));
-    FAIL_IF(!S_ISREG(st.st_mode), DLC_ECORRUPT, "%s: corrupt: not a regular file", path);
+    const int fd = dlc__open_regular(path, 0, "set index", &st); /* A FIFO is not waited on. */
+    if (fd < 0)
+        return fd != DLC_EINVAL ? dlc__errorf(fd, "%s: %s", path, strerror(-fd))
+                                : dlc__errorf(DLC_ECORRUPT, "%s: corrupt: %s, not a regular file",
+                                              path, dlc__file_kind((unsigned)st.st_mode));
     FAIL_IF((uint64_t)st.st_size > DLC__SET_MAX_INDEX_BYTES, DLC_ECORRUPT,
             "%s: corrupt: %" PRIu64 " bytes, larger than any set index (%u)", path,
             (uint64_t)st.st_size, DLC__SET_MAX_INDEX_BYTES);

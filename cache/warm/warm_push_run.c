@@ -74,14 +74,14 @@ static uint64_t plan_part_size(const dlc__push_ctx *c, const dlc__push_file *f)
 /* Open file @p f->path, resolve its destination @p url and open its journal. */
 static dlc_status prepare_file(dlc__push_ctx *c, dlc__push_file *f, const char *url)
 {
-    f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
-    if (f->fd < 0)
-        return dlc__errorf(-errno, "%s: %s", f->path, strerror(errno));
     struct stat st;
-    if (fstat(f->fd, &st) < 0)
-        return dlc__errorf(-errno, "%s: stat: %s", f->path, strerror(errno));
-    if (!S_ISREG(st.st_mode))
-        return dlc__errorf(DLC_EINVAL, "%s: not a regular file", f->path);
+    /* Checked before it is read: a FIFO (or a device) is refused, never waited on. */
+    f->fd = dlc__open_regular(f->path, 0, NULL, &st);
+    if (f->fd < 0) {
+        const dlc_status rc = f->fd;
+        f->fd = -1;
+        return rc;
+    }
     dlc_status rc = dlc__warm_source_init(&f->src, url, &c->net);
     if (rc < 0)
         return rc;

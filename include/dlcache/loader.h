@@ -193,6 +193,9 @@ typedef enum dlc_io_mode {
     DLC_IO_DIRECT = 2, /**< O_DIRECT reads through io_uring into registered buffers. */
 } dlc_io_mode;
 
+/** The most batch slots of a loader (dlc_loader_config.prefetch); Python mirrors it. */
+#define DLC_LOADER_MAX_PREFETCH 1024u
+
 /** Loader options. dlc_loader_config_init() sets every field to its default. */
 typedef struct dlc_loader_config {
     uint32_t struct_size;        /**< sizeof(dlc_loader_config) as the caller's header has it; set
@@ -206,7 +209,7 @@ typedef struct dlc_loader_config {
     uint32_t rank;               /**< This process's rank (default 0). */
     uint32_t world_size;         /**< Number of ranks (default 1). */
     uint32_t threads;            /**< Worker threads; 0 = all online cores (default). */
-    uint32_t prefetch;           /**< Batches in flight (default 4, at least 1). */
+    uint32_t prefetch;           /**< Batches in flight: 1..DLC_LOADER_MAX_PREFETCH (default 4). */
     const double *class_weights; /**< DLC_SAMPLER_WEIGHTED: one weight per label; copied at open. */
     uint32_t num_class_weights;  /**< Entries in class_weights (must equal the store's labels). */
     uint64_t num_samples; /**< DLC_SAMPLER_WEIGHTED: draws per epoch (0 = the store's count). */
@@ -404,6 +407,28 @@ DLC_API dlc_status dlc_loader_next(dlc_loader *l, dlc_batch *batch);
  *  @param[in] batch A batch that dlc_loader_next() lent and that is still lent; not used after.
  *  @return DLC_OK, or DLC_EINVAL when @p batch is not one lent. */
 DLC_API dlc_status dlc_loader_release(dlc_loader *l, const dlc_batch *batch);
+
+/** @brief Give back a lent batch whose memory the caller still uses: its slot gets new memory
+ *         and is refilled there, and the memory the batch points to becomes the caller's.
+ *
+ * For a caller whose views of a batch may outlive its turn (the Python package, when a tensor
+ * cut from a batch is still alive as the batch is given back): nothing is copied, and what the
+ * batch's data, labels, indices and fields[i].data, lengths and offsets point to keeps its
+ * bytes until dlc_loader_kept_free(), also after dlc_loader_close(). The ::dlc_batch itself and
+ * its fields array belong to the slot and are not valid after this call. Costs one allocation
+ * of a slot's size: for the batches kept only, never in the usual loop. Host batches only (not
+ * with the device path); a caller that page-locked the slots (dlc_loader_host_slots()) must
+ * not keep them.
+ * @param[in] l The loader.
+ * @param[in] batch A batch that dlc_loader_next() lent and that is still lent; not used after.
+ * @param[out] memory The batch's memory, to free with dlc_loader_kept_free(); NULL on failure.
+ * @return DLC_OK; DLC_EINVAL when an argument is NULL or @p batch is not one lent; DLC_ESTATE
+ *         with the device path; -ENOMEM (the batch is then still lent). */
+DLC_API dlc_status dlc_loader_keep(dlc_loader *l, const dlc_batch *batch, void **memory);
+
+/** Free the memory of a batch kept with dlc_loader_keep(); with or without its loader.
+ *  @param[in] memory From dlc_loader_keep(), or NULL (nothing happens). */
+DLC_API void dlc_loader_kept_free(void *memory);
 
 /** @brief Batches per epoch for this rank (what len() of a DataLoader says).
  *  @param[in] l The loader; NULL gives 0.

@@ -580,6 +580,7 @@ class DeviceDst(ctypes.Structure):
 DLC_OK = 0
 DLC_END = 1
 LOADER_STATE_SIZE = 64
+MAX_PREFETCH = 1024  # DLC_LOADER_MAX_PREFETCH
 ENCODING_RAW, ENCODING_JPEG, ENCODING_PNG = 0, 1, 2
 STORE_RANDOM, STORE_SEQUENTIAL = 0, 1
 SAMPLER_SEQUENTIAL, SAMPLER_SHUFFLE, SAMPLER_SHARD_WINDOWS = 0, 1, 4
@@ -678,6 +679,8 @@ _PROTOTYPES = {
                                    ctypes.POINTER(_P)]),
     "dlc_loader_next": (c_status, [_P, ctypes.POINTER(Batch)]),
     "dlc_loader_release": (c_status, [_P, ctypes.POINTER(Batch)]),
+    "dlc_loader_keep": (c_status, [_P, ctypes.POINTER(Batch), ctypes.POINTER(_P)]),
+    "dlc_loader_kept_free": (None, [_P]),
     "dlc_loader_batches_per_epoch": (ctypes.c_uint64, [_P]),
     "dlc_loader_store_count": (ctypes.c_uint64, [_P]),
     "dlc_loader_set_epoch": (c_status, [_P, ctypes.c_uint64]),

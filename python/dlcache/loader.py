@@ -103,6 +103,26 @@ class _Handle:
             self._fin()
 
 
+class _Lease:
+    """The owner of the slot memory that one lent host batch's views share: each view's buffer
+    holds it (torch.frombuffer keeps the buffer as long as a tensor uses the memory, also a
+    row or slice cut from it), so it lives exactly as long as some tensor views that memory.
+    While the batch is lent it holds the loader's handle (a collected Loader's slots live on);
+    a batch given back while its lease lives is given back with dlc_loader_keep(): the slot
+    gets new memory, and the lease owns the old, freed when the last view dies."""
+
+    __slots__ = ("handle", "__weakref__")
+
+    def __init__(self, handle):
+        self.handle = handle
+
+    def own(self, memory):
+        """Take @p memory (from dlc_loader_keep()), freed when this lease dies."""
+        self.handle = None
+        # Not at exit: tensors may outlive the finalizers that run then.
+        weakref.finalize(self, lib.dlc_loader_kept_free, memory).atexit = False
+
+
 def _view(ptr, dtype_code, shape, owner):
     """A torch tensor over C memory at @p ptr, without a copy; it keeps @p owner alive."""
     numel = 1
@@ -317,7 +337,8 @@ class Loader:
             while the loop waits and the workers are all busy (up to that
             many), give one back when they idle (stats()["threads"] says how
             many work now; docs/WAITING.md).
-        prefetch: batches prepared ahead (slots of the ring); None = the C default (4).
+        prefetch: batches prepared ahead (slots of the ring), 1..1024; None = the C
+            default (4).
         verify: "off", "first" (check each record's checksum the first time
             it is read) or "always".
         on_corrupt: "replace" (a record that fails its check is replaced by a
@@ -336,8 +357,8 @@ class Loader:
         as_dict: yield dicts of tensors keyed by output name. None (default):
             dicts unless the batch holds exactly one image and the label
             (then ``(images, labels)`` as before); False insists on the pair.
-        debug_poison: fill released slots with 0xFF (see "Lifetime of a
-            batch"); None = $DLCACHE_DEBUG_POISON.
+        debug_poison: fill the private copies of batches given back with 0xFF
+            (see "Lifetime of a batch"); None = $DLCACHE_DEBUG_POISON.
         weights, samples_per_epoch, label_offsets, return_source: a mixture,
             when ``path`` is a list of stores and sets (docs/MIXTURES.md): each
             source walks its own shuffled passes, interleaved by ``weights``
@@ -366,19 +387,21 @@ class Loader:
     indices are tensors of their own (a few KB a batch). A batch you still
     hold when its slot is about to be refilled (``batches = list(loader)``,
     an evaluation loop that appends each batch, a batch kept across epochs or
-    ``close()``) is detected and detached: its tensors are given memory of their own first, so what you
-    kept is right. The usual loop, which keeps nothing, copies nothing. What
-    is not detected is a view you cut from a batch tensor and kept alone
-    (``first = images[0]``, dropping ``images``): it still shares the slot and
-    changes when the slot is refilled. ``debug_poison=True`` (or
-    $DLCACHE_DEBUG_POISON=1) makes such a view fail loudly: batches then come
-    in private copies that are filled with 0xFF bytes (NaN for float outputs)
-    when the batch is given back, and never reused (a copy per batch: for
-    debugging only). Keep a copy instead (``images[0].clone()``). The batch
-    held over takes one slot beyond ``prefetch``; with prefetch=1 there is
-    none, and a batch still named by the loop's variables when the next one is
-    asked for is copied. CUDA tensors (``device="cuda"``) are not lent: they
-    are the caller's.
+    ``close()``) is detected and detached: its tensors are given memory of
+    their own first, so what you kept is right. A view you cut from a batch
+    tensor and kept alone (``first = images[0]``, dropping ``images``) is
+    right too: its batch is given back with its memory, which the slot no
+    longer uses and which is freed when the last such view dies (so a row
+    kept alone holds a whole batch's memory: ``images[0].clone()`` holds only
+    the row). The usual loop, which keeps nothing, copies nothing.
+    ``debug_poison=True`` (or $DLCACHE_DEBUG_POISON=1) shows views that
+    outlive their batch: batches then come in private copies that are filled
+    with 0xFF bytes (NaN for float outputs) when the batch is given back, and
+    never reused (a copy per batch: for debugging only). The batch held over
+    takes one slot beyond ``prefetch``; with prefetch=1 there is none, and a
+    batch still named by the loop's variables when the next one is asked for
+    is copied. CUDA tensors (``device="cuda"``) are not lent: they are the
+    caller's.
 
     Resuming: ``state_dict()`` at any point (also mid-epoch) and
     ``load_state_dict()`` into a fresh Loader continue the stream exactly,
@@ -580,7 +603,7 @@ class Loader:
             cfg.threads = _uint(_default_threads() if threads is None else threads, "threads", 1,
                                 4096)
         if prefetch is not None:
-            cfg.prefetch = _uint(prefetch, "prefetch", 1, 1024)
+            cfg.prefetch = _uint(prefetch, "prefetch", 1, L.MAX_PREFETCH)
         if verify not in _VERIFY:
             raise ValueError("verify must be 'off', 'first' or 'always', got %r" % (verify,))
         cfg.verify = _VERIFY[verify]
@@ -615,7 +638,7 @@ class Loader:
             # One slot more than prefetch: the batch held over does not eat into the batches
             # being prepared.
             cfg.max_lent = 2
-            cfg.prefetch += 1
+            cfg.prefetch = min(cfg.prefetch + 1, L.MAX_PREFETCH)  # at the most, it shares one
         if self._device is None:
             self._open(cfg)
         else:
@@ -629,6 +652,24 @@ class Loader:
         self._yielded = 0
         self._gen = 0
         self._batch = L.Batch()  # the device feeds' own
+
+    # torch DataLoader arguments that mean something else here, and what to use instead.
+    _TORCH_ARGS = {
+        "num_workers": "dlcache uses threads= (worker threads of the C loader; default: the "
+                       "cores divided by $LOCAL_WORLD_SIZE), not worker processes",
+        "pin_memory": "pinned memory is automatic with device= (device='cuda' page-locks the "
+                      "slots and copies them asynchronously)",
+        "prefetch_factor": "dlcache uses prefetch= (batches prepared ahead, not per worker)",
+        "persistent_workers": "dlcache's threads live as long as the Loader",
+    }
+
+    def __new__(cls, *args, **kwargs):
+        # Before __init__, whose bare "unexpected keyword argument" TypeError would not say
+        # what to use instead.
+        for name, why in cls._TORCH_ARGS.items():
+            if name in kwargs:
+                raise TypeError("dlcache.Loader() takes no %s=: %s" % (name, why))
+        return super().__new__(cls)
 
     def _open(self, cfg, pins=None):
         h = ctypes.c_void_p()
@@ -876,7 +917,6 @@ class Loader:
         feed = self._feed
         ctx = "dlcache.Loader(%s)" % os.fsdecode(self._path)
         max_lent = self._config.max_lent
-        turn = 0
         while True:
             if gen != self._gen:
                 raise RuntimeError("this dlcache.Loader iterator is stale: iter(), "
@@ -891,8 +931,11 @@ class Loader:
                 # the one the loop's variables still name; with one, that one.
                 while len(self._held) >= max_lent:
                     self._settle_one(ptr)
-                turn ^= 1
-                batch = self._batches[turn]
+                # Each lent batch keeps its own dlc_batch: the one not held (at most one is,
+                # also when a new iterator starts with the last epoch's batch held over).
+                batch = self._batches[0]
+                if self._held and self._held[-1][0] is batch:
+                    batch = self._batches[1]
                 # The wait shows in a torch profile beside the model's kernels.
                 with record("dlcache.next"):
                     rc = next_fn(ptr, ctypes.byref(batch))  # GIL released while workers work
@@ -914,25 +957,31 @@ class Loader:
             if self._as_dict:
                 yield self._dict(batch, owner)
                 continue
-            shape = tuple(batch.shape)
-            n = batch.count
-            images, ref = self._lend(batch.data, batch.dtype, shape, owner)
-            self._held.append((batch, [ref]))
-            labels = _own(batch.labels, L.DTYPE_INT64, (n,))
-            if self._mix is not None:
-                yield self._mix.pair(images, labels, _own(batch.indices, L.DTYPE_INT64, (n,)),
-                                     self._return_indices)
-            elif self._return_indices:
-                # Record numbers are < 2**63: int64 is the same bytes as the C uint64.
-                yield images, labels, _own(batch.indices, L.DTYPE_INT64, (n,))
-            else:
-                yield images, labels
+            # No local of this frame may hold the batch's lease across the yield: its life is
+            # the views' (see _settle_one()).
+            yield self._pair(batch, owner)
 
-    def _lend(self, ptr, code, shape, owner):
+    def _pair(self, batch, owner):
+        """The lent batch as (images, labels[, indices]): images a view of the slot."""
+        n = batch.count
+        lease = _Lease(owner)
+        images, ref = self._lend(batch.data, batch.dtype, tuple(batch.shape), lease)
+        self._held.append((batch, [ref], weakref.ref(lease)))
+        labels = _own(batch.labels, L.DTYPE_INT64, (n,))
+        if self._mix is not None:
+            return self._mix.pair(images, labels, _own(batch.indices, L.DTYPE_INT64, (n,)),
+                                  self._return_indices)
+        if self._return_indices:
+            # Record numbers are < 2**63: int64 is the same bytes as the C uint64.
+            return images, labels, _own(batch.indices, L.DTYPE_INT64, (n,))
+        return images, labels
+
+    def _lend(self, ptr, code, shape, lease):
         """A large output of a host batch, and what _settle_one() needs to know of it: a weak
-        reference, and with debug_poison the private copy it views."""
+        reference, and with debug_poison the private copy it views. @p lease: the batch's
+        owner of its views (_Lease)."""
         if not self._poison:
-            t = _view(ptr, code, shape, owner)
+            t = _view(ptr, code, shape, lease)
             return t, (weakref.ref(t), None)
         # Debug: a private copy that is poisoned, never reused, once the batch is given back, so
         # that a view kept past that point reads 0xFF (NaN) for as long as it lives.
@@ -945,10 +994,14 @@ class Loader:
         return c, (weakref.ref(c), buf)
 
     def _settle_one(self, ptr):
-        """Give the oldest lent host batch back to the C loader; tensors of it that the caller
+        """Give the oldest lent host batch back to the C loader. Tensors of it that the caller
         still holds get memory of their own first (Tensor.set_ moves every reference to the
-        tensor object onto the copy)."""
-        batch, refs = self._held.popleft()
+        tensor object onto the copy). If a tensor still views the slot after that (a row or a
+        slice cut from the batch and kept without it), the batch is given back with its memory
+        (dlc_loader_keep()): the slot is refilled in new memory and the old one is freed when
+        the last view dies, so nothing the caller holds ever changes or dangles."""
+        batch, refs, lease_ref = self._held[0]
+        t = None
         kept = False
         t0 = time.perf_counter()
         for r, buf in refs:
@@ -962,7 +1015,19 @@ class Loader:
         if kept:
             self._kept_s += time.perf_counter() - t0
             self._kept_n += 1
-        lib.dlc_loader_release(ptr, ctypes.byref(batch))
+        t = None  # a detached tensor no longer views the slot; let go of it before looking
+        lease = lease_ref()
+        if lease is None:
+            self._held.popleft()
+            lib.dlc_loader_release(ptr, ctypes.byref(batch))
+            return
+        memory = ctypes.c_void_p()
+        rc = lib.dlc_loader_keep(ptr, ctypes.byref(batch), ctypes.byref(memory))
+        if rc < 0:
+            raise error_for(rc, "dlcache.Loader(%s): giving back a batch that a tensor still "
+                            "views" % os.fsdecode(self._path))  # the batch stays lent
+        self._held.popleft()
+        lease.own(memory.value)
 
     def _settle(self):
         """Give back every lent host batch (before anything that refills or frees the slots)."""
@@ -1005,6 +1070,7 @@ class Loader:
         small ones (scalars, lengths, offsets, indices) tensors of their own."""
         out = {}
         refs = []
+        lease = _Lease(owner)
         n = batch.count
         for i in range(batch.num_fields):
             bf = batch.fields[i]
@@ -1013,13 +1079,13 @@ class Loader:
             if bf.kind in (L.FIELD_INT, L.FIELD_FLOAT):
                 out[name] = _own(bf.data, bf.dtype, shape)
             else:
-                out[name], ref = self._lend(bf.data, bf.dtype, shape, owner)
+                out[name], ref = self._lend(bf.data, bf.dtype, shape, lease)
                 refs.append(ref)
             if bf.lengths:
                 out[name + "_lengths"] = _own(bf.lengths, L.DTYPE_INT64, (n,))
             if bf.offsets:
                 out[name + "_offsets"] = _own(bf.offsets, L.DTYPE_INT64, (n + 1,))
-        self._held.append((batch, refs))
+        self._held.append((batch, refs, weakref.ref(lease)))
         if self._mix is not None:
             self._mix.split_into(out, _own(batch.indices, L.DTYPE_INT64, (n,)),
                                  self._return_indices)

@@ -122,6 +122,31 @@ int main(void)
         h = XXH3_64bits_withSeed(b.indices, b.count * sizeof *b.indices, h);
     }
     TU_REQUIRE(rc == DLC_END && h == full);
+    /* Every other batch kept (dlc_loader_keep()) while the workers refill the ring: the kept
+     * memory is never written again, and the epoch is the same. */
+    TU_REQUIRE(dlc_loader_set_epoch(l, c.epoch) == DLC_OK);
+    h = 0;
+    uint64_t n = 0;
+    while ((rc = dlc_loader_next(l, &b)) == DLC_OK) {
+        h = XXH3_64bits_withSeed(b.data, b.bytes, h);
+        h = XXH3_64bits_withSeed(b.indices, b.count * sizeof *b.indices, h);
+        if (n++ % 2)
+            continue;
+        const uint64_t mine = XXH3_64bits(b.data, b.bytes);
+        const void *const data = b.data;
+        const size_t bytes = b.bytes;
+        void *kept = NULL;
+        TU_REQUIRE(dlc_loader_keep(l, &b, &kept) == DLC_OK && kept);
+        dlc_batch later;
+        if (dlc_loader_next(l, &later) == DLC_OK) {
+            h = XXH3_64bits_withSeed(later.data, later.bytes, h);
+            h = XXH3_64bits_withSeed(later.indices, later.count * sizeof *later.indices, h);
+            n++;
+        }
+        TU_REQUIRE(XXH3_64bits(data, bytes) == mine);
+        dlc_loader_kept_free(kept);
+    }
+    TU_REQUIRE(rc == DLC_END && h == full);
     dlc_loader_stats stats;
     dlc_loader_get_stats(l, &stats);
     TU_REQUIRE(stats.threads == 6);

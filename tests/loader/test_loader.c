@@ -706,3 +706,48 @@ Test(loader, held_batches_survive_a_new_plan)
     cr_assert(strstr(dlc_errmsg(), "max_lent"), "%s", dlc_errmsg());
     fx_rmdir(&d);
 }
+
+/* dlc_loader_keep(): the kept batch's bytes stay as they were while the slot, refilled in new
+ * memory, serves the rest of the epoch unchanged; they outlive the loader; a batch not lent is
+ * refused. */
+Test(loader, kept_batch_outlives_its_slot_and_the_loader)
+{
+    fx_dir d;
+    fx_make_store(&d, N, H, W, CLASSES, 0);
+    for (uint32_t prefetch = 1; prefetch <= 3; prefetch += 2) {
+        dlc_loader_config c = fx_config();
+        c.prefetch = prefetch;
+        c.dtype = DLC_DTYPE_FLOAT32;
+        const uint64_t want = run_hash(d.path, &c);
+        dlc_loader *l = open_ok(d.path, &c);
+        dlc_batch a;
+        cr_assert_eq(dlc_loader_next(l, &a), DLC_OK);
+        const void *const data = a.data;
+        const size_t bytes = a.bytes;
+        const uint64_t ha = XXH3_64bits(data, bytes);
+        const int64_t label0 = a.labels[0];
+        const int64_t *const labels = a.labels;
+        void *mem = (void *)1;
+        cr_assert_eq(dlc_loader_keep(l, NULL, &mem), DLC_EINVAL);
+        cr_assert_null(mem);
+        cr_assert_eq(dlc_loader_keep(l, &a, &mem), DLC_OK, "%s", dlc_errmsg());
+        cr_assert(mem && (const uint8_t *)data >= (const uint8_t *)mem, "the batch's memory");
+        void *again = (void *)1;
+        cr_assert_eq(dlc_loader_keep(l, &a, &again), DLC_EINVAL, "kept twice");
+        cr_assert_null(again);
+        cr_assert_eq(dlc_loader_release(l, &a), DLC_EINVAL, "no longer lent");
+        /* The rest of the epoch, in the slot's new memory, next to the kept bytes. */
+        dlc_batch b;
+        while (dlc_loader_next(l, &b) == DLC_OK)
+            cr_assert(b.data != data, "a kept batch's memory is never refilled");
+        cr_assert_eq(XXH3_64bits(data, bytes), ha);
+        cr_assert_eq(dlc_loader_set_epoch(l, 0), DLC_OK);
+        cr_assert_eq(fx_epoch_hash(l, NULL, NULL, 0), want, "prefetch %u", prefetch);
+        dlc_loader_close(l);
+        cr_assert_eq(XXH3_64bits(data, bytes), ha, "kept past dlc_loader_close()");
+        cr_assert_eq(labels[0], label0);
+        dlc_loader_kept_free(mem);
+        dlc_loader_kept_free(NULL);
+    }
+    fx_rmdir(&d);
+}

@@ -7,6 +7,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 /* Open descriptors of this process. */
@@ -160,5 +162,85 @@ Test(stress_lifecycle, store_renamed_over_keeps_serving_the_old_file)
     cr_assert_eq(dlc_loader_set_epoch(l, 0), DLC_OK);
     cr_assert_eq(fx_epoch_hash(l, NULL, NULL, 0), ref);
     dlc_loader_close(l);
+    fx_rmdir(&d);
+}
+
+/* Truncate the store at a random moment while a direct-mode loader reads it with batches in
+ * flight, many times (issue 23, item 13: 1 run in 30 raised SIGBUS: the I/O thread looked records
+ * up in the map between a batch's size check and its reads). Every run ends in an error naming
+ * the store, or, when the truncation came after the last batch, in success; the test process
+ * never dies (a SIGBUS is a crash of this test). */
+#define RUNS 200u
+
+typedef struct cut_job {
+    const char *path;
+    uint32_t delay_us;
+    int failed; /* Criterion asserts on the test's thread only. */
+} cut_job;
+
+static void copy_file(const char *from, const char *to)
+{
+    FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
+    cr_assert(in && out);
+    char buf[1 << 16];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0)
+        cr_assert_eq(fwrite(buf, 1, n, out), n);
+    fclose(in);
+    cr_assert_eq(fclose(out), 0);
+}
+
+static void *cut_later(void *arg)
+{
+    cut_job *j = arg;
+    struct stat st;
+    usleep(j->delay_us);
+    j->failed = stat(j->path, &st) != 0 || truncate(j->path, st.st_size / 3) != 0;
+    return NULL;
+}
+
+Test(stress_lifecycle, store_truncated_at_random_under_a_direct_loader_is_an_error)
+{
+    fx_dir d;
+    fx_make_store(&d, 512, 48, 48, 4, 0);
+    char *copy = tu_path(d.dir, "cut.dlc");
+    uint32_t errors = 0, whole = 0;
+    for (uint32_t run = 0; run < RUNS; run++) {
+        copy_file(d.path, copy);
+        dlc_loader_config c = fx_config();
+        c.io = DLC_IO_DIRECT;
+        c.prefetch = 8;
+        c.threads = 2;
+        c.batch_size = 4;
+        c.seed = run;
+        dlc_loader *l = NULL;
+        cr_assert_eq(dlc_loader_open(copy, &c, &l), DLC_OK, "%s", dlc_errmsg());
+        cut_job job = {copy, (run * 7919u) % 3000u, 0};
+        pthread_t t;
+        cr_assert_eq(pthread_create(&t, NULL, cut_later, &job), 0);
+        dlc_status rc = DLC_OK;
+        for (uint32_t epoch = 0; epoch < 4 && rc >= 0; epoch++) {
+            cr_assert_eq(dlc_loader_set_epoch(l, epoch), DLC_OK);
+            dlc_batch b;
+            while ((rc = dlc_loader_next(l, &b)) == DLC_OK)
+                ;
+        }
+        pthread_join(t, NULL);
+        cr_assert(!job.failed, "run %u: the truncation failed", run);
+        if (rc < 0) {
+            cr_assert(rc == DLC_ECHANGED || rc == DLC_ECORRUPT, "run %u: %d (%s)", run, rc,
+                      dlc_errmsg());
+            cr_assert_not_null(strstr(dlc_errmsg(), copy), "%s", dlc_errmsg());
+            cr_assert_not_null(strstr(dlc_errmsg(), "record "), "%s", dlc_errmsg());
+            errors++;
+        } else {
+            whole++;
+        }
+        dlc_loader_close(l);
+    }
+    cr_log_info("%u runs: %u ended in an error naming the store, %u read whole", RUNS, errors,
+                whole);
+    cr_assert_gt(errors, 0, "no truncation landed while the loader read");
+    free(copy);
     fx_rmdir(&d);
 }

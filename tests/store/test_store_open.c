@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <lmdb.h>
 #include <pthread.h>
+#include <sys/stat.h>
 #include <xxhash.h>
 
 static char *dir;
@@ -250,6 +251,24 @@ Test(store_open, foreign_files_fail_cleanly)
     free(empty);
     free(garbage);
     free(plain);
+}
+
+/* A FIFO, a device or a socket in a store's place is refused at once, named, never waited on:
+ * opening a FIFO for reading blocks until a writer comes, so the check must come first (issue
+ * 23, item 8: Loader(fifo) and cacheinfo fifo hung forever). The timeout turns a hang into a
+ * failure. */
+Test(store_open, fifo_and_devices_are_refused_without_blocking, .timeout = 60)
+{
+    dlc_store *s = NULL;
+    char *fifo = tmp_path(dir, "fifo.dlc");
+    cr_assert_eq(mkfifo(fifo, 0644), 0);
+    cr_assert_eq(dlc_store_open(fifo, 0, &s), DLC_EINVAL);
+    cr_assert_null(s);
+    cr_assert(strstr(dlc_errmsg(), fifo) && strstr(dlc_errmsg(), "a FIFO, not a regular file"),
+              "%s", dlc_errmsg());
+    cr_assert_eq(dlc_store_open("/dev/null", 0, &s), DLC_EINVAL);
+    cr_assert(strstr(dlc_errmsg(), "/dev/null: a character device"), "%s", dlc_errmsg());
+    free(fifo);
 }
 
 /* Random bytes are "not a dlcache store"; the short text of their code must not call them a

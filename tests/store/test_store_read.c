@@ -351,3 +351,51 @@ Test(store_read, flipped_payload_bytes_are_named_by_field)
     dlc_store_reader_close(r);
     dlc_store_close(s);
 }
+
+/* dlc_store_read_values_pread() gives what dlc_store_read_values() gives, without the map:
+ * payload views are NULL, scalars point into the caller's header buffer; a file truncated in
+ * place is DLC_ECORRUPT naming the store and the record, never SIGBUS (issue 23, item 13). */
+Test(store_read, pread_lookup_matches_the_map_and_names_a_truncated_file)
+{
+    dlc_store *s = NULL;
+    dlc_store_reader *r = NULL;
+    cr_assert_eq(dlc_store_open(path, 0, &s), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(dlc_store_reader_open(s, &r), DLC_OK);
+    const size_t cap = dlc_store_header_bound(s);
+    cr_assert_gt(cap, 0);
+    uint8_t *hdr = malloc(cap);
+    dlc_value a[SK_NUM_FIELDS], b[SK_NUM_FIELDS];
+    uint64_t end = 0;
+    for (uint64_t i = 0; i < 37; i++) {
+        cr_assert_eq(dlc_store_read_values(r, i, a), DLC_OK, "%s", dlc_errmsg());
+        cr_assert_eq(dlc_store_read_values_pread(s, i, b, hdr, cap), DLC_OK, "%s", dlc_errmsg());
+        for (uint32_t f = 0; f < SK_NUM_FIELDS; f++) {
+            cr_assert(a[f].offset == b[f].offset && a[f].size == b[f].size &&
+                          a[f].xxh3 == b[f].xxh3 && a[f].dim0 == b[f].dim0 &&
+                          a[f].dim1 == b[f].dim1 && a[f].i == b[f].i && a[f].file == b[f].file,
+                      "record %llu field %u", (unsigned long long)i, f);
+            const int scalar =
+                a[f].size == 8 && b[f].data && b[f].data >= hdr && b[f].data < hdr + cap;
+            cr_assert(scalar || !b[f].data, "a payload view is NULL, a scalar is in the header");
+            if (a[f].offset + a[f].size > end)
+                end = a[f].offset + a[f].size;
+        }
+    }
+    cr_assert_eq(dlc_store_read_values_pread(s, 37, b, hdr, cap), DLC_ENOTFOUND);
+    cr_assert_eq(dlc_store_read_values_pread(s, 0, b, hdr, 4), DLC_EINVAL, "a small buffer");
+    /* Cut the file inside the records: the pread lookups say so, by name. */
+    dlc_record rec;
+    cr_assert_eq(dlc_store_read(r, 20, &rec), DLC_OK);
+    cr_assert_eq(truncate(path, (off_t)(rec.offset & ~(uint64_t)4095)), 0);
+    dlc_status rc = DLC_OK;
+    uint64_t i = 0;
+    for (; i < 37 && rc == DLC_OK; i++)
+        rc = dlc_store_read_values_pread(s, i, b, hdr, cap);
+    cr_assert_eq(rc, DLC_ECORRUPT, "%d %s", rc, dlc_errmsg());
+    cr_assert(strstr(dlc_errmsg(), path) && strstr(dlc_errmsg(), "truncated in place") &&
+                  strstr(dlc_errmsg(), "record "),
+              "%s", dlc_errmsg());
+    free(hdr);
+    dlc_store_reader_close(r);
+    dlc_store_close(s);
+}

@@ -11,6 +11,7 @@
 #include <dlcache/store.h>
 #include <fcntl.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -628,6 +629,31 @@ Test(store_set, a_shard_replaced_removed_or_damaged_is_refused_by_name)
     dlc_store_close(s);
     free(save);
     free(p1);
+    free(p2);
+    free(set);
+}
+
+/* A FIFO as a set's index or as one of its parts is refused by name at once, never waited on
+ * (issue 23, item 8); the timeout turns a hang into a failure. */
+Test(store_set, a_fifo_index_or_part_is_refused_without_blocking, .timeout = 60)
+{
+    char *set = tmp_path(dir, "set");
+    cr_assert_eq(sf_make_set(set, N_ITEMS, PARTS, SET_ID, sf_skip_some), DLC_OK);
+    char *p2 = sf_part_path(set, 2, PARTS);
+    char *save = tmp_path(dir, "save.dlc");
+    tsu_copy(p2, save);
+    cr_assert_eq(unlink(p2), 0);
+    cr_assert_eq(mkfifo(p2, 0644), 0);
+    open_fails(set, DLC_EINVAL,
+               (const char *[]){"part-00002-of-00004.dlc", "a FIFO, not a regular file", NULL});
+    cr_assert_eq(unlink(p2), 0);
+    tsu_copy(save, p2);
+    char *index = tmp_path(set, "index.dlcset");
+    cr_assert_eq(unlink(index), 0);
+    cr_assert_eq(mkfifo(index, 0644), 0);
+    open_fails(set, DLC_ECORRUPT, (const char *[]){"index.dlcset", "a FIFO", NULL});
+    free(index);
+    free(save);
     free(p2);
     free(set);
 }

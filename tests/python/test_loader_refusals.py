@@ -1,0 +1,65 @@
+"""What the Loader refuses, and how it says it (issue 23): a FIFO is refused by name at once
+(it hung forever), prefetch has one limit that Python and C agree on (prefetch=1024 passed
+Python's check and failed in C as "1025 must be in 1..1024"), and torch DataLoader arguments
+say what dlcache uses instead (they gave a bare TypeError)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, require_lib
+
+require_lib("dlc_loader_open")
+
+import dlcache  # noqa: E402
+from dlcache import _lib as L  # noqa: E402
+
+KW = dict(shuffle=False, crop=16, flip=0, threads=2)
+
+
+def test_a_fifo_is_refused_by_name_without_waiting(tmp_path):
+    fifo = tmp_path / "fifo.dlc"
+    os.mkfifo(fifo)
+    code = ("import dlcache, sys\n"
+            "try:\n"
+            "    dlcache.Loader(sys.argv[1], 4)\n"
+            "except Exception as e:\n"
+            "    print(type(e).__name__, e)\n")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.path.join(REPO, "python") + os.pathsep + env.get("PYTHONPATH", "")
+    try:
+        p = subprocess.run([sys.executable, "-c", code, str(fifo)], env=env, timeout=120,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    except subprocess.TimeoutExpired:
+        pytest.fail("Loader(fifo) still waits after 120 s")
+    out = p.stdout.decode(errors="replace")
+    assert "InvalidArgumentError" in out and str(fifo) in out and "a FIFO" in out, out
+
+
+def test_prefetch_has_one_limit(store):
+    assert L.MAX_PREFETCH == 1024
+    with dlcache.Loader(store, 10, prefetch=L.MAX_PREFETCH, **KW) as ld:
+        x, _ = next(iter(ld))
+        assert ld._config.prefetch == L.MAX_PREFETCH
+    with dlcache.Loader(store, 10, prefetch=L.MAX_PREFETCH - 1, **KW) as ld:
+        assert ld._config.prefetch == L.MAX_PREFETCH  # the held-over batch's slot added
+    with pytest.raises(ValueError, match="prefetch"):
+        dlcache.Loader(store, 10, prefetch=L.MAX_PREFETCH + 1, **KW)
+
+
+@pytest.mark.parametrize("arg, value, words", [
+    ("num_workers", 4, "dlcache uses threads="),
+    ("pin_memory", True, "pinned memory is automatic with device="),
+    ("prefetch_factor", 2, "prefetch="),
+])
+def test_torch_dataloader_arguments_say_what_to_use(store, arg, value, words):
+    with pytest.raises(TypeError, match=words) as e:
+        dlcache.Loader(store, 10, **{arg: value}, **KW)
+    assert arg + "=" in str(e.value)
+
+
+def test_other_unknown_arguments_are_still_a_plain_type_error(store):
+    with pytest.raises(TypeError, match="unexpected keyword argument 'colour'"):
+        dlcache.Loader(store, 10, colour=1)
