@@ -39,6 +39,38 @@ int dlc__stream_is_url(const char *path)
            strncmp(path, "http://", 7) == 0 || strncmp(path, "https://", 8) == 0;
 }
 
+/* A shard the index says holds no record is never read, so its arrival would never check the
+ * index against it: an index re-sealed to say a shard is empty would drop its records quietly.
+ * Fetch each such shard once now and check it (dlc__scache_acquire() and dlc__set_attach()
+ * compare its count, size, digest and place with the index), refusing the set on a lie. */
+static dlc_status check_empty_shards(dlc_loader *l)
+{
+    dlc__lstream *st = l->stream;
+    const dlc__set_index *x = dlc__scache_index(st->cache);
+    for (uint32_t k = 0; k < x->num_shards; k++) {
+        if (x->shards[k].count != 0)
+            continue;
+        const char *path = NULL;
+        dlc_status rc = dlc__scache_acquire(st->cache, k, &path);
+        if (rc == DLC_OK) {
+            rc = dlc__set_attach(l->store, k, path);
+            dlc__set_detach(l->store, k);
+            dlc__errsave es;
+            dlc__err_save(&es);
+            dlc__scache_release(st->cache, k);
+            dlc__err_restore(&es, rc);
+        }
+        if (rc != DLC_OK) {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", dlc_errmsg());
+            /* The message names the shard's URL, redacted (not @p url, which may hold secrets). */
+            return dlc__errorf(rc, "the set's index says shard %u (%s) holds no record: %s", k,
+                               x->shards[k].name, msg);
+        }
+    }
+    return DLC_OK;
+}
+
 dlc_status dlc__stream_open(dlc_loader *l, const char *url)
 {
     dlc_status rc = DLC_OK;
@@ -88,6 +120,7 @@ dlc_status dlc__stream_open(dlc_loader *l, const char *url)
     st->sched = calloc(n, sizeof *st->sched);
     FAIL_IF(!st->held || !st->seen || !st->held_at || !st->last_use || !st->sched, -ENOMEM,
             "%s: out of memory for %u shards", url, n);
+    CHECK(check_empty_shards(l));
     return DLC_OK;
 fail:
     return rc;

@@ -7,6 +7,7 @@
 #define DLCACHE_STREAM_INTERNAL_H
 
 #include "stream_cache.h"
+#include "warm_internal.h"
 
 #include <pthread.h>
 #include <stddef.h>
@@ -102,16 +103,22 @@ struct dlc__scache {
     char *shown;     /* The same, redacted: for messages. */
     char *set_dir;   /* DIR/SETID. */
     char *lock_path; /* DIR/.dlcs.lock. */
+    int dir_fd;      /* DIR, open (DIR itself may be a link: the user named it). */
+    int set_fd;      /* DIR/SETID, opened relative to dir_fd without following a link: every
+                        file of the set is created, renamed and removed relative to it. */
     uint64_t limit;  /* 0: none. */
     dlc_warm_options net;
     char *endpoint, *region; /* net's strings, copied. */
     int curl_inited;
 
     dlc__set_index x;
-    uint64_t index_bytes;     /* The index file's counted bytes. */
-    char **paths;             /* num_shards: DIR/SETID/NAME. */
-    dlc__scache_names names;  /* Ours, sorted. */
-    dlc__scache_names *other; /* Other sets' names met in DIR, nother of them. */
+    uint64_t index_bytes;      /* The index file's counted bytes. */
+    char **paths;              /* num_shards: DIR/SETID/NAME. */
+    dlc__warm_object **probed; /* num_shards: the server's answer about the shard's object,
+                                  kept from its probe to its download; NULL: not probed. Only
+                                  the worker downloading the shard touches its entry. */
+    dlc__scache_names names;   /* Ours, sorted. */
+    dlc__scache_names *other;  /* Other sets' names met in DIR, nother of them. */
     size_t nother;
 
     /* The file system side. fs_mu makes this process's threads take the cache-wide flock one
@@ -163,12 +170,13 @@ enum {
 };
 
 /* Make room for shard @p k, evicting only shards whose next use is at or after @p after (see
- * dlc__scache_pick_victim()), and create its temporary file @p tmp (locked, allocated to the
- * shard's size). Returns a failure, DLC__SC_RESERVED (*fd set) or another DLC__SC_* outcome. */
+ * dlc__scache_pick_victim()), and create its temporary file named @p tmp in the set's folder
+ * (new, locked, allocated to the shard's size). Returns a failure, DLC__SC_RESERVED (*fd set)
+ * or another DLC__SC_* outcome. */
 dlc_status dlc__scache_reserve(dlc__scache *c, uint32_t k, uint64_t after, const char *tmp,
                                int *fd);
-/* Publish the verified temporary file @p tmp (open as @p fd, closed here) as shard @p k; pin it
- * for the acquires waiting for it. */
+/* Publish the verified temporary file named @p tmp in the set's folder (open as @p fd, closed
+ * here) as shard @p k; pin it for the acquires waiting for it. */
 dlc_status dlc__scache_publish(dlc__scache *c, uint32_t k, const char *tmp, int fd);
 /* Pin shard @p k if it is published: *fd the file open with LOCK_SH, or -1 when it is not. */
 dlc_status dlc__scache_try_pin(dlc__scache *c, uint32_t k, int *fd);
