@@ -31,6 +31,11 @@ typedef struct dlc__lstream {
     uint32_t *sched;    /* The plan's shards in the order of their first use. */
     uint8_t *seen;      /* Scratch of the plan walk. */
     int limit_refused;  /* The cache refused config.cache_limit at open; the check says why. */
+    /* Shards the cache refused as damaged, with on_corrupt = replace: never asked for again;
+     * their records fail and are replaced. Written by the I/O thread only, read by it. */
+    uint8_t *refused;
+    char **refused_msg; /* The refusal of each, malloc'd. */
+    uint32_t nrefused;
 } dlc__lstream;
 
 int dlc__stream_is_url(const char *path)
@@ -118,8 +123,11 @@ dlc_status dlc__stream_open(dlc_loader *l, const char *url)
     st->held_at = calloc(n, sizeof *st->held_at);
     st->last_use = calloc(n, sizeof *st->last_use);
     st->sched = calloc(n, sizeof *st->sched);
-    FAIL_IF(!st->held || !st->seen || !st->held_at || !st->last_use || !st->sched, -ENOMEM,
-            "%s: out of memory for %u shards", url, n);
+    st->refused = calloc(n ? n : 1, 1);
+    st->refused_msg = calloc(n ? n : 1, sizeof *st->refused_msg);
+    FAIL_IF(!st->held || !st->seen || !st->held_at || !st->last_use || !st->sched || !st->refused ||
+                !st->refused_msg,
+            -ENOMEM, "%s: out of memory for %u shards", url, n);
     CHECK(check_empty_shards(l));
     return DLC_OK;
 fail:
@@ -195,15 +203,33 @@ void dlc__stream_plan(dlc_loader *l)
                   dlc_errmsg());
 }
 
-dlc_status dlc__stream_pin(dlc_loader *l, const uint32_t *files, uint32_t nfiles)
+dlc_status dlc__stream_pin(dlc_loader *l, const uint32_t *files, uint32_t nfiles, int *refused)
 {
     dlc__lstream *st = l->stream;
+    *refused = 0;
     for (uint32_t i = 0; i < nfiles; i++) {
         const uint32_t k = files[i];
+        if (st->refused[k]) {
+            *refused = 1;
+            continue;
+        }
         if (st->held[k])
             continue;
         const char *path = NULL;
         dlc_status rc = dlc__scache_acquire(st->cache, k, &path);
+        if (rc == DLC_ECORRUPT && l->cfg.on_corrupt == DLC_CORRUPT_REPLACE) {
+            /* The bucket's shard is damaged: its records are replaced, the other shards' read,
+             * and it is not fetched again (the cache does not fetch it ahead either). */
+            st->refused_msg[k] = strdup(dlc_errmsg());
+            st->refused[k] = 1;
+            st->nrefused++;
+            *refused = 1;
+            dlc__logf(l->cfg.log, l->cfg.log_user, DLC_LOG_WARN,
+                      "%s; its records are replaced by others (on_corrupt = replace) and it is not "
+                      "fetched again by this loader",
+                      st->refused_msg[k] ? st->refused_msg[k] : "a shard was refused");
+            continue;
+        }
         if (rc != DLC_OK)
             return rc;
         rc = dlc__set_attach(l->store, k, path);
@@ -217,6 +243,21 @@ dlc_status dlc__stream_pin(dlc_loader *l, const uint32_t *files, uint32_t nfiles
         st->held_at[st->nheld++] = k;
     }
     return DLC_OK;
+}
+
+dlc_status dlc__stream_record_ok(const dlc_loader *l, uint64_t index)
+{
+    const dlc__lstream *st = l->stream;
+    const uint32_t k = dlc_store_record_file(l->store, index);
+    if (!st || k >= st->nshards || !st->refused[k])
+        return DLC_OK;
+    return dlc__errorf(DLC_ECORRUPT, "record %llu: %s", (unsigned long long)index,
+                       st->refused_msg[k] ? st->refused_msg[k] : "its shard was refused");
+}
+
+uint32_t dlc__stream_refused(const dlc_loader *l)
+{
+    return l->stream ? l->stream->nrefused : 0;
 }
 
 /* The oldest batch of the plan that still reads records: one the I/O thread or the workers are
@@ -285,6 +326,9 @@ void dlc__stream_close(dlc_loader *l)
     l->store = NULL;
     dlc__scache_close(st->cache);
     free(st->held), free(st->held_at), free(st->last_use), free(st->sched), free(st->seen);
+    for (uint32_t k = 0; st->refused_msg && k < st->nshards; k++)
+        free(st->refused_msg[k]);
+    free(st->refused), free(st->refused_msg);
     free(st);
     l->stream = NULL;
 }

@@ -61,6 +61,32 @@ static dlc_status make_dirs(const char *path)
     return DLC_OK;
 }
 
+/* ---- Invariants (asserted: they are ours, never the caller's or the files') ------------------ */
+
+/* Shard @p k's state (mu held): a pinned shard has its file open with the shared lock, and an
+ * open pin is someone's (an acquire's, or one waiting for it). */
+static void assert_shard(const dlc__scache *c, uint32_t k)
+{
+    assert(k < c->x.num_shards);
+    assert(c->pins[k] == 0 || c->pin_fd[k] >= 0);
+    assert(c->pin_fd[k] < 0 || c->pins[k] > 0 || c->want[k] > 0);
+    (void)c, (void)k;
+}
+
+/* The whole state (mu held): pinned_bytes is the sum over the open pins. O(shards): at close. */
+static void assert_state(const dlc__scache *c)
+{
+    uint64_t pinned = 0;
+    for (uint32_t k = 0; k < c->x.num_shards; k++) {
+        assert_shard(c, k);
+        if (c->pin_fd[k] >= 0)
+            pinned += dlc__scache_round(c->x.shards[k].file_bytes);
+    }
+    assert(pinned == c->pinned_bytes);
+    assert(c->reserving <= c->nthreads);
+    (void)pinned;
+}
+
 /* ---- Downloads ---------------------------------------------------------------------------- */
 
 static int on_progress(void *user, const dlc_warm_progress *p)
@@ -252,6 +278,12 @@ static int may_fetch(const dlc__scache *c, uint32_t k)
            c->pin_fd[k] < 0;
 }
 
+/* Ahead of need: a shard refused as damaged is not fetched again until an acquire asks. */
+static int may_fetch_ahead(const dlc__scache *c, uint32_t k)
+{
+    return may_fetch(c, k) && !(c->flags[k] & DLC__SC_REFUSED);
+}
+
 /* The next shard to download (mu held): one an acquire waits for, else the first along the
  * schedule that is not there. *after is what it may evict (see dlc__scache_pick_victim()). */
 static int pick(const dlc__scache *c, uint32_t *k, uint64_t *after)
@@ -274,7 +306,7 @@ static int pick(const dlc__scache *c, uint32_t *k, uint64_t *after)
          * or found no room. */
         if (i >= c->blocked_at || c->reserving > 0)
             return 0;
-        if (may_fetch(c, j)) {
+        if (may_fetch_ahead(c, j)) {
             *k = j;
             *after = i + 1;
             return 1;
@@ -322,9 +354,12 @@ static void *worker(void *arg)
         pthread_mutex_unlock(&c->mu);
         const dlc_status rc = download(c, k, after);
         pthread_mutex_lock(&c->mu);
+        assert(c->flags[k] & DLC__SC_FETCHING);
         c->flags[k] &= (uint8_t)~DLC__SC_FETCHING;
+        assert_shard(c, k);
         if (rc == DLC_OK || rc == DLC__SC_IS_PRESENT) {
             c->flags[k] |= DLC__SC_PRESENT;
+            c->flags[k] &= (uint8_t)~DLC__SC_REFUSED;
         } else if (rc == DLC__SC_IS_ELSEWHERE) {
             c->flags[k] |= DLC__SC_ELSEWHERE;
         } else if (rc == DLC__SC_NO_ROOM) {
@@ -347,6 +382,8 @@ static void *worker(void *arg)
             /* Closing. */
         } else if (rc < 0) {
             record_failure(c, k, rc);
+            if (rc == DLC_ECORRUPT)
+                c->flags[k] |= DLC__SC_REFUSED;
             dlc__scache_log(c, DLC_LOG_WARN, "%s", c->err_msg[k] ? c->err_msg[k] : "");
         }
         c->gen++;
@@ -428,8 +465,10 @@ dlc_status dlc__scache_acquire(dlc__scache *c, uint32_t k, const char **path)
         pthread_cond_broadcast(&c->cv);
         wait_for(c, POLL_S);
     }
+    assert(c->want[k] > 0);
     c->want[k]--;
     if (rc == DLC_OK) {
+        assert(c->pin_fd[k] >= 0);
         c->pins[k]++;
         *path = c->paths[k];
         if (waited) {
@@ -442,8 +481,10 @@ dlc_status dlc__scache_acquire(dlc__scache *c, uint32_t k, const char **path)
         /* A pin a worker took for us while we gave up. */
         close(c->pin_fd[k]);
         c->pin_fd[k] = -1;
+        assert(c->pinned_bytes >= dlc__scache_round(c->x.shards[k].file_bytes));
         c->pinned_bytes -= dlc__scache_round(c->x.shards[k].file_bytes);
     }
+    assert_shard(c, k);
     c->gen++;
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
@@ -459,10 +500,12 @@ void dlc__scache_release(dlc__scache *c, uint32_t k)
         /* The shared lock goes with the close: the shard may be evicted from now on. */
         close(c->pin_fd[k]);
         c->pin_fd[k] = -1;
+        assert(c->pinned_bytes >= dlc__scache_round(c->x.shards[k].file_bytes));
         c->pinned_bytes -= dlc__scache_round(c->x.shards[k].file_bytes);
         c->gen++;
         pthread_cond_broadcast(&c->cv);
     }
+    assert_shard(c, k);
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -765,6 +808,14 @@ void dlc__scache_close(dlc__scache *c)
     for (uint32_t i = 0; i < c->nthreads; i++)
         pthread_join(c->threads[i], NULL);
     free(c->threads);
+    if (c->nthreads > 0) { /* The state is whole once the threads started. */
+        pthread_mutex_lock(&c->mu);
+        assert_state(c);
+        for (uint32_t k = 0; k < c->x.num_shards; k++)
+            assert(c->want[k] == 0 && !(c->flags[k] & DLC__SC_FETCHING));
+        assert(c->reserving == 0);
+        pthread_mutex_unlock(&c->mu);
+    }
     for (uint32_t k = 0; c->pin_fd && k < c->x.num_shards; k++)
         if (c->pin_fd[k] >= 0)
             close(c->pin_fd[k]);

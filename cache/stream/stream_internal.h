@@ -77,6 +77,8 @@ enum {
     DLC__SC_ELSEWHERE = 1u << 1, /* Another process is downloading it (a live temporary file). */
     DLC__SC_FAILED = 1u << 2,    /* Our download failed; err holds why until an acquire takes it. */
     DLC__SC_PRESENT = 1u << 3,   /* Published, as our last look at the folder saw it (a hint). */
+    DLC__SC_REFUSED = 1u << 4,   /* Its download was refused (DLC_ECORRUPT): never fetched ahead
+                                    again; only an acquire waiting for it fetches it again. */
 };
 
 /* A set's shard names sorted, to find a file's shard by name. */
@@ -122,7 +124,10 @@ struct dlc__scache {
     size_t nother;
 
     /* The file system side. fs_mu makes this process's threads take the cache-wide flock one
-     * at a time (a flock belongs to the open file, which they share). Order: fs_mu, then mu. */
+     * at a time (a flock belongs to the open file, which they share).
+     * Lock order: the loader's l->mu (loader/internal.h: held around dlc__scache_schedule() and
+     * dlc__scache_release()), then fs_mu (with the flock), then mu, then log_mu. Nothing here
+     * calls into the loader; dlc__scache_acquire() drops mu before it takes fs_mu. */
     pthread_mutex_t fs_mu;
     int lock_fd;
     dlc__scache_scan scan;
