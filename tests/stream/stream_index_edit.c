@@ -19,7 +19,8 @@
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: stream_index_edit IN OUT [--count K=N] [--bytes K=N] [--name K=NAME]\n");
+    fprintf(stderr,
+            "usage: stream_index_edit IN OUT [--count K=N] [--bytes K=N] [--name K=NAME]\n");
     return 2;
 }
 
