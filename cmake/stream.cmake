@@ -9,7 +9,7 @@ if(TARGET dlc_stream AND DLCACHE_TESTS)
   # tests/e2e/stream_trust.sh puts in a bucket.
   add_executable(stream_index_edit ${PROJECT_SOURCE_DIR}/tests/stream/stream_index_edit.c)
   target_link_libraries(stream_index_edit PRIVATE dlc_stream dlc_test_headers)
-  foreach(t e2e_stream_cache e2e_stream_load e2e_stream_trust)
+  foreach(t e2e_stream_cache e2e_stream_load e2e_stream_trust e2e_stream_shared)
     if(DLCACHE_E2E AND TEST ${t})
       set_tests_properties(${t} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
     endif()

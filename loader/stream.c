@@ -203,6 +203,27 @@ void dlc__stream_plan(dlc_loader *l)
                   dlc_errmsg());
 }
 
+/* The cache found no room for a shard a batch needs (its message is dlc_errmsg()): the folder is
+ * shared by more processes than config.cache_ranks says. Say what one more needs. */
+static dlc_status shared_too_small(const dlc_loader *l)
+{
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", dlc_errmsg());
+    const dlc_loader_config *c = &l->cfg;
+    dlc_loader_config more = *c;
+    more.cache_ranks = (c->cache_ranks ? c->cache_ranks : 1) + 1;
+    const cache_need n = need_of(l->sampler.swin, &more, l->nslots);
+    const uint64_t need =
+        dlc__scache_needed(dlc__scache_index(l->stream->cache), n.pinned, n.ahead);
+    return dlc__errorf(DLC_ESTATE,
+                       "%s; config.cache_ranks = %u, config.cache_limit = %llu bytes: set "
+                       "cache_ranks to the number of processes (ranks and jobs) sharing %s "
+                       "(LOCAL_WORLD_SIZE for the ranks of one job), and cache_limit to what the "
+                       "loader then asks for (%llu bytes for cache_ranks = %u)",
+                       msg, c->cache_ranks ? c->cache_ranks : 1, (unsigned long long)c->cache_limit,
+                       c->cache_dir, (unsigned long long)need, more.cache_ranks);
+}
+
 dlc_status dlc__stream_pin(dlc_loader *l, const uint32_t *files, uint32_t nfiles, int *refused)
 {
     dlc__lstream *st = l->stream;
@@ -230,6 +251,8 @@ dlc_status dlc__stream_pin(dlc_loader *l, const uint32_t *files, uint32_t nfiles
                       st->refused_msg[k] ? st->refused_msg[k] : "a shard was refused");
             continue;
         }
+        if (rc == -EDEADLK)
+            return shared_too_small(l);
         if (rc != DLC_OK)
             return rc;
         rc = dlc__set_attach(l->store, k, path);

@@ -27,6 +27,10 @@
 #define POLL_S 0.05
 /* How long a worker with nothing it may do waits before looking again. */
 #define IDLE_S 0.25
+/* How long a shard an acquire waits for may find no room, while nothing in the folder moves,
+ * before the acquire is refused: the space is held by the pins of processes that wait too (two
+ * jobs sharing a folder whose limit was planned for one), which no wait resolves. */
+#define STUCK_S 10.0
 
 static void wait_for(dlc__scache *c, double seconds)
 {
@@ -331,6 +335,16 @@ static int never_fits(const dlc__scache *c, uint32_t k)
     return c->limit && need + c->index_bytes + c->pinned_bytes > c->limit;
 }
 
+/* Of the processes stuck together on a full folder, one refuses and the others wait for its pins
+ * to go: the first to take a write lock on byte 1 of the lock file (an open file description
+ * lock, independent of the flock on the same file) is that one, and keeps it until it closes. A
+ * lock file opened read-only cannot take it: such a process refuses. */
+static int may_refuse(dlc__scache *c)
+{
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 1, .l_len = 1};
+    return fcntl(c->lock_fd, F_OFD_SETLK, &fl) == 0 || errno == EBADF;
+}
+
 static void *worker(void *arg)
 {
     dlc__scache *c = arg;
@@ -358,6 +372,7 @@ static void *worker(void *arg)
         c->flags[k] &= (uint8_t)~DLC__SC_FETCHING;
         assert_shard(c, k);
         if (rc == DLC_OK || rc == DLC__SC_IS_PRESENT) {
+            c->stuck_since = 0;
             c->flags[k] |= DLC__SC_PRESENT;
             c->flags[k] &= (uint8_t)~DLC__SC_REFUSED;
         } else if (rc == DLC__SC_IS_ELSEWHERE) {
@@ -375,8 +390,33 @@ static void *worker(void *arg)
             } else if (after > 0) {
                 blocked = 1; /* download() set blocked_at. */
             } else {
-                /* Other processes' pins or downloads hold the space: look again soon. */
-                wait_for(c, POLL_S);
+                /* Other processes' pins or downloads hold the space: look again soon, unless
+                 * nothing has moved in the folder for STUCK_S (they wait for room too). */
+                const double now = dlc__now_s();
+                if (c->stuck_since == 0 || c->seen_usage != c->stuck_usage) {
+                    c->stuck_since = now;
+                    c->stuck_usage = c->seen_usage;
+                }
+                if (now - c->stuck_since >= STUCK_S && !may_refuse(c)) {
+                    /* Another process stuck with us is refusing: its pins go with it. */
+                    c->stuck_since = now;
+                    wait_for(c, POLL_S);
+                } else if (now - c->stuck_since >= STUCK_S) {
+                    dlc__errorf(-EDEADLK,
+                                "%s: shard %u (%s) needs %" PRIu64 " bytes, and for %.0f s the "
+                                "cache's limit of %" PRIu64 " bytes has been full (%" PRIu64
+                                " bytes, %" PRIu64 " of them pinned by this process): the rest "
+                                "is pinned by other processes sharing the folder, which wait "
+                                "for room too; the limit was planned for fewer processes than "
+                                "share it",
+                                c->dir, k, c->x.shards[k].name,
+                                dlc__scache_round(c->x.shards[k].file_bytes), now - c->stuck_since,
+                                c->limit, c->seen_usage, c->pinned_bytes);
+                    record_failure(c, k, -EDEADLK);
+                    c->stuck_since = 0;
+                } else {
+                    wait_for(c, POLL_S);
+                }
             }
         } else if (rc == DLC_ECANCELED && c->stop) {
             /* Closing. */

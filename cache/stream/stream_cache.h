@@ -126,9 +126,12 @@ dlc_status dlc__scache_schedule(dlc__scache *c, const uint32_t *shards, size_t n
  *         names the URL, the shard and both values; nothing was published); DLC_EHTTP,
  *         DLC_ENETWORK (the download failed after its retries; the message names the URL);
  *         DLC_ESTATE (the shard cannot fit beside the shards this process has pinned: the
- *         message gives the bytes); DLC_ECANCELED (the cache is being closed); -errno from the
- *         file system. A failed acquire pins nothing; the next acquire of @p k tries again.
- *         Thread-safe; the error's detail is in the calling thread's dlc_errmsg(). */
+ *         message gives the bytes); -EDEADLK (no room came for it in 10 s while nothing in the
+ *         folder moved: other processes sharing it pin the rest and wait too, so the limit was
+ *         planned for fewer processes than share it; the message gives the bytes); DLC_ECANCELED
+ * (the cache is being closed); -errno from the file system. A failed acquire pins nothing; the next
+ * acquire of @p k tries again. Thread-safe; the error's detail is in the calling thread's
+ * dlc_errmsg(). */
 dlc_status dlc__scache_acquire(dlc__scache *c, uint32_t k, const char **path);
 
 /* Undo one acquire of shard @p k. When its last pin goes, the shard becomes evictable (it stays

@@ -470,6 +470,7 @@ dlc_status dlc__scache_reserve(dlc__scache *c, uint32_t k, uint64_t after, const
     rc = dlc__scache_scan_dir(c);
     pthread_mutex_lock(&c->mu);
     const uint8_t f = c->flags[k];
+    c->seen_usage = c->scan.usage;
     pthread_mutex_unlock(&c->mu);
     if (rc == DLC_OK && (f & DLC__SC_PRESENT))
         rc = DLC__SC_IS_PRESENT;

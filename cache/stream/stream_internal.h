@@ -149,6 +149,9 @@ struct dlc__scache {
     uint32_t reserving;    /* Workers between picking a shard and having its room (or not). */
     uint64_t blocked_at;   /* The schedule entry whose download ahead found no room at */
     uint64_t blocked_gen;  /* this gen: no later entry is picked until something changes. */
+    uint64_t seen_usage;   /* The folder's bytes at the last reservation's scan. */
+    double stuck_since;    /* Since when a shard an acquire waits for has found no room while */
+    uint64_t stuck_usage;  /* the folder held these bytes (nothing moved); 0: not stuck. */
     int stop;
     pthread_t *threads;
     uint32_t nthreads;
