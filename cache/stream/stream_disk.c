@@ -511,7 +511,7 @@ static int open_pinned(const dlc__scache *c, uint32_t k)
 
 static void keep_pin(dlc__scache *c, uint32_t k, int fd)
 {
-    assert(fd >= 0 && c->want[k] > 0); /* A pin is taken for an acquire waiting for it. */
+    assert(fd >= 0);
     if (c->pin_fd[k] >= 0) {
         close(fd);
         return;
