@@ -370,11 +370,18 @@ static dlc_status plan_open(const char *path, const dlc_loader_config *c, dlc_st
                            "%s: planning a streamed set needs config.cache_dir, where "
                            "its index is fetched",
                            path);
-    const dlc__scache_config sc = {.dir = c->cache_dir, .url = path, .net = c->net};
+    /* Planning fetches the index and writes nothing: the cache folder is neither made nor
+     * touched (no index kept, no stale shard or dead download removed). */
+    const dlc__scache_config sc = {.dir = c->cache_dir, .url = path, .net = c->net, .plan_only = 1};
     dlc__scache *cache = NULL;
     dlc_status rc = dlc__scache_open(&sc, &cache);
-    if (rc == DLC_OK)
-        rc = dlc__set_open_lazy(dlc__scache_set_dir(cache), out);
+    if (rc == DLC_OK) {
+        size_t len = 0;
+        const uint8_t *bytes = dlc__scache_index_bytes(cache, &len);
+        char shown[4096];
+        dlc_warm_redact_url(path, shown, sizeof shown);
+        rc = dlc__set_open_lazy_bytes(shown, bytes, len, out);
+    }
     dlc__errsave es;
     dlc__err_save(&es);
     dlc__scache_close(cache); /* The lazy store keeps nothing of it. */

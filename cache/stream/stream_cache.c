@@ -441,6 +441,12 @@ const dlc__set_index *dlc__scache_index(const dlc__scache *c)
     return &c->x;
 }
 
+const uint8_t *dlc__scache_index_bytes(const dlc__scache *c, size_t *len)
+{
+    *len = c->index_len;
+    return c->index_buf;
+}
+
 const char *dlc__scache_set_dir(const dlc__scache *c)
 {
     return c->set_dir;
@@ -803,8 +809,10 @@ dlc_status dlc__scache_open(const dlc__scache_config *cfg, dlc__scache **out)
     FAIL_IF(curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK, DLC_ENOSYS,
             "stream cache: libcurl failed to initialize");
     c->curl_inited = 1;
-    CHECK(make_dirs(c->dir));
-    CHECK(open_dir(c));
+    if (!cfg->plan_only) {
+        CHECK(make_dirs(c->dir));
+        CHECK(open_dir(c));
+    }
     if (cfg->index) {
         ibuf = malloc(cfg->index_len ? cfg->index_len : 1);
         FAIL_IF(!ibuf, -ENOMEM, "stream cache: out of memory");
@@ -815,14 +823,20 @@ dlc_status dlc__scache_open(const dlc__scache_config *cfg, dlc__scache **out)
         CHECK(fetch_index(c, &ibuf, &ilen));
     }
     c->index_bytes = dlc__scache_round(ilen);
+    c->index_buf = ibuf;
+    c->index_len = ilen;
+    ibuf = NULL;
     CHECK(check_names(c));
+    if (cfg->plan_only) {
+        *out = c;
+        return DLC_OK;
+    }
     CHECK(make_state(c));
     CHECK(check_limit(c));
     CHECK(open_set_dir(c));
-    CHECK(dlc__scache_put_index(c, ibuf, ilen));
+    CHECK(dlc__scache_put_index(c, c->index_buf, c->index_len));
     CHECK(dlc__scache_plan_set(&c->plan, c->x.num_shards, NULL, 0));
     CHECK(start_threads(c, cfg->downloads ? cfg->downloads : 2));
-    free(ibuf);
     *out = c;
     return DLC_OK;
 fail:
@@ -880,6 +894,7 @@ void dlc__scache_close(dlc__scache *c)
     free(c->scan.cands);
     free(c->scan.folders);
     dlc__set_index_free(&c->x);
+    free(c->index_buf);
     if (c->lock_fd >= 0)
         close(c->lock_fd);
     if (c->set_fd >= 0)

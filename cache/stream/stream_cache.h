@@ -70,6 +70,10 @@ typedef struct dlc__scache_config {
      * URL/index.dlcset (nothing else is fetched until a shard is needed). NULL: fetch it. */
     const uint8_t *index;
     size_t index_len;
+    /* For planning (dlc_loader_plan(), cacheinfo --plan): fetch and check the index only;
+     * nothing in dir is made, written, locked or removed, and no download thread starts. Only
+     * dlc__scache_index(), dlc__scache_index_bytes() and dlc__scache_close() may be called. */
+    int plan_only;
 } dlc__scache_config;
 
 /* What the cache did in this process since open. */
@@ -101,6 +105,10 @@ dlc_status dlc__scache_open(const dlc__scache_config *cfg, dlc__scache **out);
 /* The set's decoded index: shard names, counts, firsts, bytes, digests, schema. Owned by the
  * cache, read-only, valid until dlc__scache_close(). Cannot fail. */
 const dlc__set_index *dlc__scache_index(const dlc__scache *c);
+
+/* The index's bytes, as fetched (@p *len of them): owned by the cache, valid until
+ * dlc__scache_close(). Cannot fail. */
+const uint8_t *dlc__scache_index_bytes(const dlc__scache *c, size_t *len);
 
 /* DIR/SETID, the set's folder: owned by the cache, valid until dlc__scache_close(). Once every
  * shard is there it is an ordinary local set. Cannot fail. */

@@ -114,7 +114,9 @@ struct dlc__scache {
     int curl_inited;
 
     dlc__set_index x;
-    uint64_t index_bytes;      /* The index file's counted bytes. */
+    uint64_t index_bytes; /* The index file's counted bytes. */
+    uint8_t *index_buf;   /* Its bytes, index_len of them. */
+    size_t index_len;
     char **paths;              /* num_shards: DIR/SETID/NAME. */
     dlc__warm_object **probed; /* num_shards: the server's answer about the shard's object,
                                   kept from its probe to its download; NULL: not probed. Only

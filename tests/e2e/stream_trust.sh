@@ -13,7 +13,9 @@
 #   5. 16 bytes flipped in a shard's unused space (record checksums and content digest still
 #      right): refused by the MD5 check cachewarm runs too ("hash to"), never published;
 #   6. planted links: the set's folder, the lock file or a shard name a link is refused, naming
-#      it, and nothing is written or deleted through it.
+#      it, and nothing is written or deleted through it;
+#   7. cacheinfo --plan of a URL writes and deletes nothing in --cache-dir (a stale shard, a dead
+#      download and a link there stay; a missing folder is not made).
 set -euo pipefail
 source "$DLC_SRC/tests/lib/warm.sh"
 drive=$DLC_BIN/stream_cache_drive
@@ -177,4 +179,19 @@ cmp -s "$victim/part-00000-of-00005.dlc" "$src/set/part-00000-of-00005.dlc" || f
 [ "$(cat "$victim/part-00003-of-00005.dlc")" = keep ] && [ "$(cat "$victim/lockfile")" = keep ] ||
     fail "a file behind a link was written"
 [ "$(ls "$victim" | wc -l)" = 3 ] || fail "files appeared or went behind a link: $(ls "$victim")"
+
+note "7. cacheinfo --plan writes and deletes nothing"
+plan=$warm_tmp/c-plan
+mkdir -p "$plan/$setid"
+echo stale >"$plan/$setid/part-00001-of-00005.dlc"
+echo dead >"$plan/$setid/part-00002-of-00005.dlc.99999.dlcs-tmp"
+ln -s "$victim" "$plan/0123456789abcdef"
+before=$(cd "$plan" && find . -printf '%p %s %y\n' | sort)
+"$DLC_BIN/cacheinfo" s3://b/sets/links --plan --cache-dir "$plan" --endpoint "$S3_URL" --batch 8 \
+    --window-shards 2 >"$out/plan.txt" 2>"$out/plan.err" || fail "cacheinfo --plan: $(cat "$out/plan.err")"
+after=$(cd "$plan" && find . -printf '%p %s %y\n' | sort)
+[ "$before" = "$after" ] || fail "cacheinfo --plan changed the cache folder: $before -> $after"
+"$DLC_BIN/cacheinfo" s3://b/sets/links --plan --cache-dir "$warm_tmp/c-none" --endpoint "$S3_URL" \
+    --batch 8 --window-shards 2 >/dev/null 2>"$out/plan2.err" || fail "cacheinfo --plan: $(cat "$out/plan2.err")"
+[ ! -e "$warm_tmp/c-none" ] || fail "cacheinfo --plan made the cache folder"
 echo "stream_trust: ok"
