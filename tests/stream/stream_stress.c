@@ -69,8 +69,7 @@ static void *serve_conn(void *arg)
         char head[512];
         int n;
         if (ffd < 0 || fstat(ffd, &st) != 0) {
-            n = snprintf(head, sizeof head,
-                         "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
+            n = snprintf(head, sizeof head, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
             if (write(fd, head, (size_t)n) != n)
                 goto done;
         } else {
