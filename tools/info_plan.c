@@ -17,7 +17,7 @@ static void plan_usage(FILE *f)
           "Plan reading a store set in shard windows (the order a streamed set is read in),\n"
           "without reading a record: the cache it needs, the bytes downloaded per epoch by\n"
           "all nodes together, and the shuffle's quality. A URL (s3://, gs://, https://) is\n"
-          "planned from its index alone, fetched into --cache-dir.\n"
+          "planned from its index alone (nothing is written in --cache-dir).\n"
           "\n"
           "options:\n"
           "  --batch B            samples per batch (default 256)\n"
@@ -29,7 +29,7 @@ static void plan_usage(FILE *f)
           "  --downloads D        shards each rank downloads at once (default 2)\n"
           "  --cache-limit SIZE   say whether a cache of SIZE bytes (50G, 500M) is enough\n"
           "  --seed S --epoch E   the order's seed and epoch (default 0, 0)\n"
-          "  --cache-dir DIR      where a URL's index is fetched (required for a URL)\n"
+          "  --cache-dir DIR      the cache a URL is planned for (required for a URL)\n"
           "  --endpoint URL --region R  the S3 or GCS endpoint and region of a URL\n"
           "  --json               one JSON object on stdout\n",
           f);
