@@ -5,7 +5,19 @@
 if(TARGET dlc_stream AND DLCACHE_TESTS)
   add_executable(stream_cache_drive ${PROJECT_SOURCE_DIR}/tests/stream/stream_cache_drive.c)
   target_link_libraries(stream_cache_drive PRIVATE dlc_stream dlc_test_headers)
-  foreach(t e2e_stream_cache e2e_stream_load)
+  # stream_index_edit (tests/stream/stream_index_edit.c) re-seals a set's index with the lies
+  # tests/e2e/stream_trust.sh puts in a bucket.
+  add_executable(stream_index_edit ${PROJECT_SOURCE_DIR}/tests/stream/stream_index_edit.c)
+  target_link_libraries(stream_index_edit PRIVATE dlc_stream dlc_test_headers)
+  # stream_stress (tests/stream/stream_stress.c): the shard cache hammered from many threads and
+  # two processes, a plain program (Criterion's runner cannot start under TSan), so it carries
+  # the "threads" label and tests/run_all.sh's tsan step runs it under TSan too.
+  add_executable(stream_stress ${PROJECT_SOURCE_DIR}/tests/stream/stream_stress.c)
+  target_link_libraries(stream_stress PRIVATE dlc_stream dlc_store dlc_test_headers)
+  set_target_properties(stream_stress PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  add_test(NAME stream_stress COMMAND stream_stress)
+  set_tests_properties(stream_stress PROPERTIES LABELS "unit;threads" TIMEOUT 600)
+  foreach(t e2e_stream_cache e2e_stream_load e2e_stream_trust e2e_stream_shared)
     if(DLCACHE_E2E AND TEST ${t})
       set_tests_properties(${t} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
     endif()

@@ -256,14 +256,12 @@ struct dlc_loader {
     struct dlc__devpath *dev;    /**< The device path, or NULL (loader/device.c). */
     struct dlc__lstream *stream; /**< Streaming from object storage, or NULL (loader/stream.c). */
     char *dev_why;               /**< Why the device path is off although config.device >= 0. */
-    /* The loader's one lock. Lock order across parts: mu comes first. The loader calls into the
-     * stream part's shard cache with mu held (dlc__stream_plan() from dlc__pipeline_reset(),
-     * dlc__stream_unpin_locked() from the consumer's release: dlc__scache_release() and
-     * dlc__set_detach()), and those take the cache's own locks (stream_cache.c: c->mu, fs_mu,
-     * log_mu) and the set's; the stream cache and the store never call back into the loader,
-     * so no thread takes mu while it holds one of theirs. Keep it so: a call into the loader
-     * from a cache callback would need to drop the cache's locks first. CONTRIBUTING.md,
-     * "Resources, memory and threads". */
+    /* Lock order across parts: mu, then the stream cache's own (cache/stream/stream_internal.h:
+     * its fs_mu, then its mu, then its log_mu). A reset (pipeline.c: dlc__stream_plan() ->
+     * dlc__scache_schedule()) and the I/O thread's unpinning (stream.c:
+     * dlc__stream_unpin_locked() -> dlc__scache_release()) call into the cache with mu held;
+     * the cache never calls into the loader, and dlc__scache_acquire(), which may wait for a
+     * download, is called without mu. */
     pthread_mutex_t mu;
     pthread_cond_t cv_io;         /**< The I/O thread waits here for a free slot. */
     pthread_cond_t cv_work;       /**< Workers wait here for a slot to fill. */
@@ -462,8 +460,17 @@ dlc_status dlc__stream_check(const struct dlc_loader *l);
 /** A new plan (open, reset; under mu or before the threads): the shards' last batches and the
  *  cache's schedule. */
 void dlc__stream_plan(struct dlc_loader *l);
-/** The I/O thread, before a batch's lookups: pin and attach the @p nfiles shards it reads. */
-dlc_status dlc__stream_pin(struct dlc_loader *l, const uint32_t *files, uint32_t nfiles);
+/** The I/O thread, before a batch's lookups: pin and attach the @p nfiles shards it reads. A
+ *  shard the cache refused as damaged (DLC_ECORRUPT) with on_corrupt = replace is not an error
+ *  of the batch: it is marked refused for the rest of the loader's life (never fetched again),
+ *  *refused is set, and only its records fail (dlc__stream_record_ok()). */
+dlc_status dlc__stream_pin(struct dlc_loader *l, const uint32_t *files, uint32_t nfiles,
+                           int *refused);
+/** DLC_OK, or DLC_ECORRUPT with the refusal's message when record @p index is in a shard the
+ *  cache refused (see dlc__stream_pin()). */
+dlc_status dlc__stream_record_ok(const struct dlc_loader *l, uint64_t index);
+/** Shards refused so far (dlc__stream_pin()); 0 for a local store. */
+uint32_t dlc__stream_refused(const struct dlc_loader *l);
 /** The I/O thread, under mu: unpin and detach the shards no batch still reads. */
 void dlc__stream_unpin_locked(struct dlc_loader *l);
 /** The streaming counters into @p st (nothing for a local store). */

@@ -482,9 +482,10 @@ static void resolve(dlc_loader *l, dlc__slot *s, uint32_t slot_index)
      * DLC_ECHANGED naming the store, the shard and its first record. */
     list_files(l, s);
     /* Streaming: every shard the batch reads is on disk and attached before any lookup. */
+    int refused = 0;
     if (l->stream) {
         const uint64_t t0 = dlc__now_ns();
-        const dlc_status prc = dlc__stream_pin(l, s->files, s->nfiles);
+        const dlc_status prc = dlc__stream_pin(l, s->files, s->nfiles, &refused);
         const uint64_t t1 = dlc__now_ns();
         dlc__cnt_add(&l->io_stall, t1 - t0);
         if (l->trace)
@@ -504,7 +505,7 @@ static void resolve(dlc_loader *l, dlc__slot *s, uint32_t slot_index)
     /* A store all in the page cache needs no readahead, so the lookups (one random load of a
      * record header each: at millions of small records a second, more than one thread's work)
      * go to the workers, each finding the records it builds. */
-    s->lookup_by_workers = l->io_mode == DLC_IO_MMAP && l->resident;
+    s->lookup_by_workers = l->io_mode == DLC_IO_MMAP && l->resident && !refused;
     if (s->lookup_by_workers)
         return;
     uint64_t bytes = 0;
@@ -517,11 +518,15 @@ static void resolve(dlc_loader *l, dlc__slot *s, uint32_t slot_index)
         }
         si->v = s->values + (size_t)j * nf;
         si->span = NULL;
-        si->status =
-            l->io_mode == DLC_IO_DIRECT && l->hdr_bytes
-                ? dlc_store_read_values_pread(l->store, si->index, si->v,
-                                              s->hdr + (size_t)j * l->hdr_bytes, l->hdr_bytes)
-                : dlc_store_read_values(l->io_reader, si->index, si->v);
+        /* A batch that reads a shard the streaming cache refused: only that shard's records fail
+         * (and are replaced, on_corrupt = replace); the others are read. */
+        si->status = refused ? dlc__stream_record_ok(l, si->index) : DLC_OK;
+        if (si->status == DLC_OK)
+            si->status =
+                l->io_mode == DLC_IO_DIRECT && l->hdr_bytes
+                    ? dlc_store_read_values_pread(l->store, si->index, si->v,
+                                                  s->hdr + (size_t)j * l->hdr_bytes, l->hdr_bytes)
+                    : dlc_store_read_values(l->io_reader, si->index, si->v);
         if (si->status != DLC_OK) {
             si->span_off = si->span_len = 0;
             if (s->io_err_at == UINT32_MAX) {

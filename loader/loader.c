@@ -521,13 +521,22 @@ void dlc__epoch_end(dlc_loader *l)
     l->end_said = 1;
     const uint64_t now = atomic_load(&l->st_replaced), n = now - l->replaced_mark;
     l->replaced_mark = now;
+    /* A streamed shard refused at download is what found them, whatever verify says. */
+    const uint32_t refused = dlc__stream_refused(l);
+    char how[160];
+    if (refused)
+        snprintf(how, sizeof how,
+                 "the records of %u shard%s that the download check refused, and any record "
+                 "that fails its check",
+                 refused, refused == 1 ? "" : "s");
     if (n)
         dlc__logf(l->cfg.log, l->cfg.log_user, DLC_LOG_WARN,
                   "%s: epoch %llu: %llu damaged record%s replaced by others (on_corrupt = "
                   "replace; verify = %s)",
                   l->path, (unsigned long long)l->sampler.epoch, (unsigned long long)n,
                   n == 1 ? " was" : "s were",
-                  l->cfg.verify == DLC_VERIFY_OFF     ? "off: only broken headers are found"
+                  refused                             ? how
+                  : l->cfg.verify == DLC_VERIFY_OFF   ? "off: only broken headers are found"
                   : l->cfg.verify == DLC_VERIFY_FIRST ? "first"
                                                       : "always");
 }

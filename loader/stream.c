@@ -31,12 +31,49 @@ typedef struct dlc__lstream {
     uint32_t *sched;    /* The plan's shards in the order of their first use. */
     uint8_t *seen;      /* Scratch of the plan walk. */
     int limit_refused;  /* The cache refused config.cache_limit at open; the check says why. */
+    /* Shards the cache refused as damaged, with on_corrupt = replace: never asked for again;
+     * their records fail and are replaced. Written by the I/O thread only, read by it. */
+    uint8_t *refused;
+    char **refused_msg; /* The refusal of each, malloc'd. */
+    uint32_t nrefused;
 } dlc__lstream;
 
 int dlc__stream_is_url(const char *path)
 {
     return strncmp(path, "s3://", 5) == 0 || strncmp(path, "gs://", 5) == 0 ||
            strncmp(path, "http://", 7) == 0 || strncmp(path, "https://", 8) == 0;
+}
+
+/* A shard the index says holds no record is never read, so its arrival would never check the
+ * index against it: an index re-sealed to say a shard is empty would drop its records quietly.
+ * Fetch each such shard once now and check it (dlc__scache_acquire() and dlc__set_attach()
+ * compare its count, size, digest and place with the index), refusing the set on a lie. */
+static dlc_status check_empty_shards(dlc_loader *l)
+{
+    dlc__lstream *st = l->stream;
+    const dlc__set_index *x = dlc__scache_index(st->cache);
+    for (uint32_t k = 0; k < x->num_shards; k++) {
+        if (x->shards[k].count != 0)
+            continue;
+        const char *path = NULL;
+        dlc_status rc = dlc__scache_acquire(st->cache, k, &path);
+        if (rc == DLC_OK) {
+            rc = dlc__set_attach(l->store, k, path);
+            dlc__set_detach(l->store, k);
+            dlc__errsave es;
+            dlc__err_save(&es);
+            dlc__scache_release(st->cache, k);
+            dlc__err_restore(&es, rc);
+        }
+        if (rc != DLC_OK) {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", dlc_errmsg());
+            /* The message names the shard's URL, redacted (not @p url, which may hold secrets). */
+            return dlc__errorf(rc, "the set's index says shard %u (%s) holds no record: %s", k,
+                               x->shards[k].name, msg);
+        }
+    }
+    return DLC_OK;
 }
 
 dlc_status dlc__stream_open(dlc_loader *l, const char *url)
@@ -86,8 +123,12 @@ dlc_status dlc__stream_open(dlc_loader *l, const char *url)
     st->held_at = calloc(n, sizeof *st->held_at);
     st->last_use = calloc(n, sizeof *st->last_use);
     st->sched = calloc(n, sizeof *st->sched);
-    FAIL_IF(!st->held || !st->seen || !st->held_at || !st->last_use || !st->sched, -ENOMEM,
-            "%s: out of memory for %u shards", url, n);
+    st->refused = calloc(n ? n : 1, 1);
+    st->refused_msg = calloc(n ? n : 1, sizeof *st->refused_msg);
+    FAIL_IF(!st->held || !st->seen || !st->held_at || !st->last_use || !st->sched || !st->refused ||
+                !st->refused_msg,
+            -ENOMEM, "%s: out of memory for %u shards", url, n);
+    CHECK(check_empty_shards(l));
     return DLC_OK;
 fail:
     return rc;
@@ -162,15 +203,56 @@ void dlc__stream_plan(dlc_loader *l)
                   dlc_errmsg());
 }
 
-dlc_status dlc__stream_pin(dlc_loader *l, const uint32_t *files, uint32_t nfiles)
+/* The cache found no room for a shard a batch needs (its message is dlc_errmsg()): the folder is
+ * shared by more processes than config.cache_ranks says. Say what one more needs. */
+static dlc_status shared_too_small(const dlc_loader *l)
+{
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", dlc_errmsg());
+    const dlc_loader_config *c = &l->cfg;
+    dlc_loader_config more = *c;
+    more.cache_ranks = (c->cache_ranks ? c->cache_ranks : 1) + 1;
+    const cache_need n = need_of(l->sampler.swin, &more, l->nslots);
+    const uint64_t need =
+        dlc__scache_needed(dlc__scache_index(l->stream->cache), n.pinned, n.ahead);
+    return dlc__errorf(DLC_ESTATE,
+                       "%s; config.cache_ranks = %u, config.cache_limit = %llu bytes: set "
+                       "cache_ranks to the number of processes (ranks and jobs) sharing %s "
+                       "(LOCAL_WORLD_SIZE for the ranks of one job), and cache_limit to what the "
+                       "loader then asks for (%llu bytes for cache_ranks = %u)",
+                       msg, c->cache_ranks ? c->cache_ranks : 1, (unsigned long long)c->cache_limit,
+                       c->cache_dir, (unsigned long long)need, more.cache_ranks);
+}
+
+dlc_status dlc__stream_pin(dlc_loader *l, const uint32_t *files, uint32_t nfiles, int *refused)
 {
     dlc__lstream *st = l->stream;
+    *refused = 0;
     for (uint32_t i = 0; i < nfiles; i++) {
         const uint32_t k = files[i];
+        if (st->refused[k]) {
+            *refused = 1;
+            continue;
+        }
         if (st->held[k])
             continue;
         const char *path = NULL;
         dlc_status rc = dlc__scache_acquire(st->cache, k, &path);
+        if (rc == DLC_ECORRUPT && l->cfg.on_corrupt == DLC_CORRUPT_REPLACE) {
+            /* The bucket's shard is damaged: its records are replaced, the other shards' read,
+             * and it is not fetched again (the cache does not fetch it ahead either). */
+            st->refused_msg[k] = strdup(dlc_errmsg());
+            st->refused[k] = 1;
+            st->nrefused++;
+            *refused = 1;
+            dlc__logf(l->cfg.log, l->cfg.log_user, DLC_LOG_WARN,
+                      "%s; its records are replaced by others (on_corrupt = replace) and it is not "
+                      "fetched again by this loader",
+                      st->refused_msg[k] ? st->refused_msg[k] : "a shard was refused");
+            continue;
+        }
+        if (rc == -EDEADLK)
+            return shared_too_small(l);
         if (rc != DLC_OK)
             return rc;
         rc = dlc__set_attach(l->store, k, path);
@@ -184,6 +266,21 @@ dlc_status dlc__stream_pin(dlc_loader *l, const uint32_t *files, uint32_t nfiles
         st->held_at[st->nheld++] = k;
     }
     return DLC_OK;
+}
+
+dlc_status dlc__stream_record_ok(const dlc_loader *l, uint64_t index)
+{
+    const dlc__lstream *st = l->stream;
+    const uint32_t k = dlc_store_record_file(l->store, index);
+    if (!st || k >= st->nshards || !st->refused[k])
+        return DLC_OK;
+    return dlc__errorf(DLC_ECORRUPT, "record %llu: %s", (unsigned long long)index,
+                       st->refused_msg[k] ? st->refused_msg[k] : "its shard was refused");
+}
+
+uint32_t dlc__stream_refused(const dlc_loader *l)
+{
+    return l->stream ? l->stream->nrefused : 0;
 }
 
 /* The oldest batch of the plan that still reads records: one the I/O thread or the workers are
@@ -252,6 +349,9 @@ void dlc__stream_close(dlc_loader *l)
     l->store = NULL;
     dlc__scache_close(st->cache);
     free(st->held), free(st->held_at), free(st->last_use), free(st->sched), free(st->seen);
+    for (uint32_t k = 0; st->refused_msg && k < st->nshards; k++)
+        free(st->refused_msg[k]);
+    free(st->refused), free(st->refused_msg);
     free(st);
     l->stream = NULL;
 }
@@ -270,11 +370,18 @@ static dlc_status plan_open(const char *path, const dlc_loader_config *c, dlc_st
                            "%s: planning a streamed set needs config.cache_dir, where "
                            "its index is fetched",
                            path);
-    const dlc__scache_config sc = {.dir = c->cache_dir, .url = path, .net = c->net};
+    /* Planning fetches the index and writes nothing: the cache folder is neither made nor
+     * touched (no index kept, no stale shard or dead download removed). */
+    const dlc__scache_config sc = {.dir = c->cache_dir, .url = path, .net = c->net, .plan_only = 1};
     dlc__scache *cache = NULL;
     dlc_status rc = dlc__scache_open(&sc, &cache);
-    if (rc == DLC_OK)
-        rc = dlc__set_open_lazy(dlc__scache_set_dir(cache), out);
+    if (rc == DLC_OK) {
+        size_t len = 0;
+        const uint8_t *bytes = dlc__scache_index_bytes(cache, &len);
+        char shown[4096];
+        dlc_warm_redact_url(path, shown, sizeof shown);
+        rc = dlc__set_open_lazy_bytes(shown, bytes, len, out);
+    }
     dlc__errsave es;
     dlc__err_save(&es);
     dlc__scache_close(cache); /* The lazy store keeps nothing of it. */

@@ -168,6 +168,10 @@ dlc_status dlc__set_index_info(dlc_store *s, const dlc__set_index *x);
  * it (the streaming layer attaches every shard of a batch before its reads). Version 2 shards
  * only: their reads need no LMDB transaction, so one reader serves every shard. */
 dlc_status dlc__set_open_lazy(const char *dir, dlc_store **out);
+/* The same from the index's @p len bytes at @p index (copied), the set named @p dir, which need
+ * not exist: nothing is read from the file system (planning a streamed set writes nothing). */
+dlc_status dlc__set_open_lazy_bytes(const char *dir, const uint8_t *index, size_t len,
+                                    dlc_store **out);
 /* Open @p path as shard @p k, check it against the index (its place, set_id, record count,
  * content digest, size and labels; DLC_ECORRUPT naming the shard and both values) and attach
  * it. Thread safety: one attach or detach of a shard at a time; reads of other shards may run. */

@@ -176,6 +176,13 @@ static dlc_status decode_shards(const uint8_t *p, const char *path, dlc__set_ind
                 "%s: corrupt: shard %u (%s): first record %" PRIu64
                 ", but the shards before it hold %" PRIu64,
                 path, k, sh->name, sh->first, sum);
+        /* Every record takes at least its header in the file: a count beyond what the size can
+         * hold is a lie, refused here before anything walks it (a count of 2^32 would cost
+         * minutes of planning at open). */
+        FAIL_IF(sh->count > sh->file_bytes / DLC__RECORD_HEADER_SIZE, DLC_ECORRUPT,
+                "%s: corrupt: shard %u (%s): %" PRIu64 " records cannot fit in its %" PRIu64
+                " bytes (each takes at least %u)",
+                path, k, sh->name, sh->count, sh->file_bytes, DLC__RECORD_HEADER_SIZE);
         FAIL_IF(sh->count > UINT64_MAX - sum, DLC_ECORRUPT,
                 "%s: corrupt: shard %u (%s): %" PRIu64 " records overflow the count", path, k,
                 sh->name, sh->count);

@@ -15,17 +15,34 @@
 
 dlc_status dlc__set_open_lazy(const char *dir, dlc_store **out)
 {
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    char *ipath = dlc__set_path(dir, "/", DLC__SET_INDEX_NAME);
+    *out = NULL;
+    if (!ipath)
+        return dlc__errorf(-ENOMEM, "%s: out of memory", dir);
+    dlc_status rc = dlc__set_index_read(ipath, &bytes, &len);
+    free(ipath);
+    if (rc == DLC_OK)
+        rc = dlc__set_open_lazy_bytes(dir, bytes, len, out);
+    free(bytes);
+    return rc;
+}
+
+dlc_status dlc__set_open_lazy_bytes(const char *dir, const uint8_t *index, size_t len,
+                                    dlc_store **out)
+{
     dlc_status rc = DLC_OK;
     dlc_store *s = NULL;
     char *ipath = NULL;
     uint8_t *bytes = NULL;
-    size_t len = 0;
     dlc__set_index *x = calloc(1, sizeof *x);
     *out = NULL;
     FAIL_IF(!x, -ENOMEM, "%s: out of memory", dir);
     FAIL_IF(!(ipath = dlc__set_path(dir, "/", DLC__SET_INDEX_NAME)), -ENOMEM, "%s: out of memory",
             dir);
-    CHECK(dlc__set_index_read(ipath, &bytes, &len));
+    FAIL_IF(!(bytes = malloc(len ? len : 1)), -ENOMEM, "%s: out of memory", dir);
+    memcpy(bytes, index, len);
     CHECK(dlc__set_index_decode(bytes, len, ipath, x));
     s = calloc(1, sizeof *s);
     FAIL_IF(!s, -ENOMEM, "%s: out of memory", dir);

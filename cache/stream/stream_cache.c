@@ -9,6 +9,7 @@
 
 #include <dlcache/store.h>
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -26,6 +27,10 @@
 #define POLL_S 0.05
 /* How long a worker with nothing it may do waits before looking again. */
 #define IDLE_S 0.25
+/* How long a shard an acquire waits for may find no room, while nothing in the folder moves,
+ * before the acquire is refused: the space is held by the pins of processes that wait too (two
+ * jobs sharing a folder whose limit was planned for one), which no wait resolves. */
+#define STUCK_S 10.0
 
 static void wait_for(dlc__scache *c, double seconds)
 {
@@ -35,6 +40,30 @@ static void wait_for(dlc__scache *c, double seconds)
     ts.tv_sec += ns / 1000000000L;
     ts.tv_nsec = ns % 1000000000L;
     pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+}
+
+/* ---- Invariants (asserted: they are ours, never the caller's or the files') ------------------ */
+
+/* Shard @p k's state (mu held): a pinned shard has its file open with the shared lock. */
+static void assert_shard(const dlc__scache *c, uint32_t k)
+{
+    assert(k < c->x.num_shards);
+    assert(c->pins[k] == 0 || c->pin_fd[k] >= 0);
+    (void)c, (void)k;
+}
+
+/* The whole state (mu held): pinned_bytes is the sum over the open pins. O(shards): at close. */
+static void assert_state(const dlc__scache *c)
+{
+    uint64_t pinned = 0;
+    for (uint32_t k = 0; k < c->x.num_shards; k++) {
+        assert_shard(c, k);
+        if (c->pin_fd[k] >= 0)
+            pinned += dlc__scache_round(c->x.shards[k].file_bytes);
+    }
+    assert(pinned == c->pinned_bytes);
+    assert(c->reserving <= c->nthreads);
+    (void)pinned;
 }
 
 /* ---- Downloads ---------------------------------------------------------------------------- */
@@ -48,51 +77,72 @@ static int on_progress(void *user, const dlc_warm_progress *p)
     return stop;
 }
 
-/* Fetch the object @p url of @p size bytes (UINT64_MAX: whatever it has, at most @p max) into
- * @p fd, on the warm part's engine. Counts requests and bytes. *size_out gets its size. */
-static dlc_status fetch_object(dlc__scache *c, const char *url, uint64_t size, uint64_t max, int fd,
-                               const char *fd_name, uint64_t *size_out)
+/* Ask the server about the object of @p src (its size, ETag, push metadata). Counts requests. */
+static dlc_status probe_object(dlc__scache *c, const dlc__warm_source *src, dlc__warm_object *obj)
 {
-    dlc__warm_source src;
-    dlc__warm_object obj;
-    dlc__warm_ranges have;
-    memset(&have, 0, sizeof have);
     uint32_t retries = 0;
-    dlc_status rc = dlc__warm_source_init(&src, url, &c->net);
-    if (rc == DLC_OK)
-        rc = dlc__warm_probe(&src, &c->net, &obj, &retries);
+    const dlc_status rc = dlc__warm_probe(src, &c->net, obj, &retries);
     pthread_mutex_lock(&c->mu);
     c->st.requests += 1 + retries;
     pthread_mutex_unlock(&c->mu);
-    if (rc == DLC_OK && size != UINT64_MAX && obj.size != size)
-        rc = dlc__errorf(DLC_ECORRUPT,
-                         "%s: %" PRIu64 " bytes on the server, the set's index says %" PRIu64
-                         ": the bucket's shard is not the one the index names; refused",
-                         src.shown, obj.size, size);
-    if (rc == DLC_OK && size == UINT64_MAX && obj.size > max)
-        rc = dlc__errorf(DLC_ECORRUPT, "%s: %" PRIu64 " bytes, larger than any set index",
-                         src.shown, obj.size);
-    if (rc == DLC_OK && size == UINT64_MAX && ftruncate(fd, (off_t)obj.size) < 0)
-        rc = dlc__errorf(-errno, "%s: truncate: %s", fd_name, strerror(errno));
-    if (rc == DLC_OK) {
-        dlc__warm_fetch_job job = {.src = &src,
-                                   .opt = &c->net,
-                                   .obj = &obj,
-                                   .fd = fd,
-                                   .part_path = fd_name,
-                                   .journal_fd = -1,
-                                   .chunk_size = c->net.chunk_size,
-                                   .have = &have,
-                                   .t0 = dlc__now_s()};
-        rc = dlc__warm_fetch(&job);
-        pthread_mutex_lock(&c->mu);
-        c->st.requests += job.chunks_fetched + job.retries;
-        c->st.bytes_fetched += job.downloaded;
-        pthread_mutex_unlock(&c->mu);
-        *size_out = obj.size;
-    }
-    dlc__warm_source_free(&src);
     return rc;
+}
+
+/* Fetch the object @p obj of @p src (@p shown: its URL as the user gave it, redacted) into @p fd
+ * (@p fd_name, for messages), on the warm part's engine, and check its bytes against the MD5 the
+ * server holds for them (the check dlc_warm() runs: dlc__warm_check_md5()). Counts requests and
+ * bytes. */
+static dlc_status fetch_into(dlc__scache *c, const dlc__warm_source *src,
+                             const dlc__warm_object *obj, int fd, const char *fd_name,
+                             const char *shown)
+{
+    dlc__warm_ranges have;
+    memset(&have, 0, sizeof have);
+    dlc__warm_fetch_job job = {.src = src,
+                               .opt = &c->net,
+                               .obj = obj,
+                               .fd = fd,
+                               .part_path = fd_name,
+                               .journal_fd = -1,
+                               .chunk_size = c->net.chunk_size,
+                               .have = &have,
+                               .t0 = dlc__now_s()};
+    dlc_status rc = dlc__warm_fetch(&job);
+    pthread_mutex_lock(&c->mu);
+    c->st.requests += job.chunks_fetched + job.retries;
+    c->st.bytes_fetched += job.downloaded;
+    pthread_mutex_unlock(&c->mu);
+    if (rc == DLC_OK)
+        rc = dlc__warm_check_md5(obj, fd, fd_name, shown, NULL);
+    return rc;
+}
+
+/* Probe shard @p k's object once per open (the answer is kept in probed[k] for its download and
+ * the retries of its reservation): its size must be the index's before a byte is reserved or a
+ * shard evicted for it, so that an index lying about a size costs nothing but the refusal. Only
+ * the worker downloading @p k (DLC__SC_FETCHING) touches probed[k]. */
+static dlc_status probe_shard(dlc__scache *c, uint32_t k, const dlc__warm_source *src,
+                              const char *shown)
+{
+    if (c->probed[k])
+        return DLC_OK;
+    dlc__warm_object *obj = calloc(1, sizeof *obj);
+    if (!obj)
+        return dlc__errorf(-ENOMEM, "stream cache: out of memory");
+    dlc_status rc = probe_object(c, src, obj);
+    const uint64_t size = c->x.shards[k].file_bytes;
+    if (rc == DLC_OK && obj->size != size)
+        rc = dlc__errorf(DLC_ECORRUPT,
+                         "%s: shard %u (%s): %" PRIu64 " bytes on the server, the set's index "
+                         "says %" PRIu64 ": the bucket's shard is not the one the index names; "
+                         "refused before anything was reserved or evicted for it",
+                         shown, k, c->x.shards[k].name, obj->size, size);
+    if (rc < 0) {
+        free(obj);
+        return rc;
+    }
+    c->probed[k] = obj;
+    return DLC_OK;
 }
 
 /* The downloaded file @p tmp is shard @p k of the index: size, content digest, its set position
@@ -119,6 +169,10 @@ static dlc_status check_shard(dlc__scache *c, uint32_t k, const char *tmp, const
             ", the set's index says %" PRIu64 " bytes and %016" PRIx64 ": refused",
             url, k, e->name, info->file_bytes, info->content_digest, e->file_bytes,
             e->content_digest);
+    FAIL_IF(info->count != e->count, DLC_ECORRUPT,
+            "%s: shard %u (%s) holds %" PRIu64 " records, the set's index says %" PRIu64
+            " (first record %" PRIu64 "): the index does not describe the bucket's shard; refused",
+            url, k, e->name, info->count, e->count, e->first);
     FAIL_IF(dlc_store_meta(s, DLC__META_SET_PART, &v, &n) != DLC_OK, DLC_ECORRUPT,
             "%s: shard %u (%s) is not a part of a set: refused", url, k, e->name);
     CHECK(dlc__set_part_decode(v, n, url, &part));
@@ -144,33 +198,46 @@ fail:
 static dlc_status download(dlc__scache *c, uint32_t k, uint64_t after)
 {
     const char *name = c->x.shards[k].name;
-    char tmp[4300], url[4300], shown[4300];
-    snprintf(tmp, sizeof tmp, "%s.%ld" DLC__SCACHE_TMP, c->paths[k], (long)getpid());
+    char tmp[4300], tmp_name[DLC__SET_NAME_SIZE + 64], url[4300], shown[4300];
+    snprintf(tmp_name, sizeof tmp_name, "%s.%ld" DLC__SCACHE_TMP, name, (long)getpid());
+    snprintf(tmp, sizeof tmp, "%s/%s", c->set_dir, tmp_name);
     snprintf(url, sizeof url, "%s/%s", c->url, name);
     snprintf(shown, sizeof shown, "%s/%s", c->shown, name);
     int fd = -1;
-    dlc_status rc = dlc__scache_reserve(c, k, after, tmp, &fd);
+    dlc__warm_source src;
+    dlc_status rc = dlc__warm_source_init(&src, url, &c->net);
+    if (rc == DLC_OK)
+        rc = probe_shard(c, k, &src, shown);
+    if (rc == DLC_OK)
+        rc = dlc__scache_reserve(c, k, after, tmp_name, &fd);
     pthread_mutex_lock(&c->mu);
+    assert(c->reserving > 0);
     c->reserving--;
     if (rc == DLC__SC_NO_ROOM && after > 0 && after - 1 < c->blocked_at)
         c->blocked_at = after - 1;
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
-    if (rc != DLC_OK)
-        return rc;
-    uint64_t got = 0;
-    rc = fetch_object(c, url, c->x.shards[k].file_bytes, 0, fd, tmp, &got);
+    if (rc == DLC_OK)
+        rc = fetch_into(c, &src, c->probed[k], fd, tmp, shown);
     if (rc == DLC_OK && fdatasync(fd) < 0)
         rc = dlc__errorf(-errno, "%s: fdatasync: %s", tmp, strerror(errno));
     if (rc == DLC_OK)
         rc = check_shard(c, k, tmp, shown);
+    dlc__warm_source_free(&src); /* Also after a failed init. */
     if (rc < 0) {
-        /* Nothing of a failed download is kept: we hold its lock, so nobody else uses it. */
-        unlink(tmp);
-        close(fd);
+        /* The object may change before the next try: probe it again then. */
+        free(c->probed[k]);
+        c->probed[k] = NULL;
+        if (fd >= 0) {
+            /* Nothing of a failed download is kept: we hold its lock, so nobody else uses it. */
+            unlinkat(c->set_fd, tmp_name, 0);
+            close(fd);
+        }
         return rc;
     }
-    rc = dlc__scache_publish(c, k, tmp, fd);
+    if (rc != DLC_OK)
+        return rc;
+    rc = dlc__scache_publish(c, k, tmp_name, fd);
     dlc__scache_log(c, DLC_LOG_DEBUG, "%s: published (%s)", c->paths[k],
                     after ? "ahead of need" : "an acquire waited for it");
     if (rc == DLC_OK) {
@@ -188,6 +255,12 @@ static int may_fetch(const dlc__scache *c, uint32_t k)
     return !(c->flags[k] &
              (DLC__SC_FETCHING | DLC__SC_ELSEWHERE | DLC__SC_FAILED | DLC__SC_PRESENT)) &&
            c->pin_fd[k] < 0;
+}
+
+/* Ahead of need: a shard refused as damaged is not fetched again until an acquire asks. */
+static int may_fetch_ahead(const dlc__scache *c, uint32_t k)
+{
+    return may_fetch(c, k) && !(c->flags[k] & DLC__SC_REFUSED);
 }
 
 /* The next shard to download (mu held): one an acquire waits for, else the first along the
@@ -212,7 +285,7 @@ static int pick(const dlc__scache *c, uint32_t *k, uint64_t *after)
          * or found no room. */
         if (i >= c->blocked_at || c->reserving > 0)
             return 0;
-        if (may_fetch(c, j)) {
+        if (may_fetch_ahead(c, j)) {
             *k = j;
             *after = i + 1;
             return 1;
@@ -235,6 +308,16 @@ static int never_fits(const dlc__scache *c, uint32_t k)
 {
     const uint64_t need = dlc__scache_round(c->x.shards[k].file_bytes);
     return c->limit && need + c->index_bytes + c->pinned_bytes > c->limit;
+}
+
+/* Of the processes stuck together on a full folder, one refuses and the others wait for its pins
+ * to go: the first to take a write lock on byte 1 of the lock file (an open file description
+ * lock, independent of the flock on the same file) is that one, and keeps it until it closes. A
+ * lock file opened read-only cannot take it: such a process refuses. */
+static int may_refuse(dlc__scache *c)
+{
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 1, .l_len = 1};
+    return fcntl(c->lock_fd, F_OFD_SETLK, &fl) == 0 || errno == EBADF;
 }
 
 static void *worker(void *arg)
@@ -260,9 +343,13 @@ static void *worker(void *arg)
         pthread_mutex_unlock(&c->mu);
         const dlc_status rc = download(c, k, after);
         pthread_mutex_lock(&c->mu);
+        assert(c->flags[k] & DLC__SC_FETCHING);
         c->flags[k] &= (uint8_t)~DLC__SC_FETCHING;
+        assert_shard(c, k);
         if (rc == DLC_OK || rc == DLC__SC_IS_PRESENT) {
+            c->stuck_since = 0;
             c->flags[k] |= DLC__SC_PRESENT;
+            c->flags[k] &= (uint8_t)~DLC__SC_REFUSED;
         } else if (rc == DLC__SC_IS_ELSEWHERE) {
             c->flags[k] |= DLC__SC_ELSEWHERE;
         } else if (rc == DLC__SC_NO_ROOM) {
@@ -278,13 +365,40 @@ static void *worker(void *arg)
             } else if (after > 0) {
                 blocked = 1; /* download() set blocked_at. */
             } else {
-                /* Other processes' pins or downloads hold the space: look again soon. */
-                wait_for(c, POLL_S);
+                /* Other processes' pins or downloads hold the space: look again soon, unless
+                 * nothing has moved in the folder for STUCK_S (they wait for room too). */
+                const double now = dlc__now_s();
+                if (c->stuck_since == 0 || c->seen_usage != c->stuck_usage) {
+                    c->stuck_since = now;
+                    c->stuck_usage = c->seen_usage;
+                }
+                if (now - c->stuck_since >= STUCK_S && !may_refuse(c)) {
+                    /* Another process stuck with us is refusing: its pins go with it. */
+                    c->stuck_since = now;
+                    wait_for(c, POLL_S);
+                } else if (now - c->stuck_since >= STUCK_S) {
+                    dlc__errorf(-EDEADLK,
+                                "%s: shard %u (%s) needs %" PRIu64 " bytes, and for %.0f s the "
+                                "cache's limit of %" PRIu64 " bytes has been full (%" PRIu64
+                                " bytes, %" PRIu64 " of them pinned by this process): the rest "
+                                "is pinned by other processes sharing the folder, which wait "
+                                "for room too; the limit was planned for fewer processes than "
+                                "share it",
+                                c->dir, k, c->x.shards[k].name,
+                                dlc__scache_round(c->x.shards[k].file_bytes), now - c->stuck_since,
+                                c->limit, c->seen_usage, c->pinned_bytes);
+                    record_failure(c, k, -EDEADLK);
+                    c->stuck_since = 0;
+                } else {
+                    wait_for(c, POLL_S);
+                }
             }
         } else if (rc == DLC_ECANCELED && c->stop) {
             /* Closing. */
         } else if (rc < 0) {
             record_failure(c, k, rc);
+            if (rc == DLC_ECORRUPT)
+                c->flags[k] |= DLC__SC_REFUSED;
             dlc__scache_log(c, DLC_LOG_WARN, "%s", c->err_msg[k] ? c->err_msg[k] : "");
         }
         c->gen++;
@@ -302,6 +416,12 @@ static void *worker(void *arg)
 const dlc__set_index *dlc__scache_index(const dlc__scache *c)
 {
     return &c->x;
+}
+
+const uint8_t *dlc__scache_index_bytes(const dlc__scache *c, size_t *len)
+{
+    *len = c->index_len;
+    return c->index_buf;
 }
 
 const char *dlc__scache_set_dir(const dlc__scache *c)
@@ -366,8 +486,10 @@ dlc_status dlc__scache_acquire(dlc__scache *c, uint32_t k, const char **path)
         pthread_cond_broadcast(&c->cv);
         wait_for(c, POLL_S);
     }
+    assert(c->want[k] > 0);
     c->want[k]--;
     if (rc == DLC_OK) {
+        assert(c->pin_fd[k] >= 0);
         c->pins[k]++;
         *path = c->paths[k];
         if (waited) {
@@ -380,8 +502,10 @@ dlc_status dlc__scache_acquire(dlc__scache *c, uint32_t k, const char **path)
         /* A pin a worker took for us while we gave up. */
         close(c->pin_fd[k]);
         c->pin_fd[k] = -1;
+        assert(c->pinned_bytes >= dlc__scache_round(c->x.shards[k].file_bytes));
         c->pinned_bytes -= dlc__scache_round(c->x.shards[k].file_bytes);
     }
+    assert_shard(c, k);
     c->gen++;
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
@@ -397,10 +521,12 @@ void dlc__scache_release(dlc__scache *c, uint32_t k)
         /* The shared lock goes with the close: the shard may be evicted from now on. */
         close(c->pin_fd[k]);
         c->pin_fd[k] = -1;
+        assert(c->pinned_bytes >= dlc__scache_round(c->x.shards[k].file_bytes));
         c->pinned_bytes -= dlc__scache_round(c->x.shards[k].file_bytes);
         c->gen++;
         pthread_cond_broadcast(&c->cv);
     }
+    assert_shard(c, k);
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -414,7 +540,8 @@ void dlc__scache_stats_get(const dlc__scache *c, dlc__scache_stats *st)
 
 /* ---- Open and close ----------------------------------------------------------------------- */
 
-/* Fetch URL/index.dlcset into memory (an anonymous file the engine writes into) and decode it. */
+/* Fetch URL/index.dlcset into memory (an anonymous file the engine writes into) and decode it.
+ * Its size is checked before a byte of it is fetched, its bytes against the server's MD5. */
 static dlc_status fetch_index(dlc__scache *c, uint8_t **buf, size_t *len)
 {
     char url[4300];
@@ -424,25 +551,36 @@ static dlc_status fetch_index(dlc__scache *c, uint8_t **buf, size_t *len)
     const int fd = memfd_create("dlcache-index", MFD_CLOEXEC);
     if (fd < 0)
         return dlc__errorf(-errno, "memfd_create: %s", strerror(errno));
-    uint64_t size = 0;
-    dlc_status rc = fetch_object(c, url, UINT64_MAX, DLC__SET_MAX_INDEX_BYTES, fd, shown, &size);
+    dlc__warm_source src;
+    dlc__warm_object obj;
     uint8_t *b = NULL;
+    dlc_status rc = dlc__warm_source_init(&src, url, &c->net);
+    if (rc == DLC_OK)
+        rc = probe_object(c, &src, &obj);
+    if (rc == DLC_OK && obj.size > DLC__SET_MAX_INDEX_BYTES)
+        rc = dlc__errorf(DLC_ECORRUPT, "%s: %" PRIu64 " bytes, larger than any set index", shown,
+                         obj.size);
+    if (rc == DLC_OK && ftruncate(fd, (off_t)obj.size) < 0)
+        rc = dlc__errorf(-errno, "%s: truncate: %s", shown, strerror(errno));
+    if (rc == DLC_OK)
+        rc = fetch_into(c, &src, &obj, fd, shown, shown);
     if (rc == DLC_OK) {
-        b = malloc(size ? size : 1);
+        b = malloc(obj.size ? obj.size : 1);
         if (!b)
             rc = dlc__errorf(-ENOMEM, "%s: out of memory", shown);
     }
-    if (rc == DLC_OK && pread(fd, b, size, 0) != (ssize_t)size)
+    if (rc == DLC_OK && pread(fd, b, obj.size, 0) != (ssize_t)obj.size)
         rc = dlc__errorf(DLC_ECORRUPT, "%s: short read of the fetched index", shown);
     if (rc == DLC_OK)
-        rc = dlc__set_index_decode(b, size, shown, &c->x);
+        rc = dlc__set_index_decode(b, obj.size, shown, &c->x);
     close(fd);
+    dlc__warm_source_free(&src); /* Also after a failed init. */
     if (rc < 0) {
         free(b);
         return rc;
     }
     *buf = b;
-    *len = size;
+    *len = obj.size;
     return DLC_OK;
 }
 
@@ -498,11 +636,12 @@ static dlc_status make_state(dlc__scache *c)
     c->want = calloc(m, sizeof *c->want);
     c->err_rc = calloc(m, sizeof *c->err_rc);
     c->err_msg = calloc(m, sizeof *c->err_msg);
+    c->probed = calloc(m, sizeof *c->probed);
     char hex[17];
     snprintf(hex, sizeof hex, "%016" PRIx64, c->x.set_id);
     c->set_dir = dlc__set_path(c->dir, "/", hex);
     if (!c->paths || !c->flags || !c->seen_tmp || !c->pins || !c->pin_fd || !c->want ||
-        !c->err_rc || !c->err_msg || !c->set_dir)
+        !c->err_rc || !c->err_msg || !c->probed || !c->set_dir)
         return dlc__errorf(-ENOMEM, "stream cache: out of memory");
     for (uint32_t k = 0; k < n; k++) {
         c->pin_fd[k] = -1;
@@ -511,6 +650,86 @@ static dlc_status make_state(dlc__scache *c)
             return dlc__errorf(-ENOMEM, "stream cache: out of memory");
     }
     return dlc__scache_names_make(&c->x, &c->names);
+}
+
+/* A shard name from the index that the cache can hold without a collision or a hiding place:
+ * not hidden (the scan skips dot files, so such a shard would never be counted or evicted), not
+ * the index's name, not a temporary file's (NAME.PID.dlcs-tmp) nor the lock's. The index's own
+ * rules (1 to 63 characters of [A-Za-z0-9._-], never "." or "..") were checked at decode. */
+static dlc_status check_names(const dlc__scache *c)
+{
+    const size_t tl = strlen(DLC__SCACHE_TMP);
+    for (uint32_t k = 0; k < c->x.num_shards; k++) {
+        const char *name = c->x.shards[k].name;
+        const size_t n = strlen(name);
+        const char *why = NULL;
+        if (name[0] == '.')
+            why = "it starts with '.', which the cache's scan skips (it would be neither "
+                  "counted nor evicted)";
+        else if (strcmp(name, DLC__SET_INDEX_NAME) == 0)
+            why = "it is the name of the set's index";
+        else if (n >= tl && strcmp(name + n - tl, DLC__SCACHE_TMP) == 0)
+            why = "it ends like the cache's temporary files (" DLC__SCACHE_TMP ")";
+        if (why)
+            return dlc__errorf(DLC_ECORRUPT,
+                               "%s: the set's index names shard %u \"%s\": %s; the set is refused",
+                               c->shown, k, name, why);
+    }
+    return DLC_OK;
+}
+
+/* DIR, and its lock file, opened without following a link (one planted where the lock should be
+ * is refused, naming it). A folder others made read-only that already holds the lock is opened
+ * read-only: flock() works on it, and a cache whose shards are all there writes nothing. */
+static dlc_status open_dir(dlc__scache *c)
+{
+    c->dir_fd = open(c->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (c->dir_fd < 0)
+        return dlc__errorf(-errno, "%s: open: %s", c->dir, strerror(errno));
+    c->lock_fd =
+        openat(c->dir_fd, DLC__SCACHE_LOCK, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (c->lock_fd < 0 && (errno == EACCES || errno == EROFS || errno == EPERM))
+        c->lock_fd = openat(c->dir_fd, DLC__SCACHE_LOCK, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (c->lock_fd < 0 && errno == ELOOP)
+        return dlc__errorf(-ELOOP,
+                           "%s: is a symbolic link: the cache's lock file must be its own; "
+                           "refused (remove the link)",
+                           c->lock_path);
+    if (c->lock_fd < 0)
+        return dlc__errorf(-errno, "%s: cannot create the lock file: %s", c->lock_path,
+                           strerror(errno));
+    struct stat st;
+    if (fstat(c->lock_fd, &st) < 0 || !S_ISREG(st.st_mode))
+        return dlc__errorf(DLC_EINVAL, "%s: not a regular file: refused", c->lock_path);
+    return DLC_OK;
+}
+
+/* DIR/SETID, made if missing and opened relative to DIR without following a link; a link (or
+ * anything but a regular file) where the index or a shard of ours should be is refused, naming
+ * it: the cache never reads, writes, locks or removes through a link. */
+static dlc_status open_set_dir(dlc__scache *c)
+{
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016" PRIx64, c->x.set_id);
+    if (mkdirat(c->dir_fd, hex, 0755) < 0 && errno != EEXIST && errno != EACCES && errno != EROFS)
+        return dlc__errorf(-errno, "%s: mkdir: %s", c->set_dir, strerror(errno));
+    c->set_fd = openat(c->dir_fd, hex, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (c->set_fd < 0 && (errno == ELOOP || errno == ENOTDIR))
+        return dlc__errorf(-ELOOP,
+                           "%s: is a symbolic link or not a directory: the cache's folder of the "
+                           "set must be its own; refused (remove it)",
+                           c->set_dir);
+    if (c->set_fd < 0)
+        return dlc__errorf(-errno, "%s: open: %s", c->set_dir, strerror(errno));
+    for (uint32_t k = 0; k <= c->x.num_shards; k++) {
+        const char *name = k < c->x.num_shards ? c->x.shards[k].name : DLC__SET_INDEX_NAME;
+        struct stat st;
+        if (fstatat(c->set_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode))
+            return dlc__errorf(
+                -ELOOP, "%s/%s: is %s, not a file the cache wrote; refused (remove it)", c->set_dir,
+                name, S_ISLNK(st.st_mode) ? "a symbolic link" : "not a regular file");
+    }
+    return DLC_OK;
 }
 
 /* The limit must hold the index and the largest shard. */
@@ -556,7 +775,7 @@ dlc_status dlc__scache_open(const dlc__scache_config *cfg, dlc__scache **out)
     dlc__scache *c = calloc(1, sizeof *c);
     if (!c)
         return dlc__errorf(-ENOMEM, "stream cache: out of memory");
-    c->lock_fd = -1;
+    c->lock_fd = c->dir_fd = c->set_fd = -1;
     c->blocked_at = c->blocked_gen = UINT64_MAX;
     pthread_mutex_init(&c->fs_mu, NULL);
     pthread_mutex_init(&c->mu, NULL);
@@ -572,10 +791,10 @@ dlc_status dlc__scache_open(const dlc__scache_config *cfg, dlc__scache **out)
     FAIL_IF(curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK, DLC_ENOSYS,
             "stream cache: libcurl failed to initialize");
     c->curl_inited = 1;
-    CHECK(dlc__make_dirs(c->dir, 0755, "the cache directory"));
-    c->lock_fd = open(c->lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    FAIL_IF(c->lock_fd < 0, -errno, "%s: cannot create the lock file: %s", c->lock_path,
-            strerror(errno));
+    if (!cfg->plan_only) {
+        CHECK(dlc__make_dirs(c->dir, 0755, "the cache directory"));
+        CHECK(open_dir(c));
+    }
     if (cfg->index) {
         ibuf = malloc(cfg->index_len ? cfg->index_len : 1);
         FAIL_IF(!ibuf, -ENOMEM, "stream cache: out of memory");
@@ -586,13 +805,20 @@ dlc_status dlc__scache_open(const dlc__scache_config *cfg, dlc__scache **out)
         CHECK(fetch_index(c, &ibuf, &ilen));
     }
     c->index_bytes = dlc__scache_round(ilen);
+    c->index_buf = ibuf;
+    c->index_len = ilen;
+    ibuf = NULL;
+    CHECK(check_names(c));
+    if (cfg->plan_only) {
+        *out = c;
+        return DLC_OK;
+    }
     CHECK(make_state(c));
     CHECK(check_limit(c));
-    CHECK(dlc__make_dirs(c->set_dir, 0755, "the cache directory"));
-    CHECK(dlc__scache_put_index(c, ibuf, ilen));
+    CHECK(open_set_dir(c));
+    CHECK(dlc__scache_put_index(c, c->index_buf, c->index_len));
     CHECK(dlc__scache_plan_set(&c->plan, c->x.num_shards, NULL, 0));
     CHECK(start_threads(c, cfg->downloads ? cfg->downloads : 2));
-    free(ibuf);
     *out = c;
     return DLC_OK;
 fail:
@@ -616,6 +842,14 @@ void dlc__scache_close(dlc__scache *c)
     for (uint32_t i = 0; i < c->nthreads; i++)
         pthread_join(c->threads[i], NULL);
     free(c->threads);
+    if (c->nthreads > 0) { /* The state is whole once the threads started. */
+        pthread_mutex_lock(&c->mu);
+        assert_state(c);
+        for (uint32_t k = 0; k < c->x.num_shards; k++)
+            assert(c->want[k] == 0 && !(c->flags[k] & DLC__SC_FETCHING));
+        assert(c->reserving == 0);
+        pthread_mutex_unlock(&c->mu);
+    }
     for (uint32_t k = 0; c->pin_fd && k < c->x.num_shards; k++)
         if (c->pin_fd[k] >= 0)
             close(c->pin_fd[k]);
@@ -623,6 +857,9 @@ void dlc__scache_close(dlc__scache *c)
         free(c->paths[k]);
     for (uint32_t k = 0; c->err_msg && k < c->x.num_shards; k++)
         free(c->err_msg[k]);
+    for (uint32_t k = 0; c->probed && k < c->x.num_shards; k++)
+        free(c->probed[k]);
+    free(c->probed);
     free(c->paths);
     free(c->err_msg);
     free(c->err_rc);
@@ -639,8 +876,13 @@ void dlc__scache_close(dlc__scache *c)
     free(c->scan.cands);
     free(c->scan.folders);
     dlc__set_index_free(&c->x);
+    free(c->index_buf);
     if (c->lock_fd >= 0)
         close(c->lock_fd);
+    if (c->set_fd >= 0)
+        close(c->set_fd);
+    if (c->dir_fd >= 0)
+        close(c->dir_fd);
     if (c->curl_inited)
         curl_global_cleanup();
     free(c->set_dir);

@@ -70,6 +70,10 @@ typedef struct dlc__scache_config {
      * URL/index.dlcset (nothing else is fetched until a shard is needed). NULL: fetch it. */
     const uint8_t *index;
     size_t index_len;
+    /* For planning (dlc_loader_plan(), cacheinfo --plan): fetch and check the index only;
+     * nothing in dir is made, written, locked or removed, and no download thread starts. Only
+     * dlc__scache_index(), dlc__scache_index_bytes() and dlc__scache_close() may be called. */
+    int plan_only;
 } dlc__scache_config;
 
 /* What the cache did in this process since open. */
@@ -102,6 +106,10 @@ dlc_status dlc__scache_open(const dlc__scache_config *cfg, dlc__scache **out);
  * cache, read-only, valid until dlc__scache_close(). Cannot fail. */
 const dlc__set_index *dlc__scache_index(const dlc__scache *c);
 
+/* The index's bytes, as fetched (@p *len of them): owned by the cache, valid until
+ * dlc__scache_close(). Cannot fail. */
+const uint8_t *dlc__scache_index_bytes(const dlc__scache *c, size_t *len);
+
 /* DIR/SETID, the set's folder: owned by the cache, valid until dlc__scache_close(). Once every
  * shard is there it is an ordinary local set. Cannot fail. */
 const char *dlc__scache_set_dir(const dlc__scache *c);
@@ -126,9 +134,12 @@ dlc_status dlc__scache_schedule(dlc__scache *c, const uint32_t *shards, size_t n
  *         names the URL, the shard and both values; nothing was published); DLC_EHTTP,
  *         DLC_ENETWORK (the download failed after its retries; the message names the URL);
  *         DLC_ESTATE (the shard cannot fit beside the shards this process has pinned: the
- *         message gives the bytes); DLC_ECANCELED (the cache is being closed); -errno from the
- *         file system. A failed acquire pins nothing; the next acquire of @p k tries again.
- *         Thread-safe; the error's detail is in the calling thread's dlc_errmsg(). */
+ *         message gives the bytes); -EDEADLK (no room came for it in 10 s while nothing in the
+ *         folder moved: other processes sharing it pin the rest and wait too, so the limit was
+ *         planned for fewer processes than share it; the message gives the bytes); DLC_ECANCELED
+ * (the cache is being closed); -errno from the file system. A failed acquire pins nothing; the next
+ * acquire of @p k tries again. Thread-safe; the error's detail is in the calling thread's
+ * dlc_errmsg(). */
 dlc_status dlc__scache_acquire(dlc__scache *c, uint32_t k, const char **path);
 
 /* Undo one acquire of shard @p k. When its last pin goes, the shard becomes evictable (it stays

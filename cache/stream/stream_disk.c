@@ -7,6 +7,7 @@
 #include "common.h"
 #include "stream_internal.h"
 
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -235,14 +236,23 @@ static dlc_status scan_temp(dlc__scache *c, int dfd, const char *folder, const c
     return DLC_OK;
 }
 
-static dlc_status scan_folder(dlc__scache *c, const char *path, uint64_t set_id)
+/* The folder @p path (its name @p name in DIR), opened relative to DIR without following a link:
+ * a link planted where a set's folder should be is neither read, counted nor written through. */
+static dlc_status scan_folder(dlc__scache *c, const char *path, const char *name, uint64_t set_id)
 {
     const int ours = set_id == c->x.set_id;
+    const int fd = openat(c->dir_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT || errno == ELOOP || errno == ENOTDIR
+                   ? DLC_OK
+                   : dlc__errorf(-errno, "%s: open: %s", path, strerror(errno));
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        const int e = errno;
+        close(fd);
+        return dlc__errorf(-e, "%s: opendir: %s", path, strerror(e));
+    }
     const dlc__scache_names *names = ours ? &c->names : other_names(c, set_id, path);
-    DIR *d = opendir(path);
-    if (!d)
-        return errno == ENOENT ? DLC_OK
-                               : dlc__errorf(-errno, "%s: opendir: %s", path, strerror(errno));
     const int dfd = dirfd(d);
     uint32_t folder = UINT32_MAX;
     dlc_status rc = DLC_OK;
@@ -293,9 +303,14 @@ dlc_status dlc__scache_scan_dir(dlc__scache *c)
     for (uint32_t k = 0; k < c->x.num_shards; k++)
         c->flags[k] &= (uint8_t)~DLC__SC_PRESENT;
     pthread_mutex_unlock(&c->mu);
-    DIR *d = opendir(c->dir);
-    if (!d)
-        return dlc__errorf(-errno, "%s: opendir: %s", c->dir, strerror(errno));
+    const int dfd = openat(c->dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+    if (!d) {
+        const int e = errno;
+        if (dfd >= 0)
+            close(dfd);
+        return dlc__errorf(-e, "%s: opendir: %s", c->dir, strerror(e));
+    }
     dlc_status rc = DLC_OK;
     struct dirent *e;
     while (rc == DLC_OK && (e = readdir(d)) != NULL) {
@@ -304,13 +319,10 @@ dlc_status dlc__scache_scan_dir(dlc__scache *c)
             continue;
         char path[4200];
         snprintf(path, sizeof path, "%s/%s", c->dir, e->d_name);
-        struct stat st;
-        if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-            /* The scan writes flags under mu only for our folder; take it around the folder. */
-            pthread_mutex_lock(&c->mu);
-            rc = scan_folder(c, path, set_id);
-            pthread_mutex_unlock(&c->mu);
-        }
+        /* The scan writes flags under mu only for our folder; take it around the folder. */
+        pthread_mutex_lock(&c->mu);
+        rc = scan_folder(c, path, e->d_name, set_id);
+        pthread_mutex_unlock(&c->mu);
     }
     closedir(d);
     if (rc == DLC_OK) {
@@ -330,8 +342,9 @@ dlc_status dlc__scache_scan_dir(dlc__scache *c)
 
 /* ---- Eviction and reservation ------------------------------------------------------------- */
 
-/* The path of candidate @p v. */
-static void cand_path(dlc__scache *c, const dlc__scache_cand *v, char *out, size_t cap)
+/* The path of candidate @p v (for messages), its folder's name in DIR and its own name. */
+static void cand_path(dlc__scache *c, const dlc__scache_cand *v, char *out, size_t cap,
+                      char folder[17], const char **file)
 {
     const uint64_t set_id = c->scan.folders[v->folder];
     const char *name = NULL;
@@ -344,24 +357,37 @@ static void cand_path(dlc__scache *c, const dlc__scache_cand *v, char *out, size
                     if (c->other[i].shard[j] == v->shard)
                         name = c->other[i].names[j];
     }
-    snprintf(out, cap, "%s/%016" PRIx64 "/%s", c->dir, set_id, name ? name : "");
+    snprintf(folder, 17, "%016" PRIx64, set_id);
+    snprintf(out, cap, "%s/%s/%s", c->dir, folder, name ? name : "");
+    *file = name;
 }
 
 /* Remove candidate @p v unless someone pins it (a shared lock) or it is another file now.
  * Returns 1 when it went. */
 static int evict(dlc__scache *c, const dlc__scache_cand *v)
 {
-    char path[4300];
-    cand_path(c, v, path, sizeof path);
-    const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0)
+    char path[4300], folder[17];
+    const char *file = NULL;
+    cand_path(c, v, path, sizeof path, folder, &file);
+    if (!file)
         return 0;
+    /* Relative to the folder opened without following a link, the file too: nothing is ever
+     * removed through a link planted since the scan. */
+    const int dfd = openat(c->dir_fd, folder, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0)
+        return 0;
+    const int fd = openat(dfd, file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+        close(dfd);
+        return 0;
+    }
     struct stat st;
     int gone = 0;
-    if (flock(fd, LOCK_EX | LOCK_NB) == 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_ino == v->ino &&
-        unlink(path) == 0)
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+        (uint64_t)st.st_ino == v->ino && unlinkat(dfd, file, 0) == 0)
         gone = 1;
     close(fd);
+    close(dfd);
     if (gone)
         dlc__scache_log(c, DLC_LOG_DEBUG, "%s: evicted (%" PRIu64 " bytes)", path, v->bytes);
     return gone;
@@ -413,14 +439,16 @@ static dlc_status make_room(dlc__scache *c, uint64_t need, uint64_t after)
     return c->scan.usage + need <= c->limit ? DLC_OK : DLC__SC_NO_ROOM;
 }
 
-/* Create @p tmp in the set's folder, lock it and allocate @p size bytes to it. */
-static dlc_status create_temp(const char *tmp, uint64_t size, int *fd_out)
+/* Create @p tmp (a name) in the set's folder, new (O_EXCL, never through a link), lock it and
+ * allocate @p size bytes to it. */
+static dlc_status create_temp(dlc__scache *c, const char *tmp, uint64_t size, int *fd_out)
 {
     dlc_status rc = DLC_OK;
-    unlink(tmp); /* Ours by its PID: an earlier attempt of this process that failed midway. */
-    const int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    /* Ours by its PID: an earlier attempt of this process that failed midway. */
+    unlinkat(c->set_fd, tmp, 0);
+    const int fd = openat(c->set_fd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0)
-        return dlc__errorf(-errno, "%s: create: %s", tmp, strerror(errno));
+        return dlc__errorf(-errno, "%s/%s: create: %s", c->set_dir, tmp, strerror(errno));
     FAIL_IF(flock(fd, LOCK_EX | LOCK_NB) < 0, -errno, "%s: flock: %s", tmp, strerror(errno));
     if (size > 0) {
         const int e = posix_fallocate(fd, 0, (off_t)size);
@@ -429,7 +457,7 @@ static dlc_status create_temp(const char *tmp, uint64_t size, int *fd_out)
     *fd_out = fd;
     return DLC_OK;
 fail:
-    unlink(tmp);
+    unlinkat(c->set_fd, tmp, 0);
     close(fd);
     return rc;
 }
@@ -442,6 +470,7 @@ dlc_status dlc__scache_reserve(dlc__scache *c, uint32_t k, uint64_t after, const
     rc = dlc__scache_scan_dir(c);
     pthread_mutex_lock(&c->mu);
     const uint8_t f = c->flags[k];
+    c->seen_usage = c->scan.usage;
     pthread_mutex_unlock(&c->mu);
     if (rc == DLC_OK && (f & DLC__SC_PRESENT))
         rc = DLC__SC_IS_PRESENT;
@@ -451,7 +480,7 @@ dlc_status dlc__scache_reserve(dlc__scache *c, uint32_t k, uint64_t after, const
     if (rc == DLC_OK)
         rc = make_room(c, need, after);
     if (rc == DLC_OK)
-        rc = create_temp(tmp, c->x.shards[k].file_bytes, fd);
+        rc = create_temp(c, tmp, c->x.shards[k].file_bytes, fd);
     if (rc == DLC_OK) {
         struct stat st;
         const uint64_t got = fstat(*fd, &st) == 0 ? dlc__scache_file_bytes(&st) : need;
@@ -464,15 +493,16 @@ dlc_status dlc__scache_reserve(dlc__scache *c, uint32_t k, uint64_t after, const
     return rc;
 }
 
-/* Open @p path with a shared lock, the pin: -1 when it is not there whole. Lock held. */
-static int open_pinned(const char *path, uint64_t size)
+/* Open shard @p k with a shared lock, the pin: -1 when it is not there whole. Lock held. */
+static int open_pinned(const dlc__scache *c, uint32_t k)
 {
-    const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    const int fd = openat(c->set_fd, c->x.shards[k].name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0)
         return -1;
     struct stat st;
     /* Nobody holds LOCK_EX here: evictors take it under the cache-wide lock, which we hold. */
-    if (fstat(fd, &st) < 0 || (uint64_t)st.st_size != size || flock(fd, LOCK_SH | LOCK_NB) < 0) {
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+        (uint64_t)st.st_size != c->x.shards[k].file_bytes || flock(fd, LOCK_SH | LOCK_NB) < 0) {
         close(fd);
         return -1;
     }
@@ -481,6 +511,7 @@ static int open_pinned(const char *path, uint64_t size)
 
 static void keep_pin(dlc__scache *c, uint32_t k, int fd)
 {
+    assert(fd >= 0);
     if (c->pin_fd[k] >= 0) {
         close(fd);
         return;
@@ -494,17 +525,18 @@ dlc_status dlc__scache_publish(dlc__scache *c, uint32_t k, const char *tmp, int 
 {
     dlc_status rc = dlc__scache_fs_lock(c);
     if (rc < 0) {
-        unlink(tmp);
+        unlinkat(c->set_fd, tmp, 0);
         close(fd);
         return rc;
     }
     const char *path = c->paths[k];
-    /* The bytes are durable before the name points at them (the caller synced them). */
-    if (rename(tmp, path) < 0) {
-        rc = dlc__errorf(-errno, "%s: rename to %s: %s", tmp, path, strerror(errno));
-        unlink(tmp);
-    } else {
-        rc = dlc__fsync_dir(path);
+    /* The bytes are durable before the name points at them (the caller synced them). The rename
+     * is within the folder we opened without following a link. */
+    if (renameat(c->set_fd, tmp, c->set_fd, c->x.shards[k].name) < 0) {
+        rc = dlc__errorf(-errno, "%s/%s: rename to %s: %s", c->set_dir, tmp, path, strerror(errno));
+        unlinkat(c->set_fd, tmp, 0);
+    } else if (fsync(c->set_fd) < 0) {
+        rc = dlc__errorf(-errno, "%s: fsync: %s", c->set_dir, strerror(errno));
     }
     /* The temporary file's lock goes with its close; an acquire waiting for the shard gets its
      * pin before the cache-wide lock is let go, so no eviction comes between. */
@@ -513,7 +545,7 @@ dlc_status dlc__scache_publish(dlc__scache *c, uint32_t k, const char *tmp, int 
     if (rc == DLC_OK) {
         c->flags[k] |= DLC__SC_PRESENT;
         if (c->want[k] > 0 && c->pin_fd[k] < 0) {
-            const int pfd = open_pinned(path, c->x.shards[k].file_bytes);
+            const int pfd = open_pinned(c, k);
             if (pfd >= 0)
                 keep_pin(c, k, pfd);
         }
@@ -529,7 +561,7 @@ dlc_status dlc__scache_try_pin(dlc__scache *c, uint32_t k, int *fd)
     const dlc_status rc = dlc__scache_fs_lock(c);
     if (rc < 0)
         return rc;
-    const int pfd = open_pinned(c->paths[k], c->x.shards[k].file_bytes);
+    const int pfd = open_pinned(c, k);
     pthread_mutex_lock(&c->mu);
     if (pfd >= 0)
         keep_pin(c, k, pfd);
@@ -548,7 +580,7 @@ dlc_status dlc__scache_try_pin(dlc__scache *c, uint32_t k, int *fd)
 static void drop_stale_shards(dlc__scache *c)
 {
     for (uint32_t k = 0; k < c->x.num_shards; k++) {
-        const int fd = open(c->paths[k], O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        const int fd = openat(c->set_fd, c->x.shards[k].name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
         if (fd < 0)
             continue;
         int keep = 0;
@@ -561,7 +593,7 @@ static void drop_stale_shards(dlc__scache *c)
         dlc_store_close(s);
         dlc__clear_error();
         if (!keep && flock(fd, LOCK_EX | LOCK_NB) == 0) {
-            unlink(c->paths[k]);
+            unlinkat(c->set_fd, c->x.shards[k].name, 0);
             dlc__scache_log(c, DLC_LOG_INFO, "%s: removed: the set's new index names another shard",
                             c->paths[k]);
         }
@@ -571,9 +603,9 @@ static void drop_stale_shards(dlc__scache *c)
 
 dlc_status dlc__scache_put_index(dlc__scache *c, const uint8_t *buf, size_t len)
 {
-    char path[4200], tmp[4300];
+    char path[4200], tmp[128];
     snprintf(path, sizeof path, "%s/" DLC__SET_INDEX_NAME, c->set_dir);
-    snprintf(tmp, sizeof tmp, "%s.%ld" DLC__SCACHE_TMP, path, (long)getpid());
+    snprintf(tmp, sizeof tmp, DLC__SET_INDEX_NAME ".%ld" DLC__SCACHE_TMP, (long)getpid());
     dlc_status rc = dlc__scache_fs_lock(c);
     if (rc < 0)
         return rc;
@@ -593,7 +625,7 @@ dlc_status dlc__scache_put_index(dlc__scache *c, const uint8_t *buf, size_t len)
             "%s: the cache's limit of %" PRIu64 " bytes has no room for the set's index (%zu "
             "bytes) beside the shards other processes have pinned",
             c->dir, c->limit, len);
-    CHECK(create_temp(tmp, len, &fd));
+    CHECK(create_temp(c, tmp, len, &fd));
     size_t done = 0;
     while (done < len) {
         const ssize_t w = pwrite(fd, buf + done, len - done, (off_t)done);
@@ -603,12 +635,13 @@ dlc_status dlc__scache_put_index(dlc__scache *c, const uint8_t *buf, size_t len)
         done += (size_t)w;
     }
     FAIL_IF(fsync(fd) < 0, -errno, "%s: fsync: %s", tmp, strerror(errno));
-    FAIL_IF(rename(tmp, path) < 0, -errno, "%s: rename: %s", tmp, strerror(errno));
-    CHECK(dlc__fsync_dir(path));
+    FAIL_IF(renameat(c->set_fd, tmp, c->set_fd, DLC__SET_INDEX_NAME) < 0, -errno,
+            "%s/%s: rename: %s", c->set_dir, tmp, strerror(errno));
+    FAIL_IF(fsync(c->set_fd) < 0, -errno, "%s: fsync: %s", c->set_dir, strerror(errno));
 fail:
     if (fd >= 0) {
         if (rc < 0)
-            unlink(tmp);
+            unlinkat(c->set_fd, tmp, 0);
         close(fd);
     }
     dlc__scache_fs_unlock(c);

@@ -7,6 +7,7 @@
 #define DLCACHE_STREAM_INTERNAL_H
 
 #include "stream_cache.h"
+#include "warm_internal.h"
 
 #include <pthread.h>
 #include <stddef.h>
@@ -76,6 +77,8 @@ enum {
     DLC__SC_ELSEWHERE = 1u << 1, /* Another process is downloading it (a live temporary file). */
     DLC__SC_FAILED = 1u << 2,    /* Our download failed; err holds why until an acquire takes it. */
     DLC__SC_PRESENT = 1u << 3,   /* Published, as our last look at the folder saw it (a hint). */
+    DLC__SC_REFUSED = 1u << 4,   /* Its download was refused (DLC_ECORRUPT): never fetched ahead
+                                    again; only an acquire waiting for it fetches it again. */
 };
 
 /* A set's shard names sorted, to find a file's shard by name. */
@@ -102,20 +105,31 @@ struct dlc__scache {
     char *shown;     /* The same, redacted: for messages. */
     char *set_dir;   /* DIR/SETID. */
     char *lock_path; /* DIR/.dlcs.lock. */
+    int dir_fd;      /* DIR, open (DIR itself may be a link: the user named it). */
+    int set_fd;      /* DIR/SETID, opened relative to dir_fd without following a link: every
+                        file of the set is created, renamed and removed relative to it. */
     uint64_t limit;  /* 0: none. */
     dlc_warm_options net;
     char *endpoint, *region; /* net's strings, copied. */
     int curl_inited;
 
     dlc__set_index x;
-    uint64_t index_bytes;     /* The index file's counted bytes. */
-    char **paths;             /* num_shards: DIR/SETID/NAME. */
-    dlc__scache_names names;  /* Ours, sorted. */
-    dlc__scache_names *other; /* Other sets' names met in DIR, nother of them. */
+    uint64_t index_bytes; /* The index file's counted bytes. */
+    uint8_t *index_buf;   /* Its bytes, index_len of them. */
+    size_t index_len;
+    char **paths;              /* num_shards: DIR/SETID/NAME. */
+    dlc__warm_object **probed; /* num_shards: the server's answer about the shard's object,
+                                  kept from its probe to its download; NULL: not probed. Only
+                                  the worker downloading the shard touches its entry. */
+    dlc__scache_names names;   /* Ours, sorted. */
+    dlc__scache_names *other;  /* Other sets' names met in DIR, nother of them. */
     size_t nother;
 
     /* The file system side. fs_mu makes this process's threads take the cache-wide flock one
-     * at a time (a flock belongs to the open file, which they share). Order: fs_mu, then mu. */
+     * at a time (a flock belongs to the open file, which they share).
+     * Lock order: the loader's l->mu (loader/internal.h: held around dlc__scache_schedule() and
+     * dlc__scache_release()), then fs_mu (with the flock), then mu, then log_mu. Nothing here
+     * calls into the loader; dlc__scache_acquire() drops mu before it takes fs_mu. */
     pthread_mutex_t fs_mu;
     int lock_fd;
     dlc__scache_scan scan;
@@ -137,6 +151,9 @@ struct dlc__scache {
     uint32_t reserving;    /* Workers between picking a shard and having its room (or not). */
     uint64_t blocked_at;   /* The schedule entry whose download ahead found no room at */
     uint64_t blocked_gen;  /* this gen: no later entry is picked until something changes. */
+    uint64_t seen_usage;   /* The folder's bytes at the last reservation's scan. */
+    double stuck_since;    /* Since when a shard an acquire waits for has found no room while */
+    uint64_t stuck_usage;  /* the folder held these bytes (nothing moved); 0: not stuck. */
     int stop;
     pthread_t *threads;
     uint32_t nthreads;
@@ -163,12 +180,13 @@ enum {
 };
 
 /* Make room for shard @p k, evicting only shards whose next use is at or after @p after (see
- * dlc__scache_pick_victim()), and create its temporary file @p tmp (locked, allocated to the
- * shard's size). Returns a failure, DLC__SC_RESERVED (*fd set) or another DLC__SC_* outcome. */
+ * dlc__scache_pick_victim()), and create its temporary file named @p tmp in the set's folder
+ * (new, locked, allocated to the shard's size). Returns a failure, DLC__SC_RESERVED (*fd set)
+ * or another DLC__SC_* outcome. */
 dlc_status dlc__scache_reserve(dlc__scache *c, uint32_t k, uint64_t after, const char *tmp,
                                int *fd);
-/* Publish the verified temporary file @p tmp (open as @p fd, closed here) as shard @p k; pin it
- * for the acquires waiting for it. */
+/* Publish the verified temporary file named @p tmp in the set's folder (open as @p fd, closed
+ * here) as shard @p k; pin it for the acquires waiting for it. */
 dlc_status dlc__scache_publish(dlc__scache *c, uint32_t k, const char *tmp, int fd);
 /* Pin shard @p k if it is published: *fd the file open with LOCK_SH, or -1 when it is not. */
 dlc_status dlc__scache_try_pin(dlc__scache *c, uint32_t k, int *fd);

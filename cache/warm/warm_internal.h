@@ -255,6 +255,15 @@ void dlc__warm_multipart_etag(const uint8_t *md5s, size_t n, char out[DLC__WARM_
 dlc_status dlc__warm_file_etag(int fd, const char *path, uint64_t size, uint64_t part_size,
                                int multipart, char out[DLC__WARM_ETAG_MAX]);
 
+/* The one check of downloaded bytes against what the server says of them, shared by dlc_warm()
+ * (warm_run.c) and the streaming shard cache (stream_cache.c), so that both refuse the same
+ * bytes: for an object a push made (@p o->pushed), the MD5 of the @p o->size bytes of @p fd
+ * (@p path, for messages) must be its ETag (or, on GCS, its x-goog-hash md5). *checked (may be
+ * NULL) gets 1 when the check ran, 0 when the object carries no MD5 we can trust. DLC_OK;
+ * DLC_ECORRUPT naming @p shown (the redacted URL) with both digests; -errno reading @p fd. */
+dlc_status dlc__warm_check_md5(const dlc__warm_object *o, int fd, const char *path,
+                               const char *shown, int *checked);
+
 /* The push journal (warm_push_journal.c): which parts of which upload of which version of a
  * local file are on the server, so that a rerun after a crash sends only the others. One file
  * per (source file, destination) in the state directory, mode 0600 (a GCS session URI lets its

@@ -9,11 +9,13 @@
 #include "warm_internal.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <openssl/evp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 dlc_status dlc__md5_begin(dlc__md5 *m)
@@ -249,4 +251,41 @@ int dlc__md5_from_base64(const char *b64, uint8_t md5[16])
         return -1;
     memcpy(md5, d, 16);
     return 0;
+}
+
+dlc_status dlc__warm_check_md5(const dlc__warm_object *o, int fd, const char *path,
+                               const char *shown, int *checked)
+{
+    char want[DLC__WARM_ETAG_MAX], got[DLC__WARM_ETAG_MAX];
+    uint8_t md5[16];
+    uint32_t parts = 0;
+    dlc_status rc = DLC_OK;
+    if (checked)
+        *checked = 0;
+    if (!o->pushed)
+        return DLC_OK;
+    if (*o->goog_md5) {
+        snprintf(want, sizeof want, "%s", o->goog_md5);
+        rc = dlc__md5_file_range(fd, path, 0, o->size, md5);
+        dlc__md5_base64(md5, got);
+    } else if (dlc__warm_etag_parse(o->etag, md5, &parts) == 0 &&
+               (parts == 0 || (o->push_part_size > 0 &&
+                               (o->size + o->push_part_size - 1) / o->push_part_size == parts))) {
+        snprintf(want, sizeof want, "%s", o->etag);
+        rc = dlc__warm_file_etag(fd, path, o->size, o->push_part_size, parts > 0, got);
+    } else {
+        return dlc__errorf(DLC_ECORRUPT,
+                           "%s: pushed in parts of %" PRIu64 " bytes, but its ETag %s is not "
+                           "the MD5 of such parts",
+                           shown, o->push_part_size, o->etag);
+    }
+    if (rc < 0)
+        return rc;
+    if (strcasecmp(want, got) != 0)
+        return dlc__errorf(DLC_ECORRUPT,
+                           "%s: the downloaded bytes hash to %s, the object says %s: refused",
+                           shown, got, want);
+    if (checked)
+        *checked = 1;
+    return DLC_OK;
 }

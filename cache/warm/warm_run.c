@@ -356,48 +356,22 @@ static dlc_status fetch_missing(warm_call *w)
     return rc;
 }
 
-/* The MD5 of the part file is the one the object's ETag (or x-goog-hash) says, for an object
- * that dlc_warm_push() made (its metadata says so, and how it cut the parts): other objects'
- * ETags need not be MD5s (SSE-KMS, other uploaders' part sizes). */
+/* The MD5 of the part file is the one the object says (dlc__warm_check_md5(), the check the
+ * streaming cache runs too); bad bytes are removed so that a rerun fetches them again. */
 static dlc_status check_md5(warm_call *w)
 {
-    const dlc__warm_object *o = &w->obj;
-    char want[DLC__WARM_ETAG_MAX], got[DLC__WARM_ETAG_MAX];
-    uint8_t md5[16];
-    uint32_t parts = 0;
-    dlc_status rc = DLC_OK;
-    if (!o->pushed)
-        return DLC_OK;
     const double t = dlc__now_s();
-    if (*o->goog_md5) {
-        snprintf(want, sizeof want, "%s", o->goog_md5);
-        rc = dlc__md5_file_range(w->part_fd, w->p->part, 0, o->size, md5);
-        dlc__md5_base64(md5, got);
-    } else if (dlc__warm_etag_parse(o->etag, md5, &parts) == 0 &&
-               (parts == 0 || (o->push_part_size > 0 &&
-                               (o->size + o->push_part_size - 1) / o->push_part_size == parts))) {
-        snprintf(want, sizeof want, "%s", o->etag);
-        rc =
-            dlc__warm_file_etag(w->part_fd, w->p->part, o->size, o->push_part_size, parts > 0, got);
-    } else {
-        return dlc__errorf(DLC_ECORRUPT,
-                           "%s: pushed in parts of %" PRIu64 " bytes, but its ETag %s is not "
-                           "the MD5 of such parts",
-                           w->src.shown, o->push_part_size, o->etag);
-    }
+    int checked = 0;
+    const dlc_status rc =
+        dlc__warm_check_md5(&w->obj, w->part_fd, w->p->part, w->src.shown, &checked);
     w->r.verify_seconds += dlc__now_s() - t;
-    if (rc < 0)
-        return rc;
-    if (strcasecmp(want, got) != 0) {
+    if (rc == DLC_ECORRUPT) {
         unlink(w->p->part);
         unlink(w->p->journal);
-        return dlc__errorf(DLC_ECORRUPT,
-                           "%s: the downloaded bytes hash to %s, the object says %s; the download "
-                           "was removed",
-                           w->src.shown, got, want);
     }
-    w->r.md5_checked = 1;
-    return DLC_OK;
+    if (rc == DLC_OK)
+        w->r.md5_checked = checked;
+    return rc;
 }
 
 /* The part file has the object's size and, unless DLC_WARM_NO_VERIFY, every

@@ -449,8 +449,9 @@ DLC_API const dlc_store *dlc_loader_store(const dlc_loader *l);
 /**
  * @brief Open the store a loader of @p path would read, for its schema, labels and metadata:
  *        dlc_store_open() of a local store or set; for a streamed set's URL, the set opened
- *        from its index, fetched into config.cache_dir (no shard is downloaded; its records are
- *        read through a loader only).
+ *        from its index, fetched into memory (config.cache_dir must be given, but nothing is
+ *        made, written or removed there; no shard is downloaded; its records are read through a
+ *        loader only).
  * @param[in] path A store, a set's directory, or a set's URL.
  * @param[in] config Its cache_dir and net are used for a URL; NULL for a local path.
  * @param[out] out Close with dlc_store_close().
@@ -486,7 +487,8 @@ typedef struct dlc_loader_plan_info {
 /**
  * @brief Plan a shard-window run without reading a record: epoch 0 of @p config (its sampler
  *        taken as DLC_SAMPLER_SHARD_WINDOWS) over the store or set at @p path, or over a
- *        streamed set whose URL is @p path (only its index is fetched, into config.cache_dir).
+ *        streamed set whose URL is @p path (only its index is fetched, into memory: nothing is
+ *        made, written or removed in config.cache_dir).
  * @param[in] path A store, a set's directory, or a set's URL.
  * @param[in] config As for dlc_loader_open(); cache_limit is not checked (the answer says what
  *        it must be).

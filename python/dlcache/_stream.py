@@ -146,7 +146,7 @@ class _OpenedStore:
 
 def read_info(path, cfg, ctx):
     """dlcache.info() of what a loader of @p path with @p cfg reads: for a URL, the set
-    opened from its index (fetched into cfg.cache_dir; no shard is downloaded)."""
+    opened from its index (fetched into memory; nothing is written in cfg.cache_dir)."""
     from .store import _read_info
     with _OpenedStore(path, cfg, ctx) as st:
         return _read_info(st)
@@ -161,7 +161,8 @@ def plan(path, batch_size=256, *, window_shards=4, streams=None, world_size=None
          cache_ranks=None, downloads=2, drop_last=False, seed=0, cache_dir=None,
          endpoint=None, region=None):
     """What a Loader(path, sampler="windows", ...) run would need and do, without reading a
-    record (for a URL only the set's index is fetched, into cache_dir).
+    record (for a URL only the set's index is fetched, into memory: nothing is written in
+    cache_dir).
 
     Takes the Loader's arguments of the same names, with the same defaults (world_size from
     torch.distributed or $WORLD_SIZE, cache_ranks from $LOCAL_WORLD_SIZE).

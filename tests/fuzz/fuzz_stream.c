@@ -10,8 +10,13 @@
  * error always says why, the files the cache did not write are all still there, and a live
  * download is never removed.
  *
+ * After the limit, the input may also tamper with the index (re-sealed, as anyone who can write
+ * the bucket can: a shard's count, size or name changed, issue 23) and plant links where the
+ * set's folder, the lock file or another set's folder should be, pointing into a victim folder:
+ * nothing in the victim folder may be created, changed or removed.
+ *
  * Seeds: tests/fuzz/make_seeds.sh (DLC_FUZZ_SEED_DIR): a clean folder, one with every shard
- * present, and one with a dead download. */
+ * present, one with a dead download, a tampered index and planted links. */
 #include "fuzz_util.h"
 #include "set_fixture.h"
 #include "store_set.h"
@@ -97,6 +102,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         static const uint8_t temps[] = {1, 0, 0, 1, 7, 0, 1, 1, 1, 0, 2, 0, 2, 200};
         static const uint8_t index_cut[] = {5, 2, 0, 9, 40, 0, 0, 0, 0, 0, 0, 0};
         static const uint8_t empty[] = {0};
+        /* No file, no limit; tamper with shard 1's name (a hidden one), then with a count. */
+        static const uint8_t tampered[] = {0, 3, 2, 1};
+        static const uint8_t tampered_count[] = {0, 5, 0, 0xff, 0xff, 0xff, 0xff};
+        /* Shard 0 present, then every link planted. */
+        static const uint8_t links[] = {0, 0, 0, 0, 0, 0, 7};
         const struct {
             const char *name;
             const uint8_t *b;
@@ -104,7 +114,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         } s[] = {{"present", present, sizeof present},
                  {"temps", temps, sizeof temps},
                  {"index-cut", index_cut, sizeof index_cut},
-                 {"empty", empty, sizeof empty}};
+                 {"empty", empty, sizeof empty},
+                 {"tampered", tampered, sizeof tampered},
+                 {"tampered-count", tampered_count, sizeof tampered_count},
+                 {"links", links, sizeof links}};
         for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
             snprintf(p, sizeof p, "%s/%s", seeds, s[i].name);
             fz_write_file(p, s[i].b, s[i].n);
@@ -154,6 +167,96 @@ static void pick_name(cursor *c, char *out, size_t cap)
         if (!strcmp(out, ".") || !strcmp(out, ".."))
             snprintf(out, cap, "dots");
     }
+}
+
+/* The real index, re-sealed with one lie of the input's choosing about one shard. */
+static void tamper_index(cursor *c, uint8_t t, uint8_t **out, size_t *len)
+{
+    dlc__set_index x = {0};
+    if (dlc__set_index_decode(index_bytes, index_len, "index", &x) != DLC_OK)
+        die("decode");
+    dlc__set_shard *e = &x.shards[(t >> 1) % SHARDS];
+    uint64_t v = 0;
+    switch (next(c) % 4) {
+    case 0: /* A count, up to 2^32 and more. */
+        for (int i = 0; i < 5; i++)
+            v = v << 8 | next(c);
+        e->count = v;
+        break;
+    case 1: /* A size. */
+        for (int i = 0; i < 5; i++)
+            v = v << 8 | next(c);
+        e->file_bytes = v;
+        break;
+    case 2: { /* A name that could hide or collide. */
+        static const char *const names[] = {".hidden", DLC__SET_INDEX_NAME, "x.999.dlcs-tmp",
+                                            DLC__SCACHE_LOCK, "a..b"};
+        snprintf(e->name, sizeof e->name, "%s", names[next(c) % 5]);
+        break;
+    }
+    default: /* Empty. */
+        e->count = 0;
+        break;
+    }
+    uint64_t sum = 0;
+    for (uint32_t k = 0; k < x.num_shards; k++) {
+        x.shards[k].first = sum;
+        sum += x.shards[k].count;
+    }
+    x.count = sum;
+    if (dlc__set_index_encode(&x, out, len) != DLC_OK)
+        die("encode");
+    dlc__set_index_free(&x);
+}
+
+/* The victim folder's files, as names, sizes and inodes: what the cache must never touch. */
+typedef struct victim_list {
+    int n;
+    char names[MAX_FILES + 4][256];
+    struct stat st[MAX_FILES + 4];
+} victim_list;
+
+static void list_victim(const char *dir, victim_list *v)
+{
+    v->n = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) && v->n < MAX_FILES + 4) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        char p[900];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        snprintf(v->names[v->n], sizeof v->names[0], "%s", e->d_name);
+        if (lstat(p, &v->st[v->n]) == 0)
+            v->n++;
+    }
+    closedir(d);
+}
+
+static void same_victim(const char *dir, const victim_list *before)
+{
+    victim_list *now = calloc(1, sizeof *now);
+    if (!now)
+        die("calloc");
+    list_victim(dir, now);
+    int same = now->n == before->n;
+    for (int i = 0; same && i < now->n; i++) {
+        int found = 0;
+        for (int j = 0; j < before->n && !found; j++)
+            found = !strcmp(now->names[i], before->names[j]) &&
+                    now->st[i].st_ino == before->st[j].st_ino &&
+                    now->st[i].st_size == before->st[j].st_size &&
+                    now->st[i].st_mtim.tv_sec == before->st[j].st_mtim.tv_sec &&
+                    now->st[i].st_mtim.tv_nsec == before->st[j].st_mtim.tv_nsec;
+        same = found;
+    }
+    if (!same) {
+        fprintf(stderr, "fuzz_stream: the cache wrote or removed through a link in %s\n", dir);
+        abort();
+    }
+    free(now);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -230,13 +333,46 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
 
     const uint8_t lim = next(&c);
+    /* Past the limit (zeros in older inputs: no lie, no link). */
+    uint8_t *idx = index_bytes, *lied = NULL;
+    size_t idx_len = index_len;
+    const uint8_t t = next(&c);
+    if (t & 1) {
+        tamper_index(&c, t, &lied, &idx_len);
+        idx = lied;
+    }
+    const uint8_t links = next(&c);
+    char victim[600], vfile[700], link[700];
+    snprintf(victim, sizeof victim, "%s-victim", dir);
+    tu_rmtree(victim);
+    if (links & 7) {
+        /* The victim folder: our set folder's files moved there (bit 0), or a file of its own. */
+        if (links & 1) {
+            if (rename(ours, victim) != 0 || symlink(victim, ours) != 0)
+                die("plant the set folder's link");
+        } else if (mkdir(victim, 0755) != 0) {
+            die("mkdir victim");
+        }
+        snprintf(vfile, sizeof vfile, "%s/file", victim);
+        fz_write_file(vfile, (const uint8_t *)"keep", 4);
+        snprintf(link, sizeof link, "%s/" DLC__SCACHE_LOCK, dir);
+        if (links & 2)
+            symlink(vfile, link);
+        snprintf(link, sizeof link, "%s/%016llx", dir, 0x0123456789abcdefull);
+        if (links & 4)
+            symlink(victim, link);
+    }
+    victim_list *before = calloc(1, sizeof *before);
+    if (!before)
+        die("calloc");
+    list_victim(victim, before);
     const dlc__scache_config cfg = {
         .dir = dir,
         .limit = lim < 128 ? 0 : (uint64_t)lim << 12,
         .url = "s3://fuzz/set",
         .downloads = 1,
-        .index = index_bytes,
-        .index_len = index_len,
+        .index = idx,
+        .index_len = idx_len,
     };
     dlc__scache *cache = NULL;
     const dlc_status rc = dlc__scache_open(&cfg, &cache);
@@ -249,6 +385,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
     }
     dlc__scache_close(cache);
+    same_victim(victim, before);
+    free(before);
+    free(lied);
     /* Nothing the cache did not write was removed, and no live download. */
     for (int i = 0; i < nkeep; i++) {
         struct stat st;

@@ -16,12 +16,14 @@ Without node, npm or an npm registry the tests that need the server skip, saying
 
 import fcntl
 import filecmp
+import logging
 import os
 import shutil
 import socket
 import subprocess
 import time
 import urllib.request
+import warnings
 
 import pytest
 import torch
@@ -351,3 +353,71 @@ def test_state_dict_refuses_other_streams(local_set):
                         **{k: v for k, v in kw.items() if k != "window_shards"}) as b:
         with pytest.raises(dlcache.InvalidArgumentError, match="window_shards"):
             b.load_state_dict(sd)
+
+
+def _shard_ranges(local_set):
+    """[(name, first, count)] of the set's shards, from cacheinfo's JSON of each."""
+    import json
+    out, first = [], 0
+    for name in sorted(f for f in os.listdir(local_set) if f.endswith(".dlc")):
+        r = subprocess.run([tool("cacheinfo"), os.path.join(local_set, name), "--json"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        n = json.loads(r.stdout)["count"]
+        out.append((name, first, n))
+        first += n
+    return out
+
+
+def test_damaged_shard_costs_only_its_records(local_set, s3, tmp_path, caplog):
+    """Issue 23, item 1: one shard of the bucket's copy damaged (bytes of its records changed,
+    its ETag the damaged bytes' own, as an uploader of bad bytes makes it), on_corrupt="replace":
+    only that shard's records are replaced, the same ones in two loaders, every healthy record
+    comes every epoch, corrupt_replaced counts the shard's records, and the shard is fetched
+    once (not again each time a batch reads it)."""
+    bad = tmp_path / "damaged"
+    shutil.copytree(local_set, bad)
+    ranges = _shard_ranges(local_set)
+    name, first, count = ranges[7]
+    p = bad / name
+    b = bytearray(p.read_bytes())
+    mid = len(b) // 2
+    b[mid:mid + 64] = bytes(x ^ 0xFF for x in b[mid:mid + 64])
+    p.write_bytes(bytes(b))
+    r = subprocess.run([tool("cachewarm"), "push", str(bad), "s3://b/sets/damaged", "--endpoint",
+                        s3, "-q"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, "cachewarm push: %s" % r.stderr
+    bad_records = set(range(first, first + count))
+    healthy = set(range(DEMO_COUNT)) - bad_records
+    runs = []
+    caplog.set_level(logging.WARNING, logger="dlcache")
+    for run in range(2):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            with dlcache.Loader("s3://b/sets/damaged", cache_dir=tmp_path / ("c%d" % run),
+                                cache_ranks=1, endpoint=s3, on_corrupt="replace", **OPTS) as ld:
+                epochs = [_indices(ld), _indices(ld)]
+                st, ss = ld.stats(), ld.stream_stats()
+        runs.append(epochs)
+        for e, idx in enumerate(epochs):
+            got = set(idx)
+            assert not got & bad_records, "run %d epoch %d delivered the damaged shard's " \
+                "records %s" % (run, e, sorted(got & bad_records)[:5])
+            missing = healthy - got
+            assert not missing, "run %d epoch %d missed %d healthy records: %s" % (
+                run, e, len(missing), sorted(missing)[:10])
+            assert len(idx) == DEMO_COUNT
+        assert st["corrupt_replaced"] == 2 * count, \
+            "%d replaced in two epochs for a shard of %d" % (st["corrupt_replaced"], count)
+        shard_bytes = os.path.getsize(os.path.join(local_set, name))
+        set_bytes = sum(os.path.getsize(os.path.join(local_set, f))
+                        for f in os.listdir(local_set) if f.endswith(".dlc"))
+        index_bytes = os.path.getsize(os.path.join(local_set, "index.dlcset"))
+        assert ss["downloads"] == SHARDS - 1
+        assert ss["bytes_fetched"] <= set_bytes + shard_bytes + index_bytes, \
+            "the damaged shard was fetched more than twice: %d bytes for a set of %d" % (
+                ss["bytes_fetched"], set_bytes)
+    assert runs[0] == runs[1], "the replacements differ between two loaders"
+    said = [r.getMessage() for r in caplog.records
+            if "replaced" in r.getMessage() and "epoch" in r.getMessage()]
+    assert said and all("verify = off" not in m for m in said), said
