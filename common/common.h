@@ -63,6 +63,15 @@ __attribute__((format(printf, 4, 5)))
 #endif
 void dlc__logf(dlc_log_fn log, void *user, dlc_log_level level, const char *fmt, ...);
 
+/* Copy @p url into @p buf (@p cap bytes, cut to fit) with its user:password and query string
+ * replaced by "REDACTED"; NULL gives "(null)". Returns @p buf. */
+const char *dlc__redact_url(const char *url, char *buf, size_t cap);
+/* Copy the text @p in into @p buf with every secret it shows replaced by "REDACTED": URLs' user
+ * information and query strings, credentials after an authorization scheme or a key named like
+ * a secret, AWS key ids (common/redact.c says which). Idempotent. Every message and log line of
+ * the library passes through it. Returns @p buf. */
+const char *dlc__redact_text(const char *in, char *buf, size_t cap);
+
 /* The message of a failure and its site, kept while cleanup code runs calls that may overwrite
  * them:
  *     dlc__errsave es; dlc__err_save(&es); ...cleanup...; return dlc__err_restore(&es, rc); */
