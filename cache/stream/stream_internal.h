@@ -138,6 +138,10 @@ struct dlc__scache {
     uint64_t blocked_at;   /* The schedule entry whose download ahead found no room at */
     uint64_t blocked_gen;  /* this gen: no later entry is picked until something changes. */
     int stop;
+    /* The caller's progress callback (cfg->net's), asked too by every download: how a binding
+     * stops them from outside (Ctrl-C in Python), as close() does with stop (issue 23). */
+    dlc_warm_progress_fn user_progress;
+    void *user_progress_user;
     pthread_t *threads;
     uint32_t nthreads;
     dlc__scache_stats st;
