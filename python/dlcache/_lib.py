@@ -590,6 +590,8 @@ _PROTOTYPES = {
     "dlc_set_join": (c_status, [ctypes.c_char_p, ctypes.POINTER(SetJoinReport)]),
     # warm.h
     "dlc_warm_options_init": (None, [ctypes.POINTER(WarmOptions)]),
+    "dlc_warm_redact_text": (ctypes.c_char_p, [ctypes.c_char_p, ctypes.c_char_p,
+                                               ctypes.c_size_t]),
     # loader.h
     "dlc_loader_config_init": (None, [ctypes.POINTER(LoaderConfig)]),
     "dlc_loader_open": (c_status, [ctypes.c_char_p, ctypes.POINTER(LoaderConfig),

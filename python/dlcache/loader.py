@@ -15,7 +15,7 @@ from . import _device
 from . import _stream
 from . import _lib as L
 from ._lib import lib
-from .errors import check, error_for
+from .errors import check, error_for, redact
 from .store import _fspath, _read_schema, _uint, info as _store_info
 
 __all__ = ["Loader"]
@@ -63,11 +63,15 @@ _STATE_VERSION = 1
 def _log_cb(_user, level, msg):
     lvl = {0: logging.DEBUG, 1: logging.INFO, 2: logging.WARNING}.get(level, logging.INFO)
     text = msg.decode("utf-8", "replace") if msg else ""
-    _log.log(lvl, "%s", text)
     if lvl >= logging.WARNING:
-        # What a user must not miss (damaged records replaced, a slower I/O path) also reaches
-        # Python's warnings, which are shown without any logging set up.
+        # What a user must not miss (damaged records replaced, a slower I/O path, a retry)
+        # reaches Python's warnings, shown without any logging set up; the "dlcache" logger gets
+        # it too only where logging has a handler, since logging's last-resort handler would
+        # print the same line a second time.
         warnings.warn("dlcache: " + text, RuntimeWarning, stacklevel=2)
+        if not _log.hasHandlers():
+            return
+    _log.log(lvl, "%s", text)
 
 
 # One callback object for every loader: ctypes keeps it alive with the module.
@@ -254,6 +258,12 @@ class Loader:
         downloads: shards this process downloads at once.
         endpoint, region: of S3 or GCS ("http://127.0.0.1:9000"); None = from
             the environment (AWS_ENDPOINT_URL_S3, AWS_REGION...).
+        timeout: seconds a request may receive nothing (or take to connect)
+            before it is cut and tried again; None = 30 (10 to connect).
+        retries: attempts of a request after its first, 1..1000; None = 8.
+            With both small, a dead endpoint fails the loader within about
+            timeout * (retries + 1) seconds; close() and Ctrl-C stop the
+            downloads at once whatever they are.
         seed: seed of the order and of the augmentation.
         drop_last: drop the last short batch (and cut the epoch to a multiple
             of world_size instead of padding it).
@@ -389,13 +399,14 @@ class Loader:
                  cache_dir: "Union[None, str, os.PathLike]" = None,
                  cache_limit: "Union[None, int, str]" = None,
                  cache_ranks: "Optional[int]" = None, downloads: int = 2,
-                 endpoint: "Optional[str]" = None, region: "Optional[str]" = None) -> None:
+                 endpoint: "Optional[str]" = None, region: "Optional[str]" = None,
+                 timeout: "Optional[float]" = None, retries: "Optional[int]" = None) -> None:
         self._handle = None
         self._feed = None
         self._info = None
         self._path = _fspath(path, "path")
         self._url = _stream.is_url(self._path)
-        ctx = "dlcache.Loader(%s)" % os.fsdecode(self._path)
+        ctx = "dlcache.Loader(%s)" % redact(os.fsdecode(self._path))
         # Before anything is opened: a CUDA device that torch cannot use is an error now.
         self._device = _device.parse_device(device)
         channels_last = _device.parse_memory_format(memory_format)
@@ -410,7 +421,8 @@ class Loader:
         keep = []
         _stream.apply(cfg, self._path, keep, ctx, window_shards=window_shards, streams=streams,
                       cache_dir=cache_dir, cache_limit=cache_limit, cache_ranks=cache_ranks,
-                      downloads=downloads, endpoint=endpoint, region=region, log=_LOG_CB)
+                      downloads=downloads, endpoint=endpoint, region=region, log=_LOG_CB,
+                      timeout=timeout, retries=retries)
         if self._url:
             # The schema and labels of a streamed set come from its index (fetched into
             # cache_dir; no shard is downloaded), as the C loader will open it.
@@ -582,9 +594,12 @@ class Loader:
 
     def _open(self, cfg, pins=None):
         h = ctypes.c_void_p()
-        check(lib.dlc_loader_open(self._path, ctypes.byref(cfg), ctypes.byref(h)),
-              "dlcache.Loader(%s)" % os.fsdecode(self._path))
-        self._handle = _Handle(h.value, pins)
+        # Ctrl-C stops the downloads of the open (a streamed set's index) at once.
+        with _stream.interruptible():
+            rc = lib.dlc_loader_open(self._path, ctypes.byref(cfg), ctypes.byref(h))
+            if rc == L.DLC_OK:
+                self._handle = _Handle(h.value, pins)  # owned before any KeyboardInterrupt
+        check(rc, "dlcache.Loader(%s)" % redact(os.fsdecode(self._path)))
 
     def _open_device(self, cfg, schema, channels_last):
         """Open the C loader for CUDA batches: the plugin's device path when it can run, else
@@ -806,7 +821,7 @@ class Loader:
         next_fn = lib.dlc_loader_next
         owner = self._handle
         feed = self._feed
-        ctx = "dlcache.Loader(%s)" % os.fsdecode(self._path)
+        ctx = "dlcache.Loader(%s)" % redact(os.fsdecode(self._path))
         max_lent = self._config.max_lent
         turn = 0
         while True:
@@ -1076,5 +1091,5 @@ class Loader:
             dev = ", device=%s (%s)" % (self._device, self._feed.backend)
         closed = self._handle is None or self._handle.ptr is None
         return ("dlcache.Loader(%r, batch_size=%d, rank=%d/%d, epoch=%d, %d batches/epoch%s%s)"
-                % (os.fsdecode(self._path), c.batch_size, c.rank, c.world_size, self._epoch,
+                % (redact(os.fsdecode(self._path)), c.batch_size, c.rank, c.world_size, self._epoch,
                    self._len, dev, ", closed" if closed else ""))
