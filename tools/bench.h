@@ -143,8 +143,11 @@ typedef struct bench_load_opts {
     const char *field_names[DLC_MAX_FIELDS]; /**< --fields, split; cfg.fields points here. */
     int streamed;          /**< STORE is a set's URL: read through the shard cache. */
     int sampler_set;       /**< --sampler was given. */
-    dlc_warm_options net;  /**< --endpoint, --region: the downloads' (cfg.net points here). */
+    dlc_warm_options net;  /**< --endpoint, --region, --timeout, --retries: the downloads'
+                                (cfg.net points here). */
     char fields_buf[1024]; /**< The --fields text the names point into. */
+    /** STORE as shown in messages and --json: a URL's password and query string redacted. */
+    char shown[4096];
 } bench_load_opts;
 
 /* Parse `cachebench load` arguments. Returns 0, 1 when --help was printed, or -1 after printing

@@ -62,6 +62,8 @@ void bench_usage(FILE *out)
           "  --cache-ranks N      processes sharing DIR (default 1)\n"
           "  --downloads N        shards downloaded at once (default 2)\n"
           "  --endpoint URL --region R  the S3 or GCS endpoint and region of the URL\n"
+          "  --timeout SECONDS    retry a request that receives nothing this long (default 30)\n"
+          "  --retries N          attempts per request after the first, 1..1000 (default 8)\n"
           "  --device N           run the loader's device path on GPU N instead: each batch\n"
           "                       is converted (--dtype, --device-layout) by\n"
           "                       dlc_loader_device_emit on the default stream into device\n"

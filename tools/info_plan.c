@@ -8,6 +8,7 @@
 
 #include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void plan_usage(FILE *f)
@@ -31,6 +32,8 @@ static void plan_usage(FILE *f)
           "  --seed S --epoch E   the order's seed and epoch (default 0, 0)\n"
           "  --cache-dir DIR      where a URL's index is fetched (required for a URL)\n"
           "  --endpoint URL --region R  the S3 or GCS endpoint and region of a URL\n"
+          "  --timeout SECONDS    retry a request that receives nothing this long (default 30)\n"
+          "  --retries N          attempts per request after the first, 1..1000 (default 8)\n"
           "  --json               one JSON object on stdout\n",
           f);
 }
@@ -53,6 +56,8 @@ int info_plan_main(int argc, char **argv)
         O_CACHE_DIR,
         O_ENDPOINT,
         O_REGION,
+        O_TIMEOUT,
+        O_RETRIES,
     };
     static const struct option longopts[] = {
         {"plan", no_argument, NULL, O_PLAN},
@@ -70,6 +75,8 @@ int info_plan_main(int argc, char **argv)
         {"cache-dir", required_argument, NULL, O_CACHE_DIR},
         {"endpoint", required_argument, NULL, O_ENDPOINT},
         {"region", required_argument, NULL, O_REGION},
+        {"timeout", required_argument, NULL, O_TIMEOUT},
+        {"retries", required_argument, NULL, O_RETRIES},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -134,6 +141,21 @@ int info_plan_main(int argc, char **argv)
         case O_REGION:
             net.region = optarg, cfg.net = &net;
             break;
+        case O_TIMEOUT: {
+            char *end = NULL;
+            const double t = strtod(optarg, &end);
+            if (!*optarg || *end || !(t > 0 && t <= 86400))
+                return tool_usage_error(TOOL, NULL, "--timeout wants seconds, not '%s'", optarg);
+            net.timeout_s = t, cfg.net = &net;
+            if (t < net.connect_timeout_s)
+                net.connect_timeout_s = t;
+            break;
+        }
+        case O_RETRIES:
+            if (tool_parse_u64(optarg, 1000, &v) != 0 || v == 0)
+                return tool_usage_error(TOOL, NULL, "--retries wants 1..1000, not '%s'", optarg);
+            net.max_retries = (uint32_t)v, cfg.net = &net;
+            break;
         case 'h':
             plan_usage(stdout);
             return 0;
@@ -145,6 +167,8 @@ int info_plan_main(int argc, char **argv)
     if (optind + 1 != argc)
         return tool_usage_error(TOOL, plan_usage, "exactly one STORE or URL is needed");
     const char *path = argv[optind];
+    char shown[4096]; /* path for people: a URL's password and query string redacted. */
+    dlc_warm_redact_text(path, shown, sizeof shown);
     dlc_loader_plan_info p = {.struct_size = sizeof p};
     const dlc_status rc = dlc_loader_plan(path, &cfg, &p);
     if (rc != DLC_OK) {
@@ -156,7 +180,7 @@ int info_plan_main(int argc, char **argv)
         tool_json j;
         tool_json_init(&j, stdout);
         tool_json_object_begin(&j, NULL);
-        tool_json_str(&j, "path", path);
+        tool_json_str(&j, "path", shown);
         tool_json_u64(&j, "shards", p.shards);
         tool_json_u64(&j, "set_bytes", p.set_bytes);
         tool_json_u64(&j, "largest_shard_bytes", p.largest_shard_bytes);
@@ -182,7 +206,7 @@ int info_plan_main(int argc, char **argv)
         tool_json_finish(&j);
     } else {
         char a[32], b[32], e[32];
-        printf("%s: %u shards, %s (largest %s)\n", path, p.shards,
+        printf("%s: %u shards, %s (largest %s)\n", shown, p.shards,
                tool_human_bytes(p.set_bytes, a, sizeof a),
                tool_human_bytes(p.largest_shard_bytes, b, sizeof b));
         printf("order:   windows of %u shards, %u streams, world size %u on %u nodes, batch %u\n",
