@@ -164,6 +164,17 @@ dlc_status dlc__fsync_dir(const char *path);
  * the new one only once it is on disk; a failure removes the temporary file. Returns DLC_OK,
  * -ENOMEM or -errno with the file named. */
 dlc_status dlc__replace_file(const char *path, const void *p, size_t len);
+/* Open @p path, a file dlcache keeps for itself (a partial download, a journal, a lock, a
+ * sidecar), with @p flags (O_RDWR, O_CREAT, O_EXCL...; mode 0644) and never through a symbolic
+ * link, nor blocking on a FIFO: a link, or anything but a regular file, is refused naming it,
+ * since a co-tenant of a shared folder may plant one to have us truncate or overwrite its target
+ * (docs/SECURITY.md). *fd_out gets the descriptor (close-on-exec). DLC_OK, -ELOOP (a link),
+ * DLC_EINVAL (not a regular file) or -errno. */
+dlc_status dlc__open_own(const char *path, int flags, int *fd_out);
+/* Make @p path, a new file of ours, afresh: a symbolic link with its name is refused (-ELOOP,
+ * naming it), anything else removed, then the file is created with O_EXCL (a link planted in
+ * between fails it). As dlc__open_own(). */
+dlc_status dlc__create_own(const char *path, int flags, int *fd_out);
 
 /* ---- Counter-based random streams (rng.c) ------------------------------------------------------
  * Every random choice of the loader is a pure function of a key made from (seed, epoch, position,

@@ -433,6 +433,13 @@ static dlc_status make_dir(const char *path, const char *what)
         return dlc__fsync_dir(path);
     if (errno != EEXIST)
         return dlc__errorf(-errno, "%s: mkdir: %s", path, strerror(errno));
+    /* A link where our folder should be is refused, not followed (issue 23, item 10): a
+     * co-tenant could point it anywhere we may write. */
+    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode))
+        return dlc__errorf(-ELOOP,
+                           "%s: is a symbolic link where dlcache keeps %s; links are never "
+                           "followed there (remove it if it is yours)",
+                           path, what);
     if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode))
         return dlc__errorf(DLC_EINVAL, "%s: the source is a store set, %s is a file", path, what);
     return DLC_OK;
