@@ -185,6 +185,8 @@ typedef struct warm_call {
     dlc__warm_ranges have; /* Bytes in place from earlier runs, as the journal says. */
     uint64_t have_bytes;
     dlc__warm_journal_id jid;
+    uint64_t max_size;    /* 0, or the most bytes the object may have (checked after the probe). */
+    const char *max_what; /* What the object is, for the refusal. */
 } warm_call;
 
 /* Fill in the defaults and refuse options out of range. */
@@ -264,6 +266,11 @@ static dlc_status probe_object(warm_call *w)
     if (rc < 0)
         return rc;
     w->r.bytes = w->obj.size;
+    if (w->max_size && w->obj.size > w->max_size)
+        return dlc__errorf(DLC_ECORRUPT,
+                           "%s: the server says it is %" PRIu64 " bytes; %s is at most %" PRIu64
+                           ": refused before downloading it",
+                           w->src.shown, w->obj.size, w->max_what, w->max_size);
     snprintf(w->r.etag, sizeof w->r.etag, "%s", w->obj.etag);
     dlc__warm_sidecar sc;
     if (*w->obj.etag && complete_copy(w->dest, w->p, w->src.name, w->obj.etag, &w->obj.size, &sc)) {
@@ -504,8 +511,17 @@ dlc_status dlc_warm(const char *url, const char *dest, const dlc_warm_options *o
 dlc_status dlc__warm_file(const char *url, const char *dest, const char *state,
                           const dlc_warm_options *opt_in, dlc_warm_result *res)
 {
+    return dlc__warm_file_capped(url, dest, state, opt_in, 0, NULL, res);
+}
+
+dlc_status dlc__warm_file_capped(const char *url, const char *dest, const char *state,
+                                 const dlc_warm_options *opt_in, uint64_t max_size,
+                                 const char *what, dlc_warm_result *res)
+{
     warm_call w;
     memset(&w, 0, sizeof w);
+    w.max_size = max_size;
+    w.max_what = what ? what : "the object";
     w.dest = dest;
     w.state = state ? state : dest;
     dlc_warm_options_init(&w.opt);

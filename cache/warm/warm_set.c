@@ -399,7 +399,10 @@ static dlc_status fetch_index(const set_paths *p, const dlc_warm_options *opt, d
     dlc_warm_options o = *opt;
     o.flags |= DLC_WARM_NO_VERIFY; /* Not a store: its own decoder checks it below. */
     o.progress = NULL;
-    dlc_status rc = dlc__warm_file(p->index_url, p->tmp, p->index_state, &o, ir);
+    /* An index's size is checked before a byte of it is fetched (issue 23, item 12): a bucket
+     * that says 2 GB is refused at once, as the reader would refuse the file. */
+    dlc_status rc = dlc__warm_file_capped(p->index_url, p->tmp, p->index_state, &o,
+                                          DLC__SET_MAX_INDEX_BYTES, "a store set's index", ir);
     if (rc == DLC_OK)
         rc = dlc__warm_set_list_file(p->tmp, list);
     if (rc == DLC_ECORRUPT || rc == DLC_EVERSION) {
@@ -504,6 +507,8 @@ dlc_status dlc__warm_set(const char *url, const char *dest, const dlc_warm_optio
         rc = publish_index(p, dest, &ir);
     if (sf.res)
         sum_results(r, &ir, sf.res, list.n);
+    else
+        r->bytes_downloaded += ir.bytes_downloaded; /* What the index cost, also when refused. */
     if (rc == DLC_OK)
         remove_leftovers(p, dest, &list);
     free(sf.res);
