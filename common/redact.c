@@ -241,7 +241,8 @@ const char *dlc__redact_text(const char *in, char *buf, size_t cap)
         const size_t sep = key ? separator_len(in + w, n - w) : 0;
         if (sep) {
             const size_t v = w + sep;
-            if (strncmp(in + v, mark, MARK_LEN) == 0) {
+            /* Redacted already (the whole value is the mark): kept. */
+            if (value_len(in + v, n - v) == MARK_LEN && strncmp(in + v, mark, MARK_LEN) == 0) {
                 put(&o, in + i, v + MARK_LEN - i);
                 i = v + MARK_LEN;
                 continue;
@@ -251,7 +252,7 @@ const char *dlc__redact_text(const char *in, char *buf, size_t cap)
                 size_t t = v + value_len(in + v, n - v);
                 while (t < n && in[t] == ' ')
                     t++;
-                if (strncmp(in + t, mark, MARK_LEN) == 0) {
+                if (value_len(in + t, n - t) == MARK_LEN && strncmp(in + t, mark, MARK_LEN) == 0) {
                     put(&o, in + i, t + MARK_LEN - i);
                     i = t + MARK_LEN;
                     continue;

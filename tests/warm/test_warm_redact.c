@@ -55,6 +55,8 @@ Test(warm_redact, echoed_headers)
                  "SESSIONTOKENXYZ\"}");
     assert_clean("you sent Bearer GCSBEARERTOKEN and key AKIAEXAMPLEKEYID0001");
     assert_clean("<Message>password=SECRETSECRET</Message>");
+    /* A value that merely starts with the mark is no mark. */
+    assert_clean("token=REDACTEDSESSIONTOKENXYZ; Authorization: Bearer REDACTEDGCSBEARERTOKEN");
     cr_assert_str_eq(redact("Authorization: Bearer GCSBEARERTOKEN"), "Authorization: REDACTED");
     cr_assert_str_eq(redact("x-amz-security-token: SESSIONTOKENXYZ\nHost: h"),
                      "x-amz-security-token: REDACTED\nHost: h");
