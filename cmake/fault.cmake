@@ -12,7 +12,8 @@ if(DLCACHE_TESTS AND EXISTS ${PROJECT_SOURCE_DIR}/tests/lib/faultinject.c AND NO
 endif()
 if(DLCACHE_TESTS AND DLCACHE_E2E)
   file(GLOB fault_e2e CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/e2e/fault_*.sh
-       ${PROJECT_SOURCE_DIR}/tests/e2e/valgrind_*.sh ${PROJECT_SOURCE_DIR}/tests/e2e/secrets_*.sh)
+       ${PROJECT_SOURCE_DIR}/tests/e2e/valgrind_*.sh ${PROJECT_SOURCE_DIR}/tests/e2e/secrets_*.sh
+       ${PROJECT_SOURCE_DIR}/tests/e2e/net_*.sh)
   foreach(src ${fault_e2e})
     get_filename_component(name ${src} NAME_WE)
     if(TEST e2e_${name})

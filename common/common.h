@@ -63,6 +63,15 @@ __attribute__((format(printf, 4, 5)))
 #endif
 void dlc__logf(dlc_log_fn log, void *user, dlc_log_level level, const char *fmt, ...);
 
+/* Copy @p url into @p buf (@p cap bytes, cut to fit) with its user:password and query string
+ * replaced by "REDACTED"; NULL gives "(null)". Returns @p buf. */
+const char *dlc__redact_url(const char *url, char *buf, size_t cap);
+/* Copy the text @p in into @p buf with every secret it shows replaced by "REDACTED": URLs' user
+ * information and query strings, credentials after an authorization scheme or a key named like
+ * a secret, AWS key ids (common/redact.c says which). Idempotent. Every message and log line of
+ * the library passes through it. Returns @p buf. */
+const char *dlc__redact_text(const char *in, char *buf, size_t cap);
+
 /* The message of a failure and its site, kept while cleanup code runs calls that may overwrite
  * them:
  *     dlc__errsave es; dlc__err_save(&es); ...cleanup...; return dlc__err_restore(&es, rc); */
@@ -193,6 +202,17 @@ int dlc__open_regular(const char *path, int extra, const char *what, struct stat
 /* "a directory", "a FIFO", "a socket", "a character device", "a block device", "a symbolic
  * link", "a regular file" or "an unknown kind of file", for a stat's st_mode. */
 const char *dlc__file_kind(unsigned mode);
+/* Open @p path, a file dlcache keeps for itself (a partial download, a journal, a lock, a
+ * sidecar), with @p flags (O_RDWR, O_CREAT, O_EXCL...; mode 0644) and never through a symbolic
+ * link, nor blocking on a FIFO: a link, or anything but a regular file, is refused naming it,
+ * since a co-tenant of a shared folder may plant one to have us truncate or overwrite its target
+ * (docs/SECURITY.md). *fd_out gets the descriptor (close-on-exec). DLC_OK, -ELOOP (a link),
+ * DLC_EINVAL (not a regular file) or -errno. */
+dlc_status dlc__open_own(const char *path, int flags, int *fd_out);
+/* Make @p path, a new file of ours, afresh: a symbolic link with its name is refused (-ELOOP,
+ * naming it), anything else removed, then the file is created with O_EXCL (a link planted in
+ * between fails it). As dlc__open_own(). */
+dlc_status dlc__create_own(const char *path, int flags, int *fd_out);
 
 /* ---- Counter-based random streams (rng.c) ------------------------------------------------------
  * Every random choice of the loader is a pure function of a key made from (seed, epoch, position,

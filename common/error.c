@@ -78,10 +78,14 @@ const char *dlc_errmsg(void)
 
 dlc_status dlc__errorf_at(const char *file, int line, dlc_status status, const char *fmt, ...)
 {
+    /* Every message passes the redactor: a secret that reaches one by any road (a URL a caller
+     * gave, a server's error body echoing the request) is cut here, whoever formatted it. */
+    char raw[sizeof dlc__msg];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(dlc__msg, sizeof dlc__msg, fmt, ap);
+    vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
+    dlc__redact_text(raw, dlc__msg, sizeof dlc__msg);
     dlc__site[0] = '\0';
     if (file)
         snprintf(dlc__site, sizeof dlc__site, "%s:%d", site_path(file), line);
@@ -118,12 +122,12 @@ void dlc__logf(dlc_log_fn log, void *user, dlc_log_level level, const char *fmt,
 {
     if (!log)
         return;
-    char line[1024];
+    char raw[1024], line[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
+    vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
-    log(user, level, line);
+    log(user, level, dlc__redact_text(raw, line, sizeof line));
 }
 
 void dlc__err_save(dlc__errsave *es)

@@ -63,10 +63,9 @@ dlc_status dlc__replace_file(const char *path, const void *p, size_t len)
     if (!tmp)
         return dlc__errorf(-ENOMEM, "%s: out of memory", path);
     snprintf(tmp, cap, "%s.tmp-%ld", path, (long)getpid());
-    dlc_status rc = DLC_OK;
-    const int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        rc = dlc__errorf(-errno, "%s: cannot create: %s", tmp, strerror(errno));
+    int fd = -1;
+    dlc_status rc = dlc__create_own(tmp, O_WRONLY, &fd);
+    if (rc < 0) {
         free(tmp);
         return rc;
     }
@@ -163,4 +162,48 @@ int dlc__open_regular(const char *path, int extra, const char *what, struct stat
         return rc;
     }
     return fd;
+}
+
+dlc_status dlc__open_own(const char *path, int flags, int *fd_out)
+{
+    *fd_out = -1;
+    const int fd = open(path, flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        const int e = errno;
+        if (e == ELOOP)
+            return dlc__errorf(-ELOOP,
+                               "%s: is a symbolic link where dlcache keeps a file of its own; "
+                               "links are never followed there (remove it if it is yours)",
+                               path);
+        return dlc__errorf(-e, "%s: open: %s", path, strerror(e));
+    }
+    struct stat st;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return dlc__errorf(DLC_EINVAL,
+                           "%s: is not a regular file where dlcache keeps a file of its own; "
+                           "refused (remove it if it is yours)",
+                           path);
+    }
+    /* O_NONBLOCK was for the open alone (a FIFO would have blocked it). */
+    const int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0)
+        fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    *fd_out = fd;
+    return DLC_OK;
+}
+
+dlc_status dlc__create_own(const char *path, int flags, int *fd_out)
+{
+    *fd_out = -1;
+    struct stat st;
+    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode))
+        return dlc__errorf(-ELOOP,
+                           "%s: is a symbolic link where dlcache keeps a file of its own; "
+                           "links are never followed there (remove it if it is yours)",
+                           path);
+    /* What else has the name is ours to replace; a link planted from here on fails O_EXCL. */
+    if (unlink(path) < 0 && errno != ENOENT)
+        return dlc__errorf(-errno, "%s: unlink: %s", path, strerror(errno));
+    return dlc__open_own(path, (flags & ~O_TRUNC) | O_CREAT | O_EXCL, fd_out);
 }

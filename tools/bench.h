@@ -142,7 +142,8 @@ typedef struct bench_load_opts {
     const char *field_names[DLC_MAX_FIELDS]; /**< --fields, split; cfg.fields points here. */
     int streamed;          /**< STORE is a set's URL: read through the shard cache. */
     int sampler_set;       /**< --sampler was given. */
-    dlc_warm_options net;  /**< --endpoint, --region: the downloads' (cfg.net points here). */
+    dlc_warm_options net;  /**< --endpoint, --region, --timeout, --retries: the downloads'
+                                (cfg.net points here). */
     char fields_buf[1024]; /**< The --fields text the names point into. */
     /* A mixture: STORE A B ... --weights 0.7,0.3 (dlc_loader_open_mix()). */
     const char *mix[64];        /**< Every STORE given, the first being `store`. */
@@ -150,6 +151,8 @@ typedef struct bench_load_opts {
     double weights[64];         /**< --weights, one per STORE (default 1 each). */
     uint32_t nweights;          /**< Entries given to --weights. */
     uint64_t samples_per_epoch; /**< --samples-per-epoch (0: the sources' records). */
+    /** STORE as shown in messages and --json: a URL's password and query string redacted. */
+    char shown[4096];
 } bench_load_opts;
 
 /* Open the loader of @p o's STORE, or of its mixture when several were given, with @p cfg. */

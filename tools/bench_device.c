@@ -64,7 +64,7 @@ int bench_device_check_loader(const bench_load_opts *o, const dlc_loader *l)
     const char *why = NULL;
     if (dlc_loader_device(l, &why) == o->cfg.device)
         return 0;
-    fprintf(stderr, TOOL ": error: %s: the loader's device path is off: %s\n", o->store,
+    fprintf(stderr, TOOL ": error: %s: the loader's device path is off: %s\n", o->shown,
             why ? why : "no reason given");
     return -1;
 }

@@ -63,7 +63,7 @@ int bench_fields_resolve(const dlc_store *s, const bench_load_opts *o, bench_loa
         if (f < 0) {
             char have[1024];
             field_list(s, have, sizeof have);
-            fprintf(stderr, TOOL ": error: %s: --fields: no field \"%s\" (it has: %s)\n", o->store,
+            fprintf(stderr, TOOL ": error: %s: --fields: no field \"%s\" (it has: %s)\n", o->shown,
                     o->field_names[i], have);
             return -1;
         }

@@ -75,7 +75,7 @@ static int open_and_warm_up(const bench_load_opts *o, const bench_consumer *c,
         rc = c->drain(c->ctx);
     res->first_batch_seconds = dlc__now_s() - t0;
     if (rc == DLC_END) {
-        fprintf(stderr, TOOL ": error: %s: epoch %llu has no batch for rank %u\n", o->store,
+        fprintf(stderr, TOOL ": error: %s: epoch %llu has no batch for rank %u\n", o->shown,
                 (unsigned long long)o->cfg.epoch, o->cfg.rank);
         return -1;
     }
@@ -158,7 +158,7 @@ static int measure_loader(const bench_load_opts *o, const bench_consumer *c,
         fprintf(stderr,
                 TOOL ": error: %s: no batch after the warm-up one to time "
                      "(the epoch is one batch long; use a smaller --batch or --epochs 2)\n",
-                o->store);
+                o->shown);
         return -1;
     }
     return 0;
@@ -224,7 +224,7 @@ static int check_crop(bench_load_opts *o, const bench_load_run *run, const dlc_s
     if (o->cfg.crop_h == 0 && run->has_image) {
         if (!square) {
             fprintf(stderr, TOOL ": error: %s: --crop 0 needs a store of square images\n",
-                    o->store);
+                    o->shown);
             return 2;
         }
         o->cfg.crop_h = o->cfg.crop_w = run->info.height;
@@ -235,7 +235,7 @@ static int check_crop(bench_load_opts *o, const bench_load_run *run, const dlc_s
         fprintf(stderr,
                 TOOL ": error: %s: the JPEG path needs a store of square images "
                      "(built with a center crop) to know the resize target\n",
-                o->store);
+                o->shown);
         return 1;
     }
     const uint32_t img = run->info.image_field;
@@ -243,7 +243,7 @@ static int check_crop(bench_load_opts *o, const bench_load_run *run, const dlc_s
         fprintf(stderr,
                 TOOL ": error: %s: the JPEG path decodes RGB images: the store's first image "
                      "field must have 3 channels and be among --fields\n",
-                o->store);
+                o->shown);
         return 2;
     }
     return 0;

@@ -185,6 +185,23 @@ static int parse_run_option(const char *a, const char *v, bench_load_opts *o, di
         o->cfg.net = &o->net;
         return 0;
     }
+    if (!strcmp(a, "--timeout")) {
+        o->cfg.net = &o->net;
+        if (bench_parse_seconds(v, &o->net.timeout_s) != 0 || o->net.timeout_s > 86400)
+            return 1;
+        /* A connection that is not made within the timeout is a timeout too. */
+        if (o->net.timeout_s < o->net.connect_timeout_s)
+            o->net.connect_timeout_s = o->net.timeout_s;
+        return 0;
+    }
+    if (!strcmp(a, "--retries")) {
+        uint64_t n = 0;
+        if (tool_parse_u64(v, 1000, &n) || n == 0)
+            return 1;
+        o->net.max_retries = (uint32_t)n;
+        o->cfg.net = &o->net;
+        return 0;
+    }
     return -1;
 }
 
@@ -249,6 +266,7 @@ static int resolve(bench_load_opts *o, const digest_request *d)
         fprintf(stderr, TOOL ": error: load: give --digest-batches or --no-digest, not both\n");
         return -1;
     }
+    dlc_warm_redact_text(o->store, o->shown, sizeof o->shown);
     o->streamed = !strncmp(o->store, "s3://", 5) || !strncmp(o->store, "gs://", 5) ||
                   !strncmp(o->store, "http://", 7) || !strncmp(o->store, "https://", 8);
     if (o->streamed) {
@@ -256,7 +274,7 @@ static int resolve(bench_load_opts *o, const digest_request *d)
             fprintf(stderr,
                     TOOL ": error: load: %s is streamed: give --cache-dir DIR (and "
                          "--cache-limit SIZE)\n",
-                    o->store);
+                    o->shown);
             return -1;
         }
         /* A streamed set is read in shard windows unless told otherwise (and the loader

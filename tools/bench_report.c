@@ -218,7 +218,7 @@ static void print_json(const bench_load_run *r, const figures *f)
     tool_json_init(&j, stdout);
     tool_json_object_begin(&j, NULL);
     tool_json_str(&j, "command", "load");
-    tool_json_str(&j, "store", r->o->store);
+    tool_json_str(&j, "store", r->o->shown);
     tool_json_f64(&j, "samples_per_s", f->sps);
     tool_json_f64(&j, "gbytes_per_s", f->gbps);
     tool_json_f64(&j, "ceiling_gbytes_per_s", f->ceil_gbps);
@@ -247,7 +247,7 @@ static void print_text(const bench_load_run *r, const figures *f)
     const bench_loader_result *lr = &r->lr;
     char b1[32];
     printf("store:   %s, %llu records of %ux%u (height x width), %s, %.0f%% in the page cache\n",
-           o->store, (unsigned long long)r->info.count, r->info.height, r->info.width,
+           o->shown, (unsigned long long)r->info.count, r->info.height, r->info.width,
            tool_human_bytes(r->info.file_bytes, b1, sizeof b1),
            r->info.file_bytes ? 100.0 * (double)r->resident_after / (double)r->info.file_bytes
                               : 0.0);

@@ -68,6 +68,8 @@ void bench_usage(FILE *out)
           "  --cache-ranks N      processes sharing DIR (default 1)\n"
           "  --downloads N        shards downloaded at once (default 2)\n"
           "  --endpoint URL --region R  the S3 or GCS endpoint and region of the URL\n"
+          "  --timeout SECONDS    retry a request that receives nothing this long (default 30)\n"
+          "  --retries N          attempts per request after the first, 1..1000 (default 8)\n"
           "  --weights W,W,...    several STOREs are a mixture (dlc_loader_open_mix): one\n"
           "                       weight per STORE (default equal); the shares of each\n"
           "                       source per epoch go to stderr after the report\n"

@@ -32,6 +32,8 @@ static void plan_usage(FILE *f)
           "  --seed S --epoch E   the order's seed and epoch (default 0, 0)\n"
           "  --cache-dir DIR      the cache a URL is planned for (required for a URL)\n"
           "  --endpoint URL --region R  the S3 or GCS endpoint and region of a URL\n"
+          "  --timeout SECONDS    retry a request that receives nothing this long (default 30)\n"
+          "  --retries N          attempts per request after the first, 1..1000 (default 8)\n"
           "  --json               one JSON object on stdout\n"
           "\n"
           "Several STOREs (or --weights) plan a mixture of them instead (dlc_loader_open_mix):\n"
@@ -139,6 +141,8 @@ int info_plan_main(int argc, char **argv)
         O_REGION,
         O_WEIGHTS,
         O_SPE,
+        O_TIMEOUT,
+        O_RETRIES,
     };
     static const struct option longopts[] = {
         {"plan", no_argument, NULL, O_PLAN},
@@ -158,6 +162,8 @@ int info_plan_main(int argc, char **argv)
         {"region", required_argument, NULL, O_REGION},
         {"weights", required_argument, NULL, O_WEIGHTS},
         {"samples-per-epoch", required_argument, NULL, O_SPE},
+        {"timeout", required_argument, NULL, O_TIMEOUT},
+        {"retries", required_argument, NULL, O_RETRIES},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -243,6 +249,20 @@ int info_plan_main(int argc, char **argv)
                                         "--samples-per-epoch wants a positive number, "
                                         "not '%s'",
                                         optarg);
+        case O_TIMEOUT: {
+            char *end = NULL;
+            const double t = strtod(optarg, &end);
+            if (!*optarg || *end || !(t > 0 && t <= 86400))
+                return tool_usage_error(TOOL, NULL, "--timeout wants seconds, not '%s'", optarg);
+            net.timeout_s = t, cfg.net = &net;
+            if (t < net.connect_timeout_s)
+                net.connect_timeout_s = t;
+            break;
+        }
+        case O_RETRIES:
+            if (tool_parse_u64(optarg, 1000, &v) != 0 || v == 0)
+                return tool_usage_error(TOOL, NULL, "--retries wants 1..1000, not '%s'", optarg);
+            net.max_retries = (uint32_t)v, cfg.net = &net;
             break;
         case 'h':
             plan_usage(stdout);
@@ -258,6 +278,8 @@ int info_plan_main(int argc, char **argv)
     if (optind + 1 != argc)
         return tool_usage_error(TOOL, plan_usage, "exactly one STORE or URL is needed");
     const char *path = argv[optind];
+    char shown[4096]; /* path for people: a URL's password and query string redacted. */
+    dlc_warm_redact_text(path, shown, sizeof shown);
     dlc_loader_plan_info p = {.struct_size = sizeof p};
     const dlc_status rc = dlc_loader_plan(path, &cfg, &p);
     if (rc != DLC_OK) {
@@ -269,7 +291,7 @@ int info_plan_main(int argc, char **argv)
         tool_json j;
         tool_json_init(&j, stdout);
         tool_json_object_begin(&j, NULL);
-        tool_json_str(&j, "path", path);
+        tool_json_str(&j, "path", shown);
         tool_json_u64(&j, "shards", p.shards);
         tool_json_u64(&j, "set_bytes", p.set_bytes);
         tool_json_u64(&j, "largest_shard_bytes", p.largest_shard_bytes);
@@ -295,7 +317,7 @@ int info_plan_main(int argc, char **argv)
         tool_json_finish(&j);
     } else {
         char a[32], b[32], e[32];
-        printf("%s: %u shards, %s (largest %s)\n", path, p.shards,
+        printf("%s: %u shards, %s (largest %s)\n", shown, p.shards,
                tool_human_bytes(p.set_bytes, a, sizeof a),
                tool_human_bytes(p.largest_shard_bytes, b, sizeof b));
         printf("order:   windows of %u shards, %u streams, world size %u on %u nodes, batch %u\n",

@@ -74,6 +74,9 @@ static int on_progress(void *user, const dlc_warm_progress *p)
     pthread_mutex_lock(&c->mu);
     const int stop = c->stop;
     pthread_mutex_unlock(&c->mu);
+    /* Cancel hook (issue 23, item 6): the caller's own callback may stop a download too. */
+    if (!stop && c->user_progress)
+        return c->user_progress(c->user_progress_user, p) != 0;
     return stop;
 }
 
@@ -601,6 +604,8 @@ static dlc_status copy_config(dlc__scache *c, const dlc__scache_config *cfg)
         c->net.chunk_size = DLC__WARM_DEFAULT_CHUNK;
     if (c->net.chunk_size < DLC__WARM_MIN_CHUNK || c->net.connections > DLC__WARM_MAX_CONNECTIONS)
         return dlc__errorf(DLC_EINVAL, "stream cache: chunk size or connections out of range");
+    c->user_progress = c->net.progress;
+    c->user_progress_user = c->net.progress_user;
     c->net.progress = on_progress;
     c->net.progress_user = c;
     c->endpoint = c->net.endpoint ? strdup(c->net.endpoint) : NULL;

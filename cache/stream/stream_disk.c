@@ -24,11 +24,12 @@ void dlc__scache_log(dlc__scache *c, dlc_log_level level, const char *fmt, ...)
 {
     if (!c->net.log)
         return;
-    char msg[1024];
+    char raw[1024], msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
+    dlc__redact_text(raw, msg, sizeof msg); /* As dlc__logf(): every log line is redacted. */
     pthread_mutex_lock(&c->log_mu);
     c->net.log(c->net.log_user, level, msg);
     pthread_mutex_unlock(&c->log_mu);

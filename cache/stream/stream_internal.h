@@ -155,6 +155,10 @@ struct dlc__scache {
     double stuck_since;    /* Since when a shard an acquire waits for has found no room while */
     uint64_t stuck_usage;  /* the folder held these bytes (nothing moved); 0: not stuck. */
     int stop;
+    /* The caller's progress callback (cfg->net's), asked too by every download: how a binding
+     * stops them from outside (Ctrl-C in Python), as close() does with stop (issue 23). */
+    dlc_warm_progress_fn user_progress;
+    void *user_progress_user;
     pthread_t *threads;
     uint32_t nthreads;
     dlc__scache_stats st;

@@ -467,6 +467,12 @@ void dlc__warm_set_list_free(dlc__warm_set_list *l);
  * the set. */
 dlc_status dlc__warm_file(const char *url, const char *dest, const char *state,
                           const dlc_warm_options *opt, dlc_warm_result *res);
+/* dlc__warm_file() of an object that may not exceed @p max_size bytes (@p what names it in the
+ * refusal): the size the server reports is checked before any byte is downloaded, and a larger
+ * object is refused with DLC_ECORRUPT. */
+dlc_status dlc__warm_file_capped(const char *url, const char *dest, const char *state,
+                                 const dlc_warm_options *opt, uint64_t max_size, const char *what,
+                                 dlc_warm_result *res);
 
 /* Warm the set at @p url (a prefix) into the directory @p dest; the caller holds DEST.lock.
  * The index is fetched first into DEST/index.dlcset.warm-new and decoded; an older index at

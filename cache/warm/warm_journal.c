@@ -237,9 +237,10 @@ fail:
 static dlc_status start_journal(const char *path, const dlc__warm_journal_id *id, int *fd_out)
 {
     dlc_status rc = DLC_OK;
-    const int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return dlc__errorf(-errno, "%s: create: %s", path, strerror(errno));
+    int fd = -1;
+    rc = dlc__create_own(path, O_RDWR, &fd);
+    if (rc < 0)
+        return rc;
     uint8_t h[JOURNAL_HEADER];
     header_bytes(id, h);
     CHECK(write_all(fd, h, sizeof h, 0, path));
@@ -258,9 +259,10 @@ dlc_status dlc__warm_journal_open(const char *path, const dlc__warm_journal_id *
     have->n = 0;
     *have_bytes = 0;
     *fd_out = -1;
-    const int fd = open(path, O_RDWR | O_CLOEXEC);
-    if (fd < 0 && errno != ENOENT)
-        return dlc__errorf(-errno, "%s: open: %s", path, strerror(errno));
+    int fd = -1;
+    const dlc_status orc = dlc__open_own(path, O_RDWR, &fd);
+    if (orc < 0 && orc != -ENOENT)
+        return orc;
     if (fd >= 0) {
         int matched = 0;
         const dlc_status rc = resume_journal(fd, path, id, have, &matched);
@@ -328,9 +330,14 @@ dlc_status dlc__warm_sidecar_stat(const char *dest, dlc__warm_sidecar *sc)
 dlc_status dlc__warm_sidecar_read(const char *path, dlc__warm_sidecar *sc)
 {
     memset(sc, 0, sizeof *sc);
-    FILE *f = fopen(path, "re");
-    if (!f)
+    int fd = -1;
+    if (dlc__open_own(path, O_RDONLY, &fd) < 0)
+        return DLC_ENOTFOUND; /* Absent, a link or not a file: no sidecar of ours. */
+    FILE *f = fdopen(fd, "r");
+    if (!f) {
+        close(fd);
         return DLC_ENOTFOUND;
+    }
     char line[4096];
     int have = 0;
     if (!fgets(line, sizeof line, f) || strcmp(line, "dlcache-warm 1\n") != 0)

@@ -215,7 +215,7 @@ dlc_status dlc__push_journal_open(dlc__push_journal *j, const char *path, const 
     if ((size_t)snprintf(j->path, sizeof j->path, "%s", path) >= sizeof j->path)
         return dlc__errorf(DLC_EINVAL, "%s: path too long", path);
     j->id = *id;
-    j->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    j->fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600); /* Never via a link. */
     if (j->fd < 0)
         return dlc__errorf(-errno, "%s: cannot open the push journal: %s", path, strerror(errno));
     /* Two pushes of one file to one place would each journal the other's parts as theirs. */

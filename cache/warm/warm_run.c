@@ -120,9 +120,11 @@ static dlc_status open_part(const paths *p, uint64_t size, int *fd_out)
     /* A journal describes one particular part file: it goes first. */
     if (unlink(p->journal) < 0 && errno != ENOENT)
         return dlc__errorf(-errno, "%s: unlink: %s", p->journal, strerror(errno));
-    const int fd = open(p->part, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return dlc__errorf(-errno, "%s: create: %s", p->part, strerror(errno));
+    /* Made afresh, never through a link planted under its name (issue 23, item 10). */
+    int fd = -1;
+    rc = dlc__create_own(p->part, O_RDWR, &fd);
+    if (rc < 0)
+        return rc;
     if (size > 0 && fallocate(fd, 0, 0, (off_t)size) < 0) {
         const int e = errno;
         if (e == EOPNOTSUPP || e == ENOSYS) {
@@ -190,6 +192,8 @@ typedef struct warm_call {
     dlc__warm_ranges have; /* Bytes in place from earlier runs, as the journal says. */
     uint64_t have_bytes;
     dlc__warm_journal_id jid;
+    uint64_t max_size;    /* 0, or the most bytes the object may have (checked after the probe). */
+    const char *max_what; /* What the object is, for the refusal. */
 } warm_call;
 
 /* Fill in the defaults and refuse options out of range. */
@@ -232,9 +236,9 @@ static dlc_status lock_or_wait(warm_call *w)
 {
     const paths *p = w->p;
     const dlc_warm_options *opt = &w->opt;
-    w->lock_fd = open(p->lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (w->lock_fd < 0)
-        return dlc__errorf(-errno, "%s: cannot create the lock file: %s", p->lock, strerror(errno));
+    const dlc_status orc = dlc__open_own(p->lock, O_RDWR | O_CREAT, &w->lock_fd);
+    if (orc < 0)
+        return orc;
     if (flock(w->lock_fd, LOCK_EX | LOCK_NB) == 0)
         return DLC_OK;
     if (errno != EWOULDBLOCK)
@@ -269,6 +273,11 @@ static dlc_status probe_object(warm_call *w)
     if (rc < 0)
         return rc;
     w->r.bytes = w->obj.size;
+    if (w->max_size && w->obj.size > w->max_size)
+        return dlc__errorf(DLC_ECORRUPT,
+                           "%s: the server says it is %" PRIu64 " bytes; %s is at most %" PRIu64
+                           ": refused before downloading it",
+                           w->src.shown, w->obj.size, w->max_what, w->max_size);
     snprintf(w->r.etag, sizeof w->r.etag, "%s", w->obj.etag);
     dlc__warm_sidecar sc;
     if (*w->obj.etag && complete_copy(w->dest, w->p, w->src.name, w->obj.etag, &w->obj.size, &sc)) {
@@ -285,9 +294,12 @@ static dlc_status probe_object(warm_call *w)
 static dlc_status resume_or_start(warm_call *w)
 {
     const paths *p = w->p;
-    w->part_fd = open(p->part, O_RDWR | O_CLOEXEC);
+    /* A part file of an earlier run, if any, and not a link: dlc__create_own() below refuses
+     * one that is, and replaces anything else. */
+    w->part_fd = open(p->part, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     struct stat st;
-    if (w->part_fd >= 0 && (fstat(w->part_fd, &st) < 0 || (uint64_t)st.st_size != w->obj.size)) {
+    if (w->part_fd >= 0 && (fstat(w->part_fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+                            (uint64_t)st.st_size != w->obj.size)) {
         close(w->part_fd);
         w->part_fd = -1;
     }
@@ -480,8 +492,17 @@ dlc_status dlc_warm(const char *url, const char *dest, const dlc_warm_options *o
 dlc_status dlc__warm_file(const char *url, const char *dest, const char *state,
                           const dlc_warm_options *opt_in, dlc_warm_result *res)
 {
+    return dlc__warm_file_capped(url, dest, state, opt_in, 0, NULL, res);
+}
+
+dlc_status dlc__warm_file_capped(const char *url, const char *dest, const char *state,
+                                 const dlc_warm_options *opt_in, uint64_t max_size,
+                                 const char *what, dlc_warm_result *res)
+{
     warm_call w;
     memset(&w, 0, sizeof w);
+    w.max_size = max_size;
+    w.max_what = what ? what : "the object";
     w.dest = dest;
     w.state = state ? state : dest;
     dlc_warm_options_init(&w.opt);

@@ -399,7 +399,10 @@ static dlc_status fetch_index(const set_paths *p, const dlc_warm_options *opt, d
     dlc_warm_options o = *opt;
     o.flags |= DLC_WARM_NO_VERIFY; /* Not a store: its own decoder checks it below. */
     o.progress = NULL;
-    dlc_status rc = dlc__warm_file(p->index_url, p->tmp, p->index_state, &o, ir);
+    /* An index's size is checked before a byte of it is fetched (issue 23, item 12): a bucket
+     * that says 2 GB is refused at once, as the reader would refuse the file. */
+    dlc_status rc = dlc__warm_file_capped(p->index_url, p->tmp, p->index_state, &o,
+                                          DLC__SET_MAX_INDEX_BYTES, "a store set's index", ir);
     if (rc == DLC_OK)
         rc = dlc__warm_set_list_file(p->tmp, list);
     if (rc == DLC_ECORRUPT || rc == DLC_EVERSION) {
@@ -433,6 +436,13 @@ static dlc_status make_dir(const char *path, const char *what)
         return dlc__fsync_dir(path);
     if (errno != EEXIST)
         return dlc__errorf(-errno, "%s: mkdir: %s", path, strerror(errno));
+    /* A link where our folder should be is refused, not followed (issue 23, item 10): a
+     * co-tenant could point it anywhere we may write. */
+    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode))
+        return dlc__errorf(-ELOOP,
+                           "%s: is a symbolic link where dlcache keeps %s; links are never "
+                           "followed there (remove it if it is yours)",
+                           path, what);
     if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode))
         return dlc__errorf(DLC_EINVAL, "%s: the source is a store set, %s is a file", path, what);
     return DLC_OK;
@@ -497,6 +507,8 @@ dlc_status dlc__warm_set(const char *url, const char *dest, const dlc_warm_optio
         rc = publish_index(p, dest, &ir);
     if (sf.res)
         sum_results(r, &ir, sf.res, list.n);
+    else
+        r->bytes_downloaded += ir.bytes_downloaded; /* What the index cost, also when refused. */
     if (rc == DLC_OK)
         remove_leftovers(p, dest, &list);
     free(sf.res);

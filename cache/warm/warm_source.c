@@ -32,38 +32,12 @@ double dlc__warm_backoff(unsigned attempt, uint64_t *rng)
 
 const char *dlc_warm_redact_url(const char *url, char *buf, size_t cap)
 {
-    if (!buf || cap == 0)
-        return buf;
-    if (!url) {
-        snprintf(buf, cap, "(null)");
-        return buf;
-    }
-    /* scheme://[userinfo@]host[:port]/path[?query][#fragment] */
-    size_t out = 0;
-    const char *p = url;
-    const char *authority = strstr(url, "://");
-    /* A "://" after the first '/', '?' or '#' is not the scheme's but part of
-     * the path or query (a redirect parameter of a pre-signed URL, or a URL
-     * without a scheme): everything before it would be shown as a "scheme",
-     * query string included (found by fuzz_warm). */
-    if (authority && (size_t)(authority - url) > strcspn(url, "/?#"))
-        authority = NULL;
-    const char *host = url;
-    if (authority) {
-        authority += 3;
-        const char *end = authority + strcspn(authority, "/?#");
-        const char *at = memchr(authority, '@', (size_t)(end - authority));
-        host = at ? at + 1 : authority;
-        const size_t n = (size_t)(authority - url);
-        out += (size_t)snprintf(buf, cap, "%.*s%s", (int)n, url, at ? "REDACTED@" : "");
-        p = host;
-    }
-    const size_t keep = strcspn(p, "?#");
-    if (out < cap)
-        out += (size_t)snprintf(buf + out, cap - out, "%.*s", (int)keep, p);
-    if (p[keep] == '?' && out < cap)
-        snprintf(buf + out, cap - out, "?REDACTED");
-    return buf;
+    return dlc__redact_url(url, buf, cap);
+}
+
+const char *dlc_warm_redact_text(const char *text, char *buf, size_t cap)
+{
+    return dlc__redact_text(text, buf, cap);
 }
 
 char *dlc__warm_urlencode(const char *s, int keep_slash)
@@ -170,17 +144,25 @@ void dlc__warm_describe_body(const char *body, size_t len, char *out, size_t cap
     out[0] = '\0';
     if (!body || len == 0 || cap == 0)
         return;
-    char code[128], msg[512];
+    /* Only the Code and Message of S3's XML, GCS's JSON message, or the first line of any other
+     * body, and those redacted: a proxy or a server may echo the request's headers (its
+     * Authorization, tokens) anywhere in the body. The redaction runs before the line breaks
+     * are flattened, so that a header's value ends where its line does. */
+    char code[128], msg[512], said[768];
     if (dlc__warm_xml_field(body, len, "Code", code, sizeof code)) {
         if (dlc__warm_xml_field(body, len, "Message", msg, sizeof msg))
-            snprintf(out, cap, "%s: %s", code, msg);
+            snprintf(said, sizeof said, "%s: %s", code, msg);
         else
-            snprintf(out, cap, "%s", code);
+            snprintf(said, sizeof said, "%s", code);
     } else if (dlc__json_find_string(body, len, "message", 1, msg, sizeof msg)) {
-        snprintf(out, cap, "%s", msg);
+        snprintf(said, sizeof said, "%s", msg);
     } else {
-        snprintf(out, cap, "%.*s", (int)(len < 200 ? len : 200), body);
+        size_t line = 0;
+        while (line < len && line < 200 && body[line] != '\n' && body[line] != '\r')
+            line++;
+        snprintf(said, sizeof said, "%.*s", (int)line, body);
     }
+    dlc__redact_text(said, out, cap);
     printable(out);
 }
 

@@ -19,6 +19,7 @@ struct dlc__xfer {
     uint32_t max_retries;
     uint64_t rng; /* Backoff jitter. */
     double last_progress;
+    double first_progress; /* The first call of the progress callback (a probe's seconds). */
 };
 
 size_t dlc__xfer_slot_count(const dlc__xfer *e)
@@ -210,19 +211,27 @@ static dlc_status collect(dlc__xfer *e, int *freed)
     return DLC_OK;
 }
 
-/* Report progress when due; 1 when the callback asks to cancel. */
+/* Report progress when due; 1 when the callback asks to cancel. A driver without a progress
+ * hook (the probe) still asks the callback, with what it knows (nothing but the time): the
+ * callback is also how a caller stops a run (a loader's close(), Ctrl-C), and a probe of a server
+ * that accepts and never answers would otherwise hold it for every attempt's timeout. */
 static int want_cancel(dlc__xfer *e)
 {
     const dlc_warm_options *net = e->cfg.net;
-    if (!e->ops->progress || !net->progress)
+    if (!net->progress)
         return 0;
     const double now = dlc__now_s();
     if (now - e->last_progress < 0.1)
         return 0;
+    if (e->last_progress == 0)
+        e->first_progress = now;
     e->last_progress = now;
     dlc_warm_progress p;
     memset(&p, 0, sizeof p);
-    e->ops->progress(e->cfg.drv, e, now, &p);
+    if (e->ops->progress)
+        e->ops->progress(e->cfg.drv, e, now, &p);
+    else
+        p.seconds = now - e->first_progress;
     return net->progress(net->progress_user, &p) != 0;
 }
 
@@ -269,7 +278,11 @@ static dlc_status step(dlc__xfer *e)
     if (rc < 0)
         return rc;
     if (want_cancel(e))
-        return e->ops->canceled(e->cfg.drv);
+        return e->ops->canceled ? e->ops->canceled(e->cfg.drv)
+                                : dlc__errorf(DLC_ECANCELED,
+                                              "%s: canceled by the progress "
+                                              "callback",
+                                              e->cfg.name);
     if (e->ops->finished(e->cfg.drv))
         return DLC_OK;
     /* A freed slot takes its next transfer at once, and what finished may have made work for

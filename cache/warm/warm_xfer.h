@@ -86,9 +86,10 @@ typedef struct dlc__xfer_ops {
     /* Optional: a failure from outside the transfers, checked after every turn. */
     dlc_status (*check)(void *drv);
     /* Optional: fill @p p (total, done, downloaded, seconds at @p now) for the progress
-     * callback. Without it the callback is not called and the run cannot be canceled. */
+     * callback. Without it the callback still runs (with the seconds only), so that every run
+     * can be canceled. */
     void (*progress)(void *drv, const dlc__xfer *e, double now, dlc_warm_progress *p);
-    /* With progress: the failure to return when the callback cancels. */
+    /* Optional: the failure to return when the callback cancels (DLC_ECANCELED without it). */
     dlc_status (*canceled)(void *drv);
 } dlc__xfer_ops;
 

@@ -673,6 +673,8 @@ _PROTOTYPES = {
     "dlc_set_join": (c_status, [ctypes.c_char_p, ctypes.POINTER(SetJoinReport)]),
     # warm.h
     "dlc_warm_options_init_sized": (None, [ctypes.POINTER(WarmOptions), ctypes.c_size_t]),
+    "dlc_warm_redact_text": (ctypes.c_char_p, [ctypes.c_char_p, ctypes.c_char_p,
+                                               ctypes.c_size_t]),
     # loader.h
     "dlc_loader_config_init_sized": (None, [ctypes.POINTER(LoaderConfig), ctypes.c_size_t]),
     "dlc_loader_open": (c_status, [ctypes.c_char_p, ctypes.POINTER(LoaderConfig),

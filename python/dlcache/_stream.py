@@ -8,14 +8,17 @@ arguments into the dlc_loader_config fields, opens such a set's store for its sc
 no torch, so that dlcache.plan() works where the Loader cannot be imported.
 """
 
+import contextlib
 import ctypes
 import os
 import re
+import signal
 import sys
+import threading
 
 from . import _lib as L
 from ._lib import lib
-from .errors import check
+from .errors import check, redact
 from .store import _fspath, _uint
 
 __all__ = ["plan", "is_url", "parse_size"]
@@ -58,6 +61,46 @@ def parse_size(value, name="cache_limit"):
     return n
 
 
+# Ctrl-C while the main thread waits in a C call that downloads (opening a streamed set fetches
+# its index there; a server that accepts and never answers holds that call for every attempt's
+# timeout). The library asks the progress callback of its network options about ten times a
+# second, on the thread that downloads; on the main thread that runs Python's signal handlers, so
+# the handler interruptible() installs sets the flag, the callback answers stop, the call returns
+# DLC_ECANCELED at once and interruptible() raises KeyboardInterrupt. One callback object for
+# every loader: ctypes keeps it alive with the module, as long as any loader may call it.
+_INTERRUPTED = [False]
+
+
+def _net_progress(_user, _p):
+    return 1 if _INTERRUPTED[0] else 0
+
+
+PROGRESS_CB = L.WARM_PROGRESS_FN(_net_progress)
+
+
+@contextlib.contextmanager
+def interruptible():
+    """Around a C call on the main thread that may download: Ctrl-C stops its downloads within
+    a tenth of a second and raises KeyboardInterrupt when it returns. Does nothing on another
+    thread or where the program has its own SIGINT handler."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+
+    def on_sigint(_signum, _frame):
+        _INTERRUPTED[0] = True
+
+    old = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+        hit, _INTERRUPTED[0] = _INTERRUPTED[0], False
+    if hit:
+        raise KeyboardInterrupt
+
+
 def default_rank_world(rank, world_size):
     """rank and world_size as the Loader defaults them: torch.distributed's when it is
     initialized (then it is imported already), else $RANK and $WORLD_SIZE, else 0 and 1."""
@@ -81,7 +124,7 @@ def default_cache_ranks():
 
 def apply(cfg, path, keep, ctx, *, window_shards=4, streams=None, cache_dir=None,
           cache_limit=None, cache_ranks=None, downloads=2, endpoint=None, region=None,
-          log=None):
+          log=None, timeout=None, retries=None):
     """Set the shard-window and streaming fields of the LoaderConfig @p cfg for @p path.
 
     The window fields are set for any path (they matter with the windows sampler only); the
@@ -113,6 +156,17 @@ def apply(cfg, path, keep, ctx, *, window_shards=4, streams=None, cache_dir=None
             b = value.encode()
             keep.append(b)
             setattr(net, name, b)
+    if timeout is not None:
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
+                or not 0 < timeout <= 86400:
+            raise ValueError("timeout must be seconds in (0, 86400] (a request that receives "
+                             "nothing this long is retried), got %r" % (timeout,))
+        net.timeout_s = float(timeout)
+        # A connection that is not made within the timeout is a timeout too.
+        net.connect_timeout_s = min(float(timeout), net.connect_timeout_s or 10.0)
+    if retries is not None:
+        net.max_retries = _uint(retries, "retries", 1, 1000)
+    net.progress = PROGRESS_CB  # Ctrl-C (interruptible()); close() stops downloads by itself
     if log is not None:
         net.log = log  # retries and waits for another rank's download
     keep.append(net)
@@ -126,7 +180,9 @@ class _OpenedStore:
         self.h = None
         self.path = path
         h = ctypes.c_void_p()
-        check(lib.dlc_loader_open_store(path, ctypes.byref(cfg), ctypes.byref(h)), ctx)
+        with interruptible():
+            rc = lib.dlc_loader_open_store(path, ctypes.byref(cfg), ctypes.byref(h))
+        check(rc, ctx)
         self.h = h
 
     def close(self):
@@ -159,7 +215,7 @@ _PLAN_KEYS = ("shards", "streams", "nodes", "set_bytes", "largest_shard_bytes", 
 
 def plan(path, batch_size=256, *, window_shards=4, streams=None, world_size=None,
          cache_ranks=None, downloads=2, drop_last=False, seed=0, cache_dir=None,
-         endpoint=None, region=None):
+         endpoint=None, region=None, timeout=None, retries=None):
     """What a Loader(path, sampler="windows", ...) run would need and do, without reading a
     record (for a URL only the set's index is fetched, into memory: nothing is written in
     cache_dir).
@@ -175,7 +231,7 @@ def plan(path, batch_size=256, *, window_shards=4, streams=None, world_size=None
     from the same shard: the shuffle's quality).
     """
     p = _fspath(path, "path")
-    ctx = "dlcache.plan(%s)" % os.fsdecode(p)
+    ctx = "dlcache.plan(%s)" % redact(os.fsdecode(p))
     cfg = L.LoaderConfig()
     lib.dlc_loader_config_init(ctypes.byref(cfg))
     cfg.sampler = L.SAMPLER_SHARD_WINDOWS
@@ -186,7 +242,8 @@ def plan(path, batch_size=256, *, window_shards=4, streams=None, world_size=None
     cfg.world_size = _uint(w, "world_size", 1)
     keep = []
     apply(cfg, p, keep, ctx, window_shards=window_shards, streams=streams, cache_dir=cache_dir,
-          cache_ranks=cache_ranks, downloads=downloads, endpoint=endpoint, region=region)
+          cache_ranks=cache_ranks, downloads=downloads, endpoint=endpoint, region=region,
+          timeout=timeout, retries=retries)
     if not is_url(p):
         # The cache check counts the processes sharing a cache: a local set has none, yet its
         # answer should be what the same run streamed would need.
@@ -195,5 +252,7 @@ def plan(path, batch_size=256, *, window_shards=4, streams=None, world_size=None
         cfg.downloads = _uint(downloads, "downloads", 1, 64)
     out = L.LoaderPlanInfo()
     out.struct_size = ctypes.sizeof(out)
-    check(lib.dlc_loader_plan(p, ctypes.byref(cfg), ctypes.byref(out)), ctx)
+    with interruptible():
+        rc = lib.dlc_loader_plan(p, ctypes.byref(cfg), ctypes.byref(out))
+    check(rc, ctx)
     return {k: getattr(out, k) for k in _PLAN_KEYS}

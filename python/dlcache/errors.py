@@ -13,6 +13,7 @@ Every class name ends in ``Error``. The two that did not, ``FileNotFound`` and
 ``from dlcache import *`` cannot shadow the builtins they derive from.
 """
 
+import ctypes
 import errno as _errno
 
 from ._lib import lib
@@ -21,8 +22,25 @@ __all__ = [
     "DlcacheError", "InvalidArgumentError", "CorruptError", "VersionError", "NotFoundError",
     "DecodeError", "NoImagesError", "ExistsError", "HTTPError", "NetworkError", "ChangedError",
     "CanceledError", "StateError", "CudaError", "UnsupportedError", "DlcacheOSError",
-    "DlcacheFileNotFoundError", "DlcachePermissionError", "check", "error_for",
+    "DlcacheFileNotFoundError", "DlcachePermissionError", "check", "error_for", "redact",
 ]
+
+
+def redact(text):
+    """@p text (a str) with every secret it shows replaced by "REDACTED": the library's own
+    redaction (dlc_warm_redact_text(): a URL's user:password and query string, credentials after
+    an authorization scheme or a key named like a secret, AWS key ids), the one every C message
+    and log line already passed. For what Python itself puts in a message, a repr or a warning
+    (a URL the caller gave). A library without the function (an older build) gives "" for any
+    text holding "://", rather than risk showing it."""
+    if not isinstance(text, str):
+        text = str(text)
+    if not lib.has("dlc_warm_redact_text"):
+        return "" if "://" in text else text
+    raw = text.encode("utf-8", "surrogateescape")
+    buf = ctypes.create_string_buffer(2 * len(raw) + 64)
+    lib.dlc_warm_redact_text(raw, buf, len(buf))
+    return buf.value.decode("utf-8", "replace")
 
 
 class DlcacheError(Exception):
@@ -51,6 +69,9 @@ class DlcacheError(Exception):
         if context and not (detail and (detail.startswith(context)
                                         or context + ": " in detail)):
             text = "%s: %s" % (context, text)
+        # The C detail passed the library's redaction; the context is Python's (a URL the caller
+        # gave, with its password or signature), so the whole text passes it again.
+        text = redact(text)
         self._text = text
         Exception.__init__(self, text)
 

@@ -17,7 +17,7 @@ from . import _report
 from . import _stream
 from . import _lib as L
 from ._lib import lib
-from .errors import check, error_for
+from .errors import check, error_for, redact
 from .store import _fspath, _read_schema, _uint, info as _store_info
 
 __all__ = ["Loader"]
@@ -65,11 +65,15 @@ _STATE_VERSION = 1
 def _log_cb(_user, level, msg):
     lvl = {0: logging.DEBUG, 1: logging.INFO, 2: logging.WARNING}.get(level, logging.INFO)
     text = msg.decode("utf-8", "replace") if msg else ""
-    _log.log(lvl, "%s", text)
     if lvl >= logging.WARNING:
-        # What a user must not miss (damaged records replaced, a slower I/O path) also reaches
-        # Python's warnings, which are shown without any logging set up.
+        # What a user must not miss (damaged records replaced, a slower I/O path, a retry)
+        # reaches Python's warnings, shown without any logging set up; the "dlcache" logger gets
+        # it too only where logging has a handler, since logging's last-resort handler would
+        # print the same line a second time.
         warnings.warn("dlcache: " + text, RuntimeWarning, stacklevel=2)
+        if not _log.hasHandlers():
+            return
+    _log.log(lvl, "%s", text)
 
 
 # One callback object for every loader: ctypes keeps it alive with the module.
@@ -281,6 +285,12 @@ class Loader:
             thread, one span per batch stage); None = $DLCACHE_TRACE, or none.
             Each wait in the loop is also a torch.profiler range "dlcache.next".
         trace_batches: spans the trace keeps per thread, the last ones (256).
+        timeout: seconds a request may receive nothing (or take to connect)
+            before it is cut and tried again; None = 30 (10 to connect).
+        retries: attempts of a request after its first, 1..1000; None = 8.
+            With both small, a dead endpoint fails the loader within about
+            timeout * (retries + 1) seconds; close() and Ctrl-C stop the
+            downloads at once whatever they are.
         seed: seed of the order and of the augmentation.
         drop_last: drop the last short batch (and cut the epoch to a multiple
             of world_size instead of padding it).
@@ -441,7 +451,8 @@ class Loader:
                  weights: "Optional[Sequence[float]]" = None,
                  samples_per_epoch: "Optional[int]" = None,
                  label_offsets: "Optional[Sequence[int]]" = None,
-                 return_source: bool = False) -> None:
+                 return_source: bool = False,
+                 timeout: "Optional[float]" = None, retries: "Optional[int]" = None) -> None:
         self._handle = None
         self._feed = None
         self._info = None
@@ -451,8 +462,8 @@ class Loader:
             path = self._mix.paths[0]
         self._path = _fspath(path, "path")
         self._url = _stream.is_url(self._path)
-        ctx = "dlcache.Loader(%s)" % (self._mix.name if self._mix is not None
-                                      else os.fsdecode(self._path))
+        ctx = "dlcache.Loader(%s)" % redact(self._mix.name if self._mix is not None
+                                            else os.fsdecode(self._path))
         # Before anything is opened: a CUDA device that torch cannot use is an error now.
         self._device = _device.parse_device(device)
         channels_last = _device.parse_memory_format(memory_format)
@@ -467,7 +478,8 @@ class Loader:
         keep = []
         _stream.apply(cfg, self._path, keep, ctx, window_shards=window_shards, streams=streams,
                       cache_dir=cache_dir, cache_limit=cache_limit, cache_ranks=cache_ranks,
-                      downloads=downloads, endpoint=endpoint, region=region, log=_LOG_CB)
+                      downloads=downloads, endpoint=endpoint, region=region, log=_LOG_CB,
+                      timeout=timeout, retries=retries)
         if trace is not None:
             keep.append(_fspath(trace, "trace"))
             cfg.trace = keep[-1]
@@ -673,12 +685,16 @@ class Loader:
 
     def _open(self, cfg, pins=None):
         h = ctypes.c_void_p()
-        if self._mix is not None:
-            self._mix.open(cfg, h)
-        else:
-            check(lib.dlc_loader_open(self._path, ctypes.byref(cfg), ctypes.byref(h)),
-                  "dlcache.Loader(%s)" % os.fsdecode(self._path))
-        self._handle = _Handle(h.value, pins)
+        # Ctrl-C stops the downloads of the open (a streamed set's index) at once.
+        with _stream.interruptible():
+            if self._mix is not None:
+                rc = self._mix.open_rc(cfg, h)
+            else:
+                rc = lib.dlc_loader_open(self._path, ctypes.byref(cfg), ctypes.byref(h))
+            if rc == L.DLC_OK:
+                self._handle = _Handle(h.value, pins)  # owned before any KeyboardInterrupt
+        check(rc, "dlcache.Loader(%s)" % redact(self._mix.name if self._mix is not None
+                                                  else os.fsdecode(self._path)))
         if self._mix is not None:
             self._mix.opened(h.value)
 
@@ -915,7 +931,7 @@ class Loader:
         record = torch.profiler.record_function
         owner = self._handle
         feed = self._feed
-        ctx = "dlcache.Loader(%s)" % os.fsdecode(self._path)
+        ctx = "dlcache.Loader(%s)" % redact(os.fsdecode(self._path))
         max_lent = self._config.max_lent
         while True:
             if gen != self._gen:
@@ -1261,7 +1277,7 @@ class Loader:
             dev = ", device=%s (%s)" % (self._device, self._feed.backend)
         closed = self._handle is None or self._handle.ptr is None
         return ("dlcache.Loader(%r, batch_size=%d, rank=%d/%d, epoch=%d, %d batches/epoch%s%s)"
-                % (os.fsdecode(self._path), c.batch_size, c.rank, c.world_size, self._epoch,
+                % (redact(os.fsdecode(self._path)), c.batch_size, c.rank, c.world_size, self._epoch,
                    self._len, dev, ", closed" if closed else ""))
 
 
@@ -1309,7 +1325,8 @@ class _Mix:
         self.return_source = bool(return_source)
         self.firsts = None
 
-    def open(self, cfg, h):
+    def open_rc(self, cfg, h):
+        """dlc_loader_open_mix()'s status (the caller checks it)."""
         n = len(self.paths)
         arr = (L.MixSource * n)()
         for i in range(n):
@@ -1321,8 +1338,8 @@ class _Mix:
         o = L.MixOptions()
         lib.dlc_mix_options_init(ctypes.byref(o))
         o.samples_per_epoch = self.samples_per_epoch
-        check(lib.dlc_loader_open_mix(arr, n, ctypes.byref(o), ctypes.byref(cfg), ctypes.byref(h)),
-              "dlcache.Loader(%s)" % self.name)
+        return lib.dlc_loader_open_mix(arr, n, ctypes.byref(o), ctypes.byref(cfg),
+                                       ctypes.byref(h))
 
     def info(self, ptr):
         """Each source as the C loader has it (dlc_mix_source_info)."""

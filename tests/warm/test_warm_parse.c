@@ -72,9 +72,10 @@ Test(warm_parse, describe_body)
     const char *json = "{\"error\": {\"code\": 403, \"message\": \"Invalid \\\"x\\\"\"}}";
     dlc__warm_describe_body(json, strlen(json), out, sizeof out);
     cr_assert_str_eq(out, "Invalid \"x\"");
+    /* Another body: its first line only (a proxy may echo the request's headers after it). */
     const char *text = "plain\r\ntext";
     dlc__warm_describe_body(text, strlen(text), out, sizeof out);
-    cr_assert_str_eq(out, "plain  text");
+    cr_assert_str_eq(out, "plain");
     dlc__warm_describe_body("", 0, out, sizeof out);
     cr_assert_str_eq(out, "");
     /* An unterminated tag is not read past the body. */

@@ -2,15 +2,21 @@
  * file:// transfers, so that no server is needed: every transfer is done once across the slots,
  * bodies go to the sink and come from the source, a retry waits its backoff and is logged, the
  * attempts run out into the driver's failure, an attempt that made progress starts the count
- * over, and a progress callback that answers nonzero cancels. */
+ * over, and a progress callback that answers nonzero cancels, also the probe of dlc_warm() held
+ * by a server that accepts and never answers (issue 23: a loader's close() waited out every
+ * attempt's timeout). */
 #include "common.h"
 #include "tmpdir_util.h"
 #include "warm_xfer.h"
 
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 TMPDIR_SUITE(warm_xfer);
 
@@ -296,4 +302,42 @@ Test(warm_xfer, a_progress_callback_cancels)
     cr_assert_eq(run(&d, 2, &net, NULL), DLC_ECANCELED);
     cr_assert_str_eq(dlc_errmsg(), "test canceled");
     cr_assert_eq(d.progress_calls, 1);
+}
+
+static int cancel_after_first(void *user, const dlc_warm_progress *p)
+{
+    (void)p;
+    int *calls = user;
+    return ++*calls > 1;
+}
+
+/* A socket on loopback that listens and never accepts: the kernel completes the connections, and
+ * no byte ever comes back, as from a dead endpoint behind a live balancer. */
+Test(warm_xfer, a_progress_callback_cancels_a_probe_that_hangs)
+{
+    const int ls = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert(ls >= 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(bind(ls, (struct sockaddr *)&a, sizeof a), 0);
+    cr_assert_eq(listen(ls, 16), 0);
+    socklen_t len = sizeof a;
+    cr_assert_eq(getsockname(ls, (struct sockaddr *)&a, &len), 0);
+    char url[128];
+    snprintf(url, sizeof url, "http://127.0.0.1:%u/set/index.dlcset", ntohs(a.sin_port));
+    dlc_warm_options net;
+    dlc_warm_options_init(&net);
+    net.timeout_s = 2; /* Without the cancel: 2 attempts of 2 s, then DLC_ENETWORK. */
+    net.max_retries = 1;
+    int calls = 0;
+    net.progress = cancel_after_first;
+    net.progress_user = &calls;
+    char *dest = tmp_path(dir, "hang.dlc");
+    const dlc_status rc = dlc_warm(url, dest, &net, NULL);
+    cr_assert_eq(rc, DLC_ECANCELED, "%d: %s", rc, dlc_errmsg());
+    cr_assert_eq(calls, 2);
+    free(dest);
+    close(ls);
 }

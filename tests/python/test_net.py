@@ -1,0 +1,163 @@
+"""dlcache.Loader and dlcache.plan() against loopback servers that misbehave (tests/lib/netserver.py),
+issue 23:
+
+- secrets never reach what Python shows: with a URL holding user:password and a signature, and
+  an endpoint whose 403/503 bodies echo the request's headers (Basic credentials, a GCS bearer
+  token, an S3 session token and access key id), neither the exception nor plan()'s error nor
+  the RuntimeWarnings of the retries hold any of them; dlcache.errors.redact() is the library's
+  redaction;
+- a retry is shown once (a RuntimeWarning, not also a line of logging's last-resort handler);
+- timeout= and retries= reach the downloads: a server that accepts and never answers fails the
+  open with NetworkError after retries + 1 attempts, naming the timeout;
+- Ctrl-C while the open waits on such a server raises KeyboardInterrupt at once (the open
+  would otherwise wait out every attempt: here 600 s each).
+No test here measures time: the children are only bounded so that a regression fails rather
+than hangs."""
+
+import os
+import signal
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+from conftest import LIB, REPO, require_lib
+
+require_lib("dlc_loader_open", "dlc_loader_plan", "dlc_warm_redact_text")
+
+import dlcache  # noqa: E402
+from dlcache.errors import redact  # noqa: E402
+
+SERVER = os.path.join(REPO, "tests", "lib", "netserver.py")
+SECRETS = ("PWSECRET", "SIGSECRET", "GCSBEARERTOKEN", "SESSIONTOKENXYZ", "AKIAEXAMPLEKEYID",
+           "SECRETSECRET", "dXNlcjpQV1NFQ1JFVA")
+ENV = {"AWS_ACCESS_KEY_ID": "AKIAEXAMPLEKEYID0001", "AWS_SECRET_ACCESS_KEY": "SECRETSECRET",
+       "AWS_SESSION_TOKEN": "SESSIONTOKENXYZ", "AWS_REGION": "us-east-1",
+       "GOOGLE_OAUTH_ACCESS_TOKEN": "GCSBEARERTOKEN", "NO_PROXY": "127.0.0.1,localhost"}
+UNSET = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "DLCACHE_GCS_ENDPOINT", "http_proxy",
+         "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "all_proxy")
+
+
+def _serve(mode, body="xml"):
+    p = subprocess.Popen([sys.executable, SERVER, "--mode", mode, "--body", body],
+                         stdout=subprocess.PIPE, text=True)
+    port = int(p.stdout.readline())
+    return p, port
+
+
+@pytest.fixture(scope="module")
+def servers():
+    procs = {}
+    for mode, body in (("echo403", "text"), ("echo403", "xml"), ("echo503", "xml"),
+                       ("echo403", "json"), ("hang", "xml")):
+        procs[(mode, body)] = _serve(mode, body)
+    yield {k: v[1] for k, v in procs.items()}
+    for p, _ in procs.values():
+        p.kill()
+        p.wait()
+
+
+@pytest.fixture
+def net_env(monkeypatch):
+    for k in UNSET:
+        monkeypatch.delenv(k, raising=False)
+    for k, v in ENV.items():
+        monkeypatch.setenv(k, v)
+
+
+def _clean(text):
+    for s in SECRETS:
+        assert s not in text, "%s in %r" % (s, text)
+
+
+def test_redact_is_the_library_s():
+    assert redact("http://u:PWSECRET@h/b?X-Amz-Signature=SIGSECRET: x") == \
+        "http://REDACTED@h/b?REDACTED: x"
+    assert redact("Authorization: Bearer GCSBEARERTOKEN") == "Authorization: REDACTED"
+    assert redact("/data/token.dlc: record 3") == "/data/token.dlc: record 3"
+
+
+@pytest.mark.parametrize("scheme", ["http", "s3", "gs"])
+@pytest.mark.parametrize("body", ["text", "xml", "json"])
+def test_refusals_show_no_secret(servers, net_env, monkeypatch, tmp_path, scheme, body):
+    port = servers[("echo403", body)]
+    endpoint = "http://127.0.0.1:%d" % port
+    if scheme == "http":
+        url = "http://user:PWSECRET@127.0.0.1:%d/b/set?X-Amz-Signature=SIGSECRET" % port
+    else:
+        monkeypatch.setenv("DLCACHE_GCS_ENDPOINT", endpoint)
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+        url = "%s://b/set" % scheme
+    for call in (lambda: dlcache.Loader(url, 4, cache_dir=str(tmp_path / "c"), retries=1),
+                 lambda: dlcache.plan(url, 4, cache_dir=str(tmp_path / "p"))):
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            with pytest.raises(dlcache.DlcacheError) as e:
+                call()
+        _clean(str(e.value))
+        _clean(repr(e.value))
+        assert "403" in str(e.value)
+        for w in got:
+            _clean(str(w.message))
+
+
+def test_retries_warn_once_without_secrets(servers, net_env, monkeypatch, tmp_path):
+    """In a child without logging set up, as a user runs it: each retry is one line."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:%d" % servers[("echo503", "xml")])
+    code = ("import dlcache\n"
+            "try:\n"
+            "    dlcache.Loader('s3://b/set', 4, cache_dir=%r, retries=2)\n"
+            "except dlcache.NetworkError as e:\n"
+            "    print('ERR', e)\n" % str(tmp_path))
+    env = dict(os.environ, DLCACHE_LIB=LIB, PYTHONPATH=os.path.join(REPO, "python"))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    out = r.stdout + r.stderr
+    _clean(out)
+    assert "ERR" in r.stdout and "gave up after 3 attempts" in r.stdout, out
+    assert r.stderr.count("retry 1 in") == 1, r.stderr
+    assert r.stderr.count("retry 2 in") == 1, r.stderr
+
+
+def test_timeout_and_retries_reach_the_downloads(servers, net_env, tmp_path):
+    url = "http://127.0.0.1:%d/b/set" % servers[("hang", "xml")]
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        with pytest.raises(dlcache.NetworkError) as e:
+            dlcache.Loader(url, 4, cache_dir=str(tmp_path), timeout=1, retries=1)
+    assert "gave up after 2 attempts" in str(e.value), str(e.value)
+    for bad in (dict(timeout=0), dict(timeout="1"), dict(retries=0), dict(retries=1001)):
+        with pytest.raises(ValueError):
+            dlcache.Loader(url, 4, cache_dir=str(tmp_path), **bad)
+
+
+def test_ctrl_c_stops_an_open_that_waits(servers, net_env, tmp_path):
+    url = "http://127.0.0.1:%d/b/set" % servers[("hang", "xml")]
+    code = ("import sys, torch, dlcache\n"
+            "Loader = dlcache.Loader  # imported now, not under the signal\n"
+            "print('opening', flush=True)\n"
+            "try:\n"
+            "    Loader(%r, 4, cache_dir=%r, timeout=600, retries=1000)\n"
+            "except KeyboardInterrupt:\n"
+            "    print('interrupted', flush=True)\n"
+            "    sys.exit(3)\n" % (url, str(tmp_path)))
+    env = dict(os.environ, DLCACHE_LIB=LIB, PYTHONPATH=os.path.join(REPO, "python"))
+    p = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "opening"
+        # Give the open a moment to reach C (a signal before it would interrupt Python itself),
+        # then one Ctrl-C: the old binding saw it only after 600 s per attempt. (A second one
+        # could land while the child exits, after Python put SIGINT's default back.)
+        try:
+            p.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 3, (p.returncode, err[-2000:])
+    assert "interrupted" in out
