@@ -249,6 +249,7 @@ int info_plan_main(int argc, char **argv)
                                         "--samples-per-epoch wants a positive number, "
                                         "not '%s'",
                                         optarg);
+            break;
         case O_TIMEOUT: {
             char *end = NULL;
             const double t = strtod(optarg, &end);
