@@ -165,19 +165,28 @@ static int is_aws_key_id(const char *s, size_t n)
 }
 
 /* After a secret key at s[0, n): the separator (quotes, spaces, ':' or '='); its length, or 0
- * when there is none (the word is not a key here). */
+ * when there is none (the word is not a key here). A quoted key takes a quoted value only
+ * ("access_token": "..." in JSON): a quoted name followed by words is our own messages' way of
+ * naming a field (field "tokens": leading dimension ...), which holds no secret. */
 static size_t separator_len(const char *s, size_t n)
 {
     size_t i = 0;
+    int key_quoted = 0;
     while (i < n && (s[i] == '"' || s[i] == '\''))
-        i++;
+        i++, key_quoted = 1;
     while (i < n && s[i] == ' ')
         i++;
     if (i >= n || (s[i] != ':' && s[i] != '='))
         return 0;
     i++;
-    while (i < n && (s[i] == ' ' || s[i] == '"' || s[i] == '\''))
+    int value_quoted = 0;
+    while (i < n && (s[i] == ' ' || s[i] == '"' || s[i] == '\'')) {
+        if (s[i] != ' ')
+            value_quoted = 1;
         i++;
+    }
+    if (key_quoted && !value_quoted)
+        return 0;
     return i;
 }
 
