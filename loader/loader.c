@@ -715,10 +715,15 @@ dlc_status dlc_loader_state_restore(dlc_loader *l, const void *buf, size_t size)
         return dlc__errorf(DLC_EINVAL,
                            "%s: a mixture's state is restored by dlc_loader_mix_state_restore()",
                            l->path);
-    return dlc__loader_state_restore(l, buf, size);
+    const dlc_status rc = dlc__loader_state_check(l, buf, size);
+    if (rc != DLC_OK)
+        return rc;
+    const uint8_t *p = buf;
+    dlc__pipeline_reset(l, dlc__ld64(p + 16), dlc__ld64(p + 24), dlc__ld64(p + 32));
+    return DLC_OK;
 }
 
-dlc_status dlc__loader_state_restore(dlc_loader *l, const void *buf, size_t size)
+dlc_status dlc__loader_state_check(const dlc_loader *l, const void *buf, size_t size)
 {
     if (size != DLC_LOADER_STATE_SIZE)
         return dlc__errorf(DLC_EINVAL, "%s: loader state: %zu bytes, expected %u", l->path, size,
@@ -757,7 +762,6 @@ dlc_status dlc__loader_state_restore(dlc_loader *l, const void *buf, size_t size
     if (pos > l->sampler.len + UINT32_MAX)
         return dlc__errorf(DLC_EINVAL, "%s: loader state: position %llu is beyond the epoch",
                            l->path, (unsigned long long)pos);
-    dlc__pipeline_reset(l, dlc__ld64(p + 16), dlc__ld64(p + 24), pos);
     return DLC_OK;
 }
 

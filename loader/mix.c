@@ -101,7 +101,7 @@ dlc_status dlc__mixload_open(dlc_loader *l, const dlc_mix_source *sources, uint3
     m->samples_per_epoch = opt.samples_per_epoch ? opt.samples_per_epoch : m->first[n];
     /* One source read whole each epoch is today's loader, byte for byte (its weight only has to
      * draw something). */
-    m->plain = n == 1 && m->samples_per_epoch == m->first[1];
+    m->plain = m->plain_open = n == 1 && m->samples_per_epoch == m->first[1];
     FAIL_IF(m->plain && !(m->weight[0] > 0), DLC_EINVAL,
             "loader: a mixture whose weights are all 0 draws nothing");
 fail:
@@ -192,16 +192,23 @@ void dlc__mixload_apply(dlc_loader *l)
     dlc__mixload *m = l->mixl;
     if (!m->pending)
         return;
-    if (m->pend_switch) {
+    if (m->pend_switch > 0) {
         /* A state another mixture saved: from here this loader walks the mixture's schedule. The
-         * plain sampler's tables stay unused until dlc__sampler_free(). */
+         * plain sampler's tables stay unused meanwhile (its length is the same: the count). */
         l->sampler.mix = m->alt;
-        l->sampler.len = m->samples_per_epoch;
         m->alt = NULL;
-        m->plain = m->pend_switch = 0;
+        m->plain = 0;
+    } else if (m->pend_switch < 0) {
+        /* A plain state again: the plain sampler's order. */
+        m->alt = l->sampler.mix;
+        l->sampler.mix = NULL;
+        m->plain = 1;
     }
-    dlc__mix_segment(l->sampler.mix, m->pend_epoch, m->pend_pos, m->pend_base);
+    m->pend_switch = 0;
     m->pending = 0;
+    if (!l->sampler.mix)
+        return;
+    dlc__mix_segment(l->sampler.mix, m->pend_epoch, m->pend_pos, m->pend_base);
 }
 
 uint32_t dlc_loader_num_sources(const dlc_loader *l)
@@ -386,7 +393,7 @@ dlc_status dlc_loader_mix_state_restore(dlc_loader *l, const void *buf, size_t s
         /* Its source walked the plain loader's order (keyed by the epoch, not by passes of the
          * mixture's): only a plain one-source loader continues it. */
         const uint8_t *e = p + MIX_HEAD;
-        FAIL_IF(!l->mixl->plain || l->mixl->pend_switch, DLC_EINVAL,
+        FAIL_IF(!m->plain_open, DLC_EINVAL,
                 "%s: mixture state: saved by a mixture of one source, which walks the plain "
                 "loader's order: it resumes only into a mixture of that one source read whole "
                 "each epoch (no samples_per_epoch)",
@@ -398,8 +405,13 @@ dlc_status dlc_loader_mix_state_restore(dlc_loader *l, const void *buf, size_t s
                 l->path, m->paths[0],
                 same_path ? "changed since the state was saved" : "is not the saved source",
                 m->first[1], m->digest[0], dlc__ld64(e + 8), dlc__ld64(e + 16));
-        m->pending = 0;
-        return dlc__loader_state_restore(l, e + MIX_ENTRY, DLC_LOADER_STATE_SIZE);
+        const uint8_t *in = e + MIX_ENTRY;
+        CHECK(dlc__loader_state_check(l, in, DLC_LOADER_STATE_SIZE));
+        /* Back to the plain order if a state of another mixture had switched it. */
+        m->pending = 1;
+        m->pend_switch = m->plain ? 0 : -1;
+        dlc__pipeline_reset(l, dlc__ld64(in + 16), dlc__ld64(in + 24), dlc__ld64(in + 32));
+        return DLC_OK;
     }
     FAIL_IF(!x, DLC_EINVAL,
             "%s: mixture state: saved by a mixture's schedule, which this loader (one source "
@@ -466,7 +478,7 @@ dlc_status dlc_loader_mix_state_restore(dlc_loader *l, const void *buf, size_t s
     /* The same schedule continues exactly as it would have; another one begins here. A plain
      * one-source loader walks the mixture's schedule from here on. */
     m->pending = 1;
-    m->pend_switch = !l->sampler.mix;
+    m->pend_switch = m->plain ? 1 : 0;
     if (same) {
         m->pend_epoch = seg_epoch, m->pend_pos = seg_pos;
         memcpy(m->pend_base, base, n * sizeof *base);

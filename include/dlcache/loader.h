@@ -846,8 +846,8 @@ DLC_API dlc_status dlc_loader_mix_state_save(const dlc_loader *l, void *buf, siz
  * dlc_loader_open_mix()) resumes only into a plain one-source mixture of that source, as
  * dlc_loader_state_restore() would (also into another world size); into any other mixture it is
  * DLC_EINVAL. A plain one-source loader given another mixture's state (a source removed down to
- * one) continues it in the mixture's schedule from then on (config.sampler SHUFFLE or
- * SEQUENTIAL).
+ * one) continues it in the mixture's schedule (config.sampler SHUFFLE or SEQUENTIAL), until a
+ * plain state is restored into it again.
  * @param[in] l A mixture loader; batches in flight are discarded, as by dlc_loader_set_epoch().
  * @param[in] buf A state from dlc_loader_mix_state_save(); not retained.
  * @param[in] size Bytes at @p buf.

@@ -519,9 +519,10 @@ Test(loader_mix, a_single_source_resumes_as_the_plain_loader_and_changes_mix)
         cr_assert_eq(dlc_loader_next(plain, &b), DLC_OK);
         cr_assert_eq(dlc_loader_next(a, &b), DLC_OK);
     }
-    uint8_t st[DLC_LOADER_MIX_STATE_MAX];
-    size_t n = 0;
+    uint8_t st[DLC_LOADER_MIX_STATE_MAX], plain_st[DLC_LOADER_MIX_STATE_MAX];
+    size_t n = 0, plain_n = 0;
     cr_assert_eq(dlc_loader_mix_state_save(a, st, sizeof st, &n), DLC_OK, "%s", dlc_errmsg());
+    memcpy(plain_st, st, plain_n = n);
     dlc_loader_close(a);
     /* Into a fresh one-source mixture: the plain loader's remaining batches. */
     dlc_loader *r = open_mix(&m, one, w1, 1, 0, &c);
@@ -550,6 +551,13 @@ Test(loader_mix, a_single_source_resumes_as_the_plain_loader_and_changes_mix)
     cr_assert_geq(un[0], drawn0);
     for (uint64_t i = 0; i < drawn0; i++)
         cr_assert_eq(u0[i], s0[i], "draw %llu", (unsigned long long)i);
+    /* And back: the plain state restored into it gives the plain loader's batches again. */
+    cr_assert_eq(dlc_loader_mix_state_restore(u, plain_st, plain_n), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(dlc_loader_open(m.path[0], &c, &plain), DLC_OK, "%s", dlc_errmsg());
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(dlc_loader_next(plain, &b), DLC_OK);
+    cr_assert_eq(fx_epoch_hash(u, NULL, NULL, 0), fx_epoch_hash(plain, NULL, NULL, 0));
+    dlc_loader_close(plain);
     dlc_loader_close(u);
     free_mix(&m);
 }
