@@ -39,7 +39,7 @@ FUZZ_PKGS := clang libclang-rt-dev python3
 #   abigail-tools        tests/abi/check.sh (abidiff) and tests/abi/update.sh (abidw): the ABI
 #   valgrind             tests/e2e/valgrind_tools.sh
 #   lmdb-utils           mdb_stat in tests/e2e/store_foreign.sh
-#   openssl              the self-signed certificate of tests/e2e/warm_gcs.sh
+#   openssl              the certificates of tests/e2e/warm_gcs.sh and stream_gs_https.sh
 #   curl ca-certificates tests/lib/warm.sh: curl uploads to s3rver; npm fetches it over https
 #   python3-*            pytest and the Python tests; torch, torchvision, numpy, lmdb and
 #                        PIL (tests/python, tests/e2e/*.py and build_gray.sh); venv with pip

@@ -345,6 +345,14 @@ typedef struct dlc__mixload {
     double weight[DLC__MIX_MAX_SOURCES];
     int64_t *file_label; /**< Per file of the union: its source's offset. */
     uint64_t samples_per_epoch;
+    /* One source whose epoch is its record count: the loader's sampler is the plain loader's
+     * (sampler_open()), so the order and the augmentations are byte for byte a plain loader's.
+     * alt is the mixture's sampler, kept for a state saved by another mixture (shuffled or
+     * sequential passes only, else NULL): restoring one switches to it (pend_switch 1), and
+     * restoring a plain state back (pend_switch -1; plain_open: it was opened plain). */
+    int plain, plain_open;
+    struct dlc__mix *alt;
+    int pend_switch;
     /* A segment to begin at the next plan (set_epoch, restore), applied by dlc__pipeline_reset()
      * once the threads are paused: the I/O thread reads the schedule. Consumer's thread. */
     int pending;
@@ -355,8 +363,13 @@ typedef struct dlc__mixload {
 /** Open the union of the sources into l->store and fill l->mixl (the loader's path names it). */
 dlc_status dlc__mixload_open(struct dlc_loader *l, const dlc_mix_source *sources, uint32_t n,
                              const dlc_mix_options *mix);
-/** The mixture's sampler in l->sampler (shuffled or sequential passes). */
+/** The mixture's sampler in l->sampler (shuffled or sequential passes); for a plain one-source
+ *  mixture only its spare (l->mixl->alt), the caller having opened the plain sampler. */
 dlc_status dlc__mixload_sampler(struct dlc_loader *l);
+/** dlc_loader_state_save() of a plain one-source mixture's embedded state, and the checks of
+ *  dlc_loader_state_restore() before it resets the pipeline to it (loader.c). */
+dlc_status dlc__loader_state_save(const struct dlc_loader *l, uint8_t *buf);
+dlc_status dlc__loader_state_check(const struct dlc_loader *l, const void *buf, size_t size);
 void dlc__mixload_free(struct dlc_loader *l);
 /** dlc_loader_set_epoch() of a mixture: an epoch before a restored segment's end replays the
  *  order of a run never restored. */

@@ -357,7 +357,11 @@ dlc_status dlc__loader_open_any(const char *path, const dlc_mix_source *sources,
     l->cfg.fields = NULL, l->cfg.field_options = NULL, l->cfg.views = NULL;
     l->cfg.num_fields = l->cfg.num_field_options = l->cfg.num_views = 0;
 
-    CHECK(l->mixl ? dlc__mixload_sampler(l) : sampler_open(l));
+    /* A one-source mixture over its whole count is the plain loader (mix.c keeps its spare). */
+    if (!l->mixl || l->mixl->plain)
+        CHECK(sampler_open(l));
+    if (l->mixl)
+        CHECK(dlc__mixload_sampler(l));
     CHECK(dlc__dev_open(l));
     CHECK(slots_alloc(l));
     CHECK(dlc__stream_check(l)); /* The slots in flight bound the shards pinned. */
@@ -671,6 +675,11 @@ dlc_status dlc_loader_state_save(const dlc_loader *l, uint8_t buf[DLC_LOADER_STA
     if (l->mixl)
         return dlc__errorf(DLC_EINVAL, "%s: a mixture's state is dlc_loader_mix_state_save()'s",
                            l->path);
+    return dlc__loader_state_save(l, buf);
+}
+
+dlc_status dlc__loader_state_save(const dlc_loader *l, uint8_t *buf)
+{
     dlc_loader *m = (dlc_loader *)l; /* The mutex is not part of the logical state. */
     pthread_mutex_lock(&m->mu);
     const dlc__shard *sh = &l->shard;
@@ -706,6 +715,16 @@ dlc_status dlc_loader_state_restore(dlc_loader *l, const void *buf, size_t size)
         return dlc__errorf(DLC_EINVAL,
                            "%s: a mixture's state is restored by dlc_loader_mix_state_restore()",
                            l->path);
+    const dlc_status rc = dlc__loader_state_check(l, buf, size);
+    if (rc != DLC_OK)
+        return rc;
+    const uint8_t *p = buf;
+    dlc__pipeline_reset(l, dlc__ld64(p + 16), dlc__ld64(p + 24), dlc__ld64(p + 32));
+    return DLC_OK;
+}
+
+dlc_status dlc__loader_state_check(const dlc_loader *l, const void *buf, size_t size)
+{
     if (size != DLC_LOADER_STATE_SIZE)
         return dlc__errorf(DLC_EINVAL, "%s: loader state: %zu bytes, expected %u", l->path, size,
                            DLC_LOADER_STATE_SIZE);
@@ -743,7 +762,6 @@ dlc_status dlc_loader_state_restore(dlc_loader *l, const void *buf, size_t size)
     if (pos > l->sampler.len + UINT32_MAX)
         return dlc__errorf(DLC_EINVAL, "%s: loader state: position %llu is beyond the epoch",
                            l->path, (unsigned long long)pos);
-    dlc__pipeline_reset(l, dlc__ld64(p + 16), dlc__ld64(p + 24), pos);
     return DLC_OK;
 }
 

@@ -99,6 +99,11 @@ dlc_status dlc__mixload_open(dlc_loader *l, const dlc_mix_source *sources, uint3
     }
     m->first[n] = dlc_store_get_info(l->store)->count;
     m->samples_per_epoch = opt.samples_per_epoch ? opt.samples_per_epoch : m->first[n];
+    /* One source read whole each epoch is today's loader, byte for byte (its weight only has to
+     * draw something). */
+    m->plain = m->plain_open = n == 1 && m->samples_per_epoch == m->first[1];
+    FAIL_IF(m->plain && !(m->weight[0] > 0), DLC_EINVAL,
+            "loader: a mixture whose weights are all 0 draws nothing");
 fail:
     return rc;
 }
@@ -112,6 +117,10 @@ void dlc__mixload_free(dlc_loader *l)
         free(m->paths[i]);
     free(m->file_label);
     free(m->name);
+    if (m->alt) {
+        dlc__mix_free(m->alt);
+        free(m->alt);
+    }
     free(m);
     l->mixl = NULL;
 }
@@ -128,8 +137,22 @@ static void mix_sources(const dlc__mixload *m, dlc__mix_source *src)
 dlc_status dlc__mixload_sampler(dlc_loader *l)
 {
     dlc_status rc = DLC_OK;
-    const dlc__mixload *m = l->mixl;
+    dlc__mixload *m = l->mixl;
     const dlc_loader_config *cfg = &l->cfg;
+    dlc__mix_source src[DLC__MIX_MAX_SOURCES];
+    mix_sources(m, src);
+    if (m->plain) {
+        /* The plain sampler is open; the spare serves a state another mixture saved. */
+        if (cfg->sampler != DLC_SAMPLER_SHUFFLE && cfg->sampler != DLC_SAMPLER_SEQUENTIAL)
+            return DLC_OK;
+        m->alt = calloc(1, sizeof *m->alt);
+        FAIL_IF(!m->alt, -ENOMEM, "%s: out of memory", l->path);
+        CHECK(dlc__mix_init(m->alt, src, m->n, m->samples_per_epoch, cfg->world_size,
+                            cfg->drop_last, cfg->sampler == DLC_SAMPLER_SEQUENTIAL,
+                            (const char *const *)m->paths));
+        m->alt->batch = cfg->batch_size;
+        return DLC_OK;
+    }
     FAIL_IF(cfg->sampler != DLC_SAMPLER_SHUFFLE && cfg->sampler != DLC_SAMPLER_SEQUENTIAL,
             DLC_EINVAL,
             "%s: config.sampler = %u: a mixture's sources walk shuffled (DLC_SAMPLER_SHUFFLE) or "
@@ -141,8 +164,6 @@ dlc_status dlc__mixload_sampler(dlc_loader *l)
     l->sampler.len = m->samples_per_epoch;
     l->sampler.mix = calloc(1, sizeof *l->sampler.mix);
     FAIL_IF(!l->sampler.mix, -ENOMEM, "%s: out of memory", l->path);
-    dlc__mix_source src[DLC__MIX_MAX_SOURCES];
-    mix_sources(m, src);
     CHECK(dlc__mix_init(l->sampler.mix, src, m->n, m->samples_per_epoch, cfg->world_size,
                         cfg->drop_last, cfg->sampler == DLC_SAMPLER_SEQUENTIAL,
                         (const char *const *)m->paths));
@@ -154,6 +175,8 @@ fail:
 void dlc__mixload_set_epoch(dlc_loader *l, uint64_t epoch)
 {
     const dlc__mix *x = l->sampler.mix;
+    if (!x)
+        return; /* The plain loader's order: any epoch replays as a plain loader's would. */
     /* The restored segment's start and what came before it are not this loader's to replay:
      * going there replays the order of a run that was never restored. */
     if (epoch < x->seg_epoch || (epoch == x->seg_epoch && x->seg_pos > 0)) {
@@ -169,8 +192,23 @@ void dlc__mixload_apply(dlc_loader *l)
     dlc__mixload *m = l->mixl;
     if (!m->pending)
         return;
-    dlc__mix_segment(l->sampler.mix, m->pend_epoch, m->pend_pos, m->pend_base);
+    if (m->pend_switch > 0) {
+        /* A state another mixture saved: from here this loader walks the mixture's schedule. The
+         * plain sampler's tables stay unused meanwhile (its length is the same: the count). */
+        l->sampler.mix = m->alt;
+        m->alt = NULL;
+        m->plain = 0;
+    } else if (m->pend_switch < 0) {
+        /* A plain state again: the plain sampler's order. */
+        m->alt = l->sampler.mix;
+        l->sampler.mix = NULL;
+        m->plain = 1;
+    }
+    m->pend_switch = 0;
     m->pending = 0;
+    if (!l->sampler.mix)
+        return;
+    dlc__mix_segment(l->sampler.mix, m->pend_epoch, m->pend_pos, m->pend_base);
 }
 
 uint32_t dlc_loader_num_sources(const dlc_loader *l)
@@ -189,6 +227,21 @@ dlc_status dlc_loader_source_info(const dlc_loader *l, uint32_t source, dlc_mix_
     const dlc__mixload *m = l->mixl;
     const dlc__mix *x = l->sampler.mix;
     const uint64_t e = l->sampler.epoch;
+    if (!x) {
+        /* The plain loader's order: each epoch is one pass. */
+        dlc_mix_source_info one = {
+            .struct_size = sizeof one,
+            .quota = 1,
+            .period = 1,
+            .first = 0,
+            .count = m->first[1],
+            .epoch_samples = l->sampler.len,
+            .drawn = e * l->sampler.len,
+            .content_digest = m->digest[0],
+            .label_offset = m->label_offset[0],
+        };
+        return dlc__result_give(out, &one, sizeof one, "dlc_mix_source_info");
+    }
     uint64_t now[DLC__MIX_MAX_SOURCES], next[DLC__MIX_MAX_SOURCES];
     dlc__mix_draws(x, e, e == x->seg_epoch ? x->seg_pos : 0, now);
     dlc__mix_draws(x, e + 1, 0, next);
@@ -217,9 +270,46 @@ _Static_assert(DLC_LOADER_MIX_STATE_MAX == MIX_HEAD + MIX_ENTRY * DLC__MIX_MAX_S
 
 /* Layout (little-endian): magic u64 | version u32 | sources u32 | seed u64 | epoch u64 |
  * position u64 | segment epoch u64 | segment position u64 | epoch length u64 | world u32 |
- * flags u32 (1: drop_last, 2: sequential) | batch u32 | 0 u32; per source: path hash u64 | count
- * u64 | digest u64 | draws before the segment u64 | quota u32 | 0 u32; XXH3-64 of everything before
- * it. */
+ * flags u32 (1: drop_last, 2: sequential, 4: plain) | batch u32 | 0 u32; per source: path hash u64
+ * | count u64 | digest u64 | draws before the segment u64 | quota u32 | 0 u32; with flag 4 (one
+ * source read by the plain loader's sampler) the plain loader's state (DLC_LOADER_STATE_SIZE
+ * bytes, dlc_loader_state_save()'s); XXH3-64 of everything before it. */
+#define MIX_PLAIN 4u
+
+/* A plain one-source mixture's state: the mixture's header and entry around the plain loader's. */
+static dlc_status plain_save(const dlc_loader *l, uint8_t *p, size_t cap, size_t *size)
+{
+    const dlc__mixload *m = l->mixl;
+    const size_t need = MIX_HEAD + MIX_ENTRY + DLC_LOADER_STATE_SIZE + 8;
+    if (cap < need)
+        return dlc__errorf(DLC_EINVAL, "%s: mixture state: %zu bytes needed, %zu given", l->path,
+                           need, cap);
+    memset(p, 0, need);
+    uint8_t *in = p + MIX_HEAD + MIX_ENTRY;
+    const dlc_status rc = dlc__loader_state_save(l, in);
+    if (rc != DLC_OK)
+        return rc;
+    const dlc_loader_config *cfg = &l->cfg;
+    dlc__st64(p + 0, MIX_MAGIC);
+    dlc__st32(p + 8, MIX_VERSION);
+    dlc__st32(p + 12, 1);
+    dlc__st64(p + 16, dlc__ld64(in + 16));
+    dlc__st64(p + 24, dlc__ld64(in + 24));
+    dlc__st64(p + 32, dlc__ld64(in + 32));
+    dlc__st64(p + 56, dlc__ld64(in + 48));
+    dlc__st32(p + 64, cfg->world_size);
+    dlc__st32(p + 68, MIX_PLAIN | (cfg->drop_last ? 1u : 0u) |
+                          (cfg->sampler == DLC_SAMPLER_SEQUENTIAL ? 2u : 0u));
+    dlc__st32(p + 72, cfg->batch_size);
+    uint8_t *e = p + MIX_HEAD;
+    dlc__st64(e + 0, m->path_hash[0]);
+    dlc__st64(e + 8, m->first[1]);
+    dlc__st64(e + 16, m->digest[0]);
+    dlc__st32(e + 32, 1);
+    dlc__st64(p + need - 8, XXH3_64bits(p, need - 8));
+    *size = need;
+    return DLC_OK;
+}
 
 dlc_status dlc_loader_mix_state_save(const dlc_loader *l, void *buf, size_t cap, size_t *size)
 {
@@ -229,6 +319,8 @@ dlc_status dlc_loader_mix_state_save(const dlc_loader *l, void *buf, size_t cap,
     if (!l->mixl)
         return dlc__errorf(DLC_EINVAL, "%s: not a mixture: use dlc_loader_state_save()", l->path);
     const dlc__mixload *m = l->mixl;
+    if (!l->sampler.mix)
+        return plain_save(l, buf, cap, size);
     const size_t need = MIX_HEAD + (size_t)MIX_ENTRY * m->n + 8;
     if (cap < need)
         return dlc__errorf(DLC_EINVAL, "%s: mixture state: %zu bytes needed, %zu given", l->path,
@@ -282,18 +374,50 @@ dlc_status dlc_loader_mix_state_restore(dlc_loader *l, const void *buf, size_t s
         return dlc__errorf(DLC_EINVAL, "%s: not a mixture: use dlc_loader_state_restore()",
                            l->path);
     dlc__mixload *m = l->mixl;
-    const dlc__mix *x = l->sampler.mix;
+    /* A plain one-source loader compares with its spare mixture sampler (NULL: none). */
+    const dlc__mix *x = l->sampler.mix ? l->sampler.mix : m->alt;
     const uint8_t *p = buf;
     FAIL_IF(size < MIX_HEAD + 8 || dlc__ld64(p) != MIX_MAGIC, DLC_EINVAL,
             "%s: mixture state: not one (%zu bytes, bad magic or too short)", l->path, size);
     const uint32_t n = dlc__ld32(p + 12);
-    FAIL_IF(n == 0 || n > DLC__MIX_MAX_SOURCES || size != MIX_HEAD + (size_t)MIX_ENTRY * n + 8,
+    const int plain = (dlc__ld32(p + 68) & MIX_PLAIN) != 0;
+    FAIL_IF(n == 0 || n > DLC__MIX_MAX_SOURCES || (plain && n != 1) ||
+                size != MIX_HEAD + (size_t)MIX_ENTRY * n + (plain ? DLC_LOADER_STATE_SIZE : 0) + 8,
             DLC_EINVAL, "%s: mixture state: %zu bytes for %u sources", l->path, size, n);
     FAIL_IF(dlc__ld64(p + size - 8) != XXH3_64bits(p, size - 8), DLC_EINVAL,
             "%s: mixture state: checksum mismatch", l->path);
     FAIL_IF(dlc__ld32(p + 8) != MIX_VERSION, DLC_EINVAL,
             "%s: mixture state: version %u, this library reads %u", l->path, dlc__ld32(p + 8),
             MIX_VERSION);
+    if (plain) {
+        /* Its source walked the plain loader's order (keyed by the epoch, not by passes of the
+         * mixture's): only a plain one-source loader continues it. */
+        const uint8_t *e = p + MIX_HEAD;
+        FAIL_IF(!m->plain_open, DLC_EINVAL,
+                "%s: mixture state: saved by a mixture of one source, which walks the plain "
+                "loader's order: it resumes only into a mixture of that one source read whole "
+                "each epoch (no samples_per_epoch)",
+                l->path);
+        const int same_path = dlc__ld64(e) == m->path_hash[0];
+        FAIL_IF(dlc__ld64(e + 8) != m->first[1] || dlc__ld64(e + 16) != m->digest[0], DLC_EINVAL,
+                "%s: mixture state: source 0 (%s) %s: %" PRIu64 " records with digest %016" PRIx64
+                ", saved %" PRIu64 " with %016" PRIx64 ": its passes cannot be continued",
+                l->path, m->paths[0],
+                same_path ? "changed since the state was saved" : "is not the saved source",
+                m->first[1], m->digest[0], dlc__ld64(e + 8), dlc__ld64(e + 16));
+        const uint8_t *in = e + MIX_ENTRY;
+        CHECK(dlc__loader_state_check(l, in, DLC_LOADER_STATE_SIZE));
+        /* Back to the plain order if a state of another mixture had switched it. */
+        m->pending = 1;
+        m->pend_switch = m->plain ? 0 : -1;
+        dlc__pipeline_reset(l, dlc__ld64(in + 16), dlc__ld64(in + 24), dlc__ld64(in + 32));
+        return DLC_OK;
+    }
+    FAIL_IF(!x, DLC_EINVAL,
+            "%s: mixture state: saved by a mixture's schedule, which this loader (one source "
+            "with config.sampler = %u) cannot continue: use DLC_SAMPLER_SHUFFLE or "
+            "DLC_SAMPLER_SEQUENTIAL",
+            l->path, l->cfg.sampler);
     const uint64_t seed = dlc__ld64(p + 16), epoch = dlc__ld64(p + 24), pos = dlc__ld64(p + 32);
     const uint64_t seg_epoch = dlc__ld64(p + 40), seg_pos = dlc__ld64(p + 48);
     const uint64_t len = dlc__ld64(p + 56);
@@ -351,8 +475,10 @@ dlc_status dlc_loader_mix_state_restore(dlc_loader *l, const void *buf, size_t s
     }
     same = same && world == x->world && len == x->len && (flags & 1u) == (x->drop_last ? 1u : 0u) &&
            (!x->drop_last || batch == x->batch) && ((flags & 2u) != 0) == (x->sequential != 0);
-    /* The same schedule continues exactly as it would have; another one begins here. */
+    /* The same schedule continues exactly as it would have; another one begins here. A plain
+     * one-source loader walks the mixture's schedule from here on. */
     m->pending = 1;
+    m->pend_switch = m->plain ? 1 : 0;
     if (same) {
         m->pend_epoch = seg_epoch, m->pend_pos = seg_pos;
         memcpy(m->pend_base, base, n * sizeof *base);

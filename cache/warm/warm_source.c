@@ -501,6 +501,13 @@ dlc_status dlc__warm_easy_setup(CURL *h, const dlc__warm_source *src, const dlc_
     } else {
         SET(CURLOPT_SSL_VERIFYPEER, 1L);
         SET(CURLOPT_SSL_VERIFYHOST, 2L);
+        /* A private CA (a company's, a test's): the bundle the curl tool and OpenSSL are told of
+         * by the environment replaces the system's. */
+        const char *ca = env("CURL_CA_BUNDLE");
+        if (!ca)
+            ca = env("SSL_CERT_FILE");
+        if (ca)
+            SET(CURLOPT_CAINFO, ca);
     }
     if (src->follow_redirects) {
         SET(CURLOPT_FOLLOWLOCATION, 1L);

@@ -759,6 +759,11 @@ DLC_API void dlc_mix_options_init_sized(dlc_mix_options *o, size_t size);
  * drop_last); the schedule runs on across epochs. A source smaller than its share repeats its
  * passes within an epoch; a larger one spreads its pass over several.
  *
+ * A mixture of one source whose samples_per_epoch is 0 or its record count is the plain loader,
+ * byte for byte (dlc_loader_open() of the source: its order, padding, augmentations; its weight
+ * only has to be above 0, and any config.sampler works): each epoch is one pass keyed by the
+ * epoch. With another samples_per_epoch it walks the mixture's schedule as above.
+ *
  * Records are numbered globally, source after source (::dlc_batch.indices; see
  * dlc_loader_source_info()); labels are each source's plus its label_offset. The schemas must
  * agree (the same fields with the same kinds, dtypes and flags; sizes may differ): a mismatch is
@@ -767,7 +772,8 @@ DLC_API void dlc_mix_options_init_sized(dlc_mix_options *o, size_t size);
  * @param[in] sources @p num_sources entries (1..64); not retained.
  * @param[in] num_sources Entries of @p sources.
  * @param[in] mix Options of the mixture, or NULL for the defaults.
- * @param[in] config As for dlc_loader_open(); sampler DLC_SAMPLER_SHUFFLE or SEQUENTIAL.
+ * @param[in] config As for dlc_loader_open(); sampler DLC_SAMPLER_SHUFFLE or SEQUENTIAL (any
+ *                   for the plain one-source mixture).
  * @param[out] out The loader; close with dlc_loader_close().
  * @return DLC_OK; DLC_EINVAL (a weight negative, NaN or infinite, all weights 0, a weight below
  *         1/65536 of the total, a negative label offset, another sampler, mismatched schemas, a
@@ -818,7 +824,8 @@ DLC_API dlc_status dlc_loader_source_info(const dlc_loader *l, uint32_t source,
  * @param[in] l A mixture loader.
  * @param[out] buf @p cap bytes; DLC_LOADER_MIX_STATE_MAX always suffice.
  * @param[in] cap Bytes at @p buf.
- * @param[out] size The state's bytes (80 + 40 per source + 8), little-endian, checksummed.
+ * @param[out] size The state's bytes (80 + 40 per source + 8; a plain one-source mixture's:
+ *                  80 + 40 + DLC_LOADER_STATE_SIZE + 8), little-endian, checksummed.
  * @return DLC_OK, DLC_EINVAL (not a mixture, NULL, @p cap too small: nothing written).
  */
 DLC_API dlc_status dlc_loader_mix_state_save(const dlc_loader *l, void *buf, size_t cap,
@@ -834,12 +841,20 @@ DLC_API dlc_status dlc_loader_mix_state_save(const dlc_loader *l, void *buf, siz
  * position and every source continues its pass exactly where it stood: no record of a source is
  * seen twice before its pass ends, none is skipped; a new source starts its first pass, a
  * removed one is dropped. The seed in the state replaces the configured one.
+ *
+ * A plain one-source mixture's state (its source walked the plain loader's order, see
+ * dlc_loader_open_mix()) resumes only into a plain one-source mixture of that source, as
+ * dlc_loader_state_restore() would (also into another world size); into any other mixture it is
+ * DLC_EINVAL. A plain one-source loader given another mixture's state (a source removed down to
+ * one) continues it in the mixture's schedule (config.sampler SHUFFLE or SEQUENTIAL), until a
+ * plain state is restored into it again.
  * @param[in] l A mixture loader; batches in flight are discarded, as by dlc_loader_set_epoch().
  * @param[in] buf A state from dlc_loader_mix_state_save(); not retained.
  * @param[in] size Bytes at @p buf.
  * @return DLC_OK; DLC_EINVAL (not a mixture, bad size, checksum or version; a source whose
  *         records changed since the save, named with both counts and digests; a position
- *         before the saved schedule began). The loader is unchanged on failure.
+ *         before the saved schedule began; a plain one-source state into another mixture, and
+ *         back). The loader is unchanged on failure.
  */
 DLC_API dlc_status dlc_loader_mix_state_restore(dlc_loader *l, const void *buf, size_t size);
 

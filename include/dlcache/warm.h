@@ -66,7 +66,8 @@
  * Secrets never leave the library: error messages, log lines and results name
  * URLs with their query string replaced by "?REDACTED" and never contain keys,
  * tokens or Authorization headers. TLS peers are verified unless
- * ::DLC_WARM_INSECURE.
+ * ::DLC_WARM_INSECURE, against the system's CAs, or those of the PEM bundle
+ * CURL_CA_BUNDLE (else SSL_CERT_FILE) names (a private or test CA).
  *
  * Errors: DLC_OK; DLC_EINVAL (bad URL or option); DLC_EHTTP (the server
  * refused: 403, 404, 416...; dlc_errmsg() names the URL and what the server

@@ -378,7 +378,9 @@ class Loader:
             by ``label_offsets[i]``. Batches as dicts gain "source" (int64
             [N], the index of each sample's source) and "indices" is the
             record number within the source; tuples gain the source as a last
-            element with return_source=True. state_dict() holds every source's
+            element with return_source=True. A list of one path read whole
+            (no samples_per_epoch) is the plain loader of it, byte for byte.
+            state_dict() holds every source's
             pass, and load_state_dict() continues them under other weights or
             sources.
 

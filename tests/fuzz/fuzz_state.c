@@ -33,10 +33,13 @@
 #define SET_RECORDS 41u
 #define MIX_RECORDS (RECORDS + 23u)
 
-static dlc_loader *loader, *windows, *mixture;
+static dlc_loader *loader, *windows, *mixture, *single;
 static uint8_t initial[DLC_LOADER_STATE_SIZE], initial_w[DLC_LOADER_STATE_SIZE];
 static uint8_t initial_m[DLC_LOADER_MIX_STATE_MAX];
 static size_t initial_m_size;
+/* A one-source mixture, the plain loader's order until another mixture's state switches it. */
+static uint8_t initial_1[DLC_LOADER_MIX_STATE_MAX];
+static size_t initial_1_size;
 
 static void die(const char *what)
 {
@@ -105,6 +108,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         die("loader_open_mix");
     if (dlc_loader_mix_state_save(mixture, initial_m, sizeof initial_m, &initial_m_size) != DLC_OK)
         die("mix_state_save");
+    if (dlc_loader_open_mix(src, 1, NULL, &c, &single) != DLC_OK)
+        die("loader_open_mix of one source");
+    if (dlc_loader_mix_state_save(single, initial_1, sizeof initial_1, &initial_1_size) != DLC_OK)
+        die("mix_state_save of one source");
     const char *seeds = getenv("DLC_FUZZ_SEED_DIR");
     if (seeds) {
         /* The start, mid-epoch, the last batch, the end, and a later epoch. */
@@ -136,6 +143,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
             die("mix_state_save");
         snprintf(p, sizeof p, "%s/mix-mid", seeds);
         fz_write_file(p, st, n);
+        snprintf(p, sizeof p, "%s/mix-one-start", seeds);
+        fz_write_file(p, initial_1, initial_1_size);
         if (dlc_loader_mix_state_restore(mixture, initial_m, initial_m_size) != DLC_OK)
             die("restore the mixture's initial state");
     }
@@ -187,27 +196,29 @@ static void restore(dlc_loader *l, const uint8_t *initial_state, uint64_t record
         die("restore initial");
 }
 
-/* The same for the mixture: its state's checksum is its last 8 bytes, whatever its size. */
-static void restore_mix(const uint8_t *data, size_t size)
+/* The same for a mixture @p mix of @p records: its state's checksum is its last 8 bytes,
+ * whatever its size. */
+static void restore_mix(dlc_loader *mix, uint64_t records, const uint8_t *init, size_t init_size,
+                        const uint8_t *data, size_t size)
 {
-    dlc_status rc = dlc_loader_mix_state_restore(mixture, data, size);
+    dlc_status rc = dlc_loader_mix_state_restore(mix, data, size);
     if (rc < 0 && dlc_errmsg()[0] == '\0')
         abort();
     if (rc == DLC_OK)
-        draw(mixture, MIX_RECORDS, 0);
+        draw(mix, records, 0);
     if (size >= 8 && size <= DLC_LOADER_MIX_STATE_MAX) {
         uint8_t fixed[DLC_LOADER_MIX_STATE_MAX];
         memcpy(fixed, data, size);
         const uint64_t h = XXH3_64bits(fixed, size - 8);
         for (int i = 0; i < 8; i++)
             fixed[size - 8 + i] = (uint8_t)(h >> (8 * i));
-        rc = dlc_loader_mix_state_restore(mixture, fixed, size);
+        rc = dlc_loader_mix_state_restore(mix, fixed, size);
         if (rc < 0 && dlc_errmsg()[0] == '\0')
             abort();
         if (rc == DLC_OK)
-            draw(mixture, MIX_RECORDS, 0);
+            draw(mix, records, 0);
     }
-    if (dlc_loader_mix_state_restore(mixture, initial_m, initial_m_size) != DLC_OK)
+    if (dlc_loader_mix_state_restore(mix, init, init_size) != DLC_OK)
         die("restore the mixture's initial state");
 }
 
@@ -215,6 +226,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     restore(loader, initial, RECORDS, 1, data, size);
     restore(windows, initial_w, SET_RECORDS, 0, data, size);
-    restore_mix(data, size);
+    restore_mix(mixture, MIX_RECORDS, initial_m, initial_m_size, data, size);
+    restore_mix(single, RECORDS, initial_1, initial_1_size, data, size);
     return 0;
 }

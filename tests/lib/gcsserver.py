@@ -10,7 +10,8 @@ It serves the files under --root three ways:
                  --token is given: 401 without, 403 with another token.
   GCE metadata   GET /computeMetadata/v1/instance/service-accounts/default/token
                  with "Metadata-Flavor: Google" answers {"access_token": TOKEN}.
-  plain URLs     GET /files/NAME[?sig=...] (a stand-in for pre-signed URLs):
+  plain URLs     GET /files/NAME[?sig=...] (a stand-in for pre-signed URLs,
+                 and a plain https:// server with --cert; NAME may hold '/'):
                  with --sig, a query without sig=SIG gets 403 and S3's XML.
                  GET /norange/NAME ignores Range and answers 200 with the
                  whole file.
@@ -40,6 +41,7 @@ x-goog-meta-KEY headers.
 GET /__stats answers {"gets": N, "data_gets": N, "auth": [...], "uploads": N,
 "upload_bytes": N} where auth lists the Authorization schemes seen (never the
 tokens). The chosen port is written to --port-file once the socket listens.
+With --cert and --key (PEM files) it speaks TLS (https://) instead.
 """
 import argparse
 import base64
@@ -48,6 +50,7 @@ import http.server
 import json
 import os
 import secrets
+import ssl
 import threading
 import urllib.parse
 
@@ -174,9 +177,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
                                   b'SignatureDoesNotMatch</Code><Message>The request signature'
                                   b' we calculated does not match the signature you provided.'
                                   b'</Message></Error>', "application/xml")
-            name = urllib.parse.unquote(parts[2]) if len(parts) > 2 else ""
+            name = urllib.parse.unquote("/".join(parts[2:]))
             path = os.path.join(srv.args.root, "files", name)
-            if not name or ".." in name or not os.path.isfile(path):
+            if not name or ".." in name or name.startswith("/") or not os.path.isfile(path):
                 return self._send(404, b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>'
                                   b'NoSuchKey</Code><Message>The specified key does not exist.'
                                   b'</Message></Error>', "application/xml")
@@ -340,8 +343,14 @@ def main():
     ap.add_argument("--token", default="")
     ap.add_argument("--sig", default="")
     ap.add_argument("--short-every", type=int, default=0)
+    ap.add_argument("--cert", help="PEM certificate chain: serve https")
+    ap.add_argument("--key", help="PEM private key of --cert")
     args = ap.parse_args()
     srv = Server(("127.0.0.1", 0), Handler)
+    if args.cert:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(args.cert, args.key)
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
     srv.args = args
     srv.lock = threading.Lock()
     srv.gets = srv.data_gets = srv.uploads = srv.upload_bytes = 0

@@ -456,3 +456,108 @@ Test(loader_mix, drop_last_skips_no_draw)
     }
     free_mix(&m);
 }
+
+/* Two epochs of @p l (epochs @p e and e + 1) as one digest. */
+static uint64_t two_epochs(dlc_loader *l, uint64_t e)
+{
+    cr_assert_eq(dlc_loader_set_epoch(l, e), DLC_OK);
+    const uint64_t h0 = fx_epoch_hash(l, NULL, NULL, 0);
+    cr_assert_eq(dlc_loader_set_epoch(l, e + 1), DLC_OK);
+    return h0 ^ (fx_epoch_hash(l, NULL, NULL, 0) * 0x9e3779b97f4a7c15ull);
+}
+
+Test(loader_mix, a_single_source_equals_the_plain_loader_byte_for_byte)
+{
+    /* Orders, augmentations (random crops and flips), padding of 3 ranks over 40 records,
+     * drop_last, sequential and shard-window samplers, a store and a set: a mixture of one
+     * source (any weight) is today's loader. */
+    mixdir m = make_mix();
+    const uint32_t src_of[] = {0, 3};
+    for (int k = 0; k < 2; k++)
+        for (int v = 0; v < 5; v++) {
+            dlc_loader_config c = mix_config();
+            if (src_of[k] == 3)
+                c.crop_h = c.crop_w = 5;
+            c.batch_size = 7;
+            if (v == 1)
+                c.world_size = 3, c.rank = 1;
+            if (v == 2)
+                c.world_size = 3, c.rank = 2, c.drop_last = 1;
+            if (v == 3)
+                c.sampler = DLC_SAMPLER_SEQUENTIAL;
+            if (v == 4)
+                c.sampler = src_of[k] == 3 ? DLC_SAMPLER_SHARD_WINDOWS : DLC_SAMPLER_QUASI_RANDOM;
+            dlc_loader *plain = NULL;
+            cr_assert_eq(dlc_loader_open(m.path[src_of[k]], &c, &plain), DLC_OK, "%s",
+                         dlc_errmsg());
+            dlc_mix_source one;
+            dlc_mix_source_init(&one);
+            one.path = m.path[src_of[k]];
+            one.weight = 0.25;
+            dlc_loader *mix = NULL;
+            cr_assert_eq(dlc_loader_open_mix(&one, 1, NULL, &c, &mix), DLC_OK, "%s", dlc_errmsg());
+            cr_assert_eq(two_epochs(mix, 3), two_epochs(plain, 3), "source %u, case %d", src_of[k],
+                         v);
+            dlc_loader_close(mix);
+            dlc_loader_close(plain);
+        }
+    free_mix(&m);
+}
+
+Test(loader_mix, a_single_source_resumes_as_the_plain_loader_and_changes_mix)
+{
+    mixdir m = make_mix();
+    dlc_loader_config c = mix_config();
+    c.batch_size = 6;
+    const uint32_t one[] = {0}, two[] = {0, 1};
+    const double w1[] = {1}, w2[] = {0.5, 0.5};
+    dlc_loader *plain = NULL;
+    cr_assert_eq(dlc_loader_open(m.path[0], &c, &plain), DLC_OK, "%s", dlc_errmsg());
+    dlc_loader *a = open_mix(&m, one, w1, 1, 0, &c);
+    dlc_batch b;
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(dlc_loader_next(plain, &b), DLC_OK);
+        cr_assert_eq(dlc_loader_next(a, &b), DLC_OK);
+    }
+    uint8_t st[DLC_LOADER_MIX_STATE_MAX], plain_st[DLC_LOADER_MIX_STATE_MAX];
+    size_t n = 0, plain_n = 0;
+    cr_assert_eq(dlc_loader_mix_state_save(a, st, sizeof st, &n), DLC_OK, "%s", dlc_errmsg());
+    memcpy(plain_st, st, plain_n = n);
+    dlc_loader_close(a);
+    /* Into a fresh one-source mixture: the plain loader's remaining batches. */
+    dlc_loader *r = open_mix(&m, one, w1, 1, 0, &c);
+    cr_assert_eq(dlc_loader_mix_state_restore(r, st, n), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(fx_epoch_hash(r, NULL, NULL, 0), fx_epoch_hash(plain, NULL, NULL, 0));
+    dlc_loader_close(r);
+    dlc_loader_close(plain);
+    /* Its pass is the plain loader's, which no mixture's schedule continues: refused. */
+    dlc_loader *t = open_mix(&m, two, w2, 2, 0, &c);
+    cr_assert_neq(dlc_loader_mix_state_restore(t, st, n), DLC_OK);
+    cr_assert(strstr(dlc_errmsg(), "one source"), "%s", dlc_errmsg());
+    /* A two-source state into the one source left: it continues that source's pass, each record
+     * once, in the mixture's schedule. */
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(dlc_loader_next(t, &b), DLC_OK);
+    cr_assert_eq(dlc_loader_mix_state_save(t, st, sizeof st, &n), DLC_OK, "%s", dlc_errmsg());
+    uint64_t s0[200], s1[200], *seq[4] = {s0, s1, NULL, NULL}, nseq[4] = {0};
+    take(t, two, 2, seq, nseq); /* What the two-source run would have drawn next. */
+    dlc_loader_close(t);
+    const uint64_t drawn0 = nseq[0];
+    nseq[0] = nseq[1] = 0;
+    dlc_loader *u = open_mix(&m, one, w1, 1, 0, &c);
+    cr_assert_eq(dlc_loader_mix_state_restore(u, st, n), DLC_OK, "%s", dlc_errmsg());
+    uint64_t u0[200], *useq[4] = {u0, NULL, NULL, NULL}, un[4] = {0};
+    take(u, one, -1, useq, un);
+    cr_assert_geq(un[0], drawn0);
+    for (uint64_t i = 0; i < drawn0; i++)
+        cr_assert_eq(u0[i], s0[i], "draw %llu", (unsigned long long)i);
+    /* And back: the plain state restored into it gives the plain loader's batches again. */
+    cr_assert_eq(dlc_loader_mix_state_restore(u, plain_st, plain_n), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(dlc_loader_open(m.path[0], &c, &plain), DLC_OK, "%s", dlc_errmsg());
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(dlc_loader_next(plain, &b), DLC_OK);
+    cr_assert_eq(fx_epoch_hash(u, NULL, NULL, 0), fx_epoch_hash(plain, NULL, NULL, 0));
+    dlc_loader_close(plain);
+    dlc_loader_close(u);
+    free_mix(&m);
+}
