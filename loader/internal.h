@@ -458,8 +458,9 @@ dlc_status dlc__stream_open(struct dlc_loader *l, const char *url);
 /** After the sampler: can the cache hold what the windows need? DLC_EINVAL with the bytes. */
 dlc_status dlc__stream_check(const struct dlc_loader *l);
 /** A new plan (open, reset; under mu or before the threads): the shards' last batches and the
- *  cache's schedule. */
-void dlc__stream_plan(struct dlc_loader *l);
+ *  cache's schedule. With @p net (at open, on the caller's thread) its progress callback is asked
+ *  about ten times a second whether to stop: DLC_ECANCELED; else DLC_OK. */
+dlc_status dlc__stream_plan(struct dlc_loader *l, const dlc_warm_options *net);
 /** The I/O thread, before a batch's lookups: pin and attach the @p nfiles shards it reads. A
  *  shard the cache refused as damaged (DLC_ECORRUPT) with on_corrupt = replace is not an error
  *  of the batch: it is marked refused for the rest of the loader's life (never fetched again),

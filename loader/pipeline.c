@@ -378,7 +378,7 @@ void dlc__pipeline_reset(dlc_loader *l, uint64_t seed, uint64_t epoch, uint64_t 
     dlc__sampler_set_epoch(&l->sampler, seed, epoch);
     dlc__shard_plan(&l->shard, l->sampler.len, start, l->cfg.rank, l->cfg.world_size,
                     l->cfg.batch_size, l->cfg.drop_last);
-    dlc__stream_plan(l);
+    (void)dlc__stream_plan(l, NULL); /* Never canceled: under mu, on the consumer's thread. */
     const uint64_t per_batch = (uint64_t)l->cfg.world_size * l->cfg.batch_size;
     l->batch_base = start / per_batch;
     l->fill_next = l->cons_next = 0;

@@ -178,16 +178,47 @@ dlc_status dlc__stream_check(const dlc_loader *l)
     return DLC_OK;
 }
 
-void dlc__stream_plan(dlc_loader *l)
+/* A plan walks every record of the share once: an index's counts are bounded (by the shards'
+ * sizes, and what the cache folder can hold: stream_cache.c), but a large set still takes
+ * seconds. Every 2^16 records the walk asks the network options' progress callback, about ten
+ * times a second, whether to stop (Python answers stop after Ctrl-C): DLC_ECANCELED. */
+typedef struct plan_poll {
+    const dlc_warm_options *net;
+    double t0, last;
+} plan_poll;
+
+static dlc_status plan_poll_at(plan_poll *pp, uint64_t j, const char *path)
+{
+    if ((j & 0xffffu) != 0 || !pp->net || !pp->net->progress)
+        return DLC_OK;
+    const double now = dlc__now_s();
+    if (now - pp->last < 0.1)
+        return DLC_OK;
+    pp->last = now;
+    dlc_warm_progress p;
+    memset(&p, 0, sizeof p);
+    p.seconds = now - pp->t0;
+    if (pp->net->progress(pp->net->progress_user, &p) == 0)
+        return DLC_OK;
+    return dlc__errorf(DLC_ECANCELED,
+                       "%s: planning the epoch (%" PRIu64 " records walked): canceled", path, j);
+}
+
+dlc_status dlc__stream_plan(dlc_loader *l, const dlc_warm_options *net)
 {
     dlc__lstream *st = l->stream;
     if (!st)
-        return;
+        return DLC_OK;
     const dlc__shard *sh = &l->shard;
     memset(st->last_use, 0, st->nshards * sizeof *st->last_use);
     memset(st->seen, 0, st->nshards);
     uint32_t n = 0;
+    plan_poll pp = {.net = net, .t0 = dlc__now_s()};
+    pp.last = pp.t0;
     for (uint64_t j = 0; j < sh->per_rank; j++) {
+        const dlc_status rc = plan_poll_at(&pp, j, l->path);
+        if (rc != DLC_OK)
+            return rc;
         const uint64_t rec = dlc__sampler_at(&l->sampler, dlc__shard_pos(sh, j));
         const uint32_t k = dlc__swin_shard_of(l->sampler.swin, rec);
         st->last_use[k] = j / sh->batch + 1;
@@ -201,6 +232,7 @@ void dlc__stream_plan(dlc_loader *l)
     if (dlc__scache_schedule(st->cache, st->sched, n) != DLC_OK)
         dlc__logf(l->cfg.log, l->cfg.log_user, DLC_LOG_WARN, "%s: streaming schedule: %s", l->path,
                   dlc_errmsg());
+    return DLC_OK;
 }
 
 /* The cache found no room for a shard a batch needs (its message is dlc_errmsg()): the folder is
@@ -481,6 +513,8 @@ dlc_status dlc_loader_plan(const char *path, const dlc_loader_config *config,
     p.shards = n, p.streams = eff, p.nodes = nodes, p.epoch_samples = smp.len;
     /* Every rank's share: what each node downloads, and rank 0's batches for the quality. */
     uint64_t same_pairs = 0, pairs = 0, same_next = 0, nexts = 0;
+    plan_poll pp = {.net = c.net, .t0 = dlc__now_s()};
+    pp.last = pp.t0;
     for (uint32_t r = 0; r < c.world_size; r++) {
         dlc__shard sh;
         dlc__shard_plan(&sh, smp.len, 0, r, c.world_size, c.batch_size, c.drop_last);
@@ -488,6 +522,7 @@ dlc_status dlc_loader_plan(const char *path, const dlc_loader_config *config,
         if (r == 0)
             p.samples_per_rank = sh.per_rank, p.batches_per_rank = sh.batches;
         for (uint64_t j = 0, in = 0; j < sh.per_rank; j++) {
+            CHECK(plan_poll_at(&pp, j, path));
             const uint32_t k =
                 dlc__swin_shard_of(smp.swin, dlc__sampler_at(&smp, dlc__shard_pos(&sh, j)));
             if (!mine[k]) {

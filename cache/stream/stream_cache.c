@@ -19,6 +19,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -678,6 +679,54 @@ static dlc_status check_names(const dlc__scache *c)
     return DLC_OK;
 }
 
+/* The bytes of the file system that holds @p dir (or, for a folder not made yet, its nearest
+ * existing parent); 0 when none can be asked. */
+static uint64_t fs_bytes(const char *dir)
+{
+    char p[4096];
+    snprintf(p, sizeof p, "%s", dir);
+    struct statvfs sv;
+    while (statvfs(p, &sv) != 0) {
+        char *slash = strrchr(p, '/');
+        if (errno != ENOENT || strcmp(p, "/") == 0 || strcmp(p, ".") == 0)
+            return 0;
+        if (!slash)
+            snprintf(p, sizeof p, "."); /* "a" -> "." */
+        else
+            slash[slash == p] = '\0'; /* "/a" -> "/", "a/b" -> "a" */
+    }
+    return (uint64_t)sv.f_blocks * (sv.f_frsize ? sv.f_frsize : sv.f_bsize);
+}
+
+/* The index's sizes and counts, bounded before anything walks them (a plan walks every record):
+ * the decoder bounds each shard's count by its size (a record header at least); here each size is
+ * bounded by the cache folder's file system (a larger shard could never be downloaded; a cache
+ * limit is check_limit()'s), and the set's records by DLC__SCACHE_MAX_RECORDS. So an index that
+ * lies about both size and count is refused at once, naming the shard, instead of costing hours
+ * of planning. */
+static dlc_status check_sizes(const dlc__scache *c)
+{
+    const uint64_t room = fs_bytes(c->dir);
+    uint64_t sum = 0;
+    for (uint32_t k = 0; k < c->x.num_shards; k++) {
+        const dlc__set_shard *e = &c->x.shards[k];
+        if (room && e->file_bytes > room)
+            return dlc__errorf(DLC_ECORRUPT,
+                               "%s: the set's index says shard %u (%s) is %" PRIu64
+                               " bytes, more than the file system of %s can ever hold (%" PRIu64
+                               " bytes); the set is refused",
+                               c->shown, k, e->name, e->file_bytes, c->dir, room);
+        sum += e->count; /* No overflow: the decoder checked the sum. */
+        if (sum > DLC__SCACHE_MAX_RECORDS)
+            return dlc__errorf(DLC_ECORRUPT,
+                               "%s: the set's index says %" PRIu64
+                               " records up to shard %u (%s), more than the %" PRIu64
+                               " a streamed set may hold; the set is refused",
+                               c->shown, sum, k, e->name, (uint64_t)DLC__SCACHE_MAX_RECORDS);
+    }
+    return DLC_OK;
+}
+
 /* DIR, and its lock file, opened without following a link (one planted where the lock should be
  * is refused, naming it). A folder others made read-only that already holds the lock is opened
  * read-only: flock() works on it, and a cache whose shards are all there writes nothing. */
@@ -809,6 +858,7 @@ dlc_status dlc__scache_open(const dlc__scache_config *cfg, dlc__scache **out)
     c->index_len = ilen;
     ibuf = NULL;
     CHECK(check_names(c));
+    CHECK(check_sizes(c));
     if (cfg->plan_only) {
         *out = c;
         return DLC_OK;

@@ -22,6 +22,8 @@
 #define DLC__SCACHE_TMP ".dlcs-tmp"
 /* The cache-wide lock file in DIR. */
 #define DLC__SCACHE_LOCK ".dlcs.lock"
+/* The most records a streamed set may hold (2^36, twelve times LAION-5B): a plan walks each. */
+#define DLC__SCACHE_MAX_RECORDS (1ull << 36)
 
 /* ---- Pure pieces (stream_plan.c) ----------------------------------------------------------- */
 
