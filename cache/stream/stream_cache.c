@@ -728,17 +728,27 @@ static dlc_status check_sizes(const dlc__scache *c)
 }
 
 /* DIR, and its lock file, opened without following a link (one planted where the lock should be
- * is refused, naming it). A folder others made read-only that already holds the lock is opened
- * read-only: flock() works on it, and a cache whose shards are all there writes nothing. */
+ * is refused, naming it). A folder this process cannot write (others made it read-only: a shared
+ * cache filled once) is read-only to the cache: nothing is created, removed or downloaded there,
+ * only the shards already there are read. Its lock file is then opened read-only (flock() works
+ * on it), or, where none was ever made, the folder's own flock serializes the readers: their pins
+ * (shared flocks on the shards) keep a writer that comes later from evicting what they read. */
 static dlc_status open_dir(dlc__scache *c)
 {
     c->dir_fd = open(c->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (c->dir_fd < 0)
         return dlc__errorf(-errno, "%s: open: %s", c->dir, strerror(errno));
+    int dir_lock = 0;
     c->lock_fd =
         openat(c->dir_fd, DLC__SCACHE_LOCK, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (c->lock_fd < 0 && (errno == EACCES || errno == EROFS || errno == EPERM))
+    if (c->lock_fd < 0 && (errno == EACCES || errno == EROFS || errno == EPERM)) {
+        c->read_only = 1;
         c->lock_fd = openat(c->dir_fd, DLC__SCACHE_LOCK, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (c->lock_fd < 0 && errno == ENOENT) {
+            c->lock_fd = openat(c->dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+            dir_lock = 1;
+        }
+    }
     if (c->lock_fd < 0 && errno == ELOOP)
         return dlc__errorf(-ELOOP,
                            "%s: is a symbolic link: the cache's lock file must be its own; "
@@ -748,8 +758,12 @@ static dlc_status open_dir(dlc__scache *c)
         return dlc__errorf(-errno, "%s: cannot create the lock file: %s", c->lock_path,
                            strerror(errno));
     struct stat st;
-    if (fstat(c->lock_fd, &st) < 0 || !S_ISREG(st.st_mode))
+    if (fstat(c->lock_fd, &st) < 0 || !(dir_lock ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode)))
         return dlc__errorf(DLC_EINVAL, "%s: not a regular file: refused", c->lock_path);
+    if (c->read_only)
+        dlc__scache_log(c, DLC_LOG_INFO,
+                        "%s: read-only to this process: only the shards already there are read%s",
+                        c->dir, dir_lock ? " (no lock file: the folder's own lock is used)" : "");
     return DLC_OK;
 }
 

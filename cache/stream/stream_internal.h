@@ -157,6 +157,7 @@ struct dlc__scache {
     double stuck_since;    /* Since when a shard an acquire waits for has found no room while */
     uint64_t stuck_usage;  /* the folder held these bytes (nothing moved); 0: not stuck. */
     int stop;
+    int read_only; /* DIR cannot be written by this process: only shards already there are read. */
     pthread_t *threads;
     uint32_t nthreads;
     dlc__scache_stats st;
