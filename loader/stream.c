@@ -65,13 +65,17 @@ static dlc_status check_empty_shards(dlc_loader *l)
             dlc__scache_release(st->cache, k);
             dlc__err_restore(&es, rc);
         }
-        if (rc != DLC_OK) {
+        /* The cache's refusal of a lie (DLC_ECORRUPT) names the shard, its URL (redacted) and
+         * both counts already: it is the message. Any other failure says what was being done. */
+        if (rc != DLC_OK && rc != DLC_ECORRUPT) {
             char msg[1024];
             snprintf(msg, sizeof msg, "%s", dlc_errmsg());
-            /* The message names the shard's URL, redacted (not @p url, which may hold secrets). */
-            return dlc__errorf(rc, "the set's index says shard %u (%s) holds no record: %s", k,
+            return dlc__errorf(rc,
+                               "checking shard %u (%s), which the set's index says is empty: %s", k,
                                x->shards[k].name, msg);
         }
+        if (rc != DLC_OK)
+            return rc;
     }
     return DLC_OK;
 }

@@ -72,8 +72,12 @@ if "$bench" load s3://b/sets/zero --cache-dir "$warm_tmp/l-zero" --endpoint "$S3
     --sampler windows --window-shards 2 --epochs 1 --json >"$out/lzero.json" 2>"$out/lzero.err"; then
     fail "the loader read a set whose index hides a shard's records: $(cat "$out/lzero.json")"
 fi
-grep -q "part-00002-of-00005.dlc" "$out/lzero.err" || fail "the loader's refusal does not name the shard: $(cat "$out/lzero.err")"
-note "loader: $(grep -m1 -o 'the set.s index says shard.*' "$out/lzero.err" | head -c 300)"
+grep -q "shard 2 (part-00002-of-00005.dlc) holds 20 records, the set's index says 0" "$out/lzero.err" ||
+    fail "the loader's refusal does not name the shard and both counts: $(cat "$out/lzero.err")"
+# One sentence: the shard is named once (the loader's words added nothing the cache had said).
+[ "$(grep -o "shard 2 " "$out/lzero.err" | wc -l)" = 1 ] ||
+    fail "the loader's refusal repeats itself: $(cat "$out/lzero.err")"
+note "loader: $(head -c 400 "$out/lzero.err")"
 
 note "2. an index saying a shard holds 2^32 records"
 lie huge --count 1=4294967296
