@@ -57,12 +57,15 @@ static dlc_status replace(dlc_loader *l, dlc__worker *w, const dlc__slot *s, uin
 {
     dlc__rng r = {dlc__key4(DLC__KEY_REPLACE, s->seed, s->epoch, pos), 0};
     for (int attempt = 0; attempt < 64; attempt++) {
-        /* Streamed, only the batch's shards are on disk: a stand-in from the batch itself. */
+        /* Streamed, only the batch's shards are on disk: a stand-in from the batch itself, or,
+         * where every shard of the batch was refused, from the healthy shard pinned for it. */
         const uint64_t idx =
-            l->stream ? dlc__sampler_at(&l->sampler,
-                                        dlc__shard_pos(&l->shard, s->batch * l->shard.batch +
-                                                                      dlc__rng_below(&r, s->count)))
-                      : dlc__rng_below(&r, l->info->count);
+            !l->stream ? dlc__rng_below(&r, l->info->count)
+            : s->standin_count
+                ? s->standin_first + dlc__rng_below(&r, s->standin_count)
+                : dlc__sampler_at(&l->sampler,
+                                  dlc__shard_pos(&l->shard, s->batch * l->shard.batch +
+                                                                dlc__rng_below(&r, s->count)));
         /* A set of many shards checked only the batch's for shrinking; a stand-in may be in
          * another, which is checked before its map is touched. */
         uint64_t now;

@@ -28,7 +28,8 @@ typedef struct dlc__lstream {
     uint32_t *held_at; /* The held shards, nheld of them (the I/O thread's). */
     uint32_t nheld;
     uint64_t *last_use; /* Per shard: 1 + the last batch of the plan that reads it; 0: none. */
-    uint32_t *sched;    /* The plan's shards in the order of their first use. */
+    uint32_t *sched;    /* The plan's shards in the order of their first use, */
+    uint32_t nsched;    /* nsched of them. */
     uint8_t *seen;      /* Scratch of the plan walk. */
     int limit_refused;  /* The cache refused config.cache_limit at open; the check says why. */
     /* Shards the cache refused as damaged, with on_corrupt = replace: never asked for again;
@@ -233,6 +234,7 @@ dlc_status dlc__stream_plan(dlc_loader *l, const dlc_warm_options *net)
     }
     /* The shards still held from before stay pinned until the I/O thread finds them unused;
      * the cache downloads along the new plan meanwhile. */
+    st->nsched = n;
     if (dlc__scache_schedule(st->cache, st->sched, n) != DLC_OK)
         dlc__logf(l->cfg.log, l->cfg.log_user, DLC_LOG_WARN, "%s: streaming schedule: %s", l->path,
                   dlc_errmsg());
@@ -260,48 +262,97 @@ static dlc_status shared_too_small(const dlc_loader *l)
                        c->cache_dir, (unsigned long long)need, more.cache_ranks);
 }
 
-dlc_status dlc__stream_pin(dlc_loader *l, const uint32_t *files, uint32_t nfiles, int *refused)
+/* Pin and attach shard @p k (held: nothing to do). *refused is set when the cache refused it as
+ * damaged with on_corrupt = replace: it is marked refused for the loader's life. */
+static dlc_status pin_shard(dlc_loader *l, uint32_t k, int *refused)
 {
     dlc__lstream *st = l->stream;
     *refused = 0;
-    for (uint32_t i = 0; i < nfiles; i++) {
-        const uint32_t k = files[i];
-        if (st->refused[k]) {
-            *refused = 1;
-            continue;
+    if (st->refused[k]) {
+        *refused = 1;
+        return DLC_OK;
+    }
+    if (st->held[k])
+        return DLC_OK;
+    const char *path = NULL;
+    dlc_status rc = dlc__scache_acquire(st->cache, k, &path);
+    if (rc == DLC_ECORRUPT && l->cfg.on_corrupt == DLC_CORRUPT_REPLACE) {
+        /* The bucket's shard is damaged: its records are replaced, the other shards' read,
+         * and it is not fetched again (the cache does not fetch it ahead either). */
+        st->refused_msg[k] = strdup(dlc_errmsg());
+        st->refused[k] = 1;
+        st->nrefused++;
+        *refused = 1;
+        dlc__logf(l->cfg.log, l->cfg.log_user, DLC_LOG_WARN,
+                  "%s; its records are replaced by others (on_corrupt = replace) and it is not "
+                  "fetched again by this loader",
+                  st->refused_msg[k] ? st->refused_msg[k] : "a shard was refused");
+        return DLC_OK;
+    }
+    if (rc == -EDEADLK)
+        return shared_too_small(l);
+    if (rc != DLC_OK)
+        return rc;
+    rc = dlc__set_attach(l->store, k, path);
+    if (rc != DLC_OK) {
+        dlc__errsave es;
+        dlc__err_save(&es);
+        dlc__scache_release(st->cache, k);
+        return dlc__err_restore(&es, rc);
+    }
+    st->held[k] = 1;
+    st->held_at[st->nheld++] = k;
+    return DLC_OK;
+}
+
+/* Every shard of batch @p s was refused: its records have no healthy one in the batch to stand
+ * in for them. The stand-ins come from one healthy shard, pinned until the batch is done: the
+ * first in the plan's order of first use that the plan still reads at or after this batch (it is
+ * downloaded ahead anyway), else the first of the plan. A pure function of the plan (seed, epoch,
+ * rank) and of which shards of the bucket are damaged, so every loader picks the same; none when
+ * the plan's shards are all refused (the replacements then fail, naming the record). */
+static dlc_status pin_standin(dlc_loader *l, dlc__slot *s)
+{
+    dlc__lstream *st = l->stream;
+    const dlc__set_index *x = dlc__scache_index(st->cache);
+    for (int pass = 0; pass < 2; pass++) {
+        for (uint32_t i = 0; i < st->nsched; i++) {
+            const uint32_t k = st->sched[i];
+            if (st->refused[k] || x->shards[k].count == 0 ||
+                (pass == 0 && st->last_use[k] <= s->batch))
+                continue;
+            int refused = 0;
+            const dlc_status rc = pin_shard(l, k, &refused);
+            if (rc != DLC_OK)
+                return rc;
+            if (refused)
+                continue;
+            pthread_mutex_lock(&l->mu);
+            if (st->last_use[k] < s->batch + 1)
+                st->last_use[k] = s->batch + 1; /* Held until this batch is done. */
+            pthread_mutex_unlock(&l->mu);
+            s->standin_first = x->shards[k].first;
+            s->standin_count = x->shards[k].count;
+            return DLC_OK;
         }
-        if (st->held[k])
-            continue;
-        const char *path = NULL;
-        dlc_status rc = dlc__scache_acquire(st->cache, k, &path);
-        if (rc == DLC_ECORRUPT && l->cfg.on_corrupt == DLC_CORRUPT_REPLACE) {
-            /* The bucket's shard is damaged: its records are replaced, the other shards' read,
-             * and it is not fetched again (the cache does not fetch it ahead either). */
-            st->refused_msg[k] = strdup(dlc_errmsg());
-            st->refused[k] = 1;
-            st->nrefused++;
-            *refused = 1;
-            dlc__logf(l->cfg.log, l->cfg.log_user, DLC_LOG_WARN,
-                      "%s; its records are replaced by others (on_corrupt = replace) and it is not "
-                      "fetched again by this loader",
-                      st->refused_msg[k] ? st->refused_msg[k] : "a shard was refused");
-            continue;
-        }
-        if (rc == -EDEADLK)
-            return shared_too_small(l);
-        if (rc != DLC_OK)
-            return rc;
-        rc = dlc__set_attach(l->store, k, path);
-        if (rc != DLC_OK) {
-            dlc__errsave es;
-            dlc__err_save(&es);
-            dlc__scache_release(st->cache, k);
-            return dlc__err_restore(&es, rc);
-        }
-        st->held[k] = 1;
-        st->held_at[st->nheld++] = k;
     }
     return DLC_OK;
+}
+
+dlc_status dlc__stream_pin(dlc_loader *l, dlc__slot *s, int *refused)
+{
+    *refused = 0;
+    s->standin_count = 0;
+    uint32_t healthy = 0;
+    for (uint32_t i = 0; i < s->nfiles; i++) {
+        int r = 0;
+        const dlc_status rc = pin_shard(l, s->files[i], &r);
+        if (rc != DLC_OK)
+            return rc;
+        *refused |= r;
+        healthy += !r;
+    }
+    return *refused && healthy == 0 ? pin_standin(l, s) : DLC_OK;
 }
 
 dlc_status dlc__stream_record_ok(const dlc_loader *l, uint64_t index)

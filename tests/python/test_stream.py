@@ -490,3 +490,40 @@ def test_planning_a_lying_index_stops_when_asked(local_set, s3, tmp_path, how):
         pytest.fail("planning %d records did not stop when asked" % (size // 48))
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("CanceledError") and "planning the epoch" in r.stdout, r.stdout
+
+
+def test_batches_of_a_damaged_shard_alone_are_replaced_from_healthy_shards(local_set, s3,
+                                                                           tmp_path):
+    """Issue 23, on_corrupt="replace" with one-shard windows: a batch whose records all come
+    from the damaged shard has no healthy record of its own to stand in; the stand-ins come from
+    a healthy shard chosen from the plan (a pure function of seed, epoch and position), the same
+    in two loaders. Before, such a batch failed after 64 candidates."""
+    bad = tmp_path / "damaged1"
+    shutil.copytree(local_set, bad)
+    name, first, count = _shard_ranges(local_set)[11]
+    p = bad / name
+    b = bytearray(p.read_bytes())
+    mid = len(b) // 2
+    b[mid:mid + 64] = bytes(x ^ 0xFF for x in b[mid:mid + 64])
+    p.write_bytes(bytes(b))
+    r = subprocess.run([tool("cachewarm"), "push", str(bad), "s3://b/sets/damaged1",
+                        "--endpoint", s3, "-q"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, "cachewarm push: %s" % r.stderr
+    bad_records = set(range(first, first + count))
+    healthy = set(range(DEMO_COUNT)) - bad_records
+    opts = dict(OPTS, batch_size=1, window_shards=1, streams=1)
+    runs = []
+    for run in range(2):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            with dlcache.Loader("s3://b/sets/damaged1", cache_dir=tmp_path / ("c%d" % run),
+                                cache_ranks=1, endpoint=s3, on_corrupt="replace", **opts) as ld:
+                epochs = [_indices(ld), _indices(ld)]
+                replaced = ld.stats()["corrupt_replaced"]
+        runs.append(epochs)
+        for e, idx in enumerate(epochs):
+            assert len(idx) == DEMO_COUNT
+            assert not set(idx) & bad_records, "the damaged shard's records were delivered"
+            assert healthy <= set(idx), "healthy records were missed"
+        assert replaced == 2 * count
+    assert runs[0] == runs[1], "the stand-ins differ between two loaders"
