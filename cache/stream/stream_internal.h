@@ -133,7 +133,8 @@ struct dlc__scache {
      * dlc__scache_release()), then fs_mu (with the flock), then mu, then log_mu. Nothing here
      * calls into the loader; dlc__scache_acquire() drops mu before it takes fs_mu. */
     pthread_mutex_t fs_mu;
-    int lock_fd;
+    int lock_fd;   /* DIR/.dlcs.lock; DIR itself where it is read-only and has none. */
+    int read_only; /* DIR cannot be written by this process: only shards already there are read. */
     dlc__scache_scan scan;
     uint8_t *seen_tmp; /* num_shards: the scan found another process's live temporary file. */
 
@@ -157,7 +158,6 @@ struct dlc__scache {
     double stuck_since;    /* Since when a shard an acquire waits for has found no room while */
     uint64_t stuck_usage;  /* the folder held these bytes (nothing moved); 0: not stuck. */
     int stop;
-    int read_only; /* DIR cannot be written by this process: only shards already there are read. */
     pthread_t *threads;
     uint32_t nthreads;
     dlc__scache_stats st;
