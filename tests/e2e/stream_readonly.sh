@@ -5,7 +5,8 @@
 # ignores permissions) on a folder it cannot write, with no lock file there:
 #   1. it loads the set, downloading nothing, and creates, changes or removes nothing;
 #   2. the same with the lock file left by the run that filled it;
-#   3. with a shard missing it is refused, naming the folder, the shard and why.
+#   3. with a shard missing it is refused, naming the folder, the shard and why;
+#   4. a folder it may write, holding another user's lock file, is not read-only: it downloads.
 # Needs root (to switch to nobody) and setpriv; skips otherwise.
 set -euo pipefail
 source "$DLC_SRC/tests/lib/warm.sh"
@@ -81,4 +82,12 @@ fi
 grep -q "$(basename "$shard")" "$out/missing.err" && grep -qi "read-only\|cannot write\|permission" "$out/missing.err" ||
     fail "the refusal does not name the shard and why: $(tail -c 600 "$out/missing.err")"
 note "missing: $(grep -m1 "$(basename "$shard")" "$out/missing.err" | head -c 400)"
+note "4. a folder the user nobody may write, holding root's lock file (0644)"
+chmod -R a+rwX "$cache"
+chmod 644 "$cache/.dlcs.lock"
+timeout 120 setpriv --reuid nobody --regid nogroup --clear-groups \
+    "$bench" "${load[@]}" --cache-dir "$cache" >"$out/shared.json" 2>"$out/shared.err" ||
+    fail "a writable folder with another user's lock file was refused: $(tail -c 600 "$out/shared.err")"
+[ -f "$shard" ] || fail "the missing shard was not downloaded into the writable folder"
+note "shared: loaded as nobody beside root's lock file, the missing shard downloaded"
 echo "stream_readonly: ok"
