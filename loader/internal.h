@@ -133,9 +133,12 @@ typedef struct dlc__slot {
     uint32_t *files; /**< The store's files this batch reads (a set of more than
                           DLC__SHRINK_ALL_FILES shards): the shrink check's files. */
     uint32_t nfiles;
-    uint32_t io_err_at;    /**< Lowest sample whose lookup failed; its message is io_msg. */
-    int lookup_by_workers; /**< The workers find the records themselves (a store all in memory:
-                                nothing to read ahead, and the lookups spread over them). */
+    uint64_t standin_first; /**< Streaming, every shard of the batch refused: the first record */
+    uint64_t standin_count; /**< and the records of the healthy shard whose records stand in for
+                                 its damaged ones (dlc__stream_pin()); 0: none. */
+    uint32_t io_err_at;     /**< Lowest sample whose lookup failed; its message is io_msg. */
+    int lookup_by_workers;  /**< The workers find the records themselves (a store all in memory:
+                                 nothing to read ahead, and the lookups spread over them). */
     char io_msg[512];
 } dlc__slot;
 
@@ -471,14 +474,15 @@ dlc_status dlc__stream_open(struct dlc_loader *l, const char *url);
 /** After the sampler: can the cache hold what the windows need? DLC_EINVAL with the bytes. */
 dlc_status dlc__stream_check(const struct dlc_loader *l);
 /** A new plan (open, reset; under mu or before the threads): the shards' last batches and the
- *  cache's schedule. */
-void dlc__stream_plan(struct dlc_loader *l);
-/** The I/O thread, before a batch's lookups: pin and attach the @p nfiles shards it reads. A
- *  shard the cache refused as damaged (DLC_ECORRUPT) with on_corrupt = replace is not an error
- *  of the batch: it is marked refused for the rest of the loader's life (never fetched again),
- *  *refused is set, and only its records fail (dlc__stream_record_ok()). */
-dlc_status dlc__stream_pin(struct dlc_loader *l, const uint32_t *files, uint32_t nfiles,
-                           int *refused);
+ *  cache's schedule. With @p net (at open, on the caller's thread) its progress callback is asked
+ *  about ten times a second whether to stop: DLC_ECANCELED; else DLC_OK. */
+dlc_status dlc__stream_plan(struct dlc_loader *l, const dlc_warm_options *net);
+/** The I/O thread, before a batch's lookups: pin and attach the shards slot @p s reads (its
+ *  files). A shard the cache refused as damaged (DLC_ECORRUPT) with on_corrupt = replace is not
+ *  an error of the batch: it is marked refused for the rest of the loader's life (never fetched
+ *  again), *refused is set, and only its records fail (dlc__stream_record_ok()). When every
+ *  shard of the batch is refused, a healthy one is pinned for the stand-ins (s->standin_*). */
+dlc_status dlc__stream_pin(struct dlc_loader *l, dlc__slot *s, int *refused);
 /** DLC_OK, or DLC_ECORRUPT with the refusal's message when record @p index is in a shard the
  *  cache refused (see dlc__stream_pin()). */
 dlc_status dlc__stream_record_ok(const struct dlc_loader *l, uint64_t index);

@@ -485,7 +485,7 @@ static void resolve(dlc_loader *l, dlc__slot *s, uint32_t slot_index)
     int refused = 0;
     if (l->stream) {
         const uint64_t t0 = dlc__now_ns();
-        const dlc_status prc = dlc__stream_pin(l, s->files, s->nfiles, &refused);
+        const dlc_status prc = dlc__stream_pin(l, s, &refused);
         const uint64_t t1 = dlc__now_ns();
         dlc__cnt_add(&l->io_stall, t1 - t0);
         if (l->trace)

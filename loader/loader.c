@@ -372,7 +372,7 @@ dlc_status dlc__loader_open_any(const char *path, const dlc_mix_source *sources,
     dlc__sampler_set_epoch(&l->sampler, cfg.seed, cfg.epoch);
     dlc__shard_plan(&l->shard, l->sampler.len, 0, cfg.rank, cfg.world_size, cfg.batch_size,
                     cfg.drop_last);
-    dlc__stream_plan(l);
+    CHECK(dlc__stream_plan(l, cfg.net)); /* Ctrl-C: the net options' progress callback. */
     CHECK(threads_start(l, &sync_made));
     CHECK(dlc__dev_start(l));
     l->alive = DLC__LOADER_ALIVE;

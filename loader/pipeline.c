@@ -57,12 +57,15 @@ static dlc_status replace(dlc_loader *l, dlc__worker *w, const dlc__slot *s, uin
 {
     dlc__rng r = {dlc__key4(DLC__KEY_REPLACE, s->seed, s->epoch, pos), 0};
     for (int attempt = 0; attempt < 64; attempt++) {
-        /* Streamed, only the batch's shards are on disk: a stand-in from the batch itself. */
+        /* Streamed, only the batch's shards are on disk: a stand-in from the batch itself, or,
+         * where every shard of the batch was refused, from the healthy shard pinned for it. */
         const uint64_t idx =
-            l->stream ? dlc__sampler_at(&l->sampler,
-                                        dlc__shard_pos(&l->shard, s->batch * l->shard.batch +
-                                                                      dlc__rng_below(&r, s->count)))
-                      : dlc__rng_below(&r, l->info->count);
+            !l->stream ? dlc__rng_below(&r, l->info->count)
+            : s->standin_count
+                ? s->standin_first + dlc__rng_below(&r, s->standin_count)
+                : dlc__sampler_at(&l->sampler,
+                                  dlc__shard_pos(&l->shard, s->batch * l->shard.batch +
+                                                                dlc__rng_below(&r, s->count)));
         /* A set of many shards checked only the batch's for shrinking; a stand-in may be in
          * another, which is checked before its map is touched. */
         uint64_t now;
@@ -378,7 +381,7 @@ void dlc__pipeline_reset(dlc_loader *l, uint64_t seed, uint64_t epoch, uint64_t 
     dlc__sampler_set_epoch(&l->sampler, seed, epoch);
     dlc__shard_plan(&l->shard, l->sampler.len, start, l->cfg.rank, l->cfg.world_size,
                     l->cfg.batch_size, l->cfg.drop_last);
-    dlc__stream_plan(l);
+    (void)dlc__stream_plan(l, NULL); /* Never canceled: under mu, on the consumer's thread. */
     const uint64_t per_batch = (uint64_t)l->cfg.world_size * l->cfg.batch_size;
     l->batch_base = start / per_batch;
     l->fill_next = l->cons_next = 0;

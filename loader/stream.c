@@ -28,7 +28,8 @@ typedef struct dlc__lstream {
     uint32_t *held_at; /* The held shards, nheld of them (the I/O thread's). */
     uint32_t nheld;
     uint64_t *last_use; /* Per shard: 1 + the last batch of the plan that reads it; 0: none. */
-    uint32_t *sched;    /* The plan's shards in the order of their first use. */
+    uint32_t *sched;    /* The plan's shards in the order of their first use, */
+    uint32_t nsched;    /* nsched of them. */
     uint8_t *seen;      /* Scratch of the plan walk. */
     int limit_refused;  /* The cache refused config.cache_limit at open; the check says why. */
     /* Shards the cache refused as damaged, with on_corrupt = replace: never asked for again;
@@ -65,13 +66,17 @@ static dlc_status check_empty_shards(dlc_loader *l)
             dlc__scache_release(st->cache, k);
             dlc__err_restore(&es, rc);
         }
-        if (rc != DLC_OK) {
+        /* The cache's refusal of a lie (DLC_ECORRUPT) names the shard, its URL (redacted) and
+         * both counts already: it is the message. Any other failure says what was being done. */
+        if (rc != DLC_OK && rc != DLC_ECORRUPT) {
             char msg[1024];
             snprintf(msg, sizeof msg, "%s", dlc_errmsg());
-            /* The message names the shard's URL, redacted (not @p url, which may hold secrets). */
-            return dlc__errorf(rc, "the set's index says shard %u (%s) holds no record: %s", k,
+            return dlc__errorf(rc,
+                               "checking shard %u (%s), which the set's index says is empty: %s", k,
                                x->shards[k].name, msg);
         }
+        if (rc != DLC_OK)
+            return rc;
     }
     return DLC_OK;
 }
@@ -178,16 +183,47 @@ dlc_status dlc__stream_check(const dlc_loader *l)
     return DLC_OK;
 }
 
-void dlc__stream_plan(dlc_loader *l)
+/* A plan walks every record of the share once: an index's counts are bounded (by the shards'
+ * sizes, and what the cache folder can hold: stream_cache.c), but a large set still takes
+ * seconds. Every 2^16 records the walk asks the network options' progress callback, about ten
+ * times a second, whether to stop (Python answers stop after Ctrl-C): DLC_ECANCELED. */
+typedef struct plan_poll {
+    const dlc_warm_options *net;
+    double t0, last;
+} plan_poll;
+
+static dlc_status plan_poll_at(plan_poll *pp, uint64_t j, const char *path)
+{
+    if ((j & 0xffffu) != 0 || !pp->net || !pp->net->progress)
+        return DLC_OK;
+    const double now = dlc__now_s();
+    if (now - pp->last < 0.1)
+        return DLC_OK;
+    pp->last = now;
+    dlc_warm_progress p;
+    memset(&p, 0, sizeof p);
+    p.seconds = now - pp->t0;
+    if (pp->net->progress(pp->net->progress_user, &p) == 0)
+        return DLC_OK;
+    return dlc__errorf(DLC_ECANCELED,
+                       "%s: planning the epoch (%" PRIu64 " records walked): canceled", path, j);
+}
+
+dlc_status dlc__stream_plan(dlc_loader *l, const dlc_warm_options *net)
 {
     dlc__lstream *st = l->stream;
     if (!st)
-        return;
+        return DLC_OK;
     const dlc__shard *sh = &l->shard;
     memset(st->last_use, 0, st->nshards * sizeof *st->last_use);
     memset(st->seen, 0, st->nshards);
     uint32_t n = 0;
+    plan_poll pp = {.net = net, .t0 = dlc__now_s()};
+    pp.last = pp.t0;
     for (uint64_t j = 0; j < sh->per_rank; j++) {
+        const dlc_status rc = plan_poll_at(&pp, j, l->path);
+        if (rc != DLC_OK)
+            return rc;
         const uint64_t rec = dlc__sampler_at(&l->sampler, dlc__shard_pos(sh, j));
         const uint32_t k = dlc__swin_shard_of(l->sampler.swin, rec);
         st->last_use[k] = j / sh->batch + 1;
@@ -198,9 +234,11 @@ void dlc__stream_plan(dlc_loader *l)
     }
     /* The shards still held from before stay pinned until the I/O thread finds them unused;
      * the cache downloads along the new plan meanwhile. */
+    st->nsched = n;
     if (dlc__scache_schedule(st->cache, st->sched, n) != DLC_OK)
         dlc__logf(l->cfg.log, l->cfg.log_user, DLC_LOG_WARN, "%s: streaming schedule: %s", l->path,
                   dlc_errmsg());
+    return DLC_OK;
 }
 
 /* The cache found no room for a shard a batch needs (its message is dlc_errmsg()): the folder is
@@ -224,48 +262,97 @@ static dlc_status shared_too_small(const dlc_loader *l)
                        c->cache_dir, (unsigned long long)need, more.cache_ranks);
 }
 
-dlc_status dlc__stream_pin(dlc_loader *l, const uint32_t *files, uint32_t nfiles, int *refused)
+/* Pin and attach shard @p k (held: nothing to do). *refused is set when the cache refused it as
+ * damaged with on_corrupt = replace: it is marked refused for the loader's life. */
+static dlc_status pin_shard(dlc_loader *l, uint32_t k, int *refused)
 {
     dlc__lstream *st = l->stream;
     *refused = 0;
-    for (uint32_t i = 0; i < nfiles; i++) {
-        const uint32_t k = files[i];
-        if (st->refused[k]) {
-            *refused = 1;
-            continue;
+    if (st->refused[k]) {
+        *refused = 1;
+        return DLC_OK;
+    }
+    if (st->held[k])
+        return DLC_OK;
+    const char *path = NULL;
+    dlc_status rc = dlc__scache_acquire(st->cache, k, &path);
+    if (rc == DLC_ECORRUPT && l->cfg.on_corrupt == DLC_CORRUPT_REPLACE) {
+        /* The bucket's shard is damaged: its records are replaced, the other shards' read,
+         * and it is not fetched again (the cache does not fetch it ahead either). */
+        st->refused_msg[k] = strdup(dlc_errmsg());
+        st->refused[k] = 1;
+        st->nrefused++;
+        *refused = 1;
+        dlc__logf(l->cfg.log, l->cfg.log_user, DLC_LOG_WARN,
+                  "%s; its records are replaced by others (on_corrupt = replace) and it is not "
+                  "fetched again by this loader",
+                  st->refused_msg[k] ? st->refused_msg[k] : "a shard was refused");
+        return DLC_OK;
+    }
+    if (rc == -EDEADLK)
+        return shared_too_small(l);
+    if (rc != DLC_OK)
+        return rc;
+    rc = dlc__set_attach(l->store, k, path);
+    if (rc != DLC_OK) {
+        dlc__errsave es;
+        dlc__err_save(&es);
+        dlc__scache_release(st->cache, k);
+        return dlc__err_restore(&es, rc);
+    }
+    st->held[k] = 1;
+    st->held_at[st->nheld++] = k;
+    return DLC_OK;
+}
+
+/* Every shard of batch @p s was refused: its records have no healthy one in the batch to stand
+ * in for them. The stand-ins come from one healthy shard, pinned until the batch is done: the
+ * first in the plan's order of first use that the plan still reads at or after this batch (it is
+ * downloaded ahead anyway), else the first of the plan. A pure function of the plan (seed, epoch,
+ * rank) and of which shards of the bucket are damaged, so every loader picks the same; none when
+ * the plan's shards are all refused (the replacements then fail, naming the record). */
+static dlc_status pin_standin(dlc_loader *l, dlc__slot *s)
+{
+    dlc__lstream *st = l->stream;
+    const dlc__set_index *x = dlc__scache_index(st->cache);
+    for (int pass = 0; pass < 2; pass++) {
+        for (uint32_t i = 0; i < st->nsched; i++) {
+            const uint32_t k = st->sched[i];
+            if (st->refused[k] || x->shards[k].count == 0 ||
+                (pass == 0 && st->last_use[k] <= s->batch))
+                continue;
+            int refused = 0;
+            const dlc_status rc = pin_shard(l, k, &refused);
+            if (rc != DLC_OK)
+                return rc;
+            if (refused)
+                continue;
+            pthread_mutex_lock(&l->mu);
+            if (st->last_use[k] < s->batch + 1)
+                st->last_use[k] = s->batch + 1; /* Held until this batch is done. */
+            pthread_mutex_unlock(&l->mu);
+            s->standin_first = x->shards[k].first;
+            s->standin_count = x->shards[k].count;
+            return DLC_OK;
         }
-        if (st->held[k])
-            continue;
-        const char *path = NULL;
-        dlc_status rc = dlc__scache_acquire(st->cache, k, &path);
-        if (rc == DLC_ECORRUPT && l->cfg.on_corrupt == DLC_CORRUPT_REPLACE) {
-            /* The bucket's shard is damaged: its records are replaced, the other shards' read,
-             * and it is not fetched again (the cache does not fetch it ahead either). */
-            st->refused_msg[k] = strdup(dlc_errmsg());
-            st->refused[k] = 1;
-            st->nrefused++;
-            *refused = 1;
-            dlc__logf(l->cfg.log, l->cfg.log_user, DLC_LOG_WARN,
-                      "%s; its records are replaced by others (on_corrupt = replace) and it is not "
-                      "fetched again by this loader",
-                      st->refused_msg[k] ? st->refused_msg[k] : "a shard was refused");
-            continue;
-        }
-        if (rc == -EDEADLK)
-            return shared_too_small(l);
-        if (rc != DLC_OK)
-            return rc;
-        rc = dlc__set_attach(l->store, k, path);
-        if (rc != DLC_OK) {
-            dlc__errsave es;
-            dlc__err_save(&es);
-            dlc__scache_release(st->cache, k);
-            return dlc__err_restore(&es, rc);
-        }
-        st->held[k] = 1;
-        st->held_at[st->nheld++] = k;
     }
     return DLC_OK;
+}
+
+dlc_status dlc__stream_pin(dlc_loader *l, dlc__slot *s, int *refused)
+{
+    *refused = 0;
+    s->standin_count = 0;
+    uint32_t healthy = 0;
+    for (uint32_t i = 0; i < s->nfiles; i++) {
+        int r = 0;
+        const dlc_status rc = pin_shard(l, s->files[i], &r);
+        if (rc != DLC_OK)
+            return rc;
+        *refused |= r;
+        healthy += !r;
+    }
+    return *refused && healthy == 0 ? pin_standin(l, s) : DLC_OK;
 }
 
 dlc_status dlc__stream_record_ok(const dlc_loader *l, uint64_t index)
@@ -481,6 +568,8 @@ dlc_status dlc_loader_plan(const char *path, const dlc_loader_config *config,
     p.shards = n, p.streams = eff, p.nodes = nodes, p.epoch_samples = smp.len;
     /* Every rank's share: what each node downloads, and rank 0's batches for the quality. */
     uint64_t same_pairs = 0, pairs = 0, same_next = 0, nexts = 0;
+    plan_poll pp = {.net = c.net, .t0 = dlc__now_s()};
+    pp.last = pp.t0;
     for (uint32_t r = 0; r < c.world_size; r++) {
         dlc__shard sh;
         dlc__shard_plan(&sh, smp.len, 0, r, c.world_size, c.batch_size, c.drop_last);
@@ -488,6 +577,7 @@ dlc_status dlc_loader_plan(const char *path, const dlc_loader_config *config,
         if (r == 0)
             p.samples_per_rank = sh.per_rank, p.batches_per_rank = sh.batches;
         for (uint64_t j = 0, in = 0; j < sh.per_rank; j++) {
+            CHECK(plan_poll_at(&pp, j, path));
             const uint32_t k =
                 dlc__swin_shard_of(smp.swin, dlc__sampler_at(&smp, dlc__shard_pos(&sh, j)));
             if (!mine[k]) {

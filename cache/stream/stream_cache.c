@@ -19,6 +19,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -683,18 +684,77 @@ static dlc_status check_names(const dlc__scache *c)
     return DLC_OK;
 }
 
+/* The bytes of the file system that holds @p dir (or, for a folder not made yet, its nearest
+ * existing parent); 0 when none can be asked. */
+static uint64_t fs_bytes(const char *dir)
+{
+    char p[4096];
+    snprintf(p, sizeof p, "%s", dir);
+    struct statvfs sv;
+    while (statvfs(p, &sv) != 0) {
+        char *slash = strrchr(p, '/');
+        if (errno != ENOENT || strcmp(p, "/") == 0 || strcmp(p, ".") == 0)
+            return 0;
+        if (!slash)
+            snprintf(p, sizeof p, "."); /* "a" -> "." */
+        else
+            slash[slash == p] = '\0'; /* "/a" -> "/", "a/b" -> "a" */
+    }
+    return (uint64_t)sv.f_blocks * (sv.f_frsize ? sv.f_frsize : sv.f_bsize);
+}
+
+/* The index's sizes and counts, bounded before anything walks them (a plan walks every record):
+ * the decoder bounds each shard's count by its size (a record header at least); here each size is
+ * bounded by the cache folder's file system (a larger shard could never be downloaded; a cache
+ * limit is check_limit()'s), and the set's records by DLC__SCACHE_MAX_RECORDS. So an index that
+ * lies about both size and count is refused at once, naming the shard, instead of costing hours
+ * of planning. */
+static dlc_status check_sizes(const dlc__scache *c)
+{
+    const uint64_t room = fs_bytes(c->dir);
+    uint64_t sum = 0;
+    for (uint32_t k = 0; k < c->x.num_shards; k++) {
+        const dlc__set_shard *e = &c->x.shards[k];
+        if (room && e->file_bytes > room)
+            return dlc__errorf(DLC_ECORRUPT,
+                               "%s: the set's index says shard %u (%s) is %" PRIu64
+                               " bytes, more than the file system of %s can ever hold (%" PRIu64
+                               " bytes); the set is refused",
+                               c->shown, k, e->name, e->file_bytes, c->dir, room);
+        sum += e->count; /* No overflow: the decoder checked the sum. */
+        if (sum > DLC__SCACHE_MAX_RECORDS)
+            return dlc__errorf(DLC_ECORRUPT,
+                               "%s: the set's index says %" PRIu64
+                               " records up to shard %u (%s), more than the %" PRIu64
+                               " a streamed set may hold; the set is refused",
+                               c->shown, sum, k, e->name, (uint64_t)DLC__SCACHE_MAX_RECORDS);
+    }
+    return DLC_OK;
+}
+
 /* DIR, and its lock file, opened without following a link (one planted where the lock should be
- * is refused, naming it). A folder others made read-only that already holds the lock is opened
- * read-only: flock() works on it, and a cache whose shards are all there writes nothing. */
+ * is refused, naming it). A folder this process cannot write (others made it read-only: a shared
+ * cache filled once) is read-only to the cache: nothing is created, removed or downloaded there,
+ * only the shards already there are read. Its lock file is then opened read-only (flock() works
+ * on it), or, where none was ever made, the folder's own flock serializes the readers: their pins
+ * (shared flocks on the shards) keep a writer that comes later from evicting what they read. */
 static dlc_status open_dir(dlc__scache *c)
 {
     c->dir_fd = open(c->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (c->dir_fd < 0)
         return dlc__errorf(-errno, "%s: open: %s", c->dir, strerror(errno));
+    int dir_lock = 0;
     c->lock_fd =
         openat(c->dir_fd, DLC__SCACHE_LOCK, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (c->lock_fd < 0 && (errno == EACCES || errno == EROFS || errno == EPERM))
+    if (c->lock_fd < 0 && (errno == EACCES || errno == EROFS || errno == EPERM)) {
+        /* A lock file of another user in a folder we may write is not a read-only folder. */
+        c->read_only = faccessat(c->dir_fd, ".", W_OK, AT_EACCESS) != 0;
         c->lock_fd = openat(c->dir_fd, DLC__SCACHE_LOCK, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (c->lock_fd < 0 && errno == ENOENT && c->read_only) {
+            c->lock_fd = openat(c->dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+            dir_lock = 1;
+        }
+    }
     if (c->lock_fd < 0 && errno == ELOOP)
         return dlc__errorf(-ELOOP,
                            "%s: is a symbolic link: the cache's lock file must be its own; "
@@ -704,8 +764,12 @@ static dlc_status open_dir(dlc__scache *c)
         return dlc__errorf(-errno, "%s: cannot create the lock file: %s", c->lock_path,
                            strerror(errno));
     struct stat st;
-    if (fstat(c->lock_fd, &st) < 0 || !S_ISREG(st.st_mode))
+    if (fstat(c->lock_fd, &st) < 0 || !(dir_lock ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode)))
         return dlc__errorf(DLC_EINVAL, "%s: not a regular file: refused", c->lock_path);
+    if (c->read_only)
+        dlc__scache_log(c, DLC_LOG_INFO,
+                        "%s: read-only to this process: only the shards already there are read%s",
+                        c->dir, dir_lock ? " (no lock file: the folder's own lock is used)" : "");
     return DLC_OK;
 }
 
@@ -814,6 +878,7 @@ dlc_status dlc__scache_open(const dlc__scache_config *cfg, dlc__scache **out)
     c->index_len = ilen;
     ibuf = NULL;
     CHECK(check_names(c));
+    CHECK(check_sizes(c));
     if (cfg->plan_only) {
         *out = c;
         return DLC_OK;

@@ -448,6 +448,12 @@ static dlc_status create_temp(dlc__scache *c, const char *tmp, uint64_t size, in
     /* Ours by its PID: an earlier attempt of this process that failed midway. */
     unlinkat(c->set_fd, tmp, 0);
     const int fd = openat(c->set_fd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0 && (errno == EACCES || errno == EROFS || errno == EPERM))
+        return dlc__errorf(-errno,
+                           "%s/%s: create: %s: the cache folder is read-only to this process, so "
+                           "it can only read the shards already there (a read-only cache must be "
+                           "filled first by a process that can write it)",
+                           c->set_dir, tmp, strerror(errno));
     if (fd < 0)
         return dlc__errorf(-errno, "%s/%s: create: %s", c->set_dir, tmp, strerror(errno));
     FAIL_IF(flock(fd, LOCK_EX | LOCK_NB) < 0, -errno, "%s: flock: %s", tmp, strerror(errno));
@@ -620,6 +626,11 @@ dlc_status dlc__scache_put_index(dlc__scache *c, const uint8_t *buf, size_t len)
     CHECK(dlc__scache_scan_dir(c));
     if (same)
         goto fail; /* rc is DLC_OK: the index is there; the ladder only unlocks. */
+    FAIL_IF(c->read_only, DLC_EINVAL,
+            "%s: the cache folder is read-only to this process, and its copy of the set's index "
+            "is missing or is not the bucket's: a read-only cache must be filled first, with "
+            "this index, by a process that can write it",
+            path);
     drop_stale_shards(c);
     CHECK(dlc__scache_scan_dir(c));
     FAIL_IF(make_room(c, dlc__scache_round(len), 0) != DLC_OK, DLC_EINVAL,

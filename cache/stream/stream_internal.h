@@ -22,6 +22,8 @@
 #define DLC__SCACHE_TMP ".dlcs-tmp"
 /* The cache-wide lock file in DIR. */
 #define DLC__SCACHE_LOCK ".dlcs.lock"
+/* The most records a streamed set may hold (2^36, twelve times LAION-5B): a plan walks each. */
+#define DLC__SCACHE_MAX_RECORDS (1ull << 36)
 
 /* ---- Pure pieces (stream_plan.c) ----------------------------------------------------------- */
 
@@ -131,7 +133,8 @@ struct dlc__scache {
      * dlc__scache_release()), then fs_mu (with the flock), then mu, then log_mu. Nothing here
      * calls into the loader; dlc__scache_acquire() drops mu before it takes fs_mu. */
     pthread_mutex_t fs_mu;
-    int lock_fd;
+    int lock_fd;   /* DIR/.dlcs.lock; DIR itself where it is read-only and has none. */
+    int read_only; /* DIR cannot be written by this process: only shards already there are read. */
     dlc__scache_scan scan;
     uint8_t *seen_tmp; /* num_shards: the scan found another process's live temporary file. */
 

@@ -6,6 +6,8 @@
 #   1. an index saying a shard holds 0 records: the loader (cachebench load) and the cache
 #      refuse the set naming the shard, instead of delivering the others' records quietly;
 #   2. an index saying a shard holds 2^32 records: refused at open at once, naming the shard;
+#      one saying 2^40 records in a shard of 2^50 bytes (no cache folder holds it): the same,
+#      for the loader and cacheinfo --plan too (planning would walk every record);
 #   3. shard names that hide from the cache's scan (".p") or collide with its own files
 #      ("index.dlcset", "x.999.dlcs-tmp"): refused at open, naming the shard;
 #   4. an index lying about a shard's size (far larger than the object): refused before anything
@@ -70,14 +72,38 @@ if "$bench" load s3://b/sets/zero --cache-dir "$warm_tmp/l-zero" --endpoint "$S3
     --sampler windows --window-shards 2 --epochs 1 --json >"$out/lzero.json" 2>"$out/lzero.err"; then
     fail "the loader read a set whose index hides a shard's records: $(cat "$out/lzero.json")"
 fi
-grep -q "part-00002-of-00005.dlc" "$out/lzero.err" || fail "the loader's refusal does not name the shard: $(cat "$out/lzero.err")"
-note "loader: $(grep -m1 -o 'the set.s index says shard.*' "$out/lzero.err" | head -c 300)"
+grep -q "shard 2 (part-00002-of-00005.dlc) holds 20 records, the set's index says 0" "$out/lzero.err" ||
+    fail "the loader's refusal does not name the shard and both counts: $(cat "$out/lzero.err")"
+# One sentence: the shard is named once (the loader's words added nothing the cache had said).
+[ "$(grep -o "shard 2 " "$out/lzero.err" | wc -l)" = 1 ] ||
+    fail "the loader's refusal repeats itself: $(cat "$out/lzero.err")"
+note "loader: $(head -c 400 "$out/lzero.err")"
 
 note "2. an index saying a shard holds 2^32 records"
 lie huge --count 1=4294967296
 start=$(date +%s)
 refused huge "a count of 2^32" "shard 1 \(part-00001-of-00005.dlc\): 4294967296 records cannot fit"
 [ $(($(date +%s) - start)) -lt 60 ] || fail "the refusal took over a minute"
+# Counts the sizes allow, but sizes no cache folder can hold: the planning at open (the loader's,
+# cacheinfo --plan's) would walk 2^40 records for hours. Refused at once, naming the shard; the
+# timeout turns a hang into a failure.
+lie both --count 1=1099511627776 --bytes 1=1125899906842624
+both="shard 1 \(part-00001-of-00005.dlc\) is 1125899906842624 bytes, more than the file system of .* can ever hold"
+refused both "a size and count of 2^50 and 2^40" "$both"
+for how in load plan; do
+    if [ $how = load ]; then
+        cmd=("$bench" load s3://b/sets/both --cache-dir "$warm_tmp/l-both" --endpoint "$S3_URL"
+            --batch 8 --crop 64 --sampler windows --window-shards 2 --epochs 1 --json)
+    else
+        cmd=("$DLC_BIN/cacheinfo" s3://b/sets/both --plan --cache-dir "$warm_tmp/l-both"
+            --endpoint "$S3_URL" --batch 8 --window-shards 2)
+    fi
+    rc=0
+    timeout 60 "${cmd[@]}" >"$out/both-$how.out" 2>"$out/both-$how.err" || rc=$?
+    [ $rc -ne 124 ] || fail "$how of an index saying 2^40 records did not end within a minute"
+    [ $rc -ne 0 ] || fail "$how of an index saying 2^40 records was accepted"
+    grep -Eq "$both" "$out/both-$how.err" || fail "$how: the refusal does not name the shard: $(cat "$out/both-$how.err")"
+done
 
 note "3. shard names that hide or collide"
 lie dot --name 0=.p0

@@ -21,6 +21,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 import warnings
@@ -421,3 +422,108 @@ def test_damaged_shard_costs_only_its_records(local_set, s3, tmp_path, caplog):
     said = [r.getMessage() for r in caplog.records
             if "replaced" in r.getMessage() and "epoch" in r.getMessage()]
     assert said and all("verify = off" not in m for m in said), said
+
+
+# Run in a child, so that a planning that does not stop fails by the timeout instead of hanging
+# the session: the open (or plan()) of argv[1] with a network progress callback that answers stop
+# once a call has run 0.3 s (the index's download takes milliseconds; planning asks about ten
+# times a second). Prints the error's class and message.
+_STOP_CHILD = r"""
+import ctypes, sys
+import dlcache
+from dlcache import _lib as L, _stream
+
+url, cache, endpoint, how = sys.argv[1:]
+apply = _stream.apply
+
+
+@L.WARM_PROGRESS_FN
+def stop(_user, p):
+    return 1 if p.contents.seconds >= 0.3 else 0
+
+
+def with_stop(cfg, *a, **k):
+    apply(cfg, *a, **k)
+    if cfg.net:
+        cfg.net.contents.progress = stop
+
+
+_stream.apply = with_stop
+try:
+    if how == "open":
+        dlcache.Loader(url, cache_dir=cache, cache_ranks=1, endpoint=endpoint, batch_size=8,
+                       crop=32, window_shards=2)
+    else:
+        dlcache.plan(url, 8, window_shards=2, world_size=1, cache_ranks=1, cache_dir=cache,
+                     endpoint=endpoint)
+    print("accepted")
+except dlcache.DlcacheError as e:
+    print(type(e).__name__, e)
+"""
+
+
+@pytest.mark.parametrize("how", ["open", "plan"])
+def test_planning_a_lying_index_stops_when_asked(local_set, s3, tmp_path, how):
+    """Issue 23, item 7: an index whose shard sizes a cache folder could hold, but whose counts
+    (as large as those sizes allow) would take minutes to plan: the open and plan() walk every
+    record, and ask the network options' progress callback (Python's Ctrl-C, with the SIGINT
+    handler of the open) about ten times a second whether to stop."""
+    name = "slow-" + how
+    r = subprocess.run([tool("cachewarm"), "push", local_set, "s3://b/sets/" + name,
+                        "--endpoint", s3, "-q"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, "cachewarm push: %s" % r.stderr
+    sv = os.statvfs(str(tmp_path))
+    size = min(sv.f_blocks * sv.f_frsize // 2, (1 << 31) * 48)
+    lie = tmp_path / "index.dlcset"
+    r = subprocess.run([tool("stream_index_edit"), os.path.join(local_set, "index.dlcset"),
+                        str(lie), "--count", "1=%d" % (size // 48), "--bytes", "1=%d" % size],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([tool("cachewarm"), "push", str(lie), "s3://b/sets/%s/index.dlcset" % name,
+                        "--endpoint", s3, "-q"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, "cachewarm push of the index: %s" % r.stderr
+    try:
+        r = subprocess.run([sys.executable, "-c", _STOP_CHILD, "s3://b/sets/" + name,
+                            str(tmp_path / "c"), s3, how], capture_output=True, text=True,
+                           timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("planning %d records did not stop when asked" % (size // 48))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("CanceledError") and "planning the epoch" in r.stdout, r.stdout
+
+
+def test_batches_of_a_damaged_shard_alone_are_replaced_from_healthy_shards(local_set, s3,
+                                                                           tmp_path):
+    """Issue 23, on_corrupt="replace" with one-shard windows: a batch whose records all come
+    from the damaged shard has no healthy record of its own to stand in; the stand-ins come from
+    a healthy shard chosen from the plan (a pure function of seed, epoch and position), the same
+    in two loaders. Before, such a batch failed after 64 candidates."""
+    bad = tmp_path / "damaged1"
+    shutil.copytree(local_set, bad)
+    name, first, count = _shard_ranges(local_set)[11]
+    p = bad / name
+    b = bytearray(p.read_bytes())
+    mid = len(b) // 2
+    b[mid:mid + 64] = bytes(x ^ 0xFF for x in b[mid:mid + 64])
+    p.write_bytes(bytes(b))
+    r = subprocess.run([tool("cachewarm"), "push", str(bad), "s3://b/sets/damaged1",
+                        "--endpoint", s3, "-q"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, "cachewarm push: %s" % r.stderr
+    bad_records = set(range(first, first + count))
+    healthy = set(range(DEMO_COUNT)) - bad_records
+    opts = dict(OPTS, batch_size=1, window_shards=1, streams=1)
+    runs = []
+    for run in range(2):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            with dlcache.Loader("s3://b/sets/damaged1", cache_dir=tmp_path / ("c%d" % run),
+                                cache_ranks=1, endpoint=s3, on_corrupt="replace", **opts) as ld:
+                epochs = [_indices(ld), _indices(ld)]
+                replaced = ld.stats()["corrupt_replaced"]
+        runs.append(epochs)
+        for e, idx in enumerate(epochs):
+            assert len(idx) == DEMO_COUNT
+            assert not set(idx) & bad_records, "the damaged shard's records were delivered"
+            assert healthy <= set(idx), "healthy records were missed"
+        assert replaced == 2 * count
+    assert runs[0] == runs[1], "the stand-ins differ between two loaders"
