@@ -193,6 +193,9 @@ typedef enum dlc_io_mode {
     DLC_IO_DIRECT = 2, /**< O_DIRECT reads through io_uring into registered buffers. */
 } dlc_io_mode;
 
+/** The most batch slots of a loader (dlc_loader_config.prefetch); Python mirrors it. */
+#define DLC_LOADER_MAX_PREFETCH 1024u
+
 /** Loader options. dlc_loader_config_init() sets every field to its default. */
 typedef struct dlc_loader_config {
     uint32_t struct_size;        /**< sizeof(dlc_loader_config) as the caller's header has it; set
@@ -206,7 +209,7 @@ typedef struct dlc_loader_config {
     uint32_t rank;               /**< This process's rank (default 0). */
     uint32_t world_size;         /**< Number of ranks (default 1). */
     uint32_t threads;            /**< Worker threads; 0 = all online cores (default). */
-    uint32_t prefetch;           /**< Batches in flight (default 4, at least 1). */
+    uint32_t prefetch;           /**< Batches in flight: 1..DLC_LOADER_MAX_PREFETCH (default 4). */
     const double *class_weights; /**< DLC_SAMPLER_WEIGHTED: one weight per label; copied at open. */
     uint32_t num_class_weights;  /**< Entries in class_weights (must equal the store's labels). */
     uint64_t num_samples; /**< DLC_SAMPLER_WEIGHTED: draws per epoch (0 = the store's count). */
@@ -260,6 +263,18 @@ typedef struct dlc_loader_config {
     const dlc_warm_options *net; /**< Endpoint, region, retries, timeouts, log of the downloads;
                                       NULL (default): dlc_warm_options_init()'s, which read the
                                       environment. Copied at open. */
+    const char *trace;           /**< A file to write the timeline to at close: Chrome trace-event
+                                      JSON (Perfetto, chrome://tracing), one track per thread, one
+                                      span per batch stage (docs/WAITING.md). NULL (default):
+                                      $DLCACHE_TRACE, or none. Not retained. */
+    uint32_t trace_batches;      /**< Spans the trace keeps per thread: the last ones (0, the
+                                      default: 256). */
+    uint32_t auto_threads;       /**< 1: tune the worker count while running (threads="auto"):
+                                      start with 2, add one while the consumer waits and the
+                                      workers are all busy, give one back when they idle; at most
+                                      threads, or (0) the cores divided by $LOCAL_WORLD_SIZE.
+                                      0 (default): threads workers throughout. The output bytes
+                                      never depend on it. */
 } dlc_loader_config;
 
 /** One output of a batch: a field of the store (or one view group of an image field), for every
@@ -311,7 +326,7 @@ typedef struct dlc_loader_stats {
     uint64_t corrupt_replaced;  /**< Corrupt records replaced (DLC_CORRUPT_REPLACE). */
     uint64_t bytes_read;        /**< Payload bytes read from the store. */
     uint32_t io_mode;           /**< The ::dlc_io_mode actually in use (never AUTO). */
-    uint32_t threads;           /**< Worker threads in use. */
+    uint32_t threads;           /**< Worker threads in use (with auto_threads: working now). */
     int32_t device;             /**< The device path's GPU, or -1 when it is off. */
     uint64_t device_bytes;      /**< Bytes copied from the slots to the device. */
     double device_copy_seconds; /**< Sum over the copies of the time from issuing one to its
@@ -393,6 +408,28 @@ DLC_API dlc_status dlc_loader_next(dlc_loader *l, dlc_batch *batch);
  *  @return DLC_OK, or DLC_EINVAL when @p batch is not one lent. */
 DLC_API dlc_status dlc_loader_release(dlc_loader *l, const dlc_batch *batch);
 
+/** @brief Give back a lent batch whose memory the caller still uses: its slot gets new memory
+ *         and is refilled there, and the memory the batch points to becomes the caller's.
+ *
+ * For a caller whose views of a batch may outlive its turn (the Python package, when a tensor
+ * cut from a batch is still alive as the batch is given back): nothing is copied, and what the
+ * batch's data, labels, indices and fields[i].data, lengths and offsets point to keeps its
+ * bytes until dlc_loader_kept_free(), also after dlc_loader_close(). The ::dlc_batch itself and
+ * its fields array belong to the slot and are not valid after this call. Costs one allocation
+ * of a slot's size: for the batches kept only, never in the usual loop. Host batches only (not
+ * with the device path); a caller that page-locked the slots (dlc_loader_host_slots()) must
+ * not keep them.
+ * @param[in] l The loader.
+ * @param[in] batch A batch that dlc_loader_next() lent and that is still lent; not used after.
+ * @param[out] memory The batch's memory, to free with dlc_loader_kept_free(); NULL on failure.
+ * @return DLC_OK; DLC_EINVAL when an argument is NULL or @p batch is not one lent; DLC_ESTATE
+ *         with the device path; -ENOMEM (the batch is then still lent). */
+DLC_API dlc_status dlc_loader_keep(dlc_loader *l, const dlc_batch *batch, void **memory);
+
+/** Free the memory of a batch kept with dlc_loader_keep(); with or without its loader.
+ *  @param[in] memory From dlc_loader_keep(), or NULL (nothing happens). */
+DLC_API void dlc_loader_kept_free(void *memory);
+
 /** @brief Batches per epoch for this rank (what len() of a DataLoader says).
  *  @param[in] l The loader; NULL gives 0.
  *  @return The count; 0 when @p l is NULL. */
@@ -412,8 +449,9 @@ DLC_API const dlc_store *dlc_loader_store(const dlc_loader *l);
 /**
  * @brief Open the store a loader of @p path would read, for its schema, labels and metadata:
  *        dlc_store_open() of a local store or set; for a streamed set's URL, the set opened
- *        from its index, fetched into config.cache_dir (no shard is downloaded; its records are
- *        read through a loader only).
+ *        from its index, fetched into memory (config.cache_dir must be given, but nothing is
+ *        made, written or removed there; no shard is downloaded; its records are read through a
+ *        loader only).
  * @param[in] path A store, a set's directory, or a set's URL.
  * @param[in] config Its cache_dir and net are used for a URL; NULL for a local path.
  * @param[out] out Close with dlc_store_close().
@@ -449,7 +487,8 @@ typedef struct dlc_loader_plan_info {
 /**
  * @brief Plan a shard-window run without reading a record: epoch 0 of @p config (its sampler
  *        taken as DLC_SAMPLER_SHARD_WINDOWS) over the store or set at @p path, or over a
- *        streamed set whose URL is @p path (only its index is fetched, into config.cache_dir).
+ *        streamed set whose URL is @p path (only its index is fetched, into memory: nothing is
+ *        made, written or removed in config.cache_dir).
  * @param[in] path A store, a set's directory, or a set's URL.
  * @param[in] config As for dlc_loader_open(); cache_limit is not checked (the answer says what
  *        it must be).
@@ -665,6 +704,238 @@ DLC_API void dlc_cuda_free(int device, void *ptr);
  *  @param[in] stream The stream, or NULL.
  *  @return DLC_OK, the errors of dlc_cuda_probe(), DLC_ECUDA (an error of that work). */
 DLC_API dlc_status dlc_cuda_stream_sync(int device, void *stream);
+
+/* ---- Mixtures: several stores and sets in one loader, by weight (docs/MIXTURES.md) ----------- */
+
+/** One source of a mixture. dlc_mix_source_init() sets the defaults; in an array every entry
+ *  has the first one's struct_size. */
+typedef struct dlc_mix_source {
+    uint32_t struct_size; /**< sizeof(dlc_mix_source) as the caller's header has it; set by
+                               dlc_mix_source_init() (status.h, "How options grow"). */
+    const char *path;     /**< A version 2 store or a set's directory; copied at open. */
+    double weight;        /**< Its share of the samples: weight / the sum of the weights
+                               (default 1; 0: none, its pass waits where it stands). */
+    int64_t label_offset; /**< Added to the source's labels (default 0), for sources whose
+                               label spaces are disjoint. */
+} dlc_mix_source;
+
+/** Set @p s to the defaults (weight 1, no path, offset 0) and its struct_size, writing at most
+ *  @p size bytes. Call it through the macro dlc_mix_source_init(), which passes the caller's
+ *  sizeof.
+ *  @param[out] s The source.
+ *  @param[in] size sizeof(dlc_mix_source) in the caller's header. */
+DLC_API void dlc_mix_source_init_sized(dlc_mix_source *s, size_t size);
+/** Set @p s (a dlc_mix_source *) to the defaults, at the caller's size. */
+#define dlc_mix_source_init(s) dlc_mix_source_init_sized((s), sizeof *(s))
+
+/** Options of a mixture beside the loader's. dlc_mix_options_init() sets the defaults. */
+typedef struct dlc_mix_options {
+    uint32_t struct_size;       /**< Set by dlc_mix_options_init(). */
+    uint64_t samples_per_epoch; /**< Positions of an epoch over all ranks (0: the sum of the
+                                     sources' records). Rounded up to a multiple of world_size
+                                     with new draws, never repeats (with drop_last: down to a
+                                     multiple of world_size x batch_size). */
+} dlc_mix_options;
+
+/** Set @p o to the defaults and its struct_size, writing at most @p size bytes. Call it through
+ *  the macro dlc_mix_options_init(), which passes the caller's sizeof.
+ *  @param[out] o The options.
+ *  @param[in] size sizeof(dlc_mix_options) in the caller's header. */
+DLC_API void dlc_mix_options_init_sized(dlc_mix_options *o, size_t size);
+/** Set @p o (a dlc_mix_options *) to the defaults, at the caller's size. */
+#define dlc_mix_options_init(o) dlc_mix_options_init_sized((o), sizeof *(o))
+
+/**
+ * @brief Open a loader over a mixture of @p num_sources stores and sets.
+ *
+ * Each source walks its own passes: pass k is a permutation of its records (config.sampler
+ * DLC_SAMPLER_SHUFFLE, keyed by the seed, k and the source's content digest) or its records in
+ * order (DLC_SAMPLER_SEQUENTIAL), finished before pass k + 1 begins. A fixed low-discrepancy
+ * cycle (largest deficit over integer quotas of the weights) says which source each row of
+ * world_size positions draws from, so every rank's sequence of sources is the same: each prefix
+ * of it holds every source's share within less than 1 sample of weight x n, each of its windows
+ * (a batch) within less than 2, and within less than 1 with two sources. The order is a pure
+ * function of (seed, epoch, the weights, the sources' record counts and digests, world_size,
+ * drop_last); the schedule runs on across epochs. A source smaller than its share repeats its
+ * passes within an epoch; a larger one spreads its pass over several.
+ *
+ * A mixture of one source whose samples_per_epoch is 0 or its record count is the plain loader,
+ * byte for byte (dlc_loader_open() of the source: its order, padding, augmentations; its weight
+ * only has to be above 0, and any config.sampler works): each epoch is one pass keyed by the
+ * epoch. With another samples_per_epoch it walks the mixture's schedule as above.
+ *
+ * Records are numbered globally, source after source (::dlc_batch.indices; see
+ * dlc_loader_source_info()); labels are each source's plus its label_offset. The schemas must
+ * agree (the same fields with the same kinds, dtypes and flags; sizes may differ): a mismatch is
+ * DLC_EINVAL naming the source and the field. Everything else of the loader (fields, crops,
+ * views, the device path, prefetch, kept batches) works as on one store.
+ * @param[in] sources @p num_sources entries (1..64); not retained.
+ * @param[in] num_sources Entries of @p sources.
+ * @param[in] mix Options of the mixture, or NULL for the defaults.
+ * @param[in] config As for dlc_loader_open(); sampler DLC_SAMPLER_SHUFFLE or SEQUENTIAL (any
+ *                   for the plain one-source mixture).
+ * @param[out] out The loader; close with dlc_loader_close().
+ * @return DLC_OK; DLC_EINVAL (a weight negative, NaN or infinite, all weights 0, a weight below
+ *         1/65536 of the total, a negative label offset, another sampler, mismatched schemas, a
+ *         source without records or of version 1: named); the errors of dlc_store_open() and
+ *         dlc_loader_open(). dlc_errmsg() says why.
+ */
+DLC_API dlc_status dlc_loader_open_mix(const dlc_mix_source *sources, uint32_t num_sources,
+                                       const dlc_mix_options *mix, const dlc_loader_config *config,
+                                       dlc_loader **out);
+
+/** A mixture's source, as the loader has it. */
+typedef struct dlc_mix_source_info {
+    uint32_t struct_size;    /**< Set by the caller: sizeof(dlc_mix_source_info). */
+    uint32_t quota;          /**< Its slots per cycle of the schedule. */
+    uint32_t period;         /**< Slots per cycle (the same for every source). */
+    uint64_t first;          /**< Global number of its first record (::dlc_batch.indices). */
+    uint64_t count;          /**< Its records. */
+    uint64_t epoch_samples;  /**< Its draws in the current epoch, all ranks together. */
+    uint64_t drawn;          /**< Its draws before the current epoch (its pass is drawn /
+                                  count, the position in it drawn % count). */
+    uint64_t content_digest; /**< Of the source (a state matches sources by it and the path). */
+    int64_t label_offset;    /**< As opened. */
+} dlc_mix_source_info;
+
+/**
+ * @brief Sources of a mixture loader: 0 for a loader of one store.
+ * @param[in] l The loader (not NULL).
+ * @return The number of sources.
+ */
+DLC_API uint32_t dlc_loader_num_sources(const dlc_loader *l);
+
+/**
+ * @brief Describe source @p source of a mixture.
+ * @param[in] l The loader.
+ * @param[in] source Below dlc_loader_num_sources().
+ * @param[in,out] out struct_size set by the caller; filled up to it.
+ * @return DLC_OK, DLC_EINVAL (not a mixture, no such source, a bad struct_size).
+ */
+DLC_API dlc_status dlc_loader_source_info(const dlc_loader *l, uint32_t source,
+                                          dlc_mix_source_info *out);
+
+/** The largest state of a mixture (dlc_loader_mix_state_save()), in bytes. */
+#define DLC_LOADER_MIX_STATE_MAX (80u + 40u * 64u + 8u)
+
+/**
+ * @brief Save a mixture's position: the seed, the epoch, how far all ranks together consumed
+ *        it, the schedule, and each source's draws (its pass and place in it), path and digest.
+ * @param[in] l A mixture loader.
+ * @param[out] buf @p cap bytes; DLC_LOADER_MIX_STATE_MAX always suffice.
+ * @param[in] cap Bytes at @p buf.
+ * @param[out] size The state's bytes (80 + 40 per source + 8; a plain one-source mixture's:
+ *                  80 + 40 + DLC_LOADER_STATE_SIZE + 8), little-endian, checksummed.
+ * @return DLC_OK, DLC_EINVAL (not a mixture, NULL, @p cap too small: nothing written).
+ */
+DLC_API dlc_status dlc_loader_mix_state_save(const dlc_loader *l, void *buf, size_t cap,
+                                             size_t *size);
+
+/**
+ * @brief Continue a mixture from a saved state, also with other weights, sources added or
+ *        removed, another world size or samples_per_epoch.
+ *
+ * Sources are matched by path (then by content digest). When nothing of the schedule changed
+ * (the same sources in the same order, quotas, world size, drop_last and epoch length), the
+ * stream continues exactly as it would have. Otherwise a new schedule begins at the saved
+ * position and every source continues its pass exactly where it stood: no record of a source is
+ * seen twice before its pass ends, none is skipped; a new source starts its first pass, a
+ * removed one is dropped. The seed in the state replaces the configured one.
+ *
+ * A plain one-source mixture's state (its source walked the plain loader's order, see
+ * dlc_loader_open_mix()) resumes only into a plain one-source mixture of that source, as
+ * dlc_loader_state_restore() would (also into another world size); into any other mixture it is
+ * DLC_EINVAL. A plain one-source loader given another mixture's state (a source removed down to
+ * one) continues it in the mixture's schedule (config.sampler SHUFFLE or SEQUENTIAL), until a
+ * plain state is restored into it again.
+ * @param[in] l A mixture loader; batches in flight are discarded, as by dlc_loader_set_epoch().
+ * @param[in] buf A state from dlc_loader_mix_state_save(); not retained.
+ * @param[in] size Bytes at @p buf.
+ * @return DLC_OK; DLC_EINVAL (not a mixture, bad size, checksum or version; a source whose
+ *         records changed since the save, named with both counts and digests; a position
+ *         before the saved schedule began; a plain one-source state into another mixture, and
+ *         back). The loader is unchanged on failure.
+ */
+DLC_API dlc_status dlc_loader_mix_state_restore(dlc_loader *l, const void *buf, size_t size);
+
+/* ---- Why is the GPU waiting? (docs/WAITING.md) ------------------------------------------- */
+
+/** What bounds the training step, as a report judges it (dlc_loader_report.bound). */
+typedef enum dlc_bound {
+    DLC_BOUND_UNKNOWN = 0,  /**< No batch delivered in the window yet. */
+    DLC_BOUND_MODEL = 1,    /**< Batches were ready: the consumer's own step is the limit. */
+    DLC_BOUND_CPU = 2,      /**< The workers were busy while the consumer waited. */
+    DLC_BOUND_STORAGE = 3,  /**< Reads from the disk or page faults held the batches back. */
+    DLC_BOUND_NETWORK = 4,  /**< Streaming: the loader waited for shards to arrive. */
+    DLC_BOUND_COPY = 5,     /**< The device copy thread was busy while the consumer waited. */
+    DLC_BOUND_CONSUMER = 6, /**< The consumer held batches, so the slots ran out. */
+} dlc_bound;
+
+/** Where the time of the loader's threads and of its consumer went, over the last batches or
+ *  since open (dlc_loader_get_report()), and the verdict. Shares are of wall_seconds, except
+ *  where said; a stage's shares add up to at most 1. */
+typedef struct dlc_loader_report {
+    uint32_t struct_size;      /**< sizeof(dlc_loader_report) as the caller's header has it: set
+                                    it before the call; the library fills that many bytes. */
+    uint32_t bound;            /**< A ::dlc_bound. */
+    uint64_t batches;          /**< Batches delivered in the window. */
+    uint64_t samples;          /**< Samples delivered in the window. */
+    uint32_t threads;          /**< Worker threads. */
+    int32_t device;            /**< The device path's GPU, or -1. */
+    double wall_seconds;       /**< The window: from the batch before it (or open) to its last. */
+    double wait_seconds;       /**< The consumer's time inside dlc_loader_next() (or _device). */
+    double away_seconds;       /**< The consumer's time between those calls: its own step. */
+    double input_share;        /**< wait / (wait + away): the share of the step lost to input. */
+    double step_seconds;       /**< (wait + away) per batch. */
+    double io_busy_share;      /**< The I/O thread resolving batches (lookups, reads, pins), */
+    double io_read_share;      /**< of which waiting for direct reads to complete, */
+    double io_stall_share;     /**< and waiting for shards to arrive (streaming). */
+    double io_held_share;      /**< The I/O thread waiting for a slot the consumer holds beside
+                                    the batch it uses (max_lent > 1). */
+    double io_full_share;      /**< The I/O thread waiting with the ring full: batches made ahead
+                                    of the consumer, or still in the workers' or copy's hands. */
+    double io_idle_share;      /**< The I/O thread with nothing to do (the plan's end). */
+    double workers_busy_share; /**< The workers inside batches (mean over workers). */
+    double workers_io_share;   /**< The workers waiting while a batch was in its I/O stage. */
+    double workers_idle_share; /**< The workers waiting with no batch in I/O. */
+    double workers_cpu_share;  /**< Of the workers' busy time, the share on the CPU (the rest:
+                                    page faults from the disk, or cores shared with others). */
+    double sample_seconds;     /**< Workers' busy time per sample (crop, resize, convert). */
+    uint64_t major_faults;     /**< Major page faults of the workers inside batches. */
+    double copy_busy_share;    /**< The device copy thread copying (0 without the device path). */
+    double copy_idle_share;    /**< The device copy thread waiting for work or a free buffer. */
+    double stall_seconds;      /**< Streaming: the I/O thread's wait for shards (io_stall). */
+    uint64_t bytes_read;       /**< Payload bytes read in the window. */
+    char reason[256];          /**< The verdict in a sentence, with the figures behind it. */
+    char advice[256];          /**< What to change (or "nothing" when the model bounds). */
+} dlc_loader_report;
+
+/**
+ * @brief Where the time went, over the last @p last batches delivered or since open, and which
+ *        part bounds the step. Costs a sum over the workers' counters; allocates nothing.
+ * @param[in] l The loader.
+ * @param[in] last Batches of the window (at most 1023 are kept); 0, or more than were
+ *            delivered: since open.
+ * @param[in,out] r Its struct_size set by the caller; filled up to it.
+ * @return DLC_OK; DLC_EINVAL (NULL, or a struct_size of 0 or larger than the library's).
+ * Thread safety: the consumer's thread, like dlc_loader_next().
+ */
+DLC_API dlc_status dlc_loader_get_report(const dlc_loader *l, uint32_t last, dlc_loader_report *r);
+
+/** @brief The name of a ::dlc_bound: "model", "cpu", "storage", "network", "copy",
+ *         "consumer", or "unknown".
+ *  @param[in] bound A ::dlc_bound.
+ *  @return A static string. */
+DLC_API const char *dlc_bound_name(uint32_t bound);
+
+/**
+ * @brief Write @p r as text: a short table of the shares, the verdict, its reason and advice.
+ * @param[in] r A report filled by dlc_loader_get_report() (all of this header's fields).
+ * @param[out] buf @p cap bytes, NUL-terminated when @p cap > 0; may be NULL when @p cap is 0.
+ * @param[in] cap Bytes at @p buf.
+ * @return The length of the whole text (as snprintf: larger than @p cap - 1 when cut).
+ */
+DLC_API size_t dlc_loader_report_text(const dlc_loader_report *r, char *buf, size_t cap);
 
 /** Stop the workers and free everything. Lent batches die. With the device path,
  *  waits first (on the host) for the device work the loader enqueued, including conversions on

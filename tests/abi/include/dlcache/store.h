@@ -372,6 +372,32 @@ DLC_API void dlc_store_reader_close(dlc_store_reader *r);
 DLC_API dlc_status dlc_store_read_values(dlc_store_reader *r, uint64_t index, dlc_value *values);
 
 /**
+ * @brief dlc_store_read_values() without touching the store's map: the record's offset-table
+ *        entry and header are read with pread() from its file, so that a file truncated in place
+ *        under the caller is an error, never SIGBUS (a read of the map past the file's new end).
+ *        The same checks; payload views are NULL (read each at its dlc_value.offset in file
+ *        dlc_value.file, as the loader's direct I/O does); scalar fields (int, float) point into
+ *        @p header.
+ * @param[in] s The store or set (not a reader: no transaction is needed); safe from any thread.
+ * @param[in] index The record number, 0..count-1.
+ * @param[out] values info->num_fields values, in schema order.
+ * @param[out] header @p cap bytes for the record's header; scalar views point into it.
+ * @param[in] cap At least dlc_store_header_bound().
+ * @return What dlc_store_read_values() returns; DLC_ECORRUPT naming the store (and shard) and
+ *         the record when the file now ends inside the record (truncated in place); DLC_ENOSYS
+ *         for a version 1 store (its records are found through LMDB's B-tree, in the map: use
+ *         dlc_store_read_values()); DLC_EINVAL (NULL, @p cap too small, a streamed shard not in
+ *         the cache); -errno from pread().
+ */
+DLC_API dlc_status dlc_store_read_values_pread(const dlc_store *s, uint64_t index,
+                                               dlc_value *values, uint8_t *header, size_t cap);
+
+/** @brief Bytes of the largest record header of @p s (see dlc_store_read_values_pread()).
+ *  @param[in] s The store, or NULL (0).
+ *  @return Bytes; cannot fail. */
+DLC_API size_t dlc_store_header_bound(const dlc_store *s);
+
+/**
  * @brief Hash field @p field of record @p index (as read into @p v) and compare with its stored
  *        checksum.
  * @param[in] s The store @p v was read from (it names the file in the message).

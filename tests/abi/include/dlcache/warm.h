@@ -66,7 +66,8 @@
  * Secrets never leave the library: error messages, log lines and results name
  * URLs with their query string replaced by "?REDACTED" and never contain keys,
  * tokens or Authorization headers. TLS peers are verified unless
- * ::DLC_WARM_INSECURE.
+ * ::DLC_WARM_INSECURE, against the system's CAs, or those of the PEM bundle
+ * CURL_CA_BUNDLE (else SSL_CERT_FILE) names (a private or test CA).
  *
  * Errors: DLC_OK; DLC_EINVAL (bad URL or option); DLC_EHTTP (the server
  * refused: 403, 404, 416...; dlc_errmsg() names the URL and what the server
@@ -301,6 +302,25 @@ DLC_API dlc_status dlc_warm_push(const char *path, const char *url,
  * Thread safety: safe from any thread.
  */
 DLC_API const char *dlc_warm_redact_url(const char *url, char *buf, size_t cap);
+
+/**
+ * @brief Copy the text @p text (a message, a URL, a server's words) into @p buf with every
+ *        secret it shows replaced by "REDACTED", for showing to people.
+ *
+ * The library's own redaction, which every error message (dlc_errmsg()) and log line passes
+ * through: in a URL, its user:password and query string; the credentials after an
+ * authorization scheme (Bearer, Basic, Digest, Negotiate, AWS); the value after a key named
+ * like a secret (a name holding token, signature, credential, secret, password, passwd,
+ * apikey, api-key or api_key, then ':' or '='; after Authorization or Cookie, the rest of the
+ * line); AWS access key ids. Running it over its own output changes nothing
+ * (docs/SECURITY.md).
+ * @param[in] text The text, or NULL (written as "(null)").
+ * @param[out] buf Receives a NUL-terminated string, truncated to @p cap.
+ * @param[in] cap Bytes at @p buf; with 0 (or a NULL @p buf) nothing is written.
+ * @return @p buf; cannot fail.
+ * Thread safety: safe from any thread.
+ */
+DLC_API const char *dlc_warm_redact_text(const char *text, char *buf, size_t cap);
 
 #ifdef __cplusplus
 }
