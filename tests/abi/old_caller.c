@@ -194,7 +194,39 @@ static void load_store(const char *path)
     memset(state, CANARY, sizeof state);
     EXPECT_OK(dlc_loader_state_save(l, state));
     check_canary(state + DLC_LOADER_STATE_SIZE, "dlc_loader_state_save");
+#ifdef DLC_VERSION_MAJOR
+    GUARDED(dlc_loader_report) rep;
+    ARM(rep);
+    rep.v.struct_size = sizeof rep.v;
+    EXPECT_OK(dlc_loader_get_report(l, 0, &rep.v));
+    CHECK(rep, "dlc_loader_get_report");
+    if (rep.v.batches != 4)
+        fail("dlc_loader_get_report: %llu batches, want 4", (unsigned long long)rep.v.batches);
+#endif
     dlc_loader_close(l);
+
+#ifdef DLC_VERSION_MAJOR
+    /* The store as a one-source mixture: its options, the source array and the source info. */
+    GUARDED(dlc_mix_source) src;
+    ARM(src);
+    dlc_mix_source_init(&src.v);
+    CHECK(src, "dlc_mix_source_init");
+    src.v.path = path;
+    GUARDED(dlc_mix_options) mo;
+    ARM(mo);
+    dlc_mix_options_init(&mo.v);
+    CHECK(mo, "dlc_mix_options_init");
+    EXPECT_OK(dlc_loader_open_mix(&src.v, 1, &mo.v, &cfg.v, &l));
+    CHECK(src, "dlc_loader_open_mix");
+    GUARDED(dlc_mix_source_info) si;
+    ARM(si);
+    si.v.struct_size = sizeof si.v;
+    EXPECT_OK(dlc_loader_source_info(l, 0, &si.v));
+    CHECK(si, "dlc_loader_source_info");
+    if (si.v.count != 16)
+        fail("dlc_loader_source_info: %llu records, want 16", (unsigned long long)si.v.count);
+    dlc_loader_close(l);
+#endif
 }
 
 int main(void)
@@ -215,6 +247,10 @@ int main(void)
     CHECK_INIT(dlc_build_options, dlc_build_options_init);
     CHECK_INIT(dlc_warm_options, dlc_warm_options_init);
     CHECK_INIT(dlc_warm_push_options, dlc_warm_push_options_init);
+#ifdef DLC_VERSION_MAJOR
+    CHECK_INIT(dlc_mix_source, dlc_mix_source_init);
+    CHECK_INIT(dlc_mix_options, dlc_mix_options_init);
+#endif
 
     if (!mkdtemp(dir)) {
         perror("mkdtemp");
