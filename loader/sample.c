@@ -244,12 +244,14 @@ static dlc_status out_array(const dlc_loader *l, const dlc__worker *w, const dlc
     const uint8_t *src = dlc__payload(sv, v);
     if (o->var == DLC__VAR_FIXED) {
         assert(v->size <= o->sample_cap); /* The reader holds a fixed array to its shape. */
-        memcpy(dst, src, v->size);
+        if (v->size) /* An empty value may have no data pointer: memcpy wants one. */
+            memcpy(dst, src, v->size);
         return DLC_OK;
     }
     if (o->filtered_by < 0) {
         const uint32_t rows = v->dim0 < o->rows_cap ? v->dim0 : o->rows_cap;
-        memcpy(dst, src, (size_t)rows * o->row_bytes);
+        if (rows) /* An empty value may have no data pointer: memcpy wants one. */
+            memcpy(dst, src, (size_t)rows * o->row_bytes);
         *length = rows;
         return DLC_OK;
     }
