@@ -117,6 +117,7 @@ def interruptible():
 # runs _on_sigint, which raises KeyboardInterrupt. Armed once per iterator (not per batch); the
 # only per-batch work is the waiting flag around the C call, and only for a streamed Loader.
 _WATCH = [None]
+_PIPE = [None]
 
 
 def _on_sigint(signum, frame):
@@ -175,17 +176,20 @@ def watch_sigint():
     if threading.current_thread() is not threading.main_thread() or \
             signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
         return None
-    r, wfd = os.pipe()
-    try:
+    if _PIPE[0] is None:
+        # One pipe for the process, never closed: a callback may be reading it as the last
+        # iterator ends, and a closed number could be another file's by then.
+        r, wfd = os.pipe()
         os.set_blocking(r, False)
         os.set_blocking(wfd, False)
+        _PIPE[0] = (r, wfd)
+    r, wfd = _PIPE[0]
+    try:
         old = signal.set_wakeup_fd(wfd, warn_on_full_buffer=False)
-        if old != -1:
-            signal.set_wakeup_fd(old)
-            raise OSError("a wakeup fd is set")
     except (OSError, ValueError):
-        os.close(r)
-        os.close(wfd)
+        return None
+    if old != -1:
+        signal.set_wakeup_fd(old)
         return None
     w = _SigintWatch(r, wfd, signal.signal(signal.SIGINT, _on_sigint))
     _WATCH[0] = w
@@ -195,8 +199,7 @@ def watch_sigint():
 def unwatch_sigint(arm):
     """Give back @p arm, what watch_sigint() returned (again: nothing); the last arming restores
     the previous SIGINT handler and wakeup fd. Off the main thread (a generator collected there)
-    the watch stays: closing the pipe while the signal handler may write to its number is not
-    safe."""
+    the watch stays (signal.signal() works only on the main thread)."""
     w = arm[0] if arm else None
     if w is None:
         return
@@ -208,14 +211,13 @@ def unwatch_sigint(arm):
                 signal.signal(signal.SIGINT, w.old_handler)
             prev = signal.set_wakeup_fd(-1)
             if prev != w.w:
-                signal.set_wakeup_fd(prev)  # someone else's now: leave it, and our pipe open
+                signal.set_wakeup_fd(prev)  # someone else's now: leave it
                 return
         except ValueError:
             return
         _WATCH[0] = None
         _INTERRUPTED[0] = False
-        os.close(w.r)
-        os.close(w.w)
+        w.saw_sigint()  # empty for the next watch
     w.users -= 1
     arm[0] = None
 
