@@ -492,6 +492,8 @@ uint32_t dlc__stream_refused(const struct dlc_loader *l);
 void dlc__stream_unpin_locked(struct dlc_loader *l);
 /** The streaming counters into @p st (nothing for a local store). */
 void dlc__stream_stats(const struct dlc_loader *l, dlc_loader_stream_stats *st);
+/** Closing: end the downloads under way and the I/O thread's waits for shards now. */
+void dlc__stream_stop(struct dlc_loader *l);
 /** Release everything, close the store and the cache (threads stopped). */
 void dlc__stream_close(struct dlc_loader *l);
 

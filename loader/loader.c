@@ -397,6 +397,9 @@ void dlc_loader_close(dlc_loader *l)
     if (!l)
         return;
     l->alive = 0;
+    /* A shard the I/O thread waits for may be held by a stalled server for a whole timeout:
+     * the downloads end first (issue 23, item 6), then the threads are joined. */
+    dlc__stream_stop(l);
     if (l->workers || l->io_started) {
         stop_threads(l);
     }

@@ -421,6 +421,12 @@ void dlc__stream_stats(const dlc_loader *l, dlc_loader_stream_stats *out)
     out->downloads = s.downloads;
 }
 
+void dlc__stream_stop(dlc_loader *l)
+{
+    if (l->stream)
+        dlc__scache_stop(l->stream->cache);
+}
+
 void dlc__stream_close(dlc_loader *l)
 {
     dlc__lstream *st = l->stream;

@@ -901,6 +901,16 @@ fail:
     }
 }
 
+void dlc__scache_stop(dlc__scache *c)
+{
+    if (!c)
+        return;
+    pthread_mutex_lock(&c->mu);
+    c->stop = 1;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
 void dlc__scache_close(dlc__scache *c)
 {
     if (!c)

@@ -149,6 +149,11 @@ void dlc__scache_release(dlc__scache *c, uint32_t k);
 /* The counters so far, into @p st. Thread-safe; cannot fail. */
 void dlc__scache_stats_get(const dlc__scache *c, dlc__scache_stats *st);
 
+/* Make every download under way end (canceled) and every dlc__scache_acquire() return
+ * DLC_ECANCELED now, without waiting for anything: the first step of closing, so that threads
+ * waiting on the cache can be joined before dlc__scache_close(). Accepts NULL. */
+void dlc__scache_stop(dlc__scache *c);
+
 /* Stop the background downloads (a download under way is canceled and its temporary file
  * removed), drop every pin, free. The published files stay for the next run. Accepts NULL.
  * No other call on @p c may run or follow. */

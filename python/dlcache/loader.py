@@ -457,6 +457,7 @@ class Loader:
                  timeout: "Optional[float]" = None, retries: "Optional[int]" = None) -> None:
         self._handle = None
         self._feed = None
+        self._arms = []  # the SIGINT watches of this Loader's live iterators (_iterate())
         self._info = None
         # A list of paths is a mixture: its first source gives the schema the others must have.
         self._mix = _Mix.make(path, weights, samples_per_epoch, label_offsets, return_source)
@@ -929,10 +930,33 @@ class Loader:
         return self._iterate(self._gen)
 
     def _iterate(self, gen):
+        feed = self._feed
+        feed_next = feed.next if feed is not None else None
+        if not self._url:
+            return self._batches_of(gen, lib.dlc_loader_next, feed, feed_next)
+        return self._streamed(gen, feed, feed_next)
+
+    def _streamed(self, gen, feed, feed_next):
+        """The batches of a streamed Loader: Ctrl-C while next() waits for a shard stops its
+        downloads (see _stream._WATCH). Armed once, at the first next(), and given back when
+        the iterator ends or close() runs."""
         next_fn = lib.dlc_loader_next
+        arm = _stream.watch_sigint()
+        if arm is not None:
+            self._arms.append(arm)
+            next_fn = arm[0].wrap(next_fn)
+            if feed is not None:
+                feed_next = arm[0].wrap(feed_next)
+        try:
+            yield from self._batches_of(gen, next_fn, feed, feed_next)
+        finally:
+            if arm is not None:
+                _stream.unwatch_sigint(arm)
+                self._arms = [a for a in self._arms if a is not arm]
+
+    def _batches_of(self, gen, next_fn, feed, feed_next):
         record = torch.profiler.record_function
         owner = self._handle
-        feed = self._feed
         ctx = "dlcache.Loader(%s)" % redact(os.fsdecode(self._path))
         max_lent = self._config.max_lent
         while True:
@@ -943,7 +967,7 @@ class Loader:
             if feed is not None:
                 batch = self._batch
                 with record("dlcache.next"):
-                    rc, items = feed.next(ptr, batch, owner, ctx)  # GIL released while waiting
+                    rc, items = feed_next(ptr, batch, owner, ctx)  # GIL released while waiting
             else:
                 # Give back what the caller can no longer hold: with two lent, the batch before
                 # the one the loop's variables still name; with one, that one.
@@ -1262,6 +1286,8 @@ class Loader:
         detached first (see "Lifetime of a batch"); CUDA tensors stay valid
         (they are the caller's). Idempotent."""
         self._gen += 1
+        while self._arms:  # a streamed Loader's SIGINT watch (_iterate())
+            _stream.unwatch_sigint(self._arms.pop())
         if self._handle is not None:
             self._settle()
             self._handle.close()

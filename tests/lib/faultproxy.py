@@ -12,6 +12,9 @@ fault named at position N of --pattern, cycling:
           --stall seconds and close
   short   forward the headers and part of the body, then close cleanly
 
+With --only SUFFIX, only GETs of paths (query aside) ending with SUFFIX count
+and get faults (--only .dlc: a store set's shards, not its index).
+
 Uploads (PUT with a body: S3's UploadPart) get the fault at position N of
 --put-pattern, cycling:
 
@@ -208,7 +211,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 st.gets += 1
                 if "Range" in self.headers:
                     st.range_gets += 1
-            fault = st.next_fault()
+            if self.path.split("?", 1)[0].endswith(st.args.only):
+                fault = st.next_fault()
         if fault == "503":
             return self._reply(503, b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown'
                                b'</Code><Message>Please reduce your request rate.</Message></Error>')
@@ -277,6 +281,7 @@ def main():
     ap.add_argument("--put-pattern", default="ok")
     ap.add_argument("--s3-data", default="", help="s3rver's data directory: answer ListParts")
     ap.add_argument("--stall", type=float, default=5.0)
+    ap.add_argument("--only", default="", help="--pattern applies to GETs of paths ending so")
     ap.add_argument("--rate", type=float, default=0.0, help="bytes per second, all bodies")
     args = ap.parse_args()
     host, port = args.upstream.rsplit(":", 1)

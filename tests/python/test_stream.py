@@ -19,9 +19,11 @@ import filecmp
 import logging
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 import warnings
@@ -29,7 +31,7 @@ import warnings
 import pytest
 import torch
 
-from conftest import BUILD, DEMO_COUNT, REPO, require_lib, tool
+from conftest import BUILD, DEMO_COUNT, LIB, REPO, require_lib, tool
 
 require_lib("dlc_loader_open", "dlc_loader_plan", "dlc_loader_open_store", "dlc_build")
 
@@ -527,3 +529,81 @@ def test_batches_of_a_damaged_shard_alone_are_replaced_from_healthy_shards(local
             assert healthy <= set(idx), "healthy records were missed"
         assert replaced == 2 * count
     assert runs[0] == runs[1], "the stand-ins differ between two loaders"
+
+
+# The child of test_ctrl_c_stops_a_next_that_waits: a streamed Loader whose shards stall (at a
+# 60 s timeout), iterated on the main thread; prints "waiting" before next(), then what a SIGINT
+# gave and how long close() took, and whether SIGINT's handler and the wakeup fd are Python's
+# again.
+_NEXT_CHILD = r"""
+import signal, sys, time
+import dlcache
+
+url, cache, endpoint = sys.argv[1:]
+ld = dlcache.Loader(url, cache_dir=cache, cache_ranks=1, endpoint=endpoint, batch_size=4,
+                    crop=32, window_shards=2, threads=2, timeout=60)
+it = iter(ld)
+print("waiting", flush=True)
+try:
+    next(it)
+    print("batch", flush=True)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+t = time.monotonic()
+ld.close()
+took = time.monotonic() - t
+print("closed %.3f" % took, flush=True)
+print("restored", signal.getsignal(signal.SIGINT) is signal.default_int_handler,
+      signal.set_wakeup_fd(-1) == -1, flush=True)
+"""
+
+
+def test_ctrl_c_stops_a_next_that_waits(local_set, url, s3, tmp_path):
+    """Issue 23, item 6: Ctrl-C while next() waits for a shard that a stalled server holds (every
+    shard's download stalls after a third of its bytes, the timeout is 60 s) raises
+    KeyboardInterrupt at once, and close() then returns at once. Before, the interrupt was seen
+    only when the download's timeout ended. The bounds (5 s, against the 60 s a timeout takes)
+    tell a hang from an answer; they measure no speed."""
+    port_file = tmp_path / "proxy.port"
+    # The index passes; every shard's download stalls for 10 minutes.
+    proxy = subprocess.Popen([sys.executable, os.path.join(REPO, "tests", "lib", "faultproxy.py"),
+                              "--upstream", "127.0.0.1:" + s3.rsplit(":", 1)[1], "--port-file",
+                              str(port_file), "--pattern", "stall", "--only", ".dlc",
+                              "--stall", "600"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    child = None
+    guard = None
+    try:
+        for _ in range(100):
+            if port_file.exists() and port_file.read_text().strip():
+                break
+            time.sleep(0.1)
+        via = "http://127.0.0.1:%s" % port_file.read_text().strip()
+        env = dict(os.environ, DLCACHE_LIB=LIB, PYTHONPATH=os.path.join(REPO, "python"))
+        child = subprocess.Popen([sys.executable, "-c", _NEXT_CHILD, url, str(tmp_path / "c"),
+                                  via], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True)
+        # A child that hangs is killed (its lines end): a failure, not a hung session.
+        guard = threading.Timer(120, child.kill)
+        guard.start()
+        assert child.stdout.readline().strip() == "waiting", child.stderr.read()[-2000:]
+        # Let next() reach C and the downloads stall, then one Ctrl-C.
+        time.sleep(2)
+        assert child.poll() is None, child.stderr.read()[-2000:]
+        t = time.monotonic()
+        child.send_signal(signal.SIGINT)
+        line = child.stdout.readline().strip()
+        seen = time.monotonic() - t
+        assert line == "interrupted", (line, child.stderr.read()[-2000:])
+        assert seen < 5, "Ctrl-C was seen after %.1f s" % seen
+        closed = child.stdout.readline().split()
+        assert closed and closed[0] == "closed", (closed, child.stderr.read()[-2000:])
+        assert float(closed[1]) < 5, "close() took %s s" % closed[1]
+        assert child.stdout.readline().split() == ["restored", "True", "True"]
+        child.wait(30)
+    finally:
+        if guard is not None:
+            guard.cancel()
+        for p in (child, proxy):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
