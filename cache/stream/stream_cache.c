@@ -740,6 +740,9 @@ static dlc_status check_sizes(const dlc__scache *c)
  * (shared flocks on the shards) keep a writer that comes later from evicting what they read. */
 static dlc_status open_dir(dlc__scache *c)
 {
+    /* The cache folder itself is the caller's (cache_dir, trusted: it may well be a link such as
+     * /scratch -> /nvme), so it is followed; everything inside it is ours and is reached through
+     * this descriptor without following a link (docs/SECURITY.md). */
     c->dir_fd = open(c->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (c->dir_fd < 0)
         return dlc__errorf(-errno, "%s: open: %s", c->dir, strerror(errno));
