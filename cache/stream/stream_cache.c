@@ -918,10 +918,7 @@ void dlc__scache_close(dlc__scache *c)
 {
     if (!c)
         return;
-    pthread_mutex_lock(&c->mu);
-    c->stop = 1;
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
+    dlc__scache_stop(c);
     for (uint32_t i = 0; i < c->nthreads; i++)
         pthread_join(c->threads[i], NULL);
     free(c->threads);
