@@ -282,7 +282,8 @@ struct dlc_loader {
      * its fs_mu, then its mu, then its log_mu). A reset (pipeline.c: dlc__stream_plan() ->
      * dlc__scache_schedule()) and the I/O thread's unpinning (stream.c:
      * dlc__stream_unpin_locked() -> dlc__scache_release()) call into the cache with mu held;
-     * the cache never calls into the loader, and dlc__scache_acquire(), which may wait for a
+     * the cache never calls into the loader but for the trace's observer (trace.c), which takes
+     * no lock, and dlc__scache_acquire(), which may wait for a
      * download, is called without mu. */
     pthread_mutex_t mu;
     pthread_cond_t cv_io;         /**< The I/O thread waits here for a free slot. */
@@ -576,18 +577,32 @@ enum {
     DLC__TRACK_IO,       /* The I/O thread: "io" (a batch's lookups and reads), "download". */
     DLC__TRACK_COPY,     /* The device copy thread: "copy". */
     DLC__TRACK_CONSUMER, /* The consumer: "next" (its wait for a batch). */
-    DLC__TRACK_WORKER0,  /* Worker i is track DLC__TRACK_WORKER0 + i: "work". */
+    DLC__TRACK_WORKER0,  /* Worker i is track DLC__TRACK_WORKER0 + i: "work". The download
+                            threads of streamed sets follow (dlc__trace_downloads()): "fetch". */
 };
 /* Names of spans. */
-enum { DLC__SPAN_IO, DLC__SPAN_DOWNLOAD, DLC__SPAN_WORK, DLC__SPAN_COPY, DLC__SPAN_NEXT };
+enum {
+    DLC__SPAN_IO,
+    DLC__SPAN_DOWNLOAD,
+    DLC__SPAN_WORK,
+    DLC__SPAN_COPY,
+    DLC__SPAN_NEXT,
+    DLC__SPAN_FETCH
+};
 /** Start recording when config.trace or $DLCACHE_TRACE names a file (after the workers are
- *  counted, before they start); l->trace stays NULL otherwise. */
+ *  counted, before they or a stream cache start); l->trace stays NULL otherwise. */
 dlc_status dlc__trace_open(struct dlc_loader *l);
+struct dlc__scache;
+/** Give the download threads of stream cache @p cache tracks of their own (one span per shard
+ *  downloaded: its name, bytes, ahead of need or waited for): right after the cache opens,
+ *  before anything is scheduled. Nothing without a trace. The cache must stay open until
+ *  dlc__trace_close(), which joins its threads. @return DLC_OK or -ENOMEM. */
+dlc_status dlc__trace_downloads(struct dlc_loader *l, struct dlc__scache *cache);
 /** Record a span on track @p trk, by that track's own thread only (no lock). */
 void dlc__trace_span(struct dlc_loader *l, uint32_t trk, uint32_t name, uint64_t epoch,
                      uint64_t batch, uint64_t t0, uint64_t t1);
-/** Write the file when @p write (the threads are joined) and free the rings; a failure to
- *  write is logged. */
+/** Join the traced caches' download threads, write the file when @p write (the loader's
+ *  threads are joined) and free the rings; a failure to write is logged. */
 void dlc__trace_close(struct dlc_loader *l, int write);
 
 /* pipeline.c */
