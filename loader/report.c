@@ -12,13 +12,16 @@
 #include <sys/resource.h>
 #include <time.h>
 
-/* threads="auto": the share of its step the consumer waited for batches not ready above which
- * workers are added, unless the workers or the I/O thread waited for reads or downloads AUTO_IO
- * of the time; a window is calm (one toward giving a worker back) when that share is under
- * AUTO_CALM and the others would be busy less than AUTO_IDLE. The gap between the two wait
- * shares and the patience (calm windows in a row, AUTO_PATIENCE at first) are the hysteresis. */
+/* threads="auto": the share of its step the consumer lost to input (see dlc__auto_decide():
+ * AUTO_BUSY says which of its waits count) above which workers are added, unless the workers
+ * or the I/O thread waited for reads or downloads AUTO_IO of the time; a window is calm (one
+ * toward giving a worker back) when that share is under AUTO_CALM, the consumer's whole time
+ * inside next() under AUTO_WAIT, and the others would be busy less than AUTO_IDLE. The gap
+ * between the two shares and the patience (calm windows in a row, AUTO_PATIENCE at first) are
+ * the hysteresis. */
 #define AUTO_WAIT 0.05
 #define AUTO_CALM 0.01
+#define AUTO_BUSY 0.25
 #define AUTO_IO 0.25
 #define AUTO_IDLE 0.60
 #define AUTO_PATIENCE 2u
@@ -105,14 +108,13 @@ uint32_t dlc__auto_decide(const dlc__tally *a, const dlc__tally *b, uint32_t n, 
 {
     assert(n >= 1 && n <= cap);
     st->decisions++;
-    /* The consumer's step, and of it the time it waited for a batch that was not ready: time
-     * inside next() with a batch ready (the lock, a preemption) is no sign of too few
-     * workers. */
+    /* The consumer's step; of it, its time inside next() and the time it waited there for a
+     * batch that was not ready. */
     const double wait = b->cons_wait > a->cons_wait ? (double)(b->cons_wait - a->cons_wait) : 0;
     const double away = b->cons_away > a->cons_away ? (double)(b->cons_away - a->cons_away) : 0;
     const double starved =
         b->cons_starved > a->cons_starved ? (double)(b->cons_starved - a->cons_starved) : 0;
-    const double input = wait + away > 0 ? starved / (wait + away) : 0;
+    const double inside = wait + away > 0 ? wait / (wait + away) : 0;
     const double avail = b->w_avail > a->w_avail ? (double)(b->w_avail - a->w_avail) : 0;
     const double busy =
         avail > 0 && b->w_busy > a->w_busy ? (double)(b->w_busy - a->w_busy) / avail : 0;
@@ -121,6 +123,11 @@ uint32_t dlc__auto_decide(const dlc__tally *a, const dlc__tally *b, uint32_t n, 
     const double wall = b->t > a->t ? (double)(b->t - a->t) : 0;
     const double stall =
         wall > 0 && b->io_stall > a->io_stall ? (double)(b->io_stall - a->io_stall) / wall : 0;
+    /* The share of the step lost to input: with the workers busy AUTO_BUSY of their time or
+     * more, all of the consumer's time inside next() (a batch ready when it took the lock may
+     * still have cost it the lock, or the CPU, which the workers hold); with them idle, only
+     * its waits for batches not ready (the rest is a preemption on a loaded machine). */
+    const double input = busy >= AUTO_BUSY ? inside : wait + away > 0 ? starved / (wait + away) : 0;
     /* The consumer waits, and not for reads or downloads (more workers would not help there):
      * the workers are the limit, busy or losing their time to hand-offs between batches, which
      * another worker overlaps. It needs a batch every `away` where it gets one every
@@ -142,9 +149,11 @@ uint32_t dlc__auto_decide(const dlc__tally *a, const dlc__tally *b, uint32_t n, 
         st->last = 1;
         return m;
     }
-    /* Calm: the consumer did not wait, and n - 1 workers would do the work at under AUTO_IDLE
-     * busy. Give one back, one at a time, after st->patience calm windows in a row. */
-    if (input < AUTO_CALM && n > 1 && busy * n / (n - 1) < AUTO_IDLE) {
+    /* Calm: the consumer did not wait for batches, nor long inside next() at all (the lock,
+     * which many workers on few cores contend for, is a wait too), and n - 1 workers would do
+     * the work at under AUTO_IDLE busy. Give one back, one at a time, after st->patience calm
+     * windows in a row. */
+    if (input < AUTO_CALM && inside < AUTO_WAIT && n > 1 && busy * n / (n - 1) < AUTO_IDLE) {
         if (++st->calm < st->patience)
             return n;
         st->calm = 0;
