@@ -288,7 +288,8 @@ void dlc__trace_close(dlc_loader *l, int write)
                       "%s: the trace was not written to %s: %s", l->path, t->path,
                       dlc_strerror(rc));
     }
-    for (uint32_t i = 0; t->tracks && i < t->ntrack; i++)
+    /* Also the rings of a dlc__trace_downloads() that ran out of memory halfway. */
+    for (uint32_t i = 0; t->tracks && i < t->nbase + MAX_DOWNLOADS; i++)
         free(t->tracks[i].ring);
     free(t->tracks);
     free(t->path);
