@@ -15,10 +15,9 @@
 /* threads="auto": the share of its step the consumer lost to input (see dlc__auto_decide():
  * AUTO_BUSY says which of its waits count) above which workers are added, unless the workers
  * or the I/O thread waited for reads or downloads AUTO_IO of the time; a window is calm (one
- * toward giving a worker back) when that share is under AUTO_CALM, the consumer's whole time
- * inside next() under AUTO_WAIT, and the others would be busy less than AUTO_IDLE. The gap
- * between the two shares and the patience (calm windows in a row, AUTO_PATIENCE at first) are
- * the hysteresis. */
+ * toward giving a worker back) when that share is under AUTO_CALM and the others would be busy
+ * less than AUTO_IDLE. The gap between the two shares and the patience (calm windows in a row,
+ * AUTO_PATIENCE at first) are the hysteresis. */
 #define AUTO_WAIT 0.05
 #define AUTO_CALM 0.01
 #define AUTO_BUSY 0.25
@@ -149,11 +148,10 @@ uint32_t dlc__auto_decide(const dlc__tally *a, const dlc__tally *b, uint32_t n, 
         st->last = 1;
         return m;
     }
-    /* Calm: the consumer did not wait for batches, nor long inside next() at all (the lock,
-     * which many workers on few cores contend for, is a wait too), and n - 1 workers would do
-     * the work at under AUTO_IDLE busy. Give one back, one at a time, after st->patience calm
-     * windows in a row. */
-    if (input < AUTO_CALM && inside < AUTO_WAIT && n > 1 && busy * n / (n - 1) < AUTO_IDLE) {
+    /* Calm: the consumer lost (next to) nothing to input, as counted above, and n - 1 workers
+     * would do the work at under AUTO_IDLE busy. Give one back, one at a time, after
+     * st->patience calm windows in a row. */
+    if (input < AUTO_CALM && n > 1 && busy * n / (n - 1) < AUTO_IDLE) {
         if (++st->calm < st->patience)
             return n;
         st->calm = 0;
