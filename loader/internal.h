@@ -201,6 +201,7 @@ typedef struct dlc__tally {
     uint64_t batches, samples; /**< Delivered. */
     uint64_t cons_wait;        /**< The consumer inside next(). */
     uint64_t cons_away;        /**< The consumer between calls of next(). */
+    uint64_t cons_starved;     /**< Of cons_wait, waiting for a batch that was not ready. */
     uint64_t io_busy, io_read; /**< The I/O thread on batches; of that, waiting for reads, */
     uint64_t io_stall;         /**< and for shards to arrive (streaming). */
     uint64_t io_held, io_full; /**< Waiting for a slot: one the consumer holds; one in work. */
@@ -213,6 +214,24 @@ typedef struct dlc__tally {
 
 /** Batches of counters kept: the longest window a report covers (beside "since open"). */
 #define DLC__REPORT_RING 1024u
+
+/* threads="auto" (report.c) decides over windows of batches: the first of DLC__AUTO_FIRST
+ * batches, the others of DLC__AUTO_WINDOW, each starting after the batches that were in the
+ * ring when the count last changed (made, or begun, by the old count) or when a plan's first
+ * batch was delivered (the ring filled while the consumer was not asking). */
+#define DLC__AUTO_FIRST 2u
+#define DLC__AUTO_WINDOW 4u
+/* The most calm windows a give-back may have to wait for (its patience doubles each time a
+ * give-back is undone). */
+#define DLC__AUTO_PATIENCE_MAX 32u
+
+/** threads="auto"'s memory between decisions (report.c). */
+typedef struct dlc__auto {
+    uint32_t calm;      /**< Windows in a row that would give a worker back. */
+    uint32_t patience;  /**< Calm windows a give-back needs; doubled each time one is undone. */
+    int last;           /**< The last change: 1 added workers, -1 gave one back, 0 none yet. */
+    uint64_t decisions; /**< Taken so far. */
+} dlc__auto;
 
 struct dlc__trace;
 
@@ -263,7 +282,8 @@ struct dlc_loader {
      * its fs_mu, then its mu, then its log_mu). A reset (pipeline.c: dlc__stream_plan() ->
      * dlc__scache_schedule()) and the I/O thread's unpinning (stream.c:
      * dlc__stream_unpin_locked() -> dlc__scache_release()) call into the cache with mu held;
-     * the cache never calls into the loader, and dlc__scache_acquire(), which may wait for a
+     * the cache never calls into the loader but for the trace's observer (trace.c), which takes
+     * no lock, and dlc__scache_acquire(), which may wait for a
      * download, is called without mu. */
     pthread_mutex_t mu;
     pthread_cond_t cv_io;         /**< The I/O thread waits here for a free slot. */
@@ -326,7 +346,9 @@ struct dlc_loader {
     uint32_t nactive;          /**< Workers that may take work (the others are parked): all of them,
                                     or threads="auto"'s choice; written by the consumer under mu. */
     uint32_t auto_max;         /**< threads="auto": the most workers; 0 when off. */
-    uint64_t auto_next;        /**< The tally at which threads="auto" decides next. */
+    uint64_t auto_from;        /**< threads="auto": the tally its window starts at, */
+    uint64_t auto_next;        /**< and the one at which it decides next. */
+    dlc__auto auto_st;         /**< Its memory between decisions. */
     uint64_t w_avail;          /**< The consumer's integral of nactive over time (ns), */
     uint64_t t_avail;          /**< up to this time. */
     struct dlc__trace *trace;  /**< The timeline being recorded, or NULL (trace.c). */
@@ -531,6 +553,16 @@ void dlc__report_close(struct dlc_loader *l);
 void dlc__report_consumer(struct dlc_loader *l, uint64_t t_in, uint64_t t_out, int delivered);
 /** The counters now. */
 void dlc__report_tally(const struct dlc_loader *l, dlc__tally *t);
+/** threads="auto"'s memory before its first decision. */
+void dlc__auto_init(dlc__auto *st);
+/** threads="auto"'s decision over the window from tally @p a to tally @p b, taken with @p n
+ *  workers working (1 <= n <= cap): the count for the next window, in 1..@p cap. Adds workers
+ *  when the consumer waited and the workers did not wait for reads or downloads, to about
+ *  n / (1 - the consumer's wait share) at most doubling; gives one back after st->patience
+ *  windows in a row where the consumer did not wait and the others would absorb the work. A
+ *  pure function of its arguments and @p st, which it updates. */
+uint32_t dlc__auto_decide(const dlc__tally *a, const dlc__tally *b, uint32_t n, uint32_t cap,
+                          dlc__auto *st);
 /** Fill @p r's shares from two tallies, then its verdict (dlc__report_decide()). */
 void dlc__report_fill(const dlc__tally *a, const dlc__tally *b, uint32_t threads, int device,
                       dlc_loader_report *r);
@@ -545,18 +577,32 @@ enum {
     DLC__TRACK_IO,       /* The I/O thread: "io" (a batch's lookups and reads), "download". */
     DLC__TRACK_COPY,     /* The device copy thread: "copy". */
     DLC__TRACK_CONSUMER, /* The consumer: "next" (its wait for a batch). */
-    DLC__TRACK_WORKER0,  /* Worker i is track DLC__TRACK_WORKER0 + i: "work". */
+    DLC__TRACK_WORKER0,  /* Worker i is track DLC__TRACK_WORKER0 + i: "work". The download
+                            threads of streamed sets follow (dlc__trace_downloads()): "fetch". */
 };
 /* Names of spans. */
-enum { DLC__SPAN_IO, DLC__SPAN_DOWNLOAD, DLC__SPAN_WORK, DLC__SPAN_COPY, DLC__SPAN_NEXT };
+enum {
+    DLC__SPAN_IO,
+    DLC__SPAN_DOWNLOAD,
+    DLC__SPAN_WORK,
+    DLC__SPAN_COPY,
+    DLC__SPAN_NEXT,
+    DLC__SPAN_FETCH
+};
 /** Start recording when config.trace or $DLCACHE_TRACE names a file (after the workers are
- *  counted, before they start); l->trace stays NULL otherwise. */
+ *  counted, before they or a stream cache start); l->trace stays NULL otherwise. */
 dlc_status dlc__trace_open(struct dlc_loader *l);
+struct dlc__scache;
+/** Give the download threads of stream cache @p cache tracks of their own (one span per shard
+ *  downloaded: its name, bytes, ahead of need or waited for): right after the cache opens,
+ *  before anything is scheduled. Nothing without a trace. The cache must stay open until
+ *  dlc__trace_close(), which joins its threads. @return DLC_OK or -ENOMEM. */
+dlc_status dlc__trace_downloads(struct dlc_loader *l, struct dlc__scache *cache);
 /** Record a span on track @p trk, by that track's own thread only (no lock). */
 void dlc__trace_span(struct dlc_loader *l, uint32_t trk, uint32_t name, uint64_t epoch,
                      uint64_t batch, uint64_t t0, uint64_t t1);
-/** Write the file when @p write (the threads are joined) and free the rings; a failure to
- *  write is logged. */
+/** Join the traced caches' download threads, write the file when @p write (the loader's
+ *  threads are joined) and free the rings; a failure to write is logged. */
 void dlc__trace_close(struct dlc_loader *l, int write);
 
 /* pipeline.c */

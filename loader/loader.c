@@ -246,19 +246,10 @@ fail:
     return rc;
 }
 
-/* Start the I/O thread and the workers, wait until every one has reported in, then unpause.
- * *sync_made once the mutex and condition variables exist (the caller's cleanup stops the
- * threads then). */
-static dlc_status threads_start(dlc_loader *l, int *sync_made)
+/* How many workers, and with threads="auto" how many work at first and at most (at open,
+ * before the trace counts their tracks). */
+static void threads_plan(dlc_loader *l)
 {
-    dlc_status rc = DLC_OK;
-    FAIL_IF(pthread_mutex_init(&l->mu, NULL), -ENOMEM, "%s: pthread_mutex_init failed", l->path);
-    if (pthread_cond_init(&l->cv_io, NULL) || pthread_cond_init(&l->cv_work, NULL) ||
-        pthread_cond_init(&l->cv_done, NULL)) {
-        pthread_mutex_destroy(&l->mu);
-        FAIL_IF(1, -ENOMEM, "%s: pthread_cond_init failed", l->path);
-    }
-    *sync_made = 1;
     uint32_t threads = l->cfg.threads;
     if (!threads && l->cfg.auto_threads) {
         /* threads="auto" shares the cores among the node's ranks, as torch's launchers say. */
@@ -275,10 +266,26 @@ static dlc_status threads_start(dlc_loader *l, int *sync_made)
      * of them work; the consumer's thread adds and parks them (report.c). */
     l->auto_max = l->cfg.auto_threads ? threads : 0;
     l->nactive = l->cfg.auto_threads && threads > 2 ? 2 : threads;
+}
+
+/* Start the I/O thread and the workers (l->nworkers, threads_plan()), wait until every one has
+ * reported in, then unpause.
+ * *sync_made once the mutex and condition variables exist (the caller's cleanup stops the
+ * threads then). */
+static dlc_status threads_start(dlc_loader *l, int *sync_made)
+{
+    dlc_status rc = DLC_OK;
+    FAIL_IF(pthread_mutex_init(&l->mu, NULL), -ENOMEM, "%s: pthread_mutex_init failed", l->path);
+    if (pthread_cond_init(&l->cv_io, NULL) || pthread_cond_init(&l->cv_work, NULL) ||
+        pthread_cond_init(&l->cv_done, NULL)) {
+        pthread_mutex_destroy(&l->mu);
+        FAIL_IF(1, -ENOMEM, "%s: pthread_cond_init failed", l->path);
+    }
+    *sync_made = 1;
+    const uint32_t threads = l->nworkers;
     l->workers = calloc(threads, sizeof *l->workers);
     FAIL_IF(!l->workers, -ENOMEM, "%s: out of memory", l->path);
     CHECK(dlc__report_open(l));
-    CHECK(dlc__trace_open(l));
     int prc = pthread_create(&l->io_thread, NULL, dlc__io_main, l);
     FAIL_IF(prc, -prc, "%s: cannot start the I/O thread: %s", l->path, strerror(prc));
     l->io_started = 1;
@@ -339,6 +346,9 @@ dlc_status dlc__loader_open_any(const char *path, const dlc_mix_source *sources,
     FAIL_IF(!l, -ENOMEM, "%s: out of memory", path);
     l->cfg = cfg;
     l->paused = 1; /* Until every thread has started. */
+    threads_plan(l);
+    /* Before a streamed set's download threads start: they have tracks of their own. */
+    CHECK(dlc__trace_open(l));
     if (sources)
         CHECK(dlc__mixload_open(l, sources, n, mix));
     else if (dlc__stream_is_url(path))

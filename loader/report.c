@@ -4,6 +4,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,14 +12,18 @@
 #include <sys/resource.h>
 #include <time.h>
 
-/* threads="auto": batches per decision; the consumer's wait share above which a worker is
- * added unless the workers or the I/O thread wait for reads or downloads AUTO_IO of the time;
- * one is given back when the consumer waits less than a fifth of AUTO_WAIT and the others would
- * be busy less than AUTO_IDLE. */
-#define AUTO_WINDOW 4u
+/* threads="auto": the share of its step the consumer lost to input (see dlc__auto_decide():
+ * AUTO_BUSY says which of its waits count) above which workers are added, unless the workers
+ * or the I/O thread waited for reads or downloads AUTO_IO of the time; a window is calm (one
+ * toward giving a worker back) when that share is under AUTO_CALM and the others would be busy
+ * less than AUTO_IDLE. The gap between the two shares and the patience (calm windows in a row,
+ * AUTO_PATIENCE at first) are the hysteresis. */
 #define AUTO_WAIT 0.05
+#define AUTO_CALM 0.01
+#define AUTO_BUSY 0.25
 #define AUTO_IO 0.25
 #define AUTO_IDLE 0.60
+#define AUTO_PATIENCE 2u
 
 dlc_status dlc__report_open(dlc_loader *l)
 {
@@ -31,7 +36,7 @@ dlc_status dlc__report_open(dlc_loader *l)
     for (uint32_t i = 0; i < l->nworkers; i++)
         l->workers[i].cnt = &l->wcnt[i];
     l->t_open = l->cons_out = l->t_avail = dlc__now_ns();
-    l->auto_next = AUTO_WINDOW;
+    dlc__auto_init(&l->auto_st); /* auto_threads() sets the first window at the first batch. */
     return DLC_OK;
 }
 
@@ -69,6 +74,7 @@ void dlc__report_tally(const dlc_loader *l, dlc__tally *t)
     t->w_avail = l->w_avail;
     t->cons_wait = l->cons_wait;
     t->cons_away = l->cons_away;
+    t->cons_starved = atomic_load_explicit(&m->st_wait_ns, memory_order_relaxed);
     t->io_busy = ld(&l->io_busy);
     t->io_read = ld(&l->io_read);
     t->io_stall = ld(&l->io_stall);
@@ -88,40 +94,117 @@ void dlc__report_tally(const dlc_loader *l, dlc__tally *t)
     }
 }
 
-/* threads="auto", on the consumer's thread once a batch: over the last AUTO_WINDOW batches,
- * add a worker while the consumer waits and the working ones are busy; give one back when the
- * consumer does not wait and the others would absorb the work. Each change is judged on a fresh
- * window. The workers park and wake on cv_work; no output byte depends on their number. */
-static void auto_threads(dlc_loader *l)
+void dlc__auto_init(dlc__auto *st)
 {
-    if (!l->auto_max || l->ntally < l->auto_next)
-        return;
-    assert(l->ntally >= AUTO_WINDOW);
-    const dlc__tally *a = &l->tally[(l->ntally - AUTO_WINDOW) % DLC__REPORT_RING];
-    const dlc__tally *b = &l->tally[l->ntally % DLC__REPORT_RING];
-    const double wait = (double)(b->cons_wait - a->cons_wait);
-    const double step = wait + (double)(b->cons_away - a->cons_away);
-    const double input = step > 0 ? wait / step : 0;
-    const double avail = (double)(b->w_avail - a->w_avail);
-    const double busy = avail > 0 ? (double)(b->w_busy - a->w_busy) / avail : 0;
-    const double io = avail > 0 ? (double)(b->w_iowait - a->w_iowait) / avail : 0;
-    const double wall = (double)(b->t - a->t);
-    const double stall = wall > 0 ? (double)(b->io_stall - a->io_stall) / wall : 0;
-    uint32_t n = l->nactive;
+    st->calm = 0;
+    st->patience = AUTO_PATIENCE;
+    st->last = 0;
+    st->decisions = 0;
+}
+
+uint32_t dlc__auto_decide(const dlc__tally *a, const dlc__tally *b, uint32_t n, uint32_t cap,
+                          dlc__auto *st)
+{
+    assert(n >= 1 && n <= cap);
+    st->decisions++;
+    /* The consumer's step; of it, its time inside next() and the time it waited there for a
+     * batch that was not ready. */
+    const double wait = b->cons_wait > a->cons_wait ? (double)(b->cons_wait - a->cons_wait) : 0;
+    const double away = b->cons_away > a->cons_away ? (double)(b->cons_away - a->cons_away) : 0;
+    const double starved =
+        b->cons_starved > a->cons_starved ? (double)(b->cons_starved - a->cons_starved) : 0;
+    const double inside = wait + away > 0 ? wait / (wait + away) : 0;
+    const double avail = b->w_avail > a->w_avail ? (double)(b->w_avail - a->w_avail) : 0;
+    const double busy =
+        avail > 0 && b->w_busy > a->w_busy ? (double)(b->w_busy - a->w_busy) / avail : 0;
+    const double io =
+        avail > 0 && b->w_iowait > a->w_iowait ? (double)(b->w_iowait - a->w_iowait) / avail : 0;
+    const double wall = b->t > a->t ? (double)(b->t - a->t) : 0;
+    const double stall =
+        wall > 0 && b->io_stall > a->io_stall ? (double)(b->io_stall - a->io_stall) / wall : 0;
+    /* The share of the step lost to input: with the workers busy AUTO_BUSY of their time or
+     * more, all of the consumer's time inside next() (a batch ready when it took the lock may
+     * still have cost it the lock, or the CPU, which the workers hold); with them idle, only
+     * its waits for batches not ready (the rest is a preemption on a loaded machine). */
+    const double input = busy >= AUTO_BUSY ? inside : wait + away > 0 ? starved / (wait + away) : 0;
     /* The consumer waits, and not for reads or downloads (more workers would not help there):
      * the workers are the limit, busy or losing their time to hand-offs between batches, which
-     * another worker overlaps. */
-    if (input > AUTO_WAIT && io < AUTO_IO && stall < AUTO_IO && n < l->auto_max)
-        n++;
-    else if (input < AUTO_WAIT / 5 && n > 1 && busy * n / (n - 1) < AUTO_IDLE)
-        n--;
-    l->auto_next = l->ntally + AUTO_WINDOW;
-    if (n == l->nactive)
+     * another worker overlaps. It needs a batch every `away` where it gets one every
+     * `wait + away`: 1 / (1 - input) times the rate, so about that many times the workers, at
+     * most twice as many at once (the estimate assumes they scale), and one more at least. */
+    if (input > AUTO_WAIT && io < AUTO_IO && stall < AUTO_IO) {
+        st->calm = 0;
+        if (n >= cap)
+            return n;
+        double want = 2.0 * n;
+        if (input < 0.5)
+            want = ceil((double)n / (1 - input) - 1e-9);
+        uint32_t m = want >= 2.0 * n ? 2 * n : (uint32_t)want;
+        m = m < n + 1 ? n + 1 : m > cap ? cap : m;
+        /* Adding right after giving one back: the give-back was a mistake; the next one waits
+         * for twice as many calm windows. */
+        if (st->last < 0 && st->patience < DLC__AUTO_PATIENCE_MAX)
+            st->patience *= 2;
+        st->last = 1;
+        return m;
+    }
+    /* Calm: the consumer lost (next to) nothing to input, as counted above, and n - 1 workers
+     * would do the work at under AUTO_IDLE busy. Give one back, one at a time, after
+     * st->patience calm windows in a row. */
+    if (input < AUTO_CALM && n > 1 && busy * n / (n - 1) < AUTO_IDLE) {
+        if (++st->calm < st->patience)
+            return n;
+        st->calm = 0;
+        st->last = -1;
+        return n - 1;
+    }
+    st->calm = 0;
+    return n;
+}
+
+/* Batches in the ring beside the consumer's (being read, built or ready); under mu. */
+static uint32_t ring_ahead(const dlc_loader *l)
+{
+    uint32_t ahead = 0;
+    for (uint32_t i = 0; i < l->nslots; i++)
+        ahead += l->slots[i].state == DLC__SLOT_IO || l->slots[i].state == DLC__SLOT_FILL ||
+                 l->slots[i].state == DLC__SLOT_READY;
+    return ahead;
+}
+
+/* threads="auto", on the consumer's thread once a batch: decide over the window that ends with
+ * this batch. A window holds only batches made by the count it judges: it starts after the
+ * batches that were in the ring when the count changed (made, or begun, by the old count), and
+ * after those in the ring when a plan's first batch was delivered (open, set_epoch, restore:
+ * the ring was filling while the consumer was not asking, and its first batch waited for the
+ * pipeline to start). The workers park and wake on cv_work; no output byte depends on their
+ * number. */
+static void auto_threads(dlc_loader *l)
+{
+    if (!l->auto_max)
         return;
-    pthread_mutex_lock(&l->mu);
-    l->nactive = n;
-    pthread_cond_broadcast(&l->cv_work);
-    pthread_mutex_unlock(&l->mu);
+    if (l->cons_next == 1) {
+        pthread_mutex_lock(&l->mu);
+        l->auto_from = l->ntally + ring_ahead(l);
+        pthread_mutex_unlock(&l->mu);
+        l->auto_next = l->auto_from + (l->auto_st.decisions ? DLC__AUTO_WINDOW : DLC__AUTO_FIRST);
+        return;
+    }
+    if (l->ntally < l->auto_next)
+        return;
+    assert(l->ntally - l->auto_from < DLC__REPORT_RING && l->auto_from < l->ntally);
+    const dlc__tally *a = &l->tally[l->auto_from % DLC__REPORT_RING];
+    const dlc__tally *b = &l->tally[l->ntally % DLC__REPORT_RING];
+    const uint32_t n = dlc__auto_decide(a, b, l->nactive, l->auto_max, &l->auto_st);
+    l->auto_from = l->ntally;
+    if (n != l->nactive) {
+        pthread_mutex_lock(&l->mu);
+        l->nactive = n;
+        l->auto_from += ring_ahead(l);
+        pthread_cond_broadcast(&l->cv_work);
+        pthread_mutex_unlock(&l->mu);
+    }
+    l->auto_next = l->auto_from + DLC__AUTO_WINDOW;
 }
 
 void dlc__report_consumer(dlc_loader *l, uint64_t t_in, uint64_t t_out, int delivered)
@@ -136,12 +219,12 @@ void dlc__report_consumer(dlc_loader *l, uint64_t t_in, uint64_t t_out, int deli
     if (l->trace)
         dlc__trace_span(l, DLC__TRACK_CONSUMER, DLC__SPAN_NEXT, l->sampler.epoch,
                         l->batch_base + l->cons_next - 1, t_in, t_out);
-    auto_threads(l);
     /* One tally per batch, taken on the consumer's thread: the counters of the other threads
      * are read, never written, so this costs the hot path a few dozen loads a batch. */
     l->ntally++;
     dlc__report_tally(l, &l->tally[l->ntally % DLC__REPORT_RING]);
     l->tally[l->ntally % DLC__REPORT_RING].t = t_out;
+    auto_threads(l);
 }
 
 static double share(uint64_t part, double whole)

@@ -120,6 +120,7 @@ dlc_status dlc__stream_open(dlc_loader *l, const char *url)
         rc = DLC_OK;
     }
     CHECK(rc);
+    CHECK(dlc__trace_downloads(l, st->cache)); /* Before the first download. */
     CHECK(dlc__set_open_lazy(dlc__scache_set_dir(st->cache), &l->store));
     const uint32_t n = dlc_store_num_files(l->store);
     st->nshards = n;

@@ -328,6 +328,7 @@ static void *worker(void *arg)
 {
     dlc__scache *c = arg;
     pthread_mutex_lock(&c->mu);
+    const uint32_t id = c->next_thread++;
     while (!c->stop) {
         if (c->blocked_gen != c->gen)
             c->blocked_at = UINT64_MAX;
@@ -345,8 +346,14 @@ static void *worker(void *arg)
         c->reserving++;
         int blocked = 0;
         pthread_mutex_unlock(&c->mu);
+        const uint64_t t0 = dlc__now_ns();
         const dlc_status rc = download(c, k, after);
+        const uint64_t t1 = dlc__now_ns();
         pthread_mutex_lock(&c->mu);
+        /* A download made (or failed), not an outcome of the reservation: the trace's span. */
+        if (c->observe && rc <= DLC_OK && !(rc == DLC_ECANCELED && c->stop))
+            c->observe(c->observe_user, id, k, rc == DLC_OK ? c->x.shards[k].file_bytes : 0,
+                       after > 0, rc, t0, t1);
         assert(c->flags[k] & DLC__SC_FETCHING);
         c->flags[k] &= (uint8_t)~DLC__SC_FETCHING;
         assert_shard(c, k);
@@ -914,13 +921,34 @@ void dlc__scache_stop(dlc__scache *c)
     pthread_mutex_unlock(&c->mu);
 }
 
-void dlc__scache_close(dlc__scache *c)
+void dlc__scache_observe(dlc__scache *c, dlc__scache_observer fn, void *user)
 {
-    if (!c)
+    pthread_mutex_lock(&c->mu);
+    c->observe = fn;
+    c->observe_user = user;
+    pthread_mutex_unlock(&c->mu);
+}
+
+uint32_t dlc__scache_threads(const dlc__scache *c)
+{
+    return c->nthreads;
+}
+
+void dlc__scache_join(dlc__scache *c)
+{
+    if (!c || c->joined)
         return;
     dlc__scache_stop(c);
     for (uint32_t i = 0; i < c->nthreads; i++)
         pthread_join(c->threads[i], NULL);
+    c->joined = 1;
+}
+
+void dlc__scache_close(dlc__scache *c)
+{
+    if (!c)
+        return;
+    dlc__scache_join(c);
     free(c->threads);
     if (c->nthreads > 0) { /* The state is whole once the threads started. */
         pthread_mutex_lock(&c->mu);

@@ -154,6 +154,28 @@ void dlc__scache_stats_get(const dlc__scache *c, dlc__scache_stats *st);
  * waiting on the cache can be joined before dlc__scache_close(). Accepts NULL. */
 void dlc__scache_stop(dlc__scache *c);
 
+/* What a download thread tells an observer of each download that ended (published, or failed:
+ * the probe, the fetch or the checks; not one canceled by closing), by its number @p thread in
+ * 0..dlc__scache_threads() - 1: shard @p k, the shard's bytes (0 for a failure), whether it was
+ * fetched ahead of need (1) or for an acquire that waited for it (0), its outcome @p rc, and when
+ * it began and ended (dlc__now_ns()). Called on that thread with the cache's lock held: it must
+ * take no lock and call nothing of the cache (the loader's trace writes a ring that thread owns).
+ */
+typedef void (*dlc__scache_observer)(void *user, uint32_t thread, uint32_t k, uint64_t bytes,
+                                     int ahead, dlc_status rc, uint64_t t0, uint64_t t1);
+
+/* Tell @p fn (with @p user) of every download that ends from now on; NULL: none. Before the
+ * first schedule or acquire, every download is told. Thread-safe. */
+void dlc__scache_observe(dlc__scache *c, dlc__scache_observer fn, void *user);
+
+/* The number of download threads (cfg->downloads, or 2); 0 for a plan-only cache. */
+uint32_t dlc__scache_threads(const dlc__scache *c);
+
+/* Stop (dlc__scache_stop()) and join the download threads: no observer call follows. Once;
+ * later calls, and dlc__scache_close()'s, return at once. Accepts NULL. Not thread-safe
+ * against itself or dlc__scache_close(). */
+void dlc__scache_join(dlc__scache *c);
+
 /* Stop the background downloads (a download under way is canceled and its temporary file
  * removed), drop every pin, free. The published files stay for the next run. Accepts NULL.
  * No other call on @p c may run or follow. */

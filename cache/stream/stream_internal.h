@@ -164,6 +164,10 @@ struct dlc__scache {
     void *user_progress_user;
     pthread_t *threads;
     uint32_t nthreads;
+    uint32_t next_thread;         /* The number the next download thread to start takes. */
+    int joined;                   /* dlc__scache_join() joined the threads. */
+    dlc__scache_observer observe; /* dlc__scache_observe(); under mu. */
+    void *observe_user;
     dlc__scache_stats st;
 };
 

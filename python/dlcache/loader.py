@@ -343,10 +343,11 @@ class Loader:
         rank, world_size: this process's shard; default to torch.distributed's
             when it is initialized, else to $RANK and $WORLD_SIZE, else 0 and 1.
         threads: worker threads of the C loader; None = the cores available
-            divided by $LOCAL_WORLD_SIZE; "auto": start with 2 and add one
-            while the loop waits and the workers are all busy (up to that
-            many), give one back when they idle (stats()["threads"] says how
-            many work now; docs/WAITING.md).
+            divided by $LOCAL_WORLD_SIZE; "auto": start with 2 and, while the
+            loop waits a share w of its step and the workers wait for no read,
+            go to about n / (1 - w) workers, at most doubling (up to that
+            many); give one back at a time when they idle (stats()["threads"]
+            says how many work now; docs/WAITING.md).
         prefetch: batches prepared ahead (slots of the ring), 1..1024; None = the C
             default (4).
         verify: "off", "first" (check each record's checksum the first time

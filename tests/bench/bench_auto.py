@@ -2,17 +2,23 @@
 """threads="auto" against a sweep of fixed thread counts, in two situations: a loop that needs
 every core (RandomResizedCrop to float32, the loop does nothing) and one that needs one (uint8
 crops, the loop sleeps 20 ms a step). For each: samples/s of every fixed count 1..cores, then
-auto's thread count after each batch and its samples/s over the run and over its last half.
-Writes a JSON file and an SVG plot (auto's count per batch, the sweep's best as a line).
+auto's thread count after each batch and its samples/s over the run and over its last half,
+with the process's CPU time (user + sys) of each run. The runs are interleaved: each of
+--rounds rounds runs every count and auto once, in an order that rotates, so that a machine
+whose load drifts weighs on all of them alike; the ratio of auto to the best fixed count is
+taken within each round. Writes a JSON file and an SVG plot (auto's count per batch in the
+last round, the sweep's best as a line).
 
     DLCACHE_LIB=build/lib/libdlcache.so PYTHONPATH=python \\
-        /usr/bin/python3 tests/bench/bench_auto.py STORE OUT.json OUT.svg [--batches N]
+        /usr/bin/python3 tests/bench/bench_auto.py STORE OUT.json OUT.svg [--batches N] \\
+        [--rounds R]
 
 STORE: a store of 256x256 images (cachebuild --size 256)."""
 
 import argparse
 import json
 import os
+import resource
 import time
 
 import dlcache
@@ -26,6 +32,7 @@ SITUATIONS = {
 
 def run(store, threads, kw, sleep, batches):
     counts = []
+    cpu0 = resource.getrusage(resource.RUSAGE_SELF)
     with dlcache.Loader(store, threads=threads, seed=1, **kw) as ld:
         n = 0
         t0 = time.perf_counter()
@@ -41,10 +48,23 @@ def run(store, threads, kw, sleep, batches):
                 if n >= batches:
                     break
         t1 = time.perf_counter()
+    cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
     bs = kw["batch_size"]
+    changes = sum(1 for a, b in zip(counts, counts[1:]) if a != b)
+    # The first batch from which the count stays what it ends at.
+    settled = len(counts)
+    while settled > 0 and counts[settled - 1] == counts[-1]:
+        settled -= 1
     return dict(samples_per_s=n * bs / (t1 - t0),
                 last_half_samples_per_s=(n - batches // 2) * bs / (t1 - half),
-                threads=counts)
+                cpu_s=cpu, samples_per_cpu_s=n * bs / cpu if cpu > 0 else 0.0,
+                threads=counts, changes=changes, settled_at_batch=settled + 1)
+
+
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
 
 
 def main():
@@ -53,23 +73,43 @@ def main():
     ap.add_argument("json_out")
     ap.add_argument("svg_out")
     ap.add_argument("--batches", type=int, default=120)
+    ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
     cores = len(os.sched_getaffinity(0))
-    out = {"cores": cores, "batches": a.batches, "loadavg_before": os.getloadavg()[0],
-           "situations": {}}
+    out = {"cores": cores, "batches": a.batches, "rounds": a.rounds,
+           "loadavg_before": os.getloadavg()[0], "situations": {}}
     for name, s in SITUATIONS.items():
-        sweep = {}
-        for t in range(1, cores + 1):
-            sweep[t] = run(a.store, t, s["kw"], s["sleep"], a.batches)["last_half_samples_per_s"]
-        auto = run(a.store, "auto", s["kw"], s["sleep"], a.batches)
-        best = max(sweep.values())
+        kinds = list(range(1, cores + 1)) + ["auto"]
+        runs = {k: [] for k in kinds}
+        ratios = []
+        for r in range(a.rounds):
+            order = kinds[r % len(kinds):] + kinds[:r % len(kinds)]
+            got = {k: run(a.store, k, s["kw"], s["sleep"], a.batches) for k in order}
+            for k in kinds:
+                runs[k].append(got[k])
+            best = max(got[t]["last_half_samples_per_s"] for t in kinds if t != "auto")
+            ratios.append(got["auto"]["last_half_samples_per_s"] / best)
+        sweep = {t: median([x["last_half_samples_per_s"] for x in runs[t]])
+                 for t in kinds if t != "auto"}
+        auto = runs["auto"][-1]
         out["situations"][name] = dict(
             sweep=sweep, best_fixed=max(sweep, key=sweep.get), auto=auto,
-            auto_over_best_last_half=auto["last_half_samples_per_s"] / best)
-        print("%-9s sweep %s  auto %.0f samples/s (last half), %.2f of the best; threads %s"
-              % (name, {k: round(v) for k, v in sweep.items()},
-                 auto["last_half_samples_per_s"], auto["last_half_samples_per_s"] / best,
-                 sorted(set(auto["threads"]))))
+            runs={str(k): [{f: x[f] for f in ("last_half_samples_per_s", "samples_per_s",
+                                              "cpu_s", "samples_per_cpu_s", "changes",
+                                              "settled_at_batch")} for x in v]
+                  for k, v in runs.items()},
+            auto_last_half_median=median([x["last_half_samples_per_s"] for x in runs["auto"]]),
+            auto_over_best_per_round=ratios,
+            auto_over_best_last_half=median(ratios))
+        print("%-9s sweep (median of %d) %s  auto %.0f samples/s (last half, median); "
+              "auto / best fixed per round %s; threads %s, %d changes, settled at batch %d"
+              % (name, a.rounds, {k: round(v) for k, v in sweep.items()},
+                 out["situations"][name]["auto_last_half_median"],
+                 [round(x, 2) for x in ratios], sorted(set(auto["threads"])), auto["changes"],
+                 auto["settled_at_batch"]))
+        print("          samples per CPU second (median): %s"
+              % {str(k): round(median([x["samples_per_cpu_s"] for x in v]))
+                 for k, v in runs.items()})
     out["loadavg_after"] = os.getloadavg()[0]
     with open(a.json_out, "w") as f:
         json.dump(out, f, indent=1)

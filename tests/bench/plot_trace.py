@@ -13,10 +13,10 @@ import sys
 from xml.sax.saxutils import escape
 
 COLORS = {"io": "#4e79a7", "download": "#f28e2b", "work": "#59a14f", "copy": "#b07aa1",
-          "next": "#e15759"}
+          "next": "#e15759", "fetch": "#9c755f"}
 LABELS = {"io": "I/O: lookups and reads", "download": "waiting for a shard",
           "work": "worker: crop, flip, convert", "copy": "copy to the device",
-          "next": "consumer waiting in next()"}
+          "next": "consumer waiting in next()", "fetch": "downloading a shard"}
 
 
 def main():
@@ -59,14 +59,20 @@ def main():
         x0 = left + max(s["ts"] - start, 0) * scale
         w = max((s["ts"] + s["dur"] - max(s["ts"], start)) * scale, 0.8)
         inner = 4 if s["name"] == "download" else 0
+        if s["name"] == "fetch":  # a download thread's shard: its name and bytes
+            what = "%s, %d bytes%s" % (s["args"].get("shard"), s["args"].get("bytes", 0),
+                                       "" if s["args"].get("ok", True) else ", failed")
+            label = s["args"].get("shard", "")
+        else:
+            what = "batch %s (epoch %s)" % (s["args"].get("batch"), s["args"].get("epoch"))
+            label = str(s["args"].get("batch"))
         out.append('<rect x="%.2f" y="%.1f" width="%.2f" height="%.1f" fill="%s">'
-                   '<title>%s batch %s (epoch %s): %.3f ms</title></rect>'
+                   '<title>%s %s: %.3f ms</title></rect>'
                    % (x0, y + inner, w, lane - 2 * inner, COLORS.get(s["name"], "#999"),
-                      s["name"], s["args"].get("batch"), s["args"].get("epoch"),
-                      s["dur"] / 1000))
-        if w > 22:
+                      s["name"], escape(what), s["dur"] / 1000))
+        if w > 7 * len(label) + 4:
             out.append('<text x="%.1f" y="%.1f" fill="white" font-size="10">%s</text>'
-                       % (x0 + 2, y + lane / 2 + 3, s["args"].get("batch")))
+                       % (x0 + 2, y + lane / 2 + 3, escape(label)))
     # The time axis, in ms from the window's start.
     ya = top + len(tids) * (lane + gap) + 4
     span_ms = (end - start) / 1000
@@ -80,7 +86,7 @@ def main():
         t += step
     out.append('<text x="%d" y="%d" text-anchor="end">ms</text>' % (left - 8, ya + 18))
     x = left
-    for k in ("next", "io", "work", "download", "copy"):
+    for k in ("next", "io", "work", "download", "fetch", "copy"):
         if not any(s["name"] == k for s in spans):
             continue
         out.append('<rect x="%d" y="%d" width="12" height="12" fill="%s"/>'

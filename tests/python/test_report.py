@@ -145,7 +145,7 @@ def test_trace_one_span_per_batch_stage(store, tmp_path):
             for _ in ld:
                 n += 1
     spans, tracks = _spans(path)
-    assert {s["name"] for s in spans} <= {"io", "download", "work", "copy", "next"}
+    assert {s["name"] for s in spans} <= {"io", "download", "work", "copy", "next", "fetch"}
     assert "dlcache I/O" in tracks.values()
     assert any(v.startswith("dlcache worker ") for v in tracks.values()), tracks
     for stage in ("io", "next"):
@@ -174,6 +174,59 @@ def test_trace_stays_bounded_over_a_long_run(store, tmp_path, monkeypatch):
     nexts = [s for s in spans if s["name"] == "next"]
     assert len(nexts) == 16 and max(s["args"]["batch"] for s in nexts) == n // 6 - 1
     assert os.path.getsize(path) < 64 * 1024
+
+
+def test_trace_download_tracks_one_span_per_shard(s3, tmp_path):
+    """A streamed loader's download threads have tracks of their own, one "fetch" span per shard
+    downloaded with the shard's name and bytes; bounded like the others (trace_batches)."""
+    demo = tmp_path / "demo"
+    subprocess.run([tool("mkdemo"), str(demo), "--count", "48", "--classes", "2", "--threads",
+                    "2"], check=True, stdout=subprocess.DEVNULL)
+    local = str(tmp_path / "set")
+    dlcache.build(str(demo / "train"), local, size=48, threads=2, shards=6)
+    r = subprocess.run([tool("cachewarm"), "push", local, "s3://b/sets/trace", "--endpoint", s3,
+                        "-q"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    sizes = {f: os.path.getsize(os.path.join(local, f))
+             for f in os.listdir(local) if f.endswith(".dlc")}
+    assert len(sizes) == 6, sizes
+    opts = dict(batch_size=4, crop=32, threads=2, sampler="windows", window_shards=2,
+                endpoint=s3, downloads=2)
+    path = tmp_path / "stream.json"
+    with dlcache.Loader("s3://b/sets/trace", cache_dir=str(tmp_path / "cache"), trace=str(path),
+                        **opts) as ld:
+        n = 0
+        for epoch in range(2):
+            ld.set_epoch(epoch)
+            for _ in ld:
+                n += 1
+    spans, tracks = _spans(path)
+    downloads = {tid: name for tid, name in tracks.items() if name.startswith("dlcache download")}
+    assert sorted(downloads.values()) == ["dlcache download 0", "dlcache download 1"], tracks
+    assert "dlcache I/O" in tracks.values()
+    fetches = [s for s in spans if s["name"] == "fetch"]
+    assert all(s["tid"] in downloads for s in fetches)
+    assert not [s for s in spans if s["tid"] in downloads and s["name"] != "fetch"]
+    # A fresh cache without a limit downloads each shard once, and the trace says which.
+    assert sorted(s["args"]["shard"] for s in fetches) == sorted(sizes), fetches
+    for s in fetches:
+        assert s["args"]["bytes"] == sizes[s["args"]["shard"]], s
+        assert s["args"]["ok"] is True and isinstance(s["args"]["ahead"], bool)
+        assert s["dur"] > 0 and s["ts"] >= 0
+    assert len([s for s in spans if s["name"] == "next"]) == n  # the batches' spans too
+
+    # Bounded: with trace_batches=1 each download track keeps its last span only.
+    path = tmp_path / "short.json"
+    with dlcache.Loader("s3://b/sets/trace", cache_dir=str(tmp_path / "cache2"),
+                        trace=str(path), trace_batches=1, **opts) as ld:
+        for _ in ld:
+            pass
+    spans, tracks = _spans(path)
+    per = {}
+    for s in spans:
+        per[s["tid"]] = per.get(s["tid"], 0) + 1
+    fetches = [s for s in spans if s["name"] == "fetch"]
+    assert 1 <= len(fetches) <= 2 and max(per.values()) == 1, per
 
 
 def test_next_is_a_torch_profiler_range(store):
