@@ -21,8 +21,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A mixture's plan (one streamed source): a shard's uses are intervals of batches, one per pass
+ * of the source that reads it (merged where they touch), since a shard read at the end of one
+ * pass and again in the next must not stay pinned between them. */
+typedef struct use_iv {
+    uint64_t start, end; /* The first and last batch of the plan that read the shard. */
+    uint32_t next;       /* The shard's next interval, or IV_NONE. */
+} use_iv;
+#define IV_NONE UINT32_MAX
+
 typedef struct dlc__lstream {
     dlc__scache *cache;
+    /* The lazy set the shards are attached to: l->store, or a mixture's streamed source (owned
+     * here; its shards are also published as files file0 .. of the union l->store, whose
+     * records rec0 .. rec0 + its count are its records). */
+    dlc_store *set;
+    int mix;
+    uint32_t src; /* The mixture's source number. */
+    uint32_t file0;
+    uint64_t rec0, rec_end;
     uint32_t nshards;
     uint8_t *held;     /* The I/O thread's: attached and pinned. */
     uint32_t *held_at; /* The held shards, nheld of them (the I/O thread's). */
@@ -37,6 +54,15 @@ typedef struct dlc__lstream {
     uint8_t *refused;
     char **refused_msg; /* The refusal of each, malloc'd. */
     uint32_t nrefused;
+    /* A mixture's plan: the intervals (niv of ivcap), per shard the first, the last and the
+     * first not yet over (the I/O thread's cursor), the pass of the last; iv_lost: the plan
+     * could not grow them, and each shard is held to its last use as in a plain plan. */
+    use_iv *iv;
+    uint32_t niv, ivcap;
+    uint32_t *iv_head, *iv_tail, *iv_cur;
+    uint64_t *iv_pass;
+    int iv_lost;
+    uint64_t *hold; /* Per shard: 1 + the last batch it stands in for (pin_standin()). */
 } dlc__lstream;
 
 int dlc__stream_is_url(const char *path)
@@ -59,8 +85,8 @@ static dlc_status check_empty_shards(dlc_loader *l)
         const char *path = NULL;
         dlc_status rc = dlc__scache_acquire(st->cache, k, &path);
         if (rc == DLC_OK) {
-            rc = dlc__set_attach(l->store, k, path);
-            dlc__set_detach(l->store, k);
+            rc = dlc__set_attach(st->set, k, path);
+            dlc__set_detach(st->set, k);
             dlc__errsave es;
             dlc__err_save(&es);
             dlc__scache_release(st->cache, k);
@@ -81,17 +107,14 @@ static dlc_status check_empty_shards(dlc_loader *l)
     return DLC_OK;
 }
 
-dlc_status dlc__stream_open(dlc_loader *l, const char *url)
+/* The cache of @p url and its set opened lazily from the index, into *set. */
+static dlc_status open_cache(dlc_loader *l, const char *url, dlc_store **set)
 {
     dlc_status rc = DLC_OK;
     const dlc_loader_config *c = &l->cfg;
     FAIL_IF(!c->cache_dir || !*c->cache_dir, DLC_EINVAL,
             "%s: streaming from object storage needs config.cache_dir, the local folder that "
             "holds the shards while they are read",
-            url);
-    FAIL_IF(c->sampler != DLC_SAMPLER_SHARD_WINDOWS, DLC_EINVAL,
-            "%s: a streamed set is read in shard windows: config.sampler must be "
-            "DLC_SAMPLER_SHARD_WINDOWS (another order would need every shard at once)",
             url);
     FAIL_IF(c->io == DLC_IO_DIRECT, DLC_EINVAL,
             "%s: a streamed set is read through its shards' maps: config.io must be auto or mmap",
@@ -120,8 +143,18 @@ dlc_status dlc__stream_open(dlc_loader *l, const char *url)
         rc = DLC_OK;
     }
     CHECK(rc);
-    CHECK(dlc__set_open_lazy(dlc__scache_set_dir(st->cache), &l->store));
-    const uint32_t n = dlc_store_num_files(l->store);
+    CHECK(dlc__set_open_lazy(dlc__scache_set_dir(st->cache), set));
+    st->set = *set;
+fail:
+    return rc;
+}
+
+/* The plan's tables, for the set's shards; then the check of its empty shards. */
+static dlc_status alloc_tables(dlc_loader *l, const char *url)
+{
+    dlc_status rc = DLC_OK;
+    dlc__lstream *st = l->stream;
+    const uint32_t n = dlc_store_num_files(st->set);
     st->nshards = n;
     st->held = calloc(n, 1);
     st->seen = calloc(n, 1);
@@ -130,13 +163,75 @@ dlc_status dlc__stream_open(dlc_loader *l, const char *url)
     st->sched = calloc(n, sizeof *st->sched);
     st->refused = calloc(n ? n : 1, 1);
     st->refused_msg = calloc(n ? n : 1, sizeof *st->refused_msg);
+    st->hold = calloc(n ? n : 1, sizeof *st->hold);
     FAIL_IF(!st->held || !st->seen || !st->held_at || !st->last_use || !st->sched || !st->refused ||
-                !st->refused_msg,
+                !st->refused_msg || !st->hold,
             -ENOMEM, "%s: out of memory for %u shards", url, n);
+    if (st->mix) {
+        st->iv_head = malloc((n ? n : 1) * sizeof *st->iv_head);
+        st->iv_tail = malloc((n ? n : 1) * sizeof *st->iv_tail);
+        st->iv_cur = malloc((n ? n : 1) * sizeof *st->iv_cur);
+        st->iv_pass = malloc((n ? n : 1) * sizeof *st->iv_pass);
+        FAIL_IF(!st->iv_head || !st->iv_tail || !st->iv_cur || !st->iv_pass, -ENOMEM,
+                "%s: out of memory for %u shards", url, n);
+        for (uint32_t k = 0; k < n; k++)
+            st->iv_head[k] = st->iv_tail[k] = st->iv_cur[k] = IV_NONE;
+    }
     CHECK(check_empty_shards(l));
-    return DLC_OK;
 fail:
     return rc;
+}
+
+dlc_status dlc__stream_open(dlc_loader *l, const char *url)
+{
+    dlc_status rc = DLC_OK;
+    FAIL_IF(l->cfg.sampler != DLC_SAMPLER_SHARD_WINDOWS, DLC_EINVAL,
+            "%s: a streamed set is read in shard windows: config.sampler must be "
+            "DLC_SAMPLER_SHARD_WINDOWS (another order would need every shard at once)",
+            url);
+    CHECK(open_cache(l, url, &l->store));
+    l->stream->rec_end = dlc_store_get_info(l->store)->count; /* Every record is the set's. */
+    CHECK(alloc_tables(l, url));
+fail:
+    return rc;
+}
+
+dlc_status dlc__stream_open_source(dlc_loader *l, const char *url, dlc_store **set)
+{
+    *set = NULL;
+    const dlc_status rc = open_cache(l, url, set);
+    if (l->stream)
+        l->stream->mix = 1; /* The set is the stream's to close, whatever happens next. */
+    return rc;
+}
+
+dlc_status dlc__stream_bind(dlc_loader *l, uint32_t src, uint32_t file0, uint64_t rec0,
+                            const char *url)
+{
+    dlc__lstream *st = l->stream;
+    st->src = src;
+    st->file0 = file0;
+    st->rec0 = rec0;
+    st->rec_end = rec0 + dlc_store_get_info(st->set)->count;
+    return alloc_tables(l, url);
+}
+
+/* Attach shard @p k to the set, and in a mixture publish it as the union's file. */
+static dlc_status attach_shard(dlc_loader *l, uint32_t k, const char *path)
+{
+    dlc__lstream *st = l->stream;
+    const dlc_status rc = dlc__set_attach(st->set, k, path);
+    if (rc == DLC_OK && st->mix)
+        dlc__union_attach(l->store, st->file0 + k, st->set, k);
+    return rc;
+}
+
+static void detach_shard(dlc_loader *l, uint32_t k)
+{
+    dlc__lstream *st = l->stream;
+    if (st->mix && l->store)
+        dlc__union_detach(l->store, st->file0 + k);
+    dlc__set_detach(st->set, k);
 }
 
 /* What a node's cache must hold for config @p c with @p slots batches in flight: the shards
@@ -161,14 +256,52 @@ static cache_need need_of(const dlc__swin *w, const dlc_loader_config *c, uint32
     return n;
 }
 
+/* A mixture's streamed source walks passes of one stream; a rank's slots x batch samples in
+ * flight, were they all of this source, span world times as many positions of its pass (each row
+ * of world positions gives one to each rank), and one window more where they cross into the next
+ * pass. */
+static cache_need need_of_mix(const dlc_loader *l, const dlc_loader_config *c)
+{
+    const dlc__lstream *st = l->stream;
+    const dlc__swin *w = dlc__mix_swin(l->sampler.mix, st->src);
+    cache_need n;
+    n.per_rank = 1;
+    n.ranks = c->cache_ranks ? c->cache_ranks : 1;
+    uint64_t pinned =
+        (uint64_t)dlc__swin_pinned_bound(w, l->nslots, c->batch_size * c->world_size, 1) +
+        c->window_shards;
+    if (pinned > st->nshards)
+        pinned = st->nshards;
+    n.pinned = (uint32_t)pinned * n.ranks;
+    n.ahead = (c->downloads ? c->downloads : 2) * n.ranks;
+    return n;
+}
+
+static cache_need loader_need(const dlc_loader *l, const dlc_loader_config *c)
+{
+    return l->stream->mix ? need_of_mix(l, c) : need_of(l->sampler.swin, c, l->nslots);
+}
+
 dlc_status dlc__stream_check(const dlc_loader *l)
 {
     const dlc__lstream *st = l->stream;
     const dlc_loader_config *c = &l->cfg;
     if (!st || !c->cache_limit)
         return DLC_OK;
-    const cache_need n = need_of(l->sampler.swin, c, l->nslots);
+    const cache_need n = loader_need(l, c);
     const uint64_t need = dlc__scache_needed(dlc__scache_index(st->cache), n.pinned, n.ahead);
+    if (st->mix && (c->cache_limit < need || st->limit_refused))
+        return dlc__errorf(DLC_EINVAL,
+                           "%s: config.cache_limit = %llu bytes is too small: %llu bytes are "
+                           "needed for the %u shards of its streamed source %u (%s) that the "
+                           "batches in flight can pin (windows of %u shards, %u batches of %u on "
+                           "each of %u ranks), for %u processes sharing %s, and %u downloads "
+                           "ahead (the largest shards counted); raise cache_limit, or lower "
+                           "window_shards, prefetch or batch_size",
+                           l->path, (unsigned long long)c->cache_limit, (unsigned long long)need,
+                           n.pinned / n.ranks, st->src, l->mixl->paths[st->src], c->window_shards,
+                           l->nslots, c->batch_size, c->world_size, n.ranks, c->cache_dir,
+                           n.ahead / n.ranks);
     if (c->cache_limit < need || st->limit_refused)
         return dlc__errorf(DLC_EINVAL,
                            "%s: config.cache_limit = %llu bytes is too small: %llu bytes are "
@@ -209,6 +342,53 @@ static dlc_status plan_poll_at(plan_poll *pp, uint64_t j, const char *path)
                        "%s: planning the epoch (%" PRIu64 " records walked): canceled", path, j);
 }
 
+/* A mixture's plan: a use of shard @p k by batch @p b in pass @p pass of the source. */
+static void mix_use(dlc__lstream *st, uint32_t k, uint64_t b, uint64_t pass)
+{
+    const uint32_t t = st->iv_tail[k];
+    if (st->iv_lost)
+        return;
+    if (t != IV_NONE && (st->iv_pass[k] == pass || b <= st->iv[t].end)) {
+        st->iv[t].end = b; /* The same pass, or touching the last interval. */
+        st->iv_pass[k] = pass;
+        return;
+    }
+    if (st->niv == st->ivcap) {
+        const uint32_t cap = st->ivcap ? st->ivcap * 2 : 1024;
+        use_iv *iv = cap > st->ivcap ? realloc(st->iv, (size_t)cap * sizeof *iv) : NULL;
+        if (!iv) {
+            st->iv_lost = 1; /* Held to the last use instead: more pinned, still correct. */
+            return;
+        }
+        st->iv = iv, st->ivcap = cap;
+    }
+    const uint32_t i = st->niv++;
+    st->iv[i] = (use_iv){.start = b, .end = b, .next = IV_NONE};
+    if (t == IV_NONE)
+        st->iv_head[k] = st->iv_cur[k] = i;
+    else
+        st->iv[t].next = i;
+    st->iv_tail[k] = i;
+    st->iv_pass[k] = pass;
+}
+
+/* Whether held shard @p k is still read by a batch from @p oldest on that the I/O thread has
+ * taken (before fill_next): the first of its intervals not over began before fill_next. A use
+ * that begins later pins it again then. */
+static int mix_keep(const dlc_loader *l, uint32_t k, uint64_t oldest)
+{
+    dlc__lstream *st = l->stream;
+    if (st->hold[k] > oldest)
+        return 1;
+    if (st->iv_lost)
+        return st->last_use[k] > oldest;
+    uint32_t c = st->iv_cur[k];
+    while (c != IV_NONE && st->iv[c].end < oldest)
+        c = st->iv[c].next;
+    st->iv_cur[k] = c;
+    return c != IV_NONE && st->iv[c].start < l->fill_next;
+}
+
 dlc_status dlc__stream_plan(dlc_loader *l, const dlc_warm_options *net)
 {
     dlc__lstream *st = l->stream;
@@ -216,16 +396,36 @@ dlc_status dlc__stream_plan(dlc_loader *l, const dlc_warm_options *net)
         return DLC_OK;
     const dlc__shard *sh = &l->shard;
     memset(st->last_use, 0, st->nshards * sizeof *st->last_use);
+    memset(st->hold, 0, st->nshards * sizeof *st->hold);
     memset(st->seen, 0, st->nshards);
+    if (st->mix) {
+        st->niv = 0;
+        st->iv_lost = 0;
+        for (uint32_t k = 0; k < st->nshards; k++)
+            st->iv_head[k] = st->iv_tail[k] = st->iv_cur[k] = IV_NONE;
+    }
     uint32_t n = 0;
     plan_poll pp = {.net = net, .t0 = dlc__now_s()};
     pp.last = pp.t0;
+    const dlc__mix *mx = st->mix ? l->sampler.mix : NULL;
+    const uint64_t count = st->rec_end - st->rec0;
     for (uint64_t j = 0; j < sh->per_rank; j++) {
         const dlc_status rc = plan_poll_at(&pp, j, l->path);
         if (rc != DLC_OK)
             return rc;
-        const uint64_t rec = dlc__sampler_at(&l->sampler, dlc__shard_pos(sh, j));
-        const uint32_t k = dlc__swin_shard_of(l->sampler.swin, rec);
+        uint32_t k;
+        if (mx) {
+            /* Only the streamed source's draws; its pass keys the intervals. */
+            uint32_t src;
+            const uint64_t d = dlc__mix_draw(mx, l->sampler.epoch, dlc__shard_pos(sh, j), &src);
+            if (src != st->src)
+                continue;
+            k = dlc__set_shard_of(st->set, dlc__mix_record(mx, src, d));
+            mix_use(st, k, j / sh->batch, d / count);
+        } else {
+            const uint64_t rec = dlc__sampler_at(&l->sampler, dlc__shard_pos(sh, j));
+            k = dlc__swin_shard_of(l->sampler.swin, rec);
+        }
         st->last_use[k] = j / sh->batch + 1;
         if (!st->seen[k]) {
             st->seen[k] = 1;
@@ -250,7 +450,7 @@ static dlc_status shared_too_small(const dlc_loader *l)
     const dlc_loader_config *c = &l->cfg;
     dlc_loader_config more = *c;
     more.cache_ranks = (c->cache_ranks ? c->cache_ranks : 1) + 1;
-    const cache_need n = need_of(l->sampler.swin, &more, l->nslots);
+    const cache_need n = loader_need(l, &more);
     const uint64_t need =
         dlc__scache_needed(dlc__scache_index(l->stream->cache), n.pinned, n.ahead);
     return dlc__errorf(DLC_ESTATE,
@@ -293,7 +493,7 @@ static dlc_status pin_shard(dlc_loader *l, uint32_t k, int *refused)
         return shared_too_small(l);
     if (rc != DLC_OK)
         return rc;
-    rc = dlc__set_attach(l->store, k, path);
+    rc = attach_shard(l, k, path);
     if (rc != DLC_OK) {
         dlc__errsave es;
         dlc__err_save(&es);
@@ -331,7 +531,9 @@ static dlc_status pin_standin(dlc_loader *l, dlc__slot *s)
             if (st->last_use[k] < s->batch + 1)
                 st->last_use[k] = s->batch + 1; /* Held until this batch is done. */
             pthread_mutex_unlock(&l->mu);
-            s->standin_first = x->shards[k].first;
+            if (st->hold[k] < s->batch + 1)
+                st->hold[k] = s->batch + 1;
+            s->standin_first = st->rec0 + x->shards[k].first;
             s->standin_count = x->shards[k].count;
             return DLC_OK;
         }
@@ -344,9 +546,13 @@ dlc_status dlc__stream_pin(dlc_loader *l, dlc__slot *s, int *refused)
     *refused = 0;
     s->standin_count = 0;
     uint32_t healthy = 0;
+    dlc__lstream *st = l->stream;
     for (uint32_t i = 0; i < s->nfiles; i++) {
+        /* In a mixture the batch's files of local sources are always there. */
+        if (s->files[i] < st->file0 || s->files[i] - st->file0 >= st->nshards)
+            continue;
         int r = 0;
-        const dlc_status rc = pin_shard(l, s->files[i], &r);
+        const dlc_status rc = pin_shard(l, s->files[i] - st->file0, &r);
         if (rc != DLC_OK)
             return rc;
         *refused |= r;
@@ -358,8 +564,10 @@ dlc_status dlc__stream_pin(dlc_loader *l, dlc__slot *s, int *refused)
 dlc_status dlc__stream_record_ok(const dlc_loader *l, uint64_t index)
 {
     const dlc__lstream *st = l->stream;
-    const uint32_t k = dlc_store_record_file(l->store, index);
-    if (!st || k >= st->nshards || !st->refused[k])
+    if (!st || index < st->rec0 || index >= st->rec_end)
+        return DLC_OK;
+    const uint32_t k = dlc_store_record_file(l->store, index) - st->file0;
+    if (k >= st->nshards || !st->refused[k])
         return DLC_OK;
     return dlc__errorf(DLC_ECORRUPT, "record %llu: %s", (unsigned long long)index,
                        st->refused_msg[k] ? st->refused_msg[k] : "its shard was refused");
@@ -393,11 +601,11 @@ void dlc__stream_unpin_locked(dlc_loader *l)
     const uint64_t oldest = oldest_reading(l);
     for (uint32_t i = 0; i < st->nheld;) {
         const uint32_t k = st->held_at[i];
-        if (st->last_use[k] > oldest) { /* A batch in use or to come reads it. */
-            i++;
+        if (st->mix ? mix_keep(l, k, oldest) : st->last_use[k] > oldest) {
+            i++; /* A batch in use or to come reads it. */
             continue;
         }
-        dlc__set_detach(l->store, k);
+        detach_shard(l, k);
         dlc__scache_release(st->cache, k);
         st->held[k] = 0;
         st->held_at[i] = st->held_at[--st->nheld];
@@ -433,15 +641,21 @@ void dlc__stream_close(dlc_loader *l)
     if (!st)
         return;
     for (uint32_t i = 0; i < st->nheld; i++) {
-        if (l->store)
-            dlc__set_detach(l->store, st->held_at[i]);
+        if (st->set)
+            detach_shard(l, st->held_at[i]);
         dlc__scache_release(st->cache, st->held_at[i]);
     }
-    /* The store's shards are detached: the cache may go first. */
+    /* The store's shards are detached: the cache may go first. In a mixture the union goes
+     * before the streamed set whose shards it published. */
     dlc_store_close(l->store);
     l->store = NULL;
+    if (st->mix)
+        dlc_store_close(st->set);
+    st->set = NULL;
     dlc__scache_close(st->cache);
     free(st->held), free(st->held_at), free(st->last_use), free(st->sched), free(st->seen);
+    free(st->hold), free(st->iv), free(st->iv_head), free(st->iv_tail), free(st->iv_cur);
+    free(st->iv_pass);
     for (uint32_t k = 0; st->refused_msg && k < st->nshards; k++)
         free(st->refused_msg[k]);
     free(st->refused), free(st->refused_msg);

@@ -236,3 +236,137 @@ def test_a_single_source_equals_the_plain_loader_byte_for_byte(tmp_path, kw):
     for g, w in zip(got, want):
         assert all(torch.equal(x, y) for x, y in zip(g, w))
     plain.close(), mix.close(), again.close()
+
+
+# ------------------------------------------------------------ a streamed source
+# An s3rver-backed mixture (tests/python/test_stream.py's server and set, pushed once): the set
+# streamed from s3://b/sets/s beside a local set of the same demo images in 3 shards. The
+# streamed source walks passes in shard windows of one stream (docs/MIXTURES.md).
+from test_stream import local_set, s3, url  # noqa: E402,F401  (fixtures)
+
+STREAM_MIX = dict(crop=32, random_crop=False, flip=0, seed=7, window_shards=2, prefetch=2, return_indices=True,
+                  return_source=True)
+
+
+@pytest.fixture(scope="module")
+def other_set(demo_dir, tmp_path_factory):
+    """The demo images again, as a local set of 3 shards: the mixture's local source."""
+    path = tmp_path_factory.mktemp("mixstream") / "other"
+    dlcache.build(str(demo_dir), str(path), size=48, threads=2, shards=3)
+    return str(path)
+
+
+def _smallest(paths, cache, s3, **kw):
+    """The smallest cache_limit the mixture accepts: what a limit of 1 byte is told it needs."""
+    import re
+    with pytest.raises(dlcache.DlcacheError) as e:
+        dlcache.Loader(paths, 4, cache_dir=str(cache), cache_limit=1, endpoint=s3,
+                       **dict(STREAM_MIX, **kw))
+    m = re.search(r"(\d+) bytes are needed", str(e.value))
+    assert m, str(e.value)
+    assert "streamed source 1" in str(e.value)
+    return int(m.group(1))
+
+
+def _epochs(loader, n):
+    out = []
+    for e in range(n):
+        loader.set_epoch(e)
+        out.append([tuple(t.clone() for t in b) for b in loader])
+    return out
+
+
+
+def _images_of(path):
+    """Record number -> its image as the mixture crops it (center crop: a function of the
+    record alone), read from the local copy of the set."""
+    with dlcache.Loader(path, 50, crop=32, random_crop=False, flip=0, sampler="sequential",
+                        return_indices=True,
+                        threads=2) as ld:
+        return {int(i): img.clone() for imgs, _, idx in ld for i, img in zip(idx, imgs)}
+
+
+def test_streamed_source_at_the_smallest_cache(other_set, local_set, url, s3, tmp_path):
+    """Every record of each source once per pass, shares within 1 per batch, the local set's
+    images, the same batches on 1 and 3 threads, cold at the smallest cache and warm without a
+    limit, and the cache's peak within its limit."""
+    paths = [other_set, url]
+    kw = dict(weights=[0.6, 0.4], samples_per_epoch=200)
+    need = _smallest(paths, tmp_path / "c0", s3, **kw)
+    with dlcache.Loader(paths, 4, cache_dir=str(tmp_path / "c1"), cache_limit=need, endpoint=s3,
+                        threads=1, **dict(STREAM_MIX, **kw)) as ld:
+        assert [s["epoch_samples"] for s in ld.sources] == [120, 80]
+        got = _epochs(ld, 4)
+        st = ld.stream_stats()
+    assert 0 < st["peak_cache_bytes"] <= need
+    assert st["downloads"] > 30, "the smallest cache evicts and downloads again"
+    with dlcache.Loader(paths, 4, cache_dir=str(tmp_path / "c1"), endpoint=s3, threads=3,
+                        **dict(STREAM_MIX, **kw)) as ld:
+        again = _epochs(ld, 4)
+    for e, (p, q) in enumerate(zip(got, again)):
+        assert len(p) == len(q) == 50
+        for n, (a, b) in enumerate(zip(p, q)):
+            assert all(torch.equal(x, y) for x, y in zip(a, b)), "epoch %d batch %d" % (e, n)
+    local = _images_of(local_set)
+    drawn = {0: [], 1: []}
+    for epoch in got:
+        for images, _, idx, src in epoch:
+            n1 = int((src == 1).sum())
+            assert abs(n1 - 0.4 * 4) < 1, "a batch holds %d of the streamed source" % n1
+            for img, i, s in zip(images, idx.tolist(), src.tolist()):
+                drawn[s].append(i)
+                if s == 1:
+                    assert torch.equal(img, local[i]), "streamed record %d" % i
+    assert len(drawn[0]) == 480 and len(drawn[1]) == 320
+    for s, count in ((0, 150), (1, 150)):
+        d = drawn[s]
+        for p in range(len(d) // count):
+            assert sorted(d[p * count:(p + 1) * count]) == list(range(count)), (s, p)
+        assert len(set(d[len(d) // count * count:])) == len(d) % count
+    # Its passes are not the local set's shuffle: they walk shard windows (2 shards of 5).
+    shard = [i // 5 for i in drawn[1][:150]]
+    assert len(set(shard[:10])) <= 4
+
+
+def test_streamed_source_resumes_exactly(other_set, url, s3, tmp_path):
+    paths = [other_set, url]
+    kw = dict(weights=[1, 1], samples_per_epoch=120)
+    need = _smallest(paths, tmp_path / "c0", s3, **kw)
+    opts = dict(cache_dir=str(tmp_path / "a"), cache_limit=need, endpoint=s3, threads=2,
+                **dict(STREAM_MIX, **kw))
+    with dlcache.Loader(paths, 4, **opts) as a:
+        want = _epochs(a, 2)
+        a.set_epoch(1)
+        it = iter(a)
+        for _ in range(11):
+            next(it)
+        state = a.state_dict()
+    opts["cache_dir"] = str(tmp_path / "b")
+    with dlcache.Loader(paths, 4, **opts) as b:
+        b.load_state_dict(state)
+        rest = [tuple(t.clone() for t in x) for x in b]
+        b.set_epoch(2)
+        nxt = [tuple(t.clone() for t in x) for x in b]
+    with dlcache.Loader(paths, 4, **dict(opts, cache_dir=str(tmp_path / "c"))) as c:
+        c.set_epoch(2)
+        want2 = [tuple(t.clone() for t in x) for x in c]
+    assert len(rest) == len(want[1]) - 11
+    for p, q in zip(rest + nxt, want[1][11:] + want2):
+        assert all(torch.equal(x, y) for x, y in zip(p, q))
+
+
+def test_streamed_source_schema_mismatch_is_named(url, s3, tmp_path):
+    samples = [{"image": np.zeros((48, 48, 3), np.uint8), "label": i, "weight": 0.5}
+               for i in range(8)]
+    odd = str(tmp_path / "odd.dlc")
+    dlcache.write(samples, odd, progress=False)
+    with pytest.raises(dlcache.DlcacheError) as e:
+        dlcache.Loader([odd, url], 4, cache_dir=str(tmp_path / "c"), endpoint=s3,
+                       **STREAM_MIX)
+    msg = str(e.value)
+    assert "s3://b/sets/s" in msg and "weight" in msg, msg
+
+
+def test_two_streamed_sources_are_refused(url, s3, tmp_path):
+    with pytest.raises(ValueError, match="one URL source"):
+        dlcache.Loader([url, url], 4, cache_dir=str(tmp_path / "c"), endpoint=s3, **STREAM_MIX)
