@@ -185,6 +185,11 @@ fail:
 dlc_status dlc__stream_open(dlc_loader *l, const char *url)
 {
     dlc_status rc = DLC_OK;
+    /* The cache folder is named first, as it always was; open_cache() checks it again. */
+    FAIL_IF(!l->cfg.cache_dir || !*l->cfg.cache_dir, DLC_EINVAL,
+            "%s: streaming from object storage needs config.cache_dir, the local folder that "
+            "holds the shards while they are read",
+            url);
     FAIL_IF(l->cfg.sampler != DLC_SAMPLER_SHARD_WINDOWS, DLC_EINVAL,
             "%s: a streamed set is read in shard windows: config.sampler must be "
             "DLC_SAMPLER_SHARD_WINDOWS (another order would need every shard at once)",
