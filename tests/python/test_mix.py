@@ -370,3 +370,46 @@ def test_streamed_source_schema_mismatch_is_named(url, s3, tmp_path):
 def test_two_streamed_sources_are_refused(url, s3, tmp_path):
     with pytest.raises(ValueError, match="one URL source"):
         dlcache.Loader([url, url], 4, cache_dir=str(tmp_path / "c"), endpoint=s3, **STREAM_MIX)
+
+
+def _streamed_draws(batches):
+    return [i for _, _, idx, src in batches for i, s in zip(idx.tolist(), src.tolist()) if s == 1]
+
+
+def test_streamed_source_on_two_ranks_and_under_new_weights(other_set, url, s3, tmp_path):
+    """Two ranks sharing one cache folder read disjoint draws whose union is every record of
+    the streamed source once per pass; a state saved under weights 1:1 and restored under 1:3
+    continues its pass where it stood, so the run's draws of it still make whole passes."""
+    paths = [other_set, url]
+    kw = dict(samples_per_epoch=160, world_size=2, cache_ranks=2)
+    need = _smallest(paths, tmp_path / "c0", s3, **kw)
+    runs = []
+    for rank in (0, 1):
+        with dlcache.Loader(paths, 4, cache_dir=str(tmp_path / "c1"), cache_limit=need,
+                            endpoint=s3, threads=2, rank=rank, **dict(STREAM_MIX, **kw)) as ld:
+            runs.append(_epochs(ld, 4))
+    draws = []
+    for e in range(4):
+        r0, r1 = _streamed_draws(runs[0][e]), _streamed_draws(runs[1][e])
+        assert len(r0) == len(r1)
+        draws += [d for pair in zip(r0, r1) for d in pair]  # rows: rank 0's, then rank 1's
+    assert len(draws) == 320
+    for p in range(2):
+        assert sorted(draws[p * 150:(p + 1) * 150]) == list(range(150)), p
+    assert len(set(draws[300:])) == 20
+    # A new mix at resume (one rank).
+    opts = dict(cache_dir=str(tmp_path / "c2"), endpoint=s3, threads=2, **STREAM_MIX)
+    with dlcache.Loader(paths, 4, weights=[1, 1], samples_per_epoch=100, **opts) as a:
+        it = iter(a)
+        before = [tuple(t.clone() for t in next(it)) for _ in range(9)]
+        state = a.state_dict()
+    with dlcache.Loader(paths, 4, weights=[1, 3], samples_per_epoch=100, **opts) as b:
+        b.load_state_dict(state)
+        after = [tuple(t.clone() for t in x) for x in b]
+        for e in (1, 2, 3, 4):
+            b.set_epoch(e)
+            after += [tuple(t.clone() for t in x) for x in b]
+    d = _streamed_draws(before) + _streamed_draws(after)
+    assert len(d) >= 300
+    for p in range(len(d) // 150):
+        assert sorted(d[p * 150:(p + 1) * 150]) == list(range(150)), p
