@@ -42,7 +42,7 @@ dlc_status dlc__mixload_open(dlc_loader *l, const dlc_mix_source *sources, uint3
                              const dlc_mix_options *mix)
 {
     dlc_status rc = DLC_OK;
-    char *url_path = NULL;
+    char *url_path[DLC__MIX_MAX_SOURCES] = {0};
     FAIL_IF(n == 0 || n > DLC__MIX_MAX_SOURCES, DLC_EINVAL,
             "loader: a mixture of %u sources: 1 to %u", n, DLC__MIX_MAX_SOURCES);
     dlc__mixload *m = l->mixl = calloc(1, sizeof *l->mixl);
@@ -57,7 +57,7 @@ dlc_status dlc__mixload_open(dlc_loader *l, const dlc_mix_source *sources, uint3
     memcpy(&stride, sources, sizeof stride);
     const char *paths[DLC__MIX_MAX_SOURCES];
     dlc_store *lazy[DLC__MIX_MAX_SOURCES] = {0};
-    m->url_src = -1;
+    m->nurl = 0;
     char name[768];
     size_t at = (size_t)snprintf(name, sizeof name, "mixture of %u (", n);
     for (uint32_t i = 0; i < n; i++) {
@@ -71,12 +71,8 @@ dlc_status dlc__mixload_open(dlc_loader *l, const dlc_mix_source *sources, uint3
         const int url = dlc__stream_is_url(s.path);
         if (url)
             dlc_warm_redact_url(s.path, shown, sizeof shown);
-        FAIL_IF(url && m->url_src >= 0, DLC_ENOSYS,
-                "loader: mixture source %u (%s): a mixture streams one source (source %d) yet: "
-                "warm the others to local sets first",
-                i, shown, m->url_src);
-        if (url)
-            m->url_src = (int)i;
+        m->url[i] = (uint8_t)url;
+        m->nurl += url;
         /* Before the sources are opened: a bad weight is the caller's, named first. */
         FAIL_IF(!(s.weight >= 0) || !isfinite(s.weight), DLC_EINVAL,
                 "loader: mixture source %u (%s): weight %g is not a weight (a finite number, 0 "
@@ -85,7 +81,7 @@ dlc_status dlc__mixload_open(dlc_loader *l, const dlc_mix_source *sources, uint3
         FAIL_IF(!(m->paths[i] = strdup(url ? shown : s.path)), -ENOMEM, "loader: out of memory");
         paths[i] = m->paths[i];
         if (url)
-            FAIL_IF(!(url_path = strdup(s.path)), -ENOMEM, "loader: out of memory");
+            FAIL_IF(!(url_path[i] = strdup(s.path)), -ENOMEM, "loader: out of memory");
         m->path_hash[i] = XXH3_64bits(s.path, strlen(s.path));
         m->weight[i] = s.weight;
         m->label_offset[i] = s.label_offset;
@@ -100,13 +96,15 @@ dlc_status dlc__mixload_open(dlc_loader *l, const dlc_mix_source *sources, uint3
     dlc__union_part parts[DLC__MIX_MAX_SOURCES];
     /* The streamed source's cache, and its set from the index (no shard is fetched but the
      * empty ones, checked at bind). */
-    if (m->url_src >= 0)
-        CHECK(dlc__stream_open_source(l, url_path, &lazy[m->url_src]));
+    for (uint32_t i = 0; i < n; i++)
+        if (m->url[i])
+            CHECK(dlc__stream_open_source(l, url_path[i], &lazy[i]));
     CHECK(dlc__store_open_union(m->name, paths, n, m->label_offset, DLC_STORE_RANDOM, lazy, parts,
                                 &l->store));
-    if (m->url_src >= 0) {
-        const uint32_t u = (uint32_t)m->url_src;
-        m->url_set = lazy[u];
+    for (uint32_t u = 0; u < n; u++) {
+        if (!m->url[u])
+            continue;
+        m->url_set[u] = lazy[u];
         CHECK(dlc__stream_bind(l, u, parts[u].first_file, parts[u].first, m->paths[u]));
     }
     const uint32_t files = dlc_store_num_files(l->store);
@@ -122,11 +120,12 @@ dlc_status dlc__mixload_open(dlc_loader *l, const dlc_mix_source *sources, uint3
     m->samples_per_epoch = opt.samples_per_epoch ? opt.samples_per_epoch : m->first[n];
     /* One source read whole each epoch is today's loader, byte for byte (its weight only has to
      * draw something). */
-    m->plain = m->plain_open = n == 1 && m->samples_per_epoch == m->first[1] && m->url_src < 0;
+    m->plain = m->plain_open = n == 1 && m->samples_per_epoch == m->first[1] && m->nurl == 0;
     FAIL_IF(m->plain && !(m->weight[0] > 0), DLC_EINVAL,
             "loader: a mixture whose weights are all 0 draws nothing");
 fail:
-    free(url_path);
+    for (uint32_t i = 0; i < DLC__MIX_MAX_SOURCES; i++)
+        free(url_path[i]);
     return rc;
 }
 
@@ -190,10 +189,10 @@ dlc_status dlc__mixload_sampler(dlc_loader *l)
                         cfg->drop_last, cfg->sampler == DLC_SAMPLER_SEQUENTIAL,
                         (const char *const *)m->paths));
     l->sampler.mix->batch = cfg->batch_size;
-    if (m->url_src >= 0) /* Its passes in shard windows: a pass of exactly its records. */
-        CHECK(dlc__mix_set_windows(l->sampler.mix, (uint32_t)m->url_src, m->url_set->firsts,
-                                   m->url_set->num_shards, cfg->window_shards,
-                                   m->paths[m->url_src]));
+    for (uint32_t u = 0; u < m->n; u++) /* Shard windows: a pass of exactly its records. */
+        if (m->url[u])
+            CHECK(dlc__mix_set_windows(l->sampler.mix, u, m->url_set[u]->firsts,
+                                       m->url_set[u]->num_shards, cfg->window_shards, m->paths[u]));
 fail:
     return rc;
 }

@@ -712,8 +712,8 @@ DLC_API dlc_status dlc_cuda_stream_sync(int device, void *stream);
 typedef struct dlc_mix_source {
     uint32_t struct_size; /**< sizeof(dlc_mix_source) as the caller's header has it; set by
                                dlc_mix_source_init() (status.h, "How options grow"). */
-    const char *path;     /**< A version 2 store, a set's directory or a set's URL (one per mixture,
-                             streamed through config.cache_dir); copied at open. */
+    const char *path;     /**< A version 2 store, a set's directory or a set's URL (streamed
+                               through config.cache_dir); copied at open. */
     double weight;        /**< Its share of the samples: weight / the sum of the weights
                                (default 1; 0: none, its pass waits where it stands). */
     int64_t label_offset; /**< Added to the source's labels (default 0), for sources whose

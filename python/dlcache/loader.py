@@ -465,8 +465,8 @@ class Loader:
             path = self._mix.paths[0]
         self._path = _fspath(path, "path")
         self._url = _stream.is_url(self._path)
-        # A mixture streams its URL source (one, the C loader says): the streaming options are
-        # that source's, and next() waits for its shards as a streamed Loader's does.
+        # A mixture streams its URL sources: the streaming options are theirs, and next() waits
+        # for their shards as a streamed Loader's does.
         stream_path = self._path
         if self._mix is not None:
             urls = [p for p in self._mix.paths if _stream.is_url(p)]
@@ -1343,9 +1343,6 @@ class _Mix:
         if not 1 <= n <= 64:
             raise ValueError("a mixture has 1 to 64 sources, got %d" % n)
         self.paths = [_fspath(p, "path[%d]" % i) for i, p in enumerate(paths)]
-        if sum(1 for p in self.paths if _stream.is_url(p)) > 1:
-            raise ValueError("a mixture streams one URL source yet: warm the others to local "
-                             "sets (cachewarm) and give their directories")
         self.name = "[%s]" % ", ".join(os.fsdecode(p) for p in self.paths)
         self.weights = [1.0] * n if weights is None else list(weights)
         self.offsets = [0] * n if label_offsets is None else list(label_offsets)

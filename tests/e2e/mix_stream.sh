@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A mixture with a streamed source end to end (docs/MIXTURES.md, "A streamed source"): a local
+# Mixtures with streamed sources end to end (docs/MIXTURES.md, "Streamed sources"): a local
 # store and a set that cachewarm pushes to gs:// (the project's GCS JSON API server,
 # tests/lib/gcsserver.py), read by `cachebench load STORE gs://... --weights 1,1`:
 #   1. a cache limit below what the loader needs is refused, naming the bytes needed and the
@@ -7,7 +7,8 @@
 #   2. at exactly that limit, cold, on 1 thread: the run completes within its limit;
 #   3. without a limit, on 3 threads, in another folder, and again warm: the same digest (the
 #      cache, its limit and the threads never change a batch);
-#   4. a second streamed source is refused, naming it;
+#   4. a second streamed set (gs://.../t) in the same mixture and folder: refused below the sum
+#      of both sources' needs, and the same digest at that limit and without one;
 #   5. cacheinfo --plan of the mixture gives each source's samples per epoch.
 set -euo pipefail
 source "$DLC_SRC/tests/lib/warm.sh"
@@ -23,6 +24,8 @@ mkdir -p "$src"
     fail "cachebuild of the store failed"
 "$DLC_BIN/cachebuild" "$src/s/train" -o "$src/set" --shards 16 --size 48 >/dev/null 2>&1 ||
     fail "cachebuild of the set failed"
+"$DLC_BIN/cachebuild" "$src/a/train" -o "$src/set2" --shards 6 --size 48 >/dev/null 2>&1 ||
+    fail "cachebuild of the second set failed"
 out=$warm_tmp/out
 mkdir -p "$out"
 
@@ -31,8 +34,10 @@ warm_start_gcs --token "$TOKEN"
 gcs=http://127.0.0.1:$GCS_PORT
 mkdir -p "$warm_tmp/gcsroot/bkt"
 export GOOGLE_OAUTH_ACCESS_TOKEN=$TOKEN
-"$DLC_BIN/cachewarm" push "$src/set" gs://bkt/sets/s --endpoint "$gcs" -q 2>"$out/push.err" ||
-    fail "push: $(cat "$out/push.err")"
+for x in set:s set2:t; do
+    "$DLC_BIN/cachewarm" push "$src/${x%%:*}" "gs://bkt/sets/${x#*:}" --endpoint "$gcs" -q \
+        2>"$out/push.err" || fail "push: $(cat "$out/push.err")"
+done
 url=gs://bkt/sets/s
 common=(--weights 1,2 --batch 6 --crop 32 --window-shards 2 --prefetch 2 --epochs 3 --json
         --endpoint "$gcs")
@@ -72,14 +77,27 @@ for n in free warm; do
 done
 [ "$(json_get "$out/warm.json" downloads)" = 0 ] || fail "warm: downloaded again"
 
-note "4. a second streamed source"
+note "4. two streamed sources in one folder"
+two=("$src/a.dlc" "$url" gs://bkt/sets/t --weights 1,2,1 --batch 6 --crop 32 --window-shards 2
+     --prefetch 2 --epochs 3 --json --endpoint "$gcs")
 set +e
-"$bench" load "$src/a.dlc" "$url" gs://bkt/sets/other --weights 1,1,1 --cache-dir "$warm_tmp/c3" \
-    --endpoint "$gcs" --json >/dev/null 2>"$out/two.err"
+"$bench" load "${two[@]}" --cache-dir "$warm_tmp/probe2" --cache-limit 4096 >/dev/null \
+    2>"$out/two-small.err"
 rc=$?
 set -e
-[ $rc != 0 ] || fail "two streamed sources were accepted"
-grep -q "gs://bkt/sets/other" "$out/two.err" || fail "not named: $(cat "$out/two.err")"
+[ $rc != 0 ] || fail "two sources: a cache of 4 KiB was accepted"
+need2=$(sed -n 's/.* = 4096 bytes is too small: \([0-9]*\) bytes are needed.*/\1/p' "$out/two-small.err")
+[ -n "$need2" ] && [ "$need2" -gt "$need" ] || fail "two sources need $need2: $(cat "$out/two-small.err")"
+grep -q "streamed source 2 (gs://bkt/sets/t)" "$out/two-small.err" ||
+    fail "the second source is not named: $(cat "$out/two-small.err")"
+"$bench" load "${two[@]}" --cache-dir "$warm_tmp/c3" --cache-limit "$need2" --threads 1 \
+    >"$out/two-min.json" 2>"$out/two-min.err" || fail "two-min: $(tail -3 "$out/two-min.err")"
+"$bench" load "${two[@]}" --cache-dir "$warm_tmp/c4" --threads 3 \
+    >"$out/two-free.json" 2>"$out/two-free.err" || fail "two-free: $(tail -3 "$out/two-free.err")"
+[ "$(json_get "$out/two-min.json" digest)" = "$(json_get "$out/two-free.json" digest)" ] ||
+    fail "two sources: the digest at the smallest cache differs from the unlimited one's"
+[ "$(json_get "$out/two-min.json" peak_cache_bytes)" -le "$need2" ] || fail "two sources: over the limit"
+note "two sources: the smallest cache is $need2 bytes"
 
 note "5. cacheinfo --plan"
 "$DLC_BIN/cacheinfo" "$src/a.dlc" "$url" --plan --weights 1,2 --cache-dir "$warm_tmp/c2" \

@@ -238,14 +238,15 @@ def test_a_single_source_equals_the_plain_loader_byte_for_byte(tmp_path, kw):
     plain.close(), mix.close(), again.close()
 
 
-# ------------------------------------------------------------ a streamed source
-# An s3rver-backed mixture (tests/python/test_stream.py's server and set, pushed once): the set
-# streamed from s3://b/sets/s beside a local set of the same demo images in 3 shards. The
-# streamed source walks passes in shard windows of one stream (docs/MIXTURES.md).
+# ------------------------------------------------------------ streamed sources
+# s3rver-backed mixtures (tests/python/test_stream.py's server and set, pushed once): the set
+# streamed from s3://b/sets/s beside a local set of the same demo images in 3 shards (also pushed,
+# as a second streamed source). A streamed source walks passes in shard windows of one stream
+# (docs/MIXTURES.md, "Streamed sources").
 from test_stream import local_set, s3, url  # noqa: E402,F401  (fixtures)
 
-STREAM_MIX = dict(crop=32, random_crop=False, flip=0, seed=7, window_shards=2, prefetch=2, return_indices=True,
-                  return_source=True)
+STREAM_MIX = dict(crop=32, random_crop=False, flip=0, seed=7, window_shards=2, prefetch=2,
+                  return_indices=True, return_source=True)
 
 
 @pytest.fixture(scope="module")
@@ -264,7 +265,7 @@ def _smallest(paths, cache, s3, **kw):
                        **dict(STREAM_MIX, **kw))
     m = re.search(r"(\d+) bytes are needed", str(e.value))
     assert m, str(e.value)
-    assert "streamed source 1" in str(e.value)
+    assert "streamed source %d (%s)" % (1, paths[1]) in str(e.value)
     return int(m.group(1))
 
 
@@ -367,10 +368,49 @@ def test_streamed_source_schema_mismatch_is_named(url, s3, tmp_path):
     assert "s3://b/sets/s" in msg and "weight" in msg, msg
 
 
-def test_two_streamed_sources_are_refused(url, s3, tmp_path):
-    with pytest.raises(ValueError, match="one URL source"):
-        dlcache.Loader([url, url], 4, cache_dir=str(tmp_path / "c"), endpoint=s3, **STREAM_MIX)
+@pytest.fixture(scope="module")
+def url2(s3, other_set):
+    """other_set pushed to s3://b/sets/o: a second streamed set (3 shards of 50)."""
+    import subprocess
+    from conftest import tool
+    r = subprocess.run([tool("cachewarm"), "push", other_set, "s3://b/sets/o", "--endpoint", s3,
+                        "-q"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, "cachewarm push: %s" % r.stderr
+    return "s3://b/sets/o"
 
+
+def test_two_streamed_sources_share_one_cache(other_set, local_set, url, url2, s3, tmp_path):
+    """A local store and two streamed sets through one cache folder at the smallest limit (the
+    sum of both sources' needs): each streamed source's passes are whole and its records are its
+    local copy's, and the batches equal those of a run without a limit on another thread count."""
+    paths = [other_set, url, url2]
+    kw = dict(weights=[1, 2, 1], samples_per_epoch=160)
+    need = _smallest(paths, tmp_path / "c0", s3, **kw)
+    with dlcache.Loader(paths, 4, cache_dir=str(tmp_path / "c1"), cache_limit=need, endpoint=s3,
+                        threads=1, **dict(STREAM_MIX, **kw)) as ld:
+        got = _epochs(ld, 4)
+        st = ld.stream_stats()
+    assert 0 < st["peak_cache_bytes"] <= need
+    with dlcache.Loader(paths, 4, cache_dir=str(tmp_path / "c2"), endpoint=s3, threads=3,
+                        **dict(STREAM_MIX, **kw)) as ld:
+        again = _epochs(ld, 4)
+    for p, q in zip(got, again):
+        for a, b in zip(p, q):
+            assert all(torch.equal(x, y) for x, y in zip(a, b))
+    local = {1: _images_of(local_set), 2: _images_of(other_set)}
+    drawn = {0: [], 1: [], 2: []}
+    for epoch in got:
+        for images, _, idx, src in epoch:
+            for img, i, s in zip(images, idx.tolist(), src.tolist()):
+                drawn[s].append(i)
+                if s:
+                    assert torch.equal(img, local[s][i]), "source %d record %d" % (s, i)
+    assert [len(drawn[s]) for s in (0, 1, 2)] == [160, 320, 160]
+    for s in (1, 2):
+        d = drawn[s]
+        for p in range(len(d) // 150):
+            assert sorted(d[p * 150:(p + 1) * 150]) == list(range(150)), (s, p)
+        assert len(set(d[len(d) // 150 * 150:])) == len(d) % 150
 
 def _streamed_draws(batches):
     return [i for _, _, idx, src in batches for i, s in zip(idx.tolist(), src.tolist()) if s == 1]
