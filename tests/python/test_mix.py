@@ -453,3 +453,47 @@ def test_streamed_source_on_two_ranks_and_under_new_weights(other_set, url, s3, 
     assert len(d) >= 300
     for p in range(len(d) // 150):
         assert sorted(d[p * 150:(p + 1) * 150]) == list(range(150)), p
+
+
+def test_damaged_streamed_shard_in_a_mixture(other_set, local_set, s3, tmp_path):
+    """One shard of a streamed source damaged in the bucket, on_corrupt="replace": its records
+    are replaced (the same way in two loaders, from the samples of their batch) and every healthy
+    record of each source still comes each pass."""
+    import shutil
+    import subprocess
+    import warnings
+    from conftest import tool
+    from test_stream import _shard_ranges
+    bad = tmp_path / "damaged"
+    shutil.copytree(local_set, bad)
+    name, first, count = _shard_ranges(local_set)[7]
+    p = bad / name
+    b = bytearray(p.read_bytes())
+    mid = len(b) // 2
+    b[mid:mid + 64] = bytes(x ^ 0xFF for x in b[mid:mid + 64])
+    p.write_bytes(bytes(b))
+    r = subprocess.run([tool("cachewarm"), "push", str(bad), "s3://b/sets/mixdamaged",
+                        "--endpoint", s3, "-q"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, "cachewarm push: %s" % r.stderr
+    paths = [other_set, "s3://b/sets/mixdamaged"]
+    runs = []
+    for run in range(2):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            with dlcache.Loader(paths, 4, cache_dir=str(tmp_path / ("c%d" % run)), endpoint=s3,
+                                threads=2, on_corrupt="replace", samples_per_epoch=300,
+                                **STREAM_MIX) as ld:
+                got = _epochs(ld, 2)
+                st = ld.stats()
+        assert st["corrupt_replaced"] == 2 * count, st["corrupt_replaced"]
+        runs.append([[t.tolist() for t in (idx, src)] for e in got for _, _, idx, src in e])
+        for e in got:
+            d = _streamed_draws(e)
+            assert not set(d) & set(range(first, first + count))
+            assert set(range(150)) - set(range(first, first + count)) <= set(d)
+            local = [i for _, _, idx, src in e for i, s in zip(idx.tolist(), src.tolist())
+                     if s == 0]
+            # Every local record once; a stand-in for a damaged one may be a local record of
+            # the same batch (the batch's samples stand in for it), so some come twice.
+            assert set(local) == set(range(150)) and len(local) >= 150
+    assert runs[0] == runs[1], "the replacements differ between two loaders"
