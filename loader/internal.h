@@ -479,6 +479,9 @@ dlc_status dlc__stream_open(struct dlc_loader *l, const char *url);
  *  from the index into *set, which the stream owns from then on (also on failure:
  *  dlc__stream_close()). */
 dlc_status dlc__stream_open_source(struct dlc_loader *l, const char *url, dlc_store **set);
+/** The cache bytes mixture source @p src needs (dlc_mix_source_info.cache_needed_bytes): 0 for
+ *  a local one. */
+uint64_t dlc__stream_source_need(const struct dlc_loader *l, uint32_t src);
 /** Once the mixture's union is l->store: the next streamed set not yet bound (in the order they
  *  were opened) is its source @p src, its shards the union's files @p file0 .., its records the
  *  union's @p rec0 ..; makes the plan's tables. */

@@ -280,6 +280,7 @@ dlc_status dlc_loader_source_info(const dlc_loader *l, uint32_t source, dlc_mix_
         .drawn = now[source],
         .content_digest = m->digest[source],
         .label_offset = m->label_offset[source],
+        .cache_needed_bytes = dlc__stream_source_need(l, source),
     };
     return dlc__result_give(out, &all, sizeof all, "dlc_mix_source_info");
 }

@@ -324,6 +324,18 @@ static uint64_t mix_need(const dlc_loader *l, const dlc_loader_config *c, char *
     return need;
 }
 
+uint64_t dlc__stream_source_need(const dlc_loader *l, uint32_t src)
+{
+    for (uint32_t i = 0; l->stream && i < l->stream->n; i++) {
+        const lsrc *st = l->stream->src[i];
+        if (!st->mix || st->src != src || !l->sampler.mix)
+            continue;
+        const cache_need n = need_of_mix(l, st, &l->cfg);
+        return dlc__scache_needed(dlc__scache_index(st->cache), n.pinned, n.ahead);
+    }
+    return 0;
+}
+
 dlc_status dlc__stream_check(const dlc_loader *l)
 {
     const dlc_loader_config *c = &l->cfg;

@@ -891,7 +891,8 @@ class Loader:
     def sources(self):
         """A mixture's sources (path, weight, first, count, quota, period, epoch_samples: its
         draws in the current epoch over all ranks, drawn: before it, content_digest,
-        label_offset), or None for one source."""
+        label_offset, cache_needed_bytes: what a streamed source needs of cache_dir, 0 for a
+        local one), or None for one source."""
         return self._mix.info(self._ptr()) if self._mix is not None else None
 
     def __len__(self) -> int:

@@ -9,7 +9,8 @@
 #      cache, its limit and the threads never change a batch);
 #   4. a second streamed set (gs://.../t) in the same mixture and folder: refused below the sum
 #      of both sources' needs, and the same digest at that limit and without one;
-#   5. cacheinfo --plan of the mixture gives each source's samples per epoch.
+#   5. cacheinfo --plan of the mixture gives each source's samples per epoch, and the cache the
+#      streamed source needs: the bytes the loader's check named.
 set -euo pipefail
 source "$DLC_SRC/tests/lib/warm.sh"
 bench=$DLC_BIN/cachebench
@@ -101,11 +102,15 @@ note "two sources: the smallest cache is $need2 bytes"
 
 note "5. cacheinfo --plan"
 "$DLC_BIN/cacheinfo" "$src/a.dlc" "$url" --plan --weights 1,2 --cache-dir "$warm_tmp/c2" \
-    --endpoint "$gcs" --json >"$out/plan.json" 2>"$out/plan.err" ||
-    fail "cacheinfo --plan: $(cat "$out/plan.err")"
-"$PY" - "$out/plan.json" <<'PYEOF' || fail "the plan: $(cat "$out/plan.json")"
+    --batch 6 --window-shards 2 --prefetch 2 --endpoint "$gcs" --json >"$out/plan.json" \
+    2>"$out/plan.err" || fail "cacheinfo --plan: $(cat "$out/plan.err")"
+"$PY" - "$out/plan.json" "$need" <<'PYEOF' || fail "the plan: $(cat "$out/plan.json")"
 import json, sys
 p = json.load(open(sys.argv[1]))
+need = int(sys.argv[2])
+# The cache the streamed source needs: what the loader's check named.
+assert p["cache_needed_bytes"] == need and p["mixture"][1]["cache_needed_bytes"] == need, p
+assert "cache_needed_bytes" not in p["mixture"][0], p
 got = [s["samples_per_epoch"] for s in p["mixture"]]
 assert sum(got) == 280 and abs(got[0] - 280 / 3) < 1 and abs(got[1] - 560 / 3) < 1, p
 PYEOF

@@ -297,6 +297,8 @@ def test_streamed_source_at_the_smallest_cache(other_set, local_set, url, s3, tm
     with dlcache.Loader(paths, 4, cache_dir=str(tmp_path / "c1"), cache_limit=need, endpoint=s3,
                         threads=1, **dict(STREAM_MIX, **kw)) as ld:
         assert [s["epoch_samples"] for s in ld.sources] == [120, 80]
+        # What the check at open counted for the streamed source; nothing for the local one.
+        assert [s["cache_needed_bytes"] for s in ld.sources] == [0, need]
         got = _epochs(ld, 4)
         st = ld.stream_stats()
     assert 0 < st["peak_cache_bytes"] <= need
