@@ -499,3 +499,15 @@ def test_damaged_streamed_shard_in_a_mixture(other_set, local_set, s3, tmp_path)
             # the same batch (the batch's samples stand in for it), so some come twice.
             assert set(local) == set(range(150)) and len(local) >= 150
     assert runs[0] == runs[1], "the replacements differ between two loaders"
+
+
+def test_a_streamed_source_first_gives_the_schema(other_set, url, s3, tmp_path):
+    """The first source gives the schema the others must have, also when it streams (its index,
+    fetched into cache_dir); store_info has the mixture's count."""
+    with dlcache.Loader([url, other_set], 4, cache_dir=str(tmp_path / "c"), endpoint=s3,
+                        threads=2, as_dict=True, **STREAM_MIX) as ld:
+        b = next(iter(ld))
+        assert b["image"].shape == (4, 32, 32, 3)
+        assert set(b["source"].tolist()) <= {0, 1}
+        assert ld.store_info["count"] == 300
+        assert ld.num_classes == 5
