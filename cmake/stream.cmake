@@ -18,7 +18,7 @@ if(TARGET dlc_stream AND DLCACHE_TESTS)
   add_test(NAME stream_stress COMMAND stream_stress)
   set_tests_properties(stream_stress PROPERTIES LABELS "unit;threads" TIMEOUT 600)
   foreach(t e2e_stream_cache e2e_stream_load e2e_stream_trust e2e_stream_shared
-          e2e_stream_gs_https)
+          e2e_stream_gs_https e2e_mix_stream)
     if(DLCACHE_E2E AND TEST ${t})
       set_tests_properties(${t} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
     endif()

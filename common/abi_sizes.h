@@ -13,7 +13,7 @@
     XX(dlc_loader_stream_stats, v1_0, 72)                                                          \
     XX(dlc_mix_options, v1_0, 16)                                                                  \
     XX(dlc_mix_source, v1_0, 32)                                                                   \
-    XX(dlc_mix_source_info, v1_0, 64)                                                              \
+    XX(dlc_mix_source_info, v1_0, 72)                                                              \
     XX(dlc_warm_options, v1_0, 88)                                                                 \
     XX(dlc_warm_push_options, v1_0, 32)                                                            \
     XX(dlc_writer_config, v1_0, 64)

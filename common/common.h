@@ -240,15 +240,16 @@ static inline uint64_t dlc__key4(uint64_t a, uint64_t b, uint64_t c, uint64_t d)
 
 /* Purposes that separate the loader's random streams (the first word of dlc__key4). */
 enum {
-    DLC__KEY_SHUFFLE = 1,     /**< The epoch's permutation. */
-    DLC__KEY_GROUPS = 2,      /**< Quasi-random: order of groups. */
-    DLC__KEY_WINDOW = 3,      /**< Quasi-random: order within a window. */
-    DLC__KEY_WEIGHTED = 4,    /**< Weighted draws. */
-    DLC__KEY_AUGMENT = 5,     /**< Crop and flip of one sample. */
-    DLC__KEY_REPLACE = 6,     /**< Choice of a replacement for a corrupt record. */
-    DLC__KEY_SWIN_SHARDS = 7, /**< Shard windows: the order of the shards. */
-    DLC__KEY_SWIN_WINDOW = 8, /**< Shard windows: the order within one window. */
-    DLC__KEY_MIX_PASS = 9,    /**< Mixtures: the permutation of one pass of one source. */
+    DLC__KEY_SHUFFLE = 1,      /**< The epoch's permutation. */
+    DLC__KEY_GROUPS = 2,       /**< Quasi-random: order of groups. */
+    DLC__KEY_WINDOW = 3,       /**< Quasi-random: order within a window. */
+    DLC__KEY_WEIGHTED = 4,     /**< Weighted draws. */
+    DLC__KEY_AUGMENT = 5,      /**< Crop and flip of one sample. */
+    DLC__KEY_REPLACE = 6,      /**< Choice of a replacement for a corrupt record. */
+    DLC__KEY_SWIN_SHARDS = 7,  /**< Shard windows: the order of the shards. */
+    DLC__KEY_SWIN_WINDOW = 8,  /**< Shard windows: the order within one window. */
+    DLC__KEY_MIX_PASS = 9,     /**< Mixtures: the permutation of one pass of one source. */
+    DLC__KEY_MIX_WINDOWS = 10, /**< Mixtures: a streamed source's passes in shard windows. */
 };
 
 /* A counter-based stream: the n-th output is mix64(key ^ n * odd constant). */

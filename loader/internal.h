@@ -383,6 +383,10 @@ typedef struct dlc__mixload {
     int pending;
     uint64_t pend_epoch, pend_pos;
     uint64_t pend_base[DLC__MIX_MAX_SOURCES];
+    /* The streamed sources (URLs): their sets, opened lazily, are l->stream's. */
+    uint8_t url[DLC__MIX_MAX_SOURCES];
+    uint32_t nurl;
+    dlc_store *url_set[DLC__MIX_MAX_SOURCES];
 } dlc__mixload;
 
 /** Open the union of the sources into l->store and fill l->mixl (the loader's path names it). */
@@ -493,6 +497,18 @@ dlc_status dlc__shard_firsts(const dlc_store *s, uint32_t n, uint64_t **out);
 int dlc__stream_is_url(const char *path);
 /** Open the cache of the set at @p url and the set lazily into l->store (config checked). */
 dlc_status dlc__stream_open(struct dlc_loader *l, const char *url);
+/** A mixture's streamed source @p url: its cache (one more in l->stream) and its set opened lazily
+ *  from the index into *set, which the stream owns from then on (also on failure:
+ *  dlc__stream_close()). */
+dlc_status dlc__stream_open_source(struct dlc_loader *l, const char *url, dlc_store **set);
+/** The cache bytes mixture source @p src needs (dlc_mix_source_info.cache_needed_bytes): 0 for
+ *  a local one. */
+uint64_t dlc__stream_source_need(const struct dlc_loader *l, uint32_t src);
+/** Once the mixture's union is l->store: the next streamed set not yet bound (in the order they
+ *  were opened) is its source @p src, its shards the union's files @p file0 .., its records the
+ *  union's @p rec0 ..; makes the plan's tables. */
+dlc_status dlc__stream_bind(struct dlc_loader *l, uint32_t src, uint32_t file0, uint64_t rec0,
+                            const char *url);
 /** After the sampler: can the cache hold what the windows need? DLC_EINVAL with the bytes. */
 dlc_status dlc__stream_check(const struct dlc_loader *l);
 /** A new plan (open, reset; under mu or before the threads): the shards' last batches and the

@@ -42,6 +42,7 @@ dlc_status dlc__mixload_open(dlc_loader *l, const dlc_mix_source *sources, uint3
                              const dlc_mix_options *mix)
 {
     dlc_status rc = DLC_OK;
+    char *url_path[DLC__MIX_MAX_SOURCES] = {0};
     FAIL_IF(n == 0 || n > DLC__MIX_MAX_SOURCES, DLC_EINVAL,
             "loader: a mixture of %u sources: 1 to %u", n, DLC__MIX_MAX_SOURCES);
     dlc__mixload *m = l->mixl = calloc(1, sizeof *l->mixl);
@@ -55,6 +56,8 @@ dlc_status dlc__mixload_open(dlc_loader *l, const dlc_mix_source *sources, uint3
     uint32_t stride;
     memcpy(&stride, sources, sizeof stride);
     const char *paths[DLC__MIX_MAX_SOURCES];
+    dlc_store *lazy[DLC__MIX_MAX_SOURCES] = {0};
+    m->nurl = 0;
     char name[768];
     size_t at = (size_t)snprintf(name, sizeof name, "mixture of %u (", n);
     for (uint32_t i = 0; i < n; i++) {
@@ -63,22 +66,27 @@ dlc_status dlc__mixload_open(dlc_loader *l, const dlc_mix_source *sources, uint3
         CHECK(dlc__options_take(&s, sizeof s, (const char *)sources + (size_t)i * stride,
                                 "dlc_mix_source", "dlc_mix_source_init"));
         FAIL_IF(!s.path, DLC_EINVAL, "loader: mixture source %u has no path", i);
-        FAIL_IF(dlc__stream_is_url(s.path), DLC_ENOSYS,
-                "loader: mixture source %u (%s): streamed sources are not supported in a "
-                "mixture yet: warm it to a local set first",
-                i, s.path);
+        /* A URL is shown redacted wherever it is named. */
+        char shown[4096];
+        const int url = dlc__stream_is_url(s.path);
+        if (url)
+            dlc_warm_redact_url(s.path, shown, sizeof shown);
+        m->url[i] = (uint8_t)url;
+        m->nurl += url;
         /* Before the sources are opened: a bad weight is the caller's, named first. */
         FAIL_IF(!(s.weight >= 0) || !isfinite(s.weight), DLC_EINVAL,
                 "loader: mixture source %u (%s): weight %g is not a weight (a finite number, 0 "
                 "or more)",
                 i, s.path, s.weight);
-        FAIL_IF(!(m->paths[i] = strdup(s.path)), -ENOMEM, "loader: out of memory");
+        FAIL_IF(!(m->paths[i] = strdup(url ? shown : s.path)), -ENOMEM, "loader: out of memory");
         paths[i] = m->paths[i];
+        if (url)
+            FAIL_IF(!(url_path[i] = strdup(s.path)), -ENOMEM, "loader: out of memory");
         m->path_hash[i] = XXH3_64bits(s.path, strlen(s.path));
         m->weight[i] = s.weight;
         m->label_offset[i] = s.label_offset;
         if (at < sizeof name)
-            at += (size_t)snprintf(name + at, sizeof name - at, "%s%s", i ? ", " : "", s.path);
+            at += (size_t)snprintf(name + at, sizeof name - at, "%s%s", i ? ", " : "", m->paths[i]);
     }
     if (at < sizeof name)
         snprintf(name + at, sizeof name - at, ")");
@@ -86,8 +94,19 @@ dlc_status dlc__mixload_open(dlc_loader *l, const dlc_mix_source *sources, uint3
         memcpy(name + sizeof name - 5, "...)", 5);
     FAIL_IF(!(m->name = strdup(name)), -ENOMEM, "loader: out of memory");
     dlc__union_part parts[DLC__MIX_MAX_SOURCES];
-    CHECK(dlc__store_open_union(m->name, paths, n, m->label_offset, DLC_STORE_RANDOM, parts,
+    /* The streamed source's cache, and its set from the index (no shard is fetched but the
+     * empty ones, checked at bind). */
+    for (uint32_t i = 0; i < n; i++)
+        if (m->url[i])
+            CHECK(dlc__stream_open_source(l, url_path[i], &lazy[i]));
+    CHECK(dlc__store_open_union(m->name, paths, n, m->label_offset, DLC_STORE_RANDOM, lazy, parts,
                                 &l->store));
+    for (uint32_t u = 0; u < n; u++) {
+        if (!m->url[u])
+            continue;
+        m->url_set[u] = lazy[u];
+        CHECK(dlc__stream_bind(l, u, parts[u].first_file, parts[u].first, m->paths[u]));
+    }
     const uint32_t files = dlc_store_num_files(l->store);
     m->file_label = calloc(files, sizeof *m->file_label);
     FAIL_IF(!m->file_label, -ENOMEM, "%s: out of memory", m->name);
@@ -101,10 +120,12 @@ dlc_status dlc__mixload_open(dlc_loader *l, const dlc_mix_source *sources, uint3
     m->samples_per_epoch = opt.samples_per_epoch ? opt.samples_per_epoch : m->first[n];
     /* One source read whole each epoch is today's loader, byte for byte (its weight only has to
      * draw something). */
-    m->plain = m->plain_open = n == 1 && m->samples_per_epoch == m->first[1];
+    m->plain = m->plain_open = n == 1 && m->samples_per_epoch == m->first[1] && m->nurl == 0;
     FAIL_IF(m->plain && !(m->weight[0] > 0), DLC_EINVAL,
             "loader: a mixture whose weights are all 0 draws nothing");
 fail:
+    for (uint32_t i = 0; i < DLC__MIX_MAX_SOURCES; i++)
+        free(url_path[i]);
     return rc;
 }
 
@@ -168,6 +189,10 @@ dlc_status dlc__mixload_sampler(dlc_loader *l)
                         cfg->drop_last, cfg->sampler == DLC_SAMPLER_SEQUENTIAL,
                         (const char *const *)m->paths));
     l->sampler.mix->batch = cfg->batch_size;
+    for (uint32_t u = 0; u < m->n; u++) /* Shard windows: a pass of exactly its records. */
+        if (m->url[u])
+            CHECK(dlc__mix_set_windows(l->sampler.mix, u, m->url_set[u]->firsts,
+                                       m->url_set[u]->num_shards, cfg->window_shards, m->paths[u]));
 fail:
     return rc;
 }
@@ -255,6 +280,7 @@ dlc_status dlc_loader_source_info(const dlc_loader *l, uint32_t source, dlc_mix_
         .drawn = now[source],
         .content_digest = m->digest[source],
         .label_offset = m->label_offset[source],
+        .cache_needed_bytes = dlc__stream_source_need(l, source),
     };
     return dlc__result_give(out, &all, sizeof all, "dlc_mix_source_info");
 }

@@ -236,8 +236,10 @@ void dlc__sampler_set_epoch(dlc__sampler *s, uint64_t seed, uint64_t epoch)
 {
     s->seed = seed;
     s->epoch = epoch;
-    if (s->mix)
+    if (s->mix) {
         s->mix->seed = seed;
+        dlc__mix_prepare(s->mix, epoch); /* A streamed source's passes in shard windows. */
+    }
     if (s->kind == DLC_SAMPLER_SHUFFLE) {
         dlc__perm_init(&s->perm, s->count, dlc__key4(DLC__KEY_SHUFFLE, seed, epoch, 0));
     } else if (s->kind == DLC_SAMPLER_QUASI_RANDOM) {

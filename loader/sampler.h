@@ -171,6 +171,9 @@ typedef struct dlc__mix {
     uint64_t seed;
     uint64_t seg_epoch, seg_pos;         /**< Where the segment began. */
     uint64_t base[DLC__MIX_MAX_SOURCES]; /**< Each source's draws before it. */
+    /** Streamed sources (dlc__mix_set_windows()): their passes in shard windows, the tables of
+     *  the passes the current epoch draws (dlc__mix_prepare()); NULL: permuted passes. Owned. */
+    struct dlc__mix_win *win[DLC__MIX_MAX_SOURCES];
 } dlc__mix;
 
 /**
@@ -195,11 +198,33 @@ uint64_t dlc__mix_epoch_span(const dlc__mix *m, uint64_t epoch);
  *  global record, with the source and the record's number within it. */
 uint64_t dlc__mix_at(const dlc__mix *m, uint64_t epoch, uint64_t pos, uint32_t *source,
                      uint64_t *local);
+/** Draw number (of its source, returned in @p source: its pass is the draw / count) of position
+ *  @p pos of epoch @p epoch (not before the segment). */
+uint64_t dlc__mix_draw(const dlc__mix *m, uint64_t epoch, uint64_t pos, uint32_t *source);
 /** Each source's draws before position @p pos of epoch @p epoch (n entries into @p draws). */
 void dlc__mix_draws(const dlc__mix *m, uint64_t epoch, uint64_t pos, uint64_t *draws);
 /** Begin a segment at (@p epoch, @p pos) with @p base draws per source (NULL: none). */
 void dlc__mix_segment(dlc__mix *m, uint64_t epoch, uint64_t pos, const uint64_t *base);
-/** The record of draw @p k of source @p s: its pass k / count permuted, or in order. */
+/** The record of draw @p k of source @p s: its pass k / count permuted (in shard windows for a
+ *  streamed source: the pass must be one the current epoch draws), or in order. */
 uint64_t dlc__mix_record(const dlc__mix *m, uint32_t s, uint64_t k);
+
+/* A streamed source walks its passes in shard windows: pass k is the shard-window order of its
+ * shards with ONE stream (so without padding: exactly count positions, each record once) and
+ * windows of @p window shards, keyed by (seed, its tag) and k. An epoch draws few passes of a
+ * source; their tables are made by dlc__mix_prepare() when the epoch is keyed (the pipeline's
+ * threads are stopped then) and only read while it runs. */
+#define DLC__MIX_MAX_WIN_PASSES 64u
+/** Make source @p s of @p m (initialised, with its world, length and batch set) walk passes in
+ *  shard windows over its @p nshards shards whose first records (source-relative) are
+ *  @p firsts (nshards + 1, copied). DLC_EINVAL (named by @p name) when an epoch could draw more
+ *  than DLC__MIX_MAX_WIN_PASSES of its passes, or -ENOMEM. */
+dlc_status dlc__mix_set_windows(dlc__mix *m, uint32_t s, const uint64_t *firsts, uint32_t nshards,
+                                uint32_t window, const char *name);
+/** Key the streamed sources' tables to the passes epoch @p epoch draws (m->seed set). */
+void dlc__mix_prepare(dlc__mix *m, uint64_t epoch);
+/** The shard-window tables of streamed source @p s (any pass: for its shard and window sizes), or
+ *  NULL when its passes are permuted. */
+const dlc__swin *dlc__mix_swin(const dlc__mix *m, uint32_t s);
 
 #endif /* DLCACHE_LOADER_SAMPLER_H */

@@ -4,14 +4,37 @@
  * (period bytes and words), with no per-epoch array. */
 #include "sampler.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* A streamed source's passes in shard windows: the tables of passes p0 .. p0 + np - 1. */
+typedef struct dlc__mix_win {
+    dlc__swin **tab; /* cap of them; tab[i] is keyed to pass p0 + i. */
+    uint32_t cap, np;
+    uint64_t p0;
+    uint64_t key; /* The seed the tables were keyed with (UINT64_MAX with np 0: none yet). */
+} dlc__mix_win;
+
+static void win_free(dlc__mix_win *w)
+{
+    if (!w)
+        return;
+    for (uint32_t i = 0; w->tab && i < w->cap; i++)
+        dlc__swin_free(w->tab[i]);
+    free(w->tab);
+    free(w);
+}
+
 void dlc__mix_free(dlc__mix *m)
 {
+    for (uint32_t s = 0; s < DLC__MIX_MAX_SOURCES; s++) {
+        win_free(m->win[s]);
+        m->win[s] = NULL;
+    }
     free(m->slot_src);
     free(m->slot_rank);
     m->slot_src = NULL;
@@ -186,22 +209,37 @@ uint64_t dlc__mix_record(const dlc__mix *m, uint32_t s, uint64_t k)
     const uint64_t pass = k / x->count, at = k % x->count;
     if (m->sequential)
         return at;
+    const dlc__mix_win *w = m->win[s];
+    if (w) {
+        /* The epoch's draws are within the passes dlc__mix_prepare() keyed. */
+        assert(w->np > 0 && pass >= w->p0 && pass - w->p0 < w->np);
+        uint64_t i = pass >= w->p0 ? pass - w->p0 : 0;
+        if (i >= w->np)
+            i = w->np ? w->np - 1 : 0;
+        return dlc__swin_at(w->tab[i], at);
+    }
     dlc__perm p;
     dlc__perm_init(&p, x->count, dlc__key4(DLC__KEY_MIX_PASS, m->seed, pass, x->tag));
     return dlc__perm_apply(&p, at);
 }
 
-uint64_t dlc__mix_at(const dlc__mix *m, uint64_t epoch, uint64_t pos, uint32_t *source,
-                     uint64_t *local)
+uint64_t dlc__mix_draw(const dlc__mix *m, uint64_t epoch, uint64_t pos, uint32_t *source)
 {
     const uint64_t t = sched_index(m, epoch, pos);
     const uint64_t row = t / m->world, lane = t % m->world;
     const uint32_t slot = (uint32_t)(row % m->period);
     const uint32_t s = m->slot_src[slot];
+    *source = s;
     /* Every lane of a row draws from the same source, so the rows before hold world draws per
      * slot of s, and this row's earlier lanes one each. */
-    const uint64_t k =
-        m->base[s] + m->world * ((row / m->period) * m->quota[s] + m->slot_rank[slot]) + lane;
+    return m->base[s] + m->world * ((row / m->period) * m->quota[s] + m->slot_rank[slot]) + lane;
+}
+
+uint64_t dlc__mix_at(const dlc__mix *m, uint64_t epoch, uint64_t pos, uint32_t *source,
+                     uint64_t *local)
+{
+    uint32_t s;
+    const uint64_t k = dlc__mix_draw(m, epoch, pos, &s);
     const uint64_t r = dlc__mix_record(m, s, k);
     if (source)
         *source = s;
@@ -221,4 +259,75 @@ void dlc__mix_draws(const dlc__mix *m, uint64_t epoch, uint64_t pos, uint64_t *d
         draws[m->slot_src[i]] += m->world;
     if (lane)
         draws[m->slot_src[slot]] += lane;
+}
+
+dlc_status dlc__mix_set_windows(dlc__mix *m, uint32_t s, const uint64_t *firsts, uint32_t nshards,
+                                uint32_t window, const char *name)
+{
+    dlc_status rc = DLC_OK;
+    dlc__mix_win *w = NULL;
+    FAIL_IF(s >= m->n || m->win[s], DLC_EINVAL, "loader: %s: no streamed source %u", name, s);
+    /* The most passes of s an epoch can touch: the rows it draws (one more where a restored
+     * segment began within a row), the draws of s in them, each pass of count, and the passes
+     * begun before and after. */
+    const uint64_t span = round_world(m, m->len);
+    const uint64_t rows = span / m->world + 1;
+    const uint64_t draws = (uint64_t)m->world * (rows / m->period + 1) * m->quota[s];
+    const uint64_t cap = draws / m->src[s].count + 2;
+    FAIL_IF(cap > DLC__MIX_MAX_WIN_PASSES, DLC_EINVAL,
+            "loader: %s: a streamed source of %llu records could walk %llu of its passes in one "
+            "epoch (%llu samples of it): at most %u; lower samples_per_epoch or its weight",
+            name, (unsigned long long)m->src[s].count, (unsigned long long)cap,
+            (unsigned long long)draws, DLC__MIX_MAX_WIN_PASSES);
+    w = calloc(1, sizeof *w);
+    FAIL_IF(!w, -ENOMEM, "loader: %s: out of memory", name);
+    w->cap = (uint32_t)cap;
+    w->key = UINT64_MAX;
+    w->tab = calloc(w->cap, sizeof *w->tab);
+    FAIL_IF(!w->tab, -ENOMEM, "loader: %s: out of memory", name);
+    /* One stream: the pass has no padding, exactly count positions. */
+    for (uint32_t i = 0; i < w->cap; i++)
+        CHECK(dlc__swin_init(&w->tab[i], firsts, nshards, window, 1));
+    FAIL_IF(dlc__swin_len(w->tab[0]) != m->src[s].count, DLC_EINVAL,
+            "loader: %s: its shards hold %llu records, the source %llu", name,
+            (unsigned long long)dlc__swin_len(w->tab[0]), (unsigned long long)m->src[s].count);
+    m->win[s] = w;
+    return DLC_OK;
+fail:
+    win_free(w);
+    return rc;
+}
+
+void dlc__mix_prepare(dlc__mix *m, uint64_t epoch)
+{
+    int any = 0;
+    for (uint32_t s = 0; s < m->n; s++)
+        any |= m->win[s] != NULL;
+    if (!any || epoch < m->seg_epoch)
+        return;
+    uint64_t d0[DLC__MIX_MAX_SOURCES], d1[DLC__MIX_MAX_SOURCES];
+    dlc__mix_draws(m, epoch, epoch == m->seg_epoch ? m->seg_pos : 0, d0);
+    dlc__mix_draws(m, epoch + 1, 0, d1);
+    for (uint32_t s = 0; s < m->n; s++) {
+        dlc__mix_win *w = m->win[s];
+        if (!w)
+            continue;
+        const uint64_t count = m->src[s].count;
+        const uint64_t p0 = d0[s] / count, p1 = d1[s] > d0[s] ? (d1[s] - 1) / count : p0;
+        const uint64_t key = dlc__key4(DLC__KEY_MIX_WINDOWS, m->seed, m->src[s].tag, 0);
+        uint64_t np = p1 - p0 + 1;
+        assert(np <= w->cap);
+        if (np > w->cap)
+            np = w->cap;
+        if (w->key == key && w->p0 == p0 && w->np == np)
+            continue;
+        for (uint32_t i = 0; i < np; i++)
+            dlc__swin_set_epoch(w->tab[i], key, p0 + i);
+        w->p0 = p0, w->np = (uint32_t)np, w->key = key;
+    }
+}
+
+const dlc__swin *dlc__mix_swin(const dlc__mix *m, uint32_t s)
+{
+    return s < m->n && m->win[s] ? m->win[s]->tab[0] : NULL;
 }

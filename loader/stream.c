@@ -10,7 +10,10 @@
  *     its slot), the I/O thread detaches and unpins it, and the cache may evict it.
  * The order is the sampler's: nothing here changes which record a batch holds, only when its
  * shards arrive. The I/O thread owns `held`; the plan's tables are written under mu while the
- * I/O thread is outside a slot (a reset waits for that) and read by it under mu. */
+ * I/O thread is outside a slot (a reset waits for that) and read by it under mu.
+ * A mixture (loader/mix.c) streams each of its URL sources so, each with its own cache in the one
+ * folder: a source's shards are also files of the mixture's union store, published there when
+ * attached (dlc__union_attach()), and the plan walks the mixture's draws. */
 #include "internal.h"
 #include "store_set.h"
 #include "stream_cache.h"
@@ -21,8 +24,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct dlc__lstream {
+/* A mixture's plan (per streamed source): a shard's uses are intervals of batches, one per pass
+ * of the source that reads it (merged where they touch), since a shard read at the end of one
+ * pass and again in the next must not stay pinned between them. */
+typedef struct use_iv {
+    uint64_t start, end; /* The first and last batch of the plan that read the shard. */
+    uint32_t next;       /* The shard's next interval, or IV_NONE. */
+} use_iv;
+#define IV_NONE UINT32_MAX
+
+/* One streamed set: its cache, its plan and its pins. */
+typedef struct lsrc {
     dlc__scache *cache;
+    /* The lazy set the shards are attached to: l->store, or a mixture's streamed source (owned
+     * here; its shards are also published as files file0 .. of the union l->store, whose
+     * records rec0 .. rec0 + its count are its records). */
+    dlc_store *set;
+    int mix;
+    uint32_t src; /* The mixture's source number. */
+    uint32_t file0;
+    uint64_t rec0, rec_end;
     uint32_t nshards;
     uint8_t *held;     /* The I/O thread's: attached and pinned. */
     uint32_t *held_at; /* The held shards, nheld of them (the I/O thread's). */
@@ -37,7 +58,24 @@ typedef struct dlc__lstream {
     uint8_t *refused;
     char **refused_msg; /* The refusal of each, malloc'd. */
     uint32_t nrefused;
-} dlc__lstream;
+    /* A mixture's plan: the intervals (niv of ivcap), per shard the first, the last and the
+     * first not yet over (the I/O thread's cursor), the pass of the last; iv_lost: the plan
+     * could not grow them, and each shard is held to its last use as in a plain plan. */
+    use_iv *iv;
+    uint32_t niv, ivcap;
+    uint32_t *iv_head, *iv_tail, *iv_cur;
+    uint64_t *iv_pass;
+    int iv_lost;
+    uint64_t *hold; /* Per shard: 1 + the last batch it stands in for (pin_standin()). */
+    int bound;      /* dlc__stream_bind() has given it its place in the union. */
+} lsrc;
+
+/* The loader's streamed sets: one alone, or a mixture's streamed sources (each with its own
+ * cache in the one folder, which counts every set's files against the one limit). */
+struct dlc__lstream {
+    uint32_t n;
+    lsrc *src[DLC__MIX_MAX_SOURCES];
+};
 
 int dlc__stream_is_url(const char *path)
 {
@@ -49,9 +87,8 @@ int dlc__stream_is_url(const char *path)
  * index against it: an index re-sealed to say a shard is empty would drop its records quietly.
  * Fetch each such shard once now and check it (dlc__scache_acquire() and dlc__set_attach()
  * compare its count, size, digest and place with the index), refusing the set on a lie. */
-static dlc_status check_empty_shards(dlc_loader *l)
+static dlc_status check_empty_shards(lsrc *st)
 {
-    dlc__lstream *st = l->stream;
     const dlc__set_index *x = dlc__scache_index(st->cache);
     for (uint32_t k = 0; k < x->num_shards; k++) {
         if (x->shards[k].count != 0)
@@ -59,8 +96,8 @@ static dlc_status check_empty_shards(dlc_loader *l)
         const char *path = NULL;
         dlc_status rc = dlc__scache_acquire(st->cache, k, &path);
         if (rc == DLC_OK) {
-            rc = dlc__set_attach(l->store, k, path);
-            dlc__set_detach(l->store, k);
+            rc = dlc__set_attach(st->set, k, path);
+            dlc__set_detach(st->set, k);
             dlc__errsave es;
             dlc__err_save(&es);
             dlc__scache_release(st->cache, k);
@@ -81,7 +118,8 @@ static dlc_status check_empty_shards(dlc_loader *l)
     return DLC_OK;
 }
 
-dlc_status dlc__stream_open(dlc_loader *l, const char *url)
+/* The cache of @p url and its set opened lazily from the index, into *set. */
+static dlc_status open_cache(dlc_loader *l, const char *url, dlc_store **set)
 {
     dlc_status rc = DLC_OK;
     const dlc_loader_config *c = &l->cfg;
@@ -89,16 +127,15 @@ dlc_status dlc__stream_open(dlc_loader *l, const char *url)
             "%s: streaming from object storage needs config.cache_dir, the local folder that "
             "holds the shards while they are read",
             url);
-    FAIL_IF(c->sampler != DLC_SAMPLER_SHARD_WINDOWS, DLC_EINVAL,
-            "%s: a streamed set is read in shard windows: config.sampler must be "
-            "DLC_SAMPLER_SHARD_WINDOWS (another order would need every shard at once)",
-            url);
     FAIL_IF(c->io == DLC_IO_DIRECT, DLC_EINVAL,
             "%s: a streamed set is read through its shards' maps: config.io must be auto or mmap",
             url);
-    dlc__lstream *st = calloc(1, sizeof *st);
+    if (!l->stream)
+        FAIL_IF(!(l->stream = calloc(1, sizeof *l->stream)), -ENOMEM, "%s: out of memory", url);
+    FAIL_IF(l->stream->n == DLC__MIX_MAX_SOURCES, DLC_EINVAL, "%s: too many streamed sets", url);
+    lsrc *st = calloc(1, sizeof *st);
     FAIL_IF(!st, -ENOMEM, "%s: out of memory", url);
-    l->stream = st;
+    l->stream->src[l->stream->n++] = st;
     dlc__scache_config sc = {
         .dir = c->cache_dir,
         .limit = c->cache_limit,
@@ -121,8 +158,17 @@ dlc_status dlc__stream_open(dlc_loader *l, const char *url)
     }
     CHECK(rc);
     CHECK(dlc__trace_downloads(l, st->cache)); /* Before the first download. */
-    CHECK(dlc__set_open_lazy(dlc__scache_set_dir(st->cache), &l->store));
-    const uint32_t n = dlc_store_num_files(l->store);
+    CHECK(dlc__set_open_lazy(dlc__scache_set_dir(st->cache), set));
+    st->set = *set;
+fail:
+    return rc;
+}
+
+/* The plan's tables, for the set's shards; then the check of its empty shards. */
+static dlc_status alloc_tables(lsrc *st, const char *url)
+{
+    dlc_status rc = DLC_OK;
+    const uint32_t n = dlc_store_num_files(st->set);
     st->nshards = n;
     st->held = calloc(n, 1);
     st->seen = calloc(n, 1);
@@ -131,13 +177,88 @@ dlc_status dlc__stream_open(dlc_loader *l, const char *url)
     st->sched = calloc(n, sizeof *st->sched);
     st->refused = calloc(n ? n : 1, 1);
     st->refused_msg = calloc(n ? n : 1, sizeof *st->refused_msg);
+    st->hold = calloc(n ? n : 1, sizeof *st->hold);
     FAIL_IF(!st->held || !st->seen || !st->held_at || !st->last_use || !st->sched || !st->refused ||
-                !st->refused_msg,
+                !st->refused_msg || !st->hold,
             -ENOMEM, "%s: out of memory for %u shards", url, n);
-    CHECK(check_empty_shards(l));
-    return DLC_OK;
+    if (st->mix) {
+        st->iv_head = malloc((n ? n : 1) * sizeof *st->iv_head);
+        st->iv_tail = malloc((n ? n : 1) * sizeof *st->iv_tail);
+        st->iv_cur = malloc((n ? n : 1) * sizeof *st->iv_cur);
+        st->iv_pass = malloc((n ? n : 1) * sizeof *st->iv_pass);
+        FAIL_IF(!st->iv_head || !st->iv_tail || !st->iv_cur || !st->iv_pass, -ENOMEM,
+                "%s: out of memory for %u shards", url, n);
+        for (uint32_t k = 0; k < n; k++)
+            st->iv_head[k] = st->iv_tail[k] = st->iv_cur[k] = IV_NONE;
+    }
+    CHECK(check_empty_shards(st));
 fail:
     return rc;
+}
+
+dlc_status dlc__stream_open(dlc_loader *l, const char *url)
+{
+    dlc_status rc = DLC_OK;
+    /* The cache folder is named first, as it always was; open_cache() checks it again. */
+    FAIL_IF(!l->cfg.cache_dir || !*l->cfg.cache_dir, DLC_EINVAL,
+            "%s: streaming from object storage needs config.cache_dir, the local folder that "
+            "holds the shards while they are read",
+            url);
+    FAIL_IF(l->cfg.sampler != DLC_SAMPLER_SHARD_WINDOWS, DLC_EINVAL,
+            "%s: a streamed set is read in shard windows: config.sampler must be "
+            "DLC_SAMPLER_SHARD_WINDOWS (another order would need every shard at once)",
+            url);
+    CHECK(open_cache(l, url, &l->store));
+    lsrc *st = l->stream->src[0];
+    st->rec_end = dlc_store_get_info(l->store)->count; /* Every record is the set's. */
+    st->bound = 1;
+    CHECK(alloc_tables(st, url));
+fail:
+    return rc;
+}
+
+dlc_status dlc__stream_open_source(dlc_loader *l, const char *url, dlc_store **set)
+{
+    *set = NULL;
+    const uint32_t before = l->stream ? l->stream->n : 0;
+    const dlc_status rc = open_cache(l, url, set);
+    if (l->stream && l->stream->n > before)
+        l->stream->src[l->stream->n - 1]->mix = 1; /* Its set is the stream's to close. */
+    return rc;
+}
+
+dlc_status dlc__stream_bind(dlc_loader *l, uint32_t src, uint32_t file0, uint64_t rec0,
+                            const char *url)
+{
+    /* The streamed sources are bound in the order they were opened. */
+    lsrc *st = NULL;
+    for (uint32_t i = 0; i < l->stream->n && !st; i++)
+        if (!l->stream->src[i]->bound)
+            st = l->stream->src[i];
+    if (!st)
+        return dlc__errorf(DLC_EINVAL, "%s: no streamed source to bind", url);
+    st->bound = 1;
+    st->src = src;
+    st->file0 = file0;
+    st->rec0 = rec0;
+    st->rec_end = rec0 + dlc_store_get_info(st->set)->count;
+    return alloc_tables(st, url);
+}
+
+/* Attach shard @p k to the set, and in a mixture publish it as the union's file. */
+static dlc_status attach_shard(dlc_loader *l, lsrc *st, uint32_t k, const char *path)
+{
+    const dlc_status rc = dlc__set_attach(st->set, k, path);
+    if (rc == DLC_OK && st->mix)
+        dlc__union_attach(l->store, st->file0 + k, st->set, k);
+    return rc;
+}
+
+static void detach_shard(dlc_loader *l, lsrc *st, uint32_t k)
+{
+    if (st->mix && l->store)
+        dlc__union_detach(l->store, st->file0 + k);
+    dlc__set_detach(st->set, k);
 }
 
 /* What a node's cache must hold for config @p c with @p slots batches in flight: the shards
@@ -162,12 +283,86 @@ static cache_need need_of(const dlc__swin *w, const dlc_loader_config *c, uint32
     return n;
 }
 
+/* A mixture's streamed source walks passes of one stream; a rank's slots x batch samples in
+ * flight, were they all of this source, span world times as many positions of its pass (each row
+ * of world positions gives one to each rank), and one window more where they cross into the next
+ * pass. */
+static cache_need need_of_mix(const dlc_loader *l, const lsrc *st, const dlc_loader_config *c)
+{
+    const dlc__swin *w = dlc__mix_swin(l->sampler.mix, st->src);
+    cache_need n;
+    n.per_rank = 1;
+    n.ranks = c->cache_ranks ? c->cache_ranks : 1;
+    uint64_t pinned =
+        (uint64_t)dlc__swin_pinned_bound(w, l->nslots, c->batch_size * c->world_size, 1) +
+        c->window_shards;
+    if (pinned > st->nshards)
+        pinned = st->nshards;
+    n.pinned = (uint32_t)pinned * n.ranks;
+    n.ahead = (c->downloads ? c->downloads : 2) * n.ranks;
+    return n;
+}
+
+/* The bytes a mixture's streamed sources need together under @p c (they share the folder and its
+ * limit, each cache counting every set's files), said per source into @p what. */
+static uint64_t mix_need(const dlc_loader *l, const dlc_loader_config *c, char *what, size_t cap)
+{
+    uint64_t need = 0;
+    size_t at = 0;
+    if (cap)
+        what[0] = 0;
+    for (uint32_t i = 0; i < l->stream->n; i++) {
+        const lsrc *st = l->stream->src[i];
+        const cache_need n = need_of_mix(l, st, c);
+        const uint64_t one = dlc__scache_needed(dlc__scache_index(st->cache), n.pinned, n.ahead);
+        need += one;
+        if (at < cap)
+            at += (size_t)snprintf(what + at, cap - at,
+                                   "%sstreamed source %u (%s): %llu bytes for %u shards pinned",
+                                   i ? "; " : "", st->src, l->mixl->paths[st->src],
+                                   (unsigned long long)one, n.pinned / n.ranks);
+    }
+    return need;
+}
+
+uint64_t dlc__stream_source_need(const dlc_loader *l, uint32_t src)
+{
+    for (uint32_t i = 0; l->stream && i < l->stream->n; i++) {
+        const lsrc *st = l->stream->src[i];
+        if (!st->mix || st->src != src || !l->sampler.mix)
+            continue;
+        const cache_need n = need_of_mix(l, st, &l->cfg);
+        return dlc__scache_needed(dlc__scache_index(st->cache), n.pinned, n.ahead);
+    }
+    return 0;
+}
+
 dlc_status dlc__stream_check(const dlc_loader *l)
 {
-    const dlc__lstream *st = l->stream;
     const dlc_loader_config *c = &l->cfg;
-    if (!st || !c->cache_limit)
+    if (!l->stream || !c->cache_limit)
         return DLC_OK;
+    const lsrc *st = l->stream->src[0];
+    if (st->mix) {
+        char what[2048];
+        const uint64_t need = mix_need(l, c, what, sizeof what);
+        int refused = 0;
+        for (uint32_t i = 0; i < l->stream->n; i++)
+            refused |= l->stream->src[i]->limit_refused;
+        if (c->cache_limit < need || refused)
+            return dlc__errorf(DLC_EINVAL,
+                               "%s: config.cache_limit = %llu bytes is too small: %llu bytes are "
+                               "needed (%s), for the shards the batches in flight can pin "
+                               "(windows of %u shards, %u batches of %u on each of %u ranks), for "
+                               "%u processes sharing %s, and %u downloads ahead per source (the "
+                               "largest shards counted); raise cache_limit, or lower "
+                               "window_shards, prefetch or batch_size",
+                               l->path, (unsigned long long)c->cache_limit,
+                               (unsigned long long)need, what, c->window_shards, l->nslots,
+                               c->batch_size, c->world_size, c->cache_ranks ? c->cache_ranks : 1,
+                               c->cache_dir, c->downloads ? c->downloads : 2);
+        return DLC_OK;
+    }
     const cache_need n = need_of(l->sampler.swin, c, l->nslots);
     const uint64_t need = dlc__scache_needed(dlc__scache_index(st->cache), n.pinned, n.ahead);
     if (c->cache_limit < need || st->limit_refused)
@@ -210,35 +405,119 @@ static dlc_status plan_poll_at(plan_poll *pp, uint64_t j, const char *path)
                        "%s: planning the epoch (%" PRIu64 " records walked): canceled", path, j);
 }
 
+/* A mixture's plan: a use of shard @p k by batch @p b in pass @p pass of the source. */
+static void mix_use(lsrc *st, uint32_t k, uint64_t b, uint64_t pass)
+{
+    const uint32_t t = st->iv_tail[k];
+    if (st->iv_lost)
+        return;
+    if (t != IV_NONE && (st->iv_pass[k] == pass || b <= st->iv[t].end)) {
+        st->iv[t].end = b; /* The same pass, or touching the last interval. */
+        st->iv_pass[k] = pass;
+        return;
+    }
+    if (st->niv == st->ivcap) {
+        const uint32_t cap = st->ivcap ? st->ivcap * 2 : 1024;
+        use_iv *iv = cap > st->ivcap ? realloc(st->iv, (size_t)cap * sizeof *iv) : NULL;
+        if (!iv) {
+            st->iv_lost = 1; /* Held to the last use instead: more pinned, still correct. */
+            return;
+        }
+        st->iv = iv, st->ivcap = cap;
+    }
+    const uint32_t i = st->niv++;
+    st->iv[i] = (use_iv){.start = b, .end = b, .next = IV_NONE};
+    if (t == IV_NONE)
+        st->iv_head[k] = st->iv_cur[k] = i;
+    else
+        st->iv[t].next = i;
+    st->iv_tail[k] = i;
+    st->iv_pass[k] = pass;
+}
+
+/* Whether held shard @p k is still read by a batch from @p oldest on that the I/O thread has
+ * taken (before fill_next): the first of its intervals not over began before fill_next. A use
+ * that begins later pins it again then. */
+static int mix_keep(const dlc_loader *l, lsrc *st, uint32_t k, uint64_t oldest)
+{
+    if (st->hold[k] > oldest)
+        return 1;
+    if (st->iv_lost)
+        return st->last_use[k] > oldest;
+    uint32_t c = st->iv_cur[k];
+    while (c != IV_NONE && st->iv[c].end < oldest)
+        c = st->iv[c].next;
+    st->iv_cur[k] = c;
+    return c != IV_NONE && st->iv[c].start < l->fill_next;
+}
+
+static void plan_reset(lsrc *st)
+{
+    memset(st->last_use, 0, st->nshards * sizeof *st->last_use);
+    memset(st->hold, 0, st->nshards * sizeof *st->hold);
+    memset(st->seen, 0, st->nshards);
+    st->nsched = 0;
+    if (st->mix) {
+        st->niv = 0;
+        st->iv_lost = 0;
+        for (uint32_t k = 0; k < st->nshards; k++)
+            st->iv_head[k] = st->iv_tail[k] = st->iv_cur[k] = IV_NONE;
+    }
+}
+
+/* Shard @p k is read by batch @p b of the plan. */
+static void plan_use(lsrc *st, uint32_t k, uint64_t b)
+{
+    st->last_use[k] = b + 1;
+    if (!st->seen[k]) {
+        st->seen[k] = 1;
+        st->sched[st->nsched++] = k;
+    }
+}
+
 dlc_status dlc__stream_plan(dlc_loader *l, const dlc_warm_options *net)
 {
-    dlc__lstream *st = l->stream;
-    if (!st)
+    if (!l->stream)
         return DLC_OK;
     const dlc__shard *sh = &l->shard;
-    memset(st->last_use, 0, st->nshards * sizeof *st->last_use);
-    memset(st->seen, 0, st->nshards);
-    uint32_t n = 0;
+    const uint32_t nsrc = l->stream->n;
+    for (uint32_t i = 0; i < nsrc; i++)
+        plan_reset(l->stream->src[i]);
     plan_poll pp = {.net = net, .t0 = dlc__now_s()};
     pp.last = pp.t0;
+    lsrc *first = l->stream->src[0];
+    const dlc__mix *mx = first->mix ? l->sampler.mix : NULL;
+    /* A mixture's sources by their number: the streamed ones, else NULL. */
+    lsrc *by_src[DLC__MIX_MAX_SOURCES] = {0};
+    for (uint32_t i = 0; mx && i < nsrc; i++)
+        by_src[l->stream->src[i]->src] = l->stream->src[i];
     for (uint64_t j = 0; j < sh->per_rank; j++) {
         const dlc_status rc = plan_poll_at(&pp, j, l->path);
         if (rc != DLC_OK)
             return rc;
-        const uint64_t rec = dlc__sampler_at(&l->sampler, dlc__shard_pos(sh, j));
-        const uint32_t k = dlc__swin_shard_of(l->sampler.swin, rec);
-        st->last_use[k] = j / sh->batch + 1;
-        if (!st->seen[k]) {
-            st->seen[k] = 1;
-            st->sched[n++] = k;
+        if (mx) {
+            /* Only the streamed sources' draws; a draw's pass keys the intervals. */
+            uint32_t src;
+            const uint64_t d = dlc__mix_draw(mx, l->sampler.epoch, dlc__shard_pos(sh, j), &src);
+            lsrc *st = by_src[src];
+            if (!st)
+                continue;
+            const uint32_t k = dlc__set_shard_of(st->set, dlc__mix_record(mx, src, d));
+            mix_use(st, k, j / sh->batch, d / (st->rec_end - st->rec0));
+            plan_use(st, k, j / sh->batch);
+        } else {
+            const uint64_t rec = dlc__sampler_at(&l->sampler, dlc__shard_pos(sh, j));
+            plan_use(first, dlc__swin_shard_of(l->sampler.swin, rec), j / sh->batch);
         }
     }
     /* The shards still held from before stay pinned until the I/O thread finds them unused;
      * the cache downloads along the new plan meanwhile. */
-    st->nsched = n;
-    if (dlc__scache_schedule(st->cache, st->sched, n) != DLC_OK)
-        dlc__logf(l->cfg.log, l->cfg.log_user, DLC_LOG_WARN, "%s: streaming schedule: %s", l->path,
-                  dlc_errmsg());
+    for (uint32_t i = 0; i < nsrc; i++) {
+        lsrc *st = l->stream->src[i];
+        if (dlc__scache_schedule(st->cache, st->sched, st->nsched) != DLC_OK)
+            dlc__logf(l->cfg.log, l->cfg.log_user, DLC_LOG_WARN, "%s: streaming schedule: %s",
+                      l->path, dlc_errmsg());
+    }
     return DLC_OK;
 }
 
@@ -251,9 +530,14 @@ static dlc_status shared_too_small(const dlc_loader *l)
     const dlc_loader_config *c = &l->cfg;
     dlc_loader_config more = *c;
     more.cache_ranks = (c->cache_ranks ? c->cache_ranks : 1) + 1;
-    const cache_need n = need_of(l->sampler.swin, &more, l->nslots);
-    const uint64_t need =
-        dlc__scache_needed(dlc__scache_index(l->stream->cache), n.pinned, n.ahead);
+    const lsrc *first = l->stream->src[0];
+    uint64_t need;
+    if (first->mix) {
+        need = mix_need(l, &more, NULL, 0);
+    } else {
+        const cache_need n = need_of(l->sampler.swin, &more, l->nslots);
+        need = dlc__scache_needed(dlc__scache_index(first->cache), n.pinned, n.ahead);
+    }
     return dlc__errorf(DLC_ESTATE,
                        "%s; config.cache_ranks = %u, config.cache_limit = %llu bytes: set "
                        "cache_ranks to the number of processes (ranks and jobs) sharing %s "
@@ -263,11 +547,10 @@ static dlc_status shared_too_small(const dlc_loader *l)
                        c->cache_dir, (unsigned long long)need, more.cache_ranks);
 }
 
-/* Pin and attach shard @p k (held: nothing to do). *refused is set when the cache refused it as
- * damaged with on_corrupt = replace: it is marked refused for the loader's life. */
-static dlc_status pin_shard(dlc_loader *l, uint32_t k, int *refused)
+/* Pin and attach shard @p k of @p st (held: nothing to do). *refused is set when the cache
+ * refused it as damaged with on_corrupt = replace: it is marked refused for the loader's life. */
+static dlc_status pin_shard(dlc_loader *l, lsrc *st, uint32_t k, int *refused)
 {
-    dlc__lstream *st = l->stream;
     *refused = 0;
     if (st->refused[k]) {
         *refused = 1;
@@ -294,7 +577,7 @@ static dlc_status pin_shard(dlc_loader *l, uint32_t k, int *refused)
         return shared_too_small(l);
     if (rc != DLC_OK)
         return rc;
-    rc = dlc__set_attach(l->store, k, path);
+    rc = attach_shard(l, st, k, path);
     if (rc != DLC_OK) {
         dlc__errsave es;
         dlc__err_save(&es);
@@ -307,14 +590,14 @@ static dlc_status pin_shard(dlc_loader *l, uint32_t k, int *refused)
 }
 
 /* Every shard of batch @p s was refused: its records have no healthy one in the batch to stand
- * in for them. The stand-ins come from one healthy shard, pinned until the batch is done: the
- * first in the plan's order of first use that the plan still reads at or after this batch (it is
- * downloaded ahead anyway), else the first of the plan. A pure function of the plan (seed, epoch,
- * rank) and of which shards of the bucket are damaged, so every loader picks the same; none when
- * the plan's shards are all refused (the replacements then fail, naming the record). */
-static dlc_status pin_standin(dlc_loader *l, dlc__slot *s)
+ * in for them. The stand-ins come from one healthy shard of @p st, pinned until the batch is
+ * done: the first in the plan's order of first use that the plan still reads at or after this
+ * batch (it is downloaded ahead anyway), else the first of the plan. A pure function of the plan
+ * (seed, epoch, rank) and of which shards of the bucket are damaged, so every loader picks the
+ * same; none when the plan's shards are all refused (the replacements then fail, naming the
+ * record). */
+static dlc_status pin_standin(dlc_loader *l, lsrc *st, dlc__slot *s)
 {
-    dlc__lstream *st = l->stream;
     const dlc__set_index *x = dlc__scache_index(st->cache);
     for (int pass = 0; pass < 2; pass++) {
         for (uint32_t i = 0; i < st->nsched; i++) {
@@ -323,7 +606,7 @@ static dlc_status pin_standin(dlc_loader *l, dlc__slot *s)
                 (pass == 0 && st->last_use[k] <= s->batch))
                 continue;
             int refused = 0;
-            const dlc_status rc = pin_shard(l, k, &refused);
+            const dlc_status rc = pin_shard(l, st, k, &refused);
             if (rc != DLC_OK)
                 return rc;
             if (refused)
@@ -332,7 +615,9 @@ static dlc_status pin_standin(dlc_loader *l, dlc__slot *s)
             if (st->last_use[k] < s->batch + 1)
                 st->last_use[k] = s->batch + 1; /* Held until this batch is done. */
             pthread_mutex_unlock(&l->mu);
-            s->standin_first = x->shards[k].first;
+            if (st->hold[k] < s->batch + 1)
+                st->hold[k] = s->batch + 1;
+            s->standin_first = st->rec0 + x->shards[k].first;
             s->standin_count = x->shards[k].count;
             return DLC_OK;
         }
@@ -340,35 +625,66 @@ static dlc_status pin_standin(dlc_loader *l, dlc__slot *s)
     return DLC_OK;
 }
 
+/* The streamed set whose shards include the loader's file @p file, with its shard in *k. */
+static lsrc *src_of_file(const dlc_loader *l, uint32_t file, uint32_t *k)
+{
+    for (uint32_t i = 0; i < l->stream->n; i++) {
+        lsrc *st = l->stream->src[i];
+        if (file >= st->file0 && file - st->file0 < st->nshards) {
+            *k = file - st->file0;
+            return st;
+        }
+    }
+    return NULL;
+}
+
 dlc_status dlc__stream_pin(dlc_loader *l, dlc__slot *s, int *refused)
 {
     *refused = 0;
     s->standin_count = 0;
     uint32_t healthy = 0;
+    lsrc *bad = NULL;
     for (uint32_t i = 0; i < s->nfiles; i++) {
+        /* In a mixture the batch's files of local sources are always there. */
+        uint32_t k;
+        lsrc *st = src_of_file(l, s->files[i], &k);
+        if (!st)
+            continue;
         int r = 0;
-        const dlc_status rc = pin_shard(l, s->files[i], &r);
+        const dlc_status rc = pin_shard(l, st, k, &r);
         if (rc != DLC_OK)
             return rc;
+        if (r && !bad)
+            bad = st;
         *refused |= r;
         healthy += !r;
     }
-    return *refused && healthy == 0 ? pin_standin(l, s) : DLC_OK;
+    return *refused && healthy == 0 ? pin_standin(l, bad, s) : DLC_OK;
 }
 
 dlc_status dlc__stream_record_ok(const dlc_loader *l, uint64_t index)
 {
-    const dlc__lstream *st = l->stream;
-    const uint32_t k = dlc_store_record_file(l->store, index);
-    if (!st || k >= st->nshards || !st->refused[k])
+    if (!l->stream)
         return DLC_OK;
-    return dlc__errorf(DLC_ECORRUPT, "record %llu: %s", (unsigned long long)index,
-                       st->refused_msg[k] ? st->refused_msg[k] : "its shard was refused");
+    for (uint32_t i = 0; i < l->stream->n; i++) {
+        const lsrc *st = l->stream->src[i];
+        if (index < st->rec0 || index >= st->rec_end)
+            continue;
+        const uint32_t k = dlc_store_record_file(l->store, index) - st->file0;
+        if (k >= st->nshards || !st->refused[k])
+            return DLC_OK;
+        return dlc__errorf(DLC_ECORRUPT, "record %llu: %s", (unsigned long long)index,
+                           st->refused_msg[k] ? st->refused_msg[k] : "its shard was refused");
+    }
+    return DLC_OK;
 }
 
 uint32_t dlc__stream_refused(const dlc_loader *l)
 {
-    return l->stream ? l->stream->nrefused : 0;
+    uint32_t n = 0;
+    for (uint32_t i = 0; l->stream && i < l->stream->n; i++)
+        n += l->stream->src[i]->nrefused;
+    return n;
 }
 
 /* The oldest batch of the plan that still reads records: one the I/O thread or the workers are
@@ -388,65 +704,92 @@ static uint64_t oldest_reading(const dlc_loader *l)
 
 void dlc__stream_unpin_locked(dlc_loader *l)
 {
-    dlc__lstream *st = l->stream;
-    if (!st || !st->nheld)
+    if (!l->stream)
+        return;
+    int any = 0;
+    for (uint32_t i = 0; i < l->stream->n; i++)
+        any |= l->stream->src[i]->nheld != 0;
+    if (!any)
         return;
     const uint64_t oldest = oldest_reading(l);
-    for (uint32_t i = 0; i < st->nheld;) {
-        const uint32_t k = st->held_at[i];
-        if (st->last_use[k] > oldest) { /* A batch in use or to come reads it. */
-            i++;
-            continue;
+    for (uint32_t j = 0; j < l->stream->n; j++) {
+        lsrc *st = l->stream->src[j];
+        for (uint32_t i = 0; i < st->nheld;) {
+            const uint32_t k = st->held_at[i];
+            if (st->mix ? mix_keep(l, st, k, oldest) : st->last_use[k] > oldest) {
+                i++; /* A batch in use or to come reads it. */
+                continue;
+            }
+            detach_shard(l, st, k);
+            dlc__scache_release(st->cache, k);
+            st->held[k] = 0;
+            st->held_at[i] = st->held_at[--st->nheld];
         }
-        dlc__set_detach(l->store, k);
-        dlc__scache_release(st->cache, k);
-        st->held[k] = 0;
-        st->held_at[i] = st->held_at[--st->nheld];
     }
 }
 
 void dlc__stream_stats(const dlc_loader *l, dlc_loader_stream_stats *out)
 {
-    const dlc__lstream *st = l->stream;
-    if (!st)
-        return;
-    dlc__scache_stats s;
-    dlc__scache_stats_get(st->cache, &s);
-    out->stall_seconds = s.stall_s;
-    out->hits = s.hits;
-    out->misses = s.misses;
-    out->bytes_fetched = s.bytes_fetched;
-    out->requests = s.requests;
-    out->peak_cache_bytes = s.peak_bytes;
-    out->evictions = s.evictions;
-    out->downloads = s.downloads;
+    /* A mixture's streamed sources together; each cache counts the whole folder, so the peak is
+     * the largest any saw. */
+    for (uint32_t i = 0; l->stream && i < l->stream->n; i++) {
+        dlc__scache_stats s;
+        dlc__scache_stats_get(l->stream->src[i]->cache, &s);
+        out->stall_seconds += s.stall_s;
+        out->hits += s.hits;
+        out->misses += s.misses;
+        out->bytes_fetched += s.bytes_fetched;
+        out->requests += s.requests;
+        if (s.peak_bytes > out->peak_cache_bytes)
+            out->peak_cache_bytes = s.peak_bytes;
+        out->evictions += s.evictions;
+        out->downloads += s.downloads;
+    }
 }
 
 void dlc__stream_stop(dlc_loader *l)
 {
-    if (l->stream)
-        dlc__scache_stop(l->stream->cache);
+    for (uint32_t i = 0; l->stream && i < l->stream->n; i++)
+        dlc__scache_stop(l->stream->src[i]->cache);
 }
 
-void dlc__stream_close(dlc_loader *l)
+static void src_free(lsrc *st)
 {
-    dlc__lstream *st = l->stream;
-    if (!st)
-        return;
-    for (uint32_t i = 0; i < st->nheld; i++) {
-        if (l->store)
-            dlc__set_detach(l->store, st->held_at[i]);
-        dlc__scache_release(st->cache, st->held_at[i]);
-    }
-    /* The store's shards are detached: the cache may go first. */
-    dlc_store_close(l->store);
-    l->store = NULL;
-    dlc__scache_close(st->cache);
     free(st->held), free(st->held_at), free(st->last_use), free(st->sched), free(st->seen);
+    free(st->hold), free(st->iv), free(st->iv_head), free(st->iv_tail), free(st->iv_cur);
+    free(st->iv_pass);
     for (uint32_t k = 0; st->refused_msg && k < st->nshards; k++)
         free(st->refused_msg[k]);
     free(st->refused), free(st->refused_msg);
     free(st);
+}
+
+void dlc__stream_close(dlc_loader *l)
+{
+    struct dlc__lstream *all = l->stream;
+    if (!all)
+        return;
+    for (uint32_t j = 0; j < all->n; j++) {
+        lsrc *st = all->src[j];
+        for (uint32_t i = 0; i < st->nheld; i++) {
+            if (st->set)
+                detach_shard(l, st, st->held_at[i]);
+            dlc__scache_release(st->cache, st->held_at[i]);
+        }
+    }
+    /* The store's shards are detached: the caches may go first. In a mixture the union goes
+     * before the streamed sets whose shards it published. */
+    dlc_store_close(l->store);
+    l->store = NULL;
+    for (uint32_t j = 0; j < all->n; j++) {
+        lsrc *st = all->src[j];
+        if (st->mix)
+            dlc_store_close(st->set);
+        st->set = NULL;
+        dlc__scache_close(st->cache);
+        src_free(st);
+    }
+    free(all);
     l->stream = NULL;
 }
 

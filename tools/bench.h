@@ -156,6 +156,8 @@ typedef struct bench_load_opts {
 } bench_load_opts;
 
 /* Open the loader of @p o's STORE, or of its mixture when several were given, with @p cfg. */
+/* Whether @p path is a set's URL (s3://, gs://, http(s)://), streamed through the cache. */
+int bench_is_url(const char *path);
 dlc_status bench_open_loader(const bench_load_opts *o, const dlc_loader_config *cfg,
                              dlc_loader **out);
 

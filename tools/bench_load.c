@@ -274,6 +274,8 @@ static int prepare_store(bench_load_opts *o, bench_load_run *run, dlc_store **ou
     run->prewarm_seconds = o->prewarm ? prewarm_store(*out, run->resident_before) : 0;
     /* A mixture's other sources are read once as well (their residency is not reported). */
     for (uint32_t i = 1; o->prewarm && i < o->nmix; i++) {
+        if (bench_is_url(o->mix[i]))
+            continue; /* Streamed: nothing local to read ahead. */
         dlc_store *s = NULL;
         if (dlc_loader_open_store(o->mix[i], &o->cfg, &s) != DLC_OK) {
             tool_report(TOOL, DLC_EINVAL, "opening a source of the mixture");

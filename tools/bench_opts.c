@@ -229,6 +229,12 @@ static int parse_weights(const char *v, bench_load_opts *o)
     return 0;
 }
 
+int bench_is_url(const char *path)
+{
+    return !strncmp(path, "s3://", 5) || !strncmp(path, "gs://", 5) ||
+           !strncmp(path, "http://", 7) || !strncmp(path, "https://", 8);
+}
+
 dlc_status bench_open_loader(const bench_load_opts *o, const dlc_loader_config *cfg,
                              dlc_loader **out)
 {
@@ -267,8 +273,10 @@ static int resolve(bench_load_opts *o, const digest_request *d)
         return -1;
     }
     dlc_warm_redact_text(o->store, o->shown, sizeof o->shown);
-    o->streamed = !strncmp(o->store, "s3://", 5) || !strncmp(o->store, "gs://", 5) ||
-                  !strncmp(o->store, "http://", 7) || !strncmp(o->store, "https://", 8);
+    /* A mixture streams when one of its sources is a URL (docs/MIXTURES.md). */
+    o->streamed = bench_is_url(o->store);
+    for (uint32_t i = 0; i < o->nmix; i++)
+        o->streamed |= bench_is_url(o->mix[i]);
     if (o->streamed) {
         if (!o->cfg.cache_dir) {
             fprintf(stderr,
@@ -279,9 +287,10 @@ static int resolve(bench_load_opts *o, const digest_request *d)
         }
         /* A streamed set is read in shard windows unless told otherwise (and the loader
          * refuses another order, saying why). */
-        if (!o->sampler_set)
-            o->cfg.sampler = DLC_SAMPLER_SHARD_WINDOWS;
-        o->prewarm = 0; /* Nothing is local to read ahead of the run. */
+        if (!o->sampler_set && o->nmix <= 1)
+            o->cfg.sampler = DLC_SAMPLER_SHARD_WINDOWS; /* A mixture's source does so itself. */
+        if (bench_is_url(o->store))
+            o->prewarm = 0; /* Nothing is local to read ahead of the run. */
     }
     if (o->cfg.rank >= o->cfg.world_size) {
         fprintf(stderr, TOOL ": error: load: --rank %u is not below --world-size %u\n", o->cfg.rank,

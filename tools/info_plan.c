@@ -61,7 +61,9 @@ static int plan_mix(char **paths, uint32_t n, const double *weights, uint32_t nw
     dlc_mix_options_init(&mo);
     mo.samples_per_epoch = per_epoch;
     cfg->sampler = DLC_SAMPLER_SHUFFLE;
-    cfg->threads = 1, cfg->prefetch = 1, cfg->crop_h = cfg->crop_w = 1; /* Nothing is read. */
+    /* Little is read (a streamed source's first shards are fetched); the batches in flight stay
+     * --prefetch's, which a streamed source's cache need counts. */
+    cfg->threads = 1, cfg->crop_h = cfg->crop_w = 1;
     dlc_loader *l = NULL;
     const dlc_status rc = dlc_loader_open_mix(src, n, &mo, cfg, &l);
     if (rc != DLC_OK) {
@@ -82,40 +84,53 @@ static int plan_mix(char **paths, uint32_t n, const double *weights, uint32_t nw
         printf("mixture: %u sources, world size %u, batch %u: %llu batches per rank per epoch\n", n,
                cfg->world_size, cfg->batch_size, (unsigned long long)batches);
     }
-    uint64_t total = 0;
+    uint64_t total = 0, cache = 0;
     for (uint32_t i = 0; i < n; i++) {
         dlc_mix_source_info in = {.struct_size = sizeof in};
         if (dlc_loader_source_info(l, i, &in) != DLC_OK)
             continue;
         total += in.epoch_samples;
+        cache += in.cache_needed_bytes;
         const double passes = (double)in.epoch_samples / (double)in.count;
+        char shown[4096];
+        dlc_warm_redact_text(paths[i], shown, sizeof shown);
         if (json) {
             tool_json_object_begin(&j, NULL);
-            tool_json_str(&j, "path", paths[i]);
+            tool_json_str(&j, "path", shown);
             tool_json_f64(&j, "weight", src[i].weight);
             tool_json_u64(&j, "records", in.count);
             tool_json_u64(&j, "quota", in.quota);
             tool_json_u64(&j, "period", in.period);
             tool_json_u64(&j, "samples_per_epoch", in.epoch_samples);
             tool_json_f64(&j, "passes_per_epoch", passes);
+            if (in.cache_needed_bytes)
+                tool_json_u64(&j, "cache_needed_bytes", in.cache_needed_bytes);
             tool_json_object_end(&j);
         } else {
             printf("source %u %s: weight %g (%u of every %u), %llu of %llu records per epoch: "
                    "%s %.3f %s\n",
-                   i, paths[i], src[i].weight, in.quota, in.period,
+                   i, shown, src[i].weight, in.quota, in.period,
                    (unsigned long long)in.epoch_samples, (unsigned long long)in.count,
                    passes > 1 ? "repeats its passes," : "spreads a pass over",
                    passes > 1 ? passes : (passes > 0 ? 1 / passes : 0),
                    passes > 1 ? "passes per epoch" : "epochs");
+            if (in.cache_needed_bytes)
+                printf("  streamed: its shards need %llu bytes of the cache folder\n",
+                       (unsigned long long)in.cache_needed_bytes);
         }
     }
     if (json) {
         tool_json_array_end(&j);
         tool_json_u64(&j, "epoch_samples", total);
+        if (cache)
+            tool_json_u64(&j, "cache_needed_bytes", cache);
         tool_json_object_end(&j);
         tool_json_finish(&j);
     } else {
         printf("epoch:   %llu samples over all ranks\n", (unsigned long long)total);
+        if (cache)
+            printf("cache:   %llu bytes for the streamed sources (cache_limit at least that)\n",
+                   (unsigned long long)cache);
     }
     dlc_loader_close(l);
     return 0;

@@ -238,8 +238,18 @@ typedef struct dlc__union_part {
     uint32_t first_file; /* Its first file among the union's. */
     uint32_t num_files;  /* Its files. */
 } dlc__union_part;
+/* @p lazy (NULL: none) gives, per source, a set the caller opened lazily (a streamed source,
+ * dlc__set_open_lazy()) or NULL: such a source's files are the union's but not attached (NULL)
+ * until the caller publishes a shard attached to the lazy set (dlc__union_attach()), and the
+ * union is then lazy itself (read with acquire loads). The caller keeps the lazy set, which must
+ * outlive the union; every shard of it must be detached before the union is closed. */
 dlc_status dlc__store_open_union(const char *name, const char *const *paths, uint32_t n,
                                  const int64_t *label_offsets, uint32_t flags,
-                                 dlc__union_part *parts, dlc_store **out);
+                                 dlc_store *const *lazy, dlc__union_part *parts, dlc_store **out);
+/* Shard @p k of lazy set @p set (attached there) becomes file @p file of union @p u; the
+ * caller holds it attached until dlc__union_detach(). */
+void dlc__union_attach(dlc_store *u, uint32_t file, dlc_store *set, uint32_t k);
+/* File @p file of union @p u is no longer read (the caller then detaches it from its set). */
+void dlc__union_detach(dlc_store *u, uint32_t file);
 
 #endif /* DLCACHE_STORE_SET_H */

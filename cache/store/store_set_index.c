@@ -416,9 +416,26 @@ dlc_status dlc__set_merge_add(dlc__schema_merge *m, const dlc_store *shard, cons
         m->records = in->count;
         return DLC_OK;
     }
-    if (in->num_fields != m->num_fields)
-        return dlc__errorf(code, "%s: shard %s: %u fields, the shards before it have %u", dir, name,
-                           in->num_fields, m->num_fields);
+    if (in->num_fields != m->num_fields) {
+        /* The first field that one side has and the other lacks (by name), to act on. */
+        const dlc_field *more = in->num_fields > m->num_fields ? f : m->fields;
+        const dlc_field *less = in->num_fields > m->num_fields ? m->fields : f;
+        const uint32_t nmore = in->num_fields > m->num_fields ? in->num_fields : m->num_fields;
+        const uint32_t nless = in->num_fields > m->num_fields ? m->num_fields : in->num_fields;
+        uint32_t i = 0;
+        for (; i < nmore; i++) {
+            uint32_t j = 0;
+            while (j < nless && strcmp(less[j].name, more[i].name) != 0)
+                j++;
+            if (j == nless)
+                break;
+        }
+        return dlc__errorf(code,
+                           "%s: shard %s: %u fields, the shards before it have %u (field \"%s\" "
+                           "is only in %s)",
+                           dir, name, in->num_fields, m->num_fields, i < nmore ? more[i].name : "?",
+                           more == f ? "this one" : "the shards before it");
+    }
     for (uint32_t i = 0; i < m->num_fields; i++) {
         const char *what = static_mismatch(&m->fields[i], &f[i]);
         if (what)

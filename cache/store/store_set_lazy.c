@@ -122,9 +122,15 @@ dlc_store_reader *dlc__set_lazy_reader(const dlc_store *s, uint32_t k, uint64_t 
 {
     const dlc_store *sh = dlc__set_shard_at(s, k);
     if (!sh) {
-        dlc__errorf(DLC_EINVAL,
-                    "%s: record %" PRIu64 ": its shard %s is not in the streaming cache now",
-                    s->path, index, s->lazy_index->shards[k].name);
+        if (s->lazy_index)
+            dlc__errorf(DLC_EINVAL,
+                        "%s: record %" PRIu64 ": its shard %s is not in the streaming cache now",
+                        s->path, index, s->lazy_index->shards[k].name);
+        else /* A mixture's union: file k is a streamed source's shard. */
+            dlc__errorf(DLC_EINVAL,
+                        "%s: record %" PRIu64
+                        ": its file %u, a streamed shard, is not in the streaming cache now",
+                        s->path, index, k);
         return NULL;
     }
     /* A version 2 shard reads through its offset table and map: no transaction to hold. */

@@ -60,7 +60,7 @@ static dlc_status union_labels(dlc_store *u, dlc_store *const *src, uint32_t n,
 
 dlc_status dlc__store_open_union(const char *name, const char *const *paths, uint32_t n,
                                  const int64_t *label_offsets, uint32_t flags,
-                                 dlc__union_part *parts, dlc_store **out)
+                                 dlc_store *const *lazy, dlc__union_part *parts, dlc_store **out)
 {
     dlc_status rc = DLC_OK;
     dlc_store *u = NULL;
@@ -79,7 +79,10 @@ dlc_status dlc__store_open_union(const char *name, const char *const *paths, uin
         FAIL_IF(label_offsets && label_offsets[i] < 0, DLC_EINVAL,
                 "%s: source %u (%s): label offset %lld is negative", name, i, paths[i],
                 (long long)label_offsets[i]);
-        CHECK(dlc_store_open(paths[i], flags, &src[i]));
+        if (lazy && lazy[i])
+            src[i] = lazy[i]; /* The caller's: never closed here. */
+        else
+            CHECK(dlc_store_open(paths[i], flags, &src[i]));
         FAIL_IF(src[i]->info.format_version != DLC_STORE_FORMAT_VERSION, DLC_EINVAL,
                 "%s: source %u (%s): a version %u store cannot be in a mixture (rebuild it)", name,
                 i, paths[i], src[i]->info.format_version);
@@ -107,11 +110,15 @@ dlc_status dlc__store_open_union(const char *name, const char *const *paths, uin
         uint8_t le[8];
         dlc__st64(le, s->info.content_digest);
         XXH3_64bits_update(digest, le, sizeof le);
-        /* A set's shards move into the union; a store is one file of it. */
+        /* A set's shards move into the union; a store is one file of it; a lazy set's files
+         * are the union's too, attached when the caller publishes them. */
         const uint32_t k = s->shards ? s->num_shards : 1;
+        if (s->lazy)
+            u->lazy = 1;
         for (uint32_t j = 0; j < k; j++) {
-            dlc_store *leaf = s->shards ? s->shards[j] : s;
-            leaf->file_no = u->num_shards;
+            dlc_store *leaf = s->lazy ? NULL : s->shards ? s->shards[j] : s;
+            if (leaf)
+                leaf->file_no = u->num_shards;
             u->firsts[u->num_shards] = first + (s->shards ? s->firsts[j] : 0);
             u->shards[u->num_shards++] = leaf;
         }
@@ -137,6 +144,10 @@ dlc_status dlc__store_open_union(const char *name, const char *const *paths, uin
     CHECK(union_labels(u, src, n, label_offsets));
     /* The union owns every file now: the sets give up their shards, the stores themselves. */
     for (uint32_t i = 0; i < n; i++) {
+        if (src[i]->lazy) {
+            src[i] = NULL; /* The caller's. */
+            continue;
+        }
         if (src[i]->shards) {
             free(src[i]->shards);
             src[i]->shards = NULL;
@@ -160,7 +171,20 @@ fail:;
         dlc_store_close(u);
     }
     for (uint32_t i = 0; src && i < n; i++)
-        dlc_store_close(src[i]);
+        if (!(lazy && lazy[i]))
+            dlc_store_close(src[i]);
     free(src);
     return dlc__err_restore(&es, rc);
+}
+
+void dlc__union_attach(dlc_store *u, uint32_t file, dlc_store *set, uint32_t k)
+{
+    dlc_store *sh = (dlc_store *)dlc__set_shard_at(set, k);
+    sh->file_no = file; /* Its values name the union's file; nothing reads it through the set. */
+    __atomic_store_n(&u->shards[file], sh, __ATOMIC_RELEASE);
+}
+
+void dlc__union_detach(dlc_store *u, uint32_t file)
+{
+    __atomic_store_n(&u->shards[file], NULL, __ATOMIC_RELEASE);
 }

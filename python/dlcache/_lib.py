@@ -561,6 +561,7 @@ class MixSourceInfo(ctypes.Structure):
         ("drawn", ctypes.c_uint64),
         ("content_digest", ctypes.c_uint64),
         ("label_offset", ctypes.c_int64),
+        ("cache_needed_bytes", ctypes.c_uint64),
     ]
 
 

@@ -466,6 +466,14 @@ class Loader:
             path = self._mix.paths[0]
         self._path = _fspath(path, "path")
         self._url = _stream.is_url(self._path)
+        # A mixture streams its URL sources: the streaming options are theirs, and next() waits
+        # for their shards as a streamed Loader's does.
+        stream_path = self._path
+        if self._mix is not None:
+            urls = [p for p in self._mix.paths if _stream.is_url(p)]
+            stream_path = urls[0] if urls else self._path
+        first_url = self._url
+        self._url = _stream.is_url(stream_path)
         ctx = "dlcache.Loader(%s)" % redact(self._mix.name if self._mix is not None
                                             else os.fsdecode(self._path))
         # Before anything is opened: a CUDA device that torch cannot use is an error now.
@@ -475,12 +483,12 @@ class Loader:
         lib.dlc_loader_config_init(ctypes.byref(cfg))
         cfg.batch_size = _uint(batch_size, "batch_size", 1)
         cfg.drop_last = 1 if drop_last else 0
-        cfg.sampler = self._sampler(sampler, shuffle, self._url, ctx)
+        cfg.sampler = self._sampler(sampler, shuffle, self._url and self._mix is None, ctx)
         cfg.seed = _uint(seed, "seed", 0, 2**64 - 1)
         self._seed = seed
         # Kept alive until dlc_loader_open() returns: the C loader copies what it needs.
         keep = []
-        _stream.apply(cfg, self._path, keep, ctx, window_shards=window_shards, streams=streams,
+        _stream.apply(cfg, stream_path, keep, ctx, window_shards=window_shards, streams=streams,
                       cache_dir=cache_dir, cache_limit=cache_limit, cache_ranks=cache_ranks,
                       downloads=downloads, endpoint=endpoint, region=region, log=_LOG_CB,
                       timeout=timeout, retries=retries)
@@ -489,11 +497,14 @@ class Loader:
             cfg.trace = keep[-1]
         if trace_batches is not None:
             cfg.trace_batches = _uint(trace_batches, "trace_batches", 1, 1 << 20)
-        if self._url:
+        self._first_info = None
+        if first_url:
             # The schema and labels of a streamed set come from its index (fetched into
             # cache_dir; no shard is downloaded), as the C loader will open it.
-            self._info = _stream.read_info(self._path, cfg, ctx)
-            schema = {"fields": self._info["fields"]}
+            self._first_info = _stream.read_info(self._path, cfg, ctx)
+            if self._mix is None:
+                self._info = self._first_info
+            schema = {"fields": self._first_info["fields"]}
         else:
             schema = _read_schema(self._path)
 
@@ -863,7 +874,8 @@ class Loader:
         the first source's, with count, num_labels and classes of the mixture (see
         ``sources``)."""
         if self._info is None and self._mix is not None:
-            self._info = self._mix.store_info(_store_info(self._path), self._ptr())
+            self._info = self._mix.store_info(self._first_info or _store_info(self._path),
+                                              self._ptr())
         if self._info is None:
             self._info = _store_info(self._path)
         return self._info
@@ -880,7 +892,8 @@ class Loader:
     def sources(self):
         """A mixture's sources (path, weight, first, count, quota, period, epoch_samples: its
         draws in the current epoch over all ranks, drawn: before it, content_digest,
-        label_offset), or None for one source."""
+        label_offset, cache_needed_bytes: what a streamed source needs of cache_dir, 0 for a
+        local one), or None for one source."""
         return self._mix.info(self._ptr()) if self._mix is not None else None
 
     def __len__(self) -> int:
@@ -1332,11 +1345,6 @@ class _Mix:
         if not 1 <= n <= 64:
             raise ValueError("a mixture has 1 to 64 sources, got %d" % n)
         self.paths = [_fspath(p, "path[%d]" % i) for i, p in enumerate(paths)]
-        for p in self.paths:
-            if _stream.is_url(p):
-                raise ValueError("%s: streamed sources are not supported in a mixture yet: warm "
-                                 "it to a local set (cachewarm) and give its directory"
-                                 % os.fsdecode(p))
         self.name = "[%s]" % ", ".join(os.fsdecode(p) for p in self.paths)
         self.weights = [1.0] * n if weights is None else list(weights)
         self.offsets = [0] * n if label_offsets is None else list(label_offsets)

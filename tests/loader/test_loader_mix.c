@@ -309,6 +309,28 @@ Test(loader_mix, refusals_name_the_source)
     free_mix(&m);
 }
 
+/* Streamed sources (s3://, gs://, https://) are taken beside local ones (tests/python/
+ * test_mix.py streams them from s3rver, tests/e2e/mix_stream.sh from gs://): they need
+ * config.cache_dir as a streamed set does, refused before anything is fetched, the URL redacted. */
+Test(loader_mix, streamed_sources_need_a_cache)
+{
+    mixdir m = make_mix();
+    dlc_loader_config c = mix_config();
+    dlc_mix_source src[3];
+    for (int i = 0; i < 3; i++)
+        dlc_mix_source_init(&src[i]);
+    src[0].path = m.path[0];
+    src[1].path = "https://user:secret@127.0.0.1:1/sets/a";
+    src[2].path = "s3://b/sets/b";
+    dlc_loader *l = NULL;
+    cr_assert_eq(dlc_loader_open_mix(src, 3, NULL, &c, &l), DLC_EINVAL);
+    cr_assert(strstr(dlc_errmsg(), "cache_dir") && strstr(dlc_errmsg(), "127.0.0.1:1/sets/a") &&
+                  !strstr(dlc_errmsg(), "secret"),
+              "%s", dlc_errmsg());
+    cr_assert_null(l);
+    free_mix(&m);
+}
+
 Test(loader_mix, a_set_is_a_source)
 {
     /* The set fixture's records as one source and its single store as another: the same

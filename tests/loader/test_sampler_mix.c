@@ -277,3 +277,100 @@ Test(sampler_mix, bad_weights_and_sources_are_refused_by_name)
     cr_assert_eq(dlc__mix_init(&m, src, 0, 20, 1, 0, 0, names), DLC_EINVAL);
     (void)counts;
 }
+
+/* A streamed source (dlc__mix_set_windows()): each pass is every record once, in windows of
+ * shards (the records of `window` consecutive shards of the pass's shard order come before any
+ * other's), the tables follow the epochs (prepared as the loader keys each), a pass differs from
+ * the next, and the draws are the same whatever order the epochs are keyed in. */
+Test(sampler_mix, a_streamed_source_walks_whole_passes_in_shard_windows)
+{
+    /* Source 1: 7 shards of uneven sizes (one empty), 50 records. */
+    const uint64_t firsts[8] = {0, 9, 17, 17, 25, 33, 41, 50};
+    const double w[2] = {0.5, 0.5};
+    const uint64_t count[2] = {30, 50};
+    dlc__mix m = make(w, count, 2, 45, 3);
+    cr_assert_eq(dlc__mix_set_windows(&m, 1, firsts, 7, 2, "s"), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_not_null(dlc__mix_swin(&m, 1));
+    cr_assert_null(dlc__mix_swin(&m, 0));
+    const uint32_t epochs = 6;
+    uint64_t *seq = malloc(sizeof *seq * 45 * epochs);
+    uint64_t n = 0;
+    for (uint64_t e = 0; e < epochs; e++) {
+        dlc__mix_prepare(&m, e);
+        const uint64_t span = dlc__mix_epoch_span(&m, e);
+        for (uint64_t p = 0; p < span; p++) {
+            uint32_t s;
+            uint64_t local;
+            const uint64_t g = dlc__mix_at(&m, e, p, &s, &local);
+            if (s != 1)
+                continue;
+            cr_assert_eq(g, 30 + local);
+            seq[n++] = local;
+        }
+    }
+    cr_assert_geq(n, 100, "%llu draws: two passes at least", (unsigned long long)n);
+    int differ = 0;
+    for (uint64_t pass = 0; pass < n / 50; pass++) {
+        const uint64_t *q = seq + pass * 50;
+        uint8_t seen[50] = {0}, closed[7] = {0};
+        uint32_t left[7], win[2], nwin = 0;
+        for (uint32_t k = 0; k < 7; k++)
+            left[k] = (uint32_t)(firsts[k + 1] - firsts[k]);
+        for (uint32_t i = 0; i < 50; i++) {
+            cr_assert_lt(q[i], 50);
+            cr_assert_eq(seen[q[i]]++, 0, "pass %llu draws record %llu twice",
+                         (unsigned long long)pass, (unsigned long long)q[i]);
+            differ |= pass > 0 && q[i] != seq[(pass - 1) * 50 + i];
+            uint32_t k = 0;
+            while (firsts[k + 1] <= q[i])
+                k++;
+            cr_assert_eq(closed[k], 0, "pass %llu: shard %u read again after its window",
+                         (unsigned long long)pass, k);
+            if (!(nwin > 0 && win[0] == k) && !(nwin > 1 && win[1] == k)) {
+                if (nwin == 2) { /* A new window: the last one's shards are all read. */
+                    cr_assert_eq(left[win[0]] + left[win[1]], 0,
+                                 "pass %llu: a window of 2 shards left before its end at %u",
+                                 (unsigned long long)pass, i);
+                    closed[win[0]] = closed[win[1]] = 1;
+                    nwin = 0;
+                }
+                win[nwin++] = k;
+            }
+            left[k]--;
+        }
+    }
+    cr_assert(differ, "every pass has the same order");
+    /* Keyed again out of order (a set_epoch back), an epoch draws the same records. */
+    for (uint64_t e = epochs; e-- > 0;) {
+        dlc__mix_prepare(&m, e);
+        uint64_t at = 0;
+        for (uint64_t f = 0; f < e; f++)
+            for (uint64_t p = 0; p < dlc__mix_epoch_span(&m, f); p++) {
+                uint32_t s;
+                dlc__mix_draw(&m, f, p, &s); /* No record: those passes are not keyed now. */
+                at += s == 1;
+            }
+        for (uint64_t p = 0; p < dlc__mix_epoch_span(&m, e); p++) {
+            uint32_t s;
+            uint64_t local;
+            dlc__mix_at(&m, e, p, &s, &local);
+            if (s == 1)
+                cr_assert_eq(local, seq[at++], "epoch %llu keyed again differs",
+                             (unsigned long long)e);
+        }
+    }
+    free(seq);
+    dlc__mix_free(&m);
+}
+
+Test(sampler_mix, a_streamed_source_that_would_repeat_too_often_is_refused)
+{
+    const uint64_t firsts[3] = {0, 2, 4};
+    const double w[2] = {0.5, 0.5};
+    const uint64_t count[2] = {1000, 4};
+    dlc__mix m = make(w, count, 2, 1000, 1);
+    cr_assert_eq(dlc__mix_set_windows(&m, 1, firsts, 2, 1, "s3://b/tiny"), DLC_EINVAL);
+    cr_assert(strstr(dlc_errmsg(), "s3://b/tiny") && strstr(dlc_errmsg(), "passes"), "%s",
+              dlc_errmsg());
+    dlc__mix_free(&m);
+}

@@ -236,3 +236,278 @@ def test_a_single_source_equals_the_plain_loader_byte_for_byte(tmp_path, kw):
     for g, w in zip(got, want):
         assert all(torch.equal(x, y) for x, y in zip(g, w))
     plain.close(), mix.close(), again.close()
+
+
+# ------------------------------------------------------------ streamed sources
+# s3rver-backed mixtures (tests/python/test_stream.py's server and set, pushed once): the set
+# streamed from s3://b/sets/s beside a local set of the same demo images in 3 shards (also pushed,
+# as a second streamed source). A streamed source walks passes in shard windows of one stream
+# (docs/MIXTURES.md, "Streamed sources").
+from test_stream import local_set, s3, url  # noqa: E402,F401  (fixtures)
+
+STREAM_MIX = dict(crop=32, random_crop=False, flip=0, seed=7, window_shards=2, prefetch=2,
+                  return_indices=True, return_source=True)
+
+
+@pytest.fixture(scope="module")
+def other_set(demo_dir, tmp_path_factory):
+    """The demo images again, as a local set of 3 shards: the mixture's local source."""
+    path = tmp_path_factory.mktemp("mixstream") / "other"
+    dlcache.build(str(demo_dir), str(path), size=48, threads=2, shards=3)
+    return str(path)
+
+
+def _smallest(paths, cache, s3, **kw):
+    """The smallest cache_limit the mixture accepts: what a limit of 1 byte is told it needs."""
+    import re
+    with pytest.raises(dlcache.DlcacheError) as e:
+        dlcache.Loader(paths, 4, cache_dir=str(cache), cache_limit=1, endpoint=s3,
+                       **dict(STREAM_MIX, **kw))
+    m = re.search(r"(\d+) bytes are needed", str(e.value))
+    assert m, str(e.value)
+    assert "streamed source %d (%s)" % (1, paths[1]) in str(e.value)
+    return int(m.group(1))
+
+
+def _epochs(loader, n):
+    out = []
+    for e in range(n):
+        loader.set_epoch(e)
+        out.append([tuple(t.clone() for t in b) for b in loader])
+    return out
+
+
+
+def _images_of(path):
+    """Record number -> its image as the mixture crops it (center crop: a function of the
+    record alone), read from the local copy of the set."""
+    with dlcache.Loader(path, 50, crop=32, random_crop=False, flip=0, sampler="sequential",
+                        return_indices=True,
+                        threads=2) as ld:
+        return {int(i): img.clone() for imgs, _, idx in ld for i, img in zip(idx, imgs)}
+
+
+def test_streamed_source_at_the_smallest_cache(other_set, local_set, url, s3, tmp_path):
+    """Every record of each source once per pass, shares within 1 per batch, the local set's
+    images, the same batches on 1 and 3 threads, cold at the smallest cache and warm without a
+    limit, and the cache's peak within its limit."""
+    paths = [other_set, url]
+    kw = dict(weights=[0.6, 0.4], samples_per_epoch=200)
+    need = _smallest(paths, tmp_path / "c0", s3, **kw)
+    with dlcache.Loader(paths, 4, cache_dir=str(tmp_path / "c1"), cache_limit=need, endpoint=s3,
+                        threads=1, **dict(STREAM_MIX, **kw)) as ld:
+        assert [s["epoch_samples"] for s in ld.sources] == [120, 80]
+        # What the check at open counted for the streamed source; nothing for the local one.
+        assert [s["cache_needed_bytes"] for s in ld.sources] == [0, need]
+        got = _epochs(ld, 4)
+        st = ld.stream_stats()
+    assert 0 < st["peak_cache_bytes"] <= need
+    assert st["downloads"] > 30, "the smallest cache evicts and downloads again"
+    with dlcache.Loader(paths, 4, cache_dir=str(tmp_path / "c1"), endpoint=s3, threads=3,
+                        **dict(STREAM_MIX, **kw)) as ld:
+        again = _epochs(ld, 4)
+    for e, (p, q) in enumerate(zip(got, again)):
+        assert len(p) == len(q) == 50
+        for n, (a, b) in enumerate(zip(p, q)):
+            assert all(torch.equal(x, y) for x, y in zip(a, b)), "epoch %d batch %d" % (e, n)
+    local = _images_of(local_set)
+    drawn = {0: [], 1: []}
+    for epoch in got:
+        for images, _, idx, src in epoch:
+            n1 = int((src == 1).sum())
+            assert abs(n1 - 0.4 * 4) < 1, "a batch holds %d of the streamed source" % n1
+            for img, i, s in zip(images, idx.tolist(), src.tolist()):
+                drawn[s].append(i)
+                if s == 1:
+                    assert torch.equal(img, local[i]), "streamed record %d" % i
+    assert len(drawn[0]) == 480 and len(drawn[1]) == 320
+    for s, count in ((0, 150), (1, 150)):
+        d = drawn[s]
+        for p in range(len(d) // count):
+            assert sorted(d[p * count:(p + 1) * count]) == list(range(count)), (s, p)
+        assert len(set(d[len(d) // count * count:])) == len(d) % count
+    # Its passes are not the local set's shuffle: they walk shard windows (2 shards of 5).
+    shard = [i // 5 for i in drawn[1][:150]]
+    assert len(set(shard[:10])) <= 4
+
+
+def test_streamed_source_resumes_exactly(other_set, url, s3, tmp_path):
+    paths = [other_set, url]
+    kw = dict(weights=[1, 1], samples_per_epoch=120)
+    need = _smallest(paths, tmp_path / "c0", s3, **kw)
+    opts = dict(cache_dir=str(tmp_path / "a"), cache_limit=need, endpoint=s3, threads=2,
+                **dict(STREAM_MIX, **kw))
+    with dlcache.Loader(paths, 4, **opts) as a:
+        want = _epochs(a, 2)
+        a.set_epoch(1)
+        it = iter(a)
+        for _ in range(11):
+            next(it)
+        state = a.state_dict()
+    opts["cache_dir"] = str(tmp_path / "b")
+    with dlcache.Loader(paths, 4, **opts) as b:
+        b.load_state_dict(state)
+        rest = [tuple(t.clone() for t in x) for x in b]
+        b.set_epoch(2)
+        nxt = [tuple(t.clone() for t in x) for x in b]
+    with dlcache.Loader(paths, 4, **dict(opts, cache_dir=str(tmp_path / "c"))) as c:
+        c.set_epoch(2)
+        want2 = [tuple(t.clone() for t in x) for x in c]
+    assert len(rest) == len(want[1]) - 11
+    for p, q in zip(rest + nxt, want[1][11:] + want2):
+        assert all(torch.equal(x, y) for x, y in zip(p, q))
+
+
+def test_streamed_source_schema_mismatch_is_named(url, s3, tmp_path):
+    samples = [{"image": np.zeros((48, 48, 3), np.uint8), "label": i, "weight": 0.5}
+               for i in range(8)]
+    odd = str(tmp_path / "odd.dlc")
+    dlcache.write(samples, odd, progress=False)
+    with pytest.raises(dlcache.DlcacheError) as e:
+        dlcache.Loader([odd, url], 4, cache_dir=str(tmp_path / "c"), endpoint=s3,
+                       **STREAM_MIX)
+    msg = str(e.value)
+    assert "s3://b/sets/s" in msg and "weight" in msg, msg
+
+
+@pytest.fixture(scope="module")
+def url2(s3, other_set):
+    """other_set pushed to s3://b/sets/o: a second streamed set (3 shards of 50)."""
+    import subprocess
+    from conftest import tool
+    r = subprocess.run([tool("cachewarm"), "push", other_set, "s3://b/sets/o", "--endpoint", s3,
+                        "-q"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, "cachewarm push: %s" % r.stderr
+    return "s3://b/sets/o"
+
+
+def test_two_streamed_sources_share_one_cache(other_set, local_set, url, url2, s3, tmp_path):
+    """A local store and two streamed sets through one cache folder at the smallest limit (the
+    sum of both sources' needs): each streamed source's passes are whole and its records are its
+    local copy's, and the batches equal those of a run without a limit on another thread count."""
+    paths = [other_set, url, url2]
+    kw = dict(weights=[1, 2, 1], samples_per_epoch=160)
+    need = _smallest(paths, tmp_path / "c0", s3, **kw)
+    with dlcache.Loader(paths, 4, cache_dir=str(tmp_path / "c1"), cache_limit=need, endpoint=s3,
+                        threads=1, **dict(STREAM_MIX, **kw)) as ld:
+        got = _epochs(ld, 4)
+        st = ld.stream_stats()
+    assert 0 < st["peak_cache_bytes"] <= need
+    with dlcache.Loader(paths, 4, cache_dir=str(tmp_path / "c2"), endpoint=s3, threads=3,
+                        **dict(STREAM_MIX, **kw)) as ld:
+        again = _epochs(ld, 4)
+    for p, q in zip(got, again):
+        for a, b in zip(p, q):
+            assert all(torch.equal(x, y) for x, y in zip(a, b))
+    local = {1: _images_of(local_set), 2: _images_of(other_set)}
+    drawn = {0: [], 1: [], 2: []}
+    for epoch in got:
+        for images, _, idx, src in epoch:
+            for img, i, s in zip(images, idx.tolist(), src.tolist()):
+                drawn[s].append(i)
+                if s:
+                    assert torch.equal(img, local[s][i]), "source %d record %d" % (s, i)
+    assert [len(drawn[s]) for s in (0, 1, 2)] == [160, 320, 160]
+    for s in (1, 2):
+        d = drawn[s]
+        for p in range(len(d) // 150):
+            assert sorted(d[p * 150:(p + 1) * 150]) == list(range(150)), (s, p)
+        assert len(set(d[len(d) // 150 * 150:])) == len(d) % 150
+
+def _streamed_draws(batches):
+    return [i for _, _, idx, src in batches for i, s in zip(idx.tolist(), src.tolist()) if s == 1]
+
+
+def test_streamed_source_on_two_ranks_and_under_new_weights(other_set, url, s3, tmp_path):
+    """Two ranks sharing one cache folder read disjoint draws whose union is every record of
+    the streamed source once per pass; a state saved under weights 1:1 and restored under 1:3
+    continues its pass where it stood, so the run's draws of it still make whole passes."""
+    paths = [other_set, url]
+    kw = dict(samples_per_epoch=160, world_size=2, cache_ranks=2)
+    need = _smallest(paths, tmp_path / "c0", s3, **kw)
+    runs = []
+    for rank in (0, 1):
+        with dlcache.Loader(paths, 4, cache_dir=str(tmp_path / "c1"), cache_limit=need,
+                            endpoint=s3, threads=2, rank=rank, **dict(STREAM_MIX, **kw)) as ld:
+            runs.append(_epochs(ld, 4))
+    draws = []
+    for e in range(4):
+        r0, r1 = _streamed_draws(runs[0][e]), _streamed_draws(runs[1][e])
+        assert len(r0) == len(r1)
+        draws += [d for pair in zip(r0, r1) for d in pair]  # rows: rank 0's, then rank 1's
+    assert len(draws) == 320
+    for p in range(2):
+        assert sorted(draws[p * 150:(p + 1) * 150]) == list(range(150)), p
+    assert len(set(draws[300:])) == 20
+    # A new mix at resume (one rank).
+    opts = dict(cache_dir=str(tmp_path / "c2"), endpoint=s3, threads=2, **STREAM_MIX)
+    with dlcache.Loader(paths, 4, weights=[1, 1], samples_per_epoch=100, **opts) as a:
+        it = iter(a)
+        before = [tuple(t.clone() for t in next(it)) for _ in range(9)]
+        state = a.state_dict()
+    with dlcache.Loader(paths, 4, weights=[1, 3], samples_per_epoch=100, **opts) as b:
+        b.load_state_dict(state)
+        after = [tuple(t.clone() for t in x) for x in b]
+        for e in (1, 2, 3, 4):
+            b.set_epoch(e)
+            after += [tuple(t.clone() for t in x) for x in b]
+    d = _streamed_draws(before) + _streamed_draws(after)
+    assert len(d) >= 300
+    for p in range(len(d) // 150):
+        assert sorted(d[p * 150:(p + 1) * 150]) == list(range(150)), p
+
+
+def test_damaged_streamed_shard_in_a_mixture(other_set, local_set, s3, tmp_path):
+    """One shard of a streamed source damaged in the bucket, on_corrupt="replace": its records
+    are replaced (the same way in two loaders, from the samples of their batch) and every healthy
+    record of each source still comes each pass."""
+    import shutil
+    import subprocess
+    import warnings
+    from conftest import tool
+    from test_stream import _shard_ranges
+    bad = tmp_path / "damaged"
+    shutil.copytree(local_set, bad)
+    name, first, count = _shard_ranges(local_set)[7]
+    p = bad / name
+    b = bytearray(p.read_bytes())
+    mid = len(b) // 2
+    b[mid:mid + 64] = bytes(x ^ 0xFF for x in b[mid:mid + 64])
+    p.write_bytes(bytes(b))
+    r = subprocess.run([tool("cachewarm"), "push", str(bad), "s3://b/sets/mixdamaged",
+                        "--endpoint", s3, "-q"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, "cachewarm push: %s" % r.stderr
+    paths = [other_set, "s3://b/sets/mixdamaged"]
+    runs = []
+    for run in range(2):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            with dlcache.Loader(paths, 4, cache_dir=str(tmp_path / ("c%d" % run)), endpoint=s3,
+                                threads=2, on_corrupt="replace", samples_per_epoch=300,
+                                **STREAM_MIX) as ld:
+                got = _epochs(ld, 2)
+                st = ld.stats()
+        assert st["corrupt_replaced"] == 2 * count, st["corrupt_replaced"]
+        runs.append([[t.tolist() for t in (idx, src)] for e in got for _, _, idx, src in e])
+        for e in got:
+            d = _streamed_draws(e)
+            assert not set(d) & set(range(first, first + count))
+            assert set(range(150)) - set(range(first, first + count)) <= set(d)
+            local = [i for _, _, idx, src in e for i, s in zip(idx.tolist(), src.tolist())
+                     if s == 0]
+            # Every local record once; a stand-in for a damaged one may be a local record of
+            # the same batch (the batch's samples stand in for it), so some come twice.
+            assert set(local) == set(range(150)) and len(local) >= 150
+    assert runs[0] == runs[1], "the replacements differ between two loaders"
+
+
+def test_a_streamed_source_first_gives_the_schema(other_set, url, s3, tmp_path):
+    """The first source gives the schema the others must have, also when it streams (its index,
+    fetched into cache_dir); store_info has the mixture's count."""
+    with dlcache.Loader([url, other_set], 4, cache_dir=str(tmp_path / "c"), endpoint=s3,
+                        threads=2, as_dict=True, **STREAM_MIX) as ld:
+        b = next(iter(ld))
+        assert b["image"].shape == (4, 32, 32, 3)
+        assert set(b["source"].tolist()) <= {0, 1}
+        assert ld.store_info["count"] == 300
+        assert ld.num_classes == 5

@@ -712,7 +712,8 @@ DLC_API dlc_status dlc_cuda_stream_sync(int device, void *stream);
 typedef struct dlc_mix_source {
     uint32_t struct_size; /**< sizeof(dlc_mix_source) as the caller's header has it; set by
                                dlc_mix_source_init() (status.h, "How options grow"). */
-    const char *path;     /**< A version 2 store or a set's directory; copied at open. */
+    const char *path;     /**< A version 2 store, a set's directory or a set's URL (streamed
+                               through config.cache_dir); copied at open. */
     double weight;        /**< Its share of the samples: weight / the sum of the weights
                                (default 1; 0: none, its pass waits where it stands). */
     int64_t label_offset; /**< Added to the source's labels (default 0), for sources whose
@@ -786,16 +787,20 @@ DLC_API dlc_status dlc_loader_open_mix(const dlc_mix_source *sources, uint32_t n
 
 /** A mixture's source, as the loader has it. */
 typedef struct dlc_mix_source_info {
-    uint32_t struct_size;    /**< Set by the caller: sizeof(dlc_mix_source_info). */
-    uint32_t quota;          /**< Its slots per cycle of the schedule. */
-    uint32_t period;         /**< Slots per cycle (the same for every source). */
-    uint64_t first;          /**< Global number of its first record (::dlc_batch.indices). */
-    uint64_t count;          /**< Its records. */
-    uint64_t epoch_samples;  /**< Its draws in the current epoch, all ranks together. */
-    uint64_t drawn;          /**< Its draws before the current epoch (its pass is drawn /
-                                  count, the position in it drawn % count). */
-    uint64_t content_digest; /**< Of the source (a state matches sources by it and the path). */
-    int64_t label_offset;    /**< As opened. */
+    uint32_t struct_size;        /**< Set by the caller: sizeof(dlc_mix_source_info). */
+    uint32_t quota;              /**< Its slots per cycle of the schedule. */
+    uint32_t period;             /**< Slots per cycle (the same for every source). */
+    uint64_t first;              /**< Global number of its first record (::dlc_batch.indices). */
+    uint64_t count;              /**< Its records. */
+    uint64_t epoch_samples;      /**< Its draws in the current epoch, all ranks together. */
+    uint64_t drawn;              /**< Its draws before the current epoch (its pass is drawn /
+                                      count, the position in it drawn % count). */
+    uint64_t content_digest;     /**< Of the source (a state matches sources by it and the path). */
+    int64_t label_offset;        /**< As opened. */
+    uint64_t cache_needed_bytes; /**< A streamed source (a URL): the bytes of cache_dir its shards
+                                      need, as the loader's check at open counts them (a share
+                                      of 1 assumed); config.cache_limit must hold the sum over
+                                      the streamed sources. 0 for a local source. */
 } dlc_mix_source_info;
 
 /**
