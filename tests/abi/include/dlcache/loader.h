@@ -270,11 +270,13 @@ typedef struct dlc_loader_config {
     uint32_t trace_batches;      /**< Spans the trace keeps per thread: the last ones (0, the
                                       default: 256). */
     uint32_t auto_threads;       /**< 1: tune the worker count while running (threads="auto"):
-                                      start with 2, add one while the consumer waits and the
-                                      workers are all busy, give one back when they idle; at most
-                                      threads, or (0) the cores divided by $LOCAL_WORLD_SIZE.
-                                      0 (default): threads workers throughout. The output bytes
-                                      never depend on it. */
+                                      start with 2; while the consumer waits a share w of its
+                                      step for batches and the workers do not wait for reads or
+                                      downloads, go to about n / (1 - w) workers (at most twice
+                                      as many at once); give one back at a time when they idle;
+                                      at most threads, or (0) the cores divided by
+                                      $LOCAL_WORLD_SIZE. 0 (default): threads workers
+                                      throughout. The output bytes never depend on it. */
 } dlc_loader_config;
 
 /** One output of a batch: a field of the store (or one view group of an image field), for every
