@@ -110,11 +110,15 @@ cp "$SRC"/python/dlcache/*.py "$DIR/python/dlcache/"
 cp "$SRC/examples/train_gpu.py" "$DIR/examples/"
 cp "$SRC/tests/python/conftest.py" "$DIR/tests/python/"
 if [ -f "$SRC/tests/python/test_device.py" ]; then
-    cp "$SRC/tests/python/test_device.py" "$DIR/tests/python/"
-    sed -nE 's/^(from|import) +([A-Za-z_][A-Za-z0-9_]*).*/\2/p' "$SRC/tests/python/test_device.py" |
-        sort -u | while read -r m; do
-            [ ! -f "$SRC/tests/python/$m.py" ] || cp "$SRC/tests/python/$m.py" "$DIR/tests/python/"
-        done
+    # test_mix.py for its device case: a mixture's batches on the GPU equal the host's.
+    for t in test_device test_mix; do
+        [ -f "$SRC/tests/python/$t.py" ] || continue
+        cp "$SRC/tests/python/$t.py" "$DIR/tests/python/"
+        sed -nE 's/^(from|import) +([A-Za-z_][A-Za-z0-9_]*).*/\2/p' "$SRC/tests/python/$t.py" |
+            sort -u | while read -r m; do
+                [ ! -f "$SRC/tests/python/$m.py" ] || cp "$SRC/tests/python/$m.py" "$DIR/tests/python/"
+            done
+    done
 else
     say "warning: tests/python/test_device.py does not exist yet: run.sh will skip it"
 fi

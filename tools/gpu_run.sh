@@ -21,7 +21,8 @@
 #   bench_device_u8  the same, uint8 (NHWC: copied as staged, no kernel)
 #   bench_device_lend  the same as bench_device in lend mode (--device-lend): staged batches
 #                    waited for and released, no kernel; what the conversion costs is the gap
-#   pytest_plugin    tests/python/test_device.py with DLCACHE_DEVICE_BACKEND=plugin
+#   pytest_plugin    tests/python/test_device.py and test_mix.py's device case (a mixture's
+#                    batches on the GPU equal the host's) with DLCACHE_DEVICE_BACKEND=plugin
 #   pytest_torch     the same with DLCACHE_DEVICE_BACKEND=torch
 #   memcheck_bench   compute-sanitizer --tool memcheck over 6 small batches of bench_device
 #                    (the kernel, float16 NCHW) and of bench_device_nhwc
@@ -317,8 +318,11 @@ for backend in plugin torch; do
         skip "$name" "$PY cannot import what test_device.py needs: $PYTEST_MISSING"
         continue
     fi
+    mix_case=()
+    [ ! -f "$HERE/tests/python/test_mix.py" ] ||
+        mix_case=(tests/python/test_mix.py::test_device_batches_equal_the_host_ones)
     run_step "$name" 150 env DLCACHE_DEVICE_BACKEND=$backend "$PY" -m pytest -q -rs -p no:cacheprovider \
-        --basetemp="$W/pytest-$backend" tests/python/test_device.py || continue
+        --basetemp="$W/pytest-$backend" tests/python/test_device.py "${mix_case[@]}" || continue
     timed_out && continue
     summary=$(grep -E '^[=]* ?[0-9]+ (passed|failed|skipped|error|deselected)|no tests ran' "$LOGS/$name.log" | tail -1 | tr -d '=' | sed 's/^ *//; s/ in [0-9.]*s.*//')
     passed=$(echo "$summary" | grep -oE '[0-9]+ passed' | cut -d' ' -f1)
