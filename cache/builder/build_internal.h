@@ -172,6 +172,8 @@ typedef struct dlc__build_worker {
     size_t mcap;
     uint8_t *mask; /* the resized mask's pixels */
     size_t mask_cap;
+    uint8_t *pix; /* the resized image, when its record has no place for it (an encoded one) */
+    size_t pix_cap;
     char *mpath; /* the mask's path */
     size_t mpath_cap;
     pthread_t tid;
