@@ -120,8 +120,12 @@ typedef struct dlc__build_part {
     size_t next;            /* the next item to claim; mu */
     size_t write_next;      /* the item its writer appends next; mu */
     size_t window;          /* slots */
+    size_t batch;           /* items its writer waits for at once: window / 4 when the workers
+                             * leave a core free, else 1 */
+    size_t wake_end;        /* its writer sleeps until items [write_next, wake_end) are made;
+                             * 0 while it is not waiting; mu */
     dlc__build_slot *slots; /* made when the part starts, freed when it is done */
-    pthread_cond_t *ready;  /* its writer thread's condition: a slot of the part was filled */
+    pthread_cond_t *ready;  /* its writer thread's condition: its batch of slots was filled */
     dlc_writer *wr;
     XXH3_state_t *digest;         /* the source digest of its items */
     uint64_t done, skipped;       /* items finished and skipped; mu */
@@ -169,6 +173,8 @@ typedef struct dlc__build_worker {
     size_t mcap;
     uint8_t *mask; /* the resized mask's pixels */
     size_t mask_cap;
+    uint8_t *pix; /* the resized image, when its record has no place for it (an encoded one) */
+    size_t pix_cap;
     char *mpath; /* the mask's path */
     size_t mpath_cap;
     pthread_t tid;

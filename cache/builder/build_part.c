@@ -16,7 +16,14 @@
  * Locking: one mutex guards the parts' claim counters, slot states, progress counts and skip
  * lists; it is taken a few times per item (an image costs milliseconds), never while decoding or
  * writing. A worker with nothing to claim waits on `space` (broadcast when a slot is freed and
- * when a part starts or ends); a writer waits on its own `ready` condition for its next slot.
+ * when a part starts or ends); a writer that finds its next slot empty waits on its own `ready`
+ * condition for its next slot, or, when the workers leave a core free for the writers, for a
+ * batch of slots (a quarter of the window), which the worker that fills the last of them
+ * signals: one sleep and one wake-up per batch instead of per item, which on a 1-thread build
+ * cost 3-4% of its CPU (futex calls, and the wake-up's inter-processor interrupt, dear on a VM).
+ * Not when the workers fill every core: a writer that sleeps through a batch then waits for a
+ * CPU behind them once woken, and the window's workers wait on it (2-thread builds on 2 cores
+ * ran up to twice as long by the clock; docs/BENCHMARKS.md, issue 25, "Again").
  * A failure or a cancel sets `stop`: workers finish the item in hand and leave, writers abort
  * their stores (the temporary files go) and leave; slots live until every thread is joined.
  *
@@ -160,6 +167,16 @@ static dlc__build_part *claim(dlc__build_pipe *p, uint32_t home, size_t *item)
     return NULL;
 }
 
+/* The items its writer waits for, [write_next, wake_end), are all made (or skipped, or failed).
+ * Under mu. */
+static int batch_made(const dlc__build_part *part)
+{
+    for (size_t j = part->write_next; j < part->wake_end; j++)
+        if (part->slots[(j - part->first) % part->window].state == DLC__SLOT_FREE)
+            return 0;
+    return 1;
+}
+
 /* No item is left to claim, now or later: every part has all its items claimed or is done.
  * Under mu. Workers ask only when they found nothing to claim. */
 static int all_claimed(const dlc__build_pipe *p)
@@ -198,7 +215,9 @@ void *dlc__build_worker_main(void *arg)
         assert(sl->state == DLC__SLOT_FREE && part->write_next <= i && i < part->next);
         assert(part->state != DLC__PART_WAITING);
         sl->state = state;
-        pthread_cond_signal(part->ready);
+        /* Only the item that completes the writer's batch wakes it (part_write()). */
+        if (i < part->wake_end && batch_made(part))
+            pthread_cond_signal(part->ready);
     }
     pthread_mutex_unlock(&p->mu);
     return NULL;
@@ -300,8 +319,16 @@ static dlc_status part_write(part_writer *pw, dlc__build_part *part)
     for (size_t j = part->first; j < part->end; j++) {
         dlc__build_slot *sl = &part->slots[(j - part->first) % part->window];
         pthread_mutex_lock(&p->mu);
-        while (sl->state == DLC__SLOT_FREE && !atomic_load(&p->stop))
-            pthread_cond_wait(&pw->ready, &p->mu);
+        if (sl->state == DLC__SLOT_FREE && !atomic_load(&p->stop)) {
+            /* Sleep until a batch is made rather than item j alone: the window holds batch
+             * items beyond j (batch <= window), so they can all be claimed, and every claimed
+             * item is filled, whatever happens to it. */
+            assert(part->write_next == j && part->wake_end == 0);
+            part->wake_end = part->end - j > part->batch ? j + part->batch : part->end;
+            while (!batch_made(part) && !atomic_load(&p->stop))
+                pthread_cond_wait(&pw->ready, &p->mu);
+            part->wake_end = 0;
+        }
         const int state = atomic_load(&p->stop) ? DLC__SLOT_FREE : sl->state;
         pthread_mutex_unlock(&p->mu);
         if (state == DLC__SLOT_FREE)
@@ -562,6 +589,7 @@ static dlc_status engine_init(engine *e, const dlc__build_job *job, dlc__build_p
     const size_t floor = (32 + (size_t)nwriters - 1) / nwriters;
     for (uint32_t k = 0; k < nparts; k++) {
         parts[k].window = 4 * (size_t)share + 4 > floor ? 4 * (size_t)share + 4 : floor;
+        parts[k].batch = job->threads < dlc__cpu_count() ? parts[k].window / 4 : 1;
         parts[k].conv_item = SIZE_MAX;
     }
     p->active = calloc(nwriters, sizeof *p->active);

@@ -318,10 +318,10 @@ dlc_status dlc_jpeg_decode_resize(dlc_codec *c, const void *jpeg, size_t size, u
     return dlc_jpeg_decode_resize_as(c, jpeg, size, 3, short_side, center_crop, out);
 }
 
-dlc_status dlc_jpeg_decode_resize_as(dlc_codec *c, const void *jpeg, size_t size, uint32_t channels,
-                                     uint32_t short_side, int center_crop, dlc_image *out)
+dlc_status dlc__jpeg_resize_plan(dlc_codec *c, const void *jpeg, size_t size, uint32_t channels,
+                                 uint32_t short_side, int center_crop, dlc__jpeg_resize *plan)
 {
-    if (!out)
+    if (!plan)
         return dlc__errorf(DLC_EINVAL, "JPEG decode: out is NULL");
     if (channels != 1 && channels != 3)
         return dlc__errorf(DLC_EINVAL, "JPEG decode: to %u channels (1 or 3 supported)", channels);
@@ -329,7 +329,7 @@ dlc_status dlc_jpeg_decode_resize_as(dlc_codec *c, const void *jpeg, size_t size
         return dlc__errorf(DLC_EINVAL, "JPEG decode: resize to a short side of %u pixels",
                            short_side);
     jpeg_header hd;
-    dlc_status rc = read_header(c, jpeg, size, &hd);
+    const dlc_status rc = read_header(c, jpeg, size, &hd);
     if (rc < 0)
         return rc;
     /* The geometry is the one masks are resized to (image_nearest.c), so they align. */
@@ -361,22 +361,41 @@ dlc_status dlc_jpeg_decode_resize_as(dlc_codec *c, const void *jpeg, size_t size
     tjscalingfactor sf = {1, 1};
     if (2 * (uint64_t)rw <= (uint64_t)hd.width && 2 * (uint64_t)rh <= (uint64_t)hd.height)
         sf = pick_scale(&hd, rw, rh);
+    *plan = (dlc__jpeg_resize){
+        .src_width = hd.width,
+        .src_height = hd.height,
+        .subsamp = hd.subsamp,
+        .colorspace = hd.colorspace,
+        .scale_num = sf.num,
+        .scale_denom = sf.denom,
+        .channels = channels,
+        .g = g,
+    };
+    return DLC_OK;
+}
+
+dlc_status dlc__jpeg_resize_run(dlc_codec *c, const void *jpeg, size_t size,
+                                const dlc__jpeg_resize *plan, uint8_t *dst, dlc_image *out)
+{
+    const jpeg_header hd = {plan->src_width, plan->src_height, plan->subsamp, plan->colorspace};
+    const tjscalingfactor sf = {plan->scale_num, plan->scale_denom};
+    const uint32_t channels = plan->channels;
     dlc_image dec;
-    rc = decode_pixels(c, jpeg, size, &hd, sf, channels, &dec);
+    dlc_status rc = decode_pixels(c, jpeg, size, &hd, sf, channels, &dec);
     if (rc < 0)
         return rc;
 
-    const uint32_t ow = g.width, oh = g.height, ox = g.x, oy = g.y;
-    dlc_image res = {
-        .width = ow, .height = oh, .channels = channels, .stride = (size_t)ow * channels};
-    rc = dlc__buf_reserve(&c->out, (size_t)oh * res.stride);
-    if (rc < 0)
-        return rc;
-    res.data = c->out.p;
+    const dlc_resize_geometry *g = &plan->g;
+    const uint32_t rw = g->resized_w, rh = g->resized_h;
+    const dlc_image res = {.data = dst,
+                           .width = g->width,
+                           .height = g->height,
+                           .channels = channels,
+                           .stride = (size_t)g->width * channels};
     /* The decoded image stands for the whole original: at a reduced scale its
      * box is the full decoded size, as in Pillow after draft(). */
     const size_t need =
-        dlc__resize_window_need(&dec, 0, 0, dec.width, dec.height, rw, rh, oy, &res);
+        dlc__resize_window_need(&dec, 0, 0, dec.width, dec.height, rw, rh, g->y, &res);
     if (need == 0)
         return dlc__errorf(DLC_EINVAL,
                            "JPEG %dx%d: cannot plan the resize to %ux%u (height x width)",
@@ -384,12 +403,27 @@ dlc_status dlc_jpeg_decode_resize_as(dlc_codec *c, const void *jpeg, size_t size
     rc = dlc__buf_reserve(&c->scratch, need);
     if (rc < 0)
         return rc;
-    rc = dlc__resize_window(&dec, 0, 0, dec.width, dec.height, rw, rh, ox, oy, &res, c->scratch.p,
-                            c->scratch.cap);
+    rc = dlc__resize_window(&dec, 0, 0, dec.width, dec.height, rw, rh, g->x, g->y, &res,
+                            c->scratch.p, c->scratch.cap);
     if (rc < 0)
         return rc;
     *out = res;
     return DLC_OK;
+}
+
+dlc_status dlc_jpeg_decode_resize_as(dlc_codec *c, const void *jpeg, size_t size, uint32_t channels,
+                                     uint32_t short_side, int center_crop, dlc_image *out)
+{
+    if (!out)
+        return dlc__errorf(DLC_EINVAL, "JPEG decode: out is NULL");
+    dlc__jpeg_resize plan = {0};
+    dlc_status rc = dlc__jpeg_resize_plan(c, jpeg, size, channels, short_side, center_crop, &plan);
+    if (rc < 0)
+        return rc;
+    rc = dlc__buf_reserve(&c->out, dlc__jpeg_resize_bytes(&plan));
+    if (rc < 0)
+        return rc;
+    return dlc__jpeg_resize_run(c, jpeg, size, &plan, c->out.p, out);
 }
 
 dlc_status dlc_jpeg_encode(dlc_codec *c, const dlc_image *img, int quality, const uint8_t **jpeg,

@@ -45,6 +45,35 @@ dlc_status dlc__buf_reserve(dlc__grow_buf *b, size_t need);
 dlc__grow_buf *dlc__codec_pixels(dlc_codec *c);
 dlc__grow_buf *dlc__codec_png(dlc_codec *c);
 
+/* dlc_jpeg_decode_resize_as() in two steps, so that a caller can give the result a place of its
+ * own (the builder: the record it goes into, build_item.c) instead of the codec's buffer and a
+ * copy: what one JPEG's decode + resize will make, from its header; then the decode and resize
+ * into that place. */
+typedef struct dlc__jpeg_resize {
+    int src_width, src_height;  /* the JPEG's, from its header */
+    int subsamp, colorspace;    /* TurboJPEG's TJSAMP_* and TJCS_* of the JPEG */
+    int scale_num, scale_denom; /* the DCT reduction the decode uses */
+    uint32_t channels;          /* of the result: 1 or 3 */
+    dlc_resize_geometry g;      /* the resize and its crop: the result is g.width x g.height */
+} dlc__jpeg_resize;
+
+/* Read @p jpeg's header and plan its decode + resize as dlc_jpeg_decode_resize_as() does. DLC_OK,
+ * DLC_EINVAL (channels, short side) or DLC_EDECODE (the header), with a message. */
+dlc_status dlc__jpeg_resize_plan(dlc_codec *c, const void *jpeg, size_t size, uint32_t channels,
+                                 uint32_t short_side, int center_crop, dlc__jpeg_resize *plan);
+
+/* Bytes of the result of @p plan, its rows packed. */
+static inline size_t dlc__jpeg_resize_bytes(const dlc__jpeg_resize *plan)
+{
+    return (size_t)plan->g.width * plan->g.height * plan->channels;
+}
+
+/* Decode the JPEG that @p plan was made from (the same bytes) and resize it into @p dst, which
+ * holds dlc__jpeg_resize_bytes() bytes; *out describes it (rows packed). Bit-identical to
+ * dlc_jpeg_decode_resize_as(). DLC_OK, DLC_EDECODE or -ENOMEM, with a message. */
+dlc_status dlc__jpeg_resize_run(dlc_codec *c, const void *jpeg, size_t size,
+                                const dlc__jpeg_resize *plan, uint8_t *dst, dlc_image *out);
+
 /* The most pixels a decode accepts: Pillow refuses images above 2 x Image.MAX_IMAGE_PIXELS as
  * decompression bombs; a 12-byte header claiming 65535 x 65535 must not make us allocate
  * 12 GiB either. */

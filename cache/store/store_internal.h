@@ -216,4 +216,13 @@ dlc_status dlc__record_sealed(const dlc_record_builder *b, dlc__sealed *out);
 /* Forget @p b's record after it was appended. */
 void dlc__record_appended(dlc_record_builder *b);
 
+/* Where the pixels of raw image field @p field will lie in @p b's sealed record, with room for
+ * @p size bytes there: a caller that writes the image at that place (rows packed) and then names
+ * it in dlc_record_set_image() saves the seal its copy (the builder resizes straight into the
+ * record, build_item.c). NULL when the field has no place known before the seal (a field before
+ * it with a payload, an encoded image, a sealed builder) or no memory: the caller then uses a
+ * buffer of its own. The place stays valid until the builder is sealed, reset or destroyed, or
+ * asked for another place. */
+uint8_t *dlc__record_image_place(dlc_record_builder *b, uint32_t field, size_t size);
+
 #endif /* DLCACHE_STORE_INTERNAL_H */

@@ -363,8 +363,10 @@ static dlc_status place_payload(dlc_record_builder *b, uint32_t i, uint64_t *cur
     uint8_t *dst = b->buf + off;
     if (raw_pixels) {
         const size_t row = (size_t)v->img.width * v->img.channels;
-        for (uint32_t y = 0; y < v->img.height; y++)
-            memcpy(dst + row * y, v->img.data + v->img.stride * y, row);
+        /* Pixels written in place (dlc__record_image_place()) are where they belong already. */
+        if (v->img.data != dst || v->img.stride != row)
+            for (uint32_t y = 0; y < v->img.height; y++)
+                memcpy(dst + row * y, v->img.data + v->img.stride * y, row);
     } else if (size) {
         memcpy(dst, src, size);
     }
@@ -443,4 +445,31 @@ dlc_status dlc__record_sealed(const dlc_record_builder *b, dlc__sealed *out)
 void dlc__record_appended(dlc_record_builder *b)
 {
     dlc_record_builder_reset(b);
+}
+
+uint8_t *dlc__record_image_place(dlc_record_builder *b, uint32_t field, size_t size)
+{
+    if (!b || b->sealed || field >= b->nf || b->fields[field].kind != DLC_FIELD_IMAGE ||
+        b->fields[field].encoding != DLC_ENCODING_RAW)
+        return NULL;
+    /* The seal lays the payloads out in field order, right after the header: the first field
+     * with a payload has its place known now; scalars live in their entries. */
+    for (uint32_t i = 0; i < field; i++)
+        if (!dlc__kind_is_scalar(b->fields[i].kind))
+            return NULL;
+    const uint64_t off = dlc__payload_at(b->header_size);
+    if (size > DLC__MAX_VALUE || off + size > DLC__MAX_VALUE)
+        return NULL;
+    if (off + size > b->cap) {
+        /* As reserve(), without its message: a place that cannot be had is not an error. */
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < off + size)
+            cap *= 2;
+        uint8_t *p = realloc(b->buf, cap);
+        if (!p)
+            return NULL;
+        b->buf = p;
+        b->cap = cap;
+    }
+    return b->buf + off;
 }

@@ -3,6 +3,7 @@
  * refuses a record with a missing value or boxes without as many classes; calls out of order are
  * DLC_ESTATE. */
 #include "store_kinds.h"
+#include "store_internal.h"
 #include "store_test_util.h"
 
 static char *dir;
@@ -184,4 +185,78 @@ Test(store_record, a_builder_of_another_schema_is_refused)
     dlc_store_reader_close(r);
     dlc_store_close(s);
     free(path);
+}
+
+/* A builder of @p cfg's schema on a writer of its own under dir (abort it after). */
+static void open_other(const char *name, const dlc_field_spec *fields, uint32_t n, dlc_writer **wo,
+                       dlc_record_builder **bo)
+{
+    char *path = tmp_path(dir, name);
+    const dlc_writer_config cfg = {
+        .struct_size = sizeof(dlc_writer_config), .fields = fields, .num_fields = n};
+    cr_assert_eq(dlc_writer_open(path, &cfg, wo), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(dlc_record_builder_create(*wo, bo), DLC_OK, "%s", dlc_errmsg());
+    free(path);
+}
+
+/* The builder resizes straight into the record (build_item.c): pixels written at the place
+ * dlc__record_image_place() gives make the same record, byte for byte, as the same pixels
+ * copied from elsewhere by the seal; a field whose place is not known before the seal has none. */
+Test(store_record, an_image_written_in_place_makes_the_same_record)
+{
+    const dlc_field_spec fields[] = {
+        {.name = "label", .kind = DLC_FIELD_INT, .flags = DLC_FIELD_LABEL},
+        {.name = "image", .kind = DLC_FIELD_IMAGE, .shape = {5, 7, 3}},
+        {.name = "mask", .kind = DLC_FIELD_IMAGE, .flags = DLC_FIELD_MASK, .shape = {5, 7, 1}},
+    };
+    dlc_writer *w1 = NULL, *w2 = NULL;
+    dlc_record_builder *in_place = NULL, *copied = NULL;
+    open_other("a.dlc", fields, 3, &w1, &in_place);
+    open_other("b.dlc", fields, 3, &w2, &copied);
+    uint8_t px[5 * 7 * 3], mask[5 * 7];
+    for (size_t k = 0; k < sizeof px; k++)
+        px[k] = (uint8_t)(k * 37 + 11);
+    memset(mask, 3, sizeof mask);
+    const dlc_image m = {mask, 7, 5, 1, 7};
+    for (int round = 0; round < 2; round++) { /* the second reuses the builders' buffers */
+        px[0] = (uint8_t)round;
+        cr_assert_null(dlc__record_image_place(in_place, 2, sizeof mask),
+                       "the mask follows the image's payload: no place before the seal");
+        uint8_t *place = dlc__record_image_place(in_place, 1, sizeof px);
+        cr_assert_not_null(place);
+        memcpy(place, px, sizeof px);
+        const dlc_image a = {place, 7, 5, 3, 21}, b2 = {px, 7, 5, 3, 21};
+        cr_assert_eq(dlc_record_set_int(in_place, 0, 4), DLC_OK);
+        cr_assert_eq(dlc_record_set_image(in_place, 1, &a), DLC_OK, "%s", dlc_errmsg());
+        cr_assert_eq(dlc_record_set_image(in_place, 2, &m), DLC_OK, "%s", dlc_errmsg());
+        cr_assert_eq(dlc_record_seal(in_place), DLC_OK, "%s", dlc_errmsg());
+        cr_assert_null(dlc__record_image_place(in_place, 1, sizeof px), "sealed: no place");
+        cr_assert_eq(dlc_record_set_int(copied, 0, 4), DLC_OK);
+        cr_assert_eq(dlc_record_set_image(copied, 1, &b2), DLC_OK, "%s", dlc_errmsg());
+        cr_assert_eq(dlc_record_set_image(copied, 2, &m), DLC_OK, "%s", dlc_errmsg());
+        cr_assert_eq(dlc_record_seal(copied), DLC_OK, "%s", dlc_errmsg());
+        dlc__sealed ra, rb;
+        cr_assert_eq(dlc__record_sealed(in_place, &ra), DLC_OK);
+        cr_assert_eq(dlc__record_sealed(copied, &rb), DLC_OK);
+        cr_assert_eq(ra.size, rb.size);
+        cr_assert_eq(ra.payload, rb.payload);
+        cr_assert_eq(memcmp(ra.value, rb.value, ra.size), 0, "round %d: the records differ", round);
+        cr_assert_eq(dlc_writer_append(w1, in_place), DLC_OK, "%s", dlc_errmsg());
+        cr_assert_eq(dlc_writer_append(w2, copied), DLC_OK, "%s", dlc_errmsg());
+    }
+    dlc_record_builder_destroy(in_place);
+    dlc_record_builder_destroy(copied);
+    dlc_writer_abort(w1);
+    dlc_writer_abort(w2);
+
+    const dlc_field_spec jpeg = {.name = "image",
+                                 .kind = DLC_FIELD_IMAGE,
+                                 .encoding = DLC_ENCODING_JPEG,
+                                 .shape = {5, 7, 3}};
+    open_other("c.dlc", &jpeg, 1, &w1, &in_place);
+    cr_assert_null(dlc__record_image_place(in_place, 0, sizeof px), "encoded at seal: no place");
+    cr_assert_null(dlc__record_image_place(in_place, 1, sizeof px), "no such field");
+    cr_assert_null(dlc__record_image_place(NULL, 0, sizeof px));
+    dlc_record_builder_destroy(in_place);
+    dlc_writer_abort(w1);
 }
