@@ -66,6 +66,13 @@ void dlc__logf(dlc_log_fn log, void *user, dlc_log_level level, const char *fmt,
 /* Copy @p url into @p buf (@p cap bytes, cut to fit) with its user:password and query string
  * replaced by "REDACTED"; NULL gives "(null)". Returns @p buf. */
 const char *dlc__redact_url(const char *url, char *buf, size_t cap);
+/* The URL of the object @p name in the set (or prefix) at @p base, into @p buf (@p cap bytes):
+ * the name joins the path with one '/' (trailing '/'s of the path dropped). In an http(s) URL the
+ * path ends at the first '?' or '#': the name goes before it and the query string and fragment
+ * follow unchanged (a token valid for the prefix is valid for its objects); in s3:// and gs://
+ * URLs a '?' or '#' belongs to the key. Returns the length of the whole URL, as snprintf() does:
+ * a result >= @p cap means it was cut. */
+size_t dlc__url_child(const char *base, const char *name, char *buf, size_t cap);
 /* Copy the text @p in into @p buf with every secret it shows replaced by "REDACTED": URLs' user
  * information and query strings, credentials after an authorization scheme or a key named like
  * a secret, AWS key ids (common/redact.c says which). Idempotent. Every message and log line of

@@ -429,13 +429,13 @@ static dlc_status run_stages(warm_call *w, const char *url)
         rc = lock_or_wait(w);
     if (rc == DLC_OK && !w->r.already_complete)
         rc = probe_object(w);
-    if (rc == DLC_EHTTP && w->obj.status == 404 && w->src.kind != DLC__WARM_HTTP) {
-        /* No such object: a store set has its index under the URL as a prefix. */
+    if (rc == DLC_EHTTP && w->obj.status == 404) {
+        /* No such object: a store set has its index under the URL as a prefix (https too: the
+         * index's URL keeps the set URL's query string, dlc__url_child()). */
         dlc__errsave es;
         dlc__err_save(&es);
         char index_url[4200];
-        snprintf(index_url, sizeof index_url, "%s%s" DLC__WARM_SET_INDEX, url,
-                 url[strlen(url) - 1] == '/' ? "" : "/");
+        dlc__url_child(url, DLC__WARM_SET_INDEX, index_url, sizeof index_url);
         dlc__warm_source isrc;
         dlc__warm_object iobj;
         uint32_t retries = 0;

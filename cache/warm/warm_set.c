@@ -124,7 +124,7 @@ static dlc_status fetch_shard(set_fetch *sf, uint32_t i)
 {
     char url[4096], dest[4096], state[4096];
     const char *name = sf->list->names[i];
-    if ((size_t)snprintf(url, sizeof url, "%s/%s", sf->url, name) >= sizeof url ||
+    if (dlc__url_child(sf->url, name, url, sizeof url) >= sizeof url ||
         (size_t)snprintf(dest, sizeof dest, "%s/%s", sf->dest, name) >= sizeof dest ||
         (size_t)snprintf(state, sizeof state, "%s/%s", sf->state, name) >= sizeof state)
         return dlc__errorf(DLC_EINVAL, "%s: path too long", sf->dest);
@@ -293,7 +293,7 @@ static dlc_status make_set_paths(const char *url, const char *dest, set_paths *p
         return dlc__errorf(DLC_EINVAL, "%s: path too long", dest);
     snprintf(p->url, cap, "%.*s", (int)n, url);
     dlc_warm_redact_url(p->url, p->name, sizeof p->name);
-    if ((size_t)snprintf(p->index_url, cap, "%s/" DLC__WARM_SET_INDEX, p->url) >= cap)
+    if (dlc__url_child(p->url, DLC__WARM_SET_INDEX, p->index_url, cap) >= cap)
         return dlc__errorf(DLC_EINVAL, "%s: URL too long", p->name);
     return DLC_OK;
 }
