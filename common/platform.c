@@ -267,7 +267,10 @@ static dlc_status open_held_dir(int dirfd, const char *name, const char *shown, 
     const int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) {
         const int e = errno;
-        if (e == ELOOP)
+        struct stat st;
+        /* O_DIRECTORY is checked on a link itself: a link says ENOTDIR, not ELOOP. */
+        if (e == ELOOP || (e == ENOTDIR && fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+                           S_ISLNK(st.st_mode)))
             return dlc__errorf(-ELOOP,
                                "%s: the folder of %s is a symbolic link; links are never followed "
                                "there (name the folder it points to)",
