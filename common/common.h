@@ -66,6 +66,13 @@ void dlc__logf(dlc_log_fn log, void *user, dlc_log_level level, const char *fmt,
 /* Copy @p url into @p buf (@p cap bytes, cut to fit) with its user:password and query string
  * replaced by "REDACTED"; NULL gives "(null)". Returns @p buf. */
 const char *dlc__redact_url(const char *url, char *buf, size_t cap);
+/* The URL of the object @p name in the set (or prefix) at @p base, into @p buf (@p cap bytes):
+ * the name joins the path with one '/' (trailing '/'s of the path dropped). In an http(s) URL the
+ * path ends at the first '?' or '#': the name goes before it and the query string and fragment
+ * follow unchanged (a token valid for the prefix is valid for its objects); in s3:// and gs://
+ * URLs a '?' or '#' belongs to the key. Returns the length of the whole URL, as snprintf() does:
+ * a result >= @p cap means it was cut. */
+size_t dlc__url_child(const char *base, const char *name, char *buf, size_t cap);
 /* Copy the text @p in into @p buf with every secret it shows replaced by "REDACTED": URLs' user
  * information and query strings, credentials after an authorization scheme or a key named like
  * a secret, AWS key ids (common/redact.c says which). Idempotent. Every message and log line of
@@ -213,6 +220,32 @@ dlc_status dlc__open_own(const char *path, int flags, int *fd_out);
  * naming it), anything else removed, then the file is created with O_EXCL (a link planted in
  * between fails it). As dlc__open_own(). */
 dlc_status dlc__create_own(const char *path, int flags, int *fd_out);
+/* The same relative to the directory open at @p dirfd (issue 23's leftover: a co-tenant who
+ * renames that directory, or swaps it for a link, between two steps reaches nothing): the file
+ * is the last component of @p path in it, and @p path names it in messages. AT_FDCWD: @p path
+ * as it is, as dlc__open_own() and dlc__create_own() do. */
+dlc_status dlc__open_own_at(int dirfd, const char *path, int flags, int *fd_out);
+dlc_status dlc__create_own_at(int dirfd, const char *path, int flags, int *fd_out);
+/* dlc__replace_file() of the last component of @p path in the directory open at @p dirfd: the
+ * temporary file made, renamed and removed there, @p dirfd synced. AT_FDCWD: as
+ * dlc__replace_file(). */
+dlc_status dlc__replace_file_at(int dirfd, const char *path, const void *p, size_t len);
+/* What @p path is called relative to @p dirfd: its last component, or @p path itself for
+ * AT_FDCWD. Points into @p path. */
+const char *dlc__at_name(int dirfd, const char *path);
+/* fsync the directory open at @p dirfd (AT_FDCWD: the one holding @p path, dlc__fsync_dir());
+ * @p path names it in a failure. */
+dlc_status dlc__fsync_dir_at(int dirfd, const char *path);
+/* Open the directory that holds @p path (its parent; "." for a bare name) for a run that creates,
+ * renames and deletes there only relative to it, checked once: not a symbolic link, a directory,
+ * owned by this user or by root (a folder another user owns could be emptied or swapped under
+ * us). @p what names @p path's role in a refusal ("the destination"). *fd_out gets the
+ * descriptor (O_PATH is not used: fsync needs a real one). DLC_OK, -ELOOP, DLC_EINVAL, -EPERM
+ * (another owner) or -errno, naming the directory. */
+dlc_status dlc__open_parent_dir(const char *path, const char *what, int *fd_out);
+/* Open the directory @p name (the last component of @p path) in the directory open at @p dirfd,
+ * with the same checks as dlc__open_parent_dir(); @p path names it in a refusal. */
+dlc_status dlc__open_dir_at(int dirfd, const char *path, const char *what, int *fd_out);
 
 /* ---- Counter-based random streams (rng.c) ------------------------------------------------------
  * Every random choice of the loader is a pure function of a key made from (seed, epoch, position,

@@ -56,7 +56,7 @@ dlc_status dlc__fsync_dir(const char *path)
     return rc;
 }
 
-dlc_status dlc__replace_file(const char *path, const void *p, size_t len)
+dlc_status dlc__replace_file_at(int dirfd, const char *path, const void *p, size_t len)
 {
     const size_t cap = strlen(path) + 32;
     char *tmp = malloc(cap);
@@ -64,7 +64,7 @@ dlc_status dlc__replace_file(const char *path, const void *p, size_t len)
         return dlc__errorf(-ENOMEM, "%s: out of memory", path);
     snprintf(tmp, cap, "%s.tmp-%ld", path, (long)getpid());
     int fd = -1;
-    dlc_status rc = dlc__create_own(tmp, O_WRONLY, &fd);
+    dlc_status rc = dlc__create_own_at(dirfd, tmp, O_WRONLY, &fd);
     if (rc < 0) {
         free(tmp);
         return rc;
@@ -81,12 +81,18 @@ dlc_status dlc__replace_file(const char *path, const void *p, size_t len)
         rc = dlc__errorf(-errno, "%s: fsync: %s", tmp, strerror(errno));
     if (close(fd) != 0 && rc == DLC_OK)
         rc = dlc__errorf(-errno, "%s: close: %s", tmp, strerror(errno));
-    if (rc == DLC_OK && rename(tmp, path) != 0)
+    if (rc == DLC_OK &&
+        renameat(dirfd, dlc__at_name(dirfd, tmp), dirfd, dlc__at_name(dirfd, path)) != 0)
         rc = dlc__errorf(-errno, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
     if (rc != DLC_OK)
-        unlink(tmp);
+        unlinkat(dirfd, dlc__at_name(dirfd, tmp), 0);
     free(tmp);
-    return rc == DLC_OK ? dlc__fsync_dir(path) : rc;
+    return rc == DLC_OK ? dlc__fsync_dir_at(dirfd, path) : rc;
+}
+
+dlc_status dlc__replace_file(const char *path, const void *p, size_t len)
+{
+    return dlc__replace_file_at(AT_FDCWD, path, p, len);
 }
 
 dlc_status dlc__make_dirs(const char *path, unsigned mode, const char *what)
@@ -164,10 +170,11 @@ int dlc__open_regular(const char *path, int extra, const char *what, struct stat
     return fd;
 }
 
-dlc_status dlc__open_own(const char *path, int flags, int *fd_out)
+dlc_status dlc__open_own_at(int dirfd, const char *path, int flags, int *fd_out)
 {
     *fd_out = -1;
-    const int fd = open(path, flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+    const int fd =
+        openat(dirfd, dlc__at_name(dirfd, path), flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
     if (fd < 0) {
         const int e = errno;
         if (e == ELOOP)
@@ -193,17 +200,110 @@ dlc_status dlc__open_own(const char *path, int flags, int *fd_out)
     return DLC_OK;
 }
 
-dlc_status dlc__create_own(const char *path, int flags, int *fd_out)
+dlc_status dlc__create_own_at(int dirfd, const char *path, int flags, int *fd_out)
 {
+    const char *name = dlc__at_name(dirfd, path);
     *fd_out = -1;
     struct stat st;
-    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode))
+    if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode))
         return dlc__errorf(-ELOOP,
                            "%s: is a symbolic link where dlcache keeps a file of its own; "
                            "links are never followed there (remove it if it is yours)",
                            path);
     /* What else has the name is ours to replace; a link planted from here on fails O_EXCL. */
-    if (unlink(path) < 0 && errno != ENOENT)
+    if (unlinkat(dirfd, name, 0) < 0 && errno != ENOENT)
         return dlc__errorf(-errno, "%s: unlink: %s", path, strerror(errno));
-    return dlc__open_own(path, (flags & ~O_TRUNC) | O_CREAT | O_EXCL, fd_out);
+    return dlc__open_own_at(dirfd, path, (flags & ~O_TRUNC) | O_CREAT | O_EXCL, fd_out);
+}
+
+dlc_status dlc__open_own(const char *path, int flags, int *fd_out)
+{
+    return dlc__open_own_at(AT_FDCWD, path, flags, fd_out);
+}
+
+dlc_status dlc__create_own(const char *path, int flags, int *fd_out)
+{
+    return dlc__create_own_at(AT_FDCWD, path, flags, fd_out);
+}
+
+const char *dlc__at_name(int dirfd, const char *path)
+{
+    if (dirfd == AT_FDCWD)
+        return path;
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+dlc_status dlc__fsync_dir_at(int dirfd, const char *path)
+{
+    if (dirfd == AT_FDCWD)
+        return dlc__fsync_dir(path);
+    if (fsync(dirfd) != 0 && errno != EINVAL)
+        return dlc__errorf(-errno, "%s: fsync of its directory: %s", path, strerror(errno));
+    return DLC_OK;
+}
+
+/* The checks of a directory we hold for a run, on its open descriptor (dlc__open_parent_dir()). */
+static dlc_status check_held_dir(int fd, const char *shown, const char *what)
+{
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return dlc__errorf(-errno, "%s: stat: %s", shown, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return dlc__errorf(DLC_EINVAL, "%s: the folder of %s is %s, not a directory", shown, what,
+                           dlc__file_kind(st.st_mode));
+    if (st.st_uid != geteuid() && st.st_uid != 0)
+        return dlc__errorf(-EPERM,
+                           "%s: the folder of %s belongs to user %u, not to this one (%u) nor "
+                           "root; refused (another user could swap what it holds)",
+                           shown, what, (unsigned)st.st_uid, (unsigned)geteuid());
+    return DLC_OK;
+}
+
+static dlc_status open_held_dir(int dirfd, const char *name, const char *shown, const char *what,
+                                int *fd_out)
+{
+    *fd_out = -1;
+    const int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        const int e = errno;
+        struct stat st;
+        /* O_DIRECTORY is checked on a link itself: a link says ENOTDIR, not ELOOP. */
+        if (e == ELOOP || (e == ENOTDIR && fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+                           S_ISLNK(st.st_mode)))
+            return dlc__errorf(-ELOOP,
+                               "%s: the folder of %s is a symbolic link; links are never followed "
+                               "there (name the folder it points to)",
+                               shown, what);
+        if (e == ENOTDIR)
+            return dlc__errorf(DLC_EINVAL, "%s: the folder of %s is not a directory", shown, what);
+        return dlc__errorf(-e, "%s: cannot open the folder of %s: %s", shown, what, strerror(e));
+    }
+    const dlc_status rc = check_held_dir(fd, shown, what);
+    if (rc < 0) {
+        close(fd);
+        return rc;
+    }
+    *fd_out = fd;
+    return DLC_OK;
+}
+
+dlc_status dlc__open_parent_dir(const char *path, const char *what, int *fd_out)
+{
+    char dir[4096];
+    if ((size_t)snprintf(dir, sizeof dir, "%s", path) >= sizeof dir)
+        return dlc__errorf(DLC_EINVAL, "%s: path too long", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == dir)
+        dir[1] = '\0';
+    else
+        *slash = '\0';
+    return open_held_dir(AT_FDCWD, dir, dir, what, fd_out);
+}
+
+dlc_status dlc__open_dir_at(int dirfd, const char *path, const char *what, int *fd_out)
+{
+    return open_held_dir(dirfd, dlc__at_name(dirfd, path), path, what, fd_out);
 }

@@ -205,8 +205,8 @@ static dlc_status download(dlc__scache *c, uint32_t k, uint64_t after)
     char tmp[4300], tmp_name[DLC__SET_NAME_SIZE + 64], url[4300], shown[4300];
     snprintf(tmp_name, sizeof tmp_name, "%s.%ld" DLC__SCACHE_TMP, name, (long)getpid());
     snprintf(tmp, sizeof tmp, "%s/%s", c->set_dir, tmp_name);
-    snprintf(url, sizeof url, "%s/%s", c->url, name);
-    snprintf(shown, sizeof shown, "%s/%s", c->shown, name);
+    dlc__url_child(c->url, name, url, sizeof url);
+    dlc__url_child(c->shown, name, shown, sizeof shown);
     int fd = -1;
     dlc__warm_source src;
     dlc_status rc = dlc__warm_source_init(&src, url, &c->net);
@@ -556,9 +556,9 @@ void dlc__scache_stats_get(const dlc__scache *c, dlc__scache_stats *st)
 static dlc_status fetch_index(dlc__scache *c, uint8_t **buf, size_t *len)
 {
     char url[4300];
-    snprintf(url, sizeof url, "%s/" DLC__SET_INDEX_NAME, c->url);
+    dlc__url_child(c->url, DLC__SET_INDEX_NAME, url, sizeof url);
     char shown[4300];
-    snprintf(shown, sizeof shown, "%s/" DLC__SET_INDEX_NAME, c->shown);
+    dlc__url_child(c->shown, DLC__SET_INDEX_NAME, shown, sizeof shown);
     const int fd = memfd_create("dlcache-index", MFD_CLOEXEC);
     if (fd < 0)
         return dlc__errorf(-errno, "memfd_create: %s", strerror(errno));

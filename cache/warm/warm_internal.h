@@ -143,6 +143,10 @@ uint64_t dlc__warm_journal_key(const char *source, const char *etag);
  * then open for appends. */
 dlc_status dlc__warm_journal_open(const char *path, const dlc__warm_journal_id *id,
                                   dlc__warm_ranges *have, uint64_t *have_bytes, int *fd_out);
+/* The same for the last component of @p path in the directory open at @p dirfd (AT_FDCWD: as
+ * above); @p path names it in messages. */
+dlc_status dlc__warm_journal_open_at(int dirfd, const char *path, const dlc__warm_journal_id *id,
+                                     dlc__warm_ranges *have, uint64_t *have_bytes, int *fd_out);
 /* Append records for @p n completed ranges (each inside the object) and
  * fdatasync. The caller syncs the data they name first. */
 dlc_status dlc__warm_journal_append(int fd, const char *path, const dlc__warm_journal_id *id,
@@ -163,6 +167,11 @@ dlc_status dlc__warm_sidecar_read(const char *path, dlc__warm_sidecar *sc);
 dlc_status dlc__warm_sidecar_write(const char *path, const dlc__warm_sidecar *sc);
 /* Fill inode and mtime_ns from the file at @p dest; -errno when it is absent. */
 dlc_status dlc__warm_sidecar_stat(const char *dest, dlc__warm_sidecar *sc);
+/* The three above for the last component of their path in the directory open at @p dirfd
+ * (AT_FDCWD: the path as it is); the path names the file in messages. */
+dlc_status dlc__warm_sidecar_read_at(int dirfd, const char *path, dlc__warm_sidecar *sc);
+dlc_status dlc__warm_sidecar_write_at(int dirfd, const char *path, const dlc__warm_sidecar *sc);
+dlc_status dlc__warm_sidecar_stat_at(int dirfd, const char *dest, dlc__warm_sidecar *sc);
 
 /* What the first request learned about the object. */
 typedef struct dlc__warm_object {
@@ -464,15 +473,17 @@ void dlc__warm_set_list_free(dlc__warm_set_list *l);
  * DEST.warm-part, beside DEST, since publishing it is a rename within DEST's directory.
  * dlc_warm() is this with STATE = DEST (NULL says the same); a set's shards and its index name a
  * file in the set's bookkeeping folder (dlc__warm_set()), so that the set's directory holds only
- * the set. */
-dlc_status dlc__warm_file(const char *url, const char *dest, const char *state,
-                          const dlc_warm_options *opt, dlc_warm_result *res);
+ * the set. @p dest_dir and @p state_dir: the directories open that hold DEST and STATE, which
+ * every create, rename and unlink of the call goes relative to; -1: the call opens and checks
+ * them itself (dlc__open_parent_dir()) and holds them until it returns. */
+dlc_status dlc__warm_file(const char *url, const char *dest, const char *state, int dest_dir,
+                          int state_dir, const dlc_warm_options *opt, dlc_warm_result *res);
 /* dlc__warm_file() of an object that may not exceed @p max_size bytes (@p what names it in the
  * refusal): the size the server reports is checked before any byte is downloaded, and a larger
  * object is refused with DLC_ECORRUPT. */
-dlc_status dlc__warm_file_capped(const char *url, const char *dest, const char *state,
-                                 const dlc_warm_options *opt, uint64_t max_size, const char *what,
-                                 dlc_warm_result *res);
+dlc_status dlc__warm_file_capped(const char *url, const char *dest, const char *state, int dest_dir,
+                                 int state_dir, const dlc_warm_options *opt, uint64_t max_size,
+                                 const char *what, dlc_warm_result *res);
 
 /* Warm the set at @p url (a prefix) into the directory @p dest; the caller holds DEST.lock.
  * The index is fetched first into DEST/index.dlcset.warm-new and decoded; an older index at
@@ -483,9 +494,11 @@ dlc_status dlc__warm_file_capped(const char *url, const char *dest, const char *
  * directory sync) and the set opened once as a whole. The shards' and the index's locks,
  * journals and sidecars are kept in one folder beside DEST, DEST.warm-set/ (NAME.lock,
  * NAME.warm-journal, NAME.warm), so that DEST holds the set's files and, during a fetch, the
- * partial files being fetched into it (NAME.warm-part, index.dlcset.warm-new). */
-dlc_status dlc__warm_set(const char *url, const char *dest, const dlc_warm_options *opt,
-                         dlc_warm_result *r, double t0);
+ * partial files being fetched into it (NAME.warm-part, index.dlcset.warm-new). @p parent_fd: the
+ * directory holding DEST, open and checked by the caller; DEST and DEST.warm-set are opened in it
+ * once, checked, and every create, rename and unlink of the fetch goes relative to the three. */
+dlc_status dlc__warm_set(const char *url, const char *dest, int parent_fd,
+                         const dlc_warm_options *opt, dlc_warm_result *r, double t0);
 
 /* The small XML parser of warm_source.c, for S3's answers (JSON ones go to the library's one
  * reader, dlc__json_find_string() of common.h). */

@@ -234,18 +234,19 @@ fail:
 }
 
 /* Create (or empty) the journal and write its header, synced with its directory. */
-static dlc_status start_journal(const char *path, const dlc__warm_journal_id *id, int *fd_out)
+static dlc_status start_journal(int dirfd, const char *path, const dlc__warm_journal_id *id,
+                                int *fd_out)
 {
     dlc_status rc = DLC_OK;
     int fd = -1;
-    rc = dlc__create_own(path, O_RDWR, &fd);
+    rc = dlc__create_own_at(dirfd, path, O_RDWR, &fd);
     if (rc < 0)
         return rc;
     uint8_t h[JOURNAL_HEADER];
     header_bytes(id, h);
     CHECK(write_all(fd, h, sizeof h, 0, path));
     FAIL_IF(fdatasync(fd) < 0, -errno, "%s: fdatasync: %s", path, strerror(errno));
-    CHECK(dlc__fsync_dir(path));
+    CHECK(dlc__fsync_dir_at(dirfd, path));
     *fd_out = fd;
     return DLC_OK;
 fail:
@@ -256,11 +257,17 @@ fail:
 dlc_status dlc__warm_journal_open(const char *path, const dlc__warm_journal_id *id,
                                   dlc__warm_ranges *have, uint64_t *have_bytes, int *fd_out)
 {
+    return dlc__warm_journal_open_at(AT_FDCWD, path, id, have, have_bytes, fd_out);
+}
+
+dlc_status dlc__warm_journal_open_at(int dirfd, const char *path, const dlc__warm_journal_id *id,
+                                     dlc__warm_ranges *have, uint64_t *have_bytes, int *fd_out)
+{
     have->n = 0;
     *have_bytes = 0;
     *fd_out = -1;
     int fd = -1;
-    const dlc_status orc = dlc__open_own(path, O_RDWR, &fd);
+    const dlc_status orc = dlc__open_own_at(dirfd, path, O_RDWR, &fd);
     if (orc < 0 && orc != -ENOENT)
         return orc;
     if (fd >= 0) {
@@ -277,7 +284,7 @@ dlc_status dlc__warm_journal_open(const char *path, const dlc__warm_journal_id *
             return rc;
     }
     /* No journal of this object: start a fresh one. */
-    return start_journal(path, id, fd_out);
+    return start_journal(dirfd, path, id, fd_out);
 }
 
 dlc_status dlc__warm_journal_append(int fd, const char *path, const dlc__warm_journal_id *id,
@@ -308,14 +315,20 @@ dlc_status dlc__warm_journal_append(int fd, const char *path, const dlc__warm_jo
 
 dlc_status dlc__warm_sidecar_stat(const char *dest, dlc__warm_sidecar *sc)
 {
+    return dlc__warm_sidecar_stat_at(AT_FDCWD, dest, sc);
+}
+
+dlc_status dlc__warm_sidecar_stat_at(int dirfd, const char *dest, dlc__warm_sidecar *sc)
+{
     struct stat st;
-    if (stat(dest, &st) < 0)
+    const char *name = dlc__at_name(dirfd, dest);
+    if (fstatat(dirfd, name, &st, 0) < 0)
         return -errno;
     if (S_ISDIR(st.st_mode)) {
         /* A store set: its index, published last, is what stands for the whole. */
         char index[4200];
-        snprintf(index, sizeof index, "%s/" DLC__WARM_SET_INDEX, dest);
-        if (stat(index, &st) < 0)
+        snprintf(index, sizeof index, "%s/" DLC__WARM_SET_INDEX, name);
+        if (fstatat(dirfd, index, &st, 0) < 0)
             return -errno;
     }
     sc->inode = (uint64_t)st.st_ino;
@@ -329,9 +342,14 @@ dlc_status dlc__warm_sidecar_stat(const char *dest, dlc__warm_sidecar *sc)
 
 dlc_status dlc__warm_sidecar_read(const char *path, dlc__warm_sidecar *sc)
 {
+    return dlc__warm_sidecar_read_at(AT_FDCWD, path, sc);
+}
+
+dlc_status dlc__warm_sidecar_read_at(int dirfd, const char *path, dlc__warm_sidecar *sc)
+{
     memset(sc, 0, sizeof *sc);
     int fd = -1;
-    if (dlc__open_own(path, O_RDONLY, &fd) < 0)
+    if (dlc__open_own_at(dirfd, path, O_RDONLY, &fd) < 0)
         return DLC_ENOTFOUND; /* Absent, a link or not a file: no sidecar of ours. */
     FILE *f = fdopen(fd, "r");
     if (!f) {
@@ -375,6 +393,11 @@ bad:
 
 dlc_status dlc__warm_sidecar_write(const char *path, const dlc__warm_sidecar *sc)
 {
+    return dlc__warm_sidecar_write_at(AT_FDCWD, path, sc);
+}
+
+dlc_status dlc__warm_sidecar_write_at(int dirfd, const char *path, const dlc__warm_sidecar *sc)
+{
     char text[4096];
     const int n = snprintf(text, sizeof text,
                            "dlcache-warm 1\nsource %s\nsize %" PRIu64 "\netag %s\ninode %" PRIu64
@@ -382,5 +405,5 @@ dlc_status dlc__warm_sidecar_write(const char *path, const dlc__warm_sidecar *sc
                            sc->source, sc->size, sc->etag, sc->inode, sc->mtime_ns);
     if (n < 0 || (size_t)n >= sizeof text)
         return dlc__errorf(DLC_EINVAL, "%s: sidecar too long", path);
-    return dlc__replace_file(path, text, (size_t)n);
+    return dlc__replace_file_at(dirfd, path, text, (size_t)n);
 }

@@ -39,7 +39,23 @@ typedef struct paths {
     char part[4096];
     char journal[4096];
     char sidecar[4096];
+    /* The directories they are in, held open for the whole call and checked once
+     * (dlc__open_parent_dir()): every create, rename and unlink goes relative to them, so a
+     * co-tenant who renames a folder or swaps it for a link mid-run reaches nothing (issue 23's
+     * leftover). dir_fd holds the part file and DEST, state_fd the lock, journal and sidecar;
+     * they are one descriptor unless a set's bookkeeping folder holds the state. */
+    int dir_fd;
+    int state_fd;
+    int own_dir_fd; /* This call opened them and closes them. */
+    int own_state_fd;
 } paths;
+
+/* Remove the part file and its journal (a download not worth keeping). */
+static void drop_part(const paths *p)
+{
+    unlinkat(p->dir_fd, dlc__at_name(p->dir_fd, p->part), 0);
+    unlinkat(p->state_fd, dlc__at_name(p->state_fd, p->journal), 0);
+}
 
 /* The partial file is always beside DEST, since publishing it is a rename within DEST's directory;
  * the lock, journal and sidecar are named after @p state (DEST itself, or a set's shard's name in
@@ -60,13 +76,13 @@ static dlc_status make_paths(const char *dest, const char *state, paths *p)
 static int complete_copy(const char *dest, const paths *p, const char *source, const char *etag,
                          const uint64_t *size, dlc__warm_sidecar *sc)
 {
-    if (dlc__warm_sidecar_read(p->sidecar, sc) != DLC_OK)
+    if (dlc__warm_sidecar_read_at(p->state_fd, p->sidecar, sc) != DLC_OK)
         return 0;
     if (strcmp(sc->source, source) != 0 || (etag && strcmp(sc->etag, etag) != 0) ||
         (size && sc->size != *size))
         return 0;
     dlc__warm_sidecar now = *sc;
-    if (dlc__warm_sidecar_stat(dest, &now) != DLC_OK)
+    if (dlc__warm_sidecar_stat_at(p->dir_fd, dest, &now) != DLC_OK)
         return 0;
     return now.inode == sc->inode && now.mtime_ns == sc->mtime_ns;
 }
@@ -96,8 +112,12 @@ static int on_verify(void *user, const dlc_verify_progress *vp)
     return v->opt->progress(v->opt->progress_user, &p);
 }
 
-static dlc_status verify_store(const char *part, const dlc__warm_source *src, verify_ctx *v)
+/* The part file is read through its open descriptor's own name, never by its path again: the
+ * bytes verified are those that publish() renames. */
+static dlc_status verify_store(int part_fd, const dlc__warm_source *src, verify_ctx *v)
 {
+    char part[64];
+    snprintf(part, sizeof part, "/proc/self/fd/%d", part_fd);
     dlc_store *s = NULL;
     dlc_status rc = dlc_store_open(part, DLC_STORE_SEQUENTIAL, &s);
     if (rc == DLC_OK) {
@@ -118,11 +138,11 @@ static dlc_status open_part(const paths *p, uint64_t size, int *fd_out)
 {
     dlc_status rc = DLC_OK;
     /* A journal describes one particular part file: it goes first. */
-    if (unlink(p->journal) < 0 && errno != ENOENT)
+    if (unlinkat(p->state_fd, dlc__at_name(p->state_fd, p->journal), 0) < 0 && errno != ENOENT)
         return dlc__errorf(-errno, "%s: unlink: %s", p->journal, strerror(errno));
     /* Made afresh, never through a link planted under its name (issue 23, item 10). */
     int fd = -1;
-    rc = dlc__create_own(p->part, O_RDWR, &fd);
+    rc = dlc__create_own_at(p->dir_fd, p->part, O_RDWR, &fd);
     if (rc < 0)
         return rc;
     if (size > 0 && fallocate(fd, 0, 0, (off_t)size) < 0) {
@@ -140,7 +160,7 @@ static dlc_status open_part(const paths *p, uint64_t size, int *fd_out)
     return DLC_OK;
 fail:
     close(fd);
-    unlink(p->part);
+    unlinkat(p->dir_fd, dlc__at_name(p->dir_fd, p->part), 0);
     return rc;
 }
 
@@ -151,9 +171,10 @@ static dlc_status publish(const char *dest, const paths *p, int fd, const dlc__w
      * before the sidecar vouches for it. */
     if (fsync(fd) < 0)
         return dlc__errorf(-errno, "%s: fsync: %s", p->part, strerror(errno));
-    if (rename(p->part, dest) < 0)
+    if (renameat(p->dir_fd, dlc__at_name(p->dir_fd, p->part), p->dir_fd,
+                 dlc__at_name(p->dir_fd, dest)) < 0)
         return dlc__errorf(-errno, "%s: rename to %s: %s", p->part, dest, strerror(errno));
-    dlc_status rc = dlc__fsync_dir(dest);
+    dlc_status rc = dlc__fsync_dir_at(p->dir_fd, dest);
     if (rc < 0)
         return rc;
     dlc__warm_sidecar sc;
@@ -161,13 +182,13 @@ static dlc_status publish(const char *dest, const paths *p, int fd, const dlc__w
     snprintf(sc.source, sizeof sc.source, "%s", src->name);
     snprintf(sc.etag, sizeof sc.etag, "%s", obj->etag);
     sc.size = obj->size;
-    rc = dlc__warm_sidecar_stat(dest, &sc);
+    rc = dlc__warm_sidecar_stat_at(p->dir_fd, dest, &sc);
     if (rc < 0)
         return dlc__errorf(rc, "%s: stat after rename failed", dest);
-    rc = dlc__warm_sidecar_write(p->sidecar, &sc);
+    rc = dlc__warm_sidecar_write_at(p->state_fd, p->sidecar, &sc);
     if (rc < 0)
         return rc;
-    unlink(p->journal);
+    unlinkat(p->state_fd, dlc__at_name(p->state_fd, p->journal), 0);
     return DLC_OK;
 }
 
@@ -215,13 +236,29 @@ static dlc_status check_options(dlc_warm_options *opt, const char *url, const ch
     return DLC_OK;
 }
 
-/* The names beside DEST, libcurl and the resolved source. */
-static dlc_status prepare(warm_call *w, const char *url)
+/* The names beside DEST and their directories, libcurl and the resolved source. */
+static dlc_status prepare(warm_call *w, const char *url, int dest_dir, int state_dir)
 {
     w->p = malloc(sizeof *w->p);
     if (!w->p)
         return dlc__errorf(-ENOMEM, "dlc_warm: out of memory");
-    dlc_status rc = make_paths(w->dest, w->state, w->p);
+    paths *p = w->p;
+    p->dir_fd = dest_dir;
+    p->state_fd = state_dir;
+    p->own_dir_fd = p->own_state_fd = 0;
+    dlc_status rc = make_paths(w->dest, w->state, p);
+    if (rc == DLC_OK && p->dir_fd < 0) {
+        rc = dlc__open_parent_dir(w->dest, "the destination", &p->dir_fd);
+        p->own_dir_fd = rc == DLC_OK;
+    }
+    if (rc == DLC_OK && p->state_fd < 0) {
+        if (strcmp(w->state, w->dest) == 0) {
+            p->state_fd = p->dir_fd;
+        } else {
+            rc = dlc__open_parent_dir(w->state, "the download's bookkeeping", &p->state_fd);
+            p->own_state_fd = rc == DLC_OK;
+        }
+    }
     if (rc < 0)
         return rc;
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
@@ -236,7 +273,7 @@ static dlc_status lock_or_wait(warm_call *w)
 {
     const paths *p = w->p;
     const dlc_warm_options *opt = &w->opt;
-    const dlc_status orc = dlc__open_own(p->lock, O_RDWR | O_CREAT, &w->lock_fd);
+    const dlc_status orc = dlc__open_own_at(p->state_fd, p->lock, O_RDWR | O_CREAT, &w->lock_fd);
     if (orc < 0)
         return orc;
     if (flock(w->lock_fd, LOCK_EX | LOCK_NB) == 0)
@@ -254,7 +291,8 @@ static dlc_status lock_or_wait(warm_call *w)
     dlc__warm_sidecar sc;
     if (complete_copy(w->dest, p, w->src.name, NULL, NULL, &sc)) {
         struct stat st;
-        w->r.is_set = stat(w->dest, &st) == 0 && S_ISDIR(st.st_mode);
+        w->r.is_set = fstatat(p->dir_fd, dlc__at_name(p->dir_fd, w->dest), &st, 0) == 0 &&
+                      S_ISDIR(st.st_mode);
         w->r.bytes = sc.size;
         w->r.already_complete = 1;
         w->r.verified = !(opt->flags & DLC_WARM_NO_VERIFY);
@@ -296,7 +334,8 @@ static dlc_status resume_or_start(warm_call *w)
     const paths *p = w->p;
     /* A part file of an earlier run, if any, and not a link: dlc__create_own() below refuses
      * one that is, and replaces anything else. */
-    w->part_fd = open(p->part, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    w->part_fd = openat(p->dir_fd, dlc__at_name(p->dir_fd, p->part),
+                        O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     struct stat st;
     if (w->part_fd >= 0 && (fstat(w->part_fd, &st) < 0 || !S_ISREG(st.st_mode) ||
                             (uint64_t)st.st_size != w->obj.size)) {
@@ -307,7 +346,8 @@ static dlc_status resume_or_start(warm_call *w)
     dlc_status rc = reopened ? DLC_OK : open_part(p, w->obj.size, &w->part_fd);
     if (rc < 0)
         return rc;
-    rc = dlc__warm_journal_open(p->journal, &w->jid, &w->have, &w->have_bytes, &w->journal_fd);
+    rc = dlc__warm_journal_open_at(p->state_fd, p->journal, &w->jid, &w->have, &w->have_bytes,
+                                   &w->journal_fd);
     if (rc < 0)
         return rc;
     if (reopened && w->have_bytes > 0) {
@@ -361,10 +401,8 @@ static dlc_status fetch_missing(warm_call *w)
     w->r.retries += job.retries;
     /* A full disk or an unresumable download leaves nothing worth keeping;
      * anything else is kept for the rerun. */
-    if (rc < 0 && (rc == -ENOSPC || rc == -EDQUOT || !w->resumable)) {
-        unlink(w->p->part);
-        unlink(w->p->journal);
-    }
+    if (rc < 0 && (rc == -ENOSPC || rc == -EDQUOT || !w->resumable))
+        drop_part(w->p);
     return rc;
 }
 
@@ -377,10 +415,8 @@ static dlc_status check_md5(warm_call *w)
     const dlc_status rc =
         dlc__warm_check_md5(&w->obj, w->part_fd, w->p->part, w->src.shown, &checked);
     w->r.verify_seconds += dlc__now_s() - t;
-    if (rc == DLC_ECORRUPT) {
-        unlink(w->p->part);
-        unlink(w->p->journal);
-    }
+    if (rc == DLC_ECORRUPT)
+        drop_part(w->p);
     if (rc == DLC_OK)
         w->r.md5_checked = checked;
     return rc;
@@ -406,13 +442,10 @@ static dlc_status check_download(warm_call *w)
     verify_ctx v = {
         .opt = &w->opt, .size = w->obj.size, .downloaded = w->r.bytes_downloaded, .t0 = w->t0};
     const double tv = dlc__now_s();
-    const dlc_status rc = verify_store(p->part, &w->src, &v);
+    const dlc_status rc = verify_store(w->part_fd, &w->src, &v);
     w->r.verify_seconds = dlc__now_s() - tv;
-    if (rc == DLC_ECORRUPT) {
-        /* Bad bytes: the rerun must fetch them again, not trust them. */
-        unlink(p->part);
-        unlink(p->journal);
-    }
+    if (rc == DLC_ECORRUPT)
+        drop_part(p); /* Bad bytes: the rerun must fetch them again, not trust them. */
     if (rc < 0)
         return rc;
     w->r.verified = 1;
@@ -420,22 +453,22 @@ static dlc_status check_download(warm_call *w)
 }
 
 /* The stages in order; the first that fails ends the call. */
-static dlc_status run_stages(warm_call *w, const char *url)
+static dlc_status run_stages(warm_call *w, const char *url, int dest_dir, int state_dir)
 {
     dlc_status rc = check_options(&w->opt, url, w->dest);
     if (rc == DLC_OK)
-        rc = prepare(w, url);
+        rc = prepare(w, url, dest_dir, state_dir);
     if (rc == DLC_OK)
         rc = lock_or_wait(w);
     if (rc == DLC_OK && !w->r.already_complete)
         rc = probe_object(w);
-    if (rc == DLC_EHTTP && w->obj.status == 404 && w->src.kind != DLC__WARM_HTTP) {
-        /* No such object: a store set has its index under the URL as a prefix. */
+    if (rc == DLC_EHTTP && w->obj.status == 404) {
+        /* No such object: a store set has its index under the URL as a prefix (https too: the
+         * index's URL keeps the set URL's query string, dlc__url_child()). */
         dlc__errsave es;
         dlc__err_save(&es);
         char index_url[4200];
-        snprintf(index_url, sizeof index_url, "%s%s" DLC__WARM_SET_INDEX, url,
-                 url[strlen(url) - 1] == '/' ? "" : "/");
+        dlc__url_child(url, DLC__WARM_SET_INDEX, index_url, sizeof index_url);
         dlc__warm_source isrc;
         dlc__warm_object iobj;
         uint32_t retries = 0;
@@ -444,7 +477,7 @@ static dlc_status run_stages(warm_call *w, const char *url)
         dlc__warm_source_free(&isrc);
         if (!is_set)
             return dlc__err_restore(&es, rc);
-        return dlc__warm_set(url, w->dest, &w->opt, &w->r, w->t0);
+        return dlc__warm_set(url, w->dest, w->p->dir_fd, &w->opt, &w->r, w->t0);
     }
     if (rc < 0 || w->r.already_complete)
         return rc;
@@ -465,10 +498,8 @@ static void release(warm_call *w, dlc_status rc)
      * sync before publishing), not only during the fetch: the partial file would hold on to the
      * space the user must free. part_fd >= 0 means this call holds the lock and made the part
      * (found by tests/e2e/fault_warm.sh: ENOSPC on the journal header left both behind). */
-    if ((rc == -ENOSPC || rc == -EDQUOT) && w->part_fd >= 0) {
-        unlink(w->p->part);
-        unlink(w->p->journal);
-    }
+    if ((rc == -ENOSPC || rc == -EDQUOT) && w->part_fd >= 0)
+        drop_part(w->p);
     if (w->part_fd >= 0)
         close(w->part_fd);
     if (w->journal_fd >= 0)
@@ -477,6 +508,10 @@ static void release(warm_call *w, dlc_status rc)
     if (w->lock_fd >= 0)
         close(w->lock_fd);
     dlc__warm_ranges_free(&w->have);
+    if (w->p && w->p->own_state_fd)
+        close(w->p->state_fd);
+    if (w->p && w->p->own_dir_fd)
+        close(w->p->dir_fd);
     free(w->p);
     dlc__warm_source_free(&w->src);
     if (w->curl_inited)
@@ -486,17 +521,17 @@ static void release(warm_call *w, dlc_status rc)
 dlc_status dlc_warm(const char *url, const char *dest, const dlc_warm_options *opt_in,
                     dlc_warm_result *res)
 {
-    return dlc__warm_file(url, dest, dest, opt_in, res);
+    return dlc__warm_file(url, dest, dest, -1, -1, opt_in, res);
 }
 
-dlc_status dlc__warm_file(const char *url, const char *dest, const char *state,
-                          const dlc_warm_options *opt_in, dlc_warm_result *res)
+dlc_status dlc__warm_file(const char *url, const char *dest, const char *state, int dest_dir,
+                          int state_dir, const dlc_warm_options *opt_in, dlc_warm_result *res)
 {
-    return dlc__warm_file_capped(url, dest, state, opt_in, 0, NULL, res);
+    return dlc__warm_file_capped(url, dest, state, dest_dir, state_dir, opt_in, 0, NULL, res);
 }
 
-dlc_status dlc__warm_file_capped(const char *url, const char *dest, const char *state,
-                                 const dlc_warm_options *opt_in, uint64_t max_size,
+dlc_status dlc__warm_file_capped(const char *url, const char *dest, const char *state, int dest_dir,
+                                 int state_dir, const dlc_warm_options *opt_in, uint64_t max_size,
                                  const char *what, dlc_warm_result *res)
 {
     warm_call w;
@@ -518,7 +553,7 @@ dlc_status dlc__warm_file_capped(const char *url, const char *dest, const char *
     w.t0 = dlc__now_s();
     w.lock_fd = w.part_fd = w.journal_fd = -1;
 
-    const dlc_status rc = run_stages(&w, url);
+    const dlc_status rc = run_stages(&w, url, dest_dir, state_dir);
     if (!w.r.is_set)
         w.r.files = 1;
     w.r.seconds = dlc__now_s() - w.t0;

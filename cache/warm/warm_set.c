@@ -10,6 +10,7 @@
 #include <dlcache/store.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -29,7 +30,8 @@ void dlc__warm_set_list_free(dlc__warm_set_list *l)
     memset(l, 0, sizeof *l);
 }
 
-dlc_status dlc__warm_set_list_file(const char *path, dlc__warm_set_list *out)
+/* dlc__warm_set_list_file() of the file at @p path, named @p shown in messages. */
+static dlc_status list_index(const char *path, const char *shown, dlc__warm_set_list *out)
 {
     memset(out, 0, sizeof *out);
     uint8_t *buf = NULL;
@@ -38,14 +40,14 @@ dlc_status dlc__warm_set_list_file(const char *path, dlc__warm_set_list *out)
     memset(&x, 0, sizeof x);
     dlc_status rc = dlc__set_index_read(path, &buf, &len);
     if (rc == DLC_OK)
-        rc = dlc__set_index_decode(buf, len, path, &x);
+        rc = dlc__set_index_decode(buf, len, shown, &x);
     if (rc == DLC_OK) {
         out->n = x.num_shards;
         out->names = calloc(x.num_shards, sizeof *out->names);
         out->bytes = calloc(x.num_shards, sizeof *out->bytes);
         out->digests = calloc(x.num_shards, sizeof *out->digests);
         if (!out->names || !out->bytes || !out->digests)
-            rc = dlc__errorf(-ENOMEM, "%s: out of memory", path);
+            rc = dlc__errorf(-ENOMEM, "%s: out of memory", shown);
     }
     for (uint32_t i = 0; rc == DLC_OK && i < x.num_shards; i++) {
         memcpy(out->names[i], x.shards[i].name, DLC__SET_NAME_SIZE);
@@ -58,6 +60,23 @@ dlc_status dlc__warm_set_list_file(const char *path, dlc__warm_set_list *out)
     if (rc < 0)
         dlc__warm_set_list_free(out);
     return rc;
+}
+
+dlc_status dlc__warm_set_list_file(const char *path, dlc__warm_set_list *out)
+{
+    return list_index(path, path, out);
+}
+
+/* The name through which the file @p name in the directory open at @p dirfd is read by the
+ * readers that take a path (the store's, the index's): the descriptor's own, so that they read
+ * the file we hold, whatever was renamed since (as store_open.c gives LMDB its file). */
+static const char *fd_path(int dirfd, const char *name, char *buf, size_t cap)
+{
+    if (name && *name)
+        snprintf(buf, cap, "/proc/self/fd/%d/%s", dirfd, name);
+    else
+        snprintf(buf, cap, "/proc/self/fd/%d", dirfd);
+    return buf;
 }
 
 dlc_status dlc__warm_set_list_read(const char *dir, dlc__warm_set_list *out)
@@ -82,6 +101,8 @@ typedef struct set_fetch {
     const char *url;
     const char *dest;
     const char *state; /* DEST.warm-set: the shards' locks, journals and sidecars. */
+    int set_fd;        /* DEST and DEST.warm-set, held open (set_paths). */
+    int state_fd;
     const dlc_warm_options *opt;
     const dlc__warm_set_list *list;
     dlc_warm_options shard_opt; /* The caller's, with connections split and our callbacks. */
@@ -124,7 +145,7 @@ static dlc_status fetch_shard(set_fetch *sf, uint32_t i)
 {
     char url[4096], dest[4096], state[4096];
     const char *name = sf->list->names[i];
-    if ((size_t)snprintf(url, sizeof url, "%s/%s", sf->url, name) >= sizeof url ||
+    if (dlc__url_child(sf->url, name, url, sizeof url) >= sizeof url ||
         (size_t)snprintf(dest, sizeof dest, "%s/%s", sf->dest, name) >= sizeof dest ||
         (size_t)snprintf(state, sizeof state, "%s/%s", sf->state, name) >= sizeof state)
         return dlc__errorf(DLC_EINVAL, "%s: path too long", sf->dest);
@@ -134,7 +155,7 @@ static dlc_status fetch_shard(set_fetch *sf, uint32_t i)
     o.progress_user = &ctx;
     o.log = sf->opt->log ? on_shard_log : NULL;
     o.log_user = &ctx;
-    return dlc__warm_file(url, dest, state, &o, &sf->res[i]);
+    return dlc__warm_file(url, dest, state, sf->set_fd, sf->state_fd, &o, &sf->res[i]);
 }
 
 static void *shard_worker(void *arg)
@@ -231,13 +252,13 @@ static dlc_status fetch_shards(set_fetch *sf, uint64_t total, double t0)
 
 /* Every shard is the one the index names: its size and its content digest (from its info block;
  * dlc_warm() has verified its records against it). */
-static dlc_status check_shards(const char *dest, const dlc__warm_set_list *list)
+static dlc_status check_shards(const char *dest, int set_fd, const dlc__warm_set_list *list)
 {
     for (uint32_t i = 0; i < list->n; i++) {
-        char path[4096];
+        char path[4096], held[4200];
         snprintf(path, sizeof path, "%s/%s", dest, list->names[i]);
         dlc_store *s = NULL;
-        dlc_status rc = dlc_store_open(path, 0, &s);
+        dlc_status rc = dlc_store_open(fd_path(set_fd, list->names[i], held, sizeof held), 0, &s);
         if (rc < 0)
             return rc;
         const dlc_store_info *info = dlc_store_get_info(s);
@@ -277,6 +298,12 @@ typedef struct set_paths {
     char sidecar[4096]; /* DEST.warm */
     char state[4096];   /* DEST.warm-set: the folder of the shards' and the index's bookkeeping, */
     char index_state[4096]; /* and what the index's is named after: DEST.warm-set/index.dlcset. */
+    /* The folders, held open from their check to the end (every create, rename and unlink goes
+     * relative to them, issue 23's leftover): DEST's parent (the caller's: DEST.lock, DEST.warm),
+     * DEST and DEST.warm-set. */
+    int parent_fd;
+    int set_fd;
+    int state_fd;
 } set_paths;
 
 static dlc_status make_set_paths(const char *url, const char *dest, set_paths *p)
@@ -293,7 +320,7 @@ static dlc_status make_set_paths(const char *url, const char *dest, set_paths *p
         return dlc__errorf(DLC_EINVAL, "%s: path too long", dest);
     snprintf(p->url, cap, "%.*s", (int)n, url);
     dlc_warm_redact_url(p->url, p->name, sizeof p->name);
-    if ((size_t)snprintf(p->index_url, cap, "%s/" DLC__WARM_SET_INDEX, p->url) >= cap)
+    if (dlc__url_child(p->url, DLC__WARM_SET_INDEX, p->index_url, cap) >= cap)
         return dlc__errorf(DLC_EINVAL, "%s: URL too long", p->name);
     return DLC_OK;
 }
@@ -303,11 +330,11 @@ static dlc_status make_set_paths(const char *url, const char *dest, set_paths *p
 static int set_is_current(const set_paths *p, const dlc_warm_options *opt, dlc_warm_result *r)
 {
     dlc__warm_sidecar sc, now;
-    if (dlc__warm_sidecar_read(p->sidecar, &sc) != DLC_OK || strcmp(sc.source, p->name) != 0 ||
-        !*sc.etag)
+    if (dlc__warm_sidecar_read_at(p->parent_fd, p->sidecar, &sc) != DLC_OK ||
+        strcmp(sc.source, p->name) != 0 || !*sc.etag)
         return 0;
     now = sc;
-    if (dlc__warm_sidecar_stat(p->index, &now) != DLC_OK || now.inode != sc.inode ||
+    if (dlc__warm_sidecar_stat_at(p->set_fd, p->index, &now) != DLC_OK || now.inode != sc.inode ||
         now.mtime_ns != sc.mtime_ns)
         return 0;
     dlc__warm_source src;
@@ -319,7 +346,9 @@ static int set_is_current(const set_paths *p, const dlc_warm_options *opt, dlc_w
     dlc__warm_source_free(&src);
     dlc__clear_error();
     dlc__warm_set_list list;
-    if (current && dlc__warm_set_list_file(p->index, &list) == DLC_OK) {
+    char held[4200];
+    if (current && list_index(fd_path(p->set_fd, DLC__WARM_SET_INDEX, held, sizeof held), p->index,
+                              &list) == DLC_OK) {
         snprintf(r->etag, sizeof r->etag, "%s", sc.etag);
         r->bytes = sc.size;
         for (uint32_t i = 0; i < list.n; i++)
@@ -364,21 +393,23 @@ static void sum_results(dlc_warm_result *r, const dlc_warm_result *ir, const dlc
 static dlc_status publish_index(const set_paths *p, const char *dest, const dlc_warm_result *ir)
 {
     /* dlc_warm() synced the index's bytes; the rename and the directory make it the set's. */
-    if (rename(p->tmp, p->index) < 0)
+    if (renameat(p->set_fd, dlc__at_name(p->set_fd, p->tmp), p->set_fd, DLC__WARM_SET_INDEX) < 0)
         return dlc__errorf(-errno, "%s: rename to %s: %s", p->tmp, p->index, strerror(errno));
-    dlc_status rc = dlc__fsync_dir(p->index);
+    dlc_status rc = dlc__fsync_dir_at(p->set_fd, p->index);
     if (rc < 0)
         return rc;
+    (void)dest;
     dlc_store *s = NULL;
-    rc = dlc_store_open(dest, 0, &s);
+    char held[64];
+    rc = dlc_store_open(fd_path(p->set_fd, NULL, held, sizeof held), 0, &s);
     dlc_store_close(s);
     if (rc < 0) {
         /* Every shard passed its own checks, so this is a set the server holds wrongly: DEST must
          * not stay a set that does not open. */
         dlc__errsave es;
         dlc__err_save(&es);
-        unlink(p->index);
-        dlc__fsync_dir(p->index);
+        unlinkat(p->set_fd, DLC__WARM_SET_INDEX, 0);
+        dlc__fsync_dir_at(p->set_fd, p->index);
         return dlc__err_restore(&es, rc);
     }
     dlc__warm_sidecar sc;
@@ -386,10 +417,10 @@ static dlc_status publish_index(const set_paths *p, const char *dest, const dlc_
     snprintf(sc.source, sizeof sc.source, "%s", p->name);
     snprintf(sc.etag, sizeof sc.etag, "%s", ir->etag);
     sc.size = ir->bytes;
-    rc = dlc__warm_sidecar_stat(p->index, &sc);
+    rc = dlc__warm_sidecar_stat_at(p->set_fd, p->index, &sc);
     if (rc < 0)
         return dlc__errorf(rc, "%s: stat after rename failed", p->index);
-    return dlc__warm_sidecar_write(p->sidecar, &sc);
+    return dlc__warm_sidecar_write_at(p->parent_fd, p->sidecar, &sc);
 }
 
 /* Fetch the new index into its temporary name and decode it. */
@@ -401,14 +432,17 @@ static dlc_status fetch_index(const set_paths *p, const dlc_warm_options *opt, d
     o.progress = NULL;
     /* An index's size is checked before a byte of it is fetched (issue 23, item 12): a bucket
      * that says 2 GB is refused at once, as the reader would refuse the file. */
-    dlc_status rc = dlc__warm_file_capped(p->index_url, p->tmp, p->index_state, &o,
-                                          DLC__SET_MAX_INDEX_BYTES, "a store set's index", ir);
+    dlc_status rc =
+        dlc__warm_file_capped(p->index_url, p->tmp, p->index_state, p->set_fd, p->state_fd, &o,
+                              DLC__SET_MAX_INDEX_BYTES, "a store set's index", ir);
+    char held[4200];
     if (rc == DLC_OK)
-        rc = dlc__warm_set_list_file(p->tmp, list);
+        rc = list_index(fd_path(p->set_fd, dlc__at_name(p->set_fd, p->tmp), held, sizeof held),
+                        p->tmp, list);
     if (rc == DLC_ECORRUPT || rc == DLC_EVERSION) {
         dlc__errsave es;
         dlc__err_save(&es);
-        unlink(p->tmp);
+        unlinkat(p->set_fd, dlc__at_name(p->set_fd, p->tmp), 0);
         rc = dlc__err_restore(&es, rc);
     }
     return rc;
@@ -418,57 +452,66 @@ static dlc_status fetch_index(const set_paths *p, const dlc_warm_options *opt, d
 static dlc_status retire_old_index(const set_paths *p)
 {
     struct stat st;
-    if (stat(p->index, &st) < 0 || same_bytes(p->index, p->tmp))
+    char a[4200], b[4200];
+    if (fstatat(p->set_fd, DLC__WARM_SET_INDEX, &st, 0) < 0 ||
+        same_bytes(fd_path(p->set_fd, DLC__WARM_SET_INDEX, a, sizeof a),
+                   fd_path(p->set_fd, dlc__at_name(p->set_fd, p->tmp), b, sizeof b)))
         return DLC_OK;
-    if (unlink(p->sidecar) < 0 && errno != ENOENT)
+    if (unlinkat(p->parent_fd, dlc__at_name(p->parent_fd, p->sidecar), 0) < 0 && errno != ENOENT)
         return dlc__errorf(-errno, "%s: unlink: %s", p->sidecar, strerror(errno));
-    if (unlink(p->index) < 0)
+    if (unlinkat(p->set_fd, DLC__WARM_SET_INDEX, 0) < 0)
         return dlc__errorf(-errno, "%s: unlink: %s", p->index, strerror(errno));
-    return dlc__fsync_dir(p->index);
+    return dlc__fsync_dir_at(p->set_fd, p->index);
 }
 
-/* DEST, or the folder of its bookkeeping (@p what says which, for the message), as a directory:
- * made and its entry synced when new, so that a journal written into it survives a crash. */
-static dlc_status make_dir(const char *path, const char *what)
+/* DEST, or the folder of its bookkeeping (@p what says which, for the message), as a directory in
+ * the folder open at @p parent_fd: made and its entry synced when new, so that a journal written
+ * into it survives a crash, then opened and held in *fd_out (dlc__open_dir_at()'s checks). */
+static dlc_status make_dir(int parent_fd, const char *path, const char *what, int *fd_out)
 {
     struct stat st;
-    if (mkdir(path, 0755) == 0)
-        return dlc__fsync_dir(path);
+    const char *name = dlc__at_name(parent_fd, path);
+    if (mkdirat(parent_fd, name, 0755) == 0) {
+        const dlc_status rc = dlc__fsync_dir_at(parent_fd, path);
+        return rc < 0 ? rc : dlc__open_dir_at(parent_fd, path, what, fd_out);
+    }
     if (errno != EEXIST)
         return dlc__errorf(-errno, "%s: mkdir: %s", path, strerror(errno));
     /* A link where our folder should be is refused, not followed (issue 23, item 10): a
      * co-tenant could point it anywhere we may write. */
-    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode))
+    if (fstatat(parent_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode))
         return dlc__errorf(-ELOOP,
                            "%s: is a symbolic link where dlcache keeps %s; links are never "
                            "followed there (remove it if it is yours)",
                            path, what);
-    if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode))
+    if (fstatat(parent_fd, name, &st, 0) < 0 || !S_ISDIR(st.st_mode))
         return dlc__errorf(DLC_EINVAL, "%s: the source is a store set, %s is a file", path, what);
-    return DLC_OK;
+    return dlc__open_dir_at(parent_fd, path, what, fd_out);
 }
 
 /* The lock and sidecar of the index's own warm, which describe a temporary name that is gone,
  * and those that versions before DEST.warm-set/ left inside DEST beside each shard. */
-static void remove_leftovers(const set_paths *p, const char *dest, const dlc__warm_set_list *list)
+static void remove_leftovers(const set_paths *p, const dlc__warm_set_list *list)
 {
-    char path[4200];
-    snprintf(path, sizeof path, "%s.warm", p->index_state);
-    unlink(path);
-    snprintf(path, sizeof path, "%s.lock", p->index_state);
-    unlink(path);
+    char name[DLC__SET_NAME_SIZE + 16];
+    unlinkat(p->state_fd, DLC__WARM_SET_INDEX ".warm", 0);
+    unlinkat(p->state_fd, DLC__WARM_SET_INDEX ".lock", 0);
     for (uint32_t i = 0; i < list->n; i++) {
-        snprintf(path, sizeof path, "%s/%s.warm", dest, list->names[i]);
-        unlink(path);
-        snprintf(path, sizeof path, "%s/%s.lock", dest, list->names[i]);
-        unlink(path);
+        snprintf(name, sizeof name, "%s.warm", list->names[i]);
+        unlinkat(p->set_fd, name, 0);
+        snprintf(name, sizeof name, "%s.lock", list->names[i]);
+        unlinkat(p->set_fd, name, 0);
     }
 }
 
-dlc_status dlc__warm_set(const char *url, const char *dest, const dlc_warm_options *opt,
-                         dlc_warm_result *r, double t0)
+dlc_status dlc__warm_set(const char *url, const char *dest, int parent_fd,
+                         const dlc_warm_options *opt, dlc_warm_result *r, double t0)
 {
     set_paths *p = malloc(sizeof *p);
+    if (p) {
+        p->parent_fd = parent_fd;
+        p->set_fd = p->state_fd = -1;
+    }
     dlc__warm_set_list list;
     memset(&list, 0, sizeof list);
     dlc_warm_result ir;
@@ -477,15 +520,20 @@ dlc_status dlc__warm_set(const char *url, const char *dest, const dlc_warm_optio
     r->is_set = 1;
     dlc_status rc = p ? make_set_paths(url, dest, p) : dlc__errorf(-ENOMEM, "warm: out of memory");
     if (rc == DLC_OK)
-        rc = make_dir(dest, "the destination");
+        rc = make_dir(parent_fd, dest, "the destination", &p->set_fd);
     if (rc == DLC_OK && set_is_current(p, opt, r)) {
         r->already_complete = 1;
         r->verified = !(opt->flags & DLC_WARM_NO_VERIFY);
+        close(p->set_fd);
         free(p);
         return DLC_OK;
     }
     if (rc == DLC_OK)
-        rc = make_dir(p->state, "the folder of its bookkeeping");
+        rc = make_dir(parent_fd, p->state, "the folder of its bookkeeping", &p->state_fd);
+    if (rc == DLC_OK) {
+        sf.set_fd = p->set_fd;
+        sf.state_fd = p->state_fd;
+    }
     if (rc == DLC_OK)
         rc = fetch_index(p, opt, &ir, &list);
     if (rc == DLC_OK)
@@ -502,7 +550,7 @@ dlc_status dlc__warm_set(const char *url, const char *dest, const dlc_warm_optio
     if (rc == DLC_OK)
         rc = fetch_shards(&sf, total, t0);
     if (rc == DLC_OK)
-        rc = check_shards(dest, &list);
+        rc = check_shards(dest, p->set_fd, &list);
     if (rc == DLC_OK)
         rc = publish_index(p, dest, &ir);
     if (sf.res)
@@ -510,10 +558,14 @@ dlc_status dlc__warm_set(const char *url, const char *dest, const dlc_warm_optio
     else
         r->bytes_downloaded += ir.bytes_downloaded; /* What the index cost, also when refused. */
     if (rc == DLC_OK)
-        remove_leftovers(p, dest, &list);
+        remove_leftovers(p, &list);
     free(sf.res);
     free(sf.pr);
     dlc__warm_set_list_free(&list);
+    if (p && p->set_fd >= 0)
+        close(p->set_fd);
+    if (p && p->state_fd >= 0)
+        close(p->state_fd);
     free(p);
     return rc;
 }

@@ -7,7 +7,10 @@
 #      byte, with no cache limit and with the smallest limit the loader accepts;
 #   2. https://: the same, at the smallest limit;
 #   3. https:// without the test CA is refused, naming the certificate;
-#   4. the token appears in no output.
+#   4. an https set URL with a query string (a token for the prefix, which the server requires
+#      on every request: --sig) streams and warms: the shards' and the index's URLs keep the
+#      query after the name (dlc__url_child());
+#   5. neither token appears in any output.
 set -euo pipefail
 source "$DLC_SRC/tests/lib/warm.sh"
 bench=$DLC_BIN/cachebench
@@ -107,8 +110,32 @@ set -e
 [ $rc != 0 ] || fail "https:// with an unknown CA was accepted"
 grep -qi "certificate" "$out/noca.err" || fail "the refusal does not say why: $(cat "$out/noca.err")"
 
-note "4. the token appears in no output"
-if grep -rl -e "$TOKEN" "$out"; then
+note "4. https:// with a query string the server requires"
+SIG=PrefixTokenMustNotLeak77
+"$PY" "$WARM_DIR/gcsserver.py" --root "$tls" --port-file "$warm_tmp/tlssig.port" --sig "$SIG" \
+    --cert "$ca/srv.pem" --key "$ca/srv.key" 2>"$warm_tmp/tlssig.log" &
+warm_pids+=("$!")
+SIG_PORT=$(warm_wait_port "$warm_tmp/tlssig.port")
+export CURL_CA_BUNDLE=$ca/ca.pem
+qurl="https://127.0.0.1:$SIG_PORT/files/set/?sig=$SIG"
+load https-query "$qurl" --cache-dir "$warm_tmp/httpsq" --threads 2
+same https-query
+"$DLC_BIN/cachewarm" "$qurl" -o "$warm_tmp/warmq" -q >"$out/warmq.out" 2>"$out/warmq.err" ||
+    fail "cachewarm of the https set with a query: $(tail -3 "$out/warmq.err")"
+load warmq "$warm_tmp/warmq" --threads 2
+same warmq
+# Without the token the server refuses, and the refusal shows the URL redacted.
+set +e
+"$DLC_BIN/cachewarm" "https://127.0.0.1:$SIG_PORT/files/set?sig=Wrong$SIG" -o "$warm_tmp/warmbad" \
+    -q >"$out/warmbad.out" 2>"$out/warmbad.err"
+rc=$?
+set -e
+[ $rc != 0 ] || fail "a wrong token was accepted"
+grep -q "files/set" "$out/warmbad.err" || fail "the refusal names no URL: $(cat "$out/warmbad.err")"
+unset CURL_CA_BUNDLE
+
+note "5. the tokens appear in no output"
+if grep -rl -e "$TOKEN" -e "$SIG" "$out"; then
     fail "the token was printed"
 fi
 echo "stream_gs_https: ok"
