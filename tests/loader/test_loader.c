@@ -8,6 +8,7 @@
 #include "loader_fixture.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
 
 #define N 50
@@ -749,5 +750,104 @@ Test(loader, kept_batch_outlives_its_slot_and_the_loader)
         dlc_loader_kept_free(mem);
         dlc_loader_kept_free(NULL);
     }
+    fx_rmdir(&d);
+}
+
+/* A log callback that holds the worker which replaces a damaged record until the test opens the
+ * gate: a batch that stalls as long as the test wants, whatever the machine's speed. */
+typedef struct gate {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int open, held;
+} gate;
+
+static void hold_at_replace(void *user, dlc_log_level level, const char *msg)
+{
+    (void)level;
+    gate *g = user;
+    if (!g || !strstr(msg, "replaced by record"))
+        return;
+    pthread_mutex_lock(&g->mu);
+    g->held++;
+    while (!g->open)
+        pthread_cond_wait(&g->cv, &g->mu);
+    pthread_mutex_unlock(&g->mu);
+}
+
+Test(loader, next_wait_says_not_yet_then_gives_the_same_bytes)
+{
+    fx_dir d;
+    fx_make_store(&d, N, H, W, CLASSES, 0);
+    corrupt_record(d.path, 17);
+    dlc_loader_config c = fx_config();
+    c.sampler = DLC_SAMPLER_SEQUENTIAL; /* Batch 2 holds record 17. */
+    c.verify = DLC_VERIFY_ALWAYS;
+    c.on_corrupt = DLC_CORRUPT_REPLACE;
+    c.log = hold_at_replace;
+    c.log_user = NULL; /* The digest's run: nothing held. */
+    const uint64_t want = run_hash(d.path, &c);
+
+    gate g = {.open = 0};
+    pthread_mutex_init(&g.mu, NULL);
+    pthread_cond_init(&g.cv, NULL);
+    c.log_user = &g;
+    dlc_loader *l = open_ok(d.path, &c);
+    XXH3_state_t *st = XXH3_createState();
+    XXH3_64bits_reset(st);
+    dlc_batch b;
+    dlc_status rc;
+    uint32_t got = 0, again = 0, again_at_2 = 0;
+    while ((rc = dlc_loader_next_wait(l, &b, 50)) != DLC_END) {
+        if (rc == DLC_AGAIN) {
+            /* Not yet: nothing lent, nothing moved. */
+            cr_assert_eq(b.count, 0);
+            cr_assert_null(b.data);
+            again++;
+            if (got == 2 && ++again_at_2 == 8) {
+                /* Eight slices said batch 2 is not ready while its worker is held: now let
+                 * it go, and the next slices give it. */
+                pthread_mutex_lock(&g.mu);
+                cr_assert_eq(g.held, 1, "the replacing worker is held");
+                g.open = 1;
+                pthread_cond_broadcast(&g.cv);
+                pthread_mutex_unlock(&g.mu);
+            }
+            continue;
+        }
+        cr_assert_eq(rc, DLC_OK, "%d %s", rc, dlc_errmsg());
+        cr_assert_eq(b.batch_index, got, "the batches in order, none skipped by a slice");
+        XXH3_64bits_update(st, b.data, b.bytes);
+        XXH3_64bits_update(st, b.labels, b.count * sizeof *b.labels);
+        XXH3_64bits_update(st, b.indices, b.count * sizeof *b.indices);
+        got++;
+    }
+    cr_assert_eq(got, (N + 7) / 8);
+    cr_assert_geq(again_at_2, 8, "batch 2 was never reported as not ready (%u)", again);
+    cr_assert_eq(XXH3_64bits_digest(st), want, "the sliced wait gives dlc_loader_next()'s bytes");
+    XXH3_freeState(st);
+
+    /* The slices of batch 2's wait are one wait in the report: the consumer waited through all
+     * of them (eight slices that each ran out their 50 ms), and was never away for them. */
+    dlc_loader_report r = {.struct_size = sizeof r};
+    cr_assert_eq(dlc_loader_get_report(l, 0, &r), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(r.batches, got, "a slice that returned nothing is no batch");
+    cr_assert_geq(r.wait_seconds, 0.4, "wait %.3f s, away %.3f s", r.wait_seconds, r.away_seconds);
+    cr_assert_lt(r.away_seconds, r.wait_seconds, "wait %.3f s, away %.3f s", r.wait_seconds,
+                 r.away_seconds);
+    dlc_loader_stats s;
+    dlc_loader_get_stats(l, &s);
+    cr_assert_eq(s.batches, got);
+    cr_assert_geq(s.wait_seconds, 0.4, "%.3f", s.wait_seconds);
+
+    /* 0 ms takes only a batch that is ready; the plain call and the sliced one agree on END. */
+    cr_assert_eq(dlc_loader_next_wait(l, &b, 0), DLC_END);
+    cr_assert_eq(dlc_loader_next(l, &b), DLC_END);
+    dlc_loader_close(l);
+    pthread_cond_destroy(&g.cv);
+    pthread_mutex_destroy(&g.mu);
+
+    cr_assert_eq(dlc_loader_next_wait(NULL, &b, 10), DLC_EINVAL);
+    cr_assert(strstr(dlc_errmsg(), "dlc_loader_next_wait"), "%s", dlc_errmsg());
+    cr_assert_eq(strcmp(dlc_strerror(DLC_AGAIN), "no batch ready yet"), 0);
     fx_rmdir(&d);
 }
