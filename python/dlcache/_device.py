@@ -398,9 +398,14 @@ class TorchFeed(_Feed):
             out.copy_(tmp)  # round to nearest even, as the C loader's float16
         return out
 
-    def next(self, ptr, batch, owner, ctx):
+    def next(self, ptr, batch, owner, ctx, take=None):
+        """The next batch on the device; @p take(ptr, batch) waits for the host batch (the
+        Loader's wait in slices), dlc_loader_next() without it."""
         self.sync()  # the slot of the last copy goes back to the workers now
-        rc = lib.dlc_loader_next(ptr, ctypes.byref(batch))  # GIL released
+        if take is not None:
+            rc = take(ptr, batch)
+        else:
+            rc = lib.dlc_loader_next(ptr, ctypes.byref(batch))  # GIL released
         if rc != L.DLC_OK:
             return rc, None
         n = batch.count
