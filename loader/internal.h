@@ -571,6 +571,11 @@ void dlc__report_close(struct dlc_loader *l);
 void dlc__report_consumer(struct dlc_loader *l, uint64_t t_in, uint64_t t_out, int delivered);
 /* A slice of a wait returned with no batch at @p t_in's call: the wait goes on (see cons_in). */
 void dlc__report_pending(struct dlc_loader *l, uint64_t t_in);
+/* The end of a wait of @p wait_ns (UINT64_MAX: none) from @p t_in, on dlc__now_ns()'s clock. */
+uint64_t dlc__next_deadline(uint64_t t_in, uint64_t wait_ns);
+/* One wait on cv_done under mu, at most until @p deadline (UINT64_MAX: no limit); 0 once the
+ * deadline has passed. */
+int dlc__done_wait(struct dlc_loader *l, uint64_t deadline);
 /** The counters now. */
 void dlc__report_tally(const struct dlc_loader *l, dlc__tally *t);
 /** threads="auto"'s memory before its first decision. */

@@ -473,21 +473,29 @@ static int batch_ready(const dlc__slot *s, uint64_t b)
     return s->state == DLC__SLOT_READY && s->batch == b;
 }
 
-/* Wait under mu until batch @p b is READY in @p s, at most until @p deadline (dlc__now_ns()'s
- * clock; UINT64_MAX: no limit). Returns whether it is. */
+uint64_t dlc__next_deadline(uint64_t t_in, uint64_t wait_ns)
+{
+    return wait_ns == UINT64_MAX || wait_ns > UINT64_MAX - t_in - 1 ? UINT64_MAX : t_in + wait_ns;
+}
+
+int dlc__done_wait(dlc_loader *l, uint64_t deadline)
+{
+    if (deadline == UINT64_MAX) {
+        pthread_cond_wait(&l->cv_done, &l->mu);
+        return 1;
+    }
+    const struct timespec until = {(time_t)(deadline / 1000000000u),
+                                   (long)(deadline % 1000000000u)};
+    return pthread_cond_timedwait(&l->cv_done, &l->mu, &until) != ETIMEDOUT;
+}
+
+/* Wait under mu until batch @p b is READY in @p s, at most until @p deadline. Returns whether
+ * it is. */
 static int wait_ready(dlc_loader *l, const dlc__slot *s, uint64_t b, uint64_t deadline)
 {
     const uint64_t t0 = dlc__now_ns();
-    if (deadline == UINT64_MAX) {
-        while (!batch_ready(s, b))
-            pthread_cond_wait(&l->cv_done, &l->mu);
-    } else {
-        const struct timespec until = {(time_t)(deadline / 1000000000u),
-                                       (long)(deadline % 1000000000u)};
-        int e = 0;
-        while (!batch_ready(s, b) && e != ETIMEDOUT)
-            e = pthread_cond_timedwait(&l->cv_done, &l->mu, &until);
-    }
+    while (!batch_ready(s, b) && dlc__done_wait(l, deadline))
+        ;
     atomic_fetch_add_explicit(&l->st_wait_ns, dlc__now_ns() - t0, memory_order_relaxed);
     return batch_ready(s, b);
 }
@@ -505,8 +513,7 @@ static dlc_status next_host(dlc_loader *l, dlc_batch *batch, uint64_t wait_ns, c
                            "dlc_loader_next_device()",
                            l->path, dlc_loader_device(l, NULL));
     const uint64_t t_in = dlc__now_ns();
-    const uint64_t deadline =
-        wait_ns == UINT64_MAX || wait_ns > UINT64_MAX - t_in - 1 ? UINT64_MAX : t_in + wait_ns;
+    const uint64_t deadline = dlc__next_deadline(t_in, wait_ns);
     pthread_mutex_lock(&l->mu);
     dlc__assert_lent(l);
     if (l->nlent >= l->cfg.max_lent) {

@@ -628,6 +628,20 @@ DLC_API int dlc_loader_device(const dlc_loader *l, const char **why);
 DLC_API dlc_status dlc_loader_next_device(dlc_loader *l, dlc_device_batch *batch);
 
 /**
+ * @brief dlc_loader_next_device() that waits at most @p timeout_ms for the batch, as
+ *        dlc_loader_next_wait() is to dlc_loader_next().
+ * @param[in] l The loader.
+ * @param[out] batch As dlc_loader_next_device()'s; zeroed with DLC_AGAIN.
+ * @param[in] timeout_ms The longest wait in milliseconds; 0 takes only a batch that is staged.
+ * @return What dlc_loader_next_device() returns, or ::DLC_AGAIN when the batch was not staged
+ *         within @p timeout_ms (the batch lent before was given back, as by
+ *         dlc_loader_next_device(); nothing else changed).
+ * Thread safety: the consumer's thread, like dlc_loader_next_device().
+ */
+DLC_API dlc_status dlc_loader_next_device_wait(dlc_loader *l, dlc_device_batch *batch,
+                                               uint32_t timeout_ms);
+
+/**
  * @brief Enqueue on @p stream the wait for @p batch's copy, the conversion or copy of every
  *        output into @p dst, and the batch's release. Returns at once; the outputs are ready for
  *        work enqueued on @p stream after this call. @p batch must not be used after.

@@ -717,6 +717,8 @@ _PROTOTYPES = {
     # loader.h: the device path
     "dlc_loader_device": (ctypes.c_int, [_P, ctypes.POINTER(ctypes.c_char_p)]),
     "dlc_loader_next_device": (c_status, [_P, ctypes.POINTER(DeviceBatch)]),
+    "dlc_loader_next_device_wait": (c_status, [_P, ctypes.POINTER(DeviceBatch),
+                                                ctypes.c_uint32]),
     "dlc_loader_device_emit": (c_status, [_P, ctypes.POINTER(DeviceBatch), _P,
                                           ctypes.POINTER(DeviceDst), _P]),
     "dlc_loader_device_wait": (c_status, [_P, ctypes.POINTER(DeviceBatch), _P]),

@@ -8,7 +8,6 @@
 #include "loader_fixture.h"
 
 #include <fcntl.h>
-#include <pthread.h>
 #include <sys/stat.h>
 
 #define N 50
@@ -277,25 +276,6 @@ Test(loader, restore_rejects_bad_states)
     fx_rmdir(&d);
 }
 
-/* Flip one payload byte of record @p index in the file. */
-static void corrupt_record(const char *path, uint64_t index)
-{
-    dlc_store *s;
-    cr_assert_eq(dlc_store_open(path, 0, &s), DLC_OK);
-    dlc_store_reader *r;
-    cr_assert_eq(dlc_store_reader_open(s, &r), DLC_OK);
-    dlc_record rec;
-    cr_assert_eq(dlc_store_read(r, index, &rec), DLC_OK);
-    const uint64_t off = rec.offset + rec.size / 2;
-    uint8_t byte = rec.data[rec.size / 2] ^ 0x01;
-    dlc_store_reader_close(r);
-    dlc_store_close(s);
-    const int fd = open(path, O_WRONLY);
-    cr_assert_geq(fd, 0);
-    cr_assert_eq(pwrite(fd, &byte, 1, (off_t)off), 1);
-    close(fd);
-}
-
 /* The loader's notices about replaced records, kept for the test to read. */
 typedef struct notices {
     int first, per_epoch[2];
@@ -323,7 +303,7 @@ Test(loader, corrupt_record_is_replaced_and_counted_or_named)
 {
     fx_dir d;
     fx_make_store(&d, N, H, W, CLASSES, 0);
-    corrupt_record(d.path, 17);
+    fx_corrupt_record(d.path, 17);
     const uint32_t ios[] = {DLC_IO_MMAP, DLC_IO_DIRECT};
     for (int io = 0; io < 2; io++) {
         dlc_loader_config c = fx_config();
@@ -753,41 +733,20 @@ Test(loader, kept_batch_outlives_its_slot_and_the_loader)
     fx_rmdir(&d);
 }
 
-/* A log callback that holds the worker which replaces a damaged record until the test opens the
- * gate: a batch that stalls as long as the test wants, whatever the machine's speed. */
-typedef struct gate {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int open, held;
-} gate;
-
-static void hold_at_replace(void *user, dlc_log_level level, const char *msg)
-{
-    (void)level;
-    gate *g = user;
-    if (!g || !strstr(msg, "replaced by record"))
-        return;
-    pthread_mutex_lock(&g->mu);
-    g->held++;
-    while (!g->open)
-        pthread_cond_wait(&g->cv, &g->mu);
-    pthread_mutex_unlock(&g->mu);
-}
-
 Test(loader, next_wait_says_not_yet_then_gives_the_same_bytes)
 {
     fx_dir d;
     fx_make_store(&d, N, H, W, CLASSES, 0);
-    corrupt_record(d.path, 17);
+    fx_corrupt_record(d.path, 17);
     dlc_loader_config c = fx_config();
     c.sampler = DLC_SAMPLER_SEQUENTIAL; /* Batch 2 holds record 17. */
     c.verify = DLC_VERIFY_ALWAYS;
     c.on_corrupt = DLC_CORRUPT_REPLACE;
-    c.log = hold_at_replace;
+    c.log = fx_hold_at_replace;
     c.log_user = NULL; /* The digest's run: nothing held. */
     const uint64_t want = run_hash(d.path, &c);
 
-    gate g = {.open = 0};
+    fx_gate g = {.open = 0};
     pthread_mutex_init(&g.mu, NULL);
     pthread_cond_init(&g.cv, NULL);
     c.log_user = &g;
