@@ -482,7 +482,6 @@ class Loader:
                  timeout: "Optional[float]" = None, retries: "Optional[int]" = None) -> None:
         self._handle = None
         self._feed = None
-        self._arms = []  # the SIGINT watches of this Loader's live iterators (_iterate())
         # Held while a next() is in C or lends a batch (_take()): close() from another thread
         # (or a signal handler) waits for it, at most a slice. Reentrant for the handler's sake.
         self._next_lock = threading.RLock()
@@ -972,26 +971,7 @@ class Loader:
         return self._iterate(self._gen)
 
     def _iterate(self, gen):
-        feed = self._feed
-        if feed is not None and feed.backend == "plugin" and self._url:
-            # dlc_loader_next_device() waits in one piece: the SIGINT watch of a streamed
-            # Loader is what ends it (on the main thread, with Python's own handler).
-            return self._streamed(gen, feed)
-        return self._batches_of(gen, feed)
-
-    def _streamed(self, gen, feed):
-        """The batches of a streamed Loader with the CUDA plugin: Ctrl-C while next() waits for
-        a shard stops its downloads (see _stream._WATCH). Armed once, at the first next(), and
-        given back when the iterator ends or close() runs."""
-        arm = _stream.watch_sigint()
-        if arm is not None:
-            self._arms.append(arm)
-        try:
-            yield from self._batches_of(gen, feed, arm[0] if arm is not None else None)
-        finally:
-            if arm is not None:
-                _stream.unwatch_sigint(arm)
-                self._arms = [a for a in self._arms if a is not arm]
+        return self._batches_of(gen, self._feed)
 
     def _gone(self, gen):
         """The error of an iterator whose Loader was closed, or that iter(), load_state_dict()
@@ -1001,15 +981,15 @@ class Loader:
         return RuntimeError("this dlcache.Loader iterator is stale: iter(), load_state_dict() "
                             "or close() was called on the Loader since")
 
-    def _take(self, gen, batch):
-        """dlc_loader_next() into @p batch, waiting in slices of _SLICE_MS: between two, the
+    def _take(self, gen, batch, take):
+        """@p take, dlc_loader_next_wait() (or dlc_loader_next_device_wait()), into @p batch,
+        in slices of _SLICE_MS until it gives something else than DLC_AGAIN: between two, the
         interpreter runs the signal handlers (Ctrl-C's KeyboardInterrupt, the program's own
         handlers, asyncio's) and a close() from another thread gets the Loader. Called with
         _next_lock held; gives it up between the slices only. A cancelled asyncio task that
         waits here (next() in the event loop's thread) ends with CancelledError."""
         ref = ctypes.byref(batch)
         lock = self._next_lock
-        take = lib.dlc_loader_next_wait
         while True:
             # Checked with nothing between it and the call that could run a handler.
             ptr = self._handle.ptr
@@ -1024,12 +1004,18 @@ class Loader:
             finally:
                 lock.acquire()
 
-    def _batches_of(self, gen, feed, watch=None):
+    def _batches_of(self, gen, feed):
         record = torch.profiler.record_function
         owner = self._handle
         ctx = "dlcache.Loader(%s)" % redact(os.fsdecode(self._path))
         max_lent = self._config.max_lent
         out = []  # what is yielded, popped as it is: no local holds a batch across the yield
+        if feed is not None:
+            take = lib.dlc_loader_next_device_wait if feed.backend == "plugin" \
+                else lib.dlc_loader_next_wait
+
+            def wait(_ptr, b):
+                return self._take(gen, b, take)
         while True:
             with self._next_lock:
                 if gen != self._gen or self._handle.ptr is None:
@@ -1039,17 +1025,7 @@ class Loader:
                     batch = self._batch
                     # The profiler range covers the whole wait, every slice of it.
                     with record("dlcache.next"):
-                        if feed.backend == "plugin":
-                            if watch is not None:
-                                watch.waiting = True
-                            try:
-                                rc, items = feed.next(ptr, batch, owner, ctx)  # GIL released
-                            finally:
-                                if watch is not None:
-                                    watch.waiting = False
-                        else:
-                            rc, items = feed.next(ptr, batch, owner, ctx,
-                                                  lambda _p, b: self._take(gen, b))
+                        rc, items = feed.next(ptr, batch, owner, ctx, wait)
                 else:
                     # Give back what the caller can no longer hold: with two lent, the batch
                     # before the one the loop's variables still name; with one, that one.
@@ -1063,7 +1039,7 @@ class Loader:
                         batch = self._batches[1]
                     # The wait shows in a torch profile beside the model's kernels.
                     with record("dlcache.next"):
-                        rc = self._take(gen, batch)
+                        rc = self._take(gen, batch, lib.dlc_loader_next_wait)
                 if rc == L.DLC_END:
                     self._pos = _DONE
                     return
@@ -1374,8 +1350,6 @@ class Loader:
         # between two slices of its wait (_take()) and ends, and the lock is free then.
         self._gen += 1
         self._closed = True
-        while self._arms:  # a streamed Loader's SIGINT watch (_iterate())
-            _stream.unwatch_sigint(self._arms.pop())
         if self._handle is not None:
             with self._next_lock:
                 self._settle()
