@@ -46,6 +46,8 @@ const char *dlc_strerror(dlc_status status)
         return "success";
     case DLC_END:
         return "end of epoch";
+    case DLC_AGAIN:
+        return "no batch ready yet";
 #define DLC__ERR_CASE(name, value, text)                                                           \
     case DLC_##name:                                                                               \
         return text;

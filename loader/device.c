@@ -729,16 +729,19 @@ static int lent_stage(dlc_loader *l, const dlc_device_batch *b, const char *verb
     return -1;
 }
 
-dlc_status dlc_loader_next_device(dlc_loader *l, dlc_device_batch *batch)
+/* dlc_loader_next_device() (@p wait_ns UINT64_MAX) and dlc_loader_next_device_wait() (@p name
+ * says which). */
+static dlc_status next_device(dlc_loader *l, dlc_device_batch *batch, uint64_t wait_ns,
+                              const char *name)
 {
     if (!l || !batch)
-        return dlc__errorf(DLC_EINVAL, "loader: dlc_loader_next_device() needs a loader and a "
-                                       "batch");
+        return dlc__errorf(DLC_EINVAL, "loader: %s() needs a loader and a batch", name);
     memset(batch, 0, sizeof *batch);
     dlc__devpath *d = l->dev;
     if (!d)
         return device_off(l);
     const uint64_t t_in = dlc__now_ns();
+    const uint64_t deadline = dlc__next_deadline(t_in, wait_ns);
     pthread_mutex_lock(&l->mu);
     int e = 0;
     if (d->lent >= 0) {
@@ -768,9 +771,15 @@ dlc_status dlc_loader_next_device(dlc_loader *l, dlc_device_batch *batch)
     dlc__stage *t = &d->stages[ti];
     if (!(t->state == STAGE_STAGED && t->batch == b)) {
         const uint64_t t0 = dlc__now_ns();
-        while (!(t->state == STAGE_STAGED && t->batch == b))
-            pthread_cond_wait(&l->cv_done, &l->mu);
+        while (!(t->state == STAGE_STAGED && t->batch == b) && dlc__done_wait(l, deadline))
+            ;
         atomic_fetch_add_explicit(&l->st_wait_ns, dlc__now_ns() - t0, memory_order_relaxed);
+        if (!(t->state == STAGE_STAGED && t->batch == b)) {
+            /* Not yet: the batch lent before is given back, nothing else changed. */
+            pthread_mutex_unlock(&l->mu);
+            dlc__report_pending(l, t_in);
+            return DLC_AGAIN;
+        }
     }
     /* The copy thread staged batch b; it was released above, or never lent. */
     assert(b < d->up_next && d->lent < 0);
@@ -804,6 +813,16 @@ dlc_status dlc_loader_next_device(dlc_loader *l, dlc_device_batch *batch)
     atomic_fetch_add_explicit(&l->st_samples, t->count, memory_order_relaxed);
     dlc__report_consumer(l, t_in, dlc__now_ns(), 1);
     return DLC_OK;
+}
+
+dlc_status dlc_loader_next_device(dlc_loader *l, dlc_device_batch *batch)
+{
+    return next_device(l, batch, UINT64_MAX, "dlc_loader_next_device");
+}
+
+dlc_status dlc_loader_next_device_wait(dlc_loader *l, dlc_device_batch *batch, uint32_t timeout_ms)
+{
+    return next_device(l, batch, (uint64_t)timeout_ms * 1000000u, "dlc_loader_next_device_wait");
 }
 
 /* Enqueue output @p i of stage @p t into @p dst on @p stream. */

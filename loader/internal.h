@@ -338,7 +338,9 @@ struct dlc_loader {
     dlc__wcnt *wcnt;           /**< One per worker (64-byte aligned). */
     uint64_t cons_wait;        /**< The consumer's own: time inside next(), */
     uint64_t cons_away;        /**< time between its calls, */
-    uint64_t cons_out;         /**< and when the last call returned (open, at first). */
+    uint64_t cons_out;         /**< and when the last call returned (open, at first); */
+    uint64_t cons_in;          /**< when the first slice of a wait dlc_loader_next_wait() cut
+                                    into slices began: 0 when none is pending. */
     uint64_t t_open;           /**< dlc__now_ns() at open: the base of "since open". */
     dlc__tally *tally;         /**< DLC__REPORT_RING snapshots, one per delivered batch; the
                                     consumer's. */
@@ -567,6 +569,13 @@ void dlc__report_close(struct dlc_loader *l);
 /** The consumer entered next() (at @p t_in) and is leaving it (@p t_out, a batch delivered or
  *  not): its wait and its time away. */
 void dlc__report_consumer(struct dlc_loader *l, uint64_t t_in, uint64_t t_out, int delivered);
+/* A slice of a wait returned with no batch at @p t_in's call: the wait goes on (see cons_in). */
+void dlc__report_pending(struct dlc_loader *l, uint64_t t_in);
+/* The end of a wait of @p wait_ns (UINT64_MAX: none) from @p t_in, on dlc__now_ns()'s clock. */
+uint64_t dlc__next_deadline(uint64_t t_in, uint64_t wait_ns);
+/* One wait on cv_done under mu, at most until @p deadline (UINT64_MAX: no limit); 0 once the
+ * deadline has passed. */
+int dlc__done_wait(struct dlc_loader *l, uint64_t deadline);
 /** The counters now. */
 void dlc__report_tally(const struct dlc_loader *l, dlc__tally *t);
 /** threads="auto"'s memory before its first decision. */

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <xxhash.h>
 
 /* The defaults, at this library's size: dlc_loader_config_init_sized() gives the caller its part.
@@ -276,8 +277,18 @@ static dlc_status threads_start(dlc_loader *l, int *sync_made)
 {
     dlc_status rc = DLC_OK;
     FAIL_IF(pthread_mutex_init(&l->mu, NULL), -ENOMEM, "%s: pthread_mutex_init failed", l->path);
-    if (pthread_cond_init(&l->cv_io, NULL) || pthread_cond_init(&l->cv_work, NULL) ||
-        pthread_cond_init(&l->cv_done, NULL)) {
+    /* cv_done measures dlc_loader_next_wait()'s slices on the clock dlc__now_ns() reads, which
+     * a change of the wall clock does not move. */
+    pthread_condattr_t mono;
+    int cfail = pthread_condattr_init(&mono);
+    if (!cfail) {
+        cfail = pthread_condattr_setclock(&mono, CLOCK_MONOTONIC) ||
+                pthread_cond_init(&l->cv_done, &mono);
+        pthread_condattr_destroy(&mono);
+    }
+    if (!cfail && (pthread_cond_init(&l->cv_io, NULL) || pthread_cond_init(&l->cv_work, NULL)))
+        cfail = 1;
+    if (cfail) {
         pthread_mutex_destroy(&l->mu);
         FAIL_IF(1, -ENOMEM, "%s: pthread_cond_init failed", l->path);
     }
@@ -456,18 +467,53 @@ void dlc_loader_close(dlc_loader *l)
     free(l);
 }
 
-dlc_status dlc_loader_next(dlc_loader *l, dlc_batch *batch)
+/* Has the slot of batch @p b been made READY? */
+static int batch_ready(const dlc__slot *s, uint64_t b)
+{
+    return s->state == DLC__SLOT_READY && s->batch == b;
+}
+
+uint64_t dlc__next_deadline(uint64_t t_in, uint64_t wait_ns)
+{
+    return wait_ns == UINT64_MAX || wait_ns > UINT64_MAX - t_in - 1 ? UINT64_MAX : t_in + wait_ns;
+}
+
+int dlc__done_wait(dlc_loader *l, uint64_t deadline)
+{
+    if (deadline == UINT64_MAX) {
+        pthread_cond_wait(&l->cv_done, &l->mu);
+        return 1;
+    }
+    const struct timespec until = {(time_t)(deadline / 1000000000u),
+                                   (long)(deadline % 1000000000u)};
+    return pthread_cond_timedwait(&l->cv_done, &l->mu, &until) != ETIMEDOUT;
+}
+
+/* Wait under mu until batch @p b is READY in @p s, at most until @p deadline. Returns whether
+ * it is. */
+static int wait_ready(dlc_loader *l, const dlc__slot *s, uint64_t b, uint64_t deadline)
+{
+    const uint64_t t0 = dlc__now_ns();
+    while (!batch_ready(s, b) && dlc__done_wait(l, deadline))
+        ;
+    atomic_fetch_add_explicit(&l->st_wait_ns, dlc__now_ns() - t0, memory_order_relaxed);
+    return batch_ready(s, b);
+}
+
+/* dlc_loader_next() (@p wait_ns UINT64_MAX) and dlc_loader_next_wait() (@p name says which). */
+static dlc_status next_host(dlc_loader *l, dlc_batch *batch, uint64_t wait_ns, const char *name)
 {
     if (!l || !batch)
-        return dlc__errorf(DLC_EINVAL, "loader: dlc_loader_next() needs a loader and a batch");
+        return dlc__errorf(DLC_EINVAL, "loader: %s() needs a loader and a batch", name);
     if (l->alive != DLC__LOADER_ALIVE)
-        return dlc__errorf(DLC_ESTATE, "loader: dlc_loader_next(): the loader was closed");
+        return dlc__errorf(DLC_ESTATE, "loader: %s(): the loader was closed", name);
     if (l->dev)
         return dlc__errorf(DLC_ESTATE,
                            "%s: the batches go to CUDA device %d: take them with "
                            "dlc_loader_next_device()",
                            l->path, dlc_loader_device(l, NULL));
     const uint64_t t_in = dlc__now_ns();
+    const uint64_t deadline = dlc__next_deadline(t_in, wait_ns);
     pthread_mutex_lock(&l->mu);
     dlc__assert_lent(l);
     if (l->nlent >= l->cfg.max_lent) {
@@ -488,11 +534,13 @@ dlc_status dlc_loader_next(dlc_loader *l, dlc_batch *batch)
     const uint64_t b = l->cons_next;
     const uint32_t si = dlc__slot_of(l, b);
     dlc__slot *s = &l->slots[si];
-    if (!(s->state == DLC__SLOT_READY && s->batch == b)) {
-        const uint64_t t0 = dlc__now_ns();
-        while (!(s->state == DLC__SLOT_READY && s->batch == b))
-            pthread_cond_wait(&l->cv_done, &l->mu);
-        atomic_fetch_add_explicit(&l->st_wait_ns, dlc__now_ns() - t0, memory_order_relaxed);
+    if (!batch_ready(s, b) && !wait_ready(l, s, b, deadline)) {
+        /* Not yet: the caller comes back for it (the lent batches and the position are as
+         * they were; the consumer is still waiting, see dlc__report_pending()). */
+        pthread_mutex_unlock(&l->mu);
+        memset(batch, 0, sizeof *batch);
+        dlc__report_pending(l, t_in);
+        return DLC_AGAIN;
     }
     /* The I/O thread took batch b before the workers made it READY: the consumer never runs
      * ahead of it. A READY slot has every sample done. */
@@ -529,6 +577,16 @@ dlc_status dlc_loader_next(dlc_loader *l, dlc_batch *batch)
     atomic_fetch_add_explicit(&l->st_samples, s->count, memory_order_relaxed);
     dlc__report_consumer(l, t_in, dlc__now_ns(), 1);
     return DLC_OK;
+}
+
+dlc_status dlc_loader_next(dlc_loader *l, dlc_batch *batch)
+{
+    return next_host(l, batch, UINT64_MAX, "dlc_loader_next");
+}
+
+dlc_status dlc_loader_next_wait(dlc_loader *l, dlc_batch *batch, uint32_t timeout_ms)
+{
+    return next_host(l, batch, (uint64_t)timeout_ms * 1000000u, "dlc_loader_next_wait");
 }
 
 void dlc__epoch_end(dlc_loader *l)

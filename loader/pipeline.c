@@ -386,6 +386,7 @@ void dlc__pipeline_reset(dlc_loader *l, uint64_t seed, uint64_t epoch, uint64_t 
     l->batch_base = start / per_batch;
     l->fill_next = l->cons_next = 0;
     l->end_said = 0;
+    l->cons_in = 0; /* A wait given up in its slices (Ctrl-C) ends with the plan it waited in. */
     l->replaced_mark = atomic_load(&l->st_replaced);
     l->paused = 0;
     pthread_cond_broadcast(&l->cv_io);

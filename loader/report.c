@@ -207,8 +207,20 @@ static void auto_threads(dlc_loader *l)
     l->auto_next = l->auto_from + DLC__AUTO_WINDOW;
 }
 
+void dlc__report_pending(dlc_loader *l, uint64_t t_in)
+{
+    if (!l->cons_in)
+        l->cons_in = t_in;
+}
+
 void dlc__report_consumer(dlc_loader *l, uint64_t t_in, uint64_t t_out, int delivered)
 {
+    /* A wait cut into slices (dlc_loader_next_wait()) is one call from its first slice: the
+     * consumer was waiting between the slices too, never away. */
+    if (l->cons_in) {
+        t_in = l->cons_in;
+        l->cons_in = 0;
+    }
     l->w_avail += (uint64_t)l->nactive * (t_out > l->t_avail ? t_out - l->t_avail : 0);
     l->t_avail = t_out;
     l->cons_away += t_in > l->cons_out ? t_in - l->cons_out : 0;

@@ -404,6 +404,24 @@ DLC_API dlc_status dlc_loader_open(const char *path, const dlc_loader_config *co
  */
 DLC_API dlc_status dlc_loader_next(dlc_loader *l, dlc_batch *batch);
 
+/**
+ * @brief dlc_loader_next() that waits at most @p timeout_ms for the batch: a caller that must
+ *        do something of its own while it waits (run a signal handler, see a close) asks again.
+ *
+ * The Python package waits in slices of this call, returning to the interpreter between them,
+ * so that Ctrl-C, the program's own signal handlers and asyncio act within a slice. A wait cut
+ * into slices counts as one call in the loader's report and trace: from the first slice to the
+ * one that returns, the consumer is waiting, never away.
+ * @param[in] l The loader.
+ * @param[out] batch As dlc_loader_next()'s; zeroed with DLC_AGAIN.
+ * @param[in] timeout_ms The longest wait in milliseconds; 0 takes only a batch that is ready.
+ * @return What dlc_loader_next() returns, or ::DLC_AGAIN when the batch was not ready within
+ *         @p timeout_ms (nothing changed but that the oldest lent batch was released, as
+ *         dlc_loader_next() does when config.max_lent are lent).
+ * Thread safety: the consumer's thread, like dlc_loader_next().
+ */
+DLC_API dlc_status dlc_loader_next_wait(dlc_loader *l, dlc_batch *batch, uint32_t timeout_ms);
+
 /** @brief Give back a lent batch early so its slot can be refilled.
  *  @param[in] l The loader.
  *  @param[in] batch A batch that dlc_loader_next() lent and that is still lent; not used after.
@@ -608,6 +626,20 @@ DLC_API int dlc_loader_device(const dlc_loader *l, const char **why);
  *         (the copy could not be issued: CUDA's text), and the errors of dlc_loader_next().
  */
 DLC_API dlc_status dlc_loader_next_device(dlc_loader *l, dlc_device_batch *batch);
+
+/**
+ * @brief dlc_loader_next_device() that waits at most @p timeout_ms for the batch, as
+ *        dlc_loader_next_wait() is to dlc_loader_next().
+ * @param[in] l The loader.
+ * @param[out] batch As dlc_loader_next_device()'s; zeroed with DLC_AGAIN.
+ * @param[in] timeout_ms The longest wait in milliseconds; 0 takes only a batch that is staged.
+ * @return What dlc_loader_next_device() returns, or ::DLC_AGAIN when the batch was not staged
+ *         within @p timeout_ms (the batch lent before was given back, as by
+ *         dlc_loader_next_device(); nothing else changed).
+ * Thread safety: the consumer's thread, like dlc_loader_next_device().
+ */
+DLC_API dlc_status dlc_loader_next_device_wait(dlc_loader *l, dlc_device_batch *batch,
+                                               uint32_t timeout_ms);
 
 /**
  * @brief Enqueue on @p stream the wait for @p batch's copy, the conversion or copy of every

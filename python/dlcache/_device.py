@@ -252,9 +252,14 @@ class PluginFeed(_Feed):
         _Feed.__init__(self, *args)
         self._db = L.DeviceBatch()
 
-    def next(self, ptr, batch, owner, ctx):
+    def next(self, ptr, batch, owner, ctx, take=None):
+        """The next batch's outputs as torch tensors; @p take(ptr, device_batch) waits for it
+        (the Loader's wait in slices), dlc_loader_next_device() without it."""
         db = self._db
-        rc = lib.dlc_loader_next_device(ptr, ctypes.byref(db))  # GIL released
+        if take is not None:
+            rc = take(ptr, db)
+        else:
+            rc = lib.dlc_loader_next_device(ptr, ctypes.byref(db))  # GIL released
         if rc != L.DLC_OK:
             return rc, None
         n = db.count
@@ -398,9 +403,14 @@ class TorchFeed(_Feed):
             out.copy_(tmp)  # round to nearest even, as the C loader's float16
         return out
 
-    def next(self, ptr, batch, owner, ctx):
+    def next(self, ptr, batch, owner, ctx, take=None):
+        """The next batch on the device; @p take(ptr, batch) waits for the host batch (the
+        Loader's wait in slices), dlc_loader_next() without it."""
         self.sync()  # the slot of the last copy goes back to the workers now
-        rc = lib.dlc_loader_next(ptr, ctypes.byref(batch))  # GIL released
+        if take is not None:
+            rc = take(ptr, batch)
+        else:
+            rc = lib.dlc_loader_next(ptr, ctypes.byref(batch))  # GIL released
         if rc != L.DLC_OK:
             return rc, None
         n = batch.count

@@ -580,6 +580,7 @@ class DeviceDst(ctypes.Structure):
 # Constants from the headers.
 DLC_OK = 0
 DLC_END = 1
+DLC_AGAIN = 2  # dlc_loader_next_wait(): no batch within the wait
 LOADER_STATE_SIZE = 64
 MAX_PREFETCH = 1024  # DLC_LOADER_MAX_PREFETCH
 ENCODING_RAW, ENCODING_JPEG, ENCODING_PNG = 0, 1, 2
@@ -681,6 +682,7 @@ _PROTOTYPES = {
     "dlc_loader_open": (c_status, [ctypes.c_char_p, ctypes.POINTER(LoaderConfig),
                                    ctypes.POINTER(_P)]),
     "dlc_loader_next": (c_status, [_P, ctypes.POINTER(Batch)]),
+    "dlc_loader_next_wait": (c_status, [_P, ctypes.POINTER(Batch), ctypes.c_uint32]),
     "dlc_loader_release": (c_status, [_P, ctypes.POINTER(Batch)]),
     "dlc_loader_keep": (c_status, [_P, ctypes.POINTER(Batch), ctypes.POINTER(_P)]),
     "dlc_loader_kept_free": (None, [_P]),
@@ -715,6 +717,8 @@ _PROTOTYPES = {
     # loader.h: the device path
     "dlc_loader_device": (ctypes.c_int, [_P, ctypes.POINTER(ctypes.c_char_p)]),
     "dlc_loader_next_device": (c_status, [_P, ctypes.POINTER(DeviceBatch)]),
+    "dlc_loader_next_device_wait": (c_status, [_P, ctypes.POINTER(DeviceBatch),
+                                                ctypes.c_uint32]),
     "dlc_loader_device_emit": (c_status, [_P, ctypes.POINTER(DeviceBatch), _P,
                                           ctypes.POINTER(DeviceDst), _P]),
     "dlc_loader_device_wait": (c_status, [_P, ctypes.POINTER(DeviceBatch), _P]),

@@ -72,13 +72,7 @@ _INTERRUPTED = [False]
 
 
 def _net_progress(_user, _p):
-    if _INTERRUPTED[0]:
-        return 1
-    w = _WATCH[0]
-    if w is not None and w.waiting and w.saw_sigint():
-        _INTERRUPTED[0] = True  # until the main thread runs _on_sigint, once next() returns
-        return 1
-    return 0
+    return 1 if _INTERRUPTED[0] else 0
 
 
 PROGRESS_CB = L.WARM_PROGRESS_FN(_net_progress)
@@ -90,7 +84,7 @@ def interruptible():
     a tenth of a second and raises KeyboardInterrupt when it returns. Does nothing on another
     thread or where the program has its own SIGINT handler."""
     if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGINT) not in (signal.default_int_handler, _on_sigint):
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
         yield
         return
 
@@ -105,121 +99,6 @@ def interruptible():
         hit, _INTERRUPTED[0] = _INTERRUPTED[0], False
     if hit:
         raise KeyboardInterrupt
-
-
-# Ctrl-C while the main thread waits in a streamed Loader's next(): the downloads run on the
-# stream cache's threads, where Python runs no signal handler, and the main thread is in C until
-# a batch is ready, which a stalled server can put off for a whole timeout. So while an iterator
-# of a streamed Loader lives, the C signal handler also writes each signal's number to a pipe
-# (signal.set_wakeup_fd), and the progress callback (about ten times a second per transfer, on the
-# thread that downloads) reads it while the main thread waits in next(): a SIGINT makes the
-# callback answer stop, the transfers end with DLC_ECANCELED, next() returns, and the main thread
-# runs _on_sigint, which raises KeyboardInterrupt. Armed once per iterator (not per batch); the
-# only per-batch work is the waiting flag around the C call, and only for a streamed Loader.
-_WATCH = [None]
-_PIPE = [None]
-
-
-def _on_sigint(signum, frame):
-    """SIGINT's Python handler while a _SigintWatch is armed: Python's default one, after
-    forgetting what the pipe holds (a Ctrl-C seen here, in Python, stops no download)."""
-    w = _WATCH[0]
-    if w is not None:
-        w.waiting = False
-        w.saw_sigint()
-    _INTERRUPTED[0] = False
-    signal.default_int_handler(signum, frame)
-
-
-class _SigintWatch:
-    """The pipe and handler of the iterators of streamed Loaders (one for all of them)."""
-
-    def __init__(self, r, w, old_handler):
-        self.r, self.w, self.old_handler = r, w, old_handler
-        self.users = 1
-        self.waiting = False
-
-    def saw_sigint(self):
-        """Read what the signal handler wrote: True when a SIGINT was among it."""
-        hit = False
-        try:
-            while True:
-                got = os.read(self.r, 256)
-                if not got:
-                    break
-                hit = hit or signal.SIGINT in got
-        except OSError:  # BlockingIOError: empty
-            pass
-        return hit
-
-    def wrap(self, fn):
-        """@p fn, a call that waits for a batch, marked as waiting while it runs."""
-
-        def waiting_call(*args):
-            self.waiting = True
-            try:
-                return fn(*args)
-            finally:
-                self.waiting = False
-
-        return waiting_call
-
-
-def watch_sigint():
-    """Arm the SIGINT watch for an iterator of a streamed Loader (see _WATCH); None where it
-    cannot be: not on the main thread, the program has its own SIGINT handler, or another
-    part of it (asyncio) has a wakeup fd. Give it back with unwatch_sigint()."""
-    w = _WATCH[0]
-    if w is not None:
-        w.users += 1
-        return [w]
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        return None
-    if _PIPE[0] is None:
-        # One pipe for the process, never closed: a callback may be reading it as the last
-        # iterator ends, and a closed number could be another file's by then.
-        r, wfd = os.pipe()
-        os.set_blocking(r, False)
-        os.set_blocking(wfd, False)
-        _PIPE[0] = (r, wfd)
-    r, wfd = _PIPE[0]
-    try:
-        old = signal.set_wakeup_fd(wfd, warn_on_full_buffer=False)
-    except (OSError, ValueError):
-        return None
-    if old != -1:
-        signal.set_wakeup_fd(old)
-        return None
-    w = _SigintWatch(r, wfd, signal.signal(signal.SIGINT, _on_sigint))
-    _WATCH[0] = w
-    return [w]
-
-
-def unwatch_sigint(arm):
-    """Give back @p arm, what watch_sigint() returned (again: nothing); the last arming restores
-    the previous SIGINT handler and wakeup fd. Off the main thread (a generator collected there)
-    the watch stays (signal.signal() works only on the main thread)."""
-    w = arm[0] if arm else None
-    if w is None:
-        return
-    if w.users == 1:
-        if threading.current_thread() is not threading.main_thread():
-            return
-        try:
-            if signal.getsignal(signal.SIGINT) is _on_sigint:
-                signal.signal(signal.SIGINT, w.old_handler)
-            prev = signal.set_wakeup_fd(-1)
-            if prev != w.w:
-                signal.set_wakeup_fd(prev)  # someone else's now: leave it
-                return
-        except ValueError:
-            return
-        _WATCH[0] = None
-        _INTERRUPTED[0] = False
-        w.saw_sigint()  # empty for the next watch
-    w.users -= 1
-    arm[0] = None
 
 
 def default_rank_world(rank, world_size):

@@ -5,6 +5,8 @@ import ctypes
 import logging
 import math
 import os
+import sys
+import threading
 import time
 import warnings
 import weakref
@@ -60,6 +62,28 @@ _RUNNING = 2  # An iterator took batches of self._epoch and did not reach its en
 _DONE = 3     # self._epoch was iterated to its end.
 
 _STATE_VERSION = 1
+
+# next() waits for a batch in slices this long (dlc_loader_next_wait()), coming back to the
+# interpreter between them: a signal handler (Ctrl-C's, the program's own, asyncio's) runs within
+# a slice, whatever thread waits and whoever owns SIGINT, and close() from another thread ends
+# the wait. Short enough to feel immediate, long enough that a waiting loop costs nothing.
+_SLICE_MS = 100
+
+
+def _cancelled_task():
+    """Between two slices of a wait: raise CancelledError where the wait runs in an asyncio task
+    that was asked to stop (asyncio.run()'s Ctrl-C handler cancels the main task, which learns
+    of it only at its next await: the batch may be a whole download away)."""
+    aio = sys.modules.get("asyncio")
+    if aio is None:
+        return
+    try:
+        task = aio.current_task()
+    except RuntimeError:  # no event loop runs in this thread
+        return
+    cancelling = getattr(task, "cancelling", None)  # Python 3.11
+    if cancelling is not None and cancelling():
+        raise aio.CancelledError()
 
 
 def _log_cb(_user, level, msg):
@@ -458,7 +482,10 @@ class Loader:
                  timeout: "Optional[float]" = None, retries: "Optional[int]" = None) -> None:
         self._handle = None
         self._feed = None
-        self._arms = []  # the SIGINT watches of this Loader's live iterators (_iterate())
+        # Held while a next() is in C or lends a batch (_take()): close() from another thread
+        # (or a signal handler) waits for it, at most a slice. Reentrant for the handler's sake.
+        self._next_lock = threading.RLock()
+        self._closed = False
         self._info = None
         # A list of paths is a mixture: its first source gives the schema the others must have.
         self._mix = _Mix.make(path, weights, samples_per_epoch, label_offsets, return_source)
@@ -944,78 +971,98 @@ class Loader:
         return self._iterate(self._gen)
 
     def _iterate(self, gen):
-        feed = self._feed
-        feed_next = feed.next if feed is not None else None
-        if not self._url:
-            return self._batches_of(gen, lib.dlc_loader_next, feed, feed_next)
-        return self._streamed(gen, feed, feed_next)
+        return self._batches_of(gen, self._feed)
 
-    def _streamed(self, gen, feed, feed_next):
-        """The batches of a streamed Loader: Ctrl-C while next() waits for a shard stops its
-        downloads (see _stream._WATCH). Armed once, at the first next(), and given back when
-        the iterator ends or close() runs."""
-        next_fn = lib.dlc_loader_next
-        arm = _stream.watch_sigint()
-        if arm is not None:
-            self._arms.append(arm)
-            next_fn = arm[0].wrap(next_fn)
-            if feed is not None:
-                feed_next = arm[0].wrap(feed_next)
-        try:
-            yield from self._batches_of(gen, next_fn, feed, feed_next)
-        finally:
-            if arm is not None:
-                _stream.unwatch_sigint(arm)
-                self._arms = [a for a in self._arms if a is not arm]
+    def _gone(self, gen):
+        """The error of an iterator whose Loader was closed, or that iter(), load_state_dict()
+        or close() made stale."""
+        if self._closed or self._handle is None or self._handle.ptr is None:
+            return ValueError("this dlcache.Loader is closed")
+        return RuntimeError("this dlcache.Loader iterator is stale: iter(), load_state_dict() "
+                            "or close() was called on the Loader since")
 
-    def _batches_of(self, gen, next_fn, feed, feed_next):
+    def _take(self, gen, batch, take):
+        """@p take, dlc_loader_next_wait() (or dlc_loader_next_device_wait()), into @p batch,
+        in slices of _SLICE_MS until it gives something else than DLC_AGAIN: between two, the
+        interpreter runs the signal handlers (Ctrl-C's KeyboardInterrupt, the program's own
+        handlers, asyncio's) and a close() from another thread gets the Loader. Called with
+        _next_lock held; gives it up between the slices only. A cancelled asyncio task that
+        waits here (next() in the event loop's thread) ends with CancelledError."""
+        ref = ctypes.byref(batch)
+        lock = self._next_lock
+        while True:
+            # Checked with nothing between it and the call that could run a handler.
+            ptr = self._handle.ptr
+            if ptr is None or gen != self._gen:
+                raise self._gone(gen)
+            rc = take(ptr, ref, _SLICE_MS)  # GIL released while workers work
+            if rc != L.DLC_AGAIN:
+                return rc
+            lock.release()
+            try:
+                _cancelled_task()
+            finally:
+                lock.acquire()
+
+    def _batches_of(self, gen, feed):
         record = torch.profiler.record_function
         owner = self._handle
         ctx = "dlcache.Loader(%s)" % redact(os.fsdecode(self._path))
         max_lent = self._config.max_lent
+        out = []  # what is yielded, popped as it is: no local holds a batch across the yield
+        if feed is not None:
+            take = lib.dlc_loader_next_device_wait if feed.backend == "plugin" \
+                else lib.dlc_loader_next_wait
+
+            def wait(_ptr, b):
+                return self._take(gen, b, take)
         while True:
-            if gen != self._gen:
-                raise RuntimeError("this dlcache.Loader iterator is stale: iter(), "
-                                   "load_state_dict() or close() was called on the Loader since")
-            ptr = self._ptr()
-            if feed is not None:
-                batch = self._batch
-                with record("dlcache.next"):
-                    rc, items = feed_next(ptr, batch, owner, ctx)  # GIL released while waiting
-            else:
-                # Give back what the caller can no longer hold: with two lent, the batch before
-                # the one the loop's variables still name; with one, that one.
-                while len(self._held) >= max_lent:
-                    self._settle_one(ptr)
-                # Each lent batch keeps its own dlc_batch: the one not held (at most one is,
-                # also when a new iterator starts with the last epoch's batch held over).
-                batch = self._batches[0]
-                if self._held and self._held[-1][0] is batch:
-                    batch = self._batches[1]
-                # The wait shows in a torch profile beside the model's kernels.
-                with record("dlcache.next"):
-                    rc = next_fn(ptr, ctypes.byref(batch))  # GIL released while workers work
-            if rc == L.DLC_END:
-                self._pos = _DONE
-                return
-            if rc < 0:
-                raise error_for(rc, ctx)
-            if self._pos != _RUNNING:
-                # After a restore this rank's count of the epoch is unknown
-                # (the world size may have changed): then it stays None.
-                self._pos = _RUNNING
-            if self._yielded is not None:
-                self._yielded += 1
-            self._kept_marks.append((self._kept_s, self._kept_n))
-            if feed is not None:
-                yield self._device_batch(items)
-                continue
-            if self._as_dict:
-                yield self._dict(batch, owner)
-                continue
+            with self._next_lock:
+                if gen != self._gen or self._handle.ptr is None:
+                    raise self._gone(gen)
+                ptr = self._handle.ptr
+                if feed is not None:
+                    batch = self._batch
+                    # The profiler range covers the whole wait, every slice of it.
+                    with record("dlcache.next"):
+                        rc, items = feed.next(ptr, batch, owner, ctx, wait)
+                else:
+                    # Give back what the caller can no longer hold: with two lent, the batch
+                    # before the one the loop's variables still name; with one, that one.
+                    while len(self._held) >= max_lent:
+                        self._settle_one(ptr)
+                    # Each lent batch keeps its own dlc_batch: the one not held (at most one
+                    # is, also when a new iterator starts with the last epoch's batch held
+                    # over).
+                    batch = self._batches[0]
+                    if self._held and self._held[-1][0] is batch:
+                        batch = self._batches[1]
+                    # The wait shows in a torch profile beside the model's kernels.
+                    with record("dlcache.next"):
+                        rc = self._take(gen, batch, lib.dlc_loader_next_wait)
+                if rc == L.DLC_END:
+                    self._pos = _DONE
+                    return
+                if rc < 0:
+                    raise error_for(rc, ctx)
+                if self._pos != _RUNNING:
+                    # After a restore this rank's count of the epoch is unknown
+                    # (the world size may have changed): then it stays None.
+                    self._pos = _RUNNING
+                if self._yielded is not None:
+                    self._yielded += 1
+                self._kept_marks.append((self._kept_s, self._kept_n))
+                # Made under the lock: a close() waiting for it then finds the batch in _held
+                # and detaches it.
+                if feed is not None:
+                    out.append(self._device_batch(items))
+                elif self._as_dict:
+                    out.append(self._dict(batch, owner))
+                else:
+                    out.append(self._pair(batch, owner))
             # No local of this frame may hold the batch's lease across the yield: its life is
             # the views' (see _settle_one()).
-            yield self._pair(batch, owner)
+            yield out.pop()
 
     def _pair(self, batch, owner):
         """The lent batch as (images, labels[, indices]): images a view of the slot."""
@@ -1299,12 +1346,14 @@ class Loader:
         """Stop the workers and free the slots. Batches still held are
         detached first (see "Lifetime of a batch"); CUDA tensors stay valid
         (they are the caller's). Idempotent."""
+        # First the mark, then the lock: an iterator waiting on another thread sees the mark
+        # between two slices of its wait (_take()) and ends, and the lock is free then.
         self._gen += 1
-        while self._arms:  # a streamed Loader's SIGINT watch (_iterate())
-            _stream.unwatch_sigint(self._arms.pop())
+        self._closed = True
         if self._handle is not None:
-            self._settle()
-            self._handle.close()
+            with self._next_lock:
+                self._settle()
+                self._handle.close()
 
     def __enter__(self):
         return self

@@ -10,6 +10,8 @@
 #include <dlcache/loader.h>
 #include <dlcache/store.h>
 
+#include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +82,46 @@ static inline uint64_t fx_epoch_hash(dlc_loader *l, uint64_t *indices, uint64_t 
     const uint64_t h = XXH3_64bits_digest(st);
     XXH3_freeState(st);
     return h;
+}
+
+/* Flip one payload byte of record @p index in the file. */
+static inline void fx_corrupt_record(const char *path, uint64_t index)
+{
+    dlc_store *s;
+    cr_assert_eq(dlc_store_open(path, 0, &s), DLC_OK);
+    dlc_store_reader *r;
+    cr_assert_eq(dlc_store_reader_open(s, &r), DLC_OK);
+    dlc_record rec;
+    cr_assert_eq(dlc_store_read(r, index, &rec), DLC_OK);
+    const uint64_t off = rec.offset + rec.size / 2;
+    uint8_t byte = rec.data[rec.size / 2] ^ 0x01;
+    dlc_store_reader_close(r);
+    dlc_store_close(s);
+    const int fd = open(path, O_WRONLY);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(pwrite(fd, &byte, 1, (off_t)off), 1);
+    close(fd);
+}
+
+/* A log callback that holds the worker which replaces a damaged record until the test opens the
+ * gate: a batch that stalls as long as the test wants, whatever the machine's speed. */
+typedef struct fx_gate {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int open, held;
+} fx_gate;
+
+static inline void fx_hold_at_replace(void *user, dlc_log_level level, const char *msg)
+{
+    (void)level;
+    fx_gate *g = user;
+    if (!g || !strstr(msg, "replaced by record"))
+        return;
+    pthread_mutex_lock(&g->mu);
+    g->held++;
+    while (!g->open)
+        pthread_cond_wait(&g->cv, &g->mu);
+    pthread_mutex_unlock(&g->mu);
 }
 
 #endif

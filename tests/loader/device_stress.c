@@ -261,7 +261,14 @@ static void round_run(unsigned round)
         while ((rc = dlc_loader_next(hl, &hb)) == DLC_OK && k++ < stop) {
             if (rnd(2))
                 nap_us(rnd(300));
-            REQUIRE(dlc_loader_next_device(dl, &db) == DLC_OK);
+            if (rnd(2)) {
+                REQUIRE(dlc_loader_next_device(dl, &db) == DLC_OK);
+            } else {
+                /* The sliced wait, in slices of 0 or 1 ms: DLC_AGAIN while the batch stages. */
+                while ((rc = dlc_loader_next_device_wait(dl, &db, rnd(2))) == DLC_AGAIN)
+                    REQUIRE(db.count == 0);
+                REQUIRE(rc == DLC_OK);
+            }
             REQUIRE(db.count == hb.count && db.batch_index == hb.batch_index);
             REQUIRE(memcmp(db.indices, hb.indices, hb.count * 8) == 0);
             REQUIRE(memcmp(db.labels, hb.labels, hb.count * 8) == 0);

@@ -31,13 +31,27 @@ static void make_store(void)
     TU_REQUIRE(tu_make_store(path, N, H, W, CLASSES, 0) == DLC_OK);
 }
 
+/* The next batch, taken in turn by dlc_loader_next() and by dlc_loader_next_wait() in slices of
+ * 0 and 1 ms (many DLC_AGAIN while the workers fill the slot): the same bytes either way. */
+static dlc_status next_any(dlc_loader *l, dlc_batch *b)
+{
+    static unsigned turn;
+    const unsigned t = turn++ % 3;
+    if (t == 0)
+        return dlc_loader_next(l, b);
+    dlc_status rc;
+    while ((rc = dlc_loader_next_wait(l, b, t - 1)) == DLC_AGAIN)
+        TU_REQUIRE(b->count == 0);
+    return rc;
+}
+
 static uint64_t epoch_hash(dlc_loader *l, int stop_after)
 {
     XXH64_hash_t h = 0;
     dlc_batch b;
     int n = 0;
     dlc_status rc;
-    while ((rc = dlc_loader_next(l, &b)) == DLC_OK) {
+    while ((rc = next_any(l, &b)) == DLC_OK) {
         h = XXH3_64bits_withSeed(b.data, b.bytes, h);
         h = XXH3_64bits_withSeed(b.indices, b.count * sizeof *b.indices, h);
         if (++n == stop_after)

@@ -340,6 +340,70 @@ Test(device, batches_equal_the_host_path_for_every_dtype_and_layout)
     fx_rmdir(&d);
 }
 
+/* dlc_loader_next_device_wait() on a batch whose worker is held (the log callback of a damaged
+ * record's replacement, fx_hold_at_replace()): DLC_AGAIN while it is, then the batch, staged as
+ * the host path makes it; the slices are one wait in the report. */
+Test(device, next_device_wait_says_not_yet_then_stages_the_batch)
+{
+    fx_dir d;
+    fx_make_store(&d, 37, 20, 18, 5, 0);
+    fx_corrupt_record(d.path, 17);
+    rig r;
+    rig_open(&r, 3, 0);
+    snprintf(where, sizeof where, "sliced wait");
+    dlc_loader_config c = dev_config();
+    c.sampler = DLC_SAMPLER_SEQUENTIAL; /* Batch 2 holds record 17. */
+    c.verify = DLC_VERIFY_ALWAYS;
+    c.on_corrupt = DLC_CORRUPT_REPLACE;
+    c.log = fx_hold_at_replace;
+    c.log_user = NULL; /* The host path's: nothing held. */
+    dlc_loader *hl = open_host(d.path, c);
+    fx_gate g = {.open = 0};
+    pthread_mutex_init(&g.mu, NULL);
+    pthread_cond_init(&g.cv, NULL);
+    c.log_user = &g;
+    dlc_loader *dl = open_dev(&r, d.path, c);
+    uint32_t got = 0, again_at_2 = 0;
+    for (;;) {
+        dlc_batch hb;
+        dlc_device_batch db;
+        const dlc_status hrc = dlc_loader_next(hl, &hb);
+        dlc_status drc;
+        while ((drc = dlc_loader_next_device_wait(dl, &db, 50)) == DLC_AGAIN) {
+            cr_assert_eq(db.count, 0);
+            if (got == 2 && ++again_at_2 == 8) {
+                pthread_mutex_lock(&g.mu);
+                cr_assert_eq(g.held, 1, "the replacing worker is held");
+                g.open = 1;
+                pthread_cond_broadcast(&g.cv);
+                pthread_mutex_unlock(&g.mu);
+            }
+        }
+        cr_assert_eq(drc, hrc, "device %d (%s), host %d", drc, dlc_errmsg(), hrc);
+        if (hrc == DLC_END)
+            break;
+        cr_assert_eq(db.batch_index, got);
+        emit_and_check(&r, dl, &db, &hb, 0);
+        got++;
+    }
+    cr_assert_eq(got, 5);
+    cr_assert_geq(again_at_2, 8);
+    dlc_loader_report rep = {.struct_size = sizeof rep};
+    cr_assert_eq(dlc_loader_get_report(dl, 0, &rep), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(rep.batches, 5);
+    cr_assert_geq(rep.wait_seconds, 0.4, "wait %.3f s, away %.3f s", rep.wait_seconds,
+                  rep.away_seconds);
+    cr_assert_lt(rep.away_seconds, rep.wait_seconds);
+    cr_assert_eq(dlc_loader_next_device_wait(NULL, NULL, 0), DLC_EINVAL);
+    cr_assert(strstr(dlc_errmsg(), "dlc_loader_next_device_wait"), "%s", dlc_errmsg());
+    dlc_loader_close(dl);
+    dlc_loader_close(hl);
+    pthread_cond_destroy(&g.cv);
+    pthread_mutex_destroy(&g.mu);
+    rig_close(&r);
+    fx_rmdir(&d);
+}
+
 Test(device, no_hazards_under_random_delays_on_both_sides)
 {
     fx_dir d;

@@ -276,25 +276,6 @@ Test(loader, restore_rejects_bad_states)
     fx_rmdir(&d);
 }
 
-/* Flip one payload byte of record @p index in the file. */
-static void corrupt_record(const char *path, uint64_t index)
-{
-    dlc_store *s;
-    cr_assert_eq(dlc_store_open(path, 0, &s), DLC_OK);
-    dlc_store_reader *r;
-    cr_assert_eq(dlc_store_reader_open(s, &r), DLC_OK);
-    dlc_record rec;
-    cr_assert_eq(dlc_store_read(r, index, &rec), DLC_OK);
-    const uint64_t off = rec.offset + rec.size / 2;
-    uint8_t byte = rec.data[rec.size / 2] ^ 0x01;
-    dlc_store_reader_close(r);
-    dlc_store_close(s);
-    const int fd = open(path, O_WRONLY);
-    cr_assert_geq(fd, 0);
-    cr_assert_eq(pwrite(fd, &byte, 1, (off_t)off), 1);
-    close(fd);
-}
-
 /* The loader's notices about replaced records, kept for the test to read. */
 typedef struct notices {
     int first, per_epoch[2];
@@ -322,7 +303,7 @@ Test(loader, corrupt_record_is_replaced_and_counted_or_named)
 {
     fx_dir d;
     fx_make_store(&d, N, H, W, CLASSES, 0);
-    corrupt_record(d.path, 17);
+    fx_corrupt_record(d.path, 17);
     const uint32_t ios[] = {DLC_IO_MMAP, DLC_IO_DIRECT};
     for (int io = 0; io < 2; io++) {
         dlc_loader_config c = fx_config();
@@ -749,5 +730,83 @@ Test(loader, kept_batch_outlives_its_slot_and_the_loader)
         dlc_loader_kept_free(mem);
         dlc_loader_kept_free(NULL);
     }
+    fx_rmdir(&d);
+}
+
+Test(loader, next_wait_says_not_yet_then_gives_the_same_bytes)
+{
+    fx_dir d;
+    fx_make_store(&d, N, H, W, CLASSES, 0);
+    fx_corrupt_record(d.path, 17);
+    dlc_loader_config c = fx_config();
+    c.sampler = DLC_SAMPLER_SEQUENTIAL; /* Batch 2 holds record 17. */
+    c.verify = DLC_VERIFY_ALWAYS;
+    c.on_corrupt = DLC_CORRUPT_REPLACE;
+    c.log = fx_hold_at_replace;
+    c.log_user = NULL; /* The digest's run: nothing held. */
+    const uint64_t want = run_hash(d.path, &c);
+
+    fx_gate g = {.open = 0};
+    pthread_mutex_init(&g.mu, NULL);
+    pthread_cond_init(&g.cv, NULL);
+    c.log_user = &g;
+    dlc_loader *l = open_ok(d.path, &c);
+    XXH3_state_t *st = XXH3_createState();
+    XXH3_64bits_reset(st);
+    dlc_batch b;
+    dlc_status rc;
+    uint32_t got = 0, again = 0, again_at_2 = 0;
+    while ((rc = dlc_loader_next_wait(l, &b, 50)) != DLC_END) {
+        if (rc == DLC_AGAIN) {
+            /* Not yet: nothing lent, nothing moved. */
+            cr_assert_eq(b.count, 0);
+            cr_assert_null(b.data);
+            again++;
+            if (got == 2 && ++again_at_2 == 8) {
+                /* Eight slices said batch 2 is not ready while its worker is held: now let
+                 * it go, and the next slices give it. */
+                pthread_mutex_lock(&g.mu);
+                cr_assert_eq(g.held, 1, "the replacing worker is held");
+                g.open = 1;
+                pthread_cond_broadcast(&g.cv);
+                pthread_mutex_unlock(&g.mu);
+            }
+            continue;
+        }
+        cr_assert_eq(rc, DLC_OK, "%d %s", rc, dlc_errmsg());
+        cr_assert_eq(b.batch_index, got, "the batches in order, none skipped by a slice");
+        XXH3_64bits_update(st, b.data, b.bytes);
+        XXH3_64bits_update(st, b.labels, b.count * sizeof *b.labels);
+        XXH3_64bits_update(st, b.indices, b.count * sizeof *b.indices);
+        got++;
+    }
+    cr_assert_eq(got, (N + 7) / 8);
+    cr_assert_geq(again_at_2, 8, "batch 2 was never reported as not ready (%u)", again);
+    cr_assert_eq(XXH3_64bits_digest(st), want, "the sliced wait gives dlc_loader_next()'s bytes");
+    XXH3_freeState(st);
+
+    /* The slices of batch 2's wait are one wait in the report: the consumer waited through all
+     * of them (eight slices that each ran out their 50 ms), and was never away for them. */
+    dlc_loader_report r = {.struct_size = sizeof r};
+    cr_assert_eq(dlc_loader_get_report(l, 0, &r), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(r.batches, got, "a slice that returned nothing is no batch");
+    cr_assert_geq(r.wait_seconds, 0.4, "wait %.3f s, away %.3f s", r.wait_seconds, r.away_seconds);
+    cr_assert_lt(r.away_seconds, r.wait_seconds, "wait %.3f s, away %.3f s", r.wait_seconds,
+                 r.away_seconds);
+    dlc_loader_stats s;
+    dlc_loader_get_stats(l, &s);
+    cr_assert_eq(s.batches, got);
+    cr_assert_geq(s.wait_seconds, 0.4, "%.3f", s.wait_seconds);
+
+    /* 0 ms takes only a batch that is ready; the plain call and the sliced one agree on END. */
+    cr_assert_eq(dlc_loader_next_wait(l, &b, 0), DLC_END);
+    cr_assert_eq(dlc_loader_next(l, &b), DLC_END);
+    dlc_loader_close(l);
+    pthread_cond_destroy(&g.cv);
+    pthread_mutex_destroy(&g.mu);
+
+    cr_assert_eq(dlc_loader_next_wait(NULL, &b, 10), DLC_EINVAL);
+    cr_assert(strstr(dlc_errmsg(), "dlc_loader_next_wait"), "%s", dlc_errmsg());
+    cr_assert_eq(strcmp(dlc_strerror(DLC_AGAIN), "no batch ready yet"), 0);
     fx_rmdir(&d);
 }

@@ -531,17 +531,20 @@ def test_batches_of_a_damaged_shard_alone_are_replaced_from_healthy_shards(local
     assert runs[0] == runs[1], "the stand-ins differ between two loaders"
 
 
-# The child of test_ctrl_c_stops_a_next_that_waits: a streamed Loader whose shards stall (at a
-# 60 s timeout), iterated on the main thread; prints "waiting" before next(), then what a SIGINT
-# gave and how long close() took, and whether SIGINT's handler and the wakeup fd are Python's
-# again.
-_NEXT_CHILD = r"""
-import signal, sys, time
+# The children of the Ctrl-C tests: a streamed Loader whose shards stall (at a 60 s timeout).
+# Each prints "waiting" before next() waits, then one line saying how the wait ended, then how
+# long close() took, and whether SIGINT's handler and the wakeup fd are what the program set.
+_OPEN = r"""
+import asyncio, signal, sys, threading, time
 import dlcache
 
 url, cache, endpoint = sys.argv[1:]
 ld = dlcache.Loader(url, cache_dir=cache, cache_ranks=1, endpoint=endpoint, batch_size=4,
                     crop=32, window_shards=2, threads=2, timeout=60)
+"""
+
+# Iterated on the main thread with Python's own SIGINT handling.
+_NEXT_CHILD = _OPEN + r"""
 it = iter(ld)
 print("waiting", flush=True)
 try:
@@ -557,13 +560,133 @@ print("restored", signal.getsignal(signal.SIGINT) is signal.default_int_handler,
       signal.set_wakeup_fd(-1) == -1, flush=True)
 """
 
+# The program's own SIGINT handler, which raises its own exception.
+_OWN_HANDLER_CHILD = _OPEN + r"""
+class Stop(Exception):
+    pass
 
-def test_ctrl_c_stops_a_next_that_waits(local_set, url, s3, tmp_path):
+
+def mine(_signum, _frame):
+    raise Stop()
+
+
+signal.signal(signal.SIGINT, mine)
+it = iter(ld)
+print("waiting", flush=True)
+try:
+    next(it)
+    print("batch", flush=True)
+except Stop:
+    print("interrupted", flush=True)
+t = time.monotonic()
+ld.close()
+print("closed %.3f" % (time.monotonic() - t), flush=True)
+print("restored", signal.getsignal(signal.SIGINT) is mine, signal.set_wakeup_fd(-1) == -1,
+      flush=True)
+"""
+
+# asyncio.run() (its own SIGINT handler, which cancels the main task), next() in the event
+# loop's thread, with asyncio's wakeup fd set (add_signal_handler() sets it).
+_ASYNC_LOOP_CHILD = _OPEN + r"""
+async def main():
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, lambda: None)
+    it = iter(ld)
+    print("waiting", flush=True)
+    try:
+        next(it)
+        print("batch", flush=True)
+    except asyncio.CancelledError:
+        print("cancelled", flush=True)
+        raise
+
+try:
+    asyncio.run(main())
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+t = time.monotonic()
+ld.close()
+print("closed %.3f" % (time.monotonic() - t), flush=True)
+print("restored", signal.getsignal(signal.SIGINT) is signal.default_int_handler,
+      signal.set_wakeup_fd(-1) == -1, flush=True)
+"""
+
+# asyncio.run() with next() in the default executor's thread: Ctrl-C cancels the task that
+# awaits it, which closes the Loader; asyncio.run() then waits for the executor's thread, whose
+# wait the close() ends.
+_ASYNC_EXECUTOR_CHILD = _OPEN + r"""
+async def main():
+    it = iter(ld)
+    print("waiting", flush=True)
+    try:
+        await asyncio.get_running_loop().run_in_executor(None, next, it)
+        print("batch", flush=True)
+    finally:
+        ld.close()
+
+try:
+    asyncio.run(main())
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+t = time.monotonic()
+ld.close()
+print("closed %.3f" % (time.monotonic() - t), flush=True)
+print("restored", signal.getsignal(signal.SIGINT) is signal.default_int_handler,
+      signal.set_wakeup_fd(-1) == -1, flush=True)
+"""
+
+# next() on another thread; the main thread waits for it, gets the KeyboardInterrupt, and
+# closes the Loader, which ends the other thread's wait.
+_THREAD_CHILD = _OPEN + r"""
+ended = []
+
+
+def run():
+    try:
+        next(iter(ld))
+        ended.append("batch")
+    except Exception as e:
+        ended.append(type(e).__name__)
+
+
+th = threading.Thread(target=run)
+th.start()
+print("waiting", flush=True)
+try:
+    while th.is_alive():
+        th.join(0.5)
+    print("batch", flush=True)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+t = time.monotonic()
+ld.close()
+th.join(30)
+print("closed %.3f" % (time.monotonic() - t), "alive" if th.is_alive() else ended[0],
+      flush=True)
+print("restored", signal.getsignal(signal.SIGINT) is signal.default_int_handler,
+      signal.set_wakeup_fd(-1) == -1, flush=True)
+"""
+
+
+@pytest.mark.parametrize("child_src", [
+    pytest.param(_NEXT_CHILD, id="main_thread"),
+    pytest.param(_OWN_HANDLER_CHILD, id="own_handler"),
+    pytest.param(_ASYNC_LOOP_CHILD, id="asyncio_loop_thread"),
+    pytest.param(_ASYNC_EXECUTOR_CHILD, id="asyncio_executor"),
+    pytest.param(_THREAD_CHILD, id="other_thread"),
+])
+def test_ctrl_c_stops_a_next_that_waits(local_set, url, s3, tmp_path, child_src):
     """Issue 23, item 6: Ctrl-C while next() waits for a shard that a stalled server holds (every
-    shard's download stalls after a third of its bytes, the timeout is 60 s) raises
-    KeyboardInterrupt at once, and close() then returns at once. Before, the interrupt was seen
-    only when the download's timeout ended. The bounds (5 s, against the 60 s a timeout takes)
-    tell a hang from an answer; they measure no speed."""
+    shard's download stalls after a third of its bytes, the timeout is 60 s) ends the wait at
+    once, and close() then returns at once, whatever the program's signal handling: Python's
+    own (KeyboardInterrupt), the program's own handler (its exception), asyncio.run() with next()
+    in the event loop's thread (the main task is cancelled: KeyboardInterrupt) or in its
+    executor (the cancelled task closes the Loader, which ends the executor thread's wait), and
+    next() on another thread (KeyboardInterrupt in the main thread, whose close() ends the other
+    thread's wait with "closed"). The program's SIGINT handler and wakeup fd are left as they
+    were. Before, only the first case worked (a SIGINT watch armed where SIGINT's handler was
+    Python's, on the main thread): the others saw Ctrl-C when the download's timeout ended, and
+    a close() from another thread freed the loader under the waiting call. The bounds (5 s,
+    against the 60 s a timeout takes) tell a hang from an answer; they measure no speed."""
     port_file = tmp_path / "proxy.port"
     # The index passes; every shard's download stalls for 10 minutes.
     proxy = subprocess.Popen([sys.executable, os.path.join(REPO, "tests", "lib", "faultproxy.py"),
@@ -579,7 +702,7 @@ def test_ctrl_c_stops_a_next_that_waits(local_set, url, s3, tmp_path):
             time.sleep(0.1)
         via = "http://127.0.0.1:%s" % port_file.read_text().strip()
         env = dict(os.environ, DLCACHE_LIB=LIB, PYTHONPATH=os.path.join(REPO, "python"))
-        child = subprocess.Popen([sys.executable, "-c", _NEXT_CHILD, url, str(tmp_path / "c"),
+        child = subprocess.Popen([sys.executable, "-c", child_src, url, str(tmp_path / "c"),
                                   via], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  text=True)
         # A child that hangs is killed (its lines end): a failure, not a hung session.
@@ -592,14 +715,21 @@ def test_ctrl_c_stops_a_next_that_waits(local_set, url, s3, tmp_path):
         t = time.monotonic()
         child.send_signal(signal.SIGINT)
         line = child.stdout.readline().strip()
+        if child_src is _ASYNC_LOOP_CHILD:
+            # The main task's wait ends (CancelledError), and asyncio.run() says why.
+            assert line == "cancelled", (line, child.stderr.read()[-2000:])
+            line = child.stdout.readline().strip()
         seen = time.monotonic() - t
         assert line == "interrupted", (line, child.stderr.read()[-2000:])
         assert seen < 5, "Ctrl-C was seen after %.1f s" % seen
         closed = child.stdout.readline().split()
         assert closed and closed[0] == "closed", (closed, child.stderr.read()[-2000:])
         assert float(closed[1]) < 5, "close() took %s s" % closed[1]
+        if child_src is _THREAD_CHILD:
+            assert closed[2:] == ["ValueError"], "the other thread's next(): %s" % closed[2:]
         assert child.stdout.readline().split() == ["restored", "True", "True"]
         child.wait(30)
+        assert child.returncode == 0, child.stderr.read()[-2000:]
     finally:
         if guard is not None:
             guard.cancel()

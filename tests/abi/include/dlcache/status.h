@@ -90,6 +90,8 @@ typedef int dlc_status;
 #define DLC_OK 0
 /** Not an error: the epoch (or the stream) has no more batches. */
 #define DLC_END 1
+/** Not an error: no batch was ready within dlc_loader_next_wait()'s wait; ask again. */
+#define DLC_AGAIN 2
 
 /**
  * dlcache's own error codes: XX(name, value, text). One list gives the enum
@@ -122,7 +124,8 @@ enum dlc_error_code {
 /**
  * @brief A short static description of @p status ("corrupt data", "No space
  *        left on device", ...).
- * @param[in] status Any value: ::DLC_OK, ::DLC_END, a negated errno value or a DLC_E* code.
+ * @param[in] status Any value: ::DLC_OK, ::DLC_END, ::DLC_AGAIN, a negated errno value or a
+ *            DLC_E* code.
  * @return A string owned by the library, never NULL, valid forever.
  * Thread safety: safe from any thread.
  */
