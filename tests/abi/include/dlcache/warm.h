@@ -42,6 +42,14 @@
  * of the set keep the shards that did not change. Deleting it while nobody warms the set is
  * safe; the next fetch of a changed set then downloads every shard again.
  * For a set, the log callback runs on the threads fetching the shards, one call at a time.
+ * An https URL's query string (a token valid for the set's prefix) stays on every object's URL,
+ * after the object's name (URL/index.dlcset?QUERY).
+ *
+ * DEST's directory is opened once, before anything is created, and checked: a directory, not a
+ * symbolic link (-ELOOP or DLC_EINVAL naming it; its owner is not checked, so a folder a group
+ * shares works); a set's DEST/ and DEST.warm-set/ likewise. Every file above is created, renamed
+ * and removed relative to those open directories, so renaming one of them during the call, or
+ * swapping it for a link, does not move the call's work elsewhere (docs/SECURITY.md).
  *
  * An object made by dlc_warm_push() carries metadata saying so (x-amz-meta-dlcache-part-size,
  * GCS's metadata), and its ETag (S3) or x-goog-hash md5 (GCS) is then the MD5 of its bytes (or
