@@ -209,22 +209,18 @@ int dlc__open_regular(const char *path, int extra, const char *what, struct stat
 /* "a directory", "a FIFO", "a socket", "a character device", "a block device", "a symbolic
  * link", "a regular file" or "an unknown kind of file", for a stat's st_mode. */
 const char *dlc__file_kind(unsigned mode);
-/* Open @p path, a file dlcache keeps for itself (a partial download, a journal, a lock, a
- * sidecar), with @p flags (O_RDWR, O_CREAT, O_EXCL...; mode 0644) and never through a symbolic
- * link, nor blocking on a FIFO: a link, or anything but a regular file, is refused naming it,
- * since a co-tenant of a shared folder may plant one to have us truncate or overwrite its target
- * (docs/SECURITY.md). *fd_out gets the descriptor (close-on-exec). DLC_OK, -ELOOP (a link),
- * DLC_EINVAL (not a regular file) or -errno. */
-dlc_status dlc__open_own(const char *path, int flags, int *fd_out);
-/* Make @p path, a new file of ours, afresh: a symbolic link with its name is refused (-ELOOP,
- * naming it), anything else removed, then the file is created with O_EXCL (a link planted in
- * between fails it). As dlc__open_own(). */
-dlc_status dlc__create_own(const char *path, int flags, int *fd_out);
-/* The same relative to the directory open at @p dirfd (issue 23's leftover: a co-tenant who
- * renames that directory, or swaps it for a link, between two steps reaches nothing): the file
- * is the last component of @p path in it, and @p path names it in messages. AT_FDCWD: @p path
- * as it is, as dlc__open_own() and dlc__create_own() do. */
+/* Open the last component of @p path in the directory open at @p dirfd (AT_FDCWD: @p path as
+ * it is), a file dlcache keeps for itself (a partial download, a journal, a lock, a sidecar),
+ * with @p flags (O_RDWR, O_CREAT, O_EXCL...; mode 0644) and never through a symbolic link, nor
+ * blocking on a FIFO: a link, or anything but a regular file, is refused naming @p path, since a
+ * co-tenant of a shared folder may plant one to have us truncate or overwrite its target
+ * (docs/SECURITY.md); relative to a held directory, renaming it or swapping it for a link
+ * between two steps reaches nothing either. *fd_out gets the descriptor (close-on-exec).
+ * DLC_OK, -ELOOP (a link), DLC_EINVAL (not a regular file) or -errno. */
 dlc_status dlc__open_own_at(int dirfd, const char *path, int flags, int *fd_out);
+/* Make that file, a new one of ours, afresh: a symbolic link with its name is refused (-ELOOP,
+ * naming it), anything else removed, then the file is created with O_EXCL (a link planted in
+ * between fails it). As dlc__open_own_at(). */
 dlc_status dlc__create_own_at(int dirfd, const char *path, int flags, int *fd_out);
 /* dlc__replace_file() of the last component of @p path in the directory open at @p dirfd: the
  * temporary file made, renamed and removed there, @p dirfd synced. AT_FDCWD: as

@@ -216,16 +216,6 @@ dlc_status dlc__create_own_at(int dirfd, const char *path, int flags, int *fd_ou
     return dlc__open_own_at(dirfd, path, (flags & ~O_TRUNC) | O_CREAT | O_EXCL, fd_out);
 }
 
-dlc_status dlc__open_own(const char *path, int flags, int *fd_out)
-{
-    return dlc__open_own_at(AT_FDCWD, path, flags, fd_out);
-}
-
-dlc_status dlc__create_own(const char *path, int flags, int *fd_out)
-{
-    return dlc__create_own_at(AT_FDCWD, path, flags, fd_out);
-}
-
 const char *dlc__at_name(int dirfd, const char *path)
 {
     if (dirfd == AT_FDCWD)

@@ -294,7 +294,8 @@ typedef struct dlc__push_ident {
 } dlc__push_ident;
 
 typedef struct dlc__push_journal {
-    int fd; /* Open and locked (flock) from open to close; -1 when closed. */
+    int fd;     /* Open and locked (flock) from open to close; -1 when closed. */
+    int dir_fd; /* Its folder, held as long: the file is opened and removed under it. */
     char path[4096];
     dlc__push_ident id;
     uint64_t part_size;               /* The upload's, from the header. */

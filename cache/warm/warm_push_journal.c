@@ -208,21 +208,29 @@ dlc_status dlc__push_journal_open(dlc__push_journal *j, const char *path, const 
                                   int *matched, char *stale, size_t stale_cap)
 {
     memset(j, 0, sizeof *j);
-    j->fd = -1;
+    j->fd = j->dir_fd = -1;
     *matched = 0;
     if (stale && stale_cap)
         stale[0] = '\0';
     if ((size_t)snprintf(j->path, sizeof j->path, "%s", path) >= sizeof j->path)
         return dlc__errorf(DLC_EINVAL, "%s: path too long", path);
     j->id = *id;
-    j->fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600); /* Never via a link. */
-    if (j->fd < 0)
-        return dlc__errorf(-errno, "%s: cannot open the push journal: %s", path, strerror(errno));
+    /* Opened, and at the end removed, under its folder held open, never via a link (a regular
+     * file only): a folder swapped meanwhile moves neither elsewhere. Owner-only before a byte
+     * is written: a GCS session URI is a secret. */
+    dlc_status orc = dlc__open_parent_dir(path, "the push journal", &j->dir_fd);
+    if (orc == DLC_OK)
+        orc = dlc__open_own_at(j->dir_fd, path, O_RDWR | O_CREAT, &j->fd);
+    if (orc == DLC_OK && fchmod(j->fd, 0600) < 0)
+        orc = dlc__errorf(-errno, "%s: chmod of the push journal: %s", path, strerror(errno));
+    if (orc < 0) {
+        dlc__push_journal_close(j, 0);
+        return orc;
+    }
     /* Two pushes of one file to one place would each journal the other's parts as theirs. */
     if (flock(j->fd, LOCK_EX | LOCK_NB) < 0) {
         const int e = errno;
-        close(j->fd);
-        j->fd = -1;
+        dlc__push_journal_close(j, 0);
         if (e == EWOULDBLOCK)
             return dlc__errorf(DLC_ESTATE,
                                "another push of this file to this destination is running (%s "
@@ -324,9 +332,12 @@ void dlc__push_journal_close(dlc__push_journal *j, int remove)
     if (j->fd >= 0) {
         /* Unlink while the lock is held, so that no other push opens the name meanwhile. */
         if (remove)
-            unlink(j->path);
+            unlinkat(j->dir_fd, dlc__at_name(j->dir_fd, j->path), 0);
         close(j->fd);
     }
+    if (j->dir_fd >= 0)
+        close(j->dir_fd);
+    j->dir_fd = -1;
     free(j->have);
     free(j->md5s);
     /* The session URI of GCS is a credential for the object. */

@@ -128,7 +128,7 @@ static dlc_status add_file(dlc__push_ctx *c, const char *path, const char *url, 
 {
     dlc__push_file *f = &c->files[c->nfiles++];
     f->fd = -1;
-    f->j.fd = -1;
+    f->j.fd = f->j.dir_fd = -1;
     f->last = last;
     f->path = strdup(path);
     if (!f->path)

@@ -332,7 +332,7 @@ static dlc_status probe_object(warm_call *w)
 static dlc_status resume_or_start(warm_call *w)
 {
     const paths *p = w->p;
-    /* A part file of an earlier run, if any, and not a link: dlc__create_own() below refuses
+    /* A part file of an earlier run, if any, and not a link: dlc__create_own_at() below refuses
      * one that is, and replaces anything else. */
     w->part_fd = openat(p->dir_fd, dlc__at_name(p->dir_fd, p->part),
                         O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);

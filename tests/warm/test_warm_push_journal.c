@@ -8,6 +8,7 @@
 #include "warm_internal.h"
 
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -231,4 +232,47 @@ Test(warm_push_journal, the_state_directory_and_the_journals_name)
     free(dotted);
     free(src);
     free(state);
+}
+
+Test(warm_push_journal, a_link_is_refused_and_the_journal_removed_where_it_was_opened)
+{
+    /* A link planted as the journal: refused naming it, its target untouched. */
+    char *target = tmp_path(dir, "victim");
+    char *link = tmp_path(dir, "linked.journal");
+    int fd = open(target, O_WRONLY | O_CREAT, 0644);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(write(fd, "keep", 4), 4);
+    close(fd);
+    cr_assert_eq(symlink(target, link), 0);
+    dlc__push_journal j;
+    int matched;
+    cr_assert_eq(dlc__push_journal_open(&j, link, &ident, &matched, NULL, 0), -ELOOP);
+    cr_assert_not_null(strstr(dlc_errmsg(), "linked.journal"), "%s", dlc_errmsg());
+    dlc__push_journal_close(&j, 1);
+    struct stat st;
+    cr_assert_eq(stat(target, &st), 0);
+    cr_assert_eq(st.st_size, 4, "the link's target was written");
+    cr_assert_eq(lstat(link, &st), 0, "the planted link was removed");
+
+    /* The journal's folder swapped for a link to another one while it is open: the removal at
+     * the end happens in the folder it was opened in, nothing in the other. */
+    char *held = tmp_path(dir, "held");
+    char *moved = tmp_path(dir, "held.moved");
+    char *other = tmp_path(dir, "other");
+    cr_assert_eq(mkdir(held, 0700), 0);
+    cr_assert_eq(mkdir(other, 0700), 0);
+    char path[4096], planted[4096], kept[4096];
+    snprintf(path, sizeof path, "%s/p.journal", held);
+    snprintf(planted, sizeof planted, "%s/p.journal", other);
+    snprintf(kept, sizeof kept, "%s/p.journal", moved);
+    cr_assert_eq(dlc__push_journal_open(&j, path, &ident, &matched, NULL, 0), DLC_OK, "%s",
+                 dlc_errmsg());
+    fd = open(planted, O_WRONLY | O_CREAT, 0644);
+    close(fd);
+    cr_assert_eq(rename(held, moved), 0);
+    cr_assert_eq(symlink(other, held), 0);
+    dlc__push_journal_close(&j, 1);
+    cr_assert_eq(stat(planted, &st), 0, "a file in the link's target was removed");
+    cr_assert_neq(stat(kept, &st), 0, "the journal was not removed where it was opened");
+    free(target), free(link), free(held), free(moved), free(other);
 }
