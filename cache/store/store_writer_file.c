@@ -89,6 +89,20 @@ dlc_status dlc__wfile_txn_commit(dlc_writer *w)
     mdb_env_info(w->env, &ei);
     w->used = ((uint64_t)ei.me_last_pgno + 1) * w->psize;
     w->pending = 0;
+    /* Start writing the committed pages to the disk now, without waiting for it. Left to the
+     * final sync, the write-back of a whole store ran after the last record with the cores
+     * idle: 0.34 s of a 1.6 s 2-thread build of the demo data (575 MiB), a fifth of its wall
+     * time. Started commit by commit (16 MiB), the disk writes while the workers decode and the
+     * final sync finds little left. Only a hint: the sync at finish is what makes the store
+     * durable, so a failure here (a file system without it) changes nothing. The meta pages
+     * (0 and 1) are rewritten at every commit and left to the final sync. */
+    if (w->fd >= 0 && !w->no_flush && w->used > w->flushed) {
+        const uint64_t from = w->flushed > 2 * w->psize ? w->flushed : 2 * w->psize;
+        if (w->used > from)
+            (void)sync_file_range(w->fd, (off_t)from, (off_t)(w->used - from),
+                                  SYNC_FILE_RANGE_WRITE);
+        w->flushed = w->used;
+    }
     return DLC_OK;
 }
 
@@ -370,6 +384,7 @@ static dlc_status files_open(dlc_writer *w, uint64_t size_hint)
         w->fd = -1;
     /* For measuring the copy through the map against pwrite() with the same binary. */
     w->no_pwrite = getenv("DLCACHE_WRITER_NO_PWRITE") != NULL;
+    w->no_flush = getenv("DLCACHE_WRITER_NO_FLUSH") != NULL;
     MDB_stat ms;
     mdb_env_stat(w->env, &ms);
     w->psize = ms.ms_psize;

@@ -56,6 +56,8 @@ struct dlc_writer {
     int writemap;      /* MDB_WRITEMAP over blocks reserved for the whole map (create_file()). */
     int fd;            /* LMDB's file descriptor, for dlc__wfile_put_value()'s pwrite; -1: none. */
     int no_pwrite;     /* DLCACHE_WRITER_NO_PWRITE is set: copy through the map (benchmarks). */
+    int no_flush;      /* DLCACHE_WRITER_NO_FLUSH is set: no early write-back (benchmarks). */
+    uint64_t flushed;  /* File bytes whose write-back dlc__wfile_txn_commit() has started. */
     uint64_t size_hint;
     int failed;      /* A write failed: only abort is valid now. */
     int deferred;    /* The version 1 API: schema at the first record, labels checked at finish. */
