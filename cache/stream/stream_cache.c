@@ -32,6 +32,9 @@
  * before the acquire is refused: the space is held by the pins of processes that wait too (two
  * jobs sharing a folder whose limit was planned for one), which no wait resolves. */
 #define STUCK_S 10.0
+/* The buffer every object's URL is built in; dlc__scache_open() refuses a set URL too long for it.
+ */
+#define URL_CAP 4300u
 
 static void wait_for(dlc__scache *c, double seconds)
 {
@@ -202,7 +205,7 @@ fail:
 static dlc_status download(dlc__scache *c, uint32_t k, uint64_t after)
 {
     const char *name = c->x.shards[k].name;
-    char tmp[4300], tmp_name[DLC__SET_NAME_SIZE + 64], url[4300], shown[4300];
+    char tmp[4300], tmp_name[DLC__SET_NAME_SIZE + 64], url[URL_CAP], shown[URL_CAP];
     snprintf(tmp_name, sizeof tmp_name, "%s.%ld" DLC__SCACHE_TMP, name, (long)getpid());
     snprintf(tmp, sizeof tmp, "%s/%s", c->set_dir, tmp_name);
     dlc__url_child(c->url, name, url, sizeof url);
@@ -555,9 +558,9 @@ void dlc__scache_stats_get(const dlc__scache *c, dlc__scache_stats *st)
  * Its size is checked before a byte of it is fetched, its bytes against the server's MD5. */
 static dlc_status fetch_index(dlc__scache *c, uint8_t **buf, size_t *len)
 {
-    char url[4300];
+    char url[URL_CAP];
     dlc__url_child(c->url, DLC__SET_INDEX_NAME, url, sizeof url);
-    char shown[4300];
+    char shown[URL_CAP];
     dlc__url_child(c->shown, DLC__SET_INDEX_NAME, shown, sizeof shown);
     const int fd = memfd_create("dlcache-index", MFD_CLOEXEC);
     if (fd < 0)
@@ -632,6 +635,11 @@ static dlc_status copy_config(dlc__scache *c, const dlc__scache_config *cfg)
         (cfg->net && cfg->net->region && !c->region))
         return dlc__errorf(-ENOMEM, "stream cache: out of memory");
     dlc_warm_redact_url(c->url, c->shown, n + 64);
+    /* Every object's URL is built in a buffer of URL_CAP (dlc__url_child()): refused here, a
+     * longer one cannot be cut short there into the URL of some other object. */
+    if (n + DLC__SET_NAME_SIZE + 2 > URL_CAP)
+        return dlc__errorf(DLC_EINVAL, "%s: a URL of %zu bytes; the longest a stream reads is %u",
+                           c->shown, n, URL_CAP - DLC__SET_NAME_SIZE - 2);
     c->limit = cfg->limit;
     return DLC_OK;
 }

@@ -468,7 +468,9 @@ static dlc_status run_stages(warm_call *w, const char *url, int dest_dir, int st
         dlc__errsave es;
         dlc__err_save(&es);
         char index_url[4200];
-        dlc__url_child(url, DLC__WARM_SET_INDEX, index_url, sizeof index_url);
+        if (dlc__url_child(url, DLC__WARM_SET_INDEX, index_url, sizeof index_url) >=
+            sizeof index_url)
+            return dlc__err_restore(&es, rc); /* Cut short, it would name another object. */
         dlc__warm_source isrc;
         dlc__warm_object iobj;
         uint32_t retries = 0;

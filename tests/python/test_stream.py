@@ -283,6 +283,15 @@ def test_url_needs_cache_dir_and_shard_windows(tmp_path, monkeypatch):
             dlcache.Loader("s3://b/sets/s", 8, cache_dir=tmp_path, cache_limit=bad)
 
 
+def test_url_too_long_for_an_object_url_is_refused(tmp_path):
+    """A set URL so long that a shard's URL would be cut short is refused before any fetch
+    (no server listens at the endpoint), naming the limit, its query's secret redacted."""
+    url = "https://example.invalid/set?X-Amz-Signature=SECRETSIG&pad=" + "a" * 4300
+    with pytest.raises(Exception, match="longest a stream reads") as e:
+        dlcache.Loader(url, 8, cache_dir=tmp_path, cache_ranks=1)
+    assert "SECRETSIG" not in str(e.value)
+
+
 def test_cache_limit_sizes():
     parse = dlcache._stream.parse_size
     assert parse(4096) == parse("4096") == parse("4k") == parse("4KiB") == parse("4KB") == 4096
