@@ -83,7 +83,7 @@ const char *dlc_errmsg(void)
 static size_t char_edge(const char *s, size_t at, int up)
 {
     while (at > 0 && s[at] && ((unsigned char)s[at] & 0xC0) == 0x80)
-        at += up ? 1 : (size_t)-1;
+        at = up ? at + 1 : at - 1;
     return at;
 }
 
