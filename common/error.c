@@ -78,16 +78,69 @@ const char *dlc_errmsg(void)
     return dlc__msg_sited;
 }
 
+/* @p at, or the start of the UTF-8 character @p at is inside of (@p up: of the next one), so
+ * that a cut never splits a character. */
+static size_t char_edge(const char *s, size_t at, int up)
+{
+    while (at > 0 && s[at] && ((unsigned char)s[at] & 0xC0) == 0x80)
+        at = up ? at + 1 : at - 1;
+    return at;
+}
+
+/* The message of @p fmt, redacted, into @p out of @p cap bytes. One longer than that keeps its
+ * head and its tail, joined by " ... ": a message names what it is about first and says why
+ * last, so a long path or URL at its start no longer pushes its reason ("path too long") out.
+ * The whole text is redacted before anything is cut, so no piece of a secret survives the cut
+ * (a tail starting inside a query string would not be seen as one). Allocates only for a message
+ * that does not fit; without memory the message is cut at its end, as before. */
+static void format_redacted(char *out, size_t cap, const char *fmt, va_list ap)
+{
+    enum { HEAD = 300 };
+    char raw[1024];
+    va_list again;
+    va_copy(again, ap);
+    const int n = vsnprintf(raw, sizeof raw, fmt, ap);
+    if (n < 0 || (size_t)n < sizeof raw || cap <= HEAD + 64) {
+        va_end(again);
+        dlc__redact_text(raw, out, cap);
+        return;
+    }
+    /* "REDACTED" replaces a secret of a byte or more: eight times the text always holds it. */
+    const size_t full_cap = (size_t)n + 1, red_cap = 8 * full_cap;
+    char *full = malloc(full_cap), *red = full ? malloc(red_cap) : NULL;
+    if (!red) {
+        va_end(again);
+        free(full);
+        dlc__redact_text(raw, out, cap);
+        return;
+    }
+    vsnprintf(full, full_cap, fmt, again);
+    va_end(again);
+    dlc__redact_text(full, red, red_cap);
+    const size_t len = strlen(red);
+    if (len < cap) {
+        memcpy(out, red, len + 1);
+    } else {
+        static const char gap[] = " ... ";
+        const size_t head = char_edge(red, HEAD, 0);
+        const size_t tail = char_edge(red, len - (cap - 1 - head - (sizeof gap - 1)), 1);
+        const size_t tail_len = len - tail;
+        memcpy(out, red, head);
+        memcpy(out + head, gap, sizeof gap - 1);
+        memcpy(out + head + sizeof gap - 1, red + tail, tail_len + 1);
+    }
+    free(red);
+    free(full);
+}
+
 dlc_status dlc__errorf_at(const char *file, int line, dlc_status status, const char *fmt, ...)
 {
     /* Every message passes the redactor: a secret that reaches one by any road (a URL a caller
      * gave, a server's error body echoing the request) is cut here, whoever formatted it. */
-    char raw[sizeof dlc__msg];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(raw, sizeof raw, fmt, ap);
+    format_redacted(dlc__msg, sizeof dlc__msg, fmt, ap);
     va_end(ap);
-    dlc__redact_text(raw, dlc__msg, sizeof dlc__msg);
     dlc__site[0] = '\0';
     if (file)
         snprintf(dlc__site, sizeof dlc__site, "%s:%d", site_path(file), line);
@@ -124,12 +177,12 @@ void dlc__logf(dlc_log_fn log, void *user, dlc_log_level level, const char *fmt,
 {
     if (!log)
         return;
-    char raw[1024], line[1024];
+    char line[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(raw, sizeof raw, fmt, ap);
+    format_redacted(line, sizeof line, fmt, ap);
     va_end(ap);
-    log(user, level, dlc__redact_text(raw, line, sizeof line));
+    log(user, level, line);
 }
 
 void dlc__err_save(dlc__errsave *es)

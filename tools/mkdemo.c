@@ -133,9 +133,16 @@ static int list_photos(const char *dir, photo *out, uint32_t want, uint32_t *fou
     closedir(d);
     qsort(names, n, sizeof *names, name_cmp);
     uint32_t k = 0;
+    int rc = 0;
     for (size_t i = 0; i < n && k < want; i++) {
         photo *p = &out[k];
-        snprintf(p->path, sizeof p->path, "%s/%s", dir, names[i]);
+        /* Cut short, the path would name another file (a prefix of this one's name). */
+        if ((size_t)snprintf(p->path, sizeof p->path, "%s/%s", dir, names[i]) >= sizeof p->path) {
+            tool_error(TOOL, "%s/%s: path too long (the longest is %zu bytes)", dir, names[i],
+                       sizeof p->path - 1);
+            rc = -1;
+            break;
+        }
         snprintf(p->name, sizeof p->name, "%s", names[i]);
         char *dot = strrchr(p->name, '.');
         if (dot)
@@ -148,7 +155,7 @@ static int list_photos(const char *dir, photo *out, uint32_t want, uint32_t *fou
         free(names[i]);
     free(names);
     *found = k;
-    return 0;
+    return rc;
 }
 
 static int read_file(const char *path, uint8_t **data, size_t *size)

@@ -700,11 +700,13 @@ static dlc_status check_names(const dlc__scache *c)
 }
 
 /* The bytes of the file system that holds @p dir (or, for a folder not made yet, its nearest
- * existing parent); 0 when none can be asked. */
+ * existing parent); 0 when none can be asked (a path too long to ask is one). */
 static uint64_t fs_bytes(const char *dir)
 {
     char p[4096];
-    snprintf(p, sizeof p, "%s", dir);
+    /* Cut short, the path would name another folder, perhaps on another file system. */
+    if ((size_t)snprintf(p, sizeof p, "%s", dir) >= sizeof p)
+        return 0;
     struct statvfs sv;
     while (statvfs(p, &sv) != 0) {
         char *slash = strrchr(p, '/');

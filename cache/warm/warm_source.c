@@ -357,12 +357,18 @@ static dlc_status gce_token(const dlc_warm_options *opt, char *token, size_t cap
     const char *host = env("GCE_METADATA_HOST");
     if (!host)
         host = "metadata.google.internal";
-    char url[1024];
-    snprintf(url, sizeof url,
-             "http://%s/computeMetadata/v1/instance/service-accounts/default/token", host);
-    CURL *h = curl_easy_init();
-    if (!h)
+    /* Sized from the host: cut short in a fixed buffer, the URL would ask some other path. */
+    static const char path[] = "/computeMetadata/v1/instance/service-accounts/default/token";
+    const size_t ucap = strlen("http://") + strlen(host) + sizeof path;
+    char *url = malloc(ucap);
+    if (!url)
         return -ENOMEM;
+    snprintf(url, ucap, "http://%s%s", host, path);
+    CURL *h = curl_easy_init();
+    if (!h) {
+        free(url);
+        return -ENOMEM;
+    }
     membuf *m = calloc(1, sizeof *m);
     struct curl_slist *hdr = curl_slist_append(NULL, "Metadata-Flavor: Google");
     dlc_status rc = DLC_ENOTFOUND;
@@ -385,6 +391,7 @@ static dlc_status gce_token(const dlc_warm_options *opt, char *token, size_t cap
     curl_slist_free_all(hdr);
     free(m);
     curl_easy_cleanup(h);
+    free(url);
     (void)opt;
     return rc;
 }

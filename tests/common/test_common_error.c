@@ -2,7 +2,8 @@
  * a failure raised by FAIL_IF or dlc__errorf() records its file and line, each CHECK it passes adds
  * its own, and the message itself stays as written; a release build records nothing. Cleanup that
  * saves and restores the message keeps the site, and DLCACHE_ERROR_SITES=1 shows it after the
- * message. */
+ * message. A message or log line longer than its buffer keeps its head and its end (the reason),
+ * redacted whole before the cut, with no character split. */
 #include "common.h"
 
 #include <criterion/criterion.h>
@@ -124,4 +125,91 @@ Test(common_error, sites_follow_the_message_only_when_asked)
     cr_assert_eq(setenv("DLCACHE_ERROR_SITES", "0", 1), 0);
     cr_assert_eq(raise_if(1), DLC_EINVAL);
     cr_assert_str_eq(dlc_errmsg(), "raise_if: bad = 1");
+}
+
+/* 1 when @p s is well-formed UTF-8 (no character cut in two). */
+static int utf8_whole(const char *s)
+{
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        const int n = *p < 0x80 ? 1 : (*p & 0xE0) == 0xC0 ? 2 : (*p & 0xF0) == 0xE0 ? 3 : 4;
+        if ((*p & 0xC0) == 0x80)
+            return 0;
+        for (int i = 1; i < n; i++)
+            if ((p[i] & 0xC0) != 0x80)
+                return 0;
+        p += n;
+    }
+    return 1;
+}
+
+/* @p len bytes of @p c (or the two-byte "é" when @p c is 0), malloc'd. */
+static char *repeat(char c, size_t len)
+{
+    char *s = malloc(len + 1);
+    cr_assert_not_null(s);
+    for (size_t i = 0; i < len; i++)
+        s[i] = c ? c : (char)(i % 2 ? 0xA9 : 0xC3);
+    s[len] = '\0';
+    return s;
+}
+
+static int ends_with(const char *s, const char *end)
+{
+    const size_t n = strlen(s), e = strlen(end);
+    return n >= e && strcmp(s + n - e, end) == 0;
+}
+
+Test(common_error, a_message_too_long_keeps_its_head_and_its_reason)
+{
+    /* A path near PATH_MAX fills the message buffer: cut at its end (before issue H7), the
+     * message lost what it was saying about the path. */
+    char *path = repeat('d', 4000);
+    cr_assert_eq(dlc__errorf(DLC_EINVAL, "%s: path too long", path), DLC_EINVAL);
+    const char *m = dlc_errmsg();
+    cr_assert_lt(strlen(m), 1024);
+    cr_assert(strncmp(m, "dddddddd", 8) == 0, "the head is gone: %.80s", m);
+    cr_assert(strstr(m, "d ... d"), "no gap in %.80s", m);
+    cr_assert(ends_with(m, "dddd: path too long"), "the reason is gone: ...%s", m + strlen(m) - 40);
+    /* A message that fits is as written. */
+    dlc__errorf(DLC_EINVAL, "%.1000s: path too long", path);
+    cr_assert_eq(strlen(dlc_errmsg()), 1000 + strlen(": path too long"));
+    cr_assert_null(strstr(dlc_errmsg(), " ... "));
+    free(path);
+}
+
+Test(common_error, a_cut_never_shows_a_piece_of_a_secret_nor_splits_a_character)
+{
+    /* Redacted whole before the cut: the tail kept starts inside the query string, where
+     * the redactor, seeing only the tail, would not know it for a secret. */
+    char *pad = repeat('p', 500), *sig = repeat('S', 3000);
+    dlc__errorf(-EIO, "https://example.com/%s?X-Amz-Signature=%s: HTTP 403", pad, sig);
+    const char *m = dlc_errmsg();
+    cr_assert_lt(strlen(m), 1024);
+    cr_assert_null(strstr(m, "SSSS"), "a piece of the secret shows: %s", m);
+    cr_assert(ends_with(m, ": HTTP 403"), "%s", m);
+    free(pad);
+    free(sig);
+    /* Two-byte characters: neither edge of the gap splits one. */
+    for (size_t odd = 0; odd < 2; odd++) {
+        char *name = repeat(0, 4000);
+        dlc__errorf(DLC_EINVAL, "%s%s: path too long", odd ? "x" : "", name);
+        cr_assert(utf8_whole(dlc_errmsg()), "a character cut in two (offset %zu)", odd);
+        cr_assert(ends_with(dlc_errmsg(), ": path too long"));
+        free(name);
+    }
+}
+
+static void keep_line(void *user, dlc_log_level level, const char *msg)
+{
+    (void)level;
+    snprintf(user, 1024, "%s", msg);
+}
+
+Test(common_error, a_log_line_too_long_keeps_its_head_and_its_end)
+{
+    char line[1024] = "", *path = repeat('d', 3000);
+    dlc__logf(keep_line, line, DLC_LOG_INFO, "%s: removed", path);
+    cr_assert(strncmp(line, "dddd", 4) == 0 && ends_with(line, "dddd: removed"), "%s", line);
+    cr_assert(strstr(line, " ... "));
+    free(path);
 }

@@ -292,6 +292,45 @@ def test_url_too_long_for_an_object_url_is_refused(tmp_path):
     assert "SECRETSIG" not in str(e.value)
 
 
+def _deep_dir(base, length):
+    """A folder under @p base whose absolute path is @p length bytes (Linux's PATH_MAX is 4096
+    with the NUL): folders of 200 bytes, then one of the rest."""
+    p = str(base)
+    while length - len(p) - 1 > 250:
+        p = os.path.join(p, "d" * 200)
+    p = os.path.join(p, "e" * (length - len(p) - 1))
+    os.makedirs(p)
+    assert len(p) == length
+    return p
+
+
+@pytest.mark.parametrize("length", [4000, 4070, 4095])
+def test_cache_dir_near_path_max_streams_or_is_refused(local_set, url, s3, tmp_path, length):
+    """A cache folder whose path is close to PATH_MAX (past 4,050 bytes its shards' paths,
+    DIR/SETID/NAME, are longer than any path the system takes): the loader gives the local
+    set's batches or refuses, saying the path is too long; never is a file made at a cut path
+    (issue H7)."""
+    with dlcache.Loader(local_set, sampler="windows", **OPTS) as ld:
+        want = collect(ld)
+    cache = _deep_dir(tmp_path, length)
+    try:
+        with dlcache.Loader(url, cache_dir=cache, cache_ranks=1, endpoint=s3, **OPTS) as ld:
+            same_batches(collect(ld), want)
+    except Exception as e:  # noqa: BLE001 - the library's error, whichever class
+        assert "too long" in str(e), str(e)[-400:]
+    # Only names the cache makes: its lock, a set's folder, and in it the index and shards.
+    names = set(os.listdir(local_set))
+    for root, dirs, files in os.walk(cache):
+        rel = os.path.relpath(root, cache)
+        for f in files:
+            if rel == ".":
+                assert f == ".dlcs.lock", "%s in the cache folder" % f
+            else:
+                assert f in names, "%s/%s: not a name of the set (a cut path?)" % (rel, f)
+        if rel == ".":
+            assert all(len(d) == 16 for d in dirs), dirs
+
+
 def test_cache_limit_sizes():
     parse = dlcache._stream.parse_size
     assert parse(4096) == parse("4096") == parse("4k") == parse("4KiB") == parse("4KB") == 4096
