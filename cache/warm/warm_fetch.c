@@ -90,7 +90,7 @@ static void on_header(void *drv, dlc__xfer_slot *s, const char *k, size_t klen, 
         const unsigned long long cl = strtoull(val, &end, 10);
         x->content_length = (end && *end == '\0' && end != val) ? (int64_t)cl : -1;
     } else if (dlc__xfer_header_is(k, klen, "ETag")) {
-        dlc__xfer_header_copy(v, vlen, x->etag, sizeof x->etag);
+        dlc__warm_etag_keep(v, vlen, x->etag);
     } else if (dlc__xfer_header_is(k, klen, "x-amz-meta-" DLC__PUSH_META) ||
                dlc__xfer_header_is(k, klen, "x-goog-meta-" DLC__PUSH_META)) {
         dlc__xfer_header_copy(v, vlen, val, sizeof val);

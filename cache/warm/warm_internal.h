@@ -12,7 +12,8 @@
 #include <stdint.h>
 
 enum {
-    DLC__WARM_ETAG_MAX = 128,     /* Longest ETag kept (S3's are 34-70 bytes). */
+    DLC__WARM_ETAG_MAX = 128,     /* Room for an ETag (S3's are 34-70 bytes); a longer one is
+                                     kept as a digest (dlc__warm_etag_keep()). */
     DLC__WARM_ERRBODY_MAX = 4096, /* Bytes of an error response kept for the message. */
     DLC__WARM_DEFAULT_CONNECTIONS = 8,
     DLC__WARM_MAX_CONNECTIONS = 256,
@@ -59,7 +60,8 @@ dlc_status dlc__warm_easy_setup(CURL *h, const dlc__warm_source *src, const dlc_
 
 /* *out = src->headers plus "Range: bytes=START-END" (END inclusive; UINT64_MAX
  * for an open end, no header at all when START is 0 and END is UINT64_MAX)
- * and If-Match. *out may be NULL (no header). Free with curl_slist_free_all(). */
+ * and If-Match (only for an ETag that dlc__warm_etag_sendable() allows). *out
+ * may be NULL (no header). Free with curl_slist_free_all(). */
 dlc_status dlc__warm_request_headers(const dlc__warm_source *src, uint64_t start, uint64_t end,
                                      const char *if_match, struct curl_slist **out);
 
@@ -172,6 +174,21 @@ dlc_status dlc__warm_sidecar_stat(const char *dest, dlc__warm_sidecar *sc);
 dlc_status dlc__warm_sidecar_read_at(int dirfd, const char *path, dlc__warm_sidecar *sc);
 dlc_status dlc__warm_sidecar_write_at(int dirfd, const char *path, const dlc__warm_sidecar *sc);
 dlc_status dlc__warm_sidecar_stat_at(int dirfd, const char *dest, dlc__warm_sidecar *sc);
+
+/* How an ETag that does not fit DLC__WARM_ETAG_MAX is kept: this prefix, then the XXH3-128 of the
+ * whole header value in 32 lowercase hex digits. */
+#define DLC__WARM_ETAG_DIGEST "dlcache-xxh3:"
+
+/* Keep the ETag header value @p v (@p len bytes, not NUL-terminated) in @p out. A value that
+ * fits is kept as it is; a longer one, or one that already starts with DLC__WARM_ETAG_DIGEST,
+ * becomes DLC__WARM_ETAG_DIGEST and the XXH3-128 hex of the whole value. Cutting it instead
+ * would make two long ETags that share their first bytes compare equal: a changed object would
+ * pass for the one a download started with (or resumed). Every ETag read from a response goes
+ * through here, so the comparisons of the kept forms still tell versions apart. */
+void dlc__warm_etag_keep(const char *v, size_t len, char out[DLC__WARM_ETAG_MAX]);
+/* 1 when @p etag is a server's own ETag that may be sent back (If-Match): not empty, not weak
+ * ("W/"), and not the digest form of dlc__warm_etag_keep(), which no server would match. */
+int dlc__warm_etag_sendable(const char *etag);
 
 /* What the first request learned about the object. */
 typedef struct dlc__warm_object {

@@ -73,6 +73,8 @@ int dlc__warm_etag_parse(const char *etag, uint8_t md5[16], uint32_t *parts)
     const char *p = etag;
     if (strncmp(p, "W/", 2) == 0)
         return -1; /* A weak ETag promises nothing about the bytes. */
+    if (strncmp(p, DLC__WARM_ETAG_DIGEST, sizeof DLC__WARM_ETAG_DIGEST - 1) == 0)
+        return -1; /* dlcache's digest of a long ETag, which no MD5 form is. */
     size_t n = strlen(p);
     if (n >= 2 && p[0] == '"' && p[n - 1] == '"') {
         p++;

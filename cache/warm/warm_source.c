@@ -12,6 +12,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <xxhash.h>
 
 double dlc__warm_backoff(unsigned attempt, uint64_t *rng)
 {
@@ -533,6 +534,28 @@ dlc_status dlc__warm_easy_setup(CURL *h, const dlc__warm_source *src, const dlc_
     return DLC_OK;
 }
 
+void dlc__warm_etag_keep(const char *v, size_t len, char out[DLC__WARM_ETAG_MAX])
+{
+    static const char digest[] = DLC__WARM_ETAG_DIGEST;
+    const size_t plen = sizeof digest - 1;
+    if (len < DLC__WARM_ETAG_MAX && !(len >= plen && memcmp(v, digest, plen) == 0)) {
+        memcpy(out, v, len);
+        out[len] = '\0';
+        return;
+    }
+    /* A value of the digest form's own shape is hashed too, so that a server cannot send a
+     * short ETag equal to the kept form of a long one. */
+    const XXH128_hash_t h = XXH3_128bits(v, len);
+    snprintf(out, DLC__WARM_ETAG_MAX, "%s%016" PRIx64 "%016" PRIx64, digest, (uint64_t)h.high64,
+             (uint64_t)h.low64);
+}
+
+int dlc__warm_etag_sendable(const char *etag)
+{
+    static const char digest[] = DLC__WARM_ETAG_DIGEST;
+    return *etag && strncmp(etag, "W/", 2) != 0 && strncmp(etag, digest, sizeof digest - 1) != 0;
+}
+
 dlc_status dlc__warm_request_headers(const dlc__warm_source *src, uint64_t start, uint64_t end,
                                      const char *if_match, struct curl_slist **out)
 {
@@ -557,7 +580,7 @@ dlc_status dlc__warm_request_headers(const dlc__warm_source *src, uint64_t start
             goto fail;
         l = n;
     }
-    if (if_match && *if_match && src->send_if_match && strncmp(if_match, "W/", 2) != 0) {
+    if (if_match && src->send_if_match && dlc__warm_etag_sendable(if_match)) {
         snprintf(line, sizeof line, "If-Match: %s", if_match);
         struct curl_slist *n = curl_slist_append(l, line);
         if (!n)

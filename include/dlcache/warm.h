@@ -153,7 +153,9 @@ typedef struct dlc_warm_result {
     uint64_t chunks;           /**< Chunks of the object. */
     uint64_t chunks_fetched;   /**< Chunks (or parts of chunks) fetched by this call. */
     char etag[128];  /**< The object's ETag (quotes kept), "" when the server sent none; a set's:
-                          its index's. */
+                          its index's. An ETag of 128 bytes or more (or one that starts with
+                          "dlcache-xxh3:") is shown as "dlcache-xxh3:" and the XXH3-128 of the
+                          whole value in hex: cutting it could hide a change. */
     uint32_t files;  /**< 1, or a set's shards plus its index. */
     int is_set;      /**< 1: URL was a store set, DEST its directory. */
     int md5_checked; /**< 1: the bytes were hashed and matched the object's MD5 (an

@@ -213,3 +213,74 @@ Test(warm_parse, sidecar_round_trip)
     cr_assert_eq(dlc__warm_sidecar_read(sidecar, &back), DLC_ENOTFOUND);
     tmp_rmdir(dir);
 }
+
+/* A long ETag is kept as a digest of the whole value, never cut: two that share their first 200
+ * bytes stay different, and neither equals the 127-byte cut that versions before this one kept
+ * (in a sidecar or a journal's key), so such old records are never taken for a match. */
+Test(warm_parse, long_etag_kept_whole_as_a_digest)
+{
+    char a[301], b[301], ka[DLC__WARM_ETAG_MAX], kb[DLC__WARM_ETAG_MAX], again[DLC__WARM_ETAG_MAX];
+    memset(a, 'p', 300);
+    a[0] = a[299] = '"';
+    a[300] = '\0';
+    memcpy(b, a, sizeof a);
+    b[250] = 'q';
+    dlc__warm_etag_keep(a, 300, ka);
+    dlc__warm_etag_keep(b, 300, kb);
+    dlc__warm_etag_keep(a, 300, again);
+    cr_assert_str_neq(ka, kb);
+    cr_assert_str_eq(ka, again);
+    cr_assert(strncmp(ka, DLC__WARM_ETAG_DIGEST, strlen(DLC__WARM_ETAG_DIGEST)) == 0, "%s", ka);
+    cr_assert_eq(strlen(ka), strlen(DLC__WARM_ETAG_DIGEST) + 32);
+    cr_assert(strncmp(ka, a, 127) != 0);
+    /* A change past byte 127 only: what a cut would have hidden. */
+    b[250] = 'p';
+    b[200] = 'r';
+    dlc__warm_etag_keep(b, 300, kb);
+    cr_assert_str_neq(ka, kb);
+
+    /* One that fits is kept as it is, also at the largest size; one byte more is a digest. */
+    char k[DLC__WARM_ETAG_MAX];
+    dlc__warm_etag_keep("\"abc\"", 5, k);
+    cr_assert_str_eq(k, "\"abc\"");
+    dlc__warm_etag_keep(a, DLC__WARM_ETAG_MAX - 1, k);
+    cr_assert_eq(strlen(k), DLC__WARM_ETAG_MAX - 1);
+    cr_assert(memcmp(k, a, DLC__WARM_ETAG_MAX - 1) == 0);
+    dlc__warm_etag_keep(a, DLC__WARM_ETAG_MAX, k);
+    cr_assert(strncmp(k, DLC__WARM_ETAG_DIGEST, strlen(DLC__WARM_ETAG_DIGEST)) == 0, "%s", k);
+    /* A server's short ETag shaped like the digest form is hashed too: it cannot pose as the
+     * kept form of a long one. */
+    dlc__warm_etag_keep(ka, strlen(ka), k);
+    cr_assert_str_neq(k, ka);
+    cr_assert(strncmp(k, DLC__WARM_ETAG_DIGEST, strlen(DLC__WARM_ETAG_DIGEST)) == 0, "%s", k);
+    dlc__warm_etag_keep("", 0, k);
+    cr_assert_str_eq(k, "");
+
+    /* The digest form is never sent back (If-Match) and is not an S3 MD5 ETag. */
+    cr_assert_eq(dlc__warm_etag_sendable(ka), 0);
+    cr_assert_eq(dlc__warm_etag_sendable("W/\"abc\""), 0);
+    cr_assert_eq(dlc__warm_etag_sendable(""), 0);
+    cr_assert_eq(dlc__warm_etag_sendable("\"abc\""), 1);
+    uint8_t md5[16];
+    uint32_t parts;
+    cr_assert_eq(dlc__warm_etag_parse(ka, md5, &parts), -1);
+    cr_assert_eq(
+        dlc__warm_etag_parse(DLC__WARM_ETAG_DIGEST "900150983cd24fb0d6963f7d28e17f72", md5, &parts),
+        -1);
+
+    /* The request headers: If-Match for a server's ETag, none for the digest form. */
+    dlc__warm_source src;
+    memset(&src, 0, sizeof src);
+    src.send_if_match = 1;
+    struct curl_slist *h = NULL;
+    cr_assert_eq(dlc__warm_request_headers(&src, 0, 9, "\"abc\"", &h), DLC_OK);
+    int if_match = 0;
+    for (const struct curl_slist *s = h; s; s = s->next)
+        if_match += strcmp(s->data, "If-Match: \"abc\"") == 0;
+    curl_slist_free_all(h);
+    cr_assert_eq(if_match, 1);
+    cr_assert_eq(dlc__warm_request_headers(&src, 0, 9, ka, &h), DLC_OK);
+    for (const struct curl_slist *s = h; s; s = s->next)
+        cr_assert(strncmp(s->data, "If-Match", 8) != 0, "sent %s", s->data);
+    curl_slist_free_all(h);
+}
