@@ -17,7 +17,10 @@ It serves the files under --root three ways:
                  whole file.
 
 Ranges: "bytes=A-B" and "bytes=A-" give 206 with Content-Range; a start past
-the end gives 416. ETag is the quoted hex of size and modification time.
+the end gives 416. ETag is the quoted hex of size and modification time;
+with --long-etag N it is N bytes long (quotes included), a fixed filler
+first, so that every version of a file shares all but its last few bytes
+(a server with long ETags, such as W/"<long path>-<mtime>").
 Uploads, the JSON API's resumable sessions (as cachewarm push uses them):
                  POST /upload/storage/v1/b/BUCKET/o?uploadType=resumable&name=OBJECT
                  (a JSON body may carry {"metadata": {...}}) answers 200 with the
@@ -88,6 +91,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         st = os.stat(path)
         size = st.st_size
         etag = '"%x-%x"' % (size, st.st_mtime_ns)
+        if self.server.args.long_etag > len(etag):
+            etag = '"' + "v" * (self.server.args.long_etag - len(etag)) + etag[1:]
         meta = meta or {}
         extra = {}
         if "md5Hash" in meta:
@@ -343,6 +348,8 @@ def main():
     ap.add_argument("--token", default="")
     ap.add_argument("--sig", default="")
     ap.add_argument("--short-every", type=int, default=0)
+    ap.add_argument("--long-etag", type=int, default=0,
+                    help="pad the ETags of file downloads to this many bytes")
     ap.add_argument("--cert", help="PEM certificate chain: serve https")
     ap.add_argument("--key", help="PEM private key of --cert")
     args = ap.parse_args()
