@@ -394,6 +394,17 @@ uint8_t *dlc__dev_host_alloc(dlc_loader *l)
     return p;
 }
 
+/* Wait on the host until @p stream has run what it was given, so that no buffer its work reads
+ * is handed back early. A synchronize that fails may only be reporting an earlier asynchronous
+ * error, without having waited (a one-shot error is returned by the next call of any kind, on
+ * any thread): the work may still be pending, so it is asked once more. A sticky error fails
+ * both, and a device in that state runs nothing more. */
+static void drain(const dlc__devops *ops, void *ctx, void *stream)
+{
+    if (ops->stream_sync(ctx, stream) != 0)
+        (void)ops->stream_sync(ctx, stream);
+}
+
 void dlc__dev_close(dlc_loader *l)
 {
     dlc__devpath *d = l->dev;
@@ -411,7 +422,7 @@ void dlc__dev_close(dlc_loader *l)
         if (d->stages[i].done_recorded)
             ops->event_sync(d->ctx, d->stages[i].ev_done);
     if (d->stream)
-        ops->stream_sync(d->ctx, d->stream);
+        drain(ops, d->ctx, d->stream);
     for (uint32_t i = 0; d->stages && i < d->nstage; i++) {
         dlc__stage *t = &d->stages[i];
         if (t->ev_copy)
@@ -587,7 +598,7 @@ static void *copy_main(void *arg)
                      what, ops->errstr(d->ctx, e));
             /* Part of the copy may have been issued before the failure: the slot must not be
              * refilled while it can still be read. */
-            ops->stream_sync(d->ctx, d->stream);
+            drain(ops, d->ctx, d->stream);
         }
         const uint64_t t0 = dlc__now_ns();
 
@@ -604,6 +615,10 @@ static void *copy_main(void *arg)
 
         /* The slot goes back to the I/O thread only once the copy has read it. */
         if (t->err == DLC_OK && (e = ops->event_sync(d->ctx, t->ev_copy))) {
+            /* A failed event_sync need not have waited for the copy (it may be reporting
+             * another call's asynchronous error): wait for the stream before the slot is
+             * refilled under a copy that still reads it. */
+            drain(ops, d->ctx, d->stream);
             pthread_mutex_lock(&l->mu);
             if (d->async_err == DLC_OK) {
                 d->async_err = DLC_ECUDA;
@@ -668,7 +683,7 @@ static int stage_release_locked(dlc_loader *l, uint32_t i, void *stream, int hav
         if (!e) {
             e = d->ops->event_record(d->ctx, t->ev_done, stream);
             if (e) /* Nothing orders the next copy after the reader: wait for it here. */
-                d->ops->stream_sync(d->ctx, stream);
+                drain(d->ops, d->ctx, stream);
             else
                 t->done_recorded = 1;
             d->ops->device_leave(d->ctx, saved);
@@ -908,7 +923,7 @@ dlc_status dlc_loader_device_emit(dlc_loader *l, const dlc_device_batch *batch, 
     if (e) {
         /* What was enqueued may still read the staging buffer: wait for it on the host. */
         if (entered && !ops->device_enter(d->ctx, d->device, &saved)) {
-            ops->stream_sync(d->ctx, stream);
+            drain(ops, d->ctx, stream);
             ops->device_leave(d->ctx, saved);
         }
         stage_release_locked(l, (uint32_t)ti, NULL, 0);

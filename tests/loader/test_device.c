@@ -756,6 +756,19 @@ Test(device, injected_failures_reach_the_caller_and_close_cleanly)
     fx_rmdir(&d);
 }
 
+/* The copy thread's wait for a copy fails without having waited (the backend returns an error,
+ * or another call's asynchronous one, at once): the slot the copy reads must still not go back
+ * to the I/O thread before the copy has run. The device is slow (fault_case()), so a slot handed
+ * back at once is refilled under the pending copy, which the simulator reports as a hazard. */
+Test(device, a_failed_wait_for_a_copy_keeps_its_slot_until_it_ran)
+{
+    fx_dir d;
+    fx_make_store(&d, 40, 16, 16, 3, 0);
+    for (uint64_t nth = 1; nth <= 3; nth++)
+        fault_case(d.path, DEVSIM_OP_EVENT_SYNC, nth, DEVSIM_FAULT_SYNC);
+    fx_rmdir(&d);
+}
+
 Test(device, every_field_kind_and_view_groups)
 {
     char *dir = tu_mkdtemp();
