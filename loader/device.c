@@ -417,10 +417,11 @@ void dlc__dev_close(dlc_loader *l)
     void *saved = NULL;
     const int entered = ops->device_enter(d->ctx, d->device, &saved) == 0;
     /* The caller's streams may still read staging buffers (conversions enqueued and not yet
-     * run): wait for them, and for the loader's own copies, before freeing anything. */
+     * run): wait for them, and for the loader's own copies, before freeing anything. A wait
+     * that fails is asked once more, as in drain(): it may not have waited. */
     for (uint32_t i = 0; d->stages && i < d->nstage; i++)
-        if (d->stages[i].done_recorded)
-            ops->event_sync(d->ctx, d->stages[i].ev_done);
+        if (d->stages[i].done_recorded && ops->event_sync(d->ctx, d->stages[i].ev_done) != 0)
+            (void)ops->event_sync(d->ctx, d->stages[i].ev_done);
     if (d->stream)
         drain(ops, d->ctx, d->stream);
     for (uint32_t i = 0; d->stages && i < d->nstage; i++) {

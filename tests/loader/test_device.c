@@ -13,7 +13,9 @@
 #include "internal.h"
 #include "loader_fixture.h"
 
+#include <pthread.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MAXF 16
 
@@ -766,6 +768,89 @@ Test(device, a_failed_wait_for_a_copy_keeps_its_slot_until_it_ran)
     fx_make_store(&d, 40, 16, 16, 3, 0);
     for (uint64_t nth = 1; nth <= 3; nth++)
         fault_case(d.path, DEVSIM_OP_EVENT_SYNC, nth, DEVSIM_FAULT_SYNC);
+    fx_rmdir(&d);
+}
+
+typedef struct held_stream {
+    rig *r;
+    pthread_t thread;
+} held_stream;
+
+/* Let the caller's stream run again after 400 ms. */
+static void *release_later(void *arg)
+{
+    held_stream *h = arg;
+    usleep(400 * 1000);
+    devsim_stream_pause(h->r->sim, h->r->stream, 0);
+    return NULL;
+}
+
+/* close() waits for the caller's stream to be done with each staging buffer before it frees
+ * them; a wait that fails without having waited must not let it free a buffer still read. The
+ * epoch is run to its end first, so that the copy thread is idle and close's waits are the only
+ * event_syncs after the fault is armed; the caller's stream is held for 400 ms from the last
+ * batch on, so its last conversions still read a staging buffer when close() begins. The
+ * @p nth wait of close fails (one of them is the held buffer's). */
+static void close_case(const char *path, uint64_t nth)
+{
+    devsim_opts opts;
+    devsim_opts_init(&opts);
+    opts.seed = 377 + nth;
+    opts.min_delay_us = 3000;
+    opts.max_delay_us = 4000;
+    rig r;
+    rig_open_opts(&r, &opts, 0);
+    snprintf(where, sizeof where, "event_sync failing at close's wait %llu",
+             (unsigned long long)nth);
+    dlc_loader_config c = dev_config();
+    c.dtype = DLC_DTYPE_FLOAT32;
+    c.prefetch = 2;
+    dlc_loader *dl = open_dev(&r, path, c);
+    void *out = dalloc(&r, (size_t)c.batch_size * c.crop_h * c.crop_w * 3 * 4);
+    const uint64_t n = dlc_loader_batches_per_epoch(dl);
+    cr_assert_gt(n, 1);
+    held_stream h = {.r = &r};
+    dlc_device_batch db;
+    dlc_status rc;
+    for (uint64_t b = 0; (rc = dlc_loader_next_device(dl, &db)) == DLC_OK; b++) {
+        dlc_device_dst dst[MAXF];
+        memset(dst, 0, sizeof dst);
+        dst[0].data = out;
+        if (b == n - 1) { /* The last batch's conversions wait until close() has begun. */
+            devsim_stream_pause(r.sim, r.stream, 1);
+            cr_assert_eq(pthread_create(&h.thread, NULL, release_later, &h), 0);
+        }
+        cr_assert_eq(dlc_loader_device_emit(dl, &db, r.stream, dst, NULL), DLC_OK, "%s",
+                     dlc_errmsg());
+    }
+    cr_assert_eq(rc, DLC_END, "%s", dlc_errmsg());
+    /* The copy thread's own wait for the last copy (3-4 ms) is over by then, so the fault is
+     * close's. */
+    usleep(50 * 1000);
+    devsim_fault(r.sim, DEVSIM_OP_EVENT_SYNC, nth, DEVSIM_FAULT_SYNC);
+    dlc_loader_close(dl);
+    pthread_join(h.thread, NULL);
+    void *saved;
+    cr_assert_eq(r.o->device_enter(r.ctx, r.device, &saved), 0);
+    cr_assert_eq(r.o->stream_sync(r.ctx, r.stream), 0);
+    r.o->device_leave(r.ctx, saved);
+    dfree(&r, out);
+    cr_assert_eq(r.o->device_enter(r.ctx, r.device, &saved), 0);
+    r.o->stream_destroy(r.ctx, r.stream);
+    r.o->device_leave(r.ctx, saved);
+    devsim_stats st;
+    devsim_destroy(r.sim, &st);
+    cr_assert_eq(st.busy_frees, 0, "%s: close freed %llu buffer(s) the caller's stream still read",
+                 where, (unsigned long long)st.busy_frees);
+    cr_assert_eq(st.hazards, 0, "%s", where);
+}
+
+Test(device, a_failed_wait_at_close_frees_nothing_still_read)
+{
+    fx_dir d;
+    fx_make_store(&d, 40, 16, 16, 3, 0);
+    for (uint64_t nth = 1; nth <= 4; nth++)
+        close_case(d.path, nth);
     fx_rmdir(&d);
 }
 
