@@ -327,7 +327,7 @@ Test(report, auto_threads_jumps_to_its_cap_and_keeps_the_bytes)
     fx_dir d;
     /* RandomResizedCrop from 192 x 192 to uint8 64 x 64: much work for few bytes, so that the
      * consumer's hashing of them costs little beside the workers' work. */
-    fx_make_store(&d, 240, 192, 192, 4, 0);
+    fx_make_store(&d, 320, 192, 192, 4, 0);
     dlc_loader_config c = fx_config();
     c.batch_size = 8;
     c.crop_h = c.crop_w = 64;
@@ -348,7 +348,7 @@ Test(report, auto_threads_jumps_to_its_cap_and_keeps_the_bytes)
     dlc_loader_stats s;
     dlc_loader_get_stats(l, &s);
     cr_assert_eq(s.threads, 2, "starts with 2");
-    enum { N = 30 }; /* One epoch, hashed as epochs_hash() does. */
+    enum { N = 40 }; /* One epoch, hashed as epochs_hash() does. */
     uint32_t counts[N];
     XXH3_state_t *h = XXH3_createState();
     XXH3_64bits_reset(h);
@@ -357,13 +357,14 @@ Test(report, auto_threads_jumps_to_its_cap_and_keeps_the_bytes)
     XXH3_freeState(h);
     dlc_batch end;
     cr_assert_eq(dlc_loader_next(l, &end), DLC_END, "the epoch is %u batches", N);
-    /* Within the first decision and two more, the last as slack: on two cores shared with other
-     * jobs (and the other tests of this program) a window may find its batches ready and the
-     * consumer waiting only for the lock, which is no reason to add workers. One at a time
-     * from 2, a window each, would take 6 changes and 25 batches. */
+    /* Reaching the cap is timed by windows of batches, and on two cores shared with other jobs
+     * (ctest -j2 runs end-to-end tests beside this one) a window may find its batches ready and
+     * the consumer waiting only for the lock, which is no reason to add workers: a window may
+     * pass without a change (CI saw 8 workers from batch 25 and, under a CPU hog, 34). So the
+     * cap must be reached within the epoch, and what tells a jump from one worker at a time is
+     * the number of changes, below: one at a time from 2 would take 6. */
     const uint32_t at8 = first_at(counts, N, 8);
-    const uint32_t want8 = AUTO_FIRST_AT(c.prefetch) + 2 * AUTO_NEXT_AFTER(c.prefetch);
-    cr_assert_leq(at8 + 1, want8, "8 workers from batch %u, not within %u", at8 + 1, want8);
+    cr_assert_lt(at8, N, "8 workers were never reached in %u batches", N);
     uint32_t changes = 0;
     for (uint32_t i = 1; i <= at8; i++) {
         cr_assert(counts[i] >= counts[i - 1] && counts[i] <= 2 * counts[i - 1],
