@@ -32,7 +32,10 @@ DEMO_PKGS := mate-backgrounds python3
 # fuzz (tests/fuzz/run.sh, also a step of make test): clang with libFuzzer's
 # runtime, and Python for tests/fuzz/make_seeds.sh.
 FUZZ_PKGS := clang libclang-rt-dev python3
-# test (tests/run_all.sh and what it runs), beyond the demo and fuzz lists:
+# docs (`make docs`, tools/docs.sh): Sphinx with MyST for the Markdown pages and Breathe for the
+# C API from Doxygen's XML; the site's check in `make test` also renders every page in Chromium.
+DOCS_PKGS := python3 python3-sphinx python3-myst-parser python3-breathe doxygen
+# test (tests/run_all.sh and what it runs), beyond the demo, docs and fuzz lists:
 #   libcriterion-dev     the C unit tests (CMake requires it with DLCACHE_TESTS=ON)
 #   clang-format-14      tests/check_format.sh (the pinned version), with git ls-files
 #   doxygen              tests/check_docs.sh: every public function, parameter and field documented
@@ -46,18 +49,20 @@ FUZZ_PKGS := clang libclang-rt-dev python3
 #                        for tests/python/test_packaging.py
 #   node and npm         s3rver for tests/e2e/warm_*.sh: checked as a command, since a
 #                        NodeSource nodejs carries npm itself and conflicts with Debian's npm
+#   chromium             the "site" step: every page of the documentation site rendered headless
 #   slurm-wlm munge      tests/e2e/set_slurm.sh: docs/SETS.md's Slurm jobs on a one-node Slurm
 #                        of its own (slurmctld, slurmd, munged, own config and key); their
 #                        system services do not start without /etc/slurm/slurm.conf (a system
 #                        munged may start, on its own socket, and is left alone)
 TEST_PKGS := libcriterion-dev clang-format-14 doxygen abigail-tools git valgrind lmdb-utils openssl curl ca-certificates \
              python3 python3-pytest python3-venv python3-numpy python3-torch python3-torchvision \
-             python3-pil python3-lmdb slurm-wlm munge $(FUZZ_PKGS)
+             python3-pil python3-lmdb slurm-wlm munge chromium $(FUZZ_PKGS) $(DOCS_PKGS)
 
 # $(call pkgs_for,GOALS): the packages those goals need, and "node" when they need npm.
 pkgs_for = $(sort $(BUILD_PKGS) \
     $(if $(filter demo deps-demo deps,$1),$(DEMO_PKGS)) \
     $(if $(filter fuzz,$1),$(FUZZ_PKGS)) \
+    $(if $(filter docs,$1),$(DOCS_PKGS)) \
     $(if $(filter test deps-test deps,$1),$(DEMO_PKGS) $(TEST_PKGS) node))
 DEPS_PKGS := $(call pkgs_for,$(MAKECMDGOALS))
 
@@ -67,7 +72,7 @@ missing_sh = missing=$$(for p in $(filter-out node,$1); do \
 	  done); \
 	$(if $(filter node,$1),command -v npm >/dev/null || missing="$$missing nodejs npm";)
 
-.PHONY: all packages deps deps-build deps-demo deps-test deps-list hooks build demo test install fuzz bench clean
+.PHONY: all packages deps deps-build deps-demo deps-test deps-list hooks build demo test docs install fuzz bench clean
 
 all: build
 
@@ -85,7 +90,7 @@ packages deps deps-build deps-demo deps-test:
 	fi
 
 deps-list:
-	@$(foreach g,build demo test fuzz,\
+	@$(foreach g,build demo test docs fuzz,\
 	  echo "make $g installs on a bare Debian 12: $(patsubst node,nodejs npm,$(call pkgs_for,$g))"; \
 	  $(call missing_sh,$(call pkgs_for,$g)) echo "  missing here:" $${missing:-nothing};)
 
@@ -121,6 +126,11 @@ test: build
 # system and /usr/local/lib/python3.X/dist-packages for local ones. Python is
 # not in the build list: without it, X is Debian 12's 11.
 PYDIR = $(if $(filter /usr,$(PREFIX)),lib/python3/dist-packages,lib/python3.$(shell $(PY) -c 'import sys; print(sys.version_info[1])' 2>/dev/null || echo 11)/dist-packages)
+
+# The documentation site, build-docs/html (tools/docs.sh): the pages, the Python API from the
+# docstrings (autodoc imports the package with the library just built), the C API from the headers.
+docs: build
+	bash tools/docs.sh
 
 install: build
 	cmake -S . -B build -DDLCACHE_PYTHON_DIR=$(PYDIR) >/dev/null
