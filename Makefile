@@ -44,6 +44,7 @@ FUZZ_PKGS := clang libclang-rt-dev python3
 #   python3-*            pytest and the Python tests; torch, torchvision, numpy, lmdb and
 #                        PIL (tests/python, tests/e2e/*.py and build_gray.sh); venv with pip
 #                        for tests/python/test_packaging.py
+#   mypy                 tests/run_all.sh's types step over python/ and examples/
 #   node and npm         s3rver for tests/e2e/warm_*.sh: checked as a command, since a
 #                        NodeSource nodejs carries npm itself and conflicts with Debian's npm
 #   slurm-wlm munge      tests/e2e/set_slurm.sh: docs/SETS.md's Slurm jobs on a one-node Slurm
@@ -52,7 +53,7 @@ FUZZ_PKGS := clang libclang-rt-dev python3
 #                        munged may start, on its own socket, and is left alone)
 TEST_PKGS := libcriterion-dev clang-format-14 doxygen abigail-tools git valgrind lmdb-utils openssl curl ca-certificates \
              python3 python3-pytest python3-venv python3-numpy python3-torch python3-torchvision \
-             python3-pil python3-lmdb slurm-wlm munge $(FUZZ_PKGS)
+             python3-pil python3-lmdb mypy slurm-wlm munge $(FUZZ_PKGS)
 
 # $(call pkgs_for,GOALS): the packages those goals need, and "node" when they need npm.
 pkgs_for = $(sort $(BUILD_PKGS) \

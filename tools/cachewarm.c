@@ -44,7 +44,8 @@ static void usage(FILE *f)
         "  --no-resume          discard an earlier partial download\n"
         "  --insecure           do not verify TLS certificates\n"
         "  --timeout SECONDS    retry a request that receives nothing this long (default 30)\n"
-        "  --retries N          attempts per request after the first, 1..1000 (default 8)\n"
+        "  --retries N          attempts per request after the first, 0..1000 (default 8;\n"
+        "                       0: fail fast)\n"
         "  --json               print a JSON report on stdout\n"
         "  -q, --quiet          no progress line, notices or summary\n"
         "  -h, --help           this text\n"
@@ -139,11 +140,13 @@ static int parse_number(cli *c, int flag, const char *arg)
         return 0;
     }
     default: /* OPT_RETRIES */
-        if (tool_parse_u64(arg, 1000, &v) < 0 || v == 0) {
-            fprintf(stderr, "%s: error: --retries wants 1..1000, not '%s'\n", tool, arg);
+        if (tool_parse_u64(arg, 1000, &v) < 0) {
+            fprintf(stderr, "%s: error: --retries wants 0..1000, not '%s'\n", tool, arg);
             return 2;
         }
         c->opt.max_retries = (uint32_t)v;
+        if (v == 0)
+            c->opt.flags |= DLC_WARM_NO_RETRY;
         return 0;
     }
 }
@@ -305,7 +308,8 @@ static void push_usage(FILE *f)
             "  --no-resume          abort an earlier run's upload and start over\n"
             "  --insecure           do not verify TLS certificates\n"
             "  --timeout SECONDS    retry a request that makes no progress this long (default 30)\n"
-            "  --retries N          attempts per request after the first, 1..1000 (default 8)\n"
+            "  --retries N          attempts per request after the first, 0..1000 (default 8;\n"
+            "                       0: fail fast)\n"
             "  --json               print a JSON report on stdout\n"
             "  -q, --quiet          no progress line, notices or summary\n"
             "  -h, --help           this text\n");

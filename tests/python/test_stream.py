@@ -333,8 +333,10 @@ def test_cache_dir_near_path_max_streams_or_is_refused(local_set, url, s3, tmp_p
 
 def test_cache_limit_sizes():
     parse = dlcache._stream.parse_size
-    assert parse(4096) == parse("4096") == parse("4k") == parse("4KiB") == parse("4KB") == 4096
-    assert parse("50GB") == parse("50G") == parse("50gib") == 50 << 30
+    assert parse(4096) == parse("4096") == parse("4k") == parse("4KiB") == 4096
+    # kB, MB, GB: powers of 1000; KiB, MiB, GiB and K, M, G: powers of 1024 (issue 34).
+    assert parse("4KB") == 4000 and parse("6MB") == 6 * 10**6 and parse("50GB") == 50 * 10**9
+    assert parse("50G") == parse("50gib") == 50 << 30
     assert parse("500MiB") == 500 << 20 and parse("1.5G") == 3 << 29
 
 
