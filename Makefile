@@ -112,8 +112,17 @@ build: packages hooks
 	      -DDLCACHE_TESTS=$(TESTS) >/dev/null
 	cmake --build build -j $(JOBS)
 
-demo: build
-	bash tools/demo.sh
+# The demo builds what it runs (the library and the tools: no tests, whatever is installed) and
+# sets nothing in git (the hooks are `make build`'s and `make test`'s): its output is a line per
+# step and the summary; the build's own output goes to build/demo-build.log.
+DEMO_TARGETS := dlcache cachebuild cacheinfo cachebench mkdemo
+demo: packages
+	@mkdir -p build
+	@echo "== building the library and the tools (log: build/demo-build.log)"
+	@{ cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLCACHE_WERROR=$(WERROR) && \
+	   cmake --build build -j $(JOBS) --target $(DEMO_TARGETS); \
+	 } >build/demo-build.log 2>&1 || { tail -n 30 build/demo-build.log; exit 1; }
+	@bash tools/demo.sh
 
 test: build
 	bash tests/run_all.sh

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The main job end to end on a small bundled data set (`make demo`):
+# The main job end to end on a small bundled data set (`make demo`), a line per step and a
+# summary (the tools' full reports are kept in $DEMO_DIR):
 # make ImageNet-like JPEGs from real photographs, build a store, verify it,
 # then load it through the loader and compare with the memcpy ceiling and the
 # decode-every-epoch path measured in the same run.
@@ -44,7 +45,12 @@ echo "cachebuild: $(field "$DATA/build.json" count) images, $build_rate images/s
      "skipped $("$PY" -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["skipped"]))' "$DATA/build.json")"
 
 say "cacheinfo --verify"
-"$BIN/cacheinfo" "$DATA/train.dlc" --verify
+# Its verdict, a line; the whole description (classes, fields, sizes) is kept in a file.
+if ! "$BIN/cacheinfo" "$DATA/train.dlc" --verify >"$DATA/verify.txt" 2>&1; then
+    cat "$DATA/verify.txt" >&2
+    exit 1
+fi
+grep -m1 "verify" "$DATA/verify.txt"
 
 say "loader: uint8 224 random crop + flip, batch 256, $THREADS threads, ${WINDOW} s window (ceiling and JPEG path in the same run)"
 "$BIN/cachebench" load "$DATA/train.dlc" --batch 256 --threads "$THREADS" --prefetch 4 --crop 224 \
