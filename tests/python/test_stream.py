@@ -179,7 +179,7 @@ def test_streamed_batches_are_the_local_sets(local_set, url, s3, tmp_path):
     with dlcache.Loader(local_set, sampler="windows", **OPTS) as ld:
         want = [collect(ld), collect(ld)]
         want_len, classes = len(ld), ld.classes
-    need = dlcache.plan(url, OPTS["batch_size"], window_shards=2, streams=2, world_size=1,
+    need = dlcache.plan(url, world_size=1, **OPTS,  # the Loader's own arguments
                         cache_ranks=1, cache_dir=str(tmp_path / "plan"),
                         endpoint=s3)["cache_needed_bytes"]
     set_bytes = sum(os.path.getsize(os.path.join(local_set, f))
@@ -239,7 +239,7 @@ def test_resets_mid_epoch_at_the_smallest_cache_give_the_local_batches(local_set
         _, state = _script(ld)
     with dlcache.Loader(local_set, sampler="windows", **OPTS) as ld:
         want, _ = _script(ld, state)
-    need = dlcache.plan(url, OPTS["batch_size"], window_shards=2, streams=2, world_size=1,
+    need = dlcache.plan(url, world_size=1, **OPTS,  # the Loader's own arguments
                         cache_ranks=1, cache_dir=str(tmp_path / "plan"),
                         endpoint=s3)["cache_needed_bytes"]
     with dlcache.Loader(url, cache_dir=tmp_path / "c", cache_limit=need, cache_ranks=1,
@@ -250,7 +250,7 @@ def test_resets_mid_epoch_at_the_smallest_cache_give_the_local_batches(local_set
 
 
 def test_too_small_cache_names_the_bytes_needed(url, s3, tmp_path):
-    need = dlcache.plan(url, OPTS["batch_size"], window_shards=2, streams=2, world_size=1,
+    need = dlcache.plan(url, world_size=1, **OPTS,  # the Loader's own arguments
                         cache_ranks=1, cache_dir=str(tmp_path / "c"),
                         endpoint=s3)["cache_needed_bytes"]
     with pytest.raises(dlcache.InvalidArgumentError,
@@ -259,7 +259,7 @@ def test_too_small_cache_names_the_bytes_needed(url, s3, tmp_path):
         dlcache.Loader(url, cache_dir=tmp_path / "c", cache_limit=need - 1, cache_ranks=1,
                        endpoint=s3, **OPTS)
     # Each process sharing the folder needs its windows: two need more than one.
-    two = dlcache.plan(url, OPTS["batch_size"], window_shards=2, streams=2, world_size=1,
+    two = dlcache.plan(url, world_size=1, **OPTS,  # the Loader's own arguments
                        cache_ranks=2, cache_dir=str(tmp_path / "c"),
                        endpoint=s3)["cache_needed_bytes"]
     assert two > need
