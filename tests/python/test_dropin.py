@@ -418,3 +418,51 @@ def test_plan_takes_every_loader_argument(store):
         dlcache.plan(store, 8, prefetch=2, window_shards=1, world_size=1, cache_ranks=1)
     with pytest.raises(TypeError, match="does not take: num_wrkers"):
         dlcache.plan(store, 8, num_wrkers=2)
+
+
+# ---- 9: the README's claims -------------------------------------------------------------------
+def _readme():
+    with open(os.path.join(REPO, "README.md")) as f:
+        return f.read()
+
+
+def test_readme_device_claim_is_what_the_loader_does(store):
+    text = " ".join(_readme().split())
+    assert "serves host batches and says why once" not in text
+    assert '`device="cuda"` raises `ValueError`' in text
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="torch.cuda.is_available"):
+            dlcache.Loader(store, 8, device="cuda")
+
+
+def test_readme_speed_table_cases_are_the_demos():
+    import re
+    with open(os.path.join(REPO, "tools", "demo.sh")) as f:
+        demo = set(re.findall(r'^case\("([^"]+)", ', f.read(), re.M))
+    assert demo == {"uint8", "rrc f16"}
+    text = _readme()
+    table = text[text.index("## How fast"):]
+    table = table[:table.index("\n\n", table.index("| ---"))]
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    assert {re.match(r"\| `([^`]+)`", r).group(1) for r in rows} == demo, rows
+    assert "make demo" in text[text.index("## How fast"):][:600]
+
+
+def test_train_example_says_which_step_is_faster():
+    with open(os.path.join(REPO, "examples", "train.py")) as f:
+        src = f.read()
+    assert "step time %.2fx faster" not in src
+    assert "is %.2fx faster than" in src and "the model bounds both steps" in src
+
+
+# ---- 10: make demo does only what it says -----------------------------------------------------
+def test_make_demo_sets_no_hooks_and_builds_no_tests():
+    r = subprocess.run(["make", "-n", "demo"], cwd=REPO, capture_output=True, text=True,
+                       check=True)
+    cmds = r.stdout
+    assert "hooksPath" not in cmds and "git config" not in cmds
+    builds = [line for line in cmds.splitlines() if "cmake --build" in line]
+    assert builds and all("--target" in b for b in builds), builds
+    targets = builds[0].split("--target", 1)[1].split(";")[0].split()
+    assert set(targets) == {"dlcache", "cachebuild", "cacheinfo", "cachebench", "mkdemo"}
+    assert ">build/demo-build.log" in cmds  # make's Entering/Leaving lines go to the log
