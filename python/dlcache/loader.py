@@ -298,8 +298,9 @@ class Loader:
             while they are read, shared by the ranks and jobs of a node.
             Ignored for a local path, like the other streaming arguments.
         cache_limit: the most bytes cache_dir may hold, an int or a size
-            such as "50GB", "500MiB", "10G" (powers of 1024, as cachebench's
-            --cache-limit); None = no limit. Checked at open: too small for
+            such as "50GB", "500MiB", "10G" (kB, MB, GB: powers of 1000; KiB,
+            MiB, GiB and K, M, G: powers of 1024, as every tool's sizes);
+            None = no limit. Checked at open: too small for
             the windows raises InvalidArgumentError naming the bytes needed
             (``dlcache.plan()`` says them beforehand).
         cache_ranks: processes of this node sharing cache_dir, each needing its
@@ -314,7 +315,9 @@ class Loader:
         trace_batches: spans the trace keeps per thread, the last ones (256).
         timeout: seconds a request may receive nothing (or take to connect)
             before it is cut and tried again; None = 30 (10 to connect).
-        retries: attempts of a request after its first, 1..1000; None = 8.
+        retries: attempts of a request after its first, 0..1000 (0 fails
+            fast at the first error); None = 8. Each retry is a notice on the
+            "dlcache" logger (logging), not a warning.
             With both small, a dead endpoint fails the loader within about
             timeout * (retries + 1) seconds; close() and Ctrl-C stop the
             downloads at once whatever they are.
@@ -374,7 +377,7 @@ class Loader:
             loop waits a share w of its step and the workers wait for no read,
             go to about n / (1 - w) workers, at most doubling (up to that
             many); give one back at a time when they idle (stats()["threads"]
-            says how many work now; docs/WAITING.md).
+            says how many work now; docs/WAITING.md). "auto" in any case.
         prefetch: batches prepared ahead (slots of the ring), 1..1024; None = the C
             default (4).
         verify: "off", "first" (check each record's checksum the first time
@@ -400,19 +403,33 @@ class Loader:
         weights, samples_per_epoch, label_offsets, return_source: a mixture,
             when ``path`` is a list of stores and sets (docs/MIXTURES.md): each
             source walks its own shuffled passes, interleaved by ``weights``
-            (default equal) so that every batch holds each source's share
+            (default equal, not by size) so that every batch holds each source's share
             within 1 or 2 samples; an epoch is ``samples_per_epoch`` samples
             (default: the sources' records summed); source i's labels are moved
             by ``label_offsets[i]``. Batches as dicts gain "source" (int64
             [N], the index of each sample's source) and "indices" is the
             record number within the source; tuples gain the source as a last
-            element with return_source=True. A list of one path read whole
+            element with return_source=True, and without it leave the source
+            out (the Loader warns once). A list of one path read whole
             (no samples_per_epoch) is the plain loader of it, byte for byte.
             state_dict() holds every source's
             pass, and load_state_dict() continues them under other weights or
             sources.
+        transform: a callable applied to each batch (the tuple or dict) last,
+            after the device copy when device is set, in the loop's thread;
+            what it returns is what the loop gets.
+        preset: "train" (crop=224, random_resized_crop=True, flip=0.5, dtype
+            float32 on the host and float16 on a CUDA device: normalized NCHW)
+            or "eval" (crop=224, random_crop=False, flip=0: the center, same
+            dtype); the arguments given win over it. On a store built at 256
+            "eval" is torchvision's resize 256 + center crop 224.
 
-    Every argument after batch_size is keyword-only.
+    Every argument after batch_size is keyword-only. A Loader pickles (and
+    copy.deepcopy()s) as its arguments and state_dict(): the copy opens at its
+    first use and yields the batches this one yields next. It has the
+    attributes frameworks read of a DataLoader (dataset, sampler, drop_last,
+    num_workers=0 with the threads in ``threads``, pin_memory, collate_fn,
+    prefetch_factor, persistent_workers) and ``as_iterable_dataset()``.
 
     Iterating yields ``(images, labels)`` or ``(images, labels, indices)``:
     images uint8 [N, H, W, C] or float [N, C, H, W], labels and indices int64 [N].
