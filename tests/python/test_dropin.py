@@ -401,10 +401,36 @@ def test_retry_notice_without_logging_set_up_is_one_line(tmp_path):
     assert r.stderr.count("retry 1 in") == 1 and "Warning" not in r.stderr, r.stderr
 
 
+def test_tools_take_retries_zero(tmp_path):
+    from conftest import tool
+    url = "http://127.0.0.1:%d/x.dlc" % _dead_port()
+    r = subprocess.run([tool("cachewarm"), url, "-o", str(tmp_path / "x.dlc"), "--retries", "0"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "gave up after 1 attempt" in r.stderr, r.stderr
+    assert "retry 1" not in r.stderr
+
+
 def test_sizes_follow_the_usual_rule():
     parse = dlcache._stream.parse_size
     assert parse("6MB") == 6_000_000 and parse("6MiB") == parse("6M") == 6 << 20
     assert parse("2kB") == 2000 and parse("2KiB") == parse("2k") == 2048
+
+
+def test_tools_sizes_follow_the_same_rule(demo_dir, tmp_path):
+    import json
+    from conftest import tool
+    dlcache.build(str(demo_dir), str(tmp_path / "set"), size=32, threads=2, shards=3)
+    got = {}
+    for size in ("6MB", "6MiB", "6M", "6kB", "6K", "7"):
+        r = subprocess.run([tool("cacheinfo"), str(tmp_path / "set"), "--plan", "--cache-limit",
+                            size, "--json"], capture_output=True, text=True)
+        assert r.returncode in (0, 1), r.stderr  # 1: the limit is too small for the windows
+        got[size] = json.loads(r.stdout)["cache_limit"]
+    assert got == {"6MB": 6_000_000, "6MiB": 6 << 20, "6M": 6 << 20, "6kB": 6000, "6K": 6144,
+                   "7": 7}
+    r = subprocess.run([tool("cacheinfo"), str(tmp_path / "set"), "--plan", "--cache-limit",
+                        "6XB"], capture_output=True, text=True)
+    assert r.returncode == 2 and "wants a size" in r.stderr
 
 
 def test_plan_takes_every_loader_argument(store):
