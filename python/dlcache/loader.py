@@ -1668,6 +1668,11 @@ class _BatchDataset(torch.utils.data.IterableDataset):
         self.loader = loader
 
     def __iter__(self):
+        if torch.utils.data.get_worker_info() is not None:
+            # Each worker process would get a copy of the Loader and yield the whole epoch.
+            raise RuntimeError("loader.as_iterable_dataset() goes in a DataLoader with "
+                               "num_workers=0: the Loader has its own threads (threads=), and "
+                               "each worker process would yield every batch again")
         return iter(self.loader)
 
     def __len__(self) -> int:

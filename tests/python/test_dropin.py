@@ -237,6 +237,8 @@ def test_as_iterable_dataset_in_a_dataloader_and_accelerate(store):
         prepared = _accelerate_prepare_data_loader(plain)
         got = [clone(b) for b in prepared]
         assert len(got) == len(want) and all(same(g, w) for g, w in zip(got, want))
+        with pytest.raises(RuntimeError, match="num_workers=0"):
+            next(iter(DataLoader(ds, batch_size=None, num_workers=1)))
         # The attributes Accelerate reads off the Loader itself make a valid DataLoader.
         kwargs = {k: getattr(ld, k, v) for k, v in _PYTORCH_DATALOADER_KWARGS.items()
                   if k not in ("sampler", "shuffle")}
