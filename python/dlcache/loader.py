@@ -980,7 +980,7 @@ class Loader:
 
     # ------------------------------------------------------------ properties
     @property
-    def batch_size(self):
+    def batch_size(self) -> "int":
         return self._config.batch_size
 
     # What frameworks read of a torch DataLoader (Lightning, Accelerate, training loops), with
@@ -1035,20 +1035,20 @@ class Loader:
         return _BatchDataset(self)
 
     @property
-    def rank(self):
+    def rank(self) -> "int":
         return self._config.rank
 
     @property
-    def world_size(self):
+    def world_size(self) -> "int":
         return self._config.world_size
 
     @property
-    def epoch(self):
+    def epoch(self) -> "int":
         """The epoch the last iter() started (or will resume)."""
         return self._epoch
 
     @property
-    def store_info(self):
+    def store_info(self) -> "Dict[str, Any]":
         """dlcache.info() of the store (classes, count, size...), read once. For a mixture,
         the first source's, with count, num_labels and classes of the mixture (see
         ``sources``)."""
@@ -1060,15 +1060,15 @@ class Loader:
         return self._info
 
     @property
-    def num_classes(self):
+    def num_classes(self) -> "int":
         return self.store_info["num_labels"]
 
     @property
-    def classes(self):
+    def classes(self) -> "List[str]":
         return list(self.store_info["classes"])
 
     @property
-    def sources(self):
+    def sources(self) -> "Optional[List[Dict[str, Any]]]":
         """A mixture's sources (path, weight, first, count, quota, period, epoch_samples: its
         draws in the current epoch over all ranks, drawn: before it, content_digest,
         label_offset, cache_needed_bytes: what a streamed source needs of cache_dir, 0 for a
@@ -1080,7 +1080,7 @@ class Loader:
         return self._len
 
     @property
-    def num_samples(self):
+    def num_samples(self) -> "int":
         """Samples in the store (not in this rank's share of the epoch)."""
         return self._count
 
@@ -1444,12 +1444,12 @@ class Loader:
 
     # ------------------------------------------------------------ misc
     @property
-    def device(self):
+    def device(self) -> "torch.device":
         """The torch.device of the batches: cuda:N, or cpu."""
         return self._device if self._device is not None else torch.device("cpu")
 
     @property
-    def device_backend(self):
+    def device_backend(self) -> "Optional[str]":
         """How batches reach the GPU: "plugin" (the C library's CUDA path), "torch" (torch's
         CUDA runtime), or None (host batches)."""
         return self._feed.backend if self._feed is not None else None
@@ -1497,7 +1497,7 @@ class Loader:
               "dlcache.Loader.stream_stats")
         return {key: getattr(st, field) for key, field in _STREAM_STATS}
 
-    def close(self):
+    def close(self) -> None:
         """Stop the workers and free the slots. Batches still held are
         detached first (see "Lifetime of a batch"); CUDA tensors stay valid
         (they are the caller's). Idempotent."""
@@ -1512,10 +1512,10 @@ class Loader:
                 self._settle()
                 self._handle.close()
 
-    def __enter__(self):
+    def __enter__(self) -> "Loader":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
     def __repr__(self):

@@ -830,7 +830,7 @@ class _Progress:
             self.fn = progress
             return
         try:
-            from tqdm import tqdm
+            from tqdm import tqdm  # type: ignore[import]
             self.bar = tqdm(total=total, unit="samples", desc="dlcache.write")
             return
         except ImportError:
