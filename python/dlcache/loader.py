@@ -806,7 +806,7 @@ class Loader:
             raise ValueError("a closed dlcache.Loader cannot be pickled: its position went "
                              "with it (pickle it before close())")
         return (_restore, (self._args, self.state_dict(),
-                           {"pending_epoch": self._pending_epoch}))
+                           {"pending_epoch": self._pending_epoch}, type(self)))
 
     def __getattr__(self, name):
         # Only for what normal lookup did not find: an unpickled Loader opens at its first use.
@@ -817,7 +817,7 @@ class Loader:
         return getattr(self, name)
 
     def _materialize(self):
-        args, state, extra = self.__dict__.pop("_lazy")
+        args, state, extra, _ = self.__dict__.pop("_lazy")
         kw = dict(args)
         self._given = dict(args)
         self.__init__(kw.pop("path"), kw.pop("batch_size"), **kw)
@@ -1588,10 +1588,11 @@ def _without_secrets(args):
     return out
 
 
-def _restore(args, state, extra):
-    """Unpickling: a Loader that opens at its first use (_materialize())."""
-    ld = object.__new__(Loader)
-    ld.__dict__["_lazy"] = (args, state, extra)
+def _restore(args, state, extra, cls=None):
+    """Unpickling: a Loader (of class @p cls) that opens at its first use (_materialize())."""
+    cls = Loader if cls is None else cls
+    ld = object.__new__(cls)
+    ld.__dict__["_lazy"] = (args, state, extra, cls)
     return ld
 
 

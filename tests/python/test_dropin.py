@@ -92,6 +92,17 @@ def test_pickle_keeps_set_epoch_and_the_arguments_given(store):
         iter(lazy)
 
 
+class MyLoader(dlcache.Loader):
+    """A subclass pickles as itself."""
+
+
+def test_subclass_pickles_as_itself(store):
+    with MyLoader(store, 8, **KW) as ld:
+        twin = pickle.loads(pickle.dumps(ld))
+        assert type(twin) is MyLoader and len(twin) == len(ld)
+        twin.close()
+
+
 def test_pickled_urls_hold_no_secret():
     args = {"path": "https://user:hunter2@example.com:8443/sets/s?X-Amz-Signature=abc&x=1",
             "batch_size": 4, "endpoint": "http://AKIAABCDEFGHIJKLMNOP:pw@127.0.0.1:9000",
