@@ -327,7 +327,7 @@ def test_presets(store256):
 
 
 def test_newcomers_training_loop(store256):
-    """The 20 lines of docs/PYTHON.md's quick start: no dtype, no layout, no permute."""
+    """A newcomer's 20 lines with preset="train": no dtype, no layout, no permute."""
     torch.manual_seed(0)
     loader = dlcache.Loader(store256, 8, preset="train", threads=2)
     model = torch.nn.Sequential(
