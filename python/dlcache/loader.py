@@ -805,8 +805,12 @@ class Loader:
         if self._closed or self._handle is None or self._handle.ptr is None:
             raise ValueError("a closed dlcache.Loader cannot be pickled: its position went "
                              "with it (pickle it before close())")
-        return (_restore, (self._args, self.state_dict(),
-                           {"pending_epoch": self._pending_epoch}, type(self)))
+        state = self.state_dict()
+        if "mixture" in state:  # its sources' paths, as given: secrets cut here too
+            state["mixture"] = dict(state["mixture"],
+                                    paths=_no_secret(list(state["mixture"]["paths"])))
+        return (_restore, (self._args, state, {"pending_epoch": self._pending_epoch},
+                           type(self)))
 
     def __getattr__(self, name):
         # Only for what normal lookup did not find: an unpickled Loader opens at its first use.

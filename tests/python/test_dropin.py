@@ -359,6 +359,16 @@ def test_mixture_tuples_warn_that_source_is_dropped(store):
         dlcache.Loader([store, store], 8, as_dict=True, **KW).close()
         dlcache.Loader([store, store], 8, return_source=True, **KW).close()
         with dlcache.Loader([store, store], 8, as_dict=True, **KW) as ld:
+            # A mixture pickles and continues too.
+            it = iter(ld)
+            next(it)
+            twin = pickle.loads(pickle.dumps(ld))
+            want = [clone(b) for b in it]
+            got = [clone(b) for b in twin]
+            assert len(got) == len(want) == len(ld) - 1
+            assert all(same(g, w) for g, w in zip(got, want))
+            twin.close()
+        with dlcache.Loader([store, store], 8, as_dict=True, **KW) as ld:
             # Equal weights by default, whatever the sizes.
             assert [s["weight"] for s in ld.sources] == [1.0, 1.0]
 
