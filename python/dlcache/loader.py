@@ -693,7 +693,8 @@ class Loader:
                              "label" % ", ".join(f["name"] for f in selected))
         self._as_dict = bool(as_dict)
         self._checked_names = False
-        if self._mix is not None and not self._as_dict and not self._mix.return_source:
+        if self._mix is not None and len(self._mix.paths) > 1 and not self._as_dict \
+                and not self._mix.return_source:  # one source: its index is always 0
             warnings.warn("dlcache.Loader: this mixture yields (images, labels) tuples, which "
                           "leave out each sample's source: pass as_dict=True (batches gain "
                           "\"source\") or return_source=True (tuples gain it last)",

@@ -358,6 +358,7 @@ def test_mixture_tuples_warn_that_source_is_dropped(store):
         warnings.simplefilter("error")
         dlcache.Loader([store, store], 8, as_dict=True, **KW).close()
         dlcache.Loader([store, store], 8, return_source=True, **KW).close()
+        dlcache.Loader([store], 8, **KW).close()  # one source: nothing left out
         with dlcache.Loader([store, store], 8, as_dict=True, **KW) as ld:
             # A mixture pickles and continues too.
             it = iter(ld)
