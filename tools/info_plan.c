@@ -29,6 +29,7 @@ static void plan_usage(FILE *f)
           "  --prefetch P         batches in flight (default 4): they bound the shards pinned\n"
           "  --downloads D        shards each rank downloads at once (default 2)\n"
           "  --cache-limit SIZE   say whether a cache of SIZE bytes (50G, 500M) is enough\n"
+          "                       (K, M, G, KiB... are powers of 1024, kB, MB, GB of 1000)\n"
           "  --seed S --epoch E   the order's seed and epoch (default 0, 0)\n"
           "  --cache-dir DIR      the cache a URL is planned for (required for a URL)\n"
           "  --endpoint URL --region R  the S3 or GCS endpoint and region of a URL\n"
