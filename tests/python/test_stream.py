@@ -249,6 +249,24 @@ def test_resets_mid_epoch_at_the_smallest_cache_give_the_local_batches(local_set
     same_batches(got, want)
 
 
+def test_streamed_loader_pickles_and_continues(url, s3, tmp_path):
+    """Issue 34: the copy holds the arguments and the state, no credential (those come from
+    the environment again), and continues the same batches."""
+    import pickle
+    with dlcache.Loader(url, cache_dir=tmp_path / "c", cache_ranks=1, endpoint=s3,
+                        **OPTS) as ld:
+        it = iter(ld)
+        for _ in range(3):
+            next(it)
+        blob = pickle.dumps(ld)
+        assert os.environ["AWS_SECRET_ACCESS_KEY"].encode() not in blob
+        want = [tuple(t.clone() for t in b) for b in it]
+    twin = pickle.loads(blob)
+    got = [tuple(t.clone() for t in b) for b in twin]
+    twin.close()
+    same_batches(got, want)
+
+
 def test_too_small_cache_names_the_bytes_needed(url, s3, tmp_path):
     need = dlcache.plan(url, world_size=1, **OPTS,  # the Loader's own arguments
                         cache_ranks=1, cache_dir=str(tmp_path / "c"),
