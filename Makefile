@@ -47,6 +47,7 @@ DOCS_PKGS := python3 python3-sphinx python3-myst-parser python3-breathe doxygen
 #   python3-*            pytest and the Python tests; torch, torchvision, numpy, lmdb and
 #                        PIL (tests/python, tests/e2e/*.py and build_gray.sh); venv with pip
 #                        for tests/python/test_packaging.py
+#   mypy                 tests/run_all.sh's types step over python/ and examples/
 #   node and npm         s3rver for tests/e2e/warm_*.sh: checked as a command, since a
 #                        NodeSource nodejs carries npm itself and conflicts with Debian's npm
 #   chromium             the "site" step: every page of the documentation site rendered headless
@@ -56,7 +57,7 @@ DOCS_PKGS := python3 python3-sphinx python3-myst-parser python3-breathe doxygen
 #                        munged may start, on its own socket, and is left alone)
 TEST_PKGS := libcriterion-dev clang-format-14 doxygen abigail-tools git valgrind lmdb-utils openssl curl ca-certificates \
              python3 python3-pytest python3-venv python3-numpy python3-torch python3-torchvision \
-             python3-pil python3-lmdb slurm-wlm munge chromium $(FUZZ_PKGS) $(DOCS_PKGS)
+             python3-pil python3-lmdb mypy slurm-wlm munge chromium $(FUZZ_PKGS) $(DOCS_PKGS)
 
 # $(call pkgs_for,GOALS): the packages those goals need, and "node" when they need npm.
 pkgs_for = $(sort $(BUILD_PKGS) \
@@ -116,8 +117,17 @@ build: packages hooks
 	      -DDLCACHE_TESTS=$(TESTS) >/dev/null
 	cmake --build build -j $(JOBS)
 
-demo: build
-	bash tools/demo.sh
+# The demo builds what it runs (the library and the tools: no tests, whatever is installed) and
+# sets nothing in git (the hooks are `make build`'s and `make test`'s): its output is a line per
+# step and the summary; the build's own output goes to build/demo-build.log.
+DEMO_TARGETS := dlcache cachebuild cacheinfo cachebench mkdemo
+demo: packages
+	@mkdir -p build
+	@echo "== building the library and the tools (log: build/demo-build.log)"
+	@{ cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLCACHE_WERROR=$(WERROR) && \
+	   cmake --build build -j $(JOBS) --target $(DEMO_TARGETS); \
+	 } >build/demo-build.log 2>&1 || { tail -n 30 build/demo-build.log; exit 1; }
+	@bash tools/demo.sh
 
 test: build
 	bash tests/run_all.sh

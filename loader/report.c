@@ -292,6 +292,11 @@ void dlc__report_fill(const dlc__tally *a, const dlc__tally *b, uint32_t threads
 #define STAGE_LARGE 0.25
 /* Workers busy at least this share of the window: the CPU bounds. */
 #define WORKERS_BUSY 0.60
+/* Workers idle at least this share of the window while the consumer waited and the I/O thread
+ * was not busy: the work on the samples is not what holds the batches back, but what each batch
+ * costs beyond it (handing it between threads, waking the consumer). Small batches show it: at
+ * batch 10, 10 samples are tens of microseconds of work, about what a hand-off costs. */
+#define WORKERS_IDLE 0.50
 
 static void say(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void say(char *buf, size_t cap, const char *fmt, ...)
@@ -378,6 +383,20 @@ void dlc__report_decide(dlc_loader_report *r)
                 "io=\"direct\" for a store larger than memory)");
         return;
     }
+    if (r->workers_idle_share >= WORKERS_IDLE && r->workers_busy_share < WORKERS_BUSY &&
+        r->io_busy_share < STAGE_LARGE) {
+        const double per_batch = (double)r->samples / (double)r->batches;
+        r->bound = DLC_BOUND_BATCH;
+        say(r->reason, sizeof r->reason,
+            "the consumer waited %.1f%% of its %.3f ms step while the %u workers idled %.0f%% of "
+            "the time: a batch of %.0f samples is %.0f us of their work, and what each batch "
+            "costs beyond it (handing it between threads) is the limit",
+            pct, ms, r->threads, 100 * r->workers_idle_share, per_batch,
+            1e6 * r->sample_seconds * per_batch);
+        say(r->advice, sizeof r->advice,
+            "take larger batches (batch_size), or raise prefetch; more threads would idle too");
+        return;
+    }
     if (r->workers_busy_share >= WORKERS_BUSY || r->workers_busy_share >= r->io_busy_share) {
         r->bound = DLC_BOUND_CPU;
         say(r->reason, sizeof r->reason,
@@ -421,8 +440,8 @@ dlc_status dlc_loader_get_report(const dlc_loader *l, uint32_t last, dlc_loader_
 
 const char *dlc_bound_name(uint32_t bound)
 {
-    static const char *const names[] = {"unknown", "model", "cpu",     "storage",
-                                        "network", "copy",  "consumer"};
+    static const char *const names[] = {"unknown", "model", "cpu",      "storage",
+                                        "network", "copy",  "consumer", "batch"};
     return bound < sizeof names / sizeof names[0] ? names[bound] : "unknown";
 }
 

@@ -10,7 +10,7 @@
 #   tests/run_all.sh STEP...      only those steps, in the order given
 #   tests/run_all.sh --list       the steps' names, one a line, with what each runs
 #
-# The steps: format, docs, site, abi, ctest, asan, tsan, pytest, release, fuzz. Each but format and docs
+# The steps: format, docs, types, site, abi, ctest, asan, tsan, pytest, release, fuzz. Each but format, docs and types
 # needs build/ (`make build`), as the whole run does; asan, tsan and release make their own
 # build folders. A failing step does not stop the others; the exit status is 1 when any failed.
 set -uo pipefail
@@ -19,10 +19,11 @@ JOBS=${JOBS:-$(nproc)}
 PY=${PY:-/usr/bin/python3}
 failed=()
 
-STEPS=(format docs site abi ctest asan tsan pytest release fuzz)
+STEPS=(format docs types site abi ctest asan tsan pytest release fuzz)
 declare -A ABOUT=(
     [format]="layout of the C sources (clang-format-14)"
     [docs]="public headers documented (doxygen)"
+    [types]="type check of python/ and examples/ (Debian's mypy, config in pyproject.toml)"
     [site]="the documentation site: Sphinx with warnings as errors, its links, every page in headless Chromium"
     [abi]="the library's ABI against tests/abi/libdlcache.abi (abidiff)"
     [ctest]="unit and end-to-end tests (build/)"
@@ -42,6 +43,8 @@ run() { # run NAME CMD...: record a failing step, keep going
 step_format() { run format bash tests/check_format.sh; }
 
 step_docs() { run docs bash tests/check_docs.sh; }
+
+step_types() { run types mypy python/ examples/; }
 
 step_site() { run site bash tools/docs.sh --check; }
 

@@ -196,9 +196,11 @@ static int parse_run_option(const char *a, const char *v, bench_load_opts *o, di
     }
     if (!strcmp(a, "--retries")) {
         uint64_t n = 0;
-        if (tool_parse_u64(v, 1000, &n) || n == 0)
+        if (tool_parse_u64(v, 1000, &n))
             return 1;
         o->net.max_retries = (uint32_t)n;
+        if (n == 0)
+            o->net.flags |= DLC_WARM_NO_RETRY;
         o->cfg.net = &o->net;
         return 0;
     }

@@ -36,7 +36,8 @@ static void usage(FILE *f)
         "                       a prefix holding index.dlcset is a store set\n"
         "  -o, --output DEST    destination file, or directory for a set (its parent must exist)\n"
         "  --connections N      parallel requests (default 8)\n"
-        "  --chunk-size SIZE    bytes per request: 4M, 64M... (default 16M)\n"
+        "  --chunk-size SIZE    bytes per request: 4M, 64M... (default 16M; K, M, G, MiB...\n"
+        "                       are powers of 1024, kB, MB, GB of 1000)\n"
         "  --endpoint URL       S3 or GCS endpoint (default: AWS_ENDPOINT_URL or\n"
         "                       DLCACHE_GCS_ENDPOINT, else the cloud's own)\n"
         "  --region REGION      S3 region (default: AWS_REGION, else us-east-1)\n"
@@ -44,7 +45,8 @@ static void usage(FILE *f)
         "  --no-resume          discard an earlier partial download\n"
         "  --insecure           do not verify TLS certificates\n"
         "  --timeout SECONDS    retry a request that receives nothing this long (default 30)\n"
-        "  --retries N          attempts per request after the first, 1..1000 (default 8)\n"
+        "  --retries N          attempts per request after the first, 0..1000 (default 8;\n"
+        "                       0: fail fast)\n"
         "  --json               print a JSON report on stdout\n"
         "  -q, --quiet          no progress line, notices or summary\n"
         "  -h, --help           this text\n"
@@ -139,11 +141,13 @@ static int parse_number(cli *c, int flag, const char *arg)
         return 0;
     }
     default: /* OPT_RETRIES */
-        if (tool_parse_u64(arg, 1000, &v) < 0 || v == 0) {
-            fprintf(stderr, "%s: error: --retries wants 1..1000, not '%s'\n", tool, arg);
+        if (tool_parse_u64(arg, 1000, &v) < 0) {
+            fprintf(stderr, "%s: error: --retries wants 0..1000, not '%s'\n", tool, arg);
             return 2;
         }
         c->opt.max_retries = (uint32_t)v;
+        if (v == 0)
+            c->opt.flags |= DLC_WARM_NO_RETRY;
         return 0;
     }
 }
@@ -305,7 +309,8 @@ static void push_usage(FILE *f)
             "  --no-resume          abort an earlier run's upload and start over\n"
             "  --insecure           do not verify TLS certificates\n"
             "  --timeout SECONDS    retry a request that makes no progress this long (default 30)\n"
-            "  --retries N          attempts per request after the first, 1..1000 (default 8)\n"
+            "  --retries N          attempts per request after the first, 0..1000 (default 8;\n"
+            "                       0: fail fast)\n"
             "  --json               print a JSON report on stdout\n"
             "  -q, --quiet          no progress line, notices or summary\n"
             "  -h, --help           this text\n");

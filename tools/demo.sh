@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The main job end to end on a small bundled data set (`make demo`):
+# The main job end to end on a small bundled data set (`make demo`), a line per step and a
+# summary (the tools' full reports are kept in $DEMO_DIR):
 # make ImageNet-like JPEGs from real photographs, build a store, verify it,
 # then load it through the loader and compare with the memcpy ceiling and the
 # decode-every-epoch path measured in the same run.
@@ -20,6 +21,11 @@ WINDOW_RRC=${DEMO_SECONDS_RRC:-4}
 PY=/usr/bin/python3
 
 say() { printf '\n== %s\n' "$*"; }
+quiet() { # quiet LOG CMD...: CMD's stderr (the tools' notices) into LOG, shown only on failure
+    local log=$1
+    shift
+    "$@" 2>"$log" || { cat "$log" >&2; exit 1; }
+}
 field() { # field FILE KEY: a top-level value of a JSON report
     "$PY" -c 'import json,sys; v=json.load(open(sys.argv[1]))[sys.argv[2]]; print(v)' "$1" "$2"
 }
@@ -32,28 +38,37 @@ if [ ! -f "$DATA/.complete-$COUNT" ]; then
 fi
 
 say "plain libjpeg-turbo decode of the same files ($THREADS threads): the reference for the builder"
-"$BIN/cachebench" decode "$DATA/train" --threads "$THREADS" --json >"$DATA/decode.json"
+quiet "$DATA/decode.log" "$BIN/cachebench" decode "$DATA/train" --threads "$THREADS" --json \
+    >"$DATA/decode.json"
 decode_rate=$(field "$DATA/decode.json" images_per_s)
 echo "decode: $decode_rate images/s"
 
 say "cachebuild: decode once, resize 256, center crop, raw pixels"
-"$BIN/cachebuild" "$DATA/train" -o "$DATA/train.dlc" --size 256 --threads "$THREADS" --force \
-    --json >"$DATA/build.json"
+quiet "$DATA/build.log" "$BIN/cachebuild" "$DATA/train" -o "$DATA/train.dlc" --size 256 \
+    --threads "$THREADS" --force --json >"$DATA/build.json"
 build_rate=$(field "$DATA/build.json" images_per_s)
 echo "cachebuild: $(field "$DATA/build.json" count) images, $build_rate images/s," \
      "skipped $("$PY" -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["skipped"]))' "$DATA/build.json")"
 
 say "cacheinfo --verify"
-"$BIN/cacheinfo" "$DATA/train.dlc" --verify
+# Its verdict, a line; the whole description (classes, fields, sizes) is kept in a file.
+if ! "$BIN/cacheinfo" "$DATA/train.dlc" --verify >"$DATA/verify.txt" 2>&1; then
+    cat "$DATA/verify.txt" >&2
+    exit 1
+fi
+grep -m1 "verify" "$DATA/verify.txt"
 
 say "loader: uint8 224 random crop + flip, batch 256, $THREADS threads, ${WINDOW} s window (ceiling and JPEG path in the same run)"
-"$BIN/cachebench" load "$DATA/train.dlc" --batch 256 --threads "$THREADS" --prefetch 4 --crop 224 \
-    --dtype uint8 --seconds "$WINDOW" --digest --jpeg-dir "$DATA/train" --json >"$DATA/load.json"
+quiet "$DATA/load.log" "$BIN/cachebench" load "$DATA/train.dlc" --batch 256 --threads "$THREADS" \
+    --prefetch 4 --crop 224 --dtype uint8 --seconds "$WINDOW" --digest --jpeg-dir "$DATA/train" \
+    --json >"$DATA/load.json"
+echo "uint8: $(field "$DATA/load.json" samples_per_s) samples/s"
 
 say "loader: float16 normalized NCHW, random-resized-crop 224 + flip, ${WINDOW_RRC} s window"
-"$BIN/cachebench" load "$DATA/train.dlc" --batch 256 --threads "$THREADS" --prefetch 4 --crop 224 \
-    --random-resized-crop --dtype float16 --seconds "$WINDOW_RRC" --digest --jpeg-dir "$DATA/train" \
-    --json >"$DATA/load_f16.json"
+quiet "$DATA/load_f16.log" "$BIN/cachebench" load "$DATA/train.dlc" --batch 256 \
+    --threads "$THREADS" --prefetch 4 --crop 224 --random-resized-crop --dtype float16 \
+    --seconds "$WINDOW_RRC" --digest --jpeg-dir "$DATA/train" --json >"$DATA/load_f16.json"
+echo "rrc f16: $(field "$DATA/load_f16.json" samples_per_s) samples/s"
 
 say "summary"
 "$PY" - "$DATA" <<'PYEOF'

@@ -29,11 +29,13 @@ static void plan_usage(FILE *f)
           "  --prefetch P         batches in flight (default 4): they bound the shards pinned\n"
           "  --downloads D        shards each rank downloads at once (default 2)\n"
           "  --cache-limit SIZE   say whether a cache of SIZE bytes (50G, 500M) is enough\n"
+          "                       (K, M, G, KiB... are powers of 1024, kB, MB, GB of 1000)\n"
           "  --seed S --epoch E   the order's seed and epoch (default 0, 0)\n"
           "  --cache-dir DIR      the cache a URL is planned for (required for a URL)\n"
           "  --endpoint URL --region R  the S3 or GCS endpoint and region of a URL\n"
           "  --timeout SECONDS    retry a request that receives nothing this long (default 30)\n"
-          "  --retries N          attempts per request after the first, 1..1000 (default 8)\n"
+          "  --retries N          attempts per request after the first, 0..1000 (default 8;\n"
+          "                       0: fail fast)\n"
           "  --json               one JSON object on stdout\n"
           "\n"
           "Several STOREs (or --weights) plan a mixture of them instead (dlc_loader_open_mix):\n"
@@ -276,9 +278,11 @@ int info_plan_main(int argc, char **argv)
             break;
         }
         case O_RETRIES:
-            if (tool_parse_u64(optarg, 1000, &v) != 0 || v == 0)
-                return tool_usage_error(TOOL, NULL, "--retries wants 1..1000, not '%s'", optarg);
+            if (tool_parse_u64(optarg, 1000, &v) != 0)
+                return tool_usage_error(TOOL, NULL, "--retries wants 0..1000, not '%s'", optarg);
             net.max_retries = (uint32_t)v, cfg.net = &net;
+            if (v == 0)
+                net.flags |= DLC_WARM_NO_RETRY;
             break;
         case 'h':
             plan_usage(stdout);

@@ -1,5 +1,6 @@
 #include "toolutil.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -29,38 +30,35 @@ int tool_parse_size(const char *s, uint64_t *out)
     const unsigned long long v = strtoull(s, &end, 10);
     if (errno)
         return -1;
-    unsigned shift = 0;
-    switch (*end) {
-    case 'k':
-    case 'K':
-        shift = 10;
+    /* The usual rule, as the Python package's sizes: kB, MB, GB, TB are powers of 1000; KiB,
+     * MiB, GiB, TiB and the bare K, M, G, T are powers of 1024. */
+    static const char letters[] = "kmgt";
+    const char *const at = *end ? strchr(letters, tolower((unsigned char)*end)) : NULL;
+    unsigned power = 0;
+    uint64_t base = 1024;
+    if (at) {
+        power = (unsigned)(at - letters) + 1;
         end++;
-        break;
-    case 'm':
-    case 'M':
-        shift = 20;
+        if (*end == 'i') {
+            end++;
+            if (*end == 'b' || *end == 'B')
+                end++;
+        } else if (*end == 'b' || *end == 'B') {
+            base = 1000;
+            end++;
+        }
+    } else if (*end == 'b' || *end == 'B') {
         end++;
-        break;
-    case 'g':
-    case 'G':
-        shift = 30;
-        end++;
-        break;
-    case 't':
-    case 'T':
-        shift = 40;
-        end++;
-        break;
-    default:
-        break;
     }
-    if (shift && *end == 'i')
-        end++;
-    if (*end == 'b' || *end == 'B')
-        end++;
-    if (*end != '\0' || (shift && v > (UINT64_MAX >> shift)))
+    if (*end != '\0')
         return -1;
-    *out = (uint64_t)v << shift;
+    uint64_t n = v;
+    for (unsigned i = 0; i < power; i++) {
+        if (n > UINT64_MAX / base)
+            return -1;
+        n *= base;
+    }
+    *out = n;
     return 0;
 }
 

@@ -10,8 +10,8 @@
 
 #include <stdio.h>
 
-/* Parse "123", "4K", "64M", "2G", "1T" (powers of 1024; a trailing "B" or
- * "iB" is accepted). Returns 0 on success, -1 on a malformed value. */
+/* Parse "123", "4K", "64MiB", "2G" (K, M, G, T and KiB... TiB: powers of 1024) or "50GB",
+ * "500MB" (kB, MB, GB, TB: powers of 1000). Returns 0 on success, -1 on a malformed value. */
 int tool_parse_size(const char *s, uint64_t *out);
 
 /* Parse a whole non-negative decimal number that fits in @p max. */

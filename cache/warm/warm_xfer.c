@@ -306,7 +306,9 @@ dlc_status dlc__xfer_open(const dlc__xfer_config *cfg, dlc__xfer **out)
         return dlc__errorf(-ENOMEM, "%s: out of memory", cfg->name);
     e->cfg = *cfg;
     e->ops = cfg->ops;
-    e->max_retries = cfg->net->max_retries ? cfg->net->max_retries : DLC__WARM_DEFAULT_RETRIES;
+    e->max_retries = (cfg->net->flags & DLC_WARM_NO_RETRY) ? 0
+                     : cfg->net->max_retries               ? cfg->net->max_retries
+                                                           : DLC__WARM_DEFAULT_RETRIES;
     e->rng = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^ (uint64_t)(dlc__now_s() * 1e9);
     e->m = curl_multi_init();
     e->slots = calloc(cfg->slots, sizeof *e->slots);

@@ -908,6 +908,8 @@ typedef enum dlc_bound {
     DLC_BOUND_NETWORK = 4,  /**< Streaming: the loader waited for shards to arrive. */
     DLC_BOUND_COPY = 5,     /**< The device copy thread was busy while the consumer waited. */
     DLC_BOUND_CONSUMER = 6, /**< The consumer held batches, so the slots ran out. */
+    DLC_BOUND_BATCH = 7,    /**< The workers idled while the consumer waited: what each batch
+                                 costs beyond its samples (small batches) is the limit. */
 } dlc_bound;
 
 /** Where the time of the loader's threads and of its consumer went, over the last batches or
@@ -962,7 +964,7 @@ typedef struct dlc_loader_report {
 DLC_API dlc_status dlc_loader_get_report(const dlc_loader *l, uint32_t last, dlc_loader_report *r);
 
 /** @brief The name of a ::dlc_bound: "model", "cpu", "storage", "network", "copy",
- *         "consumer", or "unknown".
+ *         "consumer", "batch", or "unknown".
  *  @param[in] bound A ::dlc_bound.
  *  @return A static string. */
 DLC_API const char *dlc_bound_name(uint32_t bound);

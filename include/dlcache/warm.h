@@ -104,6 +104,9 @@ enum dlc_warm_flags {
     DLC_WARM_INSECURE = 1u << 1,
     /** Do not resume: discard any partial download and start over. */
     DLC_WARM_NO_RESUME = 1u << 2,
+    /** Fail fast: no request is tried again, whatever max_retries says (a zero max_retries
+     *  means the default, so this flag is how a caller asks for none). */
+    DLC_WARM_NO_RETRY = 1u << 3,
 };
 
 /** Progress of a download, passed to ::dlc_warm_progress_fn. */
@@ -130,7 +133,8 @@ typedef struct dlc_warm_options {
                              environment. */
     const char *region;   /**< S3 region; NULL: from the environment. */
     uint32_t flags;       /**< ::dlc_warm_flags. */
-    uint32_t max_retries; /**< Attempts per chunk after the first; default 8. */
+    uint32_t max_retries; /**< Attempts per chunk after the first; default 8 (none with
+                               ::DLC_WARM_NO_RETRY). */
     double timeout_s; /**< A transfer that receives nothing for this long is retried; default 30. */
     double connect_timeout_s;      /**< Default 10. */
     dlc_warm_progress_fn progress; /**< May be NULL. */

@@ -34,6 +34,11 @@ from .errors import (  # noqa: F401
 )
 from .store import BuildReport, Store, StoreInfo, build, info, join  # noqa: F401
 from ._stream import plan  # noqa: F401
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what IDEs and mypy see of the names loaded on first use (below)
+    from .loader import Loader  # noqa: F401
+    from .writer import WriteReport, write  # noqa: F401
 
 def __getattr__(name):
     # torch is imported only when the Loader is first used, so build() and

@@ -22,6 +22,7 @@ the caller enqueues on the current stream after getting a batch sees it complete
 import ctypes
 import os
 import warnings
+from typing import Optional
 
 import torch
 
@@ -219,7 +220,7 @@ class _Pins:
 class _Feed:
     """What both backends share: the outputs' roles, the dtypes and the layout."""
 
-    backend = None
+    backend: "Optional[str]" = None
 
     def __init__(self, dev, dtype, channels_last, schema, cfg, return_indices):
         self.dev = dev

@@ -601,6 +601,7 @@ CORRUPT_FAIL, CORRUPT_REPLACE = 0, 1
 IO_AUTO, IO_MMAP, IO_DIRECT = 0, 1, 2
 BOUND_UNKNOWN, BOUND_MODEL, BOUND_CPU, BOUND_STORAGE = 0, 1, 2, 3
 BOUND_NETWORK, BOUND_COPY, BOUND_CONSUMER = 4, 5, 6
+BOUND_BATCH = 7
 
 # name: (restype, argtypes). Declared once so that ctypes converts and checks
 # every argument; a missing symbol (a part not built) is reported when the

@@ -21,8 +21,10 @@ class Report:
     """What bounds the training step, over a window of batches.
 
     Attributes:
-        bound: "model", "cpu", "storage", "network", "copy", "consumer" (or
-            "unknown" before the first batch).
+        bound: "model", "cpu", "storage", "network", "copy", "consumer",
+            "batch" (the workers idle while the loop waits: small batches, whose
+            cost beyond their samples is the limit), or "unknown" before the first
+            batch (no window to judge yet).
         reason: the verdict in a sentence, with the figures behind it.
         advice: what to change.
     ``str(report)`` is a short table and the sentence; ``as_dict()`` is a flat

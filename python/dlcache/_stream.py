@@ -10,6 +10,7 @@ no torch, so that dlcache.plan() works where the Loader cannot be imported.
 
 import contextlib
 import ctypes
+import logging
 import os
 import re
 import signal
@@ -31,15 +32,18 @@ def is_url(path):
     return path.startswith(URL_SCHEMES)
 
 
-_UNITS = {"": 0, "k": 10, "m": 20, "g": 30, "t": 40, "p": 50}
+_POWERS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgtp]?)(i?)(b?)\s*$", re.IGNORECASE)
+SIZE_RULE = ("kB, MB, GB, TB: powers of 1000; KiB, MiB, GiB, TiB and K, M, G, T: powers of "
+             "1024")
 
 
 def parse_size(value, name="cache_limit"):
     """Bytes from an int or a string such as "50GB", "500MiB", "10G", "4096".
 
-    The units are powers of 1024 whatever the spelling (G, GB and GiB are 2**30), as in
-    cachebench's --cache-limit, so that one string means the same bytes to every tool.
+    The usual rule, the same in every tool (cachebench --cache-limit, cacheinfo --plan): kB,
+    MB, GB, TB, PB are powers of 1000 ("6MB" is 6,000,000 bytes); KiB, MiB, GiB... and the bare
+    K, M, G... are powers of 1024 ("6MiB" and "6M" are 6,291,456 bytes).
     """
     if isinstance(value, bool):
         raise ValueError("%s must be bytes (an int) or a size such as '50GB', got %r"
@@ -50,8 +54,10 @@ def parse_size(value, name="cache_limit"):
         m = _SIZE_RE.match(value)
         if not m or (m.group(3) and not m.group(2)):
             raise ValueError("%s must be bytes or a size such as '50GB', '500MiB' or '10G' "
-                             "(K, M, G, T, P: powers of 1024), got %r" % (name, value))
-        n = int(float(m.group(1)) * (1 << _UNITS[m.group(2).lower()]))
+                             "(%s), got %r" % (name, SIZE_RULE, value))
+        unit = m.group(2).lower()
+        base = 1000 if unit and m.group(4) and not m.group(3) else 1024
+        n = int(float(m.group(1)) * base ** _POWERS[unit])
     else:
         raise ValueError("%s must be bytes (an int) or a size such as '50GB', got %r"
                          % (name, value))
@@ -76,6 +82,20 @@ def _net_progress(_user, _p):
 
 
 PROGRESS_CB = L.WARM_PROGRESS_FN(_net_progress)
+
+# dlc_warm_flags: DLC_WARM_NO_RETRY (include/dlcache/warm.h).
+WARM_NO_RETRY = 1 << 3
+
+_log = logging.getLogger("dlcache")
+
+
+def _net_log(_user, level, msg):
+    lvl = {0: logging.DEBUG, 1: logging.INFO, 2: logging.WARNING}.get(level, logging.INFO)
+    _log.log(lvl, "%s", msg.decode("utf-8", "replace") if msg else "")
+
+
+# The network's notices (retries, waits for another rank's download) for every loader: logging.
+NET_LOG_CB = L.LOG_FN(_net_log)
 
 
 @contextlib.contextmanager
@@ -165,10 +185,15 @@ def apply(cfg, path, keep, ctx, *, window_shards=4, streams=None, cache_dir=None
         # A connection that is not made within the timeout is a timeout too.
         net.connect_timeout_s = min(float(timeout), net.connect_timeout_s or 10.0)
     if retries is not None:
-        net.max_retries = _uint(retries, "retries", 1, 1000)
+        net.max_retries = _uint(retries, "retries", 0, 1000)
+        if net.max_retries == 0:
+            net.flags |= WARM_NO_RETRY  # fail fast: 0 in max_retries means the default
     net.progress = PROGRESS_CB  # Ctrl-C (interruptible()); close() stops downloads by itself
     if log is not None:
-        net.log = log  # retries and waits for another rank's download
+        # Retries and waits for another rank's download: notices, for the "dlcache" logger
+        # (logging's last resort shows them without any set-up), never warnings: nothing for the
+        # user to change.
+        net.log = NET_LOG_CB
     keep.append(net)
     cfg.net = ctypes.pointer(net)
 
@@ -215,21 +240,43 @@ _PLAN_KEYS = ("shards", "streams", "nodes", "set_bytes", "largest_shard_bytes", 
 
 def plan(path, batch_size=256, *, window_shards=4, streams=None, world_size=None,
          cache_ranks=None, downloads=2, drop_last=False, seed=0, cache_dir=None,
-         endpoint=None, region=None, timeout=None, retries=None):
+         endpoint=None, region=None, timeout=None, retries=None, prefetch=None, device=None,
+         rank=None, shuffle=True, sampler=None, cache_limit=None, **loader_args):
     """What a Loader(path, sampler="windows", ...) run would need and do, without reading a
     record (for a URL only the set's index is fetched, into memory: nothing is written in
     cache_dir).
 
-    Takes the Loader's arguments of the same names, with the same defaults (world_size from
-    torch.distributed or $WORLD_SIZE, cache_ranks from $LOCAL_WORLD_SIZE).
+    Takes every argument of the Loader, with the same defaults (world_size from
+    torch.distributed or $WORLD_SIZE, cache_ranks from $LOCAL_WORLD_SIZE), so that the same
+    keyword arguments give the plan of exactly that Loader: prefetch and device set how many
+    batches are in flight (a host Loader keeps one slot beyond prefetch for the batch the loop
+    still holds), and so how much of the cache they pin. Arguments that change nothing here
+    (crop, dtype, threads...) are accepted and checked by name only.
 
     Returns a dict about epoch 0: shards, streams (in effect), nodes (world_size /
     cache_ranks), set_bytes, largest_shard_bytes, epoch_samples, samples_per_rank,
-    batches_per_rank, cache_needed_bytes (the smallest cache_limit a Loader with these
-    arguments opens with), egress_bytes (downloaded by all nodes together), batch_same_shard
-    and neighbour_same_shard (the chance that two samples of a batch, or two neighbours, come
-    from the same shard: the shuffle's quality).
+    batches_per_rank, cache_needed_bytes (the smallest cache_limit that Loader opens with),
+    egress_bytes (downloaded by all nodes together), batch_same_shard and neighbour_same_shard
+    (the chance that two samples of a batch, or two neighbours, come from the same shard: the
+    shuffle's quality).
     """
+    if loader_args:
+        try:  # the Loader's own names (it needs torch; without torch, any name is taken)
+            import inspect
+            from .loader import Loader
+            names = set(inspect.signature(Loader).parameters)
+        except ImportError:
+            names = set(loader_args)
+        unknown = sorted(set(loader_args) - names)
+        if unknown:
+            raise TypeError("dlcache.plan() got arguments that dlcache.Loader does not take: %s"
+                            % ", ".join(unknown))
+    if isinstance(path, (list, tuple)):
+        raise ValueError("dlcache.plan() plans one store set: a mixture's sources are in "
+                         "Loader(...).sources (cache_needed_bytes of each)")
+    if sampler not in (None, "windows") or not shuffle:
+        raise ValueError("dlcache.plan() describes a run in shard windows (sampler='windows', "
+                         "shuffled): got sampler=%r, shuffle=%r" % (sampler, shuffle))
     p = _fspath(path, "path")
     ctx = "dlcache.plan(%s)" % redact(os.fsdecode(p))
     cfg = L.LoaderConfig()
@@ -238,12 +285,19 @@ def plan(path, batch_size=256, *, window_shards=4, streams=None, world_size=None
     cfg.batch_size = _uint(batch_size, "batch_size", 1, 1 << 24)
     cfg.drop_last = 1 if drop_last else 0
     cfg.seed = _uint(seed, "seed", 0, 2**64 - 1)
-    _, w = default_rank_world(None, world_size)
+    r, w = default_rank_world(rank, world_size)
     cfg.world_size = _uint(w, "world_size", 1)
+    cfg.rank = _uint(r, "rank", 0, cfg.world_size - 1)
+    if prefetch is not None:
+        cfg.prefetch = _uint(prefetch, "prefetch", 1, L.MAX_PREFETCH)
+    host = device is None or str(device) == "cpu"
+    if host and cfg.prefetch >= 2:
+        # As the Loader opens host batches: one slot beyond prefetch for the batch held over.
+        cfg.prefetch = min(cfg.prefetch + 1, L.MAX_PREFETCH)
     keep = []
     apply(cfg, p, keep, ctx, window_shards=window_shards, streams=streams, cache_dir=cache_dir,
           cache_ranks=cache_ranks, downloads=downloads, endpoint=endpoint, region=region,
-          timeout=timeout, retries=retries)
+          timeout=timeout, retries=retries, cache_limit=cache_limit)
     if not is_url(p):
         # The cache check counts the processes sharing a cache: a local set has none, yet its
         # answer should be what the same run streamed would need.

@@ -2,6 +2,7 @@
 
 import collections
 import ctypes
+import inspect
 import logging
 import math
 import os
@@ -10,7 +11,9 @@ import threading
 import time
 import warnings
 import weakref
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union  # noqa: F401
+from typing import (  # noqa: F401
+    Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple, Union, cast)
+from urllib.parse import urlsplit, urlunsplit
 
 import torch
 
@@ -295,8 +298,9 @@ class Loader:
             while they are read, shared by the ranks and jobs of a node.
             Ignored for a local path, like the other streaming arguments.
         cache_limit: the most bytes cache_dir may hold, an int or a size
-            such as "50GB", "500MiB", "10G" (powers of 1024, as cachebench's
-            --cache-limit); None = no limit. Checked at open: too small for
+            such as "50GB", "500MiB", "10G" (kB, MB, GB: powers of 1000; KiB,
+            MiB, GiB and K, M, G: powers of 1024, as every tool's sizes);
+            None = no limit. Checked at open: too small for
             the windows raises InvalidArgumentError naming the bytes needed
             (``dlcache.plan()`` says them beforehand).
         cache_ranks: processes of this node sharing cache_dir, each needing its
@@ -311,7 +315,9 @@ class Loader:
         trace_batches: spans the trace keeps per thread, the last ones (256).
         timeout: seconds a request may receive nothing (or take to connect)
             before it is cut and tried again; None = 30 (10 to connect).
-        retries: attempts of a request after its first, 1..1000; None = 8.
+        retries: attempts of a request after its first, 0..1000 (0 fails
+            fast at the first error); None = 8. Each retry is a notice on the
+            "dlcache" logger (logging), not a warning.
             With both small, a dead endpoint fails the loader within about
             timeout * (retries + 1) seconds; close() and Ctrl-C stop the
             downloads at once whatever they are.
@@ -371,7 +377,7 @@ class Loader:
             loop waits a share w of its step and the workers wait for no read,
             go to about n / (1 - w) workers, at most doubling (up to that
             many); give one back at a time when they idle (stats()["threads"]
-            says how many work now; docs/WAITING.md).
+            says how many work now; docs/WAITING.md). "auto" in any case.
         prefetch: batches prepared ahead (slots of the ring), 1..1024; None = the C
             default (4).
         verify: "off", "first" (check each record's checksum the first time
@@ -397,19 +403,33 @@ class Loader:
         weights, samples_per_epoch, label_offsets, return_source: a mixture,
             when ``path`` is a list of stores and sets (docs/MIXTURES.md): each
             source walks its own shuffled passes, interleaved by ``weights``
-            (default equal) so that every batch holds each source's share
+            (default equal, not by size) so that every batch holds each source's share
             within 1 or 2 samples; an epoch is ``samples_per_epoch`` samples
             (default: the sources' records summed); source i's labels are moved
             by ``label_offsets[i]``. Batches as dicts gain "source" (int64
             [N], the index of each sample's source) and "indices" is the
             record number within the source; tuples gain the source as a last
-            element with return_source=True. A list of one path read whole
+            element with return_source=True, and without it leave the source
+            out (the Loader warns once). A list of one path read whole
             (no samples_per_epoch) is the plain loader of it, byte for byte.
             state_dict() holds every source's
             pass, and load_state_dict() continues them under other weights or
             sources.
+        transform: a callable applied to each batch (the tuple or dict) last,
+            after the device copy when device is set, in the loop's thread;
+            what it returns is what the loop gets.
+        preset: "train" (crop=224, random_resized_crop=True, flip=0.5, dtype
+            float32 on the host and float16 on a CUDA device: normalized NCHW)
+            or "eval" (crop=224, random_crop=False, flip=0: the center, same
+            dtype); the arguments given win over it. On a store built at 256
+            "eval" is torchvision's resize 256 + center crop 224.
 
-    Every argument after batch_size is keyword-only.
+    Every argument after batch_size is keyword-only. A Loader pickles (and
+    copy.deepcopy()s) as its arguments and state_dict(): the copy opens at its
+    first use and yields the batches this one yields next. It has the
+    attributes frameworks read of a DataLoader (dataset, sampler, drop_last,
+    num_workers=0 with the threads in ``threads``, pin_memory, collate_fn,
+    prefetch_factor, persistent_workers) and ``as_iterable_dataset()``.
 
     Iterating yields ``(images, labels)`` or ``(images, labels, indices)``:
     images uint8 [N, H, W, C] or float [N, C, H, W], labels and indices int64 [N].
@@ -451,7 +471,8 @@ class Loader:
     constant amount of work per batch, none per sample.
     """
 
-    def __init__(self, path: "Union[str, os.PathLike]", batch_size: int, *,
+    def __init__(self, path: "Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]",
+                 batch_size: int, *,
                  shuffle: bool = True, seed: int = 0, drop_last: bool = False,
                  crop: "Union[None, int, Tuple[int, int]]" = None,
                  random_resized_crop: "Union[None, bool, tuple]" = None, flip: float = 0.5,
@@ -479,9 +500,36 @@ class Loader:
                  samples_per_epoch: "Optional[int]" = None,
                  label_offsets: "Optional[Sequence[int]]" = None,
                  return_source: bool = False,
-                 timeout: "Optional[float]" = None, retries: "Optional[int]" = None) -> None:
-        self._handle = None
-        self._feed = None
+                 timeout: "Optional[float]" = None, retries: "Optional[int]" = None,
+                 transform: "Optional[Callable[[Any], Any]]" = None,
+                 preset: "Optional[str]" = None) -> None:
+        # The arguments as the caller gave them (Loader.__new__ bound them): what the Loader
+        # pickles as, with its state; a preset fills in only the arguments not given.
+        given = self.__dict__.pop("_given", None)
+        self._args = _without_secrets(given if given is not None
+                                      else {"path": path, "batch_size": batch_size})
+        if sampler is not None and not isinstance(sampler, str):
+            raise TypeError("dlcache.Loader() takes no torch Sampler: sampler= is 'shuffle', "
+                            "'sequential' or 'windows' here. dlcache orders and shards the "
+                            "samples itself (seed=, rank=/world_size= like DistributedSampler; "
+                            "loader.set_epoch(e) or loader.sampler.set_epoch(e) each epoch; "
+                            "weights= for a mixture of stores)")
+        if transform is not None and not callable(transform):
+            raise TypeError("transform must be a callable taking a batch and returning one, "
+                            "got %r" % (transform,))
+        self._transform = transform
+        if preset is not None:
+            chosen = _preset(preset, device)
+            have = set(given) if given is not None else set()
+            crop = chosen["crop"] if "crop" not in have else crop
+            random_resized_crop = chosen["random_resized_crop"] \
+                if "random_resized_crop" not in have else random_resized_crop
+            random_crop = chosen["random_crop"] if "random_crop" not in have else random_crop
+            flip = chosen["flip"] if "flip" not in have else flip
+            dtype = chosen["dtype"] if "dtype" not in have else dtype
+        self._preset = preset
+        self._handle = None  # type: Any
+        self._feed = None  # type: Any
         # Held while a next() is in C or lends a batch (_take()): close() from another thread
         # (or a signal handler) waits for it, at most a slice. Reentrant for the handler's sake.
         self._next_lock = threading.RLock()
@@ -514,7 +562,7 @@ class Loader:
         cfg.seed = _uint(seed, "seed", 0, 2**64 - 1)
         self._seed = seed
         # Kept alive until dlc_loader_open() returns: the C loader copies what it needs.
-        keep = []
+        keep = []  # type: List[Any]
         _stream.apply(cfg, stream_path, keep, ctx, window_shards=window_shards, streams=streams,
                       cache_dir=cache_dir, cache_limit=cache_limit, cache_ranks=cache_ranks,
                       downloads=downloads, endpoint=endpoint, region=region, log=_LOG_CB,
@@ -541,7 +589,7 @@ class Loader:
             cfg.crop_h = cfg.crop_w = _uint(crop, "crop", 1, 65535)
         else:
             try:
-                h, w = crop
+                h, w = cast(Tuple[int, int], crop)
             except (TypeError, ValueError):
                 raise ValueError("crop must be an int, (height, width) or None, got %r"
                                  % (crop,)) from None
@@ -645,14 +693,22 @@ class Loader:
                              "label" % ", ".join(f["name"] for f in selected))
         self._as_dict = bool(as_dict)
         self._checked_names = False
+        if self._mix is not None and len(self._mix.paths) > 1 and not self._as_dict \
+                and not self._mix.return_source:  # one source: its index is always 0
+            warnings.warn("dlcache.Loader: this mixture yields (images, labels) tuples, which "
+                          "leave out each sample's source: pass as_dict=True (batches gain "
+                          "\"source\") or return_source=True (tuples gain it last)",
+                          UserWarning, stacklevel=3)
 
         r, w = _default_rank_world(rank, world_size)
         cfg.world_size = _uint(w, "world_size", 1)
         cfg.rank = _uint(r, "rank", 0, cfg.world_size - 1)
-        if threads == "auto":
+        if isinstance(threads, str) and threads.strip().lower() == "auto":
             # The C loader tunes the count, up to the cores divided by LOCAL_WORLD_SIZE.
             cfg.auto_threads = 1
             cfg.threads = 0
+        elif isinstance(threads, str) or isinstance(threads, bool):
+            raise ValueError("threads must be an integer or 'auto', got %r" % (threads,))
         else:
             cfg.threads = _uint(_default_threads() if threads is None else threads, "threads", 1,
                                 4096)
@@ -681,12 +737,12 @@ class Loader:
         # Host batches: the caller may hold two at once, so that the batch still bound to the
         # loop's variables when the next one is asked for is not given back until the call
         # after, when it is known whether the caller kept it (see _settle()).
-        self._held = collections.deque()
+        self._held = collections.deque()  # type: Deque[Any]
         # Loader.report(): the copies of batches the loop kept past their turn (only Python sees
         # them), cumulative, and their total when each batch was yielded.
         self._kept_s = 0.0
         self._kept_n = 0
-        self._kept_marks = collections.deque(maxlen=1024)
+        self._kept_marks = collections.deque(maxlen=1024)  # type: Deque[Tuple[float, int]]
         self._batches = [L.Batch(), L.Batch()]
         if self._device is None and cfg.prefetch >= 2:
             # One slot more than prefetch: the batch held over does not eat into the batches
@@ -702,8 +758,8 @@ class Loader:
         self._count = int(lib.dlc_loader_store_count(h))
         self._epoch = cfg.epoch
         self._pos = _FRESH
-        self._pending_epoch = None
-        self._yielded = 0
+        self._pending_epoch = None  # type: Optional[int]
+        self._yielded = 0  # type: Optional[int]
         self._gen = 0
         self._batch = L.Batch()  # the device feeds' own
 
@@ -715,6 +771,13 @@ class Loader:
                       "slots and copies them asynchronously)",
         "prefetch_factor": "dlcache uses prefetch= (batches prepared ahead, not per worker)",
         "persistent_workers": "dlcache's threads live as long as the Loader",
+        "collate_fn": "dlcache collates in C: batches come as (images, labels) or a dict of "
+                      "tensors (as_dict=True); use transform= for your own step on each batch",
+        "worker_init_fn": "there are no worker processes to set up (threads= sets the C "
+                          "loader's threads; seed= sets the order and every augmentation)",
+        "batch_sampler": "dlcache makes the batches itself: use batch_size=, drop_last=, "
+                         "shuffle= or sampler='shuffle'|'sequential'|'windows', seed=, and "
+                         "rank=/world_size= to shard",
     }
 
     def __new__(cls, *args, **kwargs):
@@ -723,7 +786,50 @@ class Loader:
         for name, why in cls._TORCH_ARGS.items():
             if name in kwargs:
                 raise TypeError("dlcache.Loader() takes no %s=: %s" % (name, why))
-        return super().__new__(cls)
+        self = super().__new__(cls)
+        try:
+            # The arguments given, by name: what pickling keeps, and what a preset yields to.
+            self._given = dict(_SIGNATURE.bind(*args, **kwargs).arguments)
+        except TypeError:
+            pass  # __init__ raises Python's own message
+        return self
+
+    # ------------------------------------------------------------ pickling
+    def __reduce__(self):
+        """A Loader pickles (and copy.deepcopy()s) as its arguments and its state_dict(), never
+        its threads or memory: the copy opens at its first use and continues where this one
+        is. Secrets in a URL (user:password, a signed query) are cut; credentials come from
+        the environment again."""
+        lazy = self.__dict__.get("_lazy")
+        if lazy is not None:
+            return (_restore, lazy)
+        if self._closed or self._handle is None or self._handle.ptr is None:
+            raise ValueError("a closed dlcache.Loader cannot be pickled: its position went "
+                             "with it (pickle it before close())")
+        state = self.state_dict()
+        if "mixture" in state:  # its sources' paths, as given: secrets cut here too
+            state["mixture"] = dict(state["mixture"],
+                                    paths=_no_secret(list(state["mixture"]["paths"])))
+        return (_restore, (self._args, state, {"pending_epoch": self._pending_epoch},
+                           type(self)))
+
+    def __getattr__(self, name):
+        # Only for what normal lookup did not find: an unpickled Loader opens at its first use.
+        lazy = self.__dict__.get("_lazy")
+        if lazy is None or name.startswith("__"):
+            raise AttributeError("%r object has no attribute %r" % (type(self).__name__, name))
+        self._materialize()
+        return getattr(self, name)
+
+    def _materialize(self):
+        args, state, extra, _ = self.__dict__.pop("_lazy")
+        kw = dict(args)
+        self._given = dict(args)
+        self.__init__(kw.pop("path"), kw.pop("batch_size"), **kw)
+        if state is not None:
+            self.load_state_dict(state)
+        if extra.get("pending_epoch") is not None:
+            self.set_epoch(extra["pending_epoch"])
 
     def _open(self, cfg, pins=None):
         h = ctypes.c_void_p()
@@ -879,24 +985,75 @@ class Loader:
 
     # ------------------------------------------------------------ properties
     @property
-    def batch_size(self):
+    def batch_size(self) -> "int":
         return self._config.batch_size
 
+    # What frameworks read of a torch DataLoader (Lightning, Accelerate, training loops), with
+    # torch's meaning where dlcache has the same concept.
     @property
-    def rank(self):
+    def drop_last(self) -> bool:
+        return bool(self._config.drop_last)
+
+    @property
+    def dataset(self) -> "_Dataset":
+        """The records this Loader reads: ``len()`` is the samples of an epoch over all ranks
+        (as ``len(DataLoader.dataset)``); a local store's records can be read by index."""
+        return _Dataset(self)
+
+    @property
+    def sampler(self) -> "_Sampler":
+        """The epoch's order, as frameworks drive it: ``set_epoch(e)`` is the Loader's own, and
+        ``len()`` is this rank's samples per epoch (as DistributedSampler's)."""
+        return _Sampler(self)
+
+    batch_sampler = None  # the batches are made by the C loader (batch_size, drop_last)
+    num_workers = 0  # no processes are forked: the worker threads are in ``threads``
+    collate_fn = None  # collated in C; ``transform=`` for a step of your own
+    worker_init_fn = None
+    persistent_workers = False  # torch's meaning: worker processes kept between epochs
+    # torch's default for num_workers=0 (2 before torch 2.0, None since): what a DataLoader
+    # made from these attributes accepts. dlcache's own depth is ``prefetch``.
+    prefetch_factor = inspect.signature(torch.utils.data.DataLoader).parameters[
+        "prefetch_factor"].default
+
+    @property
+    def pin_memory(self) -> bool:
+        """True when batches go to a CUDA device: the slots are page-locked then."""
+        return self._device is not None
+
+    @property
+    def threads(self) -> int:
+        """Worker threads of the C loader (with threads="auto", those working now)."""
+        if self._config.auto_threads:
+            return int(self.stats()["threads"])
+        return int(self._config.threads)
+
+    @property
+    def prefetch(self) -> int:
+        """Batches prepared ahead."""
+        return int(self._config.prefetch)
+
+    def as_iterable_dataset(self) -> "_BatchDataset":
+        """An IterableDataset of this Loader's batches, for code that insists on a DataLoader:
+        ``torch.utils.data.DataLoader(loader.as_iterable_dataset(), batch_size=None)`` yields
+        the same batches (keep num_workers=0: the Loader has its own threads)."""
+        return _BatchDataset(self)
+
+    @property
+    def rank(self) -> "int":
         return self._config.rank
 
     @property
-    def world_size(self):
+    def world_size(self) -> "int":
         return self._config.world_size
 
     @property
-    def epoch(self):
+    def epoch(self) -> "int":
         """The epoch the last iter() started (or will resume)."""
         return self._epoch
 
     @property
-    def store_info(self):
+    def store_info(self) -> "Dict[str, Any]":
         """dlcache.info() of the store (classes, count, size...), read once. For a mixture,
         the first source's, with count, num_labels and classes of the mixture (see
         ``sources``)."""
@@ -908,15 +1065,15 @@ class Loader:
         return self._info
 
     @property
-    def num_classes(self):
+    def num_classes(self) -> "int":
         return self.store_info["num_labels"]
 
     @property
-    def classes(self):
+    def classes(self) -> "List[str]":
         return list(self.store_info["classes"])
 
     @property
-    def sources(self):
+    def sources(self) -> "Optional[List[Dict[str, Any]]]":
         """A mixture's sources (path, weight, first, count, quota, period, epoch_samples: its
         draws in the current epoch over all ranks, drawn: before it, content_digest,
         label_offset, cache_needed_bytes: what a streamed source needs of cache_dir, 0 for a
@@ -928,7 +1085,7 @@ class Loader:
         return self._len
 
     @property
-    def num_samples(self):
+    def num_samples(self) -> "int":
         """Samples in the store (not in this rank's share of the epoch)."""
         return self._count
 
@@ -1062,7 +1219,10 @@ class Loader:
                     out.append(self._pair(batch, owner))
             # No local of this frame may hold the batch's lease across the yield: its life is
             # the views' (see _settle_one()).
-            yield out.pop()
+            if self._transform is None:
+                yield out.pop()
+            else:
+                yield self._transform(out.pop())
 
     def _pair(self, batch, owner):
         """The lent batch as (images, labels[, indices]): images a view of the slot."""
@@ -1289,12 +1449,12 @@ class Loader:
 
     # ------------------------------------------------------------ misc
     @property
-    def device(self):
+    def device(self) -> "torch.device":
         """The torch.device of the batches: cuda:N, or cpu."""
         return self._device if self._device is not None else torch.device("cpu")
 
     @property
-    def device_backend(self):
+    def device_backend(self) -> "Optional[str]":
         """How batches reach the GPU: "plugin" (the C library's CUDA path), "torch" (torch's
         CUDA runtime), or None (host batches)."""
         return self._feed.backend if self._feed is not None else None
@@ -1342,10 +1502,12 @@ class Loader:
               "dlcache.Loader.stream_stats")
         return {key: getattr(st, field) for key, field in _STREAM_STATS}
 
-    def close(self):
+    def close(self) -> None:
         """Stop the workers and free the slots. Batches still held are
         detached first (see "Lifetime of a batch"); CUDA tensors stay valid
         (they are the caller's). Idempotent."""
+        if self.__dict__.pop("_lazy", None) is not None:
+            self._handle, self._gen = None, 0  # never opened: nothing to stop
         # First the mark, then the lock: an iterator waiting on another thread sees the mark
         # between two slices of its wait (_take()) and ends, and the lock is free then.
         self._gen += 1
@@ -1355,13 +1517,19 @@ class Loader:
                 self._settle()
                 self._handle.close()
 
-    def __enter__(self):
+    def __enter__(self) -> "Loader":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
     def __repr__(self):
+        lazy = self.__dict__.get("_lazy")
+        if lazy is not None:
+            return ("dlcache.Loader(%r, batch_size=%d, opens at first use)"
+                    % (redact(os.fsdecode(_fspath(lazy[0]["path"], "path")))
+                       if not isinstance(lazy[0]["path"], (list, tuple)) else "[...]",
+                       lazy[0]["batch_size"]))
         c = self._config
         dev = ""
         if self._feed is not None:
@@ -1370,6 +1538,151 @@ class Loader:
         return ("dlcache.Loader(%r, batch_size=%d, rank=%d/%d, epoch=%d, %d batches/epoch%s%s)"
                 % (redact(os.fsdecode(self._path)), c.batch_size, c.rank, c.world_size, self._epoch,
                    self._len, dev, ", closed" if closed else ""))
+
+
+_SIGNATURE = inspect.signature(Loader.__init__, eval_str=True)
+_SIGNATURE = _SIGNATURE.replace(parameters=list(_SIGNATURE.parameters.values())[1:])
+# inspect.signature(dlcache.Loader) and IDEs show the arguments, not __new__'s (*args, **kwargs).
+Loader.__signature__ = _SIGNATURE  # type: ignore[attr-defined]
+
+# preset=: the arguments it fills in (those given win). Stores are built at a size (cachebuild
+# --size 256 resizes the short side to 256 and center-crops), so "eval" is torchvision's eval
+# recipe (resize 256, center crop 224) on a 256 store.
+_PRESETS = {
+    "train": {"crop": 224, "random_resized_crop": True, "random_crop": True, "flip": 0.5},
+    "eval": {"crop": 224, "random_resized_crop": None, "random_crop": False, "flip": 0.0},
+}
+
+
+def _preset(name, device):
+    if not isinstance(name, str) or name.lower() not in _PRESETS:
+        raise ValueError("preset must be 'train' or 'eval', got %r" % (name,))
+    out = dict(_PRESETS[name.lower()])
+    # Normalized NCHW: float32 on the host; float16 on a CUDA device (converted there).
+    host = device is None or str(device) == "cpu"
+    out["dtype"] = "float32" if host else "float16"
+    return out
+
+
+def _no_secret(value):
+    """A path or URL without what the library's redaction would hide: a URL that holds a
+    secret loses its user:password, query and fragment (a signed URL is not kept; the
+    credentials come from the environment again)."""
+    if isinstance(value, (list, tuple)):
+        return type(value)(_no_secret(v) for v in value)
+    if not isinstance(value, (str, bytes)):
+        return value
+    text = os.fsdecode(value)
+    if "://" not in text or redact(text) == text:
+        return value
+    u = urlsplit(text)
+    host = u.hostname or ""
+    if ":" in host:
+        host = "[%s]" % host
+    netloc = host + (":%d" % u.port if u.port else "")
+    out = urlunsplit((u.scheme, netloc, u.path, "", ""))
+    out = redact(out)  # a secret in the path itself stays hidden, too
+    return os.fsencode(out) if isinstance(value, bytes) else out
+
+
+def _without_secrets(args):
+    out = dict(args)
+    for key in ("path", "endpoint"):
+        if key in out:
+            out[key] = _no_secret(out[key])
+    return out
+
+
+def _restore(args, state, extra, cls=None):
+    """Unpickling: a Loader (of class @p cls) that opens at its first use (_materialize())."""
+    cls = Loader if cls is None else cls
+    ld = object.__new__(cls)
+    ld.__dict__["_lazy"] = (args, state, extra, cls)
+    return ld
+
+
+class _Sampler:
+    """loader.sampler: the order as frameworks drive a DataLoader's sampler (Lightning calls
+    ``set_epoch(e)`` on it each epoch). Not a torch Sampler: the order is drawn in C."""
+
+    def __init__(self, loader):
+        self._loader = loader
+
+    def set_epoch(self, epoch: int) -> None:
+        """The Loader's set_epoch()."""
+        self._loader.set_epoch(epoch)
+
+    @property
+    def epoch(self) -> int:
+        return self._loader.epoch
+
+    @property
+    def shuffle(self) -> bool:
+        return self._loader._config.sampler != L.SAMPLER_SEQUENTIAL
+
+    @property
+    def num_replicas(self) -> int:
+        return self._loader.world_size
+
+    @property
+    def rank(self) -> int:
+        return self._loader.rank
+
+    def __len__(self) -> int:
+        """This rank's samples per epoch (DistributedSampler's num_samples)."""
+        ld = self._loader
+        total = len(ld.dataset)
+        # Padded to a multiple of world_size, or cut with drop_last (docs/PYTHON.md).
+        return total // ld.world_size if ld.drop_last else -(-total // ld.world_size)
+
+    def __repr__(self):
+        return "dlcache.Loader.sampler(epoch=%d, rank=%d/%d)" % (
+            self.epoch, self.rank, self.num_replicas)
+
+
+class _Dataset(torch.utils.data.Dataset):
+    """loader.dataset: ``len()`` is the samples of an epoch over all ranks (the store's
+    records, or a mixture's samples_per_epoch); ``dataset[i]`` is record i of a local store
+    as stored (dlcache.Store), for a look at the data."""
+
+    def __init__(self, loader):
+        self._loader = loader
+
+    def __len__(self) -> int:
+        ld = self._loader
+        if ld._mix is not None and ld._mix.samples_per_epoch:
+            return int(ld._mix.samples_per_epoch)
+        return int(ld.num_samples)
+
+    def __getitem__(self, index):
+        ld = self._loader
+        if ld._mix is not None or ld._url:
+            raise TypeError("records are read by index from one local store only; this Loader "
+                            "reads %s" % ("a mixture" if ld._mix is not None else "a URL"))
+        from .store import Store
+        with Store(ld._path) as st:
+            return st[index]
+
+    def __repr__(self):
+        return "dlcache.Loader.dataset(%d samples)" % len(self)
+
+
+class _BatchDataset(torch.utils.data.IterableDataset):
+    """loader.as_iterable_dataset(): the Loader's batches; ``len()`` is the Loader's."""
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def __iter__(self):
+        if torch.utils.data.get_worker_info() is not None:
+            # Each worker process would get a copy of the Loader and yield the whole epoch.
+            raise RuntimeError("loader.as_iterable_dataset() goes in a DataLoader with "
+                               "num_workers=0: the Loader has its own threads (threads=), and "
+                               "each worker process would yield every batch again")
+        return iter(self.loader)
+
+    def __len__(self) -> int:
+        return len(self.loader)
 
 
 # ------------------------------------------------------------ mixtures

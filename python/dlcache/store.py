@@ -4,6 +4,7 @@ import ctypes
 import json
 import os
 import sys
+from typing import Sequence
 
 from . import _lib as L
 from ._lib import lib
@@ -444,6 +445,7 @@ class Store:
         self._st.close()
 
     def __getitem__(self, index: "int | slice") -> "dict | list[dict]":
+        rows: "Sequence[int]"
         if isinstance(index, slice):
             rows = range(*index.indices(len(self)))
         elif isinstance(index, bool) or not hasattr(index, "__index__"):

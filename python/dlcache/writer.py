@@ -21,7 +21,7 @@ import re
 import sys
 import threading
 import time
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence, Sized, cast
 
 import numpy as np
 
@@ -830,7 +830,7 @@ class _Progress:
             self.fn = progress
             return
         try:
-            from tqdm import tqdm
+            from tqdm import tqdm  # type: ignore[import]
             self.bar = tqdm(total=total, unit="samples", desc="dlcache.write")
             return
         except ImportError:
@@ -965,12 +965,15 @@ def write(samples: "Iterable[Any]", path: "str | os.PathLike[str] | bytes",
                           "%s: exists; give force=True to replace it" % os.fsdecode(outp), ctx)
 
     indexable = _indexable(samples)
+    total: "Optional[int]"
+    it: "Optional[Iterator[Any]]"
     if indexable:
-        total = len(samples)
+        seq = cast("Sequence[Any]", samples)
+        total = len(seq)
         if total == 0:
             raise _bad(ctx, "no samples: a store holds at least one record")
         it = None
-        first = samples[0]
+        first = seq[0]
     else:
         try:
             it = iter(samples)
@@ -980,7 +983,7 @@ def write(samples: "Iterable[Any]", path: "str | os.PathLike[str] | bytes",
         total = None
         if hasattr(samples, "__len__"):
             try:
-                total = len(samples)
+                total = len(cast("Sized", samples))
             except TypeError:
                 total = None
         try:
@@ -1005,7 +1008,7 @@ def write(samples: "Iterable[Any]", path: "str | os.PathLike[str] | bytes",
     # One builder per record in flight: a worker never waits for the appender to free one.
     window = 2 * nworkers + 2
     builders = []
-    free = queue.Queue()
+    free: "queue.Queue[Any]" = queue.Queue()
     stop = threading.Event()
     bar = None
     pool = None
@@ -1051,11 +1054,13 @@ def write(samples: "Iterable[Any]", path: "str | os.PathLike[str] | bytes",
         while pending or not exhausted:
             while not exhausted and len(pending) < window:
                 if indexable:
+                    assert total is not None
                     if nxt >= total:
                         exhausted = True
                         break
                     pending.append(pool.submit(task, nxt, None, False))
                 else:
+                    assert it is not None
                     try:
                         s = next(it)
                     except StopIteration:

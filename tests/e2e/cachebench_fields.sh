@@ -30,7 +30,8 @@ for n, v in r.items():
     assert v["samples"] > 0 and v["samples_per_s"] > 0 and v["ratio_to_ceiling"] > 0, (n, v)
     assert len(v["digest"]) == 16 and v["digest_samples"] in (80, 100), (n, v)
     rep = v["report"]  # the loader's report over the window (docs/WAITING.md)
-    assert rep["bound"] in ("model", "cpu", "storage", "network", "copy", "consumer"), (n, rep)
+    assert rep["bound"] in ("model", "cpu", "storage", "network", "copy", "consumer",
+                          "batch"), (n, rep)
     assert rep["reason"] and rep["advice"] and rep["batches"] > 0, (n, rep)
     assert all(0 <= rep[k] <= 1 for k in rep if k.endswith("_share")), (n, rep)
 a = r["all1"]

@@ -257,6 +257,30 @@ Test(report_rules, cpu_and_model)
     cr_assert_str_eq(dlc_bound_name(99), "unknown");
 }
 
+/* Issue 34: a 2-source mixture at batch 10 said "cpu ... add threads" while the workers idled
+ * 70 % of the time: small batches are bound by what each batch costs beyond its samples. */
+Test(report_rules, batch_when_workers_idle_at_small_batches)
+{
+    dlc_loader_report r = waiting();
+    r.samples = 100 * 10;
+    r.threads = 2;
+    r.workers_busy_share = 0.3;
+    r.workers_idle_share = 0.7;
+    r.io_busy_share = 0.02;
+    r.sample_seconds = 4e-6;
+    dlc__report_decide(&r);
+    cr_assert_eq(r.bound, DLC_BOUND_BATCH, "%s: %s", dlc_bound_name(r.bound), r.reason);
+    cr_assert(strstr(r.reason, "batch of 10 samples"), "%s", r.reason);
+    cr_assert(strstr(r.advice, "larger batches") && !strstr(r.advice, "add threads"), "%s",
+              r.advice);
+    cr_assert_str_eq(dlc_bound_name(DLC_BOUND_BATCH), "batch");
+    /* Busy workers are still the CPU's verdict. */
+    r.workers_busy_share = 0.9;
+    r.workers_idle_share = 0.1;
+    dlc__report_decide(&r);
+    cr_assert_eq(r.bound, DLC_BOUND_CPU, "%s", r.reason);
+}
+
 /* ---- threads="auto" ---- */
 
 static uint64_t epochs_hash(dlc_loader *l, int epochs, uint32_t *most)

@@ -127,7 +127,8 @@ def test_timeout_and_retries_reach_the_downloads(servers, net_env, tmp_path):
         with pytest.raises(dlcache.NetworkError) as e:
             dlcache.Loader(url, 4, cache_dir=str(tmp_path), timeout=1, retries=1)
     assert "gave up after 2 attempts" in str(e.value), str(e.value)
-    for bad in (dict(timeout=0), dict(timeout="1"), dict(retries=0), dict(retries=1001)):
+    # retries=0 is taken (fail fast: test_dropin.py), -1 and 1001 are not.
+    for bad in (dict(timeout=0), dict(timeout="1"), dict(retries=-1), dict(retries=1001)):
         with pytest.raises(ValueError):
             dlcache.Loader(url, 4, cache_dir=str(tmp_path), **bad)
 

@@ -36,7 +36,7 @@ def check_invariants(rep):
     assert d["wall_seconds"] > 0
     step = d["wait_seconds"] + d["away_seconds"]
     assert abs(step - d["wall_seconds"]) <= 0.05 * d["wall_seconds"], d
-    assert d["bound"] in ("model", "cpu", "storage", "network", "copy", "consumer")
+    assert d["bound"] in ("model", "cpu", "storage", "network", "copy", "consumer", "batch")
     assert d["reason"] and d["advice"]
     text = str(rep)
     assert "bound: %s" % rep.bound in text, text

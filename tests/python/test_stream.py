@@ -179,7 +179,7 @@ def test_streamed_batches_are_the_local_sets(local_set, url, s3, tmp_path):
     with dlcache.Loader(local_set, sampler="windows", **OPTS) as ld:
         want = [collect(ld), collect(ld)]
         want_len, classes = len(ld), ld.classes
-    need = dlcache.plan(url, OPTS["batch_size"], window_shards=2, streams=2, world_size=1,
+    need = dlcache.plan(url, world_size=1, **OPTS,  # the Loader's own arguments
                         cache_ranks=1, cache_dir=str(tmp_path / "plan"),
                         endpoint=s3)["cache_needed_bytes"]
     set_bytes = sum(os.path.getsize(os.path.join(local_set, f))
@@ -239,7 +239,7 @@ def test_resets_mid_epoch_at_the_smallest_cache_give_the_local_batches(local_set
         _, state = _script(ld)
     with dlcache.Loader(local_set, sampler="windows", **OPTS) as ld:
         want, _ = _script(ld, state)
-    need = dlcache.plan(url, OPTS["batch_size"], window_shards=2, streams=2, world_size=1,
+    need = dlcache.plan(url, world_size=1, **OPTS,  # the Loader's own arguments
                         cache_ranks=1, cache_dir=str(tmp_path / "plan"),
                         endpoint=s3)["cache_needed_bytes"]
     with dlcache.Loader(url, cache_dir=tmp_path / "c", cache_limit=need, cache_ranks=1,
@@ -249,8 +249,26 @@ def test_resets_mid_epoch_at_the_smallest_cache_give_the_local_batches(local_set
     same_batches(got, want)
 
 
+def test_streamed_loader_pickles_and_continues(url, s3, tmp_path):
+    """Issue 34: the copy holds the arguments and the state, no credential (those come from
+    the environment again), and continues the same batches."""
+    import pickle
+    with dlcache.Loader(url, cache_dir=tmp_path / "c", cache_ranks=1, endpoint=s3,
+                        **OPTS) as ld:
+        it = iter(ld)
+        for _ in range(3):
+            next(it)
+        blob = pickle.dumps(ld)
+        assert os.environ["AWS_SECRET_ACCESS_KEY"].encode() not in blob
+        want = [tuple(t.clone() for t in b) for b in it]
+    twin = pickle.loads(blob)
+    got = [tuple(t.clone() for t in b) for b in twin]
+    twin.close()
+    same_batches(got, want)
+
+
 def test_too_small_cache_names_the_bytes_needed(url, s3, tmp_path):
-    need = dlcache.plan(url, OPTS["batch_size"], window_shards=2, streams=2, world_size=1,
+    need = dlcache.plan(url, world_size=1, **OPTS,  # the Loader's own arguments
                         cache_ranks=1, cache_dir=str(tmp_path / "c"),
                         endpoint=s3)["cache_needed_bytes"]
     with pytest.raises(dlcache.InvalidArgumentError,
@@ -259,7 +277,7 @@ def test_too_small_cache_names_the_bytes_needed(url, s3, tmp_path):
         dlcache.Loader(url, cache_dir=tmp_path / "c", cache_limit=need - 1, cache_ranks=1,
                        endpoint=s3, **OPTS)
     # Each process sharing the folder needs its windows: two need more than one.
-    two = dlcache.plan(url, OPTS["batch_size"], window_shards=2, streams=2, world_size=1,
+    two = dlcache.plan(url, world_size=1, **OPTS,  # the Loader's own arguments
                        cache_ranks=2, cache_dir=str(tmp_path / "c"),
                        endpoint=s3)["cache_needed_bytes"]
     assert two > need
@@ -333,8 +351,10 @@ def test_cache_dir_near_path_max_streams_or_is_refused(local_set, url, s3, tmp_p
 
 def test_cache_limit_sizes():
     parse = dlcache._stream.parse_size
-    assert parse(4096) == parse("4096") == parse("4k") == parse("4KiB") == parse("4KB") == 4096
-    assert parse("50GB") == parse("50G") == parse("50gib") == 50 << 30
+    assert parse(4096) == parse("4096") == parse("4k") == parse("4KiB") == 4096
+    # kB, MB, GB: powers of 1000; KiB, MiB, GiB and K, M, G: powers of 1024 (issue 34).
+    assert parse("4KB") == 4000 and parse("6MB") == 6 * 10**6 and parse("50GB") == 50 * 10**9
+    assert parse("50G") == parse("50gib") == 50 << 30
     assert parse("500MiB") == 500 << 20 and parse("1.5G") == 3 << 29
 
 
