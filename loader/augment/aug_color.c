@@ -275,12 +275,14 @@ void dlc__aug_autocontrast(uint8_t *img, size_t stride, uint32_t w, uint32_t h, 
     }
     float mn[DLC__AUG_MAX_CHANNELS], sc[DLC__AUG_MAX_CHANNELS];
     for (uint32_t k = 0; k < c; k++) {
-        /* scale = 255 / (max - min) in float32; not finite (max == min): min 0, scale 1. */
+        /* scale = bound / (max - min) in float32, which torch evaluates as Tensor.__rtruediv__:
+         * reciprocal(max - min) * bound (and that can differ from the quotient in the last bit,
+         * moving a value by 1); not finite (max == min): min 0, scale 1. */
         if (hi[k] == lo[k]) {
             mn[k] = 0.0f, sc[k] = 1.0f;
         } else {
             mn[k] = (float)lo[k];
-            sc[k] = 255.0f / ((float)hi[k] - (float)lo[k]);
+            sc[k] = (1.0f / ((float)hi[k] - (float)lo[k])) * 255.0f;
         }
     }
     uint8_t lut[DLC__AUG_MAX_CHANNELS][256];
