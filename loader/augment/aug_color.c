@@ -149,18 +149,52 @@ void dlc__aug_grayscale(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uin
     }
 }
 
-/* torch's remainder for float32: the result has the sign of the divisor. */
-static inline float py_mod1(float a)
-{
-    float m = fmodf(a, 1.0f);
-    if (m != 0.0f && m < 0.0f)
-        m += 1.0f;
-    return m;
-}
-
 static inline float clamp01(float v)
 {
     return v < 0.0f ? 0.0f : (v > 1.0f ? 1.0f : v);
+}
+
+/* adjust_hue on one chunk of n <= HUE_CHUNK pixels, deinterleaved into r, g, b (values 0..255 as
+ * floats), with selects instead of libm calls (fmodf, floorf), every operation being the one
+ * functional_tensor.py's _rgb2hsv, the hue shift and _hsv2rgb do in float32:
+ *   - fmod(h / 6 + 1, 1) with h / 6 + 1 in (0, 2) is x - 1 for x >= 1, else x (exact);
+ *   - (h + hue_factor) % 1 (torch's remainder) with the sum in [-0.5, 1.5) is x - 1, x + 1 or x;
+ *   - floor(h * 6) of a non-negative value is its truncation. */
+#define HUE_CHUNK 256
+static void hue_chunk(float *r, float *g, float *b, size_t n, float hf)
+{
+    for (size_t k = 0; k < n; k++) {
+        const float rr = r[k] / 255.0f, gg = g[k] / 255.0f, bb = b[k] / 255.0f;
+        /* No NaN here: plain comparisons (fmaxf's NaN rule keeps GCC from vectorizing). */
+        const float mgb = gg > bb ? gg : bb, ngb = gg < bb ? gg : bb;
+        const float maxc = rr > mgb ? rr : mgb, minc = rr < ngb ? rr : ngb;
+        const int eqc = maxc == minc;
+        const float cr = maxc - minc;
+        const float s = cr / (eqc ? 1.0f : maxc);
+        const float crd = eqc ? 1.0f : cr;
+        const float rc = (maxc - rr) / crd, gc = (maxc - gg) / crd, bc = (maxc - bb) / crd;
+        const float hr = bc - gc, hg = 2.0f + rc - bc, hb = 4.0f + gc - rc;
+        float hh = maxc == rr ? hr : (maxc == gg ? hg : hb);
+        float x = hh / 6.0f + 1.0f;
+        hh = x >= 1.0f ? x - 1.0f : x;
+        x = hh + hf;
+        hh = x >= 1.0f ? x - 1.0f : (x < 0.0f ? x + 1.0f : x);
+        const float v = maxc;
+        const float h6 = hh * 6.0f;
+        int i = (int)h6;
+        const float f = h6 - (float)i;
+        i = i >= 6 ? i - 6 : i;
+        const float pp = clamp01(v * (1.0f - s));
+        const float qq = clamp01(v * (1.0f - s * f));
+        const float tt = clamp01(v * (1.0f - s * (1.0f - f)));
+        /* The rows of _hsv2rgb's table for i = 0..5. */
+        const float o0 = ((i == 0) | (i == 5)) ? v : i == 1 ? qq : ((i == 2) | (i == 3)) ? pp : tt;
+        const float o1 = ((i == 1) | (i == 2)) ? v : i == 0 ? tt : i == 3 ? qq : pp;
+        const float o2 = ((i == 3) | (i == 4)) ? v : ((i == 0) | (i == 1)) ? pp : i == 2 ? tt : qq;
+        r[k] = o0 * 255.0f;
+        g[k] = o1 * 255.0f;
+        b[k] = o2 * 255.0f;
+    }
 }
 
 void dlc__aug_hue(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t c, double factor)
@@ -168,62 +202,24 @@ void dlc__aug_hue(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t 
     if (c != 3)
         return; /* torchvision: "Match PIL behaviour". */
     const float hf = (float)factor;
+    float r[HUE_CHUNK], g[HUE_CHUNK], b[HUE_CHUNK];
     for (uint32_t y = 0; y < h; y++) {
-        uint8_t *p = ROW(img, stride, y);
-        for (uint32_t x = 0; x < w; x++, p += 3) {
-            /* _rgb2hsv, as functional_tensor.py writes it. */
-            const float r = (float)p[0] / 255.0f, g = (float)p[1] / 255.0f,
-                        b = (float)p[2] / 255.0f;
-            const float maxc = fmaxf(r, fmaxf(g, b)), minc = fminf(r, fminf(g, b));
-            const int eqc = maxc == minc;
-            const float cr = maxc - minc;
-            const float s = cr / (eqc ? 1.0f : maxc);
-            const float crd = eqc ? 1.0f : cr;
-            const float rc = (maxc - r) / crd, gc = (maxc - g) / crd, bc = (maxc - b) / crd;
-            float hh;
-            if (maxc == r)
-                hh = bc - gc;
-            else if (maxc == g)
-                hh = 2.0f + rc - bc;
-            else
-                hh = 4.0f + gc - rc;
-            hh = fmodf(hh / 6.0f + 1.0f, 1.0f);
-            const float v = maxc;
-            hh = py_mod1(hh + hf);
-            /* _hsv2rgb. */
-            const float i_f = floorf(hh * 6.0f);
-            const float f = hh * 6.0f - i_f;
-            int i = (int)i_f % 6;
-            if (i < 0)
-                i += 6;
-            const float pp = clamp01(v * (1.0f - s));
-            const float qq = clamp01(v * (1.0f - s * f));
-            const float tt = clamp01(v * (1.0f - s * (1.0f - f)));
-            float o0, o1, o2;
-            switch (i) {
-            case 0:
-                o0 = v, o1 = tt, o2 = pp;
-                break;
-            case 1:
-                o0 = qq, o1 = v, o2 = pp;
-                break;
-            case 2:
-                o0 = pp, o1 = v, o2 = tt;
-                break;
-            case 3:
-                o0 = pp, o1 = qq, o2 = v;
-                break;
-            case 4:
-                o0 = tt, o1 = pp, o2 = v;
-                break;
-            default:
-                o0 = v, o1 = pp, o2 = qq;
-                break;
+        uint8_t *row = ROW(img, stride, y);
+        for (uint32_t x0 = 0; x0 < w; x0 += HUE_CHUNK) {
+            const size_t n = w - x0 < HUE_CHUNK ? w - x0 : HUE_CHUNK;
+            uint8_t *p = row + 3 * (size_t)x0;
+            for (size_t k = 0; k < n; k++) {
+                r[k] = (float)p[3 * k];
+                g[k] = (float)p[3 * k + 1];
+                b[k] = (float)p[3 * k + 2];
             }
-            /* (img * 255.0).to(uint8): truncation, values are within [0, 255]. */
-            p[0] = trunc_u8(o0 * 255.0f);
-            p[1] = trunc_u8(o1 * 255.0f);
-            p[2] = trunc_u8(o2 * 255.0f);
+            hue_chunk(r, g, b, n, hf);
+            /* (img * 255.0).to(uint8): truncation, values within [0, 255]. */
+            for (size_t k = 0; k < n; k++) {
+                p[3 * k] = trunc_u8(r[k]);
+                p[3 * k + 1] = trunc_u8(g[k]);
+                p[3 * k + 2] = trunc_u8(b[k]);
+            }
         }
     }
 }
