@@ -59,6 +59,12 @@ typedef enum dlc__aug_op_id {
 /* dlc__aug_op.flags. */
 enum {
     DLC__AUG_F_CENTER = 1u, /* Rotate and affine: arg[6], arg[7] are the center, in pixels. */
+    /* The blends (brightness, contrast, saturation, sharpness): arg[1] is the other image's
+     * weight, 1 - factor as torch computes it, (float)(1.0 - factor) of the factor in double
+     * (Python's float); without the flag it is (float)(1.0 - arg[0]). The two differ in the last
+     * bit when the factor is not a float32 (the policies' 1 + magnitude), which can move a
+     * truncated value by 1. */
+    DLC__AUG_F_WEIGHT = 2u,
 };
 
 /* One op with its parameters, ready to apply: 44 bytes, no pointer. */

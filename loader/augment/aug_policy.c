@@ -142,7 +142,11 @@ static void push_policy_op(dlc__aug_record *rec, int p, float m, const uint8_t f
                  : p == P_COLOR    ? DLC__AUG_SATURATION
                  : p == P_CONTRAST ? DLC__AUG_CONTRAST
                                    : DLC__AUG_SHARPNESS;
+        /* _apply_op passes 1.0 + magnitude, a double: _blend weighs the other image by
+         * (float)(1.0 - (1.0 + m)) = -m exactly, not by 1 - (float)(1 + m). */
+        op->flags = DLC__AUG_F_WEIGHT;
         op->arg[0] = (float)(1.0 + md);
+        op->arg[1] = (float)-md;
         break;
     case P_POSTERIZE:
         op->op = DLC__AUG_POSTERIZE;
