@@ -139,6 +139,13 @@ typedef struct dlc__aug_config {
  * starts with @p what (e.g. "loader config: view 2") and names the field and the reason. */
 dlc_status dlc__aug_config_check(const dlc__aug_config *cfg, const char *what);
 
+/* Check that every op @p cfg can draw applies to images of @p width x @p height x @p channels
+ * (the loader's output size, at open): color ops need 1 or 3 channels, the blur kernel's half
+ * must be less than each side (torchvision's reflect padding). DLC_OK, or DLC_EINVAL with a
+ * message that starts with @p what. @p cfg must have passed dlc__aug_config_check(). */
+dlc_status dlc__aug_config_check_image(const dlc__aug_config *cfg, uint32_t width, uint32_t height,
+                                       uint32_t channels, const char *what);
+
 /* Draw one sample's ops from @p rng into @p rec (rec->n may be 0; the entries past n are zeroed,
  * so the whole struct is a pure function of the stream's position and compares as bytes):
  * torchvision's distribution for each op and magnitude. @p width and

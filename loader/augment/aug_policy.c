@@ -419,3 +419,27 @@ dlc_status dlc__aug_config_check(const dlc__aug_config *cfg, const char *what)
                            (double)cfg->solarize_threshold);
     return DLC_OK;
 }
+
+dlc_status dlc__aug_config_check_image(const dlc__aug_config *cfg, uint32_t width, uint32_t height,
+                                       uint32_t channels, const char *what)
+{
+    const int color = cfg->policy != DLC__AUG_POLICY_NONE || cfg->jitter_p > 0.0f ||
+                      cfg->grayscale_p > 0.0f || cfg->solarize_p > 0.0f;
+    if (color && channels != 1 && channels != 3)
+        return dlc__errorf(DLC_EINVAL,
+                           "%s: the images have %u channels; the color augmentations take 1 or 3 "
+                           "(RGB), as torchvision's",
+                           what, channels);
+    if (cfg->blur_p > 0.0f) {
+        for (int i = 0; i < 2; i++) {
+            const uint32_t side = i == 0 ? width : height;
+            if (cfg->blur_kernel[i] / 2 >= side)
+                return dlc__errorf(DLC_EINVAL,
+                                   "%s: blur kernel_size %u needs a reflect padding of %u, not "
+                                   "less than the output's %s (%u)",
+                                   what, cfg->blur_kernel[i], cfg->blur_kernel[i] / 2,
+                                   i == 0 ? "width" : "height", side);
+        }
+    }
+    return DLC_OK;
+}
