@@ -472,6 +472,6 @@ void dlc__aug_blur(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t
         }
         uint8_t *out = ROW(img, stride, y);
         for (size_t i = 0; i < row; i++)
-            out[i] = trunc_u8(nearbyintf(acc[i]));
+            out[i] = (uint8_t)(int32_t)clamp255(dlc__aug_round_even(acc[i]));
     }
 }

@@ -9,6 +9,15 @@
 /* The most channels of an image (as loader/augment.h's DLC__MAX_CHANNELS). */
 #define DLC__AUG_MAX_CHANNELS 4u
 
+/* Round half to even (torch.round, grid_sample's nearest) of |v| < 2^22 without a libm call, so
+ * that loops vectorize: adding and subtracting 1.5 * 2^23 leaves v rounded in the default
+ * rounding mode (ISO C mode keeps the compiler from folding the two). */
+static inline float dlc__aug_round_even(float v)
+{
+    const float big = 12582912.0f; /* 1.5 * 2^23 */
+    return (v + big) - big;
+}
+
 /* ---- aug_color.c: 1 or 3 channels (the blend ops and invert/posterize/solarize/autocontrast/
  * equalize/blur take any count up to DLC__AUG_MAX_CHANNELS). */
 /* The blends of _blend(): r * x + q * other in float32, clamped and truncated; r is the factor,
