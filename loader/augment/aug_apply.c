@@ -3,6 +3,10 @@
 
 #include <math.h>
 
+/* Records are copied out to users as they are (return_params): their layout is fixed. */
+_Static_assert(sizeof(dlc__aug_op) == 44 && sizeof(dlc__aug_record) == 4 + 44 * DLC__AUG_MAX_OPS,
+               "dlc__aug_op is 44 bytes, a record 708");
+
 static const char *const op_names[DLC__AUG_OP_COUNT] = {
     [DLC__AUG_IDENTITY] = "identity",
     [DLC__AUG_BRIGHTNESS] = "adjust_brightness",
