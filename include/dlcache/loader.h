@@ -550,6 +550,11 @@ DLC_API dlc_status dlc_loader_state_save(const dlc_loader *l, uint8_t buf[DLC_LO
  * @param[in] size Bytes at @p buf: DLC_LOADER_STATE_SIZE.
  * @return DLC_OK, DLC_EINVAL (wrong size, bad checksum, another version, sampler, store count
  *         or epoch length; the loader is then unchanged).
+ *
+ * A state saved by this library (version 2) holds the content digest of its store and is
+ * refused by any other (a set and the one store of the same records differ), naming both
+ * digests; an epoch past 2^63 is refused. A version 1 state (no digest) is matched by the
+ * store's record count, as before.
  */
 DLC_API dlc_status dlc_loader_state_restore(dlc_loader *l, const void *buf, size_t size);
 
