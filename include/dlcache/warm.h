@@ -104,6 +104,9 @@ enum dlc_warm_flags {
     DLC_WARM_INSECURE = 1u << 1,
     /** Do not resume: discard any partial download and start over. */
     DLC_WARM_NO_RESUME = 1u << 2,
+    /** A set: write into a destination folder that holds files that are not this set's
+     *  (without it, such a folder is refused, naming what is in the way). */
+    DLC_WARM_FORCE = 1u << 3,
 };
 
 /** Progress of a download, passed to ::dlc_warm_progress_fn. */
