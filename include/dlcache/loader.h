@@ -500,7 +500,10 @@ typedef struct dlc_loader_plan_info {
                                        shard for its whole window). */
     double batch_same_shard;      /**< The chance that two samples of one batch of rank 0 come
                                        from the same shard (on label-ordered data with a label
-                                       per shard: that they share a label). */
+                                       per shard: that they share a label); over its first
+                                       2^16 samples when it has more than 2^22 (a share that
+                                       large is planned from its windows, in time that follows
+                                       the shards, not the records). */
     double neighbour_same_shard;  /**< The same for neighbouring samples. */
 } dlc_loader_plan_info;
 
