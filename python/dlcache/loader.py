@@ -1310,7 +1310,9 @@ class Loader:
         finished = sd.get("epoch_finished", False)
         if not isinstance(finished, (bool, int)) or finished not in (0, 1):
             raise ValueError("state_dict['epoch_finished'] must be a bool, not %r" % (finished,))
-        if version < _STATE_VERSION:
+        if version < _STATE_VERSION and self._mix is not None:
+            pass  # A mixture's C state always named its sources by digest.
+        elif version < _STATE_VERSION:
             warnings.warn("dlcache.Loader.load_state_dict: a state of version %d names no store: "
                           "it is taken for this one by its record count only (states saved now "
                           "name their store by its content digest)" % version,
