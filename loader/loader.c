@@ -731,11 +731,15 @@ static uint32_t state_sampler(const dlc_loader *l)
     return l->sampler.kind | l->cfg.streams << 8 | l->cfg.window_shards << 20;
 }
 
-#define STATE_MAGIC 0x31545344434c44ull /* "DLCDST1" + NUL, little-endian. */
+#define STATE_MAGIC 0x31545344434c44ull /* "DLCDST1" + NUL, little-endian: version 1. */
 #define STATE_VERSION 1u
+#define STATE_MAGIC2 0x3253434cu /* "LCS2", little-endian: version 2. */
 
-/* Layout (little-endian): magic u64 | version u32 | sampler u32 | seed u64 | epoch u64 |
- * position u64 | store count u64 | epoch length u64 | XXH3-64 of bytes 0..55. */
+/* Layout, version 2 (little-endian): magic u32 | sampler u32 | store content digest u64 | seed u64
+ * | epoch u64 | position u64 | store count u64 | epoch length u64 | XXH3-64 of bytes 0..55.
+ * Version 1 (still read; it names no store but by its count): magic u64 | version u32 | sampler
+ * u32, then the same from the seed on. Seed, epoch, position, count and length keep their
+ * offsets, so a plain one-source mixture's state (mix.c) reads either. */
 _Static_assert(DLC_LOADER_STATE_SIZE == 64, "the state layout fills 64 bytes");
 
 dlc_status dlc_loader_state_save(const dlc_loader *l, uint8_t buf[DLC_LOADER_STATE_SIZE])
@@ -764,9 +768,9 @@ dlc_status dlc__loader_state_save(const dlc_loader *l, uint8_t *buf)
     } else {
         pos = sh->start + l->cons_next * sh->batch * sh->world;
     }
-    dlc__st64(buf + 0, STATE_MAGIC);
-    dlc__st32(buf + 8, STATE_VERSION);
-    dlc__st32(buf + 12, state_sampler(l));
+    dlc__st32(buf + 0, STATE_MAGIC2);
+    dlc__st32(buf + 4, state_sampler(l));
+    dlc__st64(buf + 8, l->info->content_digest);
     dlc__st64(buf + 16, l->sampler.seed);
     dlc__st64(buf + 24, l->sampler.epoch);
     dlc__st64(buf + 32, pos);
@@ -800,14 +804,26 @@ dlc_status dlc__loader_state_check(const dlc_loader *l, const void *buf, size_t 
         return dlc__errorf(DLC_EINVAL, "%s: loader state: %zu bytes, expected %u", l->path, size,
                            DLC_LOADER_STATE_SIZE);
     const uint8_t *p = buf;
-    if (dlc__ld64(p) != STATE_MAGIC)
+    const int v2 = dlc__ld32(p) == STATE_MAGIC2;
+    if (!v2 && dlc__ld64(p) != STATE_MAGIC)
         return dlc__errorf(DLC_EINVAL, "%s: loader state: bad magic", l->path);
     if (dlc__ld64(p + 56) != XXH3_64bits(p, 56))
         return dlc__errorf(DLC_EINVAL, "%s: loader state: checksum mismatch", l->path);
-    if (dlc__ld32(p + 8) != STATE_VERSION)
-        return dlc__errorf(DLC_EINVAL, "%s: loader state: version %u, this library reads %u",
-                           l->path, dlc__ld32(p + 8), STATE_VERSION);
-    const uint32_t saved = dlc__ld32(p + 12), mine = state_sampler(l);
+    if (!v2 && dlc__ld32(p + 8) != STATE_VERSION)
+        return dlc__errorf(DLC_EINVAL, "%s: loader state: version %u, this library reads 1 and 2",
+                           l->path, dlc__ld32(p + 8));
+    /* A state names the store it came from by its content digest: another store of as many
+     * records would otherwise take it and walk an order that means nothing for it. A version 1
+     * state (saved before 2.x named it) is matched by its count only, as it always was. */
+    if (v2 && dlc__ld64(p + 8) != l->info->content_digest)
+        return dlc__errorf(DLC_EINVAL,
+                           "%s: loader state: saved from a store of %llu records with "
+                           "content_digest %016llx, this one has %llu records with content_digest "
+                           "%016llx: a state resumes only the store it was saved from",
+                           l->path, (unsigned long long)dlc__ld64(p + 40),
+                           (unsigned long long)dlc__ld64(p + 8), (unsigned long long)l->info->count,
+                           (unsigned long long)l->info->content_digest);
+    const uint32_t saved = dlc__ld32(p + (v2 ? 4 : 12)), mine = state_sampler(l);
     if (saved != mine && (saved & 0xff) == DLC_SAMPLER_SHARD_WINDOWS &&
         (mine & 0xff) == (saved & 0xff))
         return dlc__errorf(DLC_EINVAL,
@@ -833,6 +849,11 @@ dlc_status dlc__loader_state_check(const dlc_loader *l, const void *buf, size_t 
     if (pos > l->sampler.len + UINT32_MAX)
         return dlc__errorf(DLC_EINVAL, "%s: loader state: position %llu is beyond the epoch",
                            l->path, (unsigned long long)pos);
+    /* The epoch is any the caller could give dlc_loader_set_epoch(), but one past 2^63 is no
+     * count of epochs run: a negative number written as unsigned. */
+    if (dlc__ld64(p + 24) > (uint64_t)INT64_MAX)
+        return dlc__errorf(DLC_EINVAL, "%s: loader state: epoch %llu is beyond 2^63", l->path,
+                           (unsigned long long)dlc__ld64(p + 24));
     return DLC_OK;
 }
 

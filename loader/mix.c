@@ -82,7 +82,9 @@ dlc_status dlc__mixload_open(dlc_loader *l, const dlc_mix_source *sources, uint3
         paths[i] = m->paths[i];
         if (url)
             FAIL_IF(!(url_path[i] = strdup(s.path)), -ENOMEM, "loader: out of memory");
-        m->path_hash[i] = XXH3_64bits(s.path, strlen(s.path));
+        /* Of the path as shown (a URL redacted): a state holds no hash of a secret, and a URL
+         * signed anew still names the same source. */
+        m->path_hash[i] = XXH3_64bits(m->paths[i], strlen(m->paths[i]));
         m->weight[i] = s.weight;
         m->label_offset[i] = s.label_offset;
         if (at < sizeof name)
@@ -426,8 +428,9 @@ dlc_status dlc_loader_mix_state_restore(dlc_loader *l, const void *buf, size_t s
                 l->path);
         const int same_path = dlc__ld64(e) == m->path_hash[0];
         FAIL_IF(dlc__ld64(e + 8) != m->first[1] || dlc__ld64(e + 16) != m->digest[0], DLC_EINVAL,
-                "%s: mixture state: source 0 (%s) %s: %" PRIu64 " records with digest %016" PRIx64
-                ", saved %" PRIu64 " with %016" PRIx64 ": its passes cannot be continued",
+                "%s: mixture state: source 0 (%s) %s: %" PRIu64
+                " records with content_digest %016" PRIx64 ", saved %" PRIu64 " with %016" PRIx64
+                ": its passes cannot be continued",
                 l->path, m->paths[0],
                 same_path ? "changed since the state was saved" : "is not the saved source",
                 m->first[1], m->digest[0], dlc__ld64(e + 8), dlc__ld64(e + 16));
@@ -487,8 +490,8 @@ dlc_status dlc_loader_mix_state_restore(dlc_loader *l, const void *buf, size_t s
         if (j >= 0)
             FAIL_IF(src[j].count != x->src[i].count || src[j].tag != x->src[i].tag, DLC_EINVAL,
                     "%s: mixture state: source %u (%s) changed since the state was saved: %" PRIu64
-                    " records with digest %016" PRIx64 ", saved %" PRIu64 " with %016" PRIx64
-                    ": its passes cannot be continued",
+                    " records with content_digest %016" PRIx64 ", saved %" PRIu64
+                    " with %016" PRIx64 ": its passes cannot be continued",
                     l->path, i, m->paths[i], x->src[i].count, x->src[i].tag, src[j].count,
                     src[j].tag);
         for (uint32_t k = 0; k < n && j < 0; k++)

@@ -56,6 +56,17 @@ uint32_t dlc__swin_pinned_bound(const dlc__swin *w, uint32_t slots, uint32_t bat
                                 uint32_t per_rank);
 /** The shard holding record @p record < count. */
 uint32_t dlc__swin_shard_of(const dlc__swin *w, uint64_t record);
+/**
+ * Per shard, the first and the last of a rank's samples j (0..per_rank-1, at positions
+ * start + rank + j * world of an epoch of @p len positions, wrapped past it as the sampler
+ * wraps) that fall in the shard's window: every shard of a window is taken to be read from the
+ * rank's first sample in it to its last. In O(shards + windows), whatever the records: a plan
+ * from it holds shards as long as a walk of every record would, or a little longer, and lists
+ * no fewer. @p first gets UINT64_MAX for a shard the rank never reaches; both arrays have
+ * dlc__swin's nshards entries.
+ */
+void dlc__swin_plan(const dlc__swin *w, uint64_t len, uint64_t start, uint32_t rank, uint32_t world,
+                    uint64_t per_rank, uint64_t *first, uint64_t *last);
 
 /* ---- The epoch's global order (sampler.c) ---------------------------------------------------- */
 typedef struct dlc__sampler {

@@ -110,7 +110,7 @@ dlc_status dlc__mix_init(dlc__mix *m, const dlc__mix_source *src, uint32_t n, ui
         return dlc__errorf(DLC_EINVAL, "loader: a mixture of %u sources: 1 to %u", n,
                            DLC__MIX_MAX_SOURCES);
     init_common(m, src, n, len, world, drop_last, sequential);
-    double sum = 0;
+    double top = 0;
     for (uint32_t s = 0; s < n; s++) {
         const double w = src[s].weight;
         if (!(w >= 0) || !isfinite(w))
@@ -120,19 +120,25 @@ dlc_status dlc__mix_init(dlc__mix *m, const dlc__mix_source *src, uint32_t n, ui
                                NAME(s), w);
         if (src[s].count == 0)
             return dlc__errorf(DLC_EINVAL, "loader: %s: the source has no records", NAME(s));
-        sum += w;
+        top = w > top ? w : top;
     }
-    if (!(sum > 0))
+    if (!(top > 0))
         return dlc__errorf(DLC_EINVAL, "loader: a mixture whose weights are all 0 draws nothing");
+    /* Shares of the weights scaled by the largest: each is then in [0, 1] and their sum at most
+     * n, where a sum of the weights as given overflows to infinity (two of 1e308 made every
+     * share 0 and gave the first source every draw) or loses a weight below its precision. */
+    double w[DLC__MIX_MAX_SOURCES], sum = 0;
+    for (uint32_t s = 0; s < n; s++)
+        w[s] = src[s].weight / top, sum += w[s];
     /* The smallest period that holds every share exactly (0.7/0.3 gives 10 slots: 7 and 3). */
     uint32_t T = 0;
     for (uint32_t t = 1; t <= DLC__MIX_MAX_PERIOD && !T; t++) {
         uint64_t total = 0;
         int exact = 1;
         for (uint32_t s = 0; s < n && exact; s++) {
-            const double want = src[s].weight / sum * t;
+            const double want = w[s] / sum * t;
             const double q = floor(want + 0.5);
-            exact = fabs(want - q) <= 1e-9 * t && (q > 0) == (src[s].weight > 0);
+            exact = fabs(want - q) <= 1e-9 * t && (q > 0) == (w[s] > 0);
             total += (uint64_t)q;
         }
         if (exact && total == t)
@@ -140,14 +146,14 @@ dlc_status dlc__mix_init(dlc__mix *m, const dlc__mix_source *src, uint32_t n, ui
     }
     if (T) {
         for (uint32_t s = 0; s < n; s++)
-            m->quota[s] = (uint32_t)floor(src[s].weight / sum * T + 0.5);
+            m->quota[s] = (uint32_t)floor(w[s] / sum * T + 0.5);
     } else {
         /* Largest remainders at the largest period: shares off by less than 1 / period. */
         T = DLC__MIX_MAX_PERIOD;
         double rem[DLC__MIX_MAX_SOURCES];
         uint32_t given = 0;
         for (uint32_t s = 0; s < n; s++) {
-            const double want = src[s].weight / sum * T;
+            const double want = w[s] / sum * T;
             m->quota[s] = (uint32_t)floor(want);
             rem[s] = want - m->quota[s];
             given += m->quota[s];
@@ -160,7 +166,7 @@ dlc_status dlc__mix_init(dlc__mix *m, const dlc__mix_source *src, uint32_t n, ui
             m->quota[best]++, rem[best] = -1, given++;
         }
         for (uint32_t s = 0; s < n; s++)
-            if (src[s].weight > 0 && m->quota[s] == 0)
+            if (w[s] > 0 && m->quota[s] == 0)
                 return dlc__errorf(DLC_EINVAL,
                                    "loader: %s: weight %g is below 1/%u of the total: too small "
                                    "to draw from",

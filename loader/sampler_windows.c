@@ -233,6 +233,91 @@ uint32_t dlc__swin_pinned_bound(const dlc__swin *w, uint32_t slots, uint32_t bat
     return (uint32_t)shards;
 }
 
+/* Floor and ceiling of a / b for b > 0 and any a. */
+static int64_t div_floor(int64_t a, int64_t b)
+{
+    return a >= 0 ? a / b : -((-a + b - 1) / b);
+}
+
+static int64_t div_ceil(int64_t a, int64_t b)
+{
+    return -div_floor(-a, b);
+}
+
+/* The inverse of @p a modulo @p m (gcd 1, m >= 1). */
+static int64_t inverse_mod(int64_t a, int64_t m)
+{
+    int64_t r0 = m, r1 = a % m, t0 = 0, t1 = 1;
+    while (r1) {
+        const int64_t q = r0 / r1, r2 = r0 - q * r1, t2 = t0 - q * t1;
+        r0 = r1, r1 = r2, t0 = t1, t1 = t2;
+    }
+    return ((t0 % m) + m) % m;
+}
+
+static int64_t gcd64(int64_t a, int64_t b)
+{
+    while (b) {
+        const int64_t t = a % b;
+        a = b, b = t;
+    }
+    return a;
+}
+
+void dlc__swin_plan(const dlc__swin *w, uint64_t len, uint64_t start, uint32_t rank, uint32_t world,
+                    uint64_t per_rank, uint64_t *first, uint64_t *last)
+{
+    for (uint32_t k = 0; k < w->nshards; k++)
+        first[k] = UINT64_MAX, last[k] = 0;
+    if (!len || !per_rank || !world)
+        return;
+    /* Counts are bounded far below 2^62 (the index: 2^36 records), so signed 64 bits hold every
+     * position and difference below. */
+    const int64_t S = w->streams, W = world, g = gcd64(W % S, S), m = S / g;
+    const int64_t inv = inverse_mod((W / g) % m, m);
+    const int64_t end = (int64_t)per_rank; /* j < end */
+    /* Segment s: the positions that wrap s times, at (a + j * W) - s * len. */
+    for (int64_t s = 0;; s++) {
+        const int64_t a = (int64_t)(start + rank) - s * (int64_t)len;
+        const int64_t jlo_seg = div_ceil(-a, W) > 0 ? div_ceil(-a, W) : 0;
+        int64_t jhi_seg = div_ceil((int64_t)len - a, W) - 1; /* Last j before the next wrap. */
+        if (jlo_seg >= end)
+            break;
+        if (jhi_seg > end - 1)
+            jhi_seg = end - 1;
+        for (uint32_t v = 0; v < w->streams; v++) {
+            /* j * W = v - a (mod S): solvable when g divides it, then j = j0 (mod m). */
+            const int64_t r = (((int64_t)v - a) % S + S) % S;
+            if (r % g)
+                continue;
+            const int64_t j0 = (r / g) % m * inv % m;
+            for (uint32_t i = w->wbegin[v]; i < w->wbegin[v + 1]; i++) {
+                const swin_window *x = &w->wins[i];
+                /* Stream records [qa, qb): the last window also takes the padding. */
+                const int64_t qa = (int64_t)x->first;
+                const int64_t qb =
+                    i + 1 == w->wbegin[v + 1] ? (int64_t)w->longest : qa + (int64_t)x->count;
+                int64_t lo = div_ceil(qa * S + v - a, W), hi = div_floor((qb - 1) * S + v - a, W);
+                lo = lo > jlo_seg ? lo : jlo_seg;
+                hi = hi < jhi_seg ? hi : jhi_seg;
+                if (lo > hi)
+                    continue;
+                const int64_t f = lo + ((j0 - lo) % m + m) % m;
+                const int64_t l = hi - ((hi - j0) % m + m) % m;
+                if (f > hi)
+                    continue;
+                for (uint32_t o = x->lo; o < x->hi; o++) {
+                    const uint32_t k = w->order[o];
+                    if ((uint64_t)f < first[k])
+                        first[k] = (uint64_t)f;
+                    if ((uint64_t)l > last[k])
+                        last[k] = (uint64_t)l;
+                }
+            }
+        }
+    }
+}
+
 uint32_t dlc__swin_shard_of(const dlc__swin *w, uint64_t record)
 {
     uint32_t lo = 0, hi = w->nshards - 1;

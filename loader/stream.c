@@ -379,7 +379,8 @@ dlc_status dlc__stream_check(const dlc_loader *l)
     return DLC_OK;
 }
 
-/* A plan walks every record of the share once: an index's counts are bounded (by the shards'
+/* A plan walks every record of the share once (up to PLAN_WALK_MAX of a plain loader's, beyond
+ * which its windows plan it; a mixture's always): an index's counts are bounded (by the shards'
  * sizes, and what the cache folder can hold: stream_cache.c), but a large set still takes
  * seconds. Every 2^16 records the walk asks the network options' progress callback, about ten
  * times a second, whether to stop (Python answers stop after Ctrl-C): DLC_ECANCELED. */
@@ -475,6 +476,57 @@ static void plan_use(lsrc *st, uint32_t k, uint64_t b)
     }
 }
 
+/* Beyond this many samples in a rank's share, the shard-window order is planned from its windows
+ * (dlc__swin_plan()), in time that follows the shards, not the records an index claims (issue
+ * 32: 16 shards claiming 2^28 records each took minutes to walk); below it the walk is exact and
+ * takes a fraction of a second. */
+#define PLAN_WALK_MAX (1u << 22)
+/* dlc_loader_plan()'s quality figures of a share beyond it: from rank 0's first this many
+ * samples (milliseconds), an estimate of the whole's. */
+#define PLAN_QUALITY_WALK (1u << 16)
+
+typedef struct plan_first {
+    uint64_t first; /* The rank's first sample in the shard's window. */
+    uint32_t k;
+} plan_first;
+
+static int cmp_first(const void *a, const void *b)
+{
+    const plan_first *x = a, *y = b;
+    if (x->first != y->first)
+        return x->first < y->first ? -1 : 1;
+    return x->k < y->k ? -1 : x->k > y->k;
+}
+
+/* The plan of a plain shard-window loader from its windows: DLC_OK, or -ENOMEM (the caller then
+ * walks). */
+static dlc_status plan_by_windows(dlc_loader *l, lsrc *st)
+{
+    const dlc__shard *sh = &l->shard;
+    const uint32_t n = st->nshards;
+    uint64_t *first = malloc((size_t)n * sizeof *first), *last = malloc((size_t)n * sizeof *last);
+    plan_first *by = malloc((size_t)n * sizeof *by);
+    if (!first || !last || !by) {
+        free(first), free(last), free(by);
+        return -ENOMEM;
+    }
+    dlc__swin_plan(l->sampler.swin, l->sampler.len, sh->start, sh->rank, sh->world, sh->per_rank,
+                   first, last);
+    uint32_t used = 0;
+    for (uint32_t k = 0; k < n; k++)
+        if (first[k] != UINT64_MAX)
+            by[used++] = (plan_first){first[k], k};
+    qsort(by, used, sizeof *by, cmp_first);
+    for (uint32_t i = 0; i < used; i++) {
+        const uint32_t k = by[i].k;
+        st->seen[k] = 1;
+        st->sched[st->nsched++] = k;
+        st->last_use[k] = last[k] / sh->batch + 1;
+    }
+    free(first), free(last), free(by);
+    return DLC_OK;
+}
+
 dlc_status dlc__stream_plan(dlc_loader *l, const dlc_warm_options *net)
 {
     if (!l->stream)
@@ -491,7 +543,9 @@ dlc_status dlc__stream_plan(dlc_loader *l, const dlc_warm_options *net)
     lsrc *by_src[DLC__MIX_MAX_SOURCES] = {0};
     for (uint32_t i = 0; mx && i < nsrc; i++)
         by_src[l->stream->src[i]->src] = l->stream->src[i];
-    for (uint64_t j = 0; j < sh->per_rank; j++) {
+    const int walk = mx || !l->sampler.swin || sh->per_rank <= PLAN_WALK_MAX ||
+                     plan_by_windows(l, first) != DLC_OK;
+    for (uint64_t j = 0; walk && j < sh->per_rank; j++) {
         const dlc_status rc = plan_poll_at(&pp, j, l->path);
         if (rc != DLC_OK)
             return rc;
@@ -926,7 +980,25 @@ dlc_status dlc_loader_plan(const char *path, const dlc_loader_config *config,
         uint8_t *mine = seen + (size_t)(r / ranks) * n;
         if (r == 0)
             p.samples_per_rank = sh.per_rank, p.batches_per_rank = sh.batches;
-        for (uint64_t j = 0, in = 0; j < sh.per_rank; j++) {
+        /* A share beyond PLAN_WALK_MAX: its shards from the windows, and rank 0's first
+         * PLAN_QUALITY_WALK samples walked for the quality (time that follows the shards). */
+        uint64_t walked = sh.per_rank;
+        if (sh.per_rank > PLAN_WALK_MAX) {
+            uint64_t *first = malloc((size_t)n * sizeof *first);
+            uint64_t *last = malloc((size_t)n * sizeof *last);
+            if (!first || !last)
+                free(first), free(last);
+            FAIL_IF(!first || !last, -ENOMEM, "%s: out of memory", path);
+            dlc__swin_plan(smp.swin, smp.len, sh.start, r, c.world_size, sh.per_rank, first, last);
+            for (uint32_t k = 0; k < n; k++)
+                if (first[k] != UINT64_MAX && !mine[k]) {
+                    mine[k] = 1;
+                    p.egress_bytes += bytes[k];
+                }
+            free(first), free(last);
+            walked = r == 0 ? PLAN_QUALITY_WALK : 0;
+        }
+        for (uint64_t j = 0, in = 0; j < walked; j++) {
             CHECK(plan_poll_at(&pp, j, path));
             const uint32_t k =
                 dlc__swin_shard_of(smp.swin, dlc__sampler_at(&smp, dlc__shard_pos(&sh, j)));
@@ -939,7 +1011,7 @@ dlc_status dlc_loader_plan(const char *path, const dlc_loader_config *config,
             if (j > 0 && j % sh.batch != 0)
                 same_next += k == ks[in - 1], nexts++;
             ks[in++] = k;
-            if (in == sh.batch || j + 1 == sh.per_rank) {
+            if (in == sh.batch || j + 1 == walked) {
                 /* Pairs within the batch that share a shard: runs of equal shards once sorted. */
                 qsort(ks, in, sizeof *ks, cmp_u32);
                 for (uint64_t a = 0, b; a < in; a = b) {

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* One span. */
@@ -65,6 +66,15 @@ dlc_status dlc__trace_open(dlc_loader *l)
         path = getenv("DLCACHE_TRACE");
     if (!path || !*path)
         return DLC_OK;
+    /* The trace is written beside its name and renamed over it: over /dev/null (the habit of
+     * DLCACHE_TRACE=/dev/null) or a FIFO that would replace the node with a regular file. */
+    struct stat st;
+    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return dlc__errorf(DLC_EINVAL,
+                           "%s: is %s, not a regular file: the trace (config.trace or "
+                           "DLCACHE_TRACE) is written beside it and renamed over it, which would "
+                           "replace it; name a new file or a regular one",
+                           path, dlc__file_kind(st.st_mode));
     const uint32_t cap = l->cfg.trace_batches ? l->cfg.trace_batches : 256;
     dlc__trace *t = calloc(1, sizeof *t);
     if (!t)
@@ -259,6 +269,10 @@ static dlc_status write_file(const dlc_loader *l, const dlc__trace *t)
     if (fclose(f) != 0 && rc == DLC_OK)
         rc = -errno;
     f = NULL;
+    /* Checked at open; something else put there since is not ours to replace either. */
+    struct stat st;
+    if (rc == DLC_OK && fstatat(dfd, base, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode))
+        rc = DLC_EINVAL;
     if (rc == DLC_OK && renameat(dfd, tmp, dfd, base) != 0)
         rc = -errno;
     if (rc != DLC_OK)

@@ -44,6 +44,7 @@ static void usage(FILE *f)
         "  --no-verify          do not check the store's record checksums\n"
         "  --no-resume          discard an earlier partial download\n"
         "  --insecure           do not verify TLS certificates\n"
+        "  --force              a set: write into a folder that holds other files\n"
         "  --timeout SECONDS    retry a request that receives nothing this long (default 30)\n"
         "  --retries N          attempts per request after the first, 0..1000 (default 8;\n"
         "                       0: fail fast)\n"
@@ -108,6 +109,7 @@ enum {
     OPT_TIMEOUT,
     OPT_RETRIES,
     OPT_JSON,
+    OPT_FORCE,
 };
 
 /* Flags that take a number. Returns 0, or the exit status 2 after saying why. */
@@ -165,6 +167,7 @@ static int parse_args(int argc, char **argv, cli *c)
         {"no-verify", no_argument, NULL, OPT_NO_VERIFY},
         {"no-resume", no_argument, NULL, OPT_NO_RESUME},
         {"insecure", no_argument, NULL, OPT_INSECURE},
+        {"force", no_argument, NULL, OPT_FORCE},
         {"timeout", required_argument, NULL, OPT_TIMEOUT},
         {"retries", required_argument, NULL, OPT_RETRIES},
         {"json", no_argument, NULL, OPT_JSON},
@@ -199,6 +202,9 @@ static int parse_args(int argc, char **argv, cli *c)
             break;
         case OPT_INSECURE:
             c->opt.flags |= DLC_WARM_INSECURE;
+            break;
+        case OPT_FORCE:
+            c->opt.flags |= DLC_WARM_FORCE;
             break;
         case OPT_JSON:
             c->json = 1;

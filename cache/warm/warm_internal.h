@@ -478,6 +478,7 @@ typedef struct dlc__warm_set_list {
     char (*names)[64]; /* n shard names, in record order (malloc'd). */
     uint64_t *bytes;   /* Their file sizes, */
     uint64_t *digests; /* and content digests, as the index says (malloc'd). */
+    uint64_t set_id;   /* The set's identity (its build's), as the index says. */
 } dlc__warm_set_list;
 
 /* Read and decode DIR/index.dlcset. */

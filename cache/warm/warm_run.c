@@ -251,6 +251,18 @@ static dlc_status prepare(warm_call *w, const char *url, int dest_dir, int state
         rc = dlc__open_parent_dir(w->dest, "the destination", &p->dir_fd);
         p->own_dir_fd = rc == DLC_OK;
     }
+    /* Before any file is made beside DEST (its lock, journal, part): a DEST that exists must be
+     * a regular file or a set's folder. /dev/null (the habit of curl -o /dev/null), a FIFO or a
+     * link would be replaced by the rename that publishes the download. */
+    struct stat st;
+    if (rc == DLC_OK &&
+        fstatat(p->dir_fd, dlc__at_name(p->dir_fd, w->dest), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
+        rc = dlc__errorf(DLC_EINVAL,
+                         "%s: is %s, not a regular file: a download is published by renaming "
+                         "it over its destination, which would replace it; name a new file, a "
+                         "regular one or a set's folder",
+                         w->dest, dlc__file_kind(st.st_mode));
     if (rc == DLC_OK && p->state_fd < 0) {
         if (strcmp(w->state, w->dest) == 0) {
             p->state_fd = p->dir_fd;

@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <dirent.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -43,6 +44,7 @@ static dlc_status list_index(const char *path, const char *shown, dlc__warm_set_
         rc = dlc__set_index_decode(buf, len, shown, &x);
     if (rc == DLC_OK) {
         out->n = x.num_shards;
+        out->set_id = x.set_id;
         out->names = calloc(x.num_shards, sizeof *out->names);
         out->bytes = calloc(x.num_shards, sizeof *out->bytes);
         out->digests = calloc(x.num_shards, sizeof *out->digests);
@@ -489,6 +491,112 @@ static dlc_status make_dir(int parent_fd, const char *path, const char *what, in
     return dlc__open_dir_at(parent_fd, path, what, fd_out);
 }
 
+/* Whether the entry @p name of DEST is of ours: the index and its temporary names, a shard we
+ * published (its sidecar is in DEST.warm-set/, or beside it in DEST as versions before that
+ * folder kept it), or the bookkeeping those versions left in DEST. */
+static int ours(int set_fd, int state_fd, const char *name)
+{
+    static const char *const suffixes[] = {".warm", ".lock", ".warm-part", ".warm-journal"};
+    if (strncmp(name, DLC__WARM_SET_INDEX, strlen(DLC__WARM_SET_INDEX)) == 0)
+        return 1;
+    const size_t n = strlen(name);
+    for (size_t k = 0; k < sizeof suffixes / sizeof suffixes[0]; k++) {
+        const size_t m = strlen(suffixes[k]);
+        if (n > m && strcmp(name + n - m, suffixes[k]) == 0)
+            return 1;
+    }
+    char sidecar[DLC__SET_NAME_SIZE + 16];
+    struct stat st;
+    if (n >= DLC__SET_NAME_SIZE)
+        return 0;
+    snprintf(sidecar, sizeof sidecar, "%s.warm", name);
+    return (state_fd >= 0 && fstatat(state_fd, sidecar, &st, AT_SYMLINK_NOFOLLOW) == 0) ||
+           fstatat(set_fd, sidecar, &st, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+/* A destination folder that exists must be this set's (an earlier or interrupted warm of it), or
+ * empty: the shards and the index are renamed into it, over any file of the same name, and a
+ * user's folder would end up mixed with a set. Without DLC_WARM_FORCE anything else is refused,
+ * naming the first entry in the way, before anything is written into the folder. *has_index says
+ * whether DEST/index.dlcset exists (its identity is compared once the new index is in). */
+static dlc_status check_dest_folder(const set_paths *p, const char *dest, int *has_index)
+{
+    *has_index = 0;
+    const int dfd = dup(p->set_fd);
+    DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+    if (!d) {
+        const int e = errno;
+        if (dfd >= 0)
+            close(dfd);
+        return dlc__errorf(-e, "%s: cannot list the folder: %s", dest, strerror(e));
+    }
+    rewinddir(d);
+    const int state_fd = openat(p->parent_fd, dlc__at_name(p->parent_fd, p->state),
+                                O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    char first[256] = "";
+    uint64_t others = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        if (strcmp(e->d_name, DLC__WARM_SET_INDEX) == 0)
+            *has_index = 1;
+        else if (ours(p->set_fd, state_fd, e->d_name))
+            continue;
+        else if (!*first)
+            snprintf(first, sizeof first, "%s", e->d_name);
+        else
+            others++;
+    }
+    if (state_fd >= 0)
+        close(state_fd);
+    closedir(d);
+    if (!*first)
+        return DLC_OK;
+    char more[48] = "";
+    if (others)
+        snprintf(more, sizeof more, " and %" PRIu64 " other entr%s", others,
+                 others == 1 ? "y" : "ies");
+    return dlc__errorf(DLC_EEXIST,
+                       "%s: the folder holds %s%s that %s not this set's: a set's shards and "
+                       "index are renamed into its destination, over files of the same names; "
+                       "name an empty or new folder, or pass --force (DLC_WARM_FORCE) to write "
+                       "there anyway",
+                       dest, first, more, others ? "are" : "is");
+}
+
+/* DEST/index.dlcset, when it was there before, must be this set's: the same set_id, or warmed
+ * from this URL before (its sidecar says so: a set rebuilt at the same place is an update). */
+static dlc_status check_old_index(const set_paths *p, const dlc__warm_set_list *list)
+{
+    dlc__warm_set_list old;
+    char held[4200];
+    dlc_status rc =
+        list_index(fd_path(p->set_fd, DLC__WARM_SET_INDEX, held, sizeof held), p->index, &old);
+    if (rc < 0) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", dlc_errmsg()); /* dlc__errorf() writes where it is. */
+        return dlc__errorf(DLC_EEXIST,
+                           "%s: is not the index of a store set (%s): the folder is not this "
+                           "set's; name an empty or new folder, or pass --force (DLC_WARM_FORCE)",
+                           p->index, why);
+    }
+    const uint64_t was = old.set_id;
+    dlc__warm_set_list_free(&old);
+    dlc__warm_sidecar sc;
+    if (was == list->set_id ||
+        (dlc__warm_sidecar_read_at(p->parent_fd, p->sidecar, &sc) == DLC_OK &&
+         strcmp(sc.source, p->name) == 0)) {
+        dlc__clear_error();
+        return DLC_OK;
+    }
+    return dlc__errorf(DLC_EEXIST,
+                       "%s: is another set's index (set_id %016" PRIx64 ", this set's %016" PRIx64
+                       ", not warmed from this URL): its shards would be overwritten; name an "
+                       "empty or new folder, or pass --force (DLC_WARM_FORCE)",
+                       p->index, was, list->set_id);
+}
+
 /* The lock and sidecar of the index's own warm, which describe a temporary name that is gone,
  * and those that versions before DEST.warm-set/ left inside DEST beside each shard. */
 static void remove_leftovers(const set_paths *p, const dlc__warm_set_list *list)
@@ -528,6 +636,10 @@ dlc_status dlc__warm_set(const char *url, const char *dest, int parent_fd,
         free(p);
         return DLC_OK;
     }
+    int has_index = 0;
+    const int force = (opt->flags & DLC_WARM_FORCE) != 0;
+    if (rc == DLC_OK && !force)
+        rc = check_dest_folder(p, dest, &has_index);
     if (rc == DLC_OK)
         rc = make_dir(parent_fd, p->state, "the folder of its bookkeeping", &p->state_fd);
     if (rc == DLC_OK) {
@@ -536,6 +648,11 @@ dlc_status dlc__warm_set(const char *url, const char *dest, int parent_fd,
     }
     if (rc == DLC_OK)
         rc = fetch_index(p, opt, &ir, &list);
+    if (rc == DLC_OK && has_index) {
+        rc = check_old_index(p, &list);
+        if (rc < 0)
+            unlinkat(p->set_fd, dlc__at_name(p->set_fd, p->tmp), 0);
+    }
     if (rc == DLC_OK)
         rc = retire_old_index(p);
     if (rc == DLC_OK) {

@@ -500,7 +500,10 @@ typedef struct dlc_loader_plan_info {
                                        shard for its whole window). */
     double batch_same_shard;      /**< The chance that two samples of one batch of rank 0 come
                                        from the same shard (on label-ordered data with a label
-                                       per shard: that they share a label). */
+                                       per shard: that they share a label); over its first
+                                       2^16 samples when it has more than 2^22 (a share that
+                                       large is planned from its windows, in time that follows
+                                       the shards, not the records). */
     double neighbour_same_shard;  /**< The same for neighbouring samples. */
 } dlc_loader_plan_info;
 
@@ -550,6 +553,11 @@ DLC_API dlc_status dlc_loader_state_save(const dlc_loader *l, uint8_t buf[DLC_LO
  * @param[in] size Bytes at @p buf: DLC_LOADER_STATE_SIZE.
  * @return DLC_OK, DLC_EINVAL (wrong size, bad checksum, another version, sampler, store count
  *         or epoch length; the loader is then unchanged).
+ *
+ * A state saved by this library (version 2) holds the content digest of its store and is
+ * refused by any other (a set and the one store of the same records differ), naming both
+ * digests; an epoch past 2^63 is refused. A version 1 state (no digest) is matched by the
+ * store's record count, as before.
  */
 DLC_API dlc_status dlc_loader_state_restore(dlc_loader *l, const void *buf, size_t size);
 

@@ -107,6 +107,9 @@ enum dlc_warm_flags {
     /** Fail fast: no request is tried again, whatever max_retries says (a zero max_retries
      *  means the default, so this flag is how a caller asks for none). */
     DLC_WARM_NO_RETRY = 1u << 3,
+    /** A set: write into a destination folder that holds files that are not this set's
+     *  (without it, such a folder is refused, naming what is in the way). */
+    DLC_WARM_FORCE = 1u << 4,
 };
 
 /** Progress of a download, passed to ::dlc_warm_progress_fn. */

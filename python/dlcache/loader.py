@@ -22,8 +22,8 @@ from . import _report
 from . import _stream
 from . import _lib as L
 from ._lib import lib
-from .errors import check, error_for, redact
-from .store import _fspath, _read_schema, _uint, info as _store_info
+from .errors import InvalidArgumentError, check, error_for, redact
+from .store import _fspath, _read_schema, _uint, info as _store_info, public_path
 
 __all__ = ["Loader"]
 
@@ -64,7 +64,9 @@ _RESUMED = 1  # load_state_dict() put it in the middle of self._epoch.
 _RUNNING = 2  # An iterator took batches of self._epoch and did not reach its end.
 _DONE = 3     # self._epoch was iterated to its end.
 
-_STATE_VERSION = 1
+# 2: the state names its source (its content digest, its path with secrets redacted); 1 is still
+# read, with a warning (it is matched to the store by its record count only).
+_STATE_VERSION = 2
 
 # next() waits for a batch in slices this long (dlc_loader_next_wait()), coming back to the
 # interpreter between them: a signal handler (Ctrl-C's, the program's own, asyncio's) runs within
@@ -1400,7 +1402,12 @@ class Loader:
         }
         c = self._config
         if self._mix is not None:
-            out["mixture"] = self._mix.describe()
+            out["mixture"] = self._mix.describe(self._ptr())
+        else:
+            # What the state came from (the C state checks the digest too): a state resumes only
+            # the store it was saved from.
+            out["source"] = public_path(self._path)
+            out["content_digest"] = int.from_bytes(raw[8:16], "little")
         if c.sampler == L.SAMPLER_SHARD_WINDOWS:
             # The order depends on them: a Loader resuming this state needs the same ones (the
             # C state checks it), so they are here to be read back.
@@ -1409,42 +1416,103 @@ class Loader:
         return out
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
-        """Continue from a state_dict() (also one saved under another world size)."""
-        if not isinstance(state_dict, dict) or "dlcache_loader_state" not in state_dict:
+        """Continue from a state_dict() (also one saved under another world size).
+
+        Every field read is checked (type and range) before anything changes; the epoch and
+        the seed are the checksummed state's (the dict's copies must agree with it). A state
+        names the store it came from by its content digest: one of another store is refused,
+        naming both. A state of version 1 (saved before states named their store) is still
+        taken, with a RuntimeWarning: it is matched by the store's record count only.
+        """
+        sd = state_dict
+        if not isinstance(sd, dict) or "dlcache_loader_state" not in sd:
             raise ValueError("state_dict is not a dlcache.Loader state_dict")
-        if state_dict["dlcache_loader_state"] != _STATE_VERSION:
-            raise ValueError("state_dict version %r is not supported (expected %d)"
-                             % (state_dict["dlcache_loader_state"], _STATE_VERSION))
-        raw = state_dict.get("state")
+        version = sd["dlcache_loader_state"]
+        if type(version) is not int or version not in (1, _STATE_VERSION):
+            raise ValueError("state_dict version %r is not supported (expected 1 or %d)"
+                             % (version, _STATE_VERSION))
+        raw = sd.get("state")
         if isinstance(raw, torch.Tensor):
             raw = bytes(raw.to(torch.uint8).tolist())
-        if (self._mix is None) != ("mixture" not in state_dict):
+        if (self._mix is None) != ("mixture" not in sd):
             raise ValueError("state_dict is a %s's state and this Loader reads %s"
-                             % ("mixture" if "mixture" in state_dict else "single source",
+                             % ("mixture" if "mixture" in sd else "single source",
                                 "a mixture" if self._mix is not None else "one source"))
         if self._mix is not None:
-            if not isinstance(raw, (bytes, bytearray)) or len(raw) > L.LOADER_MIX_STATE_MAX:
-                raise ValueError("state_dict['state'] must be at most %d bytes"
+            if not isinstance(raw, (bytes, bytearray)) or not 32 <= len(raw) \
+                    <= L.LOADER_MIX_STATE_MAX:
+                raise ValueError("state_dict['state'] must be 32 to %d bytes"
                                  % L.LOADER_MIX_STATE_MAX)
         elif not isinstance(raw, (bytes, bytearray)) or len(raw) != L.LOADER_STATE_SIZE:
             raise ValueError("state_dict['state'] must be %d bytes" % L.LOADER_STATE_SIZE)
-        saved_bs = state_dict.get("batch_size")
-        if saved_bs is not None and int(saved_bs) != int(self.batch_size):
+        raw = bytes(raw)
+        # A state of neither kind is the C library's to refuse, with its own words.
+        if raw[:4] != b"LCS2" and raw[:8] not in (b"DLCDST1\0", b"DLCMIX1\0"):
+            restore = (lib.dlc_loader_mix_state_restore if self._mix is not None
+                       else lib.dlc_loader_state_restore)
+            check(restore(self._ptr(), raw, len(raw)), "dlcache.Loader.load_state_dict")
+            raise ValueError("state_dict['state'] is not a dlcache loader state")
+        # Both kinds of state hold the seed at bytes 16..23 and the epoch at 24..31.
+        seed = int.from_bytes(raw[16:24], "little")
+        epoch = int.from_bytes(raw[24:32], "little")
+        if epoch > 2**63 - 1:
+            raise ValueError("state_dict['state'] holds epoch %d, beyond 2^63: not a state" % epoch)
+        for key, lo, hi in (("epoch", 0, 2**63 - 1), ("seed", 0, 2**64 - 1),
+                            ("batch_size", 1, 2**32 - 1), ("world_size", 1, 2**32 - 1),
+                            ("num_samples", 0, 2**64 - 1), ("streams", 0, 2**32 - 1),
+                            ("window_shards", 0, 2**32 - 1), ("content_digest", 0, 2**64 - 1)):
+            if sd.get(key) is not None:
+                _uint(sd[key], "state_dict[%r]" % key, lo, hi)
+        for key, want in (("epoch", epoch), ("seed", seed)):
+            if sd.get(key) is not None and sd[key] != want:
+                raise ValueError("state_dict[%r] is %d and the state it holds says %d: the dict "
+                                 "was edited or put together from two states" % (key, sd[key], want))
+        finished = sd.get("epoch_finished", False)
+        if not isinstance(finished, (bool, int)) or finished not in (0, 1):
+            raise ValueError("state_dict['epoch_finished'] must be a bool, not %r" % (finished,))
+        if version < _STATE_VERSION and self._mix is not None:
+            pass  # A mixture's C state always named its sources by digest.
+        elif version < _STATE_VERSION:
+            warnings.warn("dlcache.Loader.load_state_dict: a state of version %d names no store: "
+                          "it is taken for this one by its record count only (states saved now "
+                          "name their store by its content digest)" % version,
+                          RuntimeWarning, stacklevel=2)
+        elif self._mix is not None:
+            mix = sd["mixture"]
+            digests = mix.get("content_digests") if isinstance(mix, dict) else None
+            if not isinstance(digests, list) or \
+                    len(digests) != int.from_bytes(raw[12:16], "little"):
+                raise ValueError("state_dict['mixture'] must hold the content_digests of the "
+                                 "state's sources")
+            for i, d in enumerate(digests):
+                _uint(d, "state_dict['mixture']['content_digests'][%d]" % i, 0, 2**64 - 1)
+        else:
+            if raw[:4] != b"LCS2" or sd.get("content_digest") is None or \
+                    sd["content_digest"] != int.from_bytes(raw[8:16], "little"):
+                raise ValueError("state_dict['content_digest'] must be the digest of the store "
+                                 "the state holds (%r)" % (sd.get("content_digest"),))
+            if not isinstance(sd.get("source", ""), str):
+                raise ValueError("state_dict['source'] must be a str")
+        saved_bs = sd.get("batch_size")
+        if saved_bs is not None and saved_bs != int(self.batch_size):
             warnings.warn("dlcache.Loader.load_state_dict: the state was saved with batch_size "
                           "%d and this Loader has %d: the stream continues at the same sample "
                           "(no sample skipped or repeated), in batches of %d, so batch numbers "
                           "and the number of batches left differ from the saved run's"
-                          % (int(saved_bs), int(self.batch_size), int(self.batch_size)),
+                          % (saved_bs, int(self.batch_size), int(self.batch_size)),
                           RuntimeWarning, stacklevel=2)
         self._sync()
         restore = (lib.dlc_loader_mix_state_restore if self._mix is not None
                    else lib.dlc_loader_state_restore)
-        check(restore(self._ptr(), bytes(raw), len(raw)), "dlcache.Loader.load_state_dict")
+        ctx = "dlcache.Loader.load_state_dict"
+        if self._mix is None and isinstance(sd.get("source"), str):
+            ctx += "(a state of %s)" % redact(sd["source"])
+        check(restore(self._ptr(), raw, len(raw)), ctx)
         self._gen += 1  # iterators over the old position must not go on
-        self._epoch = int(state_dict["epoch"])
-        self._seed = state_dict.get("seed", self._seed)
+        self._epoch = epoch
+        self._seed = seed
         self._pending_epoch = None
-        self._pos = _DONE if state_dict.get("epoch_finished") else _RESUMED
+        self._pos = _DONE if finished else _RESUMED
         self._yielded = None
 
     # ------------------------------------------------------------ misc
@@ -1715,8 +1783,19 @@ class _Mix:
                 raise ValueError("%s has %d entries for %d sources" % (arg, len(vals), n))
         try:
             self.weights = [float(w) for w in self.weights]
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise ValueError("weights must be numbers, got %r" % (weights,)) from None
+        # As the C library would refuse them (an InvalidArgumentError, a ValueError), before
+        # anything is opened; the C sampler scales them by the largest before it adds them.
+        for i, w in enumerate(self.weights):
+            if not (math.isfinite(w) and w >= 0):
+                raise InvalidArgumentError(-1000, "invalid argument",
+                                           "weights[%d] is %r: a weight is a finite number, "
+                                           "0 or more" % (i, w))
+        if not any(self.weights):
+            raise InvalidArgumentError(-1000, "invalid argument",
+                                       "weights are all 0: a mixture draws from the sources of "
+                                       "weight > 0")
         self.offsets = [_uint(o, "label_offsets[%d]" % i, 0, 2**62)
                         for i, o in enumerate(self.offsets)]
         self.samples_per_epoch = 0 if samples_per_epoch is None else \
@@ -1749,7 +1828,7 @@ class _Mix:
             check(lib.dlc_loader_source_info(ptr, i, ctypes.byref(s)), "dlcache.Loader.sources")
             d = {name: getattr(s, name) for name, _ in L.MixSourceInfo._fields_
                  if name != "struct_size"}
-            d.update(path=os.fsdecode(p), weight=self.weights[i])
+            d.update(path=public_path(p), weight=self.weights[i])
             out.append(d)
         return out
 
@@ -1780,8 +1859,12 @@ class _Mix:
               "dlcache.Loader.state_dict")
         return buf.raw[:n.value]
 
-    def describe(self):
-        return {"paths": [os.fsdecode(p) for p in self.paths], "weights": list(self.weights),
+    def describe(self, ptr):
+        """What the state dict says of the sources: what identifies them (the paths with
+        secrets redacted, the content digests), never a password or a URL's signature. A
+        resumed mixture is given its URLs again by the caller."""
+        return {"paths": [public_path(p) for p in self.paths], "weights": list(self.weights),
+                "content_digests": [int(s["content_digest"]) for s in self.info(ptr)],
                 "label_offsets": list(self.offsets),
                 "samples_per_epoch": self.samples_per_epoch}
 

@@ -8,7 +8,7 @@ from typing import Sequence
 
 from . import _lib as L
 from ._lib import lib
-from .errors import CorruptError, check, error_for
+from .errors import CorruptError, check, error_for, redact
 
 __all__ = ["build", "info", "BuildReport", "StoreInfo", "Store"]
 
@@ -350,7 +350,7 @@ def _read_info(st):
             build_meta = raw.decode("utf-8", "replace")
     resident = ctypes.c_uint64()
     res = resident.value if lib.dlc_store_resident(st.h, ctypes.byref(resident)) == 0 else None
-    return StoreInfo(path=os.fsdecode(st.path), format_version=i.format_version,
+    return StoreInfo(path=public_path(st.path), format_version=i.format_version,
                      encoding=_ENCODING_NAMES.get(i.encoding, str(i.encoding)), count=i.count,
                      height=i.height, width=i.width, channels=i.channels,
                      num_labels=i.num_labels, classes=classes, label_counts=counts,
@@ -360,6 +360,13 @@ def _read_info(st):
                      fields=_fields_of(st),
                      image_field=_field_name(st, i.image_field),
                      label_field=_field_name(st, i.label_field))
+
+
+def public_path(path):
+    """@p path (str or bytes) as the API may return or save it: a URL redacted (no password,
+    no query string such as X-Amz-Signature; dlc_warm_redact_text()), a local path as it is."""
+    text = os.fsdecode(path)
+    return redact(text) if "://" in text else text
 
 
 def _field_name(st, index):

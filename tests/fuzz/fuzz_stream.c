@@ -15,10 +15,14 @@
  * set's folder, the lock file or another set's folder should be, pointing into a victim folder:
  * nothing in the victim folder may be created, changed or removed.
  *
+ * Last, any bytes of the index (tampered or not) may be changed and re-sealed: its checksum, and
+ * the schema's hashes, recomputed so that they reach the checks behind them.
+ *
  * Seeds: tests/fuzz/make_seeds.sh (DLC_FUZZ_SEED_DIR): a clean folder, one with every shard
- * present, one with a dead download, a tampered index and planted links. */
+ * present, one with a dead download, a tampered index, planted links and re-sealed bytes. */
 #include "fuzz_util.h"
 #include "set_fixture.h"
+#include "store_format.h"
 #include "store_set.h"
 #include "stream_cache.h"
 #include "stream_internal.h"
@@ -26,6 +30,7 @@
 #include <dirent.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <xxhash.h>
 
 #define SHARDS 3u
 #define MAX_FILES 24
@@ -96,17 +101,23 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     dlc__set_index_free(&x);
     const char *seeds = getenv("DLC_FUZZ_SEED_DIR");
     if (seeds) {
-        /* Every shard whole; a dead download of shard 1 and a live one of shard 2; our index
-         * cut short; nothing at all. The last byte of each is the limit (0: none). */
-        static const uint8_t present[] = {0, 0, 0, 0, 0, 1, 0, 1, 0, 2, 0, 2, 0};
-        static const uint8_t temps[] = {1, 0, 0, 1, 7, 0, 1, 1, 1, 0, 2, 0, 2, 200};
-        static const uint8_t index_cut[] = {5, 2, 0, 9, 40, 0, 0, 0, 0, 0, 0, 0};
+        /* The first byte is the number of files. Every shard whole; a dead download of shard 1
+         * and a live one of shard 2; our index cut short; nothing at all. The byte after the
+         * files is the limit (0: none). */
+        static const uint8_t present[] = {3, 0, 0, 0, 0, 0, 1, 0, 1, 0, 2, 0, 2, 0};
+        static const uint8_t temps[] = {2, 1, 0, 0, 1, 7, 0, 1, 1, 1, 0, 2, 0, 2, 200};
+        static const uint8_t index_cut[] = {1, 5, 2, 0, 9, 40, 0, 0, 0, 0, 0, 0, 0};
         static const uint8_t empty[] = {0};
-        /* No file, no limit; tamper with shard 1's name (a hidden one), then with a count. */
-        static const uint8_t tampered[] = {0, 3, 2, 1};
-        static const uint8_t tampered_count[] = {0, 5, 0, 0xff, 0xff, 0xff, 0xff};
+        /* No file, no limit; shard 1 named like the index, then a count of shard 2 past 2^32. */
+        static const uint8_t tampered[] = {0, 0, 3, 2, 1};
+        static const uint8_t tampered_count[] = {0, 0, 5, 0, 0xff, 0xff, 0xff, 0xff, 0xff};
         /* Shard 0 present, then every link planted. */
-        static const uint8_t links[] = {0, 0, 0, 0, 0, 0, 7};
+        static const uint8_t links[] = {1, 0, 0, 0, 0, 0, 0, 7};
+        /* Any bytes of the index re-sealed: the shard count, the fields, an entry's name and a
+         * count (the schema's hashes re-sealed too); then shard 0's count and size past 2^32. */
+        static const uint8_t resealed[] = {0, 0,  0, 0, 3,  3,   0, 12,  2,
+                                           0, 40, 5, 0, 56, '.', 0, 121, 0x40};
+        static const uint8_t resealed_count[] = {0, 0, 0, 0, 1, 1, 0, 124, 0x10, 0, 148, 0x10};
         const struct {
             const char *name;
             const uint8_t *b;
@@ -117,7 +128,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
                  {"empty", empty, sizeof empty},
                  {"tampered", tampered, sizeof tampered},
                  {"tampered-count", tampered_count, sizeof tampered_count},
-                 {"links", links, sizeof links}};
+                 {"links", links, sizeof links},
+                 {"resealed", resealed, sizeof resealed},
+                 {"resealed-count", resealed_count, sizeof resealed_count}};
         for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
             snprintf(p, sizeof p, "%s/%s", seeds, s[i].name);
             fz_write_file(p, s[i].b, s[i].n);
@@ -209,6 +222,40 @@ static void tamper_index(cursor *c, uint8_t t, uint8_t **out, size_t *len)
     dlc__set_index_free(&x);
 }
 
+/* Any bytes of the index (the one given, lied about or not) changed by the input, then re-sealed:
+ * its whole-file XXH3 recomputed, and with bit 1 of @p how the schema's hashes too, so that the
+ * bytes pass the checksums and reach every rule behind them (counts, firsts, sizes, names, the
+ * header's numbers, the schema's entries), as an index written by anyone who can write the
+ * bucket would. Returns a copy that the caller frees. */
+static uint8_t *reseal_bytes(cursor *c, uint8_t how, const uint8_t *in, size_t len)
+{
+    uint8_t *p = malloc(len);
+    if (!p)
+        die("malloc");
+    memcpy(p, in, len);
+    const size_t hashed = len - 8; /* The cache refuses an index shorter than its header. */
+    const unsigned writes = 1u + next(c) % 8u;
+    for (unsigned i = 0; i < writes; i++) {
+        size_t at = (size_t)next(c) << 8 | next(c);
+        at %= hashed;
+        p[at] = next(c);
+    }
+    if (how & 2) {
+        /* The schema block follows the header and the entries, as many as the header now says:
+         * each field's entry carries its own hash, and byte 32 the hash of the block. */
+        const uint64_t n = dlc__ld32(p + 12), nf = dlc__ld32(p + 40);
+        const uint64_t at = DLC__SET_HEADER + (uint64_t)DLC__SET_ENTRY * n;
+        for (uint64_t i = 0; i < nf && at + (i + 1) * DLC__SCHEMA_ENTRY_SIZE <= hashed; i++) {
+            uint8_t *e = p + at + i * DLC__SCHEMA_ENTRY_SIZE;
+            dlc__st64(e + DLC__SCHEMA_ENTRY_HASHED, XXH3_64bits(e, DLC__SCHEMA_ENTRY_HASHED));
+        }
+        if (at + nf * DLC__SCHEMA_ENTRY_SIZE <= hashed)
+            dlc__st64(p + 32, XXH3_64bits(p + at, (size_t)(nf * DLC__SCHEMA_ENTRY_SIZE)));
+    }
+    dlc__st64(p + hashed, XXH3_64bits(p, hashed));
+    return p;
+}
+
 /* The victim folder's files, as names, sizes and inodes: what the cache must never touch. */
 typedef struct victim_list {
     int n;
@@ -270,7 +317,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         die("mkdir");
     char keep[MAX_FILES][900]; /* Files the cache did not write: they must stay. */
     int nkeep = 0, held[MAX_FILES], nheld = 0;
-    for (int f = 0; f < MAX_FILES && c.n; f++) {
+    /* As many files as the first byte says: the bytes after them (the limit, a lie in the index,
+     * links, re-sealed bytes) are then reached by short inputs too. */
+    const unsigned nfiles = next(&c) % (MAX_FILES + 1u);
+    for (unsigned f = 0; f < nfiles && c.n; f++) {
         char name[64], path[900], other[600];
         const uint8_t op = next(&c) % 6;
         switch (op) {
@@ -342,6 +392,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         idx = lied;
     }
     const uint8_t links = next(&c);
+    /* Past the links (zeros in older inputs: the index as it was): any bytes of it, re-sealed. */
+    const uint8_t raw = next(&c);
+    uint8_t *sealed = NULL;
+    if ((raw & 1) && idx_len > DLC__SET_HEADER + 8) {
+        sealed = reseal_bytes(&c, raw, idx, idx_len);
+        idx = sealed;
+    }
     char victim[600], vfile[700], link[700];
     snprintf(victim, sizeof victim, "%s-victim", dir);
     tu_rmtree(victim);
@@ -388,6 +445,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     same_victim(victim, before);
     free(before);
     free(lied);
+    free(sealed);
     /* Nothing the cache did not write was removed, and no live download. */
     for (int i = 0; i < nkeep; i++) {
         struct stat st;

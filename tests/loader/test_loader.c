@@ -276,6 +276,54 @@ Test(loader, restore_rejects_bad_states)
     fx_rmdir(&d);
 }
 
+/* Re-seal a state after an edit: the checksum is no secret, so the checks behind it must hold. */
+static void reseal(uint8_t *st)
+{
+    dlc__st64(st + 56, XXH3_64bits(st, 56));
+}
+
+Test(loader, a_state_names_its_store_and_its_fields_are_checked)
+{
+    fx_dir d, other;
+    fx_make_store(&d, N, H, W, CLASSES, 0);
+    fx_make_store(&other, N, H, W, CLASSES + 1, 0); /* As many records, other labels. */
+    dlc_loader_config c = fx_config();
+    dlc_loader *l = open_ok(d.path, &c);
+    uint8_t st[DLC_LOADER_STATE_SIZE];
+    cr_assert_eq(dlc_loader_state_save(l, st), DLC_OK);
+    const uint64_t mine = dlc_store_get_info(dlc_loader_store(l))->content_digest;
+    cr_assert_eq(dlc__ld64(st + 8), mine, "the state holds its store's content digest");
+    /* Another store of as many records refuses it, naming both digests. */
+    dlc_loader *o = open_ok(other.path, &c);
+    const uint64_t theirs = dlc_store_get_info(dlc_loader_store(o))->content_digest;
+    cr_assert_neq(mine, theirs);
+    cr_assert_eq(dlc_loader_state_restore(o, st, sizeof st), DLC_EINVAL);
+    char want[2][24];
+    snprintf(want[0], sizeof want[0], "%016llx", (unsigned long long)mine);
+    snprintf(want[1], sizeof want[1], "%016llx", (unsigned long long)theirs);
+    cr_assert(strstr(dlc_errmsg(), want[0]) && strstr(dlc_errmsg(), want[1]), "%s", dlc_errmsg());
+    /* An epoch past 2^63 (a negative one written as unsigned) is refused, re-sealed or not. */
+    uint8_t bad[DLC_LOADER_STATE_SIZE];
+    memcpy(bad, st, sizeof bad);
+    dlc__st64(bad + 24, (uint64_t)-5);
+    reseal(bad);
+    cr_assert_eq(dlc_loader_state_restore(l, bad, sizeof bad), DLC_EINVAL);
+    cr_assert(strstr(dlc_errmsg(), "epoch"), "%s", dlc_errmsg());
+    /* A version 1 state (magic, version, sampler; no digest) is still read, by its count. */
+    uint8_t v1[DLC_LOADER_STATE_SIZE];
+    memcpy(v1, st, sizeof v1);
+    dlc__st64(v1, 0x31545344434c44ull);
+    dlc__st32(v1 + 8, 1);
+    dlc__st32(v1 + 12, dlc__ld32(st + 4));
+    reseal(v1);
+    cr_assert_eq(dlc_loader_state_restore(l, v1, sizeof v1), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(dlc_loader_state_restore(o, v1, sizeof v1), DLC_OK, "%s", dlc_errmsg());
+    dlc_loader_close(o);
+    dlc_loader_close(l);
+    fx_rmdir(&other);
+    fx_rmdir(&d);
+}
+
 /* The loader's notices about replaced records, kept for the test to read. */
 typedef struct notices {
     int first, per_epoch[2];

@@ -5,6 +5,7 @@
 
 #include <criterion/criterion.h>
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -372,5 +373,25 @@ Test(sampler_mix, a_streamed_source_that_would_repeat_too_often_is_refused)
     cr_assert_eq(dlc__mix_set_windows(&m, 1, firsts, 2, 1, "s3://b/tiny"), DLC_EINVAL);
     cr_assert(strstr(dlc_errmsg(), "s3://b/tiny") && strstr(dlc_errmsg(), "passes"), "%s",
               dlc_errmsg());
+    dlc__mix_free(&m);
+}
+
+/* Issue 32, item 10: the weights' sum overflowed (two of 1e308 made every share 0 and gave
+ * the first source every draw). They are scaled by the largest first: equal weights are equal
+ * shares whatever their size, and unequal ones keep their ratio. */
+Test(sampler_mix, huge_and_tiny_weights_keep_their_shares)
+{
+    const uint64_t counts[] = {10, 10};
+    const double equal[] = {1e308, 9e307, DBL_MAX, 5e-324};
+    for (size_t i = 0; i < sizeof equal / sizeof *equal; i++) {
+        const double w[] = {equal[i], equal[i]};
+        dlc__mix m = make(w, counts, 2, 20, 1);
+        cr_assert_eq(m.quota[0], m.quota[1], "weights %g: quotas %u and %u", equal[i], m.quota[0],
+                     m.quota[1]);
+        dlc__mix_free(&m);
+    }
+    const double ratio[] = {1.5e308, 5e307};
+    dlc__mix m = make(ratio, counts, 2, 20, 1);
+    cr_assert_eq(m.quota[0], 3 * m.quota[1], "quotas %u and %u", m.quota[0], m.quota[1]);
     dlc__mix_free(&m);
 }

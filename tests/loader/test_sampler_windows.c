@@ -231,3 +231,73 @@ Test(sampler_windows, two_samples_of_a_batch_share_a_shard_about_one_in_window_t
         }
     }
 }
+
+/* dlc__swin_plan(), the plan of a large share from its windows (issue 32, item 5): for every
+ * shard, its first and last sample span at least those a walk of every record finds, so a plan
+ * from it lists every shard a walk lists and holds each as long. */
+Test(sampler_windows, the_plan_from_the_windows_covers_every_read_of_a_walk)
+{
+    const uint32_t shapes[][3] = {{1, 1, 1},  {7, 2, 1}, {7, 3, 3},
+                                  {16, 4, 4}, {5, 8, 9}, {9, 1, 4}};
+    const uint32_t worlds[] = {1, 2, 3, 5};
+    for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
+        uint64_t *f;
+        dlc__sampler s = make(shapes[c][0], 30, 2, shapes[c][1], shapes[c][2], &f);
+        const uint32_t n = shapes[c][0];
+        uint64_t *ef = malloc(n * sizeof *ef), *el = malloc(n * sizeof *el);
+        uint64_t *af = malloc(n * sizeof *af), *al = malloc(n * sizeof *al);
+        for (uint64_t epoch = 0; epoch < 2; epoch++) {
+            dlc__sampler_set_epoch(&s, 11, epoch);
+            for (size_t wi = 0; wi < sizeof worlds / sizeof *worlds; wi++) {
+                const uint32_t world = worlds[wi];
+                const uint64_t starts[] = {0, s.len / 3, s.len - 1};
+                for (size_t si = 0; si < 3; si++) {
+                    for (uint32_t rank = 0; rank < world; rank++) {
+                        dlc__shard sh;
+                        dlc__shard_plan(&sh, s.len, starts[si], rank, world, 4, 0);
+                        for (uint32_t k = 0; k < n; k++)
+                            ef[k] = UINT64_MAX, el[k] = 0;
+                        for (uint64_t j = 0; j < sh.per_rank; j++) {
+                            const uint64_t r = dlc__sampler_at(&s, dlc__shard_pos(&sh, j));
+                            const uint32_t k = dlc__swin_shard_of(s.swin, r);
+                            ef[k] = j < ef[k] ? j : ef[k];
+                            el[k] = j > el[k] ? j : el[k];
+                        }
+                        dlc__swin_plan(s.swin, s.len, sh.start, rank, world, sh.per_rank, af, al);
+                        for (uint32_t k = 0; k < n; k++) {
+                            if (ef[k] == UINT64_MAX)
+                                continue;
+                            cr_assert_leq(af[k], ef[k],
+                                          "case %zu world %u start %llu rank %u shard %u: "
+                                          "first %llu, a walk %llu",
+                                          c, world, (unsigned long long)starts[si], rank, k,
+                                          (unsigned long long)af[k], (unsigned long long)ef[k]);
+                            cr_assert_geq(al[k], el[k],
+                                          "case %zu world %u start %llu rank %u shard %u: "
+                                          "last %llu, a walk %llu",
+                                          c, world, (unsigned long long)starts[si], rank, k,
+                                          (unsigned long long)al[k], (unsigned long long)el[k]);
+                            cr_assert_lt(al[k], sh.per_rank);
+                        }
+                        /* One rank of one: each shard's span is its window's, which a walk
+                         * reaches at both ends (a window's records are permuted together). */
+                        if (world == 1 && starts[si] == 0) {
+                            uint64_t wide = 0, walk = 0;
+                            for (uint32_t k = 0; k < n; k++) {
+                                cr_assert((af[k] == UINT64_MAX) == (ef[k] == UINT64_MAX));
+                                if (ef[k] != UINT64_MAX)
+                                    wide += al[k] - af[k], walk += el[k] - ef[k];
+                            }
+                            /* Not everything for every shard: about the walk's spans. */
+                            cr_assert_leq(wide, walk + walk / 4 + 8u * n, "case %zu: %llu, %llu", c,
+                                          (unsigned long long)wide, (unsigned long long)walk);
+                        }
+                    }
+                }
+            }
+        }
+        free(ef), free(el), free(af), free(al);
+        dlc__sampler_free(&s);
+        free(f);
+    }
+}

@@ -503,7 +503,7 @@ import ctypes, sys
 import dlcache
 from dlcache import _lib as L, _stream
 
-url, cache, endpoint, how = sys.argv[1:]
+url, cache, endpoint, how, local = sys.argv[1:]
 apply = _stream.apply
 
 
@@ -523,6 +523,9 @@ try:
     if how == "open":
         dlcache.Loader(url, cache_dir=cache, cache_ranks=1, endpoint=endpoint, batch_size=8,
                        crop=32, window_shards=2)
+    elif how == "mix":
+        dlcache.Loader([url, local], cache_dir=cache, cache_ranks=1, endpoint=endpoint,
+                       batch_size=8, crop=32, window_shards=2)
     else:
         dlcache.plan(url, 8, window_shards=2, world_size=1, cache_ranks=1, cache_dir=cache,
                      endpoint=endpoint)
@@ -532,34 +535,58 @@ except dlcache.DlcacheError as e:
 """
 
 
-@pytest.mark.parametrize("how", ["open", "plan"])
-def test_planning_a_lying_index_stops_when_asked(local_set, s3, tmp_path, how):
-    """Issue 23, item 7: an index whose shard sizes a cache folder could hold, but whose counts
-    (as large as those sizes allow) would take minutes to plan: the open and plan() walk every
-    record, and ask the network options' progress callback (Python's Ctrl-C, with the SIGINT
-    handler of the open) about ten times a second whether to stop."""
-    name = "slow-" + how
+def _push_lying_index(local_set, s3, tmp_path, name, shards):
+    """local_set pushed as s3://b/sets/NAME with an index whose first @p shards shards claim
+    sizes a cache folder could hold and counts as large as those sizes allow (48 bytes a
+    record): the URL, and the records claimed."""
     r = subprocess.run([tool("cachewarm"), "push", local_set, "s3://b/sets/" + name,
                         "--endpoint", s3, "-q"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, "cachewarm push: %s" % r.stderr
     sv = os.statvfs(str(tmp_path))
-    size = min(sv.f_blocks * sv.f_frsize // 2, (1 << 31) * 48)
+    size = min(sv.f_blocks * sv.f_frsize // (2 * shards), (1 << 31) * 48)
     lie = tmp_path / "index.dlcset"
+    edits = []
+    for k in range(1, shards + 1):
+        edits += ["--count", "%d=%d" % (k, size // 48), "--bytes", "%d=%d" % (k, size)]
     r = subprocess.run([tool("stream_index_edit"), os.path.join(local_set, "index.dlcset"),
-                        str(lie), "--count", "1=%d" % (size // 48), "--bytes", "1=%d" % size],
-                       capture_output=True, text=True, timeout=60)
+                        str(lie)] + edits, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     r = subprocess.run([tool("cachewarm"), "push", str(lie), "s3://b/sets/%s/index.dlcset" % name,
                         "--endpoint", s3, "-q"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, "cachewarm push of the index: %s" % r.stderr
+    return "s3://b/sets/" + name, shards * (size // 48)
+
+
+def test_planning_a_lying_index_in_a_mixture_stops_when_asked(local_set, s3, tmp_path):
+    """Issue 23, item 7: an index whose shard sizes a cache folder could hold, but whose counts
+    (as large as those sizes allow) would take minutes to plan: a mixture's plan walks every
+    record of its streamed sources, and asks the network options' progress callback (Python's
+    Ctrl-C, with the SIGINT handler of the open) about ten times a second whether to stop."""
+    url, n = _push_lying_index(local_set, s3, tmp_path, "slow-mix", 1)
     try:
-        r = subprocess.run([sys.executable, "-c", _STOP_CHILD, "s3://b/sets/" + name,
-                            str(tmp_path / "c"), s3, how], capture_output=True, text=True,
-                           timeout=60)
+        r = subprocess.run([sys.executable, "-c", _STOP_CHILD, url, str(tmp_path / "c"), s3,
+                            "mix", local_set], capture_output=True, text=True, timeout=60)
     except subprocess.TimeoutExpired:
-        pytest.fail("planning %d records did not stop when asked" % (size // 48))
+        pytest.fail("planning %d records did not stop when asked" % n)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("CanceledError") and "planning the epoch" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("how", ["open", "plan"])
+def test_planning_lying_counts_follows_the_shards(local_set, s3, tmp_path, how):
+    """Issue 32, item 5: 16 shards claiming counts as large as their sizes allow (2^28 each took
+    minutes to walk): a loader in shard windows plans a share that large from its windows, so
+    the open and plan() are done long before the progress callback's stop at 0.3 s, which would
+    cancel a walk of the records."""
+    url, n = _push_lying_index(local_set, s3, tmp_path, "lying-" + how, 16)
+    assert n > 1 << 26, "the lie claims %d records" % n
+    try:
+        r = subprocess.run([sys.executable, "-c", _STOP_CHILD, url, str(tmp_path / "c"), s3,
+                            how, local_set], capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("planning %d records claimed by 16 shards did not end" % n)
+    assert r.returncode == 0, r.stderr
+    assert not r.stdout.startswith("CanceledError"), r.stdout
 
 
 def test_batches_of_a_damaged_shard_alone_are_replaced_from_healthy_shards(local_set, s3,
