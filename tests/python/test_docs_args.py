@@ -1,0 +1,53 @@
+"""docs/LOADER_ARGS.md is the one table of every Loader argument: it must follow the signature.
+
+Each parameter of ``dlcache.Loader`` has a row ``| `name` | type | default | meaning |`` whose
+default is the signature's (``required`` for those without one), and no row names an argument
+the Loader does not take. A new argument without its row fails here.
+"""
+import inspect
+import os
+import re
+
+import dlcache
+
+DOC = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "LOADER_ARGS.md")
+ROW = re.compile(r"^\| `([A-Za-z_][A-Za-z0-9_]*)` \| ([^|]*) \| ([^|]*) \| (.+) \|$")
+
+
+def _rows():
+    rows = {}
+    with open(DOC, encoding="utf-8") as f:
+        for line in f:
+            m = ROW.match(line.rstrip("\n"))
+            if m:
+                name, typ, default, meaning = (g.strip() for g in m.groups())
+                assert name not in rows, "LOADER_ARGS.md lists %s twice" % name
+                rows[name] = (typ, default, meaning)
+    return rows
+
+
+def _params():
+    sig = inspect.signature(dlcache.Loader)
+    assert "batch_size" in sig.parameters, "inspect.signature(dlcache.Loader) is %s" % sig
+    return {n: p for n, p in sig.parameters.items()
+            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+
+
+def test_every_argument_has_a_row_with_its_default():
+    rows, params = _rows(), _params()
+    missing = sorted(set(params) - set(rows))
+    assert not missing, "arguments without a row in docs/LOADER_ARGS.md: %s" % missing
+    for name, p in params.items():
+        _, default, meaning = rows[name]
+        assert meaning, name
+        if p.default is inspect.Parameter.empty:
+            assert default == "required", (name, default)
+        else:
+            assert default == "`%r`" % (p.default,), \
+                "docs/LOADER_ARGS.md gives %s the default %s; the signature has %r" % (
+                    name, default, p.default)
+
+
+def test_no_row_for_an_argument_the_loader_does_not_take():
+    extra = sorted(set(_rows()) - set(_params()))
+    assert not extra, "docs/LOADER_ARGS.md lists arguments the Loader does not take: %s" % extra
