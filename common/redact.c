@@ -7,7 +7,8 @@
  *
  * What is cut (docs/SECURITY.md):
  *   - in a URL (scheme://...), its user:password and its query string;
- *   - the word after an HTTP authorization scheme: Bearer, Basic, Digest, Negotiate, AWS;
+ *   - the word after an HTTP authorization scheme: Bearer, Basic, Negotiate, AWS, and Digest
+ *     when that word is a parameter (username="..."): "content digest 0123abcd" stays;
  *   - the value after a key (followed by ':' or '=', quotes allowed) whose name holds "token",
  *     "signature", "credential", "secret", "password", "passwd", "apikey", "api-key",
  *     "api_key", "cookie" or "authorization" (for the last two, the whole rest of the line);
@@ -236,7 +237,13 @@ const char *dlc__redact_text(const char *in, char *buf, size_t cap)
             while (v < n && in[v] == ' ')
                 v++;
             const size_t vl = value_len(in + v, n - v);
-            if (vl > 0 && !(vl == MARK_LEN && strncmp(in + v, mark, MARK_LEN) == 0)) {
+            /* HTTP Digest credentials are parameters (username="...", response=...); our own
+             * messages say "content digest 0123abcd...", a hash that is no secret and names
+             * what was checked, so after "digest" only a parameter is cut. */
+            const int digest_word =
+                wl == 6 && strncasecmp(in + i, "digest", 6) == 0 && memchr(in + v, '=', vl) == NULL;
+            if (vl > 0 && !digest_word &&
+                !(vl == MARK_LEN && strncmp(in + v, mark, MARK_LEN) == 0)) {
                 put(&o, in + i, v - i);
                 put(&o, mark, MARK_LEN);
                 i = v + vl;

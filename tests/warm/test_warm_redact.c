@@ -51,6 +51,9 @@ Test(warm_redact, echoed_headers)
     cr_assert_not_null(strstr(redact(s3), "Host: 127.0.0.1"), "%s", redact(s3));
     assert_clean("Authorization: Bearer GCSBEARERTOKEN Range: bytes=0-9");
     assert_clean("Authorization: Basic dXNlcjpQV1NFQ1JFVA== User-Agent: x");
+    /* HTTP Digest's parameters, flattened into a description without their header name. */
+    cr_assert_null(
+        strstr(redact("you sent Digest username=SECRETUSER, realm=\"r\""), "SECRETUSER"));
     assert_clean("{\"access_token\": \"GCSBEARERTOKEN\", \"headers\": \"x-amz-security-token: "
                  "SESSIONTOKENXYZ\"}");
     assert_clean("you sent Bearer GCSBEARERTOKEN and key AKIAEXAMPLEKEYID0001");
@@ -72,6 +75,9 @@ Test(warm_redact, keeps_ordinary_words)
         /* Our messages name a field in quotes: a field may be called "tokens". */
         "/tmp/k.dlc: record 9: field \"tokens\": leading dimension disagrees with the schema",
         "/tmp/r.dlc: field 8 \"tokens\": 1 bytes; 0 rows of 4 bytes (uint16) are 0",
+        /* A content digest is a hash of what was checked, not a credential. */
+        "/tmp/set/index.dlcset: shard 3: content digest 0123456789abcdef, the index says "
+        "fedcba9876543210",
     };
     for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++)
         cr_assert_str_eq(redact(kept[i]), kept[i]);
