@@ -41,6 +41,10 @@ def __getattr__(name):
     if name == "Loader":
         from .loader import Loader
         return Loader
+    # Token stores (dlcache.tokens) import numpy too.
+    if name in ("write_tokens", "TokenStore"):
+        from . import tokens
+        return getattr(tokens, name)
     # numpy is imported by write() only.
     if name in ("write", "WriteReport"):
         from . import writer
@@ -66,4 +70,5 @@ __all__ = [
     "CanceledError", "StateError", "CudaError", "UnsupportedError",
     "DlcacheOSError", "DlcacheFileNotFoundError", "DlcachePermissionError",
     "FileNotFound", "PermissionDenied",
+    "write_tokens", "TokenStore",
 ]
