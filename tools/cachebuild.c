@@ -21,6 +21,7 @@
 #include <dlcache/set.h>
 #include <dlcache/store.h>
 
+#include "cachebuild_tokens.h"
 #include "toolutil.h"
 
 #include <errno.h>
@@ -555,6 +556,8 @@ static int run_join(const char *dir, int json)
 
 int main(int argc, char **argv)
 {
+    if (cachebuild_tokens_wanted(argc, argv))
+        return cachebuild_tokens_main(argc, argv);
     build_args a = {.out = NULL};
     dlc_build_options_init(&a.o);
     /* Before getopt_long(), which permutes argv. */

@@ -197,6 +197,79 @@ DLC_API dlc_status dlc_token_writer_finish(dlc_token_writer *w);
  *  @param[in] w The writer, or NULL (nothing happens). */
 DLC_API void dlc_token_writer_abort(dlc_token_writer *w);
 
+/** Where dlc_tokens_build() reads its documents from (::dlc_tokens_build_options.format). */
+typedef enum dlc_tokens_format {
+    /** By the file's name: .jsonl/.json JSON lines, .npy a numpy array, .idx (or a .bin beside
+     *  an .idx starting with MMIDIDX) a Megatron pair, another .bin a flat token file. */
+    DLC_TOKENS_FORMAT_AUTO = 0,
+    DLC_TOKENS_FORMAT_JSONL = 1,    /**< One JSON object per line; the member named
+                                         ::dlc_tokens_build_options.field holds a list of ids, or
+                                         a text string to tokenize (with a tokenizer). */
+    DLC_TOKENS_FORMAT_BIN = 2,      /**< nanoGPT's flat file of ids (bin_dtype), documents
+                                         split after each eos_id; a last document without it gets
+                                         it. */
+    DLC_TOKENS_FORMAT_NPY = 3,      /**< A .npy of integers: 1-D, split as a flat file; 2-D, one
+                                         document per row. */
+    DLC_TOKENS_FORMAT_MEGATRON = 4, /**< Megatron-LM's indexed dataset: PREFIX.idx (MMIDIDX,
+                                         version 1) and PREFIX.bin; a document is its sequences,
+                                         concatenated. */
+} dlc_tokens_format;
+
+/** dlc_tokens_build() options; dlc_tokens_build_options_init() sets struct_size and the
+ *  defaults (0 or NULL unless said). */
+typedef struct dlc_tokens_build_options {
+    uint32_t struct_size;       /**< Set by dlc_tokens_build_options_init(). */
+    uint32_t format;            /**< A ::dlc_tokens_format for every source (default AUTO). */
+    const char *const *sources; /**< num_sources paths, read in this order. */
+    uint32_t num_sources;       /**< At least 1. */
+    const char *output;         /**< The store to write. */
+    int force;                  /**< Replace an existing store. */
+    const char *field;          /**< JSON lines: the member to read (default "tokens", or "text"
+                                     with a tokenizer). */
+    const char *tokenizer;      /**< A SentencePiece model file: JSON lines hold text, tokenized
+                                     by it (needs libdlcache_spm.so, built where
+                                     libsentencepiece-dev is found; DLC_ENOSYS otherwise). */
+    int64_t eos_id;             /**< The end-of-document id; -1 (default): the tokenizer's EOS
+                                     id (an error without a tokenizer or when it has none). */
+    uint32_t vocab_size;        /**< Ids must be below it; 0: the tokenizer's, or not known. */
+    uint32_t bin_dtype;         /**< Flat .bin files: DLC_DTYPE_UINT16 (default) or
+                                     DLC_DTYPE_INT32 (read as unsigned 32-bit ids). */
+    uint32_t out_dtype;         /**< The stored type: 0 (default) as dlc_token_writer_config.dtype
+                                     says, or DLC_DTYPE_UINT16 / DLC_DTYPE_INT32. */
+    const char *build_json;     /**< The "build" metadata, or NULL. */
+} dlc_tokens_build_options;
+
+/** @brief Fill @p o with the defaults, never writing past @p size.
+ *  @param[out] o The options (NULL or too small: nothing is written).
+ *  @param[in] size sizeof(dlc_tokens_build_options) in the caller's header. */
+DLC_API void dlc_tokens_build_options_init_sized(dlc_tokens_build_options *o, size_t size);
+
+/** Fill @p o (a ::dlc_tokens_build_options) with the defaults and its struct_size. */
+#define dlc_tokens_build_options_init(o) dlc_tokens_build_options_init_sized((o), sizeof *(o))
+
+/** What dlc_tokens_build() did. */
+typedef struct dlc_tokens_build_report {
+    uint64_t documents;   /**< Documents written. */
+    uint64_t tokens;      /**< Tokens written, end-of-document ids included. */
+    uint64_t skipped;     /**< Empty documents, not written. */
+    uint32_t dtype;       /**< The stored element type. */
+    uint32_t eos_id;      /**< The end-of-document id used. */
+    uint32_t vocab_size;  /**< The vocabulary recorded (0: not known). */
+    uint32_t reserved[7]; /**< Zero. */
+} dlc_tokens_build_report;
+
+/**
+ * @brief Build a token store from token files or text (cachebuild --tokens).
+ * @param[in] o The options.
+ * @param[out] report What was written (may be NULL).
+ * @return DLC_OK; DLC_EINVAL (bad options; a source that is not what its format says, named with
+ *         the file, the line or record and the reason); DLC_ENOSYS (a tokenizer without the
+ *         SentencePiece plugin); DLC_EEXIST; -errno (a source that cannot be read, named);
+ *         -ENOSPC.
+ */
+DLC_API dlc_status dlc_tokens_build(const dlc_tokens_build_options *o,
+                                    dlc_tokens_build_report *report);
+
 #ifdef __cplusplus
 }
 #endif
