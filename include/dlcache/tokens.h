@@ -270,6 +270,139 @@ typedef struct dlc_tokens_build_report {
 DLC_API dlc_status dlc_tokens_build(const dlc_tokens_build_options *o,
                                     dlc_tokens_build_report *report);
 
+/* ---- Packed sequences ---------------------------------------------------------------------- */
+
+/** How documents become rows of seq_len tokens (::dlc_token_loader_config.packing). */
+typedef enum dlc_token_packing {
+    /** One concatenation of the documents in a seeded order, cut into windows of seq_len + 1
+     *  tokens that overlap by one; the windows are permuted per epoch. Every token but the tail
+     *  (fewer than seq_len + 1 tokens after the last whole window) is an input exactly once per
+     *  epoch. */
+    DLC_TOKEN_PACK_CONCAT = 0,
+} dlc_token_packing;
+
+/** The label of a target that is not predicted (PyTorch's cross-entropy ignore_index). */
+#define DLC_TOKEN_IGNORE (-100)
+
+/** dlc_token_loader_open() options; dlc_token_loader_config_init() sets struct_size and the
+ *  defaults. */
+typedef struct dlc_token_loader_config {
+    uint32_t struct_size; /**< Set by dlc_token_loader_config_init(). */
+    uint32_t batch_size;  /**< Rows per batch, at least 1. */
+    uint32_t seq_len;     /**< Tokens per row, at least 1 (default 2048). */
+    uint32_t rank;        /**< This process's rank, below world_size (default 0). */
+    uint32_t world_size;  /**< Ranks sharing each epoch, at least 1 (default 1). */
+    uint32_t threads;     /**< Worker threads filling batches ahead (default 2); 0: each batch
+                               is filled by dlc_token_loader_next() on the caller's thread. */
+    uint32_t out_dtype;   /**< DLC_DTYPE_INT64 (default) or DLC_DTYPE_INT32: the element type of
+                               input_ids, labels and position_ids. */
+    uint32_t packing;     /**< A ::dlc_token_packing (default DLC_TOKEN_PACK_CONCAT). */
+    uint64_t seed;        /**< The documents' order and every epoch's order of windows are pure
+                               functions of it. */
+    int shuffle;          /**< 1 (default): documents in a seeded order, windows permuted per
+                               epoch; 0: documents in record order, windows in order. */
+    int drop_last;        /**< Cut each rank's share to whole batches (DistributedSampler's
+                               drop_last); else the share is padded by repeating windows from the
+                               epoch's start and the last batch may be short. */
+    int document_mask;    /**< Also cu_seqlens and max_seqlen, and labels DLC_TOKEN_IGNORE where
+                               the target lies in the next document. */
+} dlc_token_loader_config;
+
+/** @brief Fill @p c with the defaults, never writing past @p size.
+ *  @param[out] c The options (NULL or too small: nothing is written).
+ *  @param[in] size sizeof(dlc_token_loader_config) in the caller's header. */
+DLC_API void dlc_token_loader_config_init_sized(dlc_token_loader_config *c, size_t size);
+
+/** Fill @p c (a ::dlc_token_loader_config) with the defaults and its struct_size. */
+#define dlc_token_loader_config_init(c) dlc_token_loader_config_init_sized((c), sizeof *(c))
+
+/** One batch of packed rows, lent by dlc_token_loader_next() until the next call, a seek or
+ *  close. Row r's element j of each [rows x seq_len] array is at r * seq_len + j. */
+typedef struct dlc_token_batch {
+    uint32_t rows;             /**< Rows filled: batch_size, or fewer in a short last batch. */
+    uint32_t seq_len;          /**< Tokens per row. */
+    uint32_t dtype;            /**< The element type of the three arrays below. */
+    uint32_t num_cu;           /**< Entries of cu_seqlens (0 without document_mask). */
+    const void *input_ids;     /**< rows x seq_len token ids. */
+    const void *labels;        /**< rows x seq_len: the next token of each input (its window's
+                                    token j + 1); DLC_TOKEN_IGNORE with document_mask where that
+                                    token starts another document. */
+    const void *position_ids;  /**< rows x seq_len: 0 at the start of each row and of each
+                                    document in it, then counting up. */
+    const int32_t *cu_seqlens; /**< With document_mask: the start of each segment (a document's
+                                    piece in a row) in the batch's flattened rows x seq_len
+                                    tokens, then rows x seq_len. */
+    uint32_t max_seqlen;       /**< With document_mask: the longest segment. */
+    uint32_t reserved;         /**< Zero. */
+    uint64_t epoch;            /**< The epoch it belongs to. */
+    uint64_t index;            /**< Its number in this rank's share of the epoch. */
+} dlc_token_batch;
+
+/** Packed sequences of a token store for a language model (docs/TOKENS.md). */
+typedef struct dlc_token_loader dlc_token_loader;
+
+/**
+ * @brief Open a token store for packed sequences, positioned at the start of epoch 0. Nothing
+ *        is computed per document here; with shuffle, the prefix sums of the documents in the
+ *        seeded order (8 bytes per document) are made at the first batch.
+ * @param[in] path A token store (not retained).
+ * @param[in] config The options.
+ * @param[out] out Release with dlc_token_loader_close().
+ * @return DLC_OK; DLC_EINVAL (bad options, named; a corpus shorter than one window of
+ *         seq_len + 1 tokens); what dlc_store_open() and dlc_tokens_open() return; -ENOMEM.
+ */
+DLC_API dlc_status dlc_token_loader_open(const char *path, const dlc_token_loader_config *config,
+                                         dlc_token_loader **out);
+
+/** Stop the workers and free @p l.
+ *  @param[in] l The loader, or NULL (nothing happens). */
+DLC_API void dlc_token_loader_close(dlc_token_loader *l);
+
+/** @brief Windows of an epoch (before padding or cutting to the world size).
+ *  @param[in] l The loader.
+ *  @return (num_tokens - 1) / seq_len; 0 when @p l is NULL. */
+DLC_API uint64_t dlc_token_loader_num_windows(const dlc_token_loader *l);
+
+/**
+ * @brief Go to global position @p start of epoch @p epoch: the windows before it (of every
+ *        rank: position p is rank p % world's) count as consumed; this rank's share of the rest
+ *        is dealt as DistributedSampler deals an epoch. seek(e, 0) is set_epoch(e); a saved
+ *        position (dlc_token_loader_position()) resumes exactly, under any world size.
+ * @param[in] l The loader.
+ * @param[in] epoch The epoch.
+ * @param[in] start 0..num_windows (num_windows: the epoch is over).
+ * @return DLC_OK, DLC_EINVAL (@p start beyond the epoch, or NULL).
+ */
+DLC_API dlc_status dlc_token_loader_seek(dlc_token_loader *l, uint64_t epoch, uint64_t start);
+
+/** @brief Batches this rank delivers from the last seek to the end of its epoch.
+ *  @param[in] l The loader.
+ *  @return The count (0 for NULL). */
+DLC_API uint64_t dlc_token_loader_len(const dlc_token_loader *l);
+
+/** @brief The global position consumed: the seek's start plus batch_size x world_size per
+ *         batch delivered since, at most num_windows (then the epoch is over).
+ *  @param[in] l The loader.
+ *  @param[out] epoch The current epoch (may be NULL).
+ *  @return The position (0 for NULL). */
+DLC_API uint64_t dlc_token_loader_position(const dlc_token_loader *l, uint64_t *epoch);
+
+/**
+ * @brief The next batch of this rank's share.
+ * @param[in] l The loader; one consumer thread.
+ * @param[out] batch Lent until the next call, a seek or close.
+ * @return DLC_OK; DLC_END (the epoch's share is delivered: seek to go on); DLC_ECORRUPT (a
+ *         document that disagrees with the prefix sums, named); DLC_EINVAL (NULL); -ENOMEM.
+ */
+DLC_API dlc_status dlc_token_loader_next(dlc_token_loader *l, dlc_token_batch *batch);
+
+/** @brief The document at place @p k of the seeded order of the concatenation (a bijection of
+ *         0..num_docs-1; the identity without shuffle), for tests and tools.
+ *  @param[in] l The loader.
+ *  @param[in] k 0..num_docs-1.
+ *  @return The document; UINT64_MAX when @p k is out of range or @p l is NULL. */
+DLC_API uint64_t dlc_token_loader_doc_at(const dlc_token_loader *l, uint64_t k);
+
 #ifdef __cplusplus
 }
 #endif

@@ -171,3 +171,205 @@ class TokenStore:
             self.close()
         except Exception:
             pass
+
+
+# ---- Packed sequences ----------------------------------------------------------------------
+
+class TokenLoaderConfig(ctypes.Structure):
+    """dlc_token_loader_config."""
+    _fields_ = [("struct_size", ctypes.c_uint32), ("batch_size", ctypes.c_uint32),
+                ("seq_len", ctypes.c_uint32), ("rank", ctypes.c_uint32),
+                ("world_size", ctypes.c_uint32), ("threads", ctypes.c_uint32),
+                ("out_dtype", ctypes.c_uint32), ("packing", ctypes.c_uint32),
+                ("seed", ctypes.c_uint64), ("shuffle", ctypes.c_int), ("drop_last", ctypes.c_int),
+                ("document_mask", ctypes.c_int)]
+
+
+class TokenBatch(ctypes.Structure):
+    """dlc_token_batch."""
+    _fields_ = [("rows", ctypes.c_uint32), ("seq_len", ctypes.c_uint32),
+                ("dtype", ctypes.c_uint32), ("num_cu", ctypes.c_uint32),
+                ("input_ids", _P), ("labels", _P), ("position_ids", _P),
+                ("cu_seqlens", _P), ("max_seqlen", ctypes.c_uint32),
+                ("reserved", ctypes.c_uint32), ("epoch", ctypes.c_uint64),
+                ("index", ctypes.c_uint64)]
+
+
+_lib._PROTOTYPES.update({
+    "dlc_token_loader_config_init_sized": (None, [ctypes.POINTER(TokenLoaderConfig),
+                                                  ctypes.c_size_t]),
+    "dlc_token_loader_open": (_S, [ctypes.c_char_p, ctypes.POINTER(TokenLoaderConfig),
+                                   ctypes.POINTER(_P)]),
+    "dlc_token_loader_close": (None, [_P]),
+    "dlc_token_loader_num_windows": (ctypes.c_uint64, [_P]),
+    "dlc_token_loader_seek": (_S, [_P, ctypes.c_uint64, ctypes.c_uint64]),
+    "dlc_token_loader_len": (ctypes.c_uint64, [_P]),
+    "dlc_token_loader_position": (ctypes.c_uint64, [_P, ctypes.POINTER(ctypes.c_uint64)]),
+    "dlc_token_loader_next": (_S, [_P, ctypes.POINTER(TokenBatch)]),
+    "dlc_token_loader_doc_at": (ctypes.c_uint64, [_P, ctypes.c_uint64]),
+})
+
+_STATE_KEY = "dlcache_token_loader_state"
+_PACKINGS = {"concat": 0}
+
+
+def _env_int(name, default):
+    v = os.environ.get(name)
+    return int(v) if v not in (None, "") else default
+
+
+class TokenLoader:
+    """Packed sequences of a token store (docs/TOKENS.md): what ``dlcache.Loader(path,
+    batch_size, seq_len=N)`` returns for a token store.
+
+    Each batch is a dict of torch tensors: ``input_ids`` and ``labels`` [B, seq_len] (labels are
+    the next tokens), ``position_ids`` [B, seq_len] (0 at each row's and each document's start),
+    and with ``document_mask=True`` ``cu_seqlens`` (int32, the start of every document's piece in
+    the flattened batch, then B x seq_len) and ``max_seqlen`` (int), and labels -100 where the
+    target lies in the next document. ``dtype`` is torch.int64 (default) or torch.int32.
+
+    Packing "concat": the documents concatenated in an order fixed by ``seed``, cut into windows
+    of seq_len + 1 tokens overlapping by one, the windows permuted per epoch and dealt to ranks as
+    DistributedSampler deals samples: every token but the tail is an input exactly once per
+    epoch. ``state_dict()``/``load_state_dict()`` resume exactly, also under another world size.
+    The tensors are the loader's own copies (the C slots are reused).
+    """
+
+    def __init__(self, path, batch_size, *, seq_len=2048, seed=0, shuffle=True, drop_last=False,
+                 document_mask=False, packing="concat", dtype=None, rank=None, world_size=None,
+                 threads=2):
+        import torch
+        self._torch = torch
+        self._h = _P()
+        if packing not in _PACKINGS:
+            raise ValueError("packing is one of %s, not %r" % (sorted(_PACKINGS), packing))
+        if dtype is None:
+            dtype = torch.int64
+        if dtype not in (torch.int64, torch.int32):
+            raise ValueError("dtype is torch.int64 or torch.int32, not %r" % (dtype,))
+        cfg = TokenLoaderConfig()
+        lib.dlc_token_loader_config_init_sized(ctypes.byref(cfg), ctypes.sizeof(cfg))
+        self.path = os.fsdecode(path)
+        self.batch_size, self.seq_len, self.seed = int(batch_size), int(seq_len), int(seed)
+        self.rank = _env_int("RANK", 0) if rank is None else int(rank)
+        self.world_size = _env_int("WORLD_SIZE", 1) if world_size is None else int(world_size)
+        self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
+        self.document_mask, self.packing, self.dtype = bool(document_mask), packing, dtype
+        cfg.batch_size, cfg.seq_len, cfg.seed = self.batch_size, self.seq_len, self.seed
+        cfg.rank, cfg.world_size, cfg.threads = self.rank, self.world_size, int(threads)
+        cfg.out_dtype = _lib.DTYPE_INT64 if dtype == torch.int64 else _lib.DTYPE_INT32
+        cfg.packing = _PACKINGS[packing]
+        cfg.shuffle, cfg.drop_last = int(self.shuffle), int(self.drop_last)
+        cfg.document_mask = int(self.document_mask)
+        check(lib.dlc_token_loader_open(os.fsencode(path), ctypes.byref(cfg),
+                                        ctypes.byref(self._h)), self.path)
+        self.num_windows = lib.dlc_token_loader_num_windows(self._h)
+        self._epoch = 0
+        self._resume = None  # (epoch, position) from load_state_dict()
+        self._finished = False
+
+    def _ptr(self):
+        if not self._h:
+            raise RuntimeError("this dlcache TokenLoader is closed")
+        return self._h
+
+    def __len__(self):
+        """Batches of this rank in a whole epoch."""
+        w, b, n = self.world_size, self.batch_size, self.num_windows
+        per = n // w if self.drop_last else -(-n // w)
+        return per // b if self.drop_last else -(-per // b)
+
+    def set_epoch(self, epoch):
+        self._epoch = int(epoch)
+        self._resume = None
+        self._finished = False
+
+    def doc_order(self):
+        """The documents in the order of the concatenation (numpy uint64), for checks."""
+        out = []
+        k = 0
+        while True:
+            d = lib.dlc_token_loader_doc_at(self._ptr(), k)
+            if d == 2**64 - 1:
+                break
+            out.append(d)
+            k += 1
+        return np.array(out, dtype=np.uint64)
+
+    def __iter__(self):
+        torch = self._torch
+        h = self._ptr()
+        if self._resume is not None:
+            epoch, pos = self._resume
+            self._resume = None
+            self._epoch = epoch
+        else:
+            if self._finished:
+                self._epoch += 1
+            pos = 0
+        self._finished = False
+        check(lib.dlc_token_loader_seek(h, self._epoch, pos), self.path)
+        b = TokenBatch()
+        np_dtype = np.int64 if self.dtype == torch.int64 else np.int32
+        while True:
+            rc = lib.dlc_token_loader_next(h, ctypes.byref(b))
+            if rc == 1:  # DLC_END
+                self._finished = True
+                return
+            check(rc, self.path)
+            n = b.rows * b.seq_len
+            out = {}
+            for name in ("input_ids", "labels", "position_ids"):
+                a = np.ctypeslib.as_array(
+                    ctypes.cast(getattr(b, name), ctypes.POINTER(
+                        ctypes.c_int64 if np_dtype == np.int64 else ctypes.c_int32)),
+                    shape=(n,))
+                out[name] = torch.from_numpy(a.reshape(b.rows, b.seq_len).copy())
+            if self.document_mask:
+                cu = np.ctypeslib.as_array(ctypes.cast(b.cu_seqlens,
+                                                       ctypes.POINTER(ctypes.c_int32)),
+                                           shape=(b.num_cu,))
+                out["cu_seqlens"] = torch.from_numpy(cu.copy())
+                out["max_seqlen"] = int(b.max_seqlen)
+            yield out
+
+    def state_dict(self):
+        """The stream's position (every batch yielded so far counts as consumed)."""
+        ep = ctypes.c_uint64()
+        pos = lib.dlc_token_loader_position(self._ptr(), ctypes.byref(ep))
+        if self._resume is not None:
+            epoch, pos = self._resume
+        else:
+            epoch = ep.value
+        return {_STATE_KEY: 1, "epoch": int(epoch), "position": int(pos),
+                "seed": self.seed, "seq_len": self.seq_len, "packing": self.packing,
+                "shuffle": self.shuffle, "num_windows": int(self.num_windows),
+                "world_size": self.world_size, "batch_size": self.batch_size}
+
+    def load_state_dict(self, state):
+        """Continue from a state_dict(), also one saved under another world size."""
+        if not isinstance(state, dict) or state.get(_STATE_KEY) != 1:
+            raise ValueError("not a dlcache TokenLoader state_dict")
+        for key in ("seed", "seq_len", "packing", "shuffle", "num_windows"):
+            if state[key] != getattr(self, key):
+                raise ValueError("state_dict was saved with %s=%r, this loader has %r"
+                                 % (key, state[key], getattr(self, key)))
+        self._resume = (int(state["epoch"]), int(state["position"]))
+        self._finished = False
+
+    def close(self):
+        if self._h:
+            lib.dlc_token_loader_close(self._h)
+            self._h = _P()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -1,0 +1,468 @@
+/* Packed sequences of a token store (include/dlcache/tokens.h, docs/TOKENS.md): the documents
+ * concatenated in a seeded order, cut into windows of seq_len + 1 tokens overlapping by one, the
+ * windows dealt per epoch as DistributedSampler deals samples (loader/sampler.h), each batch
+ * filled by one worker straight into a slot made at open. */
+#include "tokens_internal.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+void dlc_token_loader_config_init_sized(dlc_token_loader_config *c, size_t size)
+{
+    if (!c || size < sizeof(uint32_t))
+        return;
+    dlc_token_loader_config d;
+    memset(&d, 0, sizeof d);
+    d.seq_len = 2048;
+    d.world_size = 1;
+    d.threads = 2;
+    d.out_dtype = DLC_DTYPE_INT64;
+    d.shuffle = 1;
+    const size_t n = size < sizeof d ? size : sizeof d;
+    memcpy(c, &d, n);
+    c->struct_size = (uint32_t)n;
+}
+
+/* ---- The documents' order ------------------------------------------------------------------- */
+
+static uint64_t doc_at(const dlc_token_loader *l, uint64_t k)
+{
+    return l->c.shuffle ? dlc__perm_apply(&l->doc_perm, k) : k;
+}
+
+uint64_t dlc_token_loader_doc_at(const dlc_token_loader *l, uint64_t k)
+{
+    return l && k < l->info.num_docs ? doc_at(l, k) : UINT64_MAX;
+}
+
+/* The prefix sums in the seeded order: once, at the first batch, never at open (8 bytes and one
+ * Feistel evaluation per document). */
+static void make_perm_offsets(dlc_token_loader *l)
+{
+    const uint64_t n = l->info.num_docs;
+    uint64_t *p = malloc((n + 1) * sizeof *p);
+    if (!p) {
+        l->perm_rc =
+            dlc__errorf(-ENOMEM, "%s: out of memory for the order of %" PRIu64 " documents",
+                        dlc_store_path(l->store), n);
+        return;
+    }
+    p[0] = 0;
+    for (uint64_t k = 0; k < n; k++) {
+        const uint64_t d = doc_at(l, k);
+        if (l->offsets[d + 1] <= l->offsets[d] ||
+            l->offsets[d + 1] - l->offsets[d] > l->info.max_doc_tokens) {
+            l->perm_rc = dlc__errorf(DLC_ECORRUPT,
+                                     "%s: token offsets: document %" PRIu64 " runs from %" PRIu64
+                                     " to %" PRIu64,
+                                     dlc_store_path(l->store), d, l->offsets[d], l->offsets[d + 1]);
+            free(p);
+            return;
+        }
+        p[k + 1] = p[k] + (l->offsets[d + 1] - l->offsets[d]);
+    }
+    if (p[n] != l->info.num_tokens) {
+        l->perm_rc = dlc__errorf(DLC_ECORRUPT,
+                                 "%s: token offsets add up to %" PRIu64 " tokens, not %" PRIu64,
+                                 dlc_store_path(l->store), p[n], l->info.num_tokens);
+        free(p);
+        return;
+    }
+    l->perm_offsets = p;
+}
+
+static dlc_status ensure_order(dlc_token_loader *l)
+{
+    if (!l->c.shuffle)
+        return DLC_OK;
+    /* Only next() calls this, on the one consumer thread, before any worker starts. */
+    if (!l->perm_offsets && l->perm_rc == DLC_OK)
+        make_perm_offsets(l);
+    return l->perm_rc;
+}
+
+/* The place k in the order whose document holds concatenation position @p pos. */
+static uint64_t find_place(const dlc_token_loader *l, uint64_t pos, uint64_t *start)
+{
+    const uint64_t *p = l->c.shuffle ? l->perm_offsets : l->offsets;
+    uint64_t lo = 0, hi = l->info.num_docs;
+    while (hi - lo > 1) {
+        const uint64_t mid = lo + (hi - lo) / 2;
+        if (p[mid] <= pos)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    *start = p[lo];
+    return lo;
+}
+
+/* ---- Filling a batch ------------------------------------------------------------------------ */
+
+static inline void put(uint8_t *base, size_t esize, size_t i, int64_t v)
+{
+    if (esize == 8) {
+        memcpy(base + i * 8, &v, 8);
+    } else {
+        const int32_t w = (int32_t)v;
+        memcpy(base + i * 4, &w, 4);
+    }
+}
+
+/* Window @p w's seq_len + 1 tokens into the worker's buffer, and where documents start in it. */
+static dlc_status gather(const dlc_token_loader *l, tl_worker *wk, uint64_t w, uint32_t *nsegs)
+{
+    const uint32_t S = l->c.seq_len;
+    const uint64_t need = (uint64_t)S + 1;
+    uint64_t start;
+    uint64_t k = find_place(l, w * S, &start);
+    uint64_t off = w * S - start;
+    uint64_t j = 0;
+    uint32_t ns = 0;
+    wk->segs[ns++] = 0;
+    while (j < need) {
+        if (k >= l->info.num_docs)
+            return dlc__errorf(DLC_ECORRUPT, "%s: window %" PRIu64 " runs past the last document",
+                               dlc_store_path(l->store), w);
+        const void *data;
+        uint64_t n;
+        const dlc_status rc = dlc_tokens_doc(l->tokens, wk->reader, doc_at(l, k), &data, &n);
+        if (rc != DLC_OK)
+            return rc;
+        const uint64_t m = n - off < need - j ? n - off : need - j;
+        if (l->info.dtype == DLC_DTYPE_UINT16) {
+            const uint8_t *b = (const uint8_t *)data + off * 2;
+            for (uint64_t i = 0; i < m; i++)
+                wk->tok[j + i] = (uint32_t)b[2 * i] | (uint32_t)b[2 * i + 1] << 8;
+        } else {
+            const uint8_t *b = (const uint8_t *)data + off * 4;
+            for (uint64_t i = 0; i < m; i++)
+                wk->tok[j + i] = dlc__ld32(b + 4 * i);
+        }
+        j += m;
+        k++;
+        off = 0;
+        if (j < need)
+            wk->segs[ns++] = (uint32_t)j;
+    }
+    *nsegs = ns;
+    return DLC_OK;
+}
+
+static dlc_status fill_batch(dlc_token_loader *l, tl_worker *wk, tl_slot *s, uint64_t batch)
+{
+    const uint32_t S = l->c.seq_len, B = l->c.batch_size;
+    const size_t es = l->esize;
+    const uint64_t first = batch * B;
+    const uint64_t left = l->shard.per_rank - first;
+    const uint32_t rows = left < B ? (uint32_t)left : B;
+    uint32_t ncu = 0, maxlen = 0;
+    for (uint32_t r = 0; r < rows; r++) {
+        const uint64_t w = dlc__sampler_at(&l->sampler, dlc__shard_pos(&l->shard, first + r));
+        uint32_t ns = 0;
+        const dlc_status rc = gather(l, wk, w, &ns);
+        if (rc != DLC_OK)
+            return rc;
+        const size_t row = (size_t)r * S;
+        for (uint32_t j = 0; j < S; j++) {
+            put(s->input_ids, es, row + j, wk->tok[j]);
+            put(s->labels, es, row + j, wk->tok[j + 1]);
+        }
+        for (uint32_t i = 0; i < ns; i++) {
+            const uint32_t a = wk->segs[i];
+            const uint32_t b = i + 1 < ns ? wk->segs[i + 1] : S;
+            if (l->c.document_mask && a > 0)
+                put(s->labels, es, row + a - 1, DLC_TOKEN_IGNORE);
+            if (a >= S)
+                continue; /* The window's last token starts a document: a label only. */
+            const uint32_t e = b < S ? b : S;
+            for (uint32_t j = a; j < e; j++)
+                put(s->position_ids, es, row + j, j - a);
+            if (l->c.document_mask) {
+                s->cu[ncu++] = (int32_t)(row + a);
+                maxlen = e - a > maxlen ? e - a : maxlen;
+            }
+        }
+    }
+    if (l->c.document_mask)
+        s->cu[ncu++] = (int32_t)((size_t)rows * S);
+    s->num_cu = ncu;
+    s->max_seqlen = maxlen;
+    s->rows = rows;
+    return DLC_OK;
+}
+
+/* ---- The pipeline --------------------------------------------------------------------------- */
+
+typedef struct tl_arg {
+    dlc_token_loader *l;
+    uint32_t index;
+} tl_arg;
+
+static void *worker_main(void *p)
+{
+    dlc_token_loader *l = ((tl_arg *)p)->l;
+    tl_worker *wk = &l->workers[((tl_arg *)p)->index];
+    free(p);
+    pthread_mutex_lock(&l->mu);
+    for (;;) {
+        while (!l->stop && l->error == DLC_OK &&
+               !(l->next_fill < l->shard.batches && l->next_fill + 1 < l->delivered + l->depth))
+            pthread_cond_wait(&l->work, &l->mu);
+        if (l->stop || l->error != DLC_OK)
+            break;
+        const uint64_t k = l->next_fill++;
+        tl_slot *s = &l->slots[k % l->depth];
+        pthread_mutex_unlock(&l->mu);
+        const dlc_status rc = fill_batch(l, wk, s, k);
+        pthread_mutex_lock(&l->mu);
+        if (rc != DLC_OK && l->error == DLC_OK) {
+            l->error = rc;
+            dlc__err_save(&l->error_msg);
+        }
+        s->batch = k;
+        pthread_cond_broadcast(&l->done);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+static void stop_workers(dlc_token_loader *l)
+{
+    if (!l->running)
+        return;
+    pthread_mutex_lock(&l->mu);
+    l->stop = 1;
+    pthread_cond_broadcast(&l->work);
+    pthread_mutex_unlock(&l->mu);
+    for (uint32_t i = 0; i < l->c.threads; i++)
+        pthread_join(l->threads[i], NULL);
+    l->running = 0;
+    l->stop = 0;
+}
+
+static dlc_status start_workers(dlc_token_loader *l)
+{
+    l->next_fill = l->delivered;
+    l->error = DLC_OK;
+    for (uint32_t i = 0; i < l->depth; i++)
+        l->slots[i].batch = UINT64_MAX;
+    for (uint32_t i = 0; i < l->c.threads; i++) {
+        tl_arg *a = malloc(sizeof *a);
+        int e = a ? 0 : ENOMEM;
+        if (a) {
+            *a = (tl_arg){l, i};
+            e = pthread_create(&l->threads[i], NULL, worker_main, a);
+            if (e)
+                free(a);
+        }
+        if (e) {
+            l->running = 1;
+            const uint32_t made = i;
+            l->c.threads = made; /* Join the ones made, then give the count back. */
+            stop_workers(l);
+            return dlc__errorf(-e, "%s: cannot start a worker thread", dlc_store_path(l->store));
+        }
+    }
+    l->running = 1;
+    return DLC_OK;
+}
+
+/* ---- The API -------------------------------------------------------------------------------- */
+
+uint64_t dlc_token_loader_num_windows(const dlc_token_loader *l)
+{
+    return l ? l->windows : 0;
+}
+
+uint64_t dlc_token_loader_len(const dlc_token_loader *l)
+{
+    return l ? l->shard.batches : 0;
+}
+
+uint64_t dlc_token_loader_position(const dlc_token_loader *l, uint64_t *epoch)
+{
+    if (!l)
+        return 0;
+    if (epoch)
+        *epoch = l->epoch;
+    const uint64_t p = l->shard.start + l->delivered * (uint64_t)l->c.batch_size * l->c.world_size;
+    return p < l->windows ? p : l->windows;
+}
+
+dlc_status dlc_token_loader_seek(dlc_token_loader *l, uint64_t epoch, uint64_t start)
+{
+    if (!l)
+        return dlc__errorf(DLC_EINVAL, "dlc_token_loader_seek: NULL loader");
+    if (start > l->windows)
+        return dlc__errorf(DLC_EINVAL,
+                           "%s: position %" PRIu64 " is beyond the %" PRIu64 " windows of an epoch",
+                           dlc_store_path(l->store), start, l->windows);
+    stop_workers(l);
+    l->epoch = epoch;
+    dlc__sampler_set_epoch(&l->sampler, l->c.seed, epoch);
+    dlc__shard_plan(&l->shard, l->windows, start, l->c.rank, l->c.world_size, l->c.batch_size,
+                    l->c.drop_last);
+    l->delivered = 0;
+    return DLC_OK;
+}
+
+static void lend(const dlc_token_loader *l, const tl_slot *s, uint64_t index, dlc_token_batch *b)
+{
+    memset(b, 0, sizeof *b);
+    b->rows = s->rows;
+    b->seq_len = l->c.seq_len;
+    b->dtype = l->c.out_dtype;
+    b->num_cu = s->num_cu;
+    b->input_ids = s->input_ids;
+    b->labels = s->labels;
+    b->position_ids = s->position_ids;
+    b->cu_seqlens = l->c.document_mask ? s->cu : NULL;
+    b->max_seqlen = s->max_seqlen;
+    b->epoch = l->epoch;
+    b->index = index;
+}
+
+dlc_status dlc_token_loader_next(dlc_token_loader *l, dlc_token_batch *batch)
+{
+    if (!l || !batch)
+        return dlc__errorf(DLC_EINVAL, "dlc_token_loader_next: NULL argument");
+    if (l->delivered >= l->shard.batches)
+        return DLC_END;
+    dlc_status rc = ensure_order(l);
+    if (rc != DLC_OK)
+        return rc;
+    const uint64_t k = l->delivered;
+    if (l->c.threads == 0) {
+        rc = fill_batch(l, &l->workers[0], &l->slots[0], k);
+        if (rc != DLC_OK)
+            return rc;
+        lend(l, &l->slots[0], k, batch);
+        l->delivered++;
+        return DLC_OK;
+    }
+    if (!l->running)
+        CHECK(start_workers(l));
+    pthread_mutex_lock(&l->mu);
+    pthread_cond_broadcast(&l->work); /* The batch lent before is given back. */
+    tl_slot *s = &l->slots[k % l->depth];
+    while (s->batch != k && l->error == DLC_OK)
+        pthread_cond_wait(&l->done, &l->mu);
+    if (s->batch == k && l->error == DLC_OK) {
+        lend(l, s, k, batch);
+        l->delivered++;
+    } else {
+        rc = dlc__err_restore(&l->error_msg, l->error);
+    }
+    pthread_mutex_unlock(&l->mu);
+fail:
+    return rc;
+}
+
+void dlc_token_loader_close(dlc_token_loader *l)
+{
+    if (!l)
+        return;
+    stop_workers(l);
+    for (uint32_t i = 0; l->slots && i < l->depth; i++) {
+        free(l->slots[i].input_ids);
+        free(l->slots[i].labels);
+        free(l->slots[i].position_ids);
+        free(l->slots[i].cu);
+    }
+    for (uint32_t i = 0; l->workers && i < l->nworkers; i++) {
+        dlc_store_reader_close(l->workers[i].reader);
+        free(l->workers[i].tok);
+        free(l->workers[i].segs);
+    }
+    free(l->slots);
+    free(l->workers);
+    free(l->threads);
+    free(l->perm_offsets);
+    dlc__sampler_free(&l->sampler);
+    dlc_tokens_close(l->tokens);
+    dlc_store_close(l->store);
+    if (l->locks_made) {
+        pthread_mutex_destroy(&l->mu);
+        pthread_cond_destroy(&l->work);
+        pthread_cond_destroy(&l->done);
+    }
+    free(l);
+}
+
+dlc_status dlc_token_loader_open(const char *path, const dlc_token_loader_config *config,
+                                 dlc_token_loader **out)
+{
+    if (!path || !config || !out)
+        return dlc__errorf(DLC_EINVAL, "dlc_token_loader_open: NULL argument");
+    *out = NULL;
+    if (config->struct_size != sizeof *config)
+        return dlc__errorf(DLC_EINVAL,
+                           "dlc_token_loader_open: struct_size %u is not %zu: fill the options "
+                           "with dlc_token_loader_config_init()",
+                           config->struct_size, sizeof *config);
+    const dlc_token_loader_config *c = config;
+    if (c->batch_size == 0 || c->seq_len == 0 || c->world_size == 0 || c->rank >= c->world_size ||
+        c->threads > 256 || (c->out_dtype != DLC_DTYPE_INT64 && c->out_dtype != DLC_DTYPE_INT32) ||
+        c->packing != DLC_TOKEN_PACK_CONCAT || (uint64_t)c->batch_size * c->seq_len > INT32_MAX - 1)
+        return dlc__errorf(DLC_EINVAL,
+                           "%s: token loader: batch_size %u, seq_len %u (batch x seq_len below "
+                           "2^31), rank %u of world_size %u, threads %u (0..256), out_dtype %s "
+                           "(int64 or int32), packing %u (concat): one of them is out of range",
+                           path, c->batch_size, c->seq_len, c->rank, c->world_size, c->threads,
+                           dlc_dtype_name(c->out_dtype), c->packing);
+    dlc_status rc = DLC_OK;
+    dlc_token_loader *l = calloc(1, sizeof *l);
+    FAIL_IF(!l, -ENOMEM, "%s: out of memory", path);
+    l->c = *c;
+    l->esize = c->out_dtype == DLC_DTYPE_INT64 ? 8 : 4;
+    FAIL_IF(pthread_mutex_init(&l->mu, NULL) != 0, -ENOMEM, "%s: no lock", path);
+    pthread_cond_init(&l->work, NULL);
+    pthread_cond_init(&l->done, NULL);
+    l->locks_made = 1;
+    CHECK(dlc_store_open(path, 0, &l->store));
+    CHECK(dlc_tokens_open(l->store, &l->tokens));
+    l->info = *dlc_tokens_get_info(l->tokens);
+    l->offsets = dlc_tokens_offsets(l->tokens);
+    FAIL_IF(l->info.num_tokens < (uint64_t)c->seq_len + 1, DLC_EINVAL,
+            "%s: %" PRIu64 " tokens, fewer than one window of seq_len + 1 = %u", path,
+            l->info.num_tokens, c->seq_len + 1);
+    l->windows = (l->info.num_tokens - 1) / c->seq_len;
+    if (c->shuffle)
+        dlc__perm_init(&l->doc_perm, l->info.num_docs,
+                       dlc__key4(DLC__KEY_TOKEN_DOCS, c->seed, 0, 0));
+    CHECK(dlc__sampler_init(&l->sampler, c->shuffle ? DLC_SAMPLER_SHUFFLE : DLC_SAMPLER_SEQUENTIAL,
+                            l->windows, 0, 0, NULL, 0, NULL));
+    l->depth = c->threads ? c->threads + 2 : 1;
+    l->nworkers = c->threads ? c->threads : 1;
+    l->slots = calloc(l->depth, sizeof *l->slots);
+    l->workers = calloc(l->nworkers, sizeof *l->workers);
+    l->threads = calloc(l->nworkers, sizeof *l->threads);
+    FAIL_IF(!l->slots || !l->workers || !l->threads, -ENOMEM, "%s: out of memory", path);
+    const size_t cells = (size_t)c->batch_size * c->seq_len;
+    for (uint32_t i = 0; i < l->depth; i++) {
+        tl_slot *s = &l->slots[i];
+        s->input_ids = malloc(cells * l->esize);
+        s->labels = malloc(cells * l->esize);
+        s->position_ids = malloc(cells * l->esize);
+        s->cu = malloc((cells + 1) * sizeof *s->cu);
+        s->batch = UINT64_MAX;
+        FAIL_IF(!s->input_ids || !s->labels || !s->position_ids || !s->cu, -ENOMEM,
+                "%s: out of memory for %u batch slots of %zu tokens", path, l->depth, cells);
+    }
+    for (uint32_t i = 0; i < l->nworkers; i++) {
+        tl_worker *w = &l->workers[i];
+        w->tok = malloc(((size_t)c->seq_len + 1) * sizeof *w->tok);
+        w->segs = malloc(((size_t)c->seq_len + 1) * sizeof *w->segs);
+        FAIL_IF(!w->tok || !w->segs, -ENOMEM, "%s: out of memory", path);
+        CHECK(dlc_store_reader_open(l->store, &w->reader));
+    }
+    CHECK(dlc_token_loader_seek(l, 0, 0));
+    *out = l;
+    return DLC_OK;
+fail:
+    dlc_token_loader_close(l);
+    return rc;
+}
