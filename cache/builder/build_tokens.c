@@ -54,14 +54,11 @@ static dlc_status map_file(const char *path, mapped *m)
 {
     m->p = NULL;
     m->size = 0;
-    const int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return dlc__errorf(-errno, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return dlc__errorf(DLC_EINVAL, "%s: not a regular file", path);
-    }
+    /* Never blocks on a FIFO or a device: a regular file or a named refusal. */
+    const int fd = dlc__open_regular(path, 0, "token source", &st);
+    if (fd < 0)
+        return fd;
     if (st.st_size > 0) {
         void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (p == MAP_FAILED) {
@@ -527,9 +524,15 @@ static dlc_status tokenize(tb *b, const char *text, size_t len, const char *file
 static dlc_status read_jsonl(tb *b, const char *file)
 {
     const char *field = b->o->field ? b->o->field : b->model ? "text" : "tokens";
-    FILE *f = fopen(file, "re");
-    if (!f)
-        return dlc__errorf(-errno, "%s: cannot open: %s", file, strerror(errno));
+    struct stat st;
+    const int fd = dlc__open_regular(file, 0, "token source", &st);
+    if (fd < 0)
+        return fd;
+    FILE *f = fdopen(fd, "r");
+    if (!f) {
+        close(fd);
+        return dlc__errorf(-ENOMEM, "%s: cannot read", file);
+    }
     dlc_status rc = DLC_OK;
     char *line = NULL, *text = NULL;
     size_t cap = 0, text_cap = 0;
@@ -668,10 +671,13 @@ static uint32_t source_format(const char *src)
         char idx[PATH_MAX], bin[PATH_MAX];
         megatron_paths(src, idx, bin, sizeof idx);
         char magic[9];
-        FILE *f = fopen(idx, "re");
-        const int mm = f && fread(magic, 1, 9, f) == 9 && memcmp(magic, "MMIDIDX\0\0", 9) == 0;
-        if (f)
-            fclose(f);
+        struct stat st;
+        const int fd = dlc__open_regular(idx, 0, NULL, &st);
+        const int mm =
+            fd >= 0 && pread(fd, magic, 9, 0) == 9 && memcmp(magic, "MMIDIDX\0\0", 9) == 0;
+        if (fd >= 0)
+            close(fd);
+        dlc__clear_error();
         return mm ? DLC_TOKENS_FORMAT_MEGATRON : DLC_TOKENS_FORMAT_BIN;
     }
     return DLC_TOKENS_FORMAT_AUTO;

@@ -279,6 +279,14 @@ typedef enum dlc_token_packing {
      *  (fewer than seq_len + 1 tokens after the last whole window) is an input exactly once per
      *  epoch. */
     DLC_TOKEN_PACK_CONCAT = 0,
+    /** Documents placed whole into rows of seq_len tokens by best-fit decreasing (ties in the
+     *  seeded order of the documents), those longer than seq_len cut into pieces of seq_len and a
+     *  remainder; the rest of a row is pad_id with label DLC_TOKEN_IGNORE, and a piece's last
+     *  token has label DLC_TOKEN_IGNORE too (its target is not in the row). The plan is a pure
+     *  function of the store, seq_len and seed, made once and kept beside the store
+     *  (STORE.bestfit-SEQ_LEN-SEED, checked by digest at each open; in memory only where the
+     *  directory cannot be written); the rows are permuted per epoch like windows. */
+    DLC_TOKEN_PACK_BEST_FIT = 1,
 } dlc_token_packing;
 
 /** The label of a target that is not predicted (PyTorch's cross-entropy ignore_index). */
@@ -306,6 +314,7 @@ typedef struct dlc_token_loader_config {
                                epoch's start and the last batch may be short. */
     int document_mask;    /**< Also cu_seqlens and max_seqlen, and labels DLC_TOKEN_IGNORE where
                                the target lies in the next document. */
+    int32_t pad_id;       /**< DLC_TOKEN_PACK_BEST_FIT: the input id of padding (default 0). */
 } dlc_token_loader_config;
 
 /** @brief Fill @p c with the defaults, never writing past @p size.
@@ -395,6 +404,19 @@ DLC_API uint64_t dlc_token_loader_position(const dlc_token_loader *l, uint64_t *
  *         document that disagrees with the prefix sums, named); DLC_EINVAL (NULL); -ENOMEM.
  */
 DLC_API dlc_status dlc_token_loader_next(dlc_token_loader *l, dlc_token_batch *batch);
+
+/**
+ * @brief What the packing made: rows per epoch (windows with concat, rows of the plan with
+ *        best_fit) and the padding among their rows x seq_len tokens (0 with concat).
+ * @param[in] l The loader.
+ * @param[out] rows Rows per epoch, before padding or cutting to the world size (may be NULL).
+ * @param[out] pad_tokens Padding tokens in those rows (may be NULL).
+ * @param[out] saved 1 when the best-fit plan is in its file beside the store, 0 when it is only
+ *             in memory or there is none (may be NULL).
+ * @return DLC_OK or DLC_EINVAL (NULL @p l).
+ */
+DLC_API dlc_status dlc_token_loader_packing(const dlc_token_loader *l, uint64_t *rows,
+                                            uint64_t *pad_tokens, int *saved);
 
 /** @brief The document at place @p k of the seeded order of the concatenation (a bijection of
  *         0..num_docs-1; the identity without shuffle), for tests and tools.

@@ -62,6 +62,17 @@ struct dlc_token_loader {
     dlc_status error;
     dlc__errsave error_msg;
     int locks_made;
+
+    /* Best-fit packing (tokens_bestfit.c): row b holds items bf_starts[b] .. bf_starts[b+1]-1,
+     * each 16 bytes: the document (u64), the piece's first token in it and its length (u32). */
+    uint64_t *bf_starts;
+    uint8_t *bf_items;
+    uint64_t bf_bins, bf_nitems, bf_pad;
+    int bf_saved; /* The plan is in its file beside the store. */
 };
+
+/* Read the best-fit plan beside the store, or make it (and save it there when the directory can
+ * be written). DLC_OK, DLC_ECORRUPT (the store's prefix sums) or -ENOMEM. */
+dlc_status dlc__bf_plan(dlc_token_loader *l);
 
 #endif /* DLCACHE_LOADER_TOKENS_INTERNAL_H */

@@ -75,7 +75,7 @@ static void make_perm_offsets(dlc_token_loader *l)
 
 static dlc_status ensure_order(dlc_token_loader *l)
 {
-    if (!l->c.shuffle)
+    if (!l->c.shuffle || l->c.packing != DLC_TOKEN_PACK_CONCAT)
         return DLC_OK;
     /* Only next() calls this, on the one consumer thread, before any worker starts. */
     if (!l->perm_offsets && l->perm_rc == DLC_OK)
@@ -151,6 +151,55 @@ static dlc_status gather(const dlc_token_loader *l, tl_worker *wk, uint64_t w, u
     return DLC_OK;
 }
 
+/* Row @p r of slot @p s from best-fit row @p bin: its items, then padding. */
+static dlc_status fill_bestfit_row(const dlc_token_loader *l, tl_worker *wk, tl_slot *s,
+                                   uint64_t bin, uint32_t r, uint32_t *ncu, uint32_t *maxlen)
+{
+    const uint32_t S = l->c.seq_len;
+    const size_t es = l->esize, row = (size_t)r * S;
+    uint32_t j = 0, ns = 0;
+    for (uint64_t i = l->bf_starts[bin]; i < l->bf_starts[bin + 1]; i++) {
+        const uint8_t *it = l->bf_items + i * 16;
+        const uint64_t d = dlc__ld64(it);
+        const uint32_t off = dlc__ld32(it + 8), len = dlc__ld32(it + 12);
+        const void *data;
+        uint64_t n;
+        const dlc_status rc = dlc_tokens_doc(l->tokens, wk->reader, d, &data, &n);
+        if (rc != DLC_OK)
+            return rc;
+        if ((uint64_t)off + len > n || j + len > S)
+            return dlc__errorf(DLC_ECORRUPT,
+                               "%s: best-fit row %" PRIu64 ": a piece of document %" PRIu64
+                               " beyond it or the row",
+                               dlc_store_path(l->store), bin, d);
+        const uint8_t *b = (const uint8_t *)data;
+        for (uint32_t k = 0; k < len; k++)
+            wk->tok[j + k] = l->info.dtype == DLC_DTYPE_UINT16
+                                 ? (uint32_t)b[2 * (off + k)] | (uint32_t)b[2 * (off + k) + 1] << 8
+                                 : dlc__ld32(b + 4 * ((size_t)off + k));
+        wk->segs[ns++] = j;
+        j += len;
+    }
+    const uint32_t used = j;
+    if (used < S)
+        wk->segs[ns++] = used; /* The padding: a segment of its own. */
+    for (uint32_t i = 0; i < ns; i++) {
+        const uint32_t a = wk->segs[i], e = i + 1 < ns ? wk->segs[i + 1] : S;
+        for (uint32_t k = a; k < e; k++) {
+            const int pad = k >= used;
+            put(s->input_ids, es, row + k, pad ? l->c.pad_id : (int64_t)wk->tok[k]);
+            put(s->labels, es, row + k,
+                pad || k + 1 >= e ? DLC_TOKEN_IGNORE : (int64_t)wk->tok[k + 1]);
+            put(s->position_ids, es, row + k, k - a);
+        }
+        if (l->c.document_mask) {
+            s->cu[(*ncu)++] = (int32_t)(row + a);
+            *maxlen = e - a > *maxlen ? e - a : *maxlen;
+        }
+    }
+    return DLC_OK;
+}
+
 static dlc_status fill_batch(dlc_token_loader *l, tl_worker *wk, tl_slot *s, uint64_t batch)
 {
     const uint32_t S = l->c.seq_len, B = l->c.batch_size;
@@ -162,6 +211,12 @@ static dlc_status fill_batch(dlc_token_loader *l, tl_worker *wk, tl_slot *s, uin
     for (uint32_t r = 0; r < rows; r++) {
         const uint64_t w = dlc__sampler_at(&l->sampler, dlc__shard_pos(&l->shard, first + r));
         uint32_t ns = 0;
+        if (l->c.packing == DLC_TOKEN_PACK_BEST_FIT) {
+            const dlc_status rc = fill_bestfit_row(l, wk, s, w, r, &ncu, &maxlen);
+            if (rc != DLC_OK)
+                return rc;
+            continue;
+        }
         const dlc_status rc = gather(l, wk, w, &ns);
         if (rc != DLC_OK)
             return rc;
@@ -277,6 +332,20 @@ uint64_t dlc_token_loader_num_windows(const dlc_token_loader *l)
     return l ? l->windows : 0;
 }
 
+dlc_status dlc_token_loader_packing(const dlc_token_loader *l, uint64_t *rows, uint64_t *pad_tokens,
+                                    int *saved)
+{
+    if (!l)
+        return dlc__errorf(DLC_EINVAL, "dlc_token_loader_packing: NULL loader");
+    if (rows)
+        *rows = l->windows;
+    if (pad_tokens)
+        *pad_tokens = l->bf_pad;
+    if (saved)
+        *saved = l->bf_saved;
+    return DLC_OK;
+}
+
 uint64_t dlc_token_loader_len(const dlc_token_loader *l)
 {
     return l ? l->shard.batches : 0;
@@ -381,6 +450,8 @@ void dlc_token_loader_close(dlc_token_loader *l)
     free(l->workers);
     free(l->threads);
     free(l->perm_offsets);
+    free(l->bf_starts);
+    free(l->bf_items);
     dlc__sampler_free(&l->sampler);
     dlc_tokens_close(l->tokens);
     dlc_store_close(l->store);
@@ -406,13 +477,15 @@ dlc_status dlc_token_loader_open(const char *path, const dlc_token_loader_config
     const dlc_token_loader_config *c = config;
     if (c->batch_size == 0 || c->seq_len == 0 || c->world_size == 0 || c->rank >= c->world_size ||
         c->threads > 256 || (c->out_dtype != DLC_DTYPE_INT64 && c->out_dtype != DLC_DTYPE_INT32) ||
-        c->packing != DLC_TOKEN_PACK_CONCAT || (uint64_t)c->batch_size * c->seq_len > INT32_MAX - 1)
-        return dlc__errorf(DLC_EINVAL,
-                           "%s: token loader: batch_size %u, seq_len %u (batch x seq_len below "
-                           "2^31), rank %u of world_size %u, threads %u (0..256), out_dtype %s "
-                           "(int64 or int32), packing %u (concat): one of them is out of range",
-                           path, c->batch_size, c->seq_len, c->rank, c->world_size, c->threads,
-                           dlc_dtype_name(c->out_dtype), c->packing);
+        c->packing > DLC_TOKEN_PACK_BEST_FIT ||
+        (uint64_t)c->batch_size * c->seq_len > INT32_MAX - 1)
+        return dlc__errorf(
+            DLC_EINVAL,
+            "%s: token loader: batch_size %u, seq_len %u (batch x seq_len below "
+            "2^31), rank %u of world_size %u, threads %u (0..256), out_dtype %s "
+            "(int64 or int32), packing %u (concat or best_fit): one of them is out of range",
+            path, c->batch_size, c->seq_len, c->rank, c->world_size, c->threads,
+            dlc_dtype_name(c->out_dtype), c->packing);
     dlc_status rc = DLC_OK;
     dlc_token_loader *l = calloc(1, sizeof *l);
     FAIL_IF(!l, -ENOMEM, "%s: out of memory", path);
@@ -426,13 +499,17 @@ dlc_status dlc_token_loader_open(const char *path, const dlc_token_loader_config
     CHECK(dlc_tokens_open(l->store, &l->tokens));
     l->info = *dlc_tokens_get_info(l->tokens);
     l->offsets = dlc_tokens_offsets(l->tokens);
-    FAIL_IF(l->info.num_tokens < (uint64_t)c->seq_len + 1, DLC_EINVAL,
-            "%s: %" PRIu64 " tokens, fewer than one window of seq_len + 1 = %u", path,
+    FAIL_IF(c->packing == DLC_TOKEN_PACK_CONCAT && l->info.num_tokens < (uint64_t)c->seq_len + 1,
+            DLC_EINVAL, "%s: %" PRIu64 " tokens, fewer than one window of seq_len + 1 = %u", path,
             l->info.num_tokens, c->seq_len + 1);
     l->windows = (l->info.num_tokens - 1) / c->seq_len;
     if (c->shuffle)
         dlc__perm_init(&l->doc_perm, l->info.num_docs,
                        dlc__key4(DLC__KEY_TOKEN_DOCS, c->seed, 0, 0));
+    if (c->packing == DLC_TOKEN_PACK_BEST_FIT) {
+        CHECK(dlc__bf_plan(l));
+        l->windows = l->bf_bins;
+    }
     CHECK(dlc__sampler_init(&l->sampler, c->shuffle ? DLC_SAMPLER_SHUFFLE : DLC_SAMPLER_SEQUENTIAL,
                             l->windows, 0, 0, NULL, 0, NULL));
     l->depth = c->threads ? c->threads + 2 : 1;

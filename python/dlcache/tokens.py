@@ -182,7 +182,7 @@ class TokenLoaderConfig(ctypes.Structure):
                 ("world_size", ctypes.c_uint32), ("threads", ctypes.c_uint32),
                 ("out_dtype", ctypes.c_uint32), ("packing", ctypes.c_uint32),
                 ("seed", ctypes.c_uint64), ("shuffle", ctypes.c_int), ("drop_last", ctypes.c_int),
-                ("document_mask", ctypes.c_int)]
+                ("document_mask", ctypes.c_int), ("pad_id", ctypes.c_int32)]
 
 
 class TokenBatch(ctypes.Structure):
@@ -207,10 +207,13 @@ _lib._PROTOTYPES.update({
     "dlc_token_loader_position": (ctypes.c_uint64, [_P, ctypes.POINTER(ctypes.c_uint64)]),
     "dlc_token_loader_next": (_S, [_P, ctypes.POINTER(TokenBatch)]),
     "dlc_token_loader_doc_at": (ctypes.c_uint64, [_P, ctypes.c_uint64]),
+    "dlc_token_loader_packing": (_S, [_P, ctypes.POINTER(ctypes.c_uint64),
+                                      ctypes.POINTER(ctypes.c_uint64),
+                                      ctypes.POINTER(ctypes.c_int)]),
 })
 
 _STATE_KEY = "dlcache_token_loader_state"
-_PACKINGS = {"concat": 0}
+_PACKINGS = {"concat": 0, "best_fit": 1}
 
 
 def _env_int(name, default):
@@ -228,6 +231,11 @@ class TokenLoader:
     the flattened batch, then B x seq_len) and ``max_seqlen`` (int), and labels -100 where the
     target lies in the next document. ``dtype`` is torch.int64 (default) or torch.int32.
 
+    Packing "best_fit": documents placed whole into rows by best-fit decreasing (longer ones
+    cut into pieces of seq_len), the rest of a row ``pad_id`` with label -100; the plan is made
+    once and kept beside the store (STORE.bestfit-SEQ_LEN-SEED); ``packing_info`` says how much
+    is padding. The rows are permuted per epoch like windows.
+
     Packing "concat": the documents concatenated in an order fixed by ``seed``, cut into windows
     of seq_len + 1 tokens overlapping by one, the windows permuted per epoch and dealt to ranks as
     DistributedSampler deals samples: every token but the tail is an input exactly once per
@@ -237,7 +245,7 @@ class TokenLoader:
 
     def __init__(self, path, batch_size, *, seq_len=2048, seed=0, shuffle=True, drop_last=False,
                  document_mask=False, packing="concat", dtype=None, rank=None, world_size=None,
-                 threads=2):
+                 threads=2, pad_id=0):
         import torch
         self._torch = torch
         self._h = _P()
@@ -261,9 +269,18 @@ class TokenLoader:
         cfg.packing = _PACKINGS[packing]
         cfg.shuffle, cfg.drop_last = int(self.shuffle), int(self.drop_last)
         cfg.document_mask = int(self.document_mask)
+        cfg.pad_id = int(pad_id)
         check(lib.dlc_token_loader_open(os.fsencode(path), ctypes.byref(cfg),
                                         ctypes.byref(self._h)), self.path)
         self.num_windows = lib.dlc_token_loader_num_windows(self._h)
+        rows, pad, saved = ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_int()
+        check(lib.dlc_token_loader_packing(self._h, ctypes.byref(rows), ctypes.byref(pad),
+                                           ctypes.byref(saved)), self.path)
+        #: best_fit: {"rows", "pad_tokens", "padding" (fraction), "saved" (plan file beside the
+        #: store)}; concat: rows are the windows and nothing is padding.
+        self.packing_info = {"rows": rows.value, "pad_tokens": pad.value,
+                             "padding": pad.value / max(1, rows.value * self.seq_len),
+                             "saved": bool(saved.value)}
         self._epoch = 0
         self._resume = None  # (epoch, position) from load_state_dict()
         self._finished = False

@@ -224,3 +224,11 @@ def test_tokenizer_without_plugin_is_refused(tmp_path):
                        capture_output=True, text=True,
                        env=dict(os.environ, DLCACHE_SPM_PLUGIN=str(tmp_path / "none.so")))
     assert r.returncode == 1 and "no SentencePiece plugin" in r.stderr
+
+
+def test_fifo_source_refused_without_blocking(tmp_path):
+    os.mkfifo(tmp_path / "f.jsonl")
+    r = subprocess.run([CACHEBUILD, "--tokens", str(tmp_path / "f.jsonl"), "-o",
+                        str(tmp_path / "s.dlc"), "--eos", "0"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 1 and "f.jsonl: a FIFO, not a regular file" in r.stderr
