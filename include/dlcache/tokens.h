@@ -418,6 +418,55 @@ DLC_API dlc_status dlc_token_loader_next(dlc_token_loader *l, dlc_token_batch *b
 DLC_API dlc_status dlc_token_loader_packing(const dlc_token_loader *l, uint64_t *rows,
                                             uint64_t *pad_tokens, int *saved);
 
+/**
+ * @brief Open a mixture of token stores read by weight (docs/TOKENS.md, "Mixtures"): each store
+ *        is cut into windows (or best-fit rows) as alone, and an epoch draws @p rows_per_epoch
+ *        rows from the stores in proportion to @p weights through the loader's mixture schedule
+ *        (docs/MIXTURES.md): each store walks whole passes of its rows, each pass permuted, so a
+ *        small store weighted up is repeated while a large one is read once. Rows hold seq_len
+ *        tokens whatever their store, so the weights are over tokens.
+ * @param[in] paths @p n token stores (not retained).
+ * @param[in] weights @p n non-negative weights, not all 0.
+ * @param[in] n 1..64.
+ * @param[in] rows_per_epoch Rows of an epoch (0: the sum of the stores' rows).
+ * @param[in] config The options, as for dlc_token_loader_open(); every store gets them.
+ * @param[out] out Release with dlc_token_loader_close().
+ * @return What dlc_token_loader_open() returns, for the store named; DLC_EINVAL (bad weights).
+ */
+DLC_API dlc_status dlc_token_loader_open_mix(const char *const *paths, const double *weights,
+                                             uint32_t n, uint64_t rows_per_epoch,
+                                             const dlc_token_loader_config *config,
+                                             dlc_token_loader **out);
+
+/** Bytes of a mixture's state with @p n sources (at most 64). */
+#define DLC_TOKEN_MIX_STATE_SIZE(n) (72u + 40u * (n) + 8u)
+
+/**
+ * @brief A mixture's position: the epoch, the rows consumed, every store's passes and the
+ *        schedule, so that dlc_token_loader_mix_restore() continues exactly, also under other
+ *        weights, other stores or another world size.
+ * @param[in] l A mixture.
+ * @param[out] buf DLC_TOKEN_MIX_STATE_SIZE(n) bytes.
+ * @param[in] cap Bytes at @p buf.
+ * @param[out] len Bytes written.
+ * @return DLC_OK, DLC_EINVAL (not a mixture, @p cap too small).
+ */
+DLC_API dlc_status dlc_token_loader_mix_state(const dlc_token_loader *l, uint8_t *buf, size_t cap,
+                                              size_t *len);
+
+/**
+ * @brief Continue from a mixture's state: with the same stores, weights, world size and rows
+ *        per epoch, exactly as the saved run would have; otherwise a new schedule begins at the
+ *        saved position, each store (found by its content digest) continuing its pass where it
+ *        stood and a new store starting its first.
+ * @param[in] l A mixture (with the same seed).
+ * @param[in] buf A state from dlc_token_loader_mix_state().
+ * @param[in] len Its bytes.
+ * @return DLC_OK, DLC_EINVAL (not a state, damaged, another seed, a position beyond the epoch).
+ */
+DLC_API dlc_status dlc_token_loader_mix_restore(dlc_token_loader *l, const uint8_t *buf,
+                                                size_t len);
+
 /** @brief The document at place @p k of the seeded order of the concatenation (a bijection of
  *         0..num_docs-1; the identity without shuffle), for tests and tools.
  *  @param[in] l The loader.

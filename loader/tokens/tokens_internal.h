@@ -69,6 +69,14 @@ struct dlc_token_loader {
     uint8_t *bf_items;
     uint64_t bf_bins, bf_nitems, bf_pad;
     int bf_saved; /* The plan is in its file beside the store. */
+
+    /* A mixture (dlc_token_loader_open_mix()): nsrc sources, each a loader of its own (its store,
+     * order and plan; no threads), whose windows are numbered src_first[k] .. in the schedule of
+     * sampler.mix; every worker has a reader of each source. 0 and NULL for one store. */
+    uint32_t nsrc;
+    struct dlc_token_loader **src;
+    uint64_t *src_first;         /* nsrc + 1. */
+    dlc_store_reader **mreaders; /* nworkers x nsrc. */
 };
 
 /* Read the best-fit plan beside the store, or make it (and save it there when the directory can

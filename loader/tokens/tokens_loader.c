@@ -8,6 +8,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 void dlc_token_loader_config_init_sized(dlc_token_loader_config *c, size_t size)
 {
@@ -23,6 +24,12 @@ void dlc_token_loader_config_init_sized(dlc_token_loader_config *c, size_t size)
     const size_t n = size < sizeof d ? size : sizeof d;
     memcpy(c, &d, n);
     c->struct_size = (uint32_t)n;
+}
+
+/* What messages call the loader: its store, or "token mixture". */
+static const char *loader_name(const dlc_token_loader *l)
+{
+    return l->nsrc ? "token mixture" : dlc_store_path(l->store);
 }
 
 /* ---- The documents' order ------------------------------------------------------------------- */
@@ -75,6 +82,13 @@ static void make_perm_offsets(dlc_token_loader *l)
 
 static dlc_status ensure_order(dlc_token_loader *l)
 {
+    for (uint32_t k = 0; k < l->nsrc; k++) {
+        const dlc_status rc = ensure_order(l->src[k]);
+        if (rc != DLC_OK)
+            return rc;
+    }
+    if (l->nsrc)
+        return DLC_OK;
     if (!l->c.shuffle || l->c.packing != DLC_TOKEN_PACK_CONCAT)
         return DLC_OK;
     /* Only next() calls this, on the one consumer thread, before any worker starts. */
@@ -200,46 +214,74 @@ static dlc_status fill_bestfit_row(const dlc_token_loader *l, tl_worker *wk, tl_
     return DLC_OK;
 }
 
+/* Row @p r of slot @p s from window (or best-fit row) @p w of source @p l. */
+static dlc_status fill_row(const dlc_token_loader *l, tl_worker *wk, tl_slot *s, uint64_t w,
+                           uint32_t r, uint32_t *ncu, uint32_t *maxlen)
+{
+    if (l->c.packing == DLC_TOKEN_PACK_BEST_FIT)
+        return fill_bestfit_row(l, wk, s, w, r, ncu, maxlen);
+    const uint32_t S = l->c.seq_len;
+    const size_t es = l->esize;
+    uint32_t ns = 0;
+    const dlc_status rc = gather(l, wk, w, &ns);
+    if (rc != DLC_OK)
+        return rc;
+    const size_t row = (size_t)r * S;
+    for (uint32_t j = 0; j < S; j++) {
+        put(s->input_ids, es, row + j, wk->tok[j]);
+        put(s->labels, es, row + j, wk->tok[j + 1]);
+    }
+    for (uint32_t i = 0; i < ns; i++) {
+        const uint32_t a = wk->segs[i];
+        const uint32_t b = i + 1 < ns ? wk->segs[i + 1] : S;
+        if (l->c.document_mask && a > 0)
+            put(s->labels, es, row + a - 1, DLC_TOKEN_IGNORE);
+        if (a >= S)
+            continue; /* The window's last token starts a document: a label only. */
+        const uint32_t e = b < S ? b : S;
+        for (uint32_t j = a; j < e; j++)
+            put(s->position_ids, es, row + j, j - a);
+        if (l->c.document_mask) {
+            s->cu[(*ncu)++] = (int32_t)(row + a);
+            *maxlen = e - a > *maxlen ? e - a : *maxlen;
+        }
+    }
+    return DLC_OK;
+}
+
+/* The source of a mixture's global window @p w, and its window there. */
+static uint32_t mix_source(const dlc_token_loader *l, uint64_t w, uint64_t *local)
+{
+    uint32_t k = 0;
+    while (k + 1 < l->nsrc && l->src_first[k + 1] <= w)
+        k++;
+    *local = w - l->src_first[k];
+    return k;
+}
+
 static dlc_status fill_batch(dlc_token_loader *l, tl_worker *wk, tl_slot *s, uint64_t batch)
 {
     const uint32_t S = l->c.seq_len, B = l->c.batch_size;
-    const size_t es = l->esize;
     const uint64_t first = batch * B;
     const uint64_t left = l->shard.per_rank - first;
     const uint32_t rows = left < B ? (uint32_t)left : B;
+    const size_t widx = (size_t)(wk - l->workers);
     uint32_t ncu = 0, maxlen = 0;
     for (uint32_t r = 0; r < rows; r++) {
         const uint64_t w = dlc__sampler_at(&l->sampler, dlc__shard_pos(&l->shard, first + r));
-        uint32_t ns = 0;
-        if (l->c.packing == DLC_TOKEN_PACK_BEST_FIT) {
-            const dlc_status rc = fill_bestfit_row(l, wk, s, w, r, &ncu, &maxlen);
-            if (rc != DLC_OK)
-                return rc;
-            continue;
+        dlc_status rc;
+        if (l->nsrc) {
+            uint64_t local;
+            const uint32_t k = mix_source(l, w, &local);
+            /* The source's data, this worker's buffers and its reader of that source. */
+            tl_worker sw = {
+                .reader = l->mreaders[widx * l->nsrc + k], .tok = wk->tok, .segs = wk->segs};
+            rc = fill_row(l->src[k], &sw, s, local, r, &ncu, &maxlen);
+        } else {
+            rc = fill_row(l, wk, s, w, r, &ncu, &maxlen);
         }
-        const dlc_status rc = gather(l, wk, w, &ns);
         if (rc != DLC_OK)
             return rc;
-        const size_t row = (size_t)r * S;
-        for (uint32_t j = 0; j < S; j++) {
-            put(s->input_ids, es, row + j, wk->tok[j]);
-            put(s->labels, es, row + j, wk->tok[j + 1]);
-        }
-        for (uint32_t i = 0; i < ns; i++) {
-            const uint32_t a = wk->segs[i];
-            const uint32_t b = i + 1 < ns ? wk->segs[i + 1] : S;
-            if (l->c.document_mask && a > 0)
-                put(s->labels, es, row + a - 1, DLC_TOKEN_IGNORE);
-            if (a >= S)
-                continue; /* The window's last token starts a document: a label only. */
-            const uint32_t e = b < S ? b : S;
-            for (uint32_t j = a; j < e; j++)
-                put(s->position_ids, es, row + j, j - a);
-            if (l->c.document_mask) {
-                s->cu[ncu++] = (int32_t)(row + a);
-                maxlen = e - a > maxlen ? e - a : maxlen;
-            }
-        }
     }
     if (l->c.document_mask)
         s->cu[ncu++] = (int32_t)((size_t)rows * S);
@@ -318,7 +360,7 @@ static dlc_status start_workers(dlc_token_loader *l)
             const uint32_t made = i;
             l->c.threads = made; /* Join the ones made, then give the count back. */
             stop_workers(l);
-            return dlc__errorf(-e, "%s: cannot start a worker thread", dlc_store_path(l->store));
+            return dlc__errorf(-e, "%s: cannot start a worker thread", loader_name(l));
         }
     }
     l->running = 1;
@@ -368,7 +410,7 @@ dlc_status dlc_token_loader_seek(dlc_token_loader *l, uint64_t epoch, uint64_t s
     if (start > l->windows)
         return dlc__errorf(DLC_EINVAL,
                            "%s: position %" PRIu64 " is beyond the %" PRIu64 " windows of an epoch",
-                           dlc_store_path(l->store), start, l->windows);
+                           loader_name(l), start, l->windows);
     stop_workers(l);
     l->epoch = epoch;
     dlc__sampler_set_epoch(&l->sampler, l->c.seed, epoch);
@@ -446,6 +488,13 @@ void dlc_token_loader_close(dlc_token_loader *l)
         free(l->workers[i].tok);
         free(l->workers[i].segs);
     }
+    for (size_t i = 0; l->mreaders && i < (size_t)l->nworkers * l->nsrc; i++)
+        dlc_store_reader_close(l->mreaders[i]);
+    free(l->mreaders);
+    for (uint32_t k = 0; l->src && k < l->nsrc; k++)
+        dlc_token_loader_close(l->src[k]);
+    free(l->src);
+    free(l->src_first);
     free(l->slots);
     free(l->workers);
     free(l->threads);
@@ -463,17 +512,48 @@ void dlc_token_loader_close(dlc_token_loader *l)
     free(l);
 }
 
-dlc_status dlc_token_loader_open(const char *path, const dlc_token_loader_config *config,
-                                 dlc_token_loader **out)
+/* The batch slots and the workers' buffers (and, for one store, their readers). */
+static dlc_status make_slots(dlc_token_loader *l, const char *path, int readers)
 {
-    if (!path || !config || !out)
-        return dlc__errorf(DLC_EINVAL, "dlc_token_loader_open: NULL argument");
-    *out = NULL;
+    dlc_status rc = DLC_OK;
+    const dlc_token_loader_config *c = &l->c;
+    l->depth = c->threads ? c->threads + 2 : 1;
+    l->nworkers = c->threads ? c->threads : 1;
+    l->slots = calloc(l->depth, sizeof *l->slots);
+    l->workers = calloc(l->nworkers, sizeof *l->workers);
+    l->threads = calloc(l->nworkers, sizeof *l->threads);
+    FAIL_IF(!l->slots || !l->workers || !l->threads, -ENOMEM, "%s: out of memory", path);
+    const size_t cells = (size_t)c->batch_size * c->seq_len;
+    for (uint32_t i = 0; i < l->depth; i++) {
+        tl_slot *s = &l->slots[i];
+        s->input_ids = malloc(cells * l->esize);
+        s->labels = malloc(cells * l->esize);
+        s->position_ids = malloc(cells * l->esize);
+        s->cu = malloc((cells + 1) * sizeof *s->cu);
+        s->batch = UINT64_MAX;
+        FAIL_IF(!s->input_ids || !s->labels || !s->position_ids || !s->cu, -ENOMEM,
+                "%s: out of memory for %u batch slots of %zu tokens", path, l->depth, cells);
+    }
+    for (uint32_t i = 0; i < l->nworkers; i++) {
+        tl_worker *w = &l->workers[i];
+        w->tok = malloc(((size_t)c->seq_len + 1) * sizeof *w->tok);
+        w->segs = malloc(((size_t)c->seq_len + 1) * sizeof *w->segs);
+        FAIL_IF(!w->tok || !w->segs, -ENOMEM, "%s: out of memory", path);
+        if (readers)
+            CHECK(dlc_store_reader_open(l->store, &w->reader));
+    }
+fail:
+    return rc;
+}
+
+/* The options every token loader checks, named with @p path. */
+static dlc_status check_config(const char *path, const dlc_token_loader_config *config)
+{
     if (config->struct_size != sizeof *config)
         return dlc__errorf(DLC_EINVAL,
-                           "dlc_token_loader_open: struct_size %u is not %zu: fill the options "
+                           "%s: token loader: struct_size %u is not %zu: fill the options "
                            "with dlc_token_loader_config_init()",
-                           config->struct_size, sizeof *config);
+                           path, config->struct_size, sizeof *config);
     const dlc_token_loader_config *c = config;
     if (c->batch_size == 0 || c->seq_len == 0 || c->world_size == 0 || c->rank >= c->world_size ||
         c->threads > 256 || (c->out_dtype != DLC_DTYPE_INT64 && c->out_dtype != DLC_DTYPE_INT32) ||
@@ -486,6 +566,18 @@ dlc_status dlc_token_loader_open(const char *path, const dlc_token_loader_config
             "(int64 or int32), packing %u (concat or best_fit): one of them is out of range",
             path, c->batch_size, c->seq_len, c->rank, c->world_size, c->threads,
             dlc_dtype_name(c->out_dtype), c->packing);
+    return DLC_OK;
+}
+
+dlc_status dlc_token_loader_open(const char *path, const dlc_token_loader_config *config,
+                                 dlc_token_loader **out)
+{
+    if (!path || !config || !out)
+        return dlc__errorf(DLC_EINVAL, "dlc_token_loader_open: NULL argument");
+    *out = NULL;
+    const dlc_token_loader_config *c = config;
+    if (check_config(path, c) != DLC_OK)
+        return DLC_EINVAL;
     dlc_status rc = DLC_OK;
     dlc_token_loader *l = calloc(1, sizeof *l);
     FAIL_IF(!l, -ENOMEM, "%s: out of memory", path);
@@ -512,34 +604,170 @@ dlc_status dlc_token_loader_open(const char *path, const dlc_token_loader_config
     }
     CHECK(dlc__sampler_init(&l->sampler, c->shuffle ? DLC_SAMPLER_SHUFFLE : DLC_SAMPLER_SEQUENTIAL,
                             l->windows, 0, 0, NULL, 0, NULL));
-    l->depth = c->threads ? c->threads + 2 : 1;
-    l->nworkers = c->threads ? c->threads : 1;
-    l->slots = calloc(l->depth, sizeof *l->slots);
-    l->workers = calloc(l->nworkers, sizeof *l->workers);
-    l->threads = calloc(l->nworkers, sizeof *l->threads);
-    FAIL_IF(!l->slots || !l->workers || !l->threads, -ENOMEM, "%s: out of memory", path);
-    const size_t cells = (size_t)c->batch_size * c->seq_len;
-    for (uint32_t i = 0; i < l->depth; i++) {
-        tl_slot *s = &l->slots[i];
-        s->input_ids = malloc(cells * l->esize);
-        s->labels = malloc(cells * l->esize);
-        s->position_ids = malloc(cells * l->esize);
-        s->cu = malloc((cells + 1) * sizeof *s->cu);
-        s->batch = UINT64_MAX;
-        FAIL_IF(!s->input_ids || !s->labels || !s->position_ids || !s->cu, -ENOMEM,
-                "%s: out of memory for %u batch slots of %zu tokens", path, l->depth, cells);
-    }
-    for (uint32_t i = 0; i < l->nworkers; i++) {
-        tl_worker *w = &l->workers[i];
-        w->tok = malloc(((size_t)c->seq_len + 1) * sizeof *w->tok);
-        w->segs = malloc(((size_t)c->seq_len + 1) * sizeof *w->segs);
-        FAIL_IF(!w->tok || !w->segs, -ENOMEM, "%s: out of memory", path);
-        CHECK(dlc_store_reader_open(l->store, &w->reader));
-    }
+    CHECK(make_slots(l, path, 1));
     CHECK(dlc_token_loader_seek(l, 0, 0));
     *out = l;
     return DLC_OK;
 fail:
     dlc_token_loader_close(l);
     return rc;
+}
+
+/* ---- Mixtures ------------------------------------------------------------------------------- */
+
+dlc_status dlc_token_loader_open_mix(const char *const *paths, const double *weights, uint32_t n,
+                                     uint64_t rows_per_epoch, const dlc_token_loader_config *config,
+                                     dlc_token_loader **out)
+{
+    if (!paths || !weights || !config || !out || n == 0 || n > DLC__MIX_MAX_SOURCES)
+        return dlc__errorf(DLC_EINVAL,
+                           "token mixture: 1 to %u sources with weights, options and "
+                           "a result",
+                           DLC__MIX_MAX_SOURCES);
+    *out = NULL;
+    if (check_config("token mixture", config) != DLC_OK)
+        return DLC_EINVAL;
+    dlc_status rc = DLC_OK;
+    dlc_token_loader *l = calloc(1, sizeof *l);
+    FAIL_IF(!l, -ENOMEM, "token mixture: out of memory");
+    l->c = *config;
+    l->esize = config->out_dtype == DLC_DTYPE_INT64 ? 8 : 4;
+    FAIL_IF(pthread_mutex_init(&l->mu, NULL) != 0, -ENOMEM, "token mixture: no lock");
+    pthread_cond_init(&l->work, NULL);
+    pthread_cond_init(&l->done, NULL);
+    l->locks_made = 1;
+    l->src = calloc(n, sizeof *l->src);
+    l->src_first = calloc((size_t)n + 1, sizeof *l->src_first);
+    FAIL_IF(!l->src || !l->src_first, -ENOMEM, "token mixture: out of memory");
+    /* Each source: a loader of its own without threads, for its store, order and plan. */
+    dlc_token_loader_config sc = *config;
+    sc.threads = 0;
+    sc.batch_size = 1;
+    sc.rank = 0;
+    sc.world_size = 1;
+    dlc__mix_source ms[DLC__MIX_MAX_SOURCES];
+    for (uint32_t k = 0; k < n; k++) {
+        CHECK(dlc_token_loader_open(paths[k], &sc, &l->src[k]));
+        l->nsrc = k + 1; /* Closed with the mixture from here on. */
+        const dlc_token_loader *s = l->src[k];
+        ms[k] = (dlc__mix_source){.count = s->windows,
+                                  .first = l->src_first[k],
+                                  .tag = dlc_store_get_info(s->store)->content_digest,
+                                  .weight = weights[k]};
+        l->src_first[k + 1] = l->src_first[k] + s->windows;
+    }
+    l->windows = rows_per_epoch ? rows_per_epoch : l->src_first[n];
+    l->sampler.kind = config->shuffle ? DLC_SAMPLER_SHUFFLE : DLC_SAMPLER_SEQUENTIAL;
+    l->sampler.count = l->src_first[n];
+    l->sampler.len = l->windows;
+    l->sampler.mix = calloc(1, sizeof *l->sampler.mix);
+    FAIL_IF(!l->sampler.mix, -ENOMEM, "token mixture: out of memory");
+    CHECK(dlc__mix_init(l->sampler.mix, ms, n, l->windows, config->world_size, config->drop_last,
+                        !config->shuffle, paths));
+    l->sampler.mix->batch = config->batch_size;
+    CHECK(make_slots(l, "token mixture", 0));
+    l->mreaders = calloc((size_t)l->nworkers * n, sizeof *l->mreaders);
+    FAIL_IF(!l->mreaders, -ENOMEM, "token mixture: out of memory");
+    for (uint32_t w = 0; w < l->nworkers; w++)
+        for (uint32_t k = 0; k < n; k++)
+            CHECK(dlc_store_reader_open(l->src[k]->store, &l->mreaders[(size_t)w * n + k]));
+    CHECK(dlc_token_loader_seek(l, 0, 0));
+    *out = l;
+    return DLC_OK;
+fail:
+    dlc_token_loader_close(l);
+    return rc;
+}
+
+#define MIX_MAGIC "DLCTMIX1"
+#define MIX_HEAD 72u
+#define MIX_ENTRY 40u
+
+dlc_status dlc_token_loader_mix_state(const dlc_token_loader *l, uint8_t *buf, size_t cap,
+                                      size_t *len)
+{
+    if (!l || !buf || !len || !l->nsrc)
+        return dlc__errorf(DLC_EINVAL, "dlc_token_loader_mix_state: not a token mixture");
+    const dlc__mix *m = l->sampler.mix;
+    const size_t need = MIX_HEAD + (size_t)MIX_ENTRY * l->nsrc + 8;
+    if (cap < need)
+        return dlc__errorf(DLC_EINVAL, "token mixture: a state needs %zu bytes, not %zu", need,
+                           cap);
+    uint64_t epoch;
+    const uint64_t pos = dlc_token_loader_position(l, &epoch);
+    uint64_t draws[DLC__MIX_MAX_SOURCES];
+    dlc__mix_draws(m, epoch, pos, draws);
+    memset(buf, 0, need);
+    memcpy(buf, MIX_MAGIC, 8);
+    dlc__st32(buf + 8, l->nsrc);
+    dlc__st32(buf + 12, l->c.world_size);
+    dlc__st64(buf + 16, l->c.seed);
+    dlc__st64(buf + 24, epoch);
+    dlc__st64(buf + 32, pos);
+    dlc__st64(buf + 40, m->seg_epoch);
+    dlc__st64(buf + 48, m->seg_pos);
+    dlc__st64(buf + 56, l->windows);
+    dlc__st32(buf + 64, (l->c.drop_last ? 1u : 0u) | (l->c.shuffle ? 0u : 2u));
+    dlc__st32(buf + 68, l->c.batch_size);
+    for (uint32_t k = 0; k < l->nsrc; k++) {
+        uint8_t *e = buf + MIX_HEAD + (size_t)MIX_ENTRY * k;
+        dlc__st64(e, m->src[k].tag);
+        dlc__st64(e + 8, m->src[k].count);
+        dlc__st64(e + 16, m->base[k]);
+        dlc__st64(e + 24, draws[k]);
+        dlc__st32(e + 32, m->quota[k]);
+    }
+    dlc__st64(buf + need - 8, XXH3_64bits(buf, need - 8));
+    *len = need;
+    return DLC_OK;
+}
+
+dlc_status dlc_token_loader_mix_restore(dlc_token_loader *l, const uint8_t *p, size_t len)
+{
+    if (!l || !p || !l->nsrc)
+        return dlc__errorf(DLC_EINVAL, "dlc_token_loader_mix_restore: not a token mixture");
+    const uint32_t n = len >= MIX_HEAD ? dlc__ld32(p + 8) : 0;
+    const size_t need = MIX_HEAD + (size_t)MIX_ENTRY * n + 8;
+    if (len < MIX_HEAD || memcmp(p, MIX_MAGIC, 8) != 0 || n == 0 || n > DLC__MIX_MAX_SOURCES ||
+        len != need || dlc__ld64(p + need - 8) != XXH3_64bits(p, need - 8))
+        return dlc__errorf(DLC_EINVAL, "token mixture: not a state of a token mixture, or damaged");
+    dlc__mix *m = l->sampler.mix;
+    const uint64_t seed = dlc__ld64(p + 16), epoch = dlc__ld64(p + 24), pos = dlc__ld64(p + 32);
+    if (seed != l->c.seed)
+        return dlc__errorf(DLC_EINVAL,
+                           "token mixture: the state has seed %" PRIu64 ", this loader %" PRIu64,
+                           seed, l->c.seed);
+    int same = n == l->nsrc && dlc__ld32(p + 12) == l->c.world_size &&
+               dlc__ld64(p + 56) == l->windows && dlc__ld32(p + 68) == l->c.batch_size &&
+               dlc__ld32(p + 64) == ((l->c.drop_last ? 1u : 0u) | (l->c.shuffle ? 0u : 2u));
+    uint64_t base[DLC__MIX_MAX_SOURCES], now[DLC__MIX_MAX_SOURCES];
+    int used[DLC__MIX_MAX_SOURCES] = {0};
+    for (uint32_t k = 0; k < l->nsrc; k++) {
+        int j = -1;
+        for (uint32_t i = 0; i < n && j < 0; i++) {
+            const uint8_t *e = p + MIX_HEAD + (size_t)MIX_ENTRY * i;
+            if (!used[i] && dlc__ld64(e) == m->src[k].tag && dlc__ld64(e + 8) == m->src[k].count)
+                j = (int)i;
+        }
+        if (j >= 0) {
+            const uint8_t *e = p + MIX_HEAD + (size_t)MIX_ENTRY * j;
+            used[j] = 1;
+            base[k] = dlc__ld64(e + 16);
+            now[k] = dlc__ld64(e + 24);
+            same = same && dlc__ld32(e + 32) == m->quota[k];
+        } else {
+            base[k] = now[k] = 0; /* A source new to the mixture starts its first pass. */
+        }
+        same = same && j == (int)k;
+    }
+    if (pos > l->windows)
+        return dlc__errorf(DLC_EINVAL, "token mixture: position %" PRIu64 " beyond %" PRIu64, pos,
+                           l->windows);
+    /* The same schedule continues exactly; another one (weights, sources, world size) begins
+     * here with every source's pass where it stood. */
+    if (same)
+        dlc__mix_segment(m, dlc__ld64(p + 40), dlc__ld64(p + 48), base);
+    else
+        dlc__mix_segment(m, epoch, pos, now);
+    return dlc_token_loader_seek(l, epoch, pos);
 }

@@ -207,6 +207,13 @@ _lib._PROTOTYPES.update({
     "dlc_token_loader_position": (ctypes.c_uint64, [_P, ctypes.POINTER(ctypes.c_uint64)]),
     "dlc_token_loader_next": (_S, [_P, ctypes.POINTER(TokenBatch)]),
     "dlc_token_loader_doc_at": (ctypes.c_uint64, [_P, ctypes.c_uint64]),
+    "dlc_token_loader_open_mix": (_S, [ctypes.POINTER(ctypes.c_char_p),
+                                       ctypes.POINTER(ctypes.c_double), ctypes.c_uint32,
+                                       ctypes.c_uint64, ctypes.POINTER(TokenLoaderConfig),
+                                       ctypes.POINTER(_P)]),
+    "dlc_token_loader_mix_state": (_S, [_P, ctypes.c_char_p, ctypes.c_size_t,
+                                        ctypes.POINTER(ctypes.c_size_t)]),
+    "dlc_token_loader_mix_restore": (_S, [_P, ctypes.c_char_p, ctypes.c_size_t]),
     "dlc_token_loader_packing": (_S, [_P, ctypes.POINTER(ctypes.c_uint64),
                                       ctypes.POINTER(ctypes.c_uint64),
                                       ctypes.POINTER(ctypes.c_int)]),
@@ -245,7 +252,7 @@ class TokenLoader:
 
     def __init__(self, path, batch_size, *, seq_len=2048, seed=0, shuffle=True, drop_last=False,
                  document_mask=False, packing="concat", dtype=None, rank=None, world_size=None,
-                 threads=2, pad_id=0):
+                 threads=2, pad_id=0, weights=None, rows_per_epoch=None):
         import torch
         self._torch = torch
         self._h = _P()
@@ -257,7 +264,8 @@ class TokenLoader:
             raise ValueError("dtype is torch.int64 or torch.int32, not %r" % (dtype,))
         cfg = TokenLoaderConfig()
         lib.dlc_token_loader_config_init_sized(ctypes.byref(cfg), ctypes.sizeof(cfg))
-        self.path = os.fsdecode(path)
+        self.path = (" + ".join(map(os.fsdecode, path)) if isinstance(path, (list, tuple))
+                     else os.fsdecode(path))
         self.batch_size, self.seq_len, self.seed = int(batch_size), int(seq_len), int(seed)
         self.rank = _env_int("RANK", 0) if rank is None else int(rank)
         self.world_size = _env_int("WORLD_SIZE", 1) if world_size is None else int(world_size)
@@ -270,8 +278,24 @@ class TokenLoader:
         cfg.shuffle, cfg.drop_last = int(self.shuffle), int(self.drop_last)
         cfg.document_mask = int(self.document_mask)
         cfg.pad_id = int(pad_id)
-        check(lib.dlc_token_loader_open(os.fsencode(path), ctypes.byref(cfg),
-                                        ctypes.byref(self._h)), self.path)
+        self._mix = isinstance(path, (list, tuple))
+        if self._mix:
+            paths = [os.fsencode(p) for p in path]
+            if weights is None:
+                weights = [1.0] * len(paths)
+            if len(weights) != len(paths):
+                raise ValueError("%d weights for %d token stores" % (len(weights), len(paths)))
+            self.path = " + ".join(os.fsdecode(p) for p in paths)
+            arr = (ctypes.c_char_p * len(paths))(*paths)
+            w = (ctypes.c_double * len(paths))(*[float(x) for x in weights])
+            check(lib.dlc_token_loader_open_mix(arr, w, len(paths), int(rows_per_epoch or 0),
+                                                ctypes.byref(cfg), ctypes.byref(self._h)),
+                  self.path)
+        else:
+            if weights is not None or rows_per_epoch is not None:
+                raise ValueError("weights= and rows_per_epoch= go with a list of token stores")
+            check(lib.dlc_token_loader_open(os.fsencode(path), ctypes.byref(cfg),
+                                            ctypes.byref(self._h)), self.path)
         self.num_windows = lib.dlc_token_loader_num_windows(self._h)
         rows, pad, saved = ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_int()
         check(lib.dlc_token_loader_packing(self._h, ctypes.byref(rows), ctypes.byref(pad),
@@ -316,8 +340,9 @@ class TokenLoader:
     def __iter__(self):
         torch = self._torch
         h = self._ptr()
+        placed = False
         if self._resume is not None:
-            epoch, pos = self._resume
+            epoch, pos, placed = self._resume
             self._resume = None
             self._epoch = epoch
         else:
@@ -325,7 +350,8 @@ class TokenLoader:
                 self._epoch += 1
             pos = 0
         self._finished = False
-        check(lib.dlc_token_loader_seek(h, self._epoch, pos), self.path)
+        if not placed:
+            check(lib.dlc_token_loader_seek(h, self._epoch, pos), self.path)
         b = TokenBatch()
         np_dtype = np.int64 if self.dtype == torch.int64 else np.int32
         while True:
@@ -355,23 +381,40 @@ class TokenLoader:
         ep = ctypes.c_uint64()
         pos = lib.dlc_token_loader_position(self._ptr(), ctypes.byref(ep))
         if self._resume is not None:
-            epoch, pos = self._resume
+            epoch, pos, _ = self._resume
         else:
             epoch = ep.value
-        return {_STATE_KEY: 1, "epoch": int(epoch), "position": int(pos),
+        out = {_STATE_KEY: 1, "epoch": int(epoch), "position": int(pos),
                 "seed": self.seed, "seq_len": self.seq_len, "packing": self.packing,
                 "shuffle": self.shuffle, "num_windows": int(self.num_windows),
                 "world_size": self.world_size, "batch_size": self.batch_size}
+        if self._mix:
+            buf = ctypes.create_string_buffer(72 + 40 * 64 + 8)
+            n = ctypes.c_size_t()
+            check(lib.dlc_token_loader_mix_state(self._ptr(), buf, len(buf), ctypes.byref(n)),
+                  self.path)
+            out["mixture"] = buf.raw[:n.value]
+        return out
 
     def load_state_dict(self, state):
         """Continue from a state_dict(), also one saved under another world size."""
         if not isinstance(state, dict) or state.get(_STATE_KEY) != 1:
             raise ValueError("not a dlcache TokenLoader state_dict")
-        for key in ("seed", "seq_len", "packing", "shuffle", "num_windows"):
+        if self._mix != ("mixture" in state):
+            raise ValueError("state_dict is a %s's and this loader reads %s"
+                             % ("mixture" if "mixture" in state else "single store",
+                                "a mixture" if self._mix else "one store"))
+        keys = ("seed", "seq_len", "packing", "shuffle") + (() if self._mix else ("num_windows",))
+        for key in keys:
             if state[key] != getattr(self, key):
                 raise ValueError("state_dict was saved with %s=%r, this loader has %r"
                                  % (key, state[key], getattr(self, key)))
-        self._resume = (int(state["epoch"]), int(state["position"]))
+        if self._mix:
+            raw = bytes(state["mixture"])
+            check(lib.dlc_token_loader_mix_restore(self._ptr(), raw, len(raw)), self.path)
+            self._resume = (int(state["epoch"]), int(state["position"]), True)
+        else:
+            self._resume = (int(state["epoch"]), int(state["position"]), False)
         self._finished = False
 
     def close(self):
