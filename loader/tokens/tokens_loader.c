@@ -10,6 +10,10 @@
 #include <string.h>
 #include <xxhash.h>
 
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "token stores hold little-endian ids, read here with the host's loads"
+#endif
+
 void dlc_token_loader_config_init_sized(dlc_token_loader_config *c, size_t size)
 {
     if (!c || size < sizeof(uint32_t))
@@ -146,14 +150,18 @@ static dlc_status gather(const dlc_token_loader *l, tl_worker *wk, uint64_t w, u
         if (rc != DLC_OK)
             return rc;
         const uint64_t m = n - off < need - j ? n - off : need - j;
+        /* Stored little-endian, the host's order (checked at build): plain loads, which the
+         * compiler vectorizes; memcpy because a small record's payload may be unaligned. */
+        uint32_t *restrict dst = wk->tok + j;
         if (l->info.dtype == DLC_DTYPE_UINT16) {
-            const uint8_t *b = (const uint8_t *)data + off * 2;
-            for (uint64_t i = 0; i < m; i++)
-                wk->tok[j + i] = (uint32_t)b[2 * i] | (uint32_t)b[2 * i + 1] << 8;
+            const uint8_t *restrict b = (const uint8_t *)data + off * 2;
+            for (uint64_t i = 0; i < m; i++) {
+                uint16_t v;
+                memcpy(&v, b + 2 * i, 2);
+                dst[i] = v;
+            }
         } else {
-            const uint8_t *b = (const uint8_t *)data + off * 4;
-            for (uint64_t i = 0; i < m; i++)
-                wk->tok[j + i] = dlc__ld32(b + 4 * i);
+            memcpy(dst, (const uint8_t *)data + off * 4, (size_t)m * 4);
         }
         j += m;
         k++;
@@ -227,9 +235,23 @@ static dlc_status fill_row(const dlc_token_loader *l, tl_worker *wk, tl_slot *s,
     if (rc != DLC_OK)
         return rc;
     const size_t row = (size_t)r * S;
-    for (uint32_t j = 0; j < S; j++) {
-        put(s->input_ids, es, row + j, wk->tok[j]);
-        put(s->labels, es, row + j, wk->tok[j + 1]);
+    const uint32_t *restrict tok = wk->tok;
+    /* Plain typed loops, one per element type, that the compiler vectorizes: this is the copy
+     * that bounds the loader, so it stays a copy. */
+    if (es == 8) {
+        int64_t *restrict in = (int64_t *)(void *)s->input_ids + row;
+        int64_t *restrict lab = (int64_t *)(void *)s->labels + row;
+        for (uint32_t j = 0; j < S; j++)
+            in[j] = tok[j];
+        for (uint32_t j = 0; j < S; j++)
+            lab[j] = tok[j + 1];
+    } else {
+        int32_t *restrict in = (int32_t *)(void *)s->input_ids + row;
+        int32_t *restrict lab = (int32_t *)(void *)s->labels + row;
+        for (uint32_t j = 0; j < S; j++)
+            in[j] = (int32_t)tok[j];
+        for (uint32_t j = 0; j < S; j++)
+            lab[j] = (int32_t)tok[j + 1];
     }
     for (uint32_t i = 0; i < ns; i++) {
         const uint32_t a = wk->segs[i];
@@ -239,8 +261,15 @@ static dlc_status fill_row(const dlc_token_loader *l, tl_worker *wk, tl_slot *s,
         if (a >= S)
             continue; /* The window's last token starts a document: a label only. */
         const uint32_t e = b < S ? b : S;
-        for (uint32_t j = a; j < e; j++)
-            put(s->position_ids, es, row + j, j - a);
+        if (es == 8) {
+            int64_t *pos = (int64_t *)(void *)s->position_ids + row;
+            for (uint32_t j = a; j < e; j++)
+                pos[j] = j - a;
+        } else {
+            int32_t *pos = (int32_t *)(void *)s->position_ids + row;
+            for (uint32_t j = a; j < e; j++)
+                pos[j] = (int32_t)(j - a);
+        }
         if (l->c.document_mask) {
             s->cu[(*ncu)++] = (int32_t)(row + a);
             *maxlen = e - a > *maxlen ? e - a : *maxlen;
