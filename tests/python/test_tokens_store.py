@@ -85,3 +85,23 @@ def test_bad_ids_named(tmp_path):
     with pytest.raises(dlcache.NotFoundError, match="not a token store"):
         dlcache.write([{"x": 1}], tmp_path / "plain.dlc")
         dlcache.TokenStore(tmp_path / "plain.dlc")
+
+
+def test_cacheinfo_shows_and_verifies_tokens(tmp_path):
+    import os
+    import subprocess
+    from conftest import BIN
+    path = tmp_path / "t.dlc"
+    dlcache.write_tokens([[5, 6, 7], [8], [9, 9]], path, eos_id=0, vocab_size=10)
+    info = os.path.join(BIN, "cacheinfo")
+    r = subprocess.run([info, str(path), "--verify"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "tokens       3 documents, 9 tokens (uint16, end-of-document id 0" in r.stdout
+    # Offsets with the right ends and a wrong middle: open accepts them, verify does not.
+    env = lmdb.open(str(path), subdir=False, lock=False, max_dbs=2)
+    meta = env.open_db(b"meta", create=False)
+    with env.begin(write=True) as txn:
+        txn.put(b"token_offsets", struct.pack("<4Q", 0, 3, 5, 9), db=meta)
+    env.close()
+    r = subprocess.run([info, str(path), "--verify"], capture_output=True, text=True)
+    assert r.returncode == 1 and "token offsets: checksum mismatch" in r.stderr, r.stderr
