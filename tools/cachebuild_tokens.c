@@ -48,6 +48,8 @@ static void usage(FILE *f)
           "  --store-dtype uint16|int32  the stored ids (default: uint16 when the vocabulary\n"
           "                         fits, else int32)\n"
           "  --format F             auto (default), jsonl, bin, npy or megatron\n"
+          "  --shards N             write a store set of N parts in the directory STORE\n"
+          "                         (the documents split in order), then join it\n"
           "  --force                replace STORE\n"
           "  --json                 print a JSON report\n",
           f);
@@ -67,6 +69,7 @@ int cachebuild_tokens_main(int argc, char **argv)
     dlc_tokens_build_options_init(&o);
     int json = 0;
     enum {
+        O_SHARDS = 999,
         O_TOKENS = 1000,
         O_FIELD,
         O_TOK,
@@ -90,6 +93,7 @@ int cachebuild_tokens_main(int argc, char **argv)
         {"format", required_argument, NULL, O_FORMAT},
         {"force", no_argument, NULL, O_FORCE},
         {"json", no_argument, NULL, O_JSON},
+        {"shards", required_argument, NULL, O_SHARDS},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -143,6 +147,11 @@ int cachebuild_tokens_main(int argc, char **argv)
         }
         case O_FORCE:
             o.force = 1;
+            break;
+        case O_SHARDS:
+            if (tool_parse_u64(optarg, 65536, &v) != 0 || v == 0)
+                return tool_usage_error(TOOL, NULL, "--shards is 1..65536, not '%s'", optarg);
+            o.shards = (uint32_t)v;
             break;
         case O_JSON:
             json = 1;

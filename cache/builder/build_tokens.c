@@ -6,6 +6,7 @@
 #include "common.h"
 #include "spm/spm_api.h"
 
+#include <dlcache/set.h>
 #include <dlcache/tokens.h>
 
 #include <dlfcn.h>
@@ -38,6 +39,13 @@ typedef struct tb {
     uint32_t *ids; /* One document's ids, grown as needed. */
     size_t cap;
     uint64_t skipped;
+    /* A store set (options.shards): the first pass only counts the source documents (items);
+     * the second writes item i to the part whose range holds it, opening each part in turn. */
+    int counting;
+    uint64_t item, nitems;
+    uint32_t part;              /* The part being written (parts: none yet). */
+    uint64_t documents, tokens; /* Of the parts finished. */
+    dlc_token_writer_config wc;
     /* The tokenizer, when there is one. */
     void *dl;
     const dlc__spm_api *spm;
@@ -96,10 +104,60 @@ static dlc_status grow(tb *b, size_t n)
     return DLC_OK;
 }
 
+/* Part I of N takes the items [I*n/N, (I+1)*n/N), as a store set's parts do (docs/SETS.md). */
+static uint64_t part_first(const tb *b, uint32_t part)
+{
+    return (uint64_t)((unsigned __int128)b->nitems * part / b->o->shards);
+}
+
+/* Open the parts in order until the open one holds @p item, finishing each one passed; with
+ * UINT64_MAX, finish every part (those left get no document). */
+static dlc_status next_part(tb *b, uint64_t item)
+{
+    const uint32_t n = b->o->shards;
+    for (;;) {
+        if (b->w && item != UINT64_MAX && item < part_first(b, b->part + 1))
+            return DLC_OK;
+        if (b->w) {
+            b->documents += dlc_token_writer_count(b->w);
+            b->tokens += dlc_token_writer_tokens(b->w);
+            const dlc_status rc = dlc_token_writer_finish(b->w);
+            b->w = NULL;
+            if (rc != DLC_OK)
+                return rc;
+        }
+        const uint32_t next = b->part == UINT32_MAX ? 0 : b->part + 1;
+        if (next >= n) {
+            if (item == UINT64_MAX)
+                return DLC_OK;
+            return dlc__errorf(DLC_ECHANGED,
+                               "%s: the sources hold more than the %" PRIu64
+                               " documents counted a moment ago: they changed while read",
+                               b->o->output, b->nitems);
+        }
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/part-%05u-of-%05u.dlc", b->o->output, next, n);
+        dlc_token_writer_config wc = b->wc;
+        wc.part = next;
+        wc.parts = n;
+        wc.first_item = part_first(b, next);
+        wc.end_item = part_first(b, next + 1);
+        CHECK_RC(dlc_token_writer_open(path, &wc, &b->w));
+        b->part = next;
+    }
+}
+
 /* Append one document; @p where names it in an error ("FILE: line 3"). */
 static dlc_status emit(tb *b, const uint32_t *ids, uint64_t n, const char *file, const char *what,
                        uint64_t number)
 {
+    if (b->counting) {
+        b->item++;
+        return DLC_OK;
+    }
+    if (b->o->shards)
+        CHECK_RC(next_part(b, b->item));
+    b->item++;
     if (n == 0)
         b->skipped++;
     const dlc_status rc = dlc_token_writer_add(b->w, ids, n);
@@ -549,7 +607,9 @@ static dlc_status read_jsonl(tb *b, const char *file)
         FAIL_IF(*p != '{' || dlc__json_member(line, end, field, &vs, &ve) != 0, DLC_EINVAL,
                 "%s: line %" PRIu64 ": an object without a \"%s\" member", file, no, field);
         uint64_t n = 0;
-        if (b->model) {
+        if (b->counting) {
+            /* The first pass of a set counts documents; their ids wait for the second. */
+        } else if (b->model) {
             if ((size_t)(ve - vs) > text_cap) {
                 free(text);
                 text_cap = (size_t)(ve - vs);
@@ -683,6 +743,69 @@ static uint32_t source_format(const char *src)
     return DLC_TOKENS_FORMAT_AUTO;
 }
 
+/* Every source, in order, through its reader (a pass: counting or writing). */
+static dlc_status read_sources(tb *b)
+{
+    const dlc_tokens_build_options *o = b->o;
+    dlc_status rc = DLC_OK;
+    for (uint32_t i = 0; i < o->num_sources; i++) {
+        const char *src = o->sources[i];
+        const uint32_t f = o->format ? o->format : source_format(src);
+        FAIL_IF(b->model && f != DLC_TOKENS_FORMAT_JSONL, DLC_EINVAL,
+                "%s: a tokenizer reads text from JSON lines (.jsonl), not token files", src);
+        switch (f) {
+        case DLC_TOKENS_FORMAT_JSONL:
+            CHECK(read_jsonl(b, src));
+            break;
+        case DLC_TOKENS_FORMAT_BIN:
+            CHECK(read_bin(b, src));
+            break;
+        case DLC_TOKENS_FORMAT_NPY:
+            CHECK(read_npy(b, src));
+            break;
+        case DLC_TOKENS_FORMAT_MEGATRON:
+            CHECK(read_megatron(b, src));
+            break;
+        default:
+            FAIL_IF(1, DLC_EINVAL,
+                    "%s: which format? .jsonl/.json, .npy, .bin (flat, or Megatron with its .idx)"
+                    " or .idx",
+                    src);
+        }
+    }
+fail:
+    return rc;
+}
+
+/* A set's identity: what changes its records (the sources' names, sizes and times, the options
+ * that change the stored ids, the tokenizer's digest) and its number of parts and documents. */
+static uint64_t set_id(const tb *b, uint64_t tokenizer_digest)
+{
+    const dlc_tokens_build_options *o = b->o;
+    XXH3_state_t *h = XXH3_createState();
+    if (!h)
+        return 0;
+    XXH3_64bits_reset(h);
+    const uint64_t words[] = {0x544f4b53455431ull, o->shards,   b->nitems, b->eos,
+                              b->wc.vocab_size,    b->wc.dtype, o->format, o->bin_dtype,
+                              tokenizer_digest};
+    XXH3_64bits_update(h, words, sizeof words);
+    if (o->field)
+        XXH3_64bits_update(h, o->field, strlen(o->field) + 1);
+    for (uint32_t i = 0; i < o->num_sources; i++) {
+        struct stat st;
+        memset(&st, 0, sizeof st);
+        stat(o->sources[i], &st);
+        const uint64_t w[2] = {(uint64_t)st.st_size, (uint64_t)st.st_mtim.tv_sec * 1000000000ull +
+                                                         (uint64_t)st.st_mtim.tv_nsec};
+        XXH3_64bits_update(h, o->sources[i], strlen(o->sources[i]) + 1);
+        XXH3_64bits_update(h, w, sizeof w);
+    }
+    const uint64_t id = XXH3_64bits_digest(h);
+    XXH3_freeState(h);
+    return id;
+}
+
 dlc_status dlc_tokens_build(const dlc_tokens_build_options *o, dlc_tokens_build_report *report)
 {
     if (!o || !o->output || !o->sources || o->num_sources == 0)
@@ -737,32 +860,42 @@ dlc_status dlc_tokens_build(const dlc_tokens_build_options *o, dlc_tokens_build_
     wc.tokenizer = name;
     wc.tokenizer_digest = digest;
     wc.build_json = o->build_json;
-    CHECK(dlc_token_writer_open(o->output, &wc, &b.w));
-    for (uint32_t i = 0; i < o->num_sources; i++) {
-        const char *src = o->sources[i];
-        const uint32_t f = o->format ? o->format : source_format(src);
-        FAIL_IF(b.model && f != DLC_TOKENS_FORMAT_JSONL, DLC_EINVAL,
-                "%s: a tokenizer reads text from JSON lines (.jsonl), not token files", src);
-        switch (f) {
-        case DLC_TOKENS_FORMAT_JSONL:
-            CHECK(read_jsonl(&b, src));
-            break;
-        case DLC_TOKENS_FORMAT_BIN:
-            CHECK(read_bin(&b, src));
-            break;
-        case DLC_TOKENS_FORMAT_NPY:
-            CHECK(read_npy(&b, src));
-            break;
-        case DLC_TOKENS_FORMAT_MEGATRON:
-            CHECK(read_megatron(&b, src));
-            break;
-        default:
-            FAIL_IF(1, DLC_EINVAL,
-                    "%s: which format? .jsonl/.json, .npy, .bin (flat, or Megatron with its .idx)"
-                    " or .idx",
-                    src);
+    b.wc = wc;
+    if (o->shards) {
+        FAIL_IF(o->shards > 65536, DLC_EINVAL, "%s: %u shards, at most 65536", o->output,
+                o->shards);
+        FAIL_IF(mkdir(o->output, 0777) != 0 && errno != EEXIST, -errno,
+                "%s: cannot make the set's directory: %s", o->output, strerror(errno));
+        b.counting = 1;
+        CHECK(read_sources(&b));
+        b.counting = 0;
+        b.nitems = b.item;
+        b.item = 0;
+        b.part = UINT32_MAX;
+        b.wc.set_id = set_id(&b, digest);
+        CHECK(read_sources(&b));
+        FAIL_IF(b.item != b.nitems, DLC_ECHANGED,
+                "%s: the sources hold %" PRIu64 " documents, %" PRIu64
+                " counted a moment ago: they changed while read",
+                o->output, b.item, b.nitems);
+        CHECK(next_part(&b, UINT64_MAX));
+        FAIL_IF(b.documents == 0, DLC_EINVAL, "%s: the sources hold no document", o->output);
+        CHECK(dlc_set_join(o->output, NULL));
+        if (report) {
+            memset(report, 0, sizeof *report);
+            report->documents = b.documents;
+            report->tokens = b.tokens;
+            report->skipped = b.skipped;
+            report->eos_id = b.eos;
+            report->vocab_size = vocab;
+            report->dtype = wc.dtype                       ? wc.dtype
+                            : vocab >= 1 && vocab <= 65536 ? DLC_DTYPE_UINT16
+                                                           : DLC_DTYPE_INT32;
         }
+        goto fail; /* rc is DLC_OK: the common cleanup. */
     }
+    CHECK(dlc_token_writer_open(o->output, &wc, &b.w));
+    CHECK(read_sources(&b));
     if (report) {
         memset(report, 0, sizeof *report);
         report->documents = dlc_token_writer_count(b.w);

@@ -23,8 +23,13 @@ _Static_assert(DLC_TOKENS_NAME_MAX == 48, "the block's name is 48 bytes at offse
 struct dlc_tokens {
     const dlc_store *s;
     dlc_tokens_info info;
-    const uint64_t *offsets; /* num_docs + 1: into the map, or `copy`. */
+    const uint64_t *offsets; /* num_docs + 1: into the map, or `copy`; NULL for a set. */
     uint64_t *copy;          /* Owned when LMDB left the value unaligned (a small leaf value). */
+    /* A store set: each shard's own view, the global number of its first document and of its
+     * first token (nshards + 1 entries each, the last the totals). Nothing per document. */
+    uint32_t nshards;
+    struct dlc_tokens **shard;
+    uint64_t *doc_first, *tok_base;
 };
 
 /* The block's layout (little-endian, docs/FORMAT.md):
@@ -126,15 +131,80 @@ static dlc_status check_info(const dlc_store *s, const dlc_tokens_info *in)
     return DLC_OK;
 }
 
+/* A set: every shard's view, checked to agree with the first's (element type, end-of-document id,
+ * vocabulary, tokenizer); the totals and the first document and token of each shard. */
+static dlc_status open_set(const dlc_store *s, dlc_tokens **out)
+{
+    const char *path = dlc_store_path(s);
+    const uint32_t n = s->num_shards;
+    dlc_status rc = DLC_OK;
+    dlc_tokens *t = calloc(1, sizeof *t);
+    FAIL_IF(!t, -ENOMEM, "%s: out of memory", path);
+    t->s = s;
+    t->shard = calloc(n, sizeof *t->shard);
+    t->doc_first = calloc((size_t)n + 1, sizeof *t->doc_first);
+    t->tok_base = calloc((size_t)n + 1, sizeof *t->tok_base);
+    FAIL_IF(!t->shard || !t->doc_first || !t->tok_base, -ENOMEM, "%s: out of memory", path);
+    XXH3_state_t *h = XXH3_createState();
+    FAIL_IF(!h, -ENOMEM, "%s: out of memory", path);
+    XXH3_64bits_reset(h);
+    for (uint32_t k = 0; k < n; k++) {
+        rc = dlc_tokens_open(s->shards[k], &t->shard[k]);
+        if (rc != DLC_OK) {
+            XXH3_freeState(h);
+            goto fail;
+        }
+        t->nshards = k + 1;
+        const dlc_tokens_info *a = &t->shard[0]->info, *b = &t->shard[k]->info;
+        if (a->dtype != b->dtype || a->eos_id != b->eos_id || a->vocab_size != b->vocab_size ||
+            a->field != b->field || a->tokenizer_digest != b->tokenizer_digest ||
+            strcmp(a->tokenizer, b->tokenizer) != 0) {
+            XXH3_freeState(h);
+            FAIL_IF(1, DLC_ECORRUPT,
+                    "%s: shard %s holds other tokens than shard %s (element type, end-of-document "
+                    "id, vocabulary or tokenizer)",
+                    path, dlc_store_path(s->shards[k]), dlc_store_path(s->shards[0]));
+        }
+        t->doc_first[k + 1] = t->doc_first[k] + b->num_docs;
+        t->tok_base[k + 1] = t->tok_base[k] + b->num_tokens;
+        t->info.max_doc_tokens =
+            b->max_doc_tokens > t->info.max_doc_tokens ? b->max_doc_tokens : t->info.max_doc_tokens;
+        uint8_t d[8];
+        dlc__st64(d, b->offsets_digest);
+        XXH3_64bits_update(h, d, 8);
+    }
+    t->info.offsets_digest = XXH3_64bits_digest(h);
+    XXH3_freeState(h);
+    const dlc_tokens_info *a = &t->shard[0]->info;
+    t->info.dtype = a->dtype;
+    t->info.eos_id = a->eos_id;
+    t->info.vocab_size = a->vocab_size;
+    t->info.field = a->field;
+    t->info.tokenizer_digest = a->tokenizer_digest;
+    memcpy(t->info.tokenizer, a->tokenizer, sizeof t->info.tokenizer);
+    t->info.num_docs = t->doc_first[n];
+    t->info.num_tokens = t->tok_base[n];
+    FAIL_IF(t->info.num_docs != dlc_store_get_info(s)->count, DLC_ECORRUPT,
+            "%s: the shards hold %" PRIu64 " documents, the set %" PRIu64 " records", path,
+            t->info.num_docs, dlc_store_get_info(s)->count);
+    *out = t;
+    return DLC_OK;
+fail:
+    dlc_tokens_close(t);
+    return rc;
+}
+
 dlc_status dlc_tokens_open(const dlc_store *s, dlc_tokens **out)
 {
     if (!s || !out)
         return dlc__errorf(DLC_EINVAL, "dlc_tokens_open: NULL argument");
     *out = NULL;
     const char *path = dlc_store_path(s);
-    if (s->num_shards || s->lazy)
-        return dlc__errorf(DLC_ENOSYS, "%s: a store set of token stores is not supported yet",
+    if (s->lazy)
+        return dlc__errorf(DLC_ENOSYS, "%s: a streamed set of token stores is not supported yet",
                            path);
+    if (s->num_shards)
+        return open_set(s, out);
     const void *b = NULL, *o = NULL;
     size_t bsize = 0, osize = 0;
     if (dlc_store_meta(s, DLC_TOKENS_META, &b, &bsize) != DLC_OK)
@@ -183,6 +253,11 @@ void dlc_tokens_close(dlc_tokens *t)
 {
     if (!t)
         return;
+    for (uint32_t k = 0; t->shard && k < t->nshards; k++)
+        dlc_tokens_close(t->shard[k]);
+    free(t->shard);
+    free(t->doc_first);
+    free(t->tok_base);
     free(t->copy);
     free(t);
 }
@@ -197,10 +272,42 @@ const uint64_t *dlc_tokens_offsets(const dlc_tokens *t)
     return t ? t->offsets : NULL;
 }
 
+/* The last k < n with base[k] <= v (base[0] = 0 <= v). */
+static uint32_t last_at_most(const uint64_t *base, uint32_t n, uint64_t v)
+{
+    uint32_t lo = 0, hi = n;
+    while (hi - lo > 1) {
+        const uint32_t mid = lo + (hi - lo) / 2;
+        if (base[mid] <= v)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+uint64_t dlc_tokens_doc_start(const dlc_tokens *t, uint64_t doc)
+{
+    if (!t || doc > t->info.num_docs)
+        return UINT64_MAX;
+    if (!t->nshards)
+        return t->offsets[doc];
+    if (doc == t->info.num_docs)
+        return t->info.num_tokens;
+    const uint32_t k = last_at_most(t->doc_first, t->nshards, doc);
+    return t->tok_base[k] + t->shard[k]->offsets[doc - t->doc_first[k]];
+}
+
 uint64_t dlc_tokens_find(const dlc_tokens *t, uint64_t pos)
 {
     if (!t || pos >= t->info.num_tokens)
         return UINT64_MAX;
+    if (t->nshards) {
+        /* The shard (the last of equal bases: shards without tokens are passed over), then the
+         * document inside it. */
+        const uint32_t k = last_at_most(t->tok_base, t->nshards, pos);
+        return t->doc_first[k] + dlc_tokens_find(t->shard[k], pos - t->tok_base[k]);
+    }
     /* The last d with offsets[d] <= pos; offsets[0] = 0 <= pos < offsets[num_docs]. A table that
      * does not increase gives some d in range, whose read then fails its length check. */
     uint64_t lo = 0, hi = t->info.num_docs;
@@ -227,12 +334,13 @@ dlc_status dlc_tokens_doc(const dlc_tokens *t, dlc_store_reader *r, uint64_t doc
     if (rc != DLC_OK)
         return rc;
     const dlc_value *tv = &v[t->info.field];
-    const uint64_t want = t->offsets[doc + 1] - t->offsets[doc];
-    if (t->offsets[doc + 1] <= t->offsets[doc] || tv->dim0 != want)
-        return dlc__errorf(
-            DLC_ECORRUPT,
-            "%s: document %" PRIu64 ": %u tokens, the prefix sums say %" PRIu64 " - %" PRIu64,
-            dlc_store_path(t->s), doc, tv->dim0, t->offsets[doc + 1], t->offsets[doc]);
+    const uint64_t a = dlc_tokens_doc_start(t, doc), b = dlc_tokens_doc_start(t, doc + 1);
+    const uint64_t want = b - a;
+    if (b <= a || tv->dim0 != want)
+        return dlc__errorf(DLC_ECORRUPT,
+                           "%s: document %" PRIu64 ": %u tokens, the prefix sums say %" PRIu64
+                           " - %" PRIu64,
+                           dlc_store_path(t->s), doc, tv->dim0, b, a);
     const uint32_t last = t->info.dtype == DLC_DTYPE_UINT16
                               ? (uint32_t)tv->data[tv->size - 2] | (uint32_t)tv->data[tv->size - 1]
                                                                        << 8
@@ -251,6 +359,13 @@ dlc_status dlc_tokens_verify(const dlc_tokens *t, const dlc_store *s)
     if (!t || !s || s != t->s)
         return dlc__errorf(DLC_EINVAL, "dlc_tokens_verify: NULL argument or another store");
     const char *path = dlc_store_path(s);
+    for (uint32_t k = 0; k < t->nshards; k++) {
+        const dlc_status rc = dlc_tokens_verify(t->shard[k], s->shards[k]);
+        if (rc != DLC_OK)
+            return rc;
+    }
+    if (t->nshards)
+        return DLC_OK;
     const uint64_t n = t->info.num_docs;
     if (XXH3_64bits(t->offsets, (n + 1) * 8) != t->info.offsets_digest)
         return dlc__errorf(DLC_ECORRUPT, "%s: token offsets: checksum mismatch", path);
@@ -353,6 +468,9 @@ dlc_status dlc_token_writer_open(const char *path, const dlc_token_writer_config
     wc.build_json = config->build_json;
     wc.source_digest = config->source_digest;
     dlc_status rc = dlc_writer_open(path, &wc, &t->w);
+    if (rc == DLC_OK && config->parts)
+        rc = dlc__writer_set_part(t->w, config->part, config->parts, config->set_id,
+                                  config->first_item, config->end_item);
     if (rc == DLC_OK)
         rc = dlc_record_builder_create(t->w, &t->b);
     t->offsets_cap = 1024;

@@ -63,8 +63,10 @@ typedef struct dlc_tokens dlc_tokens;
 
 /**
  * @brief Read and check a token store's metadata.
- * @param[in] s An open store; it must outlive the view. A store set is refused (DLC_ENOSYS:
- *            sets of token stores are not supported yet).
+ * @param[in] s An open store or store set; it must outlive the view. A set's shards are each
+ *            opened as token stores and must agree (element type, end-of-document id,
+ *            vocabulary, tokenizer); documents are numbered globally in shard order, and nothing
+ *            per document is read. A streamed set is refused (DLC_ENOSYS).
  * @param[out] out The view; release with dlc_tokens_close(). NULL on failure.
  * @return DLC_OK; DLC_ENOTFOUND (not a token store: no "tokens" key); DLC_ECORRUPT (a block
  *         whose hash, magic, counts, element type or field disagree with the store, or prefix
@@ -82,12 +84,20 @@ DLC_API void dlc_tokens_close(dlc_tokens *t);
  *  @return Owned by @p t, valid until dlc_tokens_close(); NULL only when @p t is NULL. */
 DLC_API const dlc_tokens_info *dlc_tokens_get_info(const dlc_tokens *t);
 
-/** @brief The prefix sums: num_docs + 1 entries, entry d the position of document d's first
- *         token in the concatenation of the documents in record order, the last num_tokens.
+/** @brief The prefix sums (a single store; NULL for a set: use dlc_tokens_doc_start()): num_docs +
+ * 1 entries, entry d the position of document d's first token in the concatenation of the documents
+ * in record order, the last num_tokens.
  *  @param[in] t The view.
  *  @return A view into the store's map (or a copy owned by @p t when LMDB left the value
  *          unaligned), valid until dlc_tokens_close(); never write it. NULL when @p t is NULL. */
 DLC_API const uint64_t *dlc_tokens_offsets(const dlc_tokens *t);
+
+/** @brief Where document @p doc starts in the concatenation: entry @p doc of the prefix sums,
+ *         for a store or a set.
+ *  @param[in] t The view.
+ *  @param[in] doc 0..num_docs (num_docs: num_tokens).
+ *  @return The position; UINT64_MAX when @p doc is out of range or @p t is NULL. */
+DLC_API uint64_t dlc_tokens_doc_start(const dlc_tokens *t, uint64_t doc);
 
 /** @brief The document that holds token position @p pos of the concatenation, by a binary
  *         search of the prefix sums (O(log num_docs), nothing allocated).
@@ -137,6 +147,13 @@ typedef struct dlc_token_writer_config {
     uint64_t tokenizer_digest; /**< XXH3-64 of the tokenizer's model file, or 0. */
     const char *build_json;    /**< The "build" metadata (JSON text), or NULL; copied at open. */
     uint64_t source_digest;    /**< The "source_digest" metadata (0: none). */
+    uint32_t part;             /**< With parts: this store is part @p part of a store set. */
+    uint32_t parts;            /**< 0: a store alone; else the set's number of parts (the
+                                    "set_part" metadata, docs/FORMAT.md; the part may hold no
+                                    document). */
+    uint64_t set_id;           /**< With parts: the set's identity, the same in every part. */
+    uint64_t first_item;       /**< With parts: the first source document of the part, */
+    uint64_t end_item;         /**< and one past its last. */
 } dlc_token_writer_config;
 
 /** @brief Fill the caller's @p c with the defaults, never writing past @p size; called through
@@ -237,6 +254,11 @@ typedef struct dlc_tokens_build_options {
     uint32_t out_dtype;         /**< The stored type: 0 (default) as dlc_token_writer_config.dtype
                                      says, or DLC_DTYPE_UINT16 / DLC_DTYPE_INT32. */
     const char *build_json;     /**< The "build" metadata, or NULL. */
+    uint32_t shards;            /**< 0: write one store at output; N: a store set of N parts in
+                                     the directory output (made if missing), the source
+                                     documents split as a set's items are (part I takes
+                                     [I*n/N, (I+1)*n/N) of the n documents), then joined
+                                     (dlc_set_join()). */
 } dlc_tokens_build_options;
 
 /** @brief Fill @p o with the defaults, never writing past @p size.

@@ -37,8 +37,8 @@ static dlc_status bf_build(dlc_token_loader *l)
     uint8_t *items = NULL, *sorted = NULL;
     uint32_t *room = NULL;
     for (uint64_t d = 0; d < n; d++) {
-        const uint64_t len = l->offsets[d + 1] - l->offsets[d];
-        FAIL_IF(l->offsets[d + 1] <= l->offsets[d], DLC_ECORRUPT,
+        const uint64_t len = tl_doc_start(l, d + 1) - tl_doc_start(l, d);
+        FAIL_IF(tl_doc_start(l, d + 1) <= tl_doc_start(l, d), DLC_ECORRUPT,
                 "%s: token offsets: document %" PRIu64 " is empty", dlc_store_path(l->store), d);
         nitems += (len + S - 1) / S;
     }
@@ -56,7 +56,7 @@ static dlc_status bf_build(dlc_token_loader *l)
     uint64_t m = 0;
     for (uint64_t k = 0; k < n; k++) {
         const uint64_t d = l->c.shuffle ? dlc__perm_apply(&l->doc_perm, k) : k;
-        const uint64_t len = l->offsets[d + 1] - l->offsets[d];
+        const uint64_t len = tl_doc_start(l, d + 1) - tl_doc_start(l, d);
         for (uint64_t off = 0; off < len; off += S) {
             const uint32_t piece = (uint32_t)(len - off < S ? len - off : S);
             uint8_t *it = items + m++ * BF_ITEM;
@@ -183,7 +183,8 @@ static int bf_valid(const dlc_token_loader *l)
         for (uint64_t i = l->bf_starts[b]; i < l->bf_starts[b + 1]; i++) {
             const uint8_t *it = l->bf_items + i * BF_ITEM;
             const uint64_t d = dlc__ld64(it), off = dlc__ld32(it + 8), len = dlc__ld32(it + 12);
-            if (d >= l->info.num_docs || len == 0 || off + len > l->offsets[d + 1] - l->offsets[d])
+            if (d >= l->info.num_docs || len == 0 ||
+                off + len > tl_doc_start(l, d + 1) - tl_doc_start(l, d))
                 return 0;
             used += len;
         }

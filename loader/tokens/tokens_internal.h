@@ -79,6 +79,12 @@ struct dlc_token_loader {
     dlc_store_reader **mreaders; /* nworkers x nsrc. */
 };
 
+/* Where document @p d starts: the store's prefix sums, or a set's through its shards. */
+static inline uint64_t tl_doc_start(const dlc_token_loader *l, uint64_t d)
+{
+    return l->offsets ? l->offsets[d] : dlc_tokens_doc_start(l->tokens, d);
+}
+
 /* Read the best-fit plan beside the store, or make it (and save it there when the directory can
  * be written). DLC_OK, DLC_ECORRUPT (the store's prefix sums) or -ENOMEM. */
 dlc_status dlc__bf_plan(dlc_token_loader *l);

@@ -63,16 +63,16 @@ static void make_perm_offsets(dlc_token_loader *l)
     p[0] = 0;
     for (uint64_t k = 0; k < n; k++) {
         const uint64_t d = doc_at(l, k);
-        if (l->offsets[d + 1] <= l->offsets[d] ||
-            l->offsets[d + 1] - l->offsets[d] > l->info.max_doc_tokens) {
-            l->perm_rc = dlc__errorf(DLC_ECORRUPT,
-                                     "%s: token offsets: document %" PRIu64 " runs from %" PRIu64
-                                     " to %" PRIu64,
-                                     dlc_store_path(l->store), d, l->offsets[d], l->offsets[d + 1]);
+        if (tl_doc_start(l, d + 1) <= tl_doc_start(l, d) ||
+            tl_doc_start(l, d + 1) - tl_doc_start(l, d) > l->info.max_doc_tokens) {
+            l->perm_rc = dlc__errorf(
+                DLC_ECORRUPT,
+                "%s: token offsets: document %" PRIu64 " runs from %" PRIu64 " to %" PRIu64,
+                dlc_store_path(l->store), d, tl_doc_start(l, d), tl_doc_start(l, d + 1));
             free(p);
             return;
         }
-        p[k + 1] = p[k] + (l->offsets[d + 1] - l->offsets[d]);
+        p[k + 1] = p[k] + (tl_doc_start(l, d + 1) - tl_doc_start(l, d));
     }
     if (p[n] != l->info.num_tokens) {
         l->perm_rc = dlc__errorf(DLC_ECORRUPT,
@@ -104,6 +104,11 @@ static dlc_status ensure_order(dlc_token_loader *l)
 /* The place k in the order whose document holds concatenation position @p pos. */
 static uint64_t find_place(const dlc_token_loader *l, uint64_t pos, uint64_t *start)
 {
+    if (!l->c.shuffle && !l->offsets) { /* A set in record order: through its shards. */
+        const uint64_t d = dlc_tokens_find(l->tokens, pos);
+        *start = tl_doc_start(l, d);
+        return d;
+    }
     const uint64_t *p = l->c.shuffle ? l->perm_offsets : l->offsets;
     uint64_t lo = 0, hi = l->info.num_docs;
     while (hi - lo > 1) {

@@ -34,7 +34,9 @@ class TokenWriterConfig(ctypes.Structure):
                 ("vocab_size", ctypes.c_uint32), ("eos_id", ctypes.c_uint32),
                 ("force", ctypes.c_int), ("tokenizer", ctypes.c_char_p),
                 ("tokenizer_digest", ctypes.c_uint64), ("build_json", ctypes.c_char_p),
-                ("source_digest", ctypes.c_uint64)]
+                ("source_digest", ctypes.c_uint64), ("part", ctypes.c_uint32),
+                ("parts", ctypes.c_uint32), ("set_id", ctypes.c_uint64),
+                ("first_item", ctypes.c_uint64), ("end_item", ctypes.c_uint64)]
 
 
 _lib._PROTOTYPES.update({
@@ -43,6 +45,7 @@ _lib._PROTOTYPES.update({
     "dlc_tokens_get_info": (ctypes.POINTER(TokensInfo), [_P]),
     "dlc_tokens_offsets": (ctypes.POINTER(ctypes.c_uint64), [_P]),
     "dlc_tokens_find": (ctypes.c_uint64, [_P, ctypes.c_uint64]),
+    "dlc_tokens_doc_start": (ctypes.c_uint64, [_P, ctypes.c_uint64]),
     "dlc_tokens_doc": (_S, [_P, _P, ctypes.c_uint64, ctypes.POINTER(_P),
                             ctypes.POINTER(ctypes.c_uint64)]),
     "dlc_tokens_verify": (_S, [_P, _P]),
@@ -125,7 +128,11 @@ class TokenStore:
                      "vocab_size": i.vocab_size, "max_doc_tokens": i.max_doc_tokens,
                      "tokenizer": i.tokenizer.decode(), "tokenizer_digest": i.tokenizer_digest}
         ptr = lib.dlc_tokens_offsets(self._t)
-        self.offsets = np.ctypeslib.as_array(ptr, shape=(i.num_docs + 1,))
+        if ptr:
+            self.offsets = np.ctypeslib.as_array(ptr, shape=(i.num_docs + 1,))
+        else:  # a set: its shards' tables, each from the shard's first token
+            self.offsets = np.array([lib.dlc_tokens_doc_start(self._t, d)
+                                     for d in range(i.num_docs + 1)], dtype=np.uint64)
         self._dtype = np.dtype(self.info["dtype"]).newbyteorder("<")
 
     def __len__(self):
