@@ -50,6 +50,8 @@ static void usage(FILE *f)
           "  --format F             auto (default), jsonl, bin, npy or megatron\n"
           "  --shards N             write a store set of N parts in the directory STORE\n"
           "                         (the documents split in order), then join it\n"
+          "  --part I/N             write part I of N only (one machine of many); then\n"
+          "                         cachebuild --join STORE once every part is there\n"
           "  --force                replace STORE\n"
           "  --json                 print a JSON report\n",
           f);
@@ -69,6 +71,7 @@ int cachebuild_tokens_main(int argc, char **argv)
     dlc_tokens_build_options_init(&o);
     int json = 0;
     enum {
+        O_PART = 998,
         O_SHARDS = 999,
         O_TOKENS = 1000,
         O_FIELD,
@@ -94,6 +97,7 @@ int cachebuild_tokens_main(int argc, char **argv)
         {"force", no_argument, NULL, O_FORCE},
         {"json", no_argument, NULL, O_JSON},
         {"shards", required_argument, NULL, O_SHARDS},
+        {"part", required_argument, NULL, O_PART},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -148,6 +152,17 @@ int cachebuild_tokens_main(int argc, char **argv)
         case O_FORCE:
             o.force = 1;
             break;
+        case O_PART: {
+            unsigned i = 0, n = 0;
+            char end = 0;
+            if (sscanf(optarg, "%u/%u%c", &i, &n, &end) != 2 || n == 0 || n > 65536 || i >= n)
+                return tool_usage_error(TOOL, NULL, "--part wants I/N (part I of N), not '%s'",
+                                        optarg);
+            o.one_part = 1;
+            o.part = i;
+            o.shards = n;
+            break;
+        }
         case O_SHARDS:
             if (tool_parse_u64(optarg, 65536, &v) != 0 || v == 0)
                 return tool_usage_error(TOOL, NULL, "--shards is 1..65536, not '%s'", optarg);

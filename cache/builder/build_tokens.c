@@ -155,9 +155,16 @@ static dlc_status emit(tb *b, const uint32_t *ids, uint64_t n, const char *file,
         b->item++;
         return DLC_OK;
     }
-    if (b->o->shards)
-        CHECK_RC(next_part(b, b->item));
-    b->item++;
+    if (b->o->shards && b->o->one_part) {
+        /* One part of many: the items of the others are read (they must be counted) and left. */
+        const uint64_t i = b->item++;
+        if (i < part_first(b, b->o->part) || i >= part_first(b, b->o->part + 1))
+            return DLC_OK;
+    } else {
+        if (b->o->shards)
+            CHECK_RC(next_part(b, b->item));
+        b->item++;
+    }
     if (n == 0)
         b->skipped++;
     const dlc_status rc = dlc_token_writer_add(b->w, ids, n);
@@ -873,14 +880,35 @@ dlc_status dlc_tokens_build(const dlc_tokens_build_options *o, dlc_tokens_build_
         b.item = 0;
         b.part = UINT32_MAX;
         b.wc.set_id = set_id(&b, digest);
+        if (o->one_part) {
+            FAIL_IF(o->part >= o->shards, DLC_EINVAL, "%s: part %u of %u", o->output, o->part,
+                    o->shards);
+            char path[PATH_MAX];
+            snprintf(path, sizeof path, "%s/part-%05u-of-%05u.dlc", o->output, o->part, o->shards);
+            dlc_token_writer_config pc = b.wc;
+            pc.part = o->part;
+            pc.parts = o->shards;
+            pc.first_item = part_first(&b, o->part);
+            pc.end_item = part_first(&b, o->part + 1);
+            CHECK(dlc_token_writer_open(path, &pc, &b.w));
+            b.part = o->part;
+        }
         CHECK(read_sources(&b));
         FAIL_IF(b.item != b.nitems, DLC_ECHANGED,
                 "%s: the sources hold %" PRIu64 " documents, %" PRIu64
                 " counted a moment ago: they changed while read",
                 o->output, b.item, b.nitems);
-        CHECK(next_part(&b, UINT64_MAX));
-        FAIL_IF(b.documents == 0, DLC_EINVAL, "%s: the sources hold no document", o->output);
-        CHECK(dlc_set_join(o->output, NULL));
+        if (o->one_part) {
+            b.documents = dlc_token_writer_count(b.w);
+            b.tokens = dlc_token_writer_tokens(b.w);
+            rc = dlc_token_writer_finish(b.w);
+            b.w = NULL;
+            CHECK(rc);
+        } else {
+            CHECK(next_part(&b, UINT64_MAX));
+            FAIL_IF(b.documents == 0, DLC_EINVAL, "%s: the sources hold no document", o->output);
+            CHECK(dlc_set_join(o->output, NULL));
+        }
         if (report) {
             memset(report, 0, sizeof *report);
             report->documents = b.documents;

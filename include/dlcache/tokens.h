@@ -259,6 +259,9 @@ typedef struct dlc_tokens_build_options {
                                      documents split as a set's items are (part I takes
                                      [I*n/N, (I+1)*n/N) of the n documents), then joined
                                      (dlc_set_join()). */
+    int one_part;               /**< With shards: write part @p part only, and no index (one
+                                     machine of many; dlc_set_join() once every part is there). */
+    uint32_t part;              /**< With one_part: the part to write, below shards. */
 } dlc_tokens_build_options;
 
 /** @brief Fill @p o with the defaults, never writing past @p size.

@@ -65,3 +65,22 @@ def test_loader_over_a_set_equals_the_store(built, kw):
             for k in x:
                 if isinstance(x[k], torch.Tensor):
                     assert torch.equal(x[k], y[k]), k
+
+
+def test_parts_on_several_machines_then_join(built, tmp_path):
+    single = built["single.dlc"][0]
+    src = os.path.join(os.path.dirname(single), "docs.jsonl")
+    out = tmp_path / "parts"
+    for i in (2, 0, 1):  # in any order, as machines finish
+        r = subprocess.run([os.path.join(BIN, "cachebuild"), "--tokens", src, "-o", str(out),
+                            "--part", "%d/3" % i, "--eos", "0", "--vocab", "3000"],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+    assert "index.dlcset" not in os.listdir(out)
+    r = subprocess.run([os.path.join(BIN, "cachebuild"), "--join", str(out)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    with dlcache.TokenStore(single) as a, dlcache.TokenStore(out) as b:
+        np.testing.assert_array_equal(a.offsets, b.offsets)
+        for i in range(len(a)):
+            np.testing.assert_array_equal(a.doc(i), b.doc(i))
