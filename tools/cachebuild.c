@@ -54,6 +54,8 @@ static void usage(FILE *f)
     fputs("usage: " TOOL " SOURCE... -o STORE [options]\n"
           "       " TOOL " SOURCE... -o SET --shards N | --part I/N [options]\n"
           "       " TOOL " --join SET [--json]\n"
+          "       " TOOL
+          " --tokens SOURCE... -o STORE [options]   a token store (--tokens --help)\n"
           "\n"
           "Decode, resize and store JPEG images once, for fast training input.\n"
           "\n"
