@@ -58,6 +58,11 @@ DOCS_PKGS := python3 python3-sphinx python3-myst-parser python3-breathe doxygen
 TEST_PKGS := libcriterion-dev clang-format-14 doxygen abigail-tools git valgrind lmdb-utils openssl curl ca-certificates \
              python3 python3-pytest python3-venv python3-numpy python3-torch python3-torchvision \
              python3-pil python3-lmdb mypy slurm-wlm munge chromium $(FUZZ_PKGS) $(DOCS_PKGS)
+# tokens (cachebuild --tokens --tokenizer): SentencePiece, optional at build like CUDA
+# (cmake/spm.cmake builds libdlcache_spm.so where libsentencepiece-dev is found); spm_train and
+# python3-sentencepiece train a tiny model and check the tokenization in the tests.
+BUILD_PKGS += libsentencepiece-dev
+TEST_PKGS += sentencepiece python3-sentencepiece
 
 # $(call pkgs_for,GOALS): the packages those goals need, and "node" when they need npm.
 pkgs_for = $(sort $(BUILD_PKGS) \

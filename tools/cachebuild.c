@@ -21,6 +21,7 @@
 #include <dlcache/set.h>
 #include <dlcache/store.h>
 
+#include "cachebuild_tokens.h"
 #include "toolutil.h"
 
 #include <errno.h>
@@ -53,6 +54,8 @@ static void usage(FILE *f)
     fputs("usage: " TOOL " SOURCE... -o STORE [options]\n"
           "       " TOOL " SOURCE... -o SET --shards N | --part I/N [options]\n"
           "       " TOOL " --join SET [--json]\n"
+          "       " TOOL
+          " --tokens SOURCE... -o STORE [options]   a token store (--tokens --help)\n"
           "\n"
           "Decode, resize and store JPEG images once, for fast training input.\n"
           "\n"
@@ -555,6 +558,8 @@ static int run_join(const char *dir, int json)
 
 int main(int argc, char **argv)
 {
+    if (cachebuild_tokens_wanted(argc, argv))
+        return cachebuild_tokens_main(argc, argv);
     build_args a = {.out = NULL};
     dlc_build_options_init(&a.o);
     /* Before getopt_long(), which permutes argv. */

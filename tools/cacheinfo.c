@@ -14,6 +14,7 @@
  * failed, 2 usage error or the store cannot be opened.
  */
 #include <dlcache/store.h>
+#include <dlcache/tokens.h>
 
 #include "info.h"
 
@@ -249,6 +250,39 @@ static void read_build_meta(info_report *r)
     r->build_ok = dlc__json_valid(r->build, n) && memchr(r->build, 0, n) == NULL;
 }
 
+/* A token store's prefix sums against their digest and every record (DLC_OK for other stores). */
+static dlc_status verify_tokens(const dlc_store *s)
+{
+    dlc_tokens *t = NULL;
+    dlc_status rc = dlc_tokens_open(s, &t);
+    if (rc == DLC_ENOTFOUND || rc == DLC_ENOSYS)
+        return DLC_OK; /* Not a token store (or a set, whose shards are verified as stores). */
+    if (rc != DLC_OK) {
+        tool_report(TOOL, rc, "token metadata");
+        return rc;
+    }
+    rc = dlc_tokens_verify(t, s);
+    if (rc != DLC_OK)
+        tool_report(TOOL, rc, "token offsets");
+    dlc_tokens_close(t);
+    return rc;
+}
+
+/* A token store's line: documents, tokens, element type, end-of-document id, tokenizer. */
+static void print_text_tokens(const dlc_store *s)
+{
+    dlc_tokens *t = NULL;
+    if (dlc_tokens_open(s, &t) != DLC_OK)
+        return;
+    const dlc_tokens_info *ti = dlc_tokens_get_info(t);
+    printf("tokens       %llu documents, %llu tokens (%s, end-of-document id %u, longest %llu), "
+           "tokenizer %s\n",
+           (unsigned long long)ti->num_docs, (unsigned long long)ti->num_tokens,
+           dlc_dtype_name(ti->dtype), ti->eos_id, (unsigned long long)ti->max_doc_tokens,
+           ti->tokenizer);
+    dlc_tokens_close(t);
+}
+
 /* --verify: re-hash every record, naming the bad ones as they come. Returns the exit status
  * it asks for: 0, 1 (bad records) or 2 (the verification itself failed). */
 static int run_verify(info_report *r, int json)
@@ -258,6 +292,8 @@ static int run_verify(info_report *r, int json)
     r->v.t0 = dlc__now_s();
     r->vrc = dlc_store_verify(r->s, on_verify, &r->v, &nbad);
     tool_progress_end(&r->v.pg);
+    if (r->vrc == DLC_OK)
+        r->vrc = verify_tokens(r->s);
     if (r->vrc < 0)
         tool_report(TOOL, r->vrc, "verify failed");
     else if (!json)
@@ -472,6 +508,7 @@ static void print_text(const info_report *r)
     if (info->image_field != DLC_NO_FIELD)
         printf("encoding     %s\n", encoding_text(info));
     print_text_labels(r);
+    print_text_tokens(r->s);
     printf("size         %s on disk, %s per %s (payload %s)\n",
            tool_human_bytes(info->file_bytes, b1, sizeof b1),
            tool_human_bytes(info->count ? info->file_bytes / info->count : 0, b2, sizeof b2),

@@ -6,6 +6,7 @@
  * cache/store/store_writer_file.c's. */
 #include "store_writer_impl.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -574,6 +575,8 @@ static dlc_status write_meta(dlc_writer *w, const uint8_t *index)
         dlc__min_dims_encode(mins, w->fields, w->nf, w->count);
         CHECK(put_meta(w, DLC__META_MIN_DIMS, mins, DLC__MIN_DIMS_SIZE(w->nf)));
     }
+    for (uint32_t i = 0; i < w->num_extra; i++)
+        CHECK(put_meta(w, w->extra[i].key, w->extra[i].data, w->extra[i].size));
 fail:
     free(counts);
     return rc;
@@ -610,6 +613,71 @@ static dlc_status name_labels_by_number(dlc_writer *w)
     return DLC_OK;
 }
 
+/* Bytes of the caller's metadata values, each rounded up to whole pages (LMDB's overflow pages). */
+static uint64_t extra_meta_bytes(const dlc_writer *w)
+{
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < w->num_extra; i++)
+        n += (w->extra[i].size / w->psize + 2) * w->psize;
+    return n;
+}
+
+/* The store's own keys, which dlc_writer_put_meta() refuses. */
+static int reserved_meta_key(const char *key)
+{
+    static const char *const own[] = {
+        DLC__META_FORMAT, DLC__META_LABELS,        DLC__META_LABEL_COUNTS,
+        DLC__META_BUILD,  DLC__META_SOURCE_DIGEST, DLC__META_SCHEMA,
+        DLC__META_INDEX,  DLC__META_SET_PART,      DLC__META_MIN_DIMS,
+    };
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+        if (strcmp(key, own[i]) == 0)
+            return 1;
+    return 0;
+}
+
+dlc_status dlc_writer_put_meta(dlc_writer *w, const char *key, const void *data, size_t size)
+{
+    if (!w || !key || (!data && size))
+        return dlc__errorf(DLC_EINVAL, "dlc_writer_put_meta: NULL argument");
+    if (w->failed)
+        return dlc__errorf(DLC_ESTATE, "%s: an earlier write failed", w->temp_path);
+    const size_t len = strlen(key);
+    int ok = len >= 1 && len <= 31;
+    for (size_t i = 0; ok && i < len; i++)
+        ok = isalnum((unsigned char)key[i]) || key[i] == '_';
+    if (!ok || reserved_meta_key(key))
+        return dlc__errorf(DLC_EINVAL, "%s: metadata key '%.40s': %s", w->temp_path, key,
+                           ok ? "the store's own key" : "not 1 to 31 characters of [A-Za-z0-9_]");
+    if (size >= UINT32_MAX)
+        return dlc__errorf(DLC_EINVAL, "%s: metadata key '%s': %zu bytes, at most 4 GiB",
+                           w->temp_path, key, size);
+    uint8_t *copy = malloc(size ? size : 1);
+    if (!copy)
+        return dlc__errorf(-ENOMEM, "%s: out of memory for metadata '%s'", w->temp_path, key);
+    if (size)
+        memcpy(copy, data, size);
+    for (uint32_t i = 0; i < w->num_extra; i++)
+        if (strcmp(w->extra[i].key, key) == 0) {
+            free(w->extra[i].data);
+            w->extra[i].data = copy;
+            w->extra[i].size = size;
+            return DLC_OK;
+        }
+    struct dlc__extra_meta *grown = realloc(w->extra, (w->num_extra + 1) * sizeof *grown);
+    if (!grown) {
+        free(copy);
+        return dlc__errorf(-ENOMEM, "%s: out of memory for metadata '%s'", w->temp_path, key);
+    }
+    w->extra = grown;
+    struct dlc__extra_meta *e = &w->extra[w->num_extra++];
+    memset(e->key, 0, sizeof e->key);
+    memcpy(e->key, key, len);
+    e->data = copy;
+    e->size = size;
+    return DLC_OK;
+}
+
 /* Everything of finish up to the closed, synced environment; returns the file bytes used. */
 static dlc_status write_store(dlc_writer *w, uint64_t *used)
 {
@@ -630,7 +698,7 @@ static dlc_status write_store(dlc_writer *w, uint64_t *used)
     const size_t index_len = (size_t)w->count * 8;
     CHECK(dlc__wfile_ensure_room(w, index_len + w->labels_len + (uint64_t)w->num_labels * 8 +
                                         (w->build_json ? strlen(w->build_json) : 0) +
-                                        64 * w->psize));
+                                        extra_meta_bytes(w) + 64 * w->psize));
     index = malloc(index_len ? index_len : 1);
     FAIL_IF(!index, -ENOMEM, "%s: out of memory for an offset table of %zu bytes", w->temp_path,
             index_len);

@@ -201,6 +201,9 @@ void dlc__wfile_writer_free(dlc_writer *w)
     free(w->label_counts);
     free(w->labels);
     free(w->build_json);
+    for (uint32_t i = 0; i < w->num_extra; i++)
+        free(w->extra[i].data);
+    free(w->extra);
     free(w->final_path);
     free(w->temp_path);
     free(w->dir_path);

@@ -88,6 +88,14 @@ struct dlc_writer {
 
     int has_set_part; /* A part of a store set: finish writes "set_part" and may have no record. */
     uint8_t set_part[DLC__SET_PART_SIZE];
+
+    /* Metadata keys of the caller's (dlc_writer_put_meta()): written by finish. */
+    struct dlc__extra_meta {
+        char key[32];
+        uint8_t *data;
+        size_t size;
+    } * extra;
+    uint32_t num_extra;
 };
 
 /* ---- The file (store_writer_file.c) ---------------------------------------------------------- */

@@ -151,6 +151,20 @@ DLC_API dlc_status dlc_writer_append(dlc_writer *w, dlc_record_builder *b);
  */
 DLC_API dlc_status dlc_writer_finish(dlc_writer *w);
 
+/**
+ * @brief Add a metadata key of the caller's, written by dlc_writer_finish() beside the store's
+ *        own (how a token store's "tokens" and "token_offsets" are written: tokens.h).
+ * @param[in] w The writer.
+ * @param[in] key 1 to 31 characters of [A-Za-z0-9_]; not one of the store's own keys
+ *            (docs/FORMAT.md, "meta"). Putting a key twice keeps the last value.
+ * @param[in] data The value; copied.
+ * @param[in] size Bytes at @p data, below 4 GiB.
+ * @return DLC_OK, DLC_EINVAL (a NULL argument, a bad or reserved key, a value too large),
+ *         DLC_ESTATE (an earlier write failed), -ENOMEM.
+ */
+DLC_API dlc_status dlc_writer_put_meta(dlc_writer *w, const char *key, const void *data,
+                                       size_t size);
+
 /** Remove the temporary file and free @p w.
  *  @param[in] w The writer, or NULL (nothing happens). */
 DLC_API void dlc_writer_abort(dlc_writer *w);

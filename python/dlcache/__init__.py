@@ -50,6 +50,10 @@ def __getattr__(name):
     if name == "ops":
         import importlib
         return importlib.import_module(".ops", __name__)
+    # Token stores (dlcache.tokens) import numpy too.
+    if name in ("write_tokens", "TokenStore"):
+        from . import tokens
+        return getattr(tokens, name)
     # numpy is imported by write() only.
     if name in ("write", "WriteReport"):
         from . import writer
@@ -75,4 +79,5 @@ __all__ = [
     "CanceledError", "StateError", "CudaError", "UnsupportedError",
     "DlcacheOSError", "DlcacheFileNotFoundError", "DlcachePermissionError",
     "FileNotFound", "PermissionDenied",
+    "write_tokens", "TokenStore",
 ]

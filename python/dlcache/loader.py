@@ -788,6 +788,10 @@ class Loader:
         for name, why in cls._TORCH_ARGS.items():
             if name in kwargs:
                 raise TypeError("dlcache.Loader() takes no %s=: %s" % (name, why))
+        if kwargs.get("seq_len") is not None:
+            # A token store's packed sequences (docs/TOKENS.md): another loader, same call.
+            from .tokens import TokenLoader
+            return TokenLoader(*args, **kwargs)
         self = super().__new__(cls)
         try:
             # The arguments given, by name: what pickling keeps, and what a preset yields to.

@@ -29,3 +29,5 @@ echo "== bench_threads.sh (the loader against the memcpy ceiling and per-epoch J
 THREADS="1 $(nproc)" SVG="" BIN=$BIN bash tests/bench/bench_threads.sh "$WORK/train.dlc" \
     "$WORK/data/train" "$WORK/threads.json" --seconds 3
 echo "bench: results in $WORK/threads.json"
+echo "== bench_tokens.py (packed token batches against memcpy and an np.memmap loader; open time)"
+/usr/bin/python3 tests/bench/bench_tokens.py "$WORK" --tokens 5000000 --seconds 2

@@ -1,0 +1,807 @@
+/* Packed sequences of a token store (include/dlcache/tokens.h, docs/TOKENS.md): the documents
+ * concatenated in a seeded order, cut into windows of seq_len + 1 tokens overlapping by one, the
+ * windows dealt per epoch as DistributedSampler deals samples (loader/sampler.h), each batch
+ * filled by one worker straight into a slot made at open. */
+#include "tokens_internal.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "token stores hold little-endian ids, read here with the host's loads"
+#endif
+
+void dlc_token_loader_config_init_sized(dlc_token_loader_config *c, size_t size)
+{
+    if (!c || size < sizeof(uint32_t))
+        return;
+    dlc_token_loader_config d;
+    memset(&d, 0, sizeof d);
+    d.seq_len = 2048;
+    d.world_size = 1;
+    d.threads = 2;
+    d.out_dtype = DLC_DTYPE_INT64;
+    d.shuffle = 1;
+    const size_t n = size < sizeof d ? size : sizeof d;
+    memcpy(c, &d, n);
+    c->struct_size = (uint32_t)n;
+}
+
+/* What messages call the loader: its store, or "token mixture". */
+static const char *loader_name(const dlc_token_loader *l)
+{
+    return l->nsrc ? "token mixture" : dlc_store_path(l->store);
+}
+
+/* ---- The documents' order ------------------------------------------------------------------- */
+
+static uint64_t doc_at(const dlc_token_loader *l, uint64_t k)
+{
+    return l->c.shuffle ? dlc__perm_apply(&l->doc_perm, k) : k;
+}
+
+uint64_t dlc_token_loader_doc_at(const dlc_token_loader *l, uint64_t k)
+{
+    return l && k < l->info.num_docs ? doc_at(l, k) : UINT64_MAX;
+}
+
+/* The prefix sums in the seeded order: once, at the first batch, never at open (8 bytes and one
+ * Feistel evaluation per document). */
+static void make_perm_offsets(dlc_token_loader *l)
+{
+    const uint64_t n = l->info.num_docs;
+    uint64_t *p = malloc((n + 1) * sizeof *p);
+    if (!p) {
+        l->perm_rc =
+            dlc__errorf(-ENOMEM, "%s: out of memory for the order of %" PRIu64 " documents",
+                        dlc_store_path(l->store), n);
+        return;
+    }
+    p[0] = 0;
+    for (uint64_t k = 0; k < n; k++) {
+        const uint64_t d = doc_at(l, k);
+        if (tl_doc_start(l, d + 1) <= tl_doc_start(l, d) ||
+            tl_doc_start(l, d + 1) - tl_doc_start(l, d) > l->info.max_doc_tokens) {
+            l->perm_rc = dlc__errorf(
+                DLC_ECORRUPT,
+                "%s: token offsets: document %" PRIu64 " runs from %" PRIu64 " to %" PRIu64,
+                dlc_store_path(l->store), d, tl_doc_start(l, d), tl_doc_start(l, d + 1));
+            free(p);
+            return;
+        }
+        p[k + 1] = p[k] + (tl_doc_start(l, d + 1) - tl_doc_start(l, d));
+    }
+    if (p[n] != l->info.num_tokens) {
+        l->perm_rc = dlc__errorf(DLC_ECORRUPT,
+                                 "%s: token offsets add up to %" PRIu64 " tokens, not %" PRIu64,
+                                 dlc_store_path(l->store), p[n], l->info.num_tokens);
+        free(p);
+        return;
+    }
+    l->perm_offsets = p;
+}
+
+static dlc_status ensure_order(dlc_token_loader *l)
+{
+    for (uint32_t k = 0; k < l->nsrc; k++) {
+        const dlc_status rc = ensure_order(l->src[k]);
+        if (rc != DLC_OK)
+            return rc;
+    }
+    if (l->nsrc)
+        return DLC_OK;
+    if (!l->c.shuffle || l->c.packing != DLC_TOKEN_PACK_CONCAT)
+        return DLC_OK;
+    /* Only next() calls this, on the one consumer thread, before any worker starts. */
+    if (!l->perm_offsets && l->perm_rc == DLC_OK)
+        make_perm_offsets(l);
+    return l->perm_rc;
+}
+
+/* The place k in the order whose document holds concatenation position @p pos. */
+static uint64_t find_place(const dlc_token_loader *l, uint64_t pos, uint64_t *start)
+{
+    if (!l->c.shuffle && !l->offsets) { /* A set in record order: through its shards. */
+        const uint64_t d = dlc_tokens_find(l->tokens, pos);
+        *start = tl_doc_start(l, d);
+        return d;
+    }
+    const uint64_t *p = l->c.shuffle ? l->perm_offsets : l->offsets;
+    uint64_t lo = 0, hi = l->info.num_docs;
+    while (hi - lo > 1) {
+        const uint64_t mid = lo + (hi - lo) / 2;
+        if (p[mid] <= pos)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    *start = p[lo];
+    return lo;
+}
+
+/* ---- Filling a batch ------------------------------------------------------------------------ */
+
+static inline void put(uint8_t *base, size_t esize, size_t i, int64_t v)
+{
+    if (esize == 8) {
+        memcpy(base + i * 8, &v, 8);
+    } else {
+        const int32_t w = (int32_t)v;
+        memcpy(base + i * 4, &w, 4);
+    }
+}
+
+/* Window @p w's seq_len + 1 tokens into the worker's buffer, and where documents start in it. */
+static dlc_status gather(const dlc_token_loader *l, tl_worker *wk, uint64_t w, uint32_t *nsegs)
+{
+    const uint32_t S = l->c.seq_len;
+    const uint64_t need = (uint64_t)S + 1;
+    uint64_t start;
+    uint64_t k = find_place(l, w * S, &start);
+    uint64_t off = w * S - start;
+    uint64_t j = 0;
+    uint32_t ns = 0;
+    wk->segs[ns++] = 0;
+    while (j < need) {
+        if (k >= l->info.num_docs)
+            return dlc__errorf(DLC_ECORRUPT, "%s: window %" PRIu64 " runs past the last document",
+                               dlc_store_path(l->store), w);
+        const void *data;
+        uint64_t n;
+        const dlc_status rc = dlc_tokens_doc(l->tokens, wk->reader, doc_at(l, k), &data, &n);
+        if (rc != DLC_OK)
+            return rc;
+        const uint64_t m = n - off < need - j ? n - off : need - j;
+        /* Stored little-endian, the host's order (checked at build): plain loads, which the
+         * compiler vectorizes; memcpy because a small record's payload may be unaligned. */
+        uint32_t *restrict dst = wk->tok + j;
+        if (l->info.dtype == DLC_DTYPE_UINT16) {
+            const uint8_t *restrict b = (const uint8_t *)data + off * 2;
+            for (uint64_t i = 0; i < m; i++) {
+                uint16_t v;
+                memcpy(&v, b + 2 * i, 2);
+                dst[i] = v;
+            }
+        } else {
+            memcpy(dst, (const uint8_t *)data + off * 4, (size_t)m * 4);
+        }
+        j += m;
+        k++;
+        off = 0;
+        if (j < need)
+            wk->segs[ns++] = (uint32_t)j;
+    }
+    *nsegs = ns;
+    return DLC_OK;
+}
+
+/* Row @p r of slot @p s from best-fit row @p bin: its items, then padding. */
+static dlc_status fill_bestfit_row(const dlc_token_loader *l, tl_worker *wk, tl_slot *s,
+                                   uint64_t bin, uint32_t r, uint32_t *ncu, uint32_t *maxlen)
+{
+    const uint32_t S = l->c.seq_len;
+    const size_t es = l->esize, row = (size_t)r * S;
+    uint32_t j = 0, ns = 0;
+    for (uint64_t i = l->bf_starts[bin]; i < l->bf_starts[bin + 1]; i++) {
+        const uint8_t *it = l->bf_items + i * 16;
+        const uint64_t d = dlc__ld64(it);
+        const uint32_t off = dlc__ld32(it + 8), len = dlc__ld32(it + 12);
+        const void *data;
+        uint64_t n;
+        const dlc_status rc = dlc_tokens_doc(l->tokens, wk->reader, d, &data, &n);
+        if (rc != DLC_OK)
+            return rc;
+        if ((uint64_t)off + len > n || j + len > S)
+            return dlc__errorf(DLC_ECORRUPT,
+                               "%s: best-fit row %" PRIu64 ": a piece of document %" PRIu64
+                               " beyond it or the row",
+                               dlc_store_path(l->store), bin, d);
+        const uint8_t *b = (const uint8_t *)data;
+        for (uint32_t k = 0; k < len; k++)
+            wk->tok[j + k] = l->info.dtype == DLC_DTYPE_UINT16
+                                 ? (uint32_t)b[2 * (off + k)] | (uint32_t)b[2 * (off + k) + 1] << 8
+                                 : dlc__ld32(b + 4 * ((size_t)off + k));
+        wk->segs[ns++] = j;
+        j += len;
+    }
+    const uint32_t used = j;
+    if (used < S)
+        wk->segs[ns++] = used; /* The padding: a segment of its own. */
+    for (uint32_t i = 0; i < ns; i++) {
+        const uint32_t a = wk->segs[i], e = i + 1 < ns ? wk->segs[i + 1] : S;
+        for (uint32_t k = a; k < e; k++) {
+            const int pad = k >= used;
+            put(s->input_ids, es, row + k, pad ? l->c.pad_id : (int64_t)wk->tok[k]);
+            put(s->labels, es, row + k,
+                pad || k + 1 >= e ? DLC_TOKEN_IGNORE : (int64_t)wk->tok[k + 1]);
+            put(s->position_ids, es, row + k, k - a);
+        }
+        if (l->c.document_mask) {
+            s->cu[(*ncu)++] = (int32_t)(row + a);
+            *maxlen = e - a > *maxlen ? e - a : *maxlen;
+        }
+    }
+    return DLC_OK;
+}
+
+/* Row @p r of slot @p s from window (or best-fit row) @p w of source @p l. */
+static dlc_status fill_row(const dlc_token_loader *l, tl_worker *wk, tl_slot *s, uint64_t w,
+                           uint32_t r, uint32_t *ncu, uint32_t *maxlen)
+{
+    if (l->c.packing == DLC_TOKEN_PACK_BEST_FIT)
+        return fill_bestfit_row(l, wk, s, w, r, ncu, maxlen);
+    const uint32_t S = l->c.seq_len;
+    const size_t es = l->esize;
+    uint32_t ns = 0;
+    const dlc_status rc = gather(l, wk, w, &ns);
+    if (rc != DLC_OK)
+        return rc;
+    const size_t row = (size_t)r * S;
+    const uint32_t *restrict tok = wk->tok;
+    /* Plain typed loops, one per element type, that the compiler vectorizes: this is the copy
+     * that bounds the loader, so it stays a copy. */
+    if (es == 8) {
+        int64_t *restrict in = (int64_t *)(void *)s->input_ids + row;
+        int64_t *restrict lab = (int64_t *)(void *)s->labels + row;
+        for (uint32_t j = 0; j < S; j++)
+            in[j] = tok[j];
+        for (uint32_t j = 0; j < S; j++)
+            lab[j] = tok[j + 1];
+    } else {
+        int32_t *restrict in = (int32_t *)(void *)s->input_ids + row;
+        int32_t *restrict lab = (int32_t *)(void *)s->labels + row;
+        for (uint32_t j = 0; j < S; j++)
+            in[j] = (int32_t)tok[j];
+        for (uint32_t j = 0; j < S; j++)
+            lab[j] = (int32_t)tok[j + 1];
+    }
+    for (uint32_t i = 0; i < ns; i++) {
+        const uint32_t a = wk->segs[i];
+        const uint32_t b = i + 1 < ns ? wk->segs[i + 1] : S;
+        if (l->c.document_mask && a > 0)
+            put(s->labels, es, row + a - 1, DLC_TOKEN_IGNORE);
+        if (a >= S)
+            continue; /* The window's last token starts a document: a label only. */
+        const uint32_t e = b < S ? b : S;
+        if (es == 8) {
+            int64_t *pos = (int64_t *)(void *)s->position_ids + row;
+            for (uint32_t j = a; j < e; j++)
+                pos[j] = j - a;
+        } else {
+            int32_t *pos = (int32_t *)(void *)s->position_ids + row;
+            for (uint32_t j = a; j < e; j++)
+                pos[j] = (int32_t)(j - a);
+        }
+        if (l->c.document_mask) {
+            s->cu[(*ncu)++] = (int32_t)(row + a);
+            *maxlen = e - a > *maxlen ? e - a : *maxlen;
+        }
+    }
+    return DLC_OK;
+}
+
+/* The source of a mixture's global window @p w, and its window there. */
+static uint32_t mix_source(const dlc_token_loader *l, uint64_t w, uint64_t *local)
+{
+    uint32_t k = 0;
+    while (k + 1 < l->nsrc && l->src_first[k + 1] <= w)
+        k++;
+    *local = w - l->src_first[k];
+    return k;
+}
+
+static dlc_status fill_batch(dlc_token_loader *l, tl_worker *wk, tl_slot *s, uint64_t batch)
+{
+    const uint32_t S = l->c.seq_len, B = l->c.batch_size;
+    const uint64_t first = batch * B;
+    const uint64_t left = l->shard.per_rank - first;
+    const uint32_t rows = left < B ? (uint32_t)left : B;
+    const size_t widx = (size_t)(wk - l->workers);
+    uint32_t ncu = 0, maxlen = 0;
+    for (uint32_t r = 0; r < rows; r++) {
+        const uint64_t w = dlc__sampler_at(&l->sampler, dlc__shard_pos(&l->shard, first + r));
+        dlc_status rc;
+        if (l->nsrc) {
+            uint64_t local;
+            const uint32_t k = mix_source(l, w, &local);
+            /* The source's data, this worker's buffers and its reader of that source. */
+            tl_worker sw = {
+                .reader = l->mreaders[widx * l->nsrc + k], .tok = wk->tok, .segs = wk->segs};
+            rc = fill_row(l->src[k], &sw, s, local, r, &ncu, &maxlen);
+        } else {
+            rc = fill_row(l, wk, s, w, r, &ncu, &maxlen);
+        }
+        if (rc != DLC_OK)
+            return rc;
+    }
+    if (l->c.document_mask)
+        s->cu[ncu++] = (int32_t)((size_t)rows * S);
+    s->num_cu = ncu;
+    s->max_seqlen = maxlen;
+    s->rows = rows;
+    return DLC_OK;
+}
+
+/* ---- The pipeline --------------------------------------------------------------------------- */
+
+typedef struct tl_arg {
+    dlc_token_loader *l;
+    uint32_t index;
+} tl_arg;
+
+static void *worker_main(void *p)
+{
+    dlc_token_loader *l = ((tl_arg *)p)->l;
+    tl_worker *wk = &l->workers[((tl_arg *)p)->index];
+    free(p);
+    pthread_mutex_lock(&l->mu);
+    for (;;) {
+        while (!l->stop && l->error == DLC_OK &&
+               !(l->next_fill < l->shard.batches && l->next_fill + 1 < l->delivered + l->depth))
+            pthread_cond_wait(&l->work, &l->mu);
+        if (l->stop || l->error != DLC_OK)
+            break;
+        const uint64_t k = l->next_fill++;
+        tl_slot *s = &l->slots[k % l->depth];
+        pthread_mutex_unlock(&l->mu);
+        const dlc_status rc = fill_batch(l, wk, s, k);
+        pthread_mutex_lock(&l->mu);
+        if (rc != DLC_OK && l->error == DLC_OK) {
+            l->error = rc;
+            dlc__err_save(&l->error_msg);
+        }
+        s->batch = k;
+        pthread_cond_broadcast(&l->done);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+static void stop_workers(dlc_token_loader *l)
+{
+    if (!l->running)
+        return;
+    pthread_mutex_lock(&l->mu);
+    l->stop = 1;
+    pthread_cond_broadcast(&l->work);
+    pthread_mutex_unlock(&l->mu);
+    for (uint32_t i = 0; i < l->c.threads; i++)
+        pthread_join(l->threads[i], NULL);
+    l->running = 0;
+    l->stop = 0;
+}
+
+static dlc_status start_workers(dlc_token_loader *l)
+{
+    l->next_fill = l->delivered;
+    l->error = DLC_OK;
+    for (uint32_t i = 0; i < l->depth; i++)
+        l->slots[i].batch = UINT64_MAX;
+    for (uint32_t i = 0; i < l->c.threads; i++) {
+        tl_arg *a = malloc(sizeof *a);
+        int e = a ? 0 : ENOMEM;
+        if (a) {
+            *a = (tl_arg){l, i};
+            e = pthread_create(&l->threads[i], NULL, worker_main, a);
+            if (e)
+                free(a);
+        }
+        if (e) {
+            l->running = 1;
+            const uint32_t made = i;
+            l->c.threads = made; /* Join the ones made, then give the count back. */
+            stop_workers(l);
+            return dlc__errorf(-e, "%s: cannot start a worker thread", loader_name(l));
+        }
+    }
+    l->running = 1;
+    return DLC_OK;
+}
+
+/* ---- The API -------------------------------------------------------------------------------- */
+
+uint64_t dlc_token_loader_num_windows(const dlc_token_loader *l)
+{
+    return l ? l->windows : 0;
+}
+
+dlc_status dlc_token_loader_packing(const dlc_token_loader *l, uint64_t *rows, uint64_t *pad_tokens,
+                                    int *saved)
+{
+    if (!l)
+        return dlc__errorf(DLC_EINVAL, "dlc_token_loader_packing: NULL loader");
+    if (rows)
+        *rows = l->windows;
+    if (pad_tokens)
+        *pad_tokens = l->bf_pad;
+    if (saved)
+        *saved = l->bf_saved;
+    return DLC_OK;
+}
+
+uint64_t dlc_token_loader_len(const dlc_token_loader *l)
+{
+    return l ? l->shard.batches : 0;
+}
+
+uint64_t dlc_token_loader_position(const dlc_token_loader *l, uint64_t *epoch)
+{
+    if (!l)
+        return 0;
+    if (epoch)
+        *epoch = l->epoch;
+    const uint64_t p = l->shard.start + l->delivered * (uint64_t)l->c.batch_size * l->c.world_size;
+    return p < l->windows ? p : l->windows;
+}
+
+dlc_status dlc_token_loader_seek(dlc_token_loader *l, uint64_t epoch, uint64_t start)
+{
+    if (!l)
+        return dlc__errorf(DLC_EINVAL, "dlc_token_loader_seek: NULL loader");
+    if (start > l->windows)
+        return dlc__errorf(DLC_EINVAL,
+                           "%s: position %" PRIu64 " is beyond the %" PRIu64 " windows of an epoch",
+                           loader_name(l), start, l->windows);
+    stop_workers(l);
+    l->epoch = epoch;
+    dlc__sampler_set_epoch(&l->sampler, l->c.seed, epoch);
+    dlc__shard_plan(&l->shard, l->windows, start, l->c.rank, l->c.world_size, l->c.batch_size,
+                    l->c.drop_last);
+    l->delivered = 0;
+    return DLC_OK;
+}
+
+static void lend(const dlc_token_loader *l, const tl_slot *s, uint64_t index, dlc_token_batch *b)
+{
+    memset(b, 0, sizeof *b);
+    b->rows = s->rows;
+    b->seq_len = l->c.seq_len;
+    b->dtype = l->c.out_dtype;
+    b->num_cu = s->num_cu;
+    b->input_ids = s->input_ids;
+    b->labels = s->labels;
+    b->position_ids = s->position_ids;
+    b->cu_seqlens = l->c.document_mask ? s->cu : NULL;
+    b->max_seqlen = s->max_seqlen;
+    b->epoch = l->epoch;
+    b->index = index;
+}
+
+dlc_status dlc_token_loader_next(dlc_token_loader *l, dlc_token_batch *batch)
+{
+    if (!l || !batch)
+        return dlc__errorf(DLC_EINVAL, "dlc_token_loader_next: NULL argument");
+    if (l->delivered >= l->shard.batches)
+        return DLC_END;
+    dlc_status rc = ensure_order(l);
+    if (rc != DLC_OK)
+        return rc;
+    const uint64_t k = l->delivered;
+    if (l->c.threads == 0) {
+        rc = fill_batch(l, &l->workers[0], &l->slots[0], k);
+        if (rc != DLC_OK)
+            return rc;
+        lend(l, &l->slots[0], k, batch);
+        l->delivered++;
+        return DLC_OK;
+    }
+    if (!l->running)
+        CHECK(start_workers(l));
+    pthread_mutex_lock(&l->mu);
+    pthread_cond_broadcast(&l->work); /* The batch lent before is given back. */
+    tl_slot *s = &l->slots[k % l->depth];
+    while (s->batch != k && l->error == DLC_OK)
+        pthread_cond_wait(&l->done, &l->mu);
+    if (s->batch == k && l->error == DLC_OK) {
+        lend(l, s, k, batch);
+        l->delivered++;
+    } else {
+        rc = dlc__err_restore(&l->error_msg, l->error);
+    }
+    pthread_mutex_unlock(&l->mu);
+fail:
+    return rc;
+}
+
+void dlc_token_loader_close(dlc_token_loader *l)
+{
+    if (!l)
+        return;
+    stop_workers(l);
+    for (uint32_t i = 0; l->slots && i < l->depth; i++) {
+        free(l->slots[i].input_ids);
+        free(l->slots[i].labels);
+        free(l->slots[i].position_ids);
+        free(l->slots[i].cu);
+    }
+    for (uint32_t i = 0; l->workers && i < l->nworkers; i++) {
+        dlc_store_reader_close(l->workers[i].reader);
+        free(l->workers[i].tok);
+        free(l->workers[i].segs);
+    }
+    for (size_t i = 0; l->mreaders && i < (size_t)l->nworkers * l->nsrc; i++)
+        dlc_store_reader_close(l->mreaders[i]);
+    free(l->mreaders);
+    for (uint32_t k = 0; l->src && k < l->nsrc; k++)
+        dlc_token_loader_close(l->src[k]);
+    free(l->src);
+    free(l->src_first);
+    free(l->slots);
+    free(l->workers);
+    free(l->threads);
+    free(l->perm_offsets);
+    free(l->bf_starts);
+    free(l->bf_items);
+    dlc__sampler_free(&l->sampler);
+    dlc_tokens_close(l->tokens);
+    dlc_store_close(l->store);
+    if (l->locks_made) {
+        pthread_mutex_destroy(&l->mu);
+        pthread_cond_destroy(&l->work);
+        pthread_cond_destroy(&l->done);
+    }
+    free(l);
+}
+
+/* The batch slots and the workers' buffers (and, for one store, their readers). */
+static dlc_status make_slots(dlc_token_loader *l, const char *path, int readers)
+{
+    dlc_status rc = DLC_OK;
+    const dlc_token_loader_config *c = &l->c;
+    l->depth = c->threads ? c->threads + 2 : 1;
+    l->nworkers = c->threads ? c->threads : 1;
+    l->slots = calloc(l->depth, sizeof *l->slots);
+    l->workers = calloc(l->nworkers, sizeof *l->workers);
+    l->threads = calloc(l->nworkers, sizeof *l->threads);
+    FAIL_IF(!l->slots || !l->workers || !l->threads, -ENOMEM, "%s: out of memory", path);
+    const size_t cells = (size_t)c->batch_size * c->seq_len;
+    for (uint32_t i = 0; i < l->depth; i++) {
+        tl_slot *s = &l->slots[i];
+        s->input_ids = malloc(cells * l->esize);
+        s->labels = malloc(cells * l->esize);
+        s->position_ids = malloc(cells * l->esize);
+        s->cu = malloc((cells + 1) * sizeof *s->cu);
+        s->batch = UINT64_MAX;
+        FAIL_IF(!s->input_ids || !s->labels || !s->position_ids || !s->cu, -ENOMEM,
+                "%s: out of memory for %u batch slots of %zu tokens", path, l->depth, cells);
+    }
+    for (uint32_t i = 0; i < l->nworkers; i++) {
+        tl_worker *w = &l->workers[i];
+        w->tok = malloc(((size_t)c->seq_len + 1) * sizeof *w->tok);
+        w->segs = malloc(((size_t)c->seq_len + 1) * sizeof *w->segs);
+        FAIL_IF(!w->tok || !w->segs, -ENOMEM, "%s: out of memory", path);
+        if (readers)
+            CHECK(dlc_store_reader_open(l->store, &w->reader));
+    }
+fail:
+    return rc;
+}
+
+/* The options every token loader checks, named with @p path. */
+static dlc_status check_config(const char *path, const dlc_token_loader_config *config)
+{
+    if (config->struct_size != sizeof *config)
+        return dlc__errorf(DLC_EINVAL,
+                           "%s: token loader: struct_size %u is not %zu: fill the options "
+                           "with dlc_token_loader_config_init()",
+                           path, config->struct_size, sizeof *config);
+    const dlc_token_loader_config *c = config;
+    if (c->batch_size == 0 || c->seq_len == 0 || c->world_size == 0 || c->rank >= c->world_size ||
+        c->threads > 256 || (c->out_dtype != DLC_DTYPE_INT64 && c->out_dtype != DLC_DTYPE_INT32) ||
+        c->packing > DLC_TOKEN_PACK_BEST_FIT ||
+        (uint64_t)c->batch_size * c->seq_len > INT32_MAX - 1)
+        return dlc__errorf(
+            DLC_EINVAL,
+            "%s: token loader: batch_size %u, seq_len %u (batch x seq_len below "
+            "2^31), rank %u of world_size %u, threads %u (0..256), out_dtype %s "
+            "(int64 or int32), packing %u (concat or best_fit): one of them is out of range",
+            path, c->batch_size, c->seq_len, c->rank, c->world_size, c->threads,
+            dlc_dtype_name(c->out_dtype), c->packing);
+    return DLC_OK;
+}
+
+dlc_status dlc_token_loader_open(const char *path, const dlc_token_loader_config *config,
+                                 dlc_token_loader **out)
+{
+    if (!path || !config || !out)
+        return dlc__errorf(DLC_EINVAL, "dlc_token_loader_open: NULL argument");
+    *out = NULL;
+    const dlc_token_loader_config *c = config;
+    if (check_config(path, c) != DLC_OK)
+        return DLC_EINVAL;
+    dlc_status rc = DLC_OK;
+    dlc_token_loader *l = calloc(1, sizeof *l);
+    FAIL_IF(!l, -ENOMEM, "%s: out of memory", path);
+    l->c = *c;
+    l->esize = c->out_dtype == DLC_DTYPE_INT64 ? 8 : 4;
+    FAIL_IF(pthread_mutex_init(&l->mu, NULL) != 0, -ENOMEM, "%s: no lock", path);
+    pthread_cond_init(&l->work, NULL);
+    pthread_cond_init(&l->done, NULL);
+    l->locks_made = 1;
+    CHECK(dlc_store_open(path, 0, &l->store));
+    CHECK(dlc_tokens_open(l->store, &l->tokens));
+    l->info = *dlc_tokens_get_info(l->tokens);
+    l->offsets = dlc_tokens_offsets(l->tokens);
+    FAIL_IF(c->packing == DLC_TOKEN_PACK_CONCAT && l->info.num_tokens < (uint64_t)c->seq_len + 1,
+            DLC_EINVAL, "%s: %" PRIu64 " tokens, fewer than one window of seq_len + 1 = %u", path,
+            l->info.num_tokens, c->seq_len + 1);
+    l->windows = (l->info.num_tokens - 1) / c->seq_len;
+    if (c->shuffle)
+        dlc__perm_init(&l->doc_perm, l->info.num_docs,
+                       dlc__key4(DLC__KEY_TOKEN_DOCS, c->seed, 0, 0));
+    if (c->packing == DLC_TOKEN_PACK_BEST_FIT) {
+        CHECK(dlc__bf_plan(l));
+        l->windows = l->bf_bins;
+    }
+    CHECK(dlc__sampler_init(&l->sampler, c->shuffle ? DLC_SAMPLER_SHUFFLE : DLC_SAMPLER_SEQUENTIAL,
+                            l->windows, 0, 0, NULL, 0, NULL));
+    CHECK(make_slots(l, path, 1));
+    CHECK(dlc_token_loader_seek(l, 0, 0));
+    *out = l;
+    return DLC_OK;
+fail:
+    dlc_token_loader_close(l);
+    return rc;
+}
+
+/* ---- Mixtures ------------------------------------------------------------------------------- */
+
+dlc_status dlc_token_loader_open_mix(const char *const *paths, const double *weights, uint32_t n,
+                                     uint64_t rows_per_epoch, const dlc_token_loader_config *config,
+                                     dlc_token_loader **out)
+{
+    if (!paths || !weights || !config || !out || n == 0 || n > DLC__MIX_MAX_SOURCES)
+        return dlc__errorf(DLC_EINVAL,
+                           "token mixture: 1 to %u sources with weights, options and "
+                           "a result",
+                           DLC__MIX_MAX_SOURCES);
+    *out = NULL;
+    if (check_config("token mixture", config) != DLC_OK)
+        return DLC_EINVAL;
+    dlc_status rc = DLC_OK;
+    dlc_token_loader *l = calloc(1, sizeof *l);
+    FAIL_IF(!l, -ENOMEM, "token mixture: out of memory");
+    l->c = *config;
+    l->esize = config->out_dtype == DLC_DTYPE_INT64 ? 8 : 4;
+    FAIL_IF(pthread_mutex_init(&l->mu, NULL) != 0, -ENOMEM, "token mixture: no lock");
+    pthread_cond_init(&l->work, NULL);
+    pthread_cond_init(&l->done, NULL);
+    l->locks_made = 1;
+    l->src = calloc(n, sizeof *l->src);
+    l->src_first = calloc((size_t)n + 1, sizeof *l->src_first);
+    FAIL_IF(!l->src || !l->src_first, -ENOMEM, "token mixture: out of memory");
+    /* Each source: a loader of its own without threads, for its store, order and plan. */
+    dlc_token_loader_config sc = *config;
+    sc.threads = 0;
+    sc.batch_size = 1;
+    sc.rank = 0;
+    sc.world_size = 1;
+    dlc__mix_source ms[DLC__MIX_MAX_SOURCES];
+    for (uint32_t k = 0; k < n; k++) {
+        CHECK(dlc_token_loader_open(paths[k], &sc, &l->src[k]));
+        l->nsrc = k + 1; /* Closed with the mixture from here on. */
+        const dlc_token_loader *s = l->src[k];
+        ms[k] = (dlc__mix_source){.count = s->windows,
+                                  .first = l->src_first[k],
+                                  .tag = dlc_store_get_info(s->store)->content_digest,
+                                  .weight = weights[k]};
+        l->src_first[k + 1] = l->src_first[k] + s->windows;
+    }
+    l->windows = rows_per_epoch ? rows_per_epoch : l->src_first[n];
+    l->sampler.kind = config->shuffle ? DLC_SAMPLER_SHUFFLE : DLC_SAMPLER_SEQUENTIAL;
+    l->sampler.count = l->src_first[n];
+    l->sampler.len = l->windows;
+    l->sampler.mix = calloc(1, sizeof *l->sampler.mix);
+    FAIL_IF(!l->sampler.mix, -ENOMEM, "token mixture: out of memory");
+    CHECK(dlc__mix_init(l->sampler.mix, ms, n, l->windows, config->world_size, config->drop_last,
+                        !config->shuffle, paths));
+    l->sampler.mix->batch = config->batch_size;
+    CHECK(make_slots(l, "token mixture", 0));
+    l->mreaders = calloc((size_t)l->nworkers * n, sizeof *l->mreaders);
+    FAIL_IF(!l->mreaders, -ENOMEM, "token mixture: out of memory");
+    for (uint32_t w = 0; w < l->nworkers; w++)
+        for (uint32_t k = 0; k < n; k++)
+            CHECK(dlc_store_reader_open(l->src[k]->store, &l->mreaders[(size_t)w * n + k]));
+    CHECK(dlc_token_loader_seek(l, 0, 0));
+    *out = l;
+    return DLC_OK;
+fail:
+    dlc_token_loader_close(l);
+    return rc;
+}
+
+#define MIX_MAGIC "DLCTMIX1"
+#define MIX_HEAD 72u
+#define MIX_ENTRY 40u
+
+dlc_status dlc_token_loader_mix_state(const dlc_token_loader *l, uint8_t *buf, size_t cap,
+                                      size_t *len)
+{
+    if (!l || !buf || !len || !l->nsrc)
+        return dlc__errorf(DLC_EINVAL, "dlc_token_loader_mix_state: not a token mixture");
+    const dlc__mix *m = l->sampler.mix;
+    const size_t need = MIX_HEAD + (size_t)MIX_ENTRY * l->nsrc + 8;
+    if (cap < need)
+        return dlc__errorf(DLC_EINVAL, "token mixture: a state needs %zu bytes, not %zu", need,
+                           cap);
+    uint64_t epoch;
+    const uint64_t pos = dlc_token_loader_position(l, &epoch);
+    uint64_t draws[DLC__MIX_MAX_SOURCES];
+    dlc__mix_draws(m, epoch, pos, draws);
+    memset(buf, 0, need);
+    memcpy(buf, MIX_MAGIC, 8);
+    dlc__st32(buf + 8, l->nsrc);
+    dlc__st32(buf + 12, l->c.world_size);
+    dlc__st64(buf + 16, l->c.seed);
+    dlc__st64(buf + 24, epoch);
+    dlc__st64(buf + 32, pos);
+    dlc__st64(buf + 40, m->seg_epoch);
+    dlc__st64(buf + 48, m->seg_pos);
+    dlc__st64(buf + 56, l->windows);
+    dlc__st32(buf + 64, (l->c.drop_last ? 1u : 0u) | (l->c.shuffle ? 0u : 2u));
+    dlc__st32(buf + 68, l->c.batch_size);
+    for (uint32_t k = 0; k < l->nsrc; k++) {
+        uint8_t *e = buf + MIX_HEAD + (size_t)MIX_ENTRY * k;
+        dlc__st64(e, m->src[k].tag);
+        dlc__st64(e + 8, m->src[k].count);
+        dlc__st64(e + 16, m->base[k]);
+        dlc__st64(e + 24, draws[k]);
+        dlc__st32(e + 32, m->quota[k]);
+    }
+    dlc__st64(buf + need - 8, XXH3_64bits(buf, need - 8));
+    *len = need;
+    return DLC_OK;
+}
+
+dlc_status dlc_token_loader_mix_restore(dlc_token_loader *l, const uint8_t *p, size_t len)
+{
+    if (!l || !p || !l->nsrc)
+        return dlc__errorf(DLC_EINVAL, "dlc_token_loader_mix_restore: not a token mixture");
+    const uint32_t n = len >= MIX_HEAD ? dlc__ld32(p + 8) : 0;
+    const size_t need = MIX_HEAD + (size_t)MIX_ENTRY * n + 8;
+    if (len < MIX_HEAD || memcmp(p, MIX_MAGIC, 8) != 0 || n == 0 || n > DLC__MIX_MAX_SOURCES ||
+        len != need || dlc__ld64(p + need - 8) != XXH3_64bits(p, need - 8))
+        return dlc__errorf(DLC_EINVAL, "token mixture: not a state of a token mixture, or damaged");
+    dlc__mix *m = l->sampler.mix;
+    const uint64_t seed = dlc__ld64(p + 16), epoch = dlc__ld64(p + 24), pos = dlc__ld64(p + 32);
+    if (seed != l->c.seed)
+        return dlc__errorf(DLC_EINVAL,
+                           "token mixture: the state has seed %" PRIu64 ", this loader %" PRIu64,
+                           seed, l->c.seed);
+    int same = n == l->nsrc && dlc__ld32(p + 12) == l->c.world_size &&
+               dlc__ld64(p + 56) == l->windows && dlc__ld32(p + 68) == l->c.batch_size &&
+               dlc__ld32(p + 64) == ((l->c.drop_last ? 1u : 0u) | (l->c.shuffle ? 0u : 2u));
+    uint64_t base[DLC__MIX_MAX_SOURCES], now[DLC__MIX_MAX_SOURCES];
+    int used[DLC__MIX_MAX_SOURCES] = {0};
+    for (uint32_t k = 0; k < l->nsrc; k++) {
+        int j = -1;
+        for (uint32_t i = 0; i < n && j < 0; i++) {
+            const uint8_t *e = p + MIX_HEAD + (size_t)MIX_ENTRY * i;
+            if (!used[i] && dlc__ld64(e) == m->src[k].tag && dlc__ld64(e + 8) == m->src[k].count)
+                j = (int)i;
+        }
+        if (j >= 0) {
+            const uint8_t *e = p + MIX_HEAD + (size_t)MIX_ENTRY * j;
+            used[j] = 1;
+            base[k] = dlc__ld64(e + 16);
+            now[k] = dlc__ld64(e + 24);
+            same = same && dlc__ld32(e + 32) == m->quota[k];
+        } else {
+            base[k] = now[k] = 0; /* A source new to the mixture starts its first pass. */
+        }
+        same = same && j == (int)k;
+    }
+    if (pos > l->windows)
+        return dlc__errorf(DLC_EINVAL, "token mixture: position %" PRIu64 " beyond %" PRIu64, pos,
+                           l->windows);
+    /* The same schedule continues exactly; another one (weights, sources, world size) begins
+     * here with every source's pass where it stood. */
+    if (same)
+        dlc__mix_segment(m, dlc__ld64(p + 40), dlc__ld64(p + 48), base);
+    else
+        dlc__mix_segment(m, epoch, pos, now);
+    return dlc_token_loader_seek(l, epoch, pos);
+}

