@@ -425,6 +425,17 @@ class Loader:
             or "eval" (crop=224, random_crop=False, flip=0: the center, same
             dtype); the arguments given win over it. On a store built at 256
             "eval" is torchvision's resize 256 + center crop 224.
+        seq_len: on a token store (``cachebuild --tokens``, ``write_tokens``),
+            packed sequences of seq_len tokens: Loader() then returns a
+            ``dlcache.tokens.TokenLoader`` yielding dicts of input_ids, labels
+            and position_ids (docs/TOKENS.md); dtype= is "int64" (default) or
+            "int32" there.
+        packing: with seq_len, "concat" (one concatenation of the documents
+            cut into windows) or "best_fit" (whole documents placed by best-fit
+            decreasing, padded with pad_id).
+        document_mask: with seq_len, add cu_seqlens and max_seqlen, and label
+            -100 where the target lies in the next document.
+        pad_id: with seq_len and "best_fit", the token id of the padding.
 
     Every argument after batch_size is keyword-only. A Loader pickles (and
     copy.deepcopy()s) as its arguments and state_dict(): the copy opens at its
@@ -504,7 +515,13 @@ class Loader:
                  return_source: bool = False,
                  timeout: "Optional[float]" = None, retries: "Optional[int]" = None,
                  transform: "Optional[Callable[[Any], Any]]" = None,
-                 preset: "Optional[str]" = None) -> None:
+                 preset: "Optional[str]" = None,
+                 seq_len: "Optional[int]" = None, packing: str = "concat",
+                 document_mask: bool = False, pad_id: int = 0) -> None:
+        if packing != "concat" or document_mask or pad_id != 0:
+            # seq_len= makes Loader() a TokenLoader in __new__; here it was not given.
+            raise ValueError("packing=, document_mask= and pad_id= are for a token store's "
+                             "packed sequences: give seq_len= too (docs/TOKENS.md)")
         # The arguments as the caller gave them (Loader.__new__ bound them): what the Loader
         # pickles as, with its state; a preset fills in only the arguments not given.
         given = self.__dict__.pop("_given", None)
@@ -791,6 +808,13 @@ class Loader:
         if kwargs.get("seq_len") is not None:
             # A token store's packed sequences (docs/TOKENS.md): another loader, same call.
             from .tokens import TokenLoader
+            if isinstance(kwargs.get("dtype"), str):
+                import torch
+                names = {"int64": torch.int64, "int32": torch.int32}
+                if kwargs["dtype"] not in names:
+                    raise ValueError("dtype of packed sequences is 'int64' or 'int32', not %r"
+                                     % kwargs["dtype"])
+                kwargs = dict(kwargs, dtype=names[kwargs["dtype"]])
             return TokenLoader(*args, **kwargs)
         self = super().__new__(cls)
         try:

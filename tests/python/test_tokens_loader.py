@@ -195,3 +195,20 @@ def test_refusals(corpus, tmp_path):
     L = dlcache.Loader(path, 2, seq_len=8)
     with pytest.raises(ValueError, match="seq_len"):
         L.load_state_dict(dict(dlcache.Loader(path, 2, seq_len=9).state_dict()))
+
+
+def test_loader_signature_takes_the_token_arguments(corpus):
+    import inspect
+    path, _ = corpus
+    params = inspect.signature(dlcache.Loader).parameters
+    for name in ("seq_len", "packing", "document_mask", "pad_id"):
+        assert name in params, name
+    a = dlcache.Loader(path, 4, seq_len=16, dtype="int32", seed=3)
+    b = dlcache.Loader(path, 4, seq_len=16, dtype=torch.int32, seed=3)
+    x, y = next(iter(a)), next(iter(b))
+    assert x["input_ids"].dtype == torch.int32
+    assert torch.equal(x["input_ids"], y["input_ids"])
+    with pytest.raises(ValueError, match="seq_len"):
+        dlcache.Loader(path, 4, packing="best_fit")
+    with pytest.raises(ValueError, match="int64"):
+        dlcache.Loader(path, 4, seq_len=16, dtype="float32")
