@@ -522,9 +522,10 @@ for f in ("auto_all.json", "auto_one.json"):
         best = s["best_fixed"]
         r = s["auto_over_best_last_half"]
         ok.append(r >= 0.95)
-        out.append("%s: best fixed %s threads %.0f samples/s, auto %.0f (threads %s): %.2f of it"
-                   % (name, best, s["sweep"][str(best)] if str(best) in s["sweep"]
-                      else s["sweep"][best], s["auto_last_half_median"],
+        out.append("%s (%d rounds of %d batches): best fixed %s threads %.0f samples/s, auto "
+                   "%.0f (threads %s): %.2f of it"
+                   % (name, d["rounds"], d["batches"], best, s["sweep"][str(best)],
+                      s["auto_last_half_median"],
                       "-".join(str(x) for x in sorted(set(s["auto"]["threads"]))), r))
 verdict = "auto within 0.95 of the best in both: may be the default" if len(ok) == 2 and all(ok) \
     else "auto short of 0.95 of the best in %d of %d" % (sum(not x for x in ok), len(ok))
@@ -655,6 +656,7 @@ fi
 # The logs beside RESULTS as one file, logs.tar.gz (a device call brings back at most 8 files
 # from $OUT), and as a folder logs/ unless LOGS_FOLDER=0.
 OUTDIR=$(dirname "$RESULTS")/logs
+mkdir -p "$(dirname "$RESULTS")" 2>/dev/null
 tar -czf "$(dirname "$RESULTS")/logs.tar.gz" -C "$W" logs 2>/dev/null ||
     echo "run.sh: could not write $(dirname "$RESULTS")/logs.tar.gz" >&2
 if [ "${LOGS_FOLDER:-1}" = 1 ]; then
