@@ -422,7 +422,8 @@ elif run_step copy_ceiling 60 bash -c 'to_file "$@"' _ "$LOGS/copy_ceiling.json"
     --json --device 0 && ! timed_out; then
     d=$LOGS/copy_ceiling.json
     if [ "$RC" = 0 ]; then
-        record copy_ceiling pass "$DUR" "$(jget "$d" '"uint8 crop, %d threads: %.0f samples/s on the GPU; ceiling %.1f GB/s (%.1f before, %.1f after, pinned copies of %d bytes); copies by the copy thread %.1f GB/s = %.2f, by CUDA events on the copy stream %s (target 0.9)" % (d["threads"], d["device_samples_per_s"], d["device_copy_ceiling_gbytes_per_s"], d["device_copy_ceiling_before_gbytes_per_s"], d["device_copy_ceiling_after_gbytes_per_s"], d["device_copy_ceiling_bytes"], d["device_copy_gbytes_per_s"], d["device_copy_ratio_to_ceiling"], ("%.1f GB/s = %.2f" % (d["device_copy_event_gbytes_per_s"], d["device_copy_event_ratio_to_ceiling"])) if d.get("device_copy_event_seconds") else "not timed (the plugin has no timed events)")')"
+        figs=$(jget "$d" '"uint8 crop, %d threads: %.0f samples/s on the GPU; ceiling %.1f GB/s (%.1f before, %.1f after, pinned copies of %d bytes); copies by the copy thread %.1f GB/s = %.2f, by CUDA events on the copy stream %s (target 0.9)" % (d["threads"], d["device_samples_per_s"], d["device_copy_ceiling_gbytes_per_s"], d["device_copy_ceiling_before_gbytes_per_s"], d["device_copy_ceiling_after_gbytes_per_s"], d["device_copy_ceiling_bytes"], d["device_copy_gbytes_per_s"], d["device_copy_ratio_to_ceiling"], ("%.1f GB/s = %.2f" % (d["device_copy_event_gbytes_per_s"], d["device_copy_event_ratio_to_ceiling"])) if d.get("device_copy_event_seconds") else "not timed (the plugin has no timed events)")')
+        record copy_ceiling pass "$DUR" "${figs:-no figures: see $LOGS/copy_ceiling.log}"
     elif [ "$GPU" = 0 ]; then
         record copy_ceiling skip "$DUR" "$(why "$LOGS/copy_ceiling.log" 'error')"
     else
@@ -496,6 +497,7 @@ s = {x for x in (1, 2, 4, 8, 16, 32, 64) if x <= c} | {x for x in (c * 3 // 4, c
 print(",".join(map(str, sorted(s))))' "$CORES" 2>/dev/null)
 auto_one=$("$PY" -c 'import sys; c = int(sys.argv[1])
 print(",".join(map(str, sorted({x for x in (1, 2, 4) if x <= c} | {c}))))' "$CORES" 2>/dev/null)
+# shellcheck disable=SC2016 # the arguments are expanded by the inner shell
 if [ "$HAVE_DATA" = 0 ]; then
     skip auto_sweep "no store (the data step failed)"
 elif [ ! -f "$HERE/tests/bench/bench_auto.py" ]; then
