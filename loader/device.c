@@ -41,6 +41,8 @@ typedef struct dlc__stage {
     uint8_t *dev;         /* Device buffer of l->arena_bytes, laid out as a slot's arena. */
     void *ev_copy;        /* Recorded after the copy into dev. */
     void *ev_done;        /* Recorded after the consumer's last use of dev. */
+    void *ev_t0, *ev_t1;  /* Timed events around the copies (when the backend has them). */
+    int timed;            /* ev_t0 and ev_t1 were recorded around this batch's copies. */
     int done_recorded;    /* ev_done was recorded at least once. */
     uint8_t *meta;        /* Host copy of the slot's small arrays (arena_meta bytes). */
     dlc_device_field *df; /* One per output: what dlc_loader_next_device() lends. */
@@ -68,6 +70,7 @@ typedef struct dlc__devpath {
     dlc_status async_err; /* A copy that failed after it was issued; under mu. */
     char async_msg[512];
     _Atomic uint64_t bytes, copy_ns;
+    _Atomic uint64_t copy_event_ns; /* The copies' time on the device, by timed events. */
 } dlc__devpath;
 
 /* ---- The plugin ------------------------------------------------------------------------------
@@ -362,6 +365,10 @@ dlc_status dlc__dev_open(dlc_loader *l)
         if ((e = ops->event_create(d->ctx, &t->ev_copy)) ||
             (e = ops->event_create(d->ctx, &t->ev_done)))
             DEV_FAIL(e, "creating events");
+        if (ops->event_create_timed && ops->event_elapsed_ms &&
+            ((e = ops->event_create_timed(d->ctx, &t->ev_t0)) ||
+             (e = ops->event_create_timed(d->ctx, &t->ev_t1))))
+            DEV_FAIL(e, "creating timed events");
     }
 fail:
     ops->device_leave(d->ctx, saved);
@@ -430,6 +437,10 @@ void dlc__dev_close(dlc_loader *l)
             ops->event_destroy(d->ctx, t->ev_copy);
         if (t->ev_done)
             ops->event_destroy(d->ctx, t->ev_done);
+        if (t->ev_t0)
+            ops->event_destroy(d->ctx, t->ev_t0);
+        if (t->ev_t1)
+            ops->event_destroy(d->ctx, t->ev_t1);
         if (t->dev)
             ops->dev_free(d->ctx, t->dev);
         free(t->meta);
@@ -510,6 +521,11 @@ static int stage_copy(dlc_loader *l, const dlc__slot *s, dlc__stage *t, const ch
     *what = "waiting for the staging buffer's release";
     if (t->done_recorded && (e = ops->stream_wait(d->ctx, d->stream, t->ev_done)))
         return e;
+    /* The copies' own time: from the stream reaching them (after the wait above) to their end. */
+    t->timed = 0;
+    *what = "recording the copy's timed events";
+    if (t->ev_t0 && (e = ops->event_record(d->ctx, t->ev_t0, d->stream)))
+        return e;
     /* The used ranges of the arena in order: the small arrays, then each output's data. */
     size_t lo = 0, hi = l->arena_meta;
     uint64_t bytes = 0;
@@ -535,6 +551,10 @@ static int stage_copy(dlc_loader *l, const dlc__slot *s, dlc__stage *t, const ch
         }
         lo = a, hi = b;
     }
+    *what = "recording the copy's timed events";
+    if (t->ev_t1 && (e = ops->event_record(d->ctx, t->ev_t1, d->stream)))
+        return e;
+    t->timed = t->ev_t0 && t->ev_t1;
     *what = "recording the copy's event";
     if ((e = ops->event_record(d->ctx, t->ev_copy, d->stream)))
         return e;
@@ -631,6 +651,12 @@ static void *copy_main(void *arg)
         }
         const uint64_t t_end = dlc__now_ns();
         atomic_fetch_add_explicit(&d->copy_ns, t_end - t0, memory_order_relaxed);
+        /* ev_t1 precedes ev_copy on the loader's stream: complete once ev_copy is. */
+        float ms = 0;
+        if (t->err == DLC_OK && !e && t->timed &&
+            ops->event_elapsed_ms(d->ctx, t->ev_t0, t->ev_t1, &ms) == 0 && ms > 0)
+            atomic_fetch_add_explicit(&d->copy_event_ns, (uint64_t)((double)ms * 1e6),
+                                      memory_order_relaxed);
         dlc__cnt_add(&l->copy_busy, t_end - t_busy);
         if (l->trace)
             dlc__trace_span(l, DLC__TRACK_COPY, DLC__SPAN_COPY, s->epoch, l->batch_base + b, t_busy,
@@ -1009,4 +1035,10 @@ void dlc__dev_stats(const dlc_loader *l, dlc_loader_stats *st)
         return;
     st->device_bytes = atomic_load(&d->bytes);
     st->device_copy_seconds = (double)atomic_load(&d->copy_ns) * 1e-9;
+}
+
+double dlc_loader_device_copy_event_seconds(const dlc_loader *l)
+{
+    const dlc__devpath *d = l ? l->dev : NULL;
+    return d ? (double)atomic_load(&d->copy_event_ns) * 1e-9 : 0.0;
 }

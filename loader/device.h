@@ -23,7 +23,7 @@
 #include <stdint.h>
 
 /* Bumped whenever the table below changes. */
-#define DLC__DEVOPS_ABI 1u
+#define DLC__DEVOPS_ABI 2u
 
 /* The symbol the plugin exports: returns its table for @p abi, or NULL (wrong ABI). */
 #define DLC__DEVOPS_SYMBOL "dlc_cuda_plugin_ops"
@@ -64,6 +64,11 @@ typedef struct dlc__devops {
     int (*stream_wait)(void *ctx, void *s, void *e); /* Work on s after this waits for e. */
     int (*event_query)(void *ctx, void *e);          /* 0 done, 1 pending, else an error. */
     int (*event_sync)(void *ctx, void *e);
+    /* Events that keep the time the stream reached them, and the milliseconds between two such
+     * events once both have completed: the copies' own time on the device, beside the copy
+     * thread's host-timed wait. NULL in a backend without them; the loader then times none. */
+    int (*event_create_timed)(void *ctx, void **e);
+    int (*event_elapsed_ms)(void *ctx, void *start, void *stop, float *ms);
 
     /* Asynchronous copies on @p s: from page-locked host memory, and within the device. */
     int (*copy_h2d)(void *ctx, void *dst, const void *src, size_t bytes, void *s);

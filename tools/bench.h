@@ -178,6 +178,8 @@ typedef struct bench_loader_result {
     dlc_loader_stats stats_warm;    /**< After the warm-up batch: the window's counters are the
                                          difference. */
     dlc_loader_stream_stats stream; /**< Streaming's counters over the loader's life. */
+    double copy_event_seconds;      /**< dlc_loader_device_copy_event_seconds() at the end. */
+    double copy_event_seconds_warm; /**< The same after the warm-up batch. */
     dlc_loader_report report;       /**< Where the time went over the window's last batches. */
 } bench_loader_result;
 

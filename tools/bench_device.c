@@ -18,9 +18,11 @@
  *
  * What is reported. Samples/s and GB/s of the outputs written on the device (lend mode: of the
  * staged bytes) over the window; the copies' own GB/s, the loader's device_bytes over its
- * device_copy_seconds (the window's difference of the two counters); and their ceiling,
+ * device_copy_seconds (the window's difference of the two counters); the same bytes over
+ * device_copy_event_seconds, the copies' own time on the device between CUDA events recorded
+ * around them on the loader's stream (0 where the backend times none); and their ceiling,
  * dlc_cuda_copy_ceiling() on one batch's staged bytes, measured before and after the loader,
- * pooled, with the ratio. */
+ * pooled, with the ratio of each. */
 #include "bench.h"
 
 #include <assert.h>
@@ -256,12 +258,15 @@ void bench_device_out_free(bench_device_out *out)
 /* ---- The report ------------------------------------------------------------------------------ */
 
 typedef struct device_figures {
-    double sps, gbps;    /* the window: samples and bytes delivered on the device */
-    uint64_t copy_bytes; /* device_bytes over the window */
-    double copy_seconds; /* device_copy_seconds over the window */
-    double copy_gbps;    /* their ratio */
-    double ceil_gbps;    /* the two ceiling windows pooled (same bytes and reps) */
-    double ratio;        /* copy_gbps / ceil_gbps */
+    double sps, gbps;     /* the window: samples and bytes delivered on the device */
+    uint64_t copy_bytes;  /* device_bytes over the window */
+    double copy_seconds;  /* device_copy_seconds over the window */
+    double copy_gbps;     /* their ratio */
+    double event_seconds; /* device_copy_event_seconds over the window */
+    double event_gbps;    /* copy_bytes over event_seconds */
+    double ceil_gbps;     /* the two ceiling windows pooled (same bytes and reps) */
+    double ratio;         /* copy_gbps / ceil_gbps */
+    double event_ratio;   /* event_gbps / ceil_gbps */
 } device_figures;
 
 static void device_compute(const bench_load_run *r, device_figures *f)
@@ -272,9 +277,12 @@ static void device_compute(const bench_load_run *r, device_figures *f)
     f->copy_bytes = lr->stats.device_bytes - lr->stats_warm.device_bytes;
     f->copy_seconds = lr->stats.device_copy_seconds - lr->stats_warm.device_copy_seconds;
     f->copy_gbps = f->copy_seconds > 0 ? (double)f->copy_bytes / f->copy_seconds / 1e9 : NAN;
+    f->event_seconds = lr->copy_event_seconds - lr->copy_event_seconds_warm;
+    f->event_gbps = f->event_seconds > 0 ? (double)f->copy_bytes / f->event_seconds / 1e9 : NAN;
     const double a = r->dev.ceil_before, b = r->dev.ceil_after;
     f->ceil_gbps = a > 0 && b > 0 ? 2.0 / (1.0 / a + 1.0 / b) : NAN;
     f->ratio = f->copy_gbps / f->ceil_gbps;
+    f->event_ratio = f->event_gbps / f->ceil_gbps;
 }
 
 /* Did the conversion kernel run? emit copies uint8 NHWC images as they are, device to device. */
@@ -314,6 +322,9 @@ void bench_device_json(tool_json *j, const bench_load_run *r)
     tool_json_u64(j, "device_copy_ceiling_bytes", r->dev.batch_bytes);
     tool_json_u64(j, "device_copy_ceiling_reps", r->dev.reps);
     tool_json_f64(j, "device_copy_ratio_to_ceiling", f.ratio);
+    tool_json_f64(j, "device_copy_event_seconds", f.event_seconds);
+    tool_json_f64(j, "device_copy_event_gbytes_per_s", f.event_gbps);
+    tool_json_f64(j, "device_copy_event_ratio_to_ceiling", f.event_ratio);
 }
 
 void bench_device_text(const bench_load_run *r)
@@ -341,4 +352,11 @@ void bench_device_text(const bench_load_run *r)
            f.copy_gbps, tool_human_bytes(f.copy_bytes, b1, sizeof b1), f.copy_seconds, f.ceil_gbps,
            tool_human_bytes(r->dev.batch_bytes, b2, sizeof b2), r->dev.ceil_before,
            r->dev.ceil_after, 100.0 * f.ratio);
+    if (f.event_seconds > 0)
+        printf("         by CUDA events on the copy stream: %.2f GB/s in %.3f s of copies on the "
+               "device: %.0f%% of the ceiling\n",
+               f.event_gbps, f.event_seconds, 100.0 * f.event_ratio);
+    else
+        printf("         by CUDA events on the copy stream: not timed (this backend has no timed "
+               "events)\n");
 }

@@ -85,6 +85,7 @@ static int open_and_warm_up(const bench_load_opts *o, const bench_consumer *c,
     }
     bench_memory_now(&res->rss_first_batch, &res->anon_first_batch);
     dlc_loader_get_stats(*out, &res->stats_warm);
+    res->copy_event_seconds_warm = dlc_loader_device_copy_event_seconds(*out);
     res->warmup_samples = count;
     return 0;
 }
@@ -148,6 +149,7 @@ static int measure_loader(const bench_load_opts *o, const bench_consumer *c,
     }
     bench_memory_now(&res->rss_end, &res->anon_end);
     dlc_loader_get_stats(l, &res->stats);
+    res->copy_event_seconds = dlc_loader_device_copy_event_seconds(l);
     res->stream.struct_size = sizeof res->stream;
     dlc_loader_get_stream_stats(l, &res->stream);
     /* The window's batches (the warm-up one left out), or its last ones the loader keeps. */

@@ -10,9 +10,12 @@
 #                         the bundled programs except glibc's own and GCC's runtime (below)
 #   DIR/python/dlcache    the Python package
 #   DIR/pylib/            Debian's pytest and what it imports, used only where python3 has none
-#   DIR/tests/            tests/python/test_device.py with conftest.py and the helpers it
-#                         imports; tests/bin/test_cuda_plugin with Criterion, when it is built
-#                         (run.sh points it at the bundled plugin with $DLCACHE_CUDA_PLUGIN)
+#   DIR/tests/            tests/python/test_device.py, the other files with device cases, with
+#                         conftest.py and the helpers they import; tests/bin/test_cuda_plugin
+#                         with Criterion, when it is built (run.sh points it at the bundled
+#                         plugin with $DLCACHE_CUDA_PLUGIN); tests/bench/bench_build.sh and
+#                         bench_auto.py
+#   DIR/tools/            gpu_node8.py
 #   DIR/examples/         train_gpu.py
 #   DIR/share/photos/     the photographs mkdemo cuts the data set from
 #   DIR/BUNDLE_INFO       where and from what the bundle was made
@@ -110,8 +113,11 @@ cp "$SRC"/python/dlcache/*.py "$DIR/python/dlcache/"
 cp "$SRC/examples/train_gpu.py" "$DIR/examples/"
 cp "$SRC/tests/python/conftest.py" "$DIR/tests/python/"
 if [ -f "$SRC/tests/python/test_device.py" ]; then
-    # test_mix.py for its device case: a mixture's batches on the GPU equal the host's.
-    for t in test_device test_mix; do
+    # The other files' device cases (run.sh picks them by name with pytest -k): a mixture's
+    # batches, a store set's, the sliced waits of next(), and the recipes' device ops and
+    # bfloat16 where the files are there. The list is run.sh's GPU_TESTS.
+    for t in test_device test_device_paths test_mix test_stream test_loader test_batchaug \
+        test_augment_loader test_ops; do
         [ -f "$SRC/tests/python/$t.py" ] || continue
         cp "$SRC/tests/python/$t.py" "$DIR/tests/python/"
         sed -nE 's/^(from|import) +([A-Za-z_][A-Za-z0-9_]*).*/\2/p' "$SRC/tests/python/$t.py" |
@@ -122,6 +128,12 @@ if [ -f "$SRC/tests/python/test_device.py" ]; then
 else
     say "warning: tests/python/test_device.py does not exist yet: run.sh will skip it"
 fi
+# The benchmarks run.sh runs as they are: the builder's (interleaved, as in docs/BENCHMARKS.md),
+# threads="auto"'s sweep, and the node of 8 trainers.
+mkdir -p "$DIR/tests/bench" "$DIR/tools"
+install -m 755 "$SRC/tests/bench/bench_build.sh" "$DIR/tests/bench/"
+install -m 644 "$SRC/tests/bench/bench_auto.py" "$DIR/tests/bench/"
+install -m 644 "$SRC/tools/gpu_node8.py" "$DIR/tools/"
 # pytest 7.2 and what it imports, for a python3 without pytest (the GPU machine has no registry).
 for p in pytest _pytest pluggy iniconfig packaging attr attrs py.py; do
     [ -e "$PYDIST/$p" ] && cp -r "$PYDIST/$p" "$DIR/pylib/"

@@ -623,6 +623,18 @@ typedef struct dlc_device_dst {
 DLC_API int dlc_loader_device(const dlc_loader *l, const char **why);
 
 /**
+ * @brief The device path's copies as the device timed them: the sum over the copies from the
+ *        slots of the time between two CUDA events recorded around them on the loader's own
+ *        stream, their own time on the copy engine. Beside dlc_loader_stats.device_copy_seconds
+ *        (the copy thread's host wait for each copy) it tells the link's rate from the thread's
+ *        waits; over the same dlc_loader_stats.device_bytes it is the copies' GB/s.
+ * @param[in] l The loader, or NULL (then 0).
+ * @return Seconds since open; 0 when the device path is off or its backend times no events.
+ * Thread safety: any thread.
+ */
+DLC_API double dlc_loader_device_copy_event_seconds(const dlc_loader *l);
+
+/**
  * @brief Lend the next batch of the current epoch as staged on the device, waiting (on the host,
  *        for the workers and the copy thread, never for the device) until it has been issued.
  *        Releases the batch lent before, if it was not released (ordered after the stream given

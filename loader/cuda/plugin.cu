@@ -235,6 +235,20 @@ int op_event_sync(void *ctx, void *e)
     return cudaEventSynchronize((cudaEvent_t)e);
 }
 
+int op_event_create_timed(void *ctx, void **e)
+{
+    cudaEvent_t ev = NULL;
+    /* Timing kept, and a host wait on it yields the CPU as the loader's other events do. */
+    const cudaError_t r = cudaEventCreateWithFlags(&ev, cudaEventBlockingSync);
+    *e = r == cudaSuccess ? (void *)ev : NULL;
+    return r;
+}
+
+int op_event_elapsed_ms(void *ctx, void *start, void *stop, float *ms)
+{
+    return cudaEventElapsedTime(ms, (cudaEvent_t)start, (cudaEvent_t)stop);
+}
+
 int op_copy_h2d(void *ctx, void *dst, const void *src, size_t bytes, void *s)
 {
     return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, (cudaStream_t)s);
@@ -435,6 +449,8 @@ dlc__devops make_ops()
     t.stream_wait = op_stream_wait;
     t.event_query = op_event_query;
     t.event_sync = op_event_sync;
+    t.event_create_timed = op_event_create_timed;
+    t.event_elapsed_ms = op_event_elapsed_ms;
     t.copy_h2d = op_copy_h2d;
     t.copy_d2d = op_copy_d2d;
     t.convert = op_convert;

@@ -744,6 +744,7 @@ _PROTOTYPES = {
     "dlc_loader_mix_state_restore": (c_status, [_P, ctypes.c_char_p, ctypes.c_size_t]),
     # loader.h: the device path
     "dlc_loader_device": (ctypes.c_int, [_P, ctypes.POINTER(ctypes.c_char_p)]),
+    "dlc_loader_device_copy_event_seconds": (ctypes.c_double, [_P]),
     "dlc_loader_next_device": (c_status, [_P, ctypes.POINTER(DeviceBatch)]),
     "dlc_loader_next_device_wait": (c_status, [_P, ctypes.POINTER(DeviceBatch),
                                                 ctypes.c_uint32]),

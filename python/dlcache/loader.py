@@ -1561,11 +1561,16 @@ class Loader:
         bytes_read, io_mode, threads; device (the GPU index of CUDA batches,
         else -1), device_bytes (bytes copied from the slots to the GPU),
         device_copy_seconds (the plugin's copy time as its copy thread saw
-        it; 0 with the torch backend, whose copies are not timed) and
-        device_backend (as the property)."""
+        it; 0 with the torch backend, whose copies are not timed),
+        device_copy_event_seconds (the same copies' own time on the GPU, between
+        CUDA events around them on the loader's stream; 0 with the torch
+        backend) and device_backend (as the property)."""
         s = L.LoaderStats()
         lib.dlc_loader_get_stats(self._ptr(), ctypes.byref(s))
         out = {name: getattr(s, name) for name, _ in L.LoaderStats._fields_}
+        out["device_copy_event_seconds"] = (
+            lib.dlc_loader_device_copy_event_seconds(self._ptr())
+            if lib.has("dlc_loader_device_copy_event_seconds") else 0.0)
         out["device_backend"] = self.device_backend
         if self.device_backend == "torch":
             out["device"] = self._device.index

@@ -11,9 +11,11 @@ last round, the sweep's best as a line).
 
     DLCACHE_LIB=build/lib/libdlcache.so PYTHONPATH=python \\
         /usr/bin/python3 tests/bench/bench_auto.py STORE OUT.json OUT.svg [--batches N] \\
-        [--rounds R]
+        [--rounds R] [--counts 1,2,4,8,16] [--situation "all cores"] [--situation "one core"]
 
-STORE: a store of 256x256 images (cachebuild --size 256)."""
+STORE: a store of 256x256 images (cachebuild --size 256). --counts: the fixed counts of the
+sweep (default every count from 1 to the cores); --situation: run only the one(s) named (the
+GPU bundle runs each with a sweep of its own, to fit its time)."""
 
 import argparse
 import json
@@ -74,12 +76,19 @@ def main():
     ap.add_argument("svg_out")
     ap.add_argument("--batches", type=int, default=120)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--counts", default="")
+    ap.add_argument("--situation", action="append", choices=sorted(SITUATIONS))
     a = ap.parse_args()
     cores = len(os.sched_getaffinity(0))
-    out = {"cores": cores, "batches": a.batches, "rounds": a.rounds,
+    counts = sorted({int(x) for x in a.counts.split(",") if x.strip()}) or list(range(1, cores + 1))
+    if counts[0] < 1:
+        ap.error("--counts: thread counts start at 1")
+    out = {"cores": cores, "batches": a.batches, "rounds": a.rounds, "counts": counts,
            "loadavg_before": os.getloadavg()[0], "situations": {}}
     for name, s in SITUATIONS.items():
-        kinds = list(range(1, cores + 1)) + ["auto"]
+        if a.situation and name not in a.situation:
+            continue
+        kinds = counts + ["auto"]
         runs = {k: [] for k in kinds}
         ratios = []
         for r in range(a.rounds):

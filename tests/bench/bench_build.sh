@@ -16,7 +16,9 @@
 # Environment: BIN (default build/bin), BASE (unset: no baseline), PY (default /usr/bin/python3),
 # WORK (a directory for the stores, default a fresh one under TMPDIR; it needs about twice the
 # store's size), SECONDS_DECODE (each ceiling's window, default 3), SIZE (default 256), KINDS
-# (default "store shards2"), EXTRA (more cachebuild options, for example "--encoding jpeg").
+# (default "store shards2"; shardsN is a set of N parts), EXTRA (more cachebuild options, for
+# example "--encoding jpeg"). Without /usr/bin/time (Ubuntu's minimal images have none) the
+# user and system times come from PY's os.wait4() instead.
 set -euo pipefail
 if [ $# -lt 2 ]; then
     echo "usage: $0 SOURCE OUT.jsonl [ROUNDS] [THREADS]" >&2
@@ -36,13 +38,31 @@ mkdir -p "$work"
 [ -n "${WORK:-}" ] || trap 'rm -rf "$work"' EXIT
 : >"$OUT"
 
+# timed FILE CMD...: run CMD, writing "USER SYS WALL" seconds into FILE, as /usr/bin/time -f
+# '%U %S %e' does; CMD's exit status.
+timed() {
+    local f=$1
+    shift
+    if [ -x /usr/bin/time ]; then
+        /usr/bin/time -f '%U %S %e' -o "$f" "$@"
+        return
+    fi
+    "$PY" -c 'import os, subprocess, sys, time
+t = time.monotonic()
+p = subprocess.Popen(sys.argv[2:])
+_, status, ru = os.wait4(p.pid, 0)
+with open(sys.argv[1], "w") as f:
+    f.write("%.2f %.2f %.2f\n" % (ru.ru_utime, ru.ru_stime, time.monotonic() - t))
+sys.exit(os.waitstatus_to_exitcode(status))' "$f" "$@"
+}
+
 # run KIND T ROUND CMD...: time CMD, and append its JSON with the load, CPU time and labels.
 run() {
     local kind=$1 t=$2 round=$3
     shift 3
     local load
     load=$(cut -d' ' -f1 /proc/loadavg)
-    if ! /usr/bin/time -f '%U %S %e' -o "$work/time" "$@" >"$work/out.json" 2>"$work/err"; then
+    if ! timed "$work/time" "$@" >"$work/out.json" 2>"$work/err"; then
         echo "$0: failed: $*" >&2
         tail -5 "$work/err" >&2
         exit 1
@@ -64,7 +84,7 @@ print(json.dumps(row))
 EOF
 }
 
-# build KIND T ROUND BINDIR: one build of KIND (store: a single store; shards2: a set of 2
+# build KIND T ROUND BINDIR: one build of KIND (store: a single store; shardsN: a set of N
 # parts) with BINDIR's cachebuild, labelled KIND, or KIND-base for BASE's.
 build() {
     local kind=$1 t=$2 r=$3 bin=$4 label=$1 out
@@ -75,8 +95,8 @@ build() {
             --size "$SIZE" "${extra[@]}" --json
     else
         out=$work/set
-        run "$label" "$t" "$r" "$bin/cachebuild" "$SOURCE" -o "$out" --shards 2 --threads "$t" \
-            --force --size "$SIZE" "${extra[@]}" --json
+        run "$label" "$t" "$r" "$bin/cachebuild" "$SOURCE" -o "$out" --shards "${kind#shards}" \
+            --threads "$t" --force --size "$SIZE" "${extra[@]}" --json
     fi
     rm -rf "$out"
 }

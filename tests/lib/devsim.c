@@ -81,7 +81,8 @@ typedef struct sim_event {
     uint64_t last;     /* Ticket of the most recent record; 0: never recorded. */
     uint64_t *pending; /* Tickets recorded and not executed yet, ascending. */
     size_t npending, cap;
-    int refs; /* The user's (until event_destroy) and one per operation naming it. */
+    int refs;      /* The user's (until event_destroy) and one per operation naming it. */
+    double t_mark; /* now_s() when its latest record ran (event_elapsed_ms). */
     struct sim_event *next;
 } sim_event;
 
@@ -485,6 +486,7 @@ static void finish(devsim *s, sim_op *o)
     sim_stream *const t = o->stream;
     if (o->kind == K_MARK) {
         sim_event *e = o->ev;
+        e->t_mark = now_s();
         for (size_t i = 0; i < e->npending; i++)
             if (e->pending[i] == o->ticket) {
                 memmove(e->pending + i, e->pending + i + 1,
@@ -954,6 +956,25 @@ static int sim_event_sync(void *ctx, void *ep)
     return rc;
 }
 
+/* cudaEventElapsedTime: both events recorded and complete, else an error. Not counted as an
+ * operation of its own (devsim_op has no row for it): the timed events are made by
+ * sim_event_create, as every sim event keeps the time its record ran. */
+static int sim_event_elapsed_ms(void *ctx, void *a, void *b, float *ms)
+{
+    devsim *s = ctx;
+    pthread_mutex_lock(&s->mu);
+    const sim_event *const ea = find_event(s, a), *const eb = find_event(s, b);
+    int rc = 0;
+    if (!ea || !eb)
+        rc = ret(s, DEVSIM_EHANDLE);
+    else if (!ms || !ea->last || !eb->last || ea->npending || eb->npending)
+        rc = ret(s, DEVSIM_EINVAL);
+    else
+        *ms = (float)((eb->t_mark - ea->t_mark) * 1e3);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
 /* The common part of the copies and the conversion: validate the stream, fill and enqueue. */
 static int enqueue_work(devsim *s, devsim_op op, sim_op *proto, void *sp)
 {
@@ -1108,6 +1129,8 @@ devsim *devsim_create(const devsim_opts *o)
         .stream_wait = sim_stream_wait,
         .event_query = sim_event_query,
         .event_sync = sim_event_sync,
+        .event_create_timed = sim_event_create,
+        .event_elapsed_ms = sim_event_elapsed_ms,
         .copy_h2d = sim_copy_h2d,
         .copy_d2d = sim_copy_d2d,
         .convert = sim_convert,

@@ -348,6 +348,38 @@ Test(device, batches_equal_the_host_path_for_every_dtype_and_layout)
     fx_rmdir(&d);
 }
 
+/* device_copy_event_seconds: the copies' own time between the timed events recorded around them
+ * on the loader's one stream. The stream runs its operations one after another, so their sum
+ * lies within the wall-clock time of the epochs that made them; with the sim's delays on every
+ * operation it is above zero. */
+Test(device, copies_are_timed_by_events_on_the_loaders_stream)
+{
+    fx_dir d;
+    fx_make_store(&d, 37, 20, 18, 5, 0);
+    rig r;
+    rig_open(&r, 7, 200);
+    snprintf(where, sizeof where, "timed copies");
+    const dlc_loader_config c = dev_config();
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    dlc_loader *hl = open_host(d.path, c), *dl = open_dev(&r, d.path, c);
+    cr_assert_eq(epoch_compare(&r, dl, hl, 0), 5);
+    dlc_loader_stats st;
+    dlc_loader_get_stats(dl, &st);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const double wall = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    const double ev = dlc_loader_device_copy_event_seconds(dl);
+    cr_assert_gt(ev, 0.0);
+    cr_assert_leq(ev, wall, "%g s of copies in %g s", ev, wall);
+    cr_assert_eq(dlc_loader_device_copy_event_seconds(hl), 0.0, "no device path, no copies");
+    cr_assert_eq(dlc_loader_device_copy_event_seconds(NULL), 0.0);
+    cr_assert_gt(st.device_copy_seconds, 0.0);
+    dlc_loader_close(dl);
+    dlc_loader_close(hl);
+    rig_close(&r);
+    fx_rmdir(&d);
+}
+
 /* dlc_loader_next_device_wait() on a batch whose worker is held (the log callback of a damaged
  * record's replacement, fx_hold_at_replace()): DLC_AGAIN while it is, then the batch, staged as
  * the host path makes it; the slices are one wait in the report. */
