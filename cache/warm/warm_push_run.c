@@ -51,7 +51,7 @@ static dlc_status check_options(dlc__push_ctx *c, const char *path, const char *
     if (ps < DLC__WARM_MIN_CHUNK || ps > MAX_PART_SIZE)
         return dlc__errorf(DLC_EINVAL,
                            "dlc_warm_push: part size %" PRIu64 " is outside 64 KiB .. 5 GiB", ps);
-    return DLC_OK;
+    return dlc__warm_check_net(n, "dlc_warm_push");
 }
 
 /* The part size of a new upload of @p size bytes: the option's, raised so that the file needs
