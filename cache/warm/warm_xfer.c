@@ -50,6 +50,8 @@ static size_t on_header(char *p, size_t size, size_t n, void *user)
     if (len >= 5 && strncmp(p, "HTTP/", 5) == 0) {
         const char *sp = memchr(p, ' ', len);
         s->status = sp ? strtol(sp + 1, NULL, 10) : 0;
+        s->errbody = 0;
+        s->errbody_cut = 0;
         e->ops->response(e->cfg.drv, s);
         return len;
     }
@@ -72,7 +74,23 @@ static size_t on_header(char *p, size_t size, size_t n, void *user)
 static size_t on_body(char *p, size_t size, size_t n, void *user)
 {
     dlc__xfer_slot *s = user;
-    return s->e->ops->sink(s->e->cfg.drv, s, p, size * n);
+    const size_t len = size * n;
+    if (s->status >= 200 && s->status < 300)
+        return s->e->ops->sink(s->e->cfg.drv, s, p, len);
+    /* An error answer: its start is kept for the message, and nothing past what is kept is
+     * read, however long the server goes on (issue 32: an endless error body held cachewarm and
+     * the loader until killed). Returning short stops the transfer; collect() then hands the
+     * done hook the answer as if it had ended. */
+    const size_t room = DLC__WARM_ERRBODY_MAX - s->errbody;
+    if (len <= room) {
+        s->errbody += len;
+        return s->e->ops->sink(s->e->cfg.drv, s, p, len);
+    }
+    if (room > 0 && s->e->ops->sink(s->e->cfg.drv, s, p, room) != room)
+        return 0;
+    s->errbody += room;
+    s->errbody_cut = 1;
+    return 0;
 }
 
 static size_t on_read(char *buf, size_t size, size_t n, void *user)
@@ -96,6 +114,8 @@ static int on_seek(void *user, curl_off_t offset, int origin)
 static dlc_status start_attempt(dlc__xfer *e, dlc__xfer_slot *s)
 {
     s->status = 0;
+    s->errbody = 0;
+    s->errbody_cut = 0;
     s->errbuf[0] = '\0';
     const dlc_status rc = e->ops->request(e->cfg.drv, s);
     if (rc < 0)
@@ -172,9 +192,24 @@ static dlc_status schedule_retry(dlc__xfer *e, dlc__xfer_slot *s, const char *wh
             return rc;
     }
     const double delay = dlc__warm_backoff(s->attempts, &e->rng);
-    s->retry_at = dlc__now_s() + delay;
-    dlc__logf(net->log, net->log_user, DLC_LOG_WARN, "%s: %s; retry %u in %.2f s", what, why,
-              s->attempts, delay);
+    const double now = dlc__now_s();
+    s->retry_at = now + delay;
+    if (now - s->notice_from >= DLC__XFER_NOTICE_WINDOW_S) {
+        s->notice_from = now;
+        s->notices = 0;
+    }
+    if (s->notices >= DLC__XFER_NOTICES) {
+        s->hidden++;
+        return DLC_OK;
+    }
+    s->notices++;
+    char held[96] = "";
+    if (s->hidden)
+        snprintf(held, sizeof held, " (%u earlier retr%s on this connection not shown)", s->hidden,
+                 s->hidden == 1 ? "y" : "ies");
+    s->hidden = 0;
+    dlc__logf(net->log, net->log_user, DLC_LOG_WARN, "%s: %s; retry %u in %.2f s%s", what, why,
+              s->attempts, delay, held);
     return DLC_OK;
 }
 
@@ -190,7 +225,9 @@ static dlc_status collect(dlc__xfer *e, int *freed)
             continue;
         dlc__xfer_slot *s = NULL;
         curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&s);
-        const CURLcode res = msg->data.result;
+        /* A body the engine stopped reading (on_body()) ended the answer, not the transfer. */
+        const CURLcode res =
+            msg->data.result == CURLE_WRITE_ERROR && s->errbody_cut ? CURLE_OK : msg->data.result;
         curl_multi_remove_handle(e->m, s->h);
         s->active = 0;
         *freed = 1;
