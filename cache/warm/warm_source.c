@@ -536,8 +536,9 @@ static dlc_status check_seconds(double v, const char *field, const char *who)
                            "%s: %s of %g s is below the minimum of %g s (a shorter one cannot be "
                            "told to libcurl, whose checks it would turn off)",
                            who, field, v, DLC__WARM_MIN_TIMEOUT_S);
-    return dlc__errorf(DLC_EINVAL, "%s: %s of %g s: want seconds from %g to %g (0: the default)",
-                       who, field, v, DLC__WARM_MIN_TIMEOUT_S, DLC__WARM_MAX_TIMEOUT_S);
+    return dlc__errorf(DLC_EINVAL,
+                       "%s: %s of %g s: want seconds from %g s to %g s (0: the default)", who,
+                       field, v, DLC__WARM_MIN_TIMEOUT_S, DLC__WARM_MAX_TIMEOUT_S);
 }
 
 dlc_status dlc__warm_check_net(const dlc_warm_options *o, const char *who)
