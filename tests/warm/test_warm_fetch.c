@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -41,6 +42,9 @@ static void start_server(void)
     server = fork();
     cr_assert(server >= 0);
     if (server == 0) {
+        /* Gone with the test process, also when Criterion kills a test that hangs: an orphan
+         * would hold ctest's pipes open, and ctest with them. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         execl("/usr/bin/python3", "python3", DLC_TEST_SOURCE_DIR "/tests/lib/gcsserver.py",
               "--root", root, "--port-file", port_file, "--token", "tok123", (char *)NULL);
         _exit(127);
@@ -466,7 +470,13 @@ static pid_t start_hostile(const char *mode, int *port_out)
     const pid_t pid = fork();
     cr_assert(pid >= 0);
     if (pid == 0) {
+        /* Gone with the test, also when a hang makes Criterion kill it, and holding none of the
+         * runner's pipes open meanwhile. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         dup2(fds[1], 1);
+        const int null = open("/dev/null", O_WRONLY);
+        if (null >= 0)
+            dup2(null, 2);
         close(fds[0]);
         close(fds[1]);
         execl("/usr/bin/python3", "python3", DLC_TEST_SOURCE_DIR "/tests/lib/netserver.py",
