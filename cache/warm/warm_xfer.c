@@ -94,6 +94,21 @@ static size_t on_body(char *p, size_t size, size_t n, void *user)
     return 0;
 }
 
+/* libcurl reads the body of a redirect it follows without handing it to on_body() (to reuse the
+ * connection), for as long as the server sends it: a redirect with an endless chunked body held
+ * a download without end (issue 32). dlnow counts the current response's body. */
+static int on_xferinfo(void *user, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                       curl_off_t ulnow)
+{
+    dlc__xfer_slot *s = user;
+    (void)dltotal, (void)ultotal, (void)ulnow;
+    if (s->status >= 300 && s->status < 400 && dlnow > DLC__XFER_REDIRECT_BODY_MAX) {
+        s->redirect_cut = 1;
+        return 1;
+    }
+    return 0;
+}
+
 static size_t on_read(char *buf, size_t size, size_t n, void *user)
 {
     dlc__xfer_slot *s = user;
@@ -117,6 +132,7 @@ static dlc_status start_attempt(dlc__xfer *e, dlc__xfer_slot *s)
     s->status = 0;
     s->errbody = 0;
     s->errbody_cut = 0;
+    s->redirect_cut = 0;
     s->errbuf[0] = '\0';
     const dlc_status rc = e->ops->request(e->cfg.drv, s);
     if (rc < 0)
@@ -136,6 +152,9 @@ static dlc_status start_attempt(dlc__xfer *e, dlc__xfer_slot *s)
             curl_easy_setopt(h, CURLOPT_SEEKDATA, s);
         }
     }
+    curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_xferinfo);
+    curl_easy_setopt(h, CURLOPT_XFERINFODATA, s);
+    curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, s->errbuf);
     curl_easy_setopt(h, CURLOPT_PRIVATE, s);
     const CURLMcode mc = curl_multi_add_handle(e->m, h);
@@ -226,9 +245,16 @@ static dlc_status collect(dlc__xfer *e, int *freed)
             continue;
         dlc__xfer_slot *s = NULL;
         curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&s);
-        /* A body the engine stopped reading (on_body()) ended the answer, not the transfer. */
-        const CURLcode res =
+        /* A body the engine stopped reading (on_body()) ended the answer, not the transfer; a
+         * followed redirect's that went on (on_xferinfo()) is the server's failure. */
+        CURLcode res =
             msg->data.result == CURLE_WRITE_ERROR && s->errbody_cut ? CURLE_OK : msg->data.result;
+        if (res == CURLE_ABORTED_BY_CALLBACK && s->redirect_cut) {
+            res = CURLE_WEIRD_SERVER_REPLY;
+            snprintf(s->errbuf, sizeof s->errbuf,
+                     "the body of a redirect (HTTP %ld) went on past %d KiB; not read further",
+                     s->status, DLC__XFER_REDIRECT_BODY_MAX >> 10);
+        }
         curl_multi_remove_handle(e->m, s->h);
         s->active = 0;
         *freed = 1;

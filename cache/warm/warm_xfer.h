@@ -16,7 +16,8 @@
  *   - the body of an answer whose status is not 2xx goes to the sink up to DLC__WARM_ERRBODY_MAX
  *     bytes, which is all any driver keeps of it; then the engine stops reading and the done hook
  *     judges the attempt as if the body had ended there (a server's endless error body cannot
- *     hold a transfer);
+ *     hold a transfer); the body of a redirect that libcurl follows (and reads without handing
+ *     it on) is cut after DLC__XFER_REDIRECT_BODY_MAX bytes, a failure worth another try;
  *   - a retry is logged as "WHAT: WHY; retry N in S s", at most DLC__XFER_NOTICES of them per
  *     slot in DLC__XFER_NOTICE_WINDOW_S seconds; the next one shown after some were held back
  *     says how many; the last attempt fails as "WHAT: gave up after N attempts: WHY", WHAT
@@ -45,6 +46,8 @@ typedef struct dlc__xfer dlc__xfer;
 /* Retry notices: at most this many per slot in this many seconds (a server that drops every
  * connection at once made 1,510 lines a minute). */
 #define DLC__XFER_NOTICES 3
+/* The most bytes of a followed redirect's body the engine lets libcurl read (and discard). */
+#define DLC__XFER_REDIRECT_BODY_MAX (64 * 1024)
 #define DLC__XFER_NOTICE_WINDOW_S 10.0
 
 /* One slot: a connection's easy handle and the transfer it holds. The engine owns the handle
@@ -65,6 +68,7 @@ typedef struct dlc__xfer_slot {
     struct dlc__xfer *e; /* The engine. */
     size_t errbody;      /* Bytes of the current error answer's body given to the sink. */
     int errbody_cut;     /* The engine stopped reading that body (the done hook sees CURLE_OK). */
+    int redirect_cut;    /* The engine stopped reading the body of a redirect libcurl follows. */
     double notice_from;  /* When this slot's window of retry notices began. */
     unsigned notices;    /* Retry notices shown in that window. */
     unsigned hidden;     /* Retry notices held back since the last one shown. */

@@ -9,7 +9,8 @@
 #   - --timeout 0.0009, 1e-4 and 1e-300 of cachewarm, cachebench load and cacheinfo --plan
 #     against a server that never answers are refused at once, naming the minimum;
 #   - a 302 for an s3:// source says it is a redirect that is not followed and where to
-#     (redacted); a 200 KiB response header is called that, not "Out of memory".
+#     (redacted); a 302 that an https source follows, whose chunked body never ends, fails its
+#     attempts; a 200 KiB response header is called that, not "Out of memory".
 # Every run is bounded by an outside timeout (120 s), so that a hang fails the test rather than
 # the whole suite; nothing here measures time.
 . "$(dirname "$0")/../lib/e2e.sh" net_hostile
@@ -134,6 +135,13 @@ bounded "$out" env AWS_ENDPOINT_URL="http://127.0.0.1:$port" "$DLC_BIN/cachewarm
 grep -q "HTTP 302: a redirect to http://REDACTED@127.0.0.1:1/elsewhere?REDACTED, which is not followed" \
     "$out" || { sed 's/^/  | /' "$out" >&2; fail "a redirect is not called one"; }
 ! grep -Eq "PWSECRET|SIGSECRET" "$out" || fail "the redirect's secrets reached the output"
+
+serve redirectbody --mode redirectbody
+out="$tmp/redirectbody"
+bounded "$out" "$DLC_BIN/cachewarm" "http://127.0.0.1:$port/x.dlc" -o "$tmp/rb" --timeout 2 \
+    --retries 1
+grep -q "gave up after 2 attempts: the body of a redirect (HTTP 302) went on past 64 KiB" "$out" ||
+    { sed 's/^/  | /' "$out" >&2; fail "a redirect whose body never ends held the download"; }
 
 serve bigheader --mode bigheader
 out="$tmp/bigheader"

@@ -17,6 +17,8 @@ bytes (default 1 MiB) and honours Range:
                   sends one byte of the body, then closes the connection;
   --mode trickle  the same headers, then the body at --rate bytes per second (default 3);
   --mode redirect answers 302 with a Location that holds a password and a signature;
+  --mode redirectbody answers 302 to /elsewhere with a chunked body that never ends (libcurl,
+                  following the redirect, reads such a body without handing it on);
   --mode bigheader answers 200 with a response header of --header-kb KiB (default 200).
 With --root DIR the hostile modes serve the files under DIR (404 for others), honestly except
 for paths ending with --only SUFFIX (default: every path), which get the mode with the file's
@@ -188,6 +190,14 @@ def make_hostile(mode, a, counter):
                     if not self._send(body(first + i, 1)):
                         break
                     time.sleep(1.0 / a.rate)
+            elif mode == "redirectbody":
+                self.send_response(302)
+                self.send_header("Location", "/elsewhere")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                chunk = b"%x\r\n%s\r\n" % (65536, b"x" * 65536)
+                while self._send(chunk):
+                    time.sleep(len(chunk) / (4 << 20))
             elif mode == "redirect":
                 self.send_response(302)
                 self.send_header("Location", "http://user:PWSECRET@127.0.0.1:1/elsewhere"
@@ -221,7 +231,8 @@ def hang(port):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mode", choices=("hang", "echo403", "echo503", "errbody", "onebyte",
-                                       "trickle", "redirect", "bigheader"), required=True)
+                                       "trickle", "redirect", "redirectbody", "bigheader"),
+                    required=True)
     ap.add_argument("--body", choices=("xml", "json", "text"), default="xml")
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--size", type=int, default=1 << 20)
