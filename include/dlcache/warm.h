@@ -95,7 +95,8 @@
  *     over at most C / 64 KiB times, so every transfer ends.
  *   - Of an answer whose status is not 2xx, the first 4 KiB are kept for the message and no more
  *     is read: the attempt is judged (retried for 5xx, 408 and 429, else failed) as soon as they
- *     are in, however long the server would go on. A push's answer is read up to 16 MiB.
+ *     are in, however long the server would go on. A push's answer is read up to 16 MiB, the
+ *     body of a redirect that an https source follows (libcurl reads it and drops it) 64 KiB.
  *   - Each retry is a notice on the log callback, at most 3 per connection in 10 seconds; the
  *     next one shown after some were held back says how many.
  *   - Messages say what an answer was: a redirect that is not followed, and where it pointed
