@@ -615,6 +615,9 @@ static dlc_status copy_config(dlc__scache *c, const dlc__scache_config *cfg)
         c->net.chunk_size = DLC__WARM_DEFAULT_CHUNK;
     if (c->net.chunk_size < DLC__WARM_MIN_CHUNK || c->net.connections > DLC__WARM_MAX_CONNECTIONS)
         return dlc__errorf(DLC_EINVAL, "stream cache: chunk size or connections out of range");
+    const dlc_status checked = dlc__warm_check_net(&c->net, "dlc_loader_config.net");
+    if (checked < 0)
+        return checked;
     c->user_progress = c->net.progress;
     c->user_progress_user = c->net.progress_user;
     c->net.progress = on_progress;

@@ -348,6 +348,16 @@ static const char *reason_text(enum abort_reason r)
     }
 }
 
+/* Where a redirect that was not followed points, or NULL. */
+static const char *redirect_to(const dlc__xfer_slot *s)
+{
+    const char *to = NULL;
+    if (s->status < 300 || s->status >= 400 ||
+        curl_easy_getinfo(s->h, CURLINFO_REDIRECT_URL, &to) != CURLE_OK)
+        return NULL;
+    return to;
+}
+
 /* Decide what a finished attempt means: 0 (the piece is complete), 1 (a
  * retry, the reason in @p why) or -1 (*fatal is the failure). */
 static int finish_attempt(const dlc__xfer_slot *s, CURLcode res, dlc_status *fatal, char *why,
@@ -376,18 +386,19 @@ static int finish_attempt(const dlc__xfer_slot *s, CURLcode res, dlc_status *fat
         return -1;
     }
     if (res == CURLE_OK) {
-        char said[600];
-        dlc__warm_describe_body(x->body, x->body_len, said, sizeof said);
+        char said[1200];
+        dlc__warm_describe_answer(s->status, redirect_to(s), job->src->follow_redirects, x->body,
+                                  x->body_len, said, sizeof said);
         if (dlc__warm_retryable_http(s->status)) {
-            snprintf(why, whycap, "HTTP %ld%s%s", s->status, *said ? ": " : "", said);
+            snprintf(why, whycap, "HTTP %ld: %s", s->status, said);
             return 1;
         }
-        *fatal =
-            dlc__errorf(s->status == 412 ? DLC_ECHANGED : DLC_EHTTP, "%s: HTTP %ld%s%s", shown,
-                        s->status, *said ? ": " : "", *said ? said : "(no detail from the server)");
+        *fatal = dlc__errorf(s->status == 412 ? DLC_ECHANGED : DLC_EHTTP, "%s: HTTP %ld: %s", shown,
+                             s->status, said);
         return -1;
     }
-    const char *detail = s->errbuf[0] ? s->errbuf : curl_easy_strerror(res);
+    char detail[1400];
+    dlc__warm_describe_failure(s->h, res, s->errbuf, detail, sizeof detail);
     if (dlc__warm_retryable_curl(res)) {
         snprintf(why, whycap, "%s", detail);
         return 1;
@@ -414,10 +425,14 @@ static dlc_status piece_done(void *drv, dlc__xfer_slot *s, CURLcode res, char *w
         return DLC_OK;
     }
     /* Bytes that arrived in a checked answer are in place, so the next attempt
-     * asks for the rest only, and an attempt that made progress starts the
-     * count over. A server without ranges can only send the whole object again. */
+     * asks for the rest only, and an attempt that made substantial progress starts
+     * the count over: DLC__WARM_MIN_PROGRESS bytes at least, so that a server that
+     * sends a byte per connection runs out of attempts (issue 32: it reset the count
+     * on every attempt and never did), while the resets a piece can take stay
+     * bounded by its size. A server without ranges can only send the whole object
+     * again. */
     const int ranges = f->job->obj->ranges;
-    s->progressed = x->got > 0 && ranges;
+    s->progressed = x->got >= DLC__WARM_MIN_PROGRESS && ranges;
     if (ranges)
         x->start += x->got;
     return DLC__XFER_RETRY;
@@ -674,22 +689,19 @@ static dlc_status read_probe_answer(const dlc__xfer_slot *s, CURLcode res,
 
 /* A failed probe: DLC_OK with the reason in @p why when it is worth another
  * try, else the error. */
-
-/* A failed probe: DLC_OK with the reason in @p why when it is worth another
- * try, else the error. */
 static dlc_status probe_retry_or_fail(const dlc__xfer_slot *s, CURLcode res,
                                       const dlc__warm_source *src, char *why, size_t whycap)
 {
     const xfer *x = s->t;
     if (res == CURLE_OK) {
-        char said[600];
-        dlc__warm_describe_body(x->body, x->body_len, said, sizeof said);
-        snprintf(why, whycap, "HTTP %ld%s%s", s->status, *said ? ": " : "",
-                 *said ? said : "(no detail from the server)");
+        char said[1200];
+        dlc__warm_describe_answer(s->status, redirect_to(s), src->follow_redirects, x->body,
+                                  x->body_len, said, sizeof said);
+        snprintf(why, whycap, "HTTP %ld: %s", s->status, said);
         if (!dlc__warm_retryable_http(s->status))
             return dlc__errorf(DLC_EHTTP, "%s: %s", src->shown, why);
     } else {
-        snprintf(why, whycap, "%s", s->errbuf[0] ? s->errbuf : curl_easy_strerror(res));
+        dlc__warm_describe_failure(s->h, res, s->errbuf, why, whycap);
         if (!dlc__warm_retryable_curl(res))
             return dlc__errorf(DLC_ENETWORK, "%s: %s", src->shown, why);
     }

@@ -22,6 +22,25 @@ enum {
 #define DLC__WARM_DEFAULT_CHUNK (16ull << 20)
 #define DLC__WARM_MIN_CHUNK (64ull << 10)
 
+/* The budget of one request (issue 32, include/dlcache/warm.h "How long a request may take"):
+ * timeouts below DLC__WARM_MIN_TIMEOUT_S are refused (libcurl counts its low-speed time in whole
+ * seconds and a connect timeout of 0 ms as "the default": a smaller value turned both off), and so
+ * are those above DLC__WARM_MAX_TIMEOUT_S; a connection that moves fewer than DLC__WARM_MIN_RATE
+ * bytes per second for timeout_s is cut and retried; an attempt resets its transfer's count of
+ * attempts only when it brought DLC__WARM_MIN_PROGRESS bytes (or the rest of its piece), so a
+ * server that sends a byte per connection runs out of retries. */
+#define DLC__WARM_MIN_TIMEOUT_S 0.1
+#define DLC__WARM_MAX_TIMEOUT_S 86400.0
+#define DLC__WARM_MIN_RATE 1024L
+#define DLC__WARM_MIN_PROGRESS (64ull << 10)
+
+/* Refuse the timeouts of @p o that are neither 0 (the default) nor finite seconds in
+ * [DLC__WARM_MIN_TIMEOUT_S, DLC__WARM_MAX_TIMEOUT_S] (NaN, infinities, negatives, 0.0009):
+ * DLC_EINVAL naming the field, the value and the bounds, @p who leading the message. The one
+ * check of the network options' values, which dlc_warm(), dlc_warm_push() and the stream cache
+ * (the loader, cacheinfo --plan) all run, so the tools and Python get it from here. */
+dlc_status dlc__warm_check_net(const dlc_warm_options *o, const char *who);
+
 typedef enum dlc__warm_kind {
     DLC__WARM_S3 = 0,
     DLC__WARM_GCS = 1,
@@ -78,6 +97,20 @@ int dlc__warm_parse_content_range(const char *v, uint64_t *start, uint64_t *end,
  * "<Code>: <Message>", GCS's JSON "message", or the start of the text with
  * control characters replaced. Writes "" for an empty body. */
 void dlc__warm_describe_body(const char *body, size_t len, char *out, size_t cap);
+
+/* What a finished answer with the error status @p status says, in one line for a message,
+ * never empty: the server's words (dlc__warm_describe_body() of the kept @p body), for a redirect
+ * that was not followed where it points (@p to, its Location or libcurl's
+ * CURLINFO_REDIRECT_URL, redacted; NULL or "" when it had none) and that redirects are not
+ * followed (@p follow: the source follows them, so this one had no usable Location), else "no
+ * detail from the server". */
+void dlc__warm_describe_answer(long status, const char *to, int follow, const char *body,
+                               size_t len, char *out, size_t cap);
+
+/* libcurl's failure @p res of an attempt on @p h in one line, its error buffer @p errbuf first
+ * (may be empty): what libcurl calls running out of memory while it reads a response is said to
+ * be a response header over its limit; after a redirect, the (redacted) URL that answered. */
+void dlc__warm_describe_failure(CURL *h, CURLcode res, const char *errbuf, char *out, size_t cap);
 
 /* Which failures of one request are worth another try. */
 int dlc__warm_retryable_http(long status);

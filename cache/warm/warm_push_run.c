@@ -51,7 +51,7 @@ static dlc_status check_options(dlc__push_ctx *c, const char *path, const char *
     if (ps < DLC__WARM_MIN_CHUNK || ps > MAX_PART_SIZE)
         return dlc__errorf(DLC_EINVAL,
                            "dlc_warm_push: part size %" PRIu64 " is outside 64 KiB .. 5 GiB", ps);
-    return DLC_OK;
+    return dlc__warm_check_net(n, "dlc_warm_push");
 }
 
 /* The part size of a new upload of @p size bytes: the option's, raised so that the file needs
@@ -114,13 +114,26 @@ static dlc_status prepare_file(dlc__push_ctx *c, dlc__push_file *f, const char *
     return DLC_OK;
 }
 
-/* Join @p url and @p name with one '/'. */
-static char *join_url(const char *url, const char *name)
+/* Join the directory @p dir and @p name with one '/'. */
+static char *join_path(const char *dir, const char *name)
 {
-    const size_t n = strlen(url);
+    const size_t n = strlen(dir);
     char *u = malloc(n + strlen(name) + 2);
     if (u)
-        sprintf(u, "%s%s%s", url, n && url[n - 1] == '/' ? "" : "/", name);
+        sprintf(u, "%s%s%s", dir, n && dir[n - 1] == '/' ? "" : "/", name);
+    return u;
+}
+
+/* The URL of the object @p name under @p url: the one URL join of the library,
+ * dlc__url_child(), which the downloads use too (issue 32). */
+static char *child_url(const char *url, const char *name)
+{
+    const size_t cap = strlen(url) + strlen(name) + 2;
+    char *u = malloc(cap);
+    if (u && dlc__url_child(url, name, u, cap) >= cap) {
+        free(u);
+        u = NULL;
+    }
     return u;
 }
 
@@ -148,7 +161,7 @@ static dlc_status plan_set(dlc__push_ctx *c, const char *dir, const char *url)
         rc = dlc__errorf(-ENOMEM, "push: out of memory");
     for (uint32_t i = 0; rc == DLC_OK && i <= list.n; i++) {
         const char *name = i < list.n ? list.names[i] : DLC__WARM_SET_INDEX;
-        char *p = join_url(dir, name), *u = join_url(url, name);
+        char *p = join_path(dir, name), *u = child_url(url, name);
         rc = p && u ? add_file(c, p, u, i == list.n) : dlc__errorf(-ENOMEM, "push: out of memory");
         if (rc == DLC_OK && i < list.n && c->files[i].id.size != list.bytes[i])
             rc = dlc__errorf(DLC_ECORRUPT,
@@ -172,7 +185,7 @@ static dlc_status plan_file(dlc__push_ctx *c, const char *path, const char *url)
     if (url[strlen(url) - 1] != '/')
         return add_file(c, path, url, 0);
     const char *slash = strrchr(path, '/');
-    char *u = join_url(url, slash ? slash + 1 : path);
+    char *u = child_url(url, slash ? slash + 1 : path);
     if (!u)
         return dlc__errorf(-ENOMEM, "push: out of memory");
     const dlc_status rc = add_file(c, path, u, 0);

@@ -24,7 +24,9 @@ typedef struct sender {
     struct curl_slist *hdrs; /* The source's headers and the request's own. */
     dlc__push_req r;
     dlc__md5 md5;
-    int io_errno; /* Reading the file failed. */
+    int io_errno;    /* Reading the file failed. */
+    size_t received; /* Bytes of the answer's body (kept or not). */
+    int too_long;    /* The answer went past RESP_MAX: reading it stopped there. */
 } sender;
 
 /* The state of one dlc__push_run(). */
@@ -74,16 +76,16 @@ const char *dlc__push_step_name(const dlc__push_req *r, char *buf, size_t cap)
 
 dlc_status dlc__push_http_error(const dlc__push_req *r, const char *what, char *why, size_t cap)
 {
-    char said[600], step[128];
-    dlc__warm_describe_body(r->resp, r->resp_len, said, sizeof said);
+    char said[1200], step[128];
+    dlc__warm_describe_answer(r->status, r->location, r->file->src.follow_redirects, r->resp,
+                              r->resp_len, said, sizeof said);
     if (!what)
         what = dlc__push_step_name(r, step, sizeof step);
     if (dlc__warm_retryable_http(r->status)) {
-        snprintf(why, cap, "HTTP %ld%s%s", r->status, *said ? ": " : "", said);
+        snprintf(why, cap, "HTTP %ld: %s", r->status, said);
         return DLC__PUSH_RETRY;
     }
-    return dlc__errorf(DLC_EHTTP, "%s: %s: HTTP %ld: %s", r->file->src.name, what, r->status,
-                       *said ? said : "(no detail from the server)");
+    return dlc__errorf(DLC_EHTTP, "%s: %s: HTTP %ld: %s", r->file->src.name, what, r->status, said);
 }
 
 /* ---- The request's body and the answer ---------------------------------------------------- */
@@ -103,6 +105,7 @@ static void reset_answer(dlc__push_req *r)
 static void on_response(void *drv, dlc__xfer_slot *s)
 {
     reset_answer(&((sender *)s->t)->r);
+    ((sender *)s->t)->received = 0;
 }
 
 static void on_header(void *drv, dlc__xfer_slot *s, const char *k, size_t klen, const char *v,
@@ -131,7 +134,15 @@ static void on_header(void *drv, dlc__xfer_slot *s, const char *k, size_t klen, 
 
 static size_t on_body(void *drv, dlc__xfer_slot *s, const char *p, size_t len)
 {
-    dlc__push_req *r = &((sender *)s->t)->r;
+    sender *sd = s->t;
+    dlc__push_req *r = &sd->r;
+    /* No answer of the protocols comes near RESP_MAX: one that goes past it is not read to its
+     * end, which a server need never send (issue 32). */
+    if (len >= RESP_MAX - sd->received) {
+        sd->too_long = 1;
+        return 0;
+    }
+    sd->received += len;
     if (r->resp_len + len + 1 > r->resp_cap && r->resp_cap < RESP_MAX) {
         size_t cap = r->resp_cap ? r->resp_cap : 4096;
         while (cap < r->resp_len + len + 1 && cap < RESP_MAX)
@@ -147,7 +158,7 @@ static size_t on_body(void *drv, dlc__xfer_slot *s, const char *p, size_t len)
         r->resp_len += len;
         r->resp[r->resp_len] = '\0';
     }
-    return len; /* An answer longer than RESP_MAX is cut; the parsers then find it wanting. */
+    return len; /* Out of memory: the answer is cut; the parsers then find it wanting. */
 }
 
 static size_t on_read(void *drv, dlc__xfer_slot *s, char *buf, size_t n)
@@ -250,11 +261,17 @@ static dlc_status push_request(void *drv, dlc__xfer_slot *s)
         rc = dlc__md5_begin(&sd->md5);
     if (rc < 0)
         return rc;
+    /* S3 may join the parts for minutes, keeping the connection alive meanwhile with a space
+     * now and then: for this answer silence, not the minimum rate, is what ends the wait. */
+    if (r->step == DLC__PUSH_COMPLETE)
+        curl_easy_setopt(s->h, CURLOPT_LOW_SPEED_LIMIT, 1L);
     curl_easy_setopt(s->h, CURLOPT_URL, r->url);
     reset_answer(r);
     r->sent = 0;
     r->bad_digest = 0;
     sd->io_errno = 0;
+    sd->received = 0;
+    sd->too_long = 0;
     return DLC_OK;
 }
 
@@ -270,8 +287,13 @@ static dlc_status judge(dlc__push_ctx *c, dlc__xfer_slot *s, CURLcode res, char 
             return dlc__errorf(DLC_ECHANGED, "%s: shorter than when the push began", r->file->path);
         return dlc__errorf(-e, "%s: read: %s", r->file->path, strerror(e));
     }
+    if (sd->too_long)
+        return dlc__errorf(DLC_EHTTP, "%s: %s: HTTP %ld: an answer longer than %u MiB",
+                           r->file->src.name, dlc__push_step_name(r, step, sizeof step), s->status,
+                           RESP_MAX >> 20);
     if (res != CURLE_OK) {
-        const char *detail = s->errbuf[0] ? s->errbuf : curl_easy_strerror(res);
+        char detail[1400];
+        dlc__warm_describe_failure(s->h, res, s->errbuf, detail, sizeof detail);
         snprintf(why, cap, "%s", detail);
         if (dlc__warm_retryable_curl(res))
             return DLC__PUSH_RETRY;

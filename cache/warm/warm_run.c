@@ -233,7 +233,7 @@ static dlc_status check_options(dlc_warm_options *opt, const char *url, const ch
         return dlc__errorf(DLC_EINVAL,
                            "dlc_warm: chunk size %" PRIu64 " is below the minimum of %llu bytes",
                            opt->chunk_size, (unsigned long long)DLC__WARM_MIN_CHUNK);
-    return DLC_OK;
+    return dlc__warm_check_net(opt, "dlc_warm");
 }
 
 /* The names beside DEST and their directories, libcurl and the resolved source. */

@@ -167,6 +167,49 @@ void dlc__warm_describe_body(const char *body, size_t len, char *out, size_t cap
     printable(out);
 }
 
+void dlc__warm_describe_answer(long status, const char *to, int follow, const char *body,
+                               size_t len, char *out, size_t cap)
+{
+    if (status >= 300 && status < 400) {
+        char shown[1024];
+        if (to && *to)
+            dlc__redact_url(to, shown, sizeof shown);
+        else
+            snprintf(shown, sizeof shown, "nowhere (no Location)");
+        snprintf(out, cap, "a redirect to %s, which is not followed%s", shown,
+                 follow ? "" : " (s3:// and gs:// sources are read from their endpoint only)");
+        return;
+    }
+    dlc__warm_describe_body(body, len, out, cap);
+    if (!*out)
+        snprintf(out, cap, "no detail from the server");
+}
+
+void dlc__warm_describe_failure(CURL *h, CURLcode res, const char *errbuf, char *out, size_t cap)
+{
+    const char *said = errbuf && *errbuf ? errbuf : curl_easy_strerror(res);
+    long redirects = 0;
+    const char *where = NULL;
+    char from[1100] = "";
+    if (h && curl_easy_getinfo(h, CURLINFO_REDIRECT_COUNT, &redirects) == CURLE_OK &&
+        redirects > 0 && curl_easy_getinfo(h, CURLINFO_EFFECTIVE_URL, &where) == CURLE_OK &&
+        where) {
+        char shown[1024];
+        snprintf(from, sizeof from, " (at %s, after %ld redirect%s)",
+                 dlc__redact_url(where, shown, sizeof shown), redirects, redirects == 1 ? "" : "s");
+    }
+    if (res == CURLE_OUT_OF_MEMORY) {
+        /* libcurl 7.88 gives up on a response header over CURL_MAX_HTTP_HEADER (100 KiB) with
+         * "out of memory" and no detail: a server's doing far more often than the allocator's. */
+        snprintf(out, cap,
+                 "a response header larger than libcurl accepts (%d KiB), or libcurl ran out of "
+                 "memory reading the response%s",
+                 CURL_MAX_HTTP_HEADER >> 10, from);
+        return;
+    }
+    snprintf(out, cap, "%s%s", said, from);
+}
+
 int dlc__warm_retryable_http(long status)
 {
     return status >= 500 || status == 408 || status == 429;
@@ -481,6 +524,38 @@ fail:
     return rc;
 }
 
+static dlc_status check_seconds(double v, const char *field, const char *who)
+{
+    if (v == 0)
+        return DLC_OK; /* The default. */
+    /* Written so that NaN fails too. */
+    if (v >= DLC__WARM_MIN_TIMEOUT_S && v <= DLC__WARM_MAX_TIMEOUT_S)
+        return DLC_OK;
+    if (v > 0 && v < DLC__WARM_MIN_TIMEOUT_S)
+        return dlc__errorf(DLC_EINVAL,
+                           "%s: %s of %g s is below the minimum of %g s (a shorter one cannot be "
+                           "told to libcurl, whose checks it would turn off)",
+                           who, field, v, DLC__WARM_MIN_TIMEOUT_S);
+    return dlc__errorf(DLC_EINVAL,
+                       "%s: %s of %g s: want seconds from %g s to %g s (0: the default)", who,
+                       field, v, DLC__WARM_MIN_TIMEOUT_S, DLC__WARM_MAX_TIMEOUT_S);
+}
+
+dlc_status dlc__warm_check_net(const dlc_warm_options *o, const char *who)
+{
+    const dlc_status rc = check_seconds(o->timeout_s, "the timeout (timeout_s)", who);
+    return rc < 0 ? rc
+                  : check_seconds(o->connect_timeout_s, "the connect timeout (connect_timeout_s)",
+                                  who);
+}
+
+/* Whole seconds for libcurl's low-speed time, at least 1 (0 would turn the check off). */
+static long whole_seconds(double t)
+{
+    const long s = (long)t;
+    return s < 1 ? 1 : (double)s < t ? s + 1 : s;
+}
+
 dlc_status dlc__warm_easy_setup(CURL *h, const dlc__warm_source *src, const dlc_warm_options *opt)
 {
     CURLcode c = CURLE_OK;
@@ -494,13 +569,17 @@ dlc_status dlc__warm_easy_setup(CURL *h, const dlc__warm_source *src, const dlc_
     SET(CURLOPT_NOSIGNAL, 1L);
     SET(CURLOPT_USERAGENT, "dlcache-cachewarm/" DLC_VERSION_STRING);
     SET(CURLOPT_TCP_KEEPALIVE, 1L);
+    /* The values were checked (dlc__warm_check_net()); the floors here only keep a value that
+     * slipped past from meaning "off" to libcurl. */
     const double ct = opt->connect_timeout_s > 0 ? opt->connect_timeout_s : 10.0;
-    SET(CURLOPT_CONNECTTIMEOUT_MS, (long)(ct * 1000.0));
-    /* A transfer that delivers nothing for timeout_s is cut and retried:
-     * a stalled connection must not hold a chunk hostage. */
+    const long ct_ms = (long)(ct * 1000.0);
+    SET(CURLOPT_CONNECTTIMEOUT_MS, ct_ms < 100 ? 100L : ct_ms);
+    /* A transfer that moves fewer than DLC__WARM_MIN_RATE bytes a second for timeout_s is cut
+     * and retried: a stalled connection must not hold a chunk hostage, nor one that trickles a
+     * few bytes a second (a limit of 1 byte/s let those run for hours). */
     const double to = opt->timeout_s > 0 ? opt->timeout_s : 30.0;
-    SET(CURLOPT_LOW_SPEED_LIMIT, 1L);
-    SET(CURLOPT_LOW_SPEED_TIME, (long)(to + 0.999));
+    SET(CURLOPT_LOW_SPEED_LIMIT, DLC__WARM_MIN_RATE);
+    SET(CURLOPT_LOW_SPEED_TIME, whole_seconds(to));
     /* Larger receive buffers mean fewer, larger pwrite() calls. */
     SET(CURLOPT_BUFFERSIZE, 512L * 1024L);
     if (opt->flags & DLC_WARM_INSECURE) {

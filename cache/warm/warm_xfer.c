@@ -50,6 +50,8 @@ static size_t on_header(char *p, size_t size, size_t n, void *user)
     if (len >= 5 && strncmp(p, "HTTP/", 5) == 0) {
         const char *sp = memchr(p, ' ', len);
         s->status = sp ? strtol(sp + 1, NULL, 10) : 0;
+        s->errbody = 0;
+        s->errbody_cut = 0;
         e->ops->response(e->cfg.drv, s);
         return len;
     }
@@ -72,7 +74,39 @@ static size_t on_header(char *p, size_t size, size_t n, void *user)
 static size_t on_body(char *p, size_t size, size_t n, void *user)
 {
     dlc__xfer_slot *s = user;
-    return s->e->ops->sink(s->e->cfg.drv, s, p, size * n);
+    const size_t len = size * n;
+    /* Status 0: no HTTP status line (a file:// transfer of the engine's own tests). */
+    if ((s->status >= 200 && s->status < 300) || s->status == 0)
+        return s->e->ops->sink(s->e->cfg.drv, s, p, len);
+    /* An error answer: its start is kept for the message, and nothing past what is kept is
+     * read, however long the server goes on (issue 32: an endless error body held cachewarm and
+     * the loader until killed). Returning short stops the transfer; collect() then hands the
+     * done hook the answer as if it had ended. */
+    const size_t room = DLC__WARM_ERRBODY_MAX - s->errbody;
+    if (len <= room) {
+        s->errbody += len;
+        return s->e->ops->sink(s->e->cfg.drv, s, p, len);
+    }
+    if (room > 0 && s->e->ops->sink(s->e->cfg.drv, s, p, room) != room)
+        return 0;
+    s->errbody += room;
+    s->errbody_cut = 1;
+    return 0;
+}
+
+/* libcurl reads the body of a redirect it follows without handing it to on_body() (to reuse the
+ * connection), for as long as the server sends it: a redirect with an endless chunked body held
+ * a download without end (issue 32). dlnow counts the current response's body. */
+static int on_xferinfo(void *user, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                       curl_off_t ulnow)
+{
+    dlc__xfer_slot *s = user;
+    (void)dltotal, (void)ultotal, (void)ulnow;
+    if (s->status >= 300 && s->status < 400 && dlnow > DLC__XFER_REDIRECT_BODY_MAX) {
+        s->redirect_cut = 1;
+        return 1;
+    }
+    return 0;
 }
 
 static size_t on_read(char *buf, size_t size, size_t n, void *user)
@@ -96,6 +130,9 @@ static int on_seek(void *user, curl_off_t offset, int origin)
 static dlc_status start_attempt(dlc__xfer *e, dlc__xfer_slot *s)
 {
     s->status = 0;
+    s->errbody = 0;
+    s->errbody_cut = 0;
+    s->redirect_cut = 0;
     s->errbuf[0] = '\0';
     const dlc_status rc = e->ops->request(e->cfg.drv, s);
     if (rc < 0)
@@ -115,6 +152,9 @@ static dlc_status start_attempt(dlc__xfer *e, dlc__xfer_slot *s)
             curl_easy_setopt(h, CURLOPT_SEEKDATA, s);
         }
     }
+    curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_xferinfo);
+    curl_easy_setopt(h, CURLOPT_XFERINFODATA, s);
+    curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, s->errbuf);
     curl_easy_setopt(h, CURLOPT_PRIVATE, s);
     const CURLMcode mc = curl_multi_add_handle(e->m, h);
@@ -172,9 +212,24 @@ static dlc_status schedule_retry(dlc__xfer *e, dlc__xfer_slot *s, const char *wh
             return rc;
     }
     const double delay = dlc__warm_backoff(s->attempts, &e->rng);
-    s->retry_at = dlc__now_s() + delay;
-    dlc__logf(net->log, net->log_user, DLC_LOG_WARN, "%s: %s; retry %u in %.2f s", what, why,
-              s->attempts, delay);
+    const double now = dlc__now_s();
+    s->retry_at = now + delay;
+    if (now - s->notice_from >= DLC__XFER_NOTICE_WINDOW_S) {
+        s->notice_from = now;
+        s->notices = 0;
+    }
+    if (s->notices >= DLC__XFER_NOTICES) {
+        s->hidden++;
+        return DLC_OK;
+    }
+    s->notices++;
+    char held[96] = "";
+    if (s->hidden)
+        snprintf(held, sizeof held, " (%u earlier retr%s on this connection not shown)", s->hidden,
+                 s->hidden == 1 ? "y" : "ies");
+    s->hidden = 0;
+    dlc__logf(net->log, net->log_user, DLC_LOG_WARN, "%s: %s; retry %u in %.2f s%s", what, why,
+              s->attempts, delay, held);
     return DLC_OK;
 }
 
@@ -190,7 +245,16 @@ static dlc_status collect(dlc__xfer *e, int *freed)
             continue;
         dlc__xfer_slot *s = NULL;
         curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&s);
-        const CURLcode res = msg->data.result;
+        /* A body the engine stopped reading (on_body()) ended the answer, not the transfer; a
+         * followed redirect's that went on (on_xferinfo()) is the server's failure. */
+        CURLcode res =
+            msg->data.result == CURLE_WRITE_ERROR && s->errbody_cut ? CURLE_OK : msg->data.result;
+        if (res == CURLE_ABORTED_BY_CALLBACK && s->redirect_cut) {
+            res = CURLE_WEIRD_SERVER_REPLY;
+            snprintf(s->errbuf, sizeof s->errbuf,
+                     "the body of a redirect (HTTP %ld) went on past %d KiB; not read further",
+                     s->status, DLC__XFER_REDIRECT_BODY_MAX >> 10);
+        }
         curl_multi_remove_handle(e->m, s->h);
         s->active = 0;
         *freed = 1;

@@ -11,9 +11,17 @@
  *   - a failure the driver calls worth another try is sent again after dlc__warm_backoff()
  *     (exponential from 0.1 s, capped at 5 s, half of it random so that ranks that failed
  *     together do not retry together), up to the options' max_retries in a row; an attempt that
- *     moved the transfer on starts the count over;
- *   - every retry is logged as "WHAT: WHY; retry N in S s" and the last one fails as
- *     "WHAT: gave up after N attempts: WHY", WHAT being the driver's description of the slot;
+ *     moved the transfer on substantially (the driver says so: for a download, at least
+ *     DLC__WARM_MIN_PROGRESS bytes) starts the count over;
+ *   - the body of an answer whose status is not 2xx goes to the sink up to DLC__WARM_ERRBODY_MAX
+ *     bytes, which is all any driver keeps of it; then the engine stops reading and the done hook
+ *     judges the attempt as if the body had ended there (a server's endless error body cannot
+ *     hold a transfer); the body of a redirect that libcurl follows (and reads without handing
+ *     it on) is cut after DLC__XFER_REDIRECT_BODY_MAX bytes, a failure worth another try;
+ *   - a retry is logged as "WHAT: WHY; retry N in S s", at most DLC__XFER_NOTICES of them per
+ *     slot in DLC__XFER_NOTICE_WINDOW_S seconds; the next one shown after some were held back
+ *     says how many; the last attempt fails as "WHAT: gave up after N attempts: WHY", WHAT
+ *     being the driver's description of the slot;
  *   - progress is reported at most every 0.1 s through the options' callback, and a nonzero
  *     answer from it cancels the run;
  *   - the loop sleeps in curl_multi_poll() until a socket is ready, a retry is due or the
@@ -35,6 +43,13 @@ typedef struct dlc__xfer dlc__xfer;
 /* The verdict of a done hook on an attempt that should be sent again after a backoff. */
 #define DLC__XFER_RETRY 1
 
+/* Retry notices: at most this many per slot in this many seconds (a server that drops every
+ * connection at once made 1,510 lines a minute). */
+#define DLC__XFER_NOTICES 3
+/* The most bytes of a followed redirect's body the engine lets libcurl read (and discard). */
+#define DLC__XFER_REDIRECT_BODY_MAX (64 * 1024)
+#define DLC__XFER_NOTICE_WINDOW_S 10.0
+
 /* One slot: a connection's easy handle and the transfer it holds. The engine owns the handle
  * and the bookkeeping; the driver keeps its own state for the slot in t. */
 typedef struct dlc__xfer_slot {
@@ -51,6 +66,12 @@ typedef struct dlc__xfer_slot {
     int progressed;      /* The attempt moved the transfer on: the count starts over at 1. */
     dlc_status give_up;  /* The failure when the attempts run out (DLC_ENETWORK unless set). */
     struct dlc__xfer *e; /* The engine. */
+    size_t errbody;      /* Bytes of the current error answer's body given to the sink. */
+    int errbody_cut;     /* The engine stopped reading that body (the done hook sees CURLE_OK). */
+    int redirect_cut;    /* The engine stopped reading the body of a redirect libcurl follows. */
+    double notice_from;  /* When this slot's window of retry notices began. */
+    unsigned notices;    /* Retry notices shown in that window. */
+    unsigned hidden;     /* Retry notices held back since the last one shown. */
 } dlc__xfer_slot;
 
 /* What a driver supplies. Hooks marked optional may be NULL; @p drv is the config's. */

@@ -77,6 +77,32 @@
  * ::DLC_WARM_INSECURE, against the system's CAs, or those of the PEM bundle
  * CURL_CA_BUNDLE (else SSL_CERT_FILE) names (a private or test CA).
  *
+ * How long a request may take (the budget that no server can stretch without end; the same for
+ * dlc_warm(), dlc_warm_push() and the streaming loader, whose downloads run on one engine):
+ *   - timeout_s and connect_timeout_s are 0 (the default) or seconds from 0.1 to 86400; anything
+ *     else (0.0009, NaN, infinities, negatives) is DLC_EINVAL, naming the value and the bounds.
+ *     libcurl counts its low-speed time in whole seconds and reads a connect timeout of 0 ms as
+ *     "its default", so a smaller value turned both checks off; values are rounded up to whole
+ *     seconds for the low-speed check.
+ *   - A connection that moves fewer than 1 KiB a second for timeout_s (silence included) is cut
+ *     and retried ("Operation too slow"): a server that trickles a few bytes a second fails the
+ *     attempt, not only one that says nothing. (CompleteMultipartUpload, which S3 may keep alive
+ *     for minutes with a space now and then, is cut only after timeout_s of silence.)
+ *   - max_retries counts the failed attempts of a transfer (a chunk's missing bytes, the probe,
+ *     a request of the push) in a row. An attempt that brought 64 KiB or more of a chunk starts
+ *     the count over, one that brought less does not: a server that sends a byte per connection
+ *     runs out of attempts after max_retries + 1 of them, and a chunk of C bytes can be started
+ *     over at most C / 64 KiB times, so every transfer ends.
+ *   - Of an answer whose status is not 2xx, the first 4 KiB are kept for the message and no more
+ *     is read: the attempt is judged (retried for 5xx, 408 and 429, else failed) as soon as they
+ *     are in, however long the server would go on. A push's answer is read up to 16 MiB, the
+ *     body of a redirect that an https source follows (libcurl reads it and drops it) 64 KiB.
+ *   - Each retry is a notice on the log callback, at most 3 per connection in 10 seconds; the
+ *     next one shown after some were held back says how many.
+ *   - Messages say what an answer was: a redirect that is not followed, and where it pointed
+ *     (redacted; s3:// and gs:// sources never follow redirects, https ones follow up to 5); a
+ *     response header larger than libcurl accepts (100 KiB) rather than "out of memory".
+ *
  * Errors: DLC_OK; DLC_EINVAL (bad URL or option); DLC_EHTTP (the server
  * refused: 403, 404, 416...; dlc_errmsg() names the URL and what the server
  * said, such as S3's error Code and Message); DLC_ENETWORK (retries exhausted
@@ -136,10 +162,10 @@ typedef struct dlc_warm_options {
                              environment. */
     const char *region;   /**< S3 region; NULL: from the environment. */
     uint32_t flags;       /**< ::dlc_warm_flags. */
-    uint32_t max_retries; /**< Attempts per chunk after the first; default 8 (none with
-                               ::DLC_WARM_NO_RETRY). */
-    double timeout_s; /**< A transfer that receives nothing for this long is retried; default 30. */
-    double connect_timeout_s;      /**< Default 10. */
+    uint32_t max_retries; /**< Failed attempts in a row after the first; default 8 (see above;
+                               none with ::DLC_WARM_NO_RETRY). */
+    double timeout_s; /**< Retry a transfer under 1 KiB/s this long; default 30; 0.1 to 86400. */
+    double connect_timeout_s;      /**< Default 10; 0.1 to 86400 (0: the default). */
     dlc_warm_progress_fn progress; /**< May be NULL. */
     void *progress_user;           /**< Passed to progress. */
     dlc_log_fn log; /**< Notices (retries, resume, waiting for the lock); may be NULL. */

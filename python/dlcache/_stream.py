@@ -177,10 +177,13 @@ def apply(cfg, path, keep, ctx, *, window_shards=4, streams=None, cache_dir=None
             keep.append(b)
             setattr(net, name, b)
     if timeout is not None:
+        # The rule is the library's (dlc_warm_options, checked in C for every caller): said
+        # here first only for a ValueError instead of a DlcacheError.
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
-                or not 0 < timeout <= 86400:
-            raise ValueError("timeout must be seconds in (0, 86400] (a request that receives "
-                             "nothing this long is retried), got %r" % (timeout,))
+                or not 0.1 <= timeout <= 86400:
+            raise ValueError("timeout must be seconds in [0.1, 86400] (a request that moves "
+                             "less than 1 KiB/s this long is retried; a shorter timeout would "
+                             "turn libcurl's checks off), got %r" % (timeout,))
         net.timeout_s = float(timeout)
         # A connection that is not made within the timeout is a timeout too.
         net.connect_timeout_s = min(float(timeout), net.connect_timeout_s or 10.0)

@@ -315,8 +315,9 @@ class Loader:
             thread, one span per batch stage); None = $DLCACHE_TRACE, or none.
             Each wait in the loop is also a torch.profiler range "dlcache.next".
         trace_batches: spans the trace keeps per thread, the last ones (256).
-        timeout: seconds a request may receive nothing (or take to connect)
-            before it is cut and tried again; None = 30 (10 to connect).
+        timeout: seconds a request may move less than 1 KiB/s (or take to
+            connect) before it is cut and tried again, 0.1 to 86400; None = 30
+            (10 to connect).
         retries: attempts of a request after its first, 0..1000 (0 fails
             fast at the first error); None = 8. Each retry is a notice on the
             "dlcache" logger (logging), not a warning.

@@ -10,7 +10,10 @@ issue 23:
 - timeout= and retries= reach the downloads: a server that accepts and never answers fails the
   open with NetworkError after retries + 1 attempts, naming the timeout;
 - Ctrl-C while the open waits on such a server raises KeyboardInterrupt at once (the open
-  would otherwise wait out every attempt: here 600 s each).
+  would otherwise wait out every attempt: here 600 s each);
+- issue 32: a timeout too small to mean anything (0.0009 s, NaN...) is refused, and a server
+  whose error body never ends, that sends a byte per connection or trickles 3 bytes/s fails the
+  open after retries + 1 attempts (netserver.py's hostile modes).
 No test here measures time: the children are only bounded so that a regression fails rather
 than hangs."""
 
@@ -131,6 +134,51 @@ def test_timeout_and_retries_reach_the_downloads(servers, net_env, tmp_path):
     for bad in (dict(timeout=0), dict(timeout="1"), dict(retries=-1), dict(retries=1001)):
         with pytest.raises(ValueError):
             dlcache.Loader(url, 4, cache_dir=str(tmp_path), **bad)
+
+
+def test_a_careless_timeout_is_refused(servers, net_env, tmp_path):
+    """Issue 32, item 4: 0.0009 s turned libcurl's checks off and the open hung on a server that
+    never answers. Refused now (the rule is the library's; Python says it first). In a child
+    bounded from outside, so that a regression fails rather than hangs."""
+    url = "http://127.0.0.1:%d/b/set" % servers[("hang", "xml")]
+    code = ("import dlcache\n"
+            "for t in (0.0009, 1e-4, 1e-300, float('nan'), float('inf'), -1.0):\n"
+            "    for call in (dlcache.Loader, dlcache.plan):\n"
+            "        try:\n"
+            "            call(%r, 4, cache_dir=%r, timeout=t)\n"
+            "        except ValueError as e:\n"
+            "            assert '0.1' in str(e), str(e)\n"
+            "            print('refused', t)\n" % (url, str(tmp_path)))
+    env = dict(os.environ, DLCACHE_LIB=LIB, PYTHONPATH=os.path.join(REPO, "python"))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.stdout.count("refused") == 12, r.stdout + r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("mode,says", [("errbody", "HTTP 503: Slow down"),
+                                       ("onebyte", "transfer closed"),
+                                       ("trickle", "too slow")])
+def test_a_hostile_server_ends_the_open(net_env, tmp_path, mode, says):
+    """Issue 32, items 2 and 3: an error body that never ends, a byte per connection and a
+    trickle of 3 bytes/s each held Loader(timeout=, retries=1) until killed. In a child bounded
+    from outside, so that a regression fails rather than hangs."""
+    p, port = _serve(mode)
+    try:
+        url = "http://127.0.0.1:%d/b/set" % port
+        code = ("import dlcache, warnings\n"
+                "warnings.simplefilter('ignore')\n"
+                "try:\n"
+                "    dlcache.Loader(%r, 4, cache_dir=%r, timeout=1, retries=1)\n"
+                "except dlcache.NetworkError as e:\n"
+                "    print('ERR', e)\n" % (url, str(tmp_path)))
+        env = dict(os.environ, DLCACHE_LIB=LIB, PYTHONPATH=os.path.join(REPO, "python"))
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, timeout=120)
+        assert "gave up after 2 attempts" in r.stdout, r.stdout + r.stderr[-2000:]
+        assert says in r.stdout, r.stdout
+    finally:
+        p.kill()
+        p.wait()
 
 
 def test_ctrl_c_stops_an_open_that_waits(servers, net_env, tmp_path):

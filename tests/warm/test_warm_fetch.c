@@ -12,7 +12,9 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -40,6 +42,9 @@ static void start_server(void)
     server = fork();
     cr_assert(server >= 0);
     if (server == 0) {
+        /* Gone with the test process, also when Criterion kills a test that hangs: an orphan
+         * would hold ctest's pipes open, and ctest with them. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         execl("/usr/bin/python3", "python3", DLC_TEST_SOURCE_DIR "/tests/lib/gcsserver.py",
               "--root", root, "--port-file", port_file, "--token", "tok123", (char *)NULL);
         _exit(127);
@@ -400,6 +405,22 @@ Test(warm_fetch, rejects_bad_options)
     o.connections = 100000;
     cr_assert_eq(dlc_warm("http://127.0.0.1:1/x", dest, &o, NULL), DLC_EINVAL);
     cr_assert_eq(dlc_warm(NULL, dest, NULL, NULL), DLC_EINVAL);
+    /* Issue 32, item 4: a timeout that libcurl would read as "off" (or none at all). */
+    const double bad[] = {0.0009, 1e-4, 1e-300, -1, NAN, INFINITY, 1e9};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        for (int field = 0; field < 2; field++) {
+            dlc_warm_options_init(&o);
+            if (field)
+                o.connect_timeout_s = bad[i];
+            else
+                o.timeout_s = bad[i];
+            cr_assert_eq(dlc_warm("http://127.0.0.1:1/x", dest, &o, NULL), DLC_EINVAL, "%g",
+                         bad[i]);
+            cr_assert(strstr(dlc_errmsg(), field ? "connect_timeout_s" : "(timeout_s)"), "%s",
+                      dlc_errmsg());
+            cr_assert(strstr(dlc_errmsg(), "0.1 s"), "%s", dlc_errmsg());
+        }
+    }
     char *nodir = tmp_path(work, "no/such/dir/x.dlc");
     char *url = NULL;
     cr_assert(asprintf(&url, "%s/files/x", base) > 0);
@@ -439,4 +460,70 @@ Test(warm_fetch, options_without_init_or_from_a_newer_header_are_refused)
     cr_assert_eq(dlc_warm_push(dest, "s3://b/k", &p, &pr), DLC_EINVAL);
     cr_assert(strstr(dlc_errmsg(), "dlc_warm_push_options_init()") != NULL, "%s", dlc_errmsg());
     free(dest);
+}
+
+/* Start tests/lib/netserver.py in @p mode (its port into *port_out); kill with stop_hostile(). */
+static pid_t start_hostile(const char *mode, int *port_out)
+{
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    const pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        /* Gone with the test, also when a hang makes Criterion kill it, and holding none of the
+         * runner's pipes open meanwhile. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        dup2(fds[1], 1);
+        const int null = open("/dev/null", O_WRONLY);
+        if (null >= 0)
+            dup2(null, 2);
+        close(fds[0]);
+        close(fds[1]);
+        execl("/usr/bin/python3", "python3", DLC_TEST_SOURCE_DIR "/tests/lib/netserver.py",
+              "--mode", mode, "--size", "1048576", (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    FILE *f = fdopen(fds[0], "r");
+    cr_assert(f);
+    int p = 0;
+    cr_assert_eq(fscanf(f, "%d", &p), 1, "netserver.py --mode %s did not start", mode);
+    fclose(f);
+    *port_out = p;
+    return pid;
+}
+
+static void stop_hostile(pid_t pid)
+{
+    kill(pid, SIGTERM);
+    waitpid(pid, NULL, 0);
+}
+
+/* Issue 32, items 2 and 3, in-process (the engine's cut of an error body and the attempts that
+ * progress no longer resets run under ASan here): each returned only when killed before. The
+ * suite's timeout turns a hang into a failure. */
+Test(warm_fetch, hostile_servers_run_out_of_attempts)
+{
+    static const struct {
+        const char *mode, *says;
+    } cases[] = {{"errbody", "gave up after 2 attempts: HTTP 503: Slow down: this error body"},
+                 {"onebyte", "gave up after 2 attempts: transfer closed"},
+                 {"trickle", "gave up after 2 attempts: Operation too slow"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int hport = 0;
+        const pid_t pid = start_hostile(cases[i].mode, &hport);
+        char url[128];
+        snprintf(url, sizeof url, "http://127.0.0.1:%d/x.dlc", hport);
+        char *dest = tmp_path(work, cases[i].mode);
+        dlc_warm_options o = small_chunks();
+        o.connections = 1;
+        o.max_retries = 1;
+        o.timeout_s = 1;
+        o.flags = DLC_WARM_NO_VERIFY;
+        const dlc_status rc = dlc_warm(url, dest, &o, NULL);
+        stop_hostile(pid);
+        cr_assert_eq(rc, DLC_ENETWORK, "%s: %d %s", cases[i].mode, rc, dlc_errmsg());
+        cr_assert(strstr(dlc_errmsg(), cases[i].says), "%s: %s", cases[i].mode, dlc_errmsg());
+        free(dest);
+    }
 }

@@ -4,7 +4,7 @@
  * attempts run out into the driver's failure, an attempt that made progress starts the count
  * over, and a progress callback that answers nonzero cancels, also the probe of dlc_warm() held
  * by a server that accepts and never answers (issue 23: a loader's close() waited out every
- * attempt's timeout). */
+ * attempt's timeout); retry notices are rate-limited per slot (issue 32). */
 #include "common.h"
 #include "tmpdir_util.h"
 #include "warm_xfer.h"
@@ -288,6 +288,30 @@ Test(warm_xfer, progress_starts_the_count_over)
     /* Attempts 1, 1, 1 (each made progress), then 2: more than one retry in a row. */
     cr_assert_str_eq(dlc_errmsg(), "transfer 0: gave up after 2 attempts: failure 4");
     cr_assert_eq(retries, 4);
+}
+
+/* Issue 32: a server that drops every connection after some progress made a notice per attempt
+ * (1,510 lines a minute). At most DLC__XFER_NOTICES per slot in DLC__XFER_NOTICE_WINDOW_S. */
+Test(warm_xfer, retry_notices_are_rate_limited)
+{
+    static driver d;
+    memset(&d, 0, sizeof d);
+    make_urls(&d, 1);
+    d.retry_always = 1;
+    d.progress_for = 12; /* Attempt 1 each time: backoffs of 0.05-0.1 s, well inside a window. */
+    dlc_warm_options net;
+    dlc_warm_options_init(&net);
+    net.max_retries = 1;
+    log_lines lines = {.n = 0};
+    net.log = on_log;
+    net.log_user = &lines;
+    uint32_t retries = 0;
+    cr_assert_eq(run(&d, 1, &net, &retries), DLC_ECORRUPT);
+    cr_assert_str_eq(dlc_errmsg(), "transfer 0: gave up after 2 attempts: failure 13");
+    cr_assert_eq(retries, 13, "every retry is still counted");
+    cr_assert_eq(lines.n, DLC__XFER_NOTICES, "%d notices", lines.n);
+    cr_assert(strncmp(lines.text[0], "transfer 0: failure 1; retry 1 in 0.", 36) == 0, "%s",
+              lines.text[0]);
 }
 
 Test(warm_xfer, a_progress_callback_cancels)
