@@ -41,7 +41,8 @@ typedef enum dlc__aug_op_id {
     DLC__AUG_GRAYSCALE = 11,   /* rgb_to_grayscale(num_output_channels=3): no argument. */
     DLC__AUG_BLUR = 12,        /* gaussian_blur: arg[0], arg[1] kernel width and height (odd
                                   integers >= 1), arg[2], arg[3] sigma x and y (> 0). */
-    DLC__AUG_ROTATE = 13,      /* rotate: arg[0] angle in degrees, counter-clockwise; fill. */
+    DLC__AUG_ROTATE = 13,      /* rotate: arg[0] angle in degrees, counter-clockwise, about the
+                                  center (arg[6], arg[7]) with DLC__AUG_F_CENTER; fill. */
     /* The affine family: F.affine(angle=arg[0] (clockwise), translate=[arg[1], arg[2]] (pixels),
      * scale=arg[3] (> 0), shear=[arg[4], arg[5]] (degrees)), center (arg[6], arg[7]) in pixels
      * when flags has DLC__AUG_F_CENTER, else the image's center; fill. The policies' ShearX/Y
@@ -57,16 +58,16 @@ typedef enum dlc__aug_op_id {
 
 /* dlc__aug_op.flags. */
 enum {
-    DLC__AUG_F_CENTER = 1u, /* The affine family: arg[6], arg[7] are the center, in pixels. */
+    DLC__AUG_F_CENTER = 1u, /* Rotate and affine: arg[6], arg[7] are the center, in pixels. */
 };
 
 /* One op with its parameters, ready to apply: 44 bytes, no pointer. */
 typedef struct dlc__aug_op {
-    uint8_t op;      /* dlc__aug_op_id. */
-    uint8_t flags;   /* DLC__AUG_F_*. */
-    uint8_t fill[3]; /* Geometric ops: the value of each channel outside the source (torchvision's
-                        fill; channel 0's for a 1-channel image). */
-    uint8_t reserved[3]; /* Zero. */
+    uint8_t op;          /* dlc__aug_op_id. */
+    uint8_t flags;       /* DLC__AUG_F_*. */
+    uint8_t fill[4];     /* Geometric ops: the value of channel k outside the source is fill[k]
+                            (torchvision's fill). */
+    uint8_t reserved[2]; /* Zero. */
     float magnitude;     /* What the policy drew, in torchvision's units before _apply_op turned it
                             into arg[] (signed; e.g. 0.3 for Brightness where arg[0] = 1.3), kept for
                             return_params; 0 for ops not drawn by a policy. Never read by apply. */
@@ -111,8 +112,7 @@ typedef struct dlc__aug_config {
                                     normal(magnitude, mstd) clipped to [0, num_magnitude_bins-1]
                                     (continuous); INFINITY: uniform in [0, magnitude]; 0: none
                                     (torchvision's RandAugment). */
-    uint8_t fill[3];             /* Geometric ops' fill (torchvision's default: 0). */
-    uint8_t reserved0;
+    uint8_t fill[4];             /* Geometric ops' fill per channel (torchvision's default: 0). */
     /* ColorJitter as torchvision resolves it: factors drawn uniformly in [lo, hi]; a range
      * lo == hi == 1 (0 for hue) is an absent jitter (not drawn, not applied), as ColorJitter's
      * None. Applied with probability jitter_p (RandomApply; 1 = always, 0 = never). */

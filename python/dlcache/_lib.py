@@ -128,6 +128,28 @@ class Image(ctypes.Structure):
     ]
 
 
+# ---------------------------------------------------------------- ops.h
+class OpParams(ctypes.Structure):
+    """dlc_op_params: one op of include/dlcache/ops.h and its parameters."""
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("op", ctypes.c_uint32),
+        ("factor", ctypes.c_double),
+        ("bits", ctypes.c_uint32),
+        ("num_output_channels", ctypes.c_uint32),
+        ("threshold", ctypes.c_double),
+        ("kernel_size", ctypes.c_uint32 * 2),
+        ("sigma", ctypes.c_double * 2),
+        ("angle", ctypes.c_double),
+        ("translate", ctypes.c_double * 2),
+        ("scale", ctypes.c_double),
+        ("shear", ctypes.c_double * 2),
+        ("has_center", ctypes.c_uint32),
+        ("center", ctypes.c_double * 2),
+        ("fill", ctypes.c_uint8 * 4),
+    ]
+
+
 # ---------------------------------------------------------------- writer.h
 class FieldSpec(ctypes.Structure):
     """dlc_field_spec: one field of the schema to write."""
@@ -680,6 +702,11 @@ _PROTOTYPES = {
     "dlc_png_info": (c_status, [_P, _P, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint32),
                                 ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint32)]),
     "dlc_png_decode": (c_status, [_P, _P, ctypes.c_size_t, ctypes.POINTER(Image)]),
+    "dlc_op_params_init_sized": (None, [ctypes.POINTER(OpParams), ctypes.c_size_t]),
+    "dlc_op_scratch_bound": (ctypes.c_size_t, [ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint32]),
+    "dlc_op_apply": (c_status, [ctypes.POINTER(OpParams), ctypes.POINTER(Image),
+                                ctypes.POINTER(Image), _P, ctypes.c_size_t]),
+    "dlc_op_name": (ctypes.c_char_p, [ctypes.c_uint32]),
     # writer.h
     "dlc_writer_config_init_sized": (None, [ctypes.POINTER(WriterConfig), ctypes.c_size_t]),
     "dlc_writer_open": (c_status, [ctypes.c_char_p, ctypes.POINTER(WriterConfig),

@@ -53,6 +53,7 @@ STRUCTS = {
     "dlc_device_field": "DeviceField",
     "dlc_device_batch": "DeviceBatch",
     "dlc_device_dst": "DeviceDst",
+    "dlc_op_params": "OpParams",
 }
 
 # C name: the name of its mirror in dlcache._lib.
@@ -93,6 +94,7 @@ def _c_program():
     lines = ["#include <dlcache/store.h>", "#include <dlcache/build.h>",
              "#include <dlcache/loader.h>", "#include <dlcache/writer.h>",
              "#include <dlcache/image.h>", "#include <dlcache/set.h>", "#include <dlcache/warm.h>",
+             "#include <dlcache/ops.h>",
              "#include <stdio.h>",
              "#include <stddef.h>",
              "int main(void) {"]

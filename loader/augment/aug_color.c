@@ -1,0 +1,387 @@
+/* The color and histogram ops of aug_internal.h on interleaved uint8 pixels, in place.
+ *
+ * Each follows torchvision 0.14's tensor path (functional_tensor.py) on a uint8 tensor, step by
+ * step in float32 as torch computes it, so that the results agree within 1 (most are identical):
+ *   - _blend() (brightness, contrast, saturation, sharpness) computes ratio * a + (1 - ratio) * b
+ *     in float32, clamps to [0, 255] and TRUNCATES to uint8 (.to(torch.uint8)); PIL's
+ *     ImageEnhance rounds instead: a difference of the two paths, we truncate.
+ *   - rgb_to_grayscale is 0.2989 R + 0.587 G + 0.114 B in float32, truncated (PIL's "L" is
+ *     (19595 R + 38470 G + 7471 B + 0x8000) >> 16, rounded: we follow the tensor path).
+ *   - adjust_contrast's mean is the mean of that truncated grayscale, as a float.
+ *   - adjust_hue converts to HSV in float32 (x / 255) and back, then truncates x * 255; PIL works
+ *     on 8-bit HSV instead, so the two paths differ by a few values: we follow the tensor path.
+ *   - adjust_sharpness's smoothed image is rounded (half to even) and keeps the border pixels;
+ *     gaussian_blur rounds too, after a reflect padding (PIL's GaussianBlur is a box
+ *     approximation: the paths differ, we follow the tensor path's true Gaussian).
+ *   - solarize inverts values >= threshold; equalize and autocontrast work per channel, with the
+ *     tensor path's integer step and float scale.
+ * The only difference left is the order of float sums (torch's conv2d and mean), which can move a
+ * value that sits on a rounding boundary by 1. */
+#include "aug_ops.h"
+
+#include <math.h>
+#include <string.h>
+
+#define ROW(img, stride, y) ((img) + (size_t)(y) * (stride))
+
+static inline uint8_t trunc_u8(float v)
+{
+    /* clamp(0, 255) then .to(uint8), which truncates toward zero. A NaN cannot arise from finite
+     * factors; it is mapped to 0 like the clamp's comparison would leave it to the cast. */
+    if (!(v > 0.0f))
+        return 0;
+    if (v >= 255.0f)
+        return 255;
+    return (uint8_t)v;
+}
+
+static inline uint8_t gray_of(const uint8_t *p)
+{
+    /* (0.2989 * r + 0.587 * g + 0.114 * b).to(uint8): each scalar product in float32. */
+    const float l = 0.2989f * (float)p[0] + 0.587f * (float)p[1] + 0.114f * (float)p[2];
+    return (uint8_t)l;
+}
+
+void dlc__aug_blend_const(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t c,
+                          double ratio, float other)
+{
+    const float r = (float)ratio;
+    const float rest = (float)(1.0 - ratio) * other;
+    for (uint32_t y = 0; y < h; y++) {
+        uint8_t *p = ROW(img, stride, y);
+        for (size_t i = 0; i < (size_t)w * c; i++)
+            p[i] = trunc_u8(r * (float)p[i] + rest);
+    }
+}
+
+void dlc__aug_brightness(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t c,
+                         double factor)
+{
+    /* _blend(img, zeros_like(img), factor). */
+    dlc__aug_blend_const(img, stride, w, h, c, factor, 0.0f);
+}
+
+void dlc__aug_contrast(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t c,
+                       double factor)
+{
+    /* The mean of the grayscale image (of the image itself for one channel), then a blend with it.
+     * The integer sum is exact; torch sums floats, which can differ in the last bits. */
+    uint64_t sum = 0;
+    for (uint32_t y = 0; y < h; y++) {
+        const uint8_t *p = ROW(img, stride, y);
+        if (c == 3) {
+            for (uint32_t x = 0; x < w; x++)
+                sum += gray_of(p + 3 * (size_t)x);
+        } else {
+            for (size_t i = 0; i < (size_t)w * c; i++)
+                sum += p[i];
+        }
+    }
+    const size_t n = (size_t)w * h * (c == 3 ? 1 : c);
+    const float mean = (float)((double)sum / (double)n);
+    dlc__aug_blend_const(img, stride, w, h, c, factor, mean);
+}
+
+void dlc__aug_saturation(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t c,
+                         double factor)
+{
+    if (c != 3)
+        return; /* torchvision: "Match PIL behaviour". */
+    const float r = (float)factor;
+    const float q = (float)(1.0 - factor);
+    for (uint32_t y = 0; y < h; y++) {
+        uint8_t *p = ROW(img, stride, y);
+        for (uint32_t x = 0; x < w; x++, p += 3) {
+            const float g = q * (float)gray_of(p);
+            p[0] = trunc_u8(r * (float)p[0] + g);
+            p[1] = trunc_u8(r * (float)p[1] + g);
+            p[2] = trunc_u8(r * (float)p[2] + g);
+        }
+    }
+}
+
+void dlc__aug_grayscale(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t c)
+{
+    if (c != 3)
+        return; /* torchvision clones a 1-channel image. */
+    for (uint32_t y = 0; y < h; y++) {
+        uint8_t *p = ROW(img, stride, y);
+        for (uint32_t x = 0; x < w; x++, p += 3)
+            p[0] = p[1] = p[2] = gray_of(p);
+    }
+}
+
+/* torch's remainder for float32: the result has the sign of the divisor. */
+static inline float py_mod1(float a)
+{
+    float m = fmodf(a, 1.0f);
+    if (m != 0.0f && m < 0.0f)
+        m += 1.0f;
+    return m;
+}
+
+static inline float clamp01(float v)
+{
+    return v < 0.0f ? 0.0f : (v > 1.0f ? 1.0f : v);
+}
+
+void dlc__aug_hue(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t c, double factor)
+{
+    if (c != 3)
+        return; /* torchvision: "Match PIL behaviour". */
+    const float hf = (float)factor;
+    for (uint32_t y = 0; y < h; y++) {
+        uint8_t *p = ROW(img, stride, y);
+        for (uint32_t x = 0; x < w; x++, p += 3) {
+            /* _rgb2hsv, as functional_tensor.py writes it. */
+            const float r = (float)p[0] / 255.0f, g = (float)p[1] / 255.0f,
+                        b = (float)p[2] / 255.0f;
+            const float maxc = fmaxf(r, fmaxf(g, b)), minc = fminf(r, fminf(g, b));
+            const int eqc = maxc == minc;
+            const float cr = maxc - minc;
+            const float s = cr / (eqc ? 1.0f : maxc);
+            const float crd = eqc ? 1.0f : cr;
+            const float rc = (maxc - r) / crd, gc = (maxc - g) / crd, bc = (maxc - b) / crd;
+            float hh;
+            if (maxc == r)
+                hh = bc - gc;
+            else if (maxc == g)
+                hh = 2.0f + rc - bc;
+            else
+                hh = 4.0f + gc - rc;
+            hh = fmodf(hh / 6.0f + 1.0f, 1.0f);
+            const float v = maxc;
+            hh = py_mod1(hh + hf);
+            /* _hsv2rgb. */
+            const float i_f = floorf(hh * 6.0f);
+            const float f = hh * 6.0f - i_f;
+            int i = (int)i_f % 6;
+            if (i < 0)
+                i += 6;
+            const float pp = clamp01(v * (1.0f - s));
+            const float qq = clamp01(v * (1.0f - s * f));
+            const float tt = clamp01(v * (1.0f - s * (1.0f - f)));
+            float o0, o1, o2;
+            switch (i) {
+            case 0:
+                o0 = v, o1 = tt, o2 = pp;
+                break;
+            case 1:
+                o0 = qq, o1 = v, o2 = pp;
+                break;
+            case 2:
+                o0 = pp, o1 = v, o2 = tt;
+                break;
+            case 3:
+                o0 = pp, o1 = qq, o2 = v;
+                break;
+            case 4:
+                o0 = tt, o1 = pp, o2 = v;
+                break;
+            default:
+                o0 = v, o1 = pp, o2 = qq;
+                break;
+            }
+            /* (img * 255.0).to(uint8): truncation, values are within [0, 255]. */
+            p[0] = trunc_u8(o0 * 255.0f);
+            p[1] = trunc_u8(o1 * 255.0f);
+            p[2] = trunc_u8(o2 * 255.0f);
+        }
+    }
+}
+
+void dlc__aug_posterize(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t c,
+                        uint32_t bits)
+{
+    const uint8_t mask = (uint8_t)(0xffu << (8 - bits));
+    for (uint32_t y = 0; y < h; y++) {
+        uint8_t *p = ROW(img, stride, y);
+        for (size_t i = 0; i < (size_t)w * c; i++)
+            p[i] &= mask;
+    }
+}
+
+void dlc__aug_solarize(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t c,
+                       double threshold)
+{
+    /* img >= threshold compares in float32 (a uint8 tensor against a float scalar). */
+    const float t = (float)threshold;
+    for (uint32_t y = 0; y < h; y++) {
+        uint8_t *p = ROW(img, stride, y);
+        for (size_t i = 0; i < (size_t)w * c; i++)
+            if ((float)p[i] >= t)
+                p[i] = (uint8_t)(255 - p[i]);
+    }
+}
+
+void dlc__aug_invert(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t c)
+{
+    for (uint32_t y = 0; y < h; y++) {
+        uint8_t *p = ROW(img, stride, y);
+        for (size_t i = 0; i < (size_t)w * c; i++)
+            p[i] = (uint8_t)(255 - p[i]);
+    }
+}
+
+void dlc__aug_autocontrast(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t c)
+{
+    uint8_t lo[DLC__AUG_MAX_CHANNELS], hi[DLC__AUG_MAX_CHANNELS];
+    for (uint32_t k = 0; k < c; k++)
+        lo[k] = 255, hi[k] = 0;
+    for (uint32_t y = 0; y < h; y++) {
+        const uint8_t *p = ROW(img, stride, y);
+        for (uint32_t x = 0; x < w; x++)
+            for (uint32_t k = 0; k < c; k++) {
+                const uint8_t v = p[(size_t)x * c + k];
+                lo[k] = v < lo[k] ? v : lo[k];
+                hi[k] = v > hi[k] ? v : hi[k];
+            }
+    }
+    float mn[DLC__AUG_MAX_CHANNELS], sc[DLC__AUG_MAX_CHANNELS];
+    for (uint32_t k = 0; k < c; k++) {
+        /* scale = 255 / (max - min) in float32; not finite (max == min): min 0, scale 1. */
+        if (hi[k] == lo[k]) {
+            mn[k] = 0.0f, sc[k] = 1.0f;
+        } else {
+            mn[k] = (float)lo[k];
+            sc[k] = 255.0f / ((float)hi[k] - (float)lo[k]);
+        }
+    }
+    for (uint32_t y = 0; y < h; y++) {
+        uint8_t *p = ROW(img, stride, y);
+        for (uint32_t x = 0; x < w; x++)
+            for (uint32_t k = 0; k < c; k++) {
+                uint8_t *v = &p[(size_t)x * c + k];
+                *v = trunc_u8(((float)*v - mn[k]) * sc[k]);
+            }
+    }
+}
+
+void dlc__aug_equalize(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t c)
+{
+    /* _scale_channel, per channel: the histogram, step = (the count of every nonzero bin but the
+     * last) // 255, lut = (cumsum + step // 2) // step shifted right by one bin. */
+    uint64_t hist[DLC__AUG_MAX_CHANNELS][256];
+    memset(hist, 0, sizeof(hist[0]) * c);
+    for (uint32_t y = 0; y < h; y++) {
+        const uint8_t *p = ROW(img, stride, y);
+        for (uint32_t x = 0; x < w; x++)
+            for (uint32_t k = 0; k < c; k++)
+                hist[k][p[(size_t)x * c + k]]++;
+    }
+    uint8_t lut[DLC__AUG_MAX_CHANNELS][256];
+    int identity[DLC__AUG_MAX_CHANNELS];
+    for (uint32_t k = 0; k < c; k++) {
+        uint64_t total = 0, last = 0;
+        for (int v = 0; v < 256; v++) {
+            total += hist[k][v];
+            if (hist[k][v])
+                last = hist[k][v];
+        }
+        const uint64_t step = (total - last) / 255;
+        identity[k] = step == 0;
+        if (step == 0)
+            continue;
+        uint64_t cum = 0;
+        lut[k][0] = 0;
+        for (int v = 0; v < 255; v++) {
+            cum += hist[k][v];
+            const uint64_t l = (cum + step / 2) / step;
+            lut[k][v + 1] = (uint8_t)(l > 255 ? 255 : l);
+        }
+    }
+    for (uint32_t y = 0; y < h; y++) {
+        uint8_t *p = ROW(img, stride, y);
+        for (uint32_t x = 0; x < w; x++)
+            for (uint32_t k = 0; k < c; k++)
+                if (!identity[k])
+                    p[(size_t)x * c + k] = lut[k][p[(size_t)x * c + k]];
+    }
+}
+
+void dlc__aug_sharpness(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t c,
+                        double factor, void *scratch)
+{
+    if (w <= 2 || h <= 2)
+        return; /* torchvision returns the image unchanged. */
+    /* The smoothed image ("degenerate"): the 3x3 kernel [1 1 1; 1 5 1; 1 1 1] / 13 on the interior,
+     * rounded half to even; the border keeps its pixels. Needs the original rows around each
+     * output row: a copy of the image in scratch (w * h * c bytes). An integer sum over 13 is
+     * never a tie, so the rounding agrees with torch's float kernel exactly. */
+    const size_t row = (size_t)w * c;
+    uint8_t *orig = scratch;
+    for (uint32_t y = 0; y < h; y++)
+        memcpy(orig + y * row, ROW(img, stride, y), row);
+    const float r = (float)factor;
+    const float q = (float)(1.0 - factor);
+    for (uint32_t y = 1; y + 1 < h; y++) {
+        const uint8_t *up = orig + (y - 1) * row, *mid = orig + y * row, *dn = orig + (y + 1) * row;
+        uint8_t *out = ROW(img, stride, y);
+        for (size_t i = c; i < row - c; i++) {
+            const uint32_t s = (uint32_t)up[i - c] + up[i] + up[i + c] + mid[i - c] + 5u * mid[i] +
+                               mid[i + c] + dn[i - c] + dn[i] + dn[i + c];
+            const float deg = (float)nearbyint((double)s / 13.0);
+            out[i] = trunc_u8(r * (float)mid[i] + q * deg);
+        }
+    }
+}
+
+/* torchvision's _get_gaussian_kernel1d in float32. */
+static void gauss_kernel(float *k, uint32_t size, double sigma)
+{
+    const float half = (float)((size - 1) * 0.5);
+    const float sg = (float)sigma;
+    float sum = 0.0f;
+    for (uint32_t i = 0; i < size; i++) {
+        const float x = -half + (float)i; /* linspace(-half, half, size): step 1, exact. */
+        const float t = x / sg;
+        k[i] = expf(-0.5f * (t * t));
+        sum += k[i];
+    }
+    for (uint32_t i = 0; i < size; i++)
+        k[i] /= sum;
+}
+
+static inline uint32_t reflect(int64_t i, uint32_t n)
+{
+    /* torch's "reflect" padding (the edge pixel is not repeated); the pad is < n. */
+    if (i < 0)
+        return (uint32_t)-i;
+    if (i >= (int64_t)n)
+        return (uint32_t)(2 * (int64_t)n - 2 - i);
+    return (uint32_t)i;
+}
+
+void dlc__aug_blur(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t c, uint32_t kx,
+                   uint32_t ky, double sx, double sy, void *scratch)
+{
+    /* Separable: the 2D kernel is the outer product of the two 1D kernels, as in torchvision; the
+     * horizontal pass goes to floats in scratch, the vertical one rounds half to even (torch.round)
+     * into the image. */
+    float kxv[DLC__AUG_MAX_KERNEL], kyv[DLC__AUG_MAX_KERNEL];
+    gauss_kernel(kxv, kx, sx);
+    gauss_kernel(kyv, ky, sy);
+    const int64_t px = kx / 2, py = ky / 2;
+    const size_t row = (size_t)w * c;
+    float *tmp = scratch;
+    for (uint32_t y = 0; y < h; y++) {
+        const uint8_t *p = ROW(img, stride, y);
+        float *t = tmp + y * row;
+        for (uint32_t x = 0; x < w; x++)
+            for (uint32_t k = 0; k < c; k++) {
+                float acc = 0.0f;
+                for (uint32_t j = 0; j < kx; j++)
+                    acc += kxv[j] * (float)p[(size_t)reflect((int64_t)x + j - px, w) * c + k];
+                t[(size_t)x * c + k] = acc;
+            }
+    }
+    for (uint32_t y = 0; y < h; y++) {
+        uint8_t *out = ROW(img, stride, y);
+        for (size_t i = 0; i < row; i++) {
+            float acc = 0.0f;
+            for (uint32_t j = 0; j < ky; j++)
+                acc += kyv[j] * tmp[(size_t)reflect((int64_t)y + j - py, h) * row + i];
+            out[i] = trunc_u8(nearbyintf(acc));
+        }
+    }
+}

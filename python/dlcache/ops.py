@@ -1,0 +1,226 @@
+"""The loader's per-sample augmentation ops, one at a time (include/dlcache/ops.h).
+
+``apply(image, op, **params)`` applies one op with fixed parameters to a uint8
+HWC numpy array (H x W x C, or H x W for one channel) and returns a new array.
+The ops and their parameters are torchvision 0.14's functional ones
+(``torchvision.transforms.functional``), and each gives what torchvision gives
+on the same uint8 tensor: the color and histogram ops within 1 per channel
+value, the geometric ops (nearest interpolation) on all pixels but rare
+rounding ties. Where torchvision's tensor and PIL paths differ, the tensor path
+is followed.
+
+=====================  ============================================================
+op                     parameters
+=====================  ============================================================
+adjust_brightness      brightness_factor
+adjust_contrast        contrast_factor
+adjust_saturation      saturation_factor
+adjust_hue             hue_factor
+adjust_sharpness       sharpness_factor
+posterize              bits
+solarize               threshold
+autocontrast           -
+equalize               -
+invert                 -
+rgb_to_grayscale       num_output_channels=1 (torchvision's default) or 3
+gaussian_blur          kernel_size, sigma=None
+rotate                 angle, interpolation="nearest", expand=False, center=None,
+                       fill=None
+affine                 angle, translate, scale, shear, interpolation="nearest",
+                       fill=None, center=None
+=====================  ============================================================
+
+Color ops take 1 or 3 (RGB) channels; gaussian_blur and the geometric ops take
+1 to 4. A bad parameter raises ValueError naming the op and the parameter.
+"""
+
+import ctypes
+import numbers
+
+from ._lib import Image, OpParams, lib
+from .errors import check
+
+__all__ = ["apply", "OPS"]
+
+# torchvision's name: (dlc_op value, the parameters it takes, those it requires).
+OPS = {
+    "identity": (0, (), ()),
+    "adjust_brightness": (1, ("brightness_factor",), ("brightness_factor",)),
+    "adjust_contrast": (2, ("contrast_factor",), ("contrast_factor",)),
+    "adjust_saturation": (3, ("saturation_factor",), ("saturation_factor",)),
+    "adjust_hue": (4, ("hue_factor",), ("hue_factor",)),
+    "adjust_sharpness": (5, ("sharpness_factor",), ("sharpness_factor",)),
+    "posterize": (6, ("bits",), ("bits",)),
+    "solarize": (7, ("threshold",), ("threshold",)),
+    "autocontrast": (8, (), ()),
+    "equalize": (9, (), ()),
+    "invert": (10, (), ()),
+    "rgb_to_grayscale": (11, ("num_output_channels",), ()),
+    "gaussian_blur": (12, ("kernel_size", "sigma"), ("kernel_size",)),
+    "rotate": (13, ("angle", "interpolation", "expand", "center", "fill"), ("angle",)),
+    "affine": (14, ("angle", "translate", "scale", "shear", "interpolation", "fill", "center"),
+               ("angle", "translate", "scale", "shear")),
+}
+
+
+def _bad(op, name, value, why):
+    return ValueError("%s: %s (%r) %s" % (op, name, value, why))
+
+
+def _number(op, name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise _bad(op, name, value, "is not a number")
+    return float(value)
+
+
+def _pair(op, name, value, kind):
+    """torchvision's int-or-sequence parameters: a number stands for both."""
+    if isinstance(value, (list, tuple)):
+        if len(value) == 1:
+            value = (value[0], value[0])
+        if len(value) != 2:
+            raise _bad(op, name, value, "is not a number or a sequence of 1 or 2")
+        return tuple(kind(op, name, v) for v in value)
+    v = kind(op, name, value)
+    return (v, v)
+
+
+def _int(op, name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise _bad(op, name, value, "is not an integer")
+    return int(value)
+
+
+def _fill(op, value, channels):
+    if value is None:
+        return [0] * channels
+    vals = list(value) if isinstance(value, (list, tuple)) else [value]
+    if len(vals) == 1:
+        vals = vals * channels
+    if len(vals) != channels:
+        raise _bad(op, "fill", value, "has neither 1 nor %d values (the image's channels)"
+                   % channels)
+    out = []
+    for v in vals:
+        f = _number(op, "fill", v)
+        if not 0 <= f <= 255:
+            raise _bad(op, "fill", value, "is not within 0..255 (uint8 pixels)")
+        out.append(int(round(f)))
+    return out
+
+
+def _params(op, image_channels, kw):
+    code, allowed, required = OPS[op]
+    for k in kw:
+        if k not in allowed:
+            raise ValueError("%s: unknown parameter %r (it takes %s)"
+                             % (op, k, ", ".join(allowed) or "no parameter"))
+    for k in required:
+        if k not in kw:
+            raise ValueError("%s: parameter %r is required" % (op, k))
+    p = OpParams()
+    lib.dlc_op_params_init(ctypes.byref(p))
+    p.op = code
+    if op.startswith("adjust_"):
+        name = allowed[0]
+        p.factor = _number(op, name, kw[name])
+    elif op == "posterize":
+        bits = _int(op, "bits", kw["bits"])
+        if not 0 <= bits <= 8:
+            raise _bad(op, "bits", bits, "is not in 0..8")
+        p.bits = bits
+    elif op == "solarize":
+        p.threshold = _number(op, "threshold", kw["threshold"])
+    elif op == "rgb_to_grayscale":
+        n = kw.get("num_output_channels", 1)
+        if n not in (1, 3) or isinstance(n, bool):
+            raise _bad(op, "num_output_channels", n, "is neither 1 nor 3")
+        p.num_output_channels = n
+    elif op == "gaussian_blur":
+        ks = _pair(op, "kernel_size", kw["kernel_size"], _int)
+        for k in ks:
+            if k <= 0 or k % 2 == 0:
+                raise _bad(op, "kernel_size", kw["kernel_size"],
+                           "is not odd and positive integers")
+        sigma = kw.get("sigma")
+        # torchvision's default sigma for each kernel side.
+        sg = tuple(k * 0.15 + 0.35 for k in ks) if sigma is None else \
+            _pair(op, "sigma", sigma, _number)
+        for s in sg:
+            if s <= 0:
+                raise _bad(op, "sigma", sigma, "is not positive")
+        p.kernel_size[0], p.kernel_size[1] = ks
+        p.sigma[0], p.sigma[1] = sg
+    elif op in ("rotate", "affine"):
+        p.angle = _number(op, "angle", kw["angle"])
+        interp = kw.get("interpolation", "nearest")
+        if getattr(interp, "value", interp) != "nearest":
+            raise _bad(op, "interpolation", interp, "is not supported: only nearest is")
+        if kw.get("expand", False):
+            raise _bad(op, "expand", kw["expand"], "is not supported: only expand=False is")
+        center = kw.get("center")
+        if center is not None:
+            if not isinstance(center, (list, tuple)) or len(center) != 2:
+                raise _bad(op, "center", center, "is not a sequence of 2 numbers")
+            p.has_center = 1
+            p.center[0], p.center[1] = (_number(op, "center", c) for c in center)
+        fill = _fill(op, kw.get("fill"), image_channels)
+        for i, v in enumerate(fill):
+            p.fill[i] = v
+        if op == "affine":
+            tr = kw["translate"]
+            if not isinstance(tr, (list, tuple)) or len(tr) != 2:
+                raise _bad(op, "translate", tr, "is not a sequence of 2 numbers")
+            p.translate[0], p.translate[1] = (_number(op, "translate", t) for t in tr)
+            p.scale = _number(op, "scale", kw["scale"])
+            if p.scale <= 0:
+                raise _bad(op, "scale", kw["scale"], "is not positive")
+            sh = kw["shear"]
+            if isinstance(sh, (list, tuple)) and len(sh) == 1:
+                sh = (sh[0], 0.0)
+            elif not isinstance(sh, (list, tuple)):
+                sh = (sh, 0.0)  # torchvision: a number shears along x only.
+            if len(sh) != 2:
+                raise _bad(op, "shear", kw["shear"], "is not a number or a sequence of 1 or 2")
+            p.shear[0], p.shear[1] = (_number(op, "shear", s) for s in sh)
+    return p
+
+
+def apply(image, op, **params):
+    """Apply the op named @p op (torchvision's functional name) with @p params to @p image, a
+    uint8 numpy array of H x W x C (C in 1..4) or H x W pixels; return a new array of the same
+    shape (rgb_to_grayscale: H x W x num_output_channels)."""
+    import numpy as np
+
+    if not isinstance(op, str) or op not in OPS:
+        raise ValueError("unknown op %r: one of %s" % (op, ", ".join(sorted(OPS))))
+    a = np.asarray(image)
+    if a.dtype != np.uint8:
+        raise ValueError("%s: image has dtype %s, not uint8" % (op, a.dtype))
+    if a.ndim == 2:
+        squeeze = True
+        a = a[:, :, None]
+    elif a.ndim == 3:
+        squeeze = False
+    else:
+        raise ValueError("%s: image has shape %r, not H x W x C or H x W" % (op, a.shape))
+    h, w, c = a.shape
+    if h == 0 or w == 0 or not 1 <= c <= 4:
+        raise ValueError("%s: image has shape %r: needs H, W > 0 and 1 to 4 channels"
+                         % (op, a.shape))
+    p = _params(op, c, params)
+    gray1 = op == "rgb_to_grayscale" and p.num_output_channels == 1
+    src = np.ascontiguousarray(a)
+    if gray1:
+        out = np.empty((h, w, 1), dtype=np.uint8)
+    else:
+        out = np.array(src, dtype=np.uint8, order="C", copy=True)
+    simg = Image(src.ctypes.data if gray1 else out.ctypes.data, w, h, c, w * c)
+    dimg = Image(out.ctypes.data, w, h, out.shape[2], w * out.shape[2])
+    n = lib.dlc_op_scratch_bound(w, h, c)
+    scratch = np.empty(max(n, 1), dtype=np.uint8)
+    check(lib.dlc_op_apply(ctypes.byref(p), ctypes.byref(simg), ctypes.byref(dimg),
+                           scratch.ctypes.data, n), "dlcache.ops.apply(%r)" % op)
+    if squeeze and out.shape[2] == 1:
+        return out[:, :, 0]
+    return out
