@@ -79,23 +79,23 @@
  * same question; a device ordinal beyond the GPUs present is DLC_EINVAL at open.
  *
  * Drawn parameters. With config.return_params, a batch carries after the fields, for each view
- * group G (the suffix _G; none for the default group, whose outputs have no view dimension), what
+ * group G (the suffix `_G`; none for the default group, whose outputs have no view dimension), what
  * each of its K views drew, as ::dlc_batch_field outputs with field DLC_NO_FIELD, kind
  * DLC_FIELD_NDARRAY and layout DLC_LAYOUT_NONE (copied as they are on the device path):
- *   - params_box_G: int32 [N, K, 4]: top, left, height, width of the crop, in pixels of the
+ *   - `params_box_G`: int32 [N, K, 4]: top, left, height, width of the crop, in pixels of the
  *     record's first image as stored;
- *   - params_flip_G: uint8 [N, K]: 1 when the view was mirrored;
- *   - params_ops_G: int32 [N, K, DLC_AUGMENT_MAX_OPS, 2]: the ops applied to the uint8 view,
+ *   - `params_flip_G`: uint8 [N, K]: 1 when the view was mirrored;
+ *   - `params_ops_G`: int32 [N, K, DLC_AUGMENT_MAX_OPS, 2]: the ops applied to the uint8 view,
  *     in order: the ::dlc_op value (ops.h), -1 after the last, and flags (1: the op of the
  *     affine family turns about the center given in its arguments 6 and 7, else about the
  *     image's center);
- *   - params_args_G: float32 [N, K, DLC_AUGMENT_MAX_OPS, 8]: the arguments of each op (unused
- *     ones 0): the factor of adjust_*; bits; threshold; kernel width, height, sigma x, y of
+ *   - `params_args_G`: float32 [N, K, DLC_AUGMENT_MAX_OPS, 8]: the arguments of each op (unused
+ *     ones 0): the factor of the adjust ops; bits; threshold; kernel width, height, sigma x, y of
  *     gaussian_blur; the angle of rotate; angle, translate x, y, scale, shear x, y, center x, y
  *     of affine and of the policies' shear and translate ops; the fill is the spec's;
- *   - params_magnitude_G: float32 [N, K, DLC_AUGMENT_MAX_OPS]: the signed magnitude a policy
+ *   - `params_magnitude_G`: float32 [N, K, DLC_AUGMENT_MAX_OPS]: the signed magnitude a policy
  *     drew for each of its ops, in torchvision's units (0 for the other ops);
- *   - params_erase_G: int32 [N, K, 4]: top, left, height, width of the box RandomErasing wrote,
+ *   - `params_erase_G`: int32 [N, K, 4]: top, left, height, width of the box RandomErasing wrote,
  *     in the output's pixels; all 0 when it did not erase.
  * Applying a view's ops one at a time with dlc_op_apply() to its cropped and flipped uint8 view,
  * then converting (and erasing), gives the loader's bytes (a test checks it).
