@@ -270,3 +270,26 @@ def test_view_groups_have_their_own_ops(store):
     assert 0.35 < local_blurred < 0.65, local_blurred
     assert not (loc == solarize).any()
     assert (g == solarize).any()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch.cuda.is_available() is False: "
+                    "no GPU to compare the device path's bytes with the host's")
+@pytest.mark.parametrize("backend", ["plugin", "torch"])
+def test_device_batches_equal_the_host_with_ops(store, backend, monkeypatch):
+    """The uint8 ops run on the host before the copy, the conversion on the GPU: every output,
+    float16 and the params included, is the host path's byte for byte."""
+    if backend == "plugin" and not dlcache._lib.lib.has("dlc_cuda_probe"):
+        pytest.skip("this libdlcache has no CUDA plugin")
+    monkeypatch.setenv("DLCACHE_DEVICE_BACKEND", backend)
+    recipe = dict(TORCHVISION, **DINO_COLOR)
+    del recipe["random_erasing"]  # refused with device=: the GPU converts
+    with _ops_loader(store, dtype="float16", return_params=True, **recipe) as host:
+        want = _epoch(host)
+    with _ops_loader(store, dtype="float16", return_params=True, device="cuda",
+                     **recipe) as dev:
+        got = [{k: v.cpu() for k, v in b.items()} for b in dev]
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.keys() == w.keys()
+        for k in w:
+            assert torch.equal(g[k], w[k]), k
