@@ -133,8 +133,9 @@ typedef struct dlc__aug_config {
  * starts with @p what (e.g. "loader config: view 2") and names the field and the reason. */
 dlc_status dlc__aug_config_check(const dlc__aug_config *cfg, const char *what);
 
-/* Draw one sample's ops from @p rng into @p rec (rec->n may be 0), as a pure function of the
- * stream's position: torchvision's distribution for each op and magnitude. @p width and
+/* Draw one sample's ops from @p rng into @p rec (rec->n may be 0; the entries past n are zeroed,
+ * so the whole struct is a pure function of the stream's position and compares as bytes):
+ * torchvision's distribution for each op and magnitude. @p width and
  * @p height are those of the image the ops will apply to (RandAugment's and AutoAugment's
  * translations are a fraction of them); @p channels (1 or 3) only tells whether color ops
  * apply. @p cfg must have passed dlc__aug_config_check(). Never fails, never allocates. */

@@ -1,0 +1,176 @@
+"""dlcache.ops.apply() against torchvision.transforms.functional (0.14's tensor path).
+
+Each op runs on the same random uint8 images (several sizes, odd ones, 1 and 3
+channels where torchvision takes them) with the same parameters, edge values
+included. The color and histogram ops must agree within 1 per channel value,
+the geometric ops (nearest) on at least 99 % of the pixels. Bad parameters
+raise ValueError naming the op and the parameter."""
+
+import numpy as np
+import pytest
+
+from conftest import require_lib
+
+require_lib()
+
+torch = pytest.importorskip("torch")
+F = pytest.importorskip("torchvision.transforms.functional")
+
+from dlcache import ops  # noqa: E402
+
+SHAPES = [(31, 47, 3), (64, 64, 1), (96, 128, 3), (7, 5, 3), (3, 3, 1), (57, 33, 1)]
+
+COLOR = (
+    [("adjust_brightness", dict(brightness_factor=f)) for f in (0.0, 0.5, 1.0, 1.3, 2.7)]
+    + [("adjust_contrast", dict(contrast_factor=f)) for f in (0.0, 0.4, 1.0, 1.7, 5.0)]
+    + [("adjust_saturation", dict(saturation_factor=f)) for f in (0.0, 0.3, 1.0, 1.9)]
+    + [("adjust_hue", dict(hue_factor=f)) for f in (-0.5, -0.2, 0.0, 0.13, 0.5)]
+    + [("adjust_sharpness", dict(sharpness_factor=f)) for f in (0.0, 0.5, 1.0, 2.0, 9.0)]
+    + [("posterize", dict(bits=b)) for b in (0, 1, 4, 7, 8)]
+    + [("solarize", dict(threshold=t)) for t in (0, 1, 100.5, 128, 254.9, 255)]
+    + [("autocontrast", {}), ("equalize", {}), ("invert", {})]
+    + [("rgb_to_grayscale", dict(num_output_channels=n)) for n in (1, 3)]
+    + [("gaussian_blur", dict(kernel_size=k, sigma=s))
+       for k, s in ((1, 0.5), (3, 0.8), ((5, 9), (1.5, 3.0)), (23, 2.1), (3, 10.0))]
+    + [("gaussian_blur", dict(kernel_size=5))]
+)
+
+GEOM = (
+    [("rotate", dict(angle=a)) for a in (0.0, 30.0, -45.5, 90.0, 180.0, 17.3, -170.0)]
+    + [("rotate", dict(angle=20.0, fill=7, center=[3, 5]))]
+    + [("affine", dict(angle=a, translate=t, scale=s, shear=sh))
+       for a, t, s, sh in ((0.0, [5, -3], 1.0, [0.0, 0.0]), (10.0, [2, 1], 1.2, [15.0, -7.0]),
+                           (-30.0, [0, 0], 0.8, [0.0, 20.0]), (0.0, [0, 0], 1.0, 12.0),
+                           (45.0, [-9, 4], 2.5, [-30.0, 0.0]))]
+    # The policies' ShearX / TranslateY, as torchvision's _apply_op calls affine.
+    + [("affine", dict(angle=0.0, translate=[0, 0], scale=1.0, shear=[16.7, 0.0], center=[0, 0])),
+       ("affine", dict(angle=0.0, translate=[0, 0], scale=1.0, shear=[0.0, -16.7],
+                       center=[0, 0])),
+       ("affine", dict(angle=0.0, translate=[0, -14], scale=1.0, shear=[0.0, 0.0]))]
+)
+
+
+def reference(img, op, kw):
+    t = torch.from_numpy(np.ascontiguousarray(img.transpose(2, 0, 1)))
+    if op in ("rotate", "affine") and "fill" in kw and not isinstance(kw["fill"], list):
+        kw = dict(kw, fill=[float(kw["fill"])])
+    out = getattr(F, op)(t, **kw)
+    return out.numpy().transpose(1, 2, 0)
+
+
+def images():
+    rng = np.random.default_rng(33)
+    for shape in SHAPES:
+        yield rng.integers(0, 256, size=shape, dtype=np.uint8)
+    # Few values and flat areas: histogram ops' edge cases (one value, two values).
+    yield np.full((20, 30, 3), 77, dtype=np.uint8)
+    two = np.zeros((16, 16, 3), dtype=np.uint8)
+    two[::2] = 200
+    yield two
+    yield rng.integers(100, 104, size=(40, 41, 3), dtype=np.uint8)
+
+
+def applicable(img, op, kw):
+    h, w, c = img.shape
+    if op == "gaussian_blur":
+        ks = kw["kernel_size"]
+        ks = (ks, ks) if isinstance(ks, int) else ks
+        return ks[0] // 2 < w and ks[1] // 2 < h
+    if op == "rgb_to_grayscale" and c == 1:
+        return kw.get("num_output_channels", 1) == 1
+    return True
+
+
+def compare(op, kw):
+    worst, same, total = 0, 0, 0
+    for img in images():
+        if not applicable(img, op, kw):
+            continue
+        ours = ops.apply(img, op, **kw)
+        ref = reference(img, op, dict(kw))
+        if ours.ndim == 2:
+            ours = ours[:, :, None]
+        assert ours.shape == ref.shape, (op, kw, img.shape)
+        assert ours.dtype == np.uint8
+        d = np.abs(ours.astype(np.int16) - ref.astype(np.int16))
+        worst = max(worst, int(d.max()))
+        same += int((d == 0).all(axis=2).sum())
+        total += d.shape[0] * d.shape[1]
+    return worst, same / total
+
+
+@pytest.mark.parametrize("op,kw", COLOR, ids=["%s-%s" % (o, k) for o, k in COLOR])
+def test_color_ops_match_torchvision(op, kw):
+    worst, _ = compare(op, kw)
+    assert worst <= 1, "%s %s: max abs difference %d" % (op, kw, worst)
+
+
+@pytest.mark.parametrize("op,kw", GEOM, ids=["%s-%s" % (o, k) for o, k in GEOM])
+def test_geometric_ops_match_torchvision(op, kw):
+    _, frac = compare(op, kw)
+    assert frac >= 0.99, "%s %s: %.4f of pixels identical" % (op, kw, frac)
+
+
+def test_input_is_not_modified_and_2d_stays_2d():
+    rng = np.random.default_rng(1)
+    img = rng.integers(0, 256, size=(12, 9), dtype=np.uint8)
+    keep = img.copy()
+    out = ops.apply(img, "adjust_brightness", brightness_factor=1.5)
+    assert np.array_equal(img, keep)
+    assert out.shape == (12, 9)
+    ref = reference(img[:, :, None], "adjust_brightness", dict(brightness_factor=1.5))
+    assert np.array_equal(out, ref[:, :, 0])
+    # A non-contiguous view is read correctly.
+    big = rng.integers(0, 256, size=(20, 30, 3), dtype=np.uint8)
+    view = big[::2, 5:25]
+    assert np.array_equal(ops.apply(view, "invert"), 255 - view)
+
+
+def test_geometric_ops_take_four_channels():
+    rng = np.random.default_rng(2)
+    img = rng.integers(0, 256, size=(33, 21, 4), dtype=np.uint8)
+    out = ops.apply(img, "rotate", angle=33.0, fill=[1, 2, 3, 4])
+    ref = reference(img, "rotate", dict(angle=33.0, fill=[1, 2, 3, 4]))
+    assert (out == ref).all(axis=2).mean() >= 0.99
+
+
+@pytest.mark.parametrize("op,kw,param", [
+    ("adjust_brightness", dict(brightness_factor=-0.1), "brightness_factor"),
+    ("adjust_contrast", dict(contrast_factor=float("nan")), "contrast_factor"),
+    ("adjust_saturation", dict(saturation_factor=-1), "saturation_factor"),
+    ("adjust_hue", dict(hue_factor=0.6), "hue_factor"),
+    ("adjust_sharpness", dict(sharpness_factor="x"), "sharpness_factor"),
+    ("posterize", dict(bits=9), "bits"),
+    ("posterize", dict(bits=2.5), "bits"),
+    ("solarize", dict(threshold=256), "threshold"),
+    ("rgb_to_grayscale", dict(num_output_channels=2), "num_output_channels"),
+    ("gaussian_blur", dict(kernel_size=4, sigma=1.0), "kernel_size"),
+    ("gaussian_blur", dict(kernel_size=3, sigma=0.0), "sigma"),
+    ("gaussian_blur", dict(kernel_size=99, sigma=1.0), "kernel_size"),
+    ("rotate", dict(angle=float("inf")), "angle"),
+    ("rotate", dict(angle=1.0, fill=[1, 2]), "fill"),
+    ("rotate", dict(angle=1.0, expand=True), "expand"),
+    ("rotate", dict(angle=1.0, interpolation="bilinear"), "interpolation"),
+    ("affine", dict(angle=0.0, translate=[0, 0], scale=0.0, shear=0.0), "scale"),
+    ("affine", dict(angle=0.0, translate=[0], scale=1.0, shear=0.0), "translate"),
+    ("affine", dict(angle=0.0, translate=[0, 0], scale=1.0, shear=[90.0, 0.0]), "shear"),
+    ("affine", dict(angle=0.0, translate=[0, 0], scale=1.0), "shear"),
+    ("adjust_brightness", dict(brightness_factor=1.0, gamma=2), "gamma"),
+])
+def test_bad_parameters_raise_value_error_naming_op_and_parameter(op, kw, param):
+    img = np.zeros((10, 12, 3), dtype=np.uint8)
+    with pytest.raises(ValueError) as e:
+        ops.apply(img, op, **kw)
+    assert op in str(e.value) and param in str(e.value), str(e.value)
+
+
+def test_bad_images_and_ops():
+    with pytest.raises(ValueError, match="unknown op"):
+        ops.apply(np.zeros((4, 4, 3), np.uint8), "adjust_gamma", gamma=1.0)
+    with pytest.raises(ValueError, match="uint8"):
+        ops.apply(np.zeros((4, 4, 3), np.float32), "invert")
+    # Color ops take 1 or 3 channels, as torchvision's _assert_channels.
+    with pytest.raises(ValueError, match="adjust_hue.*channels"):
+        ops.apply(np.zeros((4, 4, 4), np.uint8), "adjust_hue", hue_factor=0.1)
+    with pytest.raises(ValueError, match="channels"):
+        ops.apply(np.zeros((4, 4, 5), np.uint8), "rotate", angle=3.0)
