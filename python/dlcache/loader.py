@@ -416,8 +416,8 @@ class Loader:
             flags), ``params_args`` (float32 [N, 16, 8]), ``params_magnitude``
             (float32 [N, 16]) and ``params_erase`` (int32 [N, 4], zeros when
             not erased); ``_NAME`` after each and a view dimension for view
-            groups. ``dlcache._augment.ops_of(batch, i)`` turns a sample's
-            ops into ``(name, kwargs)`` for ``dlcache.ops.apply``.
+            groups. ``Loader.params_ops(batch, i)`` turns a sample's ops
+            into ``(name, kwargs)`` for ``dlcache.ops.apply``.
         as_dict: yield dicts of tensors keyed by output name. None (default):
             dicts unless the batch holds exactly one image and the label
             (then ``(images, labels)`` as before); False insists on the pair.
@@ -924,6 +924,19 @@ class Loader:
                                  % (i, flip))
             sp.flip_prob = flip
         return arr
+
+    @staticmethod
+    def params_ops(batch: "Dict[str, Any]", index: int, view: "Optional[int]" = None,
+                   group: str = "", fill: "Union[int, Sequence[int]]" = 0
+                   ) -> "List[Tuple[str, Dict[str, Any]]]":
+        """The uint8 ops sample ``index`` of a batch made with return_params=True went through
+        (view ``view`` of view group ``group``), in order, as ``(name, kwargs)`` for
+        ``dlcache.ops.apply``: applied one at a time to the sample's crop and flip (its
+        ``params_box`` and ``params_flip``), then normalized, they give the loader's bytes.
+        ``fill``: the policy's fill (auto_augment_options["fill"]), which the batch does not
+        repeat."""
+        fills = tuple(fill) if isinstance(fill, (list, tuple)) else (fill,) * 3
+        return _augment.ops_of(batch, index, view, group, fills)
 
     # ------------------------------------------------------------ properties
     @property

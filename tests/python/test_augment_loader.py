@@ -189,7 +189,7 @@ def test_fused_equals_sequential(store, recipe):
         assert torch.equal(bb["params_flip"], fb["params_flip"])
         for i in range(bb["image"].shape[0]):
             img = bb["image"][i].numpy()
-            for name, kw in _augment.ops_of(fb, i, fill=fill):
+            for name, kw in dlcache.Loader.params_ops(fb, i, fill=fill):
                 img = ops.apply(img, name, **kw)
                 applied += 1
             assert np.array_equal(img, fb["image"][i].numpy()), (i, _augment.ops_of(fb, i))
@@ -293,3 +293,30 @@ def test_device_batches_equal_the_host_with_ops(store, backend, monkeypatch):
         assert g.keys() == w.keys()
         for k in w:
             assert torch.equal(g[k], w[k]), k
+
+
+def test_fused_equals_sequential_per_view_group(store):
+    ops = pytest.importorskip("dlcache.ops")
+    views = [{"name": "g", "count": 2, "crop": 40, "scale": (0.4, 1.0),
+              "blur": {"p": 1.0, "kernel_size": 5}},
+             {"name": "l", "count": 3, "crop": 24, "scale": (0.05, 0.4),
+              "auto_augment": "rand_augment",
+              "auto_augment_options": {"num_ops": 3, "magnitude": 12, "fill": 7}}]
+    plain = [{k: v for k, v in g.items() if k in ("name", "count", "crop", "scale")}
+             for g in views]
+    with _loader(store, dtype="uint8", views=plain, return_params=True) as a:
+        base = _epoch(a)
+    with _ops_loader(store, dtype="uint8", views=views, return_params=True, **DINO_COLOR) as b:
+        fused = _epoch(b)
+    applied = 0
+    for bb, fb in zip(base, fused):
+        for group, count, fill in (("g", 2, 0), ("l", 3, 7)):
+            assert torch.equal(bb["params_box_" + group], fb["params_box_" + group])
+            for i in range(bb["image_" + group].shape[0]):
+                for k in range(count):
+                    img = bb["image_" + group][i, k].numpy()
+                    for name, kw in dlcache.Loader.params_ops(fb, i, k, group, fill):
+                        img = ops.apply(img, name, **kw)
+                        applied += 1
+                    assert np.array_equal(img, fb["image_" + group][i, k].numpy()), (group, i, k)
+    assert applied > 500, applied
