@@ -403,12 +403,25 @@ void dlc__aug_draw_view(const dlc__group *gr, uint32_t v, uint32_t ow, uint32_t 
             dlc__key4(DLC__KEY_AUGMENT | ((uint64_t)v << 8) | (1ull << 16), seed, epoch, pos);
 }
 
-/* A standard normal value from two uniforms (Box-Muller's cosine half). */
-static float normal(dlc__rng *r)
+/* Standard normal values, two from each pair of uniforms (Box-Muller). */
+typedef struct normals {
+    dlc__rng r;
+    float spare;
+    int has_spare;
+} normals;
+
+static float normal(normals *n)
 {
-    const double u1 = 1.0 - dlc__rng_uniform(r); /* (0, 1]: log() stays finite. */
-    const double u2 = dlc__rng_uniform(r);
-    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+    if (n->has_spare) {
+        n->has_spare = 0;
+        return n->spare;
+    }
+    const double u1 = 1.0 - dlc__rng_uniform(&n->r); /* (0, 1]: log() stays finite. */
+    const double u2 = dlc__rng_uniform(&n->r);
+    const double rad = sqrt(-2.0 * log(u1)), t = 6.283185307179586 * u2;
+    n->spare = (float)(rad * sin(t));
+    n->has_spare = 1;
+    return (float)(rad * cos(t));
 }
 
 void dlc__aug_erase(const dlc__group *gr, const dlc__output *o, const dlc__view_aug *va,
@@ -418,7 +431,7 @@ void dlc__aug_erase(const dlc__group *gr, const dlc__output *o, const dlc__view_
         return;
     const uint32_t C = o->out_c, W = o->out_w, H = o->out_h;
     assert(va->etop + va->eh <= H && va->eleft + va->ew <= W);
-    dlc__rng noise = {va->noise_key, 0};
+    normals noise = {{va->noise_key, 0}, 0.0f, 0};
     if (o->dtype == DLC_DTYPE_UINT8) {
         /* NHWC; zero or an integer constant (dlc__aug_plan_outputs() checked). */
         for (uint32_t y = va->etop; y < va->etop + va->eh; y++)
@@ -428,22 +441,33 @@ void dlc__aug_erase(const dlc__group *gr, const dlc__output *o, const dlc__view_
                         gr->erase_value == DLC_ERASE_CONSTANT ? (uint8_t)gr->erase_constant[c] : 0;
         return;
     }
-    /* NCHW planes; the noise in torch's order, channel by channel, row by row. */
-    const size_t plane = (size_t)W * H;
-    for (uint32_t c = 0; c < C; c++)
-        for (uint32_t y = va->etop; y < va->etop + va->eh; y++)
-            for (uint32_t x = va->eleft; x < va->eleft + va->ew; x++) {
-                const size_t at = c * plane + (size_t)y * W + x;
-                const float val = gr->erase_value == DLC_ERASE_NOISE      ? normal(&noise)
-                                  : gr->erase_value == DLC_ERASE_CONSTANT ? gr->erase_constant[c]
-                                                                          : 0.0f;
-                if (o->dtype == DLC_DTYPE_FLOAT16) {
-                    const uint16_t h = dlc__f32_to_f16(val);
-                    memcpy(dst + at * 2, &h, 2);
-                } else {
-                    memcpy(dst + at * 4, &val, 4);
+    /* NCHW planes; the noise in torch's order, channel by channel, row by row. A constant (or
+     * zero) is converted once per channel and its rows filled, so erasing costs about a copy. */
+    const size_t plane = (size_t)W * H, es = o->dtype == DLC_DTYPE_FLOAT16 ? 2 : 4;
+    for (uint32_t c = 0; c < C; c++) {
+        const float k = gr->erase_value == DLC_ERASE_CONSTANT ? gr->erase_constant[c] : 0.0f;
+        const uint16_t k16 = dlc__f32_to_f16(k);
+        for (uint32_t y = va->etop; y < va->etop + va->eh; y++) {
+            uint8_t *row = dst + (c * plane + (size_t)y * W + va->eleft) * es;
+            if (gr->erase_value == DLC_ERASE_NOISE) {
+                for (uint32_t x = 0; x < va->ew; x++) {
+                    const float v = normal(&noise);
+                    if (es == 2) {
+                        const uint16_t h = dlc__f32_to_f16(v);
+                        memcpy(row + (size_t)x * 2, &h, 2);
+                    } else {
+                        memcpy(row + (size_t)x * 4, &v, 4);
+                    }
                 }
+            } else if (es == 2) {
+                for (uint32_t x = 0; x < va->ew; x++)
+                    memcpy(row + (size_t)x * 2, &k16, 2);
+            } else {
+                for (uint32_t x = 0; x < va->ew; x++)
+                    memcpy(row + (size_t)x * 4, &k, 4);
             }
+        }
+    }
 }
 
 void dlc__aug_params_write(const dlc_loader *l, const dlc__worker *w, const dlc__output *o,
