@@ -623,3 +623,60 @@ Test(sample_aug, fused_equals_sequential)
     }
     fx_rmdir(&d);
 }
+
+Test(sample_aug, a_mixture_of_one_store_draws_what_the_store_draws)
+{
+    fx_dir d;
+    fx_make_store(&d, N_REC, SIDE, SIDE, 4, 0);
+    dlc_augment_spec a;
+    full_spec(&a, ops_available());
+    dlc_loader_config c = rrc_config(DLC_DTYPE_FLOAT32);
+    c.augment_specs = &a;
+    c.num_augment_specs = 1;
+    c.return_params = 1;
+    dlc_loader *l = open_ok(d.path, &c);
+    const uint64_t plain = all_outputs_hash(l, UINT64_MAX);
+    dlc_loader_close(l);
+    dlc_mix_source src;
+    dlc_mix_source_init(&src);
+    src.path = d.path;
+    cr_assert_eq(dlc_loader_open_mix(&src, 1, NULL, &c, &l), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(all_outputs_hash(l, UINT64_MAX), plain);
+    dlc_loader_close(l);
+    fx_rmdir(&d);
+}
+
+Test(sample_aug, uint8_erasing_writes_pixel_values)
+{
+    fx_dir d;
+    fx_make_store(&d, N_REC, SIDE, SIDE, 4, 0);
+    dlc_augment_spec a;
+    dlc_augment_spec_init(&a);
+    a.erase_prob = 1.0f;
+    a.erase_value = DLC_ERASE_CONSTANT;
+    const float k[4] = {7, 200, 255, 0};
+    memcpy(a.erase_constant, k, sizeof k);
+    dlc_loader_config c = fx_config();
+    c.augment_specs = &a;
+    c.num_augment_specs = 1;
+    c.return_params = 1;
+    dlc_loader *l = open_ok(d.path, &c);
+    dlc_batch b;
+    uint32_t erased = 0;
+    while (dlc_loader_next(l, &b) == DLC_OK) {
+        const dlc_batch_field *e = field(&b, "params_erase");
+        for (uint32_t j = 0; j < b.count; j++) {
+            const int32_t *bx = (const int32_t *)e->data + 4 * j;
+            const uint8_t *img = (const uint8_t *)b.data + (size_t)j * c.crop_h * c.crop_w * 3;
+            erased += bx[2] > 0;
+            for (int32_t y = bx[0]; y < bx[0] + bx[2]; y++)
+                for (int32_t x = bx[1]; x < bx[1] + bx[3]; x++)
+                    for (uint32_t ch = 0; ch < 3; ch++)
+                        cr_assert_eq(img[((size_t)y * c.crop_w + (size_t)x) * 3 + ch],
+                                     (uint8_t)k[ch]);
+        }
+    }
+    cr_assert(erased > N_REC / 2, "%u of %u erased", erased, N_REC);
+    dlc_loader_close(l);
+    fx_rmdir(&d);
+}
