@@ -320,3 +320,50 @@ def test_fused_equals_sequential_per_view_group(store):
                         applied += 1
                     assert np.array_equal(img, fb["image_" + group][i, k].numpy()), (group, i, k)
     assert applied > 500, applied
+
+
+def _chi2_two_sample(a, b):
+    """Pearson's two-sample chi-square statistic of two histograms over the same bins."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    keep = (a + b) > 0
+    a, b = a[keep], b[keep]
+    ka, kb = np.sqrt(b.sum() / a.sum()), np.sqrt(a.sum() / b.sum())
+    return float((((a * ka - b * kb) ** 2) / (a + b)).sum()), int(keep.sum()) - 1
+
+
+def test_random_erasing_draws_torchvision_boxes(store):
+    """The erased boxes' area, aspect and place follow torchvision 0.14's
+    RandomErasing.get_params on the same output size (a chi-square test with fixed seeds)."""
+    T = pytest.importorskip("torchvision.transforms")
+    ours = []
+    with _loader(store, dtype="float32", crop=(40, 48), random_erasing=1.0,
+                 return_params=True) as ld:
+        for epoch in range(8):
+            ld.set_epoch(epoch)
+            ours += [b["params_erase"] for b in ld]
+    ours = torch.cat(ours).numpy()
+    torch.manual_seed(0)
+    img = torch.zeros(3, 40, 48)
+    theirs = []
+    for _ in range(len(ours)):
+        i, j, h, w, v = T.RandomErasing.get_params(img, scale=(0.02, 0.33), ratio=(0.3, 3.3),
+                                                   value=[0])
+        theirs.append((i, j, h, w) if v is not img else (0, 0, 0, 0))
+    theirs = np.array(theirs)
+    # 99.9th percentiles of chi-square with df 1..10, for a test that fails 1 time in 1000 by
+    # chance (deterministic here: fixed seeds).
+    crit = [10.83, 13.82, 16.27, 18.47, 20.52, 22.46, 24.32, 26.12, 27.88, 29.59]
+
+    def hist(x, edges):
+        return np.histogram(x, bins=edges)[0]
+
+    for name, f, edges in (
+            ("area", lambda p: p[:, 2] * p[:, 3] / (40.0 * 48.0),
+             [-1, 1e-9, 0.04, 0.08, 0.12, 0.17, 0.22, 0.28, 1.0]),
+            ("aspect", lambda p: np.log(np.maximum(p[:, 2], 1) / np.maximum(p[:, 3], 1)),
+             [-3, -0.8, -0.4, -0.1, 0.1, 0.4, 0.8, 3]),
+            ("top", lambda p: p[:, 0] / 40.0, [-1, 0.1, 0.2, 0.35, 0.5, 1.0])):
+        stat, df = _chi2_two_sample(hist(f(ours), edges), hist(f(theirs), edges))
+        assert stat < crit[df - 1], (name, stat, df, hist(f(ours), edges),
+                                     hist(f(theirs), edges))
