@@ -63,7 +63,7 @@ typedef enum dlc_op {
 
 /**
  * One op and its parameters (size-carried options, status.h "How structs grow"): fill it with
- * dlc_op_params_init(), then set @ref op and the fields that op reads; the others are ignored.
+ * dlc_op_params_init(), then set `op` and the fields that op reads; the others are ignored.
  */
 typedef struct dlc_op_params {
     uint32_t struct_size;         /**< Set by dlc_op_params_init(). */
@@ -83,7 +83,7 @@ typedef struct dlc_op_params {
     double translate[2]; /**< affine: pixels, x then y (after the rotation). Default 0. */
     double scale;        /**< affine: > 0. Default 1. */
     double shear[2];     /**< affine: degrees along x then y, each in (-90, 90). Default 0. */
-    uint32_t has_center; /**< rotate and affine: 1 to turn about @ref center, 0 (default) about
+    uint32_t has_center; /**< rotate and affine: 1 to turn about `center`, 0 (default) about
                               the image's center. */
     double center[2];    /**< rotate and affine: x, y in pixels from the top-left corner. */
     uint8_t fill[4];     /**< rotate and affine: the value of each channel where the source is

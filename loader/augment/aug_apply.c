@@ -32,10 +32,11 @@ const char *dlc__aug_op_name(uint32_t op)
 
 size_t dlc__aug_scratch_bound(uint32_t width, uint32_t height, uint32_t channels)
 {
-    /* The largest user is the blur's horizontal pass, one float per channel value; the copies of
-     * the geometric ops and sharpness (one byte per value) fit in it. The rest is the kernel,
-     * histograms and alignment. */
-    return (size_t)width * height * channels * sizeof(float) + 4096;
+    /* The largest user is the blur: one float per channel value for its horizontal pass and a
+     * row of floats for its vertical one; the copies of the geometric ops and sharpness (one
+     * byte per value) fit in it. The rest aligns the floats. */
+    const size_t row = (size_t)width * channels;
+    return (row * height + row) * sizeof(float) + 64;
 }
 
 static int is_color(uint32_t op)

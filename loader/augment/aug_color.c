@@ -35,11 +35,38 @@ static inline uint8_t trunc_u8(float v)
     return (uint8_t)v;
 }
 
-static inline uint8_t gray_of(const uint8_t *p)
+/* rgb_to_grayscale's (0.2989 * r + 0.587 * g + 0.114 * b).to(uint8), each scalar product in
+ * float32, as tables of the three products per byte value: summed in the same order, they give
+ * torch's float32 sum, truncated. */
+typedef struct gray_tables {
+    float r[256], g[256], b[256];
+} gray_tables;
+
+static void gray_init(gray_tables *t)
 {
-    /* (0.2989 * r + 0.587 * g + 0.114 * b).to(uint8): each scalar product in float32. */
-    const float l = 0.2989f * (float)p[0] + 0.587f * (float)p[1] + 0.114f * (float)p[2];
-    return (uint8_t)l;
+    for (int v = 0; v < 256; v++) {
+        t->r[v] = 0.2989f * (float)v;
+        t->g[v] = 0.587f * (float)v;
+        t->b[v] = 0.114f * (float)v;
+    }
+}
+
+static inline uint8_t gray_lut(const gray_tables *t, const uint8_t *p)
+{
+    return (uint8_t)(t->r[p[0]] + t->g[p[1]] + t->b[p[2]]);
+}
+
+/* Map every channel value through @p lut: the ops whose result depends on the value alone
+ * compute their expression once per byte value (the same float operations, so the same result)
+ * and then cost a table look-up per value. */
+static void map_lut(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t c,
+                    const uint8_t lut[256])
+{
+    for (uint32_t y = 0; y < h; y++) {
+        uint8_t *p = ROW(img, stride, y);
+        for (size_t i = 0; i < (size_t)w * c; i++)
+            p[i] = lut[p[i]];
+    }
 }
 
 void dlc__aug_blend_const(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t c,
@@ -47,11 +74,10 @@ void dlc__aug_blend_const(uint8_t *img, size_t stride, uint32_t w, uint32_t h, u
 {
     const float r = (float)ratio;
     const float rest = (float)(1.0 - ratio) * other;
-    for (uint32_t y = 0; y < h; y++) {
-        uint8_t *p = ROW(img, stride, y);
-        for (size_t i = 0; i < (size_t)w * c; i++)
-            p[i] = trunc_u8(r * (float)p[i] + rest);
-    }
+    uint8_t lut[256];
+    for (int v = 0; v < 256; v++)
+        lut[v] = trunc_u8(r * (float)v + rest);
+    map_lut(img, stride, w, h, c, lut);
 }
 
 void dlc__aug_brightness(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t c,
@@ -67,11 +93,13 @@ void dlc__aug_contrast(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint
     /* The mean of the grayscale image (of the image itself for one channel), then a blend with it.
      * The integer sum is exact; torch sums floats, which can differ in the last bits. */
     uint64_t sum = 0;
+    gray_tables gt;
+    gray_init(&gt);
     for (uint32_t y = 0; y < h; y++) {
         const uint8_t *p = ROW(img, stride, y);
         if (c == 3) {
             for (uint32_t x = 0; x < w; x++)
-                sum += gray_of(p + 3 * (size_t)x);
+                sum += gray_lut(&gt, p + 3 * (size_t)x);
         } else {
             for (size_t i = 0; i < (size_t)w * c; i++)
                 sum += p[i];
@@ -87,15 +115,23 @@ void dlc__aug_saturation(uint8_t *img, size_t stride, uint32_t w, uint32_t h, ui
 {
     if (c != 3)
         return; /* torchvision: "Match PIL behaviour". */
+    /* r * x + (1 - r) * gray, each product in float32: tables of both products. */
     const float r = (float)factor;
     const float q = (float)(1.0 - factor);
+    gray_tables gt;
+    gray_init(&gt);
+    float rx[256], qg[256];
+    for (int v = 0; v < 256; v++) {
+        rx[v] = r * (float)v;
+        qg[v] = q * (float)v;
+    }
     for (uint32_t y = 0; y < h; y++) {
         uint8_t *p = ROW(img, stride, y);
         for (uint32_t x = 0; x < w; x++, p += 3) {
-            const float g = q * (float)gray_of(p);
-            p[0] = trunc_u8(r * (float)p[0] + g);
-            p[1] = trunc_u8(r * (float)p[1] + g);
-            p[2] = trunc_u8(r * (float)p[2] + g);
+            const float g = qg[gray_lut(&gt, p)];
+            p[0] = trunc_u8(rx[p[0]] + g);
+            p[1] = trunc_u8(rx[p[1]] + g);
+            p[2] = trunc_u8(rx[p[2]] + g);
         }
     }
 }
@@ -104,20 +140,13 @@ void dlc__aug_grayscale(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uin
 {
     if (c != 3)
         return; /* torchvision clones a 1-channel image. */
+    gray_tables gt;
+    gray_init(&gt);
     for (uint32_t y = 0; y < h; y++) {
         uint8_t *p = ROW(img, stride, y);
         for (uint32_t x = 0; x < w; x++, p += 3)
-            p[0] = p[1] = p[2] = gray_of(p);
+            p[0] = p[1] = p[2] = gray_lut(&gt, p);
     }
-}
-
-/* torch's remainder for float32: the result has the sign of the divisor. */
-static inline float py_mod1(float a)
-{
-    float m = fmodf(a, 1.0f);
-    if (m != 0.0f && m < 0.0f)
-        m += 1.0f;
-    return m;
 }
 
 static inline float clamp01(float v)
@@ -125,67 +154,72 @@ static inline float clamp01(float v)
     return v < 0.0f ? 0.0f : (v > 1.0f ? 1.0f : v);
 }
 
+/* adjust_hue on one chunk of n <= HUE_CHUNK pixels, deinterleaved into r, g, b (values 0..255 as
+ * floats), with selects instead of libm calls (fmodf, floorf), every operation being the one
+ * functional_tensor.py's _rgb2hsv, the hue shift and _hsv2rgb do in float32:
+ *   - fmod(h / 6 + 1, 1) with h / 6 + 1 in (0, 2) is x - 1 for x >= 1, else x (exact);
+ *   - (h + hue_factor) % 1 (torch's remainder) with the sum in [-0.5, 1.5) is x - 1, x + 1 or x;
+ *   - floor(h * 6) of a non-negative value is its truncation. */
+#define HUE_CHUNK 256
+static void hue_chunk(float *r, float *g, float *b, size_t n, float hf)
+{
+    for (size_t k = 0; k < n; k++) {
+        const float rr = r[k] / 255.0f, gg = g[k] / 255.0f, bb = b[k] / 255.0f;
+        /* No NaN here: plain comparisons (fmaxf's NaN rule keeps GCC from vectorizing). */
+        const float mgb = gg > bb ? gg : bb, ngb = gg < bb ? gg : bb;
+        const float maxc = rr > mgb ? rr : mgb, minc = rr < ngb ? rr : ngb;
+        const int eqc = maxc == minc;
+        const float cr = maxc - minc;
+        const float s = cr / (eqc ? 1.0f : maxc);
+        const float crd = eqc ? 1.0f : cr;
+        const float rc = (maxc - rr) / crd, gc = (maxc - gg) / crd, bc = (maxc - bb) / crd;
+        const float hr = bc - gc, hg = 2.0f + rc - bc, hb = 4.0f + gc - rc;
+        float hh = maxc == rr ? hr : (maxc == gg ? hg : hb);
+        float x = hh / 6.0f + 1.0f;
+        hh = x >= 1.0f ? x - 1.0f : x;
+        x = hh + hf;
+        hh = x >= 1.0f ? x - 1.0f : (x < 0.0f ? x + 1.0f : x);
+        const float v = maxc;
+        const float h6 = hh * 6.0f;
+        int i = (int)h6;
+        const float f = h6 - (float)i;
+        i = i >= 6 ? i - 6 : i;
+        const float pp = clamp01(v * (1.0f - s));
+        const float qq = clamp01(v * (1.0f - s * f));
+        const float tt = clamp01(v * (1.0f - s * (1.0f - f)));
+        /* The rows of _hsv2rgb's table for i = 0..5. */
+        const float o0 = ((i == 0) | (i == 5)) ? v : i == 1 ? qq : ((i == 2) | (i == 3)) ? pp : tt;
+        const float o1 = ((i == 1) | (i == 2)) ? v : i == 0 ? tt : i == 3 ? qq : pp;
+        const float o2 = ((i == 3) | (i == 4)) ? v : ((i == 0) | (i == 1)) ? pp : i == 2 ? tt : qq;
+        r[k] = o0 * 255.0f;
+        g[k] = o1 * 255.0f;
+        b[k] = o2 * 255.0f;
+    }
+}
+
 void dlc__aug_hue(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t c, double factor)
 {
     if (c != 3)
         return; /* torchvision: "Match PIL behaviour". */
     const float hf = (float)factor;
+    float r[HUE_CHUNK], g[HUE_CHUNK], b[HUE_CHUNK];
     for (uint32_t y = 0; y < h; y++) {
-        uint8_t *p = ROW(img, stride, y);
-        for (uint32_t x = 0; x < w; x++, p += 3) {
-            /* _rgb2hsv, as functional_tensor.py writes it. */
-            const float r = (float)p[0] / 255.0f, g = (float)p[1] / 255.0f,
-                        b = (float)p[2] / 255.0f;
-            const float maxc = fmaxf(r, fmaxf(g, b)), minc = fminf(r, fminf(g, b));
-            const int eqc = maxc == minc;
-            const float cr = maxc - minc;
-            const float s = cr / (eqc ? 1.0f : maxc);
-            const float crd = eqc ? 1.0f : cr;
-            const float rc = (maxc - r) / crd, gc = (maxc - g) / crd, bc = (maxc - b) / crd;
-            float hh;
-            if (maxc == r)
-                hh = bc - gc;
-            else if (maxc == g)
-                hh = 2.0f + rc - bc;
-            else
-                hh = 4.0f + gc - rc;
-            hh = fmodf(hh / 6.0f + 1.0f, 1.0f);
-            const float v = maxc;
-            hh = py_mod1(hh + hf);
-            /* _hsv2rgb. */
-            const float i_f = floorf(hh * 6.0f);
-            const float f = hh * 6.0f - i_f;
-            int i = (int)i_f % 6;
-            if (i < 0)
-                i += 6;
-            const float pp = clamp01(v * (1.0f - s));
-            const float qq = clamp01(v * (1.0f - s * f));
-            const float tt = clamp01(v * (1.0f - s * (1.0f - f)));
-            float o0, o1, o2;
-            switch (i) {
-            case 0:
-                o0 = v, o1 = tt, o2 = pp;
-                break;
-            case 1:
-                o0 = qq, o1 = v, o2 = pp;
-                break;
-            case 2:
-                o0 = pp, o1 = v, o2 = tt;
-                break;
-            case 3:
-                o0 = pp, o1 = qq, o2 = v;
-                break;
-            case 4:
-                o0 = tt, o1 = pp, o2 = v;
-                break;
-            default:
-                o0 = v, o1 = pp, o2 = qq;
-                break;
+        uint8_t *row = ROW(img, stride, y);
+        for (uint32_t x0 = 0; x0 < w; x0 += HUE_CHUNK) {
+            const size_t n = w - x0 < HUE_CHUNK ? w - x0 : HUE_CHUNK;
+            uint8_t *p = row + 3 * (size_t)x0;
+            for (size_t k = 0; k < n; k++) {
+                r[k] = (float)p[3 * k];
+                g[k] = (float)p[3 * k + 1];
+                b[k] = (float)p[3 * k + 2];
             }
-            /* (img * 255.0).to(uint8): truncation, values are within [0, 255]. */
-            p[0] = trunc_u8(o0 * 255.0f);
-            p[1] = trunc_u8(o1 * 255.0f);
-            p[2] = trunc_u8(o2 * 255.0f);
+            hue_chunk(r, g, b, n, hf);
+            /* (img * 255.0).to(uint8): truncation, values within [0, 255]. */
+            for (size_t k = 0; k < n; k++) {
+                p[3 * k] = trunc_u8(r[k]);
+                p[3 * k + 1] = trunc_u8(g[k]);
+                p[3 * k + 2] = trunc_u8(b[k]);
+            }
         }
     }
 }
@@ -206,12 +240,10 @@ void dlc__aug_solarize(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint
 {
     /* img >= threshold compares in float32 (a uint8 tensor against a float scalar). */
     const float t = (float)threshold;
-    for (uint32_t y = 0; y < h; y++) {
-        uint8_t *p = ROW(img, stride, y);
-        for (size_t i = 0; i < (size_t)w * c; i++)
-            if ((float)p[i] >= t)
-                p[i] = (uint8_t)(255 - p[i]);
-    }
+    uint8_t lut[256];
+    for (int v = 0; v < 256; v++)
+        lut[v] = (float)v >= t ? (uint8_t)(255 - v) : (uint8_t)v;
+    map_lut(img, stride, w, h, c, lut);
 }
 
 void dlc__aug_invert(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t c)
@@ -239,21 +271,29 @@ void dlc__aug_autocontrast(uint8_t *img, size_t stride, uint32_t w, uint32_t h, 
     }
     float mn[DLC__AUG_MAX_CHANNELS], sc[DLC__AUG_MAX_CHANNELS];
     for (uint32_t k = 0; k < c; k++) {
-        /* scale = 255 / (max - min) in float32; not finite (max == min): min 0, scale 1. */
+        /* scale = bound / (max - min) in float32, which torch evaluates as Tensor.__rtruediv__:
+         * reciprocal(max - min) * bound (and that can differ from the quotient in the last bit,
+         * moving a value by 1); not finite (max == min): min 0, scale 1. */
         if (hi[k] == lo[k]) {
             mn[k] = 0.0f, sc[k] = 1.0f;
         } else {
             mn[k] = (float)lo[k];
-            sc[k] = 255.0f / ((float)hi[k] - (float)lo[k]);
+            sc[k] = (1.0f / ((float)hi[k] - (float)lo[k])) * 255.0f;
         }
+    }
+    uint8_t lut[DLC__AUG_MAX_CHANNELS][256];
+    for (uint32_t k = 0; k < c; k++)
+        for (int v = 0; v < 256; v++)
+            lut[k][v] = trunc_u8(((float)v - mn[k]) * sc[k]);
+    if (c == 1) {
+        map_lut(img, stride, w, h, c, lut[0]);
+        return;
     }
     for (uint32_t y = 0; y < h; y++) {
         uint8_t *p = ROW(img, stride, y);
-        for (uint32_t x = 0; x < w; x++)
-            for (uint32_t k = 0; k < c; k++) {
-                uint8_t *v = &p[(size_t)x * c + k];
-                *v = trunc_u8(((float)*v - mn[k]) * sc[k]);
-            }
+        for (uint32_t x = 0; x < w; x++, p += c)
+            for (uint32_t k = 0; k < c; k++)
+                p[k] = lut[k][p[k]];
     }
 }
 
@@ -312,16 +352,24 @@ void dlc__aug_sharpness(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uin
     uint8_t *orig = scratch;
     for (uint32_t y = 0; y < h; y++)
         memcpy(orig + y * row, ROW(img, stride, y), row);
+    /* Tables: the rounded smoothing of each sum (0..13 * 255), and both blend products. */
+    uint8_t deg[13 * 255 + 1];
+    for (uint32_t v = 0; v <= 13 * 255; v++)
+        deg[v] = (uint8_t)nearbyint((double)v / 13.0);
     const float r = (float)factor;
     const float q = (float)(1.0 - factor);
+    float rx[256], qd[256];
+    for (int v = 0; v < 256; v++) {
+        rx[v] = r * (float)v;
+        qd[v] = q * (float)v;
+    }
     for (uint32_t y = 1; y + 1 < h; y++) {
         const uint8_t *up = orig + (y - 1) * row, *mid = orig + y * row, *dn = orig + (y + 1) * row;
         uint8_t *out = ROW(img, stride, y);
         for (size_t i = c; i < row - c; i++) {
             const uint32_t s = (uint32_t)up[i - c] + up[i] + up[i + c] + mid[i - c] + 5u * mid[i] +
                                mid[i + c] + dn[i - c] + dn[i] + dn[i + c];
-            const float deg = (float)nearbyint((double)s / 13.0);
-            out[i] = trunc_u8(r * (float)mid[i] + q * deg);
+            out[i] = trunc_u8(rx[mid[i]] + qd[deg[s]]);
         }
     }
 }
@@ -356,32 +404,52 @@ void dlc__aug_blur(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t
                    uint32_t ky, double sx, double sy, void *scratch)
 {
     /* Separable: the 2D kernel is the outer product of the two 1D kernels, as in torchvision; the
-     * horizontal pass goes to floats in scratch, the vertical one rounds half to even (torch.round)
-     * into the image. */
+     * horizontal pass goes to floats in scratch (w * h * c), the vertical one accumulates a row
+     * (w * c more floats) and rounds half to even (torch.round) into the image. Each output
+     * value sums its taps in kernel order, so the loops over a row vectorize without changing
+     * a result. */
     float kxv[DLC__AUG_MAX_KERNEL], kyv[DLC__AUG_MAX_KERNEL];
     gauss_kernel(kxv, kx, sx);
     gauss_kernel(kyv, ky, sy);
     const int64_t px = kx / 2, py = ky / 2;
     const size_t row = (size_t)w * c;
     float *tmp = scratch;
+    float *acc = tmp + (size_t)h * row;
+    /* Columns whose taps all fall inside the row: [px, w - px). */
+    const size_t in0 = (size_t)px * c, in1 = px < (int64_t)w - px ? row - (size_t)px * c : in0;
     for (uint32_t y = 0; y < h; y++) {
         const uint8_t *p = ROW(img, stride, y);
         float *t = tmp + y * row;
-        for (uint32_t x = 0; x < w; x++)
+        for (size_t i = in0; i < in1; i++)
+            t[i] = 0.0f;
+        for (uint32_t j = 0; j < kx; j++) {
+            const float kj = kxv[j];
+            const uint8_t *q = p + ((int64_t)j - px) * (int64_t)c;
+            for (size_t i = in0; i < in1; i++)
+                t[i] += kj * (float)q[i];
+        }
+        for (uint32_t x = 0; x < w; x++) {
+            if ((size_t)x * c >= in0 && (size_t)x * c < in1)
+                continue;
             for (uint32_t k = 0; k < c; k++) {
-                float acc = 0.0f;
+                float a = 0.0f;
                 for (uint32_t j = 0; j < kx; j++)
-                    acc += kxv[j] * (float)p[(size_t)reflect((int64_t)x + j - px, w) * c + k];
-                t[(size_t)x * c + k] = acc;
+                    a += kxv[j] * (float)p[(size_t)reflect((int64_t)x + j - px, w) * c + k];
+                t[(size_t)x * c + k] = a;
             }
+        }
     }
     for (uint32_t y = 0; y < h; y++) {
-        uint8_t *out = ROW(img, stride, y);
-        for (size_t i = 0; i < row; i++) {
-            float acc = 0.0f;
-            for (uint32_t j = 0; j < ky; j++)
-                acc += kyv[j] * tmp[(size_t)reflect((int64_t)y + j - py, h) * row + i];
-            out[i] = trunc_u8(nearbyintf(acc));
+        for (size_t i = 0; i < row; i++)
+            acc[i] = 0.0f;
+        for (uint32_t j = 0; j < ky; j++) {
+            const float kj = kyv[j];
+            const float *t = tmp + (size_t)reflect((int64_t)y + j - py, h) * row;
+            for (size_t i = 0; i < row; i++)
+                acc[i] += kj * t[i];
         }
+        uint8_t *out = ROW(img, stride, y);
+        for (size_t i = 0; i < row; i++)
+            out[i] = trunc_u8(nearbyintf(acc[i]));
     }
 }

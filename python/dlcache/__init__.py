@@ -41,6 +41,10 @@ def __getattr__(name):
     if name == "Loader":
         from .loader import Loader
         return Loader
+    # dlcache.ops (the augmentation ops one at a time) imports numpy when used.
+    if name == "ops":
+        import importlib
+        return importlib.import_module(".ops", __name__)
     # numpy is imported by write() only.
     if name in ("write", "WriteReport"):
         from . import writer

@@ -40,7 +40,7 @@ import numbers
 from ._lib import Image, OpParams, lib
 from .errors import check
 
-__all__ = ["apply", "OPS"]
+__all__ = ["apply", "call_of", "OPS", "OP_NAMES"]
 
 # torchvision's name: (dlc_op value, the parameters it takes, those it requires).
 OPS = {
@@ -61,6 +61,48 @@ OPS = {
     "affine": (14, ("angle", "translate", "scale", "shear", "interpolation", "fill", "center"),
                ("angle", "translate", "scale", "shear")),
 }
+
+
+# The names of the op ids of include/dlcache/ops.h (dlc_op), as the records of drawn parameters
+# hold them: the policies' ShearX/ShearY/TranslateX/TranslateY are affine() calls.
+OP_NAMES = ["identity", "adjust_brightness", "adjust_contrast", "adjust_saturation",
+            "adjust_hue", "adjust_sharpness", "posterize", "solarize", "autocontrast",
+            "equalize", "invert", "rgb_to_grayscale", "gaussian_blur", "rotate", "affine",
+            "shear_x", "shear_y", "translate_x", "translate_y"]
+
+_FACTOR = {1: "brightness_factor", 2: "contrast_factor", 3: "saturation_factor",
+           4: "hue_factor", 5: "sharpness_factor"}
+
+
+def call_of(op, arg, flags=0, fill=(0, 0, 0, 0), channels=3):
+    """The torchvision functional call of one drawn op: (name, kwargs) such that
+    ``apply(image, name, **kwargs)`` (or ``getattr(torchvision.transforms.functional,
+    name)(tensor, **kwargs)``) applies it. @p op is its id (OP_NAMES' index), @p arg its 8
+    float arguments, @p flags 1 when arg[6], arg[7] are a center, @p fill its 4 fill values
+    (the first @p channels are used)."""
+    op = int(op)
+    a = [float(x) for x in arg]
+    if op in _FACTOR:
+        return OP_NAMES[op], {_FACTOR[op]: a[0]}
+    if op == 6:
+        return "posterize", {"bits": int(a[0])}
+    if op == 7:
+        return "solarize", {"threshold": a[0]}
+    if op == 11:
+        return "rgb_to_grayscale", {"num_output_channels": channels}
+    if op == 12:
+        return "gaussian_blur", {"kernel_size": [int(a[0]), int(a[1])], "sigma": [a[2], a[3]]}
+    if op in (0, 8, 9, 10):
+        return OP_NAMES[op], {}
+    if 13 <= op <= 18:
+        kw = {"angle": a[0], "fill": [int(f) for f in list(fill)[:channels]]}
+        if flags & 1:
+            kw["center"] = [a[6], a[7]]
+        if op == 13:
+            return "rotate", kw
+        kw.update(translate=[a[1], a[2]], scale=a[3], shear=[a[4], a[5]])
+        return "affine", kw
+    raise ValueError("unknown op id %r" % (op,))
 
 
 def _bad(op, name, value, why):

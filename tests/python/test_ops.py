@@ -174,3 +174,58 @@ def test_bad_images_and_ops():
         ops.apply(np.zeros((4, 4, 4), np.uint8), "adjust_hue", hue_factor=0.1)
     with pytest.raises(ValueError, match="channels"):
         ops.apply(np.zeros((4, 4, 5), np.uint8), "rotate", angle=3.0)
+
+
+def _record_entry(name, m):
+    """The record entry loader/augment/aug_policy.c makes for torchvision's _apply_op(name, m):
+    (op id, arg, flags)."""
+    import math
+    arg = [0.0] * 8
+    arg[3] = 1.0
+    if name in ("ShearX", "ShearY"):
+        arg[4 if name == "ShearX" else 5] = math.degrees(math.atan(m))
+        return (15 if name == "ShearX" else 16), arg, 1
+    if name in ("TranslateX", "TranslateY"):
+        arg[1 if name == "TranslateX" else 2] = float(int(m))
+        return (17 if name == "TranslateX" else 18), arg, 0
+    if name == "Rotate":
+        arg[0] = m
+        return 13, arg, 0
+    ids = {"Brightness": 1, "Color": 3, "Contrast": 2, "Sharpness": 5}
+    if name in ids:
+        arg[0] = 1.0 + m
+        return ids[name], arg, 0
+    if name == "Posterize":
+        arg[0] = float(int(m))
+        return 6, arg, 0
+    if name == "Solarize":
+        arg[0] = m
+        return 7, arg, 0
+    return {"AutoContrast": 8, "Equalize": 9, "Invert": 10, "Identity": 0}[name], arg, 0
+
+
+@pytest.mark.parametrize("name,m", [
+    ("ShearX", 0.3), ("ShearX", -0.99), ("ShearY", 0.21), ("TranslateX", -14.7),
+    ("TranslateY", 32.0), ("Rotate", -135.0), ("Rotate", 21.0), ("Brightness", 0.9),
+    ("Color", -0.66), ("Contrast", 0.33), ("Sharpness", -0.99), ("Posterize", 5.0),
+    ("Solarize", 110.5), ("AutoContrast", 0.0), ("Equalize", 0.0), ("Invert", 0.0),
+    ("Identity", 0.0),
+])
+def test_a_drawn_op_applies_as_torchvision_apply_op(name, m):
+    """call_of() turns a record entry into the functional call that torchvision's policies make
+    (autoaugment._apply_op: shears about the corner, int translations, 1 + m factors)."""
+    from torchvision.transforms import InterpolationMode
+    from torchvision.transforms.autoaugment import _apply_op
+    rng = np.random.default_rng(7)
+    img = rng.integers(0, 256, size=(45, 61, 3), dtype=np.uint8)
+    op, arg, flags = _record_entry(name, m)
+    fname, kw = ops.call_of(op, arg, flags, fill=(3, 4, 5, 0))
+    ours = ops.apply(img, fname, **kw)
+    t = torch.from_numpy(np.ascontiguousarray(img.transpose(2, 0, 1)))
+    ref = _apply_op(t, name, m, InterpolationMode.NEAREST, [3.0, 4.0, 5.0]).numpy()
+    ref = ref.transpose(1, 2, 0)
+    d = np.abs(ours.astype(np.int16) - ref.astype(np.int16))
+    if op >= 13:
+        assert (d == 0).all(axis=2).mean() >= 0.99
+    else:
+        assert d.max() <= 1
