@@ -9,6 +9,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from . import _lib as L
 from ._lib import lib
+from .ops import call_of
 
 __all__ = ["KEYS", "specs", "ops_of"]
 
@@ -304,47 +305,13 @@ def specs(loader_opts: Dict[str, Any], views: "Optional[List[Dict[str, Any]]]",
 
 
 # ---------------------------------------------------------------- return_params -> ops.apply
-# dlc__aug_op_id (loader/augment/aug_internal.h, ops.h): what dlcache.ops.apply() calls each op,
-# and how its arguments (params_args) become that function's keyword arguments.
-_AFFINE_FAMILY = {14, 15, 16, 17, 18}
-_F_CENTER = 1
-
-
-def _op_kwargs(op: int, flags: int, a: "List[float]", fill: "Tuple[int, ...]"):
-    if op == 0:
-        return None
-    if op in (1, 2, 3, 4, 5):
-        name = {1: "adjust_brightness", 2: "adjust_contrast", 3: "adjust_saturation",
-                4: "adjust_hue", 5: "adjust_sharpness"}[op]
-        key = {1: "brightness_factor", 2: "contrast_factor", 3: "saturation_factor",
-               4: "hue_factor", 5: "sharpness_factor"}[op]
-        return name, {key: a[0]}
-    if op == 6:
-        return "posterize", {"bits": int(a[0])}
-    if op == 7:
-        return "solarize", {"threshold": a[0]}
-    if op in (8, 9, 10):
-        return {8: "autocontrast", 9: "equalize", 10: "invert"}[op], {}
-    if op == 11:
-        return "rgb_to_grayscale", {"num_output_channels": 3}
-    if op == 12:
-        return "gaussian_blur", {"kernel_size": [int(a[0]), int(a[1])], "sigma": [a[2], a[3]]}
-    if op == 13:
-        return "rotate", {"angle": a[0], "fill": list(fill)}
-    if op in _AFFINE_FAMILY:
-        kw = {"angle": a[0], "translate": [a[1], a[2]], "scale": a[3], "shear": [a[4], a[5]],
-              "fill": list(fill)}
-        if flags & _F_CENTER:
-            kw["center"] = [a[6], a[7]]
-        return "affine", kw
-    raise ValueError("params_ops: unknown op %d" % op)
-
-
 def ops_of(batch: Dict[str, Any], index: int, view: "Optional[int]" = None, group: str = "",
-           fill: "Tuple[int, ...]" = (0, 0, 0)) -> "List[Tuple[str, Dict[str, Any]]]":
+           fill: "Tuple[int, ...]" = (0, 0, 0),
+           channels: int = 3) -> "List[Tuple[str, Dict[str, Any]]]":
     """The uint8 ops that sample @p index (view @p view of group @p group) of a batch made with
-    return_params=True went through, in order, as (name, kwargs) for dlcache.ops.apply(); the
-    affine family (shear, translate) as "affine". @p fill: the policy's fill."""
+    return_params=True went through, in order, as (name, kwargs) for dlcache.ops.apply()
+    (dlcache.ops.call_of() of each); the affine family (shear, translate) as "affine". @p fill:
+    the policy's fill; @p channels: the image's (1 or 3)."""
     suffix = "_" + group if group else ""
     ops = batch["params_ops" + suffix][index]
     args = batch["params_args" + suffix][index]
@@ -355,7 +322,6 @@ def ops_of(batch: Dict[str, Any], index: int, view: "Optional[int]" = None, grou
         op, flags = int(ops[i][0]), int(ops[i][1])
         if op < 0:
             break
-        kw = _op_kwargs(op, flags, [float(x) for x in args[i]], fill)
-        if kw is not None:
-            out.append(kw)
+        out.append(call_of(op, [float(x) for x in args[i]], flags, tuple(fill) + (0,),
+                           channels))
     return out

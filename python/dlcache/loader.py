@@ -927,16 +927,16 @@ class Loader:
 
     @staticmethod
     def params_ops(batch: "Dict[str, Any]", index: int, view: "Optional[int]" = None,
-                   group: str = "", fill: "Union[int, Sequence[int]]" = 0
+                   group: str = "", fill: "Union[int, Sequence[int]]" = 0, channels: int = 3
                    ) -> "List[Tuple[str, Dict[str, Any]]]":
         """The uint8 ops sample ``index`` of a batch made with return_params=True went through
         (view ``view`` of view group ``group``), in order, as ``(name, kwargs)`` for
         ``dlcache.ops.apply``: applied one at a time to the sample's crop and flip (its
         ``params_box`` and ``params_flip``), then normalized, they give the loader's bytes.
         ``fill``: the policy's fill (auto_augment_options["fill"]), which the batch does not
-        repeat."""
+        repeat; ``channels``: the image's, 1 or 3."""
         fills = tuple(fill) if isinstance(fill, (list, tuple)) else (fill,) * 3
-        return _augment.ops_of(batch, index, view, group, fills)
+        return _augment.ops_of(batch, index, view, group, fills, channels)
 
     # ------------------------------------------------------------ properties
     @property
