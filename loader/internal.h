@@ -288,7 +288,8 @@ struct dlc_loader {
     uint32_t chunk;                   /**< Samples a worker claims at a time. */
     int aug_any;                      /**< Some group draws ops or erases, or return_params:
                                            the views' dlc__view_aug are drawn. */
-    size_t aug_img_bytes;             /**< Worker bytes for a uint8 view under its ops, */
+    size_t aug_img_bytes;             /**< Worker bytes for a uint8 view under its ops (float
+                                           outputs; a uint8 one is its own staging), */
     size_t aug_scratch_bytes;         /**< and for the ops' scratch (0: no group has ops). */
 
     uint32_t nslots;

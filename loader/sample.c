@@ -149,8 +149,11 @@ static dlc_status image_view_ops(const dlc_loader *l, dlc__worker *w, const dlc_
     const dlc__group *gr = &l->groups[o->group];
     const uint32_t ow = o->out_w, oh = o->out_h, C = o->out_c;
     const size_t row = (size_t)ow * C;
-    uint8_t *img = w->aug_img;
-    assert(row * oh <= l->aug_img_bytes && w->aug_img);
+    /* A uint8 output (also every image of the device path) is its own staging: the ops run in
+     * the slot, and no copy follows. */
+    const int direct = o->cv.dtype == DLC_DTYPE_UINT8;
+    uint8_t *img = direct ? dst : w->aug_img;
+    assert(direct || (row * oh <= l->aug_img_bytes && w->aug_img));
     dlc_status rc = DLC_OK;
     if (gr->augment != DLC_AUGMENT_RANDOM_RESIZED_CROP) {
         dlc__crop_convert(px->img.data, px->img.stride, vp->box, vp->flip, &o->cv_u8, img);
@@ -174,8 +177,10 @@ static dlc_status image_view_ops(const dlc_loader *l, dlc__worker *w, const dlc_
     if (rc != DLC_OK)
         return dlc__errorf(rc, "%s: record %llu: field \"%s\": %s", l->path,
                            (unsigned long long)index, l->fields[o->field].name, dlc_errmsg());
-    const dlc__box all = {0, 0, oh, ow};
-    dlc__crop_convert(img, row, all, 0, &o->cv, dst);
+    if (!direct) {
+        const dlc__box all = {0, 0, oh, ow};
+        dlc__crop_convert(img, row, all, 0, &o->cv, dst);
+    }
     return DLC_OK;
 }
 

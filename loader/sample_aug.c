@@ -317,7 +317,9 @@ dlc_status dlc__aug_plan_outputs(dlc_loader *l)
             dlc__convert_init(&o->cv_u8, DLC_DTYPE_UINT8, o->out_c, l->cfg.mean, l->cfg.std);
             const size_t img = (size_t)o->out_h * o->out_w * o->out_c;
             const size_t scr = dlc__aug_scratch_bound(o->out_w, o->out_h, o->out_c);
-            l->aug_img_bytes = img > l->aug_img_bytes ? img : l->aug_img_bytes;
+            /* A uint8 output is its own staging (sample.c, image_view_ops()). */
+            if (o->dtype != DLC_DTYPE_UINT8 && img > l->aug_img_bytes)
+                l->aug_img_bytes = img;
             l->aug_scratch_bytes = scr > l->aug_scratch_bytes ? scr : l->aug_scratch_bytes;
         }
         if (!gr->aug_channels)
@@ -341,11 +343,11 @@ dlc_status dlc__aug_worker_alloc(const dlc_loader *l, dlc__worker *w)
     if (!l->aug_any)
         return DLC_OK;
     w->vaug = calloc(l->nviews, sizeof *w->vaug);
-    if (l->aug_img_bytes) {
+    if (l->aug_img_bytes)
         w->aug_img = malloc(l->aug_img_bytes);
-        w->aug_scratch = malloc(l->aug_scratch_bytes ? l->aug_scratch_bytes : 1);
-    }
-    if (!w->vaug || (l->aug_img_bytes && (!w->aug_img || !w->aug_scratch)))
+    if (l->aug_scratch_bytes)
+        w->aug_scratch = malloc(l->aug_scratch_bytes);
+    if (!w->vaug || (l->aug_img_bytes && !w->aug_img) || (l->aug_scratch_bytes && !w->aug_scratch))
         return dlc__errorf(-ENOMEM, "loader: out of memory for a worker's augmentation buffers");
     return DLC_OK;
 }
