@@ -133,7 +133,7 @@ def _blur(value, spec, name):
 def _solarize(value, spec, name):
     if isinstance(value, dict):
         _unknown(value, ("p", "threshold"), name)
-        spec.solarize_prob = _prob(value.get("p", 1.0), name + "['p']")
+        spec.solarize_prob = _prob(value.get("p", 0.5), name + "['p']")
         spec.solarize_threshold = _number(value.get("threshold", 128), name + " threshold",
                                           0.0, 256.0)
     else:

@@ -401,7 +401,7 @@ class Loader:
             number x is (1 - x, 1 + x), hue (-x, x); a pair is a range), or
             a dict with those names and ``p`` (RandomApply); ``grayscale=p``;
             ``blur=dict(p=1.0, sigma=(0.1, 2.0), kernel_size=k)``;
-            ``solarize=p`` or ``dict(p=, threshold=128)``;
+            ``solarize=p`` or ``dict(p=0.5, threshold=128)``;
             ``auto_augment="trivial_augment_wide" | "rand_augment" |
             "auto_augment_imagenet"`` with ``auto_augment_options={"num_ops":
             2, "magnitude": 9, "num_magnitude_bins": 31, "mstd": 0.5,
