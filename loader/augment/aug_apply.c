@@ -3,6 +3,10 @@
 
 #include <math.h>
 
+/* Records are copied out to users as they are (return_params): their layout is fixed. */
+_Static_assert(sizeof(dlc__aug_op) == 44 && sizeof(dlc__aug_record) == 4 + 44 * DLC__AUG_MAX_OPS,
+               "dlc__aug_op is 44 bytes, a record 708");
+
 static const char *const op_names[DLC__AUG_OP_COUNT] = {
     [DLC__AUG_IDENTITY] = "identity",
     [DLC__AUG_BRIGHTNESS] = "adjust_brightness",
@@ -109,7 +113,7 @@ dlc_status dlc__aug_op_check(const dlc__aug_op *op, uint32_t width, uint32_t hei
         return dlc__errorf(DLC_EINVAL,
                            "%s: the image has %u channels; the op takes 1 or 3 (RGB) channels",
                            name, channels);
-    if (op->flags & ~(unsigned)DLC__AUG_F_CENTER)
+    if (op->flags & ~(unsigned)(DLC__AUG_F_CENTER | DLC__AUG_F_WEIGHT))
         return dlc__errorf(DLC_EINVAL, "%s: unknown flags 0x%x", name, (unsigned)op->flags);
     switch (op->op) {
     case DLC__AUG_BRIGHTNESS:
@@ -119,6 +123,9 @@ dlc_status dlc__aug_op_check(const dlc__aug_op *op, uint32_t width, uint32_t hei
         if (!(a[0] >= 0.0f) || !isfinite(a[0]))
             return dlc__errorf(DLC_EINVAL, "%s: %s (%g) is not a finite non-negative number", name,
                                arg0_name(op->op), (double)a[0]);
+        if ((op->flags & DLC__AUG_F_WEIGHT) && !isfinite(a[1]))
+            return dlc__errorf(DLC_EINVAL, "%s: the weight 1 - %s (%g) is not finite", name,
+                               arg0_name(op->op), (double)a[1]);
         break;
     case DLC__AUG_HUE:
         if (!(a[0] >= -0.5f && a[0] <= 0.5f))
@@ -204,23 +211,25 @@ dlc_status dlc__aug_apply_op(const dlc__aug_op *op, uint8_t *img, size_t stride,
     s += (16 - ((uintptr_t)s & 15)) & 15;
     const float *a = op->arg;
     const uint32_t w = width, h = height, c = channels;
+    const float r = a[0];
+    const float q = (op->flags & DLC__AUG_F_WEIGHT) ? a[1] : (float)(1.0 - (double)a[0]);
     switch (op->op) {
     case DLC__AUG_IDENTITY:
         break;
     case DLC__AUG_BRIGHTNESS:
-        dlc__aug_brightness(img, stride, w, h, c, a[0]);
+        dlc__aug_brightness(img, stride, w, h, c, r, q);
         break;
     case DLC__AUG_CONTRAST:
-        dlc__aug_contrast(img, stride, w, h, c, a[0]);
+        dlc__aug_contrast(img, stride, w, h, c, r, q);
         break;
     case DLC__AUG_SATURATION:
-        dlc__aug_saturation(img, stride, w, h, c, a[0]);
+        dlc__aug_saturation(img, stride, w, h, c, r, q);
         break;
     case DLC__AUG_HUE:
         dlc__aug_hue(img, stride, w, h, c, a[0]);
         break;
     case DLC__AUG_SHARPNESS:
-        dlc__aug_sharpness(img, stride, w, h, c, a[0], s);
+        dlc__aug_sharpness(img, stride, w, h, c, r, q, s);
         break;
     case DLC__AUG_POSTERIZE:
         dlc__aug_posterize(img, stride, w, h, c, (uint32_t)a[0]);

@@ -69,26 +69,25 @@ static void map_lut(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_
     }
 }
 
-void dlc__aug_blend_const(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t c,
-                          double ratio, float other)
+void dlc__aug_blend_const(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t c, float r,
+                          float q, float other)
 {
-    const float r = (float)ratio;
-    const float rest = (float)(1.0 - ratio) * other;
+    const float rest = q * other;
     uint8_t lut[256];
     for (int v = 0; v < 256; v++)
         lut[v] = trunc_u8(r * (float)v + rest);
     map_lut(img, stride, w, h, c, lut);
 }
 
-void dlc__aug_brightness(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t c,
-                         double factor)
+void dlc__aug_brightness(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t c, float r,
+                         float q)
 {
     /* _blend(img, zeros_like(img), factor). */
-    dlc__aug_blend_const(img, stride, w, h, c, factor, 0.0f);
+    dlc__aug_blend_const(img, stride, w, h, c, r, q, 0.0f);
 }
 
-void dlc__aug_contrast(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t c,
-                       double factor)
+void dlc__aug_contrast(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t c, float r,
+                       float q)
 {
     /* The mean of the grayscale image (of the image itself for one channel), then a blend with it.
      * The integer sum is exact; torch sums floats, which can differ in the last bits. */
@@ -107,31 +106,47 @@ void dlc__aug_contrast(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint
     }
     const size_t n = (size_t)w * h * (c == 3 ? 1 : c);
     const float mean = (float)((double)sum / (double)n);
-    dlc__aug_blend_const(img, stride, w, h, c, factor, mean);
+    dlc__aug_blend_const(img, stride, w, h, c, r, q, mean);
 }
 
-void dlc__aug_saturation(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t c,
-                         double factor)
+/* clamp(0, 255).to(uint8) of a finite float, written as selects that vectorize. */
+static inline float clamp255(float v)
+{
+    v = v < 0.0f ? 0.0f : v;
+    return v > 255.0f ? 255.0f : v;
+}
+
+void dlc__aug_saturation(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t c, float r,
+                         float q)
 {
     if (c != 3)
         return; /* torchvision: "Match PIL behaviour". */
-    /* r * x + (1 - r) * gray, each product in float32: tables of both products. */
-    const float r = (float)factor;
-    const float q = (float)(1.0 - factor);
-    gray_tables gt;
-    gray_init(&gt);
-    float rx[256], qg[256];
-    for (int v = 0; v < 256; v++) {
-        rx[v] = r * (float)v;
-        qg[v] = q * (float)v;
-    }
+    /* r * x + (1 - r) * gray in float32, gray truncated to uint8 first; per row in chunks of
+     * deinterleaved floats, so the loop vectorizes. */
+    enum { CHUNK = 256 };
+    float cr[CHUNK], cg[CHUNK], cb[CHUNK];
     for (uint32_t y = 0; y < h; y++) {
-        uint8_t *p = ROW(img, stride, y);
-        for (uint32_t x = 0; x < w; x++, p += 3) {
-            const float g = qg[gray_lut(&gt, p)];
-            p[0] = trunc_u8(rx[p[0]] + g);
-            p[1] = trunc_u8(rx[p[1]] + g);
-            p[2] = trunc_u8(rx[p[2]] + g);
+        uint8_t *row = ROW(img, stride, y);
+        for (uint32_t x0 = 0; x0 < w; x0 += CHUNK) {
+            const size_t n = w - x0 < CHUNK ? w - x0 : CHUNK;
+            uint8_t *p = row + 3 * (size_t)x0;
+            for (size_t k = 0; k < n; k++) {
+                cr[k] = (float)p[3 * k];
+                cg[k] = (float)p[3 * k + 1];
+                cb[k] = (float)p[3 * k + 2];
+            }
+            for (size_t k = 0; k < n; k++) {
+                const float l = 0.2989f * cr[k] + 0.587f * cg[k] + 0.114f * cb[k];
+                const float g = q * (float)(int32_t)l; /* l in [0, 255]: .to(uint8). */
+                cr[k] = clamp255(r * cr[k] + g);
+                cg[k] = clamp255(r * cg[k] + g);
+                cb[k] = clamp255(r * cb[k] + g);
+            }
+            for (size_t k = 0; k < n; k++) {
+                p[3 * k] = (uint8_t)(int32_t)cr[k];
+                p[3 * k + 1] = (uint8_t)(int32_t)cg[k];
+                p[3 * k + 2] = (uint8_t)(int32_t)cb[k];
+            }
         }
     }
 }
@@ -339,37 +354,44 @@ void dlc__aug_equalize(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint
     }
 }
 
-void dlc__aug_sharpness(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t c,
-                        double factor, void *scratch)
+void dlc__aug_sharpness(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t c, float r,
+                        float q, void *scratch)
 {
     if (w <= 2 || h <= 2)
         return; /* torchvision returns the image unchanged. */
     /* The smoothed image ("degenerate"): the 3x3 kernel [1 1 1; 1 5 1; 1 1 1] / 13 on the interior,
-     * rounded half to even; the border keeps its pixels. Needs the original rows around each
-     * output row: a copy of the image in scratch (w * h * c bytes). An integer sum over 13 is
-     * never a tie, so the rounding agrees with torch's float kernel exactly. */
+     * rounded half to even; on the border it is the pixel itself, still blended with it
+     * (r * x + (1 - r) * x in float32 is not always x: it truncates to x - 1 at times). Needs the
+     * original rows around each output row: a copy of the image in scratch (w * h * c bytes). */
     const size_t row = (size_t)w * c;
     uint8_t *orig = scratch;
     for (uint32_t y = 0; y < h; y++)
         memcpy(orig + y * row, ROW(img, stride, y), row);
-    /* Tables: the rounded smoothing of each sum (0..13 * 255), and both blend products. */
-    uint8_t deg[13 * 255 + 1];
-    for (uint32_t v = 0; v <= 13 * 255; v++)
-        deg[v] = (uint8_t)nearbyint((double)v / 13.0);
-    const float r = (float)factor;
-    const float q = (float)(1.0 - factor);
-    float rx[256], qd[256];
-    for (int v = 0; v < 256; v++) {
-        rx[v] = r * (float)v;
-        qd[v] = q * (float)v;
+    /* The smoothing of a sum s is s / 13 rounded; s / 13 is never within 1/26 of a tie, so the
+     * float quotient plus 0.5, truncated, rounds it exactly as torch.round() does. */
+    uint8_t self[256]; /* The border's blend of x with itself. */
+    for (int v = 0; v < 256; v++)
+        self[v] = trunc_u8(r * (float)v + q * (float)v);
+    for (uint32_t y = 0; y < h; y++) {
+        uint8_t *out = ROW(img, stride, y);
+        if (y == 0 || y == h - 1) {
+            for (size_t i = 0; i < row; i++)
+                out[i] = self[out[i]];
+        } else {
+            for (uint32_t k = 0; k < c; k++) {
+                out[k] = self[out[k]];
+                out[row - c + k] = self[out[row - c + k]];
+            }
+        }
     }
     for (uint32_t y = 1; y + 1 < h; y++) {
         const uint8_t *up = orig + (y - 1) * row, *mid = orig + y * row, *dn = orig + (y + 1) * row;
         uint8_t *out = ROW(img, stride, y);
         for (size_t i = c; i < row - c; i++) {
-            const uint32_t s = (uint32_t)up[i - c] + up[i] + up[i + c] + mid[i - c] + 5u * mid[i] +
-                               mid[i + c] + dn[i - c] + dn[i] + dn[i + c];
-            out[i] = trunc_u8(rx[mid[i]] + qd[deg[s]]);
+            const int32_t s = (int32_t)up[i - c] + up[i] + up[i + c] + mid[i - c] + 5 * mid[i] +
+                              mid[i + c] + dn[i - c] + dn[i] + dn[i + c];
+            const float deg = (float)(int32_t)((float)s / 13.0f + 0.5f);
+            out[i] = (uint8_t)(int32_t)clamp255(r * (float)mid[i] + q * deg);
         }
     }
 }
@@ -450,6 +472,6 @@ void dlc__aug_blur(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t
         }
         uint8_t *out = ROW(img, stride, y);
         for (size_t i = 0; i < row; i++)
-            out[i] = trunc_u8(nearbyintf(acc[i]));
+            out[i] = (uint8_t)(int32_t)clamp255(dlc__aug_round_even(acc[i]));
     }
 }

@@ -60,8 +60,10 @@ void dlc__aug_warp(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t
             const float bx = -(float)w * 0.5f + 0.5f + (float)x;
             const float gx = bx * r00 + by * r10 + r20;
             const float gy = bx * r01 + by * r11 + r21;
-            const float ix = nearbyintf((gx + 1.0f) * ux - 0.5f);
-            const float iy = nearbyintf((gy + 1.0f) * uy - 0.5f);
+            /* A coordinate beyond 2^22 is far outside any image: -1 marks it so. */
+            const float fx = (gx + 1.0f) * ux - 0.5f, fy = (gy + 1.0f) * uy - 0.5f;
+            const float ix = fabsf(fx) < 4194304.0f ? dlc__aug_round_even(fx) : -1.0f;
+            const float iy = fabsf(fy) < 4194304.0f ? dlc__aug_round_even(fy) : -1.0f;
             uint8_t *o = out + (size_t)x * c;
             if (ix >= 0.0f && ix < (float)w && iy >= 0.0f && iy < (float)h) {
                 const uint8_t *s = src + (size_t)iy * row + (size_t)ix * c;

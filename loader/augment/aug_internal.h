@@ -59,6 +59,12 @@ typedef enum dlc__aug_op_id {
 /* dlc__aug_op.flags. */
 enum {
     DLC__AUG_F_CENTER = 1u, /* Rotate and affine: arg[6], arg[7] are the center, in pixels. */
+    /* The blends (brightness, contrast, saturation, sharpness): arg[1] is the other image's
+     * weight, 1 - factor as torch computes it, (float)(1.0 - factor) of the factor in double
+     * (Python's float); without the flag it is (float)(1.0 - arg[0]). The two differ in the last
+     * bit when the factor is not a float32 (the policies' 1 + magnitude), which can move a
+     * truncated value by 1. */
+    DLC__AUG_F_WEIGHT = 2u,
 };
 
 /* One op with its parameters, ready to apply: 44 bytes, no pointer. */
@@ -132,6 +138,13 @@ typedef struct dlc__aug_config {
 /* Check @p cfg before any draw (at the loader's open): DLC_OK, or DLC_EINVAL with a message that
  * starts with @p what (e.g. "loader config: view 2") and names the field and the reason. */
 dlc_status dlc__aug_config_check(const dlc__aug_config *cfg, const char *what);
+
+/* Check that every op @p cfg can draw applies to images of @p width x @p height x @p channels
+ * (the loader's output size, at open): color ops need 1 or 3 channels, the blur kernel's half
+ * must be less than each side (torchvision's reflect padding). DLC_OK, or DLC_EINVAL with a
+ * message that starts with @p what. @p cfg must have passed dlc__aug_config_check(). */
+dlc_status dlc__aug_config_check_image(const dlc__aug_config *cfg, uint32_t width, uint32_t height,
+                                       uint32_t channels, const char *what);
 
 /* Draw one sample's ops from @p rng into @p rec (rec->n may be 0; the entries past n are zeroed,
  * so the whole struct is a pure function of the stream's position and compares as bytes):

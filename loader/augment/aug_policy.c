@@ -142,7 +142,11 @@ static void push_policy_op(dlc__aug_record *rec, int p, float m, const uint8_t f
                  : p == P_COLOR    ? DLC__AUG_SATURATION
                  : p == P_CONTRAST ? DLC__AUG_CONTRAST
                                    : DLC__AUG_SHARPNESS;
+        /* _apply_op passes 1.0 + magnitude, a double: _blend weighs the other image by
+         * (float)(1.0 - (1.0 + m)) = -m exactly, not by 1 - (float)(1 + m). */
+        op->flags = DLC__AUG_F_WEIGHT;
         op->arg[0] = (float)(1.0 + md);
+        op->arg[1] = (float)-md;
         break;
     case P_POSTERIZE:
         op->op = DLC__AUG_POSTERIZE;
@@ -413,5 +417,29 @@ dlc_status dlc__aug_config_check(const dlc__aug_config *cfg, const char *what)
         (!(cfg->solarize_threshold <= 255.0f) || isnan(cfg->solarize_threshold)))
         return dlc__errorf(DLC_EINVAL, "%s: solarize threshold (%g) is above 255", what,
                            (double)cfg->solarize_threshold);
+    return DLC_OK;
+}
+
+dlc_status dlc__aug_config_check_image(const dlc__aug_config *cfg, uint32_t width, uint32_t height,
+                                       uint32_t channels, const char *what)
+{
+    const int color = cfg->policy != DLC__AUG_POLICY_NONE || cfg->jitter_p > 0.0f ||
+                      cfg->grayscale_p > 0.0f || cfg->solarize_p > 0.0f;
+    if (color && channels != 1 && channels != 3)
+        return dlc__errorf(DLC_EINVAL,
+                           "%s: the images have %u channels; the color augmentations take 1 or 3 "
+                           "(RGB), as torchvision's",
+                           what, channels);
+    if (cfg->blur_p > 0.0f) {
+        for (int i = 0; i < 2; i++) {
+            const uint32_t side = i == 0 ? width : height;
+            if (cfg->blur_kernel[i] / 2 >= side)
+                return dlc__errorf(DLC_EINVAL,
+                                   "%s: blur kernel_size %u needs a reflect padding of %u, not "
+                                   "less than the output's %s (%u)",
+                                   what, cfg->blur_kernel[i], cfg->blur_kernel[i] / 2,
+                                   i == 0 ? "width" : "height", side);
+        }
+    }
     return DLC_OK;
 }

@@ -51,8 +51,13 @@ static dlc_status to_op(const dlc_op_params *p, dlc__aug_op *op)
     case DLC_OP_ADJUST_BRIGHTNESS:
     case DLC_OP_ADJUST_CONTRAST:
     case DLC_OP_ADJUST_SATURATION:
-    case DLC_OP_ADJUST_HUE:
     case DLC_OP_ADJUST_SHARPNESS:
+        /* torch's _blend takes the factor and 1 - factor from the double (Python's float). */
+        op->flags = DLC__AUG_F_WEIGHT;
+        op->arg[0] = (float)p->factor;
+        op->arg[1] = (float)(1.0 - p->factor);
+        break;
+    case DLC_OP_ADJUST_HUE:
         op->arg[0] = (float)p->factor;
         break;
     case DLC_OP_POSTERIZE:

@@ -78,12 +78,15 @@ def call_of(op, arg, flags=0, fill=(0, 0, 0, 0), channels=3):
     """The torchvision functional call of one drawn op: (name, kwargs) such that
     ``apply(image, name, **kwargs)`` (or ``getattr(torchvision.transforms.functional,
     name)(tensor, **kwargs)``) applies it. @p op is its id (OP_NAMES' index), @p arg its 8
-    float arguments, @p flags 1 when arg[6], arg[7] are a center, @p fill its 4 fill values
+    float arguments, @p flags its flags (1: arg[6], arg[7] are a center; 2: arg[1] is a blend's
+    1 - factor), @p fill its 4 fill values
     (the first @p channels are used)."""
     op = int(op)
     a = [float(x) for x in arg]
     if op in _FACTOR:
-        return OP_NAMES[op], {_FACTOR[op]: a[0]}
+        # With flag 2 (DLC__AUG_F_WEIGHT) arg[1] is 1 - factor as torch computed it from a double
+        # factor (the policies' 1 + magnitude): that double is 1 - arg[1], exactly.
+        return OP_NAMES[op], {_FACTOR[op]: 1.0 - a[1] if flags & 2 and op != 4 else a[0]}
     if op == 6:
         return "posterize", {"bits": int(a[0])}
     if op == 7:

@@ -563,3 +563,20 @@ Test(aug_policy, config_check_names_the_bad_field)
                   "case %zu: %s", i, dlc_errmsg());
     }
 }
+
+Test(aug_policy, config_check_image_refuses_what_cannot_apply)
+{
+    const dlc__aug_config blur = {
+        .blur_p = 0.5f, .blur_kernel = {23, 9}, .blur_sigma = {0.1f, 2.0f}};
+    cr_assert_eq(dlc__aug_config_check(&blur, "view 1"), DLC_OK);
+    cr_assert_eq(dlc__aug_config_check_image(&blur, 12, 5, 4, "view 1"), DLC_OK);
+    cr_assert_eq(dlc__aug_config_check_image(&blur, 11, 5, 3, "view 1"), DLC_EINVAL);
+    cr_assert(strstr(dlc_errmsg(), "view 1") && strstr(dlc_errmsg(), "width"), "%s", dlc_errmsg());
+    cr_assert_eq(dlc__aug_config_check_image(&blur, 12, 4, 3, "view 1"), DLC_EINVAL);
+    cr_assert(strstr(dlc_errmsg(), "height"), "%s", dlc_errmsg());
+    const dlc__aug_config trivial = {.policy = DLC__AUG_POLICY_TRIVIAL_WIDE,
+                                     .num_magnitude_bins = 31};
+    cr_assert_eq(dlc__aug_config_check_image(&trivial, 224, 224, 1, "x"), DLC_OK);
+    cr_assert_eq(dlc__aug_config_check_image(&trivial, 224, 224, 4, "x"), DLC_EINVAL);
+    cr_assert(strstr(dlc_errmsg(), "4 channels"), "%s", dlc_errmsg());
+}
