@@ -6,7 +6,7 @@
 # Snaipe/Criterion#274), hence its labels "unit;threads".
 if(DLCACHE_TESTS AND TARGET dlc_loader AND EXISTS ${PROJECT_SOURCE_DIR}/tests/lib/devsim.c)
   set(dlc_devsim_src ${PROJECT_SOURCE_DIR}/tests/lib/devsim.c)
-  foreach(t test_devsim test_device)
+  foreach(t test_devsim test_device test_sample_aug)
     if(TARGET ${t})
       target_sources(${t} PRIVATE ${dlc_devsim_src})
       target_link_libraries(${t} PRIVATE PkgConfig::XXHASH)

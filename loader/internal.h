@@ -4,6 +4,7 @@
 #define DLCACHE_LOADER_INTERNAL_H
 
 #include "augment.h"
+#include "augment/aug_internal.h"
 #include "common.h"
 #include "sampler.h"
 
@@ -31,6 +32,7 @@ enum {
     DLC__OUT_ARRAY,  /* Copied (the classes of boxes: those of the boxes kept). */
     DLC__OUT_SCALAR, /* An int64 or float64 per sample. */
     DLC__OUT_BYTES,  /* Bytes, end to end with offsets. */
+    DLC__OUT_PARAMS, /* What the views of a group drew (config.return_params): one of DLC__PAR_*. */
 };
 
 /* How the rows of a variable output are laid out in a finished batch. */
@@ -52,6 +54,13 @@ typedef struct dlc__group {
     uint32_t first; /* Number of its first view among all views: keys its random streams. */
     uint32_t augment, crop_h, crop_w;
     float scale[2], ratio[2], flip;
+    /* Its per-sample ops (sample_aug.c): drawn after the crop and flip of each view. */
+    int aug_on;            /* Some uint8 op is configured: aug is drawn and applied. */
+    uint32_t aug_channels; /* Of its image outputs (one count: the draw depends on it). */
+    dlc__aug_config aug;   /* The ops, as dlc__aug_draw() takes them. */
+    float erase_p, erase_scale[2], erase_ratio[2]; /* RandomErasing (erase_p 0: off). */
+    uint32_t erase_value;                          /* A dlc_erase_value. */
+    float erase_constant[DLC__MAX_CHANNELS];
 } dlc__group;
 
 typedef struct dlc__output {
@@ -76,6 +85,8 @@ typedef struct dlc__output {
     int link;                     /* BOXES: the output of its classes, or -1. */
     int filtered_by;              /* ARRAY: the BOXES output whose kept boxes it follows, or -1. */
     dlc__convert cv;              /* IMAGE and MASK (uint8 for masks). */
+    dlc__convert cv_u8;           /* IMAGE of a group with ops: the uint8 copy they work on. */
+    uint32_t param;               /* PARAMS: which (DLC__PAR_*). */
     size_t arena_data;            /* Offsets of the output's parts in a slot's arena: the data, */
     size_t arena_lengths;         /* the lengths and the offsets (SIZE_MAX: none). */
     size_t arena_offsets;
@@ -148,6 +159,13 @@ typedef struct dlc__view_params {
     int flip;
 } dlc__view_params;
 
+/** What one view drew beyond its crop and flip (sample_aug.c). */
+typedef struct dlc__view_aug {
+    dlc__aug_record rec;          /**< Its uint8 ops, in order (rec.n may be 0). */
+    uint32_t etop, eleft, eh, ew; /**< RandomErasing's box in the output; eh = ew = 0: none. */
+    uint64_t noise_key;           /**< DLC_ERASE_NOISE: the key of the erased values' stream. */
+} dlc__view_aug;
+
 typedef struct dlc__worker {
     struct dlc_loader *l;
     uint32_t id;
@@ -162,6 +180,9 @@ typedef struct dlc__worker {
     dlc_value *rvalues;      /**< num_fields values of a replacement record. */
     uint8_t *keep;           /**< Per box of a sample: kept by the crop. */
     dlc__view_params *views; /**< Of the sample being built: one per view. */
+    dlc__view_aug *vaug;     /**< Of the sample being built: one per view (sample_aug.c). */
+    uint8_t *aug_img;        /**< A view in uint8 while its ops run (l->aug_img_bytes). */
+    void *aug_scratch;       /**< The ops' scratch (l->aug_scratch_bytes). */
     uint64_t bytes_read;     /**< Not yet added to the loader's stats. */
     struct dlc__wcnt *cnt;   /**< Its counters of where the time goes (report.c). */
     uint64_t cpu_mark;       /**< Its CPU time and major faults when it last left a batch. */
@@ -265,6 +286,11 @@ struct dlc_loader {
     size_t tmp_bytes;                 /**< Worker staging bytes. */
     uint32_t max_boxes;               /**< The most boxes of a sample over the BOXES outputs. */
     uint32_t chunk;                   /**< Samples a worker claims at a time. */
+    int aug_any;                      /**< Some group draws ops or erases, or return_params:
+                                           the views' dlc__view_aug are drawn. */
+    size_t aug_img_bytes;             /**< Worker bytes for a uint8 view under its ops (float
+                                           outputs; a uint8 one is its own staging), */
+    size_t aug_scratch_bytes;         /**< and for the ops' scratch (0: no group has ops). */
 
     uint32_t nslots;
     dlc__slot *slots;

@@ -1,5 +1,6 @@
 /* The public loader API: configuration, open/close, lending batches, state and stats. */
 #include "internal.h"
+#include "sample_aug.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -377,6 +378,7 @@ dlc_status dlc__loader_open_any(const char *path, const dlc_mix_source *sources,
      * holds all that is needed of them. */
     l->cfg.fields = NULL, l->cfg.field_options = NULL, l->cfg.views = NULL;
     l->cfg.num_fields = l->cfg.num_field_options = l->cfg.num_views = 0;
+    l->cfg.augment_specs = NULL, l->cfg.num_augment_specs = 0;
 
     /* A one-source mixture over its whole count is the plain loader (mix.c keeps its spare). */
     if (!l->mixl || l->mixl->plain)
@@ -436,6 +438,7 @@ void dlc_loader_close(dlc_loader *l)
             free(w->rvalues);
             free(w->keep);
             free(w->views);
+            dlc__aug_worker_free(w);
         }
         free(l->workers);
         pthread_cond_destroy(&l->cv_io);

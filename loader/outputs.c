@@ -10,6 +10,7 @@
  * lets the crop drop boxes and a corrupt record be replaced by one of another length without any
  * coordination between workers. */
 #include "internal.h"
+#include "sample_aug.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -424,7 +425,8 @@ static dlc_status link_outputs(dlc_loader *l)
     }
     for (uint32_t i = 0; i < l->nout; i++) {
         const dlc__output *o = &l->out[i];
-        l->spatial |= o->op == DLC__OUT_IMAGE || o->op == DLC__OUT_MASK || o->op == DLC__OUT_BOXES;
+        l->spatial |= o->op == DLC__OUT_IMAGE || o->op == DLC__OUT_MASK ||
+                      o->op == DLC__OUT_BOXES || o->op == DLC__OUT_PARAMS;
         l->variable |= o->var != DLC__VAR_FIXED;
         FAIL_IF(o->sample_cap > MAX_SLOT_BYTES / l->cfg.batch_size, DLC_EINVAL,
                 "%s: field \"%s\": a batch of %u samples of up to %zu bytes is too large", l->path,
@@ -442,12 +444,14 @@ dlc_status dlc__outputs_plan(dlc_loader *l)
     dlc_status rc = DLC_OK;
     l->first_image = -1;
     CHECK(plan_groups(l));
+    CHECK(dlc__aug_plan_groups(l));
     CHECK(select_fields(l));
     CHECK(check_options(l));
     l->primary = primary_field(l);
     for (uint32_t f = 0; f < l->info->num_fields; f++)
         if (l->selected[f])
             CHECK(plan_field(l, f));
+    CHECK(dlc__aug_plan_outputs(l));
     CHECK(link_outputs(l));
     /* Claim enough samples at a time that the shared counter is touched rarely (small records
      * come by the million per second), and few enough that a batch spreads over the workers. */

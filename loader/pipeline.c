@@ -1,6 +1,7 @@
 /* Workers: claim samples of the oldest filling slot in chunks with an atomic counter, and write
  * each one, cropped, flipped and converted, straight to its place in the batch. */
 #include "internal.h"
+#include "sample_aug.h"
 #include "sample.h"
 
 #include <assert.h>
@@ -185,12 +186,17 @@ static dlc_status worker_start(dlc_loader *l, dlc__worker *w)
     w->views = calloc(l->nviews, sizeof *w->views);
     if (!w->tmp || !w->rvalues || !w->keep || !w->views)
         return dlc__errorf(-ENOMEM, "loader: out of memory for a worker");
+    rc = dlc__aug_worker_alloc(l, w);
+    if (rc != DLC_OK)
+        return rc;
     /* Fixed-size raw images under RandomResizedCrop: the scratch for the largest box, now. */
     size_t need = 0;
     for (uint32_t i = 0; i < l->nout; i++) {
         const dlc__output *o = &l->out[i];
+        if (o->op != DLC__OUT_IMAGE)
+            continue;
         const dlc_field *fd = &l->fields[o->field];
-        if (o->op != DLC__OUT_IMAGE || fd->encoding != DLC_ENCODING_RAW || !fd->shape[0] ||
+        if (fd->encoding != DLC_ENCODING_RAW || !fd->shape[0] ||
             l->groups[o->group].augment != DLC_AUGMENT_RANDOM_RESIZED_CROP)
             continue;
         const size_t b =

@@ -4,6 +4,7 @@
  * size, applied with antialiased bilinear to images, nearest neighbour to masks (class ids are
  * never blended) and as a coordinate map to boxes. */
 #include "sample.h"
+#include "sample_aug.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -68,6 +69,11 @@ static dlc_status draw_views(const dlc_loader *l, dlc__worker *w, const dlc__slo
             assert((uint64_t)vp->box.left + vp->box.w <= W &&
                    (uint64_t)vp->box.top + vp->box.h <= H);
             vp->flip = gr->flip > 0 && dlc__rng_uniform(&r) < gr->flip;
+            /* The ops and the erasing come after, from the same stream: a loader without them
+             * draws exactly what it always drew. */
+            if (l->aug_any)
+                dlc__aug_draw_view(gr, gr->first + k, cw, ch, s->seed, s->epoch, pos, &r,
+                                   &w->vaug[gr->first + k]);
         }
     }
     return DLC_OK;
@@ -134,6 +140,50 @@ static dlc_status get_pixels(const dlc_loader *l, dlc__worker *w, const dlc__out
     return DLC_OK;
 }
 
+/* One view of an image under ops: crop (or resize) and flip into the worker's uint8 view, apply
+ * the ops there, then convert into @p dst. */
+static dlc_status image_view_ops(const dlc_loader *l, dlc__worker *w, const dlc__output *o,
+                                 const pixels *px, const dlc__view_params *vp,
+                                 const dlc__view_aug *va, uint64_t index, uint8_t *dst)
+{
+    const dlc__group *gr = &l->groups[o->group];
+    const uint32_t ow = o->out_w, oh = o->out_h, C = o->out_c;
+    const size_t row = (size_t)ow * C;
+    /* A uint8 output (also every image of the device path) is its own staging: the ops run in
+     * the slot, and no copy follows. */
+    const int direct = o->cv.dtype == DLC_DTYPE_UINT8;
+    uint8_t *img = direct ? dst : w->aug_img;
+    assert(direct || (row * oh <= l->aug_img_bytes && w->aug_img));
+    dlc_status rc = DLC_OK;
+    if (gr->augment != DLC_AUGMENT_RANDOM_RESIZED_CROP) {
+        dlc__crop_convert(px->img.data, px->img.stride, vp->box, vp->flip, &o->cv_u8, img);
+    } else {
+        const dlc__box *b = &vp->box;
+        const uint32_t bw = (uint32_t)(b->w * px->sx + 1), bh = (uint32_t)(b->h * px->sy + 1);
+        rc = dlc__ensure_scratch(w, dlc_resize_scratch_bound(bw, bh, ow, oh, C));
+        if (rc != DLC_OK)
+            return rc;
+        const dlc_image out = {vp->flip ? w->tmp : img, ow, oh, C, row};
+        rc = dlc_resize(&px->img, b->left * px->sx, b->top * px->sy, b->w * px->sx, b->h * px->sy,
+                        &out, w->scratch, w->scratch_size);
+        if (rc != DLC_OK)
+            return rc;
+        if (vp->flip) {
+            const dlc__box all = {0, 0, oh, ow};
+            dlc__crop_convert(w->tmp, row, all, 1, &o->cv_u8, img);
+        }
+    }
+    rc = dlc__aug_apply(&va->rec, img, row, ow, oh, C, w->aug_scratch, l->aug_scratch_bytes);
+    if (rc != DLC_OK)
+        return dlc__errorf(rc, "%s: record %llu: field \"%s\": %s", l->path,
+                           (unsigned long long)index, l->fields[o->field].name, dlc_errmsg());
+    if (!direct) {
+        const dlc__box all = {0, 0, oh, ow};
+        dlc__crop_convert(img, row, all, 0, &o->cv, dst);
+    }
+    return DLC_OK;
+}
+
 /* One view of an image: crop and convert, or resize the box and then flip and convert. */
 static dlc_status image_view(const dlc_loader *l, dlc__worker *w, const dlc__output *o,
                              const pixels *px, const dlc__view_params *vp, uint8_t *dst)
@@ -189,13 +239,19 @@ static dlc_status out_image(const dlc_loader *l, dlc__worker *w, const dlc__outp
     for (uint32_t k = 0; rc == DLC_OK && k < gr->count; k++) {
         const dlc__view_params *vp = &w->views[gr->first + k];
         uint8_t *out = dst + (size_t)k * o->view_bytes;
-        if (o->op == DLC__OUT_IMAGE)
+        const dlc__view_aug *va = l->aug_any ? &w->vaug[gr->first + k] : NULL;
+        if (o->op == DLC__OUT_IMAGE && va && va->rec.n && gr->aug_on)
+            rc = image_view_ops(l, w, o, &px, vp, va, sv->index, out);
+        else if (o->op == DLC__OUT_IMAGE)
             rc = image_view(l, w, o, &px, vp, out);
         else if (gr->augment == DLC_AUGMENT_RANDOM_RESIZED_CROP)
             dlc__resize_nearest(px.img.data, px.img.stride, o->out_c, vp->box.left, vp->box.top,
                                 vp->box.w, vp->box.h, vp->flip, out, o->out_w, o->out_h);
         else
             dlc__crop_convert(px.img.data, px.img.stride, vp->box, vp->flip, &o->cv, out);
+        /* RandomErasing on the converted view (host batches only: see dlc__aug_plan_outputs). */
+        if (rc == DLC_OK && o->op == DLC__OUT_IMAGE && va && gr->erase_p > 0)
+            dlc__aug_erase(gr, o, va, out);
     }
     return rc;
 }
@@ -278,6 +334,10 @@ static dlc_status build_output(const dlc_loader *l, dlc__worker *w, dlc__slot *s
     assert(j < s->count);
     uint8_t *dst = so->data + (size_t)j * o->sample_cap;
     int64_t *len = so->lengths ? &so->lengths[j] : NULL;
+    if (o->op == DLC__OUT_PARAMS) { /* No field of the store: what the views drew. */
+        dlc__aug_params_write(l, w, o, dst);
+        return DLC_OK;
+    }
     const dlc_value *v = &sv->v[o->field];
     switch (o->op) {
     case DLC__OUT_IMAGE:

@@ -78,6 +78,28 @@
  * (dlc_loader_next()), says why once through config.log, and dlc_loader_device() answers the
  * same question; a device ordinal beyond the GPUs present is DLC_EINVAL at open.
  *
+ * Drawn parameters. With config.return_params, a batch carries after the fields, for each view
+ * group G (the suffix `_G`; none for the default group, whose outputs have no view dimension), what
+ * each of its K views drew, as ::dlc_batch_field outputs with field DLC_NO_FIELD, kind
+ * DLC_FIELD_NDARRAY and layout DLC_LAYOUT_NONE (copied as they are on the device path):
+ *   - `params_box_G`: int32 [N, K, 4]: top, left, height, width of the crop, in pixels of the
+ *     record's first image as stored;
+ *   - `params_flip_G`: uint8 [N, K]: 1 when the view was mirrored;
+ *   - `params_ops_G`: int32 [N, K, DLC_AUGMENT_MAX_OPS, 2]: the ops applied to the uint8 view,
+ *     in order: the ::dlc_op value (ops.h), -1 after the last, and flags (1: the op of the
+ *     affine family turns about the center given in its arguments 6 and 7, else about the
+ *     image's center);
+ *   - `params_args_G`: float32 [N, K, DLC_AUGMENT_MAX_OPS, 8]: the arguments of each op (unused
+ *     ones 0): the factor of the adjust ops; bits; threshold; kernel width, height, sigma x, y of
+ *     gaussian_blur; the angle of rotate; angle, translate x, y, scale, shear x, y, center x, y
+ *     of affine and of the policies' shear and translate ops; the fill is the spec's;
+ *   - `params_magnitude_G`: float32 [N, K, DLC_AUGMENT_MAX_OPS]: the signed magnitude a policy
+ *     drew for each of its ops, in torchvision's units (0 for the other ops);
+ *   - `params_erase_G`: int32 [N, K, 4]: top, left, height, width of the box RandomErasing wrote,
+ *     in the output's pixels; all 0 when it did not erase.
+ * Applying a view's ops one at a time with dlc_op_apply() to its cropped and flipped uint8 view,
+ * then converting (and erasing), gives the loader's bytes (a test checks it).
+ *
  * Errors: DLC_OK, DLC_END (not an error: the epoch is over), DLC_EINVAL (bad
  * config, with the field named in dlc_errmsg()), DLC_ECORRUPT (a record that
  * fails its checksum or header check, with on_corrupt = DLC_CORRUPT_FAIL; the
@@ -171,6 +193,90 @@ typedef struct dlc_view_spec {
     float rrc_ratio[2]; /**< RandomResizedCrop aspect range. */
     float flip_prob;    /**< Horizontal flip probability. */
 } dlc_view_spec;
+
+/** Automatic augmentation policies (::dlc_augment_spec.auto_augment): torchvision 0.14's op
+ *  sets, magnitude tables and signed magnitudes, applied to the uint8 view after its crop and
+ *  flip (include/dlcache/ops.h names the ops). */
+typedef enum dlc_auto_augment {
+    DLC_AUTO_AUGMENT_NONE = 0,         /**< No policy (the default). */
+    DLC_AUTO_AUGMENT_TRIVIAL_WIDE = 1, /**< TrivialAugmentWide(num_magnitude_bins): one op and one
+                                            magnitude bin, both uniform, per view. */
+    DLC_AUTO_AUGMENT_RAND = 2,         /**< RandAugment(num_ops, magnitude, num_magnitude_bins),
+                                            with timm's magnitude noise magnitude_std. */
+    DLC_AUTO_AUGMENT_IMAGENET = 3,     /**< AutoAugment(AutoAugmentPolicy.IMAGENET). */
+} dlc_auto_augment;
+
+/** What RandomErasing writes into the erased box (::dlc_augment_spec.erase_value). */
+typedef enum dlc_erase_value {
+    DLC_ERASE_ZERO = 0,     /**< 0 on the normalized output (torchvision's value=0, the default). */
+    DLC_ERASE_NOISE = 1,    /**< A standard normal value per element (torchvision's
+                                 value="random"), drawn from the sample's own random stream. */
+    DLC_ERASE_CONSTANT = 2, /**< erase_constant[c] in channel c, on the normalized scale. */
+} dlc_erase_value;
+
+/** The most ops drawn for one view: the policy's (RandAugment's num_ops at most 8), then color
+ *  jitter's four, grayscale, blur and solarize. Rows of the params_ops output. */
+#define DLC_AUGMENT_MAX_OPS 16u
+
+/**
+ * Per-sample augmentation of one view group, beyond its crop and flip (dlc_loader_config.
+ * augment_specs). Each view of the group draws its own parameters, after its crop and flip, from
+ * the same deterministic stream (a pure function of seed, epoch, rank, world size, position and
+ * view; never of the threads or prefetch), so a loader without any of these options gives the
+ * bytes it always gave.
+ *
+ * Order of application, on the uint8 view after crop and flip and before the conversion to
+ * config.dtype (so the device path gets them unchanged, converting after): the policy
+ * (auto_augment), then color jitter (its parts in a random order per view, as torchvision's
+ * ColorJitter), grayscale, Gaussian blur, solarize. RandomErasing comes last, after the
+ * conversion, on the normalized output (host batches only: the device path converts on the
+ * device, so erasing there is refused at open). The ops change image outputs only: masks and
+ * boxes follow the crop and flip alone, so a policy (whose ops move pixels) is refused with
+ * them.
+ *
+ * Arrays of it: every entry has the struct_size that dlc_augment_spec_init() gave the first,
+ * and the library steps through the array by it (a struct_size it does not know is DLC_EINVAL).
+ */
+typedef struct dlc_augment_spec {
+    uint32_t struct_size;     /**< Set by dlc_augment_spec_init() (status.h, "How structs grow"). */
+    float jitter_prob;        /**< Probability that color jitter applies to a view (default 1;
+                                   torchvision's RandomApply([ColorJitter(...)], p)). */
+    float brightness[2];      /**< Brightness factor range (default 1, 1: off). torchvision's
+                                   ColorJitter(brightness=b) is (max(0, 1 - b), 1 + b). */
+    float contrast[2];        /**< Contrast factor range (default 1, 1: off). */
+    float saturation[2];      /**< Saturation factor range (default 1, 1: off). */
+    float hue[2];             /**< Hue shift range within [-0.5, 0.5] (default 0, 0: off). */
+    float grayscale_prob;     /**< RandomGrayscale's p (default 0); 3 equal channels out. */
+    float blur_prob;          /**< Probability of a Gaussian blur (default 0: off). */
+    float blur_sigma[2];      /**< Its sigma range, drawn uniformly (default 0.1, 2). */
+    uint32_t blur_kernel[2];  /**< Its kernel width and height, odd (no default: required with
+                                   blur_prob > 0). */
+    float solarize_prob;      /**< Probability of solarize (default 0: off). */
+    float solarize_threshold; /**< Pixels >= threshold are inverted (0..255; default 128). */
+    uint32_t auto_augment;    /**< A ::dlc_auto_augment (default DLC_AUTO_AUGMENT_NONE). */
+    uint32_t num_ops;         /**< RandAugment: ops per view, 1..8 (default 2). */
+    float magnitude;          /**< RandAugment: the magnitude bin (default 9), below
+                                   num_magnitude_bins. */
+    uint32_t num_magnitude_bins; /**< RandAugment, TrivialAugmentWide: 2..1024 (default 31). */
+    float magnitude_std;         /**< RandAugment: timm's mstd, the standard deviation of the
+                                      normal noise added to the magnitude per op (default 0). */
+    uint32_t fill[3];            /**< Per channel, 0..255: the value of the pixels a policy's
+                                      geometric op uncovers (default 0). */
+    float erase_prob;            /**< RandomErasing's p (default 0: off). */
+    float erase_scale[2];        /**< Its area fraction range (default 0.02, 0.33). */
+    float erase_ratio[2];        /**< Its aspect (height / width) range (default 0.3, 3.3). */
+    uint32_t erase_value;        /**< A ::dlc_erase_value (default DLC_ERASE_ZERO). */
+    float erase_constant[4];     /**< DLC_ERASE_CONSTANT: per channel, normalized (default 0). */
+} dlc_augment_spec;
+
+/** @brief Fill @p s with the defaults (nothing on: the crop and flip alone), never writing past
+ *         @p size; called through the macro dlc_augment_spec_init().
+ *  @param[out] s The spec (NULL, or smaller than a uint32_t: nothing is written).
+ *  @param[in] size sizeof(dlc_augment_spec) in the caller's header; struct_size is set to it. */
+DLC_API void dlc_augment_spec_init_sized(dlc_augment_spec *s, size_t size);
+
+/** Fill @p s (a ::dlc_augment_spec *) with the defaults, at the caller's size. */
+#define dlc_augment_spec_init(s) dlc_augment_spec_init_sized((s), sizeof *(s))
 
 /** When record checksums are checked. */
 typedef enum dlc_verify_mode {
@@ -277,6 +383,14 @@ typedef struct dlc_loader_config {
                                       at most threads, or (0) the cores divided by
                                       $LOCAL_WORLD_SIZE. 0 (default): threads workers
                                       throughout. The output bytes never depend on it. */
+    const dlc_augment_spec *augment_specs; /**< Per-sample ops of each view group (one per entry
+                                                of views, or one without views); NULL (default):
+                                                crop and flip alone. Copied at open. */
+    uint32_t num_augment_specs;            /**< Entries in augment_specs: 0, or num_views (1
+                                                without views). */
+    uint32_t return_params;                /**< 1: every batch also carries what each view drew
+                                                (outputs params_*, see "Drawn parameters");
+                                                0 (default): not. */
 } dlc_loader_config;
 
 /** One output of a batch: a field of the store (or one view group of an image field), for every

@@ -42,7 +42,9 @@
  *    ::dlc_field_option, ::dlc_view_spec) carry no size of their own: the
  *    struct_size of the options that point to them says which header the
  *    caller had, so when one of them grows, the options that hold it grow in
- *    the same version.
+ *    the same version. ::dlc_augment_spec, passed in an array too, opens with
+ *    its own struct_size (the same in every entry), and the library steps
+ *    through the array by it, so it grows on its own.
  * 2. Results the caller allocates and the library fills (size-carried, out):
  *    ::dlc_loader_stream_stats, ::dlc_loader_plan_info and every such result
  *    added later open with `uint32_t struct_size`, which the caller sets to

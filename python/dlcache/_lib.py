@@ -335,6 +335,35 @@ class ViewSpec(ctypes.Structure):
     ]
 
 
+class AugmentSpec(ctypes.Structure):
+    """dlc_augment_spec: the per-sample ops of one view group (issue 33)."""
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("jitter_prob", ctypes.c_float),
+        ("brightness", ctypes.c_float * 2),
+        ("contrast", ctypes.c_float * 2),
+        ("saturation", ctypes.c_float * 2),
+        ("hue", ctypes.c_float * 2),
+        ("grayscale_prob", ctypes.c_float),
+        ("blur_prob", ctypes.c_float),
+        ("blur_sigma", ctypes.c_float * 2),
+        ("blur_kernel", ctypes.c_uint32 * 2),
+        ("solarize_prob", ctypes.c_float),
+        ("solarize_threshold", ctypes.c_float),
+        ("auto_augment", ctypes.c_uint32),
+        ("num_ops", ctypes.c_uint32),
+        ("magnitude", ctypes.c_float),
+        ("num_magnitude_bins", ctypes.c_uint32),
+        ("magnitude_std", ctypes.c_float),
+        ("fill", ctypes.c_uint32 * 3),
+        ("erase_prob", ctypes.c_float),
+        ("erase_scale", ctypes.c_float * 2),
+        ("erase_ratio", ctypes.c_float * 2),
+        ("erase_value", ctypes.c_uint32),
+        ("erase_constant", ctypes.c_float * 4),
+    ]
+
+
 class LoaderConfig(ctypes.Structure):
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -387,6 +416,10 @@ class LoaderConfig(ctypes.Structure):
         ("trace", ctypes.c_char_p),
         ("trace_batches", ctypes.c_uint32),
         ("auto_threads", ctypes.c_uint32),
+        # Per-sample ops of each view group, and the drawn parameters (issue 33).
+        ("augment_specs", ctypes.POINTER(AugmentSpec)),
+        ("num_augment_specs", ctypes.c_uint32),
+        ("return_params", ctypes.c_uint32),
     ]
 
 
@@ -609,6 +642,9 @@ ENCODING_RAW, ENCODING_JPEG, ENCODING_PNG = 0, 1, 2
 STORE_RANDOM, STORE_SEQUENTIAL = 0, 1
 SAMPLER_SEQUENTIAL, SAMPLER_SHUFFLE, SAMPLER_SHARD_WINDOWS = 0, 1, 4
 AUGMENT_CENTER_CROP, AUGMENT_RANDOM_CROP, AUGMENT_RANDOM_RESIZED_CROP = 0, 1, 2
+AUTO_AUGMENT_NONE, AUTO_AUGMENT_TRIVIAL_WIDE, AUTO_AUGMENT_RAND, AUTO_AUGMENT_IMAGENET = 0, 1, 2, 3
+ERASE_ZERO, ERASE_NOISE, ERASE_CONSTANT = 0, 1, 2
+AUGMENT_MAX_OPS = 16  # DLC_AUGMENT_MAX_OPS
 DTYPE_UINT8, DTYPE_FLOAT32, DTYPE_FLOAT16 = 0, 1, 2
 DTYPE_INT8, DTYPE_UINT16, DTYPE_INT16, DTYPE_INT32, DTYPE_INT64, DTYPE_FLOAT64 = 3, 4, 5, 6, 7, 8
 # numpy's names of the dlc_dtype values (dlc_dtype_name()).
@@ -707,6 +743,7 @@ _PROTOTYPES = {
                                                ctypes.c_size_t]),
     # loader.h
     "dlc_loader_config_init_sized": (None, [ctypes.POINTER(LoaderConfig), ctypes.c_size_t]),
+    "dlc_augment_spec_init_sized": (None, [ctypes.POINTER(AugmentSpec), ctypes.c_size_t]),
     "dlc_loader_open": (c_status, [ctypes.c_char_p, ctypes.POINTER(LoaderConfig),
                                    ctypes.POINTER(_P)]),
     "dlc_loader_next": (c_status, [_P, ctypes.POINTER(Batch)]),

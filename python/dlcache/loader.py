@@ -17,6 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import torch
 
+from . import _augment
 from . import _device
 from . import _report
 from . import _stream
@@ -398,6 +399,34 @@ class Loader:
         views: view groups, a list of dicts (name, count, crop, augment,
             scale, ratio, flip): ``count`` differently augmented crops of
             every image, output ``IMAGE_NAME`` of shape [N, count, ...].
+        color_jitter, grayscale, blur, solarize, auto_augment,
+            auto_augment_options, random_erasing: per-sample ops (issue 33),
+            drawn per view after its crop and flip as a pure function of
+            (seed, epoch, rank, world size, position, view), applied to the
+            uint8 view before the conversion (so also on a CUDA device), in
+            this order: the policy, color jitter, grayscale, blur, solarize;
+            then RandomErasing on the normalized output (host batches only).
+            ``color_jitter=(b, c, s, h)`` as torchvision's ColorJitter (a
+            number x is (1 - x, 1 + x), hue (-x, x); a pair is a range), or
+            a dict with those names and ``p`` (RandomApply); ``grayscale=p``;
+            ``blur=dict(p=1.0, sigma=(0.1, 2.0), kernel_size=k)``;
+            ``solarize=p`` or ``dict(p=0.5, threshold=128)``;
+            ``auto_augment="trivial_augment_wide" | "rand_augment" |
+            "auto_augment_imagenet"`` with ``auto_augment_options={"num_ops":
+            2, "magnitude": 9, "num_magnitude_bins": 31, "mstd": 0.5,
+            "fill": 0}`` (mstd: timm's magnitude noise); ``random_erasing=p``
+            or ``dict(p=0.5, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0 |
+            "random" | v | (v1, v2, v3))``. The same keys in a ``views``
+            entry replace the Loader's for that group (None turns one off).
+        return_params: each batch (a dict) also holds what each view drew:
+            ``params_box`` (int32 [N, 4] top, left, height, width of the crop
+            in the stored image), ``params_flip`` (uint8 [N]),
+            ``params_ops`` (int32 [N, 16, 2]: op id, -1 after the last, and
+            flags), ``params_args`` (float32 [N, 16, 8]), ``params_magnitude``
+            (float32 [N, 16]) and ``params_erase`` (int32 [N, 4], zeros when
+            not erased); ``_NAME`` after each and a view dimension for view
+            groups. ``Loader.params_ops(batch, i)`` turns a sample's ops
+            into ``(name, kwargs)`` for ``dlcache.ops.apply``.
         as_dict: yield dicts of tensors keyed by output name. None (default):
             dicts unless the batch holds exactly one image and the label
             (then ``(images, labels)`` as before); False insists on the pair.
@@ -515,6 +544,14 @@ class Loader:
                  label_offsets: "Optional[Sequence[int]]" = None,
                  return_source: bool = False,
                  timeout: "Optional[float]" = None, retries: "Optional[int]" = None,
+                 color_jitter: "Union[None, Sequence[Any], Dict[str, Any]]" = None,
+                 grayscale: "Optional[float]" = None,
+                 blur: "Optional[Dict[str, Any]]" = None,
+                 solarize: "Union[None, float, Dict[str, Any]]" = None,
+                 auto_augment: "Optional[str]" = None,
+                 auto_augment_options: "Optional[Dict[str, Any]]" = None,
+                 random_erasing: "Union[None, float, Dict[str, Any]]" = None,
+                 return_params: bool = False,
                  transform: "Optional[Callable[[Any], Any]]" = None,
                  preset: "Optional[str]" = None,
                  seq_len: "Optional[int]" = None, packing: str = "concat",
@@ -705,7 +742,18 @@ class Loader:
             arr = self._views(views, cfg)
             keep.append(arr)
             cfg.views, cfg.num_views = arr, len(arr)
-        pair = self._is_pair(selected, schema, views)
+        aug = _augment.specs(
+            {"color_jitter": color_jitter, "grayscale": grayscale, "blur": blur,
+             "solarize": solarize, "auto_augment": auto_augment,
+             "auto_augment_options": auto_augment_options, "random_erasing": random_erasing},
+            views, self._device is not None, cfg.dtype != L.DTYPE_UINT8)
+        if aug is not None:
+            keep.append(aug)
+            cfg.augment_specs, cfg.num_augment_specs = aug, len(aug)
+        if not isinstance(return_params, bool):
+            raise ValueError("return_params must be True or False, got %r" % (return_params,))
+        cfg.return_params = 1 if return_params else 0
+        pair = self._is_pair(selected, schema, views) and not return_params
         if as_dict is None:
             as_dict = not pair
         elif not as_dict and not pair:
@@ -968,7 +1016,7 @@ class Loader:
         if isinstance(views, dict) or not views:
             raise ValueError("views must be a non-empty list of dicts, got %r" % (views,))
         arr = (L.ViewSpec * len(views))()
-        keys = {"name", "count", "crop", "augment", "scale", "ratio", "flip"}
+        keys = {"name", "count", "crop", "augment", "scale", "ratio", "flip"} | set(_augment.KEYS)
         for i, v in enumerate(views):
             if not isinstance(v, dict) or "name" not in v:
                 raise ValueError("views[%d] must be a dict with a 'name', got %r" % (i, v))
@@ -1013,6 +1061,19 @@ class Loader:
                                  % (i, flip))
             sp.flip_prob = flip
         return arr
+
+    @staticmethod
+    def params_ops(batch: "Dict[str, Any]", index: int, view: "Optional[int]" = None,
+                   group: str = "", fill: "Union[int, Sequence[int]]" = 0, channels: int = 3
+                   ) -> "List[Tuple[str, Dict[str, Any]]]":
+        """The uint8 ops sample ``index`` of a batch made with return_params=True went through
+        (view ``view`` of view group ``group``), in order, as ``(name, kwargs)`` for
+        ``dlcache.ops.apply``: applied one at a time to the sample's crop and flip (its
+        ``params_box`` and ``params_flip``), then normalized, they give the loader's bytes.
+        ``fill``: the policy's fill (auto_augment_options["fill"]), which the batch does not
+        repeat; ``channels``: the image's, 1 or 3."""
+        fills = tuple(fill) if isinstance(fill, (list, tuple)) else (fill,) * 3
+        return _augment.ops_of(batch, index, view, group, fills, channels)
 
     # ------------------------------------------------------------ properties
     @property

@@ -117,6 +117,31 @@ int main(void)
                 }
         }
 
+    /* The per-sample ops (policy, color jitter, blur) and RandomErasing drawn and applied in the
+     * workers' own buffers: the same bytes with any threads and prefetch. */
+    dlc_augment_spec aug;
+    dlc_augment_spec_init(&aug);
+    aug.auto_augment = DLC_AUTO_AUGMENT_TRIVIAL_WIDE;
+    aug.brightness[0] = 0.6f, aug.brightness[1] = 1.4f;
+    aug.hue[0] = -0.1f, aug.hue[1] = 0.1f;
+    aug.blur_prob = 0.5f;
+    aug.blur_kernel[0] = aug.blur_kernel[1] = 3;
+    aug.erase_prob = 0.5f;
+    aug.erase_value = DLC_ERASE_NOISE;
+    c.augment_specs = &aug;
+    c.num_augment_specs = 1;
+    c.return_params = 1;
+    c.augment = DLC_AUGMENT_RANDOM_RESIZED_CROP;
+    c.dtype = DLC_DTYPE_FLOAT16;
+    c.io = DLC_IO_MMAP;
+    c.threads = 1, c.prefetch = 1;
+    const uint64_t aug_ref = run(c);
+    c.threads = 8, c.prefetch = 8;
+    TU_REQUIRE(run(c) == aug_ref);
+    c.augment_specs = NULL;
+    c.num_augment_specs = 0;
+    c.return_params = 0;
+
     /* Save and restore while workers run ahead. */
     c.threads = 6, c.prefetch = 4, c.io = DLC_IO_MMAP;
     dlc_loader *l;
