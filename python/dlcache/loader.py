@@ -400,7 +400,7 @@ class Loader:
             scale, ratio, flip): ``count`` differently augmented crops of
             every image, output ``IMAGE_NAME`` of shape [N, count, ...].
         color_jitter, grayscale, blur, solarize, auto_augment,
-            auto_augment_options, random_erasing: per-sample ops (issue 33),
+            auto_augment_options, random_erasing: per-sample ops,
             drawn per view after its crop and flip as a pure function of
             (seed, epoch, rank, world size, position, view), applied to the
             uint8 view before the conversion (so also on a CUDA device), in
