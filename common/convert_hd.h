@@ -36,6 +36,7 @@
 #define DLC__HD_UINT8 0u
 #define DLC__HD_FLOAT32 1u
 #define DLC__HD_FLOAT16 2u
+#define DLC__HD_BFLOAT16 9u
 #define DLC__HD_NHWC 0u
 #define DLC__HD_NCHW 1u
 
@@ -83,6 +84,28 @@ DLC_HD uint16_t dlc__hd_f32_to_f16(float f)
     return (uint16_t)(sign | h);
 }
 
+/* bfloat16 bits of @p f, rounded to nearest even (what torch's .to(torch.bfloat16) does: the
+ * upper half of the binary32 after adding 0x7fff plus the lowest kept bit); NaN stays a quiet
+ * NaN. A value that rounds past the largest bfloat16 becomes an infinity, as in torch. */
+DLC_HD uint16_t dlc__hd_f32_to_bf16(float f)
+{
+    union {
+        float f;
+        uint32_t u;
+    } bits;
+    bits.f = f;
+    const uint32_t x = bits.u;
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((x >> 16) | 0x40u);
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+/* The 16-bit output of @p v for @p dtype (DLC__HD_FLOAT16 or DLC__HD_BFLOAT16). */
+DLC_HD uint16_t dlc__hd_f32_to_16(float v, uint32_t dtype)
+{
+    return dtype == DLC__HD_BFLOAT16 ? dlc__hd_f32_to_bf16(v) : dlc__hd_f32_to_f16(v);
+}
+
 /* One image conversion on the device: @p n images of h x w x c uint8 (NHWC, as the workers wrote
  * them into the slot and the copy moved them) into @p dst as @p dtype in @p layout. */
 typedef struct dlc__hd_conv {
@@ -90,7 +113,7 @@ typedef struct dlc__hd_conv {
     void *dst;          /* n * h * w * c elements of dtype. */
     uint64_t n;         /* Images (samples x views). */
     uint32_t h, w, c;   /* c in 1..4. */
-    uint32_t dtype;     /* DLC__HD_UINT8, FLOAT32 or FLOAT16. */
+    uint32_t dtype;     /* DLC__HD_UINT8, FLOAT32, FLOAT16 or BFLOAT16. */
     uint32_t layout;    /* DLC__HD_NHWC or DLC__HD_NCHW, of dst. */
     float mean[4], std[4];
 } dlc__hd_conv;
@@ -120,7 +143,7 @@ DLC_HD void dlc__hd_convert_at(const dlc__hd_conv *cv, uint64_t i)
     if (cv->dtype == DLC__HD_FLOAT32)
         ((float *)cv->dst)[i] = v;
     else
-        ((uint16_t *)cv->dst)[i] = dlc__hd_f32_to_f16(v);
+        ((uint16_t *)cv->dst)[i] = dlc__hd_f32_to_16(v, cv->dtype);
 }
 
 /* Elements of dst. */

@@ -74,7 +74,9 @@ static dlc_status check_config(const dlc_loader_config *c, const char *path)
             "%s: config.sampler = %u is not a dlc_sampler", path, c->sampler);
     FAIL_IF(c->augment > DLC_AUGMENT_RANDOM_RESIZED_CROP, DLC_EINVAL,
             "%s: config.augment = %u is not a dlc_augment", path, c->augment);
-    FAIL_IF(c->dtype > DLC_DTYPE_FLOAT16, DLC_EINVAL, "%s: config.dtype = %u is not a dlc_dtype",
+    FAIL_IF(c->dtype > DLC_DTYPE_FLOAT16 && c->dtype != DLC_DTYPE_BFLOAT16, DLC_EINVAL,
+            "%s: config.dtype = %u is not an image output type (uint8, float32, float16, "
+            "bfloat16)",
             path, c->dtype);
     FAIL_IF(c->verify > DLC_VERIFY_ALWAYS, DLC_EINVAL,
             "%s: config.verify = %u is not a dlc_verify_mode", path, c->verify);

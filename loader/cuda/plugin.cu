@@ -255,6 +255,14 @@ template <> __device__ __forceinline__ uint16_t out_value<uint16_t>(float v)
 {
     return dlc__hd_f32_to_f16(v);
 }
+/* bfloat16 bits, as a type of its own so that the kernels are instantiated for it. */
+struct bf16_bits {
+    uint16_t bits;
+};
+template <> __device__ __forceinline__ bf16_bits out_value<bf16_bits>(float v)
+{
+    return bf16_bits{dlc__hd_f32_to_bf16(v)};
+}
 
 /* The conversion of dlc__hd_convert_at(), one thread per pixel with its C channels: blockIdx.y
  * walks the images, blockIdx.x the pixels of each, so no thread divides. The values come from a
@@ -334,7 +342,8 @@ template <typename T> cudaError_t launch_c(const dlc__hd_conv &cv, cudaStream_t 
 
 int op_convert(void *ctx, const dlc__hd_conv *cv, void *s)
 {
-    if (cv->c < 1 || cv->c > 4 || cv->layout > DLC__HD_NCHW || cv->dtype > DLC__HD_FLOAT16)
+    if (cv->c < 1 || cv->c > 4 || cv->layout > DLC__HD_NCHW ||
+        (cv->dtype > DLC__HD_FLOAT16 && cv->dtype != DLC__HD_BFLOAT16))
         return cudaErrorInvalidValue;
     const uint64_t elements = dlc__hd_conv_elements(cv);
     if (elements == 0)
@@ -347,6 +356,8 @@ int op_convert(void *ctx, const dlc__hd_conv *cv, void *s)
         return launch_c<uint8_t>(*cv, st);
     if (cv->dtype == DLC__HD_FLOAT32)
         return launch_c<float>(*cv, st);
+    if (cv->dtype == DLC__HD_BFLOAT16)
+        return launch_c<bf16_bits>(*cv, st);
     return launch_c<uint16_t>(*cv, st);
 }
 

@@ -47,6 +47,10 @@ _ITEMSIZE = {L.DTYPE_UINT8: 1, L.DTYPE_FLOAT32: 4, L.DTYPE_FLOAT16: 2, L.DTYPE_I
              L.DTYPE_FLOAT64: 8}
 _OUT_DTYPE = {L.DTYPE_UINT8: torch.uint8, L.DTYPE_FLOAT32: torch.float32,
               L.DTYPE_FLOAT16: torch.float16}
+# bfloat16 images: converted on the device like float16 (round to nearest even from float32).
+_RAW_DTYPE[L.DTYPE_BFLOAT16] = torch.bfloat16
+_ITEMSIZE[L.DTYPE_BFLOAT16] = 2
+_OUT_DTYPE[L.DTYPE_BFLOAT16] = torch.bfloat16
 
 
 def parse_device(device):
@@ -300,7 +304,8 @@ class PluginFeed(_Feed):
             done = []
             for name, code, layout, t, lengths, offsets in outs:
                 t = _finish_raw(t, code)
-                if layout == L.LAYOUT_NHWC and code in (L.DTYPE_FLOAT32, L.DTYPE_FLOAT16):
+                if layout == L.LAYOUT_NHWC and code in (L.DTYPE_FLOAT32, L.DTYPE_FLOAT16,
+                                                         L.DTYPE_BFLOAT16):
                     # channels_last: the logical [N, C, H, W] ([N, K, C, H, W]) over NHWC memory.
                     t = t.permute(_perm(t.dim()))
                 done.append((name, t, lengths, offsets))

@@ -43,6 +43,10 @@ _ITEMSIZE = {L.DTYPE_UINT8: 1, L.DTYPE_FLOAT32: 4, L.DTYPE_FLOAT16: 2, L.DTYPE_I
              L.DTYPE_FLOAT64: 8}
 _AUGMENTS = {"center_crop": L.AUGMENT_CENTER_CROP, "random_crop": L.AUGMENT_RANDOM_CROP,
              "random_resized_crop": L.AUGMENT_RANDOM_RESIZED_CROP}
+# bfloat16 (torch.bfloat16 tensors; numpy has none, so there is no numpy view of such a batch).
+_DTYPES.update({"bfloat16": L.DTYPE_BFLOAT16, torch.bfloat16: L.DTYPE_BFLOAT16})
+_TORCH_DTYPE[L.DTYPE_BFLOAT16] = torch.bfloat16
+_ITEMSIZE[L.DTYPE_BFLOAT16] = 2
 _VARIABLE = {"pad": L.VARIABLE_PAD, "offsets": L.VARIABLE_OFFSETS, "pad_to": L.VARIABLE_PAD_TO}
 _VERIFY = {"off": L.VERIFY_OFF, "first": L.VERIFY_FIRST, "always": L.VERIFY_ALWAYS,
            False: L.VERIFY_OFF, True: L.VERIFY_FIRST}
@@ -583,10 +587,11 @@ class Loader:
         if isinstance(dtype, str):
             key = dtype.lower()
         if key not in _DTYPES:
-            raise ValueError("dtype must be 'uint8', 'float32' or 'float16', got %r" % (dtype,))
+            raise ValueError("dtype must be 'uint8', 'float32', 'float16' or 'bfloat16', got %r"
+                             % (dtype,))
         cfg.dtype = _DTYPES[key]
         if cfg.dtype == L.DTYPE_UINT8 and (mean is not None or std is not None):
-            raise ValueError("mean and std apply to dtype 'float32' or 'float16' only, "
+            raise ValueError("mean and std apply to the float dtypes only, "
                              "not to 'uint8' (pixels are delivered as stored)")
         if channels_last and cfg.dtype != L.DTYPE_UINT8 and self._device is None:
             raise ValueError("memory_format=torch.channels_last needs a CUDA device: host float "

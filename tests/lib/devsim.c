@@ -1020,7 +1020,9 @@ static int sim_convert(void *ctx, const dlc__hd_conv *cv, void *sp)
     devsim *s = ctx;
     pthread_mutex_lock(&s->mu);
     int rc;
-    if (!cv || cv->c < 1 || cv->c > 4 || cv->dtype > DLC__HD_FLOAT16 || cv->layout > DLC__HD_NCHW) {
+    if (!cv || cv->c < 1 || cv->c > 4 ||
+        (cv->dtype > DLC__HD_FLOAT16 && cv->dtype != DLC__HD_BFLOAT16) ||
+        cv->layout > DLC__HD_NCHW) {
         s->st.calls[DEVSIM_OP_CONVERT]++;
         rc = ret(s, DEVSIM_EINVAL);
     } else {
