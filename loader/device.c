@@ -1001,6 +1001,11 @@ uint32_t dlc_loader_host_slots(const dlc_loader *l, void **bases, size_t *sizes,
     return l->nslots;
 }
 
+uint32_t dlc__dev_dtype(const dlc_loader *l)
+{
+    return l->dev ? l->dev->dtype : l->cfg.dtype;
+}
+
 void dlc__dev_stats(const dlc_loader *l, dlc_loader_stats *st)
 {
     dlc__devpath *d = l->dev;

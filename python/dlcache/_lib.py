@@ -365,6 +365,25 @@ class LoaderConfig(ctypes.Structure):
         ("trace", ctypes.c_char_p),
         ("trace_batches", ctypes.c_uint32),
         ("auto_threads", ctypes.c_uint32),
+        # MixUp / CutMix, soft targets, progressive resizing (issue 33).
+        ("mixup_alpha", ctypes.c_float),
+        ("cutmix_alpha", ctypes.c_float),
+        ("mix_prob", ctypes.c_float),
+        ("switch_prob", ctypes.c_float),
+        ("label_smoothing", ctypes.c_float),
+        ("num_classes", ctypes.c_uint32),
+        ("max_crop_h", ctypes.c_uint32),
+        ("max_crop_w", ctypes.c_uint32),
+    ]
+
+
+class MixupParams(ctypes.Structure):
+    """dlc_mixup_params: how a batch was mixed."""
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("mode", ctypes.c_uint32),
+        ("lam", ctypes.c_double),
+        ("box", ctypes.c_uint32 * 4),
     ]
 
 
@@ -690,6 +709,9 @@ _PROTOTYPES = {
     "dlc_loader_batches_per_epoch": (ctypes.c_uint64, [_P]),
     "dlc_loader_store_count": (ctypes.c_uint64, [_P]),
     "dlc_loader_set_epoch": (c_status, [_P, ctypes.c_uint64]),
+    "dlc_loader_mixup_params": (c_status, [_P, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint32,
+                                           ctypes.c_uint32, ctypes.POINTER(MixupParams)]),
+    "dlc_loader_set_resolution": (c_status, [_P, ctypes.c_uint32, ctypes.c_uint32]),
     "dlc_loader_state_save": (c_status, [_P, ctypes.c_char_p]),
     "dlc_loader_state_restore": (c_status, [_P, ctypes.c_char_p, ctypes.c_size_t]),
     "dlc_loader_get_stats": (None, [_P, ctypes.POINTER(LoaderStats)]),

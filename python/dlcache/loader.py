@@ -17,6 +17,7 @@ import torch
 from . import _device
 from . import _report
 from . import _stream
+from . import _batchaug
 from . import _lib as L
 from ._lib import lib
 from .errors import check, error_for, redact
@@ -483,7 +484,12 @@ class Loader:
                  samples_per_epoch: "Optional[int]" = None,
                  label_offsets: "Optional[Sequence[int]]" = None,
                  return_source: bool = False,
-                 timeout: "Optional[float]" = None, retries: "Optional[int]" = None) -> None:
+                 timeout: "Optional[float]" = None, retries: "Optional[int]" = None,
+                 mixup: float = 0.0, cutmix: float = 0.0, mix_prob: float = 1.0,
+                 switch_prob: float = 0.5, label_smoothing: float = 0.0,
+                 num_classes: "Optional[int]" = None,
+                 resolution: "Union[None, int, Tuple[int, int], Sequence[Any], Any]" = None,
+                 max_resolution: "Union[None, int, Tuple[int, int]]" = None) -> None:
         self._handle = None
         self._feed = None
         # Held while a next() is in C or lends a batch (_take()): close() from another thread
@@ -593,6 +599,14 @@ class Loader:
         if cfg.dtype == L.DTYPE_UINT8 and (mean is not None or std is not None):
             raise ValueError("mean and std apply to the float dtypes only, "
                              "not to 'uint8' (pixels are delivered as stored)")
+        # MixUp / CutMix, soft targets, progressive resizing (_batchaug.py).
+        self._resolution = _batchaug.apply(
+            cfg, mixup=mixup, cutmix=cutmix, mix_prob=mix_prob, switch_prob=switch_prob,
+            label_smoothing=label_smoothing, num_classes=num_classes, resolution=resolution,
+            max_resolution=max_resolution)
+        self._soft = _batchaug.soft(cfg)
+        self._res_now = (cfg.crop_h, cfg.crop_w) if self._resolution is not None else None
+        self._res_next = None
         if channels_last and cfg.dtype != L.DTYPE_UINT8 and self._device is None:
             raise ValueError("memory_format=torch.channels_last needs a CUDA device: host float "
                              "batches are NCHW (use x.contiguous(memory_format=...) yourself)")
@@ -770,6 +784,9 @@ class Loader:
             if os.environ.get(_device.BACKEND_ENV, "").strip().lower() == "plugin":
                 raise RuntimeError("%s=plugin, but the CUDA plugin is off for %s: %s"
                                    % (_device.BACKEND_ENV, dev, why))
+        if cfg.mixup_alpha or cfg.cutmix_alpha:
+            raise RuntimeError("mixup= and cutmix= with device= need the CUDA plugin's device "
+                               "path (libdlcache_cuda.so), which is off: %s" % (why,))
         _device.warn_torch_backend(why, dev, stacklevel=4)
         feed = _device.make_feed("torch", *args)
         cfg.device = -1
@@ -963,6 +980,7 @@ class Loader:
         elif e == self._epoch and self._pos in (_FRESH, _RESUMED):
             return
         self._sync()
+        self._resize_for(ptr, e)
         # Held batches stay lent across the new plan (the C loader keeps them): the loop's
         # variables still name the last one, and it is given back, uncopied, two batches on.
         check(lib.dlc_loader_set_epoch(ptr, e), "dlcache.Loader.set_epoch(%d)" % e)
@@ -1076,6 +1094,8 @@ class Loader:
         images, ref = self._lend(batch.data, batch.dtype, tuple(batch.shape), lease)
         self._held.append((batch, [ref], weakref.ref(lease)))
         labels = _own(batch.labels, L.DTYPE_INT64, (n,))
+        if self._soft:
+            labels = _batchaug.soft_labels(batch, _own)
         if self._mix is not None:
             return self._mix.pair(images, labels, _own(batch.indices, L.DTYPE_INT64, (n,)),
                                   self._return_indices)
@@ -1246,6 +1266,11 @@ class Loader:
         c = self._config
         if self._mix is not None:
             out["mixture"] = self._mix.describe()
+        if self._res_now is not None:
+            # The size is not in the C state: the epoch in progress's, and one set for the next.
+            out["resolution"] = tuple(self._res_now)
+            if self._res_next is not None:
+                out["next_resolution"] = tuple(self._res_next)
         if c.sampler == L.SAMPLER_SHARD_WINDOWS:
             # The order depends on them: a Loader resuming this state needs the same ones (the
             # C state checks it), so they are here to be read back.
@@ -1282,15 +1307,66 @@ class Loader:
                           % (int(saved_bs), int(self.batch_size), int(self.batch_size)),
                           RuntimeWarning, stacklevel=2)
         self._sync()
+        res = state_dict.get("resolution")
+        if res is not None:
+            if self._res_now is None:
+                raise ValueError("state_dict was saved with progressive resizing (resolution "
+                                 "%r): give this Loader resolution= or max_resolution= too"
+                                 % (tuple(res),))
+            # The restore starts a plan: the size set now is the resumed epoch's.
+            _batchaug.set_resolution(self._ptr(), int(res[0]), int(res[1]),
+                                     "dlcache.Loader.load_state_dict")
         restore = (lib.dlc_loader_mix_state_restore if self._mix is not None
                    else lib.dlc_loader_state_restore)
         check(restore(self._ptr(), bytes(raw), len(raw)), "dlcache.Loader.load_state_dict")
+        if res is not None:
+            self._res_now = (int(res[0]), int(res[1]))
+            nxt = state_dict.get("next_resolution")
+            self._res_next = None
+            if nxt is not None:
+                self.set_resolution(int(nxt[0]), int(nxt[1]))
         self._gen += 1  # iterators over the old position must not go on
         self._epoch = int(state_dict["epoch"])
         self._seed = state_dict.get("seed", self._seed)
         self._pending_epoch = None
         self._pos = _DONE if state_dict.get("epoch_finished") else _RESUMED
         self._yielded = None
+
+    # ------------------------------------------------------------ resizing, mixing
+    def set_resolution(self, height: int, width: int) -> None:
+        """Progressive resizing: images of height x width from the next epoch on (a fixed
+        size, replacing a resolution= schedule). The Loader needs room for it: opened with
+        max_resolution= (or a resolution= list whose largest entry holds it)."""
+        h, w = _batchaug._hw((height, width), "set_resolution")
+        if self._res_now is None:
+            raise ValueError("set_resolution() needs the Loader opened with max_resolution= "
+                             "(the largest size: the batch slots are sized for it)")
+        _batchaug.set_resolution(self._ptr(), h, w, "dlcache.Loader.set_resolution")
+        self._resolution = None
+        self._res_next = (h, w)
+
+    def _resize_for(self, ptr, epoch):
+        """Before the plan of @p epoch starts: its size (schedule, or set_resolution())."""
+        if self._res_next is not None:
+            self._res_now, self._res_next = self._res_next, None
+        elif self._resolution is not None:
+            hw = self._resolution.at(epoch)
+            _batchaug.set_resolution(ptr, hw[0], hw[1], "dlcache.Loader(resolution=...)")
+            self._res_now = hw
+
+    @property
+    def resolution(self):
+        """(height, width) of the epoch in progress with progressive resizing, else None."""
+        return self._res_now
+
+    def mixup_params(self, epoch: int, batch_index: int) -> Dict[str, Any]:
+        """How batch @p batch_index of @p epoch (this rank's) is mixed: {"mode": "none",
+        "mixup" or "cutmix", "lam": float, "box": (yl, yh, xl, xh) or None}, a pure function
+        of the seed, epoch, rank, world size and batch index (timm's draw, see _batchaug)."""
+        h, w = self._res_now or (self._config.crop_h, self._config.crop_w)
+        if not h or not w:
+            raise ValueError("mixup_params() needs the output size: open with crop=")
+        return _batchaug.mixup_params(self._ptr(), epoch, batch_index, h, w)
 
     # ------------------------------------------------------------ misc
     @property

@@ -37,3 +37,210 @@ def test_bfloat16_tuple_and_torch_dtype(store):
     with dlcache.Loader(str(store), BS, crop=32, dtype=torch.bfloat16, threads=1) as ld:
         x, y = next(iter(ld))
         assert x.dtype == torch.bfloat16 and x.shape == (BS, 3, 32, 32)
+
+
+def _run(store, epochs=1, n=None, **kw):
+    """Batches (dicts of clones) of the first @p epochs epochs, at most @p n per epoch."""
+    kw.setdefault("threads", 2)
+    kw.setdefault("crop", 48)
+    out = []
+    with dlcache.Loader(str(store), BS, seed=7, random_resized_crop=True, as_dict=True,
+                        **kw) as ld:
+        for e in range(epochs):
+            ld.set_epoch(e)
+            for i, b in enumerate(ld):
+                out.append({k: v.clone() for k, v in b.items()})
+                if n is not None and i + 1 >= n:
+                    break
+        params = [ld.mixup_params(e, i) for e in range(epochs) for i in range(len(ld))]
+    return out, params
+
+
+def _targets(labels, lam, k, smoothing=0.0):
+    """timm's mixup_target() in torch, float32."""
+    off = smoothing / k
+    on = 1.0 - smoothing + off
+    y1 = torch.full((len(labels), k), off, dtype=torch.float32)
+    y1.scatter_(1, labels.view(-1, 1), on)
+    y2 = y1.flip(0)
+    return y1 * lam + y2 * (1.0 - lam)
+
+
+@pytest.mark.parametrize("kw", [dict(mixup=0.8), dict(cutmix=1.0),
+                                dict(mixup=0.8, cutmix=1.0, switch_prob=0.5, mix_prob=0.7)])
+def test_mix_equals_timm_on_the_plain_batch(store, kw):
+    """Images: lam * x + (1 - lam) * x.flip(0) (MixUp) or the partner's box pasted (CutMix),
+    from the unmixed run's batch; targets: timm's mixup_target with label smoothing."""
+    plain, _ = _run(store, dtype="float32")
+    mixed, params = _run(store, dtype="float32", label_smoothing=0.1, **kw)
+    assert len(plain) == len(mixed)
+    modes = set()
+    for i, (a, b) in enumerate(zip(plain, mixed)):
+        p = params[i]
+        modes.add(p["mode"])
+        x = a["image"]
+        lam = p["lam"]
+        if p["mode"] == "mixup":
+            want = x * lam + x.flip(0) * (1.0 - lam)
+        elif p["mode"] == "cutmix":
+            yl, yh, xl, xh = p["box"]
+            assert lam == pytest.approx(1 - (yh - yl) * (xh - xl) / (48 * 48), abs=1e-12)
+            want = x.clone()
+            want[:, :, yl:yh, xl:xh] = x.flip(0)[:, :, yl:yh, xl:xh]
+        else:
+            assert lam == 1.0
+            want = x
+        assert torch.equal(want, b["image"]), (i, p)
+        t = b["label"]
+        assert t.dtype == torch.float32 and t.shape == (len(x), DEMO_CLASSES)
+        assert torch.allclose(t.sum(1), torch.ones(len(x)), atol=1e-6)
+        assert torch.equal(t, _targets(a["label"], lam, DEMO_CLASSES, 0.1))
+    if "mix_prob" not in kw:
+        assert modes - {"none"}
+
+
+@pytest.mark.parametrize("dtype,tdtype", [("float16", torch.float16),
+                                          ("bfloat16", torch.bfloat16)])
+def test_mix_16bit_equals_torch(store, dtype, tdtype):
+    """On float16 / bfloat16 each product (with lam as a float32) and the sum round to the type,
+    as torch's CUDA kernels compute x.mul_(lam).add_(x.flip(0).mul_(1 - lam)) on such tensors
+    (torch's CPU kernels round lam itself to the type first)."""
+    plain, _ = _run(store, n=3, dtype=dtype)
+    mixed, params = _run(store, n=3, dtype=dtype, mixup=0.4)
+    for i, (a, b) in enumerate(zip(plain, mixed)):
+        x, lam = a["image"], params[i]["lam"]
+        assert x.dtype == tdtype
+        f = x.float()
+        want = ((f * lam).to(tdtype).float() + (f.flip(0) * (1.0 - lam)).to(tdtype).float())
+        want = want.to(tdtype)
+        assert torch.equal(want.view(torch.int16), b["image"].view(torch.int16)), i
+
+
+def test_mix_bytes_do_not_depend_on_threads_or_prefetch(store):
+    a, _ = _run(store, epochs=2, dtype="float16", mixup=0.8, cutmix=1.0, threads=1,
+                prefetch=1)
+    b, _ = _run(store, epochs=2, dtype="float16", mixup=0.8, cutmix=1.0, threads=2,
+                prefetch=5)
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert torch.equal(x["image"].view(torch.int16), y["image"].view(torch.int16))
+        assert torch.equal(x["label"], y["label"])
+
+
+def test_mix_resume_mid_epoch_is_exact(store):
+    kw = dict(crop=40, random_resized_crop=True, dtype="float32", mixup=0.8, cutmix=1.0,
+              label_smoothing=0.1, threads=2, seed=3)
+    with dlcache.Loader(str(store), BS, **kw) as ld:
+        ld.set_epoch(1)
+        it = iter(ld)
+        next(it)
+        next(it)
+        state = ld.state_dict()
+        rest = [(x.clone(), y.clone()) for x, y in it]
+    with dlcache.Loader(str(store), BS, **kw) as ld:
+        ld.load_state_dict(state)
+        again = [(x.clone(), y.clone()) for x, y in ld]
+    assert len(rest) == len(again) > 0
+    for (x, y), (u, v) in zip(rest, again):
+        assert torch.equal(x, u) and torch.equal(y, v)
+        assert y.shape[1] == DEMO_CLASSES
+
+
+def test_mix_refusals(store):
+    with pytest.raises(ValueError, match="uint8"):
+        dlcache.Loader(str(store), BS, crop=32, mixup=0.2)
+    with pytest.raises(ValueError, match="switch_prob"):
+        dlcache.Loader(str(store), BS, crop=32, dtype="float32", cutmix=1.0, switch_prob=2)
+    with pytest.raises(ValueError, match="num_classes"):
+        dlcache.Loader(str(store), BS, crop=32, dtype="float32", num_classes=10)
+    with pytest.raises(ValueError, match="num_classes"):
+        dlcache.Loader(str(store), BS, crop=32, dtype="float32", mixup=0.2, num_classes=1)
+
+
+def test_label_smoothing_alone_and_num_classes(store):
+    """Soft targets without mixing: the smoothed one-hot; num_classes widens them."""
+    plain, _ = _run(store, n=2, dtype="float32")
+    soft, _ = _run(store, n=2, dtype="float32", label_smoothing=0.1, num_classes=8)
+    for a, b in zip(plain, soft):
+        assert torch.equal(a["image"], b["image"])
+        assert torch.equal(b["label"], _targets(a["label"], 1.0, 8, 0.1))
+
+
+def test_label_outside_num_classes_is_named(store):
+    with dlcache.Loader(str(store), BS, crop=32, dtype="float32", mixup=0.2, num_classes=2,
+                        threads=1) as ld:
+        with pytest.raises(Exception, match="record .*label .* outside 0..1"):
+            for _ in ld:
+                pass
+
+
+# ---- progressive resizing --------------------------------------------------------------------
+
+def _shapes(store, epochs, **kw):
+    out = []
+    with dlcache.Loader(str(store), BS, seed=1, random_resized_crop=True, dtype="float32",
+                        threads=2, **kw) as ld:
+        for e in range(epochs):
+            out.append([tuple(x.shape[2:]) for x, _ in ld])
+    return out
+
+
+def test_resolution_list_and_function(store):
+    got = _shapes(store, 4, resolution=[32, 40, (48, 40)])
+    assert [s[0] for s in got] == [(32, 32), (40, 40), (48, 40), (48, 40)]
+    assert all(len(set(s)) == 1 for s in got)
+    # FFCV's linear ramp, as a function of the epoch (here 32 -> 48 over 3 epochs).
+    ramp = lambda e: 32 + 8 * min(e, 2)  # noqa: E731
+    got = _shapes(store, 3, resolution=ramp, max_resolution=48)
+    assert [s[0] for s in got] == [(32, 32), (40, 40), (48, 48)]
+    with pytest.raises(ValueError, match="max_resolution"):
+        dlcache.Loader(str(store), BS, resolution=ramp)
+
+
+def test_resized_epoch_equals_a_loader_opened_at_that_size(store):
+    """Epoch 1 at 40x40 after an epoch at 32: the bytes of a Loader opened with crop=40."""
+    with dlcache.Loader(str(store), BS, seed=1, random_resized_crop=True, dtype="float32",
+                        threads=2, crop=32, max_resolution=48) as ld:
+        for _ in ld:
+            pass
+        ld.set_resolution(40, 40)
+        ld.set_epoch(1)
+        resized = [x.clone() for x, _ in ld]
+    with dlcache.Loader(str(store), BS, seed=1, random_resized_crop=True, dtype="float32",
+                        threads=2, crop=40) as ld:
+        ld.set_epoch(1)
+        plain = [x.clone() for x, _ in ld]
+    assert len(resized) == len(plain)
+    for a, b in zip(resized, plain):
+        assert torch.equal(a, b)
+
+
+def test_resolution_resume_mid_epoch(store):
+    kw = dict(seed=2, random_resized_crop=True, dtype="bfloat16", threads=2,
+              resolution=[32, 40, 48], mixup=0.5, cutmix=1.0)
+    with dlcache.Loader(str(store), BS, **kw) as ld:
+        for _ in ld:
+            pass
+        it = iter(ld)  # epoch 1, at 40
+        next(it)
+        state = ld.state_dict()
+        rest = [x.clone() for x, _ in it]
+        nxt = [x.clone() for x, _ in ld]  # epoch 2, at 48
+    assert state["resolution"] == (40, 40)
+    with dlcache.Loader(str(store), BS, **kw) as ld:
+        ld.load_state_dict(state)
+        again = [x.clone() for x, _ in ld]
+        after = [x.clone() for x, _ in ld]
+    assert [tuple(x.shape[2:]) for x in again] == [(40, 40)] * len(rest)
+    assert all(torch.equal(a.view(torch.int16), b.view(torch.int16)) for a, b in zip(rest, again))
+    assert [tuple(x.shape[2:]) for x in after] == [(48, 48)] * len(nxt)
+    assert all(torch.equal(a.view(torch.int16), b.view(torch.int16)) for a, b in zip(nxt, after))
+
+
+def test_resolution_refusals(store):
+    with dlcache.Loader(str(store), BS, crop=32, threads=1) as ld:
+        with pytest.raises(ValueError, match="max_resolution"):
+            ld.set_resolution(40, 40)
+    with dlcache.Loader(str(store), BS, crop=32, max_resolution=40, threads=1) as ld:
+        with pytest.raises(Exception, match="1..40"):
+            ld.set_resolution(48, 48)
