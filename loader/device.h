@@ -22,8 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Bumped whenever the table below changes. */
-#define DLC__DEVOPS_ABI 1u
+/* Bumped whenever the table below changes (2: mix). */
+#define DLC__DEVOPS_ABI 2u
 
 /* The symbol the plugin exports: returns its table for @p abi, or NULL (wrong ABI). */
 #define DLC__DEVOPS_SYMBOL "dlc_cuda_plugin_ops"
@@ -73,6 +73,8 @@ typedef struct dlc__devops {
     /* The copy's ceiling: @p reps copies of @p bytes from page-locked memory to the current
      * device on a stream of its own, timed with events; *seconds for all of them. */
     int (*bench_h2d)(void *ctx, size_t bytes, uint32_t reps, double *seconds);
+    /* MixUp or CutMix of converted images in place (convert_hd.h) on @p s. */
+    int (*mix)(void *ctx, const dlc__hd_mix *mx, void *s);
 } dlc__devops;
 
 /* The plugin's export: the table for @p abi (its ctx is NULL), or NULL. */

@@ -361,6 +361,38 @@ int op_convert(void *ctx, const dlc__hd_conv *cv, void *s)
     return launch_c<uint16_t>(*cv, st);
 }
 
+/* MixUp / CutMix in place: one thread per work item of dlc__hd_mix_at(), the function the
+ * host runs, with the draw made on the host (so the same bits on both). */
+__global__ void __launch_bounds__(kThreads) mix_kernel(const dlc__hd_mix mx, const uint64_t items)
+{
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < items; i += stride)
+        dlc__hd_mix_at(&mx, i);
+}
+
+int op_mix(void *ctx, const dlc__hd_mix *mx, void *s)
+{
+    (void)ctx;
+    if (mx->c < 1 || mx->c > 4 || mx->layout > DLC__HD_NCHW ||
+        (mx->mode != DLC__HD_MIXUP && mx->mode != DLC__HD_CUTMIX) ||
+        (mx->dtype != DLC__HD_FLOAT32 && mx->dtype != DLC__HD_FLOAT16 &&
+         mx->dtype != DLC__HD_BFLOAT16))
+        return cudaErrorInvalidValue;
+    const uint64_t items = dlc__hd_mix_elements(mx);
+    if (items == 0)
+        return 0;
+    uint64_t gx = (items + kThreads - 1) / kThreads;
+    gx = gx < kMaxGridX ? gx : kMaxGridX;
+    dlc__hd_mix arg = *mx;
+    uint64_t items_arg = items;
+    void *args[] = {&arg, &items_arg};
+    const cudaError_t e = cudaLaunchKernel((const void *)mix_kernel, dim3((unsigned)gx),
+                                           dim3(kThreads), args, 0, (cudaStream_t)s);
+    if (e != cudaSuccess)
+        cudaGetLastError(); /* Reported here, as launch() does. */
+    return e;
+}
+
 int op_bench_h2d(void *ctx, size_t bytes, uint32_t reps, double *seconds)
 {
     if (bytes == 0 || reps == 0)
@@ -450,6 +482,7 @@ dlc__devops make_ops()
     t.copy_d2d = op_copy_d2d;
     t.convert = op_convert;
     t.bench_h2d = op_bench_h2d;
+    t.mix = op_mix;
     return t;
 }
 
