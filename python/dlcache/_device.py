@@ -282,7 +282,7 @@ class PluginFeed(_Feed):
                     raise RuntimeError("%s: output %r of shape %s in %s has %d bytes, the "
                                        "library writes %d (a binding out of step with "
                                        "libdlcache)" % (ctx, f.name.decode(), list(shape),
-                                                        L.DTYPE_NAMES[f.dtype],
+                                                        lib.dlc_dtype_name(f.dtype).decode(),
                                                         t.numel() * t.element_size(), f.bytes))
                 dst[i].data = t.data_ptr() if t.numel() else None
                 lengths = offsets = None

@@ -610,8 +610,9 @@ DTYPE_UINT8, DTYPE_FLOAT32, DTYPE_FLOAT16 = 0, 1, 2
 DTYPE_INT8, DTYPE_UINT16, DTYPE_INT16, DTYPE_INT32, DTYPE_INT64, DTYPE_FLOAT64 = 3, 4, 5, 6, 7, 8
 # numpy's names of the dlc_dtype values (dlc_dtype_name()).
 DTYPE_NAMES = ("uint8", "float32", "float16", "int8", "uint16", "int16", "int32", "int64",
-               "float64", "bfloat16")
-DTYPE_BFLOAT16 = 9  # a loader output only: numpy has no bfloat16, stores cannot hold it
+               "float64")
+# After them: bfloat16, a loader output only (numpy has no bfloat16, stores cannot hold it).
+DTYPE_BFLOAT16 = 9
 FIELD_IMAGE, FIELD_NDARRAY, FIELD_INT, FIELD_FLOAT, FIELD_BYTES = 1, 2, 3, 4, 5
 FIELD_VARIABLE, FIELD_MASK, FIELD_BOXES, FIELD_LABEL = 1, 2, 4, 8
 LAYOUT_NHWC, LAYOUT_NCHW, LAYOUT_NONE = 0, 1, 2

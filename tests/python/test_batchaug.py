@@ -244,3 +244,24 @@ def test_resolution_refusals(store):
     with dlcache.Loader(str(store), BS, crop=32, max_resolution=40, threads=1) as ld:
         with pytest.raises(Exception, match="1..40"):
             ld.set_resolution(48, 48)
+
+
+# ---- device path (needs a GPU and the CUDA plugin; skipped here otherwise) -------------------
+
+CUDA = torch.cuda.is_available()
+
+
+@pytest.mark.skipif(not CUDA, reason="torch.cuda.is_available() is False: no GPU to run the "
+                    "device path's conversion and mixing kernels on")
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_device_mix_and_bfloat16_equal_the_host(store, dtype):
+    kw = dict(dtype=dtype, mixup=0.8, cutmix=1.0, label_smoothing=0.1, threads=2)
+    host, _ = _run(store, epochs=2, **kw)
+    dev, _ = _run(store, epochs=2, device="cuda", **kw)
+    assert len(host) == len(dev)
+    for a, b in zip(host, dev):
+        for k in a:
+            x, y = a[k], b[k].cpu()
+            if x.is_floating_point() and x.element_size() == 2:
+                x, y = x.view(torch.int16), y.view(torch.int16)
+            assert torch.equal(x, y), k
