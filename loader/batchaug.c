@@ -306,40 +306,141 @@ static void fail_at(dlc_loader *l, dlc__slot *s, uint32_t j, dlc_status rc, cons
     pthread_mutex_unlock(&l->mu);
 }
 
-/* MixUp or CutMix of one image output of a complete host batch, in place. */
-static void mix_images(const dlc__output *o, uint8_t *data, uint32_t n, const dlc_mixup_params *p)
+/* Swap @p n bytes at @p a and @p b (not overlapping). */
+static void swap_bytes(uint8_t *a, uint8_t *b, size_t n)
 {
-    dlc__hd_mix mx;
-    memset(&mx, 0, sizeof mx);
-    mx.data = data;
-    mx.n = n;
-    mx.h = o->out_h, mx.w = o->out_w, mx.c = o->out_c;
-    mx.dtype = o->dtype;
-    mx.layout = o->layout == DLC_LAYOUT_NCHW ? DLC__HD_NCHW : DLC__HD_NHWC;
-    mx.mode = p->mode == 1 ? DLC__HD_MIXUP : DLC__HD_CUTMIX;
-    mx.lam = (float)p->lam;
-    mx.oml = (float)(1.0 - p->lam);
-    mx.y0 = p->box[0], mx.y1 = p->box[1], mx.x0 = p->box[2], mx.x1 = p->box[3];
-    assert(o->sample_cap == (size_t)mx.h * mx.w * mx.c * dlc_dtype_size(o->dtype));
-    const uint64_t per = (uint64_t)mx.h * mx.w * mx.c;
-    if (mx.mode == DLC__HD_MIXUP) {
-        /* Element by element, with the device's function: a few float operations each. */
-        const uint64_t items = dlc__hd_mix_elements(&mx);
-        for (uint64_t i = 0; i < items; i++)
-            dlc__hd_mix_at(&mx, i);
+    uint8_t t[1024];
+    for (size_t at = 0; at < n; at += sizeof t) {
+        const size_t k = n - at < sizeof t ? n - at : sizeof t;
+        memcpy(t, a + at, k);
+        memcpy(a + at, b + at, k);
+        memcpy(b + at, t, k);
+    }
+}
+
+/* MixUp of float32 images @p a and @p b (n elements each): both written from both old values;
+ * @p a == @p b is the middle image of an odd batch, mixed with itself. */
+static void mix_f32_pair(float *a, float *b, size_t n, float lam, float oml)
+{
+    if (a == b) {
+        for (size_t i = 0; i < n; i++)
+            a[i] = dlc__hd_mix_f32(a[i], a[i], lam, oml);
         return;
     }
-    /* CutMix: only the box's elements, image by image (the function's own test skips the rest,
-     * but walking every element for a small box would be wasteful). */
-    const uint64_t hw = (uint64_t)mx.h * mx.w;
-    for (uint64_t k = 0; k < n / 2; k++)
-        for (uint32_t y = mx.y0; y < mx.y1; y++)
-            for (uint32_t x = mx.x0; x < mx.x1; x++)
-                for (uint32_t ch = 0; ch < mx.c; ch++) {
-                    const uint64_t pix = (uint64_t)y * mx.w + x;
-                    const uint64_t r = mx.layout == DLC__HD_NCHW ? ch * hw + pix : pix * mx.c + ch;
-                    dlc__hd_mix_at(&mx, k * per + r);
-                }
+    for (size_t i = 0; i < n; i++) {
+        const float x = a[i], y = b[i];
+        a[i] = dlc__hd_mix_f32(x, y, lam, oml);
+        b[i] = dlc__hd_mix_f32(y, x, lam, oml);
+    }
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define MIX_TARGET __attribute__((target("avx2,f16c")))
+
+/* Eight 16-bit values as floats: exact for both types. */
+static inline MIX_TARGET __m256 dec16x8(__m128i v, const int bf)
+{
+    if (!bf)
+        return _mm256_cvtph_ps(v);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
+}
+
+/* Eight floats rounded to nearest even to binary16 (F16C) or bfloat16 (dlc__hd_f32_to_bf16()'s
+ * integer rounding; mixed normalized pixels are never NaN). */
+static inline MIX_TARGET __m128i enc16x8(__m256 v, const int bf)
+{
+    if (!bf)
+        return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i r = _mm256_srli_epi32(
+        _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
+    return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+}
+
+/* dlc__hd_mix_16(x, y) for eight values: each product rounded to the type, then the sum. */
+static inline MIX_TARGET __m128i mix16x8(__m256 x, __m256 y, __m256 l, __m256 m, const int bf)
+{
+    const __m256 px = dec16x8(enc16x8(_mm256_mul_ps(x, l), bf), bf);
+    const __m256 py = dec16x8(enc16x8(_mm256_mul_ps(y, m), bf), bf);
+    return enc16x8(_mm256_add_ps(px, py), bf);
+}
+
+static MIX_TARGET void mix16_pair_avx2(uint16_t *a, uint16_t *b, size_t n, float lam, float oml,
+                                       uint32_t dtype)
+{
+    const int bf = dtype == DLC__HD_BFLOAT16;
+    const __m256 l = _mm256_set1_ps(lam), m = _mm256_set1_ps(oml);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m128i va = _mm_loadu_si128((const __m128i *)(a + i));
+        const __m128i vb = _mm_loadu_si128((const __m128i *)(b + i));
+        const __m256 x = dec16x8(va, bf), y = dec16x8(vb, bf);
+        const __m128i ra = mix16x8(x, y, l, m, bf);
+        if (a != b)
+            _mm_storeu_si128((__m128i *)(b + i), mix16x8(y, x, l, m, bf));
+        _mm_storeu_si128((__m128i *)(a + i), ra);
+    }
+    for (; i < n; i++) {
+        const uint16_t x = a[i], y = b[i];
+        a[i] = dlc__hd_mix_16(x, y, lam, oml, dtype);
+        b[i] = a == b ? a[i] : dlc__hd_mix_16(y, x, lam, oml, dtype);
+    }
+}
+#endif
+
+/* MixUp of 16-bit images @p a and @p b, as mix_f32_pair(). */
+static void mix16_pair(uint16_t *a, uint16_t *b, size_t n, float lam, float oml, uint32_t dtype)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) {
+        mix16_pair_avx2(a, b, n, lam, oml, dtype);
+        return;
+    }
+#endif
+    for (size_t i = 0; i < n; i++) {
+        const uint16_t x = a[i], y = b[i];
+        a[i] = dlc__hd_mix_16(x, y, lam, oml, dtype);
+        if (a != b)
+            b[i] = dlc__hd_mix_16(y, x, lam, oml, dtype);
+    }
+}
+
+/* MixUp or CutMix of one image output of a complete host batch, in place: the values of
+ * dlc__hd_mix_at() (the device's function), in loops over whole images and box rows. */
+static void mix_images(const dlc__output *o, uint8_t *data, uint32_t n, const dlc_mixup_params *p)
+{
+    const size_t es = dlc_dtype_size(o->dtype);
+    const size_t per = (size_t)o->out_h * o->out_w * o->out_c;
+    assert(o->sample_cap == per * es);
+    const float lam = (float)p->lam, oml = (float)(1.0 - p->lam);
+    if (p->mode == 1) {
+        for (uint32_t k = 0; k < (n + 1) / 2; k++) {
+            uint8_t *a = data + (size_t)k * per * es, *b = data + (size_t)(n - 1 - k) * per * es;
+            if (o->dtype == DLC_DTYPE_FLOAT32)
+                mix_f32_pair((float *)a, (float *)b, per, lam, oml);
+            else
+                mix16_pair((uint16_t *)a, (uint16_t *)b, per, lam, oml, o->dtype);
+        }
+        return;
+    }
+    /* CutMix: the box's rows of every plane (NCHW) or of the pixels (NHWC) are swapped. */
+    const uint32_t y0 = p->box[0], y1 = p->box[1], x0 = p->box[2], x1 = p->box[3];
+    if (x1 <= x0 || y1 <= y0)
+        return;
+    const int nchw = o->layout == DLC_LAYOUT_NCHW;
+    const uint32_t planes = nchw ? o->out_c : 1, C = nchw ? 1 : o->out_c;
+    const size_t row = (size_t)o->out_w * C * es, plane = row * o->out_h;
+    const size_t span = (size_t)(x1 - x0) * C * es, skip = (size_t)x0 * C * es;
+    for (uint32_t k = 0; k < n / 2; k++) {
+        uint8_t *a = data + (size_t)k * per * es, *b = data + (size_t)(n - 1 - k) * per * es;
+        for (uint32_t pl = 0; pl < planes; pl++)
+            for (uint32_t y = y0; y < y1; y++) {
+                const size_t at = pl * plane + y * row + skip;
+                swap_bytes(a + at, b + at, span);
+            }
+    }
 }
 
 void dlc__batchaug_complete(dlc_loader *l, dlc__slot *s)
