@@ -413,6 +413,20 @@ class Loader:
             state_dict() holds every source's
             pass, and load_state_dict() continues them under other weights or
             sources.
+        mixup, cutmix, mix_prob, switch_prob, label_smoothing, num_classes:
+            MixUp / CutMix per batch as timm's Mixup (Beta alphas; 0 = off),
+            the probability of mixing a batch and of CutMix among them, and
+            soft targets: the label becomes float32 [N, num_classes]
+            (default: the store's labels), label-smoothed. Float dtypes only;
+            on a GPU the images are mixed there. ``mixup_params(epoch, i)``
+            tells how batch i was mixed. See docs/RECIPES.md.
+        resolution, max_resolution: progressive resizing: the output size per
+            epoch, an int or (height, width), a list per epoch, or a function
+            of the epoch (which needs max_resolution, the largest size: the
+            slots are sized for it at open). ``set_resolution(h, w)`` sets a
+            size from the next epoch on; state_dict() keeps it.
+        dtype="bfloat16": torch.bfloat16 images, the float32 values rounded to
+            nearest even (numpy has no bfloat16: torch tensors only).
 
     Every argument after batch_size is keyword-only.
 
@@ -606,7 +620,7 @@ class Loader:
             max_resolution=max_resolution)
         self._soft = _batchaug.soft(cfg)
         self._res_now = (cfg.crop_h, cfg.crop_w) if self._resolution is not None else None
-        self._res_next = None
+        self._res_next: "Optional[Tuple[int, int]]" = None
         if channels_last and cfg.dtype != L.DTYPE_UINT8 and self._device is None:
             raise ValueError("memory_format=torch.channels_last needs a CUDA device: host float "
                              "batches are NCHW (use x.contiguous(memory_format=...) yourself)")
