@@ -70,9 +70,9 @@
  *     that stream sees the outputs; nothing waits on the host.
  *   - Or lend mode, for a C caller that wants no kernel: dlc_loader_device_wait() on its stream,
  *     use the staged pointers there, then dlc_loader_device_release() on the same stream.
- * Outputs are bit-identical to the host path's batch with the same configuration: uint8,
- * float16 and bfloat16 exactly, float32 with 0 ulp of difference (the arithmetic is written
- * once for both, see docs/ARCHITECTURE.md). Every thread of the loader that calls CUDA makes config.device
+ * Outputs are bit-identical to the host path's batch with the same configuration: uint8 and
+ * float16 exactly, float32 with 0 ulp of difference (the arithmetic is written once for both,
+ * see docs/ARCHITECTURE.md). Every thread of the loader that calls CUDA makes config.device
  * current first; calls on the consumer's thread put back the context that was current before.
  * Without the plugin, a driver or any GPU, the loader opens anyway, serves host batches
  * (dlc_loader_next()), says why once through config.log, and dlc_loader_device() answers the
