@@ -952,7 +952,8 @@ typedef struct dlc_mixup_params {
  * @param[in,out] out Its struct_size set by the caller; filled up to it.
  * @return DLC_OK; DLC_EINVAL (NULL, a bad struct_size, a zero size). Without mixing configured,
  *         mode 0 and lam 1.
- * Thread safety: any thread.
+ * Thread safety: the consumer's thread, or any thread while no state is being restored (a
+ * restore may change the seed).
  */
 DLC_API dlc_status dlc_loader_mixup_params(const dlc_loader *l, uint64_t epoch,
                                            uint64_t batch_index, uint32_t height, uint32_t width,
