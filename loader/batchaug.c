@@ -60,31 +60,32 @@ static double beta_draw(dlc__rng *r, double a)
     return x / (x + y);
 }
 
-void dlc__mixup_draw(const dlc_loader *l, uint64_t seed, uint64_t epoch, uint64_t batch_index,
-                     uint32_t h, uint32_t w, dlc_mixup_params *out)
+/* The draw itself, on its arguments only. */
+static void draw(float mixup, float cutmix, float mix_prob, float switch_prob, uint64_t seed,
+                 uint64_t epoch, uint32_t rank, uint32_t world, uint64_t batch_index, uint32_t h,
+                 uint32_t w, dlc_mixup_params *out)
 {
-    const dlc_loader_config *c = &l->cfg;
     memset(out, 0, sizeof *out);
     out->struct_size = sizeof *out;
     out->lam = 1.0;
-    if (!(c->mixup_alpha > 0) && !(c->cutmix_alpha > 0))
+    if (!(mixup > 0) && !(cutmix > 0))
         return;
-    const uint64_t who = (uint64_t)c->rank << 32 | c->world_size;
+    const uint64_t who = (uint64_t)rank << 32 | world;
     dlc__rng r = {dlc__key4(DLC__KEY_MIXUP, seed, epoch, dlc__key4(batch_index, who, 0, 0)), 0};
     /* timm's Mixup._params_per_batch(), in its order of draws. */
-    if (!(dlc__rng_uniform(&r) < c->mix_prob))
+    if (!(dlc__rng_uniform(&r) < mix_prob))
         return;
     int cut;
     double lam;
-    if (c->mixup_alpha > 0 && c->cutmix_alpha > 0) {
-        cut = dlc__rng_uniform(&r) < c->switch_prob;
-        lam = beta_draw(&r, cut ? c->cutmix_alpha : c->mixup_alpha);
-    } else if (c->mixup_alpha > 0) {
+    if (mixup > 0 && cutmix > 0) {
+        cut = dlc__rng_uniform(&r) < switch_prob;
+        lam = beta_draw(&r, cut ? cutmix : mixup);
+    } else if (mixup > 0) {
         cut = 0;
-        lam = beta_draw(&r, c->mixup_alpha);
+        lam = beta_draw(&r, mixup);
     } else {
         cut = 1;
-        lam = beta_draw(&r, c->cutmix_alpha);
+        lam = beta_draw(&r, cutmix);
     }
     if (lam == 1.0) /* timm mixes nothing then. */
         return;
@@ -107,20 +108,53 @@ void dlc__mixup_draw(const dlc_loader *l, uint64_t seed, uint64_t epoch, uint64_
     out->lam = 1.0 - (double)((yh - yl) * (xh - xl)) / ((double)h * (double)w);
 }
 
+void dlc__mixup_draw(const dlc_loader *l, uint64_t seed, uint64_t epoch, uint64_t batch_index,
+                     uint32_t h, uint32_t w, dlc_mixup_params *out)
+{
+    const dlc_loader_config *c = &l->cfg;
+    draw(c->mixup_alpha, c->cutmix_alpha, c->mix_prob, c->switch_prob, seed, epoch, c->rank,
+         c->world_size, batch_index, h, w, out);
+}
+
+/* Copy @p p into the caller's @p out, up to its struct_size. */
+static dlc_status give_params(const dlc_mixup_params *p, dlc_mixup_params *out, const char *fn)
+{
+    if (out->struct_size < sizeof(uint32_t) || out->struct_size > sizeof *out)
+        return dlc__errorf(DLC_EINVAL, "%s: struct_size %u is not 4..%zu", fn, out->struct_size,
+                           sizeof *out);
+    const uint32_t size = out->struct_size;
+    memcpy(out, p, size);
+    out->struct_size = size;
+    return DLC_OK;
+}
+
 dlc_status dlc_loader_mixup_params(const dlc_loader *l, uint64_t epoch, uint64_t batch_index,
                                    uint32_t height, uint32_t width, dlc_mixup_params *out)
 {
     if (!l || !out || !height || !width)
         return dlc__errorf(DLC_EINVAL, "dlc_loader_mixup_params: a loader, a size and out needed");
-    if (out->struct_size < sizeof(uint32_t) || out->struct_size > sizeof *out)
-        return dlc__errorf(DLC_EINVAL, "dlc_loader_mixup_params: struct_size %u is not 4..%zu",
-                           out->struct_size, sizeof *out);
     dlc_mixup_params p;
     dlc__mixup_draw(l, l->sampler.seed, epoch, batch_index, height, width, &p);
-    const uint32_t size = out->struct_size;
-    memcpy(out, &p, size);
-    out->struct_size = size;
-    return DLC_OK;
+    return give_params(&p, out, "dlc_loader_mixup_params");
+}
+
+dlc_status dlc_mixup_draw(float mixup_alpha, float cutmix_alpha, float mix_prob, float switch_prob,
+                          uint64_t seed, uint64_t epoch, uint32_t rank, uint32_t world_size,
+                          uint64_t batch_index, uint32_t height, uint32_t width,
+                          dlc_mixup_params *out)
+{
+    if (!out || !height || !width || !world_size || rank >= world_size)
+        return dlc__errorf(DLC_EINVAL, "dlc_mixup_draw: out, a size and a rank below the world "
+                                       "size needed");
+    if (!(mixup_alpha >= 0 && mixup_alpha <= 1e6f) ||
+        !(cutmix_alpha >= 0 && cutmix_alpha <= 1e6f) || !(mix_prob >= 0 && mix_prob <= 1) ||
+        !(switch_prob >= 0 && switch_prob <= 1))
+        return dlc__errorf(DLC_EINVAL, "dlc_mixup_draw: alphas in [0, 1e6], probabilities in "
+                                       "[0, 1]");
+    dlc_mixup_params p;
+    draw(mixup_alpha, cutmix_alpha, mix_prob, switch_prob, seed, epoch, rank, world_size,
+         batch_index, height, width, &p);
+    return give_params(&p, out, "dlc_mixup_draw");
 }
 
 /* The outputs of the default view group that resizing changes (images and masks). */
@@ -241,9 +275,9 @@ dlc_status dlc__batchaug_plan(dlc_loader *l)
                 l->ngroups);
     }
     /* timm's mixup_target(): the values as Python computes them in double, then float32. */
-    const double off = (double)c->label_smoothing / ba->classes;
+    const double off = c->label_smoothing / ba->classes;
     ba->off = (float)off;
-    ba->on = (float)(1.0 - (double)c->label_smoothing + off);
+    ba->on = (float)(1.0 - c->label_smoothing + off);
     /* The workers still write the int64 label (8 bytes, inside the 4 x classes of a sample);
      * the worker completing the batch writes the targets over them. */
     dlc__output *o = &l->out[ba->label_out];

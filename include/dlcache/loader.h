@@ -279,20 +279,20 @@ typedef struct dlc_loader_config {
                                       throughout. The output bytes never depend on it. */
     /* Per batch, after conversion: MixUp and CutMix as timm's Mixup (mode "batch"), and soft
      * targets (see "MixUp and CutMix" below). */
-    float mixup_alpha;     /**< MixUp: lambda ~ Beta(alpha, alpha); 0 (default): no MixUp. */
-    float cutmix_alpha;    /**< CutMix: lambda ~ Beta(alpha, alpha); 0 (default): no CutMix. */
-    float mix_prob;        /**< Probability that a batch is mixed at all (default 1). */
-    float switch_prob;     /**< With both alphas above 0: probability of CutMix rather than
-                                MixUp (default 0.5). */
-    float label_smoothing; /**< Soft targets: off = s / num_classes, on = 1 - s + off (default
-                                0). Above 0, or with an alpha above 0, the label output is
-                                float32 [N, num_classes]. */
-    uint32_t num_classes;  /**< Classes of the soft targets, 2..65536; 0 (default): the store's
-                                num_labels. */
-    uint32_t max_crop_h;   /**< Progressive resizing: the largest height that
-                                dlc_loader_set_resolution() may set; the slots are sized for it
-                                at open (0, the default: crop_h). */
-    uint32_t max_crop_w;   /**< The largest width likewise (0, the default: crop_w). */
+    float mixup_alpha;      /**< MixUp: lambda ~ Beta(alpha, alpha); 0 (default): no MixUp. */
+    float cutmix_alpha;     /**< CutMix: lambda ~ Beta(alpha, alpha); 0 (default): no CutMix. */
+    float mix_prob;         /**< Probability that a batch is mixed at all (default 1). */
+    float switch_prob;      /**< With both alphas above 0: probability of CutMix rather than
+                                 MixUp (default 0.5). */
+    double label_smoothing; /**< Soft targets: off = s / num_classes, on = 1 - s + off in double,
+                                 then float32, as timm's (default 0). Above 0, or with an alpha
+                                 above 0, the label output is float32 [N, num_classes]. */
+    uint32_t num_classes;   /**< Classes of the soft targets, 2..65536; 0 (default): the store's
+                                 num_labels. */
+    uint32_t max_crop_h;    /**< Progressive resizing: the largest height that
+                                 dlc_loader_set_resolution() may set; the slots are sized for it
+                                 at open (0, the default: crop_h). */
+    uint32_t max_crop_w;    /**< The largest width likewise (0, the default: crop_w). */
 } dlc_loader_config;
 
 /** One output of a batch: a field of the store (or one view group of an image field), for every
@@ -958,6 +958,30 @@ typedef struct dlc_mixup_params {
 DLC_API dlc_status dlc_loader_mixup_params(const dlc_loader *l, uint64_t epoch,
                                            uint64_t batch_index, uint32_t height, uint32_t width,
                                            dlc_mixup_params *out);
+
+/**
+ * @brief The draw of dlc_loader_mixup_params() from its keys alone, for a caller that mixes
+ *        batches itself (the Python package's torch backend does, on the GPU): the same
+ *        function the loader uses. Pure; any thread.
+ * @param[in] mixup_alpha As dlc_loader_config.mixup_alpha.
+ * @param[in] cutmix_alpha As dlc_loader_config.cutmix_alpha.
+ * @param[in] mix_prob As dlc_loader_config.mix_prob.
+ * @param[in] switch_prob As dlc_loader_config.switch_prob.
+ * @param[in] seed The loader's seed (after a state restore, the state's).
+ * @param[in] epoch The epoch.
+ * @param[in] rank The rank.
+ * @param[in] world_size The world size.
+ * @param[in] batch_index The batch within the epoch for this rank.
+ * @param[in] height Rows of the images.
+ * @param[in] width Columns of the images.
+ * @param[in,out] out Its struct_size set by the caller; filled up to it.
+ * @return DLC_OK; DLC_EINVAL (NULL, a bad struct_size, a zero size, an alpha or probability out
+ *         of range).
+ */
+DLC_API dlc_status dlc_mixup_draw(float mixup_alpha, float cutmix_alpha, float mix_prob,
+                                  float switch_prob, uint64_t seed, uint64_t epoch, uint32_t rank,
+                                  uint32_t world_size, uint64_t batch_index, uint32_t height,
+                                  uint32_t width, dlc_mixup_params *out);
 
 /**
  * @brief Progressive resizing: images of @p height x @p width from the next plan on (the next

@@ -19,6 +19,8 @@ when its epoch starts. ``Loader.set_resolution(h, w)`` sets a fixed size from th
 import ctypes
 import numbers
 
+import torch
+
 from . import _lib as L
 from ._lib import lib
 from .errors import check
@@ -169,3 +171,68 @@ def mixup_params(ptr, epoch, batch_index, h, w):
           "dlcache.Loader.mixup_params")
     return {"mode": ("none", "mixup", "cutmix")[p.mode], "lam": p.lam,
             "box": tuple(int(v) for v in p.box) if p.mode == 2 else None}
+
+
+def draw(mix, seed, epoch, rank, world_size, batch_index, h, w):
+    """dlc_mixup_draw(): the loader's draw of one batch from its keys, as mixup_params()."""
+    p = L.MixupParams()
+    p.struct_size = ctypes.sizeof(p)
+    check(lib.dlc_mixup_draw(mix["mixup"], mix["cutmix"], mix["mix_prob"], mix["switch_prob"],
+                             seed, epoch, rank, world_size, batch_index, h, w, ctypes.byref(p)),
+          "dlcache: the MixUp / CutMix draw")
+    return {"mode": ("none", "mixup", "cutmix")[p.mode], "lam": p.lam,
+            "box": tuple(int(v) for v in p.box) if p.mode == 2 else None}
+
+
+def take_mix(cfg):
+    """The mixing options of @p cfg, cleared there (for a C loader of uint8 batches that torch
+    converts and mixes: the torch device backend), or None."""
+    if not (cfg.mixup_alpha or cfg.cutmix_alpha or cfg.label_smoothing):
+        return None
+    mix = {"mixup": cfg.mixup_alpha, "cutmix": cfg.cutmix_alpha, "mix_prob": cfg.mix_prob,
+           "switch_prob": cfg.switch_prob, "smoothing": cfg.label_smoothing,
+           "classes": cfg.num_classes}
+    cfg.mixup_alpha = cfg.cutmix_alpha = 0.0
+    cfg.label_smoothing = 0.0
+    cfg.num_classes = 0
+    return mix
+
+
+def put_mix(cfg, mix):
+    """Undo take_mix() on @p cfg."""
+    if mix is None:
+        return
+    cfg.mixup_alpha, cfg.cutmix_alpha = mix["mixup"], mix["cutmix"]
+    cfg.label_smoothing, cfg.num_classes = mix["smoothing"], mix["classes"]
+
+
+def torch_mix(images, labels, p, classes, smoothing):
+    """The loader's MixUp / CutMix and soft targets with torch operations, the same bits as the
+    C loader's (batchaug.c): each product and the sum rounded in float32, then to the images'
+    16-bit type; the targets in float32. @p images: float [N, C, H, W] tensors (any memory
+    format, any device), mixed in place; @p labels: int64 [N]. Returns the targets."""
+    dev = labels.device
+    off = smoothing / classes
+    on = 1.0 - smoothing + off
+    y1 = torch.full((labels.shape[0], classes), off, dtype=torch.float32, device=dev)
+    y1.scatter_(1, labels.view(-1, 1), on)
+    lam = p["lam"]
+    lam_t = torch.tensor(lam, dtype=torch.float32, device=dev)
+    oml_t = torch.tensor(1.0 - lam, dtype=torch.float32, device=dev)
+    targets = y1 * lam_t + y1.flip(0) * oml_t
+    if p["mode"] == "none":
+        return targets
+    for x in images:
+        if p["mode"] == "cutmix":
+            yl, yh, xl, xh = p["box"]
+            x[..., yl:yh, xl:xh] = x.flip(0)[..., yl:yh, xl:xh]
+            continue
+        lx, ox = lam_t.to(x.device), oml_t.to(x.device)
+        if x.dtype == torch.float32:
+            x.copy_(x * lx + x.flip(0) * ox)
+        else:
+            f = x.float()
+            x.copy_(((f * lx).to(x.dtype).float() + (f.flip(0) * ox).to(x.dtype).float())
+                    .to(x.dtype))
+    return targets
+

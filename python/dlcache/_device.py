@@ -25,6 +25,7 @@ import warnings
 
 import torch
 
+from . import _batchaug
 from . import _lib as L
 from ._lib import lib
 from .errors import error_for
@@ -236,6 +237,9 @@ class _Feed:
         self.std = [float(cfg.std[c]) for c in range(4)]
         self.return_indices = return_indices
         self.pins = None
+        # The torch backend's MixUp / CutMix (Loader sets it): (options, classes, the label
+        # field's index, a function giving (seed, rank, world size)), or None.
+        self.mix = None
 
     def sync(self):
         """Wait for what may still read a slot (before the C loader refills or frees it)."""
@@ -445,7 +449,29 @@ class TorchFeed(_Feed):
             cur.wait_event(ev)
             done = [(name, self._convert(t) if image and self.float_out else _finish_raw(t, code),
                      lengths, offsets) for name, code, image, t, lengths, offsets in raw]
+            if self.mix is not None:
+                done = self._mix_batch(batch, raw, done)
         return L.DLC_OK, _items(done, idx)
+
+    def _mix_batch(self, batch, raw, done):
+        """MixUp / CutMix of the converted images and soft targets, on the current stream, with
+        the C loader's draw and its arithmetic (_batchaug.torch_mix(): the bits of the host path
+        and of the plugin's kernel)."""
+        opts, classes, label_field, keys = self.mix
+        seed, rank, world = keys()
+        images = [done[k][1] for k in range(len(done)) if raw[k][2]]
+        if not images:
+            return done
+        h, w = images[0].shape[-2:]
+        p = _batchaug.draw(opts, seed, batch.epoch, rank, world, batch.batch_index, int(h),
+                           int(w))
+        out = list(done)
+        for k in range(len(done)):
+            if batch.fields[k].field == label_field:
+                name, labels, lengths, offsets = done[k]
+                targets = _batchaug.torch_mix(images, labels, p, classes, opts["smoothing"])
+                out[k] = (name, targets, lengths, offsets)
+        return out
 
 
 def make_feed(backend, *args):

@@ -798,13 +798,12 @@ class Loader:
             if os.environ.get(_device.BACKEND_ENV, "").strip().lower() == "plugin":
                 raise RuntimeError("%s=plugin, but the CUDA plugin is off for %s: %s"
                                    % (_device.BACKEND_ENV, dev, why))
-        if cfg.mixup_alpha or cfg.cutmix_alpha:
-            raise RuntimeError("mixup= and cutmix= with device= need the CUDA plugin's device "
-                               "path (libdlcache_cuda.so), which is off: %s" % (why,))
         _device.warn_torch_backend(why, dev, stacklevel=4)
         feed = _device.make_feed("torch", *args)
         cfg.device = -1
         cfg.dtype = L.DTYPE_UINT8  # converted on the GPU
+        # ... and mixed there: the C loader makes uint8 batches with int64 labels.
+        mix = _batchaug.take_mix(cfg)
         try:
             self._open(cfg, feed.pins)
             feed.register(self._handle.ptr)
@@ -814,6 +813,18 @@ class Loader:
             raise
         finally:
             cfg.dtype = dtype
+            _batchaug.put_mix(cfg, mix)
+        if mix is not None:
+            label = next((i for i, f in enumerate(schema["fields"]) if f.get("label")), None)
+            classes = mix["classes"] or int(lib.dlc_store_get_info(
+                lib.dlc_loader_store(self._handle.ptr)).contents.num_labels)
+            if label is None or not 2 <= classes <= 65536:
+                self._handle.close()
+                raise ValueError("mixup=, cutmix= and label_smoothing= need a label field and "
+                                 "num_classes in 2..65536 (the store has %s)"
+                                 % ("no label field" if label is None else "%d labels" % classes))
+            feed.mix = (mix, classes, label,
+                        lambda: (int(self._seed), int(cfg.rank), int(cfg.world_size)))
         self._feed = feed
 
     @staticmethod

@@ -119,7 +119,7 @@ Test(batchaug, host_batch_targets_and_images)
     dlc_loader *plain = NULL, *mixed = NULL;
     cr_assert_eq(dlc_loader_open(d.path, &c, &plain), DLC_OK, "%s", dlc_errmsg());
     c.mixup_alpha = 0.5f;
-    c.label_smoothing = 0.2f;
+    c.label_smoothing = 0.2;
     cr_assert_eq(dlc_loader_open(d.path, &c, &mixed), DLC_OK, "%s", dlc_errmsg());
     for (;;) {
         dlc_batch pb, mb;

@@ -1001,7 +1001,7 @@ Test(device, mixup_and_cutmix_equal_the_host_path)
             c.device_layout = layouts[li];
             c.mixup_alpha = 0.8f;
             c.cutmix_alpha = 1.0f;
-            c.label_smoothing = 0.1f;
+            c.label_smoothing = 0.1;
             dlc_loader *hl = open_host(d.path, c), *dl = open_dev(&r, d.path, c);
             uint32_t modes[3] = {0, 0, 0};
             for (uint64_t ep = 0; ep < 2; ep++) {

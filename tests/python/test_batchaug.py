@@ -254,7 +254,12 @@ CUDA = torch.cuda.is_available()
 @pytest.mark.skipif(not CUDA, reason="torch.cuda.is_available() is False: no GPU to run the "
                     "device path's conversion and mixing kernels on")
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
-def test_device_mix_and_bfloat16_equal_the_host(store, dtype):
+@pytest.mark.parametrize("backend", [None, "torch"])
+def test_device_mix_and_bfloat16_equal_the_host(store, dtype, backend, monkeypatch):
+    """The plugin's kernels (the default backend where it is built) and the torch backend."""
+    from dlcache import _device
+    if backend is not None:
+        monkeypatch.setenv(_device.BACKEND_ENV, backend)
     kw = dict(dtype=dtype, mixup=0.8, cutmix=1.0, label_smoothing=0.1, threads=2)
     host, _ = _run(store, epochs=2, **kw)
     dev, _ = _run(store, epochs=2, device="cuda", **kw)
@@ -265,3 +270,49 @@ def test_device_mix_and_bfloat16_equal_the_host(store, dtype):
             if x.is_floating_point() and x.element_size() == 2:
                 x, y = x.view(torch.int16), y.view(torch.int16)
             assert torch.equal(x, y), k
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_torch_mix_equals_the_c_loader(store, dtype):
+    """The torch backend's mixing (_batchaug.torch_mix, run on the GPU there) on the unmixed
+    batches, with the draws of dlc_mixup_draw(), gives the C loader's mixed batches and targets
+    bit for bit (here on the CPU: the same float32 operations)."""
+    from dlcache import _batchaug
+    mix = dict(mixup=0.8, cutmix=1.0, mix_prob=1.0, switch_prob=0.5)
+    plain, _ = _run(store, epochs=2, dtype=dtype)
+    mixed, params = _run(store, epochs=2, dtype=dtype, label_smoothing=0.1, **mix)
+    per_epoch = len(plain) // 2
+    for i, (a, b) in enumerate(zip(plain, mixed)):
+        p = _batchaug.draw(mix, 7, i // per_epoch, 0, 1, i % per_epoch, 48, 48)
+        assert p == params[i]
+        x = a["image"].clone()
+        t = _batchaug.torch_mix([x], a["label"], p, DEMO_CLASSES, 0.1)
+        assert torch.equal(t, b["label"]), i
+        if x.element_size() == 2:
+            x, y = x.view(torch.int16), b["image"].view(torch.int16)
+        else:
+            y = b["image"]
+        assert torch.equal(x, y), (i, p)
+
+
+def test_torch_backend_mix_glue(store):
+    """TorchFeed._mix_batch (the torch device backend, run on the GPU there) on a host run's
+    unmixed outputs: the C loader's mixed batch and targets (on the CPU here)."""
+    import types
+
+    from dlcache import _device
+    opts = dict(mixup=0.8, cutmix=1.0, mix_prob=1.0, switch_prob=0.5, smoothing=0.1, classes=0)
+    plain, _ = _run(store, n=4, dtype="float16")
+    mixed, _ = _run(store, n=4, dtype="float16", mixup=0.8, cutmix=1.0, label_smoothing=0.1)
+    feed = types.SimpleNamespace(mix=(opts, DEMO_CLASSES, 1, lambda: (7, 0, 1)))
+    for i, (a, b) in enumerate(zip(plain, mixed)):
+        names = list(a)  # image, label: the schema's order (fields 0 and 1)
+        assert names == ["image", "label"]
+        done = [(k, a[k].clone(), None, None) for k in names]
+        raw = [(k, 0, k == "image", None, None, None) for k in names]
+        batch = types.SimpleNamespace(epoch=0, batch_index=i,
+                                      fields=[types.SimpleNamespace(field=0),
+                                              types.SimpleNamespace(field=1)])
+        out = dict((n, t) for n, t, _, _ in _device.TorchFeed._mix_batch(feed, batch, raw, done))
+        assert torch.equal(out["label"], b["label"])
+        assert torch.equal(out["image"].view(torch.int16), b["image"].view(torch.int16))
