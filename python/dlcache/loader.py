@@ -1391,6 +1391,10 @@ class Loader:
         h, w = self._res_now or (self._config.crop_h, self._config.crop_w)
         if not h or not w:
             raise ValueError("mixup_params() needs the output size: open with crop=")
+        mix = getattr(self._feed, "mix", None)
+        if mix is not None:  # the torch device backend mixes, not the C loader
+            seed, rank, world = mix[3]()
+            return _batchaug.draw(mix[0], seed, epoch, rank, world, batch_index, h, w)
         return _batchaug.mixup_params(self._ptr(), epoch, batch_index, h, w)
 
     # ------------------------------------------------------------ misc
