@@ -279,6 +279,7 @@ enum {
     DLC__KEY_SWIN_WINDOW = 8,  /**< Shard windows: the order within one window. */
     DLC__KEY_MIX_PASS = 9,     /**< Mixtures: the permutation of one pass of one source. */
     DLC__KEY_MIX_WINDOWS = 10, /**< Mixtures: a streamed source's passes in shard windows. */
+    DLC__KEY_MIXUP = 24,       /**< MixUp / CutMix: the draw of one batch of one rank. */
 };
 
 /* A counter-based stream: the n-th output is mix64(key ^ n * odd constant). */

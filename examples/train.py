@@ -18,9 +18,29 @@ JPEG every epoch, which is the cost dlcache removes.
 
 Runs on CPU by default (a few minutes on 2 cores); --device cuda uses a GPU.
 The figures are of one run on a possibly busy machine: compare the ratio.
+
+--recipe trains with one of today's published recipes instead, dlcache only
+(docs/RECIPES.md maps each to its arguments line by line):
+
+    classic       RandomResizedCrop + flip (the 2017 ImageNet recipe)
+    torchvision   torchvision's ImageNet recipe: TrivialAugmentWide, RandomErasing
+                  0.1, MixUp 0.2 / CutMix 1.0, label smoothing 0.1
+    timm          timm's rand-m9-mstd0.5: RandAugment, RandomErasing 0.25,
+                  MixUp 0.8 / CutMix 1.0, label smoothing 0.1
+    ffcv          FFCV's ResNet recipe: progressive resizing (a linear ramp over
+                  the epochs), label smoothing 0.1, bfloat16 batches
+    dino          DINO's multi-crop: 2 global and 6 local views with color jitter,
+                  grayscale, blur and solarize, trained with a small DINO loss
+
+    /usr/bin/python3 examples/train.py --recipe timm --steps 50
+
+A recipe whose options this dlcache does not have yet says which and exits
+with status 3.
 """
 
 import argparse
+import copy
+import inspect
 import math
 import os
 import subprocess
@@ -61,7 +81,12 @@ def parse_args():
     p.add_argument("--device", default="cpu")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--only", choices=["dlcache", "torch"], help="run one pipeline only")
-    return p.parse_args()
+    p.add_argument("--recipe", choices=sorted(RECIPES),
+                   help="train with a published recipe (dlcache only; see docs/RECIPES.md)")
+    args = p.parse_args()
+    if args.recipe:
+        args.only = "dlcache"
+    return args
 
 
 def ensure_data(args):
@@ -90,7 +115,92 @@ def ensure_store(args, data):
     return store
 
 
+# ---- Published recipes as Loader arguments (docs/RECIPES.md) ---------------------------------
+# Each returns the keyword arguments of dlcache.Loader for a crop of args.crop (the recipes'
+# 224 / 176 scaled to the example's small images) and the names of the arguments it needs.
+
+def _classic(args):
+    return dict(crop=args.crop, random_resized_crop=True, flip=0.5, dtype="float32")
+
+
+def _torchvision(args):
+    # torchvision references/classification, the "new recipe" (v0.13 weights):
+    # --auto-augment ta_wide --random-erase 0.1 --mixup-alpha 0.2 --cutmix-alpha 1.0
+    # --label-smoothing 0.1 (RandomChoice of MixUp and CutMix: switch 0.5).
+    return dict(crop=args.crop, random_resized_crop=True, flip=0.5,
+                auto_augment="trivial_augment_wide", random_erasing=0.1,
+                mixup=0.2, cutmix=1.0, switch_prob=0.5, mix_prob=1.0, label_smoothing=0.1,
+                dtype="float16")
+
+
+def _timm(args):
+    # timm train.py: --aa rand-m9-mstd0.5 --reprob 0.25 --remode pixel --mixup 0.8
+    # --cutmix 1.0 --smoothing 0.1 (mixup_prob 1.0, mixup_switch_prob 0.5); no color jitter
+    # when an auto-augment policy is set.
+    return dict(crop=args.crop, random_resized_crop=True, flip=0.5,
+                auto_augment="rand_augment",
+                auto_augment_options={"num_ops": 2, "magnitude": 9, "num_magnitude_bins": 31,
+                                      "mstd": 0.5},
+                random_erasing=dict(p=0.25, value="random"),
+                mixup=0.8, cutmix=1.0, switch_prob=0.5, mix_prob=1.0, label_smoothing=0.1,
+                dtype="float16")
+
+
+def _ffcv(args):
+    # FFCV's rn50 config: res from 160 to 192 (start_ramp to end_ramp epochs), label
+    # smoothing 0.1, flip; here scaled: from crop * 160/192 up to crop over 3 epochs.
+    lo = max(16, int(round(args.crop * 160 / 192 / 8)) * 8)
+
+    def ramp(epoch, lo=lo, hi=args.crop, epochs=3):
+        return int(round((lo + (hi - lo) * min(epoch, epochs - 1) / (epochs - 1)) / 8) * 8)
+
+    return dict(resolution=ramp, max_resolution=args.crop, random_resized_crop=True, flip=0.5,
+                label_smoothing=0.1, dtype="bfloat16")
+
+
+def _dino(args):
+    # DINO (Caron et al. 2021) / its main_dino.py DataAugmentationDINO: global crops 224 with
+    # scale (0.4, 1), local crops 96 with scale (0.05, 0.4); flip, color jitter (0.4, 0.4,
+    # 0.2, 0.1) with p 0.8, grayscale 0.2; blur 1.0 / 0.1 / 0.5 and solarize 0 / 0.2 / 0.
+    g, l = args.crop, max(16, args.crop * 96 // 224)
+    jitter = dict(brightness=0.4, contrast=0.4, saturation=0.2, hue=0.1, p=0.8)
+    common = dict(flip=0.5, color_jitter=jitter, grayscale=0.2)
+    return dict(views=[
+        dict(name="global1", count=1, crop=g, scale=(0.4, 1.0), blur=dict(p=1.0, sigma=(0.1, 2.0)),
+             **common),
+        dict(name="global2", count=1, crop=g, scale=(0.4, 1.0), blur=dict(p=0.1, sigma=(0.1, 2.0)),
+             solarize=dict(p=0.2, threshold=128), **common),
+        dict(name="local", count=6, crop=l, scale=(0.05, 0.4), blur=dict(p=0.5, sigma=(0.1, 2.0)),
+             **common),
+    ], dtype="float32", fields=["image"])
+
+
+RECIPES = {"classic": _classic, "torchvision": _torchvision, "timm": _timm, "ffcv": _ffcv,
+           "dino": _dino}
+# Arguments of the recipes that older (or partial) builds of dlcache may not have.
+OPTIONAL_ARGS = ("auto_augment", "auto_augment_options", "random_erasing", "mixup", "cutmix",
+                 "label_smoothing", "resolution", "color_jitter", "grayscale", "blur", "solarize")
+
+
+def recipe_kwargs(args):
+    """The recipe's Loader arguments; exits with status 3, naming them, when this dlcache lacks
+    some (another part of issue 33 not merged yet)."""
+    kw = RECIPES[args.recipe](args)
+    have = set(inspect.signature(dlcache.Loader.__init__).parameters)
+    used = set(kw) | {k for v in kw.get("views", []) for k in v}
+    missing = sorted(k for k in OPTIONAL_ARGS if k in used and k not in have)
+    if missing:
+        print("recipe %r needs dlcache.Loader(%s), which this dlcache does not have"
+              % (args.recipe, ", ".join("%s=" % k for k in missing)), file=sys.stderr)
+        sys.exit(3)
+    return kw
+
+
 def dlcache_loader(args, store):
+    if args.recipe:
+        return dlcache.Loader(store, batch_size=args.batch_size, shuffle=True, seed=args.seed,
+                              drop_last=True, mean=MEAN, std=STD, threads=args.workers,
+                              **recipe_kwargs(args))
     return dlcache.Loader(store, batch_size=args.batch_size, shuffle=True, seed=args.seed,
                           drop_last=True, crop=args.crop, random_resized_crop=True, flip=0.5,
                           dtype="float32", mean=MEAN, std=STD, threads=args.workers)
@@ -115,7 +225,62 @@ def forever(loader):
     """Batches across epoch boundaries (a new iter() is the next epoch for both)."""
     while True:
         for batch in loader:
+            if isinstance(batch, dict):  # multi-crop: the views, no label
+                yield [batch[k] for k in sorted(batch) if k.startswith("image_")], None
+                continue
             yield batch[0], batch[1]
+
+
+def train_dino(loader, args):
+    """A small DINO: a student sees every view, an EMA teacher the global ones; cross-entropy
+    between the teacher's centered, sharpened softmax and the student's (other views only)."""
+    torch.manual_seed(args.seed)
+    device = torch.device(args.device)
+    student = torchvision.models.resnet18(num_classes=64).to(device)
+    teacher = copy.deepcopy(student)
+    for p in teacher.parameters():
+        p.requires_grad_(False)
+    opt = torch.optim.SGD(student.parameters(), lr=args.lr, momentum=0.9)
+    center = torch.zeros(64, device=device)
+    it = forever(loader)
+    losses, times, waits = [], [], []
+    t_prev = time.perf_counter()
+    for step in range(args.steps):
+        t0 = time.perf_counter()
+        views, _ = next(it)  # image_global1 [N,1,C,H,W], image_global2, image_local [N,K,...]
+        crops = [v[:, k].to(device).float() for v in views for k in range(v.shape[1])]
+        waits.append(time.perf_counter() - t0)
+        n_global = 2
+        # Outputs on the unit sphere (DINO's head ends with an L2-normalized layer).
+        norm = torch.nn.functional.normalize
+        with torch.no_grad():
+            t_out = [norm(teacher(c), dim=1) for c in crops[:n_global]]
+            t_prob = [torch.softmax((o - center) / 0.04, dim=1) for o in t_out]
+        s_out = [norm(student(c), dim=1) for c in crops]
+        loss, terms = 0.0, 0
+        for i, tp in enumerate(t_prob):
+            for j, so in enumerate(s_out):
+                if i == j:
+                    continue
+                loss = loss + torch.sum(-tp * torch.log_softmax(so / 0.1, dim=1), dim=1).mean()
+                terms += 1
+        loss = loss / terms
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        with torch.no_grad():
+            for ps, pt in zip(student.parameters(), teacher.parameters()):
+                pt.mul_(0.996).add_(ps.detach(), alpha=0.004)
+            center.mul_(0.9).add_(torch.cat(t_out).mean(0), alpha=0.1)
+        losses.append(loss.item())
+        now = time.perf_counter()
+        times.append(now - t_prev)
+        t_prev = now
+        if step % 20 == 0 or step == args.steps - 1:
+            print("  %-8s step %4d  loss %.3f  step %.3f s (data wait %.3f s)"
+                  % ("dino", step, loss.item(), times[-1], waits[-1]), flush=True)
+    skip = min(5, len(times) - 1)
+    return losses, sum(times[skip:]) / len(times[skip:]), sum(waits[skip:]) / len(waits[skip:])
 
 
 def data_rate(loader, n_batches):
@@ -128,7 +293,7 @@ def data_rate(loader, n_batches):
     images = 0
     for _ in range(n_batches):
         x, _ = next(it)
-        images += x.shape[0]
+        images += (x[0] if isinstance(x, list) else x).shape[0]
     return images / (time.perf_counter() - t0)
 
 
@@ -148,6 +313,10 @@ def train(name, loader, num_classes, args):
         # dlcache's tensors are views of its batch slot, valid until the next
         # batch: using them inside the step is fine, .to(device) copies.
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        # Recipes with MixUp / CutMix / label smoothing give soft float32 targets [N, classes],
+        # which CrossEntropyLoss takes as probabilities; 16-bit images go to float32 here (on a
+        # GPU one would run the model under autocast instead).
+        x = x.float()
         waits.append(time.perf_counter() - t0)
         out = model(x)
         loss = loss_fn(out, y)
@@ -180,14 +349,21 @@ def main():
         loader = dlcache_loader(args, store) if name == "dlcache" else torch_loader(args, data)
         rate = data_rate(loader, args.data_batches)
         print("%s: data path alone %.0f images/s" % (name, rate), flush=True)
-        losses, step_s, wait_s = train(name, loader, info.num_labels, args)
+        if args.recipe == "dino":
+            losses, step_s, wait_s = train_dino(loader, args)
+        else:
+            losses, step_s, wait_s = train(name, loader, info.num_labels, args)
         results[name] = (rate, step_s, wait_s, losses)
         if name == "dlcache":
             loader.close()
         del loader
 
-    print("\nsame augmentation (RandomResizedCrop %d, flip, float32 normalized), batch %d, "
-          "%d workers, %s" % (args.crop, args.batch_size, args.workers, args.device))
+    if args.recipe:
+        print("\nrecipe %s, crop %d, batch %d, %d workers, %s"
+              % (args.recipe, args.crop, args.batch_size, args.workers, args.device))
+    else:
+        print("\nsame augmentation (RandomResizedCrop %d, flip, float32 normalized), batch %d, "
+              "%d workers, %s" % (args.crop, args.batch_size, args.workers, args.device))
     print("%-8s %14s %12s %14s %11s %11s" % ("pipeline", "data images/s", "step (s)",
                                             "data wait (s)", "first loss", "last loss"))
     for name, (rate, step_s, wait_s, losses) in results.items():

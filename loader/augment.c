@@ -144,6 +144,20 @@ static inline AVX2_CONVERT_TARGET __m256 normalize8(__m128i v, const norm_consts
     return _mm256_fmadd_ps(_mm256_fnmadd_ps(r, k->std, t), k->rstd, r);
 }
 
+/* 8 floats as 16-bit words: binary16 (@p f16 == 1, F16C's rounding to nearest even) or bfloat16
+ * (@p f16 == 2: the upper halves after adding 0x7fff plus the lowest kept bit, which is
+ * dlc__hd_f32_to_bf16() for every value but NaN, and the normalized values are never NaN). */
+static inline AVX2_CONVERT_TARGET __m128i to16x8(__m256 v, const int f16)
+{
+    if (f16 == 1)
+        return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i r = _mm256_srli_epi32(
+        _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
+    return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+}
+
 /* dlc__crop_convert() for float32 and float16 (NCHW) on CPUs with AVX2, FMA and F16C: 8 pixels
  * at a time are deinterleaved with byte shuffles (mirrored by the same shuffles when @p flip),
  * normalized in float and stored to the three planes; the last W % 8 pixels of a row go through
@@ -185,11 +199,9 @@ crop_convert_avx2_body(const uint8_t *base, size_t stride, uint32_t W, uint32_t 
             const __m256 v2 = normalize8(b, &k[2]);
             if (f16) {
                 uint16_t *d = (uint16_t *)dst + o + x;
-                _mm_storeu_si128((__m128i *)d, _mm256_cvtps_ph(v0, _MM_FROUND_TO_NEAREST_INT));
-                _mm_storeu_si128((__m128i *)(d + plane),
-                                 _mm256_cvtps_ph(v1, _MM_FROUND_TO_NEAREST_INT));
-                _mm_storeu_si128((__m128i *)(d + 2 * plane),
-                                 _mm256_cvtps_ph(v2, _MM_FROUND_TO_NEAREST_INT));
+                _mm_storeu_si128((__m128i *)d, to16x8(v0, f16));
+                _mm_storeu_si128((__m128i *)(d + plane), to16x8(v1, f16));
+                _mm_storeu_si128((__m128i *)(d + 2 * plane), to16x8(v2, f16));
             } else {
                 float *d = (float *)dst + o + x;
                 _mm256_storeu_ps(d, v0);
@@ -229,8 +241,7 @@ crop_convert_avx2_gray(const uint8_t *base, size_t stride, uint32_t W, uint32_t 
                 v = _mm_shuffle_epi8(v, rev);
             const __m256 r = normalize8(v, &k);
             if (f16)
-                _mm_storeu_si128((__m128i *)((uint16_t *)dst + o + x),
-                                 _mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT));
+                _mm_storeu_si128((__m128i *)((uint16_t *)dst + o + x), to16x8(r, f16));
             else
                 _mm256_storeu_ps((float *)dst + o + x, r);
         }
@@ -250,14 +261,18 @@ static AVX2_CONVERT_TARGET void crop_convert_avx2(const uint8_t *base, size_t st
                                                   uint32_t H, int flip, const dlc__convert *cv,
                                                   void *dst)
 {
-    const int f16 = cv->dtype == DLC_DTYPE_FLOAT16;
+    const int f16 = cv->dtype == DLC_DTYPE_FLOAT16 ? 1 : cv->dtype == DLC_DTYPE_BFLOAT16 ? 2 : 0;
     if (cv->channels == 1) {
-        if (f16)
+        if (f16 == 1)
             crop_convert_avx2_gray(base, stride, W, H, flip, cv, dst, 1);
+        else if (f16 == 2)
+            crop_convert_avx2_gray(base, stride, W, H, flip, cv, dst, 2);
         else
             crop_convert_avx2_gray(base, stride, W, H, flip, cv, dst, 0);
-    } else if (f16) {
+    } else if (f16 == 1) {
         crop_convert_avx2_body(base, stride, W, H, flip, cv, dst, 1);
+    } else if (f16 == 2) {
+        crop_convert_avx2_body(base, stride, W, H, flip, cv, dst, 2);
     } else {
         crop_convert_avx2_body(base, stride, W, H, flip, cv, dst, 0);
     }
@@ -279,7 +294,7 @@ static int avx2_convert_matches_tables(const dlc__convert *cv)
             row[v * C + ch] = (uint8_t)v;
     float out[3 * 256]; /* Large enough for the float16 planes too. */
     crop_convert_avx2(row, sizeof row, 256, 1, 0, cv, out);
-    if (cv->dtype == DLC_DTYPE_FLOAT16)
+    if (cv->dtype != DLC_DTYPE_FLOAT32)
         return memcmp(out, cv->f16, C * sizeof cv->f16[0]) == 0;
     return memcmp(out, cv->f32, C * sizeof cv->f32[0]) == 0;
 }
@@ -300,12 +315,12 @@ void dlc__convert_init(dlc__convert *cv, uint32_t dtype, uint32_t channels, cons
              * runs the same two functions (common/convert_hd.h). */
             const float f = dlc__hd_norm((uint32_t)v, mean[c], std[c]);
             cv->f32[c][v] = f;
-            cv->f16[c][v] = dlc__hd_f32_to_f16(f);
+            cv->f16[c][v] = dlc__hd_f32_to_16(f, dtype);
         }
     }
 #ifdef DLC_HAVE_AVX2_CONVERT
     if ((channels == 1 || channels == 3) &&
-        (dtype == DLC_DTYPE_FLOAT32 || dtype == DLC_DTYPE_FLOAT16))
+        (dtype == DLC_DTYPE_FLOAT32 || dtype == DLC_DTYPE_FLOAT16 || dtype == DLC_DTYPE_BFLOAT16))
         cv->simd = avx2_convert_matches_tables(cv);
 #endif
 }
@@ -416,7 +431,7 @@ static void convert_planes_any(const uint8_t *base, size_t stride, uint32_t W, u
             const uint8_t *p = row + (size_t)(flip ? W - 1 - x : x) * C;
             const size_t o = (size_t)y * W + x;
             for (uint32_t c = 0; c < C; c++) {
-                if (cv->dtype == DLC_DTYPE_FLOAT16)
+                if (cv->dtype != DLC_DTYPE_FLOAT32)
                     ((uint16_t *)dst)[c * plane + o] = cv->f16[c][p[c]];
                 else
                     ((float *)dst)[c * plane + o] = cv->f32[c][p[c]];

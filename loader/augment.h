@@ -34,10 +34,11 @@ dlc__box dlc__random_box(uint32_t width, uint32_t height, uint32_t crop_w, uint3
 /** Output conversion tables, made once at open: one entry per channel and byte value, computed
  *  exactly like the reference expression ((float)x / 255 - mean) / std. */
 typedef struct dlc__convert {
-    uint32_t dtype;    /**< DLC_DTYPE_UINT8, FLOAT32 or FLOAT16. */
+    uint32_t dtype;    /**< DLC_DTYPE_UINT8, FLOAT32, FLOAT16 or BFLOAT16. */
     uint32_t channels; /**< Channels per pixel, 1..DLC__MAX_CHANNELS. */
     float f32[DLC__MAX_CHANNELS][256];
-    uint16_t f16[DLC__MAX_CHANNELS][256];
+    uint16_t f16[DLC__MAX_CHANNELS][256]; /**< The 16-bit outputs: binary16 bits for FLOAT16,
+                                               bfloat16 bits for BFLOAT16. */
     float mean[DLC__MAX_CHANNELS], std[DLC__MAX_CHANNELS]; /**< As configured: the vector path
                                                                 computes with them. */
     int simd; /**< Float outputs use an AVX2 + FMA + F16C kernel (1 or 3 channels): the CPU has it

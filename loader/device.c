@@ -897,6 +897,28 @@ static int emit_one(dlc_loader *l, const dlc__stage *t, uint32_t i, const dlc_de
             }
             *what = "converting an image output";
             e = ops->convert(d->ctx, &cv, stream);
+            if (!e && l->ba.mixing && d->dtype != DLC_DTYPE_UINT8) {
+                /* The batch's draw, as the host path makes it (batchaug.c), then the same
+                 * arithmetic on the device, after the conversion on the same stream. */
+                dlc_mixup_params p;
+                dlc__mixup_draw(l, l->sampler.seed, t->epoch, l->batch_base + t->batch, cv.h, cv.w,
+                                &p);
+                if (p.mode) {
+                    dlc__hd_mix mx;
+                    memset(&mx, 0, sizeof mx);
+                    mx.data = dst->data;
+                    mx.n = cv.n;
+                    mx.h = cv.h, mx.w = cv.w, mx.c = cv.c;
+                    mx.dtype = cv.dtype;
+                    mx.layout = cv.layout;
+                    mx.mode = p.mode == 1 ? DLC__HD_MIXUP : DLC__HD_CUTMIX;
+                    mx.lam = (float)p.lam;
+                    mx.oml = (float)(1.0 - p.lam);
+                    mx.y0 = p.box[0], mx.y1 = p.box[1], mx.x0 = p.box[2], mx.x1 = p.box[3];
+                    *what = "mixing an image output (MixUp / CutMix)";
+                    e = ops->mix(d->ctx, &mx, stream);
+                }
+            }
         } else {
             *what = "copying an output";
             e = ops->copy_d2d(d->ctx, dst->data, f->staged, f->bytes, stream);
@@ -1025,6 +1047,11 @@ uint32_t dlc_loader_host_slots(const dlc_loader *l, void **bases, size_t *sizes,
             sizes[i] = l->arena_bytes;
     }
     return l->nslots;
+}
+
+uint32_t dlc__dev_dtype(const dlc_loader *l)
+{
+    return l->dev ? l->dev->dtype : l->cfg.dtype;
 }
 
 void dlc__dev_stats(const dlc_loader *l, dlc_loader_stats *st)

@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Bumped whenever the table below changes. */
+/* Bumped whenever the table below changes (2: mix, and the copies' events). */
 #define DLC__DEVOPS_ABI 2u
 
 /* The symbol the plugin exports: returns its table for @p abi, or NULL (wrong ABI). */
@@ -78,6 +78,8 @@ typedef struct dlc__devops {
     /* The copy's ceiling: @p reps copies of @p bytes from page-locked memory to the current
      * device on a stream of its own, timed with events; *seconds for all of them. */
     int (*bench_h2d)(void *ctx, size_t bytes, uint32_t reps, double *seconds);
+    /* MixUp or CutMix of converted images in place (convert_hd.h) on @p s. */
+    int (*mix)(void *ctx, const dlc__hd_mix *mx, void *s);
 } dlc__devops;
 
 /* The plugin's export: the table for @p abi (its ctx is NULL), or NULL. */

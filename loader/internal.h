@@ -5,6 +5,7 @@
 
 #include "augment.h"
 #include "augment/aug_internal.h"
+#include "batchaug.h"
 #include "common.h"
 #include "sampler.h"
 
@@ -381,6 +382,7 @@ struct dlc_loader {
     uint64_t t_avail;          /**< up to this time. */
     struct dlc__trace *trace;  /**< The timeline being recorded, or NULL (trace.c). */
     struct dlc__mixload *mixl; /**< A mixture of sources (loader/mix.c), or NULL. */
+    dlc__batchaug ba;          /**< MixUp, CutMix, soft targets, resizing (batchaug.c). */
 };
 
 struct dlc__devops;
@@ -509,6 +511,9 @@ void dlc__dev_close(struct dlc_loader *l);
 int dlc__dev_busy_locked(const struct dlc_loader *l);
 /** Drop the staged batches of the old plan and release a lent one; under mu, threads quiet. */
 void dlc__dev_reset_locked(struct dlc_loader *l);
+/** The image dtype the caller gets: config.dtype, which the device path keeps for its
+ *  conversion while the slots hold uint8. */
+uint32_t dlc__dev_dtype(const struct dlc_loader *l);
 /** The device part of the stats. */
 void dlc__dev_stats(const struct dlc_loader *l, dlc_loader_stats *st);
 /** dlc_loader_open() on device operations @p ops (NULL: the CUDA plugin; the tests pass their CPU

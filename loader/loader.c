@@ -42,6 +42,8 @@ static void loader_config_defaults(dlc_loader_config *c)
     c->window_shards = 4;
     c->cache_ranks = 1;
     c->downloads = 2;
+    c->mix_prob = 1.0f;
+    c->switch_prob = 0.5f;
 }
 
 void dlc_loader_config_init_sized(dlc_loader_config *c, size_t size)
@@ -75,7 +77,9 @@ static dlc_status check_config(const dlc_loader_config *c, const char *path)
             "%s: config.sampler = %u is not a dlc_sampler", path, c->sampler);
     FAIL_IF(c->augment > DLC_AUGMENT_RANDOM_RESIZED_CROP, DLC_EINVAL,
             "%s: config.augment = %u is not a dlc_augment", path, c->augment);
-    FAIL_IF(c->dtype > DLC_DTYPE_FLOAT16, DLC_EINVAL, "%s: config.dtype = %u is not a dlc_dtype",
+    FAIL_IF(c->dtype > DLC_DTYPE_FLOAT16 && c->dtype != DLC_DTYPE_BFLOAT16, DLC_EINVAL,
+            "%s: config.dtype = %u is not an image output type (uint8, float32, float16, "
+            "bfloat16)",
             path, c->dtype);
     FAIL_IF(c->verify > DLC_VERIFY_ALWAYS, DLC_EINVAL,
             "%s: config.verify = %u is not a dlc_verify_mode", path, c->verify);
@@ -372,8 +376,11 @@ dlc_status dlc__loader_open_any(const char *path, const dlc_mix_source *sources,
     l->path = dlc_store_path(l->store);
     FAIL_IF(l->info->count == 0, DLC_EINVAL, "%s: the store has no records", l->path);
     CHECK(dlc__dev_select(l, ops));
+    CHECK(dlc__batchaug_prepare(l));
     CHECK(dlc__outputs_plan(l));
+    CHECK(dlc__batchaug_plan(l));
     dlc__arena_plan(l);
+    dlc__batchaug_sized(l);
     /* The options pointed into the caller's memory, which need not outlive this call; the plan
      * holds all that is needed of them. */
     l->cfg.fields = NULL, l->cfg.field_options = NULL, l->cfg.views = NULL;

@@ -306,6 +306,8 @@ void *dlc__worker_main(void *arg)
          * done, which this worker's increment followed): pack the variable outputs once. */
         if (finished && l->variable)
             dlc__outputs_pack(l, s);
+        if (finished)
+            dlc__batchaug_complete(l, s); /* MixUp, CutMix, soft targets. */
         if (w->cnt) {
             /* CPU time and faults since the last batch left: a wait in between sleeps and
              * costs next to nothing, so this is the batch's (one read per batch, not two). */
@@ -382,6 +384,7 @@ void dlc__pipeline_reset(dlc_loader *l, uint64_t seed, uint64_t epoch, uint64_t 
     dlc__dev_reset_locked(l);
     /* No thread is inside a slot now; the I/O thread reads this after taking the next one. */
     l->resident = resident;
+    dlc__batchaug_reset(l); /* A resolution set for this plan. */
     if (l->mixl)
         dlc__mixload_apply(l);
     dlc__sampler_set_epoch(&l->sampler, seed, epoch);

@@ -72,11 +72,12 @@ static int parse_flag(const char *a, bench_load_opts *o, digest_request *d)
  * one, -1 when @p a is none of them. */
 static int parse_config_option(const char *a, const char *v, dlc_loader_config *cfg)
 {
-    static const char *const dtypes[] = {"uint8", "float32", "float16", NULL};
+    static const char *const dtypes[] = {"uint8", "float32", "float16", "bfloat16", NULL};
     static const char *const ios[] = {"auto", "mmap", "direct", NULL};
     static const char *const layouts[] = {"nchw", "nhwc", NULL};
     static const uint32_t layout_of[] = {DLC_LAYOUT_NCHW, DLC_LAYOUT_NHWC};
-    static const uint32_t dtype_of[] = {DLC_DTYPE_UINT8, DLC_DTYPE_FLOAT32, DLC_DTYPE_FLOAT16};
+    static const uint32_t dtype_of[] = {DLC_DTYPE_UINT8, DLC_DTYPE_FLOAT32, DLC_DTYPE_FLOAT16,
+                                        DLC_DTYPE_BFLOAT16};
     static const uint32_t io_of[] = {DLC_IO_AUTO, DLC_IO_MMAP, DLC_IO_DIRECT};
     uint32_t u32 = 0;
     int k;

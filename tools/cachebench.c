@@ -52,7 +52,7 @@ void bench_usage(FILE *out)
           "  --crop C             output C x C (default 224; 0 = the store's size)\n"
           "  --random-resized-crop  RandomResizedCrop(C) instead of a random C x C crop\n"
           "  --flip P             horizontal flip probability (default 0.5)\n"
-          "  --dtype uint8|float32|float16  (default uint8; floats are normalized NCHW)\n"
+          "  --dtype uint8|float32|float16|bfloat16  (default uint8; floats are normalized NCHW)\n"
           "  --seed S --epoch E   sampler seed and first epoch (default 0, 0)\n"
           "  --epochs K | --batches K  measure exactly K epochs or K batches after the\n"
           "                       warm-up batch (default: as many as fit in S seconds)\n"

@@ -22,7 +22,7 @@ static const struct {
     [DLC_DTYPE_FLOAT16] = {2, "float16"}, [DLC_DTYPE_INT8] = {1, "int8"},
     [DLC_DTYPE_UINT16] = {2, "uint16"},   [DLC_DTYPE_INT16] = {2, "int16"},
     [DLC_DTYPE_INT32] = {4, "int32"},     [DLC_DTYPE_INT64] = {8, "int64"},
-    [DLC_DTYPE_FLOAT64] = {8, "float64"},
+    [DLC_DTYPE_FLOAT64] = {8, "float64"}, [DLC_DTYPE_BFLOAT16] = {2, "bfloat16"},
 };
 #define NUM_DTYPES (sizeof DTYPES / sizeof DTYPES[0])
 

@@ -326,7 +326,7 @@ typedef struct dlc_loader_config {
     float rrc_scale[2];   /**< RandomResizedCrop area fraction range (default 0.08, 1). */
     float rrc_ratio[2];   /**< RandomResizedCrop aspect range (default 3/4, 4/3). */
     float flip_prob;      /**< Horizontal flip probability (default 0.5; 0 for eval). */
-    uint32_t dtype;       /**< Images: DLC_DTYPE_UINT8 (default), FLOAT32 or FLOAT16. */
+    uint32_t dtype;       /**< Images: DLC_DTYPE_UINT8 (default), FLOAT32, FLOAT16 or BFLOAT16. */
     float mean[4];        /**< Per channel, on the 0..1 scale (default ImageNet's, then 0.5). */
     float std[4];         /**< Per channel, on the 0..1 scale (default ImageNet's, then 0.5). */
     uint32_t verify;      /**< A ::dlc_verify_mode (default DLC_VERIFY_OFF). */
@@ -391,6 +391,22 @@ typedef struct dlc_loader_config {
     uint32_t return_params;                /**< 1: every batch also carries what each view drew
                                                 (outputs params_*, see "Drawn parameters");
                                                 0 (default): not. */
+    /* Per batch, after conversion: MixUp and CutMix as timm's Mixup (mode "batch"), and soft
+     * targets (see "MixUp and CutMix" below). */
+    float mixup_alpha;      /**< MixUp: lambda ~ Beta(alpha, alpha); 0 (default): no MixUp. */
+    float cutmix_alpha;     /**< CutMix: lambda ~ Beta(alpha, alpha); 0 (default): no CutMix. */
+    float mix_prob;         /**< Probability that a batch is mixed at all (default 1). */
+    float switch_prob;      /**< With both alphas above 0: probability of CutMix rather than
+                                 MixUp (default 0.5). */
+    double label_smoothing; /**< Soft targets: off = s / num_classes, on = 1 - s + off in double,
+                                 then float32, as timm's (default 0). Above 0, or with an alpha
+                                 above 0, the label output is float32 [N, num_classes]. */
+    uint32_t num_classes;   /**< Classes of the soft targets, 2..65536; 0 (default): the store's
+                                 num_labels. */
+    uint32_t max_crop_h;    /**< Progressive resizing: the largest height that
+                                 dlc_loader_set_resolution() may set; the slots are sized for it
+                                 at open (0, the default: crop_h). */
+    uint32_t max_crop_w;    /**< The largest width likewise (0, the default: crop_w). */
 } dlc_loader_config;
 
 /** One output of a batch: a field of the store (or one view group of an image field), for every
@@ -1030,6 +1046,93 @@ DLC_API dlc_status dlc_loader_mix_state_save(const dlc_loader *l, void *buf, siz
  *         back). The loader is unchanged on failure.
  */
 DLC_API dlc_status dlc_loader_mix_state_restore(dlc_loader *l, const void *buf, size_t size);
+
+/* ---- MixUp and CutMix, progressive resizing ---------------------------------------------------
+ * With config.mixup_alpha or cutmix_alpha above 0, each batch is mixed after all its samples are
+ * written and converted, as timm's Mixup(mode="batch", correct_lam=True, cutmix_minmax=None):
+ * sample j is paired with sample N-1-j (the batch flipped); with probability mix_prob the batch
+ * is mixed, by CutMix with probability switch_prob when both alphas are set; lambda is drawn
+ * from Beta(alpha, alpha). MixUp: x_j = lam * x_j + (1 - lam) * x_{N-1-j}, in float32 (each
+ * product and the sum rounded; for float16 and bfloat16 each rounded to the output type, with
+ * (float)lam and (float)(1 - lam), as torch's CUDA kernels compute
+ * x.mul_(lam).add_(x.flip(0).mul_(1 - lam)) on such tensors). CutMix: a box of
+ * sqrt(1 - lam) of each side centered at a uniform pixel, clipped to the image, is pasted from
+ * the partner, and lam becomes 1 - box area / image area. The draw of a batch is a pure
+ * function of (seed, epoch, rank, world size, batch index) (dlc_loader_mixup_params()). The
+ * label output becomes float32 [N, num_classes]: lam * one_hot(y_j) + (1 - lam) *
+ * one_hot(y_{N-1-j}) with label smoothing, each in float32; ::dlc_batch.labels keeps the int64
+ * labels. Image outputs must be float (uint8 pixels are not mixed: DLC_EINVAL at open), of the
+ * default view group (no config.views). On the device path the targets are made on the host
+ * and the images are mixed on the device after their conversion, with the same draw and the
+ * same arithmetic (common/convert_hd.h): the bytes are the host path's. */
+
+/** How a batch was mixed (dlc_loader_mixup_params()). */
+typedef struct dlc_mixup_params {
+    uint32_t struct_size; /**< Set by the caller: sizeof(dlc_mixup_params). */
+    uint32_t mode;        /**< 0: not mixed (lam 1), 1: MixUp, 2: CutMix. */
+    double lam;           /**< The weight of each sample's own image and label. */
+    uint32_t box[4];      /**< CutMix: rows box[0]..box[1]-1, columns box[2]..box[3]-1 (timm's
+                               yl, yh, xl, xh) come from the partner; else 0. */
+} dlc_mixup_params;
+
+/**
+ * @brief The MixUp / CutMix draw of batch @p batch_index of epoch @p epoch of this rank, on
+ *        images of @p height x @p width: what the loader applies to that batch. Pure.
+ * @param[in] l The loader (its seed, rank, world size and mixing options).
+ * @param[in] epoch The epoch (::dlc_batch.epoch).
+ * @param[in] batch_index The batch within the epoch for this rank (::dlc_batch.batch_index).
+ * @param[in] height Rows of the images (the output size of that epoch).
+ * @param[in] width Columns of the images.
+ * @param[in,out] out Its struct_size set by the caller; filled up to it.
+ * @return DLC_OK; DLC_EINVAL (NULL, a bad struct_size, a zero size). Without mixing configured,
+ *         mode 0 and lam 1.
+ * Thread safety: the consumer's thread, or any thread while no state is being restored (a
+ * restore may change the seed).
+ */
+DLC_API dlc_status dlc_loader_mixup_params(const dlc_loader *l, uint64_t epoch,
+                                           uint64_t batch_index, uint32_t height, uint32_t width,
+                                           dlc_mixup_params *out);
+
+/**
+ * @brief The draw of dlc_loader_mixup_params() from its keys alone, for a caller that mixes
+ *        batches itself (the Python package's torch backend does, on the GPU): the same
+ *        function the loader uses. Pure; any thread.
+ * @param[in] mixup_alpha As dlc_loader_config.mixup_alpha.
+ * @param[in] cutmix_alpha As dlc_loader_config.cutmix_alpha.
+ * @param[in] mix_prob As dlc_loader_config.mix_prob.
+ * @param[in] switch_prob As dlc_loader_config.switch_prob.
+ * @param[in] seed The loader's seed (after a state restore, the state's).
+ * @param[in] epoch The epoch.
+ * @param[in] rank The rank.
+ * @param[in] world_size The world size.
+ * @param[in] batch_index The batch within the epoch for this rank.
+ * @param[in] height Rows of the images.
+ * @param[in] width Columns of the images.
+ * @param[in,out] out Its struct_size set by the caller; filled up to it.
+ * @return DLC_OK; DLC_EINVAL (NULL, a bad struct_size, a zero size, an alpha or probability out
+ *         of range).
+ */
+DLC_API dlc_status dlc_mixup_draw(float mixup_alpha, float cutmix_alpha, float mix_prob,
+                                  float switch_prob, uint64_t seed, uint64_t epoch, uint32_t rank,
+                                  uint32_t world_size, uint64_t batch_index, uint32_t height,
+                                  uint32_t width, dlc_mixup_params *out);
+
+/**
+ * @brief Progressive resizing: images of @p height x @p width from the next plan on (the next
+ *        dlc_loader_set_epoch() or state restore), as FFCV's ResNet recipe grows them from 160
+ *        to 192 pixels over the epochs.
+ *
+ * The slots were sized at open for config.max_crop_h x max_crop_w (default: the crop), so
+ * nothing is allocated. The size is not part of the 64-byte state: a caller that resumes sets it
+ * again before the restore (the Python Loader keeps it in its state_dict()). Batches already
+ * lent keep their shapes.
+ * @param[in] l The loader: one view group (no config.views), a crop size (not the store's).
+ * @param[in] height 1..max_crop_h.
+ * @param[in] width 1..max_crop_w; a plain or center crop must also fit the store's images.
+ * @return DLC_OK; DLC_EINVAL (NULL, view groups, a size out of range: named).
+ * Thread safety: the consumer's thread.
+ */
+DLC_API dlc_status dlc_loader_set_resolution(dlc_loader *l, uint32_t height, uint32_t width);
 
 /* ---- Why is the GPU waiting? (docs/WAITING.md) ------------------------------------------- */
 

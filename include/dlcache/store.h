@@ -72,6 +72,9 @@ typedef enum dlc_dtype {
     DLC_DTYPE_INT32 = 6,   /**< 4 bytes, signed. */
     DLC_DTYPE_INT64 = 7,   /**< 8 bytes, signed. */
     DLC_DTYPE_FLOAT64 = 8, /**< IEEE binary64. */
+    /** bfloat16: the upper 16 bits of a binary32, rounded to nearest even. A loader output type
+     *  only (dlc_loader_config.dtype); store fields cannot hold it. */
+    DLC_DTYPE_BFLOAT16 = 9,
 } dlc_dtype;
 
 /** Bytes of one element of @p dtype.

@@ -269,6 +269,14 @@ template <> __device__ __forceinline__ uint16_t out_value<uint16_t>(float v)
 {
     return dlc__hd_f32_to_f16(v);
 }
+/* bfloat16 bits, as a type of its own so that the kernels are instantiated for it. */
+struct bf16_bits {
+    uint16_t bits;
+};
+template <> __device__ __forceinline__ bf16_bits out_value<bf16_bits>(float v)
+{
+    return bf16_bits{dlc__hd_f32_to_bf16(v)};
+}
 
 /* The conversion of dlc__hd_convert_at(), one thread per pixel with its C channels: blockIdx.y
  * walks the images, blockIdx.x the pixels of each, so no thread divides. The values come from a
@@ -348,7 +356,8 @@ template <typename T> cudaError_t launch_c(const dlc__hd_conv &cv, cudaStream_t 
 
 int op_convert(void *ctx, const dlc__hd_conv *cv, void *s)
 {
-    if (cv->c < 1 || cv->c > 4 || cv->layout > DLC__HD_NCHW || cv->dtype > DLC__HD_FLOAT16)
+    if (cv->c < 1 || cv->c > 4 || cv->layout > DLC__HD_NCHW ||
+        (cv->dtype > DLC__HD_FLOAT16 && cv->dtype != DLC__HD_BFLOAT16))
         return cudaErrorInvalidValue;
     const uint64_t elements = dlc__hd_conv_elements(cv);
     if (elements == 0)
@@ -361,7 +370,41 @@ int op_convert(void *ctx, const dlc__hd_conv *cv, void *s)
         return launch_c<uint8_t>(*cv, st);
     if (cv->dtype == DLC__HD_FLOAT32)
         return launch_c<float>(*cv, st);
+    if (cv->dtype == DLC__HD_BFLOAT16)
+        return launch_c<bf16_bits>(*cv, st);
     return launch_c<uint16_t>(*cv, st);
+}
+
+/* MixUp / CutMix in place: one thread per work item of dlc__hd_mix_at(), the function the
+ * host runs, with the draw made on the host (so the same bits on both). */
+__global__ void __launch_bounds__(kThreads) mix_kernel(const dlc__hd_mix mx, const uint64_t items)
+{
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < items; i += stride)
+        dlc__hd_mix_at(&mx, i);
+}
+
+int op_mix(void *ctx, const dlc__hd_mix *mx, void *s)
+{
+    (void)ctx;
+    if (mx->c < 1 || mx->c > 4 || mx->layout > DLC__HD_NCHW ||
+        (mx->mode != DLC__HD_MIXUP && mx->mode != DLC__HD_CUTMIX) ||
+        (mx->dtype != DLC__HD_FLOAT32 && mx->dtype != DLC__HD_FLOAT16 &&
+         mx->dtype != DLC__HD_BFLOAT16))
+        return cudaErrorInvalidValue;
+    const uint64_t items = dlc__hd_mix_elements(mx);
+    if (items == 0)
+        return 0;
+    uint64_t gx = (items + kThreads - 1) / kThreads;
+    gx = gx < kMaxGridX ? gx : kMaxGridX;
+    dlc__hd_mix arg = *mx;
+    uint64_t items_arg = items;
+    void *args[] = {&arg, &items_arg};
+    const cudaError_t e = cudaLaunchKernel((const void *)mix_kernel, dim3((unsigned)gx),
+                                           dim3(kThreads), args, 0, (cudaStream_t)s);
+    if (e != cudaSuccess)
+        cudaGetLastError(); /* Reported here, as launch() does. */
+    return e;
 }
 
 int op_bench_h2d(void *ctx, size_t bytes, uint32_t reps, double *seconds)
@@ -455,6 +498,7 @@ dlc__devops make_ops()
     t.copy_d2d = op_copy_d2d;
     t.convert = op_convert;
     t.bench_h2d = op_bench_h2d;
+    t.mix = op_mix;
     return t;
 }
 

@@ -26,6 +26,7 @@ from typing import Optional
 
 import torch
 
+from . import _batchaug
 from . import _lib as L
 from ._lib import lib
 from .errors import error_for
@@ -48,6 +49,10 @@ _ITEMSIZE = {L.DTYPE_UINT8: 1, L.DTYPE_FLOAT32: 4, L.DTYPE_FLOAT16: 2, L.DTYPE_I
              L.DTYPE_FLOAT64: 8}
 _OUT_DTYPE = {L.DTYPE_UINT8: torch.uint8, L.DTYPE_FLOAT32: torch.float32,
               L.DTYPE_FLOAT16: torch.float16}
+# bfloat16 images: converted on the device like float16 (round to nearest even from float32).
+_RAW_DTYPE[L.DTYPE_BFLOAT16] = torch.bfloat16
+_ITEMSIZE[L.DTYPE_BFLOAT16] = 2
+_OUT_DTYPE[L.DTYPE_BFLOAT16] = torch.bfloat16
 
 
 def parse_device(device):
@@ -233,6 +238,9 @@ class _Feed:
         self.std = [float(cfg.std[c]) for c in range(4)]
         self.return_indices = return_indices
         self.pins = None
+        # The torch backend's MixUp / CutMix (Loader sets it): (options, classes, the label
+        # field's index, a function giving (seed, rank, world size)), or None.
+        self.mix = None
 
     def sync(self):
         """Wait for what may still read a slot (before the C loader refills or frees it)."""
@@ -279,7 +287,7 @@ class PluginFeed(_Feed):
                     raise RuntimeError("%s: output %r of shape %s in %s has %d bytes, the "
                                        "library writes %d (a binding out of step with "
                                        "libdlcache)" % (ctx, f.name.decode(), list(shape),
-                                                        L.DTYPE_NAMES[f.dtype],
+                                                        lib.dlc_dtype_name(f.dtype).decode(),
                                                         t.numel() * t.element_size(), f.bytes))
                 dst[i].data = t.data_ptr() if t.numel() else None
                 lengths = offsets = None
@@ -301,7 +309,8 @@ class PluginFeed(_Feed):
             done = []
             for name, code, layout, t, lengths, offsets in outs:
                 t = _finish_raw(t, code)
-                if layout == L.LAYOUT_NHWC and code in (L.DTYPE_FLOAT32, L.DTYPE_FLOAT16):
+                if layout == L.LAYOUT_NHWC and code in (L.DTYPE_FLOAT32, L.DTYPE_FLOAT16,
+                                                         L.DTYPE_BFLOAT16):
                     # channels_last: the logical [N, C, H, W] ([N, K, C, H, W]) over NHWC memory.
                     t = t.permute(_perm(t.dim()))
                 done.append((name, t, lengths, offsets))
@@ -441,7 +450,29 @@ class TorchFeed(_Feed):
             cur.wait_event(ev)
             done = [(name, self._convert(t) if image and self.float_out else _finish_raw(t, code),
                      lengths, offsets) for name, code, image, t, lengths, offsets in raw]
+            if self.mix is not None:
+                done = self._mix_batch(batch, raw, done)
         return L.DLC_OK, _items(done, idx)
+
+    def _mix_batch(self, batch, raw, done):
+        """MixUp / CutMix of the converted images and soft targets, on the current stream, with
+        the C loader's draw and its arithmetic (_batchaug.torch_mix(): the bits of the host path
+        and of the plugin's kernel)."""
+        opts, classes, label_field, keys = self.mix
+        seed, rank, world = keys()
+        images = [done[k][1] for k in range(len(done)) if raw[k][2]]
+        if not images:
+            return done
+        h, w = images[0].shape[-2:]
+        p = _batchaug.draw(opts, seed, batch.epoch, rank, world, batch.batch_index, int(h),
+                           int(w))
+        out = list(done)
+        for k in range(len(done)):
+            if batch.fields[k].field == label_field:
+                name, labels, lengths, offsets = done[k]
+                targets = _batchaug.torch_mix(images, labels, p, classes, opts["smoothing"])
+                out[k] = (name, targets, lengths, offsets)
+        return out
 
 
 def make_feed(backend, *args):

@@ -420,6 +420,25 @@ class LoaderConfig(ctypes.Structure):
         ("augment_specs", ctypes.POINTER(AugmentSpec)),
         ("num_augment_specs", ctypes.c_uint32),
         ("return_params", ctypes.c_uint32),
+        # MixUp / CutMix, soft targets, progressive resizing (issue 33).
+        ("mixup_alpha", ctypes.c_float),
+        ("cutmix_alpha", ctypes.c_float),
+        ("mix_prob", ctypes.c_float),
+        ("switch_prob", ctypes.c_float),
+        ("label_smoothing", ctypes.c_double),
+        ("num_classes", ctypes.c_uint32),
+        ("max_crop_h", ctypes.c_uint32),
+        ("max_crop_w", ctypes.c_uint32),
+    ]
+
+
+class MixupParams(ctypes.Structure):
+    """dlc_mixup_params: how a batch was mixed."""
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("mode", ctypes.c_uint32),
+        ("lam", ctypes.c_double),
+        ("box", ctypes.c_uint32 * 4),
     ]
 
 
@@ -650,6 +669,8 @@ DTYPE_INT8, DTYPE_UINT16, DTYPE_INT16, DTYPE_INT32, DTYPE_INT64, DTYPE_FLOAT64 =
 # numpy's names of the dlc_dtype values (dlc_dtype_name()).
 DTYPE_NAMES = ("uint8", "float32", "float16", "int8", "uint16", "int16", "int32", "int64",
                "float64")
+# After them: bfloat16, a loader output only (numpy has no bfloat16, stores cannot hold it).
+DTYPE_BFLOAT16 = 9
 FIELD_IMAGE, FIELD_NDARRAY, FIELD_INT, FIELD_FLOAT, FIELD_BYTES = 1, 2, 3, 4, 5
 FIELD_VARIABLE, FIELD_MASK, FIELD_BOXES, FIELD_LABEL = 1, 2, 4, 8
 LAYOUT_NHWC, LAYOUT_NCHW, LAYOUT_NONE = 0, 1, 2
@@ -754,6 +775,13 @@ _PROTOTYPES = {
     "dlc_loader_batches_per_epoch": (ctypes.c_uint64, [_P]),
     "dlc_loader_store_count": (ctypes.c_uint64, [_P]),
     "dlc_loader_set_epoch": (c_status, [_P, ctypes.c_uint64]),
+    "dlc_loader_mixup_params": (c_status, [_P, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint32,
+                                           ctypes.c_uint32, ctypes.POINTER(MixupParams)]),
+    "dlc_loader_set_resolution": (c_status, [_P, ctypes.c_uint32, ctypes.c_uint32]),
+    "dlc_mixup_draw": (c_status, [ctypes.c_float, ctypes.c_float, ctypes.c_float, ctypes.c_float,
+                                  ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint32,
+                                  ctypes.c_uint32, ctypes.c_uint64, ctypes.c_uint32,
+                                  ctypes.c_uint32, ctypes.POINTER(MixupParams)]),
     "dlc_loader_state_save": (c_status, [_P, ctypes.c_char_p]),
     "dlc_loader_state_restore": (c_status, [_P, ctypes.c_char_p, ctypes.c_size_t]),
     "dlc_loader_get_stats": (None, [_P, ctypes.POINTER(LoaderStats)]),

@@ -21,6 +21,7 @@ from . import _augment
 from . import _device
 from . import _report
 from . import _stream
+from . import _batchaug
 from . import _lib as L
 from ._lib import lib
 from .errors import InvalidArgumentError, check, error_for, redact
@@ -47,6 +48,10 @@ _ITEMSIZE = {L.DTYPE_UINT8: 1, L.DTYPE_FLOAT32: 4, L.DTYPE_FLOAT16: 2, L.DTYPE_I
              L.DTYPE_FLOAT64: 8}
 _AUGMENTS = {"center_crop": L.AUGMENT_CENTER_CROP, "random_crop": L.AUGMENT_RANDOM_CROP,
              "random_resized_crop": L.AUGMENT_RANDOM_RESIZED_CROP}
+# bfloat16 (torch.bfloat16 tensors; numpy has none, so there is no numpy view of such a batch).
+_DTYPES.update({"bfloat16": L.DTYPE_BFLOAT16, torch.bfloat16: L.DTYPE_BFLOAT16})
+_TORCH_DTYPE[L.DTYPE_BFLOAT16] = torch.bfloat16
+_ITEMSIZE[L.DTYPE_BFLOAT16] = 2
 _VARIABLE = {"pad": L.VARIABLE_PAD, "offsets": L.VARIABLE_OFFSETS, "pad_to": L.VARIABLE_PAD_TO}
 _VERIFY = {"off": L.VERIFY_OFF, "first": L.VERIFY_FIRST, "always": L.VERIFY_ALWAYS,
            False: L.VERIFY_OFF, True: L.VERIFY_FIRST}
@@ -466,6 +471,20 @@ class Loader:
         document_mask: with seq_len, add cu_seqlens and max_seqlen, and label
             -100 where the target lies in the next document.
         pad_id: with seq_len and "best_fit", the token id of the padding.
+        mixup, cutmix, mix_prob, switch_prob, label_smoothing, num_classes:
+            MixUp / CutMix per batch as timm's Mixup (Beta alphas; 0 = off),
+            the probability of mixing a batch and of CutMix among them, and
+            soft targets: the label becomes float32 [N, num_classes]
+            (default: the store's labels), label-smoothed. Float dtypes only;
+            on a GPU the images are mixed there. ``mixup_params(epoch, i)``
+            tells how batch i was mixed. See docs/RECIPES.md.
+        resolution, max_resolution: progressive resizing: the output size per
+            epoch, an int or (height, width), a list per epoch, or a function
+            of the epoch (which needs max_resolution, the largest size: the
+            slots are sized for it at open). ``set_resolution(h, w)`` sets a
+            size from the next epoch on; state_dict() keeps it.
+        dtype="bfloat16": torch.bfloat16 images, the float32 values rounded to
+            nearest even (numpy has no bfloat16: torch tensors only).
 
     Every argument after batch_size is keyword-only. A Loader pickles (and
     copy.deepcopy()s) as its arguments and state_dict(): the copy opens at its
@@ -552,6 +571,11 @@ class Loader:
                  auto_augment_options: "Optional[Dict[str, Any]]" = None,
                  random_erasing: "Union[None, float, Dict[str, Any]]" = None,
                  return_params: bool = False,
+                 mixup: float = 0.0, cutmix: float = 0.0, mix_prob: float = 1.0,
+                 switch_prob: float = 0.5, label_smoothing: float = 0.0,
+                 num_classes: "Optional[int]" = None,
+                 resolution: "Union[None, int, Tuple[int, int], Sequence[Any], Any]" = None,
+                 max_resolution: "Union[None, int, Tuple[int, int]]" = None,
                  transform: "Optional[Callable[[Any], Any]]" = None,
                  preset: "Optional[str]" = None,
                  seq_len: "Optional[int]" = None, packing: str = "concat",
@@ -688,11 +712,20 @@ class Loader:
         if isinstance(dtype, str):
             key = dtype.lower()
         if key not in _DTYPES:
-            raise ValueError("dtype must be 'uint8', 'float32' or 'float16', got %r" % (dtype,))
+            raise ValueError("dtype must be 'uint8', 'float32', 'float16' or 'bfloat16', got %r"
+                             % (dtype,))
         cfg.dtype = _DTYPES[key]
         if cfg.dtype == L.DTYPE_UINT8 and (mean is not None or std is not None):
-            raise ValueError("mean and std apply to dtype 'float32' or 'float16' only, "
+            raise ValueError("mean and std apply to the float dtypes only, "
                              "not to 'uint8' (pixels are delivered as stored)")
+        # MixUp / CutMix, soft targets, progressive resizing (_batchaug.py).
+        self._resolution = _batchaug.apply(
+            cfg, mixup=mixup, cutmix=cutmix, mix_prob=mix_prob, switch_prob=switch_prob,
+            label_smoothing=label_smoothing, num_classes=num_classes, resolution=resolution,
+            max_resolution=max_resolution)
+        self._soft = _batchaug.soft(cfg)
+        self._res_now = (cfg.crop_h, cfg.crop_w) if self._resolution is not None else None
+        self._res_next: "Optional[Tuple[int, int]]" = None
         if channels_last and cfg.dtype != L.DTYPE_UINT8 and self._device is None:
             raise ValueError("memory_format=torch.channels_last needs a CUDA device: host float "
                              "batches are NCHW (use x.contiguous(memory_format=...) yourself)")
@@ -954,6 +987,8 @@ class Loader:
         feed = _device.make_feed("torch", *args)
         cfg.device = -1
         cfg.dtype = L.DTYPE_UINT8  # converted on the GPU
+        # ... and mixed there: the C loader makes uint8 batches with int64 labels.
+        mix = _batchaug.take_mix(cfg)
         try:
             self._open(cfg, feed.pins)
             feed.register(self._handle.ptr)
@@ -963,6 +998,18 @@ class Loader:
             raise
         finally:
             cfg.dtype = dtype
+            _batchaug.put_mix(cfg, mix)
+        if mix is not None:
+            label = next((i for i, f in enumerate(schema["fields"]) if f.get("label")), None)
+            classes = mix["classes"] or int(lib.dlc_store_get_info(
+                lib.dlc_loader_store(self._handle.ptr)).contents.num_labels)
+            if label is None or not 2 <= classes <= 65536:
+                self._handle.close()
+                raise ValueError("mixup=, cutmix= and label_smoothing= need a label field and "
+                                 "num_classes in 2..65536 (the store has %s)"
+                                 % ("no label field" if label is None else "%d labels" % classes))
+            feed.mix = (mix, classes, label,
+                        lambda: (int(self._seed), int(cfg.rank), int(cfg.world_size)))
         self._feed = feed
 
     @staticmethod
@@ -1207,6 +1254,7 @@ class Loader:
         elif e == self._epoch and self._pos in (_FRESH, _RESUMED):
             return
         self._sync()
+        self._resize_for(ptr, e)
         # Held batches stay lent across the new plan (the C loader keeps them): the loop's
         # variables still name the last one, and it is given back, uncopied, two batches on.
         check(lib.dlc_loader_set_epoch(ptr, e), "dlcache.Loader.set_epoch(%d)" % e)
@@ -1323,6 +1371,8 @@ class Loader:
         images, ref = self._lend(batch.data, batch.dtype, tuple(batch.shape), lease)
         self._held.append((batch, [ref], weakref.ref(lease)))
         labels = _own(batch.labels, L.DTYPE_INT64, (n,))
+        if self._soft:
+            labels = _batchaug.soft_labels(batch, _own)
         if self._mix is not None:
             return self._mix.pair(images, labels, _own(batch.indices, L.DTYPE_INT64, (n,)),
                                   self._return_indices)
@@ -1498,6 +1548,11 @@ class Loader:
             # the store it was saved from.
             out["source"] = public_path(self._path)
             out["content_digest"] = int.from_bytes(raw[8:16], "little")
+        if self._res_now is not None:
+            # The size is not in the C state: the epoch in progress's, and one set for the next.
+            out["resolution"] = tuple(self._res_now)
+            if self._res_next is not None:
+                out["next_resolution"] = tuple(self._res_next)
         if c.sampler == L.SAMPLER_SHARD_WINDOWS:
             # The order depends on them: a Loader resuming this state needs the same ones (the
             # C state checks it), so they are here to be read back.
@@ -1592,18 +1647,73 @@ class Loader:
                           % (saved_bs, int(self.batch_size), int(self.batch_size)),
                           RuntimeWarning, stacklevel=2)
         self._sync()
+        res = state_dict.get("resolution")
+        if res is not None:
+            if self._res_now is None:
+                raise ValueError("state_dict was saved with progressive resizing (resolution "
+                                 "%r): give this Loader resolution= or max_resolution= too"
+                                 % (tuple(res),))
+            # The restore starts a plan: the size set now is the resumed epoch's.
+            _batchaug.set_resolution(self._ptr(), int(res[0]), int(res[1]),
+                                     "dlcache.Loader.load_state_dict")
         restore = (lib.dlc_loader_mix_state_restore if self._mix is not None
                    else lib.dlc_loader_state_restore)
         ctx = "dlcache.Loader.load_state_dict"
         if self._mix is None and isinstance(sd.get("source"), str):
             ctx += "(a state of %s)" % redact(sd["source"])
         check(restore(self._ptr(), raw, len(raw)), ctx)
+        if res is not None:
+            self._res_now = (int(res[0]), int(res[1]))
+            nxt = state_dict.get("next_resolution")
+            self._res_next = None
+            if nxt is not None:
+                self.set_resolution(int(nxt[0]), int(nxt[1]))
         self._gen += 1  # iterators over the old position must not go on
         self._epoch = epoch
         self._seed = seed
         self._pending_epoch = None
         self._pos = _DONE if finished else _RESUMED
         self._yielded = None
+
+    # ------------------------------------------------------------ resizing, mixing
+    def set_resolution(self, height: int, width: int) -> None:
+        """Progressive resizing: images of height x width from the next epoch on (a fixed
+        size, replacing a resolution= schedule). The Loader needs room for it: opened with
+        max_resolution= (or a resolution= list whose largest entry holds it)."""
+        h, w = _batchaug._hw((height, width), "set_resolution")
+        if self._res_now is None:
+            raise ValueError("set_resolution() needs the Loader opened with max_resolution= "
+                             "(the largest size: the batch slots are sized for it)")
+        _batchaug.set_resolution(self._ptr(), h, w, "dlcache.Loader.set_resolution")
+        self._resolution = None
+        self._res_next = (h, w)
+
+    def _resize_for(self, ptr, epoch):
+        """Before the plan of @p epoch starts: its size (schedule, or set_resolution())."""
+        if self._res_next is not None:
+            self._res_now, self._res_next = self._res_next, None
+        elif self._resolution is not None:
+            hw = self._resolution.at(epoch)
+            _batchaug.set_resolution(ptr, hw[0], hw[1], "dlcache.Loader(resolution=...)")
+            self._res_now = hw
+
+    @property
+    def resolution(self):
+        """(height, width) of the epoch in progress with progressive resizing, else None."""
+        return self._res_now
+
+    def mixup_params(self, epoch: int, batch_index: int) -> Dict[str, Any]:
+        """How batch @p batch_index of @p epoch (this rank's) is mixed: {"mode": "none",
+        "mixup" or "cutmix", "lam": float, "box": (yl, yh, xl, xh) or None}, a pure function
+        of the seed, epoch, rank, world size and batch index (timm's draw, see _batchaug)."""
+        h, w = self._res_now or (self._config.crop_h, self._config.crop_w)
+        if not h or not w:
+            raise ValueError("mixup_params() needs the output size: open with crop=")
+        mix = getattr(self._feed, "mix", None)
+        if mix is not None:  # the torch device backend mixes, not the C loader
+            seed, rank, world = mix[3]()
+            return _batchaug.draw(mix[0], seed, epoch, rank, world, batch_index, h, w)
+        return _batchaug.mixup_params(self._ptr(), epoch, batch_index, h, w)
 
     # ------------------------------------------------------------ misc
     @property

@@ -2,7 +2,8 @@
 # `make bench`: the benchmarks that need no server and no GPU, on a small data set made here, each
 # printing its ratios measured in one run (never a pass or fail): the store's record lookup
 # (bench_store_read: offset table against LMDB's B-tree) and the loader against the memcpy ceiling
-# and the decode-every-epoch path on 1 thread and on every core (bench_threads.sh). The other
+# and the decode-every-epoch path on 1 thread and on every core (bench_threads.sh), and today's
+# training recipe against RRC + flip and against a torch DataLoader (bench_recipes.py). The other
 # scripts of tests/bench/ (builder, streaming, cachewarm, comparing two builds) take arguments and
 # servers; each says how to run it in its first lines.
 #
@@ -31,3 +32,7 @@ THREADS="1 $(nproc)" SVG="" BIN=$BIN bash tests/bench/bench_threads.sh "$WORK/tr
 echo "bench: results in $WORK/threads.json"
 echo "== bench_tokens.py (packed token batches against memcpy and an np.memmap loader; open time)"
 /usr/bin/python3 tests/bench/bench_tokens.py "$WORK" --tokens 5000000 --seconds 2
+echo "== bench_recipes.py (torchvision's recipe against RRC + flip and a torch DataLoader, 2 threads)"
+DLCACHE_LIB=${DLCACHE_LIB:-build/lib/libdlcache.so} ${PY:-/usr/bin/python3} tests/bench/bench_recipes.py \
+    "$WORK/train.dlc" --threads 2 --seconds 3 --json "$WORK/recipes.json"
+echo "bench: results in $WORK/recipes.json"

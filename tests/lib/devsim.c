@@ -36,10 +36,10 @@ typedef struct sim_range {
     int pinned;
 } sim_range;
 
-typedef enum sim_kind { K_COPY_H2D, K_COPY_D2D, K_CONVERT, K_MARK, K_WAIT } sim_kind;
+typedef enum sim_kind { K_COPY_H2D, K_COPY_D2D, K_CONVERT, K_MARK, K_WAIT, K_MIX } sim_kind;
 
-static const char *const kind_names[] = {"copy_h2d", "copy_d2d", "convert", "event_record",
-                                         "stream_wait"};
+static const char *const kind_names[] = {"copy_h2d",     "copy_d2d",    "convert",
+                                         "event_record", "stream_wait", "mix"};
 
 struct sim_stream;
 struct sim_event;
@@ -56,6 +56,7 @@ typedef struct sim_op {
     size_t bytes;
     uint64_t src_hash; /* copy_h2d: XXH3 of the host source when enqueued. */
     dlc__hd_conv cv;   /* convert: copied at enqueue, as a kernel's arguments are. */
+    dlc__hd_mix mx;    /* mix: likewise. */
     struct sim_event *ev;
     uint64_t ticket;              /* The event's record (mark) or the one waited for (wait). */
     struct sim_op *qnext;         /* In the stream's queue. */
@@ -121,7 +122,7 @@ static const char *const op_names[DEVSIM_OP_COUNT] = {
     "host_free",    "dev_alloc",    "dev_free",      "stream_create", "stream_destroy",
     "stream_sync",  "event_create", "event_destroy", "event_record",  "stream_wait",
     "event_query",  "event_sync",   "copy_h2d",      "copy_d2d",      "convert",
-    "bench_h2d"};
+    "bench_h2d",    "mix"};
 
 const char *devsim_op_name(devsim_op op)
 {
@@ -472,6 +473,13 @@ static void execute(devsim *s, sim_op *o)
             const uint64_t n = dlc__hd_conv_elements(&o->cv);
             for (uint64_t i = 0; i < n; i++)
                 dlc__hd_convert_at(&o->cv, i);
+        }
+        break;
+    case K_MIX:
+        if (!o->fault) {
+            const uint64_t n = dlc__hd_mix_elements(&o->mx);
+            for (uint64_t i = 0; i < n; i++)
+                dlc__hd_mix_at(&o->mx, i);
         }
         break;
     case K_MARK:
@@ -1041,12 +1049,36 @@ static int sim_convert(void *ctx, const dlc__hd_conv *cv, void *sp)
     devsim *s = ctx;
     pthread_mutex_lock(&s->mu);
     int rc;
-    if (!cv || cv->c < 1 || cv->c > 4 || cv->dtype > DLC__HD_FLOAT16 || cv->layout > DLC__HD_NCHW) {
+    if (!cv || cv->c < 1 || cv->c > 4 ||
+        (cv->dtype > DLC__HD_FLOAT16 && cv->dtype != DLC__HD_BFLOAT16) ||
+        cv->layout > DLC__HD_NCHW) {
         s->st.calls[DEVSIM_OP_CONVERT]++;
         rc = ret(s, DEVSIM_EINVAL);
     } else {
         sim_op proto = {.kind = K_CONVERT, .cv = *cv, .dst = cv->dst, .src = cv->src};
         rc = enqueue_work(s, DEVSIM_OP_CONVERT, &proto, sp);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+static int sim_mix(void *ctx, const dlc__hd_mix *mx, void *sp)
+{
+    devsim *s = ctx;
+    pthread_mutex_lock(&s->mu);
+    int rc;
+    if (!mx || mx->c < 1 || mx->c > 4 || mx->layout > DLC__HD_NCHW ||
+        (mx->mode != DLC__HD_MIXUP && mx->mode != DLC__HD_CUTMIX) ||
+        (mx->dtype != DLC__HD_FLOAT32 && mx->dtype != DLC__HD_FLOAT16 &&
+         mx->dtype != DLC__HD_BFLOAT16)) {
+        s->st.calls[DEVSIM_OP_MIX]++;
+        rc = ret(s, DEVSIM_EINVAL);
+    } else {
+        /* Reads and writes the images in place: one range for both. */
+        const size_t bytes =
+            (size_t)(mx->n * mx->h * mx->w * mx->c) * (mx->dtype == DLC__HD_FLOAT32 ? 4 : 2);
+        sim_op proto = {.kind = K_MIX, .mx = *mx, .dst = mx->data, .src = mx->data, .bytes = bytes};
+        rc = enqueue_work(s, DEVSIM_OP_MIX, &proto, sp);
     }
     pthread_mutex_unlock(&s->mu);
     return rc;
@@ -1135,6 +1167,7 @@ devsim *devsim_create(const devsim_opts *o)
         .copy_d2d = sim_copy_d2d,
         .convert = sim_convert,
         .bench_h2d = sim_bench_h2d,
+        .mix = sim_mix,
     };
     pthread_mutex_lock(&s->mu);
     s->dflt = stream_new(s, 0, -1);

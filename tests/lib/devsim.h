@@ -76,6 +76,7 @@ typedef enum devsim_op {
     DEVSIM_OP_COPY_D2D,
     DEVSIM_OP_CONVERT,
     DEVSIM_OP_BENCH_H2D,
+    DEVSIM_OP_MIX,
     DEVSIM_OP_COUNT
 } devsim_op;
 

@@ -7,7 +7,8 @@
  * reason. With a GPU: the conversion kernel against dlc__hd_convert_at() byte for byte, copies
  * ordered through events, device_enter/device_leave against the driver's own view of the current
  * context, and the copy benchmark. Device memory is read back with the driver's cuMemcpyDtoH
- * (libcuda.so.1, opened here too), since the table has no device-to-host copy. */
+ * (libcuda.so.1, opened here too), since the table has no device-to-host copy. The MixUp /
+ * CutMix kernel likewise against dlc__hd_mix_at(), and the bfloat16 conversion. */
 #include "device.h"
 
 #include <criterion/criterion.h>
@@ -114,14 +115,29 @@ Test(cuda_plugin, table_is_exported)
     cr_assert_eq(strncmp(ops->name, "cuda ", 5), 0, "name \"%s\"", ops->name);
     cr_log_info("plugin: %s", ops->name);
     const void *const fns[] = {
-        (void *)ops->errstr,        (void *)ops->device_count,   (void *)ops->set_device,
-        (void *)ops->device_enter,  (void *)ops->device_leave,   (void *)ops->host_alloc,
-        (void *)ops->host_free,     (void *)ops->dev_alloc,      (void *)ops->dev_free,
-        (void *)ops->stream_create, (void *)ops->stream_destroy, (void *)ops->stream_sync,
-        (void *)ops->event_create,  (void *)ops->event_destroy,  (void *)ops->event_record,
-        (void *)ops->stream_wait,   (void *)ops->event_query,    (void *)ops->event_sync,
-        (void *)ops->copy_h2d,      (void *)ops->copy_d2d,       (void *)ops->convert,
+        (void *)ops->errstr,
+        (void *)ops->device_count,
+        (void *)ops->set_device,
+        (void *)ops->device_enter,
+        (void *)ops->device_leave,
+        (void *)ops->host_alloc,
+        (void *)ops->host_free,
+        (void *)ops->dev_alloc,
+        (void *)ops->dev_free,
+        (void *)ops->stream_create,
+        (void *)ops->stream_destroy,
+        (void *)ops->stream_sync,
+        (void *)ops->event_create,
+        (void *)ops->event_destroy,
+        (void *)ops->event_record,
+        (void *)ops->stream_wait,
+        (void *)ops->event_query,
+        (void *)ops->event_sync,
+        (void *)ops->copy_h2d,
+        (void *)ops->copy_d2d,
+        (void *)ops->convert,
         (void *)ops->bench_h2d,
+        (void *)ops->mix,
     };
     for (size_t k = 0; k < sizeof fns / sizeof *fns; k++)
         cr_assert_not_null(fns[k], "operation %zu is missing", k);
@@ -158,7 +174,7 @@ static void check_convert(const dlc__devops *ops, const cu_driver *drv, void *st
                           uint32_t h, uint32_t w, uint32_t c, uint32_t dtype, uint32_t layout,
                           const float mean[4], const float std[4], uint64_t seed)
 {
-    static const size_t esize[] = {1, 4, 2};
+    static const size_t esize[] = {1, 4, 2, 0, 0, 0, 0, 0, 0, 2}; /* By dtype (9: bfloat16). */
     const size_t elements = (size_t)n * h * w * c, bytes = elements * esize[dtype];
     uint8_t *src = malloc(elements + 1), *want = malloc(bytes + 1), *got = malloc(bytes + 1);
     cr_assert(src != NULL && want != NULL && got != NULL);
@@ -221,6 +237,10 @@ Test(cuda_plugin, convert_matches_the_cpu_bit_for_bit)
                   stds[1], seed++);
     check_convert(ops, &drv, stream, 1, 1, 1, 3, DLC__HD_FLOAT32, DLC__HD_NCHW, means[0], stds[0],
                   seed++);
+    for (uint32_t layout = DLC__HD_NHWC; layout <= DLC__HD_NCHW; layout++)
+        for (uint32_t c = 1; c <= 4; c++)
+            check_convert(ops, &drv, stream, 3, 17, 29, c, DLC__HD_BFLOAT16, layout, means[c & 1],
+                          stds[c & 1], seed++);
 
     /* Nothing to do is not an error; a channel count beyond 4 is. */
     dlc__hd_conv empty = {.n = 0, .h = 17, .w = 29, .c = 3, .dtype = DLC__HD_FLOAT32};
@@ -229,6 +249,80 @@ Test(cuda_plugin, convert_matches_the_cpu_bit_for_bit)
     bad.n = 1;
     bad.c = 5;
     cr_assert_neq(ops->convert(ops->ctx, &bad, stream), 0);
+    CHECK_OP(ops, ops->stream_sync(ops->ctx, stream));
+    ops->stream_destroy(ops->ctx, stream);
+}
+
+/* MixUp or CutMix @p mx (its data NULL) of random images, on the device and with
+ * dlc__hd_mix_at() on the CPU: the same bytes. */
+static void check_mix(const dlc__devops *ops, cu_driver *drv, void *stream, dlc__hd_mix mx,
+                      uint64_t seed)
+{
+    const size_t es = mx.dtype == DLC__HD_FLOAT32 ? 4 : 2;
+    const size_t elements = (size_t)mx.n * mx.h * mx.w * mx.c, bytes = elements * es;
+    uint8_t *want = malloc(bytes + 1), *got = malloc(bytes + 1);
+    cr_assert(want != NULL && got != NULL);
+    for (size_t i = 0; i < elements; i++) {
+        /* Normalized pixels: about -2.2..2.7. */
+        const float v = (float)(xorshift(&seed) >> 40) / (float)(1 << 24) * 4.9f - 2.2f;
+        if (es == 4)
+            memcpy(want + 4 * i, &v, 4);
+        else {
+            const uint16_t b = dlc__hd_f32_to_16(v, mx.dtype);
+            memcpy(want + 2 * i, &b, 2);
+        }
+    }
+    void *pinned = NULL, *dev = NULL;
+    CHECK_OP(ops, ops->host_alloc(ops->ctx, bytes + 1, &pinned));
+    CHECK_OP(ops, ops->dev_alloc(ops->ctx, bytes + 1, &dev));
+    memcpy(pinned, want, bytes);
+    CHECK_OP(ops, ops->copy_h2d(ops->ctx, dev, pinned, bytes, stream));
+    mx.data = want;
+    for (uint64_t i = 0; i < dlc__hd_mix_elements(&mx); i++)
+        dlc__hd_mix_at(&mx, i);
+    mx.data = dev;
+    CHECK_OP(ops, ops->mix(ops->ctx, &mx, stream));
+    CHECK_OP(ops, ops->stream_sync(ops->ctx, stream));
+    cr_assert_eq(drv->dtoh(got, (unsigned long long)(uintptr_t)dev, bytes), 0);
+    cr_assert_eq(memcmp(got, want, bytes), 0, "n=%llu h=%u w=%u c=%u dtype=%u layout=%u mode=%u",
+                 (unsigned long long)mx.n, mx.h, mx.w, mx.c, mx.dtype, mx.layout, mx.mode);
+    ops->dev_free(ops->ctx, dev);
+    ops->host_free(ops->ctx, pinned);
+    free(got);
+    free(want);
+}
+
+Test(cuda_plugin, mix_matches_the_cpu_bit_for_bit)
+{
+    cu_driver drv;
+    const dlc__devops *ops = gpu(&drv);
+    void *stream = NULL;
+    CHECK_OP(ops, ops->stream_create(ops->ctx, &stream));
+    static const uint32_t dtypes[] = {DLC__HD_FLOAT32, DLC__HD_FLOAT16, DLC__HD_BFLOAT16};
+    uint64_t seed = 7;
+    for (int d = 0; d < 3; d++)
+        for (uint32_t layout = DLC__HD_NHWC; layout <= DLC__HD_NCHW; layout++)
+            for (uint32_t mode = DLC__HD_MIXUP; mode <= DLC__HD_CUTMIX; mode++)
+                for (uint64_t n = 1; n <= 8; n += 7) { /* An odd batch (1) and an even one. */
+                    const double lam = 0.3712;
+                    dlc__hd_mix mx = {.n = n,
+                                      .h = 19,
+                                      .w = 23,
+                                      .c = 3,
+                                      .dtype = dtypes[d],
+                                      .layout = layout,
+                                      .mode = mode,
+                                      .lam = (float)lam,
+                                      .oml = (float)(1.0 - lam),
+                                      .y0 = 3,
+                                      .y1 = 15,
+                                      .x0 = 0,
+                                      .x1 = 11};
+                    check_mix(ops, &drv, stream, mx, seed++);
+                }
+    dlc__hd_mix bad = {
+        .n = 2, .h = 1, .w = 1, .c = 3, .dtype = DLC__HD_UINT8, .mode = DLC__HD_MIXUP};
+    cr_assert_neq(ops->mix(ops->ctx, &bad, stream), 0, "uint8 is not mixed");
     CHECK_OP(ops, ops->stream_sync(ops->ctx, stream));
     ops->stream_destroy(ops->ctx, stream);
 }

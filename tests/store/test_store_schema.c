@@ -351,13 +351,13 @@ Test(store_schema, dtypes_have_their_sizes_and_names)
         {DLC_DTYPE_FLOAT16, 2, "float16"}, {DLC_DTYPE_INT8, 1, "int8"},
         {DLC_DTYPE_UINT16, 2, "uint16"},   {DLC_DTYPE_INT16, 2, "int16"},
         {DLC_DTYPE_INT32, 4, "int32"},     {DLC_DTYPE_INT64, 8, "int64"},
-        {DLC_DTYPE_FLOAT64, 8, "float64"},
+        {DLC_DTYPE_FLOAT64, 8, "float64"}, {DLC_DTYPE_BFLOAT16, 2, "bfloat16"},
     };
     for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
         cr_assert_eq(dlc_dtype_size(want[k].dtype), want[k].size);
         cr_assert_str_eq(dlc_dtype_name(want[k].dtype), want[k].name);
     }
-    cr_assert_eq(dlc_dtype_size(9), 0);
-    cr_assert_str_eq(dlc_dtype_name(9), "?");
+    cr_assert_eq(dlc_dtype_size(10), 0);
+    cr_assert_str_eq(dlc_dtype_name(10), "?");
     cr_assert_str_eq(dlc_dtype_name(UINT32_MAX), "?");
 }
