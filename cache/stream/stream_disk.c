@@ -131,17 +131,24 @@ static const dlc__scache_names *other_names(dlc__scache *c, uint64_t set_id, con
 
 /* ---- The lock ----------------------------------------------------------------------------- */
 
+static int fs_lock_canceled(void *user)
+{
+    return dlc__scache_canceled(user);
+}
+
 dlc_status dlc__scache_fs_lock(dlc__scache *c)
 {
     pthread_mutex_lock(&c->fs_mu);
-    while (flock(c->lock_fd, LOCK_EX) < 0) {
-        if (errno != EINTR) {
-            const int e = errno;
-            pthread_mutex_unlock(&c->fs_mu);
-            return dlc__errorf(-e, "%s: flock: %s", c->lock_path, strerror(e));
-        }
-    }
-    return DLC_OK;
+    /* Caches at work hold it for an instant: a wait as long as the network timeout means
+     * something else holds it (anyone who can read the file can take it), and a wait must never
+     * outlast the caller's bounds, close() or Ctrl-C (issue 32). */
+    const dlc_status rc = dlc__flock_wait(
+        c->lock_fd, LOCK_EX, c->lock_path, dlc__scache_lock_timeout(c), fs_lock_canceled, NULL, c,
+        "the stream cache's folder-wide lock, which caches at work hold for an instant at a time; "
+        "something else holds it (end it, or use another cache_dir)");
+    if (rc < 0)
+        pthread_mutex_unlock(&c->fs_mu);
+    return rc;
 }
 
 void dlc__scache_fs_unlock(dlc__scache *c)
@@ -230,8 +237,21 @@ static dlc_status scan_temp(dlc__scache *c, int dfd, const char *folder, const c
             memcpy(shard, name, name_len);
             shard[name_len] = '\0';
             const uint32_t i = dlc__scache_names_find(&c->names, shard);
-            if (i != UINT32_MAX)
-                c->seen_tmp[c->names.shard[i]] = 1;
+            if (i != UINT32_MAX) {
+                const uint32_t k = c->names.shard[i];
+                /* A download at work writes its file: its size or times change. */
+                const uint64_t sig =
+                    ((uint64_t)st->st_ino * 0x9E3779B97F4A7C15ull) ^ (uint64_t)st->st_size ^
+                    ((uint64_t)st->st_mtim.tv_sec << 30) ^ (uint64_t)st->st_mtim.tv_nsec ^
+                    ((uint64_t)st->st_ctim.tv_nsec << 17) ^ (uint64_t)st->st_blocks;
+                if (!c->seen_tmp[k] &&
+                    (c->tmp_since[k] == 0 || c->tmp_sig[k] != sig || c->tmp_pid[k] != pid)) {
+                    c->tmp_since[k] = dlc__now_s();
+                    c->tmp_sig[k] = sig;
+                    c->tmp_pid[k] = pid;
+                }
+                c->seen_tmp[k] = 1;
+            }
         }
     }
     return DLC_OK;
@@ -329,10 +349,12 @@ dlc_status dlc__scache_scan_dir(dlc__scache *c)
     if (rc == DLC_OK) {
         pthread_mutex_lock(&c->mu);
         for (uint32_t k = 0; k < c->x.num_shards; k++) {
-            if (c->seen_tmp[k])
+            if (c->seen_tmp[k]) {
                 c->flags[k] |= DLC__SC_ELSEWHERE;
-            else
+            } else {
                 c->flags[k] &= (uint8_t)~DLC__SC_ELSEWHERE;
+                c->tmp_since[k] = 0;
+            }
         }
         if (c->scan.usage > c->st.peak_bytes)
             c->st.peak_bytes = c->scan.usage;
