@@ -862,6 +862,12 @@ static dlc_status open_set_dir(dlc__scache *c)
                            "%s: is a symbolic link or not a directory: the cache's folder of the "
                            "set must be its own; refused (remove it)",
                            c->set_dir);
+    if (c->set_fd < 0 && errno == ENOENT && c->read_only)
+        return dlc__errorf(-ENOENT,
+                           "%s: the cache folder is read-only to this process and holds no copy "
+                           "of %s (%s is missing): a read-only cache must be filled first by a "
+                           "process that can write it",
+                           c->dir, c->shown, c->set_dir);
     if (c->set_fd < 0)
         return dlc__errorf(-errno, "%s: open: %s", c->set_dir, strerror(errno));
     for (uint32_t k = 0; k <= c->x.num_shards; k++) {
