@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 void dlc__scache_log(dlc__scache *c, dlc_log_level level, const char *fmt, ...)
@@ -433,14 +434,43 @@ static void rank_cands(dlc__scache *c)
     pthread_mutex_unlock(&c->mu);
 }
 
+/* The limit a reservation of @p need bytes works to: the caller's; without one, none while the
+ * disk has room for it, else what the cache holds plus what the disk has free (less a margin for
+ * the file system's own blocks), so that a disk smaller than the set evicts as a limit would
+ * instead of failing mid-epoch (issue 32). Said once, in the log. */
+static uint64_t room_limit(dlc__scache *c, uint64_t need)
+{
+    if (c->limit)
+        return c->limit;
+    struct statvfs sv;
+    if (fstatvfs(c->dir_fd, &sv) != 0)
+        return 0;
+    const uint64_t avail = (uint64_t)sv.f_bavail * (sv.f_frsize ? sv.f_frsize : sv.f_bsize);
+    const uint64_t margin = 256u << 10;
+    if (need + margin <= avail)
+        return 0;
+    const uint64_t lim = c->scan.usage + (avail > margin ? avail - margin : 0);
+    if (!c->free_noted) {
+        c->free_noted = 1;
+        dlc__scache_log(c, DLC_LOG_WARN,
+                        "%s: no cache_limit, and the disk has %" PRIu64 " bytes free, too few for "
+                        "the next shard (%" PRIu64 " bytes): the cache now works as if its limit "
+                        "were what it holds plus what is free (%" PRIu64
+                        " bytes), evicting as it goes; set cache_limit to choose",
+                        c->dir, avail, need, lim);
+    }
+    return lim;
+}
+
 /* Evict along the schedule until @p need more bytes fit. DLC__SC_NO_ROOM when they do not. */
 static dlc_status make_room(dlc__scache *c, uint64_t need, uint64_t after)
 {
-    if (c->limit == 0 || c->scan.usage + need <= c->limit)
+    const uint64_t limit = room_limit(c, need);
+    if (limit == 0 || c->scan.usage + need <= limit)
         return DLC_OK;
     rank_cands(c);
     uint64_t evicted = 0;
-    while (c->scan.usage + need > c->limit) {
+    while (c->scan.usage + need > limit) {
         const size_t i = dlc__scache_pick_victim(c->scan.cands, c->scan.ncand, after);
         if (i == c->scan.ncand)
             break;
@@ -459,7 +489,7 @@ static dlc_status make_room(dlc__scache *c, uint64_t need, uint64_t after)
     pthread_mutex_lock(&c->mu);
     c->st.evictions += evicted;
     pthread_mutex_unlock(&c->mu);
-    return c->scan.usage + need <= c->limit ? DLC_OK : DLC__SC_NO_ROOM;
+    return c->scan.usage + need <= limit ? DLC_OK : DLC__SC_NO_ROOM;
 }
 
 /* Create @p tmp (a name) in the set's folder, new (O_EXCL, never through a link), lock it and
@@ -478,10 +508,12 @@ static dlc_status create_temp(dlc__scache *c, const char *tmp, uint64_t size, in
                            c->set_dir, tmp, strerror(errno));
     if (fd < 0)
         return dlc__errorf(-errno, "%s/%s: create: %s", c->set_dir, tmp, strerror(errno));
-    FAIL_IF(flock(fd, LOCK_EX | LOCK_NB) < 0, -errno, "%s: flock: %s", tmp, strerror(errno));
+    FAIL_IF(flock(fd, LOCK_EX | LOCK_NB) < 0, -errno, "%s/%s: flock: %s", c->set_dir, tmp,
+            strerror(errno));
     if (size > 0) {
         const int e = posix_fallocate(fd, 0, (off_t)size);
-        FAIL_IF(e != 0, -e, "%s: cannot reserve %" PRIu64 " bytes: %s", tmp, size, strerror(e));
+        FAIL_IF(e != 0, -e, "%s/%s: cannot reserve %" PRIu64 " bytes: %s", c->set_dir, tmp, size,
+                strerror(e));
     }
     *fd_out = fd;
     return DLC_OK;
@@ -665,10 +697,10 @@ dlc_status dlc__scache_put_index(dlc__scache *c, const uint8_t *buf, size_t len)
         const ssize_t w = pwrite(fd, buf + done, len - done, (off_t)done);
         if (w < 0 && errno == EINTR)
             continue;
-        FAIL_IF(w < 0, -errno, "%s: write: %s", tmp, strerror(errno));
+        FAIL_IF(w < 0, -errno, "%s/%s: write: %s", c->set_dir, tmp, strerror(errno));
         done += (size_t)w;
     }
-    FAIL_IF(fsync(fd) < 0, -errno, "%s: fsync: %s", tmp, strerror(errno));
+    FAIL_IF(fsync(fd) < 0, -errno, "%s/%s: fsync: %s", c->set_dir, tmp, strerror(errno));
     FAIL_IF(renameat(c->set_fd, tmp, c->set_fd, DLC__SET_INDEX_NAME) < 0, -errno,
             "%s/%s: rename: %s", c->set_dir, tmp, strerror(errno));
     FAIL_IF(fsync(c->set_fd) < 0, -errno, "%s: fsync: %s", c->set_dir, strerror(errno));

@@ -136,6 +136,7 @@ struct dlc__scache {
     int lock_fd;   /* DIR/.dlcs.lock; DIR itself where it is read-only and has none. */
     int read_only; /* DIR cannot be written by this process: only shards already there are read. */
     dlc__scache_scan scan;
+    int free_noted;    /* The log said once that a disk short of free space acts as the limit. */
     uint8_t *seen_tmp; /* num_shards: the scan found another process's live temporary file. */
     /* num_shards, under mu: of that file, the PID its name gives, a digest of its inode, size
      * and times, and since when (dlc__now_s()) the scans have seen that digest unchanged; 0:

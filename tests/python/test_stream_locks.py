@@ -281,3 +281,46 @@ def test_cachewarm_waiting_for_a_lock_ends_on_a_signal(tmp_path, sig):
             pytest.fail("cachewarm did not end on %s while waiting for the lock" % sig.name)
     assert p.returncode != 0, out + err
     assert "cancel" in err.lower() or "interrupt" in err.lower(), err
+
+
+# ---- A disk with less free space than the set, and no cache_limit ----------------------------
+
+_EPOCH_CHILD = r"""
+import sys
+import dlcache
+url, cache, endpoint = sys.argv[1:4]
+with dlcache.Loader(url, cache_dir=cache, cache_ranks=1, endpoint=endpoint, batch_size=4,
+                    prefetch=2, crop=32, seed=5, window_shards=2, streams=2, threads=2,
+                    timeout=30, retries=2) as ld:
+    n = sum(len(b[1]) for b in ld)
+    print("records", n, "evictions", ld.stream_stats()["evictions"], flush=True)
+"""
+
+
+def test_a_disk_smaller_than_the_set_works_as_a_limit(local_set, url, s3, tmp_path):
+    """Issue 32: no cache_limit, on a disk (a tmpfs) with room for the plan's windows but not for
+    the set: the epoch completes, evicting as a limit of what is free would, and the log says so
+    once. Before: 'cannot reserve N bytes: No space left on device' mid-epoch, for a temporary
+    file named without its folder."""
+    import dlcache
+    need = dlcache.plan(url, 4, window_shards=2, streams=2, world_size=1, cache_ranks=1,
+                        cache_dir=str(tmp_path / "plan"), endpoint=s3)["cache_needed_bytes"]
+    set_bytes = sum(os.path.getsize(os.path.join(local_set, f)) for f in os.listdir(local_set))
+    size = need + (1 << 20)
+    if size >= set_bytes:
+        pytest.skip("the set (%d bytes) is not larger than its windows need (%d)"
+                    % (set_bytes, need))
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%d" % size, "tmpfs", str(mnt)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip("mounting a tmpfs is not permitted here: %s" % r.stderr.strip())
+    try:
+        rc, out, err = _run(_EPOCH_CHILD, url, mnt / "c", s3)
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+    assert rc == 0, err[-2000:]
+    words = out.split()
+    assert words[:1] == ["records"] and int(words[1]) > 0 and int(words[3]) > 0, out + err
+    assert err.count("no cache_limit, and the disk has") == 1, err[-2000:]
