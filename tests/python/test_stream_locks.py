@@ -246,6 +246,33 @@ def test_ctrl_c_ends_a_wait_for_a_download_elsewhere(local_set, url, s3, tmp_pat
     assert out.splitlines()[-2:] == ["interrupted", "closed"], out + err[-2000:]
 
 
+def test_ctrl_c_ends_an_open_waiting_for_a_download_elsewhere(s3, tmp_path):
+    """Issue 32, item 6: the open checks each shard the index says is empty (it downloads it);
+    when another process is downloading it (a locked temporary file, whose bound of 300 x 2 s is
+    past the child's), Ctrl-C ends the constructor's wait. Before: only close() ended a wait
+    for a shard, and a constructor has no close()."""
+    src = tmp_path / "src"
+    r = subprocess.run([tool("mkdemo"), str(src), "--count", "3", "--seed", "3"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    small = tmp_path / "set"
+    r = subprocess.run([tool("cachebuild"), str(src / "train"), "-o", str(small), "--shards", "5",
+                        "--size", "32"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    set_url = "s3://b/sets/with-empty"
+    r = subprocess.run([tool("cachewarm"), "push", str(small), set_url, "--endpoint", s3, "-q"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    folder = _set_folder(set_url, s3, tmp_path / "first")
+    cache = tmp_path / "c"
+    (cache / folder.name).mkdir(parents=True)
+    names = [f for f in os.listdir(small) if f.endswith(".dlc")]
+    with Holder(*[cache / folder.name / ("%s.999999.dlcs-tmp" % n) for n in names]):
+        rc, out, err = _run(_OPEN_CHILD, set_url, cache, s3, 300, sigint_after=2)
+    assert rc == 0, err[-2000:]
+    assert out.splitlines()[-1] == "interrupted", out + err[-2000:]
+
+
 # ---- cachewarm's DEST.lock -------------------------------------------------------------------
 # The lock is taken before anything is fetched: no server is needed (nothing listens at the URL).
 
