@@ -477,13 +477,32 @@ dlc_status dlc__scache_schedule(dlc__scache *c, const uint32_t *shards, size_t n
     return rc;
 }
 
-/* Shard @p k's download by another process has not moved for dlc__scache_elsewhere_timeout()
- * (mu held): its temporary file is locked by a process that does not write it (stopped with
- * Ctrl-Z, or one that only took the lock). The error names the file and its holder. */
-static dlc_status elsewhere_stuck(dlc__scache *c, uint32_t k)
+/* Has shard @p k's download by another process stopped moving (mu held)? It has when the scans
+ * have seen its temporary file unchanged for dlc__scache_elsewhere_timeout() and a look now finds
+ * it unchanged too (the scans run when a download thread reserves, which may be long after). */
+static int elsewhere_stalled(dlc__scache *c, uint32_t k, const char *name)
 {
-    char name[DLC__SET_NAME_SIZE + 64], holder[128] = "an unknown process";
-    snprintf(name, sizeof name, "%s.%ld" DLC__SCACHE_TMP, c->x.shards[k].name, c->tmp_pid[k]);
+    if (c->tmp_since[k] <= 0)
+        return 0;
+    const double now = dlc__now_s();
+    if (now - c->tmp_since[k] < dlc__scache_elsewhere_timeout(c))
+        return 0;
+    struct stat st;
+    if (fstatat(c->set_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        dlc__scache_tmp_sig(&st) != c->tmp_sig[k]) {
+        c->tmp_sig[k] = dlc__scache_tmp_sig(&st);
+        c->tmp_since[k] = now;
+        return 0;
+    }
+    return 1;
+}
+
+/* Shard @p k's download by another process has not moved for dlc__scache_elsewhere_timeout()
+ * (mu held): its temporary file @p name is locked by a process that does not write it (stopped
+ * with Ctrl-Z, or one that only took the lock). The error names the file and its holder. */
+static dlc_status elsewhere_stuck(dlc__scache *c, uint32_t k, const char *name)
+{
+    char holder[128] = "an unknown process";
     const int fd = openat(c->set_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd >= 0) {
         dlc__lock_holder(fd, holder, sizeof holder);
@@ -538,9 +557,11 @@ dlc_status dlc__scache_acquire(dlc__scache *c, uint32_t k, const char **path)
                              c->x.shards[k].name);
             break;
         }
-        if (c->tmp_since[k] > 0 &&
-            dlc__now_s() - c->tmp_since[k] >= dlc__scache_elsewhere_timeout(c)) {
-            rc = elsewhere_stuck(c, k);
+        char tmp_name[DLC__SET_NAME_SIZE + 64];
+        snprintf(tmp_name, sizeof tmp_name, "%s.%ld" DLC__SCACHE_TMP, c->x.shards[k].name,
+                 c->tmp_pid[k]);
+        if (elsewhere_stalled(c, k, tmp_name)) {
+            rc = elsewhere_stuck(c, k, tmp_name);
             break;
         }
         /* A download elsewhere that we saw may have ended (or died): let a worker look again. */

@@ -214,6 +214,14 @@ static dlc_status add_folder(dlc__scache_scan *s, uint64_t set_id, uint32_t *idx
     return DLC_OK;
 }
 
+uint64_t dlc__scache_tmp_sig(const struct stat *st)
+{
+    /* A download at work writes its file: its size or times change. */
+    return ((uint64_t)st->st_ino * 0x9E3779B97F4A7C15ull) ^ (uint64_t)st->st_size ^
+           ((uint64_t)st->st_mtim.tv_sec << 30) ^ (uint64_t)st->st_mtim.tv_nsec ^
+           ((uint64_t)st->st_ctim.tv_nsec << 17) ^ (uint64_t)st->st_blocks;
+}
+
 /* A temporary file: a dead process's is removed (its lock is free: we hold the cache-wide lock,
  * so nobody is between creating and locking one), a live one counts. */
 static dlc_status scan_temp(dlc__scache *c, int dfd, const char *folder, const char *name,
@@ -240,11 +248,7 @@ static dlc_status scan_temp(dlc__scache *c, int dfd, const char *folder, const c
             const uint32_t i = dlc__scache_names_find(&c->names, shard);
             if (i != UINT32_MAX) {
                 const uint32_t k = c->names.shard[i];
-                /* A download at work writes its file: its size or times change. */
-                const uint64_t sig =
-                    ((uint64_t)st->st_ino * 0x9E3779B97F4A7C15ull) ^ (uint64_t)st->st_size ^
-                    ((uint64_t)st->st_mtim.tv_sec << 30) ^ (uint64_t)st->st_mtim.tv_nsec ^
-                    ((uint64_t)st->st_ctim.tv_nsec << 17) ^ (uint64_t)st->st_blocks;
+                const uint64_t sig = dlc__scache_tmp_sig(st);
                 if (!c->seen_tmp[k] &&
                     (c->tmp_since[k] == 0 || c->tmp_sig[k] != sig || c->tmp_pid[k] != pid)) {
                     c->tmp_since[k] = dlc__now_s();

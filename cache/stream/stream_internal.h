@@ -195,6 +195,9 @@ double dlc__scache_elsewhere_timeout(const dlc__scache *c);
 int dlc__scache_canceled(dlc__scache *c);
 void dlc__scache_fs_unlock(dlc__scache *c);
 
+/* A digest of a temporary file's inode, size and times: a download at work changes it. */
+uint64_t dlc__scache_tmp_sig(const struct stat *st);
+
 /* Scan DIR (lock held): count every file of the cache, list the evictable shards, remove the
  * temporary files whose process is dead, and refresh our shards' DLC__SC_PRESENT and
  * seen_tmp. */
