@@ -390,10 +390,11 @@ typedef int (*dlc__lock_cancel_fn)(void *user);
  */
 typedef int (*dlc__lock_alive_fn)(void *user);
 /* Take flock(@p op) (LOCK_EX or LOCK_SH) on @p fd, the file @p path: at once when free, else by
- * tries every 50 ms until it is taken, @p cancel says stop (DLC_ECANCELED), or @p timeout_s
- * passed since the wait began (or since @p alive last said the holder works): -ETIMEDOUT, the
- * message naming @p path, the holder (dlc__lock_holder()), the seconds waited and @p why (what
- * the lock guards and what to do). @p cancel and @p alive may be NULL. DLC_OK or -errno. */
+ * tries (1 ms apart, doubling up to 50 ms) until it is taken, @p cancel says stop (DLC_ECANCELED),
+ * or @p timeout_s passed since the wait began (or since @p alive last said the holder works):
+ * -ETIMEDOUT, the message naming @p path, the holder (dlc__lock_holder()), the seconds waited and
+ * @p why (what the lock guards and what to do). @p cancel and @p alive may be NULL. DLC_OK or
+ * -errno. */
 dlc_status dlc__flock_wait(int fd, int op, const char *path, double timeout_s,
                            dlc__lock_cancel_fn cancel, dlc__lock_alive_fn alive, void *user,
                            const char *why);

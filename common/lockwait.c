@@ -14,8 +14,10 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Between two tries: short enough that close() and Ctrl-C are answered at once, long enough that
- * a wait costs nothing. */
+/* Between two tries: from 1 ms (a lock held for an instant, as the stream cache's is, is taken
+ * about as soon as it is free), doubling up to 50 ms (short enough that close() and Ctrl-C are
+ * answered at once, long enough that a long wait costs nothing). */
+#define LOCK_POLL_FIRST_NS 1000000L
 #define LOCK_POLL_NS 50000000L
 
 void dlc__lock_holder(int fd, char *out, size_t cap)
@@ -71,6 +73,7 @@ dlc_status dlc__flock_wait(int fd, int op, const char *path, double timeout_s,
 {
     const double t0 = dlc__now_s();
     double since = t0;
+    long pause_ns = LOCK_POLL_FIRST_NS;
     for (;;) {
         if (flock(fd, op | LOCK_NB) == 0)
             return DLC_OK;
@@ -87,7 +90,8 @@ dlc_status dlc__flock_wait(int fd, int op, const char *path, double timeout_s,
             return dlc__errorf(-ETIMEDOUT, "%s: locked by %s; gave up after %.0f s: %s", path,
                                holder, now - t0, why);
         }
-        const struct timespec ts = {0, LOCK_POLL_NS};
+        const struct timespec ts = {0, pause_ns};
         nanosleep(&ts, NULL);
+        pause_ns = pause_ns * 2 < LOCK_POLL_NS ? pause_ns * 2 : LOCK_POLL_NS;
     }
 }
