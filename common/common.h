@@ -380,4 +380,28 @@ typedef void (*dlc__json_put)(void *user, const char *p, size_t n);
  * other control characters as \u00XX, and every other byte as it is (UTF-8 passes through). */
 void dlc__json_quote(const char *s, dlc__json_put put, void *user);
 
+/* ---- Bounded lock waits (lockwait.c) -----------------------------------------------------------
+ * No flock wait of dlcache blocks: each polls with LOCK_NB, so that it ends at its deadline, on
+ * close() and on Ctrl-C (issue 32), and its failure says what holds the lock. */
+
+/* Asked between two tries of a lock wait: nonzero stops the wait (DLC_ECANCELED). */
+typedef int (*dlc__lock_cancel_fn)(void *user);
+/* Asked between two tries too: nonzero when the holder was seen at work since the last call, which
+ * starts the wait's @p timeout_s again (a holder that shows it works may hold the lock for long).
+ */
+typedef int (*dlc__lock_alive_fn)(void *user);
+/* Take flock(@p op) (LOCK_EX or LOCK_SH) on @p fd, the file @p path: at once when free, else by
+ * tries (1 ms apart, doubling up to 50 ms) until it is taken, @p cancel says stop (DLC_ECANCELED),
+ * or @p timeout_s passed since the wait began (or since @p alive last said the holder works):
+ * -ETIMEDOUT, the message naming @p path, the holder (dlc__lock_holder()), the seconds waited and
+ * @p why (what the lock guards and what to do). @p cancel and @p alive may be NULL. DLC_OK or
+ * -errno. */
+dlc_status dlc__flock_wait(int fd, int op, const char *path, double timeout_s,
+                           dlc__lock_cancel_fn cancel, dlc__lock_alive_fn alive, void *user,
+                           const char *why);
+/* Who holds a lock on the file open as @p fd, from /proc/locks (the holder's PID) and
+ * /proc/PID/comm: "process 1234 (python3)", "process 1234", or "an unknown process" where it
+ * cannot be known (no /proc, another PID namespace, an open file description lock). */
+void dlc__lock_holder(int fd, char *out, size_t cap);
+
 #endif /* DLCACHE_COMMON_H */

@@ -84,6 +84,23 @@ static int on_progress(void *user, const dlc_warm_progress *p)
     return stop;
 }
 
+int dlc__scache_canceled(dlc__scache *c)
+{
+    dlc_warm_progress p;
+    memset(&p, 0, sizeof p);
+    return on_progress(c, &p);
+}
+
+double dlc__scache_lock_timeout(const dlc__scache *c)
+{
+    return c->net.timeout_s > 0 ? c->net.timeout_s : 30.0;
+}
+
+double dlc__scache_elsewhere_timeout(const dlc__scache *c)
+{
+    return dlc__scache_lock_timeout(c) * ((double)c->net.max_retries + 1.0);
+}
+
 /* Ask the server about the object of @p src (its size, ETag, push metadata). Counts requests. */
 static dlc_status probe_object(dlc__scache *c, const dlc__warm_source *src, dlc__warm_object *obj)
 {
@@ -460,6 +477,46 @@ dlc_status dlc__scache_schedule(dlc__scache *c, const uint32_t *shards, size_t n
     return rc;
 }
 
+/* Has shard @p k's download by another process stopped moving (mu held)? It has when the scans
+ * have seen its temporary file unchanged for dlc__scache_elsewhere_timeout() and a look now finds
+ * it unchanged too (the scans run when a download thread reserves, which may be long after). */
+static int elsewhere_stalled(dlc__scache *c, uint32_t k, const char *name)
+{
+    if (c->tmp_since[k] <= 0)
+        return 0;
+    const double now = dlc__now_s();
+    if (now - c->tmp_since[k] < dlc__scache_elsewhere_timeout(c))
+        return 0;
+    struct stat st;
+    if (fstatat(c->set_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        dlc__scache_tmp_sig(&st) != c->tmp_sig[k]) {
+        c->tmp_sig[k] = dlc__scache_tmp_sig(&st);
+        c->tmp_since[k] = now;
+        return 0;
+    }
+    return 1;
+}
+
+/* Shard @p k's download by another process has not moved for dlc__scache_elsewhere_timeout()
+ * (mu held): its temporary file @p name is locked by a process that does not write it (stopped
+ * with Ctrl-Z, or one that only took the lock). The error names the file and its holder. */
+static dlc_status elsewhere_stuck(dlc__scache *c, uint32_t k, const char *name)
+{
+    char holder[128] = "an unknown process";
+    const int fd = openat(c->set_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd >= 0) {
+        dlc__lock_holder(fd, holder, sizeof holder);
+        close(fd);
+    }
+    return dlc__errorf(-ETIMEDOUT,
+                       "%s/%s: shard %u is being downloaded by %s (it holds the file's lock), "
+                       "and the file has not changed for %.0f s (timeout x (retries + 1)); gave "
+                       "up waiting for it: a download that does not move (a process stopped "
+                       "with Ctrl-Z, or one that only holds the lock) keeps the shard from "
+                       "every cache sharing %s; end that process (the file goes with it)",
+                       c->set_dir, name, k, holder, dlc__now_s() - c->tmp_since[k], c->dir);
+}
+
 dlc_status dlc__scache_acquire(dlc__scache *c, uint32_t k, const char **path)
 {
     if (!c || !path)
@@ -490,9 +547,23 @@ dlc_status dlc__scache_acquire(dlc__scache *c, uint32_t k, const char **path)
         pthread_mutex_unlock(&c->mu);
         int fd = -1;
         rc = dlc__scache_try_pin(c, k, &fd);
+        /* Ctrl-C (the caller's progress callback) ends the wait too, not only close(). */
+        const int canceled = rc == DLC_OK && dlc__scache_canceled(c);
         pthread_mutex_lock(&c->mu);
         if (rc < 0 || c->pin_fd[k] >= 0)
             break;
+        if (canceled) {
+            rc = dlc__errorf(DLC_ECANCELED, "%s: waiting for shard %u (%s): canceled", c->shown, k,
+                             c->x.shards[k].name);
+            break;
+        }
+        char tmp_name[DLC__SET_NAME_SIZE + 64];
+        snprintf(tmp_name, sizeof tmp_name, "%s.%ld" DLC__SCACHE_TMP, c->x.shards[k].name,
+                 c->tmp_pid[k]);
+        if (elsewhere_stalled(c, k, tmp_name)) {
+            rc = elsewhere_stuck(c, k, tmp_name);
+            break;
+        }
         /* A download elsewhere that we saw may have ended (or died): let a worker look again. */
         c->flags[k] &= (uint8_t)~DLC__SC_ELSEWHERE;
         waited = 1;
@@ -661,11 +732,15 @@ static dlc_status make_state(dlc__scache *c)
     c->err_rc = calloc(m, sizeof *c->err_rc);
     c->err_msg = calloc(m, sizeof *c->err_msg);
     c->probed = calloc(m, sizeof *c->probed);
+    c->tmp_pid = calloc(m, sizeof *c->tmp_pid);
+    c->tmp_sig = calloc(m, sizeof *c->tmp_sig);
+    c->tmp_since = calloc(m, sizeof *c->tmp_since);
     char hex[17];
     snprintf(hex, sizeof hex, "%016" PRIx64, c->x.set_id);
     c->set_dir = dlc__set_path(c->dir, "/", hex);
     if (!c->paths || !c->flags || !c->seen_tmp || !c->pins || !c->pin_fd || !c->want ||
-        !c->err_rc || !c->err_msg || !c->probed || !c->set_dir)
+        !c->err_rc || !c->err_msg || !c->probed || !c->set_dir || !c->tmp_pid || !c->tmp_sig ||
+        !c->tmp_since)
         return dlc__errorf(-ENOMEM, "stream cache: out of memory");
     for (uint32_t k = 0; k < n; k++) {
         c->pin_fd[k] = -1;
@@ -811,6 +886,12 @@ static dlc_status open_set_dir(dlc__scache *c)
                            "%s: is a symbolic link or not a directory: the cache's folder of the "
                            "set must be its own; refused (remove it)",
                            c->set_dir);
+    if (c->set_fd < 0 && errno == ENOENT && c->read_only)
+        return dlc__errorf(-ENOENT,
+                           "%s: the cache folder is read-only to this process and holds no copy "
+                           "of %s (%s is missing): a read-only cache must be filled first by a "
+                           "process that can write it",
+                           c->dir, c->shown, c->set_dir);
     if (c->set_fd < 0)
         return dlc__errorf(-errno, "%s: open: %s", c->set_dir, strerror(errno));
     for (uint32_t k = 0; k <= c->x.num_shards; k++) {
@@ -986,6 +1067,9 @@ void dlc__scache_close(dlc__scache *c)
     free(c->err_rc);
     free(c->flags);
     free(c->seen_tmp);
+    free(c->tmp_pid);
+    free(c->tmp_sig);
+    free(c->tmp_since);
     free(c->pins);
     free(c->pin_fd);
     free(c->want);

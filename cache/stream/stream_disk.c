@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 void dlc__scache_log(dlc__scache *c, dlc_log_level level, const char *fmt, ...)
@@ -131,17 +132,24 @@ static const dlc__scache_names *other_names(dlc__scache *c, uint64_t set_id, con
 
 /* ---- The lock ----------------------------------------------------------------------------- */
 
+static int fs_lock_canceled(void *user)
+{
+    return dlc__scache_canceled(user);
+}
+
 dlc_status dlc__scache_fs_lock(dlc__scache *c)
 {
     pthread_mutex_lock(&c->fs_mu);
-    while (flock(c->lock_fd, LOCK_EX) < 0) {
-        if (errno != EINTR) {
-            const int e = errno;
-            pthread_mutex_unlock(&c->fs_mu);
-            return dlc__errorf(-e, "%s: flock: %s", c->lock_path, strerror(e));
-        }
-    }
-    return DLC_OK;
+    /* Caches at work hold it for an instant: a wait as long as the network timeout means
+     * something else holds it (anyone who can read the file can take it), and a wait must never
+     * outlast the caller's bounds, close() or Ctrl-C (issue 32). */
+    const dlc_status rc = dlc__flock_wait(
+        c->lock_fd, LOCK_EX, c->lock_path, dlc__scache_lock_timeout(c), fs_lock_canceled, NULL, c,
+        "the stream cache's folder-wide lock, which caches at work hold for an instant at a time; "
+        "something else holds it (end it, or use another cache_dir)");
+    if (rc < 0)
+        pthread_mutex_unlock(&c->fs_mu);
+    return rc;
 }
 
 void dlc__scache_fs_unlock(dlc__scache *c)
@@ -206,6 +214,14 @@ static dlc_status add_folder(dlc__scache_scan *s, uint64_t set_id, uint32_t *idx
     return DLC_OK;
 }
 
+uint64_t dlc__scache_tmp_sig(const struct stat *st)
+{
+    /* A download at work writes its file: its size or times change. */
+    return ((uint64_t)st->st_ino * 0x9E3779B97F4A7C15ull) ^ (uint64_t)st->st_size ^
+           ((uint64_t)st->st_mtim.tv_sec << 30) ^ (uint64_t)st->st_mtim.tv_nsec ^
+           ((uint64_t)st->st_ctim.tv_nsec << 17) ^ (uint64_t)st->st_blocks;
+}
+
 /* A temporary file: a dead process's is removed (its lock is free: we hold the cache-wide lock,
  * so nobody is between creating and locking one), a live one counts. */
 static dlc_status scan_temp(dlc__scache *c, int dfd, const char *folder, const char *name,
@@ -230,8 +246,17 @@ static dlc_status scan_temp(dlc__scache *c, int dfd, const char *folder, const c
             memcpy(shard, name, name_len);
             shard[name_len] = '\0';
             const uint32_t i = dlc__scache_names_find(&c->names, shard);
-            if (i != UINT32_MAX)
-                c->seen_tmp[c->names.shard[i]] = 1;
+            if (i != UINT32_MAX) {
+                const uint32_t k = c->names.shard[i];
+                const uint64_t sig = dlc__scache_tmp_sig(st);
+                if (!c->seen_tmp[k] &&
+                    (c->tmp_since[k] == 0 || c->tmp_sig[k] != sig || c->tmp_pid[k] != pid)) {
+                    c->tmp_since[k] = dlc__now_s();
+                    c->tmp_sig[k] = sig;
+                    c->tmp_pid[k] = pid;
+                }
+                c->seen_tmp[k] = 1;
+            }
         }
     }
     return DLC_OK;
@@ -329,10 +354,12 @@ dlc_status dlc__scache_scan_dir(dlc__scache *c)
     if (rc == DLC_OK) {
         pthread_mutex_lock(&c->mu);
         for (uint32_t k = 0; k < c->x.num_shards; k++) {
-            if (c->seen_tmp[k])
+            if (c->seen_tmp[k]) {
                 c->flags[k] |= DLC__SC_ELSEWHERE;
-            else
+            } else {
                 c->flags[k] &= (uint8_t)~DLC__SC_ELSEWHERE;
+                c->tmp_since[k] = 0;
+            }
         }
         if (c->scan.usage > c->st.peak_bytes)
             c->st.peak_bytes = c->scan.usage;
@@ -411,14 +438,43 @@ static void rank_cands(dlc__scache *c)
     pthread_mutex_unlock(&c->mu);
 }
 
+/* The limit a reservation of @p need bytes works to: the caller's; without one, none while the
+ * disk has room for it, else what the cache holds plus what the disk has free (less a margin for
+ * the file system's own blocks), so that a disk smaller than the set evicts as a limit would
+ * instead of failing mid-epoch (issue 32). Said once, in the log. */
+static uint64_t room_limit(dlc__scache *c, uint64_t need)
+{
+    if (c->limit)
+        return c->limit;
+    struct statvfs sv;
+    if (fstatvfs(c->dir_fd, &sv) != 0)
+        return 0;
+    const uint64_t avail = (uint64_t)sv.f_bavail * (sv.f_frsize ? sv.f_frsize : sv.f_bsize);
+    const uint64_t margin = 256u << 10;
+    if (need + margin <= avail)
+        return 0;
+    const uint64_t lim = c->scan.usage + (avail > margin ? avail - margin : 0);
+    if (!c->free_noted) {
+        c->free_noted = 1;
+        dlc__scache_log(c, DLC_LOG_WARN,
+                        "%s: no cache_limit, and the disk has %" PRIu64 " bytes free, too few for "
+                        "the next shard (%" PRIu64 " bytes): the cache now works as if its limit "
+                        "were what it holds plus what is free (%" PRIu64
+                        " bytes), evicting as it goes; set cache_limit to choose",
+                        c->dir, avail, need, lim);
+    }
+    return lim;
+}
+
 /* Evict along the schedule until @p need more bytes fit. DLC__SC_NO_ROOM when they do not. */
 static dlc_status make_room(dlc__scache *c, uint64_t need, uint64_t after)
 {
-    if (c->limit == 0 || c->scan.usage + need <= c->limit)
+    const uint64_t limit = room_limit(c, need);
+    if (limit == 0 || c->scan.usage + need <= limit)
         return DLC_OK;
     rank_cands(c);
     uint64_t evicted = 0;
-    while (c->scan.usage + need > c->limit) {
+    while (c->scan.usage + need > limit) {
         const size_t i = dlc__scache_pick_victim(c->scan.cands, c->scan.ncand, after);
         if (i == c->scan.ncand)
             break;
@@ -437,7 +493,7 @@ static dlc_status make_room(dlc__scache *c, uint64_t need, uint64_t after)
     pthread_mutex_lock(&c->mu);
     c->st.evictions += evicted;
     pthread_mutex_unlock(&c->mu);
-    return c->scan.usage + need <= c->limit ? DLC_OK : DLC__SC_NO_ROOM;
+    return c->scan.usage + need <= limit ? DLC_OK : DLC__SC_NO_ROOM;
 }
 
 /* Create @p tmp (a name) in the set's folder, new (O_EXCL, never through a link), lock it and
@@ -456,10 +512,12 @@ static dlc_status create_temp(dlc__scache *c, const char *tmp, uint64_t size, in
                            c->set_dir, tmp, strerror(errno));
     if (fd < 0)
         return dlc__errorf(-errno, "%s/%s: create: %s", c->set_dir, tmp, strerror(errno));
-    FAIL_IF(flock(fd, LOCK_EX | LOCK_NB) < 0, -errno, "%s: flock: %s", tmp, strerror(errno));
+    FAIL_IF(flock(fd, LOCK_EX | LOCK_NB) < 0, -errno, "%s/%s: flock: %s", c->set_dir, tmp,
+            strerror(errno));
     if (size > 0) {
         const int e = posix_fallocate(fd, 0, (off_t)size);
-        FAIL_IF(e != 0, -e, "%s: cannot reserve %" PRIu64 " bytes: %s", tmp, size, strerror(e));
+        FAIL_IF(e != 0, -e, "%s/%s: cannot reserve %" PRIu64 " bytes: %s", c->set_dir, tmp, size,
+                strerror(e));
     }
     *fd_out = fd;
     return DLC_OK;
@@ -643,10 +701,10 @@ dlc_status dlc__scache_put_index(dlc__scache *c, const uint8_t *buf, size_t len)
         const ssize_t w = pwrite(fd, buf + done, len - done, (off_t)done);
         if (w < 0 && errno == EINTR)
             continue;
-        FAIL_IF(w < 0, -errno, "%s: write: %s", tmp, strerror(errno));
+        FAIL_IF(w < 0, -errno, "%s/%s: write: %s", c->set_dir, tmp, strerror(errno));
         done += (size_t)w;
     }
-    FAIL_IF(fsync(fd) < 0, -errno, "%s: fsync: %s", tmp, strerror(errno));
+    FAIL_IF(fsync(fd) < 0, -errno, "%s/%s: fsync: %s", c->set_dir, tmp, strerror(errno));
     FAIL_IF(renameat(c->set_fd, tmp, c->set_fd, DLC__SET_INDEX_NAME) < 0, -errno,
             "%s/%s: rename: %s", c->set_dir, tmp, strerror(errno));
     FAIL_IF(fsync(c->set_fd) < 0, -errno, "%s: fsync: %s", c->set_dir, strerror(errno));

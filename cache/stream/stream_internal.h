@@ -136,7 +136,14 @@ struct dlc__scache {
     int lock_fd;   /* DIR/.dlcs.lock; DIR itself where it is read-only and has none. */
     int read_only; /* DIR cannot be written by this process: only shards already there are read. */
     dlc__scache_scan scan;
+    int free_noted;    /* The log said once that a disk short of free space acts as the limit. */
     uint8_t *seen_tmp; /* num_shards: the scan found another process's live temporary file. */
+    /* num_shards, under mu: of that file, the PID its name gives, a digest of its inode, size
+     * and times, and since when (dlc__now_s()) the scans have seen that digest unchanged; 0:
+     * no such file. An acquire stops waiting for a download elsewhere that does not move. */
+    long *tmp_pid;
+    uint64_t *tmp_sig;
+    double *tmp_since;
 
     /* The state, under mu. */
     pthread_mutex_t mu;
@@ -173,9 +180,23 @@ struct dlc__scache {
 
 /* ---- The file system side (stream_disk.c); each call takes the cache-wide lock itself ------- */
 
-/* The lock: fs_mu, then flock(LOCK_EX) on DIR/.dlcs.lock. */
+/* The lock: fs_mu, then flock(LOCK_EX) on DIR/.dlcs.lock, waited for at most
+ * dlc__scache_lock_timeout() seconds (-ETIMEDOUT naming the lock file and its holder) and never
+ * past dlc__scache_canceled() (DLC_ECANCELED). */
 dlc_status dlc__scache_fs_lock(dlc__scache *c);
+/* The bound of a wait for the cache-wide lock: the network options' timeout_s. */
+double dlc__scache_lock_timeout(const dlc__scache *c);
+/* The bound of a wait for another process's download of a shard (its temporary file, locked by
+ * it): as long as the file shows no change, timeout_s * (max_retries + 1) seconds, the longest
+ * its own requests may go without a byte. */
+double dlc__scache_elsewhere_timeout(const dlc__scache *c);
+/* 1 when a wait must end now: the cache is closing, or the caller's progress callback says stop
+ * (Ctrl-C in Python). Takes mu: call without it. */
+int dlc__scache_canceled(dlc__scache *c);
 void dlc__scache_fs_unlock(dlc__scache *c);
+
+/* A digest of a temporary file's inode, size and times: a download at work changes it. */
+uint64_t dlc__scache_tmp_sig(const struct stat *st);
 
 /* Scan DIR (lock held): count every file of the cache, list the evictable shards, remove the
  * temporary files whose process is dead, and refresh our shards' DLC__SC_PRESENT and

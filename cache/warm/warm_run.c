@@ -206,6 +206,11 @@ typedef struct warm_call {
     int part_fd;     /* >= 0: this call holds the lock and made or reopened the part file. */
     int journal_fd;  /* -1: no journal (not resumable). */
     int curl_inited; /* curl_global_init() succeeded and needs its cleanup. */
+    /* The caller's progress callback: opt.progress is heartbeat() once the lock is ours. */
+    dlc_warm_progress_fn user_progress;
+    void *user_progress_user;
+    double touched;             /* When heartbeat() last touched DEST.lock (dlc__now_s()). */
+    struct timespec lock_mtime; /* A waiter: DEST.lock's mtime when last looked at. */
     /* The plan of the download (open_download()). */
     int resumable;
     uint64_t chunk;
@@ -279,9 +284,52 @@ static dlc_status prepare(warm_call *w, const char *url, int dest_dir, int state
     return dlc__warm_source_init(&w->src, url, &w->opt);
 }
 
+/* The holder's sign of life: every progress report (the engine asks about ten times a second,
+ * stalled or not; verifying and a set's shards report too) touches DEST.lock's mtime, at most once
+ * a second, so that a waiter can tell a holder at work from one that only holds the lock. */
+static int heartbeat(void *user, const dlc_warm_progress *p)
+{
+    warm_call *w = user;
+    const double now = dlc__now_s();
+    if (now - w->touched >= 1.0) {
+        w->touched = now;
+        (void)futimens(w->lock_fd, NULL); /* A lock file we may not touch: waiters time out. */
+    }
+    return w->user_progress ? w->user_progress(w->user_progress_user, p) : 0;
+}
+
+/* A waiter asks the caller's progress callback between its tries: Ctrl-C (cachewarm's SIGINT
+ * and SIGTERM, Python's) ends the wait. */
+static int wait_canceled(void *user)
+{
+    warm_call *w = user;
+    if (!w->user_progress)
+        return 0;
+    dlc_warm_progress p;
+    memset(&p, 0, sizeof p);
+    p.seconds = dlc__now_s() - w->t0;
+    return w->user_progress(w->user_progress_user, &p) != 0;
+}
+
+/* The holder touched DEST.lock since the last look (heartbeat()). */
+static int holder_alive(void *user)
+{
+    warm_call *w = user;
+    struct stat st;
+    if (fstat(w->lock_fd, &st) < 0)
+        return 0;
+    const int moved =
+        st.st_mtim.tv_sec != w->lock_mtime.tv_sec || st.st_mtim.tv_nsec != w->lock_mtime.tv_nsec;
+    w->lock_mtime = st.st_mtim;
+    return moved;
+}
+
 /* One process per node downloads; the others queue here. A call that waited
- * finds DEST published by the holder and sets r.already_complete. */
-static dlc_status lock_or_wait(warm_call *w)
+ * finds DEST published by the holder and sets r.already_complete. The wait is bounded: it ends
+ * on the caller's progress callback (Ctrl-C) and when the holder has shown no sign of life
+ * (heartbeat()) for timeout_s * (max_retries + 1) seconds, the longest its own requests may go
+ * without a byte; then -ETIMEDOUT names DEST.lock and its holder. */
+static dlc_status lock_or_wait_once(warm_call *w)
 {
     const paths *p = w->p;
     const dlc_warm_options *opt = &w->opt;
@@ -294,9 +342,17 @@ static dlc_status lock_or_wait(warm_call *w)
         return dlc__errorf(-errno, "%s: flock: %s", p->lock, strerror(errno));
     dlc__logf(opt->log, opt->log_user, DLC_LOG_INFO,
               "%s: another process is warming it; waiting for it to finish", w->dest);
-    while (flock(w->lock_fd, LOCK_EX) < 0)
-        if (errno != EINTR)
-            return dlc__errorf(-errno, "%s: flock: %s", p->lock, strerror(errno));
+    struct stat lst;
+    if (fstat(w->lock_fd, &lst) == 0)
+        w->lock_mtime = lst.st_mtim;
+    const double bound = (opt->timeout_s > 0 ? opt->timeout_s : 30.0) * (opt->max_retries + 1.0);
+    const dlc_status wrc = dlc__flock_wait(
+        w->lock_fd, LOCK_EX, p->lock, bound, wait_canceled, holder_alive, w,
+        "it is held without a sign of work (a download holding it touches it every second; "
+        "this one has not for timeout x (retries + 1)): a process stopped with Ctrl-Z, or one "
+        "that only holds the lock; end it, or warm to another destination");
+    if (wrc < 0)
+        return wrc;
     w->r.waited = 1;
     /* The holder just probed the object and published it: trust that
      * rather than sending every rank's probe to the server. */
@@ -314,6 +370,19 @@ static dlc_status lock_or_wait(warm_call *w)
     dlc__logf(opt->log, opt->log_user, DLC_LOG_INFO,
               "%s: the other process did not finish it; continuing here", w->dest);
     return DLC_OK;
+}
+
+/* lock_or_wait_once(); once the lock is ours, every progress report is a heartbeat. */
+static dlc_status lock_or_wait(warm_call *w)
+{
+    const dlc_status rc = lock_or_wait_once(w);
+    if (rc == DLC_OK) {
+        w->touched = dlc__now_s();
+        (void)futimens(w->lock_fd, NULL);
+        w->opt.progress = heartbeat;
+        w->opt.progress_user = w;
+    }
+    return rc;
 }
 
 /* Learn the object's size and ETag; DEST may already be a complete copy. */
@@ -566,6 +635,8 @@ dlc_status dlc__warm_file_capped(const char *url, const char *dest, const char *
     }
     w.t0 = dlc__now_s();
     w.lock_fd = w.part_fd = w.journal_fd = -1;
+    w.user_progress = w.opt.progress;
+    w.user_progress_user = w.opt.progress_user;
 
     const dlc_status rc = run_stages(&w, url, dest_dir, state_dir);
     if (!w.r.is_set)

@@ -359,7 +359,12 @@ typedef struct dlc_loader_config {
     /* Streaming (a store set's URL as the path: s3://, gs://, http(s)://; docs/STREAMING.md). */
     const char *cache_dir;       /**< The local folder that holds shards while they are read;
                                       required for a URL; shared by the ranks and jobs of a node.
-                                      Not retained. */
+                                      Not retained. No wait for one of its locks blocks: the
+                                      folder-wide lock is waited for net->timeout_s at most,
+                                      another process's download of a shard as long as its file
+                                      changes within timeout_s * (max_retries + 1); then
+                                      -ETIMEDOUT names the lock file and its holder. close() and
+                                      net->progress (Ctrl-C) end every wait at once. */
     uint64_t cache_limit;        /**< The most bytes the cache folder may hold, temporary files
                                       counted; 0 (default) = no limit. Checked at open against
                                       what the windows need (the bytes needed are named). */

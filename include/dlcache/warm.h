@@ -19,6 +19,10 @@
  *     node) may warm the same destination at once: one downloads, the others
  *     wait for the lock and return success once the first has published.
  *     The lock file stays behind; deleting it while nobody holds it is safe.
+ *     The holder touches it (its mtime) every second while it works; a waiter
+ *     tries the lock (every 1 to 50 ms), ends on the progress callback (DLC_ECANCELED)
+ *     and gives up with -ETIMEDOUT, naming the lock file and its holder, once
+ *     it has not been touched for timeout_s * (max_retries + 1) seconds.
  *   - `DEST.warm-part` and `DEST.warm-journal`: the partial download and its
  *     journal; removed after publishing.
  *   - `DEST.warm`: a small text sidecar recording the source (URL without its

@@ -90,4 +90,15 @@ timeout 120 setpriv --reuid nobody --regid nogroup --clear-groups \
     fail "a writable folder with another user's lock file was refused: $(tail -c 600 "$out/shared.err")"
 [ -f "$shard" ] || fail "the missing shard was not downloaded into the writable folder"
 note "shared: loaded as nobody beside root's lock file, the missing shard downloaded"
+note "5. an empty read-only folder (issue 32)"
+empty=$warm_tmp/empty
+mkdir -p "$empty"
+chmod 555 "$empty"
+if timeout 120 setpriv --reuid nobody --regid nogroup --clear-groups \
+    "$bench" "${load[@]}" --cache-dir "$empty" >"$out/empty.json" 2>"$out/empty.err"; then
+    fail "an empty read-only cache was accepted"
+fi
+grep -q "$empty: the cache folder is read-only" "$out/empty.err" ||
+    fail "the refusal does not name the folder as read-only: $(tail -c 600 "$out/empty.err")"
+note "empty: $(grep -m1 "read-only" "$out/empty.err" | head -c 400)"
 echo "stream_readonly: ok"

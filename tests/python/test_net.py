@@ -192,8 +192,11 @@ def test_ctrl_c_stops_an_open_that_waits(servers, net_env, tmp_path):
             "    print('interrupted', flush=True)\n"
             "    sys.exit(3)\n" % (url, str(tmp_path)))
     env = dict(os.environ, DLCACHE_LIB=LIB, PYTHONPATH=os.path.join(REPO, "python"))
+    # The child's SIGINT is the default, so that Python installs its handler, whatever the
+    # runner's parent did with it (a background job of a script starts with it ignored).
     p = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert p.stdout.readline().strip() == "opening"
         # Give the open a moment to reach C (a signal before it would interrupt Python itself),

@@ -797,9 +797,12 @@ def test_ctrl_c_stops_a_next_that_waits(local_set, url, s3, tmp_path, child_src)
             time.sleep(0.1)
         via = "http://127.0.0.1:%s" % port_file.read_text().strip()
         env = dict(os.environ, DLCACHE_LIB=LIB, PYTHONPATH=os.path.join(REPO, "python"))
+        # The child's SIGINT is the default, so that Python installs its handler, whatever the
+        # runner's parent did with it (a background job of a script starts with it ignored).
         child = subprocess.Popen([sys.executable, "-c", child_src, url, str(tmp_path / "c"),
                                   via], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 text=True)
+                                 text=True,
+                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         # A child that hangs is killed (its lines end): a failure, not a hung session.
         guard = threading.Timer(120, child.kill)
         guard.start()

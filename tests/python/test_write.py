@@ -555,8 +555,9 @@ def test_an_exception_mid_way_leaves_no_store(tmp_path, exc):
 def test_ctrl_c_aborts_the_writer(tmp_path):
     """A real SIGINT (the main thread gets KeyboardInterrupt wherever it is) leaves no store."""
     import signal
-    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        pytest.skip("SIGINT is not Python's default handler here")
+    # Python's own handler for this test, whatever the runner's parent did with SIGINT (a
+    # background job of a script starts with it ignored, and Python then installs none).
+    old_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
 
     class Interrupting(Flaky):
         def __getitem__(self, i):
@@ -565,8 +566,11 @@ def test_ctrl_c_aborts_the_writer(tmp_path):
                 time.sleep(0.2)  # the main thread is interrupted meanwhile
             return Flaky.__getitem__(self, i)
     p = tmp_path / "c.dlc"
-    with pytest.raises(KeyboardInterrupt):
-        dlcache.write(Interrupting(200), p, fields=FLAKY_FIELDS, workers=2, progress=False)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            dlcache.write(Interrupting(200), p, fields=FLAKY_FIELDS, workers=2, progress=False)
+    finally:
+        signal.signal(signal.SIGINT, old_handler)
     assert not p.exists() and not leftovers(tmp_path)
 
 
