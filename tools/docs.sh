@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-/usr/bin/python3}
-OUT=${DOCS_OUT:-build-docs}
+OUT=$(realpath -m "${DOCS_OUT:-build-docs}")
 check=0
 [ "${1:-}" = --check ] && check=1
 
@@ -29,7 +29,7 @@ rm -rf "$OUT/xml" "$OUT/html" "$OUT/doctrees"
 
 # autodoc imports the package, which loads the library that make build made.
 export DLCACHE_LIB=${DLCACHE_LIB:-$PWD/build/lib/libdlcache.so}
-export DLCACHE_DOXYGEN_XML=$PWD/$OUT/xml
+export DLCACHE_DOXYGEN_XML=$OUT/xml
 "$PY" -m sphinx -W --keep-going -q -b html -d "$OUT/doctrees" docs "$OUT/html"
 echo "docs: the site is $OUT/html/index.html"
 [ $check = 1 ] || exit 0
@@ -62,7 +62,7 @@ bad=0
 n=0
 while IFS= read -r page; do
     n=$((n + 1))
-    render "$PWD/$page" || { echo "docs: chromium failed on $page" >&2; bad=1; continue; }
+    render "$page" || { echo "docs: chromium failed on $page" >&2; bad=1; continue; }
     if ! grep -q '</html>' "$prof/dom.html"; then
         echo "docs: $page rendered no document" >&2; bad=1
     fi

@@ -342,6 +342,8 @@ class Loader:
         flip: probability of a horizontal flip (0 for evaluation).
         dtype: "uint8" (pixels as stored, NHWC), "float32" or "float16"
             (``(x / 255 - mean) / std``, NCHW).
+            "bfloat16" gives torch.bfloat16 images: the float32 values rounded
+            to nearest even (numpy has no bfloat16: torch tensors only).
         mean, std: per channel on the 0..1 scale, float dtypes only; None =
             ImageNet's (0.485, 0.456, 0.406), (0.229, 0.224, 0.225).
         device: None or "cpu" for host tensors (views of the C loader's
@@ -404,8 +406,8 @@ class Loader:
         views: view groups, a list of dicts (name, count, crop, augment,
             scale, ratio, flip): ``count`` differently augmented crops of
             every image, output ``IMAGE_NAME`` of shape [N, count, ...].
-        color_jitter, grayscale, blur, solarize, auto_augment,
-            auto_augment_options, random_erasing: per-sample ops,
+        color_jitter: with grayscale, blur, solarize, auto_augment,
+            auto_augment_options and random_erasing, the per-sample ops,
             drawn per view after its crop and flip as a pure function of
             (seed, epoch, rank, world size, position, view), applied to the
             uint8 view before the conversion (so also on a CUDA device), in
@@ -483,8 +485,6 @@ class Loader:
             of the epoch (which needs max_resolution, the largest size: the
             slots are sized for it at open). ``set_resolution(h, w)`` sets a
             size from the next epoch on; state_dict() keeps it.
-        dtype="bfloat16": torch.bfloat16 images, the float32 values rounded to
-            nearest even (numpy has no bfloat16: torch tensors only).
 
     Every argument after batch_size is keyword-only. A Loader pickles (and
     copy.deepcopy()s) as its arguments and state_dict(): the copy opens at its
