@@ -10,6 +10,9 @@
 #include "internal.h"
 
 #include <assert.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -229,6 +232,13 @@ dlc_status dlc__batchaug_plan(dlc_loader *l)
     dlc_loader_config *c = &l->cfg;
     dlc__batchaug *ba = &l->ba;
     dlc_status rc = DLC_OK;
+#if defined(__x86_64__) || defined(__i386__)
+    /* Once, at open: CPUID is a VM exit under a hypervisor, too dear per image pair; and
+     * clang's __builtin_cpu_supports() knows no "f16c". */
+    unsigned ca, cb, cc, cd;
+    ba->simd16 = __builtin_cpu_supports("avx2") && __get_cpuid(1, &ca, &cb, &cc, &cd) &&
+                 (cc & bit_F16C) != 0;
+#endif
     FAIL_IF(!(c->mixup_alpha >= 0 && c->mixup_alpha <= 1e6f) ||
                 !(c->cutmix_alpha >= 0 && c->cutmix_alpha <= 1e6f),
             DLC_EINVAL, "%s: config.mixup_alpha = %g and cutmix_alpha = %g must be in [0, 1e6]",
@@ -425,13 +435,16 @@ static MIX_TARGET void mix16_pair_avx2(uint16_t *a, uint16_t *b, size_t n, float
 #endif
 
 /* MixUp of 16-bit images @p a and @p b, as mix_f32_pair(). */
-static void mix16_pair(uint16_t *a, uint16_t *b, size_t n, float lam, float oml, uint32_t dtype)
+static void mix16_pair(uint16_t *a, uint16_t *b, size_t n, float lam, float oml, uint32_t dtype,
+                       int simd)
 {
 #if defined(__x86_64__) || defined(__i386__)
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) {
+    if (simd) {
         mix16_pair_avx2(a, b, n, lam, oml, dtype);
         return;
     }
+#else
+    (void)simd;
 #endif
     for (size_t i = 0; i < n; i++) {
         const uint16_t x = a[i], y = b[i];
@@ -443,7 +456,8 @@ static void mix16_pair(uint16_t *a, uint16_t *b, size_t n, float lam, float oml,
 
 /* MixUp or CutMix of one image output of a complete host batch, in place: the values of
  * dlc__hd_mix_at() (the device's function), in loops over whole images and box rows. */
-static void mix_images(const dlc__output *o, uint8_t *data, uint32_t n, const dlc_mixup_params *p)
+static void mix_images(const dlc__output *o, uint8_t *data, uint32_t n, const dlc_mixup_params *p,
+                       int simd)
 {
     const size_t es = dlc_dtype_size(o->dtype);
     const size_t per = (size_t)o->out_h * o->out_w * o->out_c;
@@ -455,7 +469,7 @@ static void mix_images(const dlc__output *o, uint8_t *data, uint32_t n, const dl
             if (o->dtype == DLC_DTYPE_FLOAT32)
                 mix_f32_pair((float *)a, (float *)b, per, lam, oml);
             else
-                mix16_pair((uint16_t *)a, (uint16_t *)b, per, lam, oml, o->dtype);
+                mix16_pair((uint16_t *)a, (uint16_t *)b, per, lam, oml, o->dtype, simd);
         }
         return;
     }
@@ -511,5 +525,5 @@ void dlc__batchaug_complete(dlc_loader *l, dlc__slot *s)
         return; /* The device path mixes the images after converting them (device.c). */
     for (uint32_t i = 0; i < l->nout; i++)
         if (l->out[i].op == DLC__OUT_IMAGE)
-            mix_images(&l->out[i], s->out[i].data, n, &p);
+            mix_images(&l->out[i], s->out[i].data, n, &p, l->ba.simd16);
 }

@@ -21,6 +21,7 @@ typedef struct dlc__batchaug {
     uint32_t max_h, max_w;   /**< The largest output (the slots' room); 0: no resizing. */
     uint32_t cur_h, cur_w;   /**< The output size now. */
     uint32_t pend_h, pend_w; /**< dlc_loader_set_resolution() for the next plan; 0: none. */
+    int simd16;              /**< The CPU has AVX2 and F16C: 16-bit mixing in vectors. */
 } dlc__batchaug;
 
 /** Before dlc__outputs_plan(): the slots are planned for the largest size. */
