@@ -76,8 +76,8 @@ Test(warm_redact, keeps_ordinary_words)
         "/tmp/k.dlc: record 9: field \"tokens\": leading dimension disagrees with the schema",
         "/tmp/r.dlc: field 8 \"tokens\": 1 bytes; 0 rows of 4 bytes (uint16) are 0",
         /* A content digest is a hash of what was checked, not a credential. */
-        "/tmp/set/index.dlcset: shard 3: content digest 0123456789abcdef, the index says "
-        "fedcba9876543210",
+        ("/tmp/set/index.dlcset: shard 3: content digest 0123456789abcdef, the index says "
+         "fedcba9876543210"),
     };
     for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++)
         cr_assert_str_eq(redact(kept[i]), kept[i]);
