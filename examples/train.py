@@ -163,15 +163,19 @@ def _dino(args):
     # scale (0.4, 1), local crops 96 with scale (0.05, 0.4); flip, color jitter (0.4, 0.4,
     # 0.2, 0.1) with p 0.8, grayscale 0.2; blur 1.0 / 0.1 / 0.5 and solarize 0 / 0.2 / 0.
     g, l = args.crop, max(16, args.crop * 96 // 224)
+    # A Gaussian kernel of about 10% of the crop's side, odd (SimCLR's rule; DINO's PIL blur has
+    # no kernel size): 23 at 224, 9 at 96.
+    kg, kl = (max(3, int(side * 0.1) | 1) for side in (g, l))
     jitter = dict(brightness=0.4, contrast=0.4, saturation=0.2, hue=0.1, p=0.8)
     common = dict(flip=0.5, color_jitter=jitter, grayscale=0.2)
     return dict(views=[
-        dict(name="global1", count=1, crop=g, scale=(0.4, 1.0), blur=dict(p=1.0, sigma=(0.1, 2.0)),
-             **common),
-        dict(name="global2", count=1, crop=g, scale=(0.4, 1.0), blur=dict(p=0.1, sigma=(0.1, 2.0)),
+        dict(name="global1", count=1, crop=g, scale=(0.4, 1.0),
+             blur=dict(p=1.0, sigma=(0.1, 2.0), kernel_size=kg), **common),
+        dict(name="global2", count=1, crop=g, scale=(0.4, 1.0),
+             blur=dict(p=0.1, sigma=(0.1, 2.0), kernel_size=kg),
              solarize=dict(p=0.2, threshold=128), **common),
-        dict(name="local", count=6, crop=l, scale=(0.05, 0.4), blur=dict(p=0.5, sigma=(0.1, 2.0)),
-             **common),
+        dict(name="local", count=6, crop=l, scale=(0.05, 0.4),
+             blur=dict(p=0.5, sigma=(0.1, 2.0), kernel_size=kl), **common),
     ], dtype="float32", fields=["image"])
 
 
