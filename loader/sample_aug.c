@@ -289,6 +289,14 @@ dlc_status dlc__aug_plan_outputs(dlc_loader *l)
                     "drawn once per view for all of them, so they must agree",
                     l->path, what, gr->aug_channels, o->out_c);
             gr->aug_channels = o->out_c;
+            if (gr->aug_on) {
+                /* Refused at open rather than at the first sample: a blur kernel too large for
+                 * the view, say. */
+                char label[160];
+                snprintf(label, sizeof label, "%s: %s: field \"%s\"", l->path, what,
+                         l->fields[o->field].name);
+                CHECK(dlc__aug_config_check_image(&gr->aug, o->out_w, o->out_h, o->out_c, label));
+            }
             if (gr->erase_p > 0) {
                 FAIL_IF(l->dev, DLC_EINVAL,
                         "%s: %s: RandomErasing writes into the converted (normalized) output, "

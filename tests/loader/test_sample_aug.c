@@ -445,6 +445,13 @@ Test(sample_aug, bad_specs_are_refused_by_name)
     c.views = NULL;
     c.num_views = 0;
     c.num_augment_specs = 1;
+    if (ops_available()) {
+        /* A blur kernel whose half is not below the 12x10 view's sides. */
+        dlc_augment_spec_init(&a[0]);
+        a[0].blur_prob = 0.5f;
+        a[0].blur_kernel[0] = a[0].blur_kernel[1] = 21;
+        refused(d.path, &c, "field \"image\"");
+    }
     c.augment_specs = NULL;
     c.num_augment_specs = 3;
     refused(d.path, &c, "num_augment_specs");

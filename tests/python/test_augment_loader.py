@@ -119,6 +119,7 @@ def test_bad_values_name_the_argument(store):
         (dict(blur={"p": 0.5}), "blur needs kernel_size"),
         (dict(blur={"kernel_size": 4}), "blur kernel_size"),
         (dict(blur={"kernel_size": 3, "sigma": (2, 1)}), "blur sigma"),
+        (dict(blur={"kernel_size": 99}), "blur kernel_size 99"),  # the library's, at open
         (dict(solarize={"p": 0.2, "threshold": 300}), "solarize threshold"),
         (dict(solarize=-1), "solarize"),
         (dict(auto_augment="autoaugment"), "auto_augment must be one of"),
