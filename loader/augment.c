@@ -8,6 +8,8 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #include <immintrin.h>
+
+#include "simd16.h"
 #define DLC_HAVE_SSSE3_FLIP 1
 #define DLC_HAVE_AVX2_CONVERT 1
 #endif
@@ -144,19 +146,9 @@ static inline AVX2_CONVERT_TARGET __m256 normalize8(__m128i v, const norm_consts
     return _mm256_fmadd_ps(_mm256_fnmadd_ps(r, k->std, t), k->rstd, r);
 }
 
-/* 8 floats as 16-bit words: binary16 (@p f16 == 1, F16C's rounding to nearest even) or bfloat16
- * (@p f16 == 2: the upper halves after adding 0x7fff plus the lowest kept bit, which is
- * dlc__hd_f32_to_bf16() for every value but NaN, and the normalized values are never NaN). */
-static inline AVX2_CONVERT_TARGET __m128i to16x8(__m256 v, const int f16)
-{
-    if (f16 == 1)
-        return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
-    const __m256i u = _mm256_castps_si256(v);
-    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    const __m256i r = _mm256_srli_epi32(
-        _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
-    return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
-}
+/* 8 floats become 16-bit words through dlc__f32x8_to_16() (simd16.h): binary16 for @p f16 == 1,
+ * bfloat16 for 2, which is dlc__hd_f32_to_bf16() for every value but NaN, and the normalized
+ * values are never NaN. */
 
 /* dlc__crop_convert() for float32 and float16 (NCHW) on CPUs with AVX2, FMA and F16C: 8 pixels
  * at a time are deinterleaved with byte shuffles (mirrored by the same shuffles when @p flip),
@@ -199,9 +191,9 @@ crop_convert_avx2_body(const uint8_t *base, size_t stride, uint32_t W, uint32_t 
             const __m256 v2 = normalize8(b, &k[2]);
             if (f16) {
                 uint16_t *d = (uint16_t *)dst + o + x;
-                _mm_storeu_si128((__m128i *)d, to16x8(v0, f16));
-                _mm_storeu_si128((__m128i *)(d + plane), to16x8(v1, f16));
-                _mm_storeu_si128((__m128i *)(d + 2 * plane), to16x8(v2, f16));
+                _mm_storeu_si128((__m128i *)d, dlc__f32x8_to_16(v0, f16 == 2));
+                _mm_storeu_si128((__m128i *)(d + plane), dlc__f32x8_to_16(v1, f16 == 2));
+                _mm_storeu_si128((__m128i *)(d + 2 * plane), dlc__f32x8_to_16(v2, f16 == 2));
             } else {
                 float *d = (float *)dst + o + x;
                 _mm256_storeu_ps(d, v0);
@@ -241,7 +233,8 @@ crop_convert_avx2_gray(const uint8_t *base, size_t stride, uint32_t W, uint32_t 
                 v = _mm_shuffle_epi8(v, rev);
             const __m256 r = normalize8(v, &k);
             if (f16)
-                _mm_storeu_si128((__m128i *)((uint16_t *)dst + o + x), to16x8(r, f16));
+                _mm_storeu_si128((__m128i *)((uint16_t *)dst + o + x),
+                                 dlc__f32x8_to_16(r, f16 == 2));
             else
                 _mm256_storeu_ps((float *)dst + o + x, r);
         }

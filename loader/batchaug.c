@@ -338,18 +338,6 @@ dlc_status dlc_loader_set_resolution(dlc_loader *l, uint32_t height, uint32_t wi
     return DLC_OK;
 }
 
-/* Fail slot @p s at sample @p j (the lowest failure wins, as pipeline.c's). */
-static void fail_at(dlc_loader *l, dlc__slot *s, uint32_t j, dlc_status rc, const char *msg)
-{
-    pthread_mutex_lock(&l->mu);
-    if (s->err == DLC_OK || j < s->err_at) {
-        s->err = rc;
-        s->err_at = j;
-        snprintf(s->errmsg, sizeof s->errmsg, "%s", msg);
-    }
-    pthread_mutex_unlock(&l->mu);
-}
-
 /* Swap @p n bytes at @p a and @p b (not overlapping). */
 static void swap_bytes(uint8_t *a, uint8_t *b, size_t n)
 {
@@ -380,7 +368,9 @@ static void mix_f32_pair(float *a, float *b, size_t n, float lam, float oml)
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
-#define MIX_TARGET __attribute__((target("avx2,f16c")))
+
+#include "simd16.h"
+#define MIX_TARGET DLC__SIMD16_TARGET
 
 /* Eight 16-bit values as floats: exact for both types. */
 static inline MIX_TARGET __m256 dec16x8(__m128i v, const int bf)
@@ -392,23 +382,13 @@ static inline MIX_TARGET __m256 dec16x8(__m128i v, const int bf)
 
 /* Eight floats rounded to nearest even to binary16 (F16C) or bfloat16 (dlc__hd_f32_to_bf16()'s
  * integer rounding; mixed normalized pixels are never NaN). */
-static inline MIX_TARGET __m128i enc16x8(__m256 v, const int bf)
-{
-    if (!bf)
-        return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
-    const __m256i u = _mm256_castps_si256(v);
-    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    const __m256i r = _mm256_srli_epi32(
-        _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
-    return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
-}
 
 /* dlc__hd_mix_16(x, y) for eight values: each product rounded to the type, then the sum. */
 static inline MIX_TARGET __m128i mix16x8(__m256 x, __m256 y, __m256 l, __m256 m, const int bf)
 {
-    const __m256 px = dec16x8(enc16x8(_mm256_mul_ps(x, l), bf), bf);
-    const __m256 py = dec16x8(enc16x8(_mm256_mul_ps(y, m), bf), bf);
-    return enc16x8(_mm256_add_ps(px, py), bf);
+    const __m256 px = dec16x8(dlc__f32x8_to_16(_mm256_mul_ps(x, l), bf), bf);
+    const __m256 py = dec16x8(dlc__f32x8_to_16(_mm256_mul_ps(y, m), bf), bf);
+    return dlc__f32x8_to_16(_mm256_add_ps(px, py), bf);
 }
 
 static MIX_TARGET void mix16_pair_avx2(uint16_t *a, uint16_t *b, size_t n, float lam, float oml,
@@ -505,7 +485,7 @@ void dlc__batchaug_complete(dlc_loader *l, dlc__slot *s)
                  "%s: record %llu: label %lld is outside 0..%u, the classes of the soft targets "
                  "(num_classes)",
                  l->path, (unsigned long long)s->indices[j], (long long)s->labels[j], K - 1);
-        fail_at(l, s, j, DLC_EINVAL, msg);
+        dlc__slot_fail(l, s, j, DLC_EINVAL, msg);
         return;
     }
     uint32_t h = ba->cur_h, w = ba->cur_w;

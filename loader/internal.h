@@ -666,5 +666,8 @@ void dlc__trace_close(struct dlc_loader *l, int write);
 void *dlc__worker_main(void *arg);
 /** Stop the threads' work on the current plan and start a new plan at global position @p start.*/
 void dlc__pipeline_reset(struct dlc_loader *l, uint64_t seed, uint64_t epoch, uint64_t start);
+/** Fail slot @p s at its sample @p j with @p rc and @p msg, under mu: the lowest sample's failure
+ *  wins, so the error a batch reports does not depend on which worker saw its failure first. */
+void dlc__slot_fail(struct dlc_loader *l, dlc__slot *s, uint32_t j, dlc_status rc, const char *msg);
 
 #endif /* DLCACHE_LOADER_INTERNAL_H */

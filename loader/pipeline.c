@@ -86,7 +86,7 @@ static dlc_status replace(dlc_loader *l, dlc__worker *w, const dlc__slot *s, uin
                        l->path, (unsigned long long)bad_index);
 }
 
-static void slot_fail(dlc_loader *l, dlc__slot *s, uint32_t j, dlc_status rc, const char *msg)
+void dlc__slot_fail(dlc_loader *l, dlc__slot *s, uint32_t j, dlc_status rc, const char *msg)
 {
     pthread_mutex_lock(&l->mu);
     if (s->err == DLC_OK || j < s->err_at) {
@@ -154,7 +154,7 @@ static void process(dlc_loader *l, dlc__worker *w, dlc__slot *s, uint32_t j)
     if (rc == DLC_OK)
         rc = dlc__build_sample(l, w, s, j, si->pos, &sv);
     if (rc != DLC_OK)
-        slot_fail(l, s, j, rc, msg ? msg : dlc_errmsg());
+        dlc__slot_fail(l, s, j, rc, msg ? msg : dlc_errmsg());
 }
 
 /* A codec for each selected field that is stored encoded: two encoded fields of one record are
@@ -285,7 +285,7 @@ void *dlc__worker_main(void *arg)
             if (shrunk) {
                 char msg[512];
                 dlc__shrunk_msg(l, file, now, s->io[i].index, msg, sizeof msg);
-                slot_fail(l, s, i, DLC_ECHANGED, msg);
+                dlc__slot_fail(l, s, i, DLC_ECHANGED, msg);
             } else {
                 for (uint32_t j = i; j < i + n; j++)
                     process(l, w, s, j);
