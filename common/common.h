@@ -360,8 +360,9 @@ int dlc__json_walk(const char *p, const char *end, dlc__json_visit visit, void *
 /* 1 when the @p n bytes at @p p are exactly one JSON value, with white space around it. */
 int dlc__json_valid(const char *p, size_t n);
 /* Decode the string at @p p (which points at its '"') into @p out (may be NULL; cut to @p cap
- * bytes with its NUL), its whole decoded length into *len (may be NULL). Returns the byte after
- * the closing quote, or NULL when malformed. */
+ * bytes with its NUL), every \uXXXX (a surrogate pair as one character) as UTF-8, so the
+ * result is never longer than the quoted text; its whole decoded length into *len (may be NULL).
+ * Returns the byte after the closing quote, or NULL when malformed. */
 const char *dlc__json_string(const char *p, const char *end, char *out, size_t cap, size_t *len);
 /* The value of member @p key of the top-level object in [p, end) (the first such member): its
  * text is [*vs, *ve). Returns 0, or -1 when there is none before the text ends or goes wrong. */

@@ -34,20 +34,36 @@ static int hex_digit(char h)
     return -1;
 }
 
-/* The character that the escape after a backslash at *pp stands for (*pp moves past it), or
- * -1 when it is no JSON escape. */
-static int unescape(const char **pp, const char *end)
+/* Four hex digits at p (before end) as *v; -1 when they are not. */
+static int hex4(const char *p, const char *end, uint32_t *v)
+{
+    *v = 0;
+    if (end - p < 4)
+        return -1;
+    for (int i = 0; i < 4; i++) {
+        const int d = hex_digit(p[i]);
+        if (d < 0)
+            return -1;
+        *v = *v << 4 | (uint32_t)d;
+    }
+    return 0;
+}
+
+/* The code point that the escape after a backslash at *pp stands for (*pp moves past it; a
+ * surrogate pair is one code point, a lone surrogate U+FFFD), or -1 when it is no JSON
+ * escape. */
+static int32_t unescape(const char **pp, const char *end)
 {
     const char *p = *pp;
     if (p >= end)
         return -1;
     const char e = *p++;
-    int c;
+    uint32_t c;
     switch (e) {
     case '"':
     case '\\':
     case '/':
-        c = e;
+        c = (uint32_t)e;
         break;
     case 'b':
         c = '\b';
@@ -65,25 +81,52 @@ static int unescape(const char **pp, const char *end)
         c = '\t';
         break;
     case 'u':
-        if (end - p < 4)
+        if (hex4(p, end, &c) != 0)
             return -1;
-        c = 0;
-        for (int i = 0; i < 4; i++) {
-            const int d = hex_digit(*p++);
-            if (d < 0)
-                return -1;
-            c = c << 4 | d;
+        p += 4;
+        if (c >= 0xD800 && c < 0xDC00) {
+            uint32_t lo;
+            if (end - p >= 6 && p[0] == '\\' && p[1] == 'u' && hex4(p + 2, end, &lo) == 0 &&
+                lo >= 0xDC00 && lo < 0xE000) {
+                c = 0x10000 + ((c - 0xD800) << 10) + (lo - 0xDC00);
+                p += 6;
+            } else {
+                c = 0xFFFD;
+            }
+        } else if (c >= 0xDC00 && c < 0xE000) {
+            c = 0xFFFD;
         }
-        /* Our writers escape only control characters; anything beyond ASCII is shown as '?'
-         * rather than re-encoded, which no reader of these texts needs. */
-        if (c >= 0x80)
-            c = '?';
         break;
     default:
         return -1;
     }
     *pp = p;
-    return c;
+    return (int32_t)c;
+}
+
+/* Code point @p c as UTF-8 into @p u; its length (1 to 4). */
+static size_t utf8(uint32_t c, char u[4])
+{
+    if (c < 0x80) {
+        u[0] = (char)c;
+        return 1;
+    }
+    if (c < 0x800) {
+        u[0] = (char)(0xC0 | c >> 6);
+        u[1] = (char)(0x80 | (c & 0x3F));
+        return 2;
+    }
+    if (c < 0x10000) {
+        u[0] = (char)(0xE0 | c >> 12);
+        u[1] = (char)(0x80 | (c >> 6 & 0x3F));
+        u[2] = (char)(0x80 | (c & 0x3F));
+        return 3;
+    }
+    u[0] = (char)(0xF0 | c >> 18);
+    u[1] = (char)(0x80 | (c >> 12 & 0x3F));
+    u[2] = (char)(0x80 | (c >> 6 & 0x3F));
+    u[3] = (char)(0x80 | (c & 0x3F));
+    return 4;
 }
 
 const char *dlc__json_string(const char *p, const char *end, char *out, size_t cap, size_t *len)
@@ -93,14 +136,20 @@ const char *dlc__json_string(const char *p, const char *end, char *out, size_t c
         return NULL;
     p++;
     while (p < end && *p != '"') {
-        int c = (unsigned char)*p++;
-        if (c < 0x20)
+        char u[4];
+        size_t k = 1;
+        u[0] = *p++;
+        if ((unsigned char)u[0] < 0x20)
             return NULL;
-        if (c == '\\' && (c = unescape(&p, end)) < 0)
-            return NULL;
-        if (out && n + 1 < cap)
-            out[n] = (char)c;
-        n++;
+        if (u[0] == '\\') {
+            const int32_t c = unescape(&p, end);
+            if (c < 0)
+                return NULL;
+            k = utf8((uint32_t)c, u);
+        }
+        for (size_t i = 0; i < k; i++, n++)
+            if (out && n + 1 < cap)
+                out[n] = u[i];
     }
     if (p >= end)
         return NULL;

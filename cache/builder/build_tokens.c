@@ -465,111 +465,6 @@ static dlc_status parse_ids(tb *b, const char *p, const char *end, const char *f
     }
 }
 
-static void put_utf8(char **o, uint32_t c)
-{
-    uint8_t *q = (uint8_t *)*o;
-    if (c < 0x80) {
-        *q++ = (uint8_t)c;
-    } else if (c < 0x800) {
-        *q++ = (uint8_t)(0xC0 | c >> 6);
-        *q++ = (uint8_t)(0x80 | (c & 0x3F));
-    } else if (c < 0x10000) {
-        *q++ = (uint8_t)(0xE0 | c >> 12);
-        *q++ = (uint8_t)(0x80 | (c >> 6 & 0x3F));
-        *q++ = (uint8_t)(0x80 | (c & 0x3F));
-    } else {
-        *q++ = (uint8_t)(0xF0 | c >> 18);
-        *q++ = (uint8_t)(0x80 | (c >> 12 & 0x3F));
-        *q++ = (uint8_t)(0x80 | (c >> 6 & 0x3F));
-        *q++ = (uint8_t)(0x80 | (c & 0x3F));
-    }
-    *o = (char *)q;
-}
-
-static int hex4(const char *p, const char *end, uint32_t *v)
-{
-    *v = 0;
-    if (end - p < 4)
-        return -1;
-    for (int i = 0; i < 4; i++) {
-        const char c = p[i];
-        const int d = c >= '0' && c <= '9'   ? c - '0'
-                      : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                      : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                             : -1;
-        if (d < 0)
-            return -1;
-        *v = *v << 4 | (uint32_t)d;
-    }
-    return 0;
-}
-
-/* The JSON string at [p, end) (p at its '"') decoded in place into @p out (at least end - p
- * bytes: decoding never lengthens it), every \uXXXX (and surrogate pair) as UTF-8; *len its
- * length. -1 when malformed. (common/json.c's decoder turns non-ASCII escapes into '?', which
- * would change the text a tokenizer sees.) */
-static int json_text(const char *p, const char *end, char *out, size_t *len)
-{
-    char *o = out;
-    if (p >= end || *p != '"')
-        return -1;
-    for (p++; p < end && *p != '"'; p++) {
-        if ((unsigned char)*p < 0x20)
-            return -1;
-        if (*p != '\\') {
-            *o++ = *p;
-            continue;
-        }
-        if (++p >= end)
-            return -1;
-        uint32_t c;
-        switch (*p) {
-        case '"':
-        case '\\':
-        case '/':
-            *o++ = *p;
-            break;
-        case 'b':
-            *o++ = '\b';
-            break;
-        case 'f':
-            *o++ = '\f';
-            break;
-        case 'n':
-            *o++ = '\n';
-            break;
-        case 'r':
-            *o++ = '\r';
-            break;
-        case 't':
-            *o++ = '\t';
-            break;
-        case 'u':
-            if (hex4(p + 1, end, &c) != 0)
-                return -1;
-            p += 4;
-            if (c >= 0xD800 && c < 0xDC00) {
-                uint32_t lo;
-                if (end - p < 7 || p[1] != '\\' || p[2] != 'u' || hex4(p + 3, end, &lo) != 0 ||
-                    lo < 0xDC00 || lo >= 0xE000)
-                    return -1;
-                c = 0x10000 + ((c - 0xD800) << 10) + (lo - 0xDC00);
-                p += 6;
-            } else if (c >= 0xDC00 && c < 0xE000) {
-                return -1;
-            }
-            put_utf8(&o, c);
-            break;
-        default:
-            return -1;
-        }
-    }
-    if (p >= end)
-        return -1;
-    *len = (size_t)(o - out);
-    return 0;
-}
-
 static dlc_status tokenize(tb *b, const char *text, size_t len, const char *file, uint64_t line,
                            uint64_t *n)
 {
@@ -617,14 +512,15 @@ static dlc_status read_jsonl(tb *b, const char *file)
         if (b->counting) {
             /* The first pass of a set counts documents; their ids wait for the second. */
         } else if (b->model) {
-            if ((size_t)(ve - vs) > text_cap) {
+            /* Decoding never lengthens a JSON string: its bytes and a NUL always fit. */
+            if ((size_t)(ve - vs) + 1 > text_cap) {
                 free(text);
-                text_cap = (size_t)(ve - vs);
+                text_cap = (size_t)(ve - vs) + 1;
                 text = malloc(text_cap);
                 FAIL_IF(!text, -ENOMEM, "%s: line %" PRIu64 ": out of memory", file, no);
             }
             size_t tl = 0;
-            FAIL_IF(json_text(vs, ve, text, &tl) != 0, DLC_EINVAL,
+            FAIL_IF(!dlc__json_string(vs, ve, text, text_cap, &tl), DLC_EINVAL,
                     "%s: line %" PRIu64 ": \"%s\" is not a string of text", file, no, field);
             CHECK(tokenize(b, text, tl, file, no, &n));
         } else {

@@ -107,3 +107,15 @@ Test(warm_json, quote_escapes_what_json_needs)
     cr_assert_str_eq(back, "a\"b\\c\nd\te\x01 \xc3\xa9");
     cr_assert_eq(len, strlen(back));
 }
+
+Test(warm_json, string_escapes_decode_to_utf8)
+{
+    /* \u00e9, a BMP character, a surrogate pair (U+1D11E), and a lone surrogate (U+FFFD). */
+    const char *in = "\"caf\\u00e9 \\u2713 \\ud834\\udd1e \\udc00\"";
+    char out[64];
+    size_t len = 0;
+    cr_assert_not_null(dlc__json_string(in, in + strlen(in), out, sizeof out, &len));
+    cr_assert_str_eq(out, "caf\xc3\xa9 \xe2\x9c\x93 \xf0\x9d\x84\x9e \xef\xbf\xbd");
+    cr_assert_eq(len, strlen(out));
+    cr_assert_leq(len, strlen(in) - 2, "decoding never lengthens the quoted text");
+}
