@@ -109,6 +109,8 @@ static dlc_status take_spec(dlc_loader *l, dlc__group *g, const dlc_augment_spec
     c->mstd = a->magnitude_std;
     for (int k = 0; k < 3; k++)
         c->fill[k] = (uint8_t)a->fill[k];
+    c->bilinear = a->interpolation;
+    c->has_fill = a->has_fill || a->fill[0] || a->fill[1] || a->fill[2];
     const int jitter = jitter_part_on(a->brightness, 1.0f) || jitter_part_on(a->contrast, 1.0f) ||
                        jitter_part_on(a->saturation, 1.0f) || jitter_part_on(a->hue, 0.0f);
     c->jitter_p = jitter ? a->jitter_prob : 0.0f;

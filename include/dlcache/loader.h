@@ -267,6 +267,12 @@ typedef struct dlc_augment_spec {
     float erase_ratio[2];        /**< Its aspect (height / width) range (default 0.3, 3.3). */
     uint32_t erase_value;        /**< A ::dlc_erase_value (default DLC_ERASE_ZERO). */
     float erase_constant[4];     /**< DLC_ERASE_CONSTANT: per channel, normalized (default 0). */
+    uint32_t interpolation;      /**< The policy's geometric ops: a ::dlc_interpolation (ops.h;
+                                      default 0, nearest), torchvision's interpolation=. */
+    uint32_t has_fill;           /**< With bilinear: 1 when `fill` was given (torchvision's
+                                      fill=[...], also of zeros), blended in by the weight of the
+                                      outside; 0 (default) with a fill of zeros: torchvision's
+                                      fill=None, the outside counts 0 (a nonzero fill is given). */
 } dlc_augment_spec;
 
 /** @brief Fill @p s with the defaults (nothing on: the crop and flip alone), never writing past

@@ -10,10 +10,11 @@
  *
  * Each op is torchvision 0.14's function of the same name (torchvision.transforms.functional)
  * on a uint8 tensor, with the same parameters: the color and histogram ops agree with it within
- * 1 per channel value, the geometric ops (nearest interpolation) on all pixels but those whose
- * source coordinate lies on a rounding tie. Where torchvision's tensor and PIL paths differ (its
- * grayscale and blends truncate, PIL rounds; its hue works in float HSV; its blur is a true
- * Gaussian), these follow the tensor path.
+ * 1 per channel value, the geometric ops with nearest interpolation on all pixels but those whose
+ * source coordinate lies on a rounding tie, with bilinear interpolation on all values but those
+ * that lie on a rounding tie (which may differ by 1). Where torchvision's tensor and PIL paths
+ * differ (its grayscale and blends truncate, PIL rounds; its hue works in float HSV; its blur is a
+ * true Gaussian), these follow the tensor path.
  *
  * Images are interleaved uint8 (::dlc_image): 1 or 3 (RGB) channels for the color ops, 1 to 4
  * for gaussian_blur and the geometric ops. No call allocates: the caller passes scratch memory
@@ -61,6 +62,14 @@ typedef enum dlc_op {
     DLC_OP_TRANSLATE_Y = 18,      /**< The policies' TranslateY: affine() with translate only. */
 } dlc_op;
 
+/** The interpolation of rotate and affine (torchvision's InterpolationMode). */
+typedef enum dlc_interpolation {
+    DLC_INTERP_NEAREST = 0,  /**< NEAREST: the source pixel at the coordinate rounded half to
+                                  even (grid_sample mode="nearest"). */
+    DLC_INTERP_BILINEAR = 1, /**< BILINEAR: the four source pixels around the coordinate weighed
+                                  as grid_sample mode="bilinear" does, rounded half to even. */
+} dlc_interpolation;
+
 /**
  * One op and its parameters (size-carried options, status.h "How structs grow"): fill it with
  * dlc_op_params_init(), then set `op` and the fields that op reads; the others are ignored.
@@ -79,15 +88,22 @@ typedef struct dlc_op_params {
                                        padding's rule). Default 3. */
     double sigma[2];              /**< gaussian_blur: sigma x and y, > 0. Default 0.8 (torchvision's
                                        for kernel 3: 0.3 * ((3 - 1) * 0.5 - 1) + 0.8). */
-    double angle;        /**< rotate: degrees, counter-clockwise; affine: degrees, clockwise. */
-    double translate[2]; /**< affine: pixels, x then y (after the rotation). Default 0. */
-    double scale;        /**< affine: > 0. Default 1. */
-    double shear[2];     /**< affine: degrees along x then y, each in (-90, 90). Default 0. */
-    uint32_t has_center; /**< rotate and affine: 1 to turn about `center`, 0 (default) about
-                              the image's center. */
-    double center[2];    /**< rotate and affine: x, y in pixels from the top-left corner. */
-    uint8_t fill[4];     /**< rotate and affine: the value of each channel where the source is
-                              outside the image (fill[k] for channel k). Default 0. */
+    double angle;           /**< rotate: degrees, counter-clockwise; affine: degrees, clockwise. */
+    double translate[2];    /**< affine: pixels, x then y (after the rotation). Default 0. */
+    double scale;           /**< affine: > 0. Default 1. */
+    double shear[2];        /**< affine: degrees along x then y, each in (-90, 90). Default 0. */
+    uint32_t has_center;    /**< rotate and affine: 1 to turn about `center`, 0 (default) about
+                                 the image's center. */
+    double center[2];       /**< rotate and affine: x, y in pixels from the top-left corner. */
+    uint8_t fill[4];        /**< rotate and affine: the value of each channel where the source is
+                                 outside the image (fill[k] for channel k). Default 0. */
+    uint32_t interpolation; /**< rotate and affine: a ::dlc_interpolation. Default
+                                 ::DLC_INTERP_NEAREST. */
+    uint32_t has_fill;      /**< rotate and affine with ::DLC_INTERP_BILINEAR: 1 when `fill` was
+                                 given (torchvision's fill=[...], also of zeros): it is blended in
+                                 by the weight of the outside; 0 (default) with a fill of zeros:
+                                 torchvision's fill=None, the outside counts 0 (a nonzero fill is
+                                 given). Nearest takes `fill` outside either way. */
 } dlc_op_params;
 
 /**

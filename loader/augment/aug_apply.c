@@ -113,7 +113,8 @@ dlc_status dlc__aug_op_check(const dlc__aug_op *op, uint32_t width, uint32_t hei
         return dlc__errorf(DLC_EINVAL,
                            "%s: the image has %u channels; the op takes 1 or 3 (RGB) channels",
                            name, channels);
-    if (op->flags & ~(unsigned)(DLC__AUG_F_CENTER | DLC__AUG_F_WEIGHT))
+    if (op->flags &
+        ~(unsigned)(DLC__AUG_F_CENTER | DLC__AUG_F_WEIGHT | DLC__AUG_F_BILINEAR | DLC__AUG_F_FILL))
         return dlc__errorf(DLC_EINVAL, "%s: unknown flags 0x%x", name, (unsigned)op->flags);
     switch (op->op) {
     case DLC__AUG_BRIGHTNESS:
@@ -255,7 +256,11 @@ dlc_status dlc__aug_apply_op(const dlc__aug_op *op, uint8_t *img, size_t stride,
     default: {
         double m[6];
         geom_matrix(op, w, h, m);
-        dlc__aug_warp(img, stride, w, h, c, m, op->fill, s);
+        const uint32_t mode = (op->flags & DLC__AUG_F_BILINEAR)
+                                  ? DLC__AUG_WARP_BILINEAR |
+                                        ((op->flags & DLC__AUG_F_FILL) ? DLC__AUG_WARP_BLEND : 0u)
+                                  : 0u;
+        dlc__aug_warp(img, stride, w, h, c, m, op->fill, mode, s);
         break;
     }
     }

@@ -9,9 +9,9 @@
  *
  * Every op follows torchvision 0.14's TENSOR path (torchvision.transforms.functional on a uint8
  * tensor) with the same parameters: color and histogram ops within 1 per channel value of it,
- * geometric ops (nearest interpolation) identical on all but rare pixels whose source coordinate
- * lies on a rounding tie. Where the tensor path and the PIL path differ, the comments of
- * aug_color.c and aug_geom.c say where and follow the tensor path.
+ * geometric ops identical on all but rare pixels whose source coordinate (nearest) or value
+ * (bilinear, then within 1) lies on a rounding tie. Where the tensor path and the PIL path differ,
+ * the comments of aug_color.c and aug_geom.c say where and follow the tensor path.
  *
  * No op allocates: the caller gives a scratch buffer of at least dlc__aug_scratch_bound() bytes
  * (the loader makes one per worker at open). The functions keep no state; different threads may
@@ -65,6 +65,13 @@ enum {
      * bit when the factor is not a float32 (the policies' 1 + magnitude), which can move a
      * truncated value by 1. */
     DLC__AUG_F_WEIGHT = 2u,
+    /* Rotate and affine: bilinear interpolation (torchvision's InterpolationMode.BILINEAR);
+     * without it, nearest. */
+    DLC__AUG_F_BILINEAR = 4u,
+    /* Rotate and affine, bilinear: the fill was given (torchvision's fill=[...], even of zeros),
+     * so it is blended in by the weight of the outside; without it the outside counts 0, as
+     * torchvision's fill=None. Nearest takes fill[] outside either way. */
+    DLC__AUG_F_FILL = 8u,
 };
 
 /* One op with its parameters, ready to apply: 44 bytes, no pointer. */
@@ -119,6 +126,9 @@ typedef struct dlc__aug_config {
                                     (continuous); INFINITY: uniform in [0, magnitude]; 0: none
                                     (torchvision's RandAugment). */
     uint8_t fill[4];             /* Geometric ops' fill per channel (torchvision's default: 0). */
+    uint32_t bilinear;           /* Geometric ops: 1 bilinear, 0 nearest (torchvision's
+                                    interpolation). */
+    uint32_t has_fill;           /* Bilinear: the fill was given (DLC__AUG_F_FILL). */
     /* ColorJitter as torchvision resolves it: factors drawn uniformly in [lo, hi]; a range
      * lo == hi == 1 (0 for hue) is an absent jitter (not drawn, not applied), as ColorJitter's
      * None. Applied with probability jitter_p (RandomApply; 1 = always, 0 = never). */

@@ -53,9 +53,23 @@ void dlc__aug_blur(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t
  * computes it): @p center relative to the image's center, @p angle clockwise in degrees. */
 void dlc__aug_inverse_affine(const double center[2], double angle, const double translate[2],
                              double scale, const double shear[2], double m[6]);
-/* Resample with the inverse matrix @p m as torchvision's tensor affine/rotate does (nearest,
- * fill outside); scratch: w * h * c bytes. */
+/* dlc__aug_warp()'s mode bits. Without DLC__AUG_WARP_BILINEAR, nearest. */
+enum {
+    DLC__AUG_WARP_BILINEAR = 1u, /* Bilinear (InterpolationMode.BILINEAR). */
+    DLC__AUG_WARP_BLEND = 2u,    /* Bilinear: a fill was given (not torchvision's fill=None), so
+                                    it is blended in by the outside's weight; without it the
+                                    outside counts as 0 (grid_sample's zero padding). Nearest
+                                    always takes the fill outside (fill=None is a fill of 0). */
+};
+
+/* Resample with the inverse matrix @p m as torchvision's tensor affine/rotate does (@p mode:
+ * DLC__AUG_WARP_*); scratch: w * h * c + 4 bytes. */
 void dlc__aug_warp(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t c,
-                   const double m[6], const uint8_t fill[4], void *scratch);
+                   const double m[6], const uint8_t fill[4], uint32_t mode, void *scratch);
+/* dlc__aug_warp() with its vector kernels (@p simd 1, where the CPU has AVX2) or without them
+ * (0), for the tests that check that both give the same bytes. */
+void dlc__aug_warp_with(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t c,
+                        const double m[6], const uint8_t fill[4], uint32_t mode, void *scratch,
+                        int simd);
 
 #endif /* DLCACHE_LOADER_AUG_OPS_H */

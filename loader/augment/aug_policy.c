@@ -104,7 +104,7 @@ static float magnitude_at(uint32_t policy, int p, double level, uint32_t bins, u
 }
 
 /* The record entry torchvision's _apply_op runs for op @p p with signed magnitude @p m. */
-static void push_policy_op(dlc__aug_record *rec, int p, float m, const uint8_t fill[4])
+static void push_policy_op(dlc__aug_record *rec, int p, float m, const dlc__aug_config *cfg)
 {
     if (rec->n >= DLC__AUG_MAX_OPS)
         return;
@@ -166,8 +166,11 @@ static void push_policy_op(dlc__aug_record *rec, int p, float m, const uint8_t f
         op->op = DLC__AUG_INVERT;
         break;
     }
-    if (op->op >= DLC__AUG_ROTATE)
-        memcpy(op->fill, fill, sizeof op->fill);
+    if (op->op >= DLC__AUG_ROTATE) {
+        memcpy(op->fill, cfg->fill, sizeof op->fill);
+        if (cfg->bilinear)
+            op->flags |= DLC__AUG_F_BILINEAR | (cfg->has_fill ? DLC__AUG_F_FILL : 0u);
+    }
 }
 
 /* A standard normal draw (Box-Muller, one of the pair). */
@@ -227,7 +230,7 @@ void dlc__aug_draw_policy(const dlc__aug_config *cfg, uint32_t width, uint32_t h
             m = magnitude_at(policy, p, (double)dlc__rng_below(rng, bins), bins, width, height);
         if (signed_op(p) && dlc__rng_below(rng, 2))
             m = -m;
-        push_policy_op(rec, p, m, cfg->fill);
+        push_policy_op(rec, p, m, cfg);
     } else if (policy == DLC__AUG_POLICY_RAND) {
         /* num_ops times: one op of 14 at the configured bin (timm: around it), a sign. */
         const uint32_t bins = cfg->num_magnitude_bins;
@@ -246,7 +249,7 @@ void dlc__aug_draw_policy(const dlc__aug_config *cfg, uint32_t width, uint32_t h
             }
             if (signed_op(p) && dlc__rng_below(rng, 2))
                 m = -m;
-            push_policy_op(rec, p, m, cfg->fill);
+            push_policy_op(rec, p, m, cfg);
         }
     } else if (policy == DLC__AUG_POLICY_AUTO_IMAGENET) {
         /* A sub-policy of 25; each of its two ops applies when rand <= p, with a sign drawn for
@@ -269,7 +272,7 @@ void dlc__aug_draw_policy(const dlc__aug_config *cfg, uint32_t width, uint32_t h
                 m = magnitude_at(policy, s->op, s->bin, 10, width, height);
             if (signed_op(s->op) && sign[i] == 0)
                 m = -m;
-            push_policy_op(rec, s->op, m, cfg->fill);
+            push_policy_op(rec, s->op, m, cfg);
         }
     }
 }
@@ -348,6 +351,9 @@ dlc_status dlc__aug_config_check(const dlc__aug_config *cfg, const char *what)
     if (cfg->policy > DLC__AUG_POLICY_AUTO_IMAGENET)
         return dlc__errorf(DLC_EINVAL, "%s: auto_augment policy %u is none of the policies", what,
                            cfg->policy);
+    if (cfg->bilinear > 1 || cfg->has_fill > 1)
+        return dlc__errorf(DLC_EINVAL, "%s: interpolation (%u) or has_fill (%u) is not 0 or 1",
+                           what, cfg->bilinear, cfg->has_fill);
     if (cfg->policy == DLC__AUG_POLICY_TRIVIAL_WIDE || cfg->policy == DLC__AUG_POLICY_RAND) {
         if (cfg->num_magnitude_bins < 2 || cfg->num_magnitude_bins > 1000000)
             return dlc__errorf(DLC_EINVAL, "%s: num_magnitude_bins (%u) is not in 2..1000000", what,

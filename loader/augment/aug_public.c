@@ -95,6 +95,16 @@ static dlc_status to_op(const dlc_op_params *p, dlc__aug_op *op)
             op->arg[6] = (float)p->center[0];
             op->arg[7] = (float)p->center[1];
         }
+        if (p->interpolation > DLC_INTERP_BILINEAR)
+            return dlc__errorf(DLC_EINVAL,
+                               "%s: interpolation (%u) is neither DLC_INTERP_NEAREST (0) nor "
+                               "DLC_INTERP_BILINEAR (1)",
+                               name, p->interpolation);
+        if (p->interpolation == DLC_INTERP_BILINEAR)
+            op->flags |= DLC__AUG_F_BILINEAR |
+                         (p->has_fill || p->fill[0] || p->fill[1] || p->fill[2] || p->fill[3]
+                              ? DLC__AUG_F_FILL
+                              : 0u);
         break;
     default:
         break;

@@ -24,9 +24,10 @@ POLICIES = {
 }
 # Which auto_augment_options each policy reads (torchvision's arguments, and timm's mstd).
 _POLICY_OPTIONS = {
-    "trivial_augment_wide": {"num_magnitude_bins", "fill"},
-    "rand_augment": {"num_ops", "magnitude", "num_magnitude_bins", "mstd", "fill"},
-    "auto_augment_imagenet": {"fill"},
+    "trivial_augment_wide": {"num_magnitude_bins", "fill", "interpolation"},
+    "rand_augment": {"num_ops", "magnitude", "num_magnitude_bins", "mstd", "fill",
+                     "interpolation"},
+    "auto_augment_imagenet": {"fill", "interpolation"},
 }
 
 
@@ -162,7 +163,8 @@ def _auto_augment(policy, options, spec, name, oname):
     spec.auto_augment = POLICIES[policy]
     if options is None:
         return
-    _unknown(options, ("num_ops", "magnitude", "num_magnitude_bins", "mstd", "fill"), oname)
+    _unknown(options, ("num_ops", "magnitude", "num_magnitude_bins", "mstd", "fill",
+                       "interpolation"), oname)
     unused = set(options) - _POLICY_OPTIONS[policy]
     if unused:
         raise ValueError("%s: %s do not apply to %r (it reads: %s)"
@@ -181,8 +183,16 @@ def _auto_augment(policy, options, spec, name, oname):
                          % (oname, spec.num_magnitude_bins))
     if "mstd" in options:
         spec.magnitude_std = _number(options["mstd"], oname + " mstd", 0.0)
-    if "fill" in options:
+    if options.get("fill") is not None:
         _fill(options["fill"], spec, oname + " fill")
+        spec.has_fill = 1
+    if "interpolation" in options:
+        interp = options["interpolation"]
+        mode = getattr(interp, "value", interp)
+        if mode not in ("nearest", "bilinear"):
+            raise ValueError("%s interpolation must be \"nearest\" or \"bilinear\" "
+                             "(InterpolationMode NEAREST or BILINEAR), got %r" % (oname, interp))
+        spec.interpolation = 1 if mode == "bilinear" else 0
 
 
 def _random_erasing(value, spec, name):

@@ -147,6 +147,8 @@ class OpParams(ctypes.Structure):
         ("has_center", ctypes.c_uint32),
         ("center", ctypes.c_double * 2),
         ("fill", ctypes.c_uint8 * 4),
+        ("interpolation", ctypes.c_uint32),
+        ("has_fill", ctypes.c_uint32),
     ]
 
 
@@ -361,6 +363,8 @@ class AugmentSpec(ctypes.Structure):
         ("erase_ratio", ctypes.c_float * 2),
         ("erase_value", ctypes.c_uint32),
         ("erase_constant", ctypes.c_float * 4),
+        ("interpolation", ctypes.c_uint32),
+        ("has_fill", ctypes.c_uint32),
     ]
 
 

@@ -5,9 +5,10 @@ HWC numpy array (H x W x C, or H x W for one channel) and returns a new array.
 The ops and their parameters are torchvision 0.14's functional ones
 (``torchvision.transforms.functional``), and each gives what torchvision gives
 on the same uint8 tensor: the color and histogram ops within 1 per channel
-value, the geometric ops (nearest interpolation) on all pixels but rare
-rounding ties. Where torchvision's tensor and PIL paths differ, the tensor path
-is followed.
+value, the geometric ops with nearest interpolation on all pixels but rare
+rounding ties, with bilinear interpolation on all values but rare rounding ties
+(which may differ by 1). Where torchvision's tensor and PIL paths differ, the
+tensor path is followed.
 
 =====================  ============================================================
 op                     parameters
@@ -29,6 +30,11 @@ rotate                 angle, interpolation="nearest", expand=False, center=None
 affine                 angle, translate, scale, shear, interpolation="nearest",
                        fill=None, center=None
 =====================  ============================================================
+
+``interpolation`` is "nearest" or "bilinear" (or torchvision's InterpolationMode
+NEAREST or BILINEAR). With bilinear, ``fill=None`` and a given fill differ as in
+torchvision: None lets the outside count 0 in the weighted sum, a fill (even of
+zeros) is blended in by the outside's weight.
 
 Color ops take 1 or 3 (RGB) channels; gaussian_blur and the geometric ops take
 1 to 4. A bad parameter raises ValueError naming the op and the parameter.
@@ -79,8 +85,9 @@ def call_of(op, arg, flags=0, fill=(0, 0, 0, 0), channels=3):
     ``apply(image, name, **kwargs)`` (or ``getattr(torchvision.transforms.functional,
     name)(tensor, **kwargs)``) applies it. @p op is its id (OP_NAMES' index), @p arg its 8
     float arguments, @p flags its flags (1: arg[6], arg[7] are a center; 2: arg[1] is a blend's
-    1 - factor), @p fill its 4 fill values
-    (the first @p channels are used)."""
+    1 - factor; 4: bilinear; 8: with bilinear, the fill was given), @p fill its 4 fill values
+    (the first @p channels are used). A bilinear op has ``interpolation="bilinear"`` (torchvision
+    takes ``InterpolationMode(kwargs["interpolation"])``) and, without flag 8, ``fill=None``."""
     op = int(op)
     a = [float(x) for x in arg]
     if op in _FACTOR:
@@ -99,6 +106,10 @@ def call_of(op, arg, flags=0, fill=(0, 0, 0, 0), channels=3):
         return OP_NAMES[op], {}
     if 13 <= op <= 18:
         kw = {"angle": a[0], "fill": [int(f) for f in list(fill)[:channels]]}
+        if flags & 4:
+            kw["interpolation"] = "bilinear"
+            if not flags & 8:
+                kw["fill"] = None
         if flags & 1:
             kw["center"] = [a[6], a[7]]
         if op == 13:
@@ -199,8 +210,12 @@ def _params(op, image_channels, kw):
     elif op in ("rotate", "affine"):
         p.angle = _number(op, "angle", kw["angle"])
         interp = kw.get("interpolation", "nearest")
-        if getattr(interp, "value", interp) != "nearest":
-            raise _bad(op, "interpolation", interp, "is not supported: only nearest is")
+        mode = getattr(interp, "value", interp)
+        if mode not in ("nearest", "bilinear"):
+            raise _bad(op, "interpolation", interp,
+                       "is not supported: nearest or bilinear (InterpolationMode) are")
+        p.interpolation = 1 if mode == "bilinear" else 0
+        p.has_fill = 0 if kw.get("fill") is None else 1
         if kw.get("expand", False):
             raise _bad(op, "expand", kw["expand"], "is not supported: only expand=False is")
         center = kw.get("center")

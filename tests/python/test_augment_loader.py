@@ -132,6 +132,9 @@ def test_bad_values_name_the_argument(store):
         (dict(auto_augment="trivial_augment_wide", auto_augment_options={"num_ops": 2}),
          "auto_augment_options"),
         (dict(auto_augment_options={"num_ops": 2}), "auto_augment_options given without"),
+        (dict(auto_augment="trivial_augment_wide",
+              auto_augment_options={"interpolation": "bicubic"}),
+         "auto_augment_options interpolation"),
         (dict(random_erasing=2), "random_erasing"),
         (dict(random_erasing={"p": 0.5, "scale": (0.5, 0.1)}), "random_erasing scale"),
         (dict(random_erasing={"p": 0.5, "ratio": (0, 1)}), "random_erasing ratio"),
@@ -170,6 +173,9 @@ def _normalize(img_u8):
     dict(auto_augment="rand_augment",
          auto_augment_options={"num_ops": 2, "magnitude": 9, "mstd": 0.5}),
     dict(auto_augment="auto_augment_imagenet", auto_augment_options={"fill": 128}),
+    dict(auto_augment="trivial_augment_wide", auto_augment_options={"interpolation": "bilinear"}),
+    dict(auto_augment="rand_augment",
+         auto_augment_options={"num_ops": 3, "interpolation": "bilinear", "fill": 0}),
     dict(DINO_COLOR, blur={"p": 0.5, "kernel_size": 5, "sigma": (0.1, 2.0)}),
 ])
 def test_fused_equals_sequential(store, recipe):
@@ -196,6 +202,25 @@ def test_fused_equals_sequential(store, recipe):
             assert np.array_equal(img, fb["image"][i].numpy()), (i, _augment.ops_of(fb, i))
             assert torch.equal(_normalize(img), ff["image"][i]), i
     assert applied > 100, applied
+
+
+@pytest.mark.parametrize("fill", [None, 0])
+def test_bilinear_policy_marks_its_geometric_ops(store, fill):
+    """interpolation="bilinear" reaches every geometric op drawn (flag 4), and a given fill,
+    even 0, is marked as given (flag 8) where torchvision's default fill=None is not."""
+    opts = {"interpolation": "bilinear", "num_ops": 4}
+    if fill is not None:
+        opts["fill"] = fill
+    geo = 0
+    with _ops_loader(store, dtype="uint8", return_params=True, auto_augment="rand_augment",
+                     auto_augment_options=opts) as lo:
+        for b in _epoch(lo):
+            for row in b["params_ops"].reshape(-1, b["params_ops"].shape[-1]).tolist():
+                if 13 <= row[0] <= 18:
+                    geo += 1
+                    assert row[1] & 4, row
+                    assert bool(row[1] & 8) == (fill is not None), row
+    assert geo > 20, geo
 
 
 def _recipe_loader(store, ops, **kw):
