@@ -147,111 +147,120 @@ AVX2_INLINE void coords8(const warp *k, __m256 cyx, __m256 cyy, uint32_t x, __m2
     *fy = _mm256_sub_ps(_mm256_mul_ps(_mm256_add_ps(gy, one), _mm256_set1_ps(k->uy)), half);
 }
 
-/* Lanes whose rounded coordinate r (of v) lies in [0, size) with |v| < 2^22 (NaN: none). */
-AVX2_INLINE __m256 inside8(__m256 v, __m256 r, float size)
-{
-    const __m256 abs = _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)));
-    const __m256 near = _mm256_cmp_ps(abs, _mm256_set1_ps(FAR), _CMP_LT_OQ);
-    const __m256 lo = _mm256_cmp_ps(r, _mm256_setzero_ps(), _CMP_GE_OQ);
-    const __m256 hi = _mm256_cmp_ps(r, _mm256_set1_ps(size), _CMP_LT_OQ);
-    return _mm256_and_ps(near, _mm256_and_ps(lo, hi));
-}
-
-AVX2_TARGET static void offsets_avx2(const warp *k, float by, uint32_t x0, uint32_t n, int32_t *off)
-{
-    const __m256 cyx = _mm256_set1_ps(by * k->r10), cyy = _mm256_set1_ps(by * k->r11);
-    const __m256i row = _mm256_set1_epi32((int32_t)k->row), c = _mm256_set1_epi32((int32_t)k->c);
-    for (uint32_t i = 0; i < n; i += 8) {
-        __m256 fx, fy;
-        coords8(k, cyx, cyy, x0 + i, &fx, &fy);
-        /* Round half to even, as dlc__aug_round_even() does below 2^22. */
-        const __m256 ix = _mm256_round_ps(fx, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        const __m256 iy = _mm256_round_ps(fy, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        const __m256 in = _mm256_and_ps(inside8(fx, ix, k->fw), inside8(fy, iy, k->fh));
-        const __m256i o = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_cvttps_epi32(iy), row),
-                                           _mm256_mullo_epi32(_mm256_cvttps_epi32(ix), c));
-        _mm256_storeu_si256((__m256i *)(off + i),
-                            _mm256_blendv_epi8(_mm256_set1_epi32(-1), o, _mm256_castps_si256(in)));
-    }
-}
-
 /* Packing eight pixels of four bytes to c bytes each (c < 4): the shuffle keeps the first c bytes
  * of each pixel at the front of each 128-bit lane, the permutation joins the two lanes' 4 * c
- * bytes. */
-AVX2_INLINE void pack_tables(const uint32_t c, __m256i *vshuf, __m256i *vperm)
+ * bytes. Index c - 1. */
+static const int8_t pack_shuf[3][32] = {
+    {0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+     0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1},
+    {0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1,
+     0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1},
+    {0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1,
+     0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1},
+};
+static const int32_t pack_perm[3][8] = {
+    {0, 4, 2, 3, 1, 5, 6, 7},
+    {0, 1, 4, 5, 2, 3, 6, 7},
+    {0, 1, 2, 4, 5, 6, 3, 7},
+};
+
+/* Store eight packed pixels of four bytes as c bytes each. */
+AVX2_INLINE void store_packed(uint8_t *o, __m256i v, const uint32_t c)
 {
-    int8_t shuf[32];
-    int32_t perm[8];
-    for (int i = 0; i < 16; i++) {
-        const int p = i / (int)c, b = i % (int)c;
-        shuf[i] = shuf[16 + i] = (int8_t)(p < 4 ? p * 4 + b : -1);
+    if (c == 4) {
+        _mm256_storeu_si256((__m256i *)o, v);
+        return;
     }
-    for (int i = 0; i < 8; i++)
-        perm[i] = i < (int)c ? i : i < 2 * (int)c ? 4 + i - (int)c : i;
-    *vshuf = _mm256_loadu_si256((const __m256i *)shuf);
-    *vperm = _mm256_loadu_si256((const __m256i *)perm);
+    const __m256i shuf = _mm256_loadu_si256((const __m256i *)pack_shuf[c - 1]);
+    const __m256i perm = _mm256_loadu_si256((const __m256i *)pack_perm[c - 1]);
+    v = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(v, shuf), perm);
+    const __m128i lo = _mm256_castsi256_si128(v);
+    if (c == 1) {
+        _mm_storel_epi64((__m128i *)o, lo);
+    } else if (c == 2) {
+        _mm_storeu_si128((__m128i *)o, lo);
+    } else {
+        _mm_storeu_si128((__m128i *)o, lo);
+        _mm_storel_epi64((__m128i *)(o + 16), _mm256_extracti128_si256(v, 1));
+    }
 }
 
-/* The pixels at @p off of a @p c-channel source, 1 <= c <= 4, eight at a time: a gather of four
- * bytes per pixel (the source has slack past its end), packed to c bytes each. Eight pixels that
- * are consecutive in the source are copied as they are. */
-AVX2_INLINE void gather_avx2_c(const warp *k, const int32_t *off, uint32_t n, uint8_t *out,
-                               const uint32_t c)
+/* Eight pixels' source offsets, -1 for the fill. The conversion rounds half to even (the default
+ * rounding mode, which dlc__aug_round_even() assumes too); with w and h below 2^22 an integer in
+ * [0, size) is exactly a coordinate of magnitude below 2^22 that rounds inside, and coordinates
+ * beyond (or NaN) convert to values outside. */
+AVX2_INLINE __m256i offsets8(const warp *k, __m256 cyx, __m256 cyy, uint32_t x, const uint32_t c)
 {
-    __m256i vshuf, vperm;
-    pack_tables(c, &vshuf, &vperm);
-    const __m256i vstep = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-                                             _mm256_set1_epi32((int32_t)c));
+    __m256 fx, fy;
+    coords8(k, cyx, cyy, x, &fx, &fy);
+    const __m256i ix = _mm256_cvtps_epi32(fx), iy = _mm256_cvtps_epi32(fy);
+    /* Inside: 0 <= i <= size - 1 as unsigned (negative values are large). */
+    const __m256i wm = _mm256_set1_epi32((int32_t)k->w - 1),
+                  hm = _mm256_set1_epi32((int32_t)k->h - 1);
+    const __m256i in = _mm256_and_si256(_mm256_cmpeq_epi32(_mm256_min_epu32(ix, wm), ix),
+                                        _mm256_cmpeq_epi32(_mm256_min_epu32(iy, hm), iy));
+    __m256i xc = ix;
+    if (c == 2)
+        xc = _mm256_add_epi32(ix, ix);
+    else if (c == 3)
+        xc = _mm256_add_epi32(_mm256_add_epi32(ix, ix), ix);
+    else if (c == 4)
+        xc = _mm256_slli_epi32(ix, 2);
+    const __m256i o =
+        _mm256_add_epi32(_mm256_mullo_epi32(iy, _mm256_set1_epi32((int32_t)k->row)), xc);
+    return _mm256_or_si256(o, _mm256_xor_si256(in, _mm256_set1_epi32(-1)));
+}
+
+/* One row of a @p c-channel image, 1 <= c <= 4: eight pixels at a time, a masked gather of four
+ * bytes per pixel (the source has slack past its end) packed to c bytes; eight pixels that are
+ * consecutive in the source are copied as they are. */
+AVX2_INLINE void nearest_row_avx2_c(const warp *kp, float by, uint8_t *out, const uint32_t c)
+{
+    /* A local copy: the stores to the image could alias *kp, which would reload every constant
+     * each iteration. */
+    const warp kc = *kp, *k = &kc;
+    const __m256 cyx = _mm256_set1_ps(by * k->r10), cyy = _mm256_set1_ps(by * k->r11);
+    const __m256i step = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                            _mm256_set1_epi32((int32_t)c));
     uint32_t f32 = 0;
     memcpy(&f32, k->fill, 4);
     const __m256i fill = _mm256_set1_epi32((int32_t)f32);
     const __m256i none = _mm256_set1_epi32(-1);
     const int *base = (const int *)(const void *)k->src;
-    uint32_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint8_t *o = out + (size_t)i * c;
-        const __m256i vo = _mm256_loadu_si256((const __m256i *)(off + i));
-        const int32_t o0 = off[i];
-        const __m256i seq = _mm256_add_epi32(_mm256_set1_epi32(o0), vstep);
-        if (o0 >= 0 && _mm256_movemask_epi8(_mm256_cmpeq_epi32(vo, seq)) == -1) {
+    uint32_t x = 0;
+    for (; x + 8 <= k->w; x += 8) {
+        uint8_t *o = out + (size_t)x * c;
+        const __m256i off = offsets8(k, cyx, cyy, x, c);
+        const int32_t o0 = _mm256_cvtsi256_si32(off);
+        const __m256i seq = _mm256_add_epi32(_mm256_set1_epi32(o0), step);
+        if (o0 >= 0 && _mm256_movemask_epi8(_mm256_cmpeq_epi32(off, seq)) == -1) {
             memcpy(o, k->src + o0, 8 * c);
             continue;
         }
-        const __m256i in = _mm256_cmpgt_epi32(vo, none);
-        __m256i v = _mm256_mask_i32gather_epi32(fill, base, vo, in, 1);
-        if (c == 4) {
-            _mm256_storeu_si256((__m256i *)o, v);
-            continue;
-        }
-        v = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(v, vshuf), vperm);
-        const __m128i lo = _mm256_castsi256_si128(v);
-        if (c == 1) {
-            _mm_storel_epi64((__m128i *)o, lo);
-        } else if (c == 2) {
-            _mm_storeu_si128((__m128i *)o, lo);
-        } else {
-            _mm_storeu_si128((__m128i *)o, lo);
-            _mm_storel_epi64((__m128i *)(o + 16), _mm256_extracti128_si256(v, 1));
-        }
+        const __m256i in = _mm256_cmpgt_epi32(off, none);
+        store_packed(o, _mm256_mask_i32gather_epi32(fill, base, off, in, 1), c);
     }
-    if (i < n)
-        gather_scalar(k, off + i, n - i, out + (size_t)i * c);
+    if (x < k->w) {
+        int32_t off[8];
+        _mm256_storeu_si256((__m256i *)off, offsets8(k, cyx, cyy, x, c));
+        gather_scalar(kp, off, kp->w - x, out + (size_t)x * c);
+    }
 }
 
-AVX2_TARGET static void gather_avx2(const warp *k, const int32_t *off, uint32_t n, uint8_t *out)
+AVX2_TARGET static void nearest_row_avx2(const warp *k, float by, uint8_t *out)
 {
     switch (k->c) {
     case 1:
-        gather_avx2_c(k, off, n, out, 1);
+        nearest_row_avx2_c(k, by, out, 1);
         break;
     case 2:
-        gather_avx2_c(k, off, n, out, 2);
+        nearest_row_avx2_c(k, by, out, 2);
         break;
     case 3:
-        gather_avx2_c(k, off, n, out, 3);
+        nearest_row_avx2_c(k, by, out, 3);
         break;
     default:
-        gather_avx2_c(k, off, n, out, 4);
+        nearest_row_avx2_c(k, by, out, 4);
         break;
     }
 }
@@ -292,23 +301,22 @@ static void nearest(const warp *k, uint8_t *img, size_t stride, int simd)
         nearest_big(k, img, stride);
         return;
     }
+    /* The vector rows take an integer inside [0, size) for a coordinate below 2^22. */
+    simd = simd && k->w < (1u << 22) && k->h < (1u << 22);
     int32_t off[BLOCK];
     for (uint32_t y = 0; y < k->h; y++) {
         const float by = k->by0 + (float)y;
         uint8_t *out = img + (size_t)y * stride;
+#ifdef HAVE_WARP_AVX2
+        if (simd) {
+            nearest_row_avx2(k, by, out);
+            continue;
+        }
+#endif
         for (uint32_t x0 = 0; x0 < k->w; x0 += BLOCK) {
             const uint32_t n = k->w - x0 < BLOCK ? k->w - x0 : BLOCK;
-            uint8_t *o = out + (size_t)x0 * k->c;
-#ifdef HAVE_WARP_AVX2
-            if (simd) {
-                offsets_avx2(k, by, x0, n, off);
-                gather_avx2(k, off, n, o);
-                continue;
-            }
-#endif
-            (void)simd;
             offsets_scalar(k, by, x0, n, off);
-            gather_scalar(k, off, n, o);
+            gather_scalar(k, off, n, out + (size_t)x0 * k->c);
         }
     }
 }
@@ -366,7 +374,7 @@ static void bilinear_scalar(const warp *k, float by, uint32_t x0, uint32_t n, ui
 /* bilinear_scalar() for eight pixels at x of a @p c-channel image: the same operations on each
  * lane (the fused ones fused), each corner a masked gather of four bytes. */
 FMA_INLINE void bilinear8(const warp *k, __m256 cyx, __m256 cyy, uint32_t x, uint8_t *out,
-                          int blend, const uint32_t c, __m256i vshuf, __m256i vperm)
+                          int blend, const uint32_t c)
 {
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     const __m256 xf = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_set1_epi32((int32_t)x), lane));
@@ -430,33 +438,19 @@ FMA_INLINE void bilinear8(const warp *k, __m256 cyx, __m256 cyy, uint32_t x, uin
         r = _mm256_min_ps(_mm256_max_ps(r, lo), hi);
         pix = _mm256_or_si256(pix, _mm256_slli_epi32(_mm256_cvttps_epi32(r), (int)(8 * j)));
     }
-    if (c == 4) {
-        _mm256_storeu_si256((__m256i *)out, pix);
-        return;
-    }
-    pix = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(pix, vshuf), vperm);
-    const __m128i l = _mm256_castsi256_si128(pix);
-    if (c == 1) {
-        _mm_storel_epi64((__m128i *)out, l);
-    } else if (c == 2) {
-        _mm_storeu_si128((__m128i *)out, l);
-    } else {
-        _mm_storeu_si128((__m128i *)out, l);
-        _mm_storel_epi64((__m128i *)(out + 16), _mm256_extracti128_si256(pix, 1));
-    }
+    store_packed(out, pix, c);
 }
 
-FMA_INLINE void bilinear_avx2_c(const warp *k, float by, uint32_t n, uint8_t *out, int blend,
+FMA_INLINE void bilinear_avx2_c(const warp *kp, float by, uint32_t n, uint8_t *out, int blend,
                                 const uint32_t c)
 {
-    __m256i vshuf, vperm;
-    pack_tables(c, &vshuf, &vperm);
+    const warp kc = *kp, *k = &kc; /* As nearest_row_avx2_c(). */
     const __m256 cyx = _mm256_set1_ps(by * k->r10), cyy = _mm256_set1_ps(by * k->r11);
     uint32_t x = 0;
     for (; x + 8 <= n; x += 8)
-        bilinear8(k, cyx, cyy, x, out + (size_t)x * c, blend, c, vshuf, vperm);
+        bilinear8(k, cyx, cyy, x, out + (size_t)x * c, blend, c);
     if (x < n)
-        bilinear_scalar(k, by, x, n - x, out + (size_t)x * c, blend);
+        bilinear_scalar(kp, by, x, n - x, out + (size_t)x * c, blend);
 }
 
 /* One row. */
