@@ -155,20 +155,25 @@ static dlc_status image_view_ops(const dlc_loader *l, dlc__worker *w, const dlc_
     uint8_t *img = direct ? dst : w->aug_img;
     assert(direct || (row * oh <= l->aug_img_bytes && w->aug_img));
     dlc_status rc = DLC_OK;
+    /* A resized view whose ops commute with the flip is flipped by the conversion pass, as
+     * image_view() does, rather than by a copy of its own before the ops. */
+    int late_flip = 0;
     if (gr->augment != DLC_AUGMENT_RANDOM_RESIZED_CROP) {
         dlc__crop_convert(px->img.data, px->img.stride, vp->box, vp->flip, &o->cv_u8, img);
     } else {
+        late_flip = vp->flip && !direct && dlc__aug_record_commutes_with_flip(&va->rec);
         const dlc__box *b = &vp->box;
         const uint32_t bw = (uint32_t)(b->w * px->sx + 1), bh = (uint32_t)(b->h * px->sy + 1);
         rc = dlc__ensure_scratch(w, dlc_resize_scratch_bound(bw, bh, ow, oh, C));
         if (rc != DLC_OK)
             return rc;
-        const dlc_image out = {vp->flip ? w->tmp : img, ow, oh, C, row};
+        const int early_flip = vp->flip && !late_flip;
+        const dlc_image out = {early_flip ? w->tmp : img, ow, oh, C, row};
         rc = dlc_resize(&px->img, b->left * px->sx, b->top * px->sy, b->w * px->sx, b->h * px->sy,
                         &out, w->scratch, w->scratch_size);
         if (rc != DLC_OK)
             return rc;
-        if (vp->flip) {
+        if (early_flip) {
             const dlc__box all = {0, 0, oh, ow};
             dlc__crop_convert(w->tmp, row, all, 1, &o->cv_u8, img);
         }
@@ -179,7 +184,7 @@ static dlc_status image_view_ops(const dlc_loader *l, dlc__worker *w, const dlc_
                            (unsigned long long)index, l->fields[o->field].name, dlc_errmsg());
     if (!direct) {
         const dlc__box all = {0, 0, oh, ow};
-        dlc__crop_convert(img, row, all, 0, &o->cv, dst);
+        dlc__crop_convert(img, row, all, late_flip, &o->cv, dst);
     }
     return DLC_OK;
 }

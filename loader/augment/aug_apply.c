@@ -278,3 +278,13 @@ dlc_status dlc__aug_apply(const dlc__aug_record *rec, uint8_t *img, size_t strid
     }
     return DLC_OK;
 }
+
+int dlc__aug_record_commutes_with_flip(const dlc__aug_record *rec)
+{
+    for (uint32_t i = 0; i < rec->n; i++) {
+        const uint32_t op = rec->ops[i].op;
+        if (op == DLC__AUG_BLUR || !(op == DLC__AUG_IDENTITY || is_color(op)))
+            return 0;
+    }
+    return 1;
+}

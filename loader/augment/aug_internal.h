@@ -196,4 +196,12 @@ dlc_status dlc__aug_apply_op(const dlc__aug_op *op, uint8_t *img, size_t stride,
 dlc_status dlc__aug_apply(const dlc__aug_record *rec, uint8_t *img, size_t stride, uint32_t width,
                           uint32_t height, uint32_t channels, void *scratch, size_t scratch_size);
 
+/* Whether the ops of @p rec commute exactly with a horizontal flip: applying them and then
+ * flipping gives the bytes of flipping and then applying them. True when every op is a function
+ * of each pixel's values and of statistics of the whole image (the color and histogram ops) or,
+ * for sharpness, of a neighbourhood that is its own mirror image summed in integers; false for
+ * the geometric ops and the blur (whose float sums would add the taps in the mirrored order).
+ * The loader then flips in its conversion pass instead of in a copy of its own. */
+int dlc__aug_record_commutes_with_flip(const dlc__aug_record *rec);
+
 #endif /* DLCACHE_LOADER_AUG_INTERNAL_H */

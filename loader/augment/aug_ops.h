@@ -47,6 +47,49 @@ void dlc__aug_sharpness(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uin
 void dlc__aug_blur(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t c, uint32_t kx,
                    uint32_t ky, double sx, double sy, void *scratch);
 
+/* ---- aug_color_avx2.c: vector kernels of aug_color.c's loops, lane by lane the same float32
+ * operations, on x86 CPUs with AVX2 (dlc__aug_have_avx2()). Each does the bulk of a row and
+ * returns how many values (or pixels) it did; the caller's scalar loop does the rest. Elsewhere
+ * they are stubs that do nothing, and dlc__aug_have_avx2() is 0. */
+#if defined(__x86_64__) || defined(__i386__)
+#define DLC__AUG_X86 1
+/* Whether the CPU runs the AVX2 kernels. */
+int dlc__aug_have_avx2(void);
+/* n values of c channels (1..4) in place: a[k] * x + b[k] (@p sub_first 0) or (x - a[k]) * b[k]
+ * (1), k the value's channel, clamped to [0, 255] and truncated; returns a multiple of 96. */
+size_t dlc__aug_map_avx2(uint8_t *p, size_t n, uint32_t c, int sub_first,
+                         const float a[DLC__AUG_MAX_CHANNELS],
+                         const float b[DLC__AUG_MAX_CHANNELS]);
+/* Folds the first values (a multiple of 96) of n into the running minima and maxima of each of
+ * the 96 positions of a step (value i into lo[i % 96], hi[i % 96]); returns how many it read. */
+size_t dlc__aug_minmax_avx2(const uint8_t *p, size_t n, uint8_t lo[96], uint8_t hi[96]);
+/* Inverts the values >= @p from (none when it is above 255); returns how many it did. */
+size_t dlc__aug_solarize_avx2(uint8_t *p, size_t n, uint32_t from);
+/* RGB rows of w pixels: they return the pixels done, a multiple of 8. */
+size_t dlc__aug_gray_sum_avx2(const uint8_t *p, uint32_t w, uint64_t *sum);
+size_t dlc__aug_grayscale_avx2(uint8_t *p, uint32_t w);
+size_t dlc__aug_saturation_avx2(uint8_t *p, uint32_t w, float r, float q);
+size_t dlc__aug_hue_avx2(uint8_t *p, uint32_t w, float hf);
+/* Sharpness' interior values of one row of @p row values from c on, out of the original rows
+ * up, mid and dn; returns the first value it did not do. */
+size_t dlc__aug_sharpness_avx2(const uint8_t *up, const uint8_t *mid, const uint8_t *dn,
+                               uint8_t *out, size_t row, uint32_t c, float r, float q);
+#else
+#define DLC__AUG_X86 0
+static inline int dlc__aug_have_avx2(void)
+{
+    return 0;
+}
+#define dlc__aug_map_avx2(p, n, c, s, a, b) ((void)(a), (void)(b), (size_t)0)
+#define dlc__aug_minmax_avx2(p, n, lo, hi) ((void)(lo), (void)(hi), (size_t)0)
+#define dlc__aug_solarize_avx2(p, n, from) ((void)(from), (size_t)0)
+#define dlc__aug_gray_sum_avx2(p, w, sum) ((size_t)0)
+#define dlc__aug_grayscale_avx2(p, w) ((size_t)0)
+#define dlc__aug_saturation_avx2(p, w, r, q) ((size_t)0)
+#define dlc__aug_hue_avx2(p, w, hf) ((size_t)0)
+#define dlc__aug_sharpness_avx2(up, mid, dn, out, row, c, r, q) ((size_t)(c))
+#endif
+
 /* ---- aug_geom.c */
 
 /* The inverse affine matrix of torchvision's _get_inverse_affine_matrix (in double, as Python

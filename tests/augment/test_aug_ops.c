@@ -327,3 +327,74 @@ Test(aug_ops, a_record_applies_as_its_ops_one_by_one)
     free(px);
     free(scratch);
 }
+
+static void flip_rows(uint8_t *p, uint32_t w, uint32_t h, uint32_t c)
+{
+    for (uint32_t y = 0; y < h; y++)
+        for (uint32_t x = 0; x < w / 2; x++)
+            for (uint32_t k = 0; k < c; k++) {
+                uint8_t *l = p + ((size_t)y * w + x) * c + k;
+                uint8_t *r = p + ((size_t)y * w + (w - 1 - x)) * c + k;
+                const uint8_t t = *l;
+                *l = *r;
+                *r = t;
+            }
+}
+
+Test(aug_ops, records_said_to_commute_with_a_flip_do)
+{
+    /* The loader flips after the ops when dlc__aug_record_commutes_with_flip() says so: the
+     * bytes must be those of flipping first. Records of every policy and of the jitter ops, on
+     * an image wide enough for the vector kernels; the geometric ops and the blur never
+     * commute. */
+    enum { W = 70, H = 23, C = 3 };
+    const dlc__aug_config cfgs[] = {
+        {.policy = DLC__AUG_POLICY_TRIVIAL_WIDE, .num_magnitude_bins = 31},
+        {.policy = DLC__AUG_POLICY_AUTO_IMAGENET},
+        {.jitter_p = 1.0f,
+         .brightness = {0.6f, 1.4f},
+         .contrast = {0.6f, 1.4f},
+         .saturation = {0.8f, 1.2f},
+         .hue = {-0.1f, 0.1f},
+         .grayscale_p = 0.2f,
+         .blur_p = 0.3f,
+         .blur_sigma = {0.1f, 2.0f},
+         .blur_kernel = {9, 9},
+         .solarize_p = 0.2f,
+         .solarize_threshold = 128.0f},
+    };
+    const size_t n = dlc__aug_scratch_bound(W, H, C);
+    void *scratch = malloc(n);
+    uint8_t *px = random_pixels(W * H * C, 5);
+    uint8_t a[W * H * C], b[W * H * C];
+    int commuting = 0, not_commuting = 0;
+    for (size_t k = 0; k < sizeof cfgs / sizeof cfgs[0]; k++)
+        for (uint64_t s = 0; s < 200; s++) {
+            dlc__rng r = {.key = dlc__mix64(s * 17 + k), .ctr = 0};
+            dlc__aug_record rec;
+            dlc__aug_draw(&cfgs[k], W, H, C, &r, &rec);
+            int geometric_or_blur = 0;
+            for (uint32_t i = 0; i < rec.n; i++)
+                geometric_or_blur |=
+                    rec.ops[i].op >= DLC__AUG_ROTATE || rec.ops[i].op == DLC__AUG_BLUR;
+            if (!dlc__aug_record_commutes_with_flip(&rec)) {
+                cr_assert(geometric_or_blur, "a record of color ops only is said not to commute");
+                not_commuting++;
+                continue;
+            }
+            cr_assert(!geometric_or_blur);
+            commuting++;
+            memcpy(a, px, sizeof a);
+            memcpy(b, px, sizeof b);
+            cr_assert_eq(dlc__aug_apply(&rec, a, W * C, W, H, C, scratch, n), DLC_OK);
+            flip_rows(a, W, H, C);
+            flip_rows(b, W, H, C);
+            cr_assert_eq(dlc__aug_apply(&rec, b, W * C, W, H, C, scratch, n), DLC_OK);
+            cr_assert_eq(memcmp(a, b, sizeof a), 0, "config %zu draw %llu", k,
+                         (unsigned long long)s);
+        }
+    cr_assert_gt(commuting, 100);
+    cr_assert_gt(not_commuting, 50);
+    free(px);
+    free(scratch);
+}
