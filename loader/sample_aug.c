@@ -262,6 +262,7 @@ dlc_status dlc__aug_plan_outputs(dlc_loader *l)
 {
     dlc_status rc = DLC_OK;
     _Static_assert(DLC_AUGMENT_MAX_OPS == DLC__AUG_MAX_OPS, "the public and private op counts");
+    l->erase_dev = 0;
     for (uint32_t g = 0; g < l->ngroups; g++) {
         dlc__group *gr = &l->groups[g];
         char what[96];
@@ -298,19 +299,17 @@ dlc_status dlc__aug_plan_outputs(dlc_loader *l)
                 CHECK(dlc__aug_config_check_image(&gr->aug, o->out_w, o->out_h, o->out_c, label));
             }
             if (gr->erase_p > 0) {
-                FAIL_IF(l->dev, DLC_EINVAL,
-                        "%s: %s: RandomErasing writes into the converted (normalized) output, "
-                        "and on the device path the conversion runs on the GPU: erasing the "
-                        "uint8 slot on the host would give other bytes than the host path, so "
-                        "the combination is refused; erase on the device yourself, or use host "
-                        "batches",
-                        l->path, what);
-                FAIL_IF(o->dtype == DLC_DTYPE_UINT8 && gr->erase_value == DLC_ERASE_NOISE,
-                        DLC_EINVAL,
+                /* The device path converts on the device: a float output is erased there, after
+                 * its conversion (dlc__aug_erase_boxes() passes the boxes with the batch); a
+                 * uint8 one is erased in the slot, as the host path does. */
+                const uint32_t dtype = l->dev ? dlc__dev_dtype(l) : o->dtype;
+                if (l->dev && dtype != DLC_DTYPE_UINT8)
+                    l->erase_dev = 1;
+                FAIL_IF(dtype == DLC_DTYPE_UINT8 && gr->erase_value == DLC_ERASE_NOISE, DLC_EINVAL,
                         "%s: %s: erase_value DLC_ERASE_NOISE needs a float dtype (normal noise "
                         "has no uint8 value)",
                         l->path, what);
-                for (uint32_t c = 0; o->dtype == DLC_DTYPE_UINT8 &&
+                for (uint32_t c = 0; dtype == DLC_DTYPE_UINT8 &&
                                      gr->erase_value == DLC_ERASE_CONSTANT && c < o->out_c;
                      c++)
                     FAIL_IF(!(gr->erase_constant[c] >= 0 && gr->erase_constant[c] <= 255 &&
@@ -413,27 +412,6 @@ void dlc__aug_draw_view(const dlc__group *gr, uint32_t v, uint32_t ow, uint32_t 
             dlc__key4(DLC__KEY_AUGMENT | ((uint64_t)v << 8) | (1ull << 16), seed, epoch, pos);
 }
 
-/* Standard normal values, two from each pair of uniforms (Box-Muller). */
-typedef struct normals {
-    dlc__rng r;
-    float spare;
-    int has_spare;
-} normals;
-
-static float normal(normals *n)
-{
-    if (n->has_spare) {
-        n->has_spare = 0;
-        return n->spare;
-    }
-    const double u1 = 1.0 - dlc__rng_uniform(&n->r); /* (0, 1]: log() stays finite. */
-    const double u2 = dlc__rng_uniform(&n->r);
-    const double rad = sqrt(-2.0 * log(u1)), t = 6.283185307179586 * u2;
-    n->spare = (float)(rad * sin(t));
-    n->has_spare = 1;
-    return (float)(rad * cos(t));
-}
-
 void dlc__aug_erase(const dlc__group *gr, const dlc__output *o, const dlc__view_aug *va,
                     uint8_t *dst)
 {
@@ -441,7 +419,6 @@ void dlc__aug_erase(const dlc__group *gr, const dlc__output *o, const dlc__view_
         return;
     const uint32_t C = o->out_c, W = o->out_w, H = o->out_h;
     assert(va->etop + va->eh <= H && va->eleft + va->ew <= W);
-    normals noise = {{va->noise_key, 0}, 0.0f, 0};
     if (o->dtype == DLC_DTYPE_UINT8) {
         /* NHWC; zero or an integer constant (dlc__aug_plan_outputs() checked). */
         for (uint32_t y = va->etop; y < va->etop + va->eh; y++)
@@ -451,19 +428,23 @@ void dlc__aug_erase(const dlc__group *gr, const dlc__output *o, const dlc__view_
                         gr->erase_value == DLC_ERASE_CONSTANT ? (uint8_t)gr->erase_constant[c] : 0;
         return;
     }
-    /* NCHW planes; the noise in torch's order, channel by channel, row by row. A constant (or
-     * zero) is converted once per channel and its rows filled, so erasing costs about a copy. */
-    const size_t plane = (size_t)W * H, es = o->dtype == DLC_DTYPE_FLOAT16 ? 2 : 4;
+    /* NCHW planes. The noise is dlc__hd_normal() of the element's index in the box in torch's
+     * order (channel, row, column), the function the device path runs (convert_hd.h). A
+     * constant (or zero) is converted once per channel and its rows filled, so erasing costs
+     * about a copy. */
+    const size_t plane = (size_t)W * H, es = o->dtype == DLC_DTYPE_FLOAT32 ? 4 : 2;
+    const uint32_t hd = o->dtype == DLC_DTYPE_BFLOAT16 ? DLC__HD_BFLOAT16 : DLC__HD_FLOAT16;
+    uint64_t j = 0;
     for (uint32_t c = 0; c < C; c++) {
         const float k = gr->erase_value == DLC_ERASE_CONSTANT ? gr->erase_constant[c] : 0.0f;
-        const uint16_t k16 = dlc__f32_to_f16(k);
+        const uint16_t k16 = dlc__hd_f32_to_16(k, hd);
         for (uint32_t y = va->etop; y < va->etop + va->eh; y++) {
             uint8_t *row = dst + (c * plane + (size_t)y * W + va->eleft) * es;
             if (gr->erase_value == DLC_ERASE_NOISE) {
-                for (uint32_t x = 0; x < va->ew; x++) {
-                    const float v = normal(&noise);
+                for (uint32_t x = 0; x < va->ew; x++, j++) {
+                    const float v = dlc__hd_normal(va->noise_key, j);
                     if (es == 2) {
-                        const uint16_t h = dlc__f32_to_f16(v);
+                        const uint16_t h = dlc__hd_f32_to_16(v, hd);
                         memcpy(row + (size_t)x * 2, &h, 2);
                     } else {
                         memcpy(row + (size_t)x * 4, &v, 4);
@@ -477,6 +458,16 @@ void dlc__aug_erase(const dlc__group *gr, const dlc__output *o, const dlc__view_
                     memcpy(row + (size_t)x * 4, &k, 4);
             }
         }
+    }
+}
+
+void dlc__aug_erase_boxes(const dlc_loader *l, const dlc__worker *w, uint8_t *table)
+{
+    for (uint32_t v = 0; v < l->nviews; v++) {
+        const dlc__view_aug *va = &w->vaug[v];
+        const dlc__hd_erase_box b = {va->etop, va->eleft, va->ew ? va->eh : 0, va->ew,
+                                     va->noise_key};
+        memcpy(table + (size_t)v * sizeof b, &b, sizeof b);
     }
 }
 

@@ -65,7 +65,8 @@
  *     per-sample arrays, and device pointers into the staging buffer.
  *   - dlc_loader_device_emit() enqueues on the caller's stream, in order: a wait for the ready
  *     event, the conversion of every image output (uint8 NHWC to config.dtype, normalized with
- *     config.mean and config.std, in config.device_layout) and a device-to-device copy of every
+ *     config.mean and config.std, in config.device_layout; then RandomErasing and MixUp /
+ *     CutMix when configured) and a device-to-device copy of every
  *     other output, into memory the caller owns; then the release. The caller's later work on
  *     that stream sees the outputs; nothing waits on the host.
  *   - Or lend mode, for a C caller that wants no kernel: dlc_loader_device_wait() on its stream,
@@ -210,7 +211,10 @@ typedef enum dlc_auto_augment {
 typedef enum dlc_erase_value {
     DLC_ERASE_ZERO = 0,     /**< 0 on the normalized output (torchvision's value=0, the default). */
     DLC_ERASE_NOISE = 1,    /**< A standard normal value per element (torchvision's
-                                 value="random"), drawn from the sample's own random stream. */
+                                 value="random"): a counter-based function of the view's own
+                                 key and the element's index in the box (channel, row,
+                                 column), the same on the host and the device; |value| is
+                                 at most 5.8 (24-bit uniforms into Box-Muller). */
     DLC_ERASE_CONSTANT = 2, /**< erase_constant[c] in channel c, on the normalized scale. */
 } dlc_erase_value;
 
@@ -229,8 +233,11 @@ typedef enum dlc_erase_value {
  * config.dtype (so the device path gets them unchanged, converting after): the policy
  * (auto_augment), then color jitter (its parts in a random order per view, as torchvision's
  * ColorJitter), grayscale, Gaussian blur, solarize. RandomErasing comes last, after the
- * conversion, on the normalized output (host batches only: the device path converts on the
- * device, so erasing there is refused at open). The ops change image outputs only: masks and
+ * conversion, on the normalized output. On the device path it runs on the device after the
+ * conversion (float dtypes; uint8 is erased in the slot before the copy), with the boxes drawn
+ * by the workers and staged with the batch, so the bytes are the host path's, noise included;
+ * in lend mode (dlc_loader_device_wait()) the staged uint8 images are not erased: params_erase
+ * says where to. Before MixUp / CutMix on both paths. The ops change image outputs only: masks and
  * boxes follow the crop and flip alone, so a policy (whose ops move pixels) is refused with
  * them.
  *

@@ -263,8 +263,8 @@ def specs(loader_opts: Dict[str, Any], views: "Optional[List[Dict[str, Any]]]",
           device: bool, float_dtype: bool) -> "Optional[ctypes.Array]":
     """The dlc_augment_spec array of a Loader: one for its own view, or one per entry of views
     (each entry's keys override the Loader's: a key given as None turns that op off there).
-    None when nothing is on. @p device: batches go to a CUDA device (RandomErasing is refused
-    there); @p float_dtype: the images are converted to float."""
+    None when nothing is on. @p device: batches go to a CUDA device (RandomErasing runs there
+    after the conversion; see erasing()); @p float_dtype: the images are converted to float."""
     groups = []
     if views is None:
         groups.append((loader_opts, ""))
@@ -284,12 +284,6 @@ def specs(loader_opts: Dict[str, Any], views: "Optional[List[Dict[str, Any]]]",
     for (spec, _, erase), (opts, where) in zip(made, groups):
         if not erase:
             continue
-        if device:
-            raise ValueError("%srandom_erasing works on the normalized output on the host, and "
-                             "with device= the images are converted on the GPU: erasing before "
-                             "that would give other values, so the two do not go together "
-                             "(erase on the GPU yourself, e.g. torchvision's RandomErasing on the "
-                             "batch)" % where)
         if not float_dtype and spec.erase_value == L.ERASE_NOISE:
             raise ValueError("%srandom_erasing value='random' needs dtype 'float32' or "
                              "'float16' (normal noise has no uint8 value)" % where)

@@ -412,7 +412,9 @@ class Loader:
             (seed, epoch, rank, world size, position, view), applied to the
             uint8 view before the conversion (so also on a CUDA device), in
             this order: the policy, color jitter, grayscale, blur, solarize;
-            then RandomErasing on the normalized output (host batches only).
+            then RandomErasing on the normalized output (with device=, on
+            the GPU after the conversion: the CUDA plugin's; the torch
+            backend refuses it for float dtypes).
             ``color_jitter=(b, c, s, h)`` as torchvision's ColorJitter (a
             number x is (1 - x, 1 + x), hue (-x, x); a pair is a range), or
             a dict with those names and ``p`` (RandomApply); ``grayscale=p``;
@@ -983,6 +985,12 @@ class Loader:
             if os.environ.get(_device.BACKEND_ENV, "").strip().lower() == "plugin":
                 raise RuntimeError("%s=plugin, but the CUDA plugin is off for %s: %s"
                                    % (_device.BACKEND_ENV, dev, why))
+        if dtype != L.DTYPE_UINT8 and cfg.num_augment_specs and any(
+                cfg.augment_specs[i].erase_prob > 0 for i in range(cfg.num_augment_specs)):
+            # The plugin erases the converted images on the GPU with the host's noise; the torch
+            # backend converts with torch and has no such kernel.
+            raise ValueError("random_erasing with device=%s and a float dtype runs in the CUDA "
+                             "plugin (libdlcache_cuda.so), which is off here: %s" % (dev, why))
         _device.warn_torch_backend(why, dev, stacklevel=4)
         feed = _device.make_feed("torch", *args)
         cfg.device = -1
