@@ -28,6 +28,9 @@ static void augment_spec_defaults(dlc_augment_spec *s)
     s->erase_scale[0] = 0.02f, s->erase_scale[1] = 0.33f;
     s->erase_ratio[0] = 0.3f, s->erase_ratio[1] = 3.3f;
     s->erase_value = DLC_ERASE_ZERO;
+    /* timm's rand_augment_transform defaults. */
+    s->magnitude_max = 10.0f;
+    s->op_prob = 0.5f;
 }
 
 void dlc_augment_spec_init_sized(dlc_augment_spec *s, size_t size)
@@ -68,7 +71,7 @@ static dlc_status check_spec(const dlc_loader *l, const dlc_augment_spec *a, con
             "probabilities in [0, 1] (they are %g, %g, %g, %g, %g)",
             l->path, what, a->jitter_prob, a->grayscale_prob, a->blur_prob, a->solarize_prob,
             a->erase_prob);
-    FAIL_IF(a->auto_augment > DLC_AUTO_AUGMENT_IMAGENET, DLC_EINVAL,
+    FAIL_IF(a->auto_augment > DLC_AUTO_AUGMENT_TIMM_RAND, DLC_EINVAL,
             "%s: %s: auto_augment = %u is not a dlc_auto_augment", l->path, what, a->auto_augment);
     for (int c = 0; c < 3; c++)
         FAIL_IF(a->fill[c] > 255, DLC_EINVAL, "%s: %s: fill[%d] = %u must be in 0..255", l->path,
@@ -101,12 +104,16 @@ static dlc_status take_spec(dlc_loader *l, dlc__group *g, const dlc_augment_spec
     dlc__aug_config *c = &g->aug;
     memset(c, 0, sizeof *c);
     static const uint32_t policy[] = {DLC__AUG_POLICY_NONE, DLC__AUG_POLICY_TRIVIAL_WIDE,
-                                      DLC__AUG_POLICY_RAND, DLC__AUG_POLICY_AUTO_IMAGENET};
+                                      DLC__AUG_POLICY_RAND, DLC__AUG_POLICY_AUTO_IMAGENET,
+                                      DLC__AUG_POLICY_TIMM_RAND};
     c->policy = policy[a->auto_augment];
     c->num_ops = a->num_ops;
     c->magnitude = a->magnitude;
     c->num_magnitude_bins = a->num_magnitude_bins;
     c->mstd = a->magnitude_std;
+    c->magnitude_max = a->magnitude_max;
+    c->increasing = a->increasing;
+    c->op_prob = a->op_prob;
     for (int k = 0; k < 3; k++)
         c->fill[k] = (uint8_t)a->fill[k];
     const int jitter = jitter_part_on(a->brightness, 1.0f) || jitter_part_on(a->contrast, 1.0f) ||
@@ -127,14 +134,18 @@ static dlc_status take_spec(dlc_loader *l, dlc__group *g, const dlc_augment_spec
     }
     c->solarize_p = a->solarize_prob;
     c->solarize_threshold = a->solarize_threshold;
-    if (c->policy != DLC__AUG_POLICY_RAND) {
+    if (c->policy != DLC__AUG_POLICY_TIMM_RAND) {
+        c->magnitude_max = 10.0f, c->increasing = 0, c->op_prob = 0.5f;
+    }
+    if (c->policy != DLC__AUG_POLICY_RAND && c->policy != DLC__AUG_POLICY_TIMM_RAND) {
         /* Only RandAugment reads them: a policy that does not use them is not refused for
          * them. */
         c->num_ops = 2;
         c->magnitude = 9.0f;
         c->mstd = 0.0f;
     }
-    if (c->policy == DLC__AUG_POLICY_NONE || c->policy == DLC__AUG_POLICY_AUTO_IMAGENET)
+    if (c->policy == DLC__AUG_POLICY_NONE || c->policy == DLC__AUG_POLICY_AUTO_IMAGENET ||
+        c->policy == DLC__AUG_POLICY_TIMM_RAND)
         c->num_magnitude_bins = 31;
     g->aug_on = c->policy != DLC__AUG_POLICY_NONE || c->jitter_p > 0 || c->grayscale_p > 0 ||
                 c->blur_p > 0 || c->solarize_p > 0;

@@ -205,6 +205,14 @@ typedef enum dlc_auto_augment {
     DLC_AUTO_AUGMENT_RAND = 2,         /**< RandAugment(num_ops, magnitude, num_magnitude_bins),
                                             with timm's magnitude noise magnitude_std. */
     DLC_AUTO_AUGMENT_IMAGENET = 3,     /**< AutoAugment(AutoAugmentPolicy.IMAGENET). */
+    DLC_AUTO_AUGMENT_TIMM_RAND = 4,    /**< timm's RandAugment (rand_augment_transform, its own
+                                            op set of 15 with SolarizeAdd and the relative
+                                            translations): num_ops (timm's n), magnitude (m, on
+                                            timm's 0..10 scale), magnitude_std (mstd),
+                                            magnitude_max (mmax), increasing (inc), op_prob (p);
+                                            timm's fill is the mean pixel (its img_mean). The
+                                            ops run as torchvision's tensor path (nearest
+                                            resampling), where timm runs PIL. */
 } dlc_auto_augment;
 
 /** What RandomErasing writes into the erased box (::dlc_augment_spec.erase_value). */
@@ -274,6 +282,12 @@ typedef struct dlc_augment_spec {
     float erase_ratio[2];        /**< Its aspect (height / width) range (default 0.3, 3.3). */
     uint32_t erase_value;        /**< A ::dlc_erase_value (default DLC_ERASE_ZERO). */
     float erase_constant[4];     /**< DLC_ERASE_CONSTANT: per channel, normalized (default 0). */
+    float magnitude_max;         /**< DLC_AUTO_AUGMENT_TIMM_RAND: timm's mmax, the upper clip of
+                                      the magnitudes (default 10). */
+    uint32_t increasing;         /**< DLC_AUTO_AUGMENT_TIMM_RAND: 1 for timm's increasing op set
+                                      (its inc; default 0). */
+    float op_prob;               /**< DLC_AUTO_AUGMENT_TIMM_RAND: the probability that each
+                                      chosen op applies (timm's p; default 0.5). */
 } dlc_augment_spec;
 
 /** @brief Fill @p s with the defaults (nothing on: the crop and flip alone), never writing past

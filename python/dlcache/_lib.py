@@ -147,6 +147,7 @@ class OpParams(ctypes.Structure):
         ("has_center", ctypes.c_uint32),
         ("center", ctypes.c_double * 2),
         ("fill", ctypes.c_uint8 * 4),
+        ("addition", ctypes.c_double),
     ]
 
 
@@ -361,6 +362,9 @@ class AugmentSpec(ctypes.Structure):
         ("erase_ratio", ctypes.c_float * 2),
         ("erase_value", ctypes.c_uint32),
         ("erase_constant", ctypes.c_float * 4),
+        ("magnitude_max", ctypes.c_float),
+        ("increasing", ctypes.c_uint32),
+        ("op_prob", ctypes.c_float),
     ]
 
 
@@ -662,6 +666,7 @@ STORE_RANDOM, STORE_SEQUENTIAL = 0, 1
 SAMPLER_SEQUENTIAL, SAMPLER_SHUFFLE, SAMPLER_SHARD_WINDOWS = 0, 1, 4
 AUGMENT_CENTER_CROP, AUGMENT_RANDOM_CROP, AUGMENT_RANDOM_RESIZED_CROP = 0, 1, 2
 AUTO_AUGMENT_NONE, AUTO_AUGMENT_TRIVIAL_WIDE, AUTO_AUGMENT_RAND, AUTO_AUGMENT_IMAGENET = 0, 1, 2, 3
+AUTO_AUGMENT_TIMM_RAND = 4
 ERASE_ZERO, ERASE_NOISE, ERASE_CONSTANT = 0, 1, 2
 AUGMENT_MAX_OPS = 16  # DLC_AUGMENT_MAX_OPS
 DTYPE_UINT8, DTYPE_FLOAT32, DTYPE_FLOAT16 = 0, 1, 2

@@ -423,7 +423,9 @@ class Loader:
             ``auto_augment="trivial_augment_wide" | "rand_augment" |
             "auto_augment_imagenet"`` with ``auto_augment_options={"num_ops":
             2, "magnitude": 9, "num_magnitude_bins": 31, "mstd": 0.5,
-            "fill": 0}`` (mstd: timm's magnitude noise); ``random_erasing=p``
+            "fill": 0}`` (mstd: timm's magnitude noise), or timm's own
+            RandAugment as its config string, ``auto_augment="rand-m9-mstd0.5-inc1"``
+            (m, n, p, mstd, mmax, inc; options: fill); ``random_erasing=p``
             or ``dict(p=0.5, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0 |
             "random" | v | (v1, v2, v3))``. The same keys in a ``views``
             entry replace the Loader's for that group (None turns one off).
@@ -781,7 +783,8 @@ class Loader:
             {"color_jitter": color_jitter, "grayscale": grayscale, "blur": blur,
              "solarize": solarize, "auto_augment": auto_augment,
              "auto_augment_options": auto_augment_options, "random_erasing": random_erasing},
-            views, self._device is not None, cfg.dtype != L.DTYPE_UINT8)
+            views, self._device is not None, cfg.dtype != L.DTYPE_UINT8,
+            tuple(cfg.mean[i] for i in range(3)))
         if aug is not None:
             keep.append(aug)
             cfg.augment_specs, cfg.num_augment_specs = aug, len(aug)
