@@ -6,6 +6,9 @@
 # Snaipe/Criterion#274), hence its labels "unit;threads".
 if(DLCACHE_TESTS AND TARGET dlc_loader AND EXISTS ${PROJECT_SOURCE_DIR}/tests/lib/devsim.c)
   set(dlc_devsim_src ${PROJECT_SOURCE_DIR}/tests/lib/devsim.c)
+  # Its kernels are common/convert_hd.h's host half: rounded as the loader's (no fused
+  # multiply-add), so that its bytes are the host path's on any target.
+  set_source_files_properties(${dlc_devsim_src} PROPERTIES COMPILE_OPTIONS -ffp-contract=off)
   foreach(t test_devsim test_device test_sample_aug)
     if(TARGET ${t})
       target_sources(${t} PRIVATE ${dlc_devsim_src})

@@ -279,4 +279,158 @@ DLC_HD void dlc__hd_mix_at(const dlc__hd_mix *mx, uint64_t i)
     }
 }
 
+/* ---- RandomErasing (include/dlcache/loader.h, dlc_augment_spec.erase_*) ---------------------
+ * Written once for the host (loader/sample_aug.c), the plugin's kernel and the CPU stand-in:
+ * the boxes are drawn on the host per view and passed in, and the noise of DLC_ERASE_NOISE is
+ * a counter-based function of (the view's key, the element's index in the box), computed with
+ * correctly rounded operations only, so every side writes the same bits. */
+
+#ifdef __CUDA_ARCH__
+#define DLC__FSQRT(a) __fsqrt_rn(a)
+#else
+#define DLC__FSQRT(a) __builtin_sqrtf(a)
+#endif
+
+/* splitmix64's output mixer. */
+DLC_HD uint64_t dlc__hd_mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* log(m / 2^24) for an integer m in 1..2^24, in float: m = f 2^e with f in [sqrt(1/2), sqrt(2))
+ * (exact), then log f = 2 atanh(t), t = (f - 1) / (f + 1), |t| < 0.172, by its odd series to
+ * t^11 (the next term is below 2e-10). */
+DLC_HD float dlc__hd_log_u24(uint32_t m)
+{
+    int e = 0;
+    while ((m >> (e + 1)) != 0)
+        e++;
+    /* f = m / 2^e in [1, 2): exact, m has at most 25 significant bits and a power of two
+     * divides exactly. */
+    float f = DLC__FDIV((float)m, (float)(1u << e));
+    if (f > 1.41421356f) {
+        f = DLC__FMUL(f, 0.5f);
+        e++;
+    }
+    const float t = DLC__FDIV(DLC__FSUB(f, 1.0f), DLC__FADD(f, 1.0f));
+    const float t2 = DLC__FMUL(t, t);
+    float p = 0.181818182f; /* 2/11 */
+    p = DLC__FADD(DLC__FMUL(p, t2), 0.222222222f);
+    p = DLC__FADD(DLC__FMUL(p, t2), 0.285714286f);
+    p = DLC__FADD(DLC__FMUL(p, t2), 0.4f);
+    p = DLC__FADD(DLC__FMUL(p, t2), 0.666666667f);
+    p = DLC__FADD(DLC__FMUL(p, t2), 2.0f);
+    const float lnf = DLC__FMUL(p, t);
+    return DLC__FADD(DLC__FMUL((float)(e - 24), 0.693147181f), lnf);
+}
+
+/* cos(2 pi b / 2^24) for b in 0..2^24-1: the quadrant from the top two bits, then the Taylor
+ * series of cos or sin on [0, pi/2) (to their x^14 and x^15 terms: error below 1e-10). */
+DLC_HD float dlc__hd_cos_u24(uint32_t b)
+{
+    const uint32_t q = (b >> 22) & 3u;
+    /* pi/2 / 2^22: the angle within the quadrant. */
+    const float x = DLC__FMUL((float)(b & 0x3fffffu), 3.74507028e-7f);
+    const float x2 = DLC__FMUL(x, x);
+    float c = -1.14707456e-11f;                      /* -1/14! */
+    c = DLC__FADD(DLC__FMUL(c, x2), 2.08767570e-9f); /* 1/12! */
+    c = DLC__FSUB(DLC__FMUL(c, x2), 2.75573192e-7f); /* 1/10! */
+    c = DLC__FADD(DLC__FMUL(c, x2), 2.48015873e-5f); /* 1/8! */
+    c = DLC__FSUB(DLC__FMUL(c, x2), 1.38888889e-3f); /* 1/6! */
+    c = DLC__FADD(DLC__FMUL(c, x2), 4.16666667e-2f); /* 1/4! */
+    c = DLC__FSUB(DLC__FMUL(c, x2), 0.5f);           /* 1/2! */
+    c = DLC__FADD(DLC__FMUL(c, x2), 1.0f);
+    float s = -7.64716373e-13f;                       /* -1/15! */
+    s = DLC__FADD(DLC__FMUL(s, x2), 1.60590438e-10f); /* 1/13! */
+    s = DLC__FSUB(DLC__FMUL(s, x2), 2.50521084e-8f);  /* 1/11! */
+    s = DLC__FADD(DLC__FMUL(s, x2), 2.75573192e-6f);  /* 1/9! */
+    s = DLC__FSUB(DLC__FMUL(s, x2), 1.98412698e-4f);  /* 1/7! */
+    s = DLC__FADD(DLC__FMUL(s, x2), 8.33333333e-3f);  /* 1/5! */
+    s = DLC__FSUB(DLC__FMUL(s, x2), 0.166666667f);    /* 1/3! */
+    s = DLC__FMUL(DLC__FADD(DLC__FMUL(s, x2), 1.0f), x);
+    return q == 0 ? c : q == 1 ? -s : q == 2 ? -c : s;
+}
+
+/* Standard normal value number @p i of the stream keyed @p key: splitmix64's output i + 1 from
+ * state @p key (a counter-based generator: any element is computed on its own, in any order),
+ * then Box-Muller's cosine half on its two 24-bit uniforms, u1 in (0, 1] and the angle. */
+DLC_HD float dlc__hd_normal(uint64_t key, uint64_t i)
+{
+    const uint64_t h = dlc__hd_mix64(key + (i + 1) * 0x9e3779b97f4a7c15ull);
+    const uint32_t m = (uint32_t)(h >> 40) + 1u, b = (uint32_t)(h >> 16) & 0xffffffu;
+    const float r = DLC__FSQRT(DLC__FMUL(-2.0f, dlc__hd_log_u24(m)));
+    return DLC__FMUL(r, dlc__hd_cos_u24(b));
+}
+
+/* What one view's erasing writes: its box in the output's pixels (h = 0: none) and its noise
+ * key. 24 bytes, the same layout in C and CUDA (a slot's table of them is copied as bytes). */
+typedef struct dlc__hd_erase_box {
+    uint32_t top, left, h, w;
+    uint64_t key;
+} dlc__hd_erase_box;
+
+#define DLC__HD_ERASE_ZERO 0u
+#define DLC__HD_ERASE_NOISE 1u
+#define DLC__HD_ERASE_CONSTANT 2u
+
+/* RandomErasing of @p n converted images (samples x views of one output), in place. */
+typedef struct dlc__hd_erase {
+    void *data;                     /* n images of h x w x c elements of dtype, in layout. */
+    const dlc__hd_erase_box *boxes; /* Image i's box: boxes[(i / per) * stride + i % per]. */
+    uint64_t n;                     /* Images. */
+    uint32_t h, w, c;               /* c in 1..4. */
+    uint32_t dtype;                 /* DLC__HD_UINT8, FLOAT32, FLOAT16 or BFLOAT16. */
+    uint32_t layout;                /* DLC__HD_NHWC or DLC__HD_NCHW. */
+    uint32_t value;                 /* DLC__HD_ERASE_*. */
+    uint32_t per, stride;           /* Views of the output per sample; boxes per sample. */
+    float constant[4];              /* DLC__HD_ERASE_CONSTANT: per channel (uint8: 0..255). */
+} dlc__hd_erase;
+
+/* The box of image @p img of @p er. */
+DLC_HD const dlc__hd_erase_box *dlc__hd_erase_box_of(const dlc__hd_erase *er, uint64_t img)
+{
+    return &er->boxes[(img / er->per) * er->stride + img % er->per];
+}
+
+/* The value element @p j of a box (torch's order: channel, row, column) gets, as a float. */
+DLC_HD float dlc__hd_erase_value(const dlc__hd_erase *er, const dlc__hd_erase_box *b, uint32_t ch,
+                                 uint64_t j)
+{
+    if (er->value == DLC__HD_ERASE_NOISE)
+        return dlc__hd_normal(b->key, j);
+    return er->value == DLC__HD_ERASE_CONSTANT ? er->constant[ch] : 0.0f;
+}
+
+/* Element @p j (below c * box h * box w) of image @p img's box: written in dtype and layout. */
+DLC_HD void dlc__hd_erase_at(const dlc__hd_erase *er, uint64_t img, uint64_t j)
+{
+    const dlc__hd_erase_box *b = dlc__hd_erase_box_of(er, img);
+    const uint64_t area = (uint64_t)b->h * b->w;
+    if (j >= area * er->c)
+        return;
+    const uint32_t ch = (uint32_t)(j / area);
+    const uint64_t r = j - (uint64_t)ch * area;
+    const uint32_t y = b->top + (uint32_t)(r / b->w), x = b->left + (uint32_t)(r % b->w);
+    const uint64_t hw = (uint64_t)er->h * er->w;
+    const uint64_t at =
+        img * hw * er->c + (er->layout == DLC__HD_NCHW ? (uint64_t)ch * hw + (uint64_t)y * er->w + x
+                                                       : ((uint64_t)y * er->w + x) * er->c + ch);
+    const float v = dlc__hd_erase_value(er, b, ch, j);
+    if (er->dtype == DLC__HD_UINT8)
+        ((uint8_t *)er->data)[at] = (uint8_t)v;
+    else if (er->dtype == DLC__HD_FLOAT32)
+        ((float *)er->data)[at] = v;
+    else
+        ((uint16_t *)er->data)[at] = dlc__hd_f32_to_16(v, er->dtype);
+}
+
+/* The work items of image @p img: c x its box's area. */
+DLC_HD uint64_t dlc__hd_erase_items(const dlc__hd_erase *er, uint64_t img)
+{
+    const dlc__hd_erase_box *b = dlc__hd_erase_box_of(er, img);
+    return (uint64_t)b->h * b->w * er->c;
+}
+
 #endif /* DLCACHE_CONVERT_HD_H */

@@ -138,9 +138,7 @@ def _timm(args):
     # --cutmix 1.0 --smoothing 0.1 (mixup_prob 1.0, mixup_switch_prob 0.5); no color jitter
     # when an auto-augment policy is set.
     return dict(crop=args.crop, random_resized_crop=True, flip=0.5,
-                auto_augment="rand_augment",
-                auto_augment_options={"num_ops": 2, "magnitude": 9, "num_magnitude_bins": 31,
-                                      "mstd": 0.5},
+                auto_augment="rand-m9-mstd0.5",  # timm's own op set and grammar
                 random_erasing=dict(p=0.25, value="random"),
                 mixup=0.8, cutmix=1.0, switch_prob=0.5, mix_prob=1.0, label_smoothing=0.1,
                 dtype="float16")

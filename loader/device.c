@@ -897,6 +897,29 @@ static int emit_one(dlc_loader *l, const dlc__stage *t, uint32_t i, const dlc_de
             }
             *what = "converting an image output";
             e = ops->convert(d->ctx, &cv, stream);
+            const dlc__group *gr = &l->groups[o->group];
+            if (!e && l->erase_dev && gr->erase_p > 0 && d->dtype != DLC_DTYPE_UINT8) {
+                /* RandomErasing after the conversion and before the mixing, as on the host
+                 * (per sample in the worker, then per batch): the boxes the workers drew, staged
+                 * with the batch's small arrays. */
+                dlc__hd_erase er;
+                memset(&er, 0, sizeof er);
+                er.data = dst->data;
+                er.boxes = (const dlc__hd_erase_box *)(t->dev + l->arena_erase) + gr->first;
+                er.n = cv.n;
+                er.h = cv.h, er.w = cv.w, er.c = cv.c;
+                er.dtype = cv.dtype;
+                er.layout = cv.layout;
+                er.value = gr->erase_value == DLC_ERASE_NOISE      ? DLC__HD_ERASE_NOISE
+                           : gr->erase_value == DLC_ERASE_CONSTANT ? DLC__HD_ERASE_CONSTANT
+                                                                   : DLC__HD_ERASE_ZERO;
+                er.per = gr->count;
+                er.stride = l->nviews;
+                for (uint32_t c = 0; c < o->out_c && c < 4; c++)
+                    er.constant[c] = gr->erase_constant[c];
+                *what = "erasing an image output (RandomErasing)";
+                e = ops->erase(d->ctx, &er, stream);
+            }
             if (!e && l->ba.mixing && d->dtype != DLC_DTYPE_UINT8) {
                 /* The batch's draw, as the host path makes it (batchaug.c), then the same
                  * arithmetic on the device, after the conversion on the same stream. */

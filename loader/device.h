@@ -22,8 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Bumped whenever the table below changes (2: mix, and the copies' events). */
-#define DLC__DEVOPS_ABI 2u
+/* Bumped whenever the table below changes (2: mix, and the copies' events; 3: erase). */
+#define DLC__DEVOPS_ABI 3u
 
 /* The symbol the plugin exports: returns its table for @p abi, or NULL (wrong ABI). */
 #define DLC__DEVOPS_SYMBOL "dlc_cuda_plugin_ops"
@@ -80,6 +80,9 @@ typedef struct dlc__devops {
     int (*bench_h2d)(void *ctx, size_t bytes, uint32_t reps, double *seconds);
     /* MixUp or CutMix of converted images in place (convert_hd.h) on @p s. */
     int (*mix)(void *ctx, const dlc__hd_mix *mx, void *s);
+    /* RandomErasing of converted images in place (convert_hd.h) on @p s; er->boxes is device
+     * memory (the staged batch's table). */
+    int (*erase)(void *ctx, const dlc__hd_erase *er, void *s);
 } dlc__devops;
 
 /* The plugin's export: the table for @p abi (its ctx is NULL), or NULL. */

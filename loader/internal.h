@@ -7,6 +7,7 @@
 #include "augment/aug_internal.h"
 #include "batchaug.h"
 #include "common.h"
+#include "convert_hd.h"
 #include "sampler.h"
 
 #include <dlcache/image.h>
@@ -292,6 +293,9 @@ struct dlc_loader {
     size_t aug_img_bytes;             /**< Worker bytes for a uint8 view under its ops (float
                                            outputs; a uint8 one is its own staging), */
     size_t aug_scratch_bytes;         /**< and for the ops' scratch (0: no group has ops). */
+    int erase_dev;                    /**< The device path erases its float images after their
+                                           conversion (sample_aug.c): the workers write each
+                                           sample's boxes at arena_erase instead of erasing. */
 
     uint32_t nslots;
     dlc__slot *slots;
@@ -301,6 +305,8 @@ struct dlc_loader {
     size_t arena_bytes;   /**< Of one slot's arena. */
     size_t arena_labels;  /**< Offsets in the arena of the labels, */
     size_t arena_indices; /**< the record numbers, */
+    size_t arena_erase;   /**< the erase boxes (erase_dev: nviews dlc__hd_erase_box per sample;
+                               else SIZE_MAX), */
     size_t arena_meta;    /**< and the end of the small arrays (the data of the outputs follow). */
     struct dlc__devpath *dev;    /**< The device path, or NULL (loader/device.c). */
     struct dlc__lstream *stream; /**< Streaming from object storage, or NULL (loader/stream.c). */

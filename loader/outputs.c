@@ -493,6 +493,11 @@ void dlc__arena_plan(dlc_loader *l)
             at = round_up(at + (B + 1) * sizeof(int64_t), 64);
         }
     }
+    l->arena_erase = SIZE_MAX;
+    if (l->erase_dev) {
+        l->arena_erase = at;
+        at = round_up(at + B * l->nviews * sizeof(dlc__hd_erase_box), 64);
+    }
     l->arena_meta = at;
     /* Then the outputs' data, 256-byte aligned (what cudaMalloc gives, so that a staged output
      * on the device is as aligned as the caller's own buffers). */

@@ -254,8 +254,9 @@ static dlc_status out_image(const dlc_loader *l, dlc__worker *w, const dlc__outp
                                 vp->box.w, vp->box.h, vp->flip, out, o->out_w, o->out_h);
         else
             dlc__crop_convert(px.img.data, px.img.stride, vp->box, vp->flip, &o->cv, out);
-        /* RandomErasing on the converted view (host batches only: see dlc__aug_plan_outputs). */
-        if (rc == DLC_OK && o->op == DLC__OUT_IMAGE && va && gr->erase_p > 0)
+        /* RandomErasing on the converted view; the device path's float images are erased on the
+         * device after their conversion (dlc__aug_plan_outputs()). */
+        if (rc == DLC_OK && o->op == DLC__OUT_IMAGE && va && gr->erase_p > 0 && !l->erase_dev)
             dlc__aug_erase(gr, o, va, out);
     }
     return rc;
@@ -396,5 +397,8 @@ dlc_status dlc__build_sample(const dlc_loader *l, dlc__worker *w, dlc__slot *s, 
     if (l->mixl && l->info->label_field != DLC_NO_FIELD)
         s->labels[j] += l->mixl->file_label[sv->v[l->info->label_field].file];
     s->indices[j] = sv->index;
+    if (l->erase_dev)
+        dlc__aug_erase_boxes(
+            l, w, s->arena + l->arena_erase + (size_t)j * l->nviews * sizeof(dlc__hd_erase_box));
     return DLC_OK;
 }

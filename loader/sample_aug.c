@@ -28,6 +28,9 @@ static void augment_spec_defaults(dlc_augment_spec *s)
     s->erase_scale[0] = 0.02f, s->erase_scale[1] = 0.33f;
     s->erase_ratio[0] = 0.3f, s->erase_ratio[1] = 3.3f;
     s->erase_value = DLC_ERASE_ZERO;
+    /* timm's rand_augment_transform defaults. */
+    s->magnitude_max = 10.0f;
+    s->op_prob = 0.5f;
 }
 
 void dlc_augment_spec_init_sized(dlc_augment_spec *s, size_t size)
@@ -68,7 +71,7 @@ static dlc_status check_spec(const dlc_loader *l, const dlc_augment_spec *a, con
             "probabilities in [0, 1] (they are %g, %g, %g, %g, %g)",
             l->path, what, a->jitter_prob, a->grayscale_prob, a->blur_prob, a->solarize_prob,
             a->erase_prob);
-    FAIL_IF(a->auto_augment > DLC_AUTO_AUGMENT_IMAGENET, DLC_EINVAL,
+    FAIL_IF(a->auto_augment > DLC_AUTO_AUGMENT_TIMM_RAND, DLC_EINVAL,
             "%s: %s: auto_augment = %u is not a dlc_auto_augment", l->path, what, a->auto_augment);
     for (int c = 0; c < 3; c++)
         FAIL_IF(a->fill[c] > 255, DLC_EINVAL, "%s: %s: fill[%d] = %u must be in 0..255", l->path,
@@ -101,12 +104,16 @@ static dlc_status take_spec(dlc_loader *l, dlc__group *g, const dlc_augment_spec
     dlc__aug_config *c = &g->aug;
     memset(c, 0, sizeof *c);
     static const uint32_t policy[] = {DLC__AUG_POLICY_NONE, DLC__AUG_POLICY_TRIVIAL_WIDE,
-                                      DLC__AUG_POLICY_RAND, DLC__AUG_POLICY_AUTO_IMAGENET};
+                                      DLC__AUG_POLICY_RAND, DLC__AUG_POLICY_AUTO_IMAGENET,
+                                      DLC__AUG_POLICY_TIMM_RAND};
     c->policy = policy[a->auto_augment];
     c->num_ops = a->num_ops;
     c->magnitude = a->magnitude;
     c->num_magnitude_bins = a->num_magnitude_bins;
     c->mstd = a->magnitude_std;
+    c->magnitude_max = a->magnitude_max;
+    c->increasing = a->increasing;
+    c->op_prob = a->op_prob;
     for (int k = 0; k < 3; k++)
         c->fill[k] = (uint8_t)a->fill[k];
     c->bilinear = a->interpolation;
@@ -129,14 +136,18 @@ static dlc_status take_spec(dlc_loader *l, dlc__group *g, const dlc_augment_spec
     }
     c->solarize_p = a->solarize_prob;
     c->solarize_threshold = a->solarize_threshold;
-    if (c->policy != DLC__AUG_POLICY_RAND) {
+    if (c->policy != DLC__AUG_POLICY_TIMM_RAND) {
+        c->magnitude_max = 10.0f, c->increasing = 0, c->op_prob = 0.5f;
+    }
+    if (c->policy != DLC__AUG_POLICY_RAND && c->policy != DLC__AUG_POLICY_TIMM_RAND) {
         /* Only RandAugment reads them: a policy that does not use them is not refused for
          * them. */
         c->num_ops = 2;
         c->magnitude = 9.0f;
         c->mstd = 0.0f;
     }
-    if (c->policy == DLC__AUG_POLICY_NONE || c->policy == DLC__AUG_POLICY_AUTO_IMAGENET)
+    if (c->policy == DLC__AUG_POLICY_NONE || c->policy == DLC__AUG_POLICY_AUTO_IMAGENET ||
+        c->policy == DLC__AUG_POLICY_TIMM_RAND)
         c->num_magnitude_bins = 31;
     g->aug_on = c->policy != DLC__AUG_POLICY_NONE || c->jitter_p > 0 || c->grayscale_p > 0 ||
                 c->blur_p > 0 || c->solarize_p > 0;
@@ -264,6 +275,7 @@ dlc_status dlc__aug_plan_outputs(dlc_loader *l)
 {
     dlc_status rc = DLC_OK;
     _Static_assert(DLC_AUGMENT_MAX_OPS == DLC__AUG_MAX_OPS, "the public and private op counts");
+    l->erase_dev = 0;
     for (uint32_t g = 0; g < l->ngroups; g++) {
         dlc__group *gr = &l->groups[g];
         char what[96];
@@ -300,19 +312,17 @@ dlc_status dlc__aug_plan_outputs(dlc_loader *l)
                 CHECK(dlc__aug_config_check_image(&gr->aug, o->out_w, o->out_h, o->out_c, label));
             }
             if (gr->erase_p > 0) {
-                FAIL_IF(l->dev, DLC_EINVAL,
-                        "%s: %s: RandomErasing writes into the converted (normalized) output, "
-                        "and on the device path the conversion runs on the GPU: erasing the "
-                        "uint8 slot on the host would give other bytes than the host path, so "
-                        "the combination is refused; erase on the device yourself, or use host "
-                        "batches",
-                        l->path, what);
-                FAIL_IF(o->dtype == DLC_DTYPE_UINT8 && gr->erase_value == DLC_ERASE_NOISE,
-                        DLC_EINVAL,
+                /* The device path converts on the device: a float output is erased there, after
+                 * its conversion (dlc__aug_erase_boxes() passes the boxes with the batch); a
+                 * uint8 one is erased in the slot, as the host path does. */
+                const uint32_t dtype = l->dev ? dlc__dev_dtype(l) : o->dtype;
+                if (l->dev && dtype != DLC_DTYPE_UINT8)
+                    l->erase_dev = 1;
+                FAIL_IF(dtype == DLC_DTYPE_UINT8 && gr->erase_value == DLC_ERASE_NOISE, DLC_EINVAL,
                         "%s: %s: erase_value DLC_ERASE_NOISE needs a float dtype (normal noise "
                         "has no uint8 value)",
                         l->path, what);
-                for (uint32_t c = 0; o->dtype == DLC_DTYPE_UINT8 &&
+                for (uint32_t c = 0; dtype == DLC_DTYPE_UINT8 &&
                                      gr->erase_value == DLC_ERASE_CONSTANT && c < o->out_c;
                      c++)
                     FAIL_IF(!(gr->erase_constant[c] >= 0 && gr->erase_constant[c] <= 255 &&
@@ -415,27 +425,6 @@ void dlc__aug_draw_view(const dlc__group *gr, uint32_t v, uint32_t ow, uint32_t 
             dlc__key4(DLC__KEY_AUGMENT | ((uint64_t)v << 8) | (1ull << 16), seed, epoch, pos);
 }
 
-/* Standard normal values, two from each pair of uniforms (Box-Muller). */
-typedef struct normals {
-    dlc__rng r;
-    float spare;
-    int has_spare;
-} normals;
-
-static float normal(normals *n)
-{
-    if (n->has_spare) {
-        n->has_spare = 0;
-        return n->spare;
-    }
-    const double u1 = 1.0 - dlc__rng_uniform(&n->r); /* (0, 1]: log() stays finite. */
-    const double u2 = dlc__rng_uniform(&n->r);
-    const double rad = sqrt(-2.0 * log(u1)), t = 6.283185307179586 * u2;
-    n->spare = (float)(rad * sin(t));
-    n->has_spare = 1;
-    return (float)(rad * cos(t));
-}
-
 void dlc__aug_erase(const dlc__group *gr, const dlc__output *o, const dlc__view_aug *va,
                     uint8_t *dst)
 {
@@ -443,7 +432,6 @@ void dlc__aug_erase(const dlc__group *gr, const dlc__output *o, const dlc__view_
         return;
     const uint32_t C = o->out_c, W = o->out_w, H = o->out_h;
     assert(va->etop + va->eh <= H && va->eleft + va->ew <= W);
-    normals noise = {{va->noise_key, 0}, 0.0f, 0};
     if (o->dtype == DLC_DTYPE_UINT8) {
         /* NHWC; zero or an integer constant (dlc__aug_plan_outputs() checked). */
         for (uint32_t y = va->etop; y < va->etop + va->eh; y++)
@@ -453,19 +441,23 @@ void dlc__aug_erase(const dlc__group *gr, const dlc__output *o, const dlc__view_
                         gr->erase_value == DLC_ERASE_CONSTANT ? (uint8_t)gr->erase_constant[c] : 0;
         return;
     }
-    /* NCHW planes; the noise in torch's order, channel by channel, row by row. A constant (or
-     * zero) is converted once per channel and its rows filled, so erasing costs about a copy. */
-    const size_t plane = (size_t)W * H, es = o->dtype == DLC_DTYPE_FLOAT16 ? 2 : 4;
+    /* NCHW planes. The noise is dlc__hd_normal() of the element's index in the box in torch's
+     * order (channel, row, column), the function the device path runs (convert_hd.h). A
+     * constant (or zero) is converted once per channel and its rows filled, so erasing costs
+     * about a copy. */
+    const size_t plane = (size_t)W * H, es = o->dtype == DLC_DTYPE_FLOAT32 ? 4 : 2;
+    const uint32_t hd = o->dtype == DLC_DTYPE_BFLOAT16 ? DLC__HD_BFLOAT16 : DLC__HD_FLOAT16;
+    uint64_t j = 0;
     for (uint32_t c = 0; c < C; c++) {
         const float k = gr->erase_value == DLC_ERASE_CONSTANT ? gr->erase_constant[c] : 0.0f;
-        const uint16_t k16 = dlc__f32_to_f16(k);
+        const uint16_t k16 = dlc__hd_f32_to_16(k, hd);
         for (uint32_t y = va->etop; y < va->etop + va->eh; y++) {
             uint8_t *row = dst + (c * plane + (size_t)y * W + va->eleft) * es;
             if (gr->erase_value == DLC_ERASE_NOISE) {
-                for (uint32_t x = 0; x < va->ew; x++) {
-                    const float v = normal(&noise);
+                for (uint32_t x = 0; x < va->ew; x++, j++) {
+                    const float v = dlc__hd_normal(va->noise_key, j);
                     if (es == 2) {
-                        const uint16_t h = dlc__f32_to_f16(v);
+                        const uint16_t h = dlc__hd_f32_to_16(v, hd);
                         memcpy(row + (size_t)x * 2, &h, 2);
                     } else {
                         memcpy(row + (size_t)x * 4, &v, 4);
@@ -479,6 +471,16 @@ void dlc__aug_erase(const dlc__group *gr, const dlc__output *o, const dlc__view_
                     memcpy(row + (size_t)x * 4, &k, 4);
             }
         }
+    }
+}
+
+void dlc__aug_erase_boxes(const dlc_loader *l, const dlc__worker *w, uint8_t *table)
+{
+    for (uint32_t v = 0; v < l->nviews; v++) {
+        const dlc__view_aug *va = &w->vaug[v];
+        const dlc__hd_erase_box b = {va->etop, va->eleft, va->ew ? va->eh : 0, va->ew,
+                                     va->noise_key};
+        memcpy(table + (size_t)v * sizeof b, &b, sizeof b);
     }
 }
 

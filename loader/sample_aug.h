@@ -45,6 +45,10 @@ void dlc__aug_draw_view(const dlc__group *gr, uint32_t v, uint32_t ow, uint32_t 
 void dlc__aug_erase(const dlc__group *gr, const dlc__output *o, const dlc__view_aug *va,
                     uint8_t *dst);
 
+/* The device path's erasing (l->erase_dev): write the @p l->nviews boxes and noise keys the
+ * worker drew for its sample as dlc__hd_erase_box entries at @p table. */
+void dlc__aug_erase_boxes(const struct dlc_loader *l, const dlc__worker *w, uint8_t *table);
+
 /* Write PARAMS output @p o of one sample at @p dst from the views the worker drew. */
 void dlc__aug_params_write(const struct dlc_loader *l, const dlc__worker *w, const dlc__output *o,
                            uint8_t *dst);

@@ -65,7 +65,8 @@
  *     per-sample arrays, and device pointers into the staging buffer.
  *   - dlc_loader_device_emit() enqueues on the caller's stream, in order: a wait for the ready
  *     event, the conversion of every image output (uint8 NHWC to config.dtype, normalized with
- *     config.mean and config.std, in config.device_layout) and a device-to-device copy of every
+ *     config.mean and config.std, in config.device_layout; then RandomErasing and MixUp /
+ *     CutMix when configured) and a device-to-device copy of every
  *     other output, into memory the caller owns; then the release. The caller's later work on
  *     that stream sees the outputs; nothing waits on the host.
  *   - Or lend mode, for a C caller that wants no kernel: dlc_loader_device_wait() on its stream,
@@ -204,13 +205,24 @@ typedef enum dlc_auto_augment {
     DLC_AUTO_AUGMENT_RAND = 2,         /**< RandAugment(num_ops, magnitude, num_magnitude_bins),
                                             with timm's magnitude noise magnitude_std. */
     DLC_AUTO_AUGMENT_IMAGENET = 3,     /**< AutoAugment(AutoAugmentPolicy.IMAGENET). */
+    DLC_AUTO_AUGMENT_TIMM_RAND = 4,    /**< timm's RandAugment (rand_augment_transform, its own
+                                            op set of 15 with SolarizeAdd and the relative
+                                            translations): num_ops (timm's n), magnitude (m, on
+                                            timm's 0..10 scale), magnitude_std (mstd),
+                                            magnitude_max (mmax), increasing (inc), op_prob (p);
+                                            timm's fill is the mean pixel (its img_mean). The
+                                            ops run as torchvision's tensor path (nearest
+                                            resampling), where timm runs PIL. */
 } dlc_auto_augment;
 
 /** What RandomErasing writes into the erased box (::dlc_augment_spec.erase_value). */
 typedef enum dlc_erase_value {
     DLC_ERASE_ZERO = 0,     /**< 0 on the normalized output (torchvision's value=0, the default). */
     DLC_ERASE_NOISE = 1,    /**< A standard normal value per element (torchvision's
-                                 value="random"), drawn from the sample's own random stream. */
+                                 value="random"): a counter-based function of the view's own
+                                 key and the element's index in the box (channel, row,
+                                 column), the same on the host and the device; |value| is
+                                 at most 5.8 (24-bit uniforms into Box-Muller). */
     DLC_ERASE_CONSTANT = 2, /**< erase_constant[c] in channel c, on the normalized scale. */
 } dlc_erase_value;
 
@@ -229,8 +241,11 @@ typedef enum dlc_erase_value {
  * config.dtype (so the device path gets them unchanged, converting after): the policy
  * (auto_augment), then color jitter (its parts in a random order per view, as torchvision's
  * ColorJitter), grayscale, Gaussian blur, solarize. RandomErasing comes last, after the
- * conversion, on the normalized output (host batches only: the device path converts on the
- * device, so erasing there is refused at open). The ops change image outputs only: masks and
+ * conversion, on the normalized output. On the device path it runs on the device after the
+ * conversion (float dtypes; uint8 is erased in the slot before the copy), with the boxes drawn
+ * by the workers and staged with the batch, so the bytes are the host path's, noise included;
+ * in lend mode (dlc_loader_device_wait()) the staged uint8 images are not erased: params_erase
+ * says where to. Before MixUp / CutMix on both paths. The ops change image outputs only: masks and
  * boxes follow the crop and flip alone, so a policy (whose ops move pixels) is refused with
  * them.
  *
@@ -273,6 +288,12 @@ typedef struct dlc_augment_spec {
                                       fill=[...], also of zeros), blended in by the weight of the
                                       outside; 0 (default) with a fill of zeros: torchvision's
                                       fill=None, the outside counts 0 (a nonzero fill is given). */
+    float magnitude_max;         /**< DLC_AUTO_AUGMENT_TIMM_RAND: timm's mmax, the upper clip of
+                                      the magnitudes (default 10). */
+    uint32_t increasing;         /**< DLC_AUTO_AUGMENT_TIMM_RAND: 1 for timm's increasing op set
+                                      (its inc; default 0). */
+    float op_prob;               /**< DLC_AUTO_AUGMENT_TIMM_RAND: the probability that each
+                                      chosen op applies (timm's p; default 0.5). */
 } dlc_augment_spec;
 
 /** @brief Fill @p s with the defaults (nothing on: the crop and flip alone), never writing past

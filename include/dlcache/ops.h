@@ -60,6 +60,10 @@ typedef enum dlc_op {
     DLC_OP_SHEAR_Y = 16,          /**< The policies' ShearY, as ::DLC_OP_SHEAR_X. */
     DLC_OP_TRANSLATE_X = 17,      /**< The policies' TranslateX: affine() with translate only. */
     DLC_OP_TRANSLATE_Y = 18,      /**< The policies' TranslateY: affine() with translate only. */
+    DLC_OP_SOLARIZE_ADD = 19,     /**< timm's SolarizeAdd (no torchvision function):
+                                       solarize_add(addition, threshold): each value below
+                                       threshold gets min(255, value + addition); addition an
+                                       integer in 0..255. */
 } dlc_op;
 
 /** The interpolation of rotate and affine (torchvision's InterpolationMode). */
@@ -82,7 +86,8 @@ typedef struct dlc_op_params {
     uint32_t bits;                /**< posterize: bits kept, 0..8. Default 8. */
     uint32_t num_output_channels; /**< rgb_to_grayscale: 1 or 3 (the destination's channels).
                                        Default 3. */
-    double threshold;             /**< solarize: values >= it are inverted. Default 128. */
+    double threshold;             /**< solarize: values >= it are inverted; solarize_add:
+                                       values below it are raised. Default 128. */
     uint32_t kernel_size[2];      /**< gaussian_blur: width and height, odd, 1..255, with
                                        kernel_size / 2 less than the image's side (the reflect
                                        padding's rule). Default 3. */
@@ -104,6 +109,8 @@ typedef struct dlc_op_params {
                                  by the weight of the outside; 0 (default) with a fill of zeros:
                                  torchvision's fill=None, the outside counts 0 (a nonzero fill is
                                  given). Nearest takes `fill` outside either way. */
+    double addition;        /**< solarize_add: added to the values below `threshold` (whose
+                                 default, 128, is timm's). Default 0. */
 } dlc_op_params;
 
 /**

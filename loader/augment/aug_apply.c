@@ -27,6 +27,7 @@ static const char *const op_names[DLC__AUG_OP_COUNT] = {
     [DLC__AUG_SHEAR_Y] = "shear_y",
     [DLC__AUG_TRANSLATE_X] = "translate_x",
     [DLC__AUG_TRANSLATE_Y] = "translate_y",
+    [DLC__AUG_SOLARIZE_ADD] = "solarize_add",
 };
 
 const char *dlc__aug_op_name(uint32_t op)
@@ -45,12 +46,13 @@ size_t dlc__aug_scratch_bound(uint32_t width, uint32_t height, uint32_t channels
 
 static int is_color(uint32_t op)
 {
-    return op != DLC__AUG_IDENTITY && op != DLC__AUG_BLUR && op < DLC__AUG_ROTATE;
+    return (op != DLC__AUG_IDENTITY && op != DLC__AUG_BLUR && op < DLC__AUG_ROTATE) ||
+           op == DLC__AUG_SOLARIZE_ADD;
 }
 
 static int is_geometric(uint32_t op)
 {
-    return op >= DLC__AUG_ROTATE && op < DLC__AUG_OP_COUNT;
+    return op >= DLC__AUG_ROTATE && op <= DLC__AUG_TRANSLATE_Y;
 }
 
 /* The factor-like parameter of each op, by torchvision's name. */
@@ -143,6 +145,13 @@ dlc_status dlc__aug_op_check(const dlc__aug_op *op, uint32_t width, uint32_t hei
             return dlc__errorf(DLC_EINVAL,
                                "%s: threshold (%g) is above 255, the bound of uint8 pixels", name,
                                (double)a[0]);
+        break;
+    case DLC__AUG_SOLARIZE_ADD:
+        if (!(a[0] >= 0.0f && a[0] <= 255.0f) || a[0] != floorf(a[0]))
+            return dlc__errorf(DLC_EINVAL, "%s: addition (%g) is not an integer in 0..255", name,
+                               (double)a[0]);
+        if (isnan(a[1]))
+            return dlc__errorf(DLC_EINVAL, "%s: threshold is NaN", name);
         break;
     case DLC__AUG_BLUR:
         for (int i = 0; i < 2; i++) {
@@ -249,6 +258,9 @@ dlc_status dlc__aug_apply_op(const dlc__aug_op *op, uint8_t *img, size_t stride,
         break;
     case DLC__AUG_GRAYSCALE:
         dlc__aug_grayscale(img, stride, w, h, c);
+        break;
+    case DLC__AUG_SOLARIZE_ADD:
+        dlc__aug_solarize_add(img, stride, w, h, c, a[0], a[1]);
         break;
     case DLC__AUG_BLUR:
         dlc__aug_blur(img, stride, w, h, c, (uint32_t)a[0], (uint32_t)a[1], a[2], a[3], s);

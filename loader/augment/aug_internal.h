@@ -53,6 +53,9 @@ typedef enum dlc__aug_op_id {
     DLC__AUG_SHEAR_Y = 16,
     DLC__AUG_TRANSLATE_X = 17,
     DLC__AUG_TRANSLATE_Y = 18,
+    /* timm's SolarizeAdd: arg[0] addition (added, saturating at 255, to the values below
+     * arg[1]), arg[1] threshold. A color op after the geometric ones (ids are stable). */
+    DLC__AUG_SOLARIZE_ADD = 19,
     DLC__AUG_OP_COUNT
 } dlc__aug_op_id;
 
@@ -109,6 +112,8 @@ typedef enum dlc__aug_policy {
     DLC__AUG_POLICY_RAND = 2,          /* torchvision RandAugment(num_ops, magnitude,
                                           num_magnitude_bins), plus timm's mstd. */
     DLC__AUG_POLICY_AUTO_IMAGENET = 3, /* torchvision AutoAugment(AutoAugmentPolicy.IMAGENET). */
+    DLC__AUG_POLICY_TIMM_RAND = 4,     /* timm's rand_augment_transform (aug_timm.c): num_ops,
+                                          magnitude, mstd, magnitude_max, increasing, op_prob. */
 } dlc__aug_policy;
 
 /* What to draw for each sample. All zero draws nothing. The ops apply in this order: the policy's,
@@ -143,6 +148,10 @@ typedef struct dlc__aug_config {
     uint32_t blur_kernel[2];  /* kernel width and height, odd, 1..DLC__AUG_MAX_KERNEL. */
     float solarize_p;         /* RandomSolarize(threshold, p). */
     float solarize_threshold; /* Pixels >= it are inverted. */
+    /* TIMM_RAND beside num_ops (timm's n), magnitude (m, on timm's 0..10 scale) and mstd: */
+    float magnitude_max; /* mmax: the magnitudes are clipped to [0, magnitude_max] (10). */
+    uint32_t increasing; /* inc: _RAND_INCREASING_TRANSFORMS instead of _RAND_TRANSFORMS. */
+    float op_prob;       /* p: each chosen op applies with this probability (0.5). */
 } dlc__aug_config;
 
 /* Check @p cfg before any draw (at the loader's open): DLC_OK, or DLC_EINVAL with a message that
@@ -167,6 +176,10 @@ void dlc__aug_draw(const dlc__aug_config *cfg, uint32_t width, uint32_t height, 
 
 /* The policy alone: append its ops for one sample to @p rec (as dlc__aug_draw does first).
  * Exposed for the tests' chi-square checks. */
+/* timm's RandAugment (aug_timm.c): the ops of one view, appended to @p rec. */
+void dlc__aug_draw_timm(const dlc__aug_config *cfg, uint32_t width, uint32_t height, dlc__rng *rng,
+                        dlc__aug_record *rec);
+
 void dlc__aug_draw_policy(const dlc__aug_config *cfg, uint32_t width, uint32_t height,
                           dlc__rng *rng, dlc__aug_record *rec);
 

@@ -36,6 +36,10 @@ void dlc__aug_posterize(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uin
                         uint32_t bits);
 void dlc__aug_solarize(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t c,
                        double threshold);
+/* aug_timm.c: timm's SolarizeAdd, values below @p threshold raised by @p addition (an integer
+ * in 0..255), saturating at 255. */
+void dlc__aug_solarize_add(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t c,
+                           double addition, double threshold);
 void dlc__aug_invert(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t c);
 void dlc__aug_autocontrast(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t c);
 void dlc__aug_equalize(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t c);

@@ -166,7 +166,7 @@ static void push_policy_op(dlc__aug_record *rec, int p, float m, const dlc__aug_
         op->op = DLC__AUG_INVERT;
         break;
     }
-    if (op->op >= DLC__AUG_ROTATE) {
+    if (op->op >= DLC__AUG_ROTATE && op->op <= DLC__AUG_TRANSLATE_Y) {
         memcpy(op->fill, cfg->fill, sizeof op->fill);
         if (cfg->bilinear)
             op->flags |= DLC__AUG_F_BILINEAR | (cfg->has_fill ? DLC__AUG_F_FILL : 0u);
@@ -251,6 +251,8 @@ void dlc__aug_draw_policy(const dlc__aug_config *cfg, uint32_t width, uint32_t h
                 m = -m;
             push_policy_op(rec, p, m, cfg);
         }
+    } else if (policy == DLC__AUG_POLICY_TIMM_RAND) {
+        dlc__aug_draw_timm(cfg, width, height, rng, rec);
     } else if (policy == DLC__AUG_POLICY_AUTO_IMAGENET) {
         /* A sub-policy of 25; each of its two ops applies when rand <= p, with a sign drawn for
          * both (get_params draws two probabilities and two signs whatever is applied). */
@@ -348,7 +350,7 @@ static int prob_ok(float p)
 
 dlc_status dlc__aug_config_check(const dlc__aug_config *cfg, const char *what)
 {
-    if (cfg->policy > DLC__AUG_POLICY_AUTO_IMAGENET)
+    if (cfg->policy > DLC__AUG_POLICY_TIMM_RAND)
         return dlc__errorf(DLC_EINVAL, "%s: auto_augment policy %u is none of the policies", what,
                            cfg->policy);
     if (cfg->bilinear > 1 || cfg->has_fill > 1)
@@ -375,6 +377,27 @@ dlc_status dlc__aug_config_check(const dlc__aug_config *cfg, const char *what)
             return dlc__errorf(DLC_EINVAL,
                                "%s: magnitude (%g) is not a whole bin (a fraction needs mstd > 0)",
                                what, (double)cfg->magnitude);
+    }
+    if (cfg->policy == DLC__AUG_POLICY_TIMM_RAND) {
+        if (cfg->num_ops < 1 || cfg->num_ops > DLC__AUG_RAND_MAX_OPS)
+            return dlc__errorf(DLC_EINVAL, "%s: timm RandAugment n (num_ops %u) is not in 1..%u",
+                               what, cfg->num_ops, DLC__AUG_RAND_MAX_OPS);
+        if (!(cfg->magnitude >= 0.0f) || !isfinite(cfg->magnitude))
+            return dlc__errorf(DLC_EINVAL, "%s: timm RandAugment m (magnitude %g) is not >= 0",
+                               what, (double)cfg->magnitude);
+        if (isnan(cfg->mstd) || cfg->mstd < 0.0f)
+            return dlc__errorf(DLC_EINVAL, "%s: timm RandAugment mstd (%g) is not >= 0 (or inf)",
+                               what, (double)cfg->mstd);
+        if (!(cfg->magnitude_max > 0.0f) || !isfinite(cfg->magnitude_max))
+            return dlc__errorf(DLC_EINVAL, "%s: timm RandAugment mmax (%g) is not > 0", what,
+                               (double)cfg->magnitude_max);
+        if (!prob_ok(cfg->op_prob))
+            return dlc__errorf(DLC_EINVAL,
+                               "%s: timm RandAugment p (%g) is not a probability in [0, 1]", what,
+                               (double)cfg->op_prob);
+        if (cfg->increasing > 1)
+            return dlc__errorf(DLC_EINVAL, "%s: timm RandAugment inc (%u) is not 0 or 1", what,
+                               cfg->increasing);
     }
     const struct {
         const char *name;

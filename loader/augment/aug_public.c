@@ -8,7 +8,8 @@
 _Static_assert((int)DLC_OP_TRANSLATE_Y == (int)DLC__AUG_TRANSLATE_Y &&
                    (int)DLC_OP_GAUSSIAN_BLUR == (int)DLC__AUG_BLUR &&
                    (int)DLC_OP_RGB_TO_GRAYSCALE == (int)DLC__AUG_GRAYSCALE &&
-                   DLC__AUG_OP_COUNT == 19,
+                   (int)DLC_OP_SOLARIZE_ADD == (int)DLC__AUG_SOLARIZE_ADD &&
+                   DLC__AUG_OP_COUNT == 20,
                "the public op ids are the records' op ids");
 
 static const dlc_op_params defaults = {
@@ -67,6 +68,10 @@ static dlc_status to_op(const dlc_op_params *p, dlc__aug_op *op)
         break;
     case DLC_OP_SOLARIZE:
         op->arg[0] = (float)p->threshold;
+        break;
+    case DLC_OP_SOLARIZE_ADD:
+        op->arg[0] = (float)p->addition;
+        op->arg[1] = (float)p->threshold;
         break;
     case DLC_OP_GAUSSIAN_BLUR:
         for (int i = 0; i < 2; i++) {

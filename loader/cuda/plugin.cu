@@ -407,6 +407,44 @@ int op_mix(void *ctx, const dlc__hd_mix *mx, void *s)
     return e;
 }
 
+/* RandomErasing in place: blockIdx.y walks the images, the x threads the elements of each one's
+ * box, through dlc__hd_erase_at(), the function the host's erasing matches (same values, same
+ * noise from the same counter-based generator, hence the same bits). */
+__global__ void __launch_bounds__(kThreads) erase_kernel(const dlc__hd_erase er)
+{
+    const uint64_t first = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    for (uint64_t img = blockIdx.y; img < er.n; img += gridDim.y) {
+        const uint64_t items = dlc__hd_erase_items(&er, img);
+        for (uint64_t j = first; j < items; j += stride)
+            dlc__hd_erase_at(&er, img, j);
+    }
+}
+
+int op_erase(void *ctx, const dlc__hd_erase *er, void *s)
+{
+    (void)ctx;
+    if (er->c < 1 || er->c > 4 || er->layout > DLC__HD_NCHW || er->per == 0 ||
+        er->stride < er->per || er->value > DLC__HD_ERASE_CONSTANT ||
+        (er->dtype > DLC__HD_FLOAT16 && er->dtype != DLC__HD_BFLOAT16))
+        return cudaErrorInvalidValue;
+    if (er->n == 0)
+        return 0;
+    /* The largest box is below the image (RandomErasing keeps h < H and w < W): x covers it. */
+    const uint64_t most = (uint64_t)er->h * er->w * er->c;
+    uint64_t gx = (most + kThreads - 1) / kThreads, gy = er->n;
+    gx = gx < kMaxGridX ? gx : kMaxGridX;
+    gy = gy < kMaxGridY ? gy : kMaxGridY;
+    dlc__hd_erase arg = *er;
+    void *args[] = {&arg};
+    const cudaError_t e =
+        cudaLaunchKernel((const void *)erase_kernel, dim3((unsigned)gx, (unsigned)gy),
+                         dim3(kThreads), args, 0, (cudaStream_t)s);
+    if (e != cudaSuccess)
+        cudaGetLastError(); /* Reported here, as launch() does. */
+    return e;
+}
+
 int op_bench_h2d(void *ctx, size_t bytes, uint32_t reps, double *seconds)
 {
     if (bytes == 0 || reps == 0)
@@ -499,6 +537,7 @@ dlc__devops make_ops()
     t.convert = op_convert;
     t.bench_h2d = op_bench_h2d;
     t.mix = op_mix;
+    t.erase = op_erase;
     return t;
 }
 

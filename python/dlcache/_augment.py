@@ -156,9 +156,89 @@ def _fill(value, spec, name):
         spec.fill[i] = _int(v, name, 0, 255)
 
 
-def _auto_augment(policy, options, spec, name, oname):
+# ImageNet's mean pixel, round(255 * mean): timm's img_mean, the fill of its geometric ops.
+_TIMM_FILL = (124, 116, 104)
+
+
+def timm_rand(config: str, name: str = "auto_augment") -> Dict[str, Any]:
+    """timm's RandAugment config string (rand_augment_transform's grammar) as its options:
+    "rand" then dash-separated sections, each a key and its number: m (magnitude, an int; 10),
+    n (ops per image; 2), p (each op's probability; 0.5), mstd (magnitude noise; above 100:
+    uniform), mmax (magnitude clip, an int; 0 is timm's default 10), inc (the increasing op set:
+    timm turns it on for any value, inc0 included). Transform-set sections (t...) and anything
+    else are a ValueError naming the section."""
+    parts = config.split("-")
+    if parts[0] != "rand":
+        raise ValueError("%s %r: a timm RandAugment string starts with 'rand'" % (name, config))
+    out = {"num_ops": 2, "magnitude": 10.0, "mstd": 0.0, "mmax": 10.0, "increasing": False,
+           "p": 0.5}
+    for sec in parts[1:]:
+        if sec.startswith("t"):
+            raise ValueError("%s %r: section %r picks one of timm's other transform sets "
+                             "(weights, 3a, 3aw), which dlcache does not have" % (name, config, sec))
+        cut = next((i for i, ch in enumerate(sec) if ch.isdigit()), None)
+        key, val = (sec, "") if cut is None else (sec[:cut], sec[cut:])
+        try:
+            if cut is None:
+                raise ValueError("no value")
+            if key == "mstd":
+                v = float(val)
+                out["mstd"] = float("inf") if v > 100 else v
+            elif key == "mmax":
+                out["mmax"] = float(int(val) or 10)
+            elif key == "inc":
+                out["increasing"] = True  # timm: bool(val), true for any value
+            elif key == "m":
+                out["magnitude"] = float(int(val))
+            elif key == "n":
+                out["num_ops"] = int(val)
+            elif key == "p":
+                out["p"] = float(val)
+            else:
+                raise ValueError("unknown key %r (timm's are m, n, p, mstd, mmax, inc)" % key)
+        except ValueError as e:
+            raise ValueError("%s %r: section %r: %s" % (name, config, sec, e)) from None
+    if not 1 <= out["num_ops"] <= 8:
+        raise ValueError("%s %r: n%d: dlcache draws 1 to 8 ops" % (name, config, out["num_ops"]))
+    if not 0.0 <= out["p"] <= 1.0:
+        raise ValueError("%s %r: p%g is not a probability" % (name, config, out["p"]))
+    return out
+
+
+def _timm_auto_augment(policy, options, spec, name, oname, mean):
+    t = timm_rand(policy, name)
+    spec.auto_augment = L.AUTO_AUGMENT_TIMM_RAND
+    spec.num_ops = t["num_ops"]
+    spec.magnitude = t["magnitude"]
+    spec.magnitude_std = t["mstd"]
+    spec.magnitude_max = t["mmax"]
+    spec.increasing = 1 if t["increasing"] else 0
+    spec.op_prob = t["p"]
+    fill = tuple(min(255, int(round(255 * m))) for m in mean) if mean else _TIMM_FILL
+    for i in range(3):
+        spec.fill[i] = fill[i]
+    spec.has_fill = 1  # timm always fills (img_mean): with bilinear, blended in as given
+    if options is None:
+        return
+    _unknown(options, ("num_ops", "magnitude", "num_magnitude_bins", "mstd", "fill",
+                       "interpolation"), oname)
+    unused = set(options) - {"fill", "interpolation"}
+    if unused:
+        raise ValueError("%s: %s do not apply to %r (the string carries timm's options; "
+                         "auto_augment_options reads: fill, interpolation)"
+                         % (oname, sorted(unused), policy))
+    if "fill" in options:
+        _fill(options["fill"], spec, oname + " fill")
+    _interpolation(options, spec, oname)
+
+
+def _auto_augment(policy, options, spec, name, oname, mean=None):
+    if isinstance(policy, str) and (policy == "rand" or policy.startswith("rand-")):
+        _timm_auto_augment(policy, options, spec, name, oname, mean)
+        return
     if policy not in POLICIES:
-        raise ValueError("%s must be one of %s, got %r"
+        raise ValueError("%s must be one of %s, or a timm RandAugment string such as "
+                         "'rand-m9-mstd0.5-inc1', got %r"
                          % (name, ", ".join(repr(p) for p in POLICIES), policy))
     spec.auto_augment = POLICIES[policy]
     if options is None:
@@ -186,6 +266,10 @@ def _auto_augment(policy, options, spec, name, oname):
     if options.get("fill") is not None:
         _fill(options["fill"], spec, oname + " fill")
         spec.has_fill = 1
+    _interpolation(options, spec, oname)
+
+
+def _interpolation(options, spec, oname):
     if "interpolation" in options:
         interp = options["interpolation"]
         mode = getattr(interp, "value", interp)
@@ -239,9 +323,10 @@ def _random_erasing(value, spec, name):
         spec.erase_constant[i] = x
 
 
-def _spec(opts, where):
+def _spec(opts, where, mean=None):
     """One dlc_augment_spec from the options dict @p opts (keys of KEYS, None = off); @p where
-    prefixes the names in messages ("" for the Loader's own arguments)."""
+    prefixes the names in messages ("" for the Loader's own arguments); @p mean: the Loader's,
+    whose pixel value is timm's fill."""
     spec = L.AugmentSpec()
     lib.dlc_augment_spec_init(ctypes.byref(spec))
     on = False
@@ -261,7 +346,7 @@ def _spec(opts, where):
             _solarize(v, spec, name)
         elif key == "auto_augment":
             _auto_augment(v, opts.get("auto_augment_options"), spec, name,
-                          where + "auto_augment_options")
+                          where + "auto_augment_options", mean)
         elif key == "random_erasing":
             _random_erasing(v, spec, name)
     if opts.get("auto_augment_options") is not None and opts.get("auto_augment") is None:
@@ -270,11 +355,12 @@ def _spec(opts, where):
 
 
 def specs(loader_opts: Dict[str, Any], views: "Optional[List[Dict[str, Any]]]",
-          device: bool, float_dtype: bool) -> "Optional[ctypes.Array]":
+          device: bool, float_dtype: bool,
+          mean: "Optional[Tuple[float, ...]]" = None) -> "Optional[ctypes.Array]":
     """The dlc_augment_spec array of a Loader: one for its own view, or one per entry of views
     (each entry's keys override the Loader's: a key given as None turns that op off there).
-    None when nothing is on. @p device: batches go to a CUDA device (RandomErasing is refused
-    there); @p float_dtype: the images are converted to float."""
+    None when nothing is on. @p device: batches go to a CUDA device (RandomErasing runs there
+    after the conversion; see erasing()); @p float_dtype: the images are converted to float."""
     groups = []
     if views is None:
         groups.append((loader_opts, ""))
@@ -288,18 +374,12 @@ def specs(loader_opts: Dict[str, Any], views: "Optional[List[Dict[str, Any]]]",
                 if "auto_augment" in v and "auto_augment_options" not in v:
                     merged["auto_augment_options"] = None
             groups.append((merged, "views[%d] " % i))
-    made = [_spec(opts, where) for opts, where in groups]
+    made = [_spec(opts, where, mean) for opts, where in groups]
     if not any(on for _, on, _ in made):
         return None
     for (spec, _, erase), (opts, where) in zip(made, groups):
         if not erase:
             continue
-        if device:
-            raise ValueError("%srandom_erasing works on the normalized output on the host, and "
-                             "with device= the images are converted on the GPU: erasing before "
-                             "that would give other values, so the two do not go together "
-                             "(erase on the GPU yourself, e.g. torchvision's RandomErasing on the "
-                             "batch)" % where)
         if not float_dtype and spec.erase_value == L.ERASE_NOISE:
             raise ValueError("%srandom_erasing value='random' needs dtype 'float32' or "
                              "'float16' (normal noise has no uint8 value)" % where)

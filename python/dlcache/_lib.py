@@ -149,6 +149,7 @@ class OpParams(ctypes.Structure):
         ("fill", ctypes.c_uint8 * 4),
         ("interpolation", ctypes.c_uint32),
         ("has_fill", ctypes.c_uint32),
+        ("addition", ctypes.c_double),
     ]
 
 
@@ -365,6 +366,9 @@ class AugmentSpec(ctypes.Structure):
         ("erase_constant", ctypes.c_float * 4),
         ("interpolation", ctypes.c_uint32),
         ("has_fill", ctypes.c_uint32),
+        ("magnitude_max", ctypes.c_float),
+        ("increasing", ctypes.c_uint32),
+        ("op_prob", ctypes.c_float),
     ]
 
 
@@ -666,6 +670,7 @@ STORE_RANDOM, STORE_SEQUENTIAL = 0, 1
 SAMPLER_SEQUENTIAL, SAMPLER_SHUFFLE, SAMPLER_SHARD_WINDOWS = 0, 1, 4
 AUGMENT_CENTER_CROP, AUGMENT_RANDOM_CROP, AUGMENT_RANDOM_RESIZED_CROP = 0, 1, 2
 AUTO_AUGMENT_NONE, AUTO_AUGMENT_TRIVIAL_WIDE, AUTO_AUGMENT_RAND, AUTO_AUGMENT_IMAGENET = 0, 1, 2, 3
+AUTO_AUGMENT_TIMM_RAND = 4
 ERASE_ZERO, ERASE_NOISE, ERASE_CONSTANT = 0, 1, 2
 AUGMENT_MAX_OPS = 16  # DLC_AUGMENT_MAX_OPS
 DTYPE_UINT8, DTYPE_FLOAT32, DTYPE_FLOAT16 = 0, 1, 2

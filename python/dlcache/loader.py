@@ -412,7 +412,9 @@ class Loader:
             (seed, epoch, rank, world size, position, view), applied to the
             uint8 view before the conversion (so also on a CUDA device), in
             this order: the policy, color jitter, grayscale, blur, solarize;
-            then RandomErasing on the normalized output (host batches only).
+            then RandomErasing on the normalized output (with device=, on
+            the GPU after the conversion: the CUDA plugin's; the torch
+            backend refuses it for float dtypes).
             ``color_jitter=(b, c, s, h)`` as torchvision's ColorJitter (a
             number x is (1 - x, 1 + x), hue (-x, x); a pair is a range), or
             a dict with those names and ``p`` (RandomApply); ``grayscale=p``;
@@ -421,7 +423,9 @@ class Loader:
             ``auto_augment="trivial_augment_wide" | "rand_augment" |
             "auto_augment_imagenet"`` with ``auto_augment_options={"num_ops":
             2, "magnitude": 9, "num_magnitude_bins": 31, "mstd": 0.5,
-            "fill": 0}`` (mstd: timm's magnitude noise); ``random_erasing=p``
+            "fill": 0}`` (mstd: timm's magnitude noise), or timm's own
+            RandAugment as its config string, ``auto_augment="rand-m9-mstd0.5-inc1"``
+            (m, n, p, mstd, mmax, inc; options: fill); ``random_erasing=p``
             or ``dict(p=0.5, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0 |
             "random" | v | (v1, v2, v3))``. The same keys in a ``views``
             entry replace the Loader's for that group (None turns one off).
@@ -779,7 +783,8 @@ class Loader:
             {"color_jitter": color_jitter, "grayscale": grayscale, "blur": blur,
              "solarize": solarize, "auto_augment": auto_augment,
              "auto_augment_options": auto_augment_options, "random_erasing": random_erasing},
-            views, self._device is not None, cfg.dtype != L.DTYPE_UINT8)
+            views, self._device is not None, cfg.dtype != L.DTYPE_UINT8,
+            tuple(cfg.mean[i] for i in range(3)))
         if aug is not None:
             keep.append(aug)
             cfg.augment_specs, cfg.num_augment_specs = aug, len(aug)
@@ -983,6 +988,12 @@ class Loader:
             if os.environ.get(_device.BACKEND_ENV, "").strip().lower() == "plugin":
                 raise RuntimeError("%s=plugin, but the CUDA plugin is off for %s: %s"
                                    % (_device.BACKEND_ENV, dev, why))
+        if dtype != L.DTYPE_UINT8 and cfg.num_augment_specs and any(
+                cfg.augment_specs[i].erase_prob > 0 for i in range(cfg.num_augment_specs)):
+            # The plugin erases the converted images on the GPU with the host's noise; the torch
+            # backend converts with torch and has no such kernel.
+            raise ValueError("random_erasing with device=%s and a float dtype runs in the CUDA "
+                             "plugin (libdlcache_cuda.so), which is off here: %s" % (dev, why))
         _device.warn_torch_backend(why, dev, stacklevel=4)
         feed = _device.make_feed("torch", *args)
         cfg.device = -1

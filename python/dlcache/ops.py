@@ -20,6 +20,8 @@ adjust_hue             hue_factor
 adjust_sharpness       sharpness_factor
 posterize              bits
 solarize               threshold
+solarize_add           addition, threshold=128 (timm's SolarizeAdd; no torchvision
+                       function: values below threshold get min(255, v + addition))
 autocontrast           -
 equalize               -
 invert                 -
@@ -66,6 +68,7 @@ OPS = {
     "rotate": (13, ("angle", "interpolation", "expand", "center", "fill"), ("angle",)),
     "affine": (14, ("angle", "translate", "scale", "shear", "interpolation", "fill", "center"),
                ("angle", "translate", "scale", "shear")),
+    "solarize_add": (19, ("addition", "threshold"), ("addition",)),
 }
 
 
@@ -74,7 +77,7 @@ OPS = {
 OP_NAMES = ["identity", "adjust_brightness", "adjust_contrast", "adjust_saturation",
             "adjust_hue", "adjust_sharpness", "posterize", "solarize", "autocontrast",
             "equalize", "invert", "rgb_to_grayscale", "gaussian_blur", "rotate", "affine",
-            "shear_x", "shear_y", "translate_x", "translate_y"]
+            "shear_x", "shear_y", "translate_x", "translate_y", "solarize_add"]
 
 _FACTOR = {1: "brightness_factor", 2: "contrast_factor", 3: "saturation_factor",
            4: "hue_factor", 5: "sharpness_factor"}
@@ -98,6 +101,8 @@ def call_of(op, arg, flags=0, fill=(0, 0, 0, 0), channels=3):
         return "posterize", {"bits": int(a[0])}
     if op == 7:
         return "solarize", {"threshold": a[0]}
+    if op == 19:
+        return "solarize_add", {"addition": int(a[0]), "threshold": a[1]}
     if op == 11:
         return "rgb_to_grayscale", {"num_output_channels": channels}
     if op == 12:
@@ -187,6 +192,12 @@ def _params(op, image_channels, kw):
         p.bits = bits
     elif op == "solarize":
         p.threshold = _number(op, "threshold", kw["threshold"])
+    elif op == "solarize_add":
+        add = _int(op, "addition", kw["addition"])
+        if not 0 <= add <= 255:
+            raise _bad(op, "addition", add, "is not in 0..255")
+        p.addition = add
+        p.threshold = _number(op, "threshold", kw.get("threshold", 128))
     elif op == "rgb_to_grayscale":
         n = kw.get("num_output_channels", 1)
         if n not in (1, 3) or isinstance(n, bool):

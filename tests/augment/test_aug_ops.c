@@ -264,6 +264,23 @@ Test(aug_ops, known_values)
     cr_assert_eq(dlc_op_apply(&p, &src, &dst, scratch, sizeof scratch), DLC_OK);
     const uint8_t sol[6] = {0, 100, 0, 17, 127, 55};
     cr_assert_eq(memcmp(out, sol, 6), 0);
+    /* timm's SolarizeAdd: below the threshold (128, the default) + 99, saturating. */
+    dlc_op_params_init(&p);
+    p.op = DLC_OP_SOLARIZE_ADD;
+    p.addition = 99;
+    cr_assert_eq(dlc_op_apply(&p, &src, &dst, scratch, sizeof scratch), DLC_OK);
+    const uint8_t sadd[6] = {99, 199, 255, 116, 128, 200};
+    cr_assert_eq(memcmp(out, sadd, 6), 0);
+    p.threshold = 256; /* 255 too: 255 + 99 saturates. */
+    cr_assert_eq(dlc_op_apply(&p, &src, &dst, scratch, sizeof scratch), DLC_OK);
+    const uint8_t sadd2[6] = {99, 199, 255, 116, 227, 255};
+    cr_assert_eq(memcmp(out, sadd2, 6), 0);
+    cr_assert_str_eq(dlc_op_name(DLC_OP_SOLARIZE_ADD), "solarize_add");
+    p.addition = 256;
+    cr_assert_eq(dlc_op_apply(&p, &src, &dst, scratch, sizeof scratch), DLC_EINVAL);
+    cr_assert(strstr(dlc_errmsg(), "solarize_add") && strstr(dlc_errmsg(), "addition"), "%s",
+              dlc_errmsg());
+    dlc_op_params_init(&p);
     /* rgb_to_grayscale to one channel: 0.2989 * 0 + 0.587 * 100 + 0.114 * 255 = 87.77 -> 87. */
     uint8_t g[2];
     const dlc_image gray = image(g, 2, 1, 1);
@@ -297,6 +314,14 @@ Test(aug_ops, a_record_applies_as_its_ops_one_by_one)
          .solarize_p = 0.2f,
          .solarize_threshold = 128.0f},
         {.policy = DLC__AUG_POLICY_AUTO_IMAGENET},
+        {.policy = DLC__AUG_POLICY_TIMM_RAND,
+         .num_ops = 3,
+         .magnitude = 9.0f,
+         .mstd = 0.5f,
+         .magnitude_max = 10.0f,
+         .increasing = 1,
+         .op_prob = 0.5f,
+         .fill = {124, 116, 104}},
     };
     const size_t n = dlc__aug_scratch_bound(W, H, C);
     void *scratch = malloc(n);

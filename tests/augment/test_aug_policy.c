@@ -562,6 +562,29 @@ Test(aug_policy, config_check_names_the_bad_field)
         cr_assert(strstr(dlc_errmsg(), bad[i].needle) && strstr(dlc_errmsg(), "view 2"),
                   "case %zu: %s", i, dlc_errmsg());
     }
+    /* timm's RandAugment: each of its options out of range, on a good config. */
+    static const char *const timm_needles[] = {"n (num_ops 0)", "m (magnitude", "mstd",
+                                               "mmax",          "p (1.5)",      "inc"};
+    for (int k = -1; k < 6; k++) {
+        dlc__aug_config c = {.policy = DLC__AUG_POLICY_TIMM_RAND,
+                             .num_ops = 2,
+                             .magnitude = 9,
+                             .magnitude_max = 10,
+                             .op_prob = 0.5f};
+        c.num_ops = k == 0 ? 0 : c.num_ops;
+        c.magnitude = k == 1 ? -1.0f : c.magnitude;
+        c.mstd = k == 2 ? NAN : c.mstd;
+        c.magnitude_max = k == 3 ? 0.0f : c.magnitude_max;
+        c.op_prob = k == 4 ? 1.5f : c.op_prob;
+        c.increasing = k == 5 ? 2 : c.increasing;
+        if (k < 0) {
+            cr_assert_eq(dlc__aug_config_check(&c, "view 2"), DLC_OK, "%s", dlc_errmsg());
+            continue;
+        }
+        cr_assert_eq(dlc__aug_config_check(&c, "view 2"), DLC_EINVAL, "timm case %d", k);
+        cr_assert(strstr(dlc_errmsg(), timm_needles[k]) && strstr(dlc_errmsg(), "timm"),
+                  "timm case %d: %s", k, dlc_errmsg());
+    }
 }
 
 Test(aug_policy, config_check_image_refuses_what_cannot_apply)

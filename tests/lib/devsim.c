@@ -36,10 +36,18 @@ typedef struct sim_range {
     int pinned;
 } sim_range;
 
-typedef enum sim_kind { K_COPY_H2D, K_COPY_D2D, K_CONVERT, K_MARK, K_WAIT, K_MIX } sim_kind;
+typedef enum sim_kind {
+    K_COPY_H2D,
+    K_COPY_D2D,
+    K_CONVERT,
+    K_MARK,
+    K_WAIT,
+    K_MIX,
+    K_ERASE
+} sim_kind;
 
-static const char *const kind_names[] = {"copy_h2d",     "copy_d2d",    "convert",
-                                         "event_record", "stream_wait", "mix"};
+static const char *const kind_names[] = {"copy_h2d",    "copy_d2d", "convert", "event_record",
+                                         "stream_wait", "mix",      "erase"};
 
 struct sim_stream;
 struct sim_event;
@@ -57,6 +65,7 @@ typedef struct sim_op {
     uint64_t src_hash; /* copy_h2d: XXH3 of the host source when enqueued. */
     dlc__hd_conv cv;   /* convert: copied at enqueue, as a kernel's arguments are. */
     dlc__hd_mix mx;    /* mix: likewise. */
+    dlc__hd_erase er;  /* erase: likewise. */
     struct sim_event *ev;
     uint64_t ticket;              /* The event's record (mark) or the one waited for (wait). */
     struct sim_op *qnext;         /* In the stream's queue. */
@@ -122,7 +131,7 @@ static const char *const op_names[DEVSIM_OP_COUNT] = {
     "host_free",    "dev_alloc",    "dev_free",      "stream_create", "stream_destroy",
     "stream_sync",  "event_create", "event_destroy", "event_record",  "stream_wait",
     "event_query",  "event_sync",   "copy_h2d",      "copy_d2d",      "convert",
-    "bench_h2d",    "mix"};
+    "bench_h2d",    "mix",          "erase"};
 
 const char *devsim_op_name(devsim_op op)
 {
@@ -481,6 +490,14 @@ static void execute(devsim *s, sim_op *o)
             for (uint64_t i = 0; i < n; i++)
                 dlc__hd_mix_at(&o->mx, i);
         }
+        break;
+    case K_ERASE:
+        if (!o->fault)
+            for (uint64_t img = 0; img < o->er.n; img++) {
+                const uint64_t n = dlc__hd_erase_items(&o->er, img);
+                for (uint64_t j = 0; j < n; j++)
+                    dlc__hd_erase_at(&o->er, img, j);
+            }
         break;
     case K_MARK:
     case K_WAIT:
@@ -995,9 +1012,12 @@ static int enqueue_work(devsim *s, devsim_op op, sim_op *proto, void *sp)
     if (!t)
         return ret(s, DEVSIM_EHANDLE);
     const int src_pinned = proto->kind == K_COPY_H2D;
-    const size_t src_bytes = proto->kind == K_CONVERT
-                                 ? (size_t)(proto->cv.n * proto->cv.h * proto->cv.w * proto->cv.c)
-                                 : proto->bytes;
+    size_t src_bytes = proto->kind == K_CONVERT
+                           ? (size_t)(proto->cv.n * proto->cv.h * proto->cv.w * proto->cv.c)
+                           : proto->bytes;
+    if (proto->kind == K_ERASE) /* Reads the boxes, writes the images. */
+        src_bytes = (size_t)((proto->er.n - 1) / proto->er.per * proto->er.stride + proto->er.per) *
+                    sizeof(dlc__hd_erase_box);
     size_t dst_bytes = proto->bytes;
     if (proto->kind == K_CONVERT) {
         const size_t esize = proto->cv.dtype == DLC__HD_UINT8     ? 1
@@ -1079,6 +1099,32 @@ static int sim_mix(void *ctx, const dlc__hd_mix *mx, void *sp)
             (size_t)(mx->n * mx->h * mx->w * mx->c) * (mx->dtype == DLC__HD_FLOAT32 ? 4 : 2);
         sim_op proto = {.kind = K_MIX, .mx = *mx, .dst = mx->data, .src = mx->data, .bytes = bytes};
         rc = enqueue_work(s, DEVSIM_OP_MIX, &proto, sp);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+static int sim_erase(void *ctx, const dlc__hd_erase *er, void *sp)
+{
+    devsim *s = ctx;
+    pthread_mutex_lock(&s->mu);
+    int rc;
+    if (!er || er->c < 1 || er->c > 4 || er->layout > DLC__HD_NCHW || er->per == 0 ||
+        er->stride < er->per || er->value > DLC__HD_ERASE_CONSTANT ||
+        (er->dtype > DLC__HD_FLOAT16 && er->dtype != DLC__HD_BFLOAT16)) {
+        s->st.calls[DEVSIM_OP_ERASE]++;
+        rc = ret(s, DEVSIM_EINVAL);
+    } else if (er->n == 0) {
+        s->st.calls[DEVSIM_OP_ERASE]++;
+        rc = 0;
+    } else {
+        const size_t es = er->dtype == DLC__HD_UINT8 ? 1 : er->dtype == DLC__HD_FLOAT32 ? 4 : 2;
+        sim_op proto = {.kind = K_ERASE,
+                        .er = *er,
+                        .dst = er->data,
+                        .src = er->boxes,
+                        .bytes = (size_t)(er->n * er->h * er->w * er->c) * es};
+        rc = enqueue_work(s, DEVSIM_OP_ERASE, &proto, sp);
     }
     pthread_mutex_unlock(&s->mu);
     return rc;
@@ -1168,6 +1214,7 @@ devsim *devsim_create(const devsim_opts *o)
         .convert = sim_convert,
         .bench_h2d = sim_bench_h2d,
         .mix = sim_mix,
+        .erase = sim_erase,
     };
     pthread_mutex_lock(&s->mu);
     s->dflt = stream_new(s, 0, -1);

@@ -77,6 +77,7 @@ typedef enum devsim_op {
     DEVSIM_OP_CONVERT,
     DEVSIM_OP_BENCH_H2D,
     DEVSIM_OP_MIX,
+    DEVSIM_OP_ERASE,
     DEVSIM_OP_COUNT
 } devsim_op;
 

@@ -8,7 +8,8 @@
  * ordered through events, device_enter/device_leave against the driver's own view of the current
  * context, and the copy benchmark. Device memory is read back with the driver's cuMemcpyDtoH
  * (libcuda.so.1, opened here too), since the table has no device-to-host copy. The MixUp /
- * CutMix kernel likewise against dlc__hd_mix_at(), and the bfloat16 conversion. */
+ * CutMix kernel likewise against dlc__hd_mix_at(), the RandomErasing kernel against
+ * dlc__hd_erase_at() (its noise included), and the bfloat16 conversion. */
 #include "device.h"
 
 #include <criterion/criterion.h>
@@ -138,6 +139,7 @@ Test(cuda_plugin, table_is_exported)
         (void *)ops->convert,
         (void *)ops->bench_h2d,
         (void *)ops->mix,
+        (void *)ops->erase,
     };
     for (size_t k = 0; k < sizeof fns / sizeof *fns; k++)
         cr_assert_not_null(fns[k], "operation %zu is missing", k);
@@ -323,6 +325,95 @@ Test(cuda_plugin, mix_matches_the_cpu_bit_for_bit)
     dlc__hd_mix bad = {
         .n = 2, .h = 1, .w = 1, .c = 3, .dtype = DLC__HD_UINT8, .mode = DLC__HD_MIXUP};
     cr_assert_neq(ops->mix(ops->ctx, &bad, stream), 0, "uint8 is not mixed");
+    CHECK_OP(ops, ops->stream_sync(ops->ctx, stream));
+    ops->stream_destroy(ops->ctx, stream);
+}
+
+/* RandomErasing @p er (its data and boxes NULL) of random images with random boxes, on the
+ * device and with dlc__hd_erase_at() on the CPU: the same bytes, the noise included. */
+static void check_erase(const dlc__devops *ops, cu_driver *drv, void *stream, dlc__hd_erase er,
+                        uint64_t seed)
+{
+    const size_t es = er.dtype == DLC__HD_FLOAT32 ? 4 : er.dtype == DLC__HD_UINT8 ? 1 : 2;
+    const size_t elements = (size_t)er.n * er.h * er.w * er.c, bytes = elements * es;
+    const size_t nbox = (size_t)((er.n - 1) / er.per * er.stride + er.per);
+    dlc__hd_erase_box *boxes = calloc(nbox, sizeof *boxes);
+    uint8_t *want = malloc(bytes + 1), *got = malloc(bytes + 1);
+    cr_assert(want != NULL && got != NULL && boxes != NULL);
+    for (size_t i = 0; i < bytes; i++)
+        want[i] = (uint8_t)(xorshift(&seed) >> 56);
+    for (size_t b = 0; b < nbox; b++) {
+        if (b % 5 == 4)
+            continue; /* Not erased. */
+        const uint32_t h = 1 + (uint32_t)(xorshift(&seed) % (er.h - 1));
+        const uint32_t w = 1 + (uint32_t)(xorshift(&seed) % (er.w - 1));
+        boxes[b] = (dlc__hd_erase_box){(uint32_t)(xorshift(&seed) % (er.h - h + 1)),
+                                       (uint32_t)(xorshift(&seed) % (er.w - w + 1)), h, w,
+                                       xorshift(&seed)};
+    }
+    void *pinned = NULL, *dev = NULL, *dboxes = NULL;
+    const size_t box_bytes = nbox * sizeof *boxes;
+    CHECK_OP(ops, ops->host_alloc(ops->ctx, bytes + box_bytes, &pinned));
+    CHECK_OP(ops, ops->dev_alloc(ops->ctx, bytes + 1, &dev));
+    CHECK_OP(ops, ops->dev_alloc(ops->ctx, box_bytes, &dboxes));
+    memcpy(pinned, want, bytes);
+    memcpy((uint8_t *)pinned + bytes, boxes, box_bytes);
+    CHECK_OP(ops, ops->copy_h2d(ops->ctx, dev, pinned, bytes, stream));
+    CHECK_OP(ops, ops->copy_h2d(ops->ctx, dboxes, (uint8_t *)pinned + bytes, box_bytes, stream));
+    er.data = want;
+    er.boxes = boxes;
+    for (uint64_t img = 0; img < er.n; img++)
+        for (uint64_t j = 0; j < dlc__hd_erase_items(&er, img); j++)
+            dlc__hd_erase_at(&er, img, j);
+    er.data = dev;
+    er.boxes = dboxes;
+    CHECK_OP(ops, ops->erase(ops->ctx, &er, stream));
+    CHECK_OP(ops, ops->stream_sync(ops->ctx, stream));
+    cr_assert_eq(drv->dtoh(got, (unsigned long long)(uintptr_t)dev, bytes), 0);
+    cr_assert_eq(memcmp(got, want, bytes), 0, "n=%llu h=%u w=%u c=%u dtype=%u layout=%u value=%u",
+                 (unsigned long long)er.n, er.h, er.w, er.c, er.dtype, er.layout, er.value);
+    ops->dev_free(ops->ctx, dboxes);
+    ops->dev_free(ops->ctx, dev);
+    ops->host_free(ops->ctx, pinned);
+    free(boxes);
+    free(got);
+    free(want);
+}
+
+Test(cuda_plugin, erase_matches_the_cpu_bit_for_bit)
+{
+    cu_driver drv;
+    const dlc__devops *ops = gpu(&drv);
+    void *stream = NULL;
+    CHECK_OP(ops, ops->stream_create(ops->ctx, &stream));
+    static const uint32_t dtypes[] = {DLC__HD_UINT8, DLC__HD_FLOAT32, DLC__HD_FLOAT16,
+                                      DLC__HD_BFLOAT16};
+    uint64_t seed = 11;
+    for (int d = 0; d < 4; d++)
+        for (uint32_t layout = DLC__HD_NHWC; layout <= DLC__HD_NCHW; layout++)
+            for (uint32_t value = DLC__HD_ERASE_ZERO; value <= DLC__HD_ERASE_CONSTANT; value++) {
+                if (dtypes[d] == DLC__HD_UINT8 && value == DLC__HD_ERASE_NOISE)
+                    continue; /* Refused at open: noise has no uint8 value. */
+                const int u8 = dtypes[d] == DLC__HD_UINT8;
+                /* 3 samples of 2 views of this output among 3 views per sample; large images
+                 * too, so that a box spans several blocks. */
+                for (uint32_t side = 17; side <= 300; side += 283) {
+                    dlc__hd_erase er = {
+                        .n = 6,
+                        .h = side,
+                        .w = side + 6,
+                        .c = 3,
+                        .dtype = dtypes[d],
+                        .layout = layout,
+                        .value = value,
+                        .per = 2,
+                        .stride = 3,
+                        .constant = {u8 ? 7.0f : 0.5f, u8 ? 200.0f : -1.25f, u8 ? 3.0f : 2.0f, 0}};
+                    check_erase(ops, &drv, stream, er, seed++);
+                }
+            }
+    dlc__hd_erase bad = {.n = 2, .h = 1, .w = 1, .c = 5, .per = 1, .stride = 1};
+    cr_assert_neq(ops->erase(ops->ctx, &bad, stream), 0, "5 channels");
     CHECK_OP(ops, ops->stream_sync(ops->ctx, stream));
     ops->stream_destroy(ops->ctx, stream);
 }

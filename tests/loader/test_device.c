@@ -1055,3 +1055,110 @@ Test(device, mixup_and_cutmix_equal_the_host_path)
         }
     fx_rmdir(&d);
 }
+
+/* RandomErasing on the device path: the boxes drawn by the workers and passed with the batch,
+ * the float images erased on the device after their conversion (and before MixUp / CutMix), equal
+ * the host path's batch bit for bit, for every float dtype, both layouts and every erase value,
+ * the noise included (a counter-based generator both sides compute the same way, convert_hd.h);
+ * then with two view groups that erase differently, and with uint8 (erased in the slot). */
+Test(device, random_erasing_equals_the_host_path)
+{
+    fx_dir d;
+    fx_make_store(&d, 37, 20, 18, 5, 0);
+    const uint32_t dtypes[] = {DLC_DTYPE_FLOAT32, DLC_DTYPE_FLOAT16, DLC_DTYPE_BFLOAT16};
+    const uint32_t layouts[] = {DLC_LAYOUT_NONE, DLC_LAYOUT_NHWC};
+    const uint32_t values[] = {DLC_ERASE_ZERO, DLC_ERASE_NOISE, DLC_ERASE_CONSTANT};
+    uint64_t erased = 0;
+    for (int di = 0; di < 3; di++)
+        for (int li = 0; li < 2; li++)
+            for (int vi = 0; vi < 3; vi++) {
+                rig r;
+                rig_open(&r, (uint64_t)(700 + di * 6 + li * 3 + vi), 30);
+                snprintf(where, sizeof where, "erase dtype %u layout %u value %u", dtypes[di],
+                         layouts[li], values[vi]);
+                dlc_loader_config c = dev_config();
+                c.dtype = dtypes[di];
+                c.device_layout = layouts[li];
+                c.return_params = 1;
+                if (vi == 1) /* Mixing too: erased first, as on the host. */
+                    c.mixup_alpha = 0.8f, c.cutmix_alpha = 1.0f;
+                dlc_augment_spec a;
+                dlc_augment_spec_init(&a);
+                a.erase_prob = 0.7f;
+                a.erase_value = values[vi];
+                const float k[4] = {0.5f, -1.25f, 2.0f, 0};
+                memcpy(a.erase_constant, k, sizeof k);
+                c.augment_specs = &a;
+                c.num_augment_specs = 1;
+                dlc_loader *hl = open_host(d.path, c), *dl = open_dev(&r, d.path, c);
+                for (uint64_t ep = 0; ep < 2; ep++) {
+                    cr_assert_eq(dlc_loader_set_epoch(hl, ep), DLC_OK);
+                    cr_assert_eq(dlc_loader_set_epoch(dl, ep), DLC_OK);
+                    cr_assert_eq(epoch_compare(&r, dl, hl, 0), 5);
+                }
+                /* The host's boxes: some views were erased, so the comparison covered them. */
+                dlc_batch hb;
+                cr_assert_eq(dlc_loader_set_epoch(hl, 0), DLC_OK);
+                cr_assert_eq(dlc_loader_next(hl, &hb), DLC_OK);
+                for (uint32_t i = 0; i < hb.num_fields; i++)
+                    if (strcmp(hb.fields[i].name, "params_erase") == 0)
+                        for (uint32_t s = 0; s < hb.count; s++)
+                            erased += ((const int32_t *)hb.fields[i].data)[4 * s + 2] > 0;
+                dlc_loader_close(dl);
+                dlc_loader_close(hl);
+                rig_close(&r);
+            }
+    cr_assert_gt(erased, 18 * 3, "%llu views erased", (unsigned long long)erased);
+    fx_rmdir(&d);
+
+    /* Two view groups, erasing with noise in one and a constant in the other: each image's box is
+     * its own view's (the table is samples x all views). And uint8, erased in the slot. */
+    char *dir = tu_mkdtemp();
+    cr_assert_not_null(dir);
+    char *path = tu_path(dir, "fields.dlc");
+    cr_assert_eq(tu_make_fields_store(path, 26, 24, 20), DLC_OK, "%s", dlc_errmsg());
+    const dlc_view_spec views[] = {
+        {.name = "g",
+         .count = 2,
+         .augment = DLC_AUGMENT_RANDOM_RESIZED_CROP,
+         .crop_h = 12,
+         .crop_w = 10,
+         .rrc_scale = {0.3f, 1},
+         .rrc_ratio = {0.75f, 1.33f},
+         .flip_prob = 0.5f},
+        {.name = "l", .count = 3, .augment = DLC_AUGMENT_RANDOM_CROP, .crop_h = 8, .crop_w = 6},
+    };
+    const char *sel[] = {"image", "label"};
+    for (uint32_t layout = DLC_LAYOUT_NHWC; layout <= DLC_LAYOUT_NONE; layout++)
+        for (int u8 = 0; u8 < 2; u8++) {
+            rig r;
+            rig_open(&r, 800 + layout * 2 + u8, 50);
+            snprintf(where, sizeof where, "erase views, device layout %u uint8 %d", layout, u8);
+            dlc_loader_config c = dev_config();
+            c.batch_size = 4;
+            c.views = views;
+            c.num_views = 2;
+            c.fields = sel;
+            c.num_fields = 2;
+            c.dtype = u8 ? DLC_DTYPE_UINT8 : DLC_DTYPE_FLOAT32;
+            c.device_layout = layout;
+            dlc_augment_spec a[2];
+            dlc_augment_spec_init(&a[0]);
+            dlc_augment_spec_init(&a[1]);
+            a[0].erase_prob = 0.9f;
+            a[0].erase_value = u8 ? DLC_ERASE_ZERO : DLC_ERASE_NOISE;
+            a[1].erase_prob = 0.6f;
+            a[1].erase_value = DLC_ERASE_CONSTANT;
+            a[1].erase_constant[0] = 7, a[1].erase_constant[1] = 200, a[1].erase_constant[2] = 3;
+            c.augment_specs = a;
+            c.num_augment_specs = 2;
+            dlc_loader *hl = open_host(path, c), *dl = open_dev(&r, path, c);
+            cr_assert_eq(epoch_compare(&r, dl, hl, 50), 7);
+            dlc_loader_close(dl);
+            dlc_loader_close(hl);
+            rig_close(&r);
+        }
+    tu_rmtree(dir);
+    free(dir);
+    free(path);
+}

@@ -153,11 +153,13 @@ def test_bad_values_name_the_argument(store):
         assert want in str(e.value), (kw, str(e.value))
 
 
-def test_random_erasing_with_a_device_is_refused():
-    # The C side refuses it too (tests/loader/test_sample_aug.c); a Loader with device= and no
-    # CUDA fails earlier, so the parser is asked directly.
-    with pytest.raises(ValueError, match="random_erasing.*GPU"):
-        _augment.specs({"random_erasing": 0.5}, None, True, True)
+def test_random_erasing_with_a_device_is_parsed_as_on_the_host():
+    # The device path erases after its conversion (tests/loader/test_device.c compares it with
+    # the host on the CPU stand-in); the parser takes it, and still refuses noise with uint8.
+    arr = _augment.specs({"random_erasing": {"p": 0.5, "value": "random"}}, None, True, True)
+    assert arr is not None and arr[0].erase_prob == 0.5 and arr[0].erase_value == 1
+    with pytest.raises(ValueError, match="random_erasing"):
+        _augment.specs({"random_erasing": {"p": 0.5, "value": "random"}}, None, True, False)
 
 
 def _normalize(img_u8):
@@ -303,12 +305,17 @@ def test_view_groups_have_their_own_ops(store):
 @pytest.mark.parametrize("backend", ["plugin", "torch"])
 def test_device_batches_equal_the_host_with_ops(store, backend, monkeypatch):
     """The uint8 ops run on the host before the copy, the conversion on the GPU: every output,
-    float16 and the params included, is the host path's byte for byte."""
+    float16 and the params included, is the host path's byte for byte. RandomErasing (with
+    noise) runs in the plugin after the conversion; the torch backend refuses it."""
     if backend == "plugin" and not dlcache._lib.lib.has("dlc_cuda_probe"):
         pytest.skip("this libdlcache has no CUDA plugin")
     monkeypatch.setenv("DLCACHE_DEVICE_BACKEND", backend)
     recipe = dict(TORCHVISION, **DINO_COLOR)
-    del recipe["random_erasing"]  # refused with device=: the GPU converts
+    recipe["random_erasing"] = {"p": 0.5, "value": "random"}
+    if backend == "torch":
+        with pytest.raises(ValueError, match="random_erasing.*plugin"):
+            _ops_loader(store, dtype="float16", device="cuda", **recipe)
+        del recipe["random_erasing"]
     with _ops_loader(store, dtype="float16", return_params=True, **recipe) as host:
         want = _epoch(host)
     with _ops_loader(store, dtype="float16", return_params=True, device="cuda",
@@ -393,3 +400,26 @@ def test_random_erasing_draws_torchvision_boxes(store):
         stat, df = _chi2_two_sample(hist(f(ours), edges), hist(f(theirs), edges))
         assert stat < crit[df - 1], (name, stat, df, hist(f(ours), edges),
                                      hist(f(theirs), edges))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch.cuda.is_available() is False: "
+                    "no GPU to compare the device path's erasing with the host's")
+@pytest.mark.parametrize("dtype,channels_last", [("float32", True), ("bfloat16", False)])
+def test_device_random_erasing_equals_the_host(store, dtype, channels_last, monkeypatch):
+    """RandomErasing in the CUDA plugin, after the conversion: zero, a constant and the noise
+    (the host's counter-based generator, computed on the GPU) give the host path's bytes."""
+    if not dlcache._lib.lib.has("dlc_cuda_probe"):
+        pytest.skip("this libdlcache has no CUDA plugin")
+    monkeypatch.setenv("DLCACHE_DEVICE_BACKEND", "plugin")
+    for value in (0, (0.5, -1.0, 2.0), "random"):
+        args = dict(dtype=dtype, return_params=True, random_erasing={"p": 0.8, "value": value})
+        with _loader(store, **args) as host:
+            want = _epoch(host)
+        fmt = torch.channels_last if channels_last else torch.contiguous_format
+        with _loader(store, device="cuda", memory_format=fmt, **args) as dev:
+            got = [{k: v.cpu() for k, v in b.items()} for b in dev]
+        assert len(got) == len(want)
+        assert sum(int((w["params_erase"][:, 2] > 0).sum()) for w in want) > 0
+        for g, w in zip(got, want):
+            for k in w:
+                assert torch.equal(g[k].contiguous(), w[k].contiguous()), (value, k)
