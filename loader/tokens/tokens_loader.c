@@ -598,8 +598,25 @@ dlc_status dlc_token_loader_next(dlc_token_loader *l, dlc_token_batch *batch)
     /* The batch lent before is given back: one slot, so one worker to wake. */
     pthread_cond_signal(&l->work);
     tl_slot *s = &l->slots[k % l->depth];
-    while (s->batch != k && l->error == DLC_OK)
+    while (s->batch != k && l->error == DLC_OK) {
+        if (l->next_fill == k) {
+            /* No worker has claimed it (they are behind or not scheduled): fill it here rather
+             * than sleep until one does, with the caller's own buffers and reader. Its slot is
+             * free: workers stay depth - 1 batches ahead of the one lent. */
+            l->next_fill++;
+            pthread_mutex_unlock(&l->mu);
+            rc = fill_batch(l, &l->workers[l->c.threads], s, k);
+            pthread_mutex_lock(&l->mu);
+            if (rc != DLC_OK && l->error == DLC_OK) {
+                l->error = rc;
+                dlc__err_save(&l->error_msg);
+            }
+            rc = DLC_OK;
+            s->batch = k;
+            break;
+        }
         pthread_cond_wait(&l->done, &l->mu);
+    }
     if (s->batch == k && l->error == DLC_OK) {
         lend(l, s, k, batch);
         l->delivered++;
@@ -658,7 +675,7 @@ static dlc_status make_slots(dlc_token_loader *l, const char *path, int readers)
     dlc_status rc = DLC_OK;
     const dlc_token_loader_config *c = &l->c;
     l->depth = c->threads ? c->threads + 2 : 1;
-    l->nworkers = c->threads ? c->threads : 1;
+    l->nworkers = c->threads + 1; /* The threads', then the caller's (it fills a batch too). */
     l->slots = calloc(l->depth, sizeof *l->slots);
     l->workers = calloc(l->nworkers, sizeof *l->workers);
     l->threads = calloc(l->nworkers, sizeof *l->threads);
