@@ -15,6 +15,35 @@
  * own purposes (common.h). */
 #define DLC__KEY_TOKEN_DOCS 0x544f4b454e44ull
 
+/* The documents' seeded order for concat (docs/TOKENS.md): the documents in blocks of
+ * DLC__TL_BLOCK consecutive records, the blocks in a Feistel order of the seed, the documents of
+ * block b in the order i = sigma[t] ^ x_b (t = 0 .. DLC__TL_BLOCK - 1, skipping i beyond the
+ * block), sigma a Feistel permutation of [0, DLC__TL_BLOCK) of the seed and x_b a word of (seed,
+ * b). So the order costs one prefix sum per block, made at the first batch, and nothing per
+ * document. */
+#define DLC__TL_BLOCK 64u
+
+/* The copy kernels (tokens_fill.c), picked once at open. */
+typedef struct dlc__tl_kernels {
+    /** A piece of @p n stored tokens at @p src landing at window positions @p at .. at + n - 1
+     *  of a window of @p S + 1: into inputs @p in (positions below S) and labels @p lab
+     *  (positions from 1, one to the left). */
+    void (*piece)(const uint8_t *src, uint32_t at, uint32_t n, uint32_t S, void *in, void *lab);
+    /** 0, 1, .. @p n - 1 into @p pos. */
+    void (*run)(void *pos, uint32_t n);
+    int avx2; /**< The AVX2 versions were picked. */
+} dlc__tl_kernels;
+
+/** Pick the kernels for stored uint16 (@p u16) or 32-bit ids into elements of @p esize bytes;
+ *  @p portable forces the plain C ones. */
+void dlc__tl_kernels_pick(dlc__tl_kernels *k, int u16, size_t esize, int portable);
+
+/* A document's piece of a window: its tokens, where they land, how many. */
+typedef struct tl_piece {
+    const uint8_t *src;
+    uint32_t at, n;
+} tl_piece;
+
 /* One batch's buffers, made at open and reused: a batch never allocates. */
 typedef struct tl_slot {
     uint8_t *input_ids, *labels, *position_ids; /* batch x seq_len elements of esize bytes. */
@@ -26,8 +55,9 @@ typedef struct tl_slot {
 /* What one filling thread owns: its reader of the store and one window's tokens. */
 typedef struct tl_worker {
     dlc_store_reader *reader;
-    uint32_t *tok;  /* seq_len + 1 tokens of a window. */
-    uint32_t *segs; /* Where each document's piece starts in the window (seq_len + 1). */
+    uint32_t *tok;    /* seq_len + 1 tokens of a window. */
+    uint32_t *segs;   /* Where each document's piece starts in the window (seq_len + 1). */
+    tl_piece *pieces; /* Two concat windows' pieces (2 x (seq_len + 1)). */
 } tl_worker;
 
 struct dlc_token_loader {
@@ -35,12 +65,18 @@ struct dlc_token_loader {
     dlc_store *store;
     dlc_tokens *tokens;
     dlc_tokens_info info;
-    const uint64_t *offsets; /* The store's prefix sums. */
-    size_t esize;            /* Bytes of an output element: 4 or 8. */
-    uint64_t windows;        /* (num_tokens - 1) / seq_len. */
-    dlc__perm doc_perm;      /* The documents' seeded order (shuffle). */
-    uint64_t *perm_offsets;  /* num_docs + 1 prefix sums in that order, made at the first batch. */
+    const uint64_t *offsets;          /* The store's prefix sums. */
+    size_t esize;                     /* Bytes of an output element: 4 or 8. */
+    uint64_t windows;                 /* (num_tokens - 1) / seq_len. */
+    dlc__perm doc_perm;               /* Best-fit's tie order of the documents (shuffle). */
+    dlc__perm blk_perm;               /* Concat: the blocks' seeded order (shuffle). */
+    uint8_t blk_sigma[DLC__TL_BLOCK]; /* Concat: the order inside a block, before x_b. */
+    uint64_t blk_key;                 /* Concat: x_b = mix64(blk_key ^ b) % DLC__TL_BLOCK. */
+    uint64_t nblocks;
+    uint64_t *blk_sums; /* nblocks + 1 prefix sums of the blocks' tokens in their order, made at
+                         * the first batch (8 bytes per block). */
     dlc_status perm_rc;
+    dlc__tl_kernels k;
     dlc__sampler sampler; /* The epoch's order of windows. */
     dlc__shard shard;     /* This rank's share from the seek. */
     uint64_t epoch;

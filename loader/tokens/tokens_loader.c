@@ -38,50 +38,115 @@ static const char *loader_name(const dlc_token_loader *l)
 
 /* ---- The documents' order ------------------------------------------------------------------- */
 
-static uint64_t doc_at(const dlc_token_loader *l, uint64_t k)
+/* Where the concatenation stands: the block in place p of the blocks' order (its first document
+ * and size), the step t inside it, and its x_b. Without shuffle, record order: d is the document.
+ */
+typedef struct tl_cursor {
+    uint64_t p, first, d;
+    uint32_t t, m, x;
+} tl_cursor;
+
+static uint32_t blk_xor(const dlc_token_loader *l, uint64_t b)
 {
-    return l->c.shuffle ? dlc__perm_apply(&l->doc_perm, k) : k;
+    return (uint32_t)(dlc__mix64(l->blk_key ^ b) % DLC__TL_BLOCK);
+}
+
+/* Enter the block in place @p p at its first document (p < nblocks). */
+static void blk_enter(const dlc_token_loader *l, tl_cursor *c, uint64_t p)
+{
+    const uint64_t b = dlc__perm_apply(&l->blk_perm, p);
+    const uint64_t n = l->info.num_docs, first = b * DLC__TL_BLOCK;
+    c->p = p;
+    c->first = first;
+    c->m = (uint32_t)(n - first < DLC__TL_BLOCK ? n - first : DLC__TL_BLOCK);
+    c->x = blk_xor(l, b);
+    c->t = 0;
+    while (c->t < DLC__TL_BLOCK && (uint32_t)(l->blk_sigma[c->t] ^ c->x) >= c->m)
+        c->t++; /* Only the last block is short. */
+    c->d = first + (l->blk_sigma[c->t] ^ c->x);
+}
+
+/* Step to the next document; 0 past the last one. */
+static int cursor_next(const dlc_token_loader *l, tl_cursor *c)
+{
+    if (!l->c.shuffle) {
+        c->d++;
+        return c->d < l->info.num_docs;
+    }
+    do
+        c->t++;
+    while (c->t < DLC__TL_BLOCK && (uint32_t)(l->blk_sigma[c->t] ^ c->x) >= c->m);
+    if (c->t < DLC__TL_BLOCK) {
+        c->d = c->first + (l->blk_sigma[c->t] ^ c->x);
+        return 1;
+    }
+    if (c->p + 1 >= l->nblocks)
+        return 0;
+    blk_enter(l, c, c->p + 1);
+    return 1;
 }
 
 uint64_t dlc_token_loader_doc_at(const dlc_token_loader *l, uint64_t k)
 {
-    return l && k < l->info.num_docs ? doc_at(l, k) : UINT64_MAX;
+    if (!l || k >= l->info.num_docs || l->nsrc)
+        return UINT64_MAX;
+    if (!l->c.shuffle)
+        return k;
+    /* Every block but the last (in record order) holds DLC__TL_BLOCK documents. */
+    const uint64_t G = DLC__TL_BLOCK, n = l->info.num_docs, last = l->nblocks - 1;
+    const uint64_t q = dlc__perm_invert(&l->blk_perm, last), m_last = n - last * G;
+    uint64_t p, r;
+    if (k < q * G) {
+        p = k / G;
+        r = k % G;
+    } else if (k < q * G + m_last) {
+        p = q;
+        r = k - q * G;
+    } else {
+        p = q + 1 + (k - q * G - m_last) / G;
+        r = (k - q * G - m_last) % G;
+    }
+    tl_cursor c;
+    blk_enter(l, &c, p);
+    while (r--)
+        cursor_next(l, &c);
+    return c.d;
 }
 
-/* The prefix sums in the seeded order: once, at the first batch, never at open (8 bytes and one
- * Feistel evaluation per document). */
-static void make_perm_offsets(dlc_token_loader *l)
+/* The blocks' prefix sums in their order: once, at the first batch, never at open (8 bytes and
+ * one Feistel evaluation per block of DLC__TL_BLOCK documents). */
+static void make_blk_sums(dlc_token_loader *l)
 {
-    const uint64_t n = l->info.num_docs;
-    uint64_t *p = malloc((n + 1) * sizeof *p);
+    const uint64_t nb = l->nblocks, n = l->info.num_docs;
+    uint64_t *p = malloc((nb + 1) * sizeof *p);
     if (!p) {
-        l->perm_rc =
-            dlc__errorf(-ENOMEM, "%s: out of memory for the order of %" PRIu64 " documents",
-                        dlc_store_path(l->store), n);
+        l->perm_rc = dlc__errorf(-ENOMEM, "%s: out of memory for the order of %" PRIu64 " blocks",
+                                 dlc_store_path(l->store), nb);
         return;
     }
     p[0] = 0;
-    for (uint64_t k = 0; k < n; k++) {
-        const uint64_t d = doc_at(l, k);
-        if (tl_doc_start(l, d + 1) <= tl_doc_start(l, d) ||
-            tl_doc_start(l, d + 1) - tl_doc_start(l, d) > l->info.max_doc_tokens) {
-            l->perm_rc = dlc__errorf(
-                DLC_ECORRUPT,
-                "%s: token offsets: document %" PRIu64 " runs from %" PRIu64 " to %" PRIu64,
-                dlc_store_path(l->store), d, tl_doc_start(l, d), tl_doc_start(l, d + 1));
+    for (uint64_t k = 0; k < nb; k++) {
+        const uint64_t b = dlc__perm_apply(&l->blk_perm, k), first = b * DLC__TL_BLOCK;
+        const uint64_t end = n - first < DLC__TL_BLOCK ? n : first + DLC__TL_BLOCK;
+        const uint64_t a = tl_doc_start(l, first), e = tl_doc_start(l, end);
+        if (e <= a || e - a > (end - first) * l->info.max_doc_tokens) {
+            l->perm_rc = dlc__errorf(DLC_ECORRUPT,
+                                     "%s: token offsets: documents %" PRIu64 " to %" PRIu64
+                                     " run from %" PRIu64 " to %" PRIu64,
+                                     dlc_store_path(l->store), first, end - 1, a, e);
             free(p);
             return;
         }
-        p[k + 1] = p[k] + (tl_doc_start(l, d + 1) - tl_doc_start(l, d));
+        p[k + 1] = p[k] + (e - a);
     }
-    if (p[n] != l->info.num_tokens) {
+    if (p[nb] != l->info.num_tokens) {
         l->perm_rc = dlc__errorf(DLC_ECORRUPT,
                                  "%s: token offsets add up to %" PRIu64 " tokens, not %" PRIu64,
-                                 dlc_store_path(l->store), p[n], l->info.num_tokens);
+                                 dlc_store_path(l->store), p[nb], l->info.num_tokens);
         free(p);
         return;
     }
-    l->perm_offsets = p;
+    l->blk_sums = p;
 }
 
 static dlc_status ensure_order(dlc_token_loader *l)
@@ -96,21 +161,36 @@ static dlc_status ensure_order(dlc_token_loader *l)
     if (!l->c.shuffle || l->c.packing != DLC_TOKEN_PACK_CONCAT)
         return DLC_OK;
     /* Only next() calls this, on the one consumer thread, before any worker starts. */
-    if (!l->perm_offsets && l->perm_rc == DLC_OK)
-        make_perm_offsets(l);
+    if (!l->blk_sums && l->perm_rc == DLC_OK)
+        make_blk_sums(l);
     return l->perm_rc;
 }
 
-/* The place k in the order whose document holds concatenation position @p pos. */
-static uint64_t find_place(const dlc_token_loader *l, uint64_t pos, uint64_t *start)
+/* Point @p c at the document holding concatenation position @p pos; its first position in
+ * @p start. O(log n) over the blocks, then at most DLC__TL_BLOCK lengths. */
+static dlc_status find_place(const dlc_token_loader *l, uint64_t pos, tl_cursor *c, uint64_t *start)
 {
-    if (!l->c.shuffle && !l->offsets) { /* A set in record order: through its shards. */
-        const uint64_t d = dlc_tokens_find(l->tokens, pos);
+    if (!l->c.shuffle) {
+        uint64_t d;
+        if (!l->offsets) {
+            d = dlc_tokens_find(l->tokens, pos); /* A set in record order: through its shards. */
+        } else {
+            uint64_t lo = 0, hi = l->info.num_docs;
+            while (hi - lo > 1) {
+                const uint64_t mid = lo + (hi - lo) / 2;
+                if (l->offsets[mid] <= pos)
+                    lo = mid;
+                else
+                    hi = mid;
+            }
+            d = lo;
+        }
+        c->d = d;
         *start = tl_doc_start(l, d);
-        return d;
+        return DLC_OK;
     }
-    const uint64_t *p = l->c.shuffle ? l->perm_offsets : l->offsets;
-    uint64_t lo = 0, hi = l->info.num_docs;
+    const uint64_t *p = l->blk_sums;
+    uint64_t lo = 0, hi = l->nblocks;
     while (hi - lo > 1) {
         const uint64_t mid = lo + (hi - lo) / 2;
         if (p[mid] <= pos)
@@ -118,8 +198,19 @@ static uint64_t find_place(const dlc_token_loader *l, uint64_t pos, uint64_t *st
         else
             hi = mid;
     }
-    *start = p[lo];
-    return lo;
+    blk_enter(l, c, lo);
+    uint64_t at = p[lo];
+    const uint64_t block = c->p;
+    do {
+        const uint64_t len = tl_doc_start(l, c->d + 1) - tl_doc_start(l, c->d);
+        if (pos - at < len) {
+            *start = at;
+            return DLC_OK;
+        }
+        at += len;
+    } while (cursor_next(l, c) && c->p == block);
+    return dlc__errorf(DLC_ECORRUPT, "%s: token offsets: position %" PRIu64 " is in no document",
+                       dlc_store_path(l->store), pos);
 }
 
 /* ---- Filling a batch ------------------------------------------------------------------------ */
@@ -134,48 +225,39 @@ static inline void put(uint8_t *base, size_t esize, size_t i, int64_t v)
     }
 }
 
-/* Window @p w's seq_len + 1 tokens into the worker's buffer, and where documents start in it. */
-static dlc_status gather(const dlc_token_loader *l, tl_worker *wk, uint64_t w, uint32_t *nsegs)
+/* Window @p w's seq_len + 1 tokens as pieces of its documents, in the worker's list. */
+static dlc_status gather(const dlc_token_loader *l, dlc_store_reader *reader, tl_piece *pieces,
+                         uint64_t w, uint32_t *npieces)
 {
     const uint32_t S = l->c.seq_len;
-    const uint64_t need = (uint64_t)S + 1;
-    uint64_t start;
-    uint64_t k = find_place(l, w * S, &start);
+    const uint32_t need = S + 1;
+    const size_t tsize = l->info.dtype == DLC_DTYPE_UINT16 ? 2 : 4;
+    dlc_status rc = DLC_OK;
+    tl_cursor c;
+    uint64_t start = 0;
+    CHECK(find_place(l, w * S, &c, &start));
     uint64_t off = w * S - start;
-    uint64_t j = 0;
-    uint32_t ns = 0;
-    wk->segs[ns++] = 0;
-    while (j < need) {
-        if (k >= l->info.num_docs)
-            return dlc__errorf(DLC_ECORRUPT, "%s: window %" PRIu64 " runs past the last document",
-                               dlc_store_path(l->store), w);
+    uint32_t j = 0, ns = 0;
+    for (;;) {
         const void *data;
         uint64_t n;
-        const dlc_status rc = dlc_tokens_doc(l->tokens, wk->reader, doc_at(l, k), &data, &n);
-        if (rc != DLC_OK)
-            return rc;
-        const uint64_t m = n - off < need - j ? n - off : need - j;
-        /* Stored little-endian, the host's order (checked at build): plain loads, which the
-         * compiler vectorizes; memcpy because a small record's payload may be unaligned. */
-        uint32_t *restrict dst = wk->tok + j;
-        if (l->info.dtype == DLC_DTYPE_UINT16) {
-            const uint8_t *restrict b = (const uint8_t *)data + off * 2;
-            for (uint64_t i = 0; i < m; i++) {
-                uint16_t v;
-                memcpy(&v, b + 2 * i, 2);
-                dst[i] = v;
-            }
-        } else {
-            memcpy(dst, (const uint8_t *)data + off * 4, (size_t)m * 4);
-        }
+        CHECK(dlc_tokens_doc(l->tokens, reader, c.d, &data, &n));
+        FAIL_IF(off >= n, DLC_ECORRUPT,
+                "%s: window %" PRIu64 ": document %" PRIu64 " has %" PRIu64
+                " tokens, not more than %" PRIu64 " as the prefix sums say",
+                dlc_store_path(l->store), w, c.d, n, off);
+        const uint32_t m = n - off < need - j ? (uint32_t)(n - off) : need - j;
+        pieces[ns++] = (tl_piece){(const uint8_t *)data + off * tsize, j, m};
         j += m;
-        k++;
         off = 0;
-        if (j < need)
-            wk->segs[ns++] = (uint32_t)j;
+        if (j == need)
+            break;
+        FAIL_IF(!cursor_next(l, &c), DLC_ECORRUPT,
+                "%s: window %" PRIu64 " runs past the last document", dlc_store_path(l->store), w);
     }
-    *nsegs = ns;
-    return DLC_OK;
+    *npieces = ns;
+fail:
+    return rc;
 }
 
 /* Row @p r of slot @p s from best-fit row @p bin: its items, then padding. */
@@ -227,62 +309,6 @@ static dlc_status fill_bestfit_row(const dlc_token_loader *l, tl_worker *wk, tl_
     return DLC_OK;
 }
 
-/* Row @p r of slot @p s from window (or best-fit row) @p w of source @p l. */
-static dlc_status fill_row(const dlc_token_loader *l, tl_worker *wk, tl_slot *s, uint64_t w,
-                           uint32_t r, uint32_t *ncu, uint32_t *maxlen)
-{
-    if (l->c.packing == DLC_TOKEN_PACK_BEST_FIT)
-        return fill_bestfit_row(l, wk, s, w, r, ncu, maxlen);
-    const uint32_t S = l->c.seq_len;
-    const size_t es = l->esize;
-    uint32_t ns = 0;
-    const dlc_status rc = gather(l, wk, w, &ns);
-    if (rc != DLC_OK)
-        return rc;
-    const size_t row = (size_t)r * S;
-    const uint32_t *restrict tok = wk->tok;
-    /* Plain typed loops, one per element type, that the compiler vectorizes: this is the copy
-     * that bounds the loader, so it stays a copy. */
-    if (es == 8) {
-        int64_t *restrict in = (int64_t *)(void *)s->input_ids + row;
-        int64_t *restrict lab = (int64_t *)(void *)s->labels + row;
-        for (uint32_t j = 0; j < S; j++)
-            in[j] = tok[j];
-        for (uint32_t j = 0; j < S; j++)
-            lab[j] = tok[j + 1];
-    } else {
-        int32_t *restrict in = (int32_t *)(void *)s->input_ids + row;
-        int32_t *restrict lab = (int32_t *)(void *)s->labels + row;
-        for (uint32_t j = 0; j < S; j++)
-            in[j] = (int32_t)tok[j];
-        for (uint32_t j = 0; j < S; j++)
-            lab[j] = (int32_t)tok[j + 1];
-    }
-    for (uint32_t i = 0; i < ns; i++) {
-        const uint32_t a = wk->segs[i];
-        const uint32_t b = i + 1 < ns ? wk->segs[i + 1] : S;
-        if (l->c.document_mask && a > 0)
-            put(s->labels, es, row + a - 1, DLC_TOKEN_IGNORE);
-        if (a >= S)
-            continue; /* The window's last token starts a document: a label only. */
-        const uint32_t e = b < S ? b : S;
-        if (es == 8) {
-            int64_t *pos = (int64_t *)(void *)s->position_ids + row;
-            for (uint32_t j = a; j < e; j++)
-                pos[j] = j - a;
-        } else {
-            int32_t *pos = (int32_t *)(void *)s->position_ids + row;
-            for (uint32_t j = a; j < e; j++)
-                pos[j] = (int32_t)(j - a);
-        }
-        if (l->c.document_mask) {
-            s->cu[(*ncu)++] = (int32_t)(row + a);
-            *maxlen = e - a > *maxlen ? e - a : *maxlen;
-        }
-    }
-    return DLC_OK;
-}
-
 /* The source of a mixture's global window @p w, and its window there. */
 static uint32_t mix_source(const dlc_token_loader *l, uint64_t w, uint64_t *local)
 {
@@ -293,36 +319,114 @@ static uint32_t mix_source(const dlc_token_loader *l, uint64_t w, uint64_t *loca
     return k;
 }
 
+/* A concat row on its way: the source it comes from and its window's pieces. */
+typedef struct tl_row {
+    const dlc_token_loader *src;
+    tl_piece *pieces;
+    uint32_t n;
+} tl_row;
+
+/* Find row @p r's pieces (window @p w of the loader or of a mixture's source) and prefetch their
+ * tokens: the copies of the row before it run while those lines arrive. */
+static dlc_status gather_row(const dlc_token_loader *l, tl_worker *wk, uint64_t w, tl_row *row)
+{
+    const dlc_token_loader *src = l;
+    dlc_store_reader *reader = wk->reader;
+    if (l->nsrc) {
+        uint64_t local;
+        const uint32_t k = mix_source(l, w, &local);
+        src = l->src[k];
+        reader = l->mreaders[(size_t)(wk - l->workers) * l->nsrc + k];
+        w = local;
+    }
+    row->src = src;
+    const dlc_status rc = gather(src, reader, row->pieces, w, &row->n);
+    if (rc != DLC_OK)
+        return rc;
+    const size_t tsize = src->info.dtype == DLC_DTYPE_UINT16 ? 2 : 4;
+    for (uint32_t i = 0; i < row->n; i++) {
+        const tl_piece *pc = &row->pieces[i];
+        for (size_t b = 0; b < (size_t)pc->n * tsize; b += 64)
+            __builtin_prefetch(pc->src + b);
+    }
+    return DLC_OK;
+}
+
+/* Row @p r of slot @p s from its pieces: inputs and labels, position ids, the document mask. */
+static void put_row(const dlc_token_loader *l, const tl_row *rw, tl_slot *s, uint32_t r,
+                    uint32_t *ncu, uint32_t *maxlen)
+{
+    const uint32_t S = l->c.seq_len;
+    const size_t es = l->esize, row = (size_t)r * S;
+    const dlc__tl_kernels *k = &rw->src->k;
+    uint8_t *in = s->input_ids + row * es, *lab = s->labels + row * es;
+    uint8_t *pos = s->position_ids + row * es;
+    for (uint32_t i = 0; i < rw->n; i++) {
+        const tl_piece *pc = &rw->pieces[i];
+        k->piece(pc->src, pc->at, pc->n, S, in, lab);
+    }
+    for (uint32_t i = 0; i < rw->n; i++) {
+        const uint32_t a = rw->pieces[i].at, e0 = a + rw->pieces[i].n;
+        if (l->c.document_mask && a > 0)
+            put(s->labels, es, row + a - 1, DLC_TOKEN_IGNORE);
+        if (a >= S)
+            continue; /* The window's last token starts a document: a label only. */
+        const uint32_t e = e0 < S ? e0 : S;
+        k->run(pos + (size_t)a * es, e - a);
+        if (l->c.document_mask) {
+            s->cu[(*ncu)++] = (int32_t)(row + a);
+            *maxlen = e - a > *maxlen ? e - a : *maxlen;
+        }
+    }
+}
+
 static dlc_status fill_batch(dlc_token_loader *l, tl_worker *wk, tl_slot *s, uint64_t batch)
 {
     const uint32_t S = l->c.seq_len, B = l->c.batch_size;
     const uint64_t first = batch * B;
     const uint64_t left = l->shard.per_rank - first;
     const uint32_t rows = left < B ? (uint32_t)left : B;
-    const size_t widx = (size_t)(wk - l->workers);
     uint32_t ncu = 0, maxlen = 0;
-    for (uint32_t r = 0; r < rows; r++) {
-        const uint64_t w = dlc__sampler_at(&l->sampler, dlc__shard_pos(&l->shard, first + r));
-        dlc_status rc;
-        if (l->nsrc) {
-            uint64_t local;
-            const uint32_t k = mix_source(l, w, &local);
-            /* The source's data, this worker's buffers and its reader of that source. */
-            tl_worker sw = {
-                .reader = l->mreaders[widx * l->nsrc + k], .tok = wk->tok, .segs = wk->segs};
-            rc = fill_row(l->src[k], &sw, s, local, r, &ncu, &maxlen);
-        } else {
-            rc = fill_row(l, wk, s, w, r, &ncu, &maxlen);
+    dlc_status rc = DLC_OK;
+    if (l->c.packing == DLC_TOKEN_PACK_BEST_FIT) {
+        const size_t widx = (size_t)(wk - l->workers);
+        for (uint32_t r = 0; r < rows; r++) {
+            const uint64_t w = dlc__sampler_at(&l->sampler, dlc__shard_pos(&l->shard, first + r));
+            if (l->nsrc) {
+                uint64_t local;
+                const uint32_t k = mix_source(l, w, &local);
+                /* The source's data, this worker's buffers and its reader of that source. */
+                tl_worker sw = {.reader = l->mreaders[widx * l->nsrc + k],
+                                .tok = wk->tok,
+                                .segs = wk->segs,
+                                .pieces = wk->pieces};
+                CHECK(fill_bestfit_row(l->src[k], &sw, s, local, r, &ncu, &maxlen));
+            } else {
+                CHECK(fill_bestfit_row(l, wk, s, w, r, &ncu, &maxlen));
+            }
         }
-        if (rc != DLC_OK)
-            return rc;
+    } else {
+        /* Two rows in flight: row r + 1's documents are found and prefetched before row r is
+         * copied. */
+        tl_row rw[2] = {{.pieces = wk->pieces}, {.pieces = wk->pieces + S + 1}};
+        for (uint32_t r = 0; r < rows; r++) {
+            if (r == 0)
+                CHECK(gather_row(
+                    l, wk, dlc__sampler_at(&l->sampler, dlc__shard_pos(&l->shard, first)), &rw[0]));
+            if (r + 1 < rows)
+                CHECK(gather_row(
+                    l, wk, dlc__sampler_at(&l->sampler, dlc__shard_pos(&l->shard, first + r + 1)),
+                    &rw[(r + 1) % 2]));
+            put_row(l, &rw[r % 2], s, r, &ncu, &maxlen);
+        }
     }
     if (l->c.document_mask)
         s->cu[ncu++] = (int32_t)((size_t)rows * S);
     s->num_cu = ncu;
     s->max_seqlen = maxlen;
     s->rows = rows;
-    return DLC_OK;
+fail:
+    return rc;
 }
 
 /* ---- The pipeline --------------------------------------------------------------------------- */
@@ -354,7 +458,7 @@ static void *worker_main(void *p)
             dlc__err_save(&l->error_msg);
         }
         s->batch = k;
-        pthread_cond_broadcast(&l->done);
+        pthread_cond_signal(&l->done); /* Only the consumer waits on it. */
     }
     pthread_mutex_unlock(&l->mu);
     return NULL;
@@ -491,10 +595,28 @@ dlc_status dlc_token_loader_next(dlc_token_loader *l, dlc_token_batch *batch)
     if (!l->running)
         CHECK(start_workers(l));
     pthread_mutex_lock(&l->mu);
-    pthread_cond_broadcast(&l->work); /* The batch lent before is given back. */
+    /* The batch lent before is given back: one slot, so one worker to wake. */
+    pthread_cond_signal(&l->work);
     tl_slot *s = &l->slots[k % l->depth];
-    while (s->batch != k && l->error == DLC_OK)
+    while (s->batch != k && l->error == DLC_OK) {
+        if (l->next_fill == k) {
+            /* No worker has claimed it (they are behind or not scheduled): fill it here rather
+             * than sleep until one does, with the caller's own buffers and reader. Its slot is
+             * free: workers stay depth - 1 batches ahead of the one lent. */
+            l->next_fill++;
+            pthread_mutex_unlock(&l->mu);
+            rc = fill_batch(l, &l->workers[l->c.threads], s, k);
+            pthread_mutex_lock(&l->mu);
+            if (rc != DLC_OK && l->error == DLC_OK) {
+                l->error = rc;
+                dlc__err_save(&l->error_msg);
+            }
+            rc = DLC_OK;
+            s->batch = k;
+            break;
+        }
         pthread_cond_wait(&l->done, &l->mu);
+    }
     if (s->batch == k && l->error == DLC_OK) {
         lend(l, s, k, batch);
         l->delivered++;
@@ -521,6 +643,7 @@ void dlc_token_loader_close(dlc_token_loader *l)
         dlc_store_reader_close(l->workers[i].reader);
         free(l->workers[i].tok);
         free(l->workers[i].segs);
+        free(l->workers[i].pieces);
     }
     for (size_t i = 0; l->mreaders && i < (size_t)l->nworkers * l->nsrc; i++)
         dlc_store_reader_close(l->mreaders[i]);
@@ -532,7 +655,7 @@ void dlc_token_loader_close(dlc_token_loader *l)
     free(l->slots);
     free(l->workers);
     free(l->threads);
-    free(l->perm_offsets);
+    free(l->blk_sums);
     free(l->bf_starts);
     free(l->bf_items);
     dlc__sampler_free(&l->sampler);
@@ -552,7 +675,7 @@ static dlc_status make_slots(dlc_token_loader *l, const char *path, int readers)
     dlc_status rc = DLC_OK;
     const dlc_token_loader_config *c = &l->c;
     l->depth = c->threads ? c->threads + 2 : 1;
-    l->nworkers = c->threads ? c->threads : 1;
+    l->nworkers = c->threads + 1; /* The threads', then the caller's (it fills a batch too). */
     l->slots = calloc(l->depth, sizeof *l->slots);
     l->workers = calloc(l->nworkers, sizeof *l->workers);
     l->threads = calloc(l->nworkers, sizeof *l->threads);
@@ -572,7 +695,8 @@ static dlc_status make_slots(dlc_token_loader *l, const char *path, int readers)
         tl_worker *w = &l->workers[i];
         w->tok = malloc(((size_t)c->seq_len + 1) * sizeof *w->tok);
         w->segs = malloc(((size_t)c->seq_len + 1) * sizeof *w->segs);
-        FAIL_IF(!w->tok || !w->segs, -ENOMEM, "%s: out of memory", path);
+        w->pieces = malloc(2 * ((size_t)c->seq_len + 1) * sizeof *w->pieces);
+        FAIL_IF(!w->tok || !w->segs || !w->pieces, -ENOMEM, "%s: out of memory", path);
         if (readers)
             CHECK(dlc_store_reader_open(l->store, &w->reader));
     }
@@ -629,9 +753,19 @@ dlc_status dlc_token_loader_open(const char *path, const dlc_token_loader_config
             DLC_EINVAL, "%s: %" PRIu64 " tokens, fewer than one window of seq_len + 1 = %u", path,
             l->info.num_tokens, c->seq_len + 1);
     l->windows = (l->info.num_tokens - 1) / c->seq_len;
-    if (c->shuffle)
+    dlc__tl_kernels_pick(&l->k, l->info.dtype == DLC_DTYPE_UINT16, l->esize, 0);
+    l->nblocks = (l->info.num_docs + DLC__TL_BLOCK - 1) / DLC__TL_BLOCK;
+    if (c->shuffle) {
         dlc__perm_init(&l->doc_perm, l->info.num_docs,
                        dlc__key4(DLC__KEY_TOKEN_DOCS, c->seed, 0, 0));
+        /* The blocks' order, the order inside a block (a table of DLC__TL_BLOCK), and x_b. */
+        dlc__perm_init(&l->blk_perm, l->nblocks, dlc__key4(DLC__KEY_TOKEN_DOCS, c->seed, 1, 0));
+        dlc__perm sigma;
+        dlc__perm_init(&sigma, DLC__TL_BLOCK, dlc__key4(DLC__KEY_TOKEN_DOCS, c->seed, 2, 0));
+        for (uint32_t t = 0; t < DLC__TL_BLOCK; t++)
+            l->blk_sigma[t] = (uint8_t)dlc__perm_apply(&sigma, t);
+        l->blk_key = dlc__key4(DLC__KEY_TOKEN_DOCS, c->seed, 3, 0);
+    }
     if (c->packing == DLC_TOKEN_PACK_BEST_FIT) {
         CHECK(dlc__bf_plan(l));
         l->windows = l->bf_bins;

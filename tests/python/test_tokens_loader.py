@@ -1,6 +1,6 @@
 """Packed sequences of a token store (dlcache.Loader(path, B, seq_len=S)) against a reference
-rebuilt here in numpy from the source tokens: the concatenation of the documents in the
-loader's order (checked to be a permutation), cut into windows of S + 1 tokens overlapping by
+rebuilt here in numpy from the source tokens: the concatenation of the documents in the order
+of the rule (token_order.py, written from docs/TOKENS.md, and equal to the loader's), cut into windows of S + 1 tokens overlapping by
 one. For several (seed, epoch, world size): every window is delivered exactly once per epoch
 across ranks (DistributedSampler's padding repeats some, drop_last cuts some), inputs and labels
 are the window's tokens shifted by one, position ids restart exactly at document starts,
@@ -11,6 +11,7 @@ import collections
 import numpy as np
 import pytest
 
+import token_order
 from conftest import HAVE_LIB
 
 pytestmark = pytest.mark.skipif(not HAVE_LIB, reason="no build")
@@ -30,9 +31,9 @@ def corpus(tmp_path_factory):
     return path, [np.concatenate([d, [EOS]]) for d in docs]
 
 
-def reference(loader, docs):
-    order = loader.doc_order()
-    assert sorted(order.tolist()) == list(range(len(docs))), "the order is a permutation"
+def reference(loader, docs, seed, shuffle=True):
+    order = token_order.doc_order(len(docs), seed, shuffle)
+    assert loader.doc_order().tolist() == order, "the loader follows the rule"
     parts = [docs[d] for d in order]
     concat = np.concatenate(parts)
     starts = set(np.cumsum([0] + [len(p) for p in parts]).tolist())
@@ -83,7 +84,7 @@ def epoch_windows(path, docs, S, B, seed, epoch, world, drop_last=False, mask=Tr
     for rank in range(world):
         L = dlcache.Loader(path, B, seq_len=S, seed=seed, rank=rank, world_size=world,
                            drop_last=drop_last, document_mask=mask)
-        concat, starts = reference(L, docs)
+        concat, starts = reference(L, docs, seed)
         W, table = windows_of(concat, S)
         assert L.num_windows == W
         L.set_epoch(epoch)
@@ -153,7 +154,7 @@ def test_resume_mid_epoch(corpus, new_world):
     # Run world=2 for k batches on each rank, save rank 0's state.
     ranks = [dlcache.Loader(path, B, seq_len=S, seed=seed, rank=r, world_size=world)
              for r in range(world)]
-    concat, starts = reference(ranks[0], docs)
+    concat, starts = reference(ranks[0], docs, seed)
     W, table = windows_of(concat, S)
     for L in ranks:
         L.set_epoch(1)
@@ -212,3 +213,24 @@ def test_loader_signature_takes_the_token_arguments(corpus):
         dlcache.Loader(path, 4, packing="best_fit")
     with pytest.raises(ValueError, match="int64"):
         dlcache.Loader(path, 4, seq_len=16, dtype="float32")
+
+
+@pytest.mark.parametrize("n_docs", [1, 63, 64, 65, 700])
+def test_order_follows_the_rule(tmp_path, n_docs):
+    """Blocks of 64 documents in a seeded order, a seeded order inside each; the short last
+    block wherever the blocks' order puts it; every document once."""
+    rng = np.random.default_rng(n_docs)
+    docs = [rng.integers(1, 1000, size=int(rng.integers(1, 9))) for _ in range(n_docs)]
+    path = tmp_path / "o.dlc"
+    dlcache.write_tokens(docs, path, eos_id=EOS, vocab_size=1000)
+    total = sum(len(d) + 1 for d in docs)
+    for seed in (0, 1, 12345):
+        L = dlcache.Loader(path, 1, seq_len=min(4, total - 1), seed=seed)
+        want = token_order.doc_order(n_docs, seed)
+        assert L.doc_order().tolist() == want
+        if n_docs >= 128:
+            assert want != token_order.doc_order(n_docs, seed + 1), "the seed changes the order"
+            runs = [b for i, b in enumerate(d // 64 for d in want)
+                    if i == 0 or want[i - 1] // 64 != b]
+            assert sorted(runs) == list(range(-(-n_docs // 64))), "each block in one run"
+            assert runs != sorted(runs), "the blocks are permuted"

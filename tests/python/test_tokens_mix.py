@@ -8,6 +8,7 @@ import collections
 import numpy as np
 import pytest
 
+import token_order
 from conftest import HAVE_LIB
 
 pytestmark = pytest.mark.skipif(not HAVE_LIB, reason="no build")
@@ -34,7 +35,9 @@ def window_table(path):
     L = dlcache.Loader(path, 1, seq_len=S, seed=SEED)
     with dlcache.TokenStore(path) as t:
         docs = [t.doc(i).astype(np.int64) for i in range(len(t))]
-    concat = np.concatenate([docs[k] for k in L.doc_order()])
+    order = token_order.doc_order(len(docs), SEED)
+    assert L.doc_order().tolist() == order
+    concat = np.concatenate([docs[k] for k in order])
     W = (len(concat) - 1) // S
     table = {concat[w * S:w * S + S].tobytes(): w for w in range(W)}
     assert len(table) == W
