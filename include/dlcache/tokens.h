@@ -444,6 +444,22 @@ DLC_API dlc_status dlc_token_loader_packing(const dlc_token_loader *l, uint64_t 
                                             uint64_t *pad_tokens, int *saved);
 
 /**
+ * @brief The memory of the batch slots, for a GPU runtime of the caller's own to page-lock
+ *        (cudaHostRegister): torch's, in the Python package's device path. Every array a lent
+ *        ::dlc_token_batch points to lies inside one of these blocks, which are allocated at
+ *        open and freed by dlc_token_loader_close(); unregister them before closing. A batch
+ *        whose copy is still reading its slot must not be handed back (by the next
+ *        dlc_token_loader_next(), a seek or close) before the copy has completed.
+ * @param[in] l The loader; NULL gives 0.
+ * @param[out] bases Up to @p cap block addresses (may be NULL with @p cap 0).
+ * @param[out] sizes Their sizes in bytes (may be NULL with @p cap 0).
+ * @param[in] cap Entries at @p bases and @p sizes; 0 only counts.
+ * @return The number of blocks, which may exceed @p cap; 0 when @p l is NULL.
+ */
+DLC_API uint32_t dlc_token_loader_host_slots(const dlc_token_loader *l, void **bases, size_t *sizes,
+                                             uint32_t cap);
+
+/**
  * @brief Open a mixture of token stores read by weight (docs/TOKENS.md, "Mixtures"): each store
  *        is cut into windows (or best-fit rows) as alone, and an epoch draws @p rows_per_epoch
  *        rows from the stores in proportion to @p weights through the loader's mixture schedule

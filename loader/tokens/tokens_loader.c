@@ -422,6 +422,28 @@ dlc_status dlc_token_loader_packing(const dlc_token_loader *l, uint64_t *rows, u
     return DLC_OK;
 }
 
+uint32_t dlc_token_loader_host_slots(const dlc_token_loader *l, void **bases, size_t *sizes,
+                                     uint32_t cap)
+{
+    if (!l || !l->slots)
+        return 0;
+    const size_t cells = (size_t)l->c.batch_size * l->c.seq_len;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < l->depth; i++) {
+        const tl_slot *s = &l->slots[i];
+        void *const b[4] = {s->input_ids, s->labels, s->position_ids, s->cu};
+        const size_t z[4] = {cells * l->esize, cells * l->esize, cells * l->esize,
+                             (cells + 1) * sizeof *s->cu};
+        for (int j = 0; j < 4; j++, n++) {
+            if (bases && sizes && n < cap) {
+                bases[n] = b[j];
+                sizes[n] = z[j];
+            }
+        }
+    }
+    return n;
+}
+
 uint64_t dlc_token_loader_len(const dlc_token_loader *l)
 {
     return l ? l->shard.batches : 0;

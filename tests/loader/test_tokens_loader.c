@@ -119,3 +119,54 @@ Test(tokens_loader, options_are_checked)
     dlc_token_loader_close(l);
     free(path);
 }
+
+/* Every array of every lent batch lies inside a block dlc_token_loader_host_slots() names: what
+ * the Python device path page-locks covers what it copies. */
+static int inside(const void *p, size_t bytes, void **bases, const size_t *sizes, uint32_t n)
+{
+    for (uint32_t k = 0; k < n; k++) {
+        const uint8_t *b = bases[k];
+        if ((const uint8_t *)p >= b && (const uint8_t *)p + bytes <= b + sizes[k])
+            return 1;
+    }
+    return 0;
+}
+
+Test(tokens_loader, host_slots_hold_every_lent_batch)
+{
+    char *path = tmp_path(dir, "c.dlc");
+    write_corpus(path, 300);
+    cr_assert_eq(dlc_token_loader_host_slots(NULL, NULL, NULL, 0), 0);
+    for (uint32_t threads = 0; threads <= 2; threads += 2) {
+        dlc_token_loader_config c;
+        dlc_token_loader_config_init(&c);
+        c.batch_size = 4;
+        c.seq_len = 13;
+        c.threads = threads;
+        c.document_mask = 1;
+        c.out_dtype = DLC_DTYPE_INT32;
+        dlc_token_loader *l = NULL;
+        cr_assert_eq(dlc_token_loader_open(path, &c, &l), DLC_OK, "%s", dlc_errmsg());
+        const uint32_t n = dlc_token_loader_host_slots(l, NULL, NULL, 0);
+        cr_assert_eq(n, 4 * (threads ? threads + 2 : 1), "4 arrays per slot");
+        void *bases[16];
+        size_t sizes[16];
+        cr_assert_eq(dlc_token_loader_host_slots(l, bases, sizes, 2), n, "counts beyond cap");
+        cr_assert_eq(dlc_token_loader_host_slots(l, bases, sizes, n), n);
+        for (uint32_t k = 0; k < n; k++)
+            cr_assert(bases[k] && sizes[k] >= 4 * 13 * 4);
+        dlc_token_batch b;
+        uint64_t seen = 0;
+        while (dlc_token_loader_next(l, &b) == DLC_OK) {
+            const size_t bytes = (size_t)b.rows * b.seq_len * 4;
+            cr_assert(inside(b.input_ids, bytes, bases, sizes, n));
+            cr_assert(inside(b.labels, bytes, bases, sizes, n));
+            cr_assert(inside(b.position_ids, bytes, bases, sizes, n));
+            cr_assert(inside(b.cu_seqlens, b.num_cu * sizeof(int32_t), bases, sizes, n));
+            seen++;
+        }
+        cr_assert_eq(seen, dlc_token_loader_len(l));
+        dlc_token_loader_close(l);
+    }
+    free(path);
+}
