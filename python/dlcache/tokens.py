@@ -13,8 +13,9 @@ import os
 import numpy as np
 
 from . import _lib
+from . import _stream
 from ._lib import lib
-from .errors import check
+from .errors import check, redact
 
 _P = ctypes.c_void_p
 _S = _lib.c_status
@@ -190,7 +191,10 @@ class TokenLoaderConfig(ctypes.Structure):
                 ("world_size", ctypes.c_uint32), ("threads", ctypes.c_uint32),
                 ("out_dtype", ctypes.c_uint32), ("packing", ctypes.c_uint32),
                 ("seed", ctypes.c_uint64), ("shuffle", ctypes.c_int), ("drop_last", ctypes.c_int),
-                ("document_mask", ctypes.c_int), ("pad_id", ctypes.c_int32)]
+                ("document_mask", ctypes.c_int), ("pad_id", ctypes.c_int32),
+                ("cache_dir", ctypes.c_char_p), ("cache_limit", ctypes.c_uint64),
+                ("downloads", ctypes.c_uint32), ("reserved", ctypes.c_uint32),
+                ("net", ctypes.c_void_p)]
 
 
 class TokenBatch(ctypes.Structure):
@@ -222,6 +226,7 @@ _lib._PROTOTYPES.update({
     "dlc_token_loader_mix_state": (_S, [_P, ctypes.c_char_p, ctypes.c_size_t,
                                         ctypes.POINTER(ctypes.c_size_t)]),
     "dlc_token_loader_mix_restore": (_S, [_P, ctypes.c_char_p, ctypes.c_size_t]),
+    "dlc_token_loader_stream_stats": (_S, [_P, _P]),
     "dlc_token_loader_host_slots": (ctypes.c_uint32, [_P, ctypes.POINTER(ctypes.c_void_p),
                                                       ctypes.POINTER(ctypes.c_size_t),
                                                       ctypes.c_uint32]),
@@ -276,7 +281,9 @@ class TokenLoader:
 
     def __init__(self, path, batch_size, *, seq_len=2048, seed=0, shuffle=True, drop_last=False,
                  document_mask=False, packing="concat", dtype=None, rank=None, world_size=None,
-                 threads=2, pad_id=0, weights=None, rows_per_epoch=None, device=None):
+                 threads=2, pad_id=0, weights=None, rows_per_epoch=None, device=None,
+                 cache_dir=None, cache_limit=None, downloads=2, endpoint=None, region=None,
+                 timeout=None, retries=None):
         import torch
         given = {k: v for k, v in locals().items() if k not in ("self", "torch")}
         self._torch = torch
@@ -298,8 +305,8 @@ class TokenLoader:
         self._device = _device.parse_device(device)  # ValueError without a usable GPU
         cfg = TokenLoaderConfig()
         lib.dlc_token_loader_config_init_sized(ctypes.byref(cfg), ctypes.sizeof(cfg))
-        self.path = (" + ".join(map(os.fsdecode, path)) if isinstance(path, (list, tuple))
-                     else os.fsdecode(path))
+        self.path = redact(" + ".join(map(os.fsdecode, path)) if isinstance(path, (list, tuple))
+                           else os.fsdecode(path))
         self.batch_size, self.seq_len, self.seed = int(batch_size), int(seq_len), int(seed)
         self.rank = _env_int("RANK", 0) if rank is None else int(rank)
         self.world_size = _env_int("WORLD_SIZE", 1) if world_size is None else int(world_size)
@@ -314,23 +321,48 @@ class TokenLoader:
         cfg.document_mask = int(self.document_mask)
         cfg.pad_id = int(pad_id)
         self._mix = isinstance(path, (list, tuple))
+        # A set's URL (or a mixture with some) is read through the streaming cache: every part
+        # downloaded once per node into cache_dir, checked, and held while the loader is open.
+        keep = []
+        self._url = any(_stream.is_url(os.fsencode(p))
+                        for p in (path if self._mix else [path]))
+        if self._url:
+            if cache_dir is None:
+                raise ValueError(
+                    "dlcache TokenLoader(%s): a URL is read through a local cache of its parts: "
+                    "pass cache_dir= (a folder on this node's local disk, shared by its ranks "
+                    "and jobs) and cache_limit= (None = no limit)" % self.path)
+            keep.append(os.fsencode(cache_dir))
+            cfg.cache_dir = keep[-1]
+            cfg.cache_limit = 0 if cache_limit is None else _stream.parse_size(cache_limit)
+            cfg.downloads = int(downloads)
+            net = _stream.net_options(keep, endpoint=endpoint, region=region,
+                                      log=_stream.NET_LOG_CB, timeout=timeout, retries=retries)
+            cfg.net = ctypes.cast(net, ctypes.c_void_p)
+        elif cache_dir is not None or cache_limit is not None:
+            raise ValueError("cache_dir= and cache_limit= are for a URL (s3://, gs://, "
+                             "http(s)://), not %s" % self.path)
         if self._mix:
             paths = [os.fsencode(p) for p in path]
             if weights is None:
                 weights = [1.0] * len(paths)
             if len(weights) != len(paths):
                 raise ValueError("%d weights for %d token stores" % (len(weights), len(paths)))
-            self.path = " + ".join(os.fsdecode(p) for p in paths)
+            self.path = redact(" + ".join(os.fsdecode(p) for p in paths))
             arr = (ctypes.c_char_p * len(paths))(*paths)
             w = (ctypes.c_double * len(paths))(*[float(x) for x in weights])
-            check(lib.dlc_token_loader_open_mix(arr, w, len(paths), int(rows_per_epoch or 0),
-                                                ctypes.byref(cfg), ctypes.byref(self._h)),
-                  self.path)
+            with _stream.interruptible():
+                rc = lib.dlc_token_loader_open_mix(arr, w, len(paths), int(rows_per_epoch or 0),
+                                                   ctypes.byref(cfg), ctypes.byref(self._h))
+            check(rc, self.path)
         else:
             if weights is not None or rows_per_epoch is not None:
                 raise ValueError("weights= and rows_per_epoch= go with a list of token stores")
-            check(lib.dlc_token_loader_open(os.fsencode(path), ctypes.byref(cfg),
-                                            ctypes.byref(self._h)), self.path)
+            with _stream.interruptible():
+                rc = lib.dlc_token_loader_open(os.fsencode(path), ctypes.byref(cfg),
+                                               ctypes.byref(self._h))
+            check(rc, self.path)
+        del keep
         self.num_windows = lib.dlc_token_loader_num_windows(self._h)
         rows, pad, saved = ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_int()
         check(lib.dlc_token_loader_packing(self._h, ctypes.byref(rows), ctypes.byref(pad),
@@ -437,6 +469,16 @@ class TokenLoader:
         out["device_bytes"] = self._feed.bytes if self._feed is not None else 0
         out["device_backend"] = self.device_backend
         return out
+
+    def stream_stats(self):
+        """What streaming did since open (zeros for local stores): stall_s, hits, misses,
+        bytes_fetched, requests, peak_cache_bytes, evictions and downloads (parts this process
+        downloaded; 0 when the node's cache_dir held them already), as the Loader's."""
+        from .loader import _STREAM_STATS
+        st = _lib.LoaderStreamStats()
+        st.struct_size = ctypes.sizeof(st)
+        check(lib.dlc_token_loader_stream_stats(self._ptr(), ctypes.byref(st)), self.path)
+        return {key: getattr(st, field) for key, field in _STREAM_STATS}
 
     def __repr__(self):
         lazy = self.__dict__.get("_lazy")

@@ -170,3 +170,34 @@ Test(tokens_loader, host_slots_hold_every_lent_batch)
     }
     free(path);
 }
+
+/* The options grow by the rule of status.h: a caller built before the streaming fields (56
+ * bytes) opens with their defaults; a size no header had is refused, naming the struct. A URL
+ * without cache_dir is refused before anything is fetched. */
+Test(tokens_loader, options_grow_at_the_end)
+{
+    char *path = tmp_path(dir, "c.dlc");
+    write_corpus(path, 50);
+    dlc_token_loader_config c;
+    dlc_token_loader_config_init(&c);
+    c.batch_size = 2;
+    c.seq_len = 8;
+    c.cache_dir = "/nonexistent/never/read"; /* Beyond an old caller's size: never read. */
+    c.struct_size = 56;
+    dlc_token_loader *l = NULL;
+    cr_assert_eq(dlc_token_loader_open(path, &c, &l), DLC_OK, "%s", dlc_errmsg());
+    dlc_loader_stream_stats st;
+    st.struct_size = sizeof st;
+    cr_assert_eq(dlc_token_loader_stream_stats(l, &st), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(st.downloads + st.requests + st.bytes_fetched, 0, "a local store streams nothing");
+    dlc_token_loader_close(l);
+    c.struct_size = 60;
+    cr_assert_eq(dlc_token_loader_open(path, &c, &l), DLC_EINVAL);
+    cr_assert(strstr(dlc_errmsg(), "dlc_token_loader_config"), "%s", dlc_errmsg());
+    dlc_token_loader_config_init(&c);
+    c.batch_size = 2;
+    c.seq_len = 8;
+    cr_assert_eq(dlc_token_loader_open("s3://bucket/set", &c, &l), DLC_EINVAL);
+    cr_assert(strstr(dlc_errmsg(), "cache_dir"), "%s", dlc_errmsg());
+    free(path);
+}
