@@ -117,7 +117,7 @@ if [ -f "$SRC/tests/python/test_device.py" ]; then
     # batches, a store set's, the sliced waits of next(), and the recipes' device ops and
     # bfloat16 where the files are there. The list is run.sh's GPU_TESTS.
     for t in test_device test_device_paths test_mix test_stream test_loader test_batchaug \
-        test_augment_loader test_ops; do
+        test_augment_loader test_ops test_tokens_dropin; do
         [ -f "$SRC/tests/python/$t.py" ] || continue
         cp "$SRC/tests/python/$t.py" "$DIR/tests/python/"
         sed -nE 's/^(from|import) +([A-Za-z_][A-Za-z0-9_]*).*/\2/p' "$SRC/tests/python/$t.py" |

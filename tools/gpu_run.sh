@@ -433,7 +433,7 @@ fi
 
 # pytest, once per backend. test_device.py imports numpy and torch at the top: a python3
 # without them cannot even collect it.
-GPU_TESTS=${GPU_TESTS:-"test_device test_device_paths test_mix test_stream test_loader test_batchaug test_augment_loader test_ops"}
+GPU_TESTS=${GPU_TESTS:-"test_device test_device_paths test_mix test_stream test_loader test_batchaug test_augment_loader test_ops test_tokens_dropin"}
 PYTEST_MISSING=""
 if ! PYTEST_ERR=$("$PY" -c 'import numpy, torch' 2>&1); then
     PYTEST_MISSING=$(printf '%s\n' "$PYTEST_ERR" | tail -1)

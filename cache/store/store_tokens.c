@@ -3,6 +3,7 @@
  * beyond its two ends, and written beside the records by the token writer. */
 #include "common.h"
 #include "store_internal.h"
+#include "store_set.h"
 
 #include <dlcache/tokens.h>
 #include <dlcache/writer.h>
@@ -149,7 +150,7 @@ static dlc_status open_set(const dlc_store *s, dlc_tokens **out)
     FAIL_IF(!h, -ENOMEM, "%s: out of memory", path);
     XXH3_64bits_reset(h);
     for (uint32_t k = 0; k < n; k++) {
-        rc = dlc_tokens_open(s->shards[k], &t->shard[k]);
+        rc = dlc_tokens_open(dlc__set_shard_at(s, k), &t->shard[k]);
         if (rc != DLC_OK) {
             XXH3_freeState(h);
             goto fail;
@@ -163,7 +164,8 @@ static dlc_status open_set(const dlc_store *s, dlc_tokens **out)
             FAIL_IF(1, DLC_ECORRUPT,
                     "%s: shard %s holds other tokens than shard %s (element type, end-of-document "
                     "id, vocabulary or tokenizer)",
-                    path, dlc_store_path(s->shards[k]), dlc_store_path(s->shards[0]));
+                    path, dlc_store_path(dlc__set_shard_at(s, k)),
+                    dlc_store_path(dlc__set_shard_at(s, 0)));
         }
         t->doc_first[k + 1] = t->doc_first[k] + b->num_docs;
         t->tok_base[k + 1] = t->tok_base[k] + b->num_tokens;
@@ -200,9 +202,18 @@ dlc_status dlc_tokens_open(const dlc_store *s, dlc_tokens **out)
         return dlc__errorf(DLC_EINVAL, "dlc_tokens_open: NULL argument");
     *out = NULL;
     const char *path = dlc_store_path(s);
-    if (s->lazy)
-        return dlc__errorf(DLC_ENOSYS, "%s: a streamed set of token stores is not supported yet",
-                           path);
+    if (s->lazy) {
+        /* A streamed set: its parts' prefix sums are in the parts, so every part must be local
+         * (attached) for as long as the view lives. dlc_token_loader_open() of the set's URL
+         * fetches and holds them. */
+        for (uint32_t k = 0; k < s->num_shards; k++)
+            if (!dlc__set_attached(s, k))
+                return dlc__errorf(DLC_ENOSYS,
+                                   "%s: a streamed set of token stores is read with every part "
+                                   "local: part %s is not (open its URL with "
+                                   "dlc_token_loader_open(), which fetches them)",
+                                   path, s->lazy_index->shards[k].name);
+    }
     if (s->num_shards)
         return open_set(s, out);
     const void *b = NULL, *o = NULL;
@@ -360,7 +371,7 @@ dlc_status dlc_tokens_verify(const dlc_tokens *t, const dlc_store *s)
         return dlc__errorf(DLC_EINVAL, "dlc_tokens_verify: NULL argument or another store");
     const char *path = dlc_store_path(s);
     for (uint32_t k = 0; k < t->nshards; k++) {
-        const dlc_status rc = dlc_tokens_verify(t->shard[k], s->shards[k]);
+        const dlc_status rc = dlc_tokens_verify(t->shard[k], dlc__set_shard_at(s, k));
         if (rc != DLC_OK)
             return rc;
     }

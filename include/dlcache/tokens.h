@@ -24,8 +24,10 @@
 #ifndef DLCACHE_TOKENS_H
 #define DLCACHE_TOKENS_H
 
+#include <dlcache/loader.h>
 #include <dlcache/status.h>
 #include <dlcache/store.h>
+#include <dlcache/warm.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -342,6 +344,20 @@ typedef struct dlc_token_loader_config {
     int document_mask;    /**< Also cu_seqlens and max_seqlen, and labels DLC_TOKEN_IGNORE where
                                the target lies in the next document. */
     int32_t pad_id;       /**< DLC_TOKEN_PACK_BEST_FIT: the input id of padding (default 0). */
+    /* Streaming: a token set's URL as the path (s3://, gs://, http(s)://; docs/STREAMING.md). */
+    const char *cache_dir;       /**< The local folder that holds the set's parts; required for a
+                                      URL, shared by the ranks and jobs of a node (each part is
+                                      downloaded once per node). Not retained. */
+    uint64_t cache_limit;        /**< The most bytes the folder may hold (0, the default: no
+                                      limit). Every part is held while the loader is open (the
+                                      order of documents spans them all): a limit below the
+                                      set's parts and index is refused at open, naming the
+                                      bytes needed. */
+    uint32_t downloads;          /**< Parts downloaded at once (0, the default: 2). */
+    uint32_t reserved;           /**< Zero. */
+    const dlc_warm_options *net; /**< Endpoint, region, retries, timeouts, log of the downloads;
+                                      NULL (default): dlc_warm_options_init()'s, which read the
+                                      environment. Copied at open. */
 } dlc_token_loader_config;
 
 /** @brief Fill @p c with the defaults, never writing past @p size.
@@ -381,11 +397,24 @@ typedef struct dlc_token_loader dlc_token_loader;
  * @brief Open a token store for packed sequences, positioned at the start of epoch 0. Nothing
  *        is computed per document here; with shuffle, the prefix sums of the documents in the
  *        seeded order (8 bytes per document) are made at the first batch.
- * @param[in] path A token store (not retained).
+ *
+ *        A URL (s3://, gs://, http(s)://) names a set of token stores that dlc_warm_push()
+ *        uploaded: it is read through the streaming cache in config.cache_dir (the set's index is
+ *        fetched; each part is downloaded once per node, checked against the index by size,
+ *        content digest, place and every record's checksum before it is used, and reused from
+ *        the folder by later opens and by other processes sharing it). The parts are fetched
+ *        here, config.downloads at a time, and held (pinned) until close: the concatenation's
+ *        order spans every part, and their prefix sums size the epoch. The batches are those of
+ *        the same set read locally.
+ * @param[in] path A token store, a set of them, or a set's URL (not retained).
  * @param[in] config The options.
  * @param[out] out Release with dlc_token_loader_close().
  * @return DLC_OK; DLC_EINVAL (bad options, named; a corpus shorter than one window of
- *         seq_len + 1 tokens); what dlc_store_open() and dlc_tokens_open() return; -ENOMEM.
+ *         seq_len + 1 tokens; a URL without cache_dir, or a cache_limit below the bytes the
+ *         parts need, which the message gives); what dlc_store_open() and dlc_tokens_open()
+ *         return; for a URL, DLC_EHTTP, DLC_ENETWORK, DLC_ECORRUPT (a part that is not the one
+ *         the index names) and the other errors of the streaming cache (docs/STREAMING.md);
+ *         -ENOMEM.
  */
 DLC_API dlc_status dlc_token_loader_open(const char *path, const dlc_token_loader_config *config,
                                          dlc_token_loader **out);
@@ -444,6 +473,32 @@ DLC_API dlc_status dlc_token_loader_next(dlc_token_loader *l, dlc_token_batch *b
  */
 DLC_API dlc_status dlc_token_loader_packing(const dlc_token_loader *l, uint64_t *rows,
                                             uint64_t *pad_tokens, int *saved);
+
+/**
+ * @brief What streaming did since open (a token set opened by its URL): zeros for a local store
+ *        or a mixture without a streamed source; a mixture's streamed sources summed.
+ * @param[in] l The loader.
+ * @param[in,out] st Its struct_size set by the caller; filled up to it.
+ * @return DLC_OK; DLC_EINVAL (NULL, or a struct_size of 0 or larger than the library's).
+ */
+DLC_API dlc_status dlc_token_loader_stream_stats(const dlc_token_loader *l,
+                                                 dlc_loader_stream_stats *st);
+
+/**
+ * @brief The memory of the batch slots, for a GPU runtime of the caller's own to page-lock
+ *        (cudaHostRegister): torch's, in the Python package's device path. Every array a lent
+ *        ::dlc_token_batch points to lies inside one of these blocks, which are allocated at
+ *        open and freed by dlc_token_loader_close(); unregister them before closing. A batch
+ *        whose copy is still reading its slot must not be handed back (by the next
+ *        dlc_token_loader_next(), a seek or close) before the copy has completed.
+ * @param[in] l The loader; NULL gives 0.
+ * @param[out] bases Up to @p cap block addresses (may be NULL with @p cap 0).
+ * @param[out] sizes Their sizes in bytes (may be NULL with @p cap 0).
+ * @param[in] cap Entries at @p bases and @p sizes; 0 only counts.
+ * @return The number of blocks, which may exceed @p cap; 0 when @p l is NULL.
+ */
+DLC_API uint32_t dlc_token_loader_host_slots(const dlc_token_loader *l, void **bases, size_t *sizes,
+                                             uint32_t cap);
 
 /**
  * @brief Open a mixture of token stores read by weight (docs/TOKENS.md, "Mixtures"): each store

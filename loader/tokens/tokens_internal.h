@@ -5,6 +5,7 @@
 
 #include "common.h"
 #include "sampler.h"
+#include "stream_cache.h"
 
 #include <dlcache/tokens.h>
 
@@ -63,6 +64,10 @@ typedef struct tl_worker {
 struct dlc_token_loader {
     dlc_token_loader_config c;
     dlc_store *store;
+    /* A set opened by its URL: store is the set opened lazily from the index in the cache, whose
+     * parts 0 .. pinned - 1 are acquired (pinned) and attached until close. NULL and 0 else. */
+    dlc__scache *cache;
+    uint32_t pinned;
     dlc_tokens *tokens;
     dlc_tokens_info info;
     const uint64_t *offsets;          /* The store's prefix sums. */
@@ -114,6 +119,9 @@ struct dlc_token_loader {
     uint64_t *src_first;         /* nsrc + 1. */
     dlc_store_reader **mreaders; /* nworkers x nsrc. */
 };
+
+/* Whether @p path is a URL that is streamed (loader/stream.c). */
+int dlc__stream_is_url(const char *path);
 
 /* Where document @p d starts: the store's prefix sums, or a set's through its shards. */
 static inline uint64_t tl_doc_start(const dlc_token_loader *l, uint64_t d)

@@ -6,6 +6,8 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -526,6 +528,28 @@ dlc_status dlc_token_loader_packing(const dlc_token_loader *l, uint64_t *rows, u
     return DLC_OK;
 }
 
+uint32_t dlc_token_loader_host_slots(const dlc_token_loader *l, void **bases, size_t *sizes,
+                                     uint32_t cap)
+{
+    if (!l || !l->slots)
+        return 0;
+    const size_t cells = (size_t)l->c.batch_size * l->c.seq_len;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < l->depth; i++) {
+        const tl_slot *s = &l->slots[i];
+        void *const b[4] = {s->input_ids, s->labels, s->position_ids, s->cu};
+        const size_t z[4] = {cells * l->esize, cells * l->esize, cells * l->esize,
+                             (cells + 1) * sizeof *s->cu};
+        for (int j = 0; j < 4; j++, n++) {
+            if (bases && sizes && n < cap) {
+                bases[n] = b[j];
+                sizes[n] = z[j];
+            }
+        }
+    }
+    return n;
+}
+
 uint64_t dlc_token_loader_len(const dlc_token_loader *l)
 {
     return l ? l->shard.batches : 0;
@@ -628,6 +652,110 @@ fail:
     return rc;
 }
 
+/* ---- A set opened by its URL ----------------------------------------------------------------- */
+
+/* The set at @p url through the streaming cache in c->cache_dir: its index fetched, the set
+ * opened lazily from it, then every part downloaded (c->downloads at a time, in the order of the
+ * parts), checked, pinned and attached, so that dlc_tokens_open() reads the set as a local one.
+ * The cache checks each part before publishing it (size, content digest, place in the set and
+ * every record's checksum), and processes sharing the folder download each part once. */
+static dlc_status open_streamed(dlc_token_loader *l, const char *url,
+                                const dlc_token_loader_config *c)
+{
+    dlc_status rc = DLC_OK;
+    FAIL_IF(!c->cache_dir || !*c->cache_dir, DLC_EINVAL,
+            "%s: streaming from object storage needs config.cache_dir, the local folder that "
+            "holds the set's parts",
+            url);
+    const dlc__scache_config sc = {
+        .dir = c->cache_dir,
+        .limit = c->cache_limit,
+        .url = url,
+        .net = c->net,
+        .downloads = c->downloads,
+    };
+    int refused = 0;
+    rc = dlc__scache_open(&sc, &l->cache);
+    if (rc == DLC_EINVAL && sc.limit) {
+        /* Below even the index and one part: the check below names what the parts need. */
+        dlc__errsave es;
+        dlc__err_save(&es);
+        dlc__scache_config uncapped = sc;
+        uncapped.limit = 0;
+        uncapped.plan_only = 1;
+        if (dlc__scache_open(&uncapped, &l->cache) != DLC_OK)
+            CHECK(dlc__err_restore(&es, rc));
+        refused = 1;
+        rc = DLC_OK;
+    }
+    CHECK(rc);
+    const dlc__set_index *x = dlc__scache_index(l->cache);
+    /* Every part is held at once: the documents' order spans them all. */
+    const uint64_t need = dlc__scache_needed(x, x->num_shards, 0);
+    FAIL_IF(refused || (c->cache_limit && c->cache_limit < need), DLC_EINVAL,
+            "%s: cache_limit %" PRIu64 " bytes is below the %" PRIu64
+            " bytes of the set's %u parts and index, which a token loader holds while it is open "
+            "(the order of the documents spans every part)",
+            url, c->cache_limit, need, x->num_shards);
+    CHECK(dlc__set_open_lazy(dlc__scache_set_dir(l->cache), &l->store));
+    uint32_t *order = malloc((x->num_shards ? x->num_shards : 1) * sizeof *order);
+    FAIL_IF(!order, -ENOMEM, "%s: out of memory", url);
+    for (uint32_t k = 0; k < x->num_shards; k++)
+        order[k] = k;
+    rc = dlc__scache_schedule(l->cache, order, x->num_shards);
+    free(order);
+    CHECK(rc);
+    for (uint32_t k = 0; k < x->num_shards; k++) {
+        const char *part = NULL;
+        CHECK(dlc__scache_acquire(l->cache, k, &part));
+        l->pinned = k + 1;
+        CHECK(dlc__set_attach(l->store, k, part));
+    }
+fail:
+    return rc;
+}
+
+/* Detach and unpin the parts, close the cache (its files stay for the next open). */
+static void close_streamed(dlc_token_loader *l)
+{
+    for (uint32_t k = 0; k < l->pinned; k++) {
+        dlc__set_detach(l->store, k);
+        dlc__scache_release(l->cache, k);
+    }
+    l->pinned = 0;
+    dlc__scache_close(l->cache);
+    l->cache = NULL;
+}
+
+static void add_stream_stats(const dlc_token_loader *l, dlc_loader_stream_stats *all)
+{
+    for (uint32_t k = 0; k < l->nsrc; k++)
+        add_stream_stats(l->src[k], all);
+    if (!l->cache)
+        return;
+    dlc__scache_stats st;
+    dlc__scache_stats_get(l->cache, &st);
+    all->stall_seconds += st.stall_s;
+    all->hits += st.hits;
+    all->misses += st.misses;
+    all->bytes_fetched += st.bytes_fetched;
+    all->requests += st.requests;
+    all->peak_cache_bytes =
+        st.peak_bytes > all->peak_cache_bytes ? st.peak_bytes : all->peak_cache_bytes;
+    all->evictions += st.evictions;
+    all->downloads += st.downloads;
+}
+
+dlc_status dlc_token_loader_stream_stats(const dlc_token_loader *l, dlc_loader_stream_stats *st)
+{
+    if (!l || !st)
+        return dlc__errorf(DLC_EINVAL, "dlc_token_loader_stream_stats: NULL argument");
+    dlc_loader_stream_stats all;
+    memset(&all, 0, sizeof all);
+    add_stream_stats(l, &all);
+    return dlc__result_give(st, &all, sizeof all, "dlc_loader_stream_stats");
+}
+
 void dlc_token_loader_close(dlc_token_loader *l)
 {
     if (!l)
@@ -660,6 +788,8 @@ void dlc_token_loader_close(dlc_token_loader *l)
     free(l->bf_items);
     dlc__sampler_free(&l->sampler);
     dlc_tokens_close(l->tokens);
+    if (l->cache)
+        close_streamed(l);
     dlc_store_close(l->store);
     if (l->locks_made) {
         pthread_mutex_destroy(&l->mu);
@@ -705,13 +835,27 @@ fail:
 }
 
 /* The options every token loader checks, named with @p path. */
+/* The caller's options over the defaults into @p out: its struct_size is this header's, or the
+ * size before the streaming fields (56 bytes), whose callers get the defaults for those. */
+static dlc_status take_config(const char *path, const dlc_token_loader_config *config,
+                              dlc_token_loader_config *out)
+{
+    static const uint32_t older[] = {offsetof(dlc_token_loader_config, cache_dir), 0};
+    _Static_assert(offsetof(dlc_token_loader_config, cache_dir) == 56,
+                   "the streaming fields follow the 1.x fields");
+    dlc_token_loader_config_init(out);
+    const dlc_status rc = dlc__options_take_as(out, sizeof *out, config, "dlc_token_loader_config",
+                                               "dlc_token_loader_config_init", older);
+    if (rc != DLC_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", dlc_errmsg());
+        return dlc__errorf(rc, "%s: token loader: %s", path, msg);
+    }
+    return DLC_OK;
+}
+
 static dlc_status check_config(const char *path, const dlc_token_loader_config *config)
 {
-    if (config->struct_size != sizeof *config)
-        return dlc__errorf(DLC_EINVAL,
-                           "%s: token loader: struct_size %u is not %zu: fill the options "
-                           "with dlc_token_loader_config_init()",
-                           path, config->struct_size, sizeof *config);
     const dlc_token_loader_config *c = config;
     if (c->batch_size == 0 || c->seq_len == 0 || c->world_size == 0 || c->rank >= c->world_size ||
         c->threads > 256 || (c->out_dtype != DLC_DTYPE_INT64 && c->out_dtype != DLC_DTYPE_INT32) ||
@@ -733,19 +877,26 @@ dlc_status dlc_token_loader_open(const char *path, const dlc_token_loader_config
     if (!path || !config || !out)
         return dlc__errorf(DLC_EINVAL, "dlc_token_loader_open: NULL argument");
     *out = NULL;
-    const dlc_token_loader_config *c = config;
-    if (check_config(path, c) != DLC_OK)
+    dlc_token_loader_config taken;
+    if (take_config(path, config, &taken) != DLC_OK || check_config(path, &taken) != DLC_OK)
         return DLC_EINVAL;
+    const dlc_token_loader_config *c = &taken;
     dlc_status rc = DLC_OK;
     dlc_token_loader *l = calloc(1, sizeof *l);
     FAIL_IF(!l, -ENOMEM, "%s: out of memory", path);
     l->c = *c;
+    /* Not retained: read at open only. */
+    l->c.cache_dir = NULL;
+    l->c.net = NULL;
     l->esize = c->out_dtype == DLC_DTYPE_INT64 ? 8 : 4;
     FAIL_IF(pthread_mutex_init(&l->mu, NULL) != 0, -ENOMEM, "%s: no lock", path);
     pthread_cond_init(&l->work, NULL);
     pthread_cond_init(&l->done, NULL);
     l->locks_made = 1;
-    CHECK(dlc_store_open(path, 0, &l->store));
+    if (dlc__stream_is_url(path))
+        CHECK(open_streamed(l, path, c));
+    else
+        CHECK(dlc_store_open(path, 0, &l->store));
     CHECK(dlc_tokens_open(l->store, &l->tokens));
     l->info = *dlc_tokens_get_info(l->tokens);
     l->offsets = dlc_tokens_offsets(l->tokens);
@@ -793,12 +944,17 @@ dlc_status dlc_token_loader_open_mix(const char *const *paths, const double *wei
                            "a result",
                            DLC__MIX_MAX_SOURCES);
     *out = NULL;
-    if (check_config("token mixture", config) != DLC_OK)
+    dlc_token_loader_config taken;
+    if (take_config("token mixture", config, &taken) != DLC_OK ||
+        check_config("token mixture", &taken) != DLC_OK)
         return DLC_EINVAL;
+    config = &taken;
     dlc_status rc = DLC_OK;
     dlc_token_loader *l = calloc(1, sizeof *l);
     FAIL_IF(!l, -ENOMEM, "token mixture: out of memory");
     l->c = *config;
+    l->c.cache_dir = NULL;
+    l->c.net = NULL;
     l->esize = config->out_dtype == DLC_DTYPE_INT64 ? 8 : 4;
     FAIL_IF(pthread_mutex_init(&l->mu, NULL) != 0, -ENOMEM, "token mixture: no lock");
     pthread_cond_init(&l->work, NULL);

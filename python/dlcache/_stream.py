@@ -167,6 +167,13 @@ def apply(cfg, path, keep, ctx, *, window_shards=4, streams=None, cache_dir=None
     cfg.cache_ranks = _uint(default_cache_ranks() if cache_ranks is None else cache_ranks,
                             "cache_ranks", 1, 1 << 16)
     cfg.downloads = _uint(downloads, "downloads", 1, 64)
+    cfg.net = net_options(keep, endpoint=endpoint, region=region, log=log, timeout=timeout,
+                          retries=retries)
+
+
+def net_options(keep, *, endpoint=None, region=None, log=None, timeout=None, retries=None):
+    """A pointer to the dlc_warm_options of a streamed path's downloads (endpoint, region,
+    timeout, retries, Ctrl-C, the log), kept alive in @p keep."""
     net = L.WarmOptions()
     lib.dlc_warm_options_init(ctypes.byref(net))
     for name, value in (("endpoint", endpoint), ("region", region)):
@@ -198,7 +205,7 @@ def apply(cfg, path, keep, ctx, *, window_shards=4, streams=None, cache_dir=None
         # user to change.
         net.log = NET_LOG_CB
     keep.append(net)
-    cfg.net = ctypes.pointer(net)
+    return ctypes.pointer(net)
 
 
 class _OpenedStore:

@@ -7,13 +7,15 @@
 """
 
 import ctypes
+import inspect
 import os
 
 import numpy as np
 
 from . import _lib
+from . import _stream
 from ._lib import lib
-from .errors import check
+from .errors import check, redact
 
 _P = ctypes.c_void_p
 _S = _lib.c_status
@@ -189,7 +191,10 @@ class TokenLoaderConfig(ctypes.Structure):
                 ("world_size", ctypes.c_uint32), ("threads", ctypes.c_uint32),
                 ("out_dtype", ctypes.c_uint32), ("packing", ctypes.c_uint32),
                 ("seed", ctypes.c_uint64), ("shuffle", ctypes.c_int), ("drop_last", ctypes.c_int),
-                ("document_mask", ctypes.c_int), ("pad_id", ctypes.c_int32)]
+                ("document_mask", ctypes.c_int), ("pad_id", ctypes.c_int32),
+                ("cache_dir", ctypes.c_char_p), ("cache_limit", ctypes.c_uint64),
+                ("downloads", ctypes.c_uint32), ("reserved", ctypes.c_uint32),
+                ("net", ctypes.c_void_p)]
 
 
 class TokenBatch(ctypes.Structure):
@@ -221,6 +226,10 @@ _lib._PROTOTYPES.update({
     "dlc_token_loader_mix_state": (_S, [_P, ctypes.c_char_p, ctypes.c_size_t,
                                         ctypes.POINTER(ctypes.c_size_t)]),
     "dlc_token_loader_mix_restore": (_S, [_P, ctypes.c_char_p, ctypes.c_size_t]),
+    "dlc_token_loader_stream_stats": (_S, [_P, _P]),
+    "dlc_token_loader_host_slots": (ctypes.c_uint32, [_P, ctypes.POINTER(ctypes.c_void_p),
+                                                      ctypes.POINTER(ctypes.c_size_t),
+                                                      ctypes.c_uint32]),
     "dlc_token_loader_packing": (_S, [_P, ctypes.POINTER(ctypes.c_uint64),
                                       ctypes.POINTER(ctypes.c_uint64),
                                       ctypes.POINTER(ctypes.c_int)]),
@@ -228,6 +237,7 @@ _lib._PROTOTYPES.update({
 
 _STATE_KEY = "dlcache_token_loader_state"
 _PACKINGS = {"concat": 0, "best_fit": 1}
+_END = 1  # DLC_END
 
 
 def _env_int(name, default):
@@ -255,54 +265,104 @@ class TokenLoader:
     DistributedSampler deals samples: every token but the tail is an input exactly once per
     epoch. ``state_dict()``/``load_state_dict()`` resume exactly, also under another world size.
     The tensors are the loader's own copies (the C slots are reused).
+
+    It fits where a torch DataLoader goes as the image Loader does: ``len()``, ``batch_size``,
+    ``drop_last``, ``dataset`` and ``sampler`` (``sampler.set_epoch(e)``), ``set_epoch()``,
+    ``epoch``, ``stats()``, ``close()`` and ``with``, and pickling (a copy re-opens from the
+    arguments given and continues from this one's state at its first use).
     """
+
+    # What frameworks read of a torch DataLoader, with torch's meaning (as dlcache.Loader).
+    batch_sampler = None  # the batches are made by the C loader
+    num_workers = 0  # no worker processes: the C loader's threads are ``threads``
+    collate_fn = None
+    worker_init_fn = None
+    persistent_workers = False
 
     def __init__(self, path, batch_size, *, seq_len=2048, seed=0, shuffle=True, drop_last=False,
                  document_mask=False, packing="concat", dtype=None, rank=None, world_size=None,
-                 threads=2, pad_id=0, weights=None, rows_per_epoch=None):
+                 threads=2, pad_id=0, weights=None, rows_per_epoch=None, device=None,
+                 cache_dir=None, cache_limit=None, downloads=2, endpoint=None, region=None,
+                 timeout=None, retries=None):
         import torch
+        given = {k: v for k, v in locals().items() if k not in ("self", "torch")}
         self._torch = torch
         self._h = _P()
+        self._gen = 0
+        # The arguments as given (those not at their default): what a pickled copy re-opens
+        # with. URLs lose their secrets (credentials come from the environment again).
+        from .loader import _without_secrets
+        self._args = _without_secrets(
+            {k: v for k, v in given.items()
+             if k in ("path", "batch_size") or not _is_default(k, v)})
         if packing not in _PACKINGS:
             raise ValueError("packing is one of %s, not %r" % (sorted(_PACKINGS), packing))
         if dtype is None:
             dtype = torch.int64
         if dtype not in (torch.int64, torch.int32):
             raise ValueError("dtype is torch.int64 or torch.int32, not %r" % (dtype,))
+        from . import _device
+        self._device = _device.parse_device(device)  # ValueError without a usable GPU
         cfg = TokenLoaderConfig()
         lib.dlc_token_loader_config_init_sized(ctypes.byref(cfg), ctypes.sizeof(cfg))
-        self.path = (" + ".join(map(os.fsdecode, path)) if isinstance(path, (list, tuple))
-                     else os.fsdecode(path))
+        self.path = redact(" + ".join(map(os.fsdecode, path)) if isinstance(path, (list, tuple))
+                           else os.fsdecode(path))
         self.batch_size, self.seq_len, self.seed = int(batch_size), int(seq_len), int(seed)
         self.rank = _env_int("RANK", 0) if rank is None else int(rank)
         self.world_size = _env_int("WORLD_SIZE", 1) if world_size is None else int(world_size)
         self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
         self.document_mask, self.packing, self.dtype = bool(document_mask), packing, dtype
+        self.threads = 2 if threads is None else int(threads)
         cfg.batch_size, cfg.seq_len, cfg.seed = self.batch_size, self.seq_len, self.seed
-        cfg.rank, cfg.world_size, cfg.threads = self.rank, self.world_size, int(threads)
+        cfg.rank, cfg.world_size, cfg.threads = self.rank, self.world_size, self.threads
         cfg.out_dtype = _lib.DTYPE_INT64 if dtype == torch.int64 else _lib.DTYPE_INT32
         cfg.packing = _PACKINGS[packing]
         cfg.shuffle, cfg.drop_last = int(self.shuffle), int(self.drop_last)
         cfg.document_mask = int(self.document_mask)
         cfg.pad_id = int(pad_id)
         self._mix = isinstance(path, (list, tuple))
+        # A set's URL (or a mixture with some) is read through the streaming cache: every part
+        # downloaded once per node into cache_dir, checked, and held while the loader is open.
+        keep = []
+        self._url = any(_stream.is_url(os.fsencode(p))
+                        for p in (path if self._mix else [path]))
+        if self._url:
+            if cache_dir is None:
+                raise ValueError(
+                    "dlcache TokenLoader(%s): a URL is read through a local cache of its parts: "
+                    "pass cache_dir= (a folder on this node's local disk, shared by its ranks "
+                    "and jobs) and cache_limit= (None = no limit)" % self.path)
+            keep.append(os.fsencode(cache_dir))
+            cfg.cache_dir = keep[-1]
+            cfg.cache_limit = 0 if cache_limit is None else _stream.parse_size(cache_limit)
+            cfg.downloads = int(downloads)
+            net = _stream.net_options(keep, endpoint=endpoint, region=region,
+                                      log=_stream.NET_LOG_CB, timeout=timeout, retries=retries)
+            cfg.net = ctypes.cast(net, ctypes.c_void_p)
+        elif cache_dir is not None or cache_limit is not None:
+            raise ValueError("cache_dir= and cache_limit= are for a URL (s3://, gs://, "
+                             "http(s)://), not %s" % self.path)
         if self._mix:
             paths = [os.fsencode(p) for p in path]
             if weights is None:
                 weights = [1.0] * len(paths)
             if len(weights) != len(paths):
                 raise ValueError("%d weights for %d token stores" % (len(weights), len(paths)))
-            self.path = " + ".join(os.fsdecode(p) for p in paths)
+            self.path = redact(" + ".join(os.fsdecode(p) for p in paths))
             arr = (ctypes.c_char_p * len(paths))(*paths)
             w = (ctypes.c_double * len(paths))(*[float(x) for x in weights])
-            check(lib.dlc_token_loader_open_mix(arr, w, len(paths), int(rows_per_epoch or 0),
-                                                ctypes.byref(cfg), ctypes.byref(self._h)),
-                  self.path)
+            with _stream.interruptible():
+                rc = lib.dlc_token_loader_open_mix(arr, w, len(paths), int(rows_per_epoch or 0),
+                                                   ctypes.byref(cfg), ctypes.byref(self._h))
+            check(rc, self.path)
         else:
             if weights is not None or rows_per_epoch is not None:
                 raise ValueError("weights= and rows_per_epoch= go with a list of token stores")
-            check(lib.dlc_token_loader_open(os.fsencode(path), ctypes.byref(cfg),
-                                            ctypes.byref(self._h)), self.path)
+            with _stream.interruptible():
+                rc = lib.dlc_token_loader_open(os.fsencode(path), ctypes.byref(cfg),
+                                               ctypes.byref(self._h))
+            check(rc, self.path)
+        del keep
         self.num_windows = lib.dlc_token_loader_num_windows(self._h)
         rows, pad, saved = ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_int()
         check(lib.dlc_token_loader_packing(self._h, ctypes.byref(rows), ctypes.byref(pad),
@@ -312,25 +372,127 @@ class TokenLoader:
         self.packing_info = {"rows": rows.value, "pad_tokens": pad.value,
                              "padding": pad.value / max(1, rows.value * self.seq_len),
                              "saved": bool(saved.value)}
+        self._feed = None
+        if self._device is not None:
+            self._feed = _TokenFeed(self._device, self._h)
         self._epoch = 0
-        self._resume = None  # (epoch, position) from load_state_dict()
-        self._finished = False
+        # Where the next iter() starts: "fresh" (at self._epoch's start, or at _resume), "used"
+        # (an iter() began this epoch: the next one starts the following epoch).
+        self._pos = "fresh"
+        self._resume = None  # (epoch, position, placed) from load_state_dict()
+        self._stats = {"batches": 0, "rows": 0, "tokens": 0, "wait_seconds": 0.0}
 
-    def _ptr(self):
+    # ------------------------------------------------------------ pickling
+    def __reduce__(self):
+        """A TokenLoader pickles (and copy.deepcopy()s) as its arguments and its state_dict(),
+        never its threads or memory: the copy opens at its first use and continues where this
+        one is."""
+        lazy = self.__dict__.get("_lazy")
+        if lazy is not None:
+            return (_restore, lazy)
         if not self._h:
-            raise RuntimeError("this dlcache TokenLoader is closed")
+            raise ValueError("a closed dlcache TokenLoader cannot be pickled: its position went "
+                             "with it (pickle it before close())")
+        return (_restore, (type(self), self._args, self.state_dict()))
+
+    def __getattr__(self, name):
+        # Only for what normal lookup did not find: an unpickled loader opens at its first use.
+        lazy = self.__dict__.get("_lazy")
+        if lazy is None or name.startswith("__"):
+            raise AttributeError("%r object has no attribute %r" % (type(self).__name__, name))
+        self._materialize()
+        return getattr(self, name)
+
+    def _materialize(self):
+        _, args, state = self.__dict__.pop("_lazy")
+        kw = dict(args)
+        self.__init__(kw.pop("path"), kw.pop("batch_size"), **kw)
+        self.load_state_dict(state)
+
+    # ------------------------------------------------------------ attributes
+    def _ptr(self):
+        if "_lazy" in self.__dict__:
+            self._materialize()
+        if not self.__dict__.get("_h"):
+            raise ValueError("this dlcache TokenLoader is closed")
         return self._h
 
     def __len__(self):
         """Batches of this rank in a whole epoch."""
-        w, b, n = self.world_size, self.batch_size, self.num_windows
-        per = n // w if self.drop_last else -(-n // w)
-        return per // b if self.drop_last else -(-per // b)
+        return -(-len(self.sampler) // self.batch_size) if not self.drop_last \
+            else len(self.sampler) // self.batch_size
 
-    def set_epoch(self, epoch):
-        self._epoch = int(epoch)
-        self._resume = None
-        self._finished = False
+    @property
+    def epoch(self):
+        """The epoch the last iter() started (or the next one starts)."""
+        return self._epoch
+
+    @property
+    def dataset(self):
+        """The rows of an epoch over all ranks: ``len()`` is the windows (concat), the best-fit
+        rows, or a mixture's rows_per_epoch (as ``len(DataLoader.dataset)``)."""
+        return _TokenDataset(self)
+
+    @property
+    def sampler(self):
+        """The epoch's order as frameworks drive it: ``set_epoch(e)`` is the loader's own;
+        ``len()`` is this rank's rows per epoch (DistributedSampler's num_samples)."""
+        return _TokenSampler(self)
+
+    @property
+    def pin_memory(self):
+        """True when batches go to a CUDA device (the slots are page-locked then)."""
+        return self._device is not None
+
+    @property
+    def device(self):
+        """The torch.device of the batches: cuda:N, or cpu."""
+        return self._device if self._device is not None else self._torch.device("cpu")
+
+    @property
+    def device_backend(self):
+        """"torch" (copies through torch's CUDA runtime) for CUDA batches, else None."""
+        return "torch" if self._feed is not None else None
+
+    def as_iterable_dataset(self):
+        """An IterableDataset of these batches, for code that insists on a DataLoader
+        (``DataLoader(loader.as_iterable_dataset(), batch_size=None)``, num_workers=0)."""
+        from .loader import _BatchDataset
+        return _BatchDataset(self)
+
+    def stats(self):
+        """Counters since open: batches, rows, tokens (input tokens handed out), wait_seconds
+        (time this process waited for a batch), device (the GPU index of CUDA batches, else
+        -1), device_bytes (bytes copied to the GPU) and device_backend (as the property)."""
+        out = dict(self._stats)
+        out["device"] = self._device.index if self._device is not None else -1
+        out["device_bytes"] = self._feed.bytes if self._feed is not None else 0
+        out["device_backend"] = self.device_backend
+        return out
+
+    def stream_stats(self):
+        """What streaming did since open (zeros for local stores): stall_s, hits, misses,
+        bytes_fetched, requests, peak_cache_bytes, evictions and downloads (parts this process
+        downloaded; 0 when the node's cache_dir held them already), as the Loader's."""
+        from .loader import _STREAM_STATS
+        st = _lib.LoaderStreamStats()
+        st.struct_size = ctypes.sizeof(st)
+        check(lib.dlc_token_loader_stream_stats(self._ptr(), ctypes.byref(st)), self.path)
+        return {key: getattr(st, field) for key, field in _STREAM_STATS}
+
+    def __repr__(self):
+        lazy = self.__dict__.get("_lazy")
+        if lazy is not None:
+            path = lazy[1]["path"]
+            return ("dlcache.TokenLoader(%r, batch_size=%d, opens at first use)"
+                    % (os.fsdecode(path) if not isinstance(path, (list, tuple)) else "[...]",
+                       lazy[1]["batch_size"]))
+        dev = ", device=%s" % self._device if self._device is not None else ""
+        return ("dlcache.TokenLoader(%r, batch_size=%d, seq_len=%d, packing=%r, rank=%d/%d, "
+                "epoch=%d, %d batches/epoch%s%s)"
+                % (self.path, self.batch_size, self.seq_len, self.packing, self.rank,
+                   self.world_size, self._epoch, len(self), dev,
+                   "" if self._h else ", closed"))
 
     def doc_order(self):
         """The documents in the order of the concatenation (numpy uint64), for checks."""
@@ -344,8 +506,24 @@ class TokenLoader:
             k += 1
         return np.array(out, dtype=np.uint64)
 
+    # ------------------------------------------------------------ epochs and batches
+    def set_epoch(self, epoch):
+        """Make the next iter() start epoch ``epoch`` from its beginning (DistributedSampler's
+        set_epoch()). After load_state_dict() of a mid-epoch state, set_epoch() with that same
+        epoch keeps the restored position (the usual resume loop calls it for every epoch)."""
+        epoch = int(epoch)
+        if epoch < 0:
+            raise ValueError("epoch must be >= 0, got %d" % epoch)
+        if self._resume is not None and self._resume[0] == epoch:
+            return
+        self._epoch = epoch
+        self._resume = None
+        self._pos = "fresh"
+
     def __iter__(self):
-        torch = self._torch
+        """This rank's batches of an epoch: the one set_epoch() or load_state_dict() chose, else
+        the epoch after the last iter()'s (finished or abandoned), else epoch 0. A new iter(),
+        load_state_dict() or close() makes the iterators before it stale."""
         h = self._ptr()
         placed = False
         if self._resume is not None:
@@ -353,47 +531,90 @@ class TokenLoader:
             self._resume = None
             self._epoch = epoch
         else:
-            if self._finished:
+            if self._pos == "used":
                 self._epoch += 1
             pos = 0
-        self._finished = False
+        self._sync()
         if not placed:
             check(lib.dlc_token_loader_seek(h, self._epoch, pos), self.path)
+        self._pos = "used"
+        self._gen += 1
+        return self._batches(self._gen)
+
+    def _sync(self):
+        """Wait for a device copy that may still read the lent slot (before the C loader takes
+        it back: next(), a seek, close)."""
+        if self._feed is not None:
+            self._feed.sync()
+
+    def _batches(self, gen):
+        import time
+        torch = self._torch
         b = TokenBatch()
         np_dtype = np.int64 if self.dtype == torch.int64 else np.int32
+        st = self._stats
         while True:
-            rc = lib.dlc_token_loader_next(h, ctypes.byref(b))
-            if rc == 1:  # DLC_END
-                self._finished = True
+            if gen != self._gen or not self._h:
+                raise (ValueError("this dlcache TokenLoader is closed") if not self._h else
+                       RuntimeError("this dlcache TokenLoader iterator is stale: iter(), "
+                                    "load_state_dict() or close() was called on the loader "
+                                    "since"))
+            self._sync()
+            t0 = time.perf_counter()
+            rc = lib.dlc_token_loader_next(self._h, ctypes.byref(b))  # GIL released
+            st["wait_seconds"] += time.perf_counter() - t0
+            if rc == _END:
                 return
             check(rc, self.path)
-            out = {}
-            # One copy of each lent array straight into its tensor (numpy views of the slots
-            # cost more per batch than the copy of a small batch).
-            nbytes = b.rows * b.seq_len * np.dtype(np_dtype).itemsize
-            for name in ("input_ids", "labels", "position_ids"):
-                t = torch.empty((b.rows, b.seq_len), dtype=self.dtype)
-                ctypes.memmove(t.data_ptr(), getattr(b, name), nbytes)
-                out[name] = t
+            n = b.rows * b.seq_len
+            st["batches"] += 1
+            st["rows"] += b.rows
+            st["tokens"] += n
+            if self._feed is not None:
+                out = self._feed.upload(b, self.document_mask, np_dtype)
+            else:
+                out = {}
+                # One copy of each lent array straight into its tensor (numpy views of the slots
+                # cost more per batch than the copy of a small batch).
+                nbytes = n * np.dtype(np_dtype).itemsize
+                for name in ("input_ids", "labels", "position_ids"):
+                    t = torch.empty((b.rows, b.seq_len), dtype=self.dtype)
+                    ctypes.memmove(t.data_ptr(), getattr(b, name), nbytes)
+                    out[name] = t
+                if self.document_mask:
+                    cu = torch.empty((b.num_cu,), dtype=torch.int32)
+                    ctypes.memmove(cu.data_ptr(), b.cu_seqlens, b.num_cu * 4)
+                    out["cu_seqlens"] = cu
             if self.document_mask:
-                cu = torch.empty((b.num_cu,), dtype=torch.int32)
-                ctypes.memmove(cu.data_ptr(), b.cu_seqlens, b.num_cu * 4)
-                out["cu_seqlens"] = cu
                 out["max_seqlen"] = int(b.max_seqlen)
             yield out
 
+    # ------------------------------------------------------------ state
     def state_dict(self):
-        """The stream's position (every batch yielded so far counts as consumed)."""
+        """The stream's position, to save with a checkpoint (torch.save-able): every batch
+        yielded so far counts as consumed."""
+        h = self._ptr()
+        if self._resume is None and self._pos == "fresh":
+            # set_epoch() or open: the C loader goes to that epoch's start now (the next iter()
+            # seeks there anyway), so that a mixture's state is the same position's.
+            self._sync()
+            self._gen += 1
+            check(lib.dlc_token_loader_seek(h, self._epoch, 0), self.path)
         ep = ctypes.c_uint64()
-        pos = lib.dlc_token_loader_position(self._ptr(), ctypes.byref(ep))
+        pos = lib.dlc_token_loader_position(h, ctypes.byref(ep))
+        finished = False
         if self._resume is not None:
             epoch, pos, _ = self._resume
+        elif self._pos == "fresh":
+            epoch = self._epoch
         else:
             epoch = ep.value
+            finished = pos >= self.num_windows
         out = {_STATE_KEY: 1, "epoch": int(epoch), "position": int(pos),
-                "seed": self.seed, "seq_len": self.seq_len, "packing": self.packing,
-                "shuffle": self.shuffle, "num_windows": int(self.num_windows),
-                "world_size": self.world_size, "batch_size": self.batch_size}
+               "epoch_finished": bool(finished),
+               "seed": self.seed, "seq_len": self.seq_len, "packing": self.packing,
+               "shuffle": self.shuffle, "num_windows": int(self.num_windows),
+               "world_size": self.world_size, "batch_size": self.batch_size}
         if self._mix:
             buf = ctypes.create_string_buffer(72 + 40 * 64 + 8)
             n = ctypes.c_size_t()
@@ -403,7 +624,8 @@ class TokenLoader:
         return out
 
     def load_state_dict(self, state):
-        """Continue from a state_dict(), also one saved under another world size."""
+        """Continue from a state_dict(), also one saved under another world size. A state
+        saved at the end of an epoch makes the next iter() start the following one."""
         if not isinstance(state, dict) or state.get(_STATE_KEY) != 1:
             raise ValueError("not a dlcache TokenLoader state_dict")
         if self._mix != ("mixture" in state):
@@ -415,18 +637,34 @@ class TokenLoader:
             if state[key] != getattr(self, key):
                 raise ValueError("state_dict was saved with %s=%r, this loader has %r"
                                  % (key, state[key], getattr(self, key)))
+        self._ptr()
+        self._sync()
+        self._gen += 1  # iterators made before are stale
         if self._mix:
             raw = bytes(state["mixture"])
             check(lib.dlc_token_loader_mix_restore(self._ptr(), raw, len(raw)), self.path)
-            self._resume = (int(state["epoch"]), int(state["position"]), True)
-        else:
-            self._resume = (int(state["epoch"]), int(state["position"]), False)
-        self._finished = False
+        if state.get("epoch_finished"):
+            self._epoch, self._resume, self._pos = int(state["epoch"]), None, "used"
+            return
+        self._resume = (int(state["epoch"]), int(state["position"]), self._mix)
+        self._epoch = int(state["epoch"])
+        self._pos = "fresh"
 
     def close(self):
+        """Stop the workers and free the slots; tensors handed out stay valid (they are the
+        caller's). Idempotent."""
+        if self.__dict__.pop("_lazy", None) is not None:
+            self._h, self._gen, self._feed = _P(), 0, None  # never opened
+            return
+        self._gen += 1
         if self._h:
-            lib.dlc_token_loader_close(self._h)
-            self._h = _P()
+            try:
+                self._sync()
+            finally:
+                if self._feed is not None:
+                    self._feed.release()
+                lib.dlc_token_loader_close(self._h)
+                self._h = _P()
 
     def __enter__(self):
         return self
@@ -439,3 +677,159 @@ class TokenLoader:
             self.close()
         except Exception:
             pass
+
+
+_TL_DEFAULTS = {k: p.default for k, p in inspect.signature(TokenLoader.__init__).parameters.items()
+                if p.default is not inspect.Parameter.empty}
+
+
+def _is_default(name, value):
+    d = _TL_DEFAULTS.get(name, inspect.Parameter.empty)
+    return value is d or (type(value) is type(d) and value == d)
+
+
+def _restore(cls, args, state):
+    """Unpickling: a TokenLoader (of class @p cls) that opens at its first use."""
+    ld = object.__new__(cls)
+    ld.__dict__["_lazy"] = (cls, args, state)
+    return ld
+
+
+class _TokenSampler:
+    """loader.sampler: the order as frameworks drive a DataLoader's sampler. Not a torch
+    Sampler: the order is drawn in C."""
+
+    def __init__(self, loader):
+        self._loader = loader
+
+    def set_epoch(self, epoch):
+        """The loader's set_epoch()."""
+        self._loader.set_epoch(epoch)
+
+    @property
+    def epoch(self):
+        return self._loader.epoch
+
+    @property
+    def shuffle(self):
+        return self._loader.shuffle
+
+    @property
+    def num_replicas(self):
+        return self._loader.world_size
+
+    @property
+    def rank(self):
+        return self._loader.rank
+
+    def __len__(self):
+        """This rank's rows per epoch: padded to a multiple of world_size, or cut with
+        drop_last."""
+        ld = self._loader
+        n, w = int(ld.num_windows), ld.world_size
+        return n // w if ld.drop_last else -(-n // w)
+
+    def __repr__(self):
+        return "dlcache.TokenLoader.sampler(epoch=%d, rank=%d/%d)" % (
+            self.epoch, self.rank, self.num_replicas)
+
+
+class _TokenDataset:
+    """loader.dataset: ``len()`` is the rows of an epoch over all ranks."""
+
+    def __init__(self, loader):
+        self._loader = loader
+
+    def __len__(self):
+        return int(self._loader.num_windows)
+
+    def __getitem__(self, index):
+        raise TypeError("the rows of packed sequences are not read by index: iterate the "
+                        "loader (dlcache.TokenStore(path).doc(i) reads document i)")
+
+    def __repr__(self):
+        return "dlcache.TokenLoader.dataset(%d rows)" % len(self)
+
+
+class _TokenFeed:
+    """CUDA batches of packed sequences through torch's CUDA runtime, as the image Loader's
+    torch backend makes them: the C loader's batch slots are page-locked once
+    (cudaHostRegister, released before the slots are freed), each output is copied with one
+    asynchronous copy on a side stream into a tensor allocated there and marked used by the
+    current stream (record_stream), the current stream waits for the copy's event, and the
+    loader waits for that event (sync()) before the C loader gets the slot back: the next batch,
+    a seek, close. The tensors are the caller's."""
+
+    def __init__(self, dev, h):
+        import torch
+        from . import _device
+        self._torch = torch
+        self.dev = dev
+        self.pins = _device._Pins(dev)
+        self.bytes = 0
+        with torch.cuda.device(dev):
+            self.side = torch.cuda.Stream(device=dev)
+        self._register(h)
+
+    def _register(self, h):
+        """Page-lock the slots (a refusal warns: those copies come from pageable memory)."""
+        import warnings
+        torch = self._torch
+        n = lib.dlc_token_loader_host_slots(h, None, None, 0)
+        bases = (ctypes.c_void_p * max(n, 1))()
+        sizes = (ctypes.c_size_t * max(n, 1))()
+        n = lib.dlc_token_loader_host_slots(h, bases, sizes, n)
+        try:
+            cudart = torch.cuda.cudart()
+        except (AttributeError, RuntimeError) as e:
+            warnings.warn("dlcache: torch.cuda.cudart() cannot page-lock memory here (%s); the "
+                          "token batches' copies to %s come from pageable memory, slower"
+                          % (e, self.dev), RuntimeWarning, stacklevel=4)
+            return
+        with torch.cuda.device(self.dev):
+            for k in range(n):
+                if not bases[k] or not sizes[k]:
+                    continue
+                rc = cudart.cudaHostRegister(bases[k], sizes[k], 0)
+                if int(rc) != 0:
+                    warnings.warn("dlcache: cudaHostRegister of a token batch slot (%d bytes) "
+                                  "failed (%s); its copies to %s come from pageable memory"
+                                  % (sizes[k], rc, self.dev), RuntimeWarning, stacklevel=4)
+                    continue
+                self.pins.regs.append(bases[k])
+
+    def sync(self):
+        self.pins.sync()
+
+    def release(self):
+        self.pins.release()
+
+    def _copy(self, ptr, code, shape, cur):
+        from . import _device
+        torch = self._torch
+        t = torch.empty(shape, dtype=_device._RAW_DTYPE[code], device=self.dev)
+        if t.numel() and ptr:
+            t.copy_(_device._host_view(ptr, code, shape, None), non_blocking=True)
+            self.bytes += t.numel() * t.element_size()
+        t.record_stream(cur)
+        return t
+
+    def upload(self, b, mask, np_dtype):
+        """The lent batch @p b as CUDA tensors, ordered before the current stream's later work."""
+        torch = self._torch
+        code = _lib.DTYPE_INT64 if np_dtype == np.int64 else _lib.DTYPE_INT32
+        shape = (int(b.rows), int(b.seq_len))
+        out = {}
+        with torch.cuda.device(self.dev):
+            cur = torch.cuda.current_stream(self.dev)
+            with torch.cuda.stream(self.side):
+                for name in ("input_ids", "labels", "position_ids"):
+                    out[name] = self._copy(getattr(b, name), code, shape, cur)
+                if mask:
+                    out["cu_seqlens"] = self._copy(b.cu_seqlens, _lib.DTYPE_INT32,
+                                                   (int(b.num_cu),), cur)
+                ev = torch.cuda.Event()
+                ev.record(self.side)
+            self.pins.event = ev
+            cur.wait_event(ev)
+        return out

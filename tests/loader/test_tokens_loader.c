@@ -119,3 +119,85 @@ Test(tokens_loader, options_are_checked)
     dlc_token_loader_close(l);
     free(path);
 }
+
+/* Every array of every lent batch lies inside a block dlc_token_loader_host_slots() names: what
+ * the Python device path page-locks covers what it copies. */
+static int inside(const void *p, size_t bytes, void **bases, const size_t *sizes, uint32_t n)
+{
+    for (uint32_t k = 0; k < n; k++) {
+        const uint8_t *b = bases[k];
+        if ((const uint8_t *)p >= b && (const uint8_t *)p + bytes <= b + sizes[k])
+            return 1;
+    }
+    return 0;
+}
+
+Test(tokens_loader, host_slots_hold_every_lent_batch)
+{
+    char *path = tmp_path(dir, "c.dlc");
+    write_corpus(path, 300);
+    cr_assert_eq(dlc_token_loader_host_slots(NULL, NULL, NULL, 0), 0);
+    for (uint32_t threads = 0; threads <= 2; threads += 2) {
+        dlc_token_loader_config c;
+        dlc_token_loader_config_init(&c);
+        c.batch_size = 4;
+        c.seq_len = 13;
+        c.threads = threads;
+        c.document_mask = 1;
+        c.out_dtype = DLC_DTYPE_INT32;
+        dlc_token_loader *l = NULL;
+        cr_assert_eq(dlc_token_loader_open(path, &c, &l), DLC_OK, "%s", dlc_errmsg());
+        const uint32_t n = dlc_token_loader_host_slots(l, NULL, NULL, 0);
+        cr_assert_eq(n, 4 * (threads ? threads + 2 : 1), "4 arrays per slot");
+        void *bases[16];
+        size_t sizes[16];
+        cr_assert_eq(dlc_token_loader_host_slots(l, bases, sizes, 2), n, "counts beyond cap");
+        cr_assert_eq(dlc_token_loader_host_slots(l, bases, sizes, n), n);
+        for (uint32_t k = 0; k < n; k++)
+            cr_assert(bases[k] && sizes[k] >= 4 * 13 * 4);
+        dlc_token_batch b;
+        uint64_t seen = 0;
+        while (dlc_token_loader_next(l, &b) == DLC_OK) {
+            const size_t bytes = (size_t)b.rows * b.seq_len * 4;
+            cr_assert(inside(b.input_ids, bytes, bases, sizes, n));
+            cr_assert(inside(b.labels, bytes, bases, sizes, n));
+            cr_assert(inside(b.position_ids, bytes, bases, sizes, n));
+            cr_assert(inside(b.cu_seqlens, b.num_cu * sizeof(int32_t), bases, sizes, n));
+            seen++;
+        }
+        cr_assert_eq(seen, dlc_token_loader_len(l));
+        dlc_token_loader_close(l);
+    }
+    free(path);
+}
+
+/* The options grow by the rule of status.h: a caller built before the streaming fields (56
+ * bytes) opens with their defaults; a size no header had is refused, naming the struct. A URL
+ * without cache_dir is refused before anything is fetched. */
+Test(tokens_loader, options_grow_at_the_end)
+{
+    char *path = tmp_path(dir, "c.dlc");
+    write_corpus(path, 50);
+    dlc_token_loader_config c;
+    dlc_token_loader_config_init(&c);
+    c.batch_size = 2;
+    c.seq_len = 8;
+    c.cache_dir = "/nonexistent/never/read"; /* Beyond an old caller's size: never read. */
+    c.struct_size = 56;
+    dlc_token_loader *l = NULL;
+    cr_assert_eq(dlc_token_loader_open(path, &c, &l), DLC_OK, "%s", dlc_errmsg());
+    dlc_loader_stream_stats st;
+    st.struct_size = sizeof st;
+    cr_assert_eq(dlc_token_loader_stream_stats(l, &st), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(st.downloads + st.requests + st.bytes_fetched, 0, "a local store streams nothing");
+    dlc_token_loader_close(l);
+    c.struct_size = 60;
+    cr_assert_eq(dlc_token_loader_open(path, &c, &l), DLC_EINVAL);
+    cr_assert(strstr(dlc_errmsg(), "dlc_token_loader_config"), "%s", dlc_errmsg());
+    dlc_token_loader_config_init(&c);
+    c.batch_size = 2;
+    c.seq_len = 8;
+    cr_assert_eq(dlc_token_loader_open("s3://bucket/set", &c, &l), DLC_EINVAL);
+    cr_assert(strstr(dlc_errmsg(), "cache_dir"), "%s", dlc_errmsg());
+    free(path);
+}

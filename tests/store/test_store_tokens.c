@@ -3,11 +3,13 @@
  * (a damaged block, offsets of the wrong size or end) and per document; dlc_writer_put_meta()'s
  * refusals. Real LMDB files in a temporary directory. */
 #include "store_internal.h"
+#include "store_set.h"
 #include "store_test_util.h"
 
 #include <dlcache/tokens.h>
 #include <dlcache/writer.h>
 
+#include <sys/stat.h>
 #include <xxhash.h>
 
 static char *dir;
@@ -235,4 +237,84 @@ Test(store_tokens, put_meta_refuses_own_and_bad_keys)
     cr_assert_eq(dlc_writer_put_meta(w, "mine", "yz", 2), DLC_OK, "the last value wins");
     dlc_writer_abort(w);
     free(path);
+}
+
+/* A set of 3 token parts opened lazily (as streaming opens it, from the index alone): refused
+ * while a part is not attached, naming it; with every part attached, the same documents, tokens,
+ * positions and bytes as the set opened whole. */
+Test(store_tokens, lazy_set_reads_once_every_part_is_attached)
+{
+    char *set = tmp_path(dir, "set");
+    cr_assert_eq(mkdir(set, 0755), 0);
+    const uint32_t parts = 3;
+    for (uint32_t k = 0; k < parts; k++) {
+        char name[DLC__SET_NAME_SIZE];
+        dlc__set_part_name(name, k, parts);
+        char *path = dlc__set_path(set, "/", name);
+        dlc_token_writer_config c;
+        dlc_token_writer_config_init(&c);
+        c.vocab_size = 500;
+        c.force = 1;
+        c.part = k;
+        c.parts = parts;
+        c.set_id = 77;
+        c.first_item = 40 * k;
+        c.end_item = 40 * (k + 1);
+        dlc_token_writer *w = NULL;
+        cr_assert_eq(dlc_token_writer_open(path, &c, &w), DLC_OK, "%s", dlc_errmsg());
+        uint32_t ids[9];
+        for (uint32_t d = 40 * k; d < 40 * (k + 1); d++) {
+            const uint32_t n = 1 + d % 9;
+            for (uint32_t j = 0; j < n; j++)
+                ids[j] = 1 + (d * 13 + j) % 498;
+            cr_assert_eq(dlc_token_writer_add(w, ids, n), DLC_OK, "%s", dlc_errmsg());
+        }
+        cr_assert_eq(dlc_token_writer_finish(w), DLC_OK, "%s", dlc_errmsg());
+        free(path);
+    }
+    cr_assert_eq(dlc__set_join(set, NULL), DLC_OK, "%s", dlc_errmsg());
+    dlc_store *whole = NULL, *lazy = NULL;
+    cr_assert_eq(dlc_store_open(set, 0, &whole), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(dlc__set_open_lazy(set, &lazy), DLC_OK, "%s", dlc_errmsg());
+    dlc_tokens *tw = NULL, *tl = NULL;
+    cr_assert_eq(dlc_tokens_open(whole, &tw), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(dlc__set_attach(lazy, 0, dlc_store_file_path(whole, 0)), DLC_OK, "%s",
+                 dlc_errmsg());
+    cr_assert_eq(dlc_tokens_open(lazy, &tl), DLC_ENOSYS);
+    cr_assert(strstr(dlc_errmsg(), "part-00001-of-00003.dlc is not"), "%s", dlc_errmsg());
+    for (uint32_t k = 1; k < parts; k++)
+        cr_assert_eq(dlc__set_attach(lazy, k, dlc_store_file_path(whole, k)), DLC_OK, "%s",
+                     dlc_errmsg());
+    cr_assert_eq(dlc_tokens_open(lazy, &tl), DLC_OK, "%s", dlc_errmsg());
+    const dlc_tokens_info *a = dlc_tokens_get_info(tw), *b = dlc_tokens_get_info(tl);
+    cr_assert_eq(a->num_docs, 120);
+    cr_assert_eq(b->num_docs, a->num_docs);
+    cr_assert_eq(b->num_tokens, a->num_tokens);
+    cr_assert_eq(b->offsets_digest, a->offsets_digest);
+    cr_assert_eq(b->max_doc_tokens, a->max_doc_tokens);
+    dlc_store_reader *rw = NULL, *rl = NULL;
+    cr_assert_eq(dlc_store_reader_open(whole, &rw), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(dlc_store_reader_open(lazy, &rl), DLC_OK, "%s", dlc_errmsg());
+    for (uint64_t d = 0; d <= a->num_docs; d++)
+        cr_assert_eq(dlc_tokens_doc_start(tl, d), dlc_tokens_doc_start(tw, d));
+    for (uint64_t p = 0; p < a->num_tokens; p += 7)
+        cr_assert_eq(dlc_tokens_find(tl, p), dlc_tokens_find(tw, p));
+    for (uint64_t d = 0; d < a->num_docs; d++) {
+        const void *x, *y;
+        uint64_t nx, ny;
+        cr_assert_eq(dlc_tokens_doc(tw, rw, d, &x, &nx), DLC_OK, "%s", dlc_errmsg());
+        cr_assert_eq(dlc_tokens_doc(tl, rl, d, &y, &ny), DLC_OK, "%s", dlc_errmsg());
+        cr_assert_eq(nx, ny);
+        cr_assert_eq(memcmp(x, y, nx * 2), 0, "document %lu", (unsigned long)d);
+    }
+    cr_assert_eq(dlc_tokens_verify(tl, lazy), DLC_OK, "%s", dlc_errmsg());
+    dlc_store_reader_close(rl);
+    dlc_store_reader_close(rw);
+    dlc_tokens_close(tl);
+    dlc_tokens_close(tw);
+    for (uint32_t k = 0; k < parts; k++)
+        dlc__set_detach(lazy, k);
+    dlc_store_close(lazy);
+    dlc_store_close(whole);
+    free(set);
 }
