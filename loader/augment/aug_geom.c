@@ -38,8 +38,7 @@
 #define AVX2_INLINE __attribute__((target("avx2"), always_inline)) static inline
 #endif
 
-/* Destination pixels per block: their coordinates or offsets live on the stack. A multiple of 8
- * (the vector loops write whole vectors). */
+/* Destination pixels per block of the scalar nearest path: their offsets live on the stack. */
 #define BLOCK 64u
 /* Beyond this magnitude a coordinate is far outside any image (and floor/round are exact below
  * it): it takes the fill. */

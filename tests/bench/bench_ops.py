@@ -12,7 +12,8 @@ the ratio torchvision / dlcache.
 
 --accuracy N instead runs every op N times on random images (3 to 79 pixels a side, 1 or 3
 channels, a quarter of them low-range) with random parameters against torchvision and prints,
-per op, the largest absolute difference and the share of identical values and pixels.
+per op, the largest absolute difference and the share of identical values and pixels
+(rotate:bilinear and affine:bilinear: with interpolation="bilinear", fill None or given).
 """
 
 import argparse
@@ -75,10 +76,13 @@ def accuracy(n):
     rng = np.random.default_rng(2026)
     names = ["adjust_brightness", "adjust_contrast", "adjust_saturation", "adjust_hue",
              "adjust_sharpness", "posterize", "solarize", "autocontrast", "equalize", "invert",
-             "rgb_to_grayscale", "gaussian_blur", "rotate", "affine"]
+             "rgb_to_grayscale", "gaussian_blur", "rotate", "affine", "rotate:bilinear",
+             "affine:bilinear"]
     print("%-18s %9s %17s %17s %10s" % ("op", "max|diff|", "identical values", "identical pixels",
                                          "values"))
-    for op in names:
+    from torchvision.transforms import InterpolationMode
+    for name in names:
+        op, _, interp = name.partition(":")
         worst = same_v = all_v = same_p = all_p = 0
         for i in range(n):
             h, w = (int(v) for v in rng.integers(3, 80, 2))
@@ -87,9 +91,13 @@ def accuracy(n):
             if i % 4 == 0:
                 img = (img // int(rng.integers(1, 64))).astype(np.uint8)
             kw = _random_params(rng, op, h, w, c)
-            a = ops.apply(img, op, **kw)
+            if interp:
+                kw = dict(kw, fill=None if i % 2 else kw["fill"])
+            a = ops.apply(img, op, **kw, **({"interpolation": interp} if interp else {}))
             a = a if a.ndim == 3 else a[:, :, None]
             t = torch.from_numpy(np.ascontiguousarray(img.transpose(2, 0, 1)))
+            if interp:
+                kw = dict(kw, interpolation=InterpolationMode(interp))
             b = getattr(F, op)(t, **kw).numpy().transpose(1, 2, 0)
             d = np.abs(a.astype(np.int16) - b.astype(np.int16))
             worst = max(worst, int(d.max()))
@@ -97,7 +105,7 @@ def accuracy(n):
             all_v += d.size
             same_p += int((d == 0).all(axis=2).sum())
             all_p += d.shape[0] * d.shape[1]
-        print("%-18s %9d %16.4f%% %16.4f%% %10d" % (op, worst, 100.0 * same_v / all_v,
+        print("%-18s %9d %16.4f%% %16.4f%% %10d" % (name, worst, 100.0 * same_v / all_v,
                                                     100.0 * same_p / all_p, all_v))
 
 
