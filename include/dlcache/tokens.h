@@ -301,16 +301,17 @@ DLC_API dlc_status dlc_tokens_build(const dlc_tokens_build_options *o,
 
 /** How documents become rows of seq_len tokens (::dlc_token_loader_config.packing). */
 typedef enum dlc_token_packing {
-    /** One concatenation of the documents in a seeded order, cut into windows of seq_len + 1
-     *  tokens that overlap by one; the windows are permuted per epoch. Every token but the tail
-     *  (fewer than seq_len + 1 tokens after the last whole window) is an input exactly once per
-     *  epoch. */
+    /** One concatenation of the documents in a seeded order (blocks of 64 consecutive
+     *  documents in a seeded order, a seeded order inside each: docs/TOKENS.md), cut into
+     *  windows of seq_len + 1 tokens that overlap by one; the windows are permuted per epoch.
+     *  Every token but the tail (fewer than seq_len + 1 tokens after the last whole window) is
+     *  an input exactly once per epoch. */
     DLC_TOKEN_PACK_CONCAT = 0,
-    /** Documents placed whole into rows of seq_len tokens by best-fit decreasing (ties in the
-     *  seeded order of the documents), those longer than seq_len cut into pieces of seq_len and a
-     *  remainder; the rest of a row is pad_id with label DLC_TOKEN_IGNORE, and a piece's last
-     *  token has label DLC_TOKEN_IGNORE too (its target is not in the row). The plan is a pure
-     *  function of the store, seq_len and seed, made once and kept beside the store
+    /** Documents placed whole into rows of seq_len tokens by best-fit decreasing (ties in a
+     *  seeded permutation of the document numbers), those longer than seq_len cut into pieces
+     *  of seq_len and a remainder; the rest of a row is pad_id with label DLC_TOKEN_IGNORE, and
+     *  a piece's last token has label DLC_TOKEN_IGNORE too (its target is not in the row). The
+     *  plan is a pure function of the store, seq_len and seed, made once and kept beside the store
      *  (STORE.bestfit-SEQ_LEN-SEED, checked by digest at each open; in memory only where the
      *  directory cannot be written); the rows are permuted per epoch like windows. */
     DLC_TOKEN_PACK_BEST_FIT = 1,
@@ -395,8 +396,8 @@ typedef struct dlc_token_loader dlc_token_loader;
 
 /**
  * @brief Open a token store for packed sequences, positioned at the start of epoch 0. Nothing
- *        is computed per document here; with shuffle, the prefix sums of the documents in the
- *        seeded order (8 bytes per document) are made at the first batch.
+ *        is computed per document here; with shuffle, the prefix sums of the blocks of 64
+ *        documents in their seeded order (8 bytes per block) are made at the first batch.
  *
  *        A URL (s3://, gs://, http(s)://) names a set of token stores that dlc_warm_push()
  *        uploaded: it is read through the streaming cache in config.cache_dir (the set's index is
@@ -550,7 +551,7 @@ DLC_API dlc_status dlc_token_loader_mix_restore(dlc_token_loader *l, const uint8
                                                 size_t len);
 
 /** @brief The document at place @p k of the seeded order of the concatenation (a bijection of
- *         0..num_docs-1; the identity without shuffle), for tests and tools.
+ *         0..num_docs-1; the identity without shuffle), for tests and tools; up to 64 steps.
  *  @param[in] l The loader.
  *  @param[in] k 0..num_docs-1.
  *  @return The document; UINT64_MAX when @p k is out of range or @p l is NULL. */
