@@ -16,6 +16,7 @@ from . import _lib
 from . import _stream
 from ._lib import lib
 from .errors import check, redact
+from .store import _uint
 
 _P = ctypes.c_void_p
 _S = _lib.c_status
@@ -335,7 +336,7 @@ class TokenLoader:
             keep.append(os.fsencode(cache_dir))
             cfg.cache_dir = keep[-1]
             cfg.cache_limit = 0 if cache_limit is None else _stream.parse_size(cache_limit)
-            cfg.downloads = int(downloads)
+            cfg.downloads = _uint(downloads, "downloads", 1, 64)
             net = _stream.net_options(keep, endpoint=endpoint, region=region,
                                       log=_stream.NET_LOG_CB, timeout=timeout, retries=retries)
             cfg.net = ctypes.cast(net, ctypes.c_void_p)
