@@ -471,7 +471,7 @@ dlc_status dlc_value_verify(const dlc_store *s, uint64_t index, uint32_t field, 
     char where[PATH_MAX + 160];
     dlc__record_where(s, v->file, index, where, sizeof where);
     return dlc__errorf(DLC_ECORRUPT,
-                       "%s: field %s: checksum mismatch (stored %016" PRIx64
+                       "%s: field \"%s\": checksum mismatch (stored %016" PRIx64
                        ", computed %016" PRIx64 ")",
                        where, s->fields[field].name, v->xxh3, h);
 }

@@ -75,6 +75,8 @@ Test(warm_redact, keeps_ordinary_words)
         /* Our messages name a field in quotes: a field may be called "tokens". */
         "/tmp/k.dlc: record 9: field \"tokens\": leading dimension disagrees with the schema",
         "/tmp/r.dlc: field 8 \"tokens\": 1 bytes; 0 rows of 4 bytes (uint16) are 0",
+        "/tmp/t.dlc: record 3: field \"tokens\": checksum mismatch (stored 0123456789abcdef, "
+        "computed fedcba9876543210)",
         /* A content digest is a hash of what was checked, not a credential. */
         ("/tmp/set/index.dlcset: shard 3: content digest 0123456789abcdef, the index says "
          "fedcba9876543210"),
