@@ -4,14 +4,15 @@
  * the same order (a product, then a sum: no fused multiply-add, the part is built with
  * -ffp-contract=off and these functions do not enable FMA), clamps with max/min as the scalar
  * selects do, and truncates with cvttps as the casts do, so every byte is the scalar code's
- * (tests/augment/test_aug_ops.c compares the two on all byte values). Each works on the bulk of a
- * row and returns how much it did; the scalar code does the rest of the row. */
+ * (tests/augment/test_aug_color.c compares the two on random images and a grid of the color
+ * cube). Sharpness alone computes another expression: the integer quotient that its float
+ * rounding always equals. Each works on the bulk of a row and returns how much it did; the
+ * scalar code does the rest of the row. */
 #include "aug_ops.h"
 
 #if DLC__AUG_X86
 
 #include <immintrin.h>
-#include <string.h>
 
 #define AVX2 __attribute__((target("avx2")))
 
