@@ -504,7 +504,10 @@ Test(store_open, hostile_samples_pages_of_a_version2_store_are_found_by_verify)
         const uint16_t flags = (uint16_t)(p[10] | p[11] << 8);
         if (flags != 1 && flags != 2)
             continue;
+        const uint16_t lower = (uint16_t)(p[12] | p[13] << 8);
         const uint16_t node = (uint16_t)(p[16] | p[17] << 8);
+        if (lower < 18 || node < 18 || node > 4096 - 8)
+            continue; /* No node to damage (an empty page's first offset is free space). */
         int samples_page = 0;
         for (int m = 0; m < 6; m++) {
             uint8_t *mut = malloc(size);
