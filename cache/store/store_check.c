@@ -330,6 +330,7 @@ dlc_status dlc__lmdb_check_trees(const char *path, const uint8_t *map, uint64_t 
         samples_db->max_value = w.max_value;
     } else {
         CHECK(check_db_record(&w, DLC__DB_SAMPLES, samples_db));
+        samples_db->max_value = 0; /* Unknown: no leaf was read. */
     }
 
 fail:
