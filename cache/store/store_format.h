@@ -415,7 +415,11 @@ dlc_status dlc__lmdb_read_layout(const char *path, int fd, uint64_t file_size,
  * are not read (that would cost one page per record); the values' extents
  * are checked against the file size instead. Fills @p meta_db and
  * @p samples_db, and the file extents of up to @p meta_cap pairs of "meta"
- * (more is DLC_ECORRUPT); DLC_EVERSION when either database is missing. */
+ * (more is DLC_ECORRUPT); DLC_EVERSION when either database is missing.
+ * Without @p walk_samples the pages of "samples" are not walked, only its
+ * record checked (root page inside the file, depth, a count): for a store
+ * whose reads never go through LMDB, until something walks that tree
+ * (dlc_store_verify() then calls this with @p walk_samples). */
 /* Where one key/value pair of the "meta" database lies in the file. */
 typedef struct dlc__lmdb_entry {
     uint64_t key_off;
@@ -427,6 +431,6 @@ typedef struct dlc__lmdb_entry {
 dlc_status dlc__lmdb_check_trees(const char *path, const uint8_t *map, uint64_t file_size,
                                  const dlc__lmdb_layout *layout, dlc__lmdb_db *meta_db,
                                  dlc__lmdb_db *samples_db, dlc__lmdb_entry *meta_entries,
-                                 size_t meta_cap, size_t *num_meta);
+                                 size_t meta_cap, size_t *num_meta, int walk_samples);
 
 #endif /* DLCACHE_STORE_FORMAT_H */

@@ -358,6 +358,19 @@ fail:
     return rc;
 }
 
+/* The format version in the "format" value that the page walk found, 0 when there is none to read
+ * (load_info() then names what is wrong). */
+static uint32_t walked_version(const uint8_t *own_map, const dlc__lmdb_entry *entries, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const dlc__lmdb_entry *e = &entries[i];
+        if (e->key_len == strlen(DLC__META_FORMAT) &&
+            memcmp(own_map + e->key_off, DLC__META_FORMAT, e->key_len) == 0)
+            return e->val_len >= 12 ? dlc__ld32(own_map + e->val_off + 8) : 0;
+    }
+    return 0;
+}
+
 dlc_status dlc__store_open_file(const char *path, uint32_t flags, dlc_store **out)
 {
     dlc_status rc = DLC_OK;
@@ -392,7 +405,14 @@ dlc_status dlc__store_open_file(const char *path, uint32_t flags, dlc_store **ou
     FAIL_IF(!s->meta || !entries, -ENOMEM, "%s: out of memory", path);
     dlc__lmdb_db meta_db, samples_db;
     CHECK(dlc__lmdb_check_trees(path, own_map, s->file_size, &layout, &meta_db, &samples_db,
-                                entries, MAX_META_KEYS, &s->num_meta));
+                                entries, MAX_META_KEYS, &s->num_meta, 0));
+    /* A version 2 store is read through its offset table (checked per record as it is read), never
+     * through LMDB's samples tree: walking that tree here would read every leaf page, the whole
+     * file for a store of small records. dlc_store_verify() walks it before its cursor does.
+     * Every other version is read through LMDB (or refused below): its tree is walked now. */
+    if (walked_version(own_map, entries, s->num_meta) != 2)
+        CHECK(dlc__lmdb_check_trees(path, own_map, s->file_size, &layout, &meta_db, &samples_db,
+                                    entries, MAX_META_KEYS, &s->num_meta, 1));
     CHECK(env_open(s, path, flags, &layout, &st));
 
     mrc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);

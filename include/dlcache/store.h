@@ -432,7 +432,9 @@ typedef int (*dlc_verify_fn)(void *user, const dlc_verify_progress *p);
 
 /**
  * @brief Re-hash every field of every record and check headers, the record count, the label
- *        counts, the offset table and the content digest against the metadata. A set: its
+ *        counts, the offset table and the content digest against the metadata. LMDB's tree of
+ *        the records is walked with bounds checks first (a version 2 store's: dlc_store_open()
+ *        checks only its root, as reads go through the offset table). A set: its
  *        index is read again and compared with the one opened, and every shard is verified,
  *        in parallel on up to one thread per core (never more threads than shards).
  * @param[in] s The store.

@@ -5,6 +5,8 @@
  * dlc-test-label: threads */
 #include "store_test_util.h"
 
+#include <dlcache/tokens.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <lmdb.h>
@@ -462,6 +464,110 @@ Test(store_open, hostile_lmdb_pages_never_crash)
     }
     for (int m = 0; m < 6; m++)
         cr_assert(detected[m] > 0, "mutation %d never detected", m);
+    free(orig);
+    free(path);
+    free(copy);
+}
+
+/* A version 2 store is read through its offset table, never through LMDB's samples tree, so open
+ * checks that tree's record but not its pages (it would read every leaf page: the whole file of a
+ * store of short documents); dlc_store_verify() walks them before its cursor does. The same
+ * mutations as above, on every branch and leaf page of a token store of 3000 short documents (a
+ * samples tree of two levels): whatever opens reads every record and verifies without crashing,
+ * damage to the samples tree is found by verify, and damage to the other trees still at open. */
+Test(store_open, hostile_samples_pages_of_a_version2_store_are_found_by_verify)
+{
+    char *path = tmp_path(dir, "t.dlc");
+    char *copy = tmp_path(dir, "t2.dlc");
+    dlc_token_writer_config c;
+    dlc_token_writer_config_init(&c);
+    c.vocab_size = 1000;
+    c.eos_id = 0;
+    dlc_token_writer *tw = NULL;
+    cr_assert_eq(dlc_token_writer_open(path, &c, &tw), DLC_OK, "%s", dlc_errmsg());
+    for (uint32_t d = 0; d < 3000; d++) {
+        const uint32_t ids[3] = {d % 997 + 1, d % 13 + 1, 0};
+        cr_assert_eq(dlc_token_writer_add(tw, ids, 1 + d % 3), DLC_OK, "%s", dlc_errmsg());
+    }
+    cr_assert_eq(dlc_token_writer_finish(tw), DLC_OK, "%s", dlc_errmsg());
+
+    const uint64_t size = file_size(path);
+    const uint64_t pages = size / 4096;
+    uint8_t *orig = malloc(size);
+    FILE *f = fopen(path, "rb");
+    cr_assert_eq(fread(orig, 1, size, f), size);
+    fclose(f);
+
+    int at_open = 0, at_verify = 0, samples_pages = 0;
+    for (uint64_t pg = 2; pg < pages; pg++) {
+        uint8_t *p = orig + pg * 4096;
+        const uint16_t flags = (uint16_t)(p[10] | p[11] << 8);
+        if (flags != 1 && flags != 2)
+            continue;
+        const uint16_t lower = (uint16_t)(p[12] | p[13] << 8);
+        const uint16_t node = (uint16_t)(p[16] | p[17] << 8);
+        if (lower < 18 || node < 18 || node > 4096 - 8)
+            continue; /* No node to damage (an empty page's first offset is free space). */
+        int samples_page = 0;
+        for (int m = 0; m < 6; m++) {
+            uint8_t *mut = malloc(size);
+            memcpy(mut, orig, size);
+            uint8_t *q = mut + pg * 4096;
+            switch (m) {
+            case 0:
+                q[12] = 0xfe;
+                q[13] = 0xff;
+                break; /* lower */
+            case 1:
+                q[16] = 0xfc;
+                q[17] = 0x0f;
+                break; /* node at page end */
+            case 2:
+                q[node + 6] = 0xff;
+                q[node + 7] = 0xff;
+                break; /* key size */
+            case 3:
+                q[node + 0] = 0xff;
+                q[node + 2] = 0xff;
+                q[node + 3] = 0x7f;
+                break;
+            case 4:
+                q[0] ^= 0x01;
+                break; /* page number */
+            case 5:
+                q[node + 4] = 0x04;
+                break; /* node flags */
+            }
+            write_bytes(copy, mut, size);
+            free(mut);
+            dlc_store *s = NULL;
+            dlc_status rc = dlc_store_open(copy, 0, &s);
+            cr_assert(rc == DLC_OK || rc == DLC_ECORRUPT || rc == DLC_EVERSION,
+                      "page %llu mutation %d: %d %s", (unsigned long long)pg, m, rc, dlc_errmsg());
+            if (rc != DLC_OK) {
+                cr_assert(strstr(dlc_errmsg(), copy), "%s", dlc_errmsg());
+                cr_assert(!strstr(dlc_errmsg(), "samples database"), "%s", dlc_errmsg());
+                at_open++;
+                continue;
+            }
+            dlc_store_reader *r = NULL;
+            cr_assert_eq(dlc_store_reader_open(s, &r), DLC_OK);
+            for (uint64_t i = 0; i < dlc_store_get_info(s)->count; i++) {
+                dlc_value v[DLC_MAX_FIELDS];
+                (void)dlc_store_read_values(r, i, v);
+            }
+            dlc_store_reader_close(r);
+            rc = dlc_store_verify(s, NULL, NULL, NULL);
+            if (rc != DLC_OK && strstr(dlc_errmsg(), "samples database")) {
+                at_verify++;
+                samples_page = 1;
+            }
+            dlc_store_close(s);
+        }
+        samples_pages += samples_page;
+    }
+    cr_assert(samples_pages > 1, "a samples tree of %d pages", samples_pages);
+    cr_assert(at_verify > 0 && at_open > 0, "%d found at open, %d by verify", at_open, at_verify);
     free(orig);
     free(path);
     free(copy);
