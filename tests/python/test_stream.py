@@ -733,6 +733,10 @@ print("restored", signal.getsignal(signal.SIGINT) is signal.default_int_handler,
 # closes the Loader, which ends the other thread's wait.
 _THREAD_CHILD = _OPEN + r"""
 ended = []
+# The thread's end is told by an Event, not by Thread.join()/is_alive(): a join that Ctrl-C
+# interrupts can leave CPython's thread state saying "stopped" while the thread still runs
+# (join() then returns at once and is_alive() is False before `ended` is written).
+done = threading.Event()
 
 
 def run():
@@ -741,22 +745,23 @@ def run():
         ended.append("batch")
     except Exception as e:
         ended.append(type(e).__name__)
+    finally:
+        done.set()
 
 
-th = threading.Thread(target=run)
+th = threading.Thread(target=run, daemon=True)
 th.start()
 print("waiting", flush=True)
 try:
-    while th.is_alive():
-        th.join(0.5)
+    while not done.wait(0.5):
+        pass
     print("batch", flush=True)
 except KeyboardInterrupt:
     print("interrupted", flush=True)
 t = time.monotonic()
 ld.close()
-th.join(30)
-print("closed %.3f" % (time.monotonic() - t), "alive" if th.is_alive() else ended[0],
-      flush=True)
+end = ended[0] if done.wait(30) else "alive"
+print("closed %.3f" % (time.monotonic() - t), end, flush=True)
 print("restored", signal.getsignal(signal.SIGINT) is signal.default_int_handler,
       signal.set_wakeup_fd(-1) == -1, flush=True)
 """
