@@ -41,6 +41,21 @@ static inline uint32_t LD_uint32_t(const uint8_t *p, uint32_t i)
     return v;
 }
 
+/* The positions [J, hi) one by one, then the window's two ends: all of a portable piece, and
+ * the tail after an AVX2 piece's vector loop. */
+#define PIECE_FINISH(SRC_T, OUT_T, J)                                                              \
+    do {                                                                                           \
+        for (uint32_t j_ = (J); j_ < hi; j_++) {                                                   \
+            const OUT_T v_ = (OUT_T)LD_##SRC_T(src8, j_ - at);                                     \
+            in[j_] = v_;                                                                           \
+            lab[j_ - 1] = v_;                                                                      \
+        }                                                                                          \
+        if (first_in)                                                                              \
+            in[0] = (OUT_T)LD_##SRC_T(src8, 0);                                                    \
+        if (last_label)                                                                            \
+            lab[S - 1] = (OUT_T)LD_##SRC_T(src8, S - at);                                          \
+    } while (0)
+
 #define PLAIN_PIECE(NAME, SRC_T, OUT_T)                                                            \
     static void NAME(const uint8_t *src8, uint32_t at, uint32_t n, uint32_t S, void *in_v,         \
                      void *lab_v)                                                                  \
@@ -48,15 +63,7 @@ static inline uint32_t LD_uint32_t(const uint8_t *p, uint32_t i)
         PIECE_RANGE;                                                                               \
         OUT_T *restrict in = in_v;                                                                 \
         OUT_T *restrict lab = lab_v;                                                               \
-        for (uint32_t j = lo; j < hi; j++) {                                                       \
-            const OUT_T v = (OUT_T)LD_##SRC_T(src8, j - at);                                       \
-            in[j] = v;                                                                             \
-            lab[j - 1] = v;                                                                        \
-        }                                                                                          \
-        if (first_in)                                                                              \
-            in[0] = (OUT_T)LD_##SRC_T(src8, 0);                                                    \
-        if (last_label)                                                                            \
-            lab[S - 1] = (OUT_T)LD_##SRC_T(src8, S - at);                                          \
+        PIECE_FINISH(SRC_T, OUT_T, lo);                                                            \
     }
 
 PLAIN_PIECE(piece_u16_i64, uint16_t, int64_t)
@@ -99,15 +106,7 @@ static TF_AVX2 void piece_u16_i64_avx2(const uint8_t *src8, uint32_t at, uint32_
         _mm256_storeu_si256((__m256i *)(void *)(lab + j - 1), v0);
         _mm256_storeu_si256((__m256i *)(void *)(lab + j + 3), v1);
     }
-    for (; j < hi; j++) {
-        const int64_t v = LD_uint16_t(src8, j - at);
-        in[j] = v;
-        lab[j - 1] = v;
-    }
-    if (first_in)
-        in[0] = LD_uint16_t(src8, 0);
-    if (last_label)
-        lab[S - 1] = LD_uint16_t(src8, S - at);
+    PIECE_FINISH(uint16_t, int64_t, j);
 }
 
 /* uint16 -> int32: 8 tokens a step, one 16-byte load, one 32-byte store to each output. */
@@ -124,15 +123,7 @@ static TF_AVX2 void piece_u16_i32_avx2(const uint8_t *src8, uint32_t at, uint32_
         _mm256_storeu_si256((__m256i *)(void *)(in + j), v);
         _mm256_storeu_si256((__m256i *)(void *)(lab + j - 1), v);
     }
-    for (; j < hi; j++) {
-        const int32_t v = LD_uint16_t(src8, j - at);
-        in[j] = v;
-        lab[j - 1] = v;
-    }
-    if (first_in)
-        in[0] = LD_uint16_t(src8, 0);
-    if (last_label)
-        lab[S - 1] = LD_uint16_t(src8, S - at);
+    PIECE_FINISH(uint16_t, int32_t, j);
 }
 
 /* 32-bit ids -> int64 (zero-extended, as the portable loop does): 4 tokens a step. */
@@ -149,15 +140,7 @@ static TF_AVX2 void piece_u32_i64_avx2(const uint8_t *src8, uint32_t at, uint32_
         _mm256_storeu_si256((__m256i *)(void *)(in + j), v);
         _mm256_storeu_si256((__m256i *)(void *)(lab + j - 1), v);
     }
-    for (; j < hi; j++) {
-        const int64_t v = LD_uint32_t(src8, j - at);
-        in[j] = v;
-        lab[j - 1] = v;
-    }
-    if (first_in)
-        in[0] = LD_uint32_t(src8, 0);
-    if (last_label)
-        lab[S - 1] = LD_uint32_t(src8, S - at);
+    PIECE_FINISH(uint32_t, int64_t, j);
 }
 
 static TF_AVX2 void run_i64_avx2(void *pos_v, uint32_t n)
