@@ -532,35 +532,17 @@ static inline uint32_t reflect(int64_t i, uint32_t n)
 #define BLUR_BLOCK 32
 typedef float blur_vec __attribute__((vector_size(32)));
 
-static inline __attribute__((always_inline)) void
-blur_block(float *out, const float *src, size_t step, const float *k, uint32_t taps)
+/* Tap j's source starts at rows[j] + at, or at src + j * step when @p rows is NULL (the
+ * horizontal pass: one row, taps c floats apart). Always inlined with a constant @p rows, so the
+ * choice costs nothing in the loop. */
+static inline __attribute__((always_inline)) void blur_block(float *out, const float *src,
+                                                             size_t step, const float *const *rows,
+                                                             size_t at, const float *k,
+                                                             uint32_t taps)
 {
     blur_vec a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
     for (uint32_t j = 0; j < taps; j++) {
-        const float *s = src + j * step;
-        const blur_vec kj = {k[j], k[j], k[j], k[j], k[j], k[j], k[j], k[j]};
-        blur_vec x0, x1, x2, x3; /* Through memcpy: unaligned loads. */
-        memcpy(&x0, s, sizeof x0);
-        memcpy(&x1, s + 8, sizeof x1);
-        memcpy(&x2, s + 16, sizeof x2);
-        memcpy(&x3, s + 24, sizeof x3);
-        a0 += kj * x0;
-        a1 += kj * x1;
-        a2 += kj * x2;
-        a3 += kj * x3;
-    }
-    memcpy(out, &a0, sizeof a0);
-    memcpy(out + 8, &a1, sizeof a1);
-    memcpy(out + 16, &a2, sizeof a2);
-    memcpy(out + 24, &a3, sizeof a3);
-}
-
-static inline __attribute__((always_inline)) void
-blur_block_rows(float *out, const float *const *rows, size_t at, const float *k, uint32_t taps)
-{
-    blur_vec a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-    for (uint32_t j = 0; j < taps; j++) {
-        const float *s = rows[j] + at;
+        const float *s = rows ? rows[j] + at : src + j * step;
         const blur_vec kj = {k[j], k[j], k[j], k[j], k[j], k[j], k[j], k[j]};
         blur_vec x0, x1, x2, x3; /* Through memcpy: unaligned loads. */
         memcpy(&x0, s, sizeof x0);
@@ -603,7 +585,7 @@ blur_passes(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t c, uin
             acc[i] = (float)p[i];
         const size_t mid = in0 + (in1 - in0) / BLUR_BLOCK * BLUR_BLOCK;
         for (size_t i = in0; i < mid; i += BLUR_BLOCK)
-            blur_block(t + i, acc + i - in0, (size_t)c, kxv, kx);
+            blur_block(t + i, acc + i - in0, (size_t)c, NULL, 0, kxv, kx);
         for (size_t i = mid; i < in1; i++)
             t[i] = 0.0f;
         for (uint32_t j = 0; j < kx; j++) {
@@ -644,7 +626,7 @@ blur_passes(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint32_t c, uin
             taps[j] = tmp + (size_t)reflect((int64_t)y + j - py, h) * row;
         const size_t mid = row / BLUR_BLOCK * BLUR_BLOCK;
         for (size_t i = 0; i < mid; i += BLUR_BLOCK)
-            blur_block_rows(acc + i, taps, i, kyv, ky);
+            blur_block(acc + i, NULL, 0, taps, i, kyv, ky);
         for (size_t i = mid; i < row; i++)
             acc[i] = 0.0f;
         for (uint32_t j = 0; j < ky; j++) {
