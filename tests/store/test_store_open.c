@@ -133,8 +133,8 @@ Test(store_open, verify_passes_then_names_a_flipped_payload_byte)
     cr_assert_eq(c.bad, 1);
     cr_assert_eq(c.bad_index, 4);
     cr_assert(strstr(c.msg, "record 4"), "%s", c.msg);
-    cr_assert(strstr(dlc_errmsg(), "record 4: field \"image\": checksum mismatch"), "first problem: %s",
-              dlc_errmsg());
+    cr_assert(strstr(dlc_errmsg(), "record 4: field \"image\": checksum mismatch"),
+              "first problem: %s", dlc_errmsg());
 
     /* A callback that returns non-zero stops the scan. */
     memset(&c, 0, sizeof c);

@@ -341,13 +341,15 @@ Test(store_read, flipped_payload_bytes_are_named_by_field)
     cr_assert_eq(dlc_store_reader_open(s, &r), DLC_OK);
     cr_assert_eq(dlc_store_read_values(r, 11, v), DLC_OK, "checksums are not checked on read");
     cr_assert_eq(dlc_value_verify(s, 11, SK_MASK, &v[SK_MASK]), DLC_ECORRUPT);
-    cr_assert(strstr(dlc_errmsg(), "record 11: field \"mask\": checksum mismatch"), "%s", dlc_errmsg());
+    cr_assert(strstr(dlc_errmsg(), "record 11: field \"mask\": checksum mismatch"), "%s",
+              dlc_errmsg());
     cr_assert_eq(dlc_value_verify(s, 11, SK_WEIGHT, &v[SK_WEIGHT]), DLC_ECORRUPT);
     cr_assert_eq(dlc_value_verify(s, 11, SK_ID, &v[SK_ID]), DLC_OK);
     uint64_t bad = 0;
     cr_assert_eq(dlc_store_verify(s, NULL, NULL, &bad), DLC_ECORRUPT);
     cr_assert_eq(bad, 1);
-    cr_assert(strstr(dlc_errmsg(), "record 11: field \"mask\": checksum mismatch"), "%s", dlc_errmsg());
+    cr_assert(strstr(dlc_errmsg(), "record 11: field \"mask\": checksum mismatch"), "%s",
+              dlc_errmsg());
     dlc_store_reader_close(r);
     dlc_store_close(s);
 }
