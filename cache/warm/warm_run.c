@@ -167,25 +167,33 @@ fail:
 static dlc_status publish(const char *dest, const paths *p, int fd, const dlc__warm_source *src,
                           const dlc__warm_object *obj)
 {
-    /* The data must be durable before the name points at it, and the name
-     * before the sidecar vouches for it. */
+    /* The data must be durable before the name points at it. The sidecar is written before the
+     * rename, naming the part file's inode and mtime, which the rename keeps: it vouches for
+     * DEST only once DEST is that file (complete_copy() compares them), and a process killed
+     * between the two leaves a shard in a set's folder that the rerun knows as ours (a set's
+     * check_dest_folder() looks for its sidecar) instead of a stranger it must refuse. */
     if (fsync(fd) < 0)
         return dlc__errorf(-errno, "%s: fsync: %s", p->part, strerror(errno));
-    if (renameat(p->dir_fd, dlc__at_name(p->dir_fd, p->part), p->dir_fd,
-                 dlc__at_name(p->dir_fd, dest)) < 0)
-        return dlc__errorf(-errno, "%s: rename to %s: %s", p->part, dest, strerror(errno));
-    dlc_status rc = dlc__fsync_dir_at(p->dir_fd, dest);
-    if (rc < 0)
-        return rc;
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return dlc__errorf(-errno, "%s: fstat: %s", p->part, strerror(errno));
+    if ((uint64_t)st.st_size != obj->size)
+        return dlc__errorf(DLC_ECHANGED, "%s: %" PRIu64 " bytes where %" PRIu64 " were fetched",
+                           p->part, (uint64_t)st.st_size, obj->size);
     dlc__warm_sidecar sc;
     memset(&sc, 0, sizeof sc);
     snprintf(sc.source, sizeof sc.source, "%s", src->name);
     snprintf(sc.etag, sizeof sc.etag, "%s", obj->etag);
     sc.size = obj->size;
-    rc = dlc__warm_sidecar_stat_at(p->dir_fd, dest, &sc);
+    sc.inode = (uint64_t)st.st_ino;
+    sc.mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    dlc_status rc = dlc__warm_sidecar_write_at(p->state_fd, p->sidecar, &sc);
     if (rc < 0)
-        return dlc__errorf(rc, "%s: stat after rename failed", dest);
-    rc = dlc__warm_sidecar_write_at(p->state_fd, p->sidecar, &sc);
+        return rc;
+    if (renameat(p->dir_fd, dlc__at_name(p->dir_fd, p->part), p->dir_fd,
+                 dlc__at_name(p->dir_fd, dest)) < 0)
+        return dlc__errorf(-errno, "%s: rename to %s: %s", p->part, dest, strerror(errno));
+    rc = dlc__fsync_dir_at(p->dir_fd, dest);
     if (rc < 0)
         return rc;
     unlinkat(p->state_fd, dlc__at_name(p->state_fd, p->journal), 0);

@@ -148,6 +148,31 @@ got=$(json_get "$out/get3.json" bytes_downloaded)
 same_set "$out/b" "$set1"
 note "the rerun fetched $got of $total bytes"
 
+# The exact point of the race above: killed right after a shard's rename into DEST, before
+# anything else. Its sidecar in DEST.warm-set/ is written before the rename, so the rerun knows
+# the shard as ours rather than refusing a stranger (and downloads it no more).
+fi_lib=${DLC_LIB:-}/libdlc_faultinject.so
+if [ -n "${DLC_LIB:-}" ] && [ -f "$fi_lib" ]; then
+    note "a fetch killed just after a shard's rename: the rerun takes the shard as the set's"
+    set +e
+    env DLC_FAULT_CALLS=rename DLC_FAULT_PATH=part-00002-of-00004.dlc.warm-part DLC_FAULT_KILL=1 \
+        LD_PRELOAD="$fi_lib" "$DLC_BIN/cachewarm" s3://b/sets/a -o "$out/killed" \
+        --endpoint "$S3_URL" --connections 1 -q 2>"$out/k.err"
+    rc=$?
+    set -e
+    [ "$rc" = 137 ] || fail "the fetch was not killed at the rename (exit $rc): $(cat "$out/k.err")"
+    [ -f "$out/killed/part-00002-of-00004.dlc" ] || fail "the killed fetch did not rename the shard"
+    [ ! -e "$out/killed/index.dlcset" ] || fail "$out/killed is a set after the kill"
+    "$DLC_BIN/cachewarm" s3://b/sets/a -o "$out/killed" --endpoint "$S3_URL" --json \
+        >"$out/get5.json" 2>"$out/get5.err" || fail "rerun after the kill: $(cat "$out/get5.err")"
+    got=$(json_get "$out/get5.json" bytes_downloaded)
+    part2=$(stat -c %s "$set1/part-00002-of-00004.dlc")
+    [ "$got" -le $((total - part2)) ] || fail "the rerun fetched the renamed shard again ($got)"
+    same_set "$out/killed" "$set1"
+else
+    note "the fault injector is not built here (sanitized build): the kill at the rename is skipped"
+fi
+
 note "a new version over the old one, killed midway: never a set of mixed shards"
 "$DLC_BIN/mkdemo" "$warm_tmp/demo2" --count 100 --seed 9 >/dev/null 2>&1
 "$DLC_BIN/cachebuild" "$warm_tmp/demo2/train" -o "$warm_tmp/v2.dlc" --size 448 >/dev/null 2>&1

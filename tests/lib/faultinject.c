@@ -22,6 +22,9 @@
  *   DLC_FAULT_STICKY 1: every matching call after that one fails too (a
  *                    disk that stays full); default 0: only that one.
  *   DLC_FAULT_ERRNO  ENOSPC (default), EIO, EDQUOT, EFBIG or EROFS.
+ *   DLC_FAULT_KILL   1: the call that is due does not fail; it is made, and then the process
+ *                    is killed with SIGKILL: a crash just after that call, at an exact point
+ *                    (rename and renameat only; other calls fail as above).
  *   DLC_FAULT_LOG    a file that gets one line per injected fault and, at
  *                    exit, "matched N" (how many calls matched), so a test
  *                    can check that the fault really happened and learn how
@@ -33,6 +36,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -51,6 +55,7 @@ static struct {
     unsigned long at;
     int sticky;
     int err;
+    int kill;
     char log[512];
 } cfg;
 static pthread_once_t cfg_once = PTHREAD_ONCE_INIT;
@@ -130,6 +135,8 @@ static void load_cfg(void)
         cfg.err = EFBIG;
     else if (v && strcmp(v, "EROFS") == 0)
         cfg.err = EROFS;
+    v = getenv("DLC_FAULT_KILL");
+    cfg.kill = v && *v == '1';
     v = getenv("DLC_FAULT_LOG");
     if (v) {
         snprintf(cfg.log, sizeof cfg.log, "%s", v);
@@ -248,19 +255,34 @@ DLC_FI_API int fdatasync(int fd)
     return real_fdatasync(fd);
 }
 
+/* A rename that is due with DLC_FAULT_KILL: made, then the process dies at once (no atexit
+ * handler runs, as in a crash). */
+static int killed_after(int rc)
+{
+    log_line("killed after the call (it returned %d)\n", rc);
+    raise(SIGKILL);
+    return rc;
+}
+
 DLC_FI_API int rename(const char *from, const char *to)
 {
     REAL(rename);
-    if (fault("rename", "rename", -1, from, to))
-        return -1;
+    if (fault("rename", "rename", -1, from, to)) {
+        if (!cfg.kill)
+            return -1;
+        return killed_after(real_rename(from, to));
+    }
     return real_rename(from, to);
 }
 
 DLC_FI_API int renameat(int dfd1, const char *from, int dfd2, const char *to)
 {
     REAL(renameat);
-    if (fault("rename", "renameat", -1, from, to))
-        return -1;
+    if (fault("rename", "renameat", -1, from, to)) {
+        if (!cfg.kill)
+            return -1;
+        return killed_after(real_renameat(dfd1, from, dfd2, to));
+    }
     return real_renameat(dfd1, from, dfd2, to);
 }
 
