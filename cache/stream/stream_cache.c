@@ -526,7 +526,7 @@ dlc_status dlc__scache_acquire(dlc__scache *c, uint32_t k, const char **path)
                            c->x.num_shards);
     const double t0 = dlc__now_s();
     dlc_status rc = DLC_OK;
-    int waited = 0;
+    int waited = 0, failed = 0;
     pthread_mutex_lock(&c->mu);
     dlc__scache_plan_consume(&c->plan, k);
     /* From here until the pin, want keeps the shard from eviction (rank_cands()). */
@@ -536,7 +536,11 @@ dlc_status dlc__scache_acquire(dlc__scache *c, uint32_t k, const char **path)
         if (c->pin_fd[k] >= 0)
             break;
         if (c->flags[k] & DLC__SC_FAILED) {
-            c->flags[k] &= (uint8_t)~DLC__SC_FAILED;
+            /* Every acquire waiting for the shard gets the failure, not only the first to wake:
+             * were the flag cleared here, a worker would start the download again for those
+             * still waiting, past the attempts the caller allowed. The last one out clears it
+             * (below), and the next acquire then tries afresh. */
+            failed = 1;
             rc = dlc__errorf(c->err_rc[k], "%s", c->err_msg[k] ? c->err_msg[k] : "");
             break;
         }
@@ -573,6 +577,8 @@ dlc_status dlc__scache_acquire(dlc__scache *c, uint32_t k, const char **path)
     }
     assert(c->want[k] > 0);
     c->want[k]--;
+    if (failed && c->want[k] == 0)
+        c->flags[k] &= (uint8_t)~DLC__SC_FAILED;
     if (rc == DLC_OK) {
         assert(c->pin_fd[k] >= 0);
         c->pins[k]++;

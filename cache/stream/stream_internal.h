@@ -77,7 +77,8 @@ size_t dlc__scache_pick_victim(const dlc__scache_cand *v, size_t n, uint64_t aft
 enum {
     DLC__SC_FETCHING = 1u << 0,  /* One of our threads is downloading it. */
     DLC__SC_ELSEWHERE = 1u << 1, /* Another process is downloading it (a live temporary file). */
-    DLC__SC_FAILED = 1u << 2,    /* Our download failed; err holds why until an acquire takes it. */
+    DLC__SC_FAILED = 1u << 2,    /* Our download failed; err holds why until the acquires waiting
+                                    for it have all taken it. */
     DLC__SC_PRESENT = 1u << 3,   /* Published, as our last look at the folder saw it (a hint). */
     DLC__SC_REFUSED = 1u << 4,   /* Its download was refused (DLC_ECORRUPT): never fetched ahead
                                     again; only an acquire waiting for it fetches it again. */

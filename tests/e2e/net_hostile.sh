@@ -5,7 +5,9 @@
 #     and trickle (3 bytes a second): cachewarm of a file, cachewarm of a set (its index served
 #     honestly, its shards hostile) and the streaming loader (cachebench load of the set), with
 #     --timeout 2 --retries 1, each fail with "gave up after 2 attempts"; for onebyte the server
-#     saw at most a probe and two attempts per object;
+#     saw at most a probe and two attempts per object, also when four threads of one stream
+#     cache wait for the same shard (stream_cache_drive --together 4): each gets the failure of
+#     the one download, and none starts it again;
 #   - --timeout 0.0009, 1e-4 and 1e-300 of cachewarm, cachebench load and cacheinfo --plan
 #     against a server that never answers are refused at once, naming the minimum;
 #   - a 302 for an s3:// source says it is a redirect that is not followed and where to
@@ -14,7 +16,7 @@
 # Every run is bounded by an outside timeout (120 s), so that a hang fails the test rather than
 # the whole suite; nothing here measures time.
 . "$(dirname "$0")/../lib/e2e.sh" net_hostile
-for t in mkdemo cachebuild set_split cachewarm cachebench cacheinfo; do
+for t in mkdemo cachebuild set_split cachewarm cachebench cacheinfo stream_cache_drive; do
     [ -x "$DLC_BIN/$t" ] || { echo "net_hostile: $t is not built" >&2; exit 77; }
 done
 
@@ -108,6 +110,16 @@ for mode in errbody onebyte trickle; do
         fi
     done
 done
+
+serve together --mode onebyte --root "$tmp/root" --only .dlc
+base="http://127.0.0.1:$port"
+before=$(curl -s "$base/__count")
+bounded "$tmp/out.together" "$DLC_BIN/stream_cache_drive" --url "$base/set" --dir "$tmp/ct" \
+    --order 0 --retries 1 --timeout 2 --together 4
+got=$(grep -c "gave up after 2 attempts: transfer closed" "$tmp/out.together" || true)
+[ "$got" = 4 ] || { sed 's/^/  | /' "$tmp/out.together" >&2; fail "together: $got of 4 waiters got the failure"; }
+requests=$(($(curl -s "$base/__count") - before))
+[ "$requests" -le 3 ] || fail "together: $requests requests for one shard with --retries 1"
 
 serve hang --mode hang
 hang="http://127.0.0.1:$port"

@@ -4,16 +4,21 @@
  * as JSON on stdout. tests/e2e/stream_cache.sh runs it against a real S3 server.
  *
  *   stream_cache_drive --url URL --dir DIR [--limit BYTES] [--endpoint URL] [--downloads N]
- *                      [--epochs E] [--order 3,1,2] [--hold-ms MS] [--verbose]
+ *                      [--epochs E] [--order 3,1,2] [--hold-ms MS] [--retries R]
+ *                      [--timeout S] [--together T] [--verbose]
  *
  * The schedule is the shards in --order (default 0..N-1), --epochs times over. --hold-ms keeps
- * each shard pinned that long (so that a test can watch the cache at work). Exits 0, or 1 with
- * "stream_cache_drive: CODE: MESSAGE" on stderr. */
+ * each shard pinned that long (so that a test can watch the cache at work). --together T starts
+ * T threads that acquire the schedule's first shard at once, before the walk: every one of them
+ * must get the same outcome from one download (a failure is each waiter's, not a reason for the
+ * next to fetch again). Exits 0, or 1 with "stream_cache_drive: CODE: MESSAGE" on stderr. */
 #include "stream_cache.h"
 
 #include <dlcache/store.h>
 
+#include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,12 +41,59 @@ static void sleep_ms(unsigned ms)
     nanosleep(&ts, NULL);
 }
 
+typedef struct together {
+    dlc__scache *c;
+    uint32_t k;
+    dlc_status rc;
+    char msg[512];
+} together;
+
+static void *acquire_one(void *arg)
+{
+    together *t = arg;
+    const char *path = NULL;
+    t->rc = dlc__scache_acquire(t->c, t->k, &path);
+    snprintf(t->msg, sizeof t->msg, "%s", t->rc < 0 ? dlc_errmsg() : "");
+    if (t->rc == DLC_OK)
+        dlc__scache_release(t->c, t->k);
+    return NULL;
+}
+
+/* --together: @p n threads acquire shard @p k at once; 0 when all succeeded, else 1 after
+ * printing each failure (the first one's code is returned in *rc). */
+static int acquire_together(dlc__scache *c, uint32_t k, unsigned n, dlc_status *rc)
+{
+    together t[64];
+    pthread_t th[64];
+    unsigned started = 0, bad = 0;
+    for (unsigned i = 0; i < n && i < 64; i++) {
+        t[i] = (together){.c = c, .k = k};
+        if (pthread_create(&th[i], NULL, acquire_one, &t[i]) != 0)
+            break;
+        started++;
+    }
+    for (unsigned i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    *rc = started == n ? DLC_OK : -EAGAIN;
+    for (unsigned i = 0; i < started; i++) {
+        if (t[i].rc < 0) {
+            fprintf(stderr, "stream_cache_drive: together %u: %s: %s\n", i, dlc_strerror(t[i].rc),
+                    t[i].msg);
+            if (*rc == DLC_OK)
+                *rc = t[i].rc;
+            bad++;
+        }
+    }
+    return bad > 0 || started != n;
+}
+
 int main(int argc, char **argv)
 {
     dlc__scache_config cfg = {0};
     dlc_warm_options net;
     dlc_warm_options_init(&net);
-    unsigned epochs = 1, hold_ms = 0;
+    unsigned epochs = 1, hold_ms = 0, together_n = 0;
+    unsigned retries = 2;
     const char *order = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -71,12 +123,22 @@ int main(int argc, char **argv)
             order = v;
         else if (strcmp(a, "--hold-ms") == 0)
             hold_ms = (unsigned)strtoul(v, NULL, 10);
+        else if (strcmp(a, "--retries") == 0)
+            retries = (unsigned)strtoul(v, NULL, 10);
+        else if (strcmp(a, "--timeout") == 0)
+            net.timeout_s = strtod(v, NULL);
+        else if (strcmp(a, "--together") == 0)
+            together_n = (unsigned)strtoul(v, NULL, 10);
         else {
             fprintf(stderr, "stream_cache_drive: unknown option %s\n", a);
             return 2;
         }
     }
-    net.max_retries = 2;
+    if (together_n > 64) {
+        fprintf(stderr, "stream_cache_drive: --together is at most 64\n");
+        return 2;
+    }
+    net.max_retries = retries;
     cfg.net = &net;
     dlc__scache *c = NULL;
     dlc_status rc = dlc__scache_open(&cfg, &c);
@@ -100,6 +162,12 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < n; i++)
         sched[i] = one[i % none];
     rc = dlc__scache_schedule(c, sched, n);
+    if (rc == DLC_OK && together_n > 0 && n > 0 && acquire_together(c, sched[0], together_n, &rc)) {
+        dlc__scache_close(c);
+        free(one);
+        free(sched);
+        return 1;
+    }
     uint64_t records = 0;
     for (size_t i = 0; rc == DLC_OK && i < n; i++) {
         const char *path = NULL;
