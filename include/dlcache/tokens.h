@@ -329,9 +329,10 @@ typedef struct dlc_token_loader_config {
     uint32_t rank;        /**< This process's rank, below world_size (default 0). */
     uint32_t world_size;  /**< Ranks sharing each epoch, at least 1 (default 1). */
     uint32_t threads;     /**< Worker threads filling batches ahead (default 2); 0: each batch
-                               is filled by dlc_token_loader_next() on the caller's thread,
-                               which also fills the batch it needs when no worker has taken it
-                               up yet. */
+                               is filled by dlc_token_loader_next() on the caller's thread.
+                               With workers, the caller's thread fills the batch it needs when
+                               no worker has taken it up yet, and while a worker has it, a
+                               later one, rather than sleep: the bytes are the same. */
     uint32_t out_dtype;   /**< DLC_DTYPE_INT64 (default) or DLC_DTYPE_INT32: the element type of
                                input_ids, labels and position_ids. */
     uint32_t packing;     /**< A ::dlc_token_packing (default DLC_TOKEN_PACK_CONCAT). */

@@ -667,6 +667,23 @@ dlc_status dlc_token_loader_next(dlc_token_loader *l, dlc_token_batch *batch)
             s->batch = k;
             break;
         }
+        if (l->next_fill < l->shard.batches && l->next_fill + 1 < l->delivered + l->depth) {
+            /* A worker has batch k in hand and a later one is unclaimed: fill that one here
+             * meanwhile, as a worker would (same slot rule), rather than sleep. A batch of a few
+             * microseconds of copying costs less than the two context switches of a sleep and a
+             * wake-up, and the caller's thread is one more filler while it waits. */
+            const uint64_t j = l->next_fill++;
+            tl_slot *sj = &l->slots[j % l->depth];
+            pthread_mutex_unlock(&l->mu);
+            const dlc_status frc = fill_batch(l, &l->workers[l->c.threads], sj, j);
+            pthread_mutex_lock(&l->mu);
+            if (frc != DLC_OK && l->error == DLC_OK) {
+                l->error = frc;
+                dlc__err_save(&l->error_msg);
+            }
+            sj->batch = j;
+            continue;
+        }
         pthread_cond_wait(&l->done, &l->mu);
     }
     if (s->batch == k && l->error == DLC_OK) {

@@ -1,12 +1,14 @@
 /* The loader's threads under ThreadSanitizer, without Criterion: Criterion's runner cannot start
  * under TSan (its inheritable arena fails to map: Snaipe/Criterion#274), so this plain program
  * drives the same pipeline paths (many workers, prefetch 1 and 8, resets mid-epoch, restore,
- * corrupt-record replacement, direct I/O) and checks that the bytes do not depend on threading.
+ * corrupt-record replacement, direct I/O, the token loader whose caller fills batches while it
+ * waits) and checks that the bytes do not depend on threading.
  * Exit status 0 = pass. Run by ctest with the label "threads" (cmake/loader.cmake). */
 #include "test_util.h"
 
 #include <dlcache/loader.h>
 #include <dlcache/store.h>
+#include <dlcache/tokens.h>
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -73,6 +75,65 @@ static uint64_t run(dlc_loader_config c)
     h ^= epoch_hash(l, 0) * 3;
     dlc_loader_close(l);
     return h;
+}
+
+/* XXH3 of every array of the token loader's batches of @p epoch from window @p start on, at
+ * @p threads workers (batches of 2 x 9 tokens: many, each short, so that the caller often fills
+ * one while a worker has the batch it waits for). */
+static uint64_t token_epoch(const char *tpath, uint32_t threads, uint64_t epoch, uint64_t start)
+{
+    dlc_token_loader_config c;
+    dlc_token_loader_config_init(&c);
+    c.batch_size = 2;
+    c.seq_len = 9;
+    c.seed = 3;
+    c.threads = threads;
+    c.document_mask = 1;
+    dlc_token_loader *l = NULL;
+    TU_REQUIRE(dlc_token_loader_open(tpath, &c, &l) == DLC_OK);
+    TU_REQUIRE(dlc_token_loader_seek(l, epoch, start) == DLC_OK);
+    uint64_t h = 0, n = 0;
+    dlc_token_batch b;
+    dlc_status rc;
+    while ((rc = dlc_token_loader_next(l, &b)) == DLC_OK) {
+        const size_t cells = (size_t)b.rows * b.seq_len * 8;
+        TU_REQUIRE(b.index == n++);
+        h = XXH3_64bits_withSeed(b.input_ids, cells, h);
+        h = XXH3_64bits_withSeed(b.labels, cells, h);
+        h = XXH3_64bits_withSeed(b.position_ids, cells, h);
+        h = XXH3_64bits_withSeed(b.cu_seqlens, b.num_cu * sizeof(int32_t), h);
+    }
+    TU_REQUIRE(rc == DLC_END && n == dlc_token_loader_len(l));
+    dlc_token_loader_close(l);
+    return h;
+}
+
+static void token_stress(void)
+{
+    char *tpath = tu_path(dir, "tokens.dlc");
+    TU_REQUIRE(tpath);
+    dlc_token_writer_config wc;
+    dlc_token_writer_config_init(&wc);
+    wc.vocab_size = 1000;
+    dlc_token_writer *w = NULL;
+    TU_REQUIRE(dlc_token_writer_open(tpath, &wc, &w) == DLC_OK);
+    uint32_t ids[40];
+    for (uint32_t d = 0; d < 300; d++) {
+        const uint32_t n = 1 + (d * 7919u) % 39;
+        for (uint32_t k = 0; k < n; k++)
+            ids[k] = 1 + (d * 31 + k * 17) % 999;
+        TU_REQUIRE(dlc_token_writer_add(w, ids, n) == DLC_OK);
+    }
+    TU_REQUIRE(dlc_token_writer_finish(w) == DLC_OK);
+    const uint32_t threads[] = {1, 2, 5};
+    for (uint64_t e = 0; e < 2; e++) {
+        const uint64_t ref = token_epoch(tpath, 0, e, 0), part = token_epoch(tpath, 0, e, 40);
+        for (int t = 0; t < 3; t++) {
+            TU_REQUIRE(token_epoch(tpath, threads[t], e, 0) == ref);
+            TU_REQUIRE(token_epoch(tpath, threads[t], e, 40) == part);
+        }
+    }
+    free(tpath);
 }
 
 int main(void)
@@ -244,6 +305,8 @@ int main(void)
     }
     dlc_loader_close(l);
     TU_REQUIRE(access(trace, F_OK) == 0);
+
+    token_stress();
 
     tu_rmtree(dir);
     puts("loader_stress: ok");
