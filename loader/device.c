@@ -831,6 +831,7 @@ static dlc_status next_device(dlc_loader *l, dlc_device_batch *batch, uint64_t w
         dlc__errorf(err, "%s", t->errmsg);
         t->state = STAGE_FREE; /* STAGED -> FREE: a failed batch is never lent. */
         pthread_cond_broadcast(&l->cv_done);
+        pthread_cond_broadcast(&l->cv_io); /* The I/O thread may hold for it (io_hold). */
         pthread_mutex_unlock(&l->mu);
         dlc__report_consumer(l, t_in, dlc__now_ns(), 0);
         return err;

@@ -319,11 +319,16 @@ struct dlc_loader {
      * no lock, and dlc__scache_acquire(), which may wait for a
      * download, is called without mu. */
     pthread_mutex_t mu;
-    pthread_cond_t cv_io;         /**< The I/O thread waits here for a free slot. */
-    pthread_cond_t cv_work;       /**< Workers wait here for a slot to fill. */
-    pthread_cond_t cv_done;       /**< The consumer waits here for READY slots and quiet workers. */
-    uint64_t fill_next;           /**< Next batch the I/O thread takes. */
-    uint64_t cons_next;           /**< Next batch the consumer takes. */
+    pthread_cond_t cv_io;   /**< The I/O thread waits here for a free slot. */
+    pthread_cond_t cv_work; /**< Workers wait here for a slot to fill. */
+    pthread_cond_t cv_done; /**< The consumer waits here for READY slots and quiet workers. */
+    uint64_t fill_next;     /**< Next batch the I/O thread takes. */
+    uint64_t cons_next;     /**< Next batch the consumer takes. */
+    /** Streaming: 1 + a batch that failed because a shard it reads could not be downloaded.
+     *  While fill_next is the batch after it and the consumer has not taken it, the I/O thread
+     *  starts nothing: the next batches would download that shard again, past the attempts the
+     *  caller allowed, before the caller has even seen the failure. 0: none. */
+    uint64_t io_hold;
     uint32_t lent[DLC__MAX_LENT]; /**< Slots lent to the consumer, oldest first. */
     uint32_t nlent;               /**< Entries of lent. */
     int paused, stop;

@@ -464,8 +464,9 @@ static void list_files(dlc_loader *l, dlc__slot *s)
     }
 }
 
-/* Look the records of slot @p s up and start their I/O. Runs on the I/O thread without mu. */
-static void resolve(dlc_loader *l, dlc__slot *s, uint32_t slot_index)
+/* Look the records of slot @p s up and start their I/O. Runs on the I/O thread without mu.
+ * Returns 1 when the batch failed because a shard it reads could not be had (streaming). */
+static int resolve(dlc_loader *l, dlc__slot *s, uint32_t slot_index)
 {
     const dlc__shard *sh = &l->shard;
     const uint32_t nf = l->info->num_fields;
@@ -493,21 +494,21 @@ static void resolve(dlc_loader *l, dlc__slot *s, uint32_t slot_index)
                             l->batch_base + s->batch, t0, t1);
         if (prc != DLC_OK) {
             fail_batch(l, s, prc, dlc_errmsg());
-            return;
+            return 1;
         }
     }
     uint64_t now;
     uint32_t file;
     if (dlc__store_shrunk(l, s, &file, &now)) {
         fail_shrunk(l, s, file, now);
-        return;
+        return 0;
     }
     /* A store all in the page cache needs no readahead, so the lookups (one random load of a
      * record header each: at millions of small records a second, more than one thread's work)
      * go to the workers, each finding the records it builds. */
     s->lookup_by_workers = l->io_mode == DLC_IO_MMAP && l->resident && !refused;
     if (s->lookup_by_workers)
-        return;
+        return 0;
     uint64_t bytes = 0;
     const int lists = dlc__io_lists(l);
     for (uint32_t j = 0; j < s->count; j++) {
@@ -545,6 +546,7 @@ static void resolve(dlc_loader *l, dlc__slot *s, uint32_t slot_index)
         if (!l->resident)
             readahead_mmap(l, s);
     }
+    return 0;
 }
 
 void *dlc__io_main(void *arg)
@@ -567,12 +569,16 @@ void *dlc__io_main(void *arg)
                     l->slots[dlc__slot_of(l, l->fill_next)].state != DLC__SLOT_FREE ||
                     /* A worker may still be about to find the slot's claims exhausted; reusing the
                      * slot before it leaves would hand it a fresh claim of the next batch. */
-                    l->slots[dlc__slot_of(l, l->fill_next)].active)) {
+                    l->slots[dlc__slot_of(l, l->fill_next)].active ||
+                    /* A download gave up: nothing more until the caller has that failure. A
+                     * reset moves fill_next and cons_next together, which ends it. */
+                    (l->io_hold && l->fill_next == l->io_hold && l->cons_next < l->io_hold))) {
             /* What the wait is charged to: nothing to do; the consumer, which holds that slot
              * beside the batch it uses (max_lent > 1: its holding shortens the ring); or a ring
              * full of batches ahead of the consumer or still in work. */
             dlc__cnt *why = &l->io_full;
-            if (l->paused || l->fill_next >= l->shard.batches)
+            if (l->paused || l->fill_next >= l->shard.batches ||
+                (l->io_hold && l->fill_next == l->io_hold && l->cons_next < l->io_hold))
                 why = &l->io_idle;
             else if (l->slots[dlc__slot_of(l, l->fill_next)].state == DLC__SLOT_LENT &&
                      l->nlent > 1)
@@ -583,6 +589,7 @@ void *dlc__io_main(void *arg)
         }
         if (l->stop)
             break;
+        l->io_hold = 0; /* Taken, or ended by a reset. */
         const uint64_t b = l->fill_next++;
         const uint32_t si = dlc__slot_of(l, b);
         dlc__slot *s = &l->slots[si];
@@ -605,7 +612,7 @@ void *dlc__io_main(void *arg)
         pthread_mutex_unlock(&l->mu);
 
         const uint64_t t0 = dlc__now_ns();
-        resolve(l, s, si);
+        const int pin_failed = resolve(l, s, si);
         const uint64_t t1 = dlc__now_ns();
         dlc__cnt_add(&l->io_busy, t1 - t0);
         if (l->trace)
@@ -615,6 +622,8 @@ void *dlc__io_main(void *arg)
         /* A reset waits while a slot is in IO: nothing else moved this one. */
         assert(s->state == DLC__SLOT_IO && s->batch == b);
         s->state = DLC__SLOT_FILL; /* IO -> FILL */
+        if (pin_failed)
+            l->io_hold = b + 1;
         pthread_cond_broadcast(&l->cv_work);
         pthread_cond_broadcast(&l->cv_done);
     }

@@ -394,6 +394,7 @@ void dlc__pipeline_reset(dlc_loader *l, uint64_t seed, uint64_t epoch, uint64_t 
     const uint64_t per_batch = (uint64_t)l->cfg.world_size * l->cfg.batch_size;
     l->batch_base = start / per_batch;
     l->fill_next = l->cons_next = 0;
+    l->io_hold = 0;
     l->end_said = 0;
     l->cons_in = 0; /* A wait given up in its slices (Ctrl-C) ends with the plan it waited in. */
     l->replaced_mark = atomic_load(&l->st_replaced);

@@ -25,9 +25,11 @@ for paths ending with --only SUFFIX (default: every path), which get the mode wi
 bytes and size: a store set whose index arrives and whose shards (--only .dlc) meet the mode.
 
 It prints its port on stdout's first line (--port 0 picks a free one) and serves until killed.
-GET /__count answers the number of requests served before it (in every mode but hang)."""
+GET /__count answers the number of requests served before it (in every mode but hang); in the
+hostile modes GET /__counts answers them by path, as JSON."""
 
 import argparse
+import json
 import os
 import re
 import socket
@@ -88,6 +90,7 @@ def make_handler(status, body_kind, counter):
 def make_hostile(mode, a, counter):
     """The handler of the hostile modes (see the module's comment)."""
     lock = threading.Lock()
+    by_path = {}
 
     class Hostile(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -146,8 +149,10 @@ def make_hostile(mode, a, counter):
                 return False
 
         def do_GET(self):
-            if self.path == "/__count":
-                body = str(counter[0]).encode()
+            if self.path in ("/__count", "/__counts"):
+                with lock:
+                    body = (str(counter[0]) if self.path == "/__count" else
+                            json.dumps(by_path)).encode()
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -171,6 +176,8 @@ def make_hostile(mode, a, counter):
                 (lambda first, n: data[first:first + n])
             with lock:
                 counter[0] += 1
+                name = self.path.split("?", 1)[0]
+                by_path[name] = by_path.get(name, 0) + 1
             self.close_connection = True
             if mode == "errbody":
                 self.send_response(a.status)

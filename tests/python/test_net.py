@@ -42,8 +42,8 @@ UNSET = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "DLCACHE_GCS_ENDPOINT", "htt
          "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "all_proxy")
 
 
-def _serve(mode, body="xml"):
-    p = subprocess.Popen([sys.executable, SERVER, "--mode", mode, "--body", body],
+def _serve(mode, body="xml", *extra):
+    p = subprocess.Popen([sys.executable, SERVER, "--mode", mode, "--body", body, *extra],
                          stdout=subprocess.PIPE, text=True)
     port = int(p.stdout.readline())
     return p, port
@@ -213,3 +213,41 @@ def test_ctrl_c_stops_an_open_that_waits(servers, net_env, tmp_path):
             p.wait()
     assert p.returncode == 3, (p.returncode, err[-2000:])
     assert "interrupted" in out
+
+
+def _counts(port):
+    import json
+    import urllib.request
+    with urllib.request.urlopen("http://127.0.0.1:%d/__counts" % port, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def test_a_failed_download_holds_the_loader_until_the_caller_has_it(demo_dir, net_env,
+                                                                     tmp_path):
+    """A batch fails because a shard's download gave up (a server that sends one byte per
+    connection, retries=1): the loader then starts nothing until the caller has taken that
+    failure. Its next batches read the same shard, and fetching it again for them would go past
+    the attempts the caller allowed before the caller has even seen the error. Each shard gets
+    at most a probe and two attempts, also after the caller has waited a while (the cache's
+    fetching ahead of the other shards goes on, each within the same bound)."""
+    import time
+    root = tmp_path / "root"
+    root.mkdir()
+    dlcache.build(str(demo_dir), str(root / "set"), size=48, threads=2, shards=3)
+    p, port = _serve("onebyte", "xml", "--root", str(root), "--only", ".dlc")
+    try:
+        url = "http://127.0.0.1:%d/set" % port
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            loader = dlcache.Loader(url, 8, cache_dir=str(tmp_path / "c"), timeout=2, retries=1,
+                                    threads=2)
+            with pytest.raises(dlcache.NetworkError) as e:
+                next(iter(loader))
+        assert "gave up after 2 attempts" in str(e.value), str(e.value)
+        time.sleep(3)
+        got = _counts(port)
+        loader.close()
+        assert got and max(got.values()) <= 3, "requests per shard with retries=1: %s" % got
+    finally:
+        p.kill()
+        p.wait()
