@@ -242,23 +242,32 @@ static dlc_status walk_page(walk *w, uint64_t pgno, int depth)
     return DLC_OK;
 }
 
+/* A database's record in the main database, before its pages are walked or trusted: empty with
+ * nothing claimed, or without flags. *empty says which. */
+static dlc_status check_db_head(const walk *w, const char *name, const dlc__lmdb_db *db, int *empty)
+{
+    *empty = db->root == P_INVALID;
+    if (*empty && (db->entries != 0 || db->depth != 0))
+        return dlc__errorf(DLC_ECORRUPT,
+                           "%s: corrupt: %s database is empty but claims %" PRIu64 " entries",
+                           w->path, name, db->entries);
+    if (!*empty && db->flags != 0)
+        return dlc__errorf(DLC_ECORRUPT, "%s: corrupt: %s database has flags 0x%x", w->path, name,
+                           db->flags);
+    return DLC_OK;
+}
+
 static dlc_status walk_db(walk *w, const char *name, const dlc__lmdb_db *db)
 {
     w->db = name;
     w->leaves = 0;
     w->max_value = 0;
     w->leaf_depth = 0;
-    if (db->root == P_INVALID) {
-        if (db->entries != 0 || db->depth != 0)
-            return dlc__errorf(DLC_ECORRUPT,
-                               "%s: corrupt: %s database is empty but claims %" PRIu64 " entries",
-                               w->path, name, db->entries);
-        return DLC_OK;
-    }
-    if (db->flags != 0)
-        return dlc__errorf(DLC_ECORRUPT, "%s: corrupt: %s database has flags 0x%x", w->path, name,
-                           db->flags);
-    const dlc_status rc = walk_page(w, db->root, 1);
+    int empty;
+    dlc_status rc = check_db_head(w, name, db, &empty);
+    if (rc < 0 || empty)
+        return rc;
+    rc = walk_page(w, db->root, 1);
     if (rc < 0)
         return rc;
     if (w->leaves != db->entries || w->leaf_depth != db->depth)
@@ -273,16 +282,10 @@ static dlc_status walk_db(walk *w, const char *name, const dlc__lmdb_db *db)
  * LMDB, should anything ask it for that tree, starts inside the file. */
 static dlc_status check_db_record(const walk *w, const char *name, const dlc__lmdb_db *db)
 {
-    if (db->root == P_INVALID) {
-        if (db->entries != 0 || db->depth != 0)
-            return dlc__errorf(DLC_ECORRUPT,
-                               "%s: corrupt: %s database is empty but claims %" PRIu64 " entries",
-                               w->path, name, db->entries);
-        return DLC_OK;
-    }
-    if (db->flags != 0)
-        return dlc__errorf(DLC_ECORRUPT, "%s: corrupt: %s database has flags 0x%x", w->path, name,
-                           db->flags);
+    int empty;
+    const dlc_status rc = check_db_head(w, name, db, &empty);
+    if (rc < 0 || empty)
+        return rc;
     if (db->root < 2 || db->root > w->last_pg || db->depth == 0 || db->depth > CURSOR_STACK ||
         db->entries == 0)
         return dlc__errorf(DLC_ECORRUPT,
