@@ -378,6 +378,44 @@ Test(store_open, damaged_or_newer_metadata_is_refused)
 /* Mutations of LMDB's own branch and leaf pages: LMDB would follow them out
  * of the map; the page walk at open must refuse every one that matters, and
  * whatever opens must read and verify without crashing. */
+
+/* A copy of the store's @p size bytes at @p orig with damage @p m (0..5) on page @p pg, whose
+ * first node is at @p node: the page header's lower bound, the first node's offset, its key size,
+ * its data size, the page number, its node flags. The caller frees it. */
+static uint8_t *damaged_page(const uint8_t *orig, size_t size, uint64_t pg, uint16_t node, int m)
+{
+    uint8_t *mut = malloc(size);
+    cr_assert_not_null(mut);
+    memcpy(mut, orig, size);
+    uint8_t *q = mut + pg * 4096;
+    switch (m) {
+    case 0:
+        q[12] = 0xfe;
+        q[13] = 0xff;
+        break; /* lower */
+    case 1:
+        q[16] = 0xfc;
+        q[17] = 0x0f;
+        break; /* node at page end */
+    case 2:
+        q[node + 6] = 0xff;
+        q[node + 7] = 0xff;
+        break; /* key size */
+    case 3:
+        q[node + 0] = 0xff;
+        q[node + 2] = 0xff;
+        q[node + 3] = 0x7f;
+        break;
+    case 4:
+        q[0] ^= 0x01;
+        break; /* page number */
+    case 5:
+        q[node + 4] = 0x04;
+        break; /* node flags */
+    }
+    return mut;
+}
+
 Test(store_open, hostile_lmdb_pages_never_crash)
 {
     char *path = tmp_path(dir, "p.dlc");
@@ -412,34 +450,7 @@ Test(store_open, hostile_lmdb_pages_never_crash)
             continue;
         const uint16_t node = (uint16_t)(p[16] | p[17] << 8);
         for (int m = 0; m < 6; m++) {
-            uint8_t *mut = malloc(size);
-            memcpy(mut, orig, size);
-            uint8_t *q = mut + pg * 4096;
-            switch (m) {
-            case 0:
-                q[12] = 0xfe;
-                q[13] = 0xff;
-                break; /* lower */
-            case 1:
-                q[16] = 0xfc;
-                q[17] = 0x0f;
-                break; /* node at page end */
-            case 2:
-                q[node + 6] = 0xff;
-                q[node + 7] = 0xff;
-                break; /* key size */
-            case 3:
-                q[node + 0] = 0xff;
-                q[node + 2] = 0xff;
-                q[node + 3] = 0x7f;
-                break;
-            case 4:
-                q[0] ^= 0x01;
-                break; /* page number */
-            case 5:
-                q[node + 4] = 0x04;
-                break; /* node flags */
-            }
+            uint8_t *mut = damaged_page(orig, size, pg, node, m);
             write_bytes(copy, mut, size);
             free(mut);
             dlc_store *s = NULL;
@@ -510,34 +521,7 @@ Test(store_open, hostile_samples_pages_of_a_version2_store_are_found_by_verify)
             continue; /* No node to damage (an empty page's first offset is free space). */
         int samples_page = 0;
         for (int m = 0; m < 6; m++) {
-            uint8_t *mut = malloc(size);
-            memcpy(mut, orig, size);
-            uint8_t *q = mut + pg * 4096;
-            switch (m) {
-            case 0:
-                q[12] = 0xfe;
-                q[13] = 0xff;
-                break; /* lower */
-            case 1:
-                q[16] = 0xfc;
-                q[17] = 0x0f;
-                break; /* node at page end */
-            case 2:
-                q[node + 6] = 0xff;
-                q[node + 7] = 0xff;
-                break; /* key size */
-            case 3:
-                q[node + 0] = 0xff;
-                q[node + 2] = 0xff;
-                q[node + 3] = 0x7f;
-                break;
-            case 4:
-                q[0] ^= 0x01;
-                break; /* page number */
-            case 5:
-                q[node + 4] = 0x04;
-                break; /* node flags */
-            }
+            uint8_t *mut = damaged_page(orig, size, pg, node, m);
             write_bytes(copy, mut, size);
             free(mut);
             dlc_store *s = NULL;
