@@ -651,25 +651,11 @@ dlc_status dlc_token_loader_next(dlc_token_loader *l, dlc_token_batch *batch)
     pthread_cond_signal(&l->work);
     tl_slot *s = &l->slots[k % l->depth];
     while (s->batch != k && l->error == DLC_OK) {
-        if (l->next_fill == k) {
-            /* No worker has claimed it (they are behind or not scheduled): fill it here rather
-             * than sleep until one does, with the caller's own buffers and reader. Its slot is
-             * free: workers stay depth - 1 batches ahead of the one lent. */
-            l->next_fill++;
-            pthread_mutex_unlock(&l->mu);
-            rc = fill_batch(l, &l->workers[l->c.threads], s, k);
-            pthread_mutex_lock(&l->mu);
-            if (rc != DLC_OK && l->error == DLC_OK) {
-                l->error = rc;
-                dlc__err_save(&l->error_msg);
-            }
-            rc = DLC_OK;
-            s->batch = k;
-            break;
-        }
         if (l->next_fill < l->shard.batches && l->next_fill + 1 < l->delivered + l->depth) {
-            /* A worker has batch k in hand and a later one is unclaimed: fill that one here
-             * meanwhile, as a worker would (same slot rule), rather than sleep. A batch of a few
+            /* Fill the next unclaimed batch here, under the workers' slot rule (they stay
+             * depth - 1 batches ahead of the one lent), with the caller's own buffers and reader,
+             * rather than sleep: batch k itself when no worker has claimed it (they are behind or
+             * not scheduled), else a later one while a worker has k in hand. A batch of a few
              * microseconds of copying costs less than the two context switches of a sleep and a
              * wake-up, and the caller's thread is one more filler while it waits. */
             const uint64_t j = l->next_fill++;
