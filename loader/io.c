@@ -549,6 +549,13 @@ static int resolve(dlc_loader *l, dlc__slot *s, uint32_t slot_index)
     return 0;
 }
 
+/* A download gave up for the batch before fill_next (mu held): nothing more until the caller has
+ * taken that failure. A reset moves fill_next and cons_next together, which ends it. */
+static int held_for_failure(const dlc_loader *l)
+{
+    return l->io_hold && l->fill_next == l->io_hold && l->cons_next < l->io_hold;
+}
+
 void *dlc__io_main(void *arg)
 {
     dlc_loader *l = arg;
@@ -569,16 +576,12 @@ void *dlc__io_main(void *arg)
                     l->slots[dlc__slot_of(l, l->fill_next)].state != DLC__SLOT_FREE ||
                     /* A worker may still be about to find the slot's claims exhausted; reusing the
                      * slot before it leaves would hand it a fresh claim of the next batch. */
-                    l->slots[dlc__slot_of(l, l->fill_next)].active ||
-                    /* A download gave up: nothing more until the caller has that failure. A
-                     * reset moves fill_next and cons_next together, which ends it. */
-                    (l->io_hold && l->fill_next == l->io_hold && l->cons_next < l->io_hold))) {
+                    l->slots[dlc__slot_of(l, l->fill_next)].active || held_for_failure(l))) {
             /* What the wait is charged to: nothing to do; the consumer, which holds that slot
              * beside the batch it uses (max_lent > 1: its holding shortens the ring); or a ring
              * full of batches ahead of the consumer or still in work. */
             dlc__cnt *why = &l->io_full;
-            if (l->paused || l->fill_next >= l->shard.batches ||
-                (l->io_hold && l->fill_next == l->io_hold && l->cons_next < l->io_hold))
+            if (l->paused || l->fill_next >= l->shard.batches || held_for_failure(l))
                 why = &l->io_idle;
             else if (l->slots[dlc__slot_of(l, l->fill_next)].state == DLC__SLOT_LENT &&
                      l->nlent > 1)
