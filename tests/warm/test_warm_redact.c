@@ -58,6 +58,12 @@ Test(warm_redact, echoed_headers)
                  "SESSIONTOKENXYZ\"}");
     assert_clean("you sent Bearer GCSBEARERTOKEN and key AKIAEXAMPLEKEYID0001");
     assert_clean("<Message>password=SECRETSECRET</Message>");
+    /* A key whose name starts with an AWS access key id (found by fuzz_warm: the first pass cut
+     * the id and kept the value, which the second pass then cut). */
+    assert_clean("AKIAYYZAKIAYKIAYYZAK____token=SECRETSECRET rest");
+    cr_assert_str_eq(redact("AKIAYYZAKIAYKIAYYZAK_token=SECRETSECRET rest"),
+                     "REDACTED_token=REDACTED rest");
+    cr_assert_str_eq(redact("AKIAYYZAKIAYKIAYYZAK_name=kept"), "REDACTED_name=kept");
     /* A value that merely starts with the mark is no mark. */
     assert_clean("token=REDACTEDSESSIONTOKENXYZ; Authorization: Bearer REDACTEDGCSBEARERTOKEN");
     cr_assert_str_eq(redact("Authorization: Bearer GCSBEARERTOKEN"), "Authorization: REDACTED");
