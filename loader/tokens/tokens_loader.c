@@ -466,6 +466,13 @@ typedef struct tl_arg {
     uint32_t index;
 } tl_arg;
 
+/* The slot rule (mu held): a batch is left to claim, and fillers stay depth - 1 batches ahead of
+ * the one lent, so the slot of next_fill is free. Workers and a waiting next() both follow it. */
+static int claimable(const dlc_token_loader *l)
+{
+    return l->next_fill < l->shard.batches && l->next_fill + 1 < l->delivered + l->depth;
+}
+
 static void *worker_main(void *p)
 {
     dlc_token_loader *l = ((tl_arg *)p)->l;
@@ -473,8 +480,7 @@ static void *worker_main(void *p)
     free(p);
     pthread_mutex_lock(&l->mu);
     for (;;) {
-        while (!l->stop && l->error == DLC_OK &&
-               !(l->next_fill < l->shard.batches && l->next_fill + 1 < l->delivered + l->depth))
+        while (!l->stop && l->error == DLC_OK && !claimable(l))
             pthread_cond_wait(&l->work, &l->mu);
         if (l->stop || l->error != DLC_OK)
             break;
@@ -651,13 +657,13 @@ dlc_status dlc_token_loader_next(dlc_token_loader *l, dlc_token_batch *batch)
     pthread_cond_signal(&l->work);
     tl_slot *s = &l->slots[k % l->depth];
     while (s->batch != k && l->error == DLC_OK) {
-        if (l->next_fill < l->shard.batches && l->next_fill + 1 < l->delivered + l->depth) {
-            /* Fill the next unclaimed batch here, under the workers' slot rule (they stay
-             * depth - 1 batches ahead of the one lent), with the caller's own buffers and reader,
-             * rather than sleep: batch k itself when no worker has claimed it (they are behind or
-             * not scheduled), else a later one while a worker has k in hand. A batch of a few
-             * microseconds of copying costs less than the two context switches of a sleep and a
-             * wake-up, and the caller's thread is one more filler while it waits. */
+        if (claimable(l)) {
+            /* Fill the next unclaimed batch here, under the workers' slot rule, with the caller's
+             * own buffers and reader, rather than sleep: batch k itself when no worker has claimed
+             * it (they are behind or not scheduled), else a later one while a worker has k in
+             * hand. A batch of a few microseconds of copying costs less than the two context
+             * switches of a sleep and a wake-up, and the caller's thread is one more filler while
+             * it waits. */
             const uint64_t j = l->next_fill++;
             tl_slot *sj = &l->slots[j % l->depth];
             pthread_mutex_unlock(&l->mu);
