@@ -1345,29 +1345,45 @@ class Loader:
                     batch = self._batches[0]
                     if self._held and self._held[-1][0] is batch:
                         batch = self._batches[1]
-                    # The wait shows in a torch profile beside the model's kernels.
-                    with record("dlcache.next"):
-                        rc = self._take(gen, batch, lib.dlc_loader_next_wait)
-                if rc == L.DLC_END:
-                    self._pos = _DONE
-                    return
-                if rc < 0:
-                    raise error_for(rc, ctx)
-                if self._pos != _RUNNING:
-                    # After a restore this rank's count of the epoch is unknown
-                    # (the world size may have changed): then it stays None.
-                    self._pos = _RUNNING
-                if self._yielded is not None:
-                    self._yielded += 1
-                self._kept_marks.append((self._kept_s, self._kept_n))
-                # Made under the lock: a close() waiting for it then finds the batch in _held
-                # and detaches it.
-                if feed is not None:
-                    out.append(self._device_batch(items))
-                elif self._as_dict:
-                    out.append(self._dict(batch, owner))
-                else:
-                    out.append(self._pair(batch, owner))
+                    # count != 0 from here on means C lent this batch (it zeroes the struct
+                    # whenever it lends nothing): see the except below.
+                    batch.count = 0
+                try:
+                    if feed is None:
+                        # The wait shows in a torch profile beside the model's kernels.
+                        with record("dlcache.next"):
+                            rc = self._take(gen, batch, lib.dlc_loader_next_wait)
+                    if rc == L.DLC_END:
+                        self._pos = _DONE
+                        return
+                    if rc < 0:
+                        raise error_for(rc, ctx)
+                    if self._pos != _RUNNING:
+                        # After a restore this rank's count of the epoch is unknown
+                        # (the world size may have changed): then it stays None.
+                        self._pos = _RUNNING
+                    if self._yielded is not None:
+                        self._yielded += 1
+                    self._kept_marks.append((self._kept_s, self._kept_n))
+                    # Made under the lock: a close() waiting for it then finds the batch in
+                    # _held and detaches it.
+                    if feed is not None:
+                        out.append(self._device_batch(items))
+                    elif self._as_dict:
+                        out.append(self._dict(batch, owner))
+                    else:
+                        out.append(self._pair(batch, owner))
+                except BaseException:
+                    # A Ctrl-C's KeyboardInterrupt runs at any bytecode after the C call: one
+                    # between the lend and the batch's entry in _held would leave C with a
+                    # batch lent that Python does not know of, and C's next() would give back
+                    # the oldest one Python holds, under the caller's tensors. A batch not yet
+                    # in _held has no view the caller can reach: it goes back now.
+                    if feed is None and batch.count and \
+                            not any(h[0] is batch for h in self._held):
+                        lib.dlc_loader_release(ptr, ctypes.byref(batch))
+                        batch.count = 0
+                    raise
             # No local of this frame may hold the batch's lease across the yield: its life is
             # the views' (see _settle_one()).
             if self._transform is None:
@@ -1798,8 +1814,11 @@ class Loader:
         self._closed = True
         if self._handle is not None:
             with self._next_lock:
-                self._settle()
-                self._handle.close()
+                try:
+                    self._settle()
+                finally:
+                    # The workers stop even when a batch could not be given back.
+                    self._handle.close()
 
     def __enter__(self) -> "Loader":
         return self

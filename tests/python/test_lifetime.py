@@ -139,3 +139,41 @@ def test_batches_kept_across_a_new_epoch_with_one_held_over(store, as_dict):
     assert len(kept) == len(ref1) and len(again) == len(ref0)
     bad = [i for i, (k, r) in enumerate(zip(kept, ref1)) if not torch.equal(image(k), r)]
     assert not bad, "batches %s of epoch 1 changed" % bad
+
+
+@pytest.mark.parametrize("as_dict", [False, True])
+def test_ctrl_c_between_the_lend_and_the_yield_changes_no_kept_batch(store, monkeypatch, as_dict):
+    """Python runs a SIGINT handler right after a C call returns: a KeyboardInterrupt there,
+    after dlc_loader_next_wait() lent the batch and before the Loader knew of it, left C one
+    batch ahead. The next next() then gave back the oldest batch the caller still held (refilled
+    under its tensors), and every later next() and close() failed ("the batch kept is not one
+    lent"). The interrupted batch must go back at once, and the loop carry on as before."""
+    def image(b):
+        return b["image"] if as_dict else b[0]
+
+    with dlcache.Loader(store, 10, as_dict=as_dict, **KW) as ld:
+        ref = [image(b).clone() for b in ld]
+    real = lib.dlc_loader_next_wait
+    calls = []
+
+    def interrupted(*args):
+        rc = real(*args)
+        calls.append(rc)
+        if len(calls) == 3 and rc == 0:
+            raise KeyboardInterrupt  # what the handler raises, after the call returned
+        return rc
+
+    ld = dlcache.Loader(store, 10, as_dict=as_dict, **KW)
+    kept = []
+    monkeypatch.setattr(lib, "dlc_loader_next_wait", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        for b in ld:
+            kept.append(image(b))
+    monkeypatch.setattr(lib, "dlc_loader_next_wait", real)
+    assert len(kept) == 2
+    again = [image(b).clone() for b in ld]  # the next epoch, as a notebook runs the cell again
+    bad = [i for i, k in enumerate(kept) if not torch.equal(k, ref[i])]
+    assert not bad, "batches %s kept before the interrupt changed" % bad
+    assert len(again) == len(ref)
+    ld.close()
+    assert ld._handle.ptr is None
