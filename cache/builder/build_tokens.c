@@ -89,6 +89,10 @@ static void unmap_file(mapped *m)
     m->p = NULL;
 }
 
+/* The most tokens a document can have in any store: a record of uint16 ids (the writer refuses
+ * more, dlc_token_writer_add()). */
+#define DOC_MAX_TOKENS ((UINT32_MAX - 64) / 2 - 1)
+
 static dlc_status grow(tb *b, size_t n)
 {
     if (n <= b->cap)
@@ -279,8 +283,9 @@ static dlc_status read_npy(tb *b, const char *file)
             s++;
         if (*s == ')')
             break;
-        char *end;
-        const unsigned long long v = strtoull(s, &end, 10);
+        char *end = (char *)s;
+        /* Digits only: strtoull() would take "-1" as 2^64 - 1. */
+        const unsigned long long v = *s >= '0' && *s <= '9' ? strtoull(s, &end, 10) : 0;
         FAIL_IF(end == s || ndim == 2, DLC_EINVAL,
                 "%s: .npy shape %.40s: token arrays are 1-D (split at the end-of-document id) or "
                 "2-D (a document per row)",
@@ -289,9 +294,15 @@ static dlc_status read_npy(tb *b, const char *file)
         s = end;
     }
     FAIL_IF(ndim == 0, DLC_EINVAL, "%s: a 0-d .npy holds no tokens", file);
+    /* Rows of no tokens take no bytes, so the size check below cannot bound their number: a
+     * shape of (2^64 - 1, 0) would be read as that many empty documents. */
+    FAIL_IF(ndim == 2 && dims[1] == 0, DLC_EINVAL,
+            "%s: .npy shape (%" PRIu64 ", 0): rows of no tokens hold no documents", file, dims[0]);
+    FAIL_IF(ndim == 2 && dims[0] > UINT64_MAX / dims[1], DLC_EINVAL,
+            "%s: .npy shape (%" PRIu64 ", %" PRIu64 ") is larger than any file", file, dims[0],
+            dims[1]);
     const uint64_t count = ndim == 1 ? dims[0] : dims[0] * dims[1];
-    FAIL_IF((ndim == 2 && dims[1] && dims[0] > UINT64_MAX / dims[1]) ||
-                count > (m.size - hoff - hlen) / (uint64_t)esize ||
+    FAIL_IF(count > (m.size - hoff - hlen) / (uint64_t)esize ||
                 count * (uint64_t)esize != m.size - hoff - hlen,
             DLC_EINVAL, "%s: .npy data is %zu bytes, the shape wants %" PRIu64 " x %d", file,
             m.size - hoff - hlen, count, esize);
@@ -390,6 +401,12 @@ static dlc_status read_megatron(tb *b, const char *src)
                     "%s: sequence %" PRIu64 " (document %" PRIu64 "): %u tokens at byte %" PRIu64
                     " lie outside %s (%zu bytes)",
                     idx, q, d, len, ptr, bin, mb.size);
+            /* Sequences may share bytes of the .bin, so its size does not bound a document's:
+             * refuse one larger than a record holds before reading it, not after. */
+            FAIL_IF(n + len > DOC_MAX_TOKENS, DLC_EINVAL,
+                    "%s: document %" PRIu64 ": more than %" PRIu64 " tokens (sequences %" PRIu64
+                    "..%" PRIu64 "), more than a record holds",
+                    idx, d, (uint64_t)DOC_MAX_TOKENS, s0, s1);
             CHECK(grow(b, (size_t)(n + len)));
             for (uint32_t i = 0; i < len; i++) {
                 uint64_t v = 0;

@@ -89,6 +89,32 @@ def test_npy_one_and_two_dimensions(tmp_path):
     assert "neg.npy: token 1 is -2, not an id" in r.stderr
 
 
+def _npy_header_only(path, shape):
+    h = "{'descr': '<u2', 'fortran_order': False, 'shape': %s, }" % shape
+    h += " " * ((64 - (len(h) + 11) % 64) % 64) + "\n"
+    path.write_bytes(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h.encode())
+
+
+@pytest.mark.parametrize("shape,why", [
+    # Rows of no tokens take no bytes: the size check cannot bound their number, and 2^64 - 1
+    # empty rows kept cachebuild busy for ever.
+    ("(18446744073709551615, 0)", "shape (18446744073709551615, 0): rows of no tokens"),
+    ("(5, 0)", "shape (5, 0): rows of no tokens"),
+    # strtoull() reads "-1" as 2^64 - 1.
+    ("(-1, 0)", "token arrays are 1-D"),
+    ("(-1,)", "token arrays are 1-D"),
+    # The product overflows 64 bits: named as too large, not as a wrapped count.
+    ("(4294967296, 4294967296)", "shape (4294967296, 4294967296) is larger than any file"),
+])
+def test_npy_shapes_that_lie_are_refused(tmp_path, shape, why):
+    _npy_header_only(tmp_path / "lie.npy", shape)
+    r = subprocess.run([CACHEBUILD, "--tokens", str(tmp_path / "lie.npy"), "-o",
+                        str(tmp_path / "x.dlc"), "--eos", "0"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "lie.npy: " in r.stderr and why in r.stderr, r.stderr
+    assert not os.path.exists(tmp_path / "x.dlc") and not glob.glob(str(tmp_path / "x.dlc.*"))
+
+
 # Megatron-LM's indexed dataset writer, after megatron/core/datasets/indexed_dataset.py
 # (_IndexWriter.write and IndexedDatasetBuilder.add_item/end_document): the reference the
 # builder's reader is checked against.
