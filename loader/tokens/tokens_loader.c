@@ -937,6 +937,11 @@ dlc_status dlc_token_loader_open(const char *path, const dlc_token_loader_config
     CHECK(dlc_tokens_open(l->store, &l->tokens));
     l->info = *dlc_tokens_get_info(l->tokens);
     l->offsets = dlc_tokens_offsets(l->tokens);
+    /* Best-fit's padding is an input id, and no embedding looks up a negative one. It may be at
+     * or above the store's vocab_size: a model often has rows beyond its tokenizer's ids (a
+     * vocabulary padded to a multiple of 64, a pad token of its own). */
+    FAIL_IF(c->packing == DLC_TOKEN_PACK_BEST_FIT && c->pad_id < 0, DLC_EINVAL,
+            "%s: pad_id %" PRId32 " is not an id (0 or more)", path, c->pad_id);
     FAIL_IF(c->packing == DLC_TOKEN_PACK_CONCAT && l->info.num_tokens < (uint64_t)c->seq_len + 1,
             DLC_EINVAL, "%s: %" PRIu64 " tokens, fewer than one window of seq_len + 1 = %u", path,
             l->info.num_tokens, c->seq_len + 1);

@@ -308,19 +308,24 @@ class TokenLoader:
         lib.dlc_token_loader_config_init_sized(ctypes.byref(cfg), ctypes.sizeof(cfg))
         self.path = redact(" + ".join(map(os.fsdecode, path)) if isinstance(path, (list, tuple))
                            else os.fsdecode(path))
-        self.batch_size, self.seq_len, self.seed = int(batch_size), int(seq_len), int(seed)
-        self.rank = _env_int("RANK", 0) if rank is None else int(rank)
-        self.world_size = _env_int("WORLD_SIZE", 1) if world_size is None else int(world_size)
+        # Checked here: a ctypes field keeps the low bits of what it is given (seq_len 2**32 + 8
+        # would be 8 to C and 2**32 + 8 to len() and the state).
+        self.batch_size = _uint(batch_size, "batch_size", 1, 2**32 - 1)
+        self.seq_len = _uint(seq_len, "seq_len", 1, 2**32 - 1)
+        self.seed = _uint(seed, "seed", 0, 2**64 - 1)
+        self.rank = _env_int("RANK", 0) if rank is None else _uint(rank, "rank")
+        self.world_size = (_env_int("WORLD_SIZE", 1) if world_size is None
+                           else _uint(world_size, "world_size", 1))
         self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
         self.document_mask, self.packing, self.dtype = bool(document_mask), packing, dtype
-        self.threads = 2 if threads is None else int(threads)
+        self.threads = 2 if threads is None else _uint(threads, "threads", 0, 256)
         cfg.batch_size, cfg.seq_len, cfg.seed = self.batch_size, self.seq_len, self.seed
         cfg.rank, cfg.world_size, cfg.threads = self.rank, self.world_size, self.threads
         cfg.out_dtype = _lib.DTYPE_INT64 if dtype == torch.int64 else _lib.DTYPE_INT32
         cfg.packing = _PACKINGS[packing]
         cfg.shuffle, cfg.drop_last = int(self.shuffle), int(self.drop_last)
         cfg.document_mask = int(self.document_mask)
-        cfg.pad_id = int(pad_id)
+        cfg.pad_id = _uint(pad_id, "pad_id", 0, 2**31 - 1)
         self._mix = isinstance(path, (list, tuple))
         # A set's URL (or a mixture with some) is read through the streaming cache: every part
         # downloaded once per node into cache_dir, checked, and held while the loader is open.
@@ -378,8 +383,10 @@ class TokenLoader:
             self._feed = _TokenFeed(self._device, self._h)
         self._epoch = 0
         # Where the next iter() starts: "fresh" (at self._epoch's start, or at _resume), "used"
-        # (an iter() began this epoch: the next one starts the following epoch).
+        # (an iter() began this epoch: the next one starts the following epoch), "ended" (a
+        # state saved at the end of self._epoch was loaded: the same as "used").
         self._pos = "fresh"
+        self._taken = 0  # batches taken since the last seek
         self._resume = None  # (epoch, position, placed) from load_state_dict()
         self._stats = {"batches": 0, "rows": 0, "tokens": 0, "wait_seconds": 0.0}
 
@@ -532,12 +539,13 @@ class TokenLoader:
             self._resume = None
             self._epoch = epoch
         else:
-            if self._pos == "used":
+            if self._pos in ("used", "ended"):
                 self._epoch += 1
             pos = 0
         self._sync()
         if not placed:
             check(lib.dlc_token_loader_seek(h, self._epoch, pos), self.path)
+        self._taken = 0
         self._pos = "used"
         self._gen += 1
         return self._batches(self._gen)
@@ -567,6 +575,7 @@ class TokenLoader:
             if rc == _END:
                 return
             check(rc, self.path)
+            self._taken += 1
             n = b.rows * b.seq_len
             st["batches"] += 1
             st["rows"] += b.rows
@@ -608,9 +617,14 @@ class TokenLoader:
             epoch, pos, _ = self._resume
         elif self._pos == "fresh":
             epoch = self._epoch
+        elif self._pos == "ended":
+            epoch, pos, finished = self._epoch, self.num_windows, True
         else:
             epoch = ep.value
-            finished = pos >= self.num_windows
+            # With drop_last the windows cut from the epoch's end are never delivered, so the
+            # position stays below num_windows: this rank's last batch taken ends it too.
+            finished = (pos >= self.num_windows or
+                        self._taken >= lib.dlc_token_loader_len(h))
         out = {_STATE_KEY: 1, "epoch": int(epoch), "position": int(pos),
                "epoch_finished": bool(finished),
                "seed": self.seed, "seq_len": self.seq_len, "packing": self.packing,
@@ -645,7 +659,7 @@ class TokenLoader:
             raw = bytes(state["mixture"])
             check(lib.dlc_token_loader_mix_restore(self._ptr(), raw, len(raw)), self.path)
         if state.get("epoch_finished"):
-            self._epoch, self._resume, self._pos = int(state["epoch"]), None, "used"
+            self._epoch, self._resume, self._pos = int(state["epoch"]), None, "ended"
             return
         self._resume = (int(state["epoch"]), int(state["position"]), self._mix)
         self._epoch = int(state["epoch"])

@@ -196,6 +196,18 @@ def test_refusals(corpus, tmp_path):
     L = dlcache.Loader(path, 2, seq_len=8)
     with pytest.raises(ValueError, match="seq_len"):
         L.load_state_dict(dict(dlcache.Loader(path, 2, seq_len=9).state_dict()))
+    # Values a ctypes field would cut to their low bits (seq_len 2**32 + 8 was 8 to C, and
+    # 2**32 + 8 to len() and the state) are refused by name.
+    for kw, name in ((dict(seq_len=2**32 + 8), "seq_len"), (dict(pad_id=2**32 + 7), "pad_id"),
+                     (dict(seed=-1), "seed"), (dict(threads=300), "threads"),
+                     (dict(world_size=0), "world_size"), (dict(seq_len=8.5), "seq_len")):
+        with pytest.raises(ValueError, match=name):
+            dlcache.Loader(path, 2, **dict(dict(seq_len=8), **kw))
+    with pytest.raises(ValueError, match="batch_size"):
+        dlcache.Loader(path, 2**32 + 2, seq_len=8)
+    # Best-fit's padding may be beyond the store's vocabulary (a model's own pad row).
+    with dlcache.Loader(path, 2, seq_len=8, packing="best_fit", pad_id=50000) as ok:
+        assert next(iter(ok))["input_ids"].shape == (2, 8)
 
 
 def test_loader_signature_takes_the_token_arguments(corpus):

@@ -80,3 +80,32 @@ def test_sigkill_then_load_state(stores, tmp_path, mixture):
     if not mixture:
         assert set(got) == set(want)
         assert len(got) - len(want) < 3, "only the padding repeats"
+
+
+@pytest.mark.parametrize("mixture", [False, True])
+@pytest.mark.parametrize("in_last_batch", [False, True])
+def test_a_state_at_the_end_of_a_drop_last_epoch_starts_the_next(stores, mixture, in_last_batch):
+    """With drop_last the windows cut from the epoch's end are never delivered, so the position
+    stays below num_windows: a state saved after the last batch (or inside it, as a loop that
+    saves after each step does) said epoch_finished False, and the restored loader yielded an
+    empty epoch (same world size) or the cut windows (another) before the next one."""
+    src = stores if mixture else stores[0]
+    kw = dict(seq_len=16, seed=9, drop_last=True, world_size=3, rank=0)
+    if mixture:
+        kw["weights"] = [2, 1]
+    a = dlcache.Loader(src, 4, **kw)
+    state = None
+    for b in a:
+        if in_last_batch:
+            state = a.state_dict()
+    if not in_last_batch:
+        state = a.state_dict()
+    assert state["epoch"] == 0 and state["epoch_finished"]
+    want = [b["input_ids"].clone() for b in a]  # the uninterrupted run's next epoch
+    b = dlcache.Loader(src, 4, **kw)
+    b.load_state_dict(state)
+    again = b.state_dict()
+    assert again["epoch"] == 0 and again["epoch_finished"], "a restored end stays the end"
+    got = [x["input_ids"] for x in b]
+    assert b.epoch == 1 and len(got) == len(want) > 0
+    assert all(torch.equal(g, w) for g, w in zip(got, want))
