@@ -1252,7 +1252,14 @@ class Loader:
         mid-epoch state, set_epoch() with that same epoch keeps the restored
         position (the usual resume loop calls set_epoch(e) for every e).
         """
-        self._pending_epoch = _uint(epoch, "epoch", 0, 2**63 - 1)
+        e = _uint(epoch, "epoch", 0, 2**63 - 1)
+        lazy = self.__dict__.get("_lazy")
+        if lazy is not None:
+            # Not opened yet (unpickled or copied): the open would reset _pending_epoch, so the
+            # epoch waits with the state that the open applies (_materialize()).
+            lazy[2]["pending_epoch"] = e
+            return
+        self._pending_epoch = e
 
     def _start(self):
         ptr = self._ptr()

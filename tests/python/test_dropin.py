@@ -92,6 +92,29 @@ def test_pickle_keeps_set_epoch_and_the_arguments_given(store):
         iter(lazy)
 
 
+@pytest.mark.parametrize("how", ["pickle", "deepcopy"])
+def test_set_epoch_on_a_copy_not_yet_opened_is_kept(store, how):
+    """mp.spawn, ddp_spawn and Ray hand each process a pickled Loader, and a resume calls
+    set_epoch() on it before the first iter(). set_epoch() only marked the epoch; the open at
+    the first use reset the mark, so the copy gave the epoch after its state's instead."""
+    with dlcache.Loader(store, 8, crop=24, **KW) as ld:
+        for _ in ld:
+            pass
+        for _ in ld:
+            pass  # two epochs done: the copy's own next epoch would be 2
+        twin = pickle.loads(pickle.dumps(ld)) if how == "pickle" else copy.deepcopy(ld)
+        assert "_lazy" in twin.__dict__
+        twin.set_epoch(0)
+        twin.sampler.set_epoch(0)  # the same, through the sampler, as torch's loops call it
+        assert "_lazy" in twin.__dict__, "set_epoch() does not open it"
+        got = [clone(b) for b in twin]
+        assert twin.epoch == 0
+        ld.set_epoch(0)
+        want = [clone(b) for b in ld]
+        assert len(got) == len(want) and all(same(g, w) for g, w in zip(got, want))
+        twin.close()
+
+
 class MyLoader(dlcache.Loader):
     """A subclass pickles as itself."""
 
