@@ -142,7 +142,9 @@ void dlc__aug_contrast(uint8_t *img, size_t stride, uint32_t w, uint32_t h, uint
 /* clamp(0, 255).to(uint8) of a finite float, written as selects that vectorize. */
 static inline float clamp255(float v)
 {
-    v = v < 0.0f ? 0.0f : v;
+    /* NaN (a factor near FLT_MAX makes inf - inf) goes to 0, as x86's conversion of torch's NaN
+     * to uint8 does: a NaN cast to int is undefined. */
+    v = v > 0.0f ? v : 0.0f;
     return v > 255.0f ? 255.0f : v;
 }
 

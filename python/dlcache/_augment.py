@@ -5,6 +5,7 @@ return_params=True as ops that dlcache.ops.apply() takes one at a time."""
 
 import ctypes
 import math
+import numbers
 from typing import Any, Dict, List, Optional, Tuple
 
 from . import _lib as L
@@ -32,7 +33,8 @@ _POLICY_OPTIONS = {
 
 
 def _number(value, name, lo=None, hi=None):
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    # numbers.Real takes numpy's scalars too (np.float32(0.4) from a config array).
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValueError("%s must be a number, got %r" % (name, value))
     v = float(value)
     if math.isnan(v) or (lo is not None and v < lo) or (hi is not None and v > hi):
@@ -47,11 +49,11 @@ def _prob(value, name):
 
 
 def _int(value, name, lo, hi):
-    if isinstance(value, bool) or not isinstance(value, int):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ValueError("%s must be an integer, got %r" % (name, value))
     if not lo <= value <= hi:
         raise ValueError("%s must be in [%d, %d], got %d" % (name, lo, hi, value))
-    return value
+    return int(value)
 
 
 def _range(value, name, lo, hi):
@@ -81,7 +83,7 @@ def _jitter_part(value, name, center, bound):
     0 for the factors), a pair is taken as it is; 0 or None is off."""
     if value is None:
         return (center, center)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
         x = _number(value, name, 0.0, 0.5 if center == 0.0 else None)
         return (max(center - x, 0.0) if center else -x, center + x)
     return _range(value, name, -bound if center == 0.0 else 0.0, bound)
@@ -113,15 +115,16 @@ def _blur(value, spec, name):
     if "kernel_size" not in value:
         raise ValueError("%s needs kernel_size (an odd int, or (width, height))" % name)
     k = value["kernel_size"]
-    kw, kh = (k, k) if isinstance(k, int) and not isinstance(k, bool) else \
+    kw, kh = (k, k) if isinstance(k, numbers.Integral) and not isinstance(k, bool) else \
         (tuple(k) if isinstance(k, (tuple, list)) and len(k) == 2 else (None, None))
     for side in (kw, kh):
-        if isinstance(side, bool) or not isinstance(side, int) or side < 1 or side % 2 == 0 \
-                or side > 255:
+        if isinstance(side, bool) or not isinstance(side, numbers.Integral) or side < 1 or \
+                side % 2 == 0 or side > 255:
             raise ValueError("%s kernel_size must be an odd int in 1..255 or a pair of them, "
                              "got %r" % (name, k))
+    kw, kh = int(kw), int(kh)
     sigma = value.get("sigma", (0.1, 2.0))
-    if isinstance(sigma, (int, float)) and not isinstance(sigma, bool):
+    if isinstance(sigma, numbers.Real) and not isinstance(sigma, bool):
         sigma = (sigma, sigma)
     lo, hi = _range(sigma, name + " sigma", 0.0, 1e6)
     if lo <= 0:
@@ -135,8 +138,9 @@ def _solarize(value, spec, name):
     if isinstance(value, dict):
         _unknown(value, ("p", "threshold"), name)
         spec.solarize_prob = _prob(value.get("p", 0.5), name + "['p']")
+        # torchvision's RandomSolarize takes any threshold; above 255 nothing would change.
         spec.solarize_threshold = _number(value.get("threshold", 128), name + " threshold",
-                                          0.0, 256.0)
+                                          None, 255.0)
     else:
         spec.solarize_prob = _prob(value, name)
 
@@ -196,12 +200,18 @@ def timm_rand(config: str, name: str = "auto_augment") -> Dict[str, Any]:
                 out["p"] = float(val)
             else:
                 raise ValueError("unknown key %r (timm's are m, n, p, mstd, mmax, inc)" % key)
-        except ValueError as e:
+        except (ValueError, OverflowError) as e:
             raise ValueError("%s %r: section %r: %s" % (name, config, sec, e)) from None
     if not 1 <= out["num_ops"] <= 8:
         raise ValueError("%s %r: n%d: dlcache draws 1 to 8 ops" % (name, config, out["num_ops"]))
     if not 0.0 <= out["p"] <= 1.0:
         raise ValueError("%s %r: p%g is not a probability" % (name, config, out["p"]))
+    # timm's magnitudes run 0..10 (mmax 10); far beyond, a shear's angle rounds to 90 degrees
+    # and each record would fail at next() rather than here.
+    for key in ("magnitude", "mmax"):
+        if out.get(key) is not None and out[key] > 1000:
+            raise ValueError("%s %r: %s %g is beyond 1000 (timm's scale is 0..10)"
+                             % (name, config, "m" if key == "magnitude" else "mmax", out[key]))
     return out
 
 
@@ -214,7 +224,7 @@ def _timm_auto_augment(policy, options, spec, name, oname, mean):
     spec.magnitude_max = t["mmax"]
     spec.increasing = 1 if t["increasing"] else 0
     spec.op_prob = t["p"]
-    fill = tuple(min(255, int(round(255 * m))) for m in mean) if mean else _TIMM_FILL
+    fill = tuple(min(255, max(0, int(round(255 * m)))) for m in mean) if mean else _TIMM_FILL
     for i in range(3):
         spec.fill[i] = fill[i]
     spec.has_fill = 1  # timm always fills (img_mean): with bilinear, blended in as given
@@ -258,7 +268,7 @@ def _auto_augment(policy, options, spec, name, oname, mean=None):
     if "magnitude" in options:
         spec.magnitude = _number(options["magnitude"], oname + " magnitude", 0.0,
                                  spec.num_magnitude_bins - 1)
-    elif spec.magnitude > spec.num_magnitude_bins - 1:
+    elif policy == "rand_augment" and spec.magnitude > spec.num_magnitude_bins - 1:
         raise ValueError("%s: the default magnitude 9 is beyond num_magnitude_bins %d: give one"
                          % (oname, spec.num_magnitude_bins))
     if "mstd" in options:
@@ -279,7 +289,7 @@ def _interpolation(options, spec, oname):
         spec.interpolation = 1 if mode == "bilinear" else 0
 
 
-def _random_erasing(value, spec, name):
+def _random_erasing(value, spec, name, channels=0):
     if not isinstance(value, dict):
         spec.erase_prob = _prob(value, name)
         return
@@ -313,6 +323,11 @@ def _random_erasing(value, spec, name):
     if not 1 <= len(vals) <= 4:
         raise ValueError("%s value must have 1 to 4 values (one per channel), got %r"
                          % (name, v))
+    if channels and len(vals) not in (1, channels):
+        # torchvision: "should have either a single value or 3 values"; the channels left
+        # out were erased with 0.
+        raise ValueError("%s value has %d values, but the store's images have %d channels: "
+                         "give one value, or one per channel" % (name, len(vals), channels))
     if len(vals) == 1:
         vals = vals * 4
     if all(x == 0 for x in vals):
@@ -323,7 +338,7 @@ def _random_erasing(value, spec, name):
         spec.erase_constant[i] = x
 
 
-def _spec(opts, where, mean=None):
+def _spec(opts, where, mean=None, channels=0):
     """One dlc_augment_spec from the options dict @p opts (keys of KEYS, None = off); @p where
     prefixes the names in messages ("" for the Loader's own arguments); @p mean: the Loader's,
     whose pixel value is timm's fill."""
@@ -348,7 +363,7 @@ def _spec(opts, where, mean=None):
             _auto_augment(v, opts.get("auto_augment_options"), spec, name,
                           where + "auto_augment_options", mean)
         elif key == "random_erasing":
-            _random_erasing(v, spec, name)
+            _random_erasing(v, spec, name, channels)
     if opts.get("auto_augment_options") is not None and opts.get("auto_augment") is None:
         raise ValueError("%sauto_augment_options given without auto_augment" % where)
     return spec, on, spec.erase_prob > 0
@@ -356,7 +371,8 @@ def _spec(opts, where, mean=None):
 
 def specs(loader_opts: Dict[str, Any], views: "Optional[List[Dict[str, Any]]]",
           device: bool, float_dtype: bool,
-          mean: "Optional[Tuple[float, ...]]" = None) -> "Optional[ctypes.Array]":
+          mean: "Optional[Tuple[float, ...]]" = None,
+          channels: int = 0) -> "Optional[ctypes.Array]":
     """The dlc_augment_spec array of a Loader: one for its own view, or one per entry of views
     (each entry's keys override the Loader's: a key given as None turns that op off there).
     None when nothing is on. @p device: batches go to a CUDA device (RandomErasing runs there
@@ -371,10 +387,13 @@ def specs(loader_opts: Dict[str, Any], views: "Optional[List[Dict[str, Any]]]",
                 for key in KEYS:
                     if key in v:
                         merged[key] = v[key]
-                if "auto_augment" in v and "auto_augment_options" not in v:
+                # The Loader's options belong to its policy: a view that names another policy
+                # starts from that one's defaults, one that restates the same keeps them.
+                if "auto_augment" in v and "auto_augment_options" not in v and \
+                        v["auto_augment"] != loader_opts.get("auto_augment"):
                     merged["auto_augment_options"] = None
             groups.append((merged, "views[%d] " % i))
-    made = [_spec(opts, where, mean) for opts, where in groups]
+    made = [_spec(opts, where, mean, channels) for opts, where in groups]
     if not any(on for _, on, _ in made):
         return None
     for (spec, _, erase), (opts, where) in zip(made, groups):

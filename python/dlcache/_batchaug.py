@@ -33,9 +33,13 @@ def _hw(value, name):
     else:
         try:
             h, w = value
-            h, w = int(h), int(w)
         except (TypeError, ValueError):
             raise ValueError("%s must be an int or (height, width), got %r" % (name, value)) from None
+        # Integers only: "48" unpacked as ("4", "8"), and 32.7 was cut to 32.
+        if not all(isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in (h, w)):
+            raise ValueError("%s must be an int or (height, width) of ints, got %r"
+                             % (name, value))
+        h, w = int(h), int(w)
     if not (1 <= h <= 65535 and 1 <= w <= 65535):
         raise ValueError("%s must be 1..65535 on each side, got %r" % (name, value))
     return h, w

@@ -784,7 +784,7 @@ class Loader:
              "solarize": solarize, "auto_augment": auto_augment,
              "auto_augment_options": auto_augment_options, "random_erasing": random_erasing},
             views, self._device is not None, cfg.dtype != L.DTYPE_UINT8,
-            tuple(cfg.mean[i] for i in range(3)))
+            tuple(cfg.mean[i] for i in range(3)), channels)
         if aug is not None:
             keep.append(aug)
             cfg.augment_specs, cfg.num_augment_specs = aug, len(aug)

@@ -206,9 +206,10 @@ def _params(op, image_channels, kw):
     elif op == "gaussian_blur":
         ks = _pair(op, "kernel_size", kw["kernel_size"], _int)
         for k in ks:
-            if k <= 0 or k % 2 == 0:
+            # At most 255, as the Loader's blur: the C field is 32 bits, and 2**32 + 3 was 3.
+            if k <= 0 or k % 2 == 0 or k > 255:
                 raise _bad(op, "kernel_size", kw["kernel_size"],
-                           "is not odd and positive integers")
+                           "is not odd integers in 1..255")
         sigma = kw.get("sigma")
         # torchvision's default sigma for each kernel side.
         sg = tuple(k * 0.15 + 0.35 for k in ks) if sigma is None else \

@@ -14,6 +14,7 @@ import torch  # noqa: E402
 
 import dlcache  # noqa: E402
 from dlcache import _augment  # noqa: E402
+from dlcache import _lib as L  # noqa: E402
 from dlcache.errors import UnsupportedError  # noqa: E402
 
 MEAN = (0.485, 0.456, 0.406)
@@ -144,6 +145,12 @@ def test_bad_values_name_the_argument(store):
         (dict(return_params=1), "return_params"),
         (dict(views=[{"name": "g", "crop": 32, "grayscale": 2}]), "views[0] grayscale"),
         (dict(views=[{"name": "g", "crop": 32, "blur": {"sigma": 1}}]), "views[0] blur"),
+        # torchvision: one value or one per channel; the channels left out were erased with 0.
+        (dict(random_erasing={"p": 1.0, "value": (0.1, 0.2)}),
+         "random_erasing value has 2 values, but the store's images have 3 channels"),
+        # Far beyond timm's 0..10 a shear rounds to 90 degrees: each record failed at next().
+        (dict(auto_augment="rand-m1000000000"), "m 1e+09 is beyond 1000"),
+        (dict(auto_augment="rand-m" + "9" * 400), "section"),  # was a bare OverflowError
     ]
     for kw, want in cases:
         args = dict(dtype="float32")
@@ -423,3 +430,31 @@ def test_device_random_erasing_equals_the_host(store, dtype, channels_last, monk
         for g, w in zip(got, want):
             for k in w:
                 assert torch.equal(g[k].contiguous(), w[k].contiguous()), (value, k)
+
+
+def test_values_torchvision_takes_are_taken(store):
+    """What torchvision takes, dlcache takes: TrivialAugmentWide with fewer than 10 bins (it
+    has no magnitude to check), a negative solarize threshold, numpy scalars from a config
+    array, and a negative mean beside a timm string (its fill is clamped to a pixel)."""
+    for kw in (dict(auto_augment="trivial_augment_wide",
+                    auto_augment_options={"num_magnitude_bins": 5}),
+               dict(solarize={"p": 1.0, "threshold": -5}),
+               dict(color_jitter=(np.float32(0.4), 0, 0, 0),
+                    blur={"kernel_size": np.int64(3)},
+                    auto_augment="rand_augment", auto_augment_options={"num_ops": np.int64(3)}),
+               dict(auto_augment="rand-m9", mean=(-0.5, 0.4, 0.4))):
+        with _ops_loader(store, dtype="float32", **kw) as ld:
+            assert next(iter(ld))[0].shape[1:] == (3, 48, 48), kw
+
+
+def test_a_view_restating_the_policy_keeps_its_options():
+    """views: the same keys replace the Loader's. A view naming the Loader's own policy again
+    kept none of its auto_augment_options (2 ops drawn where 4 were asked); one naming another
+    policy starts from that one's defaults (rand_augment's num_ops would be refused there)."""
+    loader = {"auto_augment": "rand_augment", "auto_augment_options": {"num_ops": 4}}
+    arr = _augment.specs(loader, [{"auto_augment": "rand_augment"},
+                                  {"auto_augment": "trivial_augment_wide"},
+                                  {"auto_augment": "rand_augment",
+                                   "auto_augment_options": {"num_ops": 3}}], False, True)
+    assert [arr[i].num_ops for i in (0, 2)] == [4, 3]
+    assert arr[1].auto_augment == L.AUTO_AUGMENT_TRIVIAL_WIDE

@@ -238,6 +238,10 @@ def test_resolution_resume_mid_epoch(store):
 
 
 def test_resolution_refusals(store):
+    # Integers only: "48" was unpacked as ("4", "8"), 32.7 cut to 32.
+    for bad in ("48", [(32.7, 40.9)], [32.5]):
+        with pytest.raises(ValueError, match="resolution"):
+            dlcache.Loader(str(store), BS, crop=32, threads=1, resolution=bad)
     with dlcache.Loader(str(store), BS, crop=32, threads=1) as ld:
         with pytest.raises(ValueError, match="max_resolution"):
             ld.set_resolution(40, 40)
