@@ -16,7 +16,10 @@
 #include <xxhash.h>
 
 #define BF_MAGIC "DLCBFIT1"
-#define BF_VERSION 1u
+/* 2: the seed word no longer tells "not shuffled" (it was UINT64_MAX, a seed too): the version
+ * word's BF_ORDERED does. A plan of version 1 is made again once. */
+#define BF_VERSION 2u
+#define BF_ORDERED 0x10000u
 #define BF_HEADER 80u
 #define BF_ITEM 16u
 
@@ -151,9 +154,9 @@ static void bf_header(const dlc_token_loader *l, uint8_t h[BF_HEADER], uint64_t 
 {
     memset(h, 0, BF_HEADER);
     memcpy(h, BF_MAGIC, 8);
-    dlc__st32(h + 8, BF_VERSION);
+    dlc__st32(h + 8, BF_VERSION | (l->c.shuffle ? 0u : BF_ORDERED));
     dlc__st32(h + 12, l->c.seq_len);
-    dlc__st64(h + 16, l->c.shuffle ? l->c.seed : UINT64_MAX);
+    dlc__st64(h + 16, l->c.shuffle ? l->c.seed : 0);
     dlc__st64(h + 24, dlc_store_get_info(l->store)->content_digest);
     dlc__st64(h + 32, l->info.offsets_digest);
     dlc__st64(h + 40, l->bf_bins);
@@ -167,8 +170,11 @@ static void bf_name(const dlc_token_loader *l, char *out, size_t cap)
 {
     const char *path = dlc_store_path(l->store);
     const char *base = strrchr(path, '/');
-    snprintf(out, cap, "%s.bestfit-%u-%016" PRIx64, base ? base + 1 : path, l->c.seq_len,
-             l->c.shuffle ? l->c.seed : UINT64_MAX);
+    if (l->c.shuffle)
+        snprintf(out, cap, "%s.bestfit-%u-%016" PRIx64, base ? base + 1 : path, l->c.seq_len,
+                 l->c.seed);
+    else
+        snprintf(out, cap, "%s.bestfit-%u-ordered", base ? base + 1 : path, l->c.seq_len);
 }
 
 /* Every row's items against the store: a document, a piece of it, rows within seq_len. */

@@ -107,3 +107,25 @@ def test_best_fit_epochs_and_ranks(corpus):
                 seen[row.tobytes()] += 1
     rows = L.packing_info["rows"]
     assert len(seen) == rows and sum(seen.values()) == -(-rows // 3) * 3
+
+
+def test_the_largest_seed_and_no_shuffle_have_plans_of_their_own(corpus):
+    """The plan's name and header said "not shuffled" with the seed 2**64 - 1, a seed too: a
+    shuffled loader of that seed read the unshuffled plan when one was there, so its rows
+    depended on what had run before."""
+    path, _ = corpus
+    for f in glob.glob(str(path) + ".bestfit-*"):
+        os.unlink(f)
+    kw = dict(seq_len=S, packing="best_fit", pad_id=PAD, shuffle=True)
+
+    def rows(**more):
+        with dlcache.Loader(str(path), 4, **dict(kw, **more)) as ld:
+            return [b["input_ids"].clone() for b in ld]
+
+    fresh = rows(seed=2**64 - 1)
+    for f in glob.glob(str(path) + ".bestfit-*"):
+        os.unlink(f)
+    rows(shuffle=False)  # its plan first, beside the store
+    after = rows(seed=2**64 - 1)
+    assert len(after) == len(fresh) and all(torch.equal(a, b) for a, b in zip(after, fresh))
+    assert len(glob.glob(str(path) + ".bestfit-%d-*" % S)) == 2
