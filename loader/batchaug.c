@@ -333,6 +333,22 @@ dlc_status dlc_loader_set_resolution(dlc_loader *l, uint32_t height, uint32_t wi
                            "%s: resolution %ux%u (height x width) must be 1..%u x 1..%u "
                            "(config.max_crop_h x max_crop_w)",
                            l->path, height, width, ba->max_h, ba->max_w);
+    /* The ops were checked at open against the largest size: a blur kernel too large for a
+     * smaller one is refused here, not at the first record of that epoch. */
+    if (l->groups[0].aug_on) {
+        for (uint32_t i = 0; i < l->nout; i++) {
+            const dlc__output *o = &l->out[i];
+            if (!resized(o) || o->op != DLC__OUT_IMAGE)
+                continue;
+            char label[160];
+            snprintf(label, sizeof label, "%s: resolution %ux%u: field \"%s\"", l->path, height,
+                     width, l->fields[o->field].name);
+            const dlc_status rc =
+                dlc__aug_config_check_image(&l->groups[0].aug, width, height, o->out_c, label);
+            if (rc != DLC_OK)
+                return rc;
+        }
+    }
     ba->pend_h = height;
     ba->pend_w = width;
     return DLC_OK;

@@ -859,6 +859,11 @@ class Loader:
             self._open(cfg)
         else:
             self._open_device(cfg, schema, channels_last)
+        try:
+            self._check_resolutions()
+        except BaseException:
+            self._handle.close()
+            raise
         h = self._handle.ptr
         self._len = int(lib.dlc_loader_batches_per_epoch(h))
         self._count = int(lib.dlc_loader_store_count(h))
@@ -1721,6 +1726,17 @@ class Loader:
         _batchaug.set_resolution(self._ptr(), h, w, "dlcache.Loader.set_resolution")
         self._resolution = None
         self._res_next = (h, w)
+
+    def _check_resolutions(self):
+        """Each size of a resolution= list against the ops (a blur kernel too large for a smaller
+        epoch's images), at open rather than at that epoch: the C check of set_resolution() on
+        each, then epoch 0's size again (the last one set is the one an epoch takes)."""
+        table = self._resolution.table if self._resolution is not None else None
+        if not table:
+            return
+        ptr = self._handle.ptr
+        for hw in sorted(set(table)) + [self._resolution.at(0)]:
+            _batchaug.set_resolution(ptr, hw[0], hw[1], "dlcache.Loader(resolution=...)")
 
     def _resize_for(self, ptr, epoch):
         """Before the plan of @p epoch starts: its size (schedule, or set_resolution())."""

@@ -248,6 +248,20 @@ def test_resolution_refusals(store):
     with dlcache.Loader(str(store), BS, crop=32, max_resolution=40, threads=1) as ld:
         with pytest.raises(Exception, match="1..40"):
             ld.set_resolution(48, 48)
+    # The ops were checked at open against the largest size only: a blur kernel too large for
+    # a smaller epoch failed at that epoch's first record. A list is checked whole at open,
+    # set_resolution() when it is called.
+    blur = {"kernel_size": 23, "p": 1.0}
+    for schedule in ([32, 8], [8, 32]):
+        with pytest.raises(dlcache.InvalidArgumentError,
+                           match=r"resolution 8x8: field \"image\": blur kernel_size 23"):
+            dlcache.Loader(str(store), BS, crop=32, threads=1, resolution=schedule, blur=blur)
+    with dlcache.Loader(str(store), BS, crop=32, max_resolution=32, threads=1, blur=blur) as ld:
+        ld.set_resolution(24, 24)
+        with pytest.raises(dlcache.InvalidArgumentError, match="blur kernel_size 23"):
+            ld.set_resolution(10, 20)
+        sizes = [{tuple(b[0].shape[1:3]) for b in ld} for _ in range(2)]
+        assert sizes == [{(32, 32)}, {(24, 24)}], "the refused size changed nothing"
 
 
 # ---- device path (needs a GPU and the CUDA plugin; skipped here otherwise) -------------------
