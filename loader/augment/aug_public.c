@@ -3,6 +3,7 @@
 
 #include <dlcache/ops.h>
 
+#include <math.h>
 #include <string.h>
 
 _Static_assert((int)DLC_OP_TRANSLATE_Y == (int)DLC__AUG_TRANSLATE_Y &&
@@ -89,7 +90,10 @@ static dlc_status to_op(const dlc_op_params *p, dlc__aug_op *op)
     case DLC_OP_SHEAR_Y:
     case DLC_OP_TRANSLATE_X:
     case DLC_OP_TRANSLATE_Y:
-        op->arg[0] = (float)p->angle;
+        /* Reduced before the float narrowing, which an angle as large as 10000000.5 would
+         * round to 10000000: torchvision takes its cosine and sine of the double. fmod() is
+         * exact, and inf or NaN stay so for the check. */
+        op->arg[0] = (float)(isfinite(p->angle) ? fmod(p->angle, 360.0) : p->angle);
         op->arg[1] = (float)p->translate[0];
         op->arg[2] = (float)p->translate[1];
         op->arg[3] = (float)p->scale;

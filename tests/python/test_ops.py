@@ -373,3 +373,15 @@ def test_factors_near_float_max_match_torchvision(op, kw):
     torch's conversion of its own NaN gives on x86."""
     worst, _ = compare(op, kw)
     assert worst == 0, "%s %s: max abs difference %d" % (op, kw, worst)
+
+
+@pytest.mark.parametrize("angle", [10000000.5, 123456789.25, -725.5])
+def test_large_angles_match_torchvision(angle):
+    """torchvision takes the cosine and sine of the double angle; the float the op carries
+    rounded 10000000.5 to 10000000 (442 of 4185 values off by up to 249). Reduced modulo 360
+    first, exactly, the matrix is torchvision's."""
+    worst, _ = compare("affine", dict(angle=angle, translate=[0, 0], scale=1.0,
+                                      shear=[0.0, 0.0]))
+    assert worst == 0, "angle %r: max abs difference %d" % (angle, worst)
+    worst, _ = compare("rotate", dict(angle=angle))
+    assert worst == 0, "rotate %r: max abs difference %d" % (angle, worst)
