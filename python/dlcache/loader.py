@@ -850,11 +850,14 @@ class Loader:
         self._kept_n = 0
         self._kept_marks = collections.deque(maxlen=1024)  # type: Deque[Tuple[float, int]]
         self._batches = [L.Batch(), L.Batch()]
+        self._prefetch_extra = 0  # the slot added below, which .prefetch does not count
         if self._device is None and cfg.prefetch >= 2:
             # One slot more than prefetch: the batch held over does not eat into the batches
             # being prepared.
             cfg.max_lent = 2
+            before = int(cfg.prefetch)
             cfg.prefetch = min(cfg.prefetch + 1, L.MAX_PREFETCH)  # at the most, it shares one
+            self._prefetch_extra = int(cfg.prefetch) - before
         if self._device is None:
             self._open(cfg)
         else:
@@ -889,6 +892,12 @@ class Loader:
         "batch_sampler": "dlcache makes the batches itself: use batch_size=, drop_last=, "
                          "shuffle= or sampler='shuffle'|'sequential'|'windows', seed=, and "
                          "rank=/world_size= to shard",
+        "generator": "dlcache's order and augmentations are a function of seed= (an int) and "
+                     "the epoch, never of a torch.Generator's state",
+        "multiprocessing_context": "there are no worker processes (threads= sets the C "
+                                   "loader's threads)",
+        "pin_memory_device": "pinned memory is automatic with device= (device='cuda:1' copies "
+                             "to that GPU)",
     }
 
     def __new__(cls, *args, **kwargs):
@@ -1185,8 +1194,9 @@ class Loader:
 
     @property
     def prefetch(self) -> int:
-        """Batches prepared ahead."""
-        return int(self._config.prefetch)
+        """Batches prepared ahead: the argument (4 when None), not the slot added for the
+        batch held over, so that Loader(..., prefetch=ld.prefetch) makes the same Loader."""
+        return int(self._config.prefetch) - self._prefetch_extra
 
     def as_iterable_dataset(self) -> "_BatchDataset":
         """An IterableDataset of this Loader's batches, for code that insists on a DataLoader:

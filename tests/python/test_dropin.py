@@ -148,7 +148,7 @@ def test_dataloader_attributes(store):
         assert ld.dataset[3]["label"] == dlcache.Store(store)[3]["label"]
         assert ld.batch_size == 16 and ld.drop_last is True
         assert len(ld.sampler) == 150 and len(ld) == 150 // 16
-        assert ld.num_workers == 0 and ld.threads == 2 and ld.prefetch >= 2
+        assert ld.num_workers == 0 and ld.threads == 2 and ld.prefetch == 2
         assert ld.pin_memory is False and ld.collate_fn is None
         assert ld.batch_sampler is None and ld.persistent_workers is False
         assert ld.prefetch_factor == \
@@ -323,6 +323,9 @@ def test_transform_runs_on_each_batch_in_the_consumers_thread(store):
     ("batch_sampler", None, "batch_size="),
     ("sampler", RandomSampler(range(10)), "'shuffle', 'sequential' or 'windows'"),
     ("num_workers", 4, "threads="),
+    ("generator", torch.Generator(), "seed="),
+    ("multiprocessing_context", "spawn", "threads="),
+    ("pin_memory_device", "cuda", "device="),
 ])
 def test_torch_arguments_say_what_to_use(store, name, value, hint):
     with pytest.raises(TypeError, match=r"takes no .*%s" % hint.replace("(", r"\(")):
@@ -539,3 +542,14 @@ def test_make_demo_sets_no_hooks_and_builds_no_tests():
     targets = builds[0].split("--target", 1)[1].split(";")[0].split()
     assert set(targets) == {"dlcache", "cachebuild", "cacheinfo", "cachebench", "mkdemo"}
     assert ">build/demo-build.log" in cmds  # make's Entering/Leaving lines go to the log
+
+
+def test_prefetch_reads_back_as_given(store):
+    """The host Loader adds a slot for the batch held over: .prefetch said 5 for prefetch=4
+    (and for the default), so Loader(..., prefetch=ld.prefetch) grew at each copy."""
+    for given, want in ((None, 4), (1, 1), (4, 4), (9, 9)):
+        kw = {} if given is None else {"prefetch": given}
+        with dlcache.Loader(store, 8, threads=1, **kw) as ld:
+            assert ld.prefetch == want
+            with dlcache.Loader(store, 8, threads=1, prefetch=ld.prefetch) as again:
+                assert again.prefetch == want
