@@ -1561,6 +1561,13 @@ class Loader:
             self._feed.sync()
 
     # ------------------------------------------------------------ state
+    def _state_at_end(self, raw):
+        """A single store's C state says its epoch is over (position >= the epoch's samples):
+        what _finished() cannot count after a restore, whose rank's share is unknown."""
+        if self._mix is not None or self._pos != _RUNNING:
+            return False
+        return int.from_bytes(raw[32:40], "little") >= int.from_bytes(raw[48:56], "little")
+
     def _finished(self):
         if self._pos == _DONE:
             return True
@@ -1583,12 +1590,17 @@ class Loader:
             "dlcache_loader_state": _STATE_VERSION,
             "state": raw,
             "epoch": int(self._epoch),
-            "epoch_finished": bool(self._finished()),
+            "epoch_finished": bool(self._finished() or self._state_at_end(raw)),
             "seed": self._seed,
             "num_samples": self._count,
             "world_size": int(self.world_size),
             "batch_size": int(self.batch_size),
         }
+        e = self._pending_epoch
+        if e is not None and not (e == self._epoch and self._pos in (_FRESH, _RESUMED)):
+            # set_epoch(e) and no iter() since: the next batches are epoch e's first (the
+            # C state is the position before it; load_state_dict() goes on to e).
+            out["next_epoch"] = int(e)
         c = self._config
         if self._mix is not None:
             out["mixture"] = self._mix.describe(self._ptr())
@@ -1661,6 +1673,9 @@ class Loader:
             if sd.get(key) is not None and sd[key] != want:
                 raise ValueError("state_dict[%r] is %d and the state it holds says %d: the dict "
                                  "was edited or put together from two states" % (key, sd[key], want))
+        next_epoch = sd.get("next_epoch")
+        if next_epoch is not None:
+            _uint(next_epoch, "state_dict['next_epoch']", 0, 2**63 - 1)
         finished = sd.get("epoch_finished", False)
         if not isinstance(finished, (bool, int)) or finished not in (0, 1):
             raise ValueError("state_dict['epoch_finished'] must be a bool, not %r" % (finished,))
@@ -1723,6 +1738,10 @@ class Loader:
         self._pending_epoch = None
         self._pos = _DONE if finished else _RESUMED
         self._yielded = None
+        if next_epoch is not None:
+            # Saved after set_epoch(next_epoch): its start comes next, not the position.
+            self._pending_epoch = int(next_epoch)
+            self._pos = _DONE
 
     # ------------------------------------------------------------ resizing, mixing
     def set_resolution(self, height: int, width: int) -> None:

@@ -553,3 +553,37 @@ def test_prefetch_reads_back_as_given(store):
             assert ld.prefetch == want
             with dlcache.Loader(store, 8, threads=1, prefetch=ld.prefetch) as again:
                 assert again.prefetch == want
+
+
+def test_state_dict_says_what_comes_next_after_set_epoch_and_a_resume(store):
+    """state_dict() is "the batches this one yields next": it left out a set_epoch() not yet
+    iterated (the copy replayed the old position), and a Loader restored mid-epoch could not
+    tell its epoch's end (its share is unknown after a restore), so a state saved in its last
+    batch gave an empty epoch."""
+    kw = dict(threads=1, crop=24, return_indices=True)
+
+    def indices(ld):
+        return [i.tolist() for _, _, i in ld]
+
+    a = dlcache.Loader(store, 16, **kw)
+    it = iter(a)
+    next(it)
+    a.set_epoch(5)
+    b = dlcache.Loader(store, 16, **kw)
+    b.load_state_dict(a.state_dict())
+    assert indices(b) == indices(a) and a.epoch == b.epoch == 5
+    # Restored mid-epoch, saved in the body of its last batch.
+    it = iter(a)
+    for _ in range(3):
+        next(it)
+    r = dlcache.Loader(store, 16, **kw)
+    r.load_state_dict(a.state_dict())
+    for _ in r:
+        last = r.state_dict()
+    assert last["epoch_finished"]
+    r2 = dlcache.Loader(store, 16, **kw)
+    r2.load_state_dict(last)
+    want = indices(r)
+    assert indices(r2) == want and r2.epoch == r.epoch == 7 and len(want) == len(r)
+    for ld in (a, b, r, r2):
+        ld.close()
