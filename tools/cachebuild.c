@@ -558,8 +558,10 @@ static int run_join(const char *dir, int json)
 
 int main(int argc, char **argv)
 {
-    if (cachebuild_tokens_wanted(argc, argv))
-        return cachebuild_tokens_main(argc, argv);
+    if (cachebuild_tokens_wanted(argc, argv)) {
+        catch_signals();
+        return cachebuild_tokens_main(argc, argv, &g_signal);
+    }
     build_args a = {.out = NULL};
     dlc_build_options_init(&a.o);
     /* Before getopt_long(), which permutes argv. */

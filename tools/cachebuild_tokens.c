@@ -65,7 +65,14 @@ int cachebuild_tokens_wanted(int argc, char **argv)
     return 0;
 }
 
-int cachebuild_tokens_main(int argc, char **argv)
+/* The build's progress callback: stop when a signal asked for it. */
+static int stop_on_signal(void *user, uint64_t documents)
+{
+    (void)documents;
+    return *(volatile sig_atomic_t *)user != 0;
+}
+
+int cachebuild_tokens_main(int argc, char **argv, volatile sig_atomic_t *signaled)
 {
     dlc_tokens_build_options o;
     dlc_tokens_build_options_init(&o);
@@ -183,6 +190,8 @@ int cachebuild_tokens_main(int argc, char **argv)
         return tool_usage_error(TOOL, usage, "--tokens needs SOURCE... and -o STORE");
     o.sources = (const char *const *)argv + optind;
     o.num_sources = (uint32_t)(argc - optind);
+    o.progress = stop_on_signal;
+    o.progress_user = (void *)signaled;
     dlc_tokens_build_report r;
     memset(&r, 0, sizeof r);
     const dlc_status rc = dlc_tokens_build(&o, &r);
@@ -201,6 +210,10 @@ int cachebuild_tokens_main(int argc, char **argv)
         tool_json_str(&j, "error", rc == DLC_OK ? NULL : dlc_errmsg());
         tool_json_object_end(&j);
         tool_json_finish(&j);
+    }
+    if (rc == DLC_ECANCELED && *signaled) {
+        fprintf(stderr, "%s: interrupted; %s was not written\n", TOOL, o.output);
+        return 128 + *signaled;
     }
     if (rc != DLC_OK) {
         tool_report(TOOL, rc, o.output);

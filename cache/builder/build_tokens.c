@@ -42,6 +42,7 @@ typedef struct tb {
     /* A store set (options.shards): the first pass only counts the source documents (items);
      * the second writes item i to the part whose range holds it, opening each part in turn. */
     int counting;
+    uint64_t read; /* Source documents read in this pass and the one before (progress). */
     uint64_t item, nitems;
     uint32_t part;              /* The part being written (parts: none yet). */
     uint64_t documents, tokens; /* Of the parts finished. */
@@ -155,6 +156,8 @@ static dlc_status next_part(tb *b, uint64_t item)
 static dlc_status emit(tb *b, const uint32_t *ids, uint64_t n, const char *file, const char *what,
                        uint64_t number)
 {
+    if (b->o->progress && (++b->read & 255) == 0 && b->o->progress(b->o->progress_user, b->read))
+        return dlc__errorf(DLC_ECANCELED, "%s: canceled at %s %" PRIu64, file, what, number);
     if (b->counting) {
         b->item++;
         return DLC_OK;

@@ -264,6 +264,12 @@ typedef struct dlc_tokens_build_options {
     int one_part;               /**< With shards: write part @p part only, and no index (one
                                      machine of many; dlc_set_join() once every part is there). */
     uint32_t part;              /**< With one_part: the part to write, below shards. */
+    /** Called from the calling thread every 256 source documents read (a set's counting pass
+     *  included) with the count so far; non-zero cancels the build: it fails with
+     *  DLC_ECANCELED and leaves no new store nor temporary file. A safe place to poll a flag
+     *  set by a signal handler. May be NULL. */
+    int (*progress)(void *user, uint64_t documents);
+    void *progress_user; /**< Passed to progress as its first argument. */
 } dlc_tokens_build_options;
 
 /** @brief Fill @p o with the defaults, never writing past @p size.

@@ -69,7 +69,12 @@ cp "$tmp/old.dlc" "$tmp/s.dlc"
 # One thread: the build takes about twice as long as the measured one.
 "$DLC_BIN/cachebuild" "$tree" -o "$tmp/s.dlc" --size 160 --threads 1 --force 2>"$tmp/err" &
 pid=$!
-sleep "$($PY -c "print(round($full * 0.25, 3))")"
+# Once its temporary file is there (a sleep of a fraction of the measured build missed it when
+# the build took the 0.3 s floor).
+for _ in $(seq 1 500); do
+    [ "$(temps)" = 0 ] || break
+    sleep 0.01
+done
 kill -INT "$pid" 2>/dev/null || true
 set +e
 wait "$pid"
@@ -83,4 +88,36 @@ else
     [ "$(digest "$tmp/s.dlc")" = "$old" ] || fail "SIGINT: the old store changed"
 fi
 [ "$(temps)" = 0 ] || fail "SIGINT left a temporary file: $(ls "$tmp")"
+
+# SIGTERM stops a token build as cleanly (cachebuild --tokens polls for it every 256 documents;
+# it used to die with its 100 MB temporary file left for the next build to remove).
+$PY -c "
+import numpy as np
+a = np.random.default_rng(0).integers(1, 50000, size=40_000_000, dtype=np.uint16)
+a[::300] = 0
+a.tofile('$tmp/tok.bin')"
+head -c 2000000 "$tmp/tok.bin" >"$tmp/small.bin"
+"$DLC_BIN/cachebuild" --tokens "$tmp/small.bin" -o "$tmp/t.dlc" --eos 0 --force >/dev/null
+told=$(digest "$tmp/t.dlc")
+"$DLC_BIN/cachebuild" --tokens "$tmp/tok.bin" -o "$tmp/t.dlc" --eos 0 --force >/dev/null \
+    2>"$tmp/err" &
+pid=$!
+for _ in $(seq 1 500); do
+    [ "$(temps)" = 0 ] || break
+    sleep 0.01
+done
+kill -TERM "$pid" 2>/dev/null || true
+set +e
+wait "$pid"
+rc=$?
+set -e
+if [ "$rc" = 0 ]; then
+    echo "build_kill: the token build finished before SIGTERM; SIGTERM not checked" >&2
+else
+    [ "$rc" = 143 ] || fail "token build, SIGTERM: exit status $rc, want 143 ($(cat "$tmp/err"))"
+    grep -q "interrupted; $tmp/t.dlc was not written" "$tmp/err" ||
+        fail "token build, SIGTERM: $(cat "$tmp/err")"
+    [ "$(digest "$tmp/t.dlc")" = "$told" ] || fail "token build, SIGTERM: the old store changed"
+fi
+[ "$(temps)" = 0 ] || fail "a token build's SIGTERM left a temporary file: $(ls "$tmp")"
 echo "build_kill: ok ($runs SIGKILL runs, $left left a temporary file; full build ${full}s)"
