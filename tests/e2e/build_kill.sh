@@ -64,30 +64,39 @@ for with_old in 0 1; do
     done
 done
 
-# SIGINT: a clean stop.
+# stopped WHAT SIG STATUS STORE DIGEST CMD...: run the build CMD and send it SIG once its
+# temporary file is there (a sleep of a fraction of the measured build missed it when the build
+# took the 0.3 s floor); it must exit STATUS saying STORE was not written, STORE must keep
+# DIGEST, and no temporary file may be left.
+stopped() {
+    local what=$1 sig=$2 want=$3 store=$4 old=$5 pid rc
+    shift 5
+    "$@" >/dev/null 2>"$tmp/err" &
+    pid=$!
+    for _ in $(seq 1 500); do
+        [ "$(temps)" = 0 ] || break
+        sleep 0.01
+    done
+    kill -"$sig" "$pid" 2>/dev/null || true
+    set +e
+    wait "$pid"
+    rc=$?
+    set -e
+    if [ "$rc" = 0 ]; then
+        echo "build_kill: the $what finished before SIG$sig; SIG$sig not checked" >&2
+    else
+        [ "$rc" = "$want" ] || fail "$what, SIG$sig: exit status $rc, want $want ($(cat "$tmp/err"))"
+        grep -q "interrupted; $store was not written" "$tmp/err" ||
+            fail "$what, SIG$sig: $(cat "$tmp/err")"
+        [ "$(digest "$store")" = "$old" ] || fail "$what, SIG$sig: the old store changed"
+    fi
+    [ "$(temps)" = 0 ] || fail "$what, SIG$sig left a temporary file: $(ls "$tmp")"
+}
+
+# SIGINT: a clean stop. One thread: the build takes about twice as long as the measured one.
 cp "$tmp/old.dlc" "$tmp/s.dlc"
-# One thread: the build takes about twice as long as the measured one.
-"$DLC_BIN/cachebuild" "$tree" -o "$tmp/s.dlc" --size 160 --threads 1 --force 2>"$tmp/err" &
-pid=$!
-# Once its temporary file is there (a sleep of a fraction of the measured build missed it when
-# the build took the 0.3 s floor).
-for _ in $(seq 1 500); do
-    [ "$(temps)" = 0 ] || break
-    sleep 0.01
-done
-kill -INT "$pid" 2>/dev/null || true
-set +e
-wait "$pid"
-rc=$?
-set -e
-if [ "$rc" = 0 ]; then
-    echo "build_kill: the build finished before SIGINT; SIGINT not checked" >&2
-else
-    [ "$rc" = 130 ] || fail "SIGINT: exit status $rc, want 130 ($(cat "$tmp/err"))"
-    grep -q interrupted "$tmp/err" || fail "SIGINT: no message"
-    [ "$(digest "$tmp/s.dlc")" = "$old" ] || fail "SIGINT: the old store changed"
-fi
-[ "$(temps)" = 0 ] || fail "SIGINT left a temporary file: $(ls "$tmp")"
+stopped build INT 130 "$tmp/s.dlc" "$old" \
+    "$DLC_BIN/cachebuild" "$tree" -o "$tmp/s.dlc" --size 160 --threads 1 --force
 
 # SIGTERM stops a token build as cleanly (cachebuild --tokens polls for it every 256 documents;
 # it used to die with its 100 MB temporary file left for the next build to remove).
@@ -98,26 +107,6 @@ a[::300] = 0
 a.tofile('$tmp/tok.bin')"
 head -c 2000000 "$tmp/tok.bin" >"$tmp/small.bin"
 "$DLC_BIN/cachebuild" --tokens "$tmp/small.bin" -o "$tmp/t.dlc" --eos 0 --force >/dev/null
-told=$(digest "$tmp/t.dlc")
-"$DLC_BIN/cachebuild" --tokens "$tmp/tok.bin" -o "$tmp/t.dlc" --eos 0 --force >/dev/null \
-    2>"$tmp/err" &
-pid=$!
-for _ in $(seq 1 500); do
-    [ "$(temps)" = 0 ] || break
-    sleep 0.01
-done
-kill -TERM "$pid" 2>/dev/null || true
-set +e
-wait "$pid"
-rc=$?
-set -e
-if [ "$rc" = 0 ]; then
-    echo "build_kill: the token build finished before SIGTERM; SIGTERM not checked" >&2
-else
-    [ "$rc" = 143 ] || fail "token build, SIGTERM: exit status $rc, want 143 ($(cat "$tmp/err"))"
-    grep -q "interrupted; $tmp/t.dlc was not written" "$tmp/err" ||
-        fail "token build, SIGTERM: $(cat "$tmp/err")"
-    [ "$(digest "$tmp/t.dlc")" = "$told" ] || fail "token build, SIGTERM: the old store changed"
-fi
-[ "$(temps)" = 0 ] || fail "a token build's SIGTERM left a temporary file: $(ls "$tmp")"
+stopped "token build" TERM 143 "$tmp/t.dlc" "$(digest "$tmp/t.dlc")" \
+    "$DLC_BIN/cachebuild" --tokens "$tmp/tok.bin" -o "$tmp/t.dlc" --eos 0 --force
 echo "build_kill: ok ($runs SIGKILL runs, $left left a temporary file; full build ${full}s)"
