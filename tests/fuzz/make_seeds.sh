@@ -13,7 +13,7 @@ bin=$1
 out=$2
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
-for h in store schema setindex manifest tar jpeg state warm stream; do
+for h in store schema setindex manifest tar jpeg state warm stream tokens; do
     mkdir -p "$out/$h"
     if [ -d "$here/corpus/$h" ]; then
         find "$here/corpus/$h" -maxdepth 1 -type f -exec cp -f {} "$out/$h/" \;
@@ -60,4 +60,29 @@ shard("gnu", tarfile.GNU_FORMAT,
 shard("pax", tarfile.PAX_FORMAT,
       [("P" * 200 + "/k.JPG", jpeg), ("P" * 200 + "/k.cls", b"0"), ("\u00e9t\u00e9.jpg", jpeg),
        ("\u00e9t\u00e9.cls", b"5")])
+PY
+
+# Token sources (fuzz_tokens: the first byte picks JSON lines, flat .bin, .npy or a Megatron
+# pair, whose .idx length is in the next two bytes): one of each, written as the reference
+# writers of tests/python/test_tokens_build.py write them.
+"${PY:-/usr/bin/python3}" - "$out/tokens" <<'PY'
+import io, struct, sys
+import numpy as np
+out = sys.argv[1]
+def seed(name, kind, body):
+    open(f"{out}/{name}", "wb").write(bytes([kind]) + body)
+seed("jsonl", 0, b'{"tokens": [5, 6, 7]}\n{"tokens": []}\n{"tokens": [9, 0, 3]}\n')
+seed("bin", 1, np.array([5, 6, 0, 7, 8, 9, 0, 4], np.uint16).tobytes())
+for name, arr in (("npy1", np.array([3, 4, 0, 5], "<i4")),
+                  ("npy2", np.array([[1, 2, 3], [4, 5, 6]], "<u2"))):
+    b = io.BytesIO()
+    np.save(b, arr)
+    seed(name, 2, b.getvalue())
+lens, docs = [2, 3, 1], [0, 2, 3]
+ptrs = [0, 4, 10]
+idx = (b"MMIDIDX\x00\x00" + struct.pack("<Q", 1) + struct.pack("<B", 8) +
+       struct.pack("<Q", len(lens)) + struct.pack("<Q", len(docs)) +
+       np.array(lens, "<i4").tobytes() + np.array(ptrs, "<i8").tobytes() +
+       np.array(docs, "<i8").tobytes())
+seed("megatron", 3, struct.pack("<H", len(idx)) + idx + np.arange(1, 7, dtype="<u2").tobytes())
 PY

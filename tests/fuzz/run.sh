@@ -57,7 +57,7 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
 failed=()
 summary=()
-harnesses=${FUZZ_HARNESSES:-store schema setindex manifest tar jpeg state warm stream}
+harnesses=${FUZZ_HARNESSES:-store schema setindex manifest tar jpeg state warm stream tokens}
 for h in $harnesses; do
     exe=$build/fuzz/fuzz_$h
     if [ ! -x "$exe" ]; then
