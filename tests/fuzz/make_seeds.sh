@@ -63,26 +63,25 @@ shard("pax", tarfile.PAX_FORMAT,
 PY
 
 # Token sources (fuzz_tokens: the first byte picks JSON lines, flat .bin, .npy or a Megatron
-# pair, whose .idx length is in the next two bytes): one of each, written as the reference
-# writers of tests/python/test_tokens_build.py write them.
+# pair, whose .idx length is in the next two bytes): one of each, in the layouts the reference
+# writers of tests/python/test_tokens_build.py write (with the standard library only: make fuzz
+# installs no numpy).
 "${PY:-/usr/bin/python3}" - "$out/tokens" <<'PY'
-import io, struct, sys
-import numpy as np
+import struct, sys
 out = sys.argv[1]
 def seed(name, kind, body):
     open(f"{out}/{name}", "wb").write(bytes([kind]) + body)
+def npy(descr, shape, fmt, values):  # numpy.save's version 1.0 layout, without numpy
+    h = "{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (descr, shape)
+    h += " " * ((64 - (len(h) + 11) % 64) % 64) + "\n"
+    return (b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h.encode() +
+            struct.pack("<%d%s" % (len(values), fmt), *values))
 seed("jsonl", 0, b'{"tokens": [5, 6, 7]}\n{"tokens": []}\n{"tokens": [9, 0, 3]}\n')
-seed("bin", 1, np.array([5, 6, 0, 7, 8, 9, 0, 4], np.uint16).tobytes())
-for name, arr in (("npy1", np.array([3, 4, 0, 5], "<i4")),
-                  ("npy2", np.array([[1, 2, 3], [4, 5, 6]], "<u2"))):
-    b = io.BytesIO()
-    np.save(b, arr)
-    seed(name, 2, b.getvalue())
-lens, docs = [2, 3, 1], [0, 2, 3]
-ptrs = [0, 4, 10]
-idx = (b"MMIDIDX\x00\x00" + struct.pack("<Q", 1) + struct.pack("<B", 8) +
-       struct.pack("<Q", len(lens)) + struct.pack("<Q", len(docs)) +
-       np.array(lens, "<i4").tobytes() + np.array(ptrs, "<i8").tobytes() +
-       np.array(docs, "<i8").tobytes())
-seed("megatron", 3, struct.pack("<H", len(idx)) + idx + np.arange(1, 7, dtype="<u2").tobytes())
+seed("bin", 1, struct.pack("<8H", 5, 6, 0, 7, 8, 9, 0, 4))
+seed("npy1", 2, npy("<i4", "(4,)", "i", [3, 4, 0, 5]))
+seed("npy2", 2, npy("<u2", "(2, 3)", "H", [1, 2, 3, 4, 5, 6]))
+lens, ptrs, docs = [2, 3, 1], [0, 4, 10], [0, 2, 3]
+idx = (b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 8, len(lens), len(docs)) +
+       struct.pack("<3i", *lens) + struct.pack("<3q", *ptrs) + struct.pack("<3q", *docs))
+seed("megatron", 3, struct.pack("<H", len(idx)) + idx + struct.pack("<6H", *range(1, 7)))
 PY
