@@ -258,3 +258,36 @@ def test_fifo_source_refused_without_blocking(tmp_path):
                         str(tmp_path / "s.dlc"), "--eos", "0"], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 1 and "f.jsonl: a FIFO, not a regular file" in r.stderr
+
+
+def test_sigterm_stops_a_token_build_cleanly(tmp_path):
+    """SIGTERM (and SIGINT) cancel a token build through its progress callback: exit 143, no
+    temporary file, the old store kept. It used to die with its temporary file (150 MB in a
+    try) left for the next build to remove."""
+    import signal
+    import time
+    rng = np.random.default_rng(0)
+    ids = rng.integers(1, 50000, size=40_000_000, dtype=np.uint16)
+    ids[::300] = 0
+    ids.tofile(tmp_path / "big.bin")
+    ids[:1_000_000].tofile(tmp_path / "small.bin")
+    out = tmp_path / "t.dlc"
+    build(tmp_path / "small.bin", "-o", out, "--eos", 0)
+    with dlcache.TokenStore(out) as t:
+        before = (t.info["num_docs"], t.info["num_tokens"])
+    p = subprocess.Popen([CACHEBUILD, "--tokens", str(tmp_path / "big.bin"), "-o", str(out),
+                          "--eos", "0", "--force"], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not glob.glob(str(out) + ".tmp-*") and p.poll() is None and \
+            time.monotonic() < deadline:
+        time.sleep(0.005)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=120)
+    assert not glob.glob(str(out) + ".tmp-*"), "a temporary file was left"
+    if p.returncode == 0:
+        pytest.skip("the build finished before SIGTERM reached it")
+    assert p.returncode == 143, err
+    assert "interrupted; %s was not written" % out in err, err
+    with dlcache.TokenStore(out) as t:
+        assert (t.info["num_docs"], t.info["num_tokens"]) == before, "the old store changed"
