@@ -443,10 +443,8 @@ static void catch_signals(void)
 /* Say why the build failed; returns the exit status. */
 static int report_failure(dlc_status rc, const char *out)
 {
-    if (rc == DLC_ECANCELED && g_signal) {
-        fprintf(stderr, "%s: interrupted; %s was not written\n", TOOL, out);
-        return 128 + g_signal;
-    }
+    if (rc == DLC_ECANCELED && g_signal)
+        return tool_interrupted(TOOL, out, g_signal);
     /* The library's message already ends with the system's words ("...: No such file or
      * directory"): said once, after the path, not again in front of it. */
     const char *msg = dlc_errmsg();

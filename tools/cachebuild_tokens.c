@@ -211,10 +211,8 @@ int cachebuild_tokens_main(int argc, char **argv, volatile sig_atomic_t *signale
         tool_json_object_end(&j);
         tool_json_finish(&j);
     }
-    if (rc == DLC_ECANCELED && *signaled) {
-        fprintf(stderr, "%s: interrupted; %s was not written\n", TOOL, o.output);
-        return 128 + *signaled;
-    }
+    if (rc == DLC_ECANCELED && *signaled)
+        return tool_interrupted(TOOL, o.output, *signaled);
     if (rc != DLC_OK) {
         tool_report(TOOL, rc, o.output);
         return rc == DLC_EEXIST ? 2 : 1;

@@ -145,6 +145,12 @@ void tool_report(const char *tool, dlc_status rc, const char *what)
                 dlc_strerror(rc));
 }
 
+int tool_interrupted(const char *tool, const char *out, int sig)
+{
+    fprintf(stderr, "%s: interrupted; %s was not written\n", tool, out);
+    return 128 + sig;
+}
+
 void tool_progress_init(tool_progress *p, double hz)
 {
     p->tty = isatty(STDERR_FILENO);

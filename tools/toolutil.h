@@ -30,6 +30,10 @@ const char *tool_human_eta(uint64_t done, uint64_t total, double rate, char *buf
 /* Print "TOOL: error: STRERROR: DETAIL" on stderr for a failed call. */
 void tool_report(const char *tool, dlc_status rc, const char *what);
 
+/* A run that SIGINT or SIGTERM (@p sig) stopped before it wrote @p out: "TOOL: interrupted; OUT
+ * was not written" on stderr. Returns 128 + @p sig, the exit status of a stopped tool. */
+int tool_interrupted(const char *tool, const char *out, int sig);
+
 /* Print "TOOL: error: MESSAGE" and a newline on stderr, in one write. */
 #if defined(__GNUC__)
 __attribute__((format(printf, 2, 3)))

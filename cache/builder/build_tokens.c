@@ -5,6 +5,7 @@
  * before it is used, and a bad one is named with the file, the line or record and the reason. */
 #include "common.h"
 #include "spm/spm_api.h"
+#include "store_internal.h"
 
 #include <dlcache/set.h>
 #include <dlcache/tokens.h>
@@ -89,10 +90,6 @@ static void unmap_file(mapped *m)
         munmap((void *)m->p, m->size);
     m->p = NULL;
 }
-
-/* The most tokens a document can have in any store: a record of uint16 ids (the writer refuses
- * more, dlc_token_writer_add()). */
-#define DOC_MAX_TOKENS ((UINT32_MAX - 64) / 2 - 1)
 
 static dlc_status grow(tb *b, size_t n)
 {
@@ -405,11 +402,12 @@ static dlc_status read_megatron(tb *b, const char *src)
                     " lie outside %s (%zu bytes)",
                     idx, q, d, len, ptr, bin, mb.size);
             /* Sequences may share bytes of the .bin, so its size does not bound a document's:
-             * refuse one larger than a record holds before reading it, not after. */
-            FAIL_IF(n + len > DOC_MAX_TOKENS, DLC_EINVAL,
+             * refuse one larger than any record holds (one of uint16 ids, the smallest) before
+             * reading it, not after. */
+            FAIL_IF(n + len > DLC__TOKENS_DOC_MAX(2), DLC_EINVAL,
                     "%s: document %" PRIu64 ": more than %" PRIu64 " tokens (sequences %" PRIu64
                     "..%" PRIu64 "), more than a record holds",
-                    idx, d, (uint64_t)DOC_MAX_TOKENS, s0, s1);
+                    idx, d, (uint64_t)DLC__TOKENS_DOC_MAX(2), s0, s1);
             CHECK(grow(b, (size_t)(n + len)));
             for (uint32_t i = 0; i < len; i++) {
                 uint64_t v = 0;

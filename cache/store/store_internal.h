@@ -225,4 +225,9 @@ void dlc__record_appended(dlc_record_builder *b);
  * asked for another place. */
 uint8_t *dlc__record_image_place(dlc_record_builder *b, uint32_t field, size_t size);
 
+/* The most ids one document of a token store holds: its record's value stays below 4 GiB less
+ * the record's 64 bytes of framing, with the end-of-document id that dlc_token_writer_add() may
+ * append. */
+#define DLC__TOKENS_DOC_MAX(esize) ((UINT32_MAX - 64u) / (esize)-1u)
+
 #endif /* DLCACHE_STORE_INTERNAL_H */

@@ -508,9 +508,9 @@ dlc_status dlc_token_writer_add(dlc_token_writer *t, const uint32_t *ids, uint64
     }
     const uint64_t total = n + (ids[n - 1] != t->info.eos_id);
     const size_t esize = dlc_dtype_size(t->info.dtype);
-    if (total > (UINT32_MAX - 64) / esize)
+    if (total > DLC__TOKENS_DOC_MAX(esize) + 1)
         return dlc__errorf(DLC_EINVAL, "document %" PRIu64 ": %" PRIu64 " tokens, at most %zu", doc,
-                           n, (size_t)(UINT32_MAX - 64) / esize - 1);
+                           n, (size_t)DLC__TOKENS_DOC_MAX(esize));
     if (total * esize > t->buf_cap) {
         const size_t cap = (size_t)(total * esize) * 2;
         uint8_t *grown = realloc(t->buf, cap);

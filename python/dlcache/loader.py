@@ -850,14 +850,12 @@ class Loader:
         self._kept_n = 0
         self._kept_marks = collections.deque(maxlen=1024)  # type: Deque[Tuple[float, int]]
         self._batches = [L.Batch(), L.Batch()]
-        self._prefetch_extra = 0  # the slot added below, which .prefetch does not count
+        self._prefetch = int(cfg.prefetch)  # as given: .prefetch leaves out the slot below
         if self._device is None and cfg.prefetch >= 2:
             # One slot more than prefetch: the batch held over does not eat into the batches
             # being prepared.
             cfg.max_lent = 2
-            before = int(cfg.prefetch)
             cfg.prefetch = min(cfg.prefetch + 1, L.MAX_PREFETCH)  # at the most, it shares one
-            self._prefetch_extra = int(cfg.prefetch) - before
         if self._device is None:
             self._open(cfg)
         else:
@@ -1196,7 +1194,7 @@ class Loader:
     def prefetch(self) -> int:
         """Batches prepared ahead: the argument (4 when None), not the slot added for the
         batch held over, so that Loader(..., prefetch=ld.prefetch) makes the same Loader."""
-        return int(self._config.prefetch) - self._prefetch_extra
+        return self._prefetch
 
     def as_iterable_dataset(self) -> "_BatchDataset":
         """An IterableDataset of this Loader's batches, for code that insists on a DataLoader:
