@@ -1560,11 +1560,13 @@ class Loader:
 
     # ------------------------------------------------------------ state
     def _state_at_end(self, raw):
-        """A single store's C state says its epoch is over (position >= the epoch's samples):
-        what _finished() cannot count after a restore, whose rank's share is unknown."""
-        if self._mix is not None or self._pos != _RUNNING:
+        """The C state says its epoch is over: what _finished() cannot count after a restore,
+        whose rank's share is unknown (the world size may have changed)."""
+        if self._pos != _RUNNING:
             return False
-        return int.from_bytes(raw[32:40], "little") >= int.from_bytes(raw[48:56], "little")
+        if self._mix is not None:
+            return _mix_state_at_end(raw)
+        return _plain_state_at_end(raw)
 
     def _finished(self):
         if self._pos == _DONE:
@@ -2039,6 +2041,37 @@ class _BatchDataset(torch.utils.data.IterableDataset):
 
 
 # ------------------------------------------------------------ mixtures
+def _ld(raw, at, size=8):
+    return int.from_bytes(raw[at:at + size], "little")
+
+
+def _plain_state_at_end(raw):
+    """A single store's state (dlc_loader_state_save()) is at its epoch's end when its position
+    reaches the epoch's samples (a complete epoch saves at least that, also under drop_last)."""
+    return _ld(raw, 32) >= _ld(raw, 48)
+
+
+def _mix_state_at_end(raw):
+    """A mixture's state (dlc_loader_mix_state_save(), loader/mix.c) is at its epoch's end when
+    its position reaches the end of the epoch's draws: from where the epoch's schedule began,
+    what is left of its length rounded up to a multiple of the world size, or down to a multiple
+    of world x batch under drop_last (dlc__mix_epoch_span()). A plain one-source mixture holds a
+    single store's state after its 80 + 40 bytes."""
+    flags = _ld(raw, 68, 4)
+    if flags & 4:
+        return _plain_state_at_end(raw[120:120 + L.LOADER_STATE_SIZE])
+    epoch, pos, seg_epoch, seg_pos, length = (_ld(raw, a) for a in (24, 32, 40, 48, 56))
+    world, batch = _ld(raw, 64, 4), _ld(raw, 72, 4)
+    start = seg_pos if epoch == seg_epoch else 0
+    left = max(length - start, 0)
+    if flags & 1:
+        unit = world * max(batch, 1)
+        span = left // unit * unit
+    else:
+        span = -(-left // world) * world
+    return pos >= start + span
+
+
 class _Mix:
     """What a Loader over several sources adds (include/dlcache/loader.h, "Mixtures"): the
     sources and their options, the C call that opens them, each sample's source and its record

@@ -511,3 +511,38 @@ def test_a_streamed_source_first_gives_the_schema(other_set, url, s3, tmp_path):
         assert set(b["source"].tolist()) <= {0, 1}
         assert ld.store_info["count"] == 300
         assert ld.num_classes == 5
+
+
+@pytest.mark.parametrize("kw", [dict(weights=[5, 3, 2], samples_per_epoch=77),
+                                dict(weights=[5, 3, 2], samples_per_epoch=77, drop_last=True),
+                                dict(weights=[1, 1, 1], world_size=2, rank=1, drop_last=True),
+                                dict(one=True)])
+def test_a_restored_mixture_tells_its_epochs_end(sources, kw):
+    """A state saved in the last batch of an epoch that began with a restore says the epoch is
+    finished: the next Loader goes on to the next epoch instead of giving an empty one (or,
+    under drop_last, the cut samples). A restored Loader cannot count its rank's share; the
+    mixture's state tells where the epoch's draws end."""
+    kw = dict(kw)
+    paths = sources[:1] if kw.pop("one", False) else sources
+
+    def mk():
+        return _loader(paths, return_indices=True, return_source=True, **kw)
+
+    a = mk()
+    a.set_epoch(2)
+    it = iter(a)
+    next(it)
+    r = mk()
+    r.load_state_dict(a.state_dict())
+    states = [r.state_dict() for _ in r]
+    last = states[-1]
+    assert len(states) == len(a) - 1 and last["epoch_finished"]
+    assert not any(s["epoch_finished"] for s in states[:-1])
+    r2 = mk()
+    r2.load_state_dict(last)
+    got = [b[2].tolist() for b in r2]
+    a.set_epoch(3)
+    want = [b[2].tolist() for b in a]
+    assert r2.epoch == 3 and got == want and len(got) == len(a)
+    for ld in (a, r, r2):
+        ld.close()
