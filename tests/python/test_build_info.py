@@ -107,3 +107,33 @@ def test_skipped_file_is_reported(demo_dir, tmp_path):
 def test_version():
     v = dlcache.version()
     assert v.count(".") == 2 and os.path.isfile(dlcache.library_path)
+
+
+@pytest.mark.parametrize("sig,status", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_a_signal_stops_cachebuild_cleanly(demo_dir, tmp_path, sig, status):
+    """SIGINT and SIGTERM, sent once the build's temporary file exists, stop cachebuild with
+    128 + the signal, "interrupted", no temporary file, and the old store as it was.
+    (tests/e2e/build_kill.sh sends SIGINT after a quarter of a measured build, which a fast
+    machine finishes first; this one waits for the build to be under way.)"""
+    import glob
+    import signal
+    import time
+    out = tmp_path / "s.dlc"
+    subprocess.run([tool("cachebuild"), str(demo_dir), "-o", str(out), "--size", "16"],
+                   check=True, capture_output=True)
+    before = dlcache.info(out, verify=True).content_digest
+    p = subprocess.Popen([tool("cachebuild"), str(many_images(demo_dir, tmp_path, 24)), "-o",
+                          str(out), "--size", "160", "--threads", "1", "--force"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not glob.glob(str(out) + ".tmp-*") and p.poll() is None and \
+            time.monotonic() < deadline:
+        time.sleep(0.002)
+    p.send_signal(getattr(signal, sig))
+    _, err = p.communicate(timeout=120)
+    assert not glob.glob(str(out) + ".tmp-*"), "a temporary file was left"
+    if p.returncode == 0:
+        pytest.skip("the build finished before %s reached it" % sig)
+    assert p.returncode == status, err
+    assert "interrupted; %s was not written" % out in err, err
+    assert dlcache.info(out, verify=True).content_digest == before, "the old store changed"
