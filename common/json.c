@@ -230,15 +230,50 @@ static const char *walk_string(walker *w, const char *p, const char *end, dlc__j
     return emit(w, it) ? NULL : q;
 }
 
+/* Digits at p: how many (0: none). */
+static size_t digits(const char *p, const char *end)
+{
+    size_t n = 0;
+    while (p + n < end && p[n] >= '0' && p[n] <= '9')
+        n++;
+    return n;
+}
+
+/* The length of RFC 8259's number at p: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?, or 0 when
+ * there is none. "+1", "007", "1." and ".5" are not JSON: strtod() would take them, and a reader
+ * that takes what other JSON readers refuse reads a file two ways. */
+static size_t number_length(const char *p, const char *end)
+{
+    const char *q = p;
+    if (q < end && *q == '-')
+        q++;
+    size_t d = digits(q, end);
+    if (d == 0 || (d > 1 && *q == '0'))
+        return 0;
+    q += d;
+    if (q < end && *q == '.') {
+        if ((d = digits(q + 1, end)) == 0)
+            return 0;
+        q += 1 + d;
+    }
+    if (q < end && (*q == 'e' || *q == 'E')) {
+        q++;
+        if (q < end && (*q == '+' || *q == '-'))
+            q++;
+        if ((d = digits(q, end)) == 0)
+            return 0;
+        q += d;
+    }
+    return (size_t)(q - p);
+}
+
 /* A number at p: an integer stays an integer, anything with a fraction or an exponent is a
- * double. The token is what strtoll() or strtod() read whole (so "+1" passes). */
+ * double. */
 static const char *walk_number(walker *w, const char *p, const char *end, dlc__json_item *it)
 {
     char num[64];
-    size_t n = 0;
-    while (p + n < end && n + 1 < sizeof num && strchr("+-0123456789.eE", p[n]))
-        n++;
-    if (n == 0)
+    const size_t n = number_length(p, end);
+    if (n == 0 || n >= sizeof num)
         return NULL;
     memcpy(num, p, n);
     num[n] = '\0';

@@ -522,7 +522,9 @@ static dlc_status read_jsonl(tb *b, const char *file)
         if (p == end)
             continue; /* A blank line, the last one most often. */
         FAIL_IF(!dlc__json_valid(line, (size_t)got), DLC_EINVAL,
-                "%s: line %" PRIu64 ": not one JSON value", file, no);
+                "%s: line %" PRIu64
+                ": not one JSON value (malformed, or nested deeper than %d levels)",
+                file, no, DLC__JSON_MAX_DEPTH);
         const char *vs, *ve;
         FAIL_IF(*p != '{' || dlc__json_member(line, end, field, &vs, &ve) != 0, DLC_EINVAL,
                 "%s: line %" PRIu64 ": an object without a \"%s\" member", file, no, field);

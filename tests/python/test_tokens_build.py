@@ -198,6 +198,9 @@ def test_jsonl_token_lists_and_errors(tmp_path):
     for line, why in ((json.dumps({"ids": [1, 2.5]}), '"ids"[1]: 2.5 is not a token id'),
                       (json.dumps({"x": [1]}), 'an object without a "ids" member'),
                       ('{"ids": [1, 2', "not one JSON value"),
+                      ('{"ids": [1, 007]}', "not one JSON value"),
+                      ('{"ids": [1], "x": %s1%s}' % ("[" * 17, "]" * 17),
+                       "nested deeper than 16 levels"),
                       (json.dumps({"ids": [1, 5000]}), "token 1 is id 5000, not below 1000")):
         (tmp_path / "bad.jsonl").write_text(json.dumps({"ids": [1]}) + "\n" + line + "\n")
         r = build(tmp_path / "bad.jsonl", "-o", tmp_path / "x.dlc", "--field", "ids", "--eos", 0,

@@ -77,6 +77,21 @@ Test(warm_json, walk_reports_every_value_in_order)
     cr_assert_eq(dlc__json_walk(deep, deep + strlen(deep), NULL, NULL, NULL), -1);
 }
 
+Test(warm_json, numbers_are_rfc_8259s)
+{
+    /* strtod() takes all of the refused ones; Python's json and every strict reader refuse them. */
+    static const char *const ok[] = {"0",    "-0",   "7",      "-12",   "1.5",   "-0.25",
+                                     "1e5",  "1E+5", "2.5e-3", "10",    "[0,1]", "{\"a\":-1}",
+                                     "1e07", "0.0",  "[1.5 ]", "123456"};
+    static const char *const bad[] = {"+1",   "007",  "01",    "1.",       ".5",  "-",
+                                      "1e",   "1e+",  "--1",   "1.e5",     "-.5", "[007]",
+                                      "0x10", "1ee5", "1.2.3", "Infinity", "NaN", "[1,+2]"};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+        cr_assert(dlc__json_valid(ok[i], strlen(ok[i])), "%s is JSON", ok[i]);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        cr_assert_not(dlc__json_valid(bad[i], strlen(bad[i])), "%s is not JSON", bad[i]);
+}
+
 Test(warm_json, member_spans_of_the_top_object)
 {
     const char *t = "{\"options\": {\"options\": 1}, \"sources\": [\"/a\", \"/b\"], \"n\": 7}";
