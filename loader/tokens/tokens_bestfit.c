@@ -40,9 +40,14 @@ static dlc_status bf_build(dlc_token_loader *l)
     uint8_t *items = NULL, *sorted = NULL;
     uint32_t *room = NULL;
     for (uint64_t d = 0; d < n; d++) {
-        const uint64_t len = tl_doc_start(l, d + 1) - tl_doc_start(l, d);
-        FAIL_IF(tl_doc_start(l, d + 1) <= tl_doc_start(l, d), DLC_ECORRUPT,
-                "%s: token offsets: document %" PRIu64 " is empty", dlc_store_path(l->store), d);
+        const uint64_t a = tl_doc_start(l, d), b = tl_doc_start(l, d + 1);
+        FAIL_IF(b < a, DLC_ECORRUPT,
+                "%s: token offsets: document %" PRIu64 " ends (%" PRIu64
+                ") before it starts (%" PRIu64 "): the offsets are damaged",
+                dlc_store_path(l->store), d, b, a);
+        FAIL_IF(b == a, DLC_ECORRUPT, "%s: token offsets: document %" PRIu64 " is empty",
+                dlc_store_path(l->store), d);
+        const uint64_t len = b - a;
         nitems += (len + S - 1) / S;
     }
     count = calloc((size_t)S + 2, sizeof *count);
