@@ -3,7 +3,9 @@
 
 #include <dlcache/ops.h>
 
+#include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 _Static_assert((int)DLC_OP_TRANSLATE_Y == (int)DLC__AUG_TRANSLATE_Y &&
@@ -40,6 +42,25 @@ const char *dlc_op_name(uint32_t op)
     return dlc__aug_op_name(op);
 }
 
+/* A finite value the float kernels cannot carry, refused here and named as given: narrowed, it
+ * would reach dlc__aug_op_check() as inf, or a positive one as 0, and be quoted so ("sigma[0] (0)
+ * is not a finite positive number" for a sigma of 1e-50). @p positive: the field must be > 0 (a
+ * subnormal scale or sigma makes no invertible matrix or kernel either). Thresholds are not
+ * passed here: beyond a float's range they compare with uint8 pixels as its bound does. */
+static dlc_status unfit(const char *op, const char *field, int i, double v, int positive)
+{
+    char at[8] = "";
+    if (i >= 0)
+        snprintf(at, sizeof at, "[%d]", i);
+    if (isfinite(v) && fabs(v) > FLT_MAX)
+        return dlc__errorf(DLC_EINVAL, "%s: %s%s (%g) is beyond a float's range (%g)", op, field,
+                           at, v, (double)FLT_MAX);
+    if (positive && v > 0 && v < FLT_MIN)
+        return dlc__errorf(DLC_EINVAL, "%s: %s%s (%g) is below the smallest normal float (%g)", op,
+                           field, at, v, (double)FLT_MIN);
+    return DLC_OK;
+}
+
 /* The internal op for @p p; DLC_EINVAL for values a float cannot carry. */
 static dlc_status to_op(const dlc_op_params *p, dlc__aug_op *op)
 {
@@ -47,6 +68,7 @@ static dlc_status to_op(const dlc_op_params *p, dlc__aug_op *op)
     const char *name = dlc__aug_op_name(p->op);
     if (p->op >= DLC__AUG_OP_COUNT)
         return dlc__errorf(DLC_EINVAL, "dlc_op_apply: unknown op %u", (unsigned)p->op);
+    dlc_status rc = DLC_OK;
     op->op = (uint8_t)p->op;
     memcpy(op->fill, p->fill, sizeof op->fill);
     switch (p->op) {
@@ -55,11 +77,17 @@ static dlc_status to_op(const dlc_op_params *p, dlc__aug_op *op)
     case DLC_OP_ADJUST_SATURATION:
     case DLC_OP_ADJUST_SHARPNESS:
         /* torch's _blend takes the factor and 1 - factor from the double (Python's float). */
+        char field[32];
+        snprintf(field, sizeof field, "%s_factor", name + strlen("adjust_"));
+        if ((rc = unfit(name, field, -1, p->factor, 0)) < 0)
+            return rc;
         op->flags = DLC__AUG_F_WEIGHT;
         op->arg[0] = (float)p->factor;
         op->arg[1] = (float)(1.0 - p->factor);
         break;
     case DLC_OP_ADJUST_HUE:
+        if ((rc = unfit(name, "hue_factor", -1, p->factor, 0)) < 0)
+            return rc;
         op->arg[0] = (float)p->factor;
         break;
     case DLC_OP_POSTERIZE:
@@ -71,6 +99,8 @@ static dlc_status to_op(const dlc_op_params *p, dlc__aug_op *op)
         op->arg[0] = (float)p->threshold;
         break;
     case DLC_OP_SOLARIZE_ADD:
+        if ((rc = unfit(name, "addition", -1, p->addition, 0)) < 0)
+            return rc;
         op->arg[0] = (float)p->addition;
         op->arg[1] = (float)p->threshold;
         break;
@@ -80,6 +110,8 @@ static dlc_status to_op(const dlc_op_params *p, dlc__aug_op *op)
                 return dlc__errorf(DLC_EINVAL,
                                    "%s: kernel_size[%d] (%u) is not an odd integer in 1..%u", name,
                                    i, p->kernel_size[i], DLC__AUG_MAX_KERNEL);
+            if ((rc = unfit(name, "sigma", i, p->sigma[i], 1)) < 0)
+                return rc;
             op->arg[i] = (float)p->kernel_size[i];
             op->arg[2 + i] = (float)p->sigma[i];
         }
@@ -90,6 +122,14 @@ static dlc_status to_op(const dlc_op_params *p, dlc__aug_op *op)
     case DLC_OP_SHEAR_Y:
     case DLC_OP_TRANSLATE_X:
     case DLC_OP_TRANSLATE_Y:
+        /* Rotate reads neither translate, nor scale, nor shear. */
+        for (int i = 0; i < 2 && rc == DLC_OK && p->has_center; i++)
+            rc = unfit(name, "center", i, p->center[i], 0);
+        for (int i = 0; i < 2 && rc == DLC_OK && p->op != DLC_OP_ROTATE; i++)
+            if ((rc = unfit(name, "translate", i, p->translate[i], 0)) == DLC_OK)
+                rc = unfit(name, "shear", i, p->shear[i], 0);
+        if (rc < 0 || (p->op != DLC_OP_ROTATE && (rc = unfit(name, "scale", -1, p->scale, 1)) < 0))
+            return rc;
         /* Reduced before the float narrowing, which an angle as large as 10000000.5 would
          * round to 10000000: torchvision takes its cosine and sine of the double. fmod() is
          * exact, and inf or NaN stay so for the check. */

@@ -385,3 +385,26 @@ def test_large_angles_match_torchvision(angle):
     assert worst == 0, "angle %r: max abs difference %d" % (angle, worst)
     worst, _ = compare("rotate", dict(angle=angle))
     assert worst == 0, "rotate %r: max abs difference %d" % (angle, worst)
+
+
+@pytest.mark.parametrize("op,kw,said", [
+    ("gaussian_blur", dict(kernel_size=3, sigma=1e-50), "sigma[0] (1e-50) is below"),
+    ("gaussian_blur", dict(kernel_size=3, sigma=[1.0, 1e300]), "sigma[1] (1e+300) is beyond"),
+    ("affine", dict(angle=0.0, translate=[0, 0], scale=1e-50, shear=0.0), "scale (1e-50)"),
+    ("affine", dict(angle=0.0, translate=[0, -1e300], scale=1.0, shear=0.0),
+     "translate[1] (-1e+300)"),
+    ("affine", dict(angle=0.0, translate=[0, 0], scale=1.0, shear=[0.0, 1e300]),
+     "shear[1] (1e+300)"),
+    ("rotate", dict(angle=3.0, center=[1e300, 0]), "center[0] (1e+300)"),
+    ("adjust_brightness", dict(brightness_factor=1e300), "brightness_factor (1e+300)"),
+    ("adjust_hue", dict(hue_factor=-1e300), "hue_factor (-1e+300)"),
+    ("solarize_add", dict(addition=1e300), "addition (1e+300)"),
+])
+def test_values_a_float_cannot_carry_are_quoted_as_given(op, kw, said):
+    """The ops run in float: a value beyond a float's range, or a positive one below its
+    smallest normal, was quoted after the narrowing ("sigma[0] (0) is not a finite positive
+    number" for a sigma of 1e-50). It is refused with the value the caller gave."""
+    img = np.zeros((10, 12, 3), dtype=np.uint8)
+    with pytest.raises(ValueError) as e:
+        ops.apply(img, op, **kw)
+    assert said in str(e.value), str(e.value)
