@@ -138,8 +138,14 @@ static int secret_key(const char *k, size_t n)
 {
     if (has_ci(k, n, "authorization") || has_ci(k, n, "cookie"))
         return KEY_LINE;
-    static const char *const words[] = {"token",  "signature", "credential", "secret", "password",
-                                        "passwd", "apikey",    "api-key",    "api_key"};
+    /* "token" only as the key's last part (token, access_token, x-amz-security-token,
+     * HF_TOKEN, SessionToken): inside a word it names tokens of text, which our own messages
+     * speak of ("dlc_tokens_open:", "tokenizer:", "num_tokens:"), and whatever followed the
+     * colon was cut from them. */
+    if (n >= 5 && strncasecmp(k + n - 5, "token", 5) == 0)
+        return KEY_WORD;
+    static const char *const words[] = {"signature", "credential", "secret",  "password",
+                                        "passwd",    "apikey",     "api-key", "api_key"};
     for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
         if (has_ci(k, n, words[i]))
             return KEY_WORD;

@@ -69,6 +69,8 @@ Test(warm_redact, echoed_headers)
     cr_assert_str_eq(redact("Authorization: Bearer GCSBEARERTOKEN"), "Authorization: REDACTED");
     cr_assert_str_eq(redact("x-amz-security-token: SESSIONTOKENXYZ\nHost: h"),
                      "x-amz-security-token: REDACTED\nHost: h");
+    /* A key ending in "token", in any case. */
+    assert_clean("HF_TOKEN=SECRETSECRET SessionToken: SESSIONTOKENXYZ id_token=PWSECRET");
 }
 
 Test(warm_redact, keeps_ordinary_words)
@@ -83,6 +85,14 @@ Test(warm_redact, keeps_ordinary_words)
         "/tmp/r.dlc: field 8 \"tokens\": 1 bytes; 0 rows of 4 bytes (uint16) are 0",
         "/tmp/t.dlc: record 3: field \"tokens\": checksum mismatch (stored 0123456789abcdef, "
         "computed fedcba9876543210)",
+        /* "token" inside a word names tokens of text: the token path's messages lost the word
+         * after their function's name. */
+        "dlc_tokens_open: NULL argument",
+        "dlc_token_loader_config: seq_len is 0",
+        "dlc_token_writer_add: document 3: token 5 is id 70000, not below 65536",
+        "/tmp/a.jsonl: line 3: tokenizer: unknown piece",
+        "num_tokens: 5; tokens: 12 of 13; tokenizer=/models/m",
+        "write(): field lengths differ: fields={'tokens': 'ndarray'}",
         /* A content digest is a hash of what was checked, not a credential. */
         ("/tmp/set/index.dlcset: shard 3: content digest 0123456789abcdef, the index says "
          "fedcba9876543210"),
