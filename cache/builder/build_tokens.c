@@ -173,8 +173,14 @@ static dlc_status emit(tb *b, const uint32_t *ids, uint64_t n, const char *file,
         b->skipped++;
     const dlc_status rc = dlc_token_writer_add(b->w, ids, n);
     if (rc != DLC_OK) {
+        /* The writer names the store's document ("document 7: "); the place in the source,
+         * named here, is the one the user can find, and the two together read as a repeat. */
+        const char *m = dlc_errmsg();
+        size_t d = strncmp(m, "document ", 9) == 0 ? strspn(m + 9, "0123456789") : 0;
+        if (d > 0 && strncmp(m + 9 + d, ": ", 2) == 0)
+            m += 9 + d + 2;
         char why[512];
-        snprintf(why, sizeof why, "%s", dlc_errmsg());
+        snprintf(why, sizeof why, "%s", m);
         return dlc__errorf(rc, "%s: %s %" PRIu64 ": %s", file, what, number, why);
     }
     return DLC_OK;
@@ -738,6 +744,15 @@ dlc_status dlc_tokens_build(const dlc_tokens_build_options *o, dlc_tokens_build_
                            "dlc_tokens_build: struct_size %u is not %zu: fill the options with "
                            "dlc_tokens_build_options_init()",
                            o->struct_size, sizeof *o);
+    for (uint32_t i = 0; i < o->num_sources; i++)
+        if (!o->sources[i])
+            return dlc__errorf(DLC_EINVAL, "%s: sources[%u] is NULL (of %u)", o->output, i,
+                               o->num_sources);
+    if (o->shards > 65536)
+        return dlc__errorf(DLC_EINVAL, "%s: %u shards, at most 65536", o->output, o->shards);
+    if (o->shards && o->one_part && o->part >= o->shards)
+        return dlc__errorf(DLC_EINVAL, "%s: part %u of %u (parts are 0..%u)", o->output, o->part,
+                           o->shards, o->shards - 1);
     if (o->bin_dtype != DLC_DTYPE_UINT16 && o->bin_dtype != DLC_DTYPE_INT32)
         return dlc__errorf(DLC_EINVAL, "%s: flat token files are uint16 or uint32, not %s",
                            o->output, dlc_dtype_name(o->bin_dtype));
@@ -745,6 +760,7 @@ dlc_status dlc_tokens_build(const dlc_tokens_build_options *o, dlc_tokens_build_
         return dlc__errorf(DLC_EINVAL, "%s: unknown source format %u", o->output, o->format);
     tb b = {.o = o};
     dlc_status rc = DLC_OK;
+    int made_dir = 0;
     uint64_t digest = 0;
     uint32_t vocab = o->vocab_size;
     int64_t eos = o->eos_id;
@@ -785,10 +801,11 @@ dlc_status dlc_tokens_build(const dlc_tokens_build_options *o, dlc_tokens_build_
     wc.build_json = o->build_json;
     b.wc = wc;
     if (o->shards) {
-        FAIL_IF(o->shards > 65536, DLC_EINVAL, "%s: %u shards, at most 65536", o->output,
-                o->shards);
-        FAIL_IF(mkdir(o->output, 0777) != 0 && errno != EEXIST, -errno,
-                "%s: cannot make the set's directory: %s", o->output, strerror(errno));
+        /* Made here, it goes again if the build fails before a part is in it (rmdir() takes
+         * only an empty one: parts other builders wrote into it stay). */
+        made_dir = mkdir(o->output, 0777) == 0;
+        FAIL_IF(!made_dir && errno != EEXIST, -errno, "%s: cannot make the set's directory: %s",
+                o->output, strerror(errno));
         b.counting = 1;
         CHECK(read_sources(&b));
         b.counting = 0;
@@ -797,8 +814,6 @@ dlc_status dlc_tokens_build(const dlc_tokens_build_options *o, dlc_tokens_build_
         b.part = UINT32_MAX;
         b.wc.set_id = set_id(&b, digest);
         if (o->one_part) {
-            FAIL_IF(o->part >= o->shards, DLC_EINVAL, "%s: part %u of %u", o->output, o->part,
-                    o->shards);
             char path[PATH_MAX];
             snprintf(path, sizeof path, "%s/part-%05u-of-%05u.dlc", o->output, o->part, o->shards);
             dlc_token_writer_config pc = b.wc;
@@ -857,6 +872,8 @@ dlc_status dlc_tokens_build(const dlc_tokens_build_options *o, dlc_tokens_build_
     b.w = NULL;
 fail:
     dlc_token_writer_abort(b.w);
+    if (rc < 0 && made_dir)
+        (void)rmdir(o->output);
     if (b.model)
         b.spm->free(b.model);
     if (b.dl)

@@ -8,6 +8,7 @@
 
 #include <dlcache/build.h>
 #include <dlcache/store.h>
+#include <dlcache/tokens.h>
 
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -885,4 +886,44 @@ Test(build, manifest_label_and_labels_together)
     free(out);
     free(m);
     free(train);
+}
+
+/* dlc_tokens_build() and bad arguments: a NULL source is refused, not followed; a part past the
+ * set's end is refused before the set's directory is made; a set build that fails while reading
+ * removes the directory it made; the writer's "document N: " is not said twice. */
+Test(build, token_build_bad_arguments_are_refused_cleanly)
+{
+    char *src = tmp_path(dir, "a.bin");
+    const uint16_t ids[6] = {583, 1, 2, 0, 5, 0};
+    FILE *f = fopen(src, "wb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fwrite(ids, sizeof ids[0], 6, f), 6);
+    fclose(f);
+    char *out = tmp_path(dir, "set");
+    const char *sources[2] = {src, NULL};
+    dlc_tokens_build_options o;
+    dlc_tokens_build_options_init(&o);
+    o.sources = sources;
+    o.num_sources = 2;
+    o.output = out;
+    o.eos_id = 0;
+    cr_assert_eq(dlc_tokens_build(&o, NULL), DLC_EINVAL);
+    cr_assert(strstr(dlc_errmsg(), "sources[1] is NULL"), "%s", dlc_errmsg());
+    o.num_sources = 1;
+    o.shards = 2;
+    o.one_part = 1;
+    o.part = 5;
+    cr_assert_eq(dlc_tokens_build(&o, NULL), DLC_EINVAL);
+    cr_assert(strstr(dlc_errmsg(), "part 5 of 2"), "%s", dlc_errmsg());
+    struct stat st;
+    cr_assert_neq(stat(out, &st), 0, "the refused build made %s", out);
+    o.one_part = 0;
+    o.vocab_size = 100;
+    cr_assert_eq(dlc_tokens_build(&o, NULL), DLC_EINVAL);
+    const char *m = dlc_errmsg();
+    cr_assert(strstr(m, "document 0: token 0 is id 583"), "%s", m);
+    cr_assert_null(strstr(m, "document 0: document 0"), "%s", m);
+    cr_assert_neq(stat(out, &st), 0, "the failed build left %s", out);
+    free(out);
+    free(src);
 }
