@@ -119,15 +119,16 @@ void dlc__mixup_draw(const dlc_loader *l, uint64_t seed, uint64_t epoch, uint64_
          c->world_size, batch_index, h, w, out);
 }
 
-/* Copy @p p into the caller's @p out, up to its struct_size. */
+/* Copy @p p into the caller's @p out, up to its struct_size, which must be one the struct had
+ * (status.h, "How structs grow"): a size between two fields would write half of one. */
 static dlc_status give_params(const dlc_mixup_params *p, dlc_mixup_params *out, const char *fn)
 {
-    if (out->struct_size < sizeof(uint32_t) || out->struct_size > sizeof *out)
-        return dlc__errorf(DLC_EINVAL, "%s: struct_size %u is not 4..%zu", fn, out->struct_size,
-                           sizeof *out);
-    const uint32_t size = out->struct_size;
-    memcpy(out, p, size);
-    out->struct_size = size;
+    const dlc_status rc = dlc__result_give(out, p, sizeof *p, "dlc_mixup_params");
+    if (rc != DLC_OK) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", dlc_errmsg());
+        return dlc__errorf(rc, "%s: %s", fn, why);
+    }
     return DLC_OK;
 }
 

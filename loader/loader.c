@@ -356,6 +356,17 @@ dlc_status dlc__loader_open_any(const char *path, const dlc_mix_source *sources,
     if (config)
         CHECK(dlc__options_take(&cfg, sizeof cfg, config, "dlc_loader_config",
                                 "dlc_loader_config_init"));
+    /* config.net is read at open only (its progress callback while the first epoch is planned;
+     * a streamed set's cache takes a copy of its own): taken here on any path, so that a bad
+     * struct_size is refused where it is given and the caller's struct is never read past its
+     * size. Not retained. */
+    dlc_warm_options net;
+    if (cfg.net) {
+        dlc_warm_options_init(&net);
+        CHECK(dlc__options_take(&net, sizeof net, cfg.net, "dlc_loader_config.net",
+                                "dlc_warm_options_init"));
+        cfg.net = &net;
+    }
     CHECK(check_config(&cfg, path));
 
     l = calloc(1, sizeof *l);
@@ -403,6 +414,7 @@ dlc_status dlc__loader_open_any(const char *path, const dlc_mix_source *sources,
     dlc__shard_plan(&l->shard, l->sampler.len, 0, cfg.rank, cfg.world_size, cfg.batch_size,
                     cfg.drop_last);
     CHECK(dlc__stream_plan(l, cfg.net)); /* Ctrl-C: the net options' progress callback. */
+    l->cfg.net = NULL;
     CHECK(threads_start(l, &sync_made));
     CHECK(dlc__dev_start(l));
     l->alive = DLC__LOADER_ALIVE;

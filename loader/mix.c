@@ -33,6 +33,8 @@ dlc_status dlc_loader_open_mix(const dlc_mix_source *sources, uint32_t num_sourc
                                const dlc_mix_options *mix, const dlc_loader_config *config,
                                dlc_loader **out)
 {
+    if (out)
+        *out = NULL;
     if (!sources || !out)
         return dlc__errorf(DLC_EINVAL, "loader: dlc_loader_open_mix() needs sources and out");
     return dlc__loader_open_any("mixture", sources, num_sources, mix, config, NULL, out);
@@ -240,7 +242,7 @@ void dlc__mixload_apply(dlc_loader *l)
 
 uint32_t dlc_loader_num_sources(const dlc_loader *l)
 {
-    return l->mixl ? l->mixl->n : 0;
+    return l && l->mixl ? l->mixl->n : 0;
 }
 
 dlc_status dlc_loader_source_info(const dlc_loader *l, uint32_t source, dlc_mix_source_info *out)

@@ -903,9 +903,10 @@ static dlc_status plan_bytes(const dlc_store *s, uint64_t *bytes, uint32_t pinne
 
 dlc_status dlc_loader_open_store(const char *path, const dlc_loader_config *config, dlc_store **out)
 {
+    if (out)
+        *out = NULL;
     if (!path || !out)
         return dlc__errorf(DLC_EINVAL, "dlc_loader_open_store: NULL argument");
-    *out = NULL;
     dlc_loader_config c;
     dlc_loader_config_init(&c);
     if (config) {
@@ -933,7 +934,7 @@ dlc_status dlc_loader_plan(const char *path, const dlc_loader_config *config,
     uint32_t *ks = NULL;
     dlc__sampler smp;
     memset(&smp, 0, sizeof smp);
-    FAIL_IF(!path || !config || !out, DLC_EINVAL, "dlc_loader_plan: NULL argument");
+    FAIL_IF(!path || !out, DLC_EINVAL, "dlc_loader_plan: NULL argument");
     /* The size is checked before the plan is made, so a bad one costs no download; the copy-out at
      * the end checks it again, through the same helper. */
     dlc_loader_plan_info none;
@@ -941,7 +942,16 @@ dlc_status dlc_loader_plan(const char *path, const dlc_loader_config *config,
     CHECK(dlc__result_give(out, &none, sizeof none, "dlc_loader_plan_info"));
     dlc_loader_config c;
     dlc_loader_config_init(&c);
-    CHECK(dlc__options_take(&c, sizeof c, config, "dlc_loader_config", "dlc_loader_config_init"));
+    if (config) /* NULL: the defaults, as for dlc_loader_open(). */
+        CHECK(
+            dlc__options_take(&c, sizeof c, config, "dlc_loader_config", "dlc_loader_config_init"));
+    dlc_warm_options net; /* As dlc_loader_open() takes it. */
+    if (c.net) {
+        dlc_warm_options_init(&net);
+        CHECK(dlc__options_take(&net, sizeof net, c.net, "dlc_loader_config.net",
+                                "dlc_warm_options_init"));
+        c.net = &net;
+    }
     FAIL_IF(c.world_size == 0 || c.batch_size == 0 || c.rank >= c.world_size, DLC_EINVAL,
             "%s: config: batch_size %u, rank %u of world_size %u", path, c.batch_size, c.rank,
             c.world_size);

@@ -630,9 +630,10 @@ static dlc_status set_reader_open(dlc_store_reader *r)
 
 dlc_status dlc_store_reader_open(const dlc_store *s, dlc_store_reader **out)
 {
+    if (out)
+        *out = NULL;
     if (!s || !out)
         return dlc__errorf(DLC_EINVAL, "dlc_store_reader_open: NULL argument");
-    *out = NULL;
     dlc_store_reader *r = calloc(1, sizeof *r);
     if (!r)
         return dlc__errorf(-ENOMEM, "%s: out of memory", s->path);

@@ -45,9 +45,10 @@ struct dlc_record_builder {
 
 dlc_status dlc_record_builder_create(const dlc_writer *w, dlc_record_builder **out)
 {
+    if (out)
+        *out = NULL;
     if (!w || !out)
         return dlc__errorf(DLC_EINVAL, "dlc_record_builder_create: NULL argument");
-    *out = NULL;
     if (!dlc__writer_has_schema(w))
         return dlc__errorf(DLC_ESTATE, "%s: the writer has no schema yet",
                            dlc__writer_temp_path(w));

@@ -198,9 +198,10 @@ fail:
 
 dlc_status dlc_tokens_open(const dlc_store *s, dlc_tokens **out)
 {
+    if (out)
+        *out = NULL;
     if (!s || !out)
         return dlc__errorf(DLC_EINVAL, "dlc_tokens_open: NULL argument");
-    *out = NULL;
     const char *path = dlc_store_path(s);
     if (s->lazy) {
         /* A streamed set: its parts' prefix sums are in the parts, so every part must be local
@@ -431,9 +432,10 @@ void dlc_token_writer_config_init_sized(dlc_token_writer_config *c, size_t size)
 dlc_status dlc_token_writer_open(const char *path, const dlc_token_writer_config *config,
                                  dlc_token_writer **out)
 {
+    if (out)
+        *out = NULL;
     if (!path || !config || !out)
         return dlc__errorf(DLC_EINVAL, "dlc_token_writer_open: NULL argument");
-    *out = NULL;
     if (config->struct_size != sizeof *config)
         return dlc__errorf(DLC_EINVAL,
                            "dlc_token_writer_open: struct_size %u is not %zu: fill the options "

@@ -435,9 +435,9 @@ typedef struct dlc_loader_config {
                                  above 0, the label output is float32 [N, num_classes]. */
     uint32_t num_classes;   /**< Classes of the soft targets, 2..65536; 0 (default): the store's
                                  num_labels. */
-    uint32_t max_crop_h;    /**< Progressive resizing: the largest height that
-                                 dlc_loader_set_resolution() may set; the slots are sized for it
-                                 at open (0, the default: crop_h). */
+    uint32_t max_crop_h;    /**< Progressive resizing, on when this or max_crop_w is above 0:
+                                 the largest height that dlc_loader_set_resolution() may set;
+                                 the slots are sized for it at open (0, the default: crop_h). */
     uint32_t max_crop_w;    /**< The largest width likewise (0, the default: crop_w). */
 } dlc_loader_config;
 
@@ -675,8 +675,8 @@ typedef struct dlc_loader_plan_info {
  *        streamed set whose URL is @p path (only its index is fetched, into memory: nothing is
  *        made, written or removed in config.cache_dir).
  * @param[in] path A store, a set's directory, or a set's URL.
- * @param[in] config As for dlc_loader_open(); cache_limit is not checked (the answer says what
- *        it must be).
+ * @param[in] config As for dlc_loader_open() (NULL: the defaults); cache_limit is not checked
+ *        (the answer says what it must be).
  * @param[in,out] out struct_size set by the caller; filled up to it.
  * @return DLC_OK; DLC_EINVAL (a bad config, a struct_size of 0 or too large); the errors of
  *         dlc_store_open() and of fetching a streamed set's index. dlc_errmsg() says why.
@@ -1021,7 +1021,7 @@ typedef struct dlc_mix_source_info {
 
 /**
  * @brief Sources of a mixture loader: 0 for a loader of one store.
- * @param[in] l The loader (not NULL).
+ * @param[in] l The loader; NULL gives 0.
  * @return The number of sources.
  */
 DLC_API uint32_t dlc_loader_num_sources(const dlc_loader *l);
@@ -1154,14 +1154,16 @@ DLC_API dlc_status dlc_mixup_draw(float mixup_alpha, float cutmix_alpha, float m
  *        dlc_loader_set_epoch() or state restore), as FFCV's ResNet recipe grows them from 160
  *        to 192 pixels over the epochs.
  *
- * The slots were sized at open for config.max_crop_h x max_crop_w (default: the crop), so
+ * The slots were sized at open for config.max_crop_h x max_crop_w (one of them set, the other
+ * defaulting to the crop), so
  * nothing is allocated. The size is not part of the 64-byte state: a caller that resumes sets it
  * again before the restore (the Python Loader keeps it in its state_dict()). Batches already
  * lent keep their shapes.
  * @param[in] l The loader: one view group (no config.views), a crop size (not the store's).
  * @param[in] height 1..max_crop_h.
  * @param[in] width 1..max_crop_w; a plain or center crop must also fit the store's images.
- * @return DLC_OK; DLC_EINVAL (NULL, view groups, a size out of range: named).
+ * @return DLC_OK; DLC_EINVAL (NULL, view groups, a loader opened with neither max_crop_h nor
+ *         max_crop_w set, a size out of range: named).
  * Thread safety: the consumer's thread.
  */
 DLC_API dlc_status dlc_loader_set_resolution(dlc_loader *l, uint32_t height, uint32_t width);

@@ -157,9 +157,10 @@ DLC_API dlc_status dlc_writer_finish(dlc_writer *w);
  * @param[in] w The writer.
  * @param[in] key 1 to 31 characters of [A-Za-z0-9_]; not one of the store's own keys
  *            (docs/FORMAT.md, "meta"). Putting a key twice keeps the last value.
- * @param[in] data The value; copied.
+ * @param[in] data The value; copied. NULL only with a @p size of 0 (an empty value).
  * @param[in] size Bytes at @p data, below 4 GiB.
- * @return DLC_OK, DLC_EINVAL (a NULL argument, a bad or reserved key, a value too large),
+ * @return DLC_OK, DLC_EINVAL (a NULL writer or key, NULL data with a size above 0, a bad or
+ *         reserved key, a value too large),
  *         DLC_ESTATE (an earlier write failed), -ENOMEM.
  */
 DLC_API dlc_status dlc_writer_put_meta(dlc_writer *w, const char *key, const void *data,

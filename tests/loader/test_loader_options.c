@@ -124,4 +124,52 @@ Test(loader_options, null_is_answered_not_a_crash)
     cr_assert_eq(dlc_store_record_file(NULL, 0), UINT32_MAX);
     dlc_value v[4];
     cr_assert_eq(dlc_store_read_values(NULL, 0, v), DLC_EINVAL);
+    cr_assert_eq(dlc_loader_num_sources(NULL), 0);
+    /* Failed opens leave their out NULL, also when the failure is the NULL argument. */
+    dlc_loader *l = (dlc_loader *)&st;
+    cr_assert_eq(dlc_loader_open_mix(NULL, 1, NULL, NULL, &l), DLC_EINVAL);
+    cr_assert_null(l);
+    dlc_store *s = (dlc_store *)&st;
+    cr_assert_eq(dlc_loader_open_store(NULL, NULL, &s), DLC_EINVAL);
+    cr_assert_null(s);
+}
+
+/* config.net is read at open (the plan's progress callback) also for a local store: a struct
+ * without dlc_warm_options_init() is refused there, not accepted and read past its size. */
+Test(loader_options, net_options_are_checked_on_a_local_path_too)
+{
+    dlc_loader_config c = fx_config();
+    dlc_warm_options net;
+    dlc_warm_options_init(&net);
+    c.net = &net;
+    dlc_loader *l = NULL;
+    cr_assert_eq(dlc_loader_open(fx.path, &c, &l), DLC_OK, "%s", dlc_errmsg());
+    dlc_loader_close(l);
+    l = NULL;
+    net.struct_size = 0;
+    REFUSED(dlc_loader_open(fx.path, &c, &l), "dlc_loader_config.net", "dlc_warm_options_init");
+    cr_assert_null(l);
+    dlc_loader_plan_info pi;
+    memset(&pi, 0, sizeof pi);
+    pi.struct_size = sizeof pi;
+    REFUSED(dlc_loader_plan(fx.path, &c, &pi), "dlc_loader_config.net");
+    /* A NULL config is the defaults, as for dlc_loader_open(). */
+    cr_assert_eq(dlc_loader_plan(fx.path, NULL, &pi), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_gt(pi.batches_per_rank, 0);
+}
+
+/* A result's struct_size must be one the struct had: 12 is inside the double lam, whose first
+ * half was written. */
+Test(loader_options, mixup_params_take_only_a_size_the_struct_had)
+{
+    dlc_mixup_params p;
+    memset(&p, 0x5a, sizeof p);
+    p.struct_size = 12;
+    REFUSED(dlc_mixup_draw(0.2f, 1.0f, 1.0f, 0.5f, 1, 0, 0, 1, 0, 8, 8, &p), "dlc_mixup_draw",
+            "dlc_mixup_params", "struct_size 12");
+    cr_assert_eq(p.mode, 0x5a5a5a5au, "nothing written");
+    p.struct_size = sizeof p;
+    cr_assert_eq(dlc_mixup_draw(0.2f, 1.0f, 1.0f, 0.5f, 1, 0, 0, 1, 0, 8, 8, &p), DLC_OK, "%s",
+                 dlc_errmsg());
+    cr_assert_eq(p.struct_size, sizeof p);
 }

@@ -318,3 +318,15 @@ Test(store_tokens, lazy_set_reads_once_every_part_is_attached)
     dlc_store_close(whole);
     free(set);
 }
+
+/* A failed open leaves its out NULL, also when the failure is the NULL argument. */
+Test(store_tokens, a_refused_open_leaves_out_null)
+{
+    int any;
+    dlc_tokens *t = (dlc_tokens *)&any;
+    cr_assert_eq(dlc_tokens_open(NULL, &t), DLC_EINVAL);
+    cr_assert_null(t);
+    dlc_record_builder *b = (dlc_record_builder *)&any;
+    cr_assert_eq(dlc_record_builder_create(NULL, &b), DLC_EINVAL);
+    cr_assert_null(b);
+}
