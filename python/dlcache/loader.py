@@ -464,7 +464,8 @@ class Loader:
         preset: "train" (crop=224, random_resized_crop=True, flip=0.5, dtype
             float32 on the host and float16 on a CUDA device: normalized NCHW)
             or "eval" (crop=224, random_crop=False, flip=0: the center, same
-            dtype); the arguments given win over it. On a store built at 256
+            dtype, shuffle=False: records in order); the arguments given win
+            over it. On a store built at 256
             "eval" is torchvision's resize 256 + center crop 224.
         seq_len: on a token store (``cachebuild --tokens``, ``write_tokens``),
             packed sequences of seq_len tokens: Loader() then returns a
@@ -583,11 +584,13 @@ class Loader:
                  transform: "Optional[Callable[[Any], Any]]" = None,
                  preset: "Optional[str]" = None,
                  seq_len: "Optional[int]" = None, packing: str = "concat",
-                 document_mask: bool = False, pad_id: int = 0) -> None:
-        if packing != "concat" or document_mask or pad_id != 0:
+                 document_mask: bool = False, pad_id: int = 0,
+                 rows_per_epoch: "Optional[int]" = None) -> None:
+        if packing != "concat" or document_mask or pad_id != 0 or rows_per_epoch is not None:
             # seq_len= makes Loader() a TokenLoader in __new__; here it was not given.
-            raise ValueError("packing=, document_mask= and pad_id= are for a token store's "
-                             "packed sequences: give seq_len= too (docs/TOKENS.md)")
+            raise ValueError("packing=, document_mask=, pad_id= and rows_per_epoch= are for a "
+                             "token store's packed sequences: give seq_len= too "
+                             "(docs/TOKENS.md)")
         # The arguments as the caller gave them (Loader.__new__ bound them): what the Loader
         # pickles as, with its state; a preset fills in only the arguments not given.
         given = self.__dict__.pop("_given", None)
@@ -612,6 +615,8 @@ class Loader:
             random_crop = chosen["random_crop"] if "random_crop" not in have else random_crop
             flip = chosen["flip"] if "flip" not in have else flip
             dtype = chosen["dtype"] if "dtype" not in have else dtype
+            if "shuffle" not in have and "sampler" not in have:
+                shuffle = chosen["shuffle"]
         self._preset = preset
         self._handle = None  # type: Any
         self._feed = None  # type: Any
@@ -1904,8 +1909,11 @@ Loader.__signature__ = _SIGNATURE  # type: ignore[attr-defined]
 # --size 256 resizes the short side to 256 and center-crops), so "eval" is torchvision's eval
 # recipe (resize 256, center crop 224) on a 256 store.
 _PRESETS = {
-    "train": {"crop": 224, "random_resized_crop": True, "random_crop": True, "flip": 0.5},
-    "eval": {"crop": 224, "random_resized_crop": None, "random_crop": False, "flip": 0.0},
+    "train": {"crop": 224, "random_resized_crop": True, "random_crop": True, "flip": 0.5,
+              "shuffle": True},
+    # In record order, as torch's evaluation loaders (shuffle=False) read.
+    "eval": {"crop": 224, "random_resized_crop": None, "random_crop": False, "flip": 0.0,
+             "shuffle": False},
 }
 
 

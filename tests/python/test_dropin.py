@@ -341,8 +341,17 @@ def test_presets(store256):
     with dlcache.Loader(store256, 8, preset="eval", **KW) as ld:
         got = [clone(b) for b in ld]
     with dlcache.Loader(store256, 8, crop=224, random_crop=False, flip=0.0, dtype="float32",
-                        **KW) as ld:
+                        shuffle=False, **KW) as ld:
         assert all(same(g, w) for g, w in zip(got, ld))
+    # "eval" reads in record order, as QUICKSTART.md says and torch's eval loaders do; shuffle=
+    # or sampler= given win.
+    with dlcache.Loader(store256, 8, preset="eval", return_indices=True, **KW) as ld:
+        idx = [i for b in ld for i in b[2].tolist()]
+        assert idx == sorted(idx) == list(range(len(idx)))
+    for kw in (dict(shuffle=True), dict(sampler="shuffle")):
+        with dlcache.Loader(store256, 8, preset="eval", return_indices=True, **kw, **KW) as ld:
+            idx = [i for b in ld for i in b[2].tolist()]
+            assert idx != sorted(idx) and sorted(idx) == list(range(len(idx)))
     # Any argument given wins over the preset.
     with dlcache.Loader(store256, 8, preset="train", dtype="uint8", crop=200, **KW) as ld:
         x, _ = next(iter(ld))

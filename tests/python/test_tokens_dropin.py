@@ -215,3 +215,14 @@ def test_cuda_token_batches_equal_host_batches(corpus, dtype):
     assert st["device"] == dev.device.index and st["device_bytes"] > 0
     dev.close()
     host.close()
+
+
+@pytest.mark.parametrize("kw", [dict(packing="best_fit"), dict(document_mask=True),
+                                dict(pad_id=3), dict(rows_per_epoch=100)])
+def test_token_arguments_without_seq_len_say_so(store, kw):
+    """The token arguments are in the Loader's signature (rows_per_epoch was missing, so
+    inspect.signature() and help() did not show it); without seq_len= they say what is needed."""
+    import inspect
+    assert set(kw) <= set(inspect.signature(dlcache.Loader).parameters)
+    with pytest.raises(ValueError, match="give seq_len= too"):
+        dlcache.Loader(store, 8, **kw)
