@@ -54,3 +54,24 @@ def test_every_argument_has_a_row_with_its_default():
 def test_no_row_for_an_argument_the_loader_does_not_take():
     extra = sorted(set(_rows()) - set(_params()))
     assert not extra, "docs/LOADER_ARGS.md lists arguments the Loader does not take: %s" % extra
+
+
+def test_the_signature_in_python_md_is_the_loaders():
+    """docs/PYTHON.md prints the Loader's signature and says it is every argument: the names in
+    its order, with the signature's defaults (it had fallen 20 arguments behind)."""
+    with open(os.path.join(os.path.dirname(DOC), "PYTHON.md"), encoding="utf-8") as f:
+        text = f.read()
+    m = re.search(r"```python\ndlcache\.Loader\((.*?)\)\n```", text, re.S)
+    assert m, "docs/PYTHON.md has no ```python dlcache.Loader(...) block"
+    shown = [a.strip() for a in " ".join(m.group(1).split()).split(",")]
+    shown = [a for a in shown if a != "*"]
+    want = []
+    for name, p in _params().items():
+        if p.default is inspect.Parameter.empty:
+            want.append(name)
+        elif isinstance(p.default, str):
+            want.append('%s="%s"' % (name, p.default))
+        else:
+            want.append("%s=%r" % (name, p.default))
+    assert shown == want, "docs/PYTHON.md's signature differs: %s" % (
+        [(a, b) for a, b in zip(shown, want) if a != b] or (len(shown), len(want)))
