@@ -109,6 +109,9 @@ def _describe(v):
 
 def _to_numpy(v, where):
     """@p v as a numpy array, or None when it is not array-like."""
+    if isinstance(v, np.ma.MaskedArray):
+        raise _bad(where, "a masked array: its mask would be lost; store v.filled(value), and "
+                   "the mask (np.ma.getmaskarray(v)) as a field of its own")
     if isinstance(v, np.ndarray):
         return v
     if _is_torch(v):
@@ -130,6 +133,39 @@ def _to_numpy(v, where):
                        % type(v).__name__)
         return a
     return None
+
+
+def _snapshot_value(v):
+    """A value as it is now: arrays, tensors and mutable containers copied (their bytes, not
+    their Python objects), immutable values as they are. PIL images are not copied: a lazily
+    opened one is decoded on the worker threads, which copying here would undo."""
+    if isinstance(v, np.ndarray):
+        return np.array(v, copy=True, subok=True)
+    if _is_torch(v):
+        return v.detach().clone()
+    if isinstance(v, (bytearray, memoryview)):
+        return bytes(v)
+    if isinstance(v, list):
+        return [_snapshot_value(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _snapshot_value(x) for k, x in v.items()}
+    return v
+
+
+def _snapshot(sample):
+    """Sample @p sample as it is when the iterator yields it. The workers prepare a sample
+    after the iterator has moved on, so a generator that reuses one buffer or one dict
+    (``buf[:] = x; yield {"x": buf}``) would have its later values stored in the earlier
+    samples: 158 of 200 records were wrong in a try. Tuples keep their type (a namedtuple
+    names the fields)."""
+    if isinstance(sample, dict):
+        return {k: _snapshot_value(v) for k, v in sample.items()}
+    if isinstance(sample, tuple):
+        vals = [_snapshot_value(v) for v in sample]
+        return type(sample)(*vals) if hasattr(sample, "_fields") else tuple(vals)
+    if isinstance(sample, list):
+        return [_snapshot_value(v) for v in sample]
+    return sample
 
 
 def _native(a):
@@ -439,11 +475,22 @@ class _Field:
             return ("int", x)
         if kind == "float":
             if isinstance(v, numbers.Real):
-                return ("float", float(v))
-            a = _to_numpy(v, where)
-            if a is None or a.ndim != 0 or a.dtype.kind not in "biuf":
-                raise _bad(where, "expected a float, found %s" % _describe(v))
-            return ("float", float(a))
+                x = v
+            else:
+                a = _to_numpy(v, where)
+                if a is None or a.ndim != 0 or a.dtype.kind not in "biuf":
+                    raise _bad(where, "expected a float, found %s" % _describe(v))
+                x = a.item()
+            try:
+                f = float(x)
+            except OverflowError:
+                raise _bad(where, "an int of %d digits does not fit in a float64"
+                           % len(str(abs(int(x))))) from None
+            # An int the float64 rounds (2**53 + 1) would be stored as another number.
+            if isinstance(x, numbers.Integral) and not isinstance(x, bool) and int(f) != x:
+                raise _bad(where, "the int %d is not exactly a float64 (it would be stored as "
+                           "%r): store it in an int field" % (x, f))
+            return ("float", f)
         # bytes
         if isinstance(v, str):
             try:
@@ -461,6 +508,9 @@ class _Field:
     def _prepare_image(self, v, where, codec):
         c = self.channels
         if _is_pil(v):
+            # A lazily opened image knows its size before it is decoded: a 30000 x 30000 one in
+            # a field of 10 x 10 images took 61 s and 8.6 GB to be refused after its decode.
+            self._check_size(v.size[1], v.size[0], where, _describe(v))
             a = self._pil_pixels(v, where)
         elif isinstance(v, (bytes, bytearray, memoryview)):
             if self.encoding == "raw":
@@ -575,8 +625,41 @@ class _Field:
                            "{'kind': 'ndarray', 'dtype': ...}} to choose the type, or convert "
                            "the values" % (self.dtype, "as declared" if self.explicit_dtype
                                            else "the first sample's", _describe(v), self.name))
-            a = a.astype(self.dtype)
+            with np.errstate(over="ignore", invalid="ignore"):  # refused below, by name
+                b = a.astype(self.dtype)
+            i = _first_loss(a, b)
+            if i >= 0:
+                raise _bad(where, "element %d (%r) would be stored as %r in %s (the field's "
+                           "dtype, %s): convert the values, or declare a dtype that holds them"
+                           % (i, a.flat[i].item(), b.flat[i].item(), self.dtype,
+                              "as declared" if self.explicit_dtype else "the first sample's"))
+            a = b
         return _native(a)
+
+
+def _lost(a, b):
+    """Elements of @p a (the caller's) that the cast @p b does not hold: an integer out of an
+    integer type's range (same_kind casting wraps it: 300 as int8 is 44); an integer a float
+    type rounds (2**53 + 1 as float64); a finite float that overflows a narrower float to inf.
+    Rounding a float to a narrower float is the conversion asked for, and is kept."""
+    if b.dtype.kind in "iu" and a.dtype.kind in "iu":
+        info = np.iinfo(b.dtype)
+        return (a < info.min) | (a > info.max)
+    if b.dtype.kind == "f" and a.dtype.kind in "iu":
+        with np.errstate(invalid="ignore", over="ignore"):
+            back = np.where(np.isfinite(b), b, 0).astype(a.dtype)
+        return ~np.isfinite(b) | (back != a)
+    if b.dtype.kind == "f" and a.dtype.kind == "f":
+        return np.isfinite(a) & ~np.isfinite(b)
+    return None
+
+
+def _first_loss(a, b):
+    """The flat index of the first element of @p a that the cast @p b lost, or -1."""
+    m = _lost(a, b)
+    if m is None or not m.any():
+        return -1
+    return int(np.flatnonzero(m)[0])
 
 
 def _set(b, index, f, prep):
@@ -603,6 +686,12 @@ def _normalize_fields(fields):
     if fields is None:
         return {}, []
     if isinstance(fields, (list, tuple)):
+        seen = set()
+        for name in fields:
+            if name in seen:
+                raise ValueError("fields names %r twice: a tuple's values are named in order, "
+                                 "each name once" % (name,))
+            seen.add(name)
         fields = {name: {} for name in fields}
     if not isinstance(fields, dict):
         raise ValueError("fields must be a dict {name: kind or options} or a list of names, "
@@ -987,7 +1076,7 @@ def write(samples: "Iterable[Any]", path: "str | os.PathLike[str] | bytes",
             except TypeError:
                 total = None
         try:
-            first = next(it)
+            first = _snapshot(next(it))
         except StopIteration:
             raise _bad(ctx, "no samples: a store holds at least one record") from None
 
@@ -1028,8 +1117,18 @@ def write(samples: "Iterable[Any]", path: "str | os.PathLike[str] | bytes",
                     sample = samples[i]
                 values = sampler.values(sample, i)
                 # The prepared buffers must live until dlc_record_seal() returns.
-                preps = [f.prepare(values[f.name], "sample %d: field %r" % (i, f.name), codec)
-                         for f in schema]
+                preps = []
+                for f in schema:
+                    try:
+                        preps.append(f.prepare(values[f.name], "sample %d: field %r"
+                                               % (i, f.name), codec))
+                    except BaseException as e:
+                        # Another library's error (torch's, PIL's) names neither.
+                        if not isinstance(e, (InvalidArgumentError, KeyboardInterrupt)) and \
+                                hasattr(e, "add_note"):
+                            e.add_note("dlcache.write: raised by sample %d, field %r"
+                                       % (i, f.name))
+                        raise
                 for k, (f, p) in enumerate(zip(schema, preps)):
                     rc = _set(b, k, f, p)
                     if rc < 0:
@@ -1042,7 +1141,9 @@ def write(samples: "Iterable[Any]", path: "str | os.PathLike[str] | bytes",
                 lib.dlc_record_builder_reset(b)
                 free.put(b)
                 if not isinstance(e, (InvalidArgumentError, KeyboardInterrupt)) and \
-                        hasattr(e, "add_note"):
+                        hasattr(e, "add_note") and not any(
+                            n.startswith("dlcache.write: raised by sample")
+                            for n in getattr(e, "__notes__", ())):
                     e.add_note("dlcache.write: raised by sample %d" % i)
                 raise
 
@@ -1062,7 +1163,7 @@ def write(samples: "Iterable[Any]", path: "str | os.PathLike[str] | bytes",
                 else:
                     assert it is not None
                     try:
-                        s = next(it)
+                        s = _snapshot(next(it))
                     except StopIteration:
                         exhausted = True
                         break

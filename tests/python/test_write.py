@@ -612,3 +612,93 @@ def test_progress_line(tmp_path, capsys, monkeypatch):
     assert "dlcache.write: 5/5 samples" in err
     dlcache.write([{"a": i} for i in range(5)], tmp_path / "q.dlc")  # not a terminal: silent
     assert capsys.readouterr().err == ""
+
+
+# ---- values as they were when yielded, and casts that would change them -------------------------
+def test_a_reused_buffer_dict_or_tensor_is_stored_as_it_was_when_yielded(tmp_path):
+    """The workers prepare a sample after the iterator has moved on: a generator that fills one
+    buffer (or one dict) for every sample had later values stored in earlier samples, 158 of
+    200 wrong in a try, with no error."""
+    def arrays():
+        buf = np.zeros((2, 3), np.int64)
+        for i in range(200):
+            buf[:] = i
+            yield {"x": buf}
+
+    def dicts():
+        d = {}
+        for i in range(200):
+            d["x"] = i
+            d["t"] = torch.full((3,), float(i))
+            yield d
+
+    def tuples():
+        t = torch.zeros(4)
+        for i in range(200):
+            t.fill_(i)
+            yield (t, [i, i])
+
+    for name, gen in (("a", arrays), ("d", dicts), ("t", tuples)):
+        path = tmp_path / (name + ".dlc")
+        dlcache.write(gen(), path, workers=2, progress=False)
+        rows = dlcache.Store(path)[:]
+        for i, r in enumerate(rows):
+            vals = [np.asarray(v) for v in r.values()]
+            assert all((v == i).all() for v in vals), (name, i, r)
+
+
+@pytest.mark.parametrize("samples,fields,said", [
+    ([np.array([1], np.int8), np.array([300])], {"kind": "ndarray", "dtype": "int8"},
+     "element 0 (300) would be stored as 44 in int8"),
+    ([np.array([1.0], np.float16), np.array([1e6])], {"kind": "ndarray", "dtype": "float16"},
+     "element 0 (1000000.0) would be stored as inf in float16"),
+    ([np.array([1]), np.array([2**63 + 1], np.uint64)], {"kind": "ndarray", "dtype": "int64"},
+     "element 0 (9223372036854775809) would be stored as -9223372036854775807"),
+    ([np.array([1.5]), np.array([2**53 + 1])], None,
+     "element 0 (9007199254740993) would be stored as 9007199254740992.0 in float64"),
+    ([1.5, 2**53 + 1], None, "the int 9007199254740993 is not exactly a float64"),
+    ([1.5, 10**400], None, "an int of 401 digits does not fit in a float64"),
+    ([np.ma.array([1, 2], mask=[0, 1])], None, "a masked array: its mask would be lost"),
+])
+def test_a_value_a_cast_would_change_is_refused(tmp_path, samples, fields, said):
+    """Declared or inferred dtypes cast the later samples' values: same_kind casting wrapped
+    300 into int8 as 44 and 1e6 into float16 as inf, int64 into float64 rounded 2**53 + 1, all
+    quietly. Rounding a float to a narrower float is the conversion asked for, and stays."""
+    with pytest.raises(InvalidArgumentError, match="sample %d: field 'x': .*%s" % (
+            len(samples) - 1, said.replace("(", r"\(").replace(")", r"\)"))):
+        dlcache.write([{"x": v} for v in samples], tmp_path / "x.dlc", progress=False,
+                      fields=None if fields is None else {"x": fields}, workers=1)
+    assert not (tmp_path / "x.dlc").exists()
+    dlcache.write([{"x": np.array([1.0], np.float32)}, {"x": np.array([1.1])}],
+                  tmp_path / "r.dlc", progress=False, workers=1,
+                  fields={"x": {"kind": "ndarray", "dtype": "float32"}})
+    assert dlcache.Store(tmp_path / "r.dlc")[1]["x"][0] == np.float32(1.1)
+
+
+def test_other_libraries_errors_name_the_field_and_names_are_once(tmp_path):
+    with pytest.raises(TypeError) as e:
+        dlcache.write([{"x": torch.eye(3)}, {"x": torch.eye(3).to_sparse()}],
+                      tmp_path / "s.dlc", progress=False, workers=1)
+    assert "dlcache.write: raised by sample 1, field 'x'" in e.value.__notes__
+    with pytest.raises(ValueError, match="fields names 'a' twice"):
+        dlcache.write([(1, 2)], tmp_path / "t.dlc", fields=["a", "a"], progress=False)
+
+
+def test_a_lazily_opened_image_of_the_wrong_size_is_refused_before_its_decode(tmp_path):
+    """PIL opens an image without decoding it: a 9000 x 9000 PNG in a field of 10 x 10
+    images was decoded whole (seconds and gigabytes for a larger one) before its size was
+    checked. Its header says the size: the PNG here has no pixel data at all."""
+    import struct
+    import zlib
+    from PIL import Image
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + \
+            struct.pack(">I", zlib.crc32(kind + data) & 0xffffffff)
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 9000, 9000, 8, 2,
+                                                                0, 0, 0)) + chunk(b"IEND", b"")
+    (tmp_path / "big.png").write_bytes(png)
+    big = Image.open(tmp_path / "big.png")
+    with pytest.raises(InvalidArgumentError, match="sample 1: field 'image': expected a 10x10"):
+        dlcache.write([{"image": Image.new("RGB", (10, 10))}, {"image": big}],
+                      tmp_path / "i.dlc", progress=False, workers=1)
