@@ -14,6 +14,7 @@
 #include "common.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -117,6 +118,30 @@ typedef struct jpeg_header {
     int width, height, subsamp, colorspace;
 } jpeg_header;
 
+/* The frame's coding from the first SOF marker of @p jpeg: 1 Huffman, 2 arithmetic, 0 none found
+ * in a well-formed marker sequence (TurboJPEG then says what is wrong). */
+static int frame_coding(const uint8_t *p, size_t n)
+{
+    size_t i = 2; /* After SOI. */
+    while (i + 4 <= n) {
+        if (p[i] != 0xFF)
+            return 0;
+        while (i < n && p[i] == 0xFF)
+            i++;
+        if (i >= n)
+            return 0;
+        const uint8_t m = p[i++];
+        if (m == 0x01 || (m >= 0xD0 && m <= 0xD7))
+            continue; /* No length. */
+        if (m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC)
+            return m >= 0xC9 ? 2 : 1; /* SOF9..SOF15: arithmetic. */
+        if (i + 2 > n || m == 0xDA || m == 0xD9)
+            return 0; /* Scan data or the end before any frame. */
+        i += ((size_t)p[i] << 8) | p[i + 1];
+    }
+    return 0;
+}
+
 static dlc_status read_header(dlc_codec *c, const void *jpeg, size_t size, jpeg_header *hd)
 {
     if (!c || (!jpeg && size))
@@ -144,6 +169,19 @@ static dlc_status read_header(dlc_codec *c, const void *jpeg, size_t size, jpeg_
         return dlc__errorf(DLC_EDECODE,
                            "JPEG header (%zu bytes): %dx%d (height x width) is too large to decode",
                            size, hd->height, hd->width);
+    /* Every 8 x 8 block of the first component costs its scan at least one bit with Huffman
+     * codes (a DC code), so a file far smaller than that claims a size it cannot hold. Refused
+     * before the decode: a progressive decode holds every block's coefficients at full size
+     * whatever the scale asked for, and a 213-byte file claiming 13370 x 13370 took 1.4 GB.
+     * An arithmetic coder can spend less than a bit on a block: 1/64 of a bit is allowed. */
+    const uint64_t blocks = (((uint64_t)hd->width + 7) / 8) * (((uint64_t)hd->height + 7) / 8);
+    const int coding = frame_coding(jpeg, size);
+    const uint64_t need = coding == 2 ? blocks / 512 : blocks / 8;
+    if (coding && size < need)
+        return dlc__errorf(DLC_EDECODE,
+                           "JPEG header (%zu bytes): %dx%d (height x width) needs at least %" PRIu64
+                           " bytes of coded data; the file is cut short or its header lies",
+                           size, hd->height, hd->width, need);
     return DLC_OK;
 }
 
@@ -198,21 +236,32 @@ static tjscalingfactor pick_scale(const jpeg_header *hd, uint32_t min_w, uint32_
 }
 
 /*
- * libjpeg-turbo reports a truncated file as a warning ("Premature end of JPEG
- * file", "Corrupt JPEG data: premature end of data segment") and fills the
- * missing part with grey; tjDecompress2() then returns -1 with
- * TJERR_WARNING. A grey-filled image must never be stored, so those warnings
- * fail the decode. Other warnings (extraneous bytes before a marker, as some
- * cameras write) leave every pixel decoded; Pillow accepts such files, and so
- * do we. TurboJPEG keeps the first warning's text.
+ * libjpeg-turbo reports damaged data as a warning and decodes on: a truncated
+ * file ("Premature end of JPEG file") is filled with grey, a bad Huffman code
+ * ("Corrupt JPEG data: bad Huffman code") leaves garbage from there on, and
+ * tjDecompress2() returns -1 with TJERR_WARNING. Such an image must never be
+ * stored, so a warning fails the decode unless it is one that leaves every
+ * pixel decoded: extraneous bytes before a marker (as some cameras write),
+ * JFIF revisions and thumbnails, an ICC marker, sequential scans with odd SOS
+ * parameters. Pillow loads all of them, the damaged ones too. TurboJPEG keeps
+ * the first warning's text.
  */
 static dlc_status decode_failed(dlc_codec *c, size_t size)
 {
+    static const char *const harmless[] = {
+        "extraneous bytes before marker", "unknown JFIF revision", "thumbnail image size",
+        "bad ICC marker", "Invalid SOS parameters for sequential JPEG"};
     const char *msg = tjGetErrorStr2(c->dec);
-    if (tjGetErrorCode(c->dec) == TJERR_WARNING && !strcasestr(msg, "premature end"))
-        return DLC_OK;
+    if (tjGetErrorCode(c->dec) == TJERR_WARNING)
+        for (size_t i = 0; i < sizeof harmless / sizeof harmless[0]; i++)
+            if (strcasestr(msg, harmless[i]))
+                return DLC_OK;
     return dlc__errorf(DLC_EDECODE, "JPEG decode (%zu bytes): %s", size, msg);
 }
+
+/* libjpeg-turbo's cap of 500 scans: a progressive file of thousands of empty scans (80 KB)
+ * otherwise costs minutes of CPU for an image it then refuses. */
+#define DECODE_FLAGS TJFLAG_LIMITSCANS
 
 /*
  * CMYK to RGB as Pillow 9.4 does it, so a CMYK JPEG looks the same here as
@@ -265,7 +314,7 @@ static dlc_status decode_pixels(dlc_codec *c, const void *jpeg, size_t size, con
         if (rc < 0)
             return rc;
         if (tjDecompress2(c->dec, jpeg, (unsigned long)size, c->cmyk.p, w, (size_t)w * 4, h,
-                          TJPF_CMYK, 0) != 0) {
+                          TJPF_CMYK, DECODE_FLAGS) != 0) {
             rc = decode_failed(c, size);
             if (rc < 0)
                 return rc;
@@ -276,7 +325,7 @@ static dlc_status decode_pixels(dlc_codec *c, const void *jpeg, size_t size, con
          * L -> RGB conversion does. */
         const int pf = direct_gray ? TJPF_GRAY : TJPF_RGB;
         if (tjDecompress2(c->dec, jpeg, (unsigned long)size, c->pix.p, w,
-                          (size_t)w * (direct_gray ? 1 : 3), h, pf, 0) != 0) {
+                          (size_t)w * (direct_gray ? 1 : 3), h, pf, DECODE_FLAGS) != 0) {
             rc = decode_failed(c, size);
             if (rc < 0)
                 return rc;

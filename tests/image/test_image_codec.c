@@ -223,6 +223,64 @@ Test(image_codec, garbage_is_edecode)
     free(junk);
 }
 
+/* The first SOS's entropy-coded data starts after its header: its offset in @p jpeg. */
+static size_t scan_start(const unsigned char *jpeg, unsigned long size)
+{
+    for (size_t i = 2; i + 4 < size;) {
+        cr_assert_eq(jpeg[i], 0xff);
+        const size_t len = ((size_t)jpeg[i + 2] << 8) | jpeg[i + 3];
+        if (jpeg[i + 1] == 0xda)
+            return i + 2 + len;
+        i += 2 + len;
+    }
+    cr_assert_fail("no SOS");
+    return 0;
+}
+
+/* Damaged entropy data (bytes flipped through the scan) makes libjpeg-turbo warn ("Corrupt JPEG
+ * data: bad Huffman code", an unknown marker) and decode on into garbage, and such an image was
+ * stored as if whole: only warnings that leave every pixel decoded pass now. (JPEG has no
+ * checksum: damage that decodes as valid codes cannot be told from an image.) */
+Test(image_codec, damaged_entropy_data_is_edecode)
+{
+    uint8_t *pix = noise(128, 128);
+    unsigned long size;
+    unsigned char *jpeg = tj_encode(pix, 128, 128, TJPF_RGB, TJSAMP_444, 90, &size);
+    for (size_t k = scan_start(jpeg, size) + 50; k + 10 < size; k += 97)
+        jpeg[k] ^= 0x55;
+    dlc_image out;
+    cr_assert_eq(dlc_jpeg_decode(codec, jpeg, size, 0, 0, &out), DLC_EDECODE, "decoded as whole");
+    cr_assert(strstr(dlc_errmsg(), "JPEG decode") != NULL, "message: %s", dlc_errmsg());
+    tjFree(jpeg);
+    free(pix);
+}
+
+/* A header claiming more blocks than the file could code is refused before any decode: a
+ * progressive decode holds every block's coefficients, and a 213-byte file claiming
+ * 13370 x 13370 took 1.4 GB. */
+Test(image_codec, a_size_the_data_cannot_hold_is_refused_at_the_header)
+{
+    uint8_t *pix = gradient(16, 16, 3);
+    unsigned long size;
+    unsigned char *jpeg = tj_encode(pix, 16, 16, TJPF_RGB, TJSAMP_444, 90, &size);
+    dlc_image out;
+    cr_assert_eq(dlc_jpeg_decode(codec, jpeg, size, 0, 0, &out), DLC_OK, "%s", dlc_errmsg());
+    size_t sof = 0;
+    for (size_t i = 2; i + 9 < size && !sof; i += 2 + (((size_t)jpeg[i + 2] << 8) | jpeg[i + 3]))
+        if (jpeg[i + 1] == 0xc0)
+            sof = i;
+    cr_assert_neq(sof, 0, "no SOF0");
+    jpeg[sof + 5] = 4000 >> 8, jpeg[sof + 6] = 4000 & 0xff; /* height */
+    jpeg[sof + 7] = 4000 >> 8, jpeg[sof + 8] = 4000 & 0xff; /* width */
+    uint32_t w = 0, h = 0;
+    cr_assert_eq(dlc_jpeg_info(codec, jpeg, size, &w, &h), DLC_EDECODE);
+    cr_assert(strstr(dlc_errmsg(), "4000x4000 (height x width) needs at least 31250 bytes"),
+              "message: %s", dlc_errmsg());
+    cr_assert_eq(dlc_jpeg_decode_resize(codec, jpeg, size, 64, 1, &out), DLC_EDECODE);
+    tjFree(jpeg);
+    free(pix);
+}
+
 Test(image_codec, dct_scaling_picks_the_largest_reduction)
 {
     uint8_t *pix = gradient(800, 600, 3);
