@@ -277,16 +277,36 @@ static void remove_stale_temps(const char *final_path)
     closedir(d);
 }
 
+/* What may stand at @p path for a writer to replace it: nothing, or with @p force a regular file
+ * or a link (the link itself is replaced, never its target). A device, a FIFO or a socket is
+ * never ours to replace: `cachebuild -o /dev/null --force` as root turned /dev/null into a
+ * store. Checked at open and again just before the rename. */
+static dlc_status check_destination(const char *path, int force)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return DLC_OK;
+    if (S_ISDIR(st.st_mode))
+        return dlc__errorf(DLC_EINVAL, "%s: is a directory, not a store file", path);
+    if (!S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode))
+        return dlc__errorf(DLC_EINVAL,
+                           "%s: is a %s, not a store file: a store replaces only a file%s", path,
+                           S_ISCHR(st.st_mode)    ? "character device"
+                           : S_ISBLK(st.st_mode)  ? "block device"
+                           : S_ISFIFO(st.st_mode) ? "FIFO"
+                           : S_ISSOCK(st.st_mode) ? "socket"
+                                                  : "special file",
+                           force ? ", also with --force" : "");
+    if (!force)
+        return dlc__errorf(DLC_EEXIST, "%s: exists; use --force to replace it", path);
+    return DLC_OK;
+}
+
 /* The paths of a writer of @p final_path, and the early checks that need no file yet. */
 static dlc_status paths_init(dlc_writer *w, const char *final_path, int force)
 {
     dlc_status rc = DLC_OK;
-    struct stat st;
-    if (stat(final_path, &st) == 0) {
-        FAIL_IF(!force, DLC_EEXIST, "%s: exists; use --force to replace it", final_path);
-        FAIL_IF(S_ISDIR(st.st_mode), DLC_EINVAL, "%s: is a directory, not a store file",
-                final_path);
-    }
+    CHECK(check_destination(final_path, force));
     w->final_path = strdup(final_path);
     const size_t tlen = strlen(final_path) + 32;
     w->temp_path = malloc(tlen);
@@ -444,7 +464,9 @@ dlc_status dlc__wfile_seal_file(dlc_writer *w, uint64_t used)
                         (off_t)(w->prealloc - used));
     FAIL_IF(fsync(fd) != 0, -errno, "%s: fsync: %s", w->temp_path, strerror(errno));
     /* The rename is the commit point: before it FINAL is the old store (or
-     * absent), after it the new one, whole and synced. */
+     * absent), after it the new one, whole and synced. What stands there now
+     * is checked again: the build may have taken hours. */
+    CHECK(check_destination(w->final_path, 1));
     FAIL_IF(rename(w->temp_path, w->final_path) != 0, -errno, "%s: cannot rename to %s: %s",
             w->temp_path, w->final_path, strerror(errno));
     /* Without this fsync a crash could forget the rename itself. */

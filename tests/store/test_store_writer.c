@@ -191,6 +191,35 @@ Test(store_writer, existing_store_needs_force)
     free(path);
 }
 
+/* A FIFO (or a device: /dev/null as root) at the path is not a store to replace, with force
+ * either; a link is replaced itself, its target left as it was. */
+Test(store_writer, only_a_file_or_a_link_is_replaced)
+{
+    char *path = tmp_path(dir, "fifo.dlc");
+    cr_assert_eq(mkfifo(path, 0600), 0);
+    dlc__store_writer *w = (dlc__store_writer *)1;
+    cr_assert_eq(dlc__store_writer_open(path, 1, 0, &w), DLC_EINVAL);
+    cr_assert_null(w);
+    cr_assert(strstr(dlc_errmsg(), "is a FIFO, not a store file"), "%s", dlc_errmsg());
+    struct stat st;
+    cr_assert_eq(lstat(path, &st), 0);
+    cr_assert(S_ISFIFO(st.st_mode), "the FIFO was replaced");
+    cr_assert_not(tsu_has_temp(dir));
+    char *target = tmp_path(dir, "target.dlc"), *link = tmp_path(dir, "link.dlc");
+    tsu_write_store(target, 3, 0, 0);
+    cr_assert_eq(symlink(target, link), 0);
+    tsu_write_store(link, 5, 0, 1);
+    cr_assert_eq(lstat(link, &st), 0);
+    cr_assert(S_ISREG(st.st_mode), "the link itself is replaced");
+    dlc_store *s = NULL;
+    cr_assert_eq(dlc_store_open(target, 0, &s), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(dlc_store_get_info(s)->count, 3, "the link's target changed");
+    dlc_store_close(s);
+    free(link);
+    free(target);
+    free(path);
+}
+
 Test(store_writer, abort_keeps_the_old_store_and_no_temp)
 {
     char *path = tmp_path(dir, "s.dlc");
