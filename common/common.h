@@ -378,7 +378,8 @@ int dlc__json_find_string(const char *p, size_t n, const char *key, int any_dept
 /* Where dlc__json_quote() writes: @p n bytes at @p p. */
 typedef void (*dlc__json_put)(void *user, const char *p, size_t n);
 /* Write @p s as a JSON string: quoted, with quotes, backslashes, \n, \r and \t escaped by name,
- * other control characters as \u00XX, and every other byte as it is (UTF-8 passes through). */
+ * other control characters as \u00XX, well-formed UTF-8 as it is, and each byte of anything else
+ * (a file name that is not UTF-8) as \ufffd, so that the document stays JSON. */
 void dlc__json_quote(const char *s, dlc__json_put put, void *user);
 
 /* ---- Bounded lock waits (lockwait.c) -----------------------------------------------------------

@@ -396,6 +396,29 @@ int dlc__json_find_string(const char *p, size_t n, const char *key, int any_dept
     return dlc__json_string(f.vs, f.ve, out, cap, &len) != NULL && len < cap;
 }
 
+/* Bytes of the well-formed UTF-8 sequence at @p c (RFC 3629: no overlong forms, no surrogates,
+ * nothing above U+10FFFF), or 0. */
+static size_t utf8_len(const unsigned char *c)
+{
+    const unsigned char u = c[0];
+    size_t n;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (u >= 0xC2 && u <= 0xDF)
+        n = 2;
+    else if (u >= 0xE0 && u <= 0xEF)
+        n = 3, lo = u == 0xE0 ? 0xA0 : 0x80, hi = u == 0xED ? 0x9F : 0xBF;
+    else if (u >= 0xF0 && u <= 0xF4)
+        n = 4, lo = u == 0xF0 ? 0x90 : 0x80, hi = u == 0xF4 ? 0x8F : 0xBF;
+    else
+        return 0;
+    if (c[1] < lo || c[1] > hi)
+        return 0;
+    for (size_t k = 2; k < n; k++)
+        if (c[k] < 0x80 || c[k] > 0xBF)
+            return 0;
+    return n;
+}
+
 void dlc__json_quote(const char *s, dlc__json_put put, void *user)
 {
     put(user, "\"", 1);
@@ -405,7 +428,16 @@ void dlc__json_quote(const char *s, dlc__json_put put, void *user)
         char esc[8];
         size_t n = 2;
         esc[0] = '\\';
-        if (u == '"' || u == '\\')
+        if (u >= 0x80) {
+            /* A file name is bytes: one that is not UTF-8 (0xFF in a folder's name) would
+             * make the whole document invalid JSON, so each such byte is U+FFFD. */
+            const size_t len = utf8_len((const unsigned char *)c);
+            if (len > 0) {
+                c += len - 1;
+                continue;
+            }
+            n = (size_t)snprintf(esc, sizeof esc, "\\ufffd");
+        } else if (u == '"' || u == '\\')
             esc[1] = (char)u;
         else if (u == '\n')
             esc[1] = 'n';

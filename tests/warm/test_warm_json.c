@@ -123,6 +123,20 @@ Test(warm_json, quote_escapes_what_json_needs)
     cr_assert_eq(len, strlen(back));
 }
 
+/* A file name is bytes: a folder named "cls\xff" made cacheinfo --json and cachebuild --json
+ * write a document no JSON reader takes. Well-formed UTF-8 passes; each other byte is U+FFFD. */
+Test(warm_json, quote_keeps_the_document_json_for_names_that_are_not_utf8)
+{
+    char out[256] = "";
+    dlc__json_quote("a\xff b\xc3 c\xe2\x82\xac d\xed\xa0\x80 e\xf0\x9d\x84\x9e f\xc0\xaf "
+                    "\xf4\x90\x80\x80\xe2\x82",
+                    put_buf, out);
+    cr_assert_str_eq(out,
+                     "\"a\\ufffd b\\ufffd c\xe2\x82\xac d\\ufffd\\ufffd\\ufffd e\xf0\x9d\x84\x9e "
+                     "f\\ufffd\\ufffd \\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\"");
+    cr_assert(dlc__json_valid(out, strlen(out)), "%s", out);
+}
+
 Test(warm_json, string_escapes_decode_to_utf8)
 {
     /* \u00e9, a BMP character, a surrogate pair (U+1D11E), and a lone surrogate (U+FFFD). */
