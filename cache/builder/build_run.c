@@ -247,6 +247,7 @@ static void start(build_run *b, const char *const *sources, size_t nsources, con
     dlc__source_init(&job->src);
     job->src.log = job->o.log;
     job->src.log_user = job->o.log_user;
+    job->src.strict = job->o.strict;
 }
 
 /* Release everything @p b holds and hand out the report where the contract gives one. */

@@ -131,6 +131,8 @@ typedef struct dlc__source_set {
     size_t nlist_vals, list_vals_cap;
     dlc_log_fn log; /* Notices from the scan (empty classes...); may be NULL. */
     void *log_user;
+    int strict; /* A folder the scan cannot search (unlistable, too deep) fails it, as a bad
+                   file fails a strict build, instead of a warning. */
 } dlc__source_set;
 
 /* Start an empty set. */

@@ -136,13 +136,19 @@ static dlc_status collect_dirs(dlc__source_set *s, const char *dir, ancestor *an
     if (rc < 0)
         return rc;
     if (depth >= MAX_DEPTH) {
+        if (s->strict)
+            return dlc__errorf(DLC_EINVAL, "%s: deeper than %d folders (--strict)", dir, MAX_DEPTH);
         dlc__logf(s->log, s->log_user, DLC_LOG_WARN,
                   "%s: deeper than %d folders; not searched further", dir, MAX_DEPTH);
         return DLC_OK;
     }
     DIR *d = opendir(dir);
     if (!d) {
-        /* os.walk ignores folders it cannot list; say so at least. */
+        /* os.walk ignores folders it cannot list; say so at least, and a strict build, which
+         * stops at a file it cannot read, stops here too: the images in it are lost. */
+        if (s->strict)
+            return dlc__errorf(-errno, "%s: cannot list folder (--strict): %s", dir,
+                               strerror(errno));
         dlc__logf(s->log, s->log_user, DLC_LOG_WARN, "%s: cannot list folder: %s", dir,
                   strerror(errno));
         return DLC_OK;

@@ -137,3 +137,26 @@ def test_a_signal_stops_cachebuild_cleanly(demo_dir, tmp_path, sig, status):
     assert p.returncode == status, err
     assert "interrupted; %s was not written" % out in err, err
     assert dlcache.info(out, verify=True).content_digest == before, "the old store changed"
+
+
+def test_strict_stops_at_a_folder_the_scan_cannot_search(demo_dir, tmp_path):
+    """A folder deeper than the scan goes (64) was a warning, and --strict built a store
+    without its images, saying 0 skipped; a strict build stops there now, as it stops at a
+    file it cannot read. (A folder it cannot list is the same rule; root lists any.)"""
+    import shutil
+    src = tmp_path / "src"
+    cls = sorted(os.listdir(demo_dir))[0]
+    shutil.copytree(demo_dir / cls, src / cls)
+    deep = src / cls
+    for _ in range(66):
+        deep = deep / "d"
+    deep.mkdir(parents=True)
+    first = sorted(os.listdir(demo_dir / cls))[0]
+    shutil.copy(demo_dir / cls / first, deep / "x.jpg")
+    r = subprocess.run([tool("cachebuild"), str(src), "-o", str(tmp_path / "s.dlc"), "--size",
+                        "16"], capture_output=True, text=True)
+    assert r.returncode == 0 and "deeper than 64 folders; not searched further" in r.stderr
+    r = subprocess.run([tool("cachebuild"), str(src), "-o", str(tmp_path / "t.dlc"), "--size",
+                        "16", "--strict"], capture_output=True, text=True)
+    assert r.returncode != 0 and "deeper than 64 folders (--strict)" in r.stderr, r.stderr
+    assert not (tmp_path / "t.dlc").exists()
