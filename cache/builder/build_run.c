@@ -121,7 +121,12 @@ static void choose_threads(build_run *b)
 static dlc_status label_names(dlc__build_job *job)
 {
     dlc_status rc = DLC_OK;
-    const uint32_t nl = dlc__source_num_labels(&job->src);
+    /* No label at all (tar shards none of whose samples has a usable .cls) means every item is
+     * skipped: one name lets the build run to its "no valid image" with each item's reason,
+     * where the schema's "label_names given without num_labels" said neither. */
+    uint32_t nl = dlc__source_num_labels(&job->src);
+    if (nl == 0)
+        nl = 1;
     size_t len = 0;
     if (job->src.kind != DLC__SOURCE_FOLDER)
         for (uint32_t l = 0; l < nl; l++)

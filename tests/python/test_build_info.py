@@ -160,3 +160,23 @@ def test_strict_stops_at_a_folder_the_scan_cannot_search(demo_dir, tmp_path):
                         "16", "--strict"], capture_output=True, text=True)
     assert r.returncode != 0 and "deeper than 64 folders (--strict)" in r.stderr, r.stderr
     assert not (tmp_path / "t.dlc").exists()
+
+
+def test_tar_shards_without_a_label_name_each_sample(demo_dir, tmp_path):
+    """Shards none of whose samples has a usable KEY.cls failed at the schema ("label_names
+    given without num_labels"), naming neither the shard nor the reason; now each sample is
+    skipped with its reason and the build ends with "no valid image"."""
+    import tarfile
+    cls = sorted(os.listdir(demo_dir))[0]
+    jpgs = sorted(os.listdir(demo_dir / cls))[:2]
+    with tarfile.open(tmp_path / "s.tar", "w") as t:
+        t.add(demo_dir / cls / jpgs[0], "a.jpg")
+        t.add(demo_dir / cls / jpgs[1], "b.jpg")
+        (tmp_path / "b.cls").write_text("cat\n")
+        t.add(tmp_path / "b.cls", "b.cls")
+    r = subprocess.run([tool("cachebuild"), str(tmp_path / "s.tar"), "-o",
+                        str(tmp_path / "o.dlc"), "--size", "16"], capture_output=True, text=True)
+    assert r.returncode != 0, r.stderr
+    assert "s.tar:a.jpg: skipped: no KEY.cls label member" in r.stderr, r.stderr
+    assert "s.tar:b.jpg: skipped:" in r.stderr and "no valid image among 2 items" in r.stderr
+    assert not (tmp_path / "o.dlc").exists()
