@@ -128,9 +128,70 @@ typedef struct ancestor {
     ino_t ino;
 } ancestor;
 
+/* The folders a scan has entered, by (dev, ino): an open-addressing set, and how many entries
+ * were of a folder entered before. Links may lead to one folder by several routes, and
+ * torchvision's os.walk(followlinks=True) lists its images once per route, as we do; but 16
+ * folders of two links each to the next are 65,536 routes (a 2 GB store of one JPEG), so the
+ * scan stops once the repeats outnumber the folders by far. */
+typedef struct dirseen {
+    ancestor *v;
+    uint8_t *used;
+    size_t cap, n, repeats;
+} dirseen;
+
+#define MAX_REPEATS_OVER 1024u
+
+static size_t dirseen_slot(const dirseen *d, dev_t dev, ino_t ino)
+{
+    uint64_t h = ((uint64_t)dev * 0x9E3779B97F4A7C15ull) ^ (uint64_t)ino;
+    h ^= h >> 31;
+    h *= 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 29;
+    size_t i = (size_t)h & (d->cap - 1);
+    while (d->used[i] && (d->v[i].dev != dev || d->v[i].ino != ino))
+        i = (i + 1) & (d->cap - 1);
+    return i;
+}
+
+/* Enter (dev, ino): DLC_OK, or DLC_EINVAL naming @p dir when the repeats run away. */
+static dlc_status dirseen_enter(dirseen *d, const char *dir, dev_t dev, ino_t ino)
+{
+    if (2 * (d->n + 1) > d->cap) {
+        dirseen g = {.cap = d->cap ? 2 * d->cap : 64};
+        g.v = calloc(g.cap, sizeof *g.v);
+        g.used = calloc(g.cap, 1);
+        if (!g.v || !g.used) {
+            free(g.v);
+            free(g.used);
+            return dlc__errorf(-ENOMEM, "ImageFolder scan: out of memory");
+        }
+        for (size_t i = 0; i < d->cap; i++)
+            if (d->used[i]) {
+                const size_t j = dirseen_slot(&g, d->v[i].dev, d->v[i].ino);
+                g.used[j] = 1, g.v[j] = d->v[i];
+            }
+        free(d->v);
+        free(d->used);
+        g.n = d->n, g.repeats = d->repeats;
+        *d = g;
+    }
+    const size_t i = dirseen_slot(d, dev, ino);
+    if (!d->used[i]) {
+        d->used[i] = 1, d->v[i] = (ancestor){dev, ino}, d->n++;
+        return DLC_OK;
+    }
+    if (++d->repeats > d->n + MAX_REPEATS_OVER)
+        return dlc__errorf(DLC_EINVAL,
+                           "%s: links lead to the same folders again and again (%zu entries of "
+                           "%zu folders): the scan stops rather than list their images over and "
+                           "over",
+                           dir, d->n + d->repeats, d->n);
+    return DLC_OK;
+}
+
 /* Collect @p dir and every directory below it (following symlinks) into @p out. */
 static dlc_status collect_dirs(dlc__source_set *s, const char *dir, ancestor *anc, int depth,
-                               strlist *out)
+                               dirseen *seen, strlist *out)
 {
     dlc_status rc = strlist_push(out, strdup(dir));
     if (rc < 0)
@@ -177,7 +238,9 @@ static dlc_status collect_dirs(dlc__source_set *s, const char *dir, ancestor *an
         }
         anc[depth + 1].dev = st.st_dev;
         anc[depth + 1].ino = st.st_ino;
-        rc = collect_dirs(s, sub, anc, depth + 1, out);
+        rc = dirseen_enter(seen, sub, st.st_dev, st.st_ino);
+        if (rc == DLC_OK)
+            rc = collect_dirs(s, sub, anc, depth + 1, seen, out);
         free(sub);
         if (rc < 0)
             break;
@@ -259,7 +322,7 @@ static dlc_status list_classes(const char *dir, strlist *classes)
 /* Push the items of class @p label, folder @p name of @p dir: every image file below it,
  * its folders visited in sorted full-path order. @p anc has MAX_DEPTH + 2 entries. */
 static dlc_status scan_class(dlc__source_set *s, const char *dir, const char *name, size_t label,
-                             ancestor *anc)
+                             ancestor *anc, dirseen *seen)
 {
     dlc_status rc;
     strlist dirs = {0};
@@ -269,8 +332,9 @@ static dlc_status scan_class(dlc__source_set *s, const char *dir, const char *na
     if (stat(cdir, &st) == 0) {
         anc[0].dev = st.st_dev;
         anc[0].ino = st.st_ino;
+        CHECK(dirseen_enter(seen, cdir, st.st_dev, st.st_ino));
     }
-    CHECK(collect_dirs(s, cdir, anc, 0, &dirs));
+    CHECK(collect_dirs(s, cdir, anc, 0, seen, &dirs));
     /* sorted(os.walk(...)) orders the walk by the full folder path. */
     qsort(dirs.v, dirs.n, sizeof *dirs.v, cmp_str);
     size_t found = 0;
@@ -293,6 +357,7 @@ dlc_status dlc__source_scan_folder(dlc__source_set *s, const char *dir_in)
     dlc_status rc;
     strlist classes = {0};
     ancestor *anc = NULL;
+    dirseen seen = {0};
     /* os.path.join drops the separator a trailing slash already gives. */
     char *dir = strdup(dir_in);
     FAIL_IF(!dir, -ENOMEM, "ImageFolder scan: out of memory");
@@ -307,10 +372,12 @@ dlc_status dlc__source_scan_folder(dlc__source_set *s, const char *dir_in)
     for (size_t c = 0; c < classes.n; c++) {
         CHECK(dlc__source_intern(s, classes.v[c], strlen(classes.v[c]), &s->class_names[c]));
         s->nclasses = (uint32_t)c + 1;
-        CHECK(scan_class(s, dir, classes.v[c], c, anc));
+        CHECK(scan_class(s, dir, classes.v[c], c, anc, &seen));
     }
     rc = DLC_OK;
 fail:
+    free(seen.v);
+    free(seen.used);
     free(anc);
     strlist_free(&classes);
     free(dir);

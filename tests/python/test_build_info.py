@@ -180,3 +180,37 @@ def test_tar_shards_without_a_label_name_each_sample(demo_dir, tmp_path):
     assert "s.tar:a.jpg: skipped: no KEY.cls label member" in r.stderr, r.stderr
     assert "s.tar:b.jpg: skipped:" in r.stderr and "no valid image among 2 items" in r.stderr
     assert not (tmp_path / "o.dlc").exists()
+
+
+def test_a_fan_out_of_links_stops_the_scan(demo_dir, tmp_path):
+    """torchvision's os.walk(followlinks=True) lists a folder reached by two routes twice, and so
+    does the scan; but folders of two links each to the next multiply the routes (16 levels made
+    a 2 GB store of one JPEG). The scan stops once the repeats far outnumber the folders; a
+    folder shared by a few classes is still listed in each."""
+    import shutil
+    cls = sorted(os.listdir(demo_dir))[0]
+    jpg = demo_dir / cls / sorted(os.listdir(demo_dir / cls))[0]
+    src = tmp_path / "fan"
+    levels = 14
+    for k in range(levels + 1):
+        (src / ("n%d" % k)).mkdir(parents=True)
+    shutil.copy(jpg, src / ("n%d" % levels) / "x.jpg")
+    for k in range(levels):
+        for name in ("a", "b"):
+            os.symlink("../n%d" % (k + 1), src / ("n%d" % k) / name)
+    r = subprocess.run([tool("cachebuild"), str(src), "-o", str(tmp_path / "f.dlc"), "--size",
+                        "16"], capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "links lead to the same folders again and again" in r.stderr, \
+        r.stderr[-500:]
+    assert not (tmp_path / "f.dlc").exists()
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shutil.copy(jpg, shared / "s.jpg")
+    tree = tmp_path / "tree"
+    for c in ("a", "b", "c"):
+        (tree / c).mkdir(parents=True)
+        os.symlink(shared, tree / c / "common")
+    r = subprocess.run([tool("cachebuild"), str(tree), "-o", str(tmp_path / "t.dlc"), "--size",
+                        "16", "--json"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert dlcache.info(tmp_path / "t.dlc").count == 3
