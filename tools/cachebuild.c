@@ -129,7 +129,9 @@ static void on_log(void *user, dlc_log_level level, const char *msg)
                     t->json ? "" : " (--json lists every skipped file)");
         return;
     }
-    fprintf(stderr, "%s%s: warning: %s\n", t->pg.drawn ? "\r\033[K" : "", TOOL, msg);
+    char shown[4096];
+    fprintf(stderr, "%s%s: warning: %s\n", t->pg.drawn ? "\r\033[K" : "", TOOL,
+            tool_printable(msg, shown, sizeof shown));
     t->pg.drawn = 0;
 }
 

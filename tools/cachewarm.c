@@ -69,7 +69,9 @@ static void on_log(void *user, dlc_log_level level, const char *msg)
     if (u->quiet && level < DLC_LOG_WARN)
         return;
     tool_progress_end(&u->bar);
-    fprintf(stderr, "%s: %s%s\n", tool, level == DLC_LOG_WARN ? "warning: " : "", msg);
+    char shown[4096];
+    fprintf(stderr, "%s: %s%s\n", tool, level == DLC_LOG_WARN ? "warning: " : "",
+            tool_printable(msg, shown, sizeof shown));
 }
 
 static int on_progress(void *user, const dlc_warm_progress *p)

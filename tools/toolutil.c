@@ -99,6 +99,33 @@ const char *tool_human_eta(uint64_t done, uint64_t total, double rate, char *buf
     return tool_human_seconds(rate > 0 ? (double)(total - done) / rate : -1, buf, size);
 }
 
+const char *tool_printable(const char *s, char *buf, size_t cap)
+{
+    if (!s)
+        return "";
+    const char *c = s;
+    while (*c && (unsigned char)*c >= 0x20 && *c != 0x7f)
+        c++;
+    if (!*c || cap < 8)
+        return s;
+    size_t n = 0;
+    for (c = s; *c; c++) {
+        const unsigned char u = (unsigned char)*c;
+        const size_t need = u < 0x20 || u == 0x7f ? 4 : 1;
+        if (n + need + 4 > cap) {
+            memcpy(buf + n, "...", 4);
+            return buf;
+        }
+        if (need == 4)
+            snprintf(buf + n, 5, "\\x%02x", u);
+        else
+            buf[n] = (char)u;
+        n += need;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
 /* "TOOL: error: " + the message + "\n" formatted first, so that the line reaches the
  * unbuffered stderr in one write and does not interleave with another process's. */
 static void verror(const char *tool, const char *fmt, va_list ap)
@@ -111,7 +138,9 @@ static void verror(const char *tool, const char *fmt, va_list ap)
     if (n >= (int)sizeof small && (msg = malloc((size_t)n + 1)) != NULL)
         vsnprintf(msg, (size_t)n + 1, fmt, again);
     va_end(again);
-    fprintf(stderr, "%s: error: %s\n", tool, msg ? msg : small);
+    char shown[4096];
+    fprintf(stderr, "%s: error: %s\n", tool,
+            tool_printable(msg ? msg : small, shown, sizeof shown));
     if (msg != small)
         free(msg);
 }
@@ -137,7 +166,8 @@ int tool_usage_error(const char *tool, void (*usage)(FILE *), const char *fmt, .
 
 void tool_report(const char *tool, dlc_status rc, const char *what)
 {
-    const char *detail = dlc_errmsg();
+    char shown[4096];
+    const char *detail = tool_printable(dlc_errmsg(), shown, sizeof shown);
     if (detail && *detail)
         fprintf(stderr, "%s: error: %s: %s\n", tool, what ? what : dlc_strerror(rc), detail);
     else

@@ -30,6 +30,12 @@ const char *tool_human_eta(uint64_t done, uint64_t total, double rate, char *buf
 /* Print "TOOL: error: STRERROR: DETAIL" on stderr for a failed call. */
 void tool_report(const char *tool, dlc_status rc, const char *what);
 
+/* @p s as it may be printed on a terminal: itself when it holds no control character, else a
+ * copy in @p buf (@p cap bytes, cut with "..." when longer) with each control character (a
+ * newline or an escape sequence in a file's name) written as \xHH. Every line the tools print
+ * from a message or a log passes it: a name must not split a warning or drive the terminal. */
+const char *tool_printable(const char *s, char *buf, size_t cap);
+
 /* A run that SIGINT or SIGTERM (@p sig) stopped before it wrote @p out: "TOOL: interrupted; OUT
  * was not written" on stderr. Returns 128 + @p sig, the exit status of a stopped tool. */
 int tool_interrupted(const char *tool, const char *out, int sig);

@@ -214,3 +214,17 @@ def test_a_fan_out_of_links_stops_the_scan(demo_dir, tmp_path):
                         "16", "--json"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert dlcache.info(tmp_path / "t.dlc").count == 3
+
+
+def test_a_name_cannot_split_a_warning_or_drive_the_terminal(tmp_path):
+    """File names are bytes: a newline split a warning in two, and an escape sequence in a name
+    reached the terminal as it was. Every line the tools print shows them as \\xHH."""
+    cls = tmp_path / "src" / "a"
+    cls.mkdir(parents=True)
+    (cls / "bad\n\x1b[31mred.jpg").write_bytes(b"\xff\xd8\xff not a JPEG")
+    r = subprocess.run([tool("cachebuild"), str(tmp_path / "src"), "-o", str(tmp_path / "o.dlc"),
+                        "--size", "16"], capture_output=True, text=True)
+    assert r.returncode != 0
+    lines = [x for x in r.stderr.splitlines() if "bad" in x]
+    assert lines and all("bad\\x0a\\x1b[31mred.jpg" in x for x in lines), r.stderr
+    assert "\x1b" not in r.stderr, r.stderr
