@@ -80,8 +80,9 @@ enum {
     DLC__SC_FAILED = 1u << 2,    /* Our download failed; err holds why until the acquires waiting
                                     for it have all taken it. */
     DLC__SC_PRESENT = 1u << 3,   /* Published, as our last look at the folder saw it (a hint). */
-    DLC__SC_REFUSED = 1u << 4,   /* Its download was refused (DLC_ECORRUPT): never fetched ahead
-                                    again; only an acquire waiting for it fetches it again. */
+    DLC__SC_REFUSED = 1u << 4,   /* Its download failed (refused as damaged, or given up): never
+                                    fetched ahead again; only an acquire waiting for it fetches it
+                                    again. */
 };
 
 /* A set's shard names sorted, to find a file's shard by name. */
