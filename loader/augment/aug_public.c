@@ -75,7 +75,7 @@ static dlc_status to_op(const dlc_op_params *p, dlc__aug_op *op)
     case DLC_OP_ADJUST_BRIGHTNESS:
     case DLC_OP_ADJUST_CONTRAST:
     case DLC_OP_ADJUST_SATURATION:
-    case DLC_OP_ADJUST_SHARPNESS:
+    case DLC_OP_ADJUST_SHARPNESS: {
         /* torch's _blend takes the factor and 1 - factor from the double (Python's float). */
         char field[32];
         snprintf(field, sizeof field, "%s_factor", name + strlen("adjust_"));
@@ -85,6 +85,7 @@ static dlc_status to_op(const dlc_op_params *p, dlc__aug_op *op)
         op->arg[0] = (float)p->factor;
         op->arg[1] = (float)(1.0 - p->factor);
         break;
+    }
     case DLC_OP_ADJUST_HUE:
         if ((rc = unfit(name, "hue_factor", -1, p->factor, 0)) < 0)
             return rc;
