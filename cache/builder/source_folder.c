@@ -29,6 +29,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <search.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -128,58 +129,43 @@ typedef struct ancestor {
     ino_t ino;
 } ancestor;
 
-/* The folders a scan has entered, by (dev, ino): an open-addressing set, and how many entries
+/* The folders a scan has entered, by (dev, ino): a tsearch() tree, and how many entries
  * were of a folder entered before. Links may lead to one folder by several routes, and
  * torchvision's os.walk(followlinks=True) lists its images once per route, as we do; but 16
  * folders of two links each to the next are 65,536 routes (a 2 GB store of one JPEG), so the
  * scan stops once the repeats outnumber the folders by far. */
 typedef struct dirseen {
-    ancestor *v;
-    uint8_t *used;
-    size_t cap, n, repeats;
+    void *root; /* tsearch() tree of ancestor (dev, ino), each malloc'd. */
+    size_t n, repeats;
 } dirseen;
 
 #define MAX_REPEATS_OVER 1024u
 
-static size_t dirseen_slot(const dirseen *d, dev_t dev, ino_t ino)
+static int cmp_dir(const void *a, const void *b)
 {
-    uint64_t h = ((uint64_t)dev * 0x9E3779B97F4A7C15ull) ^ (uint64_t)ino;
-    h ^= h >> 31;
-    h *= 0xBF58476D1CE4E5B9ull;
-    h ^= h >> 29;
-    size_t i = (size_t)h & (d->cap - 1);
-    while (d->used[i] && (d->v[i].dev != dev || d->v[i].ino != ino))
-        i = (i + 1) & (d->cap - 1);
-    return i;
+    const ancestor *x = a, *y = b;
+    if (x->dev != y->dev)
+        return x->dev < y->dev ? -1 : 1;
+    return (x->ino > y->ino) - (x->ino < y->ino);
 }
 
 /* Enter (dev, ino): DLC_OK, or DLC_EINVAL naming @p dir when the repeats run away. */
 static dlc_status dirseen_enter(dirseen *d, const char *dir, dev_t dev, ino_t ino)
 {
-    if (2 * (d->n + 1) > d->cap) {
-        dirseen g = {.cap = d->cap ? 2 * d->cap : 64};
-        g.v = calloc(g.cap, sizeof *g.v);
-        g.used = calloc(g.cap, 1);
-        if (!g.v || !g.used) {
-            free(g.v);
-            free(g.used);
-            return dlc__errorf(-ENOMEM, "ImageFolder scan: out of memory");
-        }
-        for (size_t i = 0; i < d->cap; i++)
-            if (d->used[i]) {
-                const size_t j = dirseen_slot(&g, d->v[i].dev, d->v[i].ino);
-                g.used[j] = 1, g.v[j] = d->v[i];
-            }
-        free(d->v);
-        free(d->used);
-        g.n = d->n, g.repeats = d->repeats;
-        *d = g;
+    ancestor *key = malloc(sizeof *key);
+    if (!key)
+        return dlc__errorf(-ENOMEM, "ImageFolder scan: out of memory");
+    *key = (ancestor){dev, ino};
+    ancestor **at = tsearch(key, &d->root, cmp_dir);
+    if (!at) {
+        free(key);
+        return dlc__errorf(-ENOMEM, "ImageFolder scan: out of memory");
     }
-    const size_t i = dirseen_slot(d, dev, ino);
-    if (!d->used[i]) {
-        d->used[i] = 1, d->v[i] = (ancestor){dev, ino}, d->n++;
+    if (*at == key) {
+        d->n++;
         return DLC_OK;
     }
+    free(key);
     if (++d->repeats > d->n + MAX_REPEATS_OVER)
         return dlc__errorf(DLC_EINVAL,
                            "%s: links lead to the same folders again and again (%zu entries of "
@@ -376,8 +362,7 @@ dlc_status dlc__source_scan_folder(dlc__source_set *s, const char *dir_in)
     }
     rc = DLC_OK;
 fail:
-    free(seen.v);
-    free(seen.used);
+    tdestroy(seen.root, free);
     free(anc);
     strlist_free(&classes);
     free(dir);
