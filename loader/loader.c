@@ -1,6 +1,7 @@
 /* The public loader API: configuration, open/close, lending batches, state and stats. */
 #include "internal.h"
 #include "sample_aug.h"
+#include "stream_cache.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -361,12 +362,7 @@ dlc_status dlc__loader_open_any(const char *path, const dlc_mix_source *sources,
      * struct_size is refused where it is given and the caller's struct is never read past its
      * size. Not retained. */
     dlc_warm_options net;
-    if (cfg.net) {
-        dlc_warm_options_init(&net);
-        CHECK(dlc__options_take(&net, sizeof net, cfg.net, "dlc_loader_config.net",
-                                "dlc_warm_options_init"));
-        cfg.net = &net;
-    }
+    CHECK(dlc__scache_net_take(&cfg.net, &net, "dlc_loader_config.net"));
     CHECK(check_config(&cfg, path));
 
     l = calloc(1, sizeof *l);

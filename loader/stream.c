@@ -946,12 +946,7 @@ dlc_status dlc_loader_plan(const char *path, const dlc_loader_config *config,
         CHECK(
             dlc__options_take(&c, sizeof c, config, "dlc_loader_config", "dlc_loader_config_init"));
     dlc_warm_options net; /* As dlc_loader_open() takes it. */
-    if (c.net) {
-        dlc_warm_options_init(&net);
-        CHECK(dlc__options_take(&net, sizeof net, c.net, "dlc_loader_config.net",
-                                "dlc_warm_options_init"));
-        c.net = &net;
-    }
+    CHECK(dlc__scache_net_take(&c.net, &net, "dlc_loader_config.net"));
     FAIL_IF(c.world_size == 0 || c.batch_size == 0 || c.rank >= c.world_size, DLC_EINVAL,
             "%s: config: batch_size %u, rank %u of world_size %u", path, c.batch_size, c.rank,
             c.world_size);

@@ -679,6 +679,19 @@ static dlc_status fetch_index(dlc__scache *c, uint8_t **buf, size_t *len)
     return DLC_OK;
 }
 
+dlc_status dlc__scache_net_take(const dlc_warm_options **net, dlc_warm_options *copy,
+                                const char *what)
+{
+    if (!*net)
+        return DLC_OK;
+    dlc_warm_options_init(copy);
+    const dlc_status rc =
+        dlc__options_take(copy, sizeof *copy, *net, what, "dlc_warm_options_init");
+    if (rc == DLC_OK)
+        *net = copy;
+    return rc;
+}
+
 static dlc_status copy_config(dlc__scache *c, const dlc__scache_config *cfg)
 {
     /* The caller's net options are checked and taken at their own struct_size, like any options

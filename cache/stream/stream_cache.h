@@ -102,6 +102,13 @@ typedef struct dlc__scache_stats {
  *         index is not one); -errno from the file system. Detail in dlc_errmsg(). */
 dlc_status dlc__scache_open(const dlc__scache_config *cfg, dlc__scache **out);
 
+/* A caller's net options (config.net of a loader, a token loader or a plan), taken at open as
+ * any options are (status.h: checked, read at the caller's own struct_size) into @p copy, and
+ * *@p net pointed at it, on a local path as on a URL; NULL stays NULL. @p what names the field
+ * in the message. The copy lives as long as the open that reads it; nothing keeps it after. */
+dlc_status dlc__scache_net_take(const dlc_warm_options **net, dlc_warm_options *copy,
+                                const char *what);
+
 /* The set's decoded index: shard names, counts, firsts, bytes, digests, schema. Owned by the
  * cache, read-only, valid until dlc__scache_close(). Cannot fail. */
 const dlc__set_index *dlc__scache_index(const dlc__scache *c);

@@ -921,14 +921,9 @@ dlc_status dlc_token_loader_open(const char *path, const dlc_token_loader_config
     /* config.net is checked on any path (a streamed set's cache takes its own copy of it), so
      * that a bad struct_size is refused where it is given. */
     dlc_warm_options net;
-    if (taken.net) {
-        dlc_warm_options_init(&net);
-        const dlc_status nrc = dlc__options_take(
-            &net, sizeof net, taken.net, "dlc_token_loader_config.net", "dlc_warm_options_init");
-        if (nrc != DLC_OK)
-            return nrc;
-        taken.net = &net;
-    }
+    const dlc_status nrc = dlc__scache_net_take(&taken.net, &net, "dlc_token_loader_config.net");
+    if (nrc != DLC_OK)
+        return nrc;
     const dlc_token_loader_config *c = &taken;
     dlc_status rc = DLC_OK;
     dlc_token_loader *l = calloc(1, sizeof *l);
