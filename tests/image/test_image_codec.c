@@ -223,18 +223,24 @@ Test(image_codec, garbage_is_edecode)
     free(junk);
 }
 
-/* The first SOS's entropy-coded data starts after its header: its offset in @p jpeg. */
-static size_t scan_start(const unsigned char *jpeg, unsigned long size)
+/* The offset of the first segment with marker @p m (0xda: SOS, 0xc0: SOF0) in @p jpeg. */
+static size_t find_marker(const unsigned char *jpeg, unsigned long size, unsigned char m)
 {
     for (size_t i = 2; i + 4 < size;) {
         cr_assert_eq(jpeg[i], 0xff);
-        const size_t len = ((size_t)jpeg[i + 2] << 8) | jpeg[i + 3];
-        if (jpeg[i + 1] == 0xda)
-            return i + 2 + len;
-        i += 2 + len;
+        if (jpeg[i + 1] == m)
+            return i;
+        i += 2 + (((size_t)jpeg[i + 2] << 8) | jpeg[i + 3]);
     }
-    cr_assert_fail("no SOS");
+    cr_assert_fail("no marker 0x%02x", m);
     return 0;
+}
+
+/* The first SOS's entropy-coded data starts after its header: its offset in @p jpeg. */
+static size_t scan_start(const unsigned char *jpeg, unsigned long size)
+{
+    const size_t sos = find_marker(jpeg, size, 0xda);
+    return sos + 2 + (((size_t)jpeg[sos + 2] << 8) | jpeg[sos + 3]);
 }
 
 /* Damaged entropy data (bytes flipped through the scan) makes libjpeg-turbo warn ("Corrupt JPEG
@@ -265,11 +271,7 @@ Test(image_codec, a_size_the_data_cannot_hold_is_refused_at_the_header)
     unsigned char *jpeg = tj_encode(pix, 16, 16, TJPF_RGB, TJSAMP_444, 90, &size);
     dlc_image out;
     cr_assert_eq(dlc_jpeg_decode(codec, jpeg, size, 0, 0, &out), DLC_OK, "%s", dlc_errmsg());
-    size_t sof = 0;
-    for (size_t i = 2; i + 9 < size && !sof; i += 2 + (((size_t)jpeg[i + 2] << 8) | jpeg[i + 3]))
-        if (jpeg[i + 1] == 0xc0)
-            sof = i;
-    cr_assert_neq(sof, 0, "no SOF0");
+    const size_t sof = find_marker(jpeg, size, 0xc0);
     jpeg[sof + 5] = 4000 >> 8, jpeg[sof + 6] = 4000 & 0xff; /* height */
     jpeg[sof + 7] = 4000 >> 8, jpeg[sof + 8] = 4000 & 0xff; /* width */
     uint32_t w = 0, h = 0;
