@@ -135,37 +135,28 @@ def _to_numpy(v, where):
     return None
 
 
-def _snapshot_value(v):
-    """A value as it is now: arrays, tensors and mutable containers copied (their bytes, not
-    their Python objects), immutable values as they are. PIL images are not copied: a lazily
-    opened one is decoded on the worker threads, which copying here would undo."""
+def _snapshot(v):
+    """A sample (or one of its values) as it is when the iterator yields it: arrays, tensors
+    and containers copied (their bytes, not their Python objects), immutable values as they
+    are. The workers prepare a sample after the iterator has moved on, so a generator that
+    reuses one buffer or one dict (``buf[:] = x; yield {"x": buf}``) would have its later
+    values stored in the earlier samples: 158 of 200 records were wrong in a try. Tuples keep
+    their type (a namedtuple names the fields). PIL images are not copied: a lazily opened one
+    is decoded on the worker threads, which copying here would undo."""
     if isinstance(v, np.ndarray):
         return np.array(v, copy=True, subok=True)
     if _is_torch(v):
         return v.detach().clone()
     if isinstance(v, (bytearray, memoryview)):
         return bytes(v)
-    if isinstance(v, list):
-        return [_snapshot_value(x) for x in v]
     if isinstance(v, dict):
-        return {k: _snapshot_value(x) for k, x in v.items()}
+        return {k: _snapshot(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_snapshot(x) for x in v]
+    if isinstance(v, tuple):
+        vals = [_snapshot(x) for x in v]
+        return type(v)(*vals) if hasattr(v, "_fields") else tuple(vals)
     return v
-
-
-def _snapshot(sample):
-    """Sample @p sample as it is when the iterator yields it. The workers prepare a sample
-    after the iterator has moved on, so a generator that reuses one buffer or one dict
-    (``buf[:] = x; yield {"x": buf}``) would have its later values stored in the earlier
-    samples: 158 of 200 records were wrong in a try. Tuples keep their type (a namedtuple
-    names the fields)."""
-    if isinstance(sample, dict):
-        return {k: _snapshot_value(v) for k, v in sample.items()}
-    if isinstance(sample, tuple):
-        vals = [_snapshot_value(v) for v in sample]
-        return type(sample)(*vals) if hasattr(sample, "_fields") else tuple(vals)
-    if isinstance(sample, list):
-        return [_snapshot_value(v) for v in sample]
-    return sample
 
 
 def _native(a):
@@ -1112,6 +1103,7 @@ def write(samples: "Iterable[Any]", path: "str | os.PathLike[str] | bytes",
             if stop.is_set():
                 return None
             b = free.get()
+            field = None
             try:
                 if not have:
                     sample = samples[i]
@@ -1119,16 +1111,10 @@ def write(samples: "Iterable[Any]", path: "str | os.PathLike[str] | bytes",
                 # The prepared buffers must live until dlc_record_seal() returns.
                 preps = []
                 for f in schema:
-                    try:
-                        preps.append(f.prepare(values[f.name], "sample %d: field %r"
-                                               % (i, f.name), codec))
-                    except BaseException as e:
-                        # Another library's error (torch's, PIL's) names neither.
-                        if not isinstance(e, (InvalidArgumentError, KeyboardInterrupt)) and \
-                                hasattr(e, "add_note"):
-                            e.add_note("dlcache.write: raised by sample %d, field %r"
-                                       % (i, f.name))
-                        raise
+                    field = f.name  # Named in the note of another library's error (below).
+                    preps.append(f.prepare(values[f.name], "sample %d: field %r"
+                                           % (i, f.name), codec))
+                field = None
                 for k, (f, p) in enumerate(zip(schema, preps)):
                     rc = _set(b, k, f, p)
                     if rc < 0:
@@ -1141,10 +1127,10 @@ def write(samples: "Iterable[Any]", path: "str | os.PathLike[str] | bytes",
                 lib.dlc_record_builder_reset(b)
                 free.put(b)
                 if not isinstance(e, (InvalidArgumentError, KeyboardInterrupt)) and \
-                        hasattr(e, "add_note") and not any(
-                            n.startswith("dlcache.write: raised by sample")
-                            for n in getattr(e, "__notes__", ())):
-                    e.add_note("dlcache.write: raised by sample %d" % i)
+                        hasattr(e, "add_note"):
+                    # Another library's error (torch's, PIL's) names neither.
+                    e.add_note("dlcache.write: raised by sample %d%s"
+                               % (i, "" if field is None else ", field %r" % field))
                 raise
 
         bar = _Progress(progress, total)
