@@ -112,8 +112,7 @@ sb_printf(sbuf *b, const char *fmt, ...)
         sb_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
 }
 
-/* A JSON string: quotes, backslashes and control characters escaped; other
- * bytes as they are (file names are UTF-8 on any sane system). */
+/* dlc__json_quote()'s writer into an sbuf. */
 static void sb_put_cb(void *user, const char *p, size_t n)
 {
     sb_put(user, p, n);
