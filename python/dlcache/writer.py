@@ -354,8 +354,14 @@ class _Field:
     def _first_channels(self, v, where):
         if _is_pil(v):
             if self.mask:
-                return 1 if v.mode in ("1", "L", "P", "I", "I;16", "F") else \
-                    len(v.getbands())
+                # The modes _pil_pixels() takes, so that sample 0's mode is refused as any
+                # later sample's would be, naming it, not by the schema as "2 channels".
+                if v.mode in ("1", "L", "P") or v.mode.startswith("I"):
+                    return 1
+                if v.mode in ("RGB", "RGBA"):
+                    return len(v.mode)
+                raise _bad(where, "a mask from %s: give an L or P image of class ids"
+                           % _describe(v))
             if v.mode.startswith("I") or v.mode == "F":
                 raise _bad(where, "%s has more than 8 bits per sample; store np.asarray(img) "
                            "with fields={%r: 'ndarray'}, or convert it to 8 bits"

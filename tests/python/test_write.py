@@ -453,6 +453,11 @@ def test_refusals_of_the_schema(tmp_path):
     _refused(tmp_path, [{"bad-name": 1}], r"field 'bad-name': a field name is 1 to 31")
     _refused(tmp_path, [{"m": img}], r"a mask is stored 'png' or 'raw'",
              fields={"m": {"kind": "mask", "encoding": "jpeg"}})
+    # A mask's PIL mode is judged at sample 0 as at any later one, not as "2 channels".
+    for mode in ("LA", "F", "CMYK"):
+        _refused(tmp_path, [{"m": Image.new(mode, (4, 4))}], r"sample 0: field 'm': a mask "
+                 r"from a PIL image of mode '%s' \(4x4\): give an L or P image" % mode,
+                 fields={"m": "mask"})
     _refused(tmp_path, [{"m": np.zeros((4, 4, 4), np.uint8)}], r"JPEG holds 1 or 3 channels",
              fields={"m": {"kind": "image", "encoding": "jpeg"}})
     _refused(tmp_path, [{"b": np.zeros((2, 4), np.float32)}], r"needs the field of its "
