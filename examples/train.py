@@ -24,7 +24,8 @@ The figures are of one run on a possibly busy machine: compare the ratio.
 
     classic       RandomResizedCrop + flip (the 2017 ImageNet recipe)
     torchvision   torchvision's ImageNet recipe: TrivialAugmentWide, RandomErasing
-                  0.1, MixUp 0.2 / CutMix 1.0, label smoothing 0.1
+                  0.1, MixUp 0.2 / CutMix 1.0, label smoothing 0.1, repeated
+                  augmentation 4
     timm          timm's rand-m9-mstd0.5: RandAugment, RandomErasing 0.25,
                   MixUp 0.8 / CutMix 1.0, label smoothing 0.1
     ffcv          FFCV's ResNet recipe: progressive resizing (a linear ramp over
@@ -126,11 +127,12 @@ def _classic(args):
 def _torchvision(args):
     # torchvision references/classification, the "new recipe" (v0.13 weights):
     # --auto-augment ta_wide --random-erase 0.1 --mixup-alpha 0.2 --cutmix-alpha 1.0
-    # --label-smoothing 0.1 (RandomChoice of MixUp and CutMix: switch 0.5).
+    # --label-smoothing 0.1 (RandomChoice of MixUp and CutMix: switch 0.5) --ra-sampler
+    # --ra-reps 4.
     return dict(crop=args.crop, random_resized_crop=True, flip=0.5,
                 auto_augment="trivial_augment_wide", random_erasing=0.1,
                 mixup=0.2, cutmix=1.0, switch_prob=0.5, mix_prob=1.0, label_smoothing=0.1,
-                dtype="float16")
+                aug_repeats=4, dtype="float16")
 
 
 def _timm(args):
@@ -181,7 +183,8 @@ RECIPES = {"classic": _classic, "torchvision": _torchvision, "timm": _timm, "ffc
            "dino": _dino}
 # Arguments of the recipes that older (or partial) builds of dlcache may not have.
 OPTIONAL_ARGS = ("auto_augment", "auto_augment_options", "random_erasing", "mixup", "cutmix",
-                 "label_smoothing", "resolution", "color_jitter", "grayscale", "blur", "solarize")
+                 "label_smoothing", "resolution", "color_jitter", "grayscale", "blur", "solarize",
+                 "aug_repeats")
 
 
 def recipe_kwargs(args):

@@ -44,6 +44,7 @@ enum {
 
 /* The most batches a consumer may hold at once (config.max_lent). */
 #define DLC__MAX_LENT 16u
+#define DLC__MAX_AUG_REPEATS 256u /* config.aug_repeats: more than any recipe uses (3, 4). */
 
 /* The most views per sample over all groups, and the most groups. */
 #define DLC__MAX_VIEWS 256u

@@ -108,6 +108,9 @@ static dlc_status check_config(const dlc_loader_config *c, const char *path)
             c->num_views);
     FAIL_IF(c->auto_threads > 1, DLC_EINVAL, "%s: config.auto_threads = %u must be 0 or 1", path,
             c->auto_threads);
+    FAIL_IF(c->aug_repeats > DLC__MAX_AUG_REPEATS, DLC_EINVAL,
+            "%s: config.aug_repeats = %u must be in 0..%u", path, c->aug_repeats,
+            DLC__MAX_AUG_REPEATS);
     FAIL_IF(c->trace_batches > (1u << 20), DLC_EINVAL,
             "%s: config.trace_batches = %u: at most 1048576", path, c->trace_batches);
     FAIL_IF(c->crop_h > 65536 || c->crop_w > 65536, DLC_EINVAL,
@@ -203,6 +206,12 @@ static dlc_status sampler_open(dlc_loader *l)
         l->cfg.class_weights = l->weights;
         CHECK(read_labels(l, &labels));
     }
+    /* A set streamed in shard windows plans the shards a rank pins from its positions, one
+     * record each; repeats would read fewer records per window than it plans for. */
+    FAIL_IF(cfg->sampler == DLC_SAMPLER_SHARD_WINDOWS && cfg->aug_repeats > 1, DLC_EINVAL,
+            "%s: config.aug_repeats = %u: repeated augmentation does not apply to shard windows "
+            "(a streamed set's order); use it on a local store or set",
+            l->path, cfg->aug_repeats);
     if (cfg->sampler == DLC_SAMPLER_SHARD_WINDOWS) {
         const uint32_t n = dlc_store_num_files(l->store);
         CHECK(dlc__shard_firsts(l->store, n, &firsts));
@@ -212,6 +221,7 @@ static dlc_status sampler_open(dlc_loader *l)
     } else {
         CHECK(dlc__sampler_init(&l->sampler, cfg->sampler, in->count, cfg->num_samples,
                                 cfg->quasi_group, labels, in->num_labels, l->weights));
+        l->sampler.repeats = cfg->aug_repeats;
     }
 fail:
     free(firsts);
@@ -372,6 +382,11 @@ dlc_status dlc__loader_open_any(const char *path, const dlc_mix_source *sources,
     threads_plan(l);
     /* Before a streamed set's download threads start: they have tracks of their own. */
     CHECK(dlc__trace_open(l));
+    /* A mixture's schedule counts each source's draws by position: a position repeating
+     * another's record would draw nothing, and the passes would fall out of step. */
+    FAIL_IF(sources && cfg.aug_repeats > 1, DLC_EINVAL,
+            "%s: config.aug_repeats = %u: repeated augmentation does not apply to a mixture", path,
+            cfg.aug_repeats);
     if (sources)
         CHECK(dlc__mixload_open(l, sources, n, mix));
     else if (dlc__stream_is_url(path))
@@ -744,8 +759,9 @@ dlc_status dlc_loader_set_epoch(dlc_loader *l, uint64_t epoch)
  * (seed, epoch, store): streams in bits 8..19, window_shards in 20..31. */
 static uint32_t state_sampler(const dlc_loader *l)
 {
+    /* Repeated augmentation: its count in bits 8..31 (a state without it reads as before). */
     if (l->sampler.kind != DLC_SAMPLER_SHARD_WINDOWS)
-        return l->sampler.kind;
+        return l->sampler.kind | (l->sampler.repeats > 1 ? l->sampler.repeats : 0) << 8;
     return l->sampler.kind | l->cfg.streams << 8 | l->cfg.window_shards << 20;
 }
 
@@ -849,6 +865,11 @@ dlc_status dlc__loader_state_check(const dlc_loader *l, const void *buf, size_t 
                            "loader has %u and %u: open it with the saved ones to resume (the "
                            "order depends on them; streams defaults to the world size)",
                            l->path, saved >> 8 & 0xfff, saved >> 20, mine >> 8 & 0xfff, mine >> 20);
+    if (saved != mine && (saved & 0xff) == (mine & 0xff))
+        return dlc__errorf(DLC_EINVAL,
+                           "%s: loader state: saved with aug_repeats = %u, this loader has %u: "
+                           "open it with the saved one to resume (the order depends on it)",
+                           l->path, saved >> 8 ? saved >> 8 : 1, mine >> 8 ? mine >> 8 : 1);
     if (saved != mine)
         return dlc__errorf(DLC_EINVAL,
                            "%s: loader state: saved with sampler %u, this loader uses %u", l->path,

@@ -274,6 +274,11 @@ uint64_t dlc__sampler_at(const dlc__sampler *s, uint64_t pos)
     /* A mixture's padding is made of new draws, not repeats (sampler.h, "Mixtures"). */
     if (s->mix)
         return dlc__mix_at(s->mix, s->epoch, pos, NULL, NULL);
+    /* Repeated augmentation as torchvision's RASampler: the order's entries each repeated, and
+     * padding that goes on along that list (it is as long as the epoch only in its first
+     * len / repeats entries), then from its start. */
+    if (s->repeats > 1)
+        pos /= s->repeats;
     if (pos >= s->len)
         pos %= s->len;
     switch (s->kind) {

@@ -75,7 +75,8 @@ typedef struct dlc__sampler {
     uint64_t len;   /**< Length of one epoch's order (count, or num_samples when weighted). */
     uint64_t seed;
     uint64_t epoch;
-    dlc__perm perm; /**< Shuffle: the permutation; quasi-random: the permutation of groups. */
+    uint32_t repeats; /**< Repeated augmentation: positions per record of the order (0, 1: one). */
+    dlc__perm perm;   /**< Shuffle: the permutation; quasi-random: the permutation of groups. */
     /* Quasi-random. */
     uint64_t group;    /**< Records per group. */
     uint64_t ngroups;  /**< ceil(count / group). */
@@ -114,7 +115,10 @@ dlc_status dlc__sampler_init_windows(dlc__sampler *s, const uint64_t *firsts, ui
 /** Key the order to (seed, epoch). */
 void dlc__sampler_set_epoch(dlc__sampler *s, uint64_t seed, uint64_t epoch);
 /** Record at position @p pos of the epoch's order extended cyclically (pos may be >= len: that
- *  is DistributedSampler's padding, which repeats the order from its start). */
+ *  is DistributedSampler's padding, which repeats the order from its start). With repeats above
+ *  1, positions k * repeats .. k * repeats + repeats - 1 of the epoch all hold the order's k-th
+ *  record of the order, k taken modulo len (torchvision's RASampler: each record repeated, the
+ *  padding going on along that list). */
 uint64_t dlc__sampler_at(const dlc__sampler *s, uint64_t pos);
 
 /**

@@ -439,6 +439,15 @@ typedef struct dlc_loader_config {
                                  the largest height that dlc_loader_set_resolution() may set;
                                  the slots are sized for it at open (0, the default: crop_h). */
     uint32_t max_crop_w;    /**< The largest width likewise (0, the default: crop_w). */
+    uint32_t aug_repeats;   /**< Repeated augmentation (torchvision's RASampler, timm's
+                                 RepeatAugSampler, DeiT's repeated_aug): 2..256 gives each
+                                 record of the epoch's order to that many consecutive
+                                 positions, which the ranks' striding deals to as many ranks,
+                                 each drawing its own crop and ops. The epoch keeps its length,
+                                 so it reads count / aug_repeats distinct records, a new subset
+                                 each epoch. Samplers SEQUENTIAL, SHUFFLE, QUASI_RANDOM and
+                                 WEIGHTED; not a mixture nor shard windows. 0 or 1 (default):
+                                 each position its own record. */
 } dlc_loader_config;
 
 /** One output of a batch: a field of the store (or one view group of an image field), for every

@@ -437,6 +437,7 @@ class LoaderConfig(ctypes.Structure):
         ("num_classes", ctypes.c_uint32),
         ("max_crop_h", ctypes.c_uint32),
         ("max_crop_w", ctypes.c_uint32),
+        ("aug_repeats", ctypes.c_uint32),
     ]
 
 

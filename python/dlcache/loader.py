@@ -297,6 +297,12 @@ class Loader:
             and read in windows of ``window_shards`` shards whose records are
             fully permuted, ``streams`` streams interleaved (the order a URL is
             streamed in, and its default; the only one a URL takes).
+        aug_repeats: repeated augmentation (torchvision's ``--ra-sampler --ra-reps
+            N``, timm's ``--aug-repeats N``, DeiT's repeated_aug): 2..256 gives each
+            record of the order to N consecutive positions, dealt to N ranks (or
+            N samples of a batch with one rank), each drawing its own crop and ops.
+            An epoch keeps its length, so it reads len / N distinct records, a new
+            subset each epoch. None or 1: off. Not for a mixture or a URL.
         window_shards: with "windows": shards whose records are shuffled
             together (1..4095).
         streams: with "windows": streams interleaved; None = world_size. The
@@ -556,7 +562,7 @@ class Loader:
                  as_dict: "Optional[bool]" = None,
                  memory_format: "Optional[torch.memory_format]" = None,
                  debug_poison: "Optional[bool]" = None, sampler: "Optional[str]" = None,
-                 window_shards: int = 4, streams: "Optional[int]" = None,
+                 aug_repeats: "Optional[int]" = None, window_shards: int = 4, streams: "Optional[int]" = None,
                  cache_dir: "Union[None, str, os.PathLike]" = None,
                  cache_limit: "Union[None, int, str]" = None,
                  cache_ranks: "Optional[int]" = None, downloads: int = 2,
@@ -651,6 +657,16 @@ class Loader:
         cfg.sampler = self._sampler(sampler, shuffle, self._url and self._mix is None, ctx)
         cfg.seed = _uint(seed, "seed", 0, 2**64 - 1)
         self._seed = seed
+        if aug_repeats is not None:
+            cfg.aug_repeats = _uint(aug_repeats, "aug_repeats", 1, 256)
+            if cfg.aug_repeats > 1 and self._mix is not None:
+                raise ValueError("%s: aug_repeats=%d: repeated augmentation applies to one store "
+                                 "or set, not to a mixture (each position is a draw of its "
+                                 "schedule)" % (ctx, aug_repeats))
+            if cfg.aug_repeats > 1 and cfg.sampler == L.SAMPLER_SHARD_WINDOWS:
+                raise ValueError("%s: aug_repeats=%d: repeated augmentation does not apply to "
+                                 "sampler='windows' (a URL's order); read the set from a local "
+                                 "folder" % (ctx, aug_repeats))
         # Kept alive until dlc_loader_open() returns: the C loader copies what it needs.
         keep = []  # type: List[Any]
         _stream.apply(cfg, stream_path, keep, ctx, window_shards=window_shards, streams=streams,
@@ -1619,6 +1635,8 @@ class Loader:
             out["resolution"] = tuple(self._res_now)
             if self._res_next is not None:
                 out["next_resolution"] = tuple(self._res_next)
+        if c.aug_repeats > 1:
+            out["aug_repeats"] = int(c.aug_repeats)  # As streams below: the C state checks it.
         if c.sampler == L.SAMPLER_SHARD_WINDOWS:
             # The order depends on them: a Loader resuming this state needs the same ones (the
             # C state checks it), so they are here to be read back.
@@ -1671,7 +1689,8 @@ class Loader:
         for key, lo, hi in (("epoch", 0, 2**63 - 1), ("seed", 0, 2**64 - 1),
                             ("batch_size", 1, 2**32 - 1), ("world_size", 1, 2**32 - 1),
                             ("num_samples", 0, 2**64 - 1), ("streams", 0, 2**32 - 1),
-                            ("window_shards", 0, 2**32 - 1), ("content_digest", 0, 2**64 - 1)):
+                            ("window_shards", 0, 2**32 - 1), ("content_digest", 0, 2**64 - 1),
+                            ("aug_repeats", 0, 256)):
             if sd.get(key) is not None:
                 _uint(sd[key], "state_dict[%r]" % key, lo, hi)
         for key, want in (("epoch", epoch), ("seed", seed)):

@@ -290,6 +290,12 @@ Test(loader_mix, refusals_name_the_source)
     src[1].path = m.path[1];
     cr_assert_eq(dlc_loader_open_mix(src, 2, NULL, &c, &l), DLC_EINVAL);
     c.sampler = DLC_SAMPLER_SHUFFLE;
+    c.aug_repeats = 3; /* Each position is a draw of the schedule: no repeats. */
+    cr_assert_eq(dlc_loader_open_mix(src, 2, NULL, &c, &l), DLC_EINVAL);
+    cr_assert(strstr(dlc_errmsg(), "aug_repeats = 3") && strstr(dlc_errmsg(), "mixture"), "%s",
+              dlc_errmsg());
+    cr_assert_null(l);
+    c.aug_repeats = 0;
     /* A source whose records changed since the save. */
     const uint32_t which[] = {0, 1};
     const double w[] = {1, 1};

@@ -284,6 +284,28 @@ Test(loader_set, shard_windows_read_every_record_of_a_set_and_ranks_read_disjoin
     free_both(&b);
 }
 
+Test(loader_set, shard_windows_refuse_repeated_augmentation)
+{
+    both b = make_both(4);
+    dlc_loader_config c = config(DLC_SAMPLER_SHARD_WINDOWS, DLC_IO_MMAP);
+    c.aug_repeats = 2;
+    dlc_loader *l = NULL;
+    cr_assert_eq(dlc_loader_open(b.set, &c, &l), DLC_EINVAL);
+    cr_assert(strstr(dlc_errmsg(), "aug_repeats = 2") && strstr(dlc_errmsg(), "shard windows"),
+              "%s", dlc_errmsg());
+    cr_assert_null(l);
+    c.sampler = DLC_SAMPLER_SHUFFLE; /* The same set read in a permutation takes it. */
+    l = open_ok(b.set, &c);
+    dlc_batch bt;
+    cr_assert_eq(dlc_loader_next(l, &bt), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(bt.indices[0], bt.indices[1], "a record's two copies are neighbours");
+    dlc_loader_close(l);
+    c.aug_repeats = 257;
+    cr_assert_eq(dlc_loader_open(b.set, &c, &l), DLC_EINVAL);
+    cr_assert(strstr(dlc_errmsg(), "aug_repeats = 257 must be in 0..256"), "%s", dlc_errmsg());
+    free_both(&b);
+}
+
 Test(loader_set, shard_windows_resume_into_another_world_size_exactly_once)
 {
     both b = make_both(6);

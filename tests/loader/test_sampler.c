@@ -236,3 +236,59 @@ Test(sampler, rng_below_stays_in_range_and_covers_it)
     for (int i = 0; i < 7; i++)
         cr_assert_gt(seen[i], 800);
 }
+
+/* Repeated augmentation, as torchvision's RASampler builds it: the order with each record
+ * repeated, padded from its start, dealt by stride: every rank's j-th sample is what the
+ * RASampler's list holds at rank + j * world. */
+Test(sampler, repeats_deal_each_record_to_consecutive_positions_as_rasampler)
+{
+    const uint32_t kinds[] = {DLC_SAMPLER_SEQUENTIAL, DLC_SAMPLER_SHUFFLE,
+                              DLC_SAMPLER_QUASI_RANDOM};
+    const uint64_t counts[] = {1, 10, 101, 1000};
+    const uint32_t reps[] = {2, 3, 4};
+    for (size_t k = 0; k < 3; k++)
+        for (size_t c = 0; c < 4; c++)
+            for (size_t r = 0; r < 3; r++) {
+                const uint64_t n = counts[c];
+                dlc__sampler plain, rep;
+                cr_assert_eq(dlc__sampler_init(&plain, kinds[k], n, 0, 16, NULL, 0, NULL), DLC_OK);
+                cr_assert_eq(dlc__sampler_init(&rep, kinds[k], n, 0, 16, NULL, 0, NULL), DLC_OK);
+                rep.repeats = reps[r];
+                dlc__sampler_set_epoch(&plain, 5, 2);
+                dlc__sampler_set_epoch(&rep, 5, 2);
+                /* The RASampler's list, n + world - 1 long at most (the most any world size
+                 * pads): the order with each entry repeated, from its start again after
+                 * n * reps entries. */
+                const uint64_t total = n + 8;
+                uint64_t *list = malloc(total * sizeof *list);
+                for (uint64_t p = 0; p < total; p++)
+                    list[p] = dlc__sampler_at(&plain, p / reps[r] % n);
+                for (uint32_t world = 1; world <= 8; world *= 2)
+                    for (uint32_t rank = 0; rank < world; rank++) {
+                        dlc__shard sh;
+                        dlc__shard_plan(&sh, rep.len, 0, rank, world, 4, 0);
+                        for (uint64_t j = 0; j < sh.per_rank; j++)
+                            cr_assert_eq(dlc__sampler_at(&rep, dlc__shard_pos(&sh, j)),
+                                         list[rank + j * world],
+                                         "kind %u n %llu reps %u world %u rank %u j %llu", kinds[k],
+                                         (unsigned long long)n, reps[r], world, rank,
+                                         (unsigned long long)j);
+                    }
+                /* Each record of the order's first ceil(n / reps) holds reps positions (the
+                 * last fewer when reps does not divide n), the rest none. */
+                uint32_t *hits = calloc(n, sizeof *hits);
+                for (uint64_t p = 0; p < n; p++)
+                    hits[dlc__sampler_at(&rep, p)]++;
+                const uint64_t distinct = (n + reps[r] - 1) / reps[r];
+                for (uint64_t q = 0; q < distinct; q++) {
+                    const uint64_t rec = dlc__sampler_at(&plain, q);
+                    const uint64_t want = q + 1 < distinct ? reps[r] : n - q * reps[r];
+                    cr_assert_eq(hits[rec], want, "n %llu reps %u: order[%llu] held %u",
+                                 (unsigned long long)n, reps[r], (unsigned long long)q, hits[rec]);
+                }
+                free(hits);
+                free(list);
+                dlc__sampler_free(&plain);
+                dlc__sampler_free(&rep);
+            }
+}
