@@ -141,7 +141,9 @@ dlc_status dlc__aug_op_check(const dlc__aug_op *op, uint32_t width, uint32_t hei
                                (double)a[0]);
         break;
     case DLC__AUG_SOLARIZE:
-        if (isnan(a[0]) || a[0] > 255.0f)
+        if (isnan(a[0]))
+            return dlc__errorf(DLC_EINVAL, "%s: threshold is NaN, not a number", name);
+        if (a[0] > 255.0f)
             return dlc__errorf(DLC_EINVAL,
                                "%s: threshold (%g) is above 255, the bound of uint8 pixels", name,
                                (double)a[0]);

@@ -47,8 +47,10 @@ static int has_magnitude(int p)
     return p >= P_SHEAR_X && p <= P_SOLARIZE;
 }
 
-/* torch.linspace(start, end, steps)[i] in float32, as ATen computes it: from the start for the
- * first half, from the end for the second. */
+/* torch.linspace(start, end, steps)[i] in float32, as ATen's scalar loop computes it: from the
+ * start for the first half, from the end for the second. Its vectorized loop (AVX2, AVX-512) adds
+ * the step to each chunk's first value instead, so some magnitudes differ there by one float ulp,
+ * and from one machine's torch to another's: within the ops' tolerance of 1 on a pixel. */
 static float linspace_f32(float start, float end, uint32_t steps, uint32_t i)
 {
     if (steps == 1)

@@ -202,7 +202,7 @@ def _params(op, image_channels, kw):
         n = kw.get("num_output_channels", 1)
         if n not in (1, 3) or isinstance(n, bool):
             raise _bad(op, "num_output_channels", n, "is neither 1 nor 3")
-        p.num_output_channels = n
+        p.num_output_channels = int(n)  # 3.0 is 3, as torchvision takes it
     elif op == "gaussian_blur":
         ks = _pair(op, "kernel_size", kw["kernel_size"], _int)
         for k in ks:
@@ -249,7 +249,7 @@ def _params(op, image_channels, kw):
                 raise _bad(op, "scale", kw["scale"], "is not positive")
             sh = kw["shear"]
             if isinstance(sh, (list, tuple)) and len(sh) == 1:
-                sh = (sh[0], 0.0)
+                sh = (sh[0], sh[0])  # torchvision's F.affine: [s] shears along both axes.
             elif not isinstance(sh, (list, tuple)):
                 sh = (sh, 0.0)  # torchvision: a number shears along x only.
             if len(sh) != 2:

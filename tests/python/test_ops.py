@@ -30,7 +30,7 @@ COLOR = (
     + [("posterize", dict(bits=b)) for b in (0, 1, 4, 7, 8)]
     + [("solarize", dict(threshold=t)) for t in (0, 1, 100.5, 128, 254.9, 255)]
     + [("autocontrast", {}), ("equalize", {}), ("invert", {})]
-    + [("rgb_to_grayscale", dict(num_output_channels=n)) for n in (1, 3)]
+    + [("rgb_to_grayscale", dict(num_output_channels=n)) for n in (1, 3, 3.0)]
     + [("gaussian_blur", dict(kernel_size=k, sigma=s))
        for k, s in ((1, 0.5), (3, 0.8), ((5, 9), (1.5, 3.0)), (23, 2.1), (3, 10.0))]
     + [("gaussian_blur", dict(kernel_size=5))]
@@ -42,7 +42,7 @@ GEOM = (
     + [("affine", dict(angle=a, translate=t, scale=s, shear=sh))
        for a, t, s, sh in ((0.0, [5, -3], 1.0, [0.0, 0.0]), (10.0, [2, 1], 1.2, [15.0, -7.0]),
                            (-30.0, [0, 0], 0.8, [0.0, 20.0]), (0.0, [0, 0], 1.0, 12.0),
-                           (45.0, [-9, 4], 2.5, [-30.0, 0.0]))]
+                           (45.0, [-9, 4], 2.5, [-30.0, 0.0]), (5.0, [1, 2], 1.0, [11.0]))]
     # The policies' ShearX / TranslateY, as torchvision's _apply_op calls affine.
     + [("affine", dict(angle=0.0, translate=[0, 0], scale=1.0, shear=[16.7, 0.0], center=[0, 0])),
        ("affine", dict(angle=0.0, translate=[0, 0], scale=1.0, shear=[0.0, -16.7],
@@ -190,6 +190,7 @@ def test_geometric_ops_take_four_channels():
     ("posterize", dict(bits=9), "bits"),
     ("posterize", dict(bits=2.5), "bits"),
     ("solarize", dict(threshold=256), "threshold"),
+    ("solarize", dict(threshold=float("nan")), "threshold is NaN"),
     ("rgb_to_grayscale", dict(num_output_channels=2), "num_output_channels"),
     ("gaussian_blur", dict(kernel_size=4, sigma=1.0), "kernel_size"),
     ("gaussian_blur", dict(kernel_size=3, sigma=0.0), "sigma"),
