@@ -870,7 +870,10 @@ static dlc_status open_dir(dlc__scache *c)
     if (c->lock_fd < 0 && (errno == EACCES || errno == EROFS || errno == EPERM)) {
         /* A lock file of another user in a folder we may write is not a read-only folder. */
         c->read_only = faccessat(c->dir_fd, ".", W_OK, AT_EACCESS) != 0;
-        c->lock_fd = openat(c->dir_fd, DLC__SCACHE_LOCK, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        /* O_NONBLOCK: a FIFO there would block this open until a writer came (it is refused
+         * below, as one in a folder we may write is). */
+        c->lock_fd =
+            openat(c->dir_fd, DLC__SCACHE_LOCK, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
         if (c->lock_fd < 0 && errno == ENOENT && c->read_only) {
             c->lock_fd = openat(c->dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
             dir_lock = 1;

@@ -404,7 +404,8 @@ static int evict(dlc__scache *c, const dlc__scache_cand *v)
     const int dfd = openat(c->dir_fd, folder, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dfd < 0)
         return 0;
-    const int fd = openat(dfd, file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    /* O_NONBLOCK: a FIFO planted at the name must not hold the cache-wide lock for ever. */
+    const int fd = openat(dfd, file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) {
         close(dfd);
         return 0;
@@ -561,13 +562,20 @@ dlc_status dlc__scache_reserve(dlc__scache *c, uint32_t k, uint64_t after, const
 /* Open shard @p k with a shared lock, the pin: -1 when it is not there whole. Lock held. */
 static int open_pinned(const dlc__scache *c, uint32_t k)
 {
-    const int fd = openat(c->set_fd, c->x.shards[k].name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    /* O_NONBLOCK: a FIFO planted at the name would block this open, under the cache-wide lock,
+     * until a writer came; it is refused below as not a regular file. */
+    const int fd =
+        openat(c->set_fd, c->x.shards[k].name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0)
         return -1;
     struct stat st;
-    /* Nobody holds LOCK_EX here: evictors take it under the cache-wide lock, which we hold. */
+    /* Nobody holds LOCK_EX here: evictors take it under the cache-wide lock, which we hold. The
+     * flag goes once the file is known regular: io_uring would answer EAGAIN on an O_NONBLOCK
+     * file where it should wait for the disk. */
+    const int fl = fcntl(fd, F_GETFL);
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
-        (uint64_t)st.st_size != c->x.shards[k].file_bytes || flock(fd, LOCK_SH | LOCK_NB) < 0) {
+        (uint64_t)st.st_size != c->x.shards[k].file_bytes || fl < 0 ||
+        fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0 || flock(fd, LOCK_SH | LOCK_NB) < 0) {
         close(fd);
         return -1;
     }
@@ -645,9 +653,15 @@ dlc_status dlc__scache_try_pin(dlc__scache *c, uint32_t k, int *fd)
 static void drop_stale_shards(dlc__scache *c)
 {
     for (uint32_t k = 0; k < c->x.num_shards; k++) {
-        const int fd = openat(c->set_fd, c->x.shards[k].name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        const int fd =
+            openat(c->set_fd, c->x.shards[k].name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
         if (fd < 0)
             continue;
+        struct stat st;
+        if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+            close(fd); /* Not a shard: open_pinned() refuses it, a download renames over it. */
+            continue;
+        }
         int keep = 0;
         dlc_store *s = NULL;
         if (dlc_store_open(c->paths[k], 0, &s) == DLC_OK) {

@@ -351,3 +351,32 @@ def test_a_disk_smaller_than_the_set_works_as_a_limit(local_set, url, s3, tmp_pa
     words = out.split()
     assert words[:1] == ["records"] and int(words[1]) > 0 and int(words[3]) > 0, out + err
     assert err.count("no cache_limit, and the disk has") == 1, err[-2000:]
+
+
+def test_fifos_planted_at_the_shard_names_do_not_hold_the_loader(local_set, url, s3, tmp_path):
+    """A co-tenant replaces the shards of a set being read with FIFOs once the Loader is open:
+    each is refused as not a regular file and downloaded again over it, and the epoch ends.
+    Before: the open of a FIFO blocked under the cache-wide lock, and next() and close() with
+    it, for ever."""
+    cache = tmp_path / "c"
+    folder = _set_folder(url, s3, cache)
+    names = [f for f in os.listdir(local_set) if f.endswith(".dlc")]
+    child = subprocess.Popen([sys.executable, "-c", _NEXT_CHILD, url, str(cache), s3, "2"], env=_env(),
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
+    try:
+        assert child.stdout.readline().strip() == "opened", child.stderr.read()[-2000:]
+        for n in names:
+            p = folder / n
+            if os.path.lexists(p):
+                os.unlink(p)
+            os.mkfifo(p)
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        out, err = child.communicate(timeout=BOUND)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        out, err = child.communicate()
+        pytest.fail("the loader hung on a FIFO at a shard's name: %s" % err[-2000:])
+    assert child.returncode == 0, err[-2000:]
+    assert out.splitlines()[-2:] == ["epoch", "closed"], out + err[-2000:]
