@@ -218,8 +218,12 @@ int cachebuild_tokens_main(int argc, char **argv, volatile sig_atomic_t *signale
         return rc == DLC_EEXIST ? 2 : 1;
     }
     if (!json)
-        printf("%s: %llu documents, %llu tokens (%s, end-of-document id %u)%s\n", o.output,
+        printf("%s: %llu documents, %llu tokens (%s, end-of-document id %u)", o.output,
                (unsigned long long)r.documents, (unsigned long long)r.tokens,
-               dlc_dtype_name(r.dtype), r.eos_id, r.skipped ? ", empty documents skipped" : "");
+               dlc_dtype_name(r.dtype), r.eos_id);
+    if (!json && r.skipped)
+        printf(", %llu empty documents skipped", (unsigned long long)r.skipped);
+    if (!json)
+        printf("\n");
     return 0;
 }

@@ -168,7 +168,11 @@ void tool_report(const char *tool, dlc_status rc, const char *what)
 {
     char shown[4096];
     const char *detail = tool_printable(dlc_errmsg(), shown, sizeof shown);
-    if (detail && *detail)
+    /* A message that names the file itself is not given its name twice. */
+    const size_t n = what ? strlen(what) : 0;
+    if (detail && n && strncmp(detail, what, n) == 0 && detail[n] == ':')
+        fprintf(stderr, "%s: error: %s\n", tool, detail);
+    else if (detail && *detail)
         fprintf(stderr, "%s: error: %s: %s\n", tool, what ? what : dlc_strerror(rc), detail);
     else
         fprintf(stderr, "%s: error: %s%s%s\n", tool, what ? what : "", what ? ": " : "",

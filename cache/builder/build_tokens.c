@@ -95,6 +95,10 @@ static dlc_status grow(tb *b, size_t n)
 {
     if (n <= b->cap)
         return DLC_OK;
+    /* A size no allocation could hold is refused before the doubling or the multiplication
+     * can wrap (a wrapped capacity of 0 looped for ever, or made realloc() free the buffer). */
+    if (n > SIZE_MAX / 2 / sizeof *b->ids)
+        return dlc__errorf(-ENOMEM, "out of memory for a document of %zu tokens", n);
     size_t cap = b->cap ? b->cap : 4096;
     while (cap < n)
         cap *= 2;
@@ -315,7 +319,9 @@ static dlc_status read_npy(tb *b, const char *file)
     const uint8_t *data = m.p + hoff + hlen;
     if (ndim == 1) {
         rc = split_flat(b, file, data, count, (size_t)esize, kind == 'i');
-    } else {
+    } else if (dims[0] > 0) {
+        /* With rows, the size check above bounds a row's length by the file's; (0, 2^62)
+         * holds nothing, whatever it says a row would hold. */
         CHECK(grow(b, (size_t)dims[1] + 1));
         for (uint64_t r = 0; r < dims[0]; r++) {
             const uint8_t *row = data + r * dims[1] * (uint64_t)esize;

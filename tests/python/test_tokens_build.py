@@ -294,3 +294,26 @@ def test_sigterm_stops_a_token_build_cleanly(tmp_path):
     assert "interrupted; %s was not written" % out in err, err
     with dlcache.TokenStore(out) as t:
         assert (t.info["num_docs"], t.info["num_tokens"]) == before, "the old store changed"
+
+
+def test_zero_rows_of_any_length_hold_nothing_and_break_nothing(tmp_path):
+    """(0, N) needs no data bytes, so N was unbounded: the buffer for a row of N tokens wrapped
+    its size (2^63 + 1: a loop for ever; 2^62: a 0-byte buffer written past by the next source,
+    or a freed one freed again). Zero rows hold no document, whatever N."""
+    _npy_header_only(tmp_path / "z63.npy", "(0, 9223372036854775809)")
+    _npy_header_only(tmp_path / "z62.npy", "(0, 4611686018427387904)")
+    good = tmp_path / "good.jsonl"
+    good.write_text("".join(json.dumps({"tokens": list(range(1, 5001))}) + "\n"
+                            for _ in range(4)))
+    for srcs in (["z62.npy", "good.jsonl"], ["good.jsonl", "z62.npy"]):
+        r = subprocess.run([CACHEBUILD, "--tokens"] + [str(tmp_path / s) for s in srcs]
+                           + ["-o", str(tmp_path / "x.dlc"), "--eos", "0", "--force"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert "4 documents, 20004 tokens" in r.stdout, r.stdout  # with the end-of-document ids
+    r = subprocess.run([CACHEBUILD, "--tokens", str(tmp_path / "z63.npy"), "-o",
+                        str(tmp_path / "y.dlc"), "--eos", "0"],
+                       capture_output=True, text=True, timeout=60)
+    # The store's name once, not "y.dlc: y.dlc: the sources hold no document".
+    assert r.returncode == 1 and r.stderr.count("y.dlc") == 1 and \
+        "the sources hold no document" in r.stderr, r.stderr
