@@ -1,6 +1,6 @@
 """Loader.report(): where the loader's and the training loop's time went, and what bounds the
 step (docs/WAITING.md). A thin object over the C library's dlc_loader_report, plus what only
-Python sees: the copies of batches the loop kept past their turn."""
+Python sees: the batches the loop kept past their turn."""
 
 import ctypes
 from typing import Any, Dict
@@ -9,11 +9,11 @@ from . import _lib as L
 from ._lib import lib
 from .errors import check
 
-# The loop's copies of kept batches took at least this share of its step: the consumer bounds.
+# Keeping batches took at least this share of the loop's step: the consumer bounds.
 _KEPT_LARGE = 0.25
 
-_ADVICE_KEPT = ("do not keep a batch's tensors past its step (each kept one is copied when the "
-                "loader needs its slot back): keep a loss or a metric, or .clone() what you need "
+_ADVICE_KEPT = ("do not keep a batch's tensors past its step (each kept one takes a new slot's "
+                "memory when the loader needs its slot back): keep a loss or a metric, or .clone() what you need "
                 "once, deliberately")
 
 
@@ -41,12 +41,12 @@ class Report:
         self.kept_seconds = kept_seconds
         self.kept_batches = kept_batches
         self.kept_share = kept_seconds / step if step > 0 else 0.0
-        # The copies are part of the loop's step (the C loader counts them as time away): when
-        # they take more of it than the wait for data, they are the thing to fix.
+        # Handing kept batches' memory over is part of the loop's step (the C loader counts it
+        # as time away): when it takes more of it than the wait for data, it is the thing to fix.
         if self.kept_share >= _KEPT_LARGE and self.kept_share >= raw.input_share:
             self.bound = "consumer"
-            self.reason = ("the loop kept %d batches past their turn, and copying them out of "
-                           "the loader's slots took %.0f%% of its step"
+            self.reason = ("the loop kept %d batches past their turn, and handing their "
+                           "slots' memory over took %.0f%% of its step"
                            % (kept_batches, 100 * self.kept_share))
             self.advice = _ADVICE_KEPT
 
@@ -75,7 +75,7 @@ class Report:
         text = buf.value.decode(errors="replace")
         if self.bound == "consumer" and raw.bound != L.BOUND_CONSUMER:
             head = text.split("bound:")[0]
-            text = (head + "  loop       copying kept batches %5.1f%% (%d batches)\n"
+            text = (head + "  loop       keeping batches      %5.1f%% (%d batches)\n"
                     "bound: consumer: %s.\nwhat to do: %s.\n"
                     % (100 * self.kept_share, self.kept_batches, self.reason, self.advice))
         return text

@@ -517,20 +517,19 @@ class Loader:
     indices are tensors of their own (a few KB a batch). A batch you still
     hold when its slot is about to be refilled (``batches = list(loader)``,
     an evaluation loop that appends each batch, a batch kept across epochs or
-    ``close()``) is detected and detached: its tensors are given memory of
-    their own first, so what you kept is right. A view you cut from a batch
-    tensor and kept alone (``first = images[0]``, dropping ``images``) is
-    right too: its batch is given back with its memory, which the slot no
-    longer uses and which is freed when the last such view dies (so a row
-    kept alone holds a whole batch's memory: ``images[0].clone()`` holds only
-    the row). The usual loop, which keeps nothing, copies nothing.
+    ``close()``, or a view cut from it: ``first = images[0]``) is detected:
+    its batch is given back with its memory, which the slot no longer uses
+    and which is freed when the last tensor viewing it dies (so a row kept
+    alone holds a whole batch's memory: ``images[0].clone()`` holds only the
+    row). Your tensors are not touched (autograd graphs that saved them stay
+    valid). The usual loop, which keeps nothing, allocates nothing.
     ``debug_poison=True`` (or $DLCACHE_DEBUG_POISON=1) shows views that
     outlive their batch: batches then come in private copies that are filled
     with 0xFF bytes (NaN for float outputs) when the batch is given back, and
     never reused (a copy per batch: for debugging only). The batch held over
     takes one slot beyond ``prefetch``; with prefetch=1 there is none, and a
     batch still named by the loop's variables when the next one is asked for
-    is copied. CUDA tensors (``device="cuda"``) are not lent: they are the
+    is given back with its memory. CUDA tensors (``device="cuda"``) are not lent: they are the
     caller's.
 
     Resuming: ``state_dict()`` at any point (also mid-epoch) and
@@ -1467,33 +1466,24 @@ class Loader:
         return c, (weakref.ref(c), buf)
 
     def _settle_one(self, ptr):
-        """Give the oldest lent host batch back to the C loader. Tensors of it that the caller
-        still holds get memory of their own first (Tensor.set_ moves every reference to the
-        tensor object onto the copy). If a tensor still views the slot after that (a row or a
-        slice cut from the batch and kept without it), the batch is given back with its memory
-        (dlc_loader_keep()): the slot is refilled in new memory and the old one is freed when
-        the last view dies, so nothing the caller holds ever changes or dangles."""
+        """Give the oldest lent host batch back to the C loader. If a tensor the caller holds
+        still views the slot (the batch kept, or a row or slice cut from it), the batch is given
+        back with its memory (dlc_loader_keep()): the slot is refilled in new memory and the old
+        one is freed when the last view dies, so nothing the caller holds ever changes or
+        dangles. The tensors themselves are left as they are: moving one onto a copy
+        (Tensor.set_) bumped its version, which autograd refuses in a graph that saved it
+        (gradient accumulation keeping its losses) and torch refuses on a leaf that requires
+        grad."""
         batch, refs, lease_ref = self._held[0]
-        t = None
-        kept = False
-        t0 = time.perf_counter()
         for r, buf in refs:
-            t = r()
-            if buf is None:
-                if t is not None:
-                    t.set_(t.clone())
-                    kept = True
-            elif t is None:
+            if buf is not None and r() is None:
                 ctypes.memset((ctypes.c_char * len(buf)).from_buffer(buf), 0xFF, len(buf))
-        if kept:
-            self._kept_s += time.perf_counter() - t0
-            self._kept_n += 1
-        t = None  # a detached tensor no longer views the slot; let go of it before looking
         lease = lease_ref()
         if lease is None:
             self._held.popleft()
             lib.dlc_loader_release(ptr, ctypes.byref(batch))
             return
+        t0 = time.perf_counter()
         memory = ctypes.c_void_p()
         rc = lib.dlc_loader_keep(ptr, ctypes.byref(batch), ctypes.byref(memory))
         if rc < 0:
@@ -1501,6 +1491,8 @@ class Loader:
                             "views" % os.fsdecode(self._path))  # the batch stays lent
         self._held.popleft()
         lease.own(memory.value)
+        self._kept_s += time.perf_counter() - t0
+        self._kept_n += 1
 
     def _settle(self):
         """Give back every lent host batch (before anything that refills or frees the slots)."""

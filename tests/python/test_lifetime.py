@@ -118,6 +118,37 @@ def test_usual_loop_and_whole_batches_keep_nothing(store):
         assert list(bases) == before
 
 
+@pytest.mark.parametrize("prefetch", [None, 1])
+def test_kept_batches_stay_usable_by_autograd(store, prefetch):
+    """Gradient accumulation that keeps each micro-batch's graph until one backward(), and a
+    batch made a leaf that requires grad (saliency, adversarial examples) and kept: as with
+    torch's DataLoader. Before: a kept batch was moved onto a copy with Tensor.set_, which
+    bumps its version (backward: "modified by an inplace operation") and is refused on such a
+    leaf (next() and close() raised)."""
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(3, 4, 3)
+    with dlcache.Loader(store, 4, dtype="float32", prefetch=prefetch, **KW) as ld:
+        losses, grads = [], []
+        for step, (x, _) in enumerate(ld):
+            losses.append(conv(x).square().mean())
+            if len(losses) == 4:
+                sum(losses).backward()
+                losses = []
+            if step == 12:
+                break
+    with dlcache.Loader(store, 4, dtype="float32", prefetch=prefetch, **KW) as ld:
+        kept = []
+        for x, y in ld:
+            x.requires_grad_(True)
+            conv(x).sum().backward()
+            grads.append(x.grad)
+            kept.append((x, y))
+        want = [x.detach().clone() for x, _ in dlcache.Loader(store, 4, dtype="float32", **KW)]
+    assert len(kept) == len(want)
+    assert all(torch.equal(k.detach(), w) for (k, _), w in zip(kept, want))
+    assert all(g is not None and g.shape == w.shape for g, w in zip(grads, want))
+
+
 @pytest.mark.parametrize("as_dict", [False, True])
 def test_batches_kept_across_a_new_epoch_with_one_held_over(store, as_dict):
     """The loop's variables still name the last batch of an epoch when the next epoch's iter()
