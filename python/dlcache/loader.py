@@ -69,6 +69,8 @@ _FRESH = 0    # The C loader sits at the start of self._epoch; nothing was taken
 _RESUMED = 1  # load_state_dict() put it in the middle of self._epoch.
 _RUNNING = 2  # An iterator took batches of self._epoch and did not reach its end.
 _DONE = 3     # self._epoch was iterated to its end.
+_RESUMED_END = 4  # load_state_dict() put it at the end of self._epoch: set_epoch() of that
+                  # epoch keeps it there (an empty pass), not a replay of the epoch.
 
 # 2: the state names its source (its content digest, its path with secrets redacted); 1 is still
 # read, with a warning (it is matched to the store by its record count only).
@@ -1302,7 +1304,7 @@ class Loader:
             if self._pos in (_FRESH, _RESUMED):
                 return
             e = self._epoch + 1
-        elif e == self._epoch and self._pos in (_FRESH, _RESUMED):
+        elif e == self._epoch and self._pos in (_FRESH, _RESUMED, _RESUMED_END):
             return
         self._sync()
         self._resize_for(ptr, e)
@@ -1582,7 +1584,7 @@ class Loader:
         return _plain_state_at_end(raw)
 
     def _finished(self):
-        if self._pos == _DONE:
+        if self._pos in (_DONE, _RESUMED_END):
             return True
         return self._pos == _RUNNING and self._yielded is not None and self._yielded >= self._len
 
@@ -1610,7 +1612,8 @@ class Loader:
             "batch_size": int(self.batch_size),
         }
         e = self._pending_epoch
-        if e is not None and not (e == self._epoch and self._pos in (_FRESH, _RESUMED)):
+        if e is not None and not (e == self._epoch and
+                                  self._pos in (_FRESH, _RESUMED, _RESUMED_END)):
             # set_epoch(e) and no iter() since: the next batches are epoch e's first (the
             # C state is the position before it; load_state_dict() goes on to e).
             out["next_epoch"] = int(e)
@@ -1752,7 +1755,7 @@ class Loader:
         self._epoch = epoch
         self._seed = seed
         self._pending_epoch = None
-        self._pos = _DONE if finished else _RESUMED
+        self._pos = _RESUMED_END if finished else _RESUMED
         self._yielded = None
         if next_epoch is not None:
             # Saved after set_epoch(next_epoch): its start comes next, not the position.

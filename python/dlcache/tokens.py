@@ -388,6 +388,7 @@ class TokenLoader:
         self._pos = "fresh"
         self._taken = 0  # batches taken since the last seek
         self._resume = None  # (epoch, position, placed) from load_state_dict()
+        self._end_of = None  # the epoch a finished state was restored at the end of
         self._stats = {"batches": 0, "rows": 0, "tokens": 0, "wait_seconds": 0.0}
 
     # ------------------------------------------------------------ pickling
@@ -524,6 +525,12 @@ class TokenLoader:
             raise ValueError("epoch must be >= 0, got %d" % epoch)
         if self._resume is not None and self._resume[0] == epoch:
             return
+        if self._end_of == epoch:
+            # Restored at the end of this epoch: the next iter() is that end (an empty pass),
+            # not a replay of the epoch; the following one starts the next epoch.
+            self._pos = "drained"
+            return
+        self._end_of = None
         self._epoch = epoch
         self._resume = None
         self._pos = "fresh"
@@ -533,6 +540,11 @@ class TokenLoader:
         the epoch after the last iter()'s (finished or abandoned), else epoch 0. A new iter(),
         load_state_dict() or close() makes the iterators before it stale."""
         h = self._ptr()
+        self._end_of = None
+        if self._pos == "drained":
+            self._pos = "ended"
+            self._gen += 1
+            return iter(())
         placed = False
         if self._resume is not None:
             epoch, pos, placed = self._resume
@@ -660,6 +672,7 @@ class TokenLoader:
             check(lib.dlc_token_loader_mix_restore(self._ptr(), raw, len(raw)), self.path)
         if state.get("epoch_finished"):
             self._epoch, self._resume, self._pos = int(state["epoch"]), None, "ended"
+            self._end_of = self._epoch
             return
         self._resume = (int(state["epoch"]), int(state["position"]), self._mix)
         self._epoch = int(state["epoch"])

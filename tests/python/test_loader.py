@@ -229,6 +229,29 @@ def test_state_dict_at_epoch_end_starts_next_epoch(store):
     assert all(torch.equal(p[2], q[2]) and torch.equal(p[0], q[0]) for p, q in zip(got, e1))
 
 
+def test_the_resume_loop_does_not_replay_a_finished_epoch(store):
+    """docs/tasks/resume.md's loop (`for epoch in range(ckpt["epoch"], E): set_epoch(epoch)`)
+    after a checkpoint taken at the end of epoch 0: epoch 0 is an empty pass, epoch 1 the
+    uninterrupted run's. Before: set_epoch(0) restarted epoch 0, trained on twice."""
+    kw = dict(batch_size=50, seed=2, crop=8, return_indices=True)
+    with dlcache.Loader(store, **kw) as full:
+        collect(full)
+        e1 = collect(full)
+    with dlcache.Loader(store, **kw) as a:
+        collect(a)
+        ckpt = {"loader": a.state_dict(), "epoch": 0}
+    with dlcache.Loader(store, **kw) as b:
+        b.load_state_dict(ckpt["loader"])
+        got = {}
+        for epoch in range(ckpt["epoch"], 2):
+            b.set_epoch(epoch)
+            got[epoch] = collect(b)
+            if epoch == 0:
+                assert b.state_dict()["epoch_finished"], "still the end of epoch 0"
+    assert got[0] == [] and len(got[1]) == len(e1)
+    assert all(torch.equal(p[2], q[2]) for p, q in zip(got[1], e1))
+
+
 def test_rank_world_from_env(store, monkeypatch):
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "3")

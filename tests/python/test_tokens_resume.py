@@ -109,3 +109,26 @@ def test_a_state_at_the_end_of_a_drop_last_epoch_starts_the_next(stores, mixture
     got = [x["input_ids"] for x in b]
     assert b.epoch == 1 and len(got) == len(want) > 0
     assert all(torch.equal(g, w) for g, w in zip(got, want))
+
+
+@pytest.mark.parametrize("mixture", [False, True])
+def test_the_resume_loop_does_not_replay_a_finished_epoch(stores, mixture):
+    """docs/tasks/resume.md's loop (`for epoch in range(ckpt["epoch"], E): set_epoch(epoch)`)
+    after a checkpoint taken at the end of epoch 0: epoch 0 is an empty pass, epoch 1 is the
+    uninterrupted run's. Before: set_epoch(0) restarted epoch 0, and every batch of it was
+    trained on twice."""
+    src = stores if mixture else stores[0]
+    kw = dict(seq_len=16, seed=9, **({"weights": [2, 1]} if mixture else {}))
+    a = dlcache.Loader(src, 4, **kw)
+    for _ in a:
+        pass
+    ckpt = {"loader": a.state_dict(), "epoch": 0}
+    want = [b["input_ids"].clone() for b in a]  # epoch 1
+    b = dlcache.Loader(src, 4, **kw)
+    b.load_state_dict(ckpt["loader"])
+    got = {}
+    for epoch in range(ckpt["epoch"], 2):
+        b.set_epoch(epoch)
+        got[epoch] = [x["input_ids"] for x in b]
+    assert got[0] == [] and len(got[1]) == len(want) > 0
+    assert all(torch.equal(g, w) for g, w in zip(got[1], want))
