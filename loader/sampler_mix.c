@@ -124,6 +124,20 @@ dlc_status dlc__mix_init(dlc__mix *m, const dlc__mix_source *src, uint32_t n, ui
     }
     if (!(top > 0))
         return dlc__errorf(DLC_EINVAL, "loader: a mixture whose weights are all 0 draws nothing");
+    /* A pass is keyed by its source's content, not its place in the list: two sources of the
+     * same records would walk the same permutations in step, and each batch would hold every
+     * draw twice, side by side. */
+    for (uint32_t s = 1; s < n; s++)
+        for (uint32_t t = 0; t < s; t++)
+            if (src[s].tag == src[t].tag && src[s].count == src[t].count) {
+                char first[64];
+                snprintf(first, sizeof first, "%s", NAME(t));
+                return dlc__errorf(DLC_EINVAL,
+                                   "loader: %s holds the same records as %s (content digest "
+                                   "%016llx): the two would draw the same samples in step; "
+                                   "list it once, with the sum of their weights",
+                                   NAME(s), first, (unsigned long long)src[s].tag);
+            }
     /* Shares of the weights scaled by the largest: each is then in [0, 1] and their sum at most
      * n, where a sum of the weights as given overflows to infinity (two of 1e308 made every
      * share 0 and gave the first source every draw) or loses a weight below its precision. */

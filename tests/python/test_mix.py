@@ -134,6 +134,14 @@ def test_refusals(sources, tmp_path):
                   progress=False)
     with pytest.raises(dlcache.InvalidArgumentError, match="other.dlc"):
         _loader([sources[0], other])
+    # One store twice, or a copy of it: each pass is keyed by the records, so the two would draw
+    # the same samples in step (every batch in pairs).
+    import shutil
+    shutil.copy(sources[0], tmp_path / "copy.dlc")
+    for twice in ([sources[0], sources[1], sources[0]], [sources[0], str(tmp_path / "copy.dlc")]):
+        with pytest.raises(dlcache.InvalidArgumentError, match="holds the same records as .*a.dlc"
+                           ".*list it once, with the sum of their weights"):
+            _loader(twice)
     mixed, plain = _loader([sources[0]]), dlcache.Loader(sources[0], 10, crop=4)
     with pytest.raises(ValueError, match="single source"):
         mixed.load_state_dict(plain.state_dict())
@@ -371,17 +379,27 @@ def test_streamed_source_schema_mismatch_is_named(url, s3, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def url2(s3, other_set):
-    """other_set pushed to s3://b/sets/o: a second streamed set (3 shards of 50)."""
+def third_set(demo_dir, tmp_path_factory):
+    """The demo images at another size, as a set of 3 shards: records of their own (a mixture
+    refuses two sources of the same records)."""
+    path = tmp_path_factory.mktemp("mixstream3") / "third"
+    dlcache.build(str(demo_dir), str(path), size=40, threads=2, shards=3)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def url2(s3, third_set):
+    """third_set pushed to s3://b/sets/o: a second streamed set (3 shards of 50)."""
     import subprocess
     from conftest import tool
-    r = subprocess.run([tool("cachewarm"), "push", other_set, "s3://b/sets/o", "--endpoint", s3,
+    r = subprocess.run([tool("cachewarm"), "push", third_set, "s3://b/sets/o", "--endpoint", s3,
                         "-q"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, "cachewarm push: %s" % r.stderr
     return "s3://b/sets/o"
 
 
-def test_two_streamed_sources_share_one_cache(other_set, local_set, url, url2, s3, tmp_path):
+def test_two_streamed_sources_share_one_cache(other_set, third_set, local_set, url, url2, s3,
+                                              tmp_path):
     """A local store and two streamed sets through one cache folder at the smallest limit (the
     sum of both sources' needs): each streamed source's passes are whole and its records are its
     local copy's, and the batches equal those of a run without a limit on another thread count."""
@@ -399,7 +417,7 @@ def test_two_streamed_sources_share_one_cache(other_set, local_set, url, url2, s
     for p, q in zip(got, again):
         for a, b in zip(p, q):
             assert all(torch.equal(x, y) for x, y in zip(a, b))
-    local = {1: _images_of(local_set), 2: _images_of(other_set)}
+    local = {1: _images_of(local_set), 2: _images_of(third_set)}
     drawn = {0: [], 1: [], 2: []}
     for epoch in got:
         for images, _, idx, src in epoch:

@@ -118,3 +118,11 @@ def rows_of_iter(it):
     for b in it:
         out += [r.astype(np.int64).tobytes() for r in b["input_ids"].numpy()]
     return out
+
+
+def test_one_store_twice_is_refused(stores):
+    """Each pass is keyed by the store's records: [A, A] drew the same windows in step, every
+    batch holding each row twice, side by side."""
+    with pytest.raises(dlcache.InvalidArgumentError, match="small.dlc holds the same records as "
+                       ".*small.dlc.*list it once, with the sum of their weights"):
+        dlcache.Loader([stores[0], stores[1], stores[0]], B, seq_len=S, seed=SEED)
