@@ -345,9 +345,16 @@ fail:
  * only lose the early warning; the build still reports a full disk when it happens. */
 static dlc_status create_file(dlc_writer *w, uint64_t want)
 {
-    const int fd = open(w->temp_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    const int fd = open(w->temp_path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0)
         return dlc__errorf(-errno, "%s: cannot create: %s", w->temp_path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        const int e = errno;
+        close(fd);
+        return dlc__errorf(-e, "%s: fstat: %s", w->temp_path, strerror(e));
+    }
+    w->temp_dev = (uint64_t)st.st_dev, w->temp_ino = (uint64_t)st.st_ino;
     dlc_status rc = DLC_OK;
     if (fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)w->mapsize) == 0) {
         w->writemap = 1;
@@ -360,6 +367,23 @@ static dlc_status create_file(dlc_writer *w, uint64_t want)
     }
     close(fd);
     return rc;
+}
+
+/* Is @p fd (or, with -1, what the temporary name holds now, not following a link) the file that
+ * create_file() made? DLC_EINVAL naming @p what otherwise. */
+static dlc_status check_ours(const dlc_writer *w, int fd, const char *what)
+{
+    struct stat st;
+    const int r = fd >= 0 ? fstat(fd, &st) : lstat(w->temp_path, &st);
+    if (r != 0)
+        return dlc__errorf(-errno, "%s: %s", w->temp_path, strerror(errno));
+    if (!S_ISREG(st.st_mode) || (uint64_t)st.st_dev != w->temp_dev ||
+        (uint64_t)st.st_ino != w->temp_ino)
+        return dlc__errorf(DLC_EINVAL,
+                           "%s: %s (another file or a link is at its name now; a process "
+                           "sharing the folder moved it): nothing was written through it",
+                           w->temp_path, what);
+    return DLC_OK;
 }
 
 /* Create the temporary LMDB file and its two databases. */
@@ -405,6 +429,8 @@ static dlc_status files_open(dlc_writer *w, uint64_t size_hint)
             mdb_strerror(mrc));
     if (mdb_env_get_fd(w->env, &w->fd) != 0)
         w->fd = -1;
+    /* LMDB opens the file by its name: it must be the one create_file() made. */
+    CHECK(check_ours(w, w->fd, "was replaced before it was opened"));
     /* For measuring the copy through the map against pwrite() with the same binary. */
     w->no_pwrite = getenv("DLCACHE_WRITER_NO_PWRITE") != NULL;
     w->no_flush = getenv("DLCACHE_WRITER_NO_FLUSH") != NULL;
@@ -452,8 +478,15 @@ fail:
 dlc_status dlc__wfile_seal_file(dlc_writer *w, uint64_t used)
 {
     dlc_status rc = DLC_OK;
-    const int fd = open(w->temp_path, O_RDWR | O_CLOEXEC);
+    /* Reopened by its name, never through a link, and only if it is still the file this writer
+     * made: in a folder others may write, the name can have been moved to another file, which a
+     * truncation must never reach. */
+    rc = check_ours(w, -1, "was replaced while the store was written");
+    if (rc != DLC_OK)
+        return rc;
+    const int fd = open(w->temp_path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     FAIL_IF(fd < 0, -errno, "%s: cannot reopen: %s", w->temp_path, strerror(errno));
+    CHECK(check_ours(w, fd, "was replaced while the store was written"));
     FAIL_IF(ftruncate(fd, (off_t)used) != 0, -errno, "%s: cannot trim to %" PRIu64 " bytes: %s",
             w->temp_path, used, strerror(errno));
     /* Truncating to the current size does not free blocks that fallocate
@@ -467,6 +500,7 @@ dlc_status dlc__wfile_seal_file(dlc_writer *w, uint64_t used)
      * absent), after it the new one, whole and synced. What stands there now
      * is checked again: the build may have taken hours. */
     CHECK(check_destination(w->final_path, 1));
+    CHECK(check_ours(w, -1, "was replaced while the store was written"));
     FAIL_IF(rename(w->temp_path, w->final_path) != 0, -errno, "%s: cannot rename to %s: %s",
             w->temp_path, w->final_path, strerror(errno));
     /* Without this fsync a crash could forget the rename itself. */

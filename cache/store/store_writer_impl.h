@@ -39,9 +39,11 @@ typedef struct field_stats {
 } field_stats;
 
 struct dlc_writer {
-    char *final_path; /* Where the store goes at finish. */
-    char *temp_path;  /* FINAL.tmp-PID: ".tmp-" marks it as never a store. */
-    char *dir_path;   /* Directory of both, for statvfs and the final fsync. */
+    char *final_path;            /* Where the store goes at finish. */
+    char *temp_path;             /* FINAL.tmp-PID: ".tmp-" marks it as never a store. */
+    uint64_t temp_dev, temp_ino; /* The file created there: what every later open of the path
+                                    must find (a co-tenant may rename it and plant a link). */
+    char *dir_path;              /* Directory of both, for statvfs and the final fsync. */
     MDB_env *env;
     MDB_txn *txn; /* The open write transaction, or NULL. */
     MDB_dbi dbi_meta;

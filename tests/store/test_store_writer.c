@@ -220,6 +220,40 @@ Test(store_writer, only_a_file_or_a_link_is_replaced)
     free(path);
 }
 
+/* A co-tenant of a folder others may write moves the temporary file aside while the store is
+ * written and plants a link to a file of someone else's at its name: the seal must neither
+ * truncate what the link points to nor publish the link. */
+Test(store_writer, a_temporary_file_moved_aside_is_never_written_through)
+{
+    char *path = tmp_path(dir, "s.dlc"), *victim = tmp_path(dir, "victim.txt");
+    char *aside = tmp_path(dir, "aside");
+    FILE *f = fopen(victim, "w");
+    cr_assert_not_null(f);
+    for (int i = 0; i < 100000; i++)
+        fputs("precious ", f);
+    fclose(f);
+    struct stat before;
+    cr_assert_eq(stat(victim, &before), 0);
+    dlc__store_writer *w = NULL;
+    cr_assert_eq(dlc__store_writer_open(path, 1, 1u << 20, &w), DLC_OK, "%s", dlc_errmsg());
+    uint8_t buf[12] = {0};
+    cr_assert_eq(dlc__store_writer_put(w, 0, 2, 2, 3, DLC_ENCODING_RAW, buf, 12), DLC_OK);
+    const char *temp = dlc__store_writer_temp_path(w);
+    cr_assert_eq(rename(temp, aside), 0);
+    cr_assert_eq(symlink(victim, temp), 0);
+    const char *names[] = {"a"};
+    const dlc__store_meta meta = {names, 1, 0, NULL, 0};
+    cr_assert_eq(dlc__store_writer_finish(w, &meta), DLC_EINVAL); /* frees the writer */
+    cr_assert(strstr(dlc_errmsg(), "was replaced while the store was written"), "%s", dlc_errmsg());
+    struct stat after;
+    cr_assert_eq(stat(victim, &after), 0);
+    cr_assert_eq(after.st_size, before.st_size, "the link's target was truncated");
+    cr_assert_neq(lstat(path, &after), 0, "nothing was published");
+    free(aside);
+    free(victim);
+    free(path);
+}
+
 Test(store_writer, abort_keeps_the_old_store_and_no_temp)
 {
     char *path = tmp_path(dir, "s.dlc");
