@@ -78,6 +78,11 @@ size_t dlc__url_child(const char *base, const char *name, char *buf, size_t cap)
  * a secret, AWS key ids (common/redact.c says which). Idempotent. Every message and log line of
  * the library passes through it. Returns @p buf. */
 const char *dlc__redact_text(const char *in, char *buf, size_t cap);
+/* Remember @p value (a credential read from the environment or a metadata server, 8 bytes or
+ * more) as a secret in use: dlc__redact_text() cuts it wherever it stands, also where no key or
+ * scheme names it (a server's error body quoting the token it was sent). The 16 latest are kept
+ * for the process's life. Thread-safe. */
+void dlc__redact_add_secret(const char *value);
 
 /* The message of a failure and its site, kept while cleanup code runs calls that may overwrite
  * them:

@@ -12,12 +12,15 @@
  *   - the value after a key (followed by ':' or '=', quotes allowed) whose name holds "token",
  *     "signature", "credential", "secret", "password", "passwd", "apikey", "api-key",
  *     "api_key", "cookie" or "authorization" (for the last two, the whole rest of the line);
- *   - AWS access key ids (AKIA/ASIA and 16 capitals or digits), wherever they stand.
+ *   - AWS access key ids (AKIA/ASIA and 16 capitals or digits), wherever they stand;
+ *   - the credentials in use (dlc__redact_add_secret()), wherever they stand.
  * Each cut leaves "REDACTED", so that running the function over its own output changes nothing. */
 #include "common.h"
 
 #include <ctype.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -209,6 +212,70 @@ static size_t separator_len(const char *s, size_t n)
     return i;
 }
 
+/* The credentials in use, cut from any text by their value: the grammar below finds a secret by
+ * the words around it, and a server's body may quote one with none ("The security token X
+ * included in the request is expired"). */
+#define MAX_SECRETS 16
+#define MIN_SECRET 8 /* Shorter values would cut ordinary words. */
+static pthread_mutex_t secrets_mu = PTHREAD_MUTEX_INITIALIZER;
+static char *secrets[MAX_SECRETS];
+static size_t secret_lens[MAX_SECRETS];
+static size_t nsecrets;
+
+void dlc__redact_add_secret(const char *value)
+{
+    const size_t n = value ? strlen(value) : 0;
+    if (n < MIN_SECRET)
+        return;
+    pthread_mutex_lock(&secrets_mu);
+    size_t k = 0;
+    while (k < nsecrets && !(secret_lens[k] == n && memcmp(secrets[k], value, n) == 0))
+        k++;
+    char *copy = k == nsecrets ? strdup(value) : NULL;
+    if (copy) {
+        if (nsecrets == MAX_SECRETS) { /* The oldest goes: a refreshed token replaced it. */
+            free(secrets[0]);
+            memmove(secrets, secrets + 1, (MAX_SECRETS - 1) * sizeof *secrets);
+            memmove(secret_lens, secret_lens + 1, (MAX_SECRETS - 1) * sizeof *secret_lens);
+            nsecrets--;
+        }
+        secrets[nsecrets] = copy;
+        secret_lens[nsecrets++] = n;
+    }
+    pthread_mutex_unlock(&secrets_mu);
+}
+
+/* @p in with every credential in use replaced by the mark, in memory to free; NULL when none
+ * occurs in it (or there is no memory: the grammar still runs over @p in). */
+static char *cut_secrets(const char *in, size_t n)
+{
+    char *out = NULL;
+    pthread_mutex_lock(&secrets_mu);
+    for (size_t k = 0; k < nsecrets && !out; k++)
+        if (memmem(in, n, secrets[k], secret_lens[k]))
+            out = malloc(n + 1); /* Each secret is at least as long as the mark. */
+    if (out) {
+        size_t i = 0, o = 0;
+        while (i < n) {
+            size_t k = 0;
+            while (k < nsecrets &&
+                   !(secret_lens[k] <= n - i && memcmp(in + i, secrets[k], secret_lens[k]) == 0))
+                k++;
+            if (k < nsecrets) {
+                memcpy(out + o, mark, MARK_LEN);
+                o += MARK_LEN, i += secret_lens[k];
+            } else {
+                out[o++] = in[i++];
+            }
+        }
+        out[o] = '\0';
+    }
+    pthread_mutex_unlock(&secrets_mu);
+    return out;
+}
+
+static void redact_grammar(const char *in, char *buf, size_t cap);
+
 const char *dlc__redact_text(const char *in, char *buf, size_t cap)
 {
     if (!buf || cap == 0)
@@ -217,6 +284,15 @@ const char *dlc__redact_text(const char *in, char *buf, size_t cap)
         snprintf(buf, cap, "(null)");
         return buf;
     }
+    char *cut = cut_secrets(in, strlen(in));
+    redact_grammar(cut ? cut : in, buf, cap);
+    free(cut);
+    return buf;
+}
+
+/* The words around a secret: URLs, schemes, keys, AWS key ids (the file's comment). */
+static void redact_grammar(const char *in, char *buf, size_t cap)
+{
     out_buf o = {buf, cap, 0};
     buf[0] = '\0';
     const size_t n = strlen(in);
@@ -307,5 +383,4 @@ const char *dlc__redact_text(const char *in, char *buf, size_t cap)
         put(&o, in + i, wl);
         i = w;
     }
-    return buf;
 }

@@ -348,6 +348,8 @@ static dlc_status resolve_s3(dlc__warm_source *src, const char *url, const dlc_w
 
     const char *ak = env("AWS_ACCESS_KEY_ID"), *sk = env("AWS_SECRET_ACCESS_KEY");
     if (ak && sk) {
+        /* Cut from every message by value: an error body may quote one without its key. */
+        dlc__redact_add_secret(sk);
         src->access_key = strdup(ak);
         src->secret_key = strdup(sk);
         FAIL_IF(!src->access_key || !src->secret_key, -ENOMEM, "warm: out of memory");
@@ -356,6 +358,7 @@ static dlc_status resolve_s3(dlc__warm_source *src, const char *url, const dlc_w
          * hash, so the unsigned-payload marker is the honest value. */
         CHECK(add_header(src, "x-amz-content-sha256: %s", "UNSIGNED-PAYLOAD"));
         const char *token = env("AWS_SESSION_TOKEN");
+        dlc__redact_add_secret(token);
         if (token)
             CHECK(add_header(src, "x-amz-security-token: %s", token));
     } else {
@@ -466,8 +469,10 @@ static dlc_status resolve_gcs(dlc__warm_source *src, const char *url, const dlc_
 
     const char *t = env("GOOGLE_OAUTH_ACCESS_TOKEN");
     if (t) {
+        dlc__redact_add_secret(t);
         CHECK(add_header(src, "Authorization: Bearer %s", t));
     } else if (gce_token(opt, token, sizeof token) == DLC_OK) {
+        dlc__redact_add_secret(token);
         CHECK(add_header(src, "Authorization: Bearer %s", token));
     } else {
         dlc__logf(opt->log, opt->log_user, DLC_LOG_INFO,

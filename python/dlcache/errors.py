@@ -202,6 +202,10 @@ def error_for(status, context=None):
         cls = _BY_CODE.get(status, DlcacheError)
     else:
         cls = _BY_ERRNO.get(-status, DlcacheOSError)
+    # The context is often a path the caller gave: a URL's password or signature must not ride
+    # on the exception (its context, vars(), a pickle of it) past what str() shows.
+    if isinstance(context, str) and "://" in context:
+        context = redact(context)
     return cls(status, strerror, detail, context)
 
 

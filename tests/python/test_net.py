@@ -105,6 +105,18 @@ def test_refusals_show_no_secret(servers, net_env, monkeypatch, tmp_path, scheme
             _clean(str(w.message))
 
 
+def test_an_exception_holds_no_secret_in_any_attribute(tmp_path):
+    """dlcache.info() given a URL by mistake: str() was redacted, but the exception's context,
+    vars() and pickle held the password and the signature."""
+    import pickle
+    url = "http://alice:PWSECRET@127.0.0.1:9/nosuchset?X-Amz-Signature=SIGSECRET"
+    with pytest.raises(dlcache.DlcacheError) as e:
+        dlcache.info(url)
+    _clean(str(e.value))
+    _clean(repr(vars(e.value)))
+    _clean(repr(pickle.dumps(e.value)))
+
+
 def test_retries_warn_once_without_secrets(servers, net_env, monkeypatch, tmp_path):
     """In a child without logging set up, as a user runs it: each retry is one line."""
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:%d" % servers[("echo503", "xml")])

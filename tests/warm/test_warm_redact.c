@@ -144,3 +144,32 @@ Test(warm_redact, server_body_is_code_and_message)
     dlc__warm_describe_body(text, strlen(text), out, sizeof out);
     cr_assert_str_eq(out, "Denied. You sent:");
 }
+
+/* A server may quote the credential it was sent with no key or scheme before it: the values in
+ * use are cut wherever they stand (dlc__redact_add_secret()), in every wording the S3, GCS and
+ * proxy answers use; short values and other words are left alone. */
+Test(warm_redact, credentials_in_use_are_cut_by_value)
+{
+    dlc__redact_add_secret("FQoGZXIvYXdzSESSIONSECRET9");
+    dlc__redact_add_secret("ya29.BEARERSECRET8");
+    dlc__redact_add_secret("short"); /* under 8 bytes: never a cut */
+    static const char *const bodies[] = {
+        "HTTP 403: The security token FQoGZXIvYXdzSESSIONSECRET9 included in the request is "
+        "expired",
+        "<Error><Code>ExpiredToken</Code><Message>FQoGZXIvYXdzSESSIONSECRET9 "
+        "expired</Message></Error>",
+        "{\"error\": {\"message\": \"bad credential ya29.BEARERSECRET8 for bucket\"}}",
+        "[\"x-amz-security-token\", \"FQoGZXIvYXdzSESSIONSECRET9\"]",
+        "the header was ya29.BEARERSECRET8ya29.BEARERSECRET8, twice",
+    };
+    for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++) {
+        const char *out = redact(bodies[i]);
+        cr_assert_null(strstr(out, "SESSIONSECRET"), "'%s'", out);
+        cr_assert_null(strstr(out, "BEARERSECRET"), "'%s'", out);
+        cr_assert_not_null(strstr(out, "REDACTED"), "'%s'", out);
+    }
+    cr_assert_str_eq(redact("a short word and expired tokens stay"),
+                     "a short word and expired tokens stay");
+    cr_assert_str_eq(redact("HTTP 403: The security token FQoGZXIvYXdzSESSIONSECRET9 included"),
+                     "HTTP 403: The security token REDACTED included");
+}
