@@ -116,6 +116,31 @@ def _log_cb(_user, level, msg):
 # One callback object for every loader: ctypes keeps it alive with the module.
 _LOG_CB = L.LOG_FN(_log_cb)
 
+FORKED = ("this dlcache loader was opened in process %d, and this process is a fork of it: its "
+          "worker threads did not come along. Open a Loader in the child, or hand it over "
+          "pickled (multiprocessing's 'spawn' and 'forkserver' do; pickle.dumps(loader) "
+          "carries its arguments and position)")
+
+# The C loaders of this process, each with the pid that opened it.
+_LIVE = weakref.WeakSet()  # type: weakref.WeakSet[_Handle]
+_PID = os.getpid()
+
+
+def _forget_in_child():
+    """After fork(): the child has the parent's loaders' memory but none of their threads. Each
+    is let go without a close (which would wait for threads that are not there), and any use
+    says why (FORKED)."""
+    global _PID
+    parent, _PID = _PID, os.getpid()
+    for h in list(_LIVE):
+        h._fin.detach()
+        h.ptr = None
+        h.forked = parent
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
+
 
 def _close_loader(ptr, pins):
     if pins is not None:
@@ -132,11 +157,13 @@ class _Handle:
     interpreter. @p pins: the torch device backend's registered slots, let go
     of before the close."""
 
-    __slots__ = ("ptr", "_fin", "__weakref__")
+    __slots__ = ("ptr", "_fin", "forked", "__weakref__")
 
     def __init__(self, ptr, pins=None):
         self.ptr = ptr
+        self.forked = False
         self._fin = weakref.finalize(self, _close_loader, ptr, pins)
+        _LIVE.add(self)
 
     def close(self) -> None:
         if self.ptr is not None:
@@ -1275,6 +1302,8 @@ class Loader:
         return self._count
 
     def _ptr(self):
+        if self._handle is not None and self._handle.forked:
+            raise RuntimeError(FORKED % self._handle.forked)
         if self._handle is None or self._handle.ptr is None:
             raise ValueError("this dlcache.Loader is closed")
         return self._handle.ptr
@@ -1326,6 +1355,8 @@ class Loader:
     def _gone(self, gen):
         """The error of an iterator whose Loader was closed, or that iter(), load_state_dict()
         or close() made stale."""
+        if self._handle is not None and self._handle.forked:
+            return RuntimeError(FORKED % self._handle.forked)
         if self._closed or self._handle is None or self._handle.ptr is None:
             return ValueError("this dlcache.Loader is closed")
         return RuntimeError("this dlcache.Loader iterator is stale: iter(), load_state_dict() "

@@ -289,6 +289,7 @@ class TokenLoader:
         given = {k: v for k, v in locals().items() if k not in ("self", "torch")}
         self._torch = torch
         self._h = _P()
+        self._pid = os.getpid()  # a fork's copy has none of the C loader's threads
         self._gen = 0
         # The arguments as given (those not at their default): what a pickled copy re-opens
         # with. URLs lose their secrets (credentials come from the environment again).
@@ -422,6 +423,9 @@ class TokenLoader:
     def _ptr(self):
         if "_lazy" in self.__dict__:
             self._materialize()
+        if self.__dict__.get("_h") and self._pid != os.getpid():
+            from .loader import FORKED
+            raise RuntimeError(FORKED % self._pid)
         if not self.__dict__.get("_h"):
             raise ValueError("this dlcache TokenLoader is closed")
         return self._h
@@ -685,6 +689,9 @@ class TokenLoader:
             self._h, self._gen, self._feed = _P(), 0, None  # never opened
             return
         self._gen += 1
+        if self._h and self._pid != os.getpid():
+            self._h = _P()  # a fork's copy: the parent's threads are not here to stop
+            return
         if self._h:
             try:
                 self._sync()

@@ -208,3 +208,52 @@ def test_ctrl_c_between_the_lend_and_the_yield_changes_no_kept_batch(store, monk
     assert len(again) == len(ref)
     ld.close()
     assert ld._handle.ptr is None
+
+
+@pytest.mark.parametrize("tokens", [False, True])
+def test_a_fork_of_a_loader_says_why_and_exits(store, tmp_path, tokens):
+    """A Loader used in a fork() child (multiprocessing's default start method on Linux) had
+    none of its C threads: next() waited for ever. The child now gets an error saying so, and
+    exits without waiting for threads that are not there; the parent's Loader goes on."""
+    import numpy as np
+    import time
+    if tokens:
+        path = tmp_path / "t.dlc"
+        dlcache.write_tokens([np.arange(1, 50) for _ in range(20)], path, eos_id=0,
+                             vocab_size=100)
+        ld = dlcache.Loader(str(path), 2, seq_len=8)
+    else:
+        ld = dlcache.Loader(store, 10, **KW)
+    it = iter(ld)
+    next(it)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never back into pytest
+        code = 1
+        try:
+            next(iter(ld))
+        except RuntimeError as e:
+            code = 0 if "is a fork of it" in str(e) else 2
+        except BaseException:
+            code = 3
+        os.write(w, b"%d" % code)
+        try:
+            ld.close()
+        finally:
+            os._exit(code)
+    os.close(w)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung")
+    told = os.read(r, 16)
+    os.close(r)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, told
+    assert next(it) is not None, "the parent's Loader goes on"
+    ld.close()
