@@ -105,3 +105,42 @@ def test_cacheinfo_shows_and_verifies_tokens(tmp_path):
     env.close()
     r = subprocess.run([info, str(path), "--verify"], capture_output=True, text=True)
     assert r.returncode == 1 and "token offsets: checksum mismatch" in r.stderr, r.stderr
+
+
+def test_values_a_c_field_would_wrap_are_refused(tmp_path):
+    """Python ints went into 32 and 64-bit C fields as they were: eos_id=2**32 + 7 wrote a store
+    ending documents with 7, doc(2**64) read document 0, set_epoch(2**64) read epoch 0."""
+    docs = [np.arange(1, 20)] * 3
+    for kw, what in ((dict(eos_id=2**32 + 7), "eos_id"), (dict(eos_id=0, vocab_size=2**32 + 50),
+                                                         "vocab_size"),
+                     (dict(eos_id=-1), "eos_id"), (dict(eos_id=1.5), "eos_id")):
+        with pytest.raises(ValueError, match=what):
+            dlcache.write_tokens(docs, tmp_path / "w.dlc", force=True, **kw)
+    dlcache.write_tokens(docs, tmp_path / "w.dlc", eos_id=np.int64(0), vocab_size=np.uint32(100))
+    with dlcache.TokenStore(tmp_path / "w.dlc") as t:
+        for i in (2**64, -1):
+            with pytest.raises(ValueError, match="document must be in"):
+                t.doc(i)
+        assert t.doc(np.int64(1)).tolist()[:3] == [1, 2, 3]
+    ld = dlcache.Loader(str(tmp_path / "w.dlc"), 2, seq_len=4)
+    with pytest.raises(ValueError, match="epoch must be in"):
+        ld.set_epoch(2**64)
+    ld.close()
+
+
+def test_verify_finds_a_flipped_bit_inside_a_document(tmp_path):
+    """doc() and the loader check a document's length and its last id only: a bit flipped
+    inside one was read as another token, and TokenStore.verify() said nothing. It checks every
+    document's checksum now, as cacheinfo --verify does."""
+    p = tmp_path / "flip.dlc"
+    dlcache.write_tokens([np.arange(1000, 1100)] * 5, p, eos_id=0, vocab_size=2000)
+    with dlcache.TokenStore(p) as t:
+        t.verify()
+    raw = bytearray(p.read_bytes())
+    i = raw.find(np.arange(1000, 1010, dtype=np.uint16).tobytes())
+    raw[i + 2] ^= 1
+    p.write_bytes(bytes(raw))
+    with dlcache.TokenStore(p) as t:
+        with pytest.raises(dlcache.CorruptError, match=r"flip.dlc: record \d: field \"tokens\": "
+                           "checksum mismatch"):
+            t.verify()
