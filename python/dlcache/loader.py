@@ -945,6 +945,9 @@ class Loader:
                                    "loader's threads)",
         "pin_memory_device": "pinned memory is automatic with device= (device='cuda:1' copies "
                              "to that GPU)",
+        "dataset": "dlcache.Loader reads a store: give its path first (Loader(path, "
+                   "batch_size, ...)); make one from a torch Dataset with "
+                   "dlcache.write(dataset, path), or from an image folder with cachebuild",
     }
 
     def __new__(cls, *args, **kwargs):

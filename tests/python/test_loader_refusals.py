@@ -53,10 +53,14 @@ def test_prefetch_has_one_limit(store):
     ("num_workers", 4, "dlcache uses threads="),
     ("pin_memory", True, "pinned memory is automatic with device="),
     ("prefetch_factor", 2, "prefetch="),
+    ("dataset", [1, 2], "give its path first"),
 ])
 def test_torch_dataloader_arguments_say_what_to_use(store, arg, value, words):
     with pytest.raises(TypeError, match=words) as e:
-        dlcache.Loader(store, 10, **{arg: value}, **KW)
+        if arg == "dataset":  # DataLoader(dataset=ds, batch_size=10)
+            dlcache.Loader(dataset=value, batch_size=10)
+        else:
+            dlcache.Loader(store, 10, **{arg: value}, **KW)
     assert arg + "=" in str(e.value)
 
 
