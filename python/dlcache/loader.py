@@ -1521,12 +1521,20 @@ class Loader:
             return
         t0 = time.perf_counter()
         memory = ctypes.c_void_p()
-        rc = lib.dlc_loader_keep(ptr, ctypes.byref(batch), ctypes.byref(memory))
+        rc = -1
+        try:
+            rc = lib.dlc_loader_keep(ptr, ctypes.byref(batch), ctypes.byref(memory))
+        finally:
+            # A Ctrl-C's KeyboardInterrupt can land right after the call returns, before rc is
+            # even stored: whether the batch was kept is told by the memory it handed over, and
+            # the books follow it in any case (else _held would name a batch C no longer lent,
+            # and every later next() and close() would fail).
+            if memory.value:
+                self._held.popleft()
+                lease.own(memory.value)
         if rc < 0:
             raise error_for(rc, "dlcache.Loader(%s): giving back a batch that a tensor still "
                             "views" % os.fsdecode(self._path))  # the batch stays lent
-        self._held.popleft()
-        lease.own(memory.value)
         self._kept_s += time.perf_counter() - t0
         self._kept_n += 1
 

@@ -210,6 +210,36 @@ def test_ctrl_c_between_the_lend_and_the_yield_changes_no_kept_batch(store, monk
     assert ld._handle.ptr is None
 
 
+def test_ctrl_c_right_after_a_kept_batch_is_handed_over(store, monkeypatch):
+    """The same for dlc_loader_keep(): a KeyboardInterrupt after it handed a kept batch's
+    memory over, before the Loader took note, left that batch in the Loader's list of lent
+    ones, and every later next() and close() failed ("the batch kept is not one lent")."""
+    with dlcache.Loader(store, 10, **KW) as ld:
+        ref = [b[0].clone() for b in ld]
+    real = lib.dlc_loader_keep
+    calls = []
+
+    def interrupted(*args):
+        rc = real(*args)
+        calls.append(rc)
+        if len(calls) == 1 and rc == 0:
+            raise KeyboardInterrupt  # what the handler raises, after the call returned
+        return rc
+
+    ld = dlcache.Loader(store, 10, prefetch=1, **KW)  # every step keeps the batch held over
+    kept = []
+    monkeypatch.setattr(lib, "dlc_loader_keep", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        for b in ld:
+            kept.append(b[0])
+    monkeypatch.setattr(lib, "dlc_loader_keep", real)
+    again = [b[0].clone() for b in ld]  # the loop run again, as a notebook does
+    assert all(torch.equal(k, r) for k, r in zip(kept, ref))
+    assert len(again) == len(ref)
+    ld.close()
+    assert ld._handle.ptr is None
+
+
 @pytest.mark.parametrize("tokens", [False, True])
 def test_a_fork_of_a_loader_says_why_and_exits(store, tmp_path, tokens):
     """A Loader used in a fork() child (multiprocessing's default start method on Linux) had
