@@ -683,6 +683,31 @@ dlc_status dlc_loader_release(dlc_loader *l, const dlc_batch *batch)
     return DLC_OK;
 }
 
+dlc_status dlc_loader_put_back(dlc_loader *l, const dlc_batch *batch)
+{
+    if (!l || !batch)
+        return dlc__errorf(DLC_EINVAL, "loader: dlc_loader_put_back() needs a loader and a batch");
+    pthread_mutex_lock(&l->mu);
+    dlc__assert_lent(l);
+    const uint32_t k = lent_index_locked(l, batch);
+    /* Only the newest lend, still the one before the consumer's position: the slot holds its
+     * batch unchanged (the workers fill only free slots), so READY again makes the next
+     * next() lend the same bytes. */
+    dlc__slot *s = k < l->nlent ? &l->slots[l->lent[k]] : NULL;
+    if (!s || k + 1 != l->nlent || l->cons_next == 0 || s->batch != l->cons_next - 1) {
+        pthread_mutex_unlock(&l->mu);
+        return dlc__errorf(DLC_EINVAL, "loader: the batch put back is not the last one lent");
+    }
+    s->state = DLC__SLOT_READY;
+    l->nlent--;
+    l->cons_next--;
+    atomic_fetch_sub_explicit(&l->st_batches, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&l->st_samples, s->count, memory_order_relaxed);
+    dlc__assert_lent(l);
+    pthread_mutex_unlock(&l->mu);
+    return DLC_OK;
+}
+
 dlc_status dlc_loader_keep(dlc_loader *l, const dlc_batch *batch, void **memory)
 {
     if (memory)

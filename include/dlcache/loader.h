@@ -599,6 +599,21 @@ DLC_API dlc_status dlc_loader_next_wait(dlc_loader *l, dlc_batch *batch, uint32_
  *  @return DLC_OK, or DLC_EINVAL when @p batch is not one lent. */
 DLC_API dlc_status dlc_loader_release(dlc_loader *l, const dlc_batch *batch);
 
+/** @brief Give back the batch the last dlc_loader_next() lent as if it had not been taken: the
+ *         next dlc_loader_next() lends it again, the same bytes, and a state saved before then
+ *         does not count it as consumed.
+ *
+ * For a caller interrupted between the lend and the batch's delivery (the Python package, when a
+ * Ctrl-C lands there): without it, that batch would count as consumed and a resume would never
+ * deliver it. Host batches only.
+ * @param[in] l The loader.
+ * @param[in] batch The batch the last dlc_loader_next() or dlc_loader_next_wait() lent, still
+ *            lent; not used after.
+ * @return DLC_OK; DLC_EINVAL when an argument is NULL or @p batch is not the last one lent (it is
+ *         then as it was).
+ * Thread safety: the consumer's thread, like dlc_loader_next(). */
+DLC_API dlc_status dlc_loader_put_back(dlc_loader *l, const dlc_batch *batch);
+
 /** @brief Give back a lent batch whose memory the caller still uses: its slot gets new memory
  *         and is refilled there, and the memory the batch points to becomes the caller's.
  *

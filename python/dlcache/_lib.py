@@ -780,6 +780,7 @@ _PROTOTYPES = {
     "dlc_loader_next": (c_status, [_P, ctypes.POINTER(Batch)]),
     "dlc_loader_next_wait": (c_status, [_P, ctypes.POINTER(Batch), ctypes.c_uint32]),
     "dlc_loader_release": (c_status, [_P, ctypes.POINTER(Batch)]),
+    "dlc_loader_put_back": (c_status, [_P, ctypes.POINTER(Batch)]),
     "dlc_loader_keep": (c_status, [_P, ctypes.POINTER(Batch), ctypes.POINTER(_P)]),
     "dlc_loader_kept_free": (None, [_P]),
     "dlc_loader_batches_per_epoch": (ctypes.c_uint64, [_P]),

@@ -1438,8 +1438,6 @@ class Loader:
                         # After a restore this rank's count of the epoch is unknown
                         # (the world size may have changed): then it stays None.
                         self._pos = _RUNNING
-                    if self._yielded is not None:
-                        self._yielded += 1
                     self._kept_marks.append((self._kept_s, self._kept_n))
                     # Made under the lock: a close() waiting for it then finds the batch in
                     # _held and detaches it.
@@ -1455,11 +1453,19 @@ class Loader:
                     # batch lent that Python does not know of, and C's next() would give back
                     # the oldest one Python holds, under the caller's tensors. A batch not yet
                     # in _held has no view the caller can reach: it goes back now.
-                    if feed is None and batch.count and \
-                            not any(h[0] is batch for h in self._held):
-                        lib.dlc_loader_release(ptr, ctypes.byref(batch))
-                        batch.count = 0
+                    # It is put back as not taken (dlc_loader_put_back()): the next next() lends
+                    # it again and a state saved meanwhile does not count it, where a release
+                    # counted as consumed a batch the caller never saw (a resume skipped it).
+                    if feed is None and batch.count:
+                        if self._held and self._held[-1][0] is batch:
+                            self._held.pop()  # made, not yielded: no view is the caller's
+                        if not any(h[0] is batch for h in self._held):
+                            if lib.dlc_loader_put_back(ptr, ctypes.byref(batch)) < 0:
+                                lib.dlc_loader_release(ptr, ctypes.byref(batch))
+                            batch.count = 0
                     raise
+            if self._yielded is not None:
+                self._yielded += 1
             # No local of this frame may hold the batch's lease across the yield: its life is
             # the views' (see _settle_one()).
             if self._transform is None:

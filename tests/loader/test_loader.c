@@ -781,6 +781,48 @@ Test(loader, kept_batch_outlives_its_slot_and_the_loader)
     fx_rmdir(&d);
 }
 
+/* A batch put back is lent again by the next next(), the same bytes, and a state saved in
+ * between does not count it; only the newest lend can be put back. */
+Test(loader, a_batch_put_back_comes_again_and_is_not_consumed)
+{
+    fx_dir d;
+    fx_make_store(&d, N, H, W, CLASSES, 0);
+    for (uint32_t max_lent = 1; max_lent <= 2; max_lent++) {
+        dlc_loader_config c = fx_config();
+        c.prefetch = 3;
+        c.max_lent = max_lent;
+        const uint64_t want = run_hash(d.path, &c);
+        dlc_loader *l = open_ok(d.path, &c);
+        dlc_batch a, b;
+        cr_assert_eq(dlc_loader_next(l, &a), DLC_OK);
+        uint8_t before[DLC_LOADER_STATE_SIZE], after[DLC_LOADER_STATE_SIZE];
+        cr_assert_eq(dlc_loader_state_save(l, before), DLC_OK);
+        cr_assert_eq(dlc_loader_next(l, &b), DLC_OK);
+        const uint64_t hb = XXH3_64bits(b.data, b.bytes), index = b.indices[0];
+        if (max_lent == 2)
+            cr_assert_eq(dlc_loader_put_back(l, &a), DLC_EINVAL, "not the newest lend");
+        cr_assert_eq(dlc_loader_put_back(l, NULL), DLC_EINVAL);
+        cr_assert_eq(dlc_loader_put_back(l, &b), DLC_OK, "%s", dlc_errmsg());
+        cr_assert_eq(dlc_loader_put_back(l, &b), DLC_EINVAL, "put back twice");
+        cr_assert_eq(dlc_loader_state_save(l, after), DLC_OK);
+        cr_assert_eq(memcmp(after, before, sizeof after), 0,
+                     "the state counts the batch before, not the one put back");
+        dlc_loader_close(l);
+        l = open_ok(d.path, &c);
+        cr_assert_eq(dlc_loader_next(l, &a), DLC_OK);
+        cr_assert_eq(dlc_loader_next(l, &b), DLC_OK);
+        cr_assert_eq(dlc_loader_put_back(l, &b), DLC_OK);
+        dlc_batch again;
+        cr_assert_eq(dlc_loader_next(l, &again), DLC_OK);
+        cr_assert_eq(again.indices[0], index);
+        cr_assert_eq(XXH3_64bits(again.data, again.bytes), hb, "the same bytes");
+        cr_assert_eq(dlc_loader_set_epoch(l, 0), DLC_OK);
+        cr_assert_eq(fx_epoch_hash(l, NULL, NULL, 0), want, "max_lent %u", max_lent);
+        dlc_loader_close(l);
+    }
+    fx_rmdir(&d);
+}
+
 Test(loader, next_wait_says_not_yet_then_gives_the_same_bytes)
 {
     fx_dir d;

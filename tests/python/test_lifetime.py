@@ -287,3 +287,38 @@ def test_a_fork_of_a_loader_says_why_and_exits(store, tmp_path, tokens):
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, told
     assert next(it) is not None, "the parent's Loader goes on"
     ld.close()
+
+
+def test_a_batch_interrupted_before_its_yield_is_not_lost_on_resume(store, monkeypatch):
+    """A Ctrl-C landing after dlc_loader_next_wait() lent a batch and before the yield: the
+    batch was given back as consumed, so a state saved then skipped it, and the resumed run
+    never delivered it. It is put back as not taken (dlc_loader_put_back())."""
+    kw = dict(KW, return_indices=True)
+    with dlcache.Loader(store, 10, **kw) as ld:
+        want = [b[2].clone() for b in ld]
+    real = lib.dlc_loader_next_wait
+    calls = []
+
+    def interrupted(*args):
+        rc = real(*args)
+        calls.append(rc)
+        if len(calls) == 3 and rc == 0:
+            raise KeyboardInterrupt  # what the handler raises, after the call returned
+        return rc
+
+    ld = dlcache.Loader(store, 10, **kw)
+    got = []
+    monkeypatch.setattr(lib, "dlc_loader_next_wait", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        for b in ld:
+            got.append(b[2].clone())
+    monkeypatch.setattr(lib, "dlc_loader_next_wait", real)
+    state = ld.state_dict()
+    assert ld.stats()["batches"] == 2, "the interrupted batch is not counted as delivered"
+    ld.close()
+    with dlcache.Loader(store, 10, **kw) as again:
+        again.load_state_dict(state)
+        again.set_epoch(state["epoch"])
+        got += [b[2].clone() for b in again]
+    assert len(got) == len(want)
+    assert all(torch.equal(g, w) for g, w in zip(got, want)), "a batch lost or repeated"
