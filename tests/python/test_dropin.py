@@ -386,15 +386,20 @@ def test_newcomers_training_loop(store256):
 
 
 # ---- 6: mixtures' defaults --------------------------------------------------------------------
-def test_mixture_tuples_warn_that_source_is_dropped(store):
+def test_mixture_tuples_warn_that_source_is_dropped(store, tmp_path):
+    # Two parts of the store (a mixture refuses one store twice: its passes would be in step).
+    from conftest import tool
+    subprocess.run([tool("set_split"), str(store), "2", str(tmp_path / "parts")], check=True,
+                   stdout=subprocess.DEVNULL)
+    a, b = sorted(str(p) for p in (tmp_path / "parts").glob("*.dlc"))
     with pytest.warns(UserWarning, match=r"leave out each sample's source: pass as_dict=True"):
-        dlcache.Loader([store, store], 8, **KW).close()
+        dlcache.Loader([a, b], 8, **KW).close()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        dlcache.Loader([store, store], 8, as_dict=True, **KW).close()
-        dlcache.Loader([store, store], 8, return_source=True, **KW).close()
+        dlcache.Loader([a, b], 8, as_dict=True, **KW).close()
+        dlcache.Loader([a, b], 8, return_source=True, **KW).close()
         dlcache.Loader([store], 8, **KW).close()  # one source: nothing left out
-        with dlcache.Loader([store, store], 8, as_dict=True, **KW) as ld:
+        with dlcache.Loader([a, b], 8, as_dict=True, **KW) as ld:
             # A mixture pickles and continues too.
             it = iter(ld)
             next(it)
@@ -404,7 +409,7 @@ def test_mixture_tuples_warn_that_source_is_dropped(store):
             assert len(got) == len(want) == len(ld) - 1
             assert all(same(g, w) for g, w in zip(got, want))
             twin.close()
-        with dlcache.Loader([store, store], 8, as_dict=True, **KW) as ld:
+        with dlcache.Loader([a, b], 8, as_dict=True, **KW) as ld:
             # Equal weights by default, whatever the sizes.
             assert [s["weight"] for s in ld.sources] == [1.0, 1.0]
 

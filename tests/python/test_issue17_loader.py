@@ -75,9 +75,14 @@ def test_usual_loop_copies_nothing_and_labels_are_own_tensors(store):
         it = iter(ld)
         next(it)
         assert in_slots(x, ranges)
-        # ...and detached once its slot was going to be refilled.
+        # ...and handed over once its slot was going to be refilled: the slot has new memory,
+        # and the batch keeps its bytes.
+        want = x.clone()
         next(it)
-        assert not in_slots(x, ranges)
+        assert not in_slots(x, slot_ranges(ld))
+        for _ in it:
+            pass
+        assert torch.equal(x, want)
 
 
 def test_dict_batches_small_outputs_are_own(store):
