@@ -562,13 +562,25 @@ static dlc_status run_stages(warm_call *w, const char *url, int dest_dir, int st
             return dlc__err_restore(&es, rc); /* Cut short, it would name another object. */
         dlc__warm_source isrc;
         dlc__warm_object iobj;
+        memset(&iobj, 0, sizeof iobj);
         uint32_t retries = 0;
-        const int is_set = dlc__warm_source_init(&isrc, index_url, &w->opt) == DLC_OK &&
-                           dlc__warm_probe(&isrc, &w->opt, &iobj, &retries) == DLC_OK;
+        dlc_status irc = dlc__warm_source_init(&isrc, index_url, &w->opt);
+        if (irc == DLC_OK)
+            irc = dlc__warm_probe(&isrc, &w->opt, &iobj, &retries);
         dlc__warm_source_free(&isrc);
-        if (!is_set)
+        if (irc == DLC_OK)
+            return dlc__warm_set(url, w->dest, w->p->dir_fd, &w->opt, &w->r, w->t0);
+        /* No index either (404, or a URL that names none): the object's 404 is the answer.
+         * An index that is there but refused (401, 403), or a server that failed or stalled
+         * on it, is what the user must hear about: "HTTP 404" of the prefix hid it. */
+        if ((irc == DLC_EHTTP && iobj.status == 404) || irc == DLC_EINVAL || irc == -ENOMEM)
             return dlc__err_restore(&es, rc);
-        return dlc__warm_set(url, w->dest, w->p->dir_fd, &w->opt, &w->r, w->t0);
+        char why[1024];
+        snprintf(why, sizeof why, "%s", dlc_errmsg());
+        return dlc__errorf(irc,
+                           "%s: no object there (HTTP 404), and the set index beside it "
+                           "could not be read: %s",
+                           url, why);
     }
     if (rc < 0 || w->r.already_complete)
         return rc;

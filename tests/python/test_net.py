@@ -263,3 +263,45 @@ def test_a_failed_download_holds_the_loader_until_the_caller_has_it(demo_dir, ne
     finally:
         p.kill()
         p.wait()
+
+
+_INDEX_REFUSED = r"""
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def answer(self, body):
+        code, text = (401, b"token expired") if self.path.split("?")[0].endswith(
+            "/index.dlcset") else (404, b"no such key")
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(text)))
+        self.end_headers()
+        if body:
+            self.wfile.write(text)
+    def do_GET(self):
+        self.answer(True)
+    def do_HEAD(self):
+        self.answer(False)
+    def log_message(self, *a):
+        pass
+s = http.server.HTTPServer(("127.0.0.1", 0), H)
+print(s.server_address[1], flush=True)
+s.serve_forever()
+"""
+
+
+def test_a_refused_set_index_is_named_not_hidden_behind_a_404(tmp_path):
+    """A prefix whose object is not there (404) but whose index.dlcset is refused (401: expired
+    credentials) was reported as "HTTP 404: no detail from the server" of the prefix; the
+    index's own failure is the answer now."""
+    from conftest import tool
+    p = subprocess.Popen([sys.executable, "-c", _INDEX_REFUSED], stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(p.stdout.readline())
+        r = subprocess.run([tool("cachewarm"), "http://127.0.0.1:%d/sets/a" % port, "-o",
+                            str(tmp_path / "a"), "--retries", "0", "--timeout", "5"],
+                           capture_output=True, text=True, timeout=60)
+    finally:
+        p.kill()
+        p.wait()
+    assert r.returncode != 0
+    assert "set index beside it could not be read" in r.stderr and "401" in r.stderr, r.stderr
+    assert "index.dlcset" in r.stderr, r.stderr
