@@ -7,6 +7,7 @@ tensors (dlc_loader_keep()) and freed when the last of them dies.
 The scenarios run in a child interpreter: before the fix they crashed it (SIGSEGV, float16 and
 float32) or changed the rows' values (uint8), and a crash must fail this test, not end pytest."""
 
+import contextlib
 import ctypes
 import os
 import subprocess
@@ -172,6 +173,27 @@ def test_batches_kept_across_a_new_epoch_with_one_held_over(store, as_dict):
     assert not bad, "batches %s of epoch 1 changed" % bad
 
 
+@contextlib.contextmanager
+def _ctrl_c_after(monkeypatch, name, nth):
+    """lib.NAME raising KeyboardInterrupt right after its @p nth call returned DLC_OK: where
+    Python's SIGINT handler raises when the signal lands during the call."""
+    real = getattr(lib, name)
+    calls = []
+
+    def interrupted(*args):
+        rc = real(*args)
+        calls.append(rc)
+        if len(calls) == nth and rc == 0:
+            raise KeyboardInterrupt
+        return rc
+
+    monkeypatch.setattr(lib, name, interrupted)
+    try:
+        yield
+    finally:
+        monkeypatch.setattr(lib, name, real)
+
+
 @pytest.mark.parametrize("as_dict", [False, True])
 def test_ctrl_c_between_the_lend_and_the_yield_changes_no_kept_batch(store, monkeypatch, as_dict):
     """Python runs a SIGINT handler right after a C call returns: a KeyboardInterrupt there,
@@ -184,23 +206,11 @@ def test_ctrl_c_between_the_lend_and_the_yield_changes_no_kept_batch(store, monk
 
     with dlcache.Loader(store, 10, as_dict=as_dict, **KW) as ld:
         ref = [image(b).clone() for b in ld]
-    real = lib.dlc_loader_next_wait
-    calls = []
-
-    def interrupted(*args):
-        rc = real(*args)
-        calls.append(rc)
-        if len(calls) == 3 and rc == 0:
-            raise KeyboardInterrupt  # what the handler raises, after the call returned
-        return rc
-
     ld = dlcache.Loader(store, 10, as_dict=as_dict, **KW)
     kept = []
-    monkeypatch.setattr(lib, "dlc_loader_next_wait", interrupted)
-    with pytest.raises(KeyboardInterrupt):
+    with _ctrl_c_after(monkeypatch, "dlc_loader_next_wait", 3), pytest.raises(KeyboardInterrupt):
         for b in ld:
             kept.append(image(b))
-    monkeypatch.setattr(lib, "dlc_loader_next_wait", real)
     assert len(kept) == 2
     again = [image(b).clone() for b in ld]  # the next epoch, as a notebook runs the cell again
     bad = [i for i, k in enumerate(kept) if not torch.equal(k, ref[i])]
@@ -216,23 +226,11 @@ def test_ctrl_c_right_after_a_kept_batch_is_handed_over(store, monkeypatch):
     ones, and every later next() and close() failed ("the batch kept is not one lent")."""
     with dlcache.Loader(store, 10, **KW) as ld:
         ref = [b[0].clone() for b in ld]
-    real = lib.dlc_loader_keep
-    calls = []
-
-    def interrupted(*args):
-        rc = real(*args)
-        calls.append(rc)
-        if len(calls) == 1 and rc == 0:
-            raise KeyboardInterrupt  # what the handler raises, after the call returned
-        return rc
-
     ld = dlcache.Loader(store, 10, prefetch=1, **KW)  # every step keeps the batch held over
     kept = []
-    monkeypatch.setattr(lib, "dlc_loader_keep", interrupted)
-    with pytest.raises(KeyboardInterrupt):
+    with _ctrl_c_after(monkeypatch, "dlc_loader_keep", 1), pytest.raises(KeyboardInterrupt):
         for b in ld:
             kept.append(b[0])
-    monkeypatch.setattr(lib, "dlc_loader_keep", real)
     again = [b[0].clone() for b in ld]  # the loop run again, as a notebook does
     assert all(torch.equal(k, r) for k, r in zip(kept, ref))
     assert len(again) == len(ref)
@@ -296,23 +294,11 @@ def test_a_batch_interrupted_before_its_yield_is_not_lost_on_resume(store, monke
     kw = dict(KW, return_indices=True)
     with dlcache.Loader(store, 10, **kw) as ld:
         want = [b[2].clone() for b in ld]
-    real = lib.dlc_loader_next_wait
-    calls = []
-
-    def interrupted(*args):
-        rc = real(*args)
-        calls.append(rc)
-        if len(calls) == 3 and rc == 0:
-            raise KeyboardInterrupt  # what the handler raises, after the call returned
-        return rc
-
     ld = dlcache.Loader(store, 10, **kw)
     got = []
-    monkeypatch.setattr(lib, "dlc_loader_next_wait", interrupted)
-    with pytest.raises(KeyboardInterrupt):
+    with _ctrl_c_after(monkeypatch, "dlc_loader_next_wait", 3), pytest.raises(KeyboardInterrupt):
         for b in ld:
             got.append(b[2].clone())
-    monkeypatch.setattr(lib, "dlc_loader_next_wait", real)
     state = ld.state_dict()
     assert ld.stats()["batches"] == 2, "the interrupted batch is not counted as delivered"
     ld.close()
