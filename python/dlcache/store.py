@@ -2,6 +2,7 @@
 
 import ctypes
 import json
+import operator
 import os
 import sys
 from typing import Sequence
@@ -34,8 +35,15 @@ def _fspath(value, name):
 
 
 def _uint(value, name, lo=0, hi=2**32 - 1):
-    if isinstance(value, bool) or not isinstance(value, int):
+    """@p value as an int in lo..hi, else a ValueError naming @p name: what a C field takes
+    without wrapping. Integers of any kind (numpy's, a 0-d integral tensor) are taken; bools,
+    floats and strings are not."""
+    if isinstance(value, bool):
         raise ValueError("%s must be an integer, not %r" % (name, value))
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise ValueError("%s must be an integer, not %r" % (name, value)) from None
     if not lo <= value <= hi:
         raise ValueError("%s must be in [%d, %d], got %d" % (name, lo, hi, value))
     return value

@@ -66,19 +66,6 @@ _lib._PROTOTYPES.update({
 _DTYPES = {None: 0, "auto": 0, "uint16": _lib.DTYPE_UINT16, "int32": _lib.DTYPE_INT32}
 
 
-def _whole(value, name, hi):
-    """@p value as an int in 0..@p hi (ints, numpy integers, integral tensors), else a
-    ValueError naming @p name: what a C field takes without wrapping."""
-    import operator
-    try:
-        v = operator.index(value)
-    except TypeError:
-        raise ValueError("%s must be an integer, not %r" % (name, value)) from None
-    if not 0 <= v <= hi:
-        raise ValueError("%s must be in [0, %d], got %d" % (name, hi, v))
-    return v
-
-
 def write_tokens(docs, path, eos_id, vocab_size=0, dtype=None, tokenizer=None,
                  tokenizer_digest=0, force=False):
     """Write a token store at ``path``: one record per document of ``docs`` (an iterable of
@@ -92,8 +79,8 @@ def write_tokens(docs, path, eos_id, vocab_size=0, dtype=None, tokenizer=None,
         raise ValueError("dtype is 'uint16' or 'int32', not %r" % (dtype,))
     # Checked before the C fields take them: 2**32 + 7 would be an end-of-document id of 7.
     cfg.dtype = _DTYPES[dtype]
-    cfg.vocab_size = _whole(vocab_size, "vocab_size", 2**32 - 1)
-    cfg.eos_id = _whole(eos_id, "eos_id", 2**32 - 1)
+    cfg.vocab_size = _uint(vocab_size, "vocab_size", 0, 2**32 - 1)
+    cfg.eos_id = _uint(eos_id, "eos_id", 0, 2**32 - 1)
     cfg.force = 1 if force else 0
     cfg.tokenizer = tokenizer.encode() if tokenizer else None
     cfg.tokenizer_digest = int(tokenizer_digest)
@@ -159,7 +146,7 @@ class TokenStore:
 
     def doc(self, i):
         data, n = _P(), ctypes.c_uint64()
-        i = _whole(i, "document", 2**64 - 1)  # 2**64 was document 0
+        i = _uint(i, "document", 0, 2**64 - 1)  # 2**64 was document 0
         check(lib.dlc_tokens_doc(self._t, self._r, i, ctypes.byref(data), ctypes.byref(n)),
               self.path)
         buf = (ctypes.c_char * (n.value * self._dtype.itemsize)).from_address(data.value)
@@ -549,7 +536,7 @@ class TokenLoader:
         """Make the next iter() start epoch ``epoch`` from its beginning (DistributedSampler's
         set_epoch()). After load_state_dict() of a mid-epoch state, set_epoch() with that same
         epoch keeps the restored position (the usual resume loop calls it for every epoch)."""
-        epoch = _whole(epoch, "epoch", 2**63 - 1)  # 2**64 was epoch 0 in C
+        epoch = _uint(epoch, "epoch", 0, 2**63 - 1)  # 2**64 was epoch 0 in C
         if self._resume is not None and self._resume[0] == epoch:
             return
         if self._end_of == epoch:
