@@ -397,11 +397,11 @@ class TokenLoader:
         self._epoch = 0
         # Where the next iter() starts: "fresh" (at self._epoch's start, or at _resume), "used"
         # (an iter() began this epoch: the next one starts the following epoch), "ended" (a
-        # state saved at the end of self._epoch was loaded: the same as "used").
+        # state saved at the end of self._epoch was loaded: the same as "used"), "drained"
+        # (then set_epoch(self._epoch): the next iter() is that end, an empty pass).
         self._pos = "fresh"
         self._taken = 0  # batches taken since the last seek
         self._resume = None  # (epoch, position, placed) from load_state_dict()
-        self._end_of = None  # the epoch a finished state was restored at the end of
         self._stats = {"batches": 0, "rows": 0, "tokens": 0, "wait_seconds": 0.0}
 
     # ------------------------------------------------------------ pickling
@@ -539,12 +539,11 @@ class TokenLoader:
         epoch = _uint(epoch, "epoch", 0, 2**63 - 1)  # 2**64 was epoch 0 in C
         if self._resume is not None and self._resume[0] == epoch:
             return
-        if self._end_of == epoch:
+        if self._pos in ("ended", "drained") and epoch == self._epoch:
             # Restored at the end of this epoch: the next iter() is that end (an empty pass),
             # not a replay of the epoch; the following one starts the next epoch.
             self._pos = "drained"
             return
-        self._end_of = None
         self._epoch = epoch
         self._resume = None
         self._pos = "fresh"
@@ -554,7 +553,6 @@ class TokenLoader:
         the epoch after the last iter()'s (finished or abandoned), else epoch 0. A new iter(),
         load_state_dict() or close() makes the iterators before it stale."""
         h = self._ptr()
-        self._end_of = None
         if self._pos == "drained":
             self._pos = "ended"
             self._gen += 1
@@ -643,7 +641,7 @@ class TokenLoader:
             epoch, pos, _ = self._resume
         elif self._pos == "fresh":
             epoch = self._epoch
-        elif self._pos == "ended":
+        elif self._pos in ("ended", "drained"):
             epoch, pos, finished = self._epoch, self.num_windows, True
         else:
             epoch = ep.value
@@ -686,7 +684,6 @@ class TokenLoader:
             check(lib.dlc_token_loader_mix_restore(self._ptr(), raw, len(raw)), self.path)
         if state.get("epoch_finished"):
             self._epoch, self._resume, self._pos = int(state["epoch"]), None, "ended"
-            self._end_of = self._epoch
             return
         self._resume = (int(state["epoch"]), int(state["position"]), self._mix)
         self._epoch = int(state["epoch"])
