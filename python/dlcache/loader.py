@@ -121,17 +121,15 @@ FORKED = ("this dlcache loader was opened in process %d, and this process is a f
           "pickled (multiprocessing's 'spawn' and 'forkserver' do; pickle.dumps(loader) "
           "carries its arguments and position)")
 
-# The C loaders of this process, each with the pid that opened it.
+# The C loaders of this process, let go of in a fork() child.
 _LIVE = weakref.WeakSet()  # type: weakref.WeakSet[_Handle]
-_PID = os.getpid()
 
 
 def _forget_in_child():
     """After fork(): the child has the parent's loaders' memory but none of their threads. Each
     is let go without a close (which would wait for threads that are not there), and any use
     says why (FORKED)."""
-    global _PID
-    parent, _PID = _PID, os.getpid()
+    parent = os.getppid()
     for h in list(_LIVE):
         h._fin.detach()
         h.ptr = None
@@ -161,7 +159,7 @@ class _Handle:
 
     def __init__(self, ptr, pins=None):
         self.ptr = ptr
-        self.forked = False
+        self.forked = 0  # after fork(): the pid of the process that opened it
         self._fin = weakref.finalize(self, _close_loader, ptr, pins)
         _LIVE.add(self)
 
@@ -686,15 +684,8 @@ class Loader:
         cfg.seed = _uint(seed, "seed", 0, 2**64 - 1)
         self._seed = seed
         if aug_repeats is not None:
+            # A mixture or shard windows are refused by the C loader's open, naming why.
             cfg.aug_repeats = _uint(aug_repeats, "aug_repeats", 1, 256)
-            if cfg.aug_repeats > 1 and self._mix is not None:
-                raise ValueError("%s: aug_repeats=%d: repeated augmentation applies to one store "
-                                 "or set, not to a mixture (each position is a draw of its "
-                                 "schedule)" % (ctx, aug_repeats))
-            if cfg.aug_repeats > 1 and cfg.sampler == L.SAMPLER_SHARD_WINDOWS:
-                raise ValueError("%s: aug_repeats=%d: repeated augmentation does not apply to "
-                                 "sampler='windows' (a URL's order); read the set from a local "
-                                 "folder" % (ctx, aug_repeats))
         # Kept alive until dlc_loader_open() returns: the C loader copies what it needs.
         keep = []  # type: List[Any]
         _stream.apply(cfg, stream_path, keep, ctx, window_shards=window_shards, streams=streams,

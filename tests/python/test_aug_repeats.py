@@ -100,8 +100,8 @@ def test_refusals(store):
                        (2.0, "aug_repeats must be an integer")):
         with pytest.raises(ValueError, match=match):
             dlcache.Loader(store, 4, crop=8, aug_repeats=bad)
-    with pytest.raises(ValueError, match="aug_repeats=2: repeated augmentation applies to one "
-                       "store or set, not to a mixture"):
+    with pytest.raises(ValueError, match="aug_repeats = 2: repeated augmentation does not apply "
+                       "to a mixture"):
         dlcache.Loader([store, store], 4, crop=8, aug_repeats=2)
     # 1 is off: the plain order, and a state the plain loader takes.
     assert _indices(store, aug_repeats=1) == _indices(store)
