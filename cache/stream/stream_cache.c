@@ -408,6 +408,25 @@ static void *worker(void *arg)
                     /* Another process stuck with us is refusing: its pins go with it. */
                     c->stuck_since = now;
                     wait_for(c, POLL_S);
+                } else if (now - c->stuck_since >= STUCK_S && c->limit == 0) {
+                    /* No limit of the caller's: the disk is what is full, not a limit planned
+                     * for fewer processes (so not EDEADLK, which the loader explains so). */
+                    dlc__errorf(-ENOSPC,
+                                "%s: shard %u (%s) needs %" PRIu64 " bytes, and for %.0f s the "
+                                "disk holding the cache has had too little free: %" PRIu64
+                                " bytes, less a margin of %" PRIu64 " for the file system, while "
+                                "the cache's folder holds %" PRIu64 " bytes it cannot evict "
+                                "(indexes, and shards in use: %" PRIu64 " bytes pinned by this "
+                                "process): free space on that disk, "
+                                "choose a larger one for cache_dir, or read with fewer "
+                                "window_shards or streams (dlcache.plan() gives the bytes a "
+                                "plan needs)",
+                                c->dir, k, c->x.shards[k].name,
+                                dlc__scache_round(c->x.shards[k].file_bytes), now - c->stuck_since,
+                                c->disk_free, (uint64_t)DLC__SCACHE_FREE_MARGIN, c->seen_usage,
+                                c->pinned_bytes);
+                    record_failure(c, k, -ENOSPC);
+                    c->stuck_since = 0;
                 } else if (now - c->stuck_since >= STUCK_S) {
                     dlc__errorf(-EDEADLK,
                                 "%s: shard %u (%s) needs %" PRIu64 " bytes, and for %.0f s the "

@@ -143,8 +143,10 @@ dlc_status dlc__scache_schedule(dlc__scache *c, const uint32_t *shards, size_t n
  *         DLC_ESTATE (the shard cannot fit beside the shards this process has pinned: the
  *         message gives the bytes); -EDEADLK (no room came for it in 10 s while nothing in the
  *         folder moved: other processes sharing it pin the rest and wait too, so the limit was
- *         planned for fewer processes than share it; the message gives the bytes); DLC_ECANCELED
- * (the cache is being closed); -errno from the file system. A failed acquire pins nothing; the next
+ *         planned for fewer processes than share it; the message gives the bytes); -ENOSPC
+ *         (the same with no limit set: the disk had too little free for 10 s; the message gives
+ *         its free bytes); DLC_ECANCELED (the cache is being closed); -errno from the file
+ *         system. A failed acquire pins nothing; the next
  * acquire of @p k tries again. Thread-safe; the error's detail is in the calling thread's
  * dlc_errmsg(). */
 dlc_status dlc__scache_acquire(dlc__scache *c, uint32_t k, const char **path);

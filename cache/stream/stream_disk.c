@@ -451,18 +451,22 @@ static uint64_t room_limit(dlc__scache *c, uint64_t need)
     if (fstatvfs(c->dir_fd, &sv) != 0)
         return 0;
     const uint64_t avail = (uint64_t)sv.f_bavail * (sv.f_frsize ? sv.f_frsize : sv.f_bsize);
-    const uint64_t margin = 256u << 10;
+    const uint64_t margin = DLC__SCACHE_FREE_MARGIN;
     if (need + margin <= avail)
         return 0;
     const uint64_t lim = c->scan.usage + (avail > margin ? avail - margin : 0);
+    pthread_mutex_lock(&c->mu);
+    c->disk_free = avail;
+    pthread_mutex_unlock(&c->mu);
     if (!c->free_noted) {
         c->free_noted = 1;
         dlc__scache_log(c, DLC_LOG_WARN,
                         "%s: no cache_limit, and the disk has %" PRIu64 " bytes free, too few for "
-                        "the next shard (%" PRIu64 " bytes): the cache now works as if its limit "
+                        "the next shard (%" PRIu64 " bytes) and a margin of %" PRIu64 " for the "
+                        "file system: the cache now works as if its limit "
                         "were what it holds plus what is free (%" PRIu64
                         " bytes), evicting as it goes; set cache_limit to choose",
-                        c->dir, avail, need, lim);
+                        c->dir, avail, need, margin, lim);
     }
     return lim;
 }

@@ -32,6 +32,10 @@ uint64_t dlc__scache_round(uint64_t size);
 /* The bytes a file counts: its allocated blocks, and never less than its rounded size. */
 uint64_t dlc__scache_file_bytes(const struct stat *st);
 
+/* Without a cache_limit, the free bytes of the cache's disk kept for the file system's own
+ * blocks (a directory entry, an index block) when the cache fills it. */
+#define DLC__SCACHE_FREE_MARGIN (256u << 10)
+
 /* The schedule: entries in order, each consumed by the first acquire of its shard; the next use
  * of a shard is its first unconsumed entry. head/next_same make both O(1). */
 typedef struct dlc__scache_plan {
@@ -164,6 +168,8 @@ struct dlc__scache {
     uint64_t blocked_at;   /* The schedule entry whose download ahead found no room at */
     uint64_t blocked_gen;  /* this gen: no later entry is picked until something changes. */
     uint64_t seen_usage;   /* The folder's bytes at the last reservation's scan. */
+    uint64_t disk_free;    /* Without a cache_limit: the disk's free bytes when room_limit() last
+                              found them too few for a shard; 0: never. */
     double stuck_since;    /* Since when a shard an acquire waits for has found no room while */
     uint64_t stuck_usage;  /* the folder held these bytes (nothing moved); 0: not stuck. */
     int stop;

@@ -353,6 +353,36 @@ def test_a_disk_smaller_than_the_set_works_as_a_limit(local_set, url, s3, tmp_pa
     assert err.count("no cache_limit, and the disk has") == 1, err[-2000:]
 
 
+def test_a_disk_too_small_for_the_plan_is_named_not_other_processes(local_set, url, s3,
+                                                                     tmp_path):
+    """No cache_limit, on a disk (a tmpfs) with room for less than the plan's windows: the epoch
+    fails naming the disk's free bytes and what to change. Before: it blamed 'other processes
+    sharing the folder' and 'the cache's limit of 0 bytes', with no other process there."""
+    import dlcache
+    need = dlcache.plan(url, 4, window_shards=2, streams=2, world_size=1, cache_ranks=1,
+                        cache_dir=str(tmp_path / "plan"), endpoint=s3)["cache_needed_bytes"]
+    biggest = max(os.path.getsize(os.path.join(local_set, f)) for f in os.listdir(local_set)
+                  if f.endswith(".dlc"))
+    size = biggest + (256 << 10)
+    if size >= need:
+        pytest.skip("the windows (%d bytes) are not much larger than a shard (%d)"
+                    % (need, biggest))
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%d" % size, "tmpfs", str(mnt)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip("mounting a tmpfs is not permitted here: %s" % r.stderr.strip())
+    try:
+        rc, out, err = _run(_EPOCH_CHILD, url, mnt / "c", s3)
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+    assert rc != 0, out + err[-2000:]
+    assert "the disk holding the cache has had too little free" in err, err[-2000:]
+    assert "window_shards" in err and "limit of 0" not in err, err[-2000:]
+    assert "cache_ranks" not in err and "OSError" in err, err[-2000:]
+
+
 def test_fifos_planted_at_the_shard_names_do_not_hold_the_loader(local_set, url, s3, tmp_path):
     """A co-tenant replaces the shards of a set being read with FIFOs once the Loader is open:
     each is refused as not a regular file and downloaded again over it, and the epoch ends.
