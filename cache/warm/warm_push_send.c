@@ -245,6 +245,15 @@ static dlc_status set_headers(dlc__xfer_slot *s)
     return DLC_OK;
 }
 
+/* How long an answer to CompleteMultipartUpload may take: COMPLETE_TIMEOUTS x timeout_s (10
+ * minutes by default). S3's documentation says joining the parts "could take several minutes";
+ * a bucket that takes longer needs a larger timeout_s. */
+#define COMPLETE_TIMEOUTS 20
+static double complete_deadline_s(const dlc__push_ctx *c)
+{
+    return COMPLETE_TIMEOUTS * (c->net.timeout_s > 0 ? c->net.timeout_s : 30.0);
+}
+
 /* Every request of a push may go to another file's destination: the handle starts afresh. */
 static dlc_status push_request(void *drv, dlc__xfer_slot *s)
 {
@@ -262,9 +271,12 @@ static dlc_status push_request(void *drv, dlc__xfer_slot *s)
     if (rc < 0)
         return rc;
     /* S3 may join the parts for minutes, keeping the connection alive meanwhile with a space
-     * now and then: for this answer silence, not the minimum rate, is what ends the wait. */
-    if (r->step == DLC__PUSH_COMPLETE)
+     * now and then: for this answer silence, not the minimum rate, ends the wait, and since a
+     * server could send spaces for ever, a deadline ends it too. */
+    if (r->step == DLC__PUSH_COMPLETE) {
         curl_easy_setopt(s->h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+        curl_easy_setopt(s->h, CURLOPT_TIMEOUT_MS, (long)(complete_deadline_s(p->c) * 1000.0));
+    }
     curl_easy_setopt(s->h, CURLOPT_URL, r->url);
     reset_answer(r);
     r->sent = 0;
@@ -294,6 +306,13 @@ static dlc_status judge(dlc__push_ctx *c, dlc__xfer_slot *s, CURLcode res, char 
     if (res != CURLE_OK) {
         char detail[1400];
         dlc__warm_describe_failure(s->h, res, s->errbuf, detail, sizeof detail);
+        const double deadline = complete_deadline_s(c);
+        if (r->step == DLC__PUSH_COMPLETE && res == CURLE_OPERATION_TIMEDOUT &&
+            dlc__now_s() - s->started >= deadline - 0.5)
+            snprintf(detail, sizeof detail,
+                     "no answer in %.0f s (%d x timeout_s; S3 may take minutes to join the parts, "
+                     "so a bucket that takes longer needs a larger timeout_s)",
+                     deadline, COMPLETE_TIMEOUTS);
         snprintf(why, cap, "%s", detail);
         if (dlc__warm_retryable_curl(res))
             return DLC__PUSH_RETRY;

@@ -91,7 +91,8 @@
  *   - A connection that moves fewer than 1 KiB a second for timeout_s (silence included) is cut
  *     and retried ("Operation too slow"): a server that trickles a few bytes a second fails the
  *     attempt, not only one that says nothing. (CompleteMultipartUpload, which S3 may keep alive
- *     for minutes with a space now and then, is cut only after timeout_s of silence.)
+ *     for minutes with a space now and then, is cut after timeout_s of silence, or when it has
+ *     taken 20 x timeout_s in all: 10 minutes by default.)
  *   - max_retries counts the failed attempts of a transfer (a chunk's missing bytes, the probe,
  *     a request of the push) in a row. An attempt that brought 64 KiB or more of a chunk starts
  *     the count over, one that brought less does not: a server that sends a byte per connection

@@ -7,7 +7,8 @@
 # longer knows starts over; a part corrupted on the way (or answered with a wrong ETag) is sent
 # again, and refused for good when it keeps failing; a bucket whose ETags are not MD5s (KMS) is
 # refused at once; a part corrupted at rest on the server is
-# caught by the check after completing and the object deleted; secrets appear in no output.
+# caught by the check after completing and the object deleted; a CompleteMultipartUpload kept
+# alive with spaces for ever ends at its deadline; secrets appear in no output.
 set -euo pipefail
 source "$DLC_SRC/tests/lib/warm.sh"
 
@@ -202,6 +203,15 @@ push "$STORE" s3://b/k/g.dlc --endpoint "$S3_URL" --part-size 1M
 [ "$rc" = 0 ] && [ "$(json_get "$out/push$run.json" resumed)" = false ] ||
     fail "the rerun after a bad object: $(cat "$out/push$run.err")"
 fetch_back k/g.dlc
+
+note "a CompleteMultipartUpload answered with a space now and then, for ever, has a deadline"
+warm_start_proxy trickle "$S3_PORT" --complete trickle
+push "$STORE" s3://b/k/t.dlc --endpoint "http://127.0.0.1:$PROXY_PORT" --part-size 4M \
+    --timeout 1 --retries 0
+[ "$rc" = 1 ] || fail "a trickled CompleteMultipartUpload: exit $rc: $(cat "$out/push$run.err")"
+grep -q "s3://b/k/t.dlc: CompleteMultipartUpload.*no answer in 20 s (20 x timeout_s" \
+    "$out/push$run.err" || fail "the deadline is not named: $(cat "$out/push$run.err")"
+[ "$(head_status k/t.dlc)" = 404 ] || fail "a trickled CompleteMultipartUpload made an object"
 
 note "errors name the object and the server's Code and Message"
 push "$STORE" s3://nosuchbucket/x.dlc --endpoint "$S3_URL" --part-size 1M

@@ -27,6 +27,10 @@ Uploads (PUT with a body: S3's UploadPart) get the fault at position N of
   kms     forward as is, and answer as a bucket encrypting with KMS keys
           (x-amz-server-side-encryption: aws:kms)
 
+With --complete trickle, S3's CompleteMultipartUpload (POST ...?uploadId=ID) is
+not forwarded: it is answered 200 with a space every half second, for as long as
+the client listens (S3 keeps the connection alive so while it joins the parts).
+
 --s3-data DIR answers S3's ListParts (GET ...?uploadId=ID without partNumber),
 which s3rver 3.7.1 lacks, from s3rver's own data directory: the parts it has
 in DIR/BUCKET/._S3rver_uploads/ID/ (N and N.md5), or 404 NoSuchUpload.
@@ -176,6 +180,22 @@ class Handler(http.server.BaseHTTPRequestHandler):
             length -= len(data)
         return b"".join(chunks)
 
+    def _trickle(self):
+        with self.server.state.lock:
+            self.server.state.faults["complete-trickle"] = (
+                self.server.state.faults.get("complete-trickle", 0) + 1)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/xml")
+        self.end_headers()
+        self.close_connection = True
+        try:
+            while True:
+                self.wfile.write(b" ")
+                self.wfile.flush()
+                time.sleep(0.5)
+        except OSError:
+            return
+
     def _forward(self):
         st = self.server.state
         if self.path == "/__proxy/stats":
@@ -190,6 +210,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self._list_parts(url, query)
         length = int(self.headers.get("Content-Length") or 0)
         body = self._read_body(length) if length else None
+        if (st.args.complete == "trickle" and self.command == "POST" and "uploadId" in query):
+            return self._trickle()
         put_fault = "ok"
         if self.command == "PUT" and body:
             with st.lock:
@@ -279,6 +301,8 @@ def main():
     ap.add_argument("--port-file", required=True)
     ap.add_argument("--pattern", default="ok")
     ap.add_argument("--put-pattern", default="ok")
+    ap.add_argument("--complete", default="ok", choices=["ok", "trickle"],
+                    help="trickle: answer CompleteMultipartUpload with spaces, for ever")
     ap.add_argument("--s3-data", default="", help="s3rver's data directory: answer ListParts")
     ap.add_argument("--stall", type=float, default=5.0)
     ap.add_argument("--only", default="", help="--pattern applies to GETs of paths ending so")
