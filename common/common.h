@@ -359,9 +359,13 @@ typedef int (*dlc__json_visit)(void *user, const dlc__json_item *item);
  * (may be NULL: only check). Returns 0 when the value is whole (*after, when not NULL, is the
  * byte after it), 1 when @p visit stopped the walk, -1 when the text is not JSON there. Text
  * after a value the callback stopped at is never read, so a cut text still yields what came
- * before the cut. Strings decode \uXXXX beyond ASCII as '?'. */
+ * before the cut. Strings decode \uXXXX beyond ASCII as '?'. An integer beyond 64 bits is
+ * JSON and comes as a double (DLC__JSON_DOUBLE). */
 int dlc__json_walk(const char *p, const char *end, dlc__json_visit visit, void *user,
                    const char **after);
+/* The offset of the first byte of [p, p + n) that does not start a well-formed UTF-8 sequence
+ * (RFC 3629), or @p n when all is UTF-8. */
+size_t dlc__utf8_check(const char *p, size_t n);
 /* 1 when the @p n bytes at @p p are exactly one JSON value, with white space around it. */
 int dlc__json_valid(const char *p, size_t n);
 /* Decode the string at @p p (which points at its '"') into @p out (may be NULL; cut to @p cap
@@ -369,8 +373,9 @@ int dlc__json_valid(const char *p, size_t n);
  * result is never longer than the quoted text; its whole decoded length into *len (may be NULL).
  * Returns the byte after the closing quote, or NULL when malformed. */
 const char *dlc__json_string(const char *p, const char *end, char *out, size_t cap, size_t *len);
-/* The value of member @p key of the top-level object in [p, end) (the first such member): its
- * text is [*vs, *ve). Returns 0, or -1 when there is none before the text ends or goes wrong. */
+/* The value of member @p key of the top-level object in [p, end): its text is [*vs, *ve).
+ * Returns 0; -1 when there is none before the text ends or goes wrong; -2 when the object has
+ * two members of that name (JSON readers differ on which counts: Python's takes the last). */
 int dlc__json_member(const char *p, const char *end, const char *key, const char **vs,
                      const char **ve);
 /* Copy the string value of the first member named @p key (of the top-level object, or with

@@ -268,28 +268,36 @@ static size_t number_length(const char *p, const char *end)
 }
 
 /* A number at p: an integer stays an integer, anything with a fraction or an exponent is a
- * double. */
+ * double, and so is an integer beyond 64 bits: it is JSON all the same (Python reads a 26-digit
+ * id), and its reader, not the grammar, says what it cannot hold. */
 static const char *walk_number(walker *w, const char *p, const char *end, dlc__json_item *it)
 {
-    char num[64];
+    char small[64];
     const size_t n = number_length(p, end);
-    if (n == 0 || n >= sizeof num)
+    if (n == 0)
+        return NULL;
+    char *num = n < sizeof small ? small : malloc(n + 1);
+    if (!num)
         return NULL;
     memcpy(num, p, n);
     num[n] = '\0';
     char *e;
-    if (strpbrk(num, ".eE")) {
-        it->kind = DLC__JSON_DOUBLE;
-        it->d = strtod(num, &e);
-        if (*e)
-            return NULL;
-    } else {
-        errno = 0;
+    int ok = 1;
+    errno = 0;
+    if (!strpbrk(num, ".eE")) {
         it->kind = DLC__JSON_INT;
         it->i = strtoll(num, &e, 10);
-        if (*e || errno)
-            return NULL;
+        ok = !*e;
     }
+    if (strpbrk(num, ".eE") || errno == ERANGE) {
+        it->kind = DLC__JSON_DOUBLE;
+        it->d = strtod(num, &e);
+        ok = !*e;
+    }
+    if (num != small)
+        free(num);
+    if (!ok)
+        return NULL;
     it->raw_end = p + n;
     return emit(w, it) ? NULL : p + n;
 }
@@ -346,6 +354,8 @@ typedef struct finder {
     const char *ve; /* and one past it. */
     dlc__json_kind kind;
     int found;
+    int whole; /* Walk on after the member to find another of its name (dup). */
+    int dup;
 } finder;
 
 static int on_find(void *user, const dlc__json_item *it)
@@ -357,11 +367,16 @@ static int on_find(void *user, const dlc__json_item *it)
             return 0;
         f->ve = it->raw_end;
         f->found = 1;
-        return 1;
+        f->open_depth = 0;
+        return !f->whole;
     }
     if (!it->key || it->kind == DLC__JSON_OBJECT_END || it->kind == DLC__JSON_ARRAY_END ||
         (!f->any_depth && it->depth != 1) || strcmp(it->key, f->key) != 0)
         return 0;
+    if (f->found) {
+        f->dup = 1; /* Only when whole: a walk that is not stops at the first. */
+        return 1;
+    }
     f->kind = it->kind;
     f->vs = it->raw;
     if ((it->kind == DLC__JSON_OBJECT || it->kind == DLC__JSON_ARRAY) && !f->any_depth) {
@@ -370,14 +385,16 @@ static int on_find(void *user, const dlc__json_item *it)
     }
     f->ve = it->raw_end;
     f->found = 1;
-    return 1;
+    return !f->whole;
 }
 
 int dlc__json_member(const char *p, const char *end, const char *key, const char **vs,
                      const char **ve)
 {
-    finder f = {.key = key};
+    finder f = {.key = key, .whole = 1};
     dlc__json_walk(p, end, on_find, &f, NULL);
+    if (f.dup)
+        return -2;
     if (!f.found)
         return -1;
     *vs = f.vs;
@@ -416,6 +433,31 @@ static size_t utf8_len(const unsigned char *c)
     for (size_t k = 2; k < n; k++)
         if (c[k] < 0x80 || c[k] > 0xBF)
             return 0;
+    return n;
+}
+
+size_t dlc__utf8_check(const char *p, size_t n)
+{
+    const unsigned char *c = (const unsigned char *)p;
+    size_t i = 0;
+    while (i < n) {
+        if (c[i] < 0x80) {
+            i++;
+            continue;
+        }
+        /* utf8_len() reads up to 4 bytes: near the end, from a copy padded with NULs (which no
+         * sequence continues with). */
+        unsigned char tail[4] = {0};
+        const unsigned char *at = c + i;
+        if (n - i < 4) {
+            memcpy(tail, at, n - i);
+            at = tail;
+        }
+        const size_t len = utf8_len(at);
+        if (len == 0)
+            return i;
+        i += len;
+    }
     return n;
 }
 

@@ -69,7 +69,7 @@ Test(warm_json, walk_reports_every_value_in_order)
         cr_assert_str_eq(s.line[i], want[i], "item %d", i);
     cr_assert(dlc__json_valid(t, strlen(t)));
     cr_assert_not(dlc__json_valid("{\"a\": 1} x", 10));
-    cr_assert_not(dlc__json_valid("{\"a\": 99999999999999999999}", 27));
+    cr_assert(dlc__json_valid("{\"a\": 99999999999999999999}", 27)); /* a double to readers */
     cr_assert_not(dlc__json_valid("[\"\x01\"]", 5));
     char deep[64] = "";
     for (int i = 0; i < 20; i++)
@@ -104,6 +104,48 @@ Test(warm_json, member_spans_of_the_top_object)
     cr_assert_eq(dlc__json_member(t, t + strlen(t), "missing", &vs, &ve), -1);
     static const char arr[] = "[1]";
     cr_assert_eq(dlc__json_member(arr, arr + 3, "n", &vs, &ve), -1);
+    /* Two members of one name: readers differ on which counts (Python's takes the last), so
+     * neither is read. Nested ones of the name do not count. */
+    const char *two = "{\"a\": {\"b\": 1, \"b\": 2}, \"b\": [1], \"c\": 0, \"b\": 3}";
+    cr_assert_eq(dlc__json_member(two, two + strlen(two), "b", &vs, &ve), -2);
+    cr_assert_eq(dlc__json_member(two, two + strlen(two), "a", &vs, &ve), 0);
+    cr_assert(strncmp(vs, "{\"b\": 1, \"b\": 2}", (size_t)(ve - vs)) == 0);
+    cr_assert_eq(dlc__json_member(two, two + strlen(two), "c", &vs, &ve), 0);
+}
+
+Test(warm_json, integers_beyond_64_bits_are_json)
+{
+    /* Valid JSON that Python reads as an int; its reader, not the grammar, refuses the value. */
+    static const char *const ok[] = {"10000000000000000000000000", "-9223372036854775809",
+                                     "[18446744073709551616]",
+                                     "1000000000000000000000000000000000000000000000000000000000000"
+                                     "00000000000000"};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+        cr_assert(dlc__json_valid(ok[i], strlen(ok[i])), "%s is JSON", ok[i]);
+    cr_assert_not(dlc__json_valid("1000000000000000000000000000000000000000000000000000000000000"
+                                  "00000000000000x",
+                                  76));
+}
+
+Test(warm_json, utf8_check_finds_the_first_bad_byte)
+{
+    static const struct {
+        const char *s;
+        size_t bad;
+    } cases[] = {
+        {"plain", 5},
+        {"caf\xc3\xa9", 5},
+        {"\xe2\x82\xac!", 4},
+        {"\xf0\x9f\x98\x80", 4},
+        {"a\xff", 1},
+        {"ab\xc3", 2},           /* cut at the end */
+        {"\xc0\xaf", 0},         /* overlong */
+        {"x\xed\xa0\x80", 1},    /* a surrogate */
+        {"\xf4\x90\x80\x80", 0}, /* above U+10FFFF */
+        {"\xe2\x82", 0},         /* cut */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        cr_assert_eq(dlc__utf8_check(cases[i].s, strlen(cases[i].s)), cases[i].bad, "case %zu", i);
 }
 
 static void put_buf(void *user, const char *p, size_t n)
