@@ -474,12 +474,14 @@ static dlc_status parse_ids(tb *b, const char *p, const char *end, const char *f
             v = v * 10 + (uint64_t)(*p++ - '0');
         if (p == d || v > UINT32_MAX || (p < end && (*p == '.' || *p == 'e' || *p == 'E'))) {
             const char *e = d;
-            while (e < end && e - d < 24 && *e != ',' && *e != ']' && *e != '\n')
+            while (e < end && *e != ',' && *e != ']' && *e != '\n')
                 e++;
+            /* Shown whole up to 40 bytes, else cut with "..." (a cut number reads as another). */
+            const int cut = e - d > 40;
             return dlc__errorf(DLC_EINVAL,
-                               "%s: line %" PRIu64 ": \"%s\"[%" PRIu64 "]: %.*s is not a token id"
-                               " (an integer 0..2^32-1)",
-                               file, line, field, *n, (int)(e - d), d);
+                               "%s: line %" PRIu64 ": \"%s\"[%" PRIu64 "]: %.*s%s is not a token "
+                               "id (an integer 0..2^32-1)",
+                               file, line, field, *n, cut ? 37 : (int)(e - d), d, cut ? "..." : "");
         }
         CHECK_RC(grow(b, (size_t)*n + 1));
         b->ids[(*n)++] = (uint32_t)v;
@@ -537,9 +539,20 @@ static dlc_status read_jsonl(tb *b, const char *file)
                 "%s: line %" PRIu64
                 ": not one JSON value (malformed, or nested deeper than %d levels)",
                 file, no, DLC__JSON_MAX_DEPTH);
-        const char *vs, *ve;
-        FAIL_IF(*p != '{' || dlc__json_member(line, end, field, &vs, &ve) != 0, DLC_EINVAL,
-                "%s: line %" PRIu64 ": an object without a \"%s\" member", file, no, field);
+        /* JSON text is UTF-8 (RFC 8259): a line Python's json.loads() cannot decode is not
+         * read another way here. */
+        const size_t bad = dlc__utf8_check(line, (size_t)got);
+        FAIL_IF(bad < (size_t)got, DLC_EINVAL,
+                "%s: line %" PRIu64 ": byte %zu (0x%02x) is not UTF-8, which JSON text is", file,
+                no, bad + 1, (unsigned)(unsigned char)line[bad]);
+        const char *vs = NULL, *ve = NULL;
+        const int m = *p == '{' ? dlc__json_member(line, end, field, &vs, &ve) : -1;
+        FAIL_IF(m == -2, DLC_EINVAL,
+                "%s: line %" PRIu64 ": the object has two \"%s\" members: which one is meant? "
+                "(readers differ: Python's json takes the last)",
+                file, no, field);
+        FAIL_IF(m != 0, DLC_EINVAL, "%s: line %" PRIu64 ": an object without a \"%s\" member", file,
+                no, field);
         uint64_t n = 0;
         if (b->counting) {
             /* The first pass of a set counts documents; their ids wait for the second. */
@@ -754,6 +767,30 @@ dlc_status dlc_tokens_build(const dlc_tokens_build_options *o, dlc_tokens_build_
         if (!o->sources[i])
             return dlc__errorf(DLC_EINVAL, "%s: sources[%u] is NULL (of %u)", o->output, i,
                                o->num_sources);
+    for (uint32_t i = 0; i < o->num_sources; i++) {
+        /* PREFIX.idx and PREFIX.bin, as a shell's PREFIX.* gives them, are one data set: read
+         * for each, its documents were stored twice. */
+        if ((o->format ? o->format : source_format(o->sources[i])) != DLC_TOKENS_FORMAT_MEGATRON)
+            continue;
+        char idx[PATH_MAX], bin[PATH_MAX], idx2[PATH_MAX];
+        megatron_paths(o->sources[i], idx, bin, sizeof idx);
+        struct stat a, b2;
+        const int have = stat(idx, &a) == 0;
+        for (uint32_t j = 0; j < i; j++) {
+            if ((o->format ? o->format : source_format(o->sources[j])) !=
+                DLC_TOKENS_FORMAT_MEGATRON)
+                continue;
+            megatron_paths(o->sources[j], idx2, bin, sizeof idx2);
+            const int same = have && stat(idx2, &b2) == 0
+                                 ? a.st_dev == b2.st_dev && a.st_ino == b2.st_ino
+                                 : strcmp(idx, idx2) == 0;
+            if (same)
+                return dlc__errorf(DLC_EINVAL,
+                                   "%s: sources %u (%s) and %u (%s) name one Megatron data set "
+                                   "(%s and its .bin): give it once",
+                                   o->output, j, o->sources[j], i, o->sources[i], idx);
+        }
+    }
     if (o->shards > 65536)
         return dlc__errorf(DLC_EINVAL, "%s: %u shards, at most 65536", o->output, o->shards);
     if (o->shards && o->one_part && o->part >= o->shards)

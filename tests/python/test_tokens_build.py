@@ -176,6 +176,12 @@ def test_megatron_pair(tmp_path, dtype):
     for src in ("corpus_text_document.idx", "corpus_text_document.bin"):
         build(tmp_path / src, "-o", tmp_path / "s.dlc", "--eos", eod, "--force")
         assert docs_of(tmp_path / "s.dlc")[1] == with_eos(want, eod)
+    # Both halves, as a shell's corpus_text_document.* gives them: one data set, named once.
+    # Before: each half read the pair, and every document was stored twice.
+    r = build(tmp_path / "corpus_text_document.bin", tmp_path / "corpus_text_document.idx", "-o",
+              tmp_path / "two.dlc", "--eos", eod, ok=False)
+    assert r.returncode == 1 and "name one Megatron data set" in r.stderr, r.stderr
+    assert "give it once" in r.stderr and not (tmp_path / "two.dlc").exists()
     # A pointer past the data file is named with the sequence.
     raw = bytearray((tmp_path / "corpus_text_document.idx").read_bytes())
     nseq = struct.unpack_from("<Q", raw, 18)[0]
@@ -201,8 +207,18 @@ def test_jsonl_token_lists_and_errors(tmp_path):
                       ('{"ids": [1, 007]}', "not one JSON value"),
                       ('{"ids": [1], "x": %s1%s}' % ("[" * 17, "]" * 17),
                        "nested deeper than 16 levels"),
-                      (json.dumps({"ids": [1, 5000]}), "token 1 is id 5000, not below 1000")):
-        (tmp_path / "bad.jsonl").write_text(json.dumps({"ids": [1]}) + "\n" + line + "\n")
+                      (json.dumps({"ids": [1, 5000]}), "token 1 is id 5000, not below 1000"),
+                      # Python's json takes the last of two members, the first was read here.
+                      ('{"ids": [1], "ids": [2]}', 'the object has two "ids" members'),
+                      # A 26-digit id is JSON: it was called "not one JSON value".
+                      ('{"ids": [1, %d]}' % 10**25,
+                       '"ids"[1]: 10000000000000000000000000 is not a token id'),
+                      # JSON text is UTF-8: json.loads() refuses this line, it was read here.
+                      (b'{"ids": [1], "m": "\xff"}', "byte 20 (0xff) is not UTF-8")):
+        if isinstance(line, str):
+            line = line.encode()
+        (tmp_path / "bad.jsonl").write_bytes(json.dumps({"ids": [1]}).encode() + b"\n" + line
+                                             + b"\n")
         r = build(tmp_path / "bad.jsonl", "-o", tmp_path / "x.dlc", "--field", "ids", "--eos", 0,
                   "--vocab", 1000, ok=False)
         assert r.returncode == 1 and "bad.jsonl: line 2: " in r.stderr and why in r.stderr, \
