@@ -121,9 +121,21 @@ def interruptible():
         raise KeyboardInterrupt
 
 
+def _env_int(name, default):
+    v = os.environ.get(name, "")
+    if v.strip() == "":
+        return default
+    try:
+        return int(v)
+    except ValueError:
+        raise ValueError("$%s is %r, not an integer (it gives the default of %s)"
+                         % (name, v, name.lower())) from None
+
+
 def default_rank_world(rank, world_size):
-    """rank and world_size as the Loader defaults them: torch.distributed's when it is
-    initialized (then it is imported already), else $RANK and $WORLD_SIZE, else 0 and 1."""
+    """rank and world_size as every loader (images and tokens) defaults them:
+    torch.distributed's when it is initialized (then it is imported already), else $RANK and
+    $WORLD_SIZE, else 0 and 1."""
     r = w = None
     dist = sys.modules.get("torch.distributed")
     try:
@@ -132,8 +144,8 @@ def default_rank_world(rank, world_size):
     except Exception:  # a torch without distributed support: fall through to the env
         pass
     if r is None:
-        r = int(os.environ.get("RANK", "0") or 0)
-        w = int(os.environ.get("WORLD_SIZE", "1") or 1)
+        r = _env_int("RANK", 0) if rank is None else rank
+        w = _env_int("WORLD_SIZE", 1) if world_size is None else world_size
     return (r if rank is None else rank), (w if world_size is None else world_size)
 
 

@@ -212,20 +212,6 @@ def _own(ptr, dtype_code, shape):
     return _view(ptr, dtype_code, shape, None).clone()
 
 
-def _default_rank_world(rank, world_size):
-    r = w = None
-    try:
-        import torch.distributed as dist
-        if dist.is_available() and dist.is_initialized():
-            r, w = dist.get_rank(), dist.get_world_size()
-    except Exception:  # a torch without distributed support: fall through to the env
-        pass
-    if r is None:
-        r = int(os.environ.get("RANK", "0") or 0)
-        w = int(os.environ.get("WORLD_SIZE", "1") or 1)
-    return (r if rank is None else rank), (w if world_size is None else world_size)
-
-
 def _default_threads():
     # One process per GPU is the usual layout; giving each of them every core
     # would oversubscribe the node, so share the cores among local ranks.
@@ -846,7 +832,7 @@ class Loader:
                           "\"source\") or return_source=True (tuples gain it last)",
                           UserWarning, stacklevel=3)
 
-        r, w = _default_rank_world(rank, world_size)
+        r, w = _stream.default_rank_world(rank, world_size)
         cfg.world_size = _uint(w, "world_size", 1)
         cfg.rank = _uint(r, "rank", 0, cfg.world_size - 1)
         if isinstance(threads, str) and threads.strip().lower() == "auto":

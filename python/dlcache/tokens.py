@@ -253,11 +253,6 @@ _PACKINGS = {"concat": 0, "best_fit": 1}
 _END = 1  # DLC_END
 
 
-def _env_int(name, default):
-    v = os.environ.get(name)
-    return int(v) if v not in (None, "") else default
-
-
 class TokenLoader:
     """Packed sequences of a token store (docs/TOKENS.md): what ``dlcache.Loader(path,
     batch_size, seq_len=N)`` returns for a token store.
@@ -326,9 +321,9 @@ class TokenLoader:
         self.batch_size = _uint(batch_size, "batch_size", 1, 2**32 - 1)
         self.seq_len = _uint(seq_len, "seq_len", 1, 2**32 - 1)
         self.seed = _uint(seed, "seed", 0, 2**64 - 1)
-        self.rank = _env_int("RANK", 0) if rank is None else _uint(rank, "rank")
-        self.world_size = (_env_int("WORLD_SIZE", 1) if world_size is None
-                           else _uint(world_size, "world_size", 1))
+        r, w = _stream.default_rank_world(rank, world_size)
+        self.world_size = _uint(w, "world_size", 1)
+        self.rank = _uint(r, "rank", 0, self.world_size - 1)
         self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
         self.document_mask, self.packing, self.dtype = bool(document_mask), packing, dtype
         self.threads = 2 if threads is None else _uint(threads, "threads", 0, 256)

@@ -7,6 +7,7 @@ are the window's tokens shifted by one, position ids restart exactly at document
 cu_seqlens and max_seqlen match, int32 equals int64; resume mid-epoch, also under another world
 size."""
 import collections
+import os
 
 import numpy as np
 import pytest
@@ -246,3 +247,40 @@ def test_order_follows_the_rule(tmp_path, n_docs):
                     if i == 0 or want[i - 1] // 64 != b]
             assert sorted(runs) == list(range(-(-n_docs // 64))), "each block in one run"
             assert runs != sorted(runs), "the blocks are permuted"
+
+
+_RANK_CHILD = r"""
+import sys
+import torch.distributed as dist
+import dlcache
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%s" % sys.argv[2], rank=0,
+                        world_size=1)
+img = dlcache.Loader(sys.argv[3], 4, crop=8)
+tok = dlcache.Loader(sys.argv[1], 2, seq_len=8)
+print(img.rank, img.world_size, tok.rank, tok.world_size)
+"""
+
+
+def test_rank_and_world_come_from_torch_distributed_as_for_images(corpus, tmp_path):
+    """docs/tasks/multinode.md: rank and world size come from torch.distributed, else $RANK and
+    $WORLD_SIZE. The token loader read only the environment: under mp.spawn (no $RANK) every
+    rank read the whole data set, and here it said rank 1 of 2 where gloo says 0 of 1."""
+    import socket
+    import subprocess
+    import sys
+    path, _ = corpus
+    images = tmp_path / "img.dlc"
+    dlcache.write([{"image": np.zeros((8, 8, 3), np.uint8), "label": 0}] * 4, images)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, RANK="1", WORLD_SIZE="2")
+    r = subprocess.run([sys.executable, "-c", _RANK_CHILD, str(path), str(port), str(images)],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["0", "1", "0", "1"], r.stdout + r.stderr[-2000:]
+    # Without torch.distributed the environment decides, and a bad value is named.
+    bad = dict(os.environ, RANK="one")
+    r = subprocess.run([sys.executable, "-c", "import dlcache; dlcache.Loader(%r, 2, seq_len=8)"
+                        % str(path)], env=bad, capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "$RANK is 'one', not an integer" in r.stderr, r.stderr[-2000:]
