@@ -275,11 +275,15 @@ static dlc_status plan_image(dlc_loader *l, uint32_t f, uint32_t g)
     o.out_w = gr->crop_w ? gr->crop_w : fd->shape[1];
     FAIL_IF(!o.out_h || !o.out_w, DLC_EINVAL,
             "%s: config.crop_h/crop_w = 0 asks for the size of field \"%s\", but its records "
-            "differ in size",
+            "differ in size (a variable-size field, or a mixture of stores of other sizes): "
+            "give the size of the crop (crop= in Python; RandomResizedCrop takes any size)",
             l->path, fd->name);
     FAIL_IF(gr->augment != DLC_AUGMENT_RANDOM_RESIZED_CROP && fd->shape[0] && fd->shape[1] &&
                 (o.out_h > fd->shape[0] || o.out_w > fd->shape[1]),
-            DLC_EINVAL, "%s: config.crop_h x crop_w = %ux%u is larger than field \"%s\"'s %ux%u",
+            DLC_EINVAL,
+            "%s: config.crop_h x crop_w = %ux%u is larger than field \"%s\"'s %ux%u: give a "
+            "crop of at most that (crop= in Python), or resize with RandomResizedCrop "
+            "(random_resized_crop=True), or build the store at a larger size",
             l->path, o.out_h, o.out_w, fd->name, fd->shape[0], fd->shape[1]);
     CHECK(check_min_size(l, f, gr, o.out_h, o.out_w));
     o.dtype = mask ? DLC_DTYPE_UINT8 : c->dtype;

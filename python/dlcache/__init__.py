@@ -23,6 +23,8 @@ install``), the prefix recorded by ``make install``, the source tree's
 build/lib, or the system library path (see ``dlcache._lib.find_library``).
 """
 
+import sys as _sys
+
 from ._version import __version__  # noqa: F401
 from ._lib import lib as _clib, lib_path as library_path
 from .errors import (  # noqa: F401
@@ -44,7 +46,17 @@ def __getattr__(name):
     # torch is imported only when the Loader is first used, so build() and
     # info() work (and load fast) in a Python without torch.
     if name == "Loader":
-        from .loader import Loader
+        try:
+            from .loader import Loader
+        except ModuleNotFoundError as e:
+            if e.name not in ("torch", "numpy"):
+                raise
+            # The python3 first on PATH is often not the one with torch (a pyenv, a bare venv).
+            raise ModuleNotFoundError(
+                "dlcache.Loader needs %s, which this Python (%s) does not have: run it with the "
+                "Python that has torch (Debian's /usr/bin/python3 with python3-torch), or a "
+                "venv made with --system-site-packages" % (e.name, _sys.executable),
+                name=e.name) from e
         return Loader
     # dlcache.ops (the augmentation ops one at a time) imports numpy when used.
     if name == "ops":

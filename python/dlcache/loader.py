@@ -624,6 +624,7 @@ class Loader:
             raise TypeError("transform must be a callable taking a batch and returning one, "
                             "got %r" % (transform,))
         self._transform = transform
+        preset_shuffle = False  # shuffle= is the preset's, not the caller's
         if preset is not None:
             chosen = _preset(preset, device)
             have = set(given) if given is not None else set()
@@ -635,6 +636,7 @@ class Loader:
             dtype = chosen["dtype"] if "dtype" not in have else dtype
             if "shuffle" not in have and "sampler" not in have:
                 shuffle = chosen["shuffle"]
+                preset_shuffle = True
         self._preset = preset
         self._handle = None  # type: Any
         self._feed = None  # type: Any
@@ -666,6 +668,13 @@ class Loader:
         lib.dlc_loader_config_init(ctypes.byref(cfg))
         cfg.batch_size = _uint(batch_size, "batch_size", 1)
         cfg.drop_last = 1 if drop_last else 0
+        if preset_shuffle and not shuffle and self._url and self._mix is None:
+            raise ValueError("%s: preset=%r reads in record order (shuffle=False), which a URL "
+                             "cannot give: it is streamed in shard windows, which shuffle. Pass "
+                             "shuffle=True to evaluate every sample in the windows' order "
+                             "(return_indices=True gives their indices), or "
+                             "`cachewarm` the set to a local file for record order"
+                             % (ctx, preset))
         cfg.sampler = self._sampler(sampler, shuffle, self._url and self._mix is None, ctx)
         cfg.seed = _uint(seed, "seed", 0, 2**64 - 1)
         self._seed = seed

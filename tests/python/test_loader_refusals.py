@@ -67,3 +67,33 @@ def test_torch_dataloader_arguments_say_what_to_use(store, arg, value, words):
 def test_other_unknown_arguments_are_still_a_plain_type_error(store):
     with pytest.raises(TypeError, match="unexpected keyword argument 'colour'"):
         dlcache.Loader(store, 10, colour=1)
+
+
+def test_a_python_without_torch_is_told_which_python_to_use():
+    """The python3 first on PATH is often not the one with torch: dlcache.Loader said only
+    "No module named 'torch'" from inside dlcache/loader.py. It now names this Python and what
+    to run instead; build() and info() still work without torch."""
+    code = ("import sys\nsys.modules['torch'] = None\nimport dlcache\n"
+            "assert callable(dlcache.info)\n"
+            "try:\n    dlcache.Loader\nexcept ModuleNotFoundError as e:\n"
+            "    print(e.name, '|', e)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    name, msg = r.stdout.split(" | ", 1)
+    assert name == "torch" and "needs torch, which this Python" in msg, r.stdout
+    assert sys.executable in msg and "--system-site-packages" in msg, r.stdout
+
+
+def test_a_crop_the_store_cannot_give_says_to_pass_crop(tmp_path):
+    """A variable-size image field with no crop=, or a crop larger than the images: the
+    message named C's config.crop_h/crop_w and no way out."""
+    import numpy as np
+    imgs = [np.zeros((8 + i, 10, 3), np.uint8) for i in range(3)]
+    dlcache.write([{"image": a, "label": 0} for a in imgs], tmp_path / "v.dlc",
+                  variable=["image"], progress=False)
+    with pytest.raises(dlcache.InvalidArgumentError, match=r"differ in size.*crop= in Python"):
+        dlcache.Loader(tmp_path / "v.dlc", 2)
+    dlcache.write([{"image": imgs[0], "label": 0}] * 2, tmp_path / "f.dlc", progress=False)
+    with pytest.raises(dlcache.InvalidArgumentError,
+                       match=r"larger than field \"image\"'s 8x10: give a crop of at most that"):
+        dlcache.Loader(tmp_path / "f.dlc", 2, crop=16)

@@ -296,6 +296,10 @@ def test_url_needs_cache_dir_and_shard_windows(tmp_path, monkeypatch):
         dlcache.Loader("s3://b/sets/s", 8, cache_dir=tmp_path, sampler="shuffle")
     with pytest.raises(ValueError, match="shuffle=False is not available"):
         dlcache.Loader("https://example.invalid/set", 8, cache_dir=tmp_path, shuffle=False)
+    # The eval preset's record order is named as the preset's, with what to do; before, the
+    # message blamed shuffle=False, which the caller never passed.
+    with pytest.raises(ValueError, match=r"preset='eval' reads in record order.*shuffle=True"):
+        dlcache.Loader("https://example.invalid/set", 8, cache_dir=tmp_path, preset="eval")
     for bad in ("50 parsecs", "-1", 0, "GB", 1.5, "10i"):
         with pytest.raises(ValueError, match="cache_limit"):
             dlcache.Loader("s3://b/sets/s", 8, cache_dir=tmp_path, cache_limit=bad)
