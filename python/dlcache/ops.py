@@ -280,6 +280,9 @@ def apply(image, op, **params):
     if h == 0 or w == 0 or not 1 <= c <= 4:
         raise ValueError("%s: image has shape %r: needs H, W > 0 and 1 to 4 channels"
                          % (op, a.shape))
+    if h > 0xFFFFFFFF or w > 0xFFFFFFFF:
+        # dlc_image's sides are 32-bit: a width of 2^32 + 2 was 2 to C, which changed 2 pixels.
+        raise ValueError("%s: image has shape %r: its sides are at most 2^32 - 1" % (op, a.shape))
     p = _params(op, c, params)
     gray1 = op == "rgb_to_grayscale" and p.num_output_channels == 1
     src = np.ascontiguousarray(a)

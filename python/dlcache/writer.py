@@ -37,6 +37,8 @@ _EEXIST = CODES["EEXIST"][0]
 _MAX_LABELS = 1 << 24  # DLC__MAX_LABELS: labels named at finish are below this.
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,30}\Z")
 _DTYPE_CODES = {name: code for code, name in enumerate(L.DTYPE_NAMES)}
+# An image's largest side (the store's DLC__MAX_SIDE; libjpeg's own is 65500).
+_MAX_SIDE = 1 << 20
 _KINDS = ("image", "mask", "boxes", "ndarray", "int", "float", "bytes", "label")
 _KIND_CODES = {"image": L.FIELD_IMAGE, "ndarray": L.FIELD_NDARRAY, "int": L.FIELD_INT,
                "float": L.FIELD_FLOAT, "bytes": L.FIELD_BYTES}
@@ -547,6 +549,11 @@ class _Field:
             # (H, W, 1) it was widened to here.
             raise _bad(where, "expected %s as HxWx%d, found %s%s"
                        % (self.describe(), c, _describe(given), hint))
+        if not (1 <= a.shape[0] <= _MAX_SIDE and 1 <= a.shape[1] <= _MAX_SIDE):
+            # Checked here: C's dlc_image takes 32-bit sides, so a side of 2^32 + 2 reached
+            # the store's own check as 2 and a 1x2 image was stored.
+            raise _bad(where, "an image's sides are 1 to %d pixels, found %s"
+                       % (_MAX_SIDE, _describe(given)))
         self._check_size(a.shape[0], a.shape[1], where, _describe(v))
         if a.strides[2] != 1 or a.strides[1] != c or a.strides[0] < a.shape[1] * c:
             a = np.ascontiguousarray(a)

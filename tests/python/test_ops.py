@@ -409,3 +409,11 @@ def test_values_a_float_cannot_carry_are_quoted_as_given(op, kw, said):
     with pytest.raises(ValueError) as e:
         ops.apply(img, op, **kw)
     assert said in str(e.value), str(e.value)
+
+
+def test_a_side_beyond_32_bits_is_refused_not_wrapped():
+    """A width of 2^32 + 2 was 2 to C: invert changed 2 pixels of 4,294,967,298."""
+    huge = np.lib.stride_tricks.as_strided(np.zeros(1, np.uint8), shape=(1, 2**32 + 2),
+                                           strides=(0, 0))
+    with pytest.raises(ValueError, match=r"invert: image has shape.*at most 2\^32 - 1"):
+        ops.apply(huge, "invert")

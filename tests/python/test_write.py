@@ -707,3 +707,17 @@ def test_a_lazily_opened_image_of_the_wrong_size_is_refused_before_its_decode(tm
     with pytest.raises(InvalidArgumentError, match="sample 1: field 'image': expected a 10x10"):
         dlcache.write([{"image": Image.new("RGB", (10, 10))}, {"image": big}],
                       tmp_path / "i.dlc", progress=False, workers=1)
+
+
+def test_an_image_side_beyond_the_limit_is_refused_not_wrapped(tmp_path):
+    """dlc_image takes 32-bit sides: a 1 x (2^32 + 2) image reached the store's own check as
+    1 x 2, and a 1x2 image was stored. A zero-stride view makes the array without its 12 GB."""
+    huge = np.lib.stride_tricks.as_strided(np.zeros(3, np.uint8), shape=(1, 2**32 + 2, 3),
+                                           strides=(0, 0, 1))
+    with pytest.raises(ValueError, match=r"sample 0.*sides are 1 to 1048576 pixels"):
+        dlcache.write([{"image": huge, "label": 0}], tmp_path / "w.dlc", progress=False)
+    assert not (tmp_path / "w.dlc").exists()
+    wide = np.lib.stride_tricks.as_strided(np.zeros(3, np.uint8), shape=(2, (1 << 20) + 1, 3),
+                                           strides=(0, 0, 1))
+    with pytest.raises(ValueError, match=r"sides are 1 to 1048576 pixels"):
+        dlcache.write([{"image": wide, "label": 0}], tmp_path / "w.dlc", progress=False)
