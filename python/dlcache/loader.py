@@ -1763,15 +1763,22 @@ class Loader:
                           "and the number of batches left differ from the saved run's"
                           % (saved_bs, int(self.batch_size), int(self.batch_size)),
                           RuntimeWarning, stacklevel=2)
-        self._sync()
+        # Checked before anything changes, as every field read here: (2**32 + 16, 16) was
+        # 16 x 16 to C and 4294967312 x 16 to .resolution and the next state.
         res = state_dict.get("resolution")
+        if res is not None:
+            res = _batchaug._hw(res, "state_dict['resolution']")
+        nxt = state_dict.get("next_resolution")
+        if nxt is not None:
+            nxt = _batchaug._hw(nxt, "state_dict['next_resolution']")
+        self._sync()
         if res is not None:
             if self._res_now is None:
                 raise ValueError("state_dict was saved with progressive resizing (resolution "
                                  "%r): give this Loader resolution= or max_resolution= too"
                                  % (tuple(res),))
             # The restore starts a plan: the size set now is the resumed epoch's.
-            _batchaug.set_resolution(self._ptr(), int(res[0]), int(res[1]),
+            _batchaug.set_resolution(self._ptr(), res[0], res[1],
                                      "dlcache.Loader.load_state_dict")
         restore = (lib.dlc_loader_mix_state_restore if self._mix is not None
                    else lib.dlc_loader_state_restore)
@@ -1780,11 +1787,10 @@ class Loader:
             ctx += "(a state of %s)" % redact(sd["source"])
         check(restore(self._ptr(), raw, len(raw)), ctx)
         if res is not None:
-            self._res_now = (int(res[0]), int(res[1]))
-            nxt = state_dict.get("next_resolution")
+            self._res_now = res
             self._res_next = None
             if nxt is not None:
-                self.set_resolution(int(nxt[0]), int(nxt[1]))
+                self.set_resolution(nxt[0], nxt[1])
         self._gen += 1  # iterators over the old position must not go on
         self._epoch = epoch
         self._seed = seed

@@ -237,6 +237,24 @@ def test_resolution_resume_mid_epoch(store):
     assert all(torch.equal(a.view(torch.int16), b.view(torch.int16)) for a, b in zip(nxt, after))
 
 
+def test_a_resumed_resolution_is_checked(store):
+    """state_dict['resolution'] went to C as it was: (2**32 + 16, 16) resumed at 16 x 16 while
+    .resolution said 4294967312 x 16, (16.7, 16.2) was cut, and ('a', 'b') raised a bare
+    ValueError of int(). Each is refused naming the field, the Loader unchanged."""
+    with dlcache.Loader(str(store), BS, crop=32, max_resolution=48, threads=1) as ld:
+        next(iter(ld))
+        state = ld.state_dict()
+    with dlcache.Loader(str(store), BS, crop=32, max_resolution=48, threads=1) as ld:
+        for bad in ((2**32 + 16, 16), (16.7, 16.2), ("a", "b"), (16,), "16"):
+            with pytest.raises(ValueError, match=r"state_dict\['resolution'\]"):
+                ld.load_state_dict(dict(state, resolution=bad))
+            assert ld.resolution == (32, 32)
+        with pytest.raises(ValueError, match=r"state_dict\['next_resolution'\]"):
+            ld.load_state_dict(dict(state, next_resolution=(0, 8)))
+        ld.load_state_dict(dict(state, resolution=[24, 24]))
+        assert ld.resolution == (24, 24) and next(iter(ld))[0].shape[1:3] == (24, 24)
+
+
 def test_resolution_refusals(store):
     # Integers only: "48" was unpacked as ("4", "8"), 32.7 cut to 32.
     for bad in ("48", [(32.7, 40.9)], [32.5]):
