@@ -268,9 +268,20 @@ def _variable_options(variable):
             max_len = _uint(mode[1], "variable[%r] pad_to length" % name, 1, 1 << 24)
             mode = "pad_to"
         elif isinstance(mode, dict):
-            max_len = mode.get("max_len", 0)
+            # The form state_dict() and the docs' tables use: checked as ('pad_to', n) is
+            # (max_len 2**32 + 3 was 3 to C, True was 1).
+            extra = set(mode) - {"mode", "max_len"}
+            if extra:
+                raise ValueError("variable[%r] reads 'mode' and 'max_len', not %s"
+                                 % (name, ", ".join(sorted(map(repr, extra)))))
+            if mode.get("mode") == "pad_to":
+                max_len = _uint(mode.get("max_len"), "variable[%r] max_len" % name, 1, 1 << 24)
+            elif mode.get("max_len", 0) not in (0, None):
+                raise ValueError("variable[%r]: max_len is for mode 'pad_to', not %r"
+                                 % (name, mode.get("mode")))
             mode = mode.get("mode")
-        if mode not in _VARIABLE or (mode == "pad_to" and not max_len):
+        if not isinstance(mode, str) or mode not in _VARIABLE or \
+                (mode == "pad_to" and not max_len):
             raise ValueError("variable[%r] must be 'pad', 'offsets' or ('pad_to', n), got %r"
                              % (name, variable[name]))
         out.append((name, _VARIABLE[mode], max_len))

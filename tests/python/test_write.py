@@ -234,6 +234,19 @@ def test_selection_variable_modes_and_views(kinds_store):
             f = samples[i]["var_float64"][:3]
             assert int(b["var_float64_lengths"][j]) == len(f)
             assert np.array_equal(b["var_float64"][j][:len(f)].numpy(), f), "cut to 3"
+    # The dict form reads as the tuple does, and is checked as it is: max_len 2**32 + 3 was 3
+    # to C, True was 1, and a list as the mode raised "unhashable type".
+    assert [b["var_float64"].shape for b in batches(
+        path, fields=sel, variable={"var_float64": {"mode": "pad_to", "max_len": 3}})] == \
+        [b["var_float64"].shape for b in got]
+    for bad, why in (({"mode": "pad_to", "max_len": 2**32 + 3}, "max_len"),
+                     ({"mode": "pad_to", "max_len": True}, "max_len"),
+                     ({"mode": "pad_to", "max_len": 2.5}, "max_len"),
+                     ({"mode": "pad", "max_len": 4}, "max_len is for mode 'pad_to'"),
+                     ({"mode": "pad_to", "maxlen": 4}, "reads 'mode' and 'max_len'"),
+                     ({"mode": ["pad"]}, "must be 'pad'"), (["pad"], "must be 'pad'")):
+        with pytest.raises(ValueError, match=r"variable\['var_float64'\].*" + why):
+            dlcache.Loader(path, 2, fields=sel, variable={"var_float64": bad})
     # Classes follow their boxes' mode; boxes and classes are cut together.
     got = batches(path, fields=["rgb_raw", "boxes", "box_classes"],
                   variable={"boxes": ("pad_to", 2)})
