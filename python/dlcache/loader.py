@@ -1333,6 +1333,10 @@ class Loader:
             if self._pos in (_FRESH, _RESUMED):
                 return
             e = self._epoch + 1
+            if e > 2**63 - 1:
+                # A state saved there would be refused (epochs are below 2^63).
+                raise ValueError("dlcache.Loader: epoch %d was the last (epochs are 0..2^63-1): "
+                                 "set_epoch() a smaller one" % self._epoch)
         elif e == self._epoch and self._pos in (_FRESH, _RESUMED, _RESUMED_END):
             return
         self._sync()
@@ -1855,6 +1859,9 @@ class Loader:
         """How batch @p batch_index of @p epoch (this rank's) is mixed: {"mode": "none",
         "mixup" or "cutmix", "lam": float, "box": (yl, yh, xl, xh) or None}, a pure function
         of the seed, epoch, rank, world size and batch index (timm's draw, see _batchaug)."""
+        # Checked: C's uint64 took 2**64 as epoch 0 and -1 as 2**64 - 1.
+        epoch = _uint(epoch, "epoch", 0, 2**63 - 1)
+        batch_index = _uint(batch_index, "batch_index", 0, 2**63 - 1)
         h, w = self._res_now or (self._config.crop_h, self._config.crop_w)
         if not h or not w:
             raise ValueError("mixup_params() needs the output size: open with crop=")
@@ -1904,6 +1911,8 @@ class Loader:
         "cpu", "storage", "network", "copy" or "consumer", with ``.reason`` and ``.advice``;
         ``str()`` is a short table, ``.as_dict()`` a flat dict for TensorBoard or W&B. See
         docs/WAITING.md. Call it from the loop's thread."""
+        # Checked: C's uint32 took -1 as "since open" and 2**32 + 1 as the last batch.
+        last = _uint(last, "last", 0, 2**32 - 1)
         marks = self._kept_marks
         kept_s, kept_n = self._kept_s, self._kept_n
         if last and last < len(marks):

@@ -97,3 +97,28 @@ def test_a_crop_the_store_cannot_give_says_to_pass_crop(tmp_path):
     with pytest.raises(dlcache.InvalidArgumentError,
                        match=r"larger than field \"image\"'s 8x10: give a crop of at most that"):
         dlcache.Loader(tmp_path / "f.dlc", 2, crop=16)
+
+
+def test_integer_arguments_of_the_methods_are_checked(tmp_path):
+    """Values went to C's uint32/uint64 as ctypes cut them: mixup_params(2**64, 0) was epoch
+    0's draw and (-1, 0) epoch 2**64 - 1's, report(-1) the whole run and report(2**32 + 1)
+    the last batch; 1.5 raised a bare ctypes.ArgumentError. And set_epoch(2**63 - 1) let the
+    next iter() move to 2**63, where a state is refused."""
+    import numpy as np
+    dlcache.write([{"image": np.zeros((8, 8, 3), np.uint8), "label": i % 2} for i in range(8)],
+                  tmp_path / "s.dlc", progress=False)
+    with dlcache.Loader(tmp_path / "s.dlc", 4, crop=8, mixup=0.8, num_classes=2,
+                        dtype="float32") as ld:
+        assert ld.mixup_params(np.int64(1), 0) == ld.mixup_params(1, 0)
+        for args, name in (((2**64, 0), "epoch"), ((-1, 0), "epoch"), ((1.5, 0), "epoch"),
+                           ((0, -1), "batch_index"), ((0, 2**64), "batch_index")):
+            with pytest.raises(ValueError, match=name):
+                ld.mixup_params(*args)
+        next(iter(ld))
+        for bad in (-1, 2**32 + 1, 1.5, None):
+            with pytest.raises((ValueError, TypeError), match="last"):
+                ld.report(bad)
+        ld.set_epoch(2**63 - 1)
+        assert len(list(ld)) == 2
+        with pytest.raises(ValueError, match=r"epoch 9223372036854775807 was the last"):
+            next(iter(ld))
