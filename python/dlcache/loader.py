@@ -227,6 +227,10 @@ def _channels(value, name):
     """mean or std: one number for every channel, or one per channel (1 to 4)."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         value = (value,)
+    if isinstance(value, (str, bytes)):
+        # "123" iterated as 1.0, 2.0, 3.0.
+        raise ValueError("%s must be a number or 1 to 4 numbers (one per channel), got %r"
+                         % (name, value))
     try:
         vals = [float(v) for v in value]
     except (TypeError, ValueError):
@@ -788,10 +792,12 @@ class Loader:
             if arg is None:
                 continue
             vals = _channels(arg, name)
-            if 1 < len(vals) < channels:
-                raise ValueError("%s has %d values, but the store's images have %d channels: "
+            if 1 < len(vals) != channels and channels:
+                # Fewer would keep the defaults for the rest, more would be dropped; torch's
+                # Normalize refuses both.
+                raise ValueError("%s has %d values, but the store's images have %d channel%s: "
                                  "give one value, or one per channel"
-                                 % (name, len(vals), channels))
+                                 % (name, len(vals), channels, "s" if channels > 1 else ""))
             if len(vals) == 1:
                 vals = vals * 4
             if name == "mean" and any(abs(v) > 1.0 for v in vals):

@@ -296,6 +296,13 @@ def test_pairs_stay_tuples_unless_asked(kinds_store, tmp_path):
         dlcache.Loader(path, 8, as_dict=False)
     with pytest.raises(ValueError, match="has 3 values, but the store's images have 4"):
         dlcache.Loader(path, 8, dtype="float32", mean=(0.5, 0.5, 0.5))
+    # More values than channels were dropped (torch's Normalize refuses them), and a string
+    # was read a character at a time ("123" as 1.0, 2.0, 3.0).
+    with pytest.raises(ValueError, match="has 3 values, but the store's images have 1 channel:"):
+        dlcache.Loader(path, 8, fields=["gray_raw"], dtype="float32", mean=(0.1, 0.2, 0.3))
+    for name in ("mean", "std"):
+        with pytest.raises(ValueError, match=name + " must be a number or 1 to 4 numbers"):
+            dlcache.Loader(path, 8, fields=["gray_raw"], dtype="float32", **{name: "123"})
     with pytest.raises(ValueError, match="no field 'nope'"):
         dlcache.Loader(path, 8, fields=["rgb_raw", "nope"])
     with pytest.raises(ValueError, match="variable"):
