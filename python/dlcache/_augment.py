@@ -146,7 +146,8 @@ def _solarize(value, spec, name):
 
 
 def _fill(value, spec, name):
-    vals = [value] * 3 if isinstance(value, int) and not isinstance(value, bool) else value
+    vals = [value] * 3 if isinstance(value, numbers.Integral) and not isinstance(value, bool) \
+        else value
     try:
         vals = list(vals)
     except TypeError:
@@ -314,7 +315,7 @@ def _random_erasing(value, spec, name, channels=0):
                              % (name, v))
         spec.erase_value = L.ERASE_NOISE
         return
-    vals = [v] if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+    vals = [v] if isinstance(v, numbers.Real) and not isinstance(v, bool) else v
     try:
         vals = [_number(x, name + " value") for x in vals]
     except TypeError:

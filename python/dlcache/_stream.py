@@ -11,6 +11,7 @@ no torch, so that dlcache.plan() works where the Loader cannot be imported.
 import contextlib
 import ctypes
 import logging
+import numbers
 import os
 import re
 import signal
@@ -48,8 +49,8 @@ def parse_size(value, name="cache_limit"):
     if isinstance(value, bool):
         raise ValueError("%s must be bytes (an int) or a size such as '50GB', got %r"
                          % (name, value))
-    if isinstance(value, int):
-        n = value
+    if isinstance(value, numbers.Integral):
+        n = int(value)
     elif isinstance(value, str):
         m = _SIZE_RE.match(value)
         if not m or (m.group(3) and not m.group(2)):
@@ -198,7 +199,7 @@ def net_options(keep, *, endpoint=None, region=None, log=None, timeout=None, ret
     if timeout is not None:
         # The rule is the library's (dlc_warm_options, checked in C for every caller): said
         # here first only for a ValueError instead of a DlcacheError.
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
+        if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) \
                 or not 0.1 <= timeout <= 86400:
             raise ValueError("timeout must be seconds in [0.1, 86400] (a request that moves "
                              "less than 1 KiB/s this long is retried; a shorter timeout would "

@@ -5,6 +5,7 @@ import ctypes
 import inspect
 import logging
 import math
+import numbers
 import os
 import sys
 import threading
@@ -225,7 +226,7 @@ def _default_threads():
 
 def _channels(value, name):
     """mean or std: one number for every channel, or one per channel (1 to 4)."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
         value = (value,)
     if isinstance(value, (str, bytes)):
         # "123" iterated as 1.0, 2.0, 3.0.
@@ -245,7 +246,7 @@ def _channels(value, name):
 
 
 def _crop_hw(crop, name):
-    if isinstance(crop, int) and not isinstance(crop, bool):
+    if isinstance(crop, numbers.Integral) and not isinstance(crop, bool):
         h = w = crop
     else:
         try:
@@ -720,7 +721,7 @@ class Loader:
 
         if crop is None:
             cfg.crop_h = cfg.crop_w = 0
-        elif isinstance(crop, int) and not isinstance(crop, bool):
+        elif isinstance(crop, numbers.Integral) and not isinstance(crop, bool):
             cfg.crop_h = cfg.crop_w = _uint(crop, "crop", 1, 65535)
         else:
             try:
@@ -1181,10 +1182,10 @@ class Loader:
             flip = v.get("flip", cfg.flip_prob)
             if isinstance(flip, bool):
                 flip = 0.5 if flip else 0.0
-            if not isinstance(flip, (int, float)) or not 0.0 <= flip <= 1.0:
+            if not isinstance(flip, numbers.Real) or not 0.0 <= flip <= 1.0:
                 raise ValueError("views[%d] flip must be a probability in [0, 1], got %r"
                                  % (i, flip))
-            sp.flip_prob = flip
+            sp.flip_prob = float(flip)
         return arr
 
     @staticmethod

@@ -122,3 +122,24 @@ def test_integer_arguments_of_the_methods_are_checked(tmp_path):
         assert len(list(ld)) == 2
         with pytest.raises(ValueError, match=r"epoch 9223372036854775807 was the last"):
             next(iter(ld))
+
+
+def test_numpy_scalars_are_numbers_everywhere(tmp_path):
+    """A config read from numpy (np.int64(32), np.float32(0.5)) was taken by batch_size, flip
+    and seed but refused by crop, a view's flip, a fill and mean with messages that
+    contradicted themselves ("crop must be an int ... got 32")."""
+    import numpy as np
+    from dlcache import _stream
+    dlcache.write([{"image": np.zeros((16, 16, 3), np.uint8), "label": 0}] * 4,
+                  tmp_path / "s.dlc", progress=False)
+    s = str(tmp_path / "s.dlc")
+    for kw in (dict(crop=np.int64(8)), dict(crop=(np.int32(8), np.uint16(8))),
+               dict(views=[{"name": "g", "count": 1, "crop": np.int64(8),
+                            "flip": np.float32(0.5)}]),
+               dict(crop=8, auto_augment="rand_augment",
+                    auto_augment_options={"fill": np.uint8(3)}),
+               dict(crop=8, dtype="float32", mean=np.float32(0.5), std=np.float64(0.25)),
+               dict(crop=8, random_erasing={"p": np.float32(1.0), "value": np.uint8(7)})):
+        with dlcache.Loader(s, 2, **kw) as ld:
+            assert len(next(iter(ld))) == 2, kw
+    assert _stream.parse_size(np.int64(1 << 30), "cache_limit") == 1 << 30
