@@ -247,7 +247,7 @@ def _auto_augment(policy, options, spec, name, oname, mean=None):
     if isinstance(policy, str) and (policy == "rand" or policy.startswith("rand-")):
         _timm_auto_augment(policy, options, spec, name, oname, mean)
         return
-    if policy not in POLICIES:
+    if not isinstance(policy, str) or policy not in POLICIES:
         raise ValueError("%s must be one of %s, or a timm RandAugment string such as "
                          "'rand-m9-mstd0.5-inc1', got %r"
                          % (name, ", ".join(repr(p) for p in POLICIES), policy))

@@ -129,8 +129,7 @@ def _env_int(name, default):
     try:
         return int(v)
     except ValueError:
-        raise ValueError("$%s is %r, not an integer (it gives the default of %s)"
-                         % (name, v, name.lower())) from None
+        raise ValueError("$%s is %r, not an integer" % (name, v)) from None
 
 
 def default_rank_world(rank, world_size):
@@ -152,7 +151,7 @@ def default_rank_world(rank, world_size):
 
 def default_cache_ranks():
     """The processes of this node that share cache_dir: torchrun's $LOCAL_WORLD_SIZE, else 1."""
-    return int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    return max(1, _env_int("LOCAL_WORLD_SIZE", 1))
 
 
 def apply(cfg, path, keep, ctx, *, window_shards=4, streams=None, cache_dir=None,

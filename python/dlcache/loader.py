@@ -220,7 +220,7 @@ def _default_threads():
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    local = _stream.default_cache_ranks()
     return max(1, cores // max(1, local))
 
 

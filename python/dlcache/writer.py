@@ -333,7 +333,7 @@ class _Field:
     def _init_image(self, kind, opt, value, where):
         self.kind, self.mask = "image", kind == "mask"
         self.encoding = opt.get("encoding", "png" if self.mask else "raw")
-        if self.encoding not in _ENCODINGS:
+        if not isinstance(self.encoding, str) or self.encoding not in _ENCODINGS:
             raise _bad(where, "encoding %r; an image is 'raw', 'jpeg' or 'png'"
                        % (self.encoding,))
         if self.mask and self.encoding == "jpeg":
@@ -344,8 +344,10 @@ class _Field:
             self.quality = _uint(opt["quality"], "%s: quality" % where, 1, 100)
         if "channels" in opt:
             self.channels = opt["channels"]
-            if self.channels not in (1, 3, 4):
+            if isinstance(self.channels, bool) or not isinstance(self.channels, numbers.Integral) \
+                    or self.channels not in (1, 3, 4):
                 raise _bad(where, "channels %r; an image has 1, 3 or 4" % (self.channels,))
+            self.channels = int(self.channels)
         else:
             self.channels = self._first_channels(value, where)
         self.first_hw = self._first_size(value, where)
@@ -1049,6 +1051,12 @@ def write(samples: "Iterable[Any]", path: "str | os.PathLike[str] | bytes",
         label_names = list(label_names)
         if not 1 <= len(label_names) <= _MAX_LABELS or any("\0" in n for n in label_names):
             raise ValueError("label_names must hold 1 to 2^24 names without NUL characters")
+        for k, n in enumerate(label_names):
+            try:
+                n.encode("utf-8")
+            except UnicodeEncodeError as e:  # a lone surrogate, from a file name's bytes
+                raise ValueError("label_names[%d] is not text UTF-8 can hold (%r at %d): %s"
+                                 % (k, n[e.start:e.end], e.start, e.reason)) from None
     if progress is not None and not isinstance(progress, bool) and not callable(progress):
         raise ValueError("progress must be None, True, False or a callable, got %r"
                          % (progress,))

@@ -741,3 +741,28 @@ def test_an_image_side_beyond_the_limit_is_refused_not_wrapped(tmp_path):
                                            strides=(0, 0, 1))
     with pytest.raises(ValueError, match=r"sides are 1 to 1048576 pixels"):
         dlcache.write([{"image": wide, "label": 0}], tmp_path / "w.dlc", progress=False)
+
+
+def test_wrong_types_in_the_options_are_named(tmp_path):
+    """Each raised a bare TypeError, ValueError or UnicodeEncodeError that named nothing:
+    "'float' object cannot be interpreted as an integer", "unhashable type: 'list'"."""
+    img = [{"image": np.zeros((4, 4, 3), np.uint8), "label": 0}]
+    out = tmp_path / "o.dlc"
+    for opt, why in (({"kind": "image", "channels": 3.0}, "channels 3.0; an image has 1, 3 or 4"),
+                     ({"kind": "image", "channels": True}, "channels True"),
+                     ({"kind": "image", "encoding": ["raw"]}, r"encoding \['raw'\]")):
+        with pytest.raises(ValueError, match=why):
+            dlcache.write(img, out, fields={"image": opt}, progress=False)
+    dlcache.write(img, out, fields={"image": {"kind": "image", "channels": np.int64(3)}},
+                  progress=False)
+    assert dlcache.info(out)["fields"][0]["shape"][2] == 3
+    with pytest.raises(ValueError, match=r"label_names\[1\] is not text UTF-8 can hold"):
+        dlcache.write(img, out, label_names=["cat", "\udcff"], progress=False, force=True)
+    with pytest.raises(ValueError, match="auto_augment must be one of"):
+        dlcache.Loader(out, 1, auto_augment=[])
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-c", "import dlcache; dlcache.Loader(%r, 1)" % str(out)],
+                       env=dict(os.environ, LOCAL_WORLD_SIZE="abc"), capture_output=True,
+                       text=True, timeout=120)
+    assert "$LOCAL_WORLD_SIZE is 'abc', not an integer" in r.stderr, r.stderr[-2000:]
