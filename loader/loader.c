@@ -93,11 +93,11 @@ static dlc_status check_config(const dlc_loader_config *c, const char *path)
     if (c->augment == DLC_AUGMENT_RANDOM_RESIZED_CROP) {
         FAIL_IF(
             !(c->rrc_scale[0] > 0 && c->rrc_scale[0] <= c->rrc_scale[1] && c->rrc_scale[1] <= 1e6f),
-            DLC_EINVAL, "%s: config.rrc_scale = (%g, %g) must satisfy 0 < lo <= hi", path,
+            DLC_EINVAL, "%s: config.rrc_scale = (%g, %g) must satisfy 0 < lo <= hi <= 1e6", path,
             c->rrc_scale[0], c->rrc_scale[1]);
         FAIL_IF(
             !(c->rrc_ratio[0] > 0 && c->rrc_ratio[0] <= c->rrc_ratio[1] && c->rrc_ratio[1] <= 1e6f),
-            DLC_EINVAL, "%s: config.rrc_ratio = (%g, %g) must satisfy 0 < lo <= hi", path,
+            DLC_EINVAL, "%s: config.rrc_ratio = (%g, %g) must satisfy 0 < lo <= hi <= 1e6", path,
             c->rrc_ratio[0], c->rrc_ratio[1]);
     }
     FAIL_IF(c->num_fields && !c->fields, DLC_EINVAL, "%s: config.num_fields = %u without fields",

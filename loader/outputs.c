@@ -55,7 +55,7 @@ static dlc_status check_group(const dlc_loader *l, const dlc_view_spec *v, uint3
                   v->rrc_ratio[0] <= v->rrc_ratio[1] && v->rrc_ratio[1] <= 1e6f),
                 DLC_EINVAL,
                 "%s: config.views[%u] (%s): rrc_scale (%g, %g) and rrc_ratio (%g, %g) must "
-                "satisfy 0 < lo <= hi",
+                "satisfy 0 < lo <= hi <= 1e6",
                 l->path, i, v->name, v->rrc_scale[0], v->rrc_scale[1], v->rrc_ratio[0],
                 v->rrc_ratio[1]);
 fail:

@@ -83,8 +83,8 @@ static dlc_status check_spec(const dlc_loader *l, const dlc_augment_spec *a, con
                 what, a->erase_scale[0], a->erase_scale[1]);
         FAIL_IF(!(a->erase_ratio[0] > 0 && a->erase_ratio[0] <= a->erase_ratio[1] &&
                   a->erase_ratio[1] < 1e6f),
-                DLC_EINVAL, "%s: %s: erase_ratio (%g, %g) must satisfy 0 < lo <= hi", l->path, what,
-                a->erase_ratio[0], a->erase_ratio[1]);
+                DLC_EINVAL, "%s: %s: erase_ratio (%g, %g) must satisfy 0 < lo <= hi < 1e6", l->path,
+                what, a->erase_ratio[0], a->erase_ratio[1]);
         FAIL_IF(a->erase_value > DLC_ERASE_CONSTANT, DLC_EINVAL,
                 "%s: %s: erase_value = %u is not a dlc_erase_value", l->path, what, a->erase_value);
         for (int c = 0; c < 4; c++)

@@ -304,8 +304,8 @@ def _random_erasing(value, spec, name, channels=0):
         spec.erase_scale[0], spec.erase_scale[1] = lo, hi
     if "ratio" in value:
         lo, hi = _range(value["ratio"], name + " ratio", 0.0, 1e6)
-        if lo <= 0:
-            raise ValueError("%s ratio must satisfy 0 < lo <= hi, got %r"
+        if lo <= 0 or hi >= 1e6:  # the C check's bound: hi below 1e6
+            raise ValueError("%s ratio must satisfy 0 < lo <= hi < 1e6, got %r"
                              % (name, value["ratio"]))
         spec.erase_ratio[0], spec.erase_ratio[1] = lo, hi
     v = value.get("value", 0)

@@ -298,8 +298,10 @@ def _pair(value, name):
         a, b = (float(v) for v in value)
     except (TypeError, ValueError):
         raise ValueError("%s must be a pair (lo, hi), got %r" % (name, value)) from None
-    if not (0 < a <= b) or math.isinf(b):
-        raise ValueError("%s must satisfy 0 < lo <= hi, got %r" % (name, value))
+    # The C loader's bound on hi (its float math): said here rather than hidden behind its
+    # "must satisfy 0 < lo <= hi" for (1e30, 1e30).
+    if not (0 < a <= b <= 1e6):
+        raise ValueError("%s must satisfy 0 < lo <= hi <= 1e6, got %r" % (name, value))
     return a, b
 
 

@@ -143,3 +143,20 @@ def test_numpy_scalars_are_numbers_everywhere(tmp_path):
         with dlcache.Loader(s, 2, **kw) as ld:
             assert len(next(iter(ld))) == 2, kw
     assert _stream.parse_size(np.int64(1 << 30), "cache_limit") == 1 << 30
+
+
+def test_the_hidden_bounds_of_crop_and_erasing_ratios_are_named(tmp_path):
+    """hi of RandomResizedCrop's scale and ratio is at most 1e6 in C, and RandomErasing's ratio
+    below 1e6: (1e30, 1e30) was called 'must satisfy 0 < lo <= hi', and an erasing ratio of
+    (1, 1e6) passed the Python check and failed in C with the same words."""
+    import numpy as np
+    dlcache.write([{"image": np.zeros((16, 16, 3), np.uint8), "label": 0}] * 2,
+                  tmp_path / "s.dlc", progress=False)
+    s = str(tmp_path / "s.dlc")
+    with pytest.raises(ValueError, match=r"ratio must satisfy 0 < lo <= hi <= 1e6"):
+        dlcache.Loader(s, 2, crop=8, random_resized_crop=((0.1, 1), (1e30, 1e30)))
+    with pytest.raises(ValueError, match=r"ratio must satisfy 0 < lo <= hi < 1e6"):
+        dlcache.Loader(s, 2, crop=8, random_erasing={"ratio": (1, 1e6)})
+    with dlcache.Loader(s, 2, crop=8, random_resized_crop=((0.1, 1), (1, 1e6)),
+                        random_erasing={"ratio": (1, 999999.0)}) as ld:
+        assert len(next(iter(ld))) == 2
