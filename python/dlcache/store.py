@@ -49,6 +49,23 @@ def _uint(value, name, lo=0, hi=2**32 - 1):
     return value
 
 
+def _flag(value, name):
+    """@p value as a bool, else a TypeError naming @p name: a bool, numpy's bool or the ints 0
+    and 1. Any other value is refused rather than taken for its truth ("False" is true)."""
+    if isinstance(value, bool):
+        return value
+    import numpy as np
+    if isinstance(value, np.bool_):
+        return bool(value)
+    try:
+        number = operator.index(value)
+    except TypeError:
+        number = -1
+    if number not in (0, 1):
+        raise TypeError("%s must be a bool, not %r" % (name, value))
+    return number == 1
+
+
 class BuildReport(dict):
     """What dlcache.build() did: a dict with attribute access.
 

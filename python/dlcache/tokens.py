@@ -16,7 +16,7 @@ from . import _lib
 from . import _stream
 from ._lib import lib
 from .errors import check, redact
-from .store import _uint
+from .store import _flag, _uint
 
 _P = ctypes.c_void_p
 _S = _lib.c_status
@@ -81,7 +81,7 @@ def write_tokens(docs, path, eos_id, vocab_size=0, dtype=None, tokenizer=None,
     cfg.dtype = _DTYPES[dtype]
     cfg.vocab_size = _uint(vocab_size, "vocab_size", 0, 2**32 - 1)
     cfg.eos_id = _uint(eos_id, "eos_id", 0, 2**32 - 1)
-    cfg.force = 1 if force else 0
+    cfg.force = int(_flag(force, "force"))
     cfg.tokenizer = tokenizer.encode() if tokenizer else None
     cfg.tokenizer_digest = int(tokenizer_digest)
     w = _P()
@@ -324,8 +324,11 @@ class TokenLoader:
         r, w = _stream.default_rank_world(rank, world_size)
         self.world_size = _uint(w, "world_size", 1)
         self.rank = _uint(r, "rank", 0, self.world_size - 1)
-        self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
-        self.document_mask, self.packing, self.dtype = bool(document_mask), packing, dtype
+        # Not bool(): shuffle="False" shuffled.
+        self.shuffle = _flag(shuffle, "shuffle")
+        self.drop_last = _flag(drop_last, "drop_last")
+        self.document_mask = _flag(document_mask, "document_mask")
+        self.packing, self.dtype = packing, dtype
         self.threads = 2 if threads is None else _uint(threads, "threads", 0, 256)
         cfg.batch_size, cfg.seq_len, cfg.seed = self.batch_size, self.seq_len, self.seed
         cfg.rank, cfg.world_size, cfg.threads = self.rank, self.world_size, self.threads

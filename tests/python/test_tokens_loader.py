@@ -211,6 +211,22 @@ def test_refusals(corpus, tmp_path):
         assert next(iter(ok))["input_ids"].shape == (2, 8)
 
 
+def test_flags_must_be_bools(corpus, tmp_path):
+    """A flag took any value for its truth: shuffle="False" shuffled. bool, numpy's bool and the
+    ints 0 and 1 are flags; anything else is a TypeError naming the argument."""
+    path, docs = corpus
+    for name in ("shuffle", "drop_last", "document_mask"):
+        for bad in ("False", "no", 0.0, 2, -1, None, [1]):
+            with pytest.raises(TypeError, match="%s must be a bool" % name):
+                dlcache.Loader(path, 2, seq_len=8, **{name: bad})
+    for value, want in ((np.bool_(False), False), (np.True_, True), (0, False), (1, True),
+                        (np.int64(1), True)):
+        with dlcache.Loader(path, 2, seq_len=8, shuffle=value) as L:
+            assert L.shuffle is want
+    with pytest.raises(TypeError, match="force must be a bool"):
+        dlcache.write_tokens(docs, tmp_path / "w.dlc", eos_id=EOS, force="no")
+
+
 def test_loader_signature_takes_the_token_arguments(corpus):
     import inspect
     path, _ = corpus
