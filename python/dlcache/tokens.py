@@ -338,6 +338,11 @@ class TokenLoader:
         cfg.document_mask = int(self.document_mask)
         cfg.pad_id = _uint(pad_id, "pad_id", 0, 2**31 - 1)
         self._mix = isinstance(path, (list, tuple))
+        if self._mix:
+            # Checked before anything opens: a ctypes uint64 kept the low bits of rows_per_epoch
+            # (2**64 + 40 was 40 rows, -1 was 2**64 - 1 and len() overflowed: it holds 2**63 - 1).
+            rows = 0 if rows_per_epoch is None else \
+                _uint(rows_per_epoch, "rows_per_epoch", 1, 2**63 - 1)
         # A set's URL (or a mixture with some) is read through the streaming cache: every part
         # downloaded once per node into cache_dir, checked, and held while the loader is open.
         keep = []
@@ -369,7 +374,7 @@ class TokenLoader:
             arr = (ctypes.c_char_p * len(paths))(*paths)
             w = (ctypes.c_double * len(paths))(*[float(x) for x in weights])
             with _stream.interruptible():
-                rc = lib.dlc_token_loader_open_mix(arr, w, len(paths), int(rows_per_epoch or 0),
+                rc = lib.dlc_token_loader_open_mix(arr, w, len(paths), rows,
                                                    ctypes.byref(cfg), ctypes.byref(self._h))
             check(rc, self.path)
         else:

@@ -126,3 +126,15 @@ def test_one_store_twice_is_refused(stores):
     with pytest.raises(dlcache.InvalidArgumentError, match="small.dlc holds the same records as "
                        ".*small.dlc.*list it once, with the sum of their weights"):
         dlcache.Loader([stores[0], stores[1], stores[0]], B, seq_len=S, seed=SEED)
+
+
+def test_rows_per_epoch_is_checked(stores):
+    """rows_per_epoch went to a C uint64 unchecked: 2**64 + 40 was 40 rows, -1 was 2**64 - 1 (and
+    len() an OverflowError), 1.9 was 1 and '10' was taken."""
+    for bad in (2**64 + 40, -1, 0, 2**63, 1.9, "10", float("nan"), True):
+        with pytest.raises(ValueError, match="rows_per_epoch must be"):
+            dlcache.Loader(stores, B, seq_len=S, seed=SEED, rows_per_epoch=bad)
+    L = dlcache.Loader(stores, B, seq_len=S, seed=SEED, rows_per_epoch=np.int64(40))
+    assert len(L.dataset) == 40 and len(L) == 10
+    L = dlcache.Loader(stores, B, seq_len=S, seed=SEED, rows_per_epoch=2**63 - 1)
+    assert len(L.dataset) == 2**63 - 1 and len(L) == -(-(2**63 - 1) // B)
