@@ -138,3 +138,19 @@ def test_rows_per_epoch_is_checked(stores):
     assert len(L.dataset) == 40 and len(L) == 10
     L = dlcache.Loader(stores, B, seq_len=S, seed=SEED, rows_per_epoch=2**63 - 1)
     assert len(L.dataset) == 2**63 - 1 and len(L) == -(-(2**63 - 1) // B)
+
+
+def test_bad_weights_are_refused_naming_weights(stores):
+    """["a", 1] raised float()'s bare "could not convert string to float"; the weights are
+    refused as the image Loader's mixture refuses them, naming weights, before a store opens."""
+    for bad, why in ((["a", 1], "weights must be numbers"), ([None, 1], "weights must be numbers"),
+                     (5, "weights must be numbers"), ([1], "1 weights for 2 token stores"),
+                     ([float("nan"), 1], r"weights\[0\] is nan"),
+                     ([1, float("inf")], r"weights\[1\] is inf"),
+                     ([-1, 1], r"weights\[0\] is -1.0"), ([0, 0.0], "weights are all 0")):
+        with pytest.raises(ValueError, match=why):
+            dlcache.Loader(stores, B, seq_len=S, seed=SEED, weights=bad)
+    with pytest.raises(dlcache.InvalidArgumentError, match="finite number, 0 or more"):
+        dlcache.Loader(stores, B, seq_len=S, seed=SEED, weights=[float("nan"), 1])
+    L = dlcache.Loader(stores, B, seq_len=S, seed=SEED, weights=np.array([0, 2], np.int64))
+    assert len(L) > 0
