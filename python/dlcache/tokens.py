@@ -154,7 +154,8 @@ class TokenStore:
         return np.frombuffer(bytes(buf), dtype=self._dtype).copy()
 
     def find(self, pos):
-        d = lib.dlc_tokens_find(self._t, int(pos))
+        pos = _uint(pos, "token position", 0, 2**64 - 1)  # 2**64 was document 0
+        d = lib.dlc_tokens_find(self._t, pos)
         if d == 2**64 - 1:
             raise IndexError("%s: token position %d of %d" % (self.path, pos,
                                                               self.info["num_tokens"]))

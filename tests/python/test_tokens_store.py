@@ -128,6 +128,22 @@ def test_values_a_c_field_would_wrap_are_refused(tmp_path):
     ld.close()
 
 
+def test_find_checks_its_position(tmp_path):
+    """find() gave int(pos) to a C uint64: 2**64 found document 0, 2**64 + 7553 document 299 (the
+    low bits' one), and nan raised int()'s bare words. The position is checked as doc()'s
+    document is."""
+    docs = make_docs(300, 1, 1000, eos=999)
+    dlcache.write_tokens(docs, tmp_path / "f.dlc", eos_id=999, vocab_size=1000)
+    with dlcache.TokenStore(tmp_path / "f.dlc") as t:
+        n = t.info["num_tokens"]
+        for bad in (2**64, 2**64 + 7553, -1, float("nan"), 1.0, "3", True):
+            with pytest.raises(ValueError, match="token position must be"):
+                t.find(bad)
+        with pytest.raises(IndexError, match="token position %d of %d" % (n, n)):
+            t.find(n)
+        assert t.find(np.uint64(n - 1)) == len(t) - 1 and t.find(np.int32(0)) == 0
+
+
 def test_verify_finds_a_flipped_bit_inside_a_document(tmp_path):
     """doc() and the loader check a document's length and its last id only: a bit flipped
     inside one was read as another token, and TokenStore.verify() said nothing. It checks every
