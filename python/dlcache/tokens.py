@@ -84,7 +84,7 @@ def write_tokens(docs, path, eos_id, vocab_size=0, dtype=None, tokenizer=None,
     cfg.eos_id = _uint(eos_id, "eos_id", 0, 2**32 - 1)
     cfg.force = int(_flag(force, "force"))
     cfg.tokenizer = tokenizer.encode() if tokenizer else None
-    cfg.tokenizer_digest = int(tokenizer_digest)
+    cfg.tokenizer_digest = _uint(tokenizer_digest, "tokenizer_digest", 0, 2**64 - 1)
     w = _P()
     check(lib.dlc_token_writer_open(os.fsencode(path), ctypes.byref(cfg), ctypes.byref(w)),
           os.fsdecode(path))

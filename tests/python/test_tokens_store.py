@@ -144,6 +144,20 @@ def test_find_checks_its_position(tmp_path):
         assert t.find(np.uint64(n - 1)) == len(t) - 1 and t.find(np.int32(0)) == 0
 
 
+def test_tokenizer_digest_is_checked(tmp_path):
+    """tokenizer_digest went to a C uint64 through int(): 2**64 + 123 stored 123 and -1 stored
+    2**64 - 1."""
+    p = tmp_path / "d.dlc"
+    for bad in (2**64 + 123, -1, 1.5, "12", True):
+        with pytest.raises(ValueError, match="tokenizer_digest must be"):
+            dlcache.write_tokens([[1, 2]], p, eos_id=0, tokenizer_digest=bad, force=True)
+        assert not p.exists()
+    for ok in (2**64 - 1, np.uint64(123)):
+        dlcache.write_tokens([[1, 2]], p, eos_id=0, tokenizer_digest=ok, force=True)
+        with dlcache.TokenStore(p) as t:
+            assert t.info["tokenizer_digest"] == ok
+
+
 def test_verify_finds_a_flipped_bit_inside_a_document(tmp_path):
     """doc() and the loader check a document's length and its last id only: a bit flipped
     inside one was read as another token, and TokenStore.verify() said nothing. It checks every
