@@ -83,7 +83,7 @@ def write_tokens(docs, path, eos_id, vocab_size=0, dtype=None, tokenizer=None,
     cfg.vocab_size = _uint(vocab_size, "vocab_size", 0, 2**32 - 1)
     cfg.eos_id = _uint(eos_id, "eos_id", 0, 2**32 - 1)
     cfg.force = int(_flag(force, "force"))
-    cfg.tokenizer = tokenizer.encode() if tokenizer else None
+    cfg.tokenizer = _tokenizer_name(tokenizer)
     cfg.tokenizer_digest = _uint(tokenizer_digest, "tokenizer_digest", 0, 2**64 - 1)
     w = _P()
     check(lib.dlc_token_writer_open(os.fsencode(path), ctypes.byref(cfg), ctypes.byref(w)),
@@ -112,6 +112,28 @@ def write_tokens(docs, path, eos_id, vocab_size=0, dtype=None, tokenizer=None,
         raise
     check(lib.dlc_token_writer_finish(w), os.fsdecode(path))
     return {"documents": n, "tokens": t, "skipped": skipped}
+
+
+def _tokenizer_name(name):
+    """write_tokens()'s @p name (str or bytes) as the C writer's bytes, or None for the default:
+    UTF-8 text, which TokenStore.info reads back as str, without the NUL that would end it."""
+    if name is None:
+        return None
+    if isinstance(name, (bytes, bytearray)):
+        try:
+            name = bytes(name).decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError("tokenizer must be UTF-8 text, not %r" % (name,)) from None
+    elif not isinstance(name, str):
+        raise TypeError("tokenizer must be a str or bytes, not %s" % type(name).__name__)
+    if not name:
+        return None  # "pretokenized", as None
+    if "\0" in name:
+        raise ValueError("tokenizer must not contain NUL: %r" % (name,))
+    try:
+        return name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("tokenizer must be UTF-8 text, not %r" % (name,)) from None
 
 
 class TokenStore:

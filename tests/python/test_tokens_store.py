@@ -158,6 +158,27 @@ def test_tokenizer_digest_is_checked(tmp_path):
             assert t.info["tokenizer_digest"] == ok
 
 
+def test_tokenizer_is_str_or_bytes(tmp_path):
+    """tokenizer=b"x" raised "'bytes' object has no attribute 'encode'": bytes of UTF-8 text are
+    taken as the str; other types, bytes that are not UTF-8 and a NUL (ctypes ended the name
+    there) are refused naming tokenizer."""
+    p = tmp_path / "n.dlc"
+    for given, stored in ((b"spm:x", "spm:x"), (bytearray(b"spm:y"), "spm:y"),
+                          ("caf\u00e9".encode(), "caf\u00e9"), ("spm:z", "spm:z"),
+                          (b"", "pretokenized"), (None, "pretokenized")):
+        dlcache.write_tokens([[1, 2]], p, eos_id=0, tokenizer=given, force=True)
+        with dlcache.TokenStore(p) as t:
+            assert t.info["tokenizer"] == stored
+    for bad, err, why in ((5, TypeError, "tokenizer must be a str or bytes, not int"),
+                          (["spm"], TypeError, "tokenizer must be a str or bytes, not list"),
+                          (b"\xff\xfe", ValueError, "tokenizer must be UTF-8 text"),
+                          ("a\udcffb", ValueError, "tokenizer must be UTF-8 text"),
+                          ("spm\0x", ValueError, "tokenizer must not contain NUL")):
+        with pytest.raises(err, match=why):
+            dlcache.write_tokens([[1, 2]], tmp_path / "bad.dlc", eos_id=0, tokenizer=bad)
+        assert not (tmp_path / "bad.dlc").exists()
+
+
 def test_verify_finds_a_flipped_bit_inside_a_document(tmp_path):
     """doc() and the loader check a document's length and its last id only: a bit flipped
     inside one was read as another token, and TokenStore.verify() said nothing. It checks every
