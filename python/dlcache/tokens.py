@@ -275,6 +275,7 @@ _lib._PROTOTYPES.update({
 _STATE_KEY = "dlcache_token_loader_state"
 _PACKINGS = {"concat": 0, "best_fit": 1}
 _END = 1  # DLC_END
+_MIX_STATE_MAX = 72 + 40 * 64 + 8  # DLC_TOKEN_MIX_STATE_SIZE(64)
 
 
 class TokenLoader:
@@ -680,7 +681,7 @@ class TokenLoader:
                "shuffle": self.shuffle, "num_windows": int(self.num_windows),
                "world_size": self.world_size, "batch_size": self.batch_size}
         if self._mix:
-            buf = ctypes.create_string_buffer(72 + 40 * 64 + 8)
+            buf = ctypes.create_string_buffer(_MIX_STATE_MAX)
             n = ctypes.c_size_t()
             check(lib.dlc_token_loader_mix_state(self._ptr(), buf, len(buf), ctypes.byref(n)),
                   self.path)
@@ -689,29 +690,72 @@ class TokenLoader:
 
     def load_state_dict(self, state):
         """Continue from a state_dict(), also one saved under another world size. A state
-        saved at the end of an epoch makes the next iter() start the following one."""
-        if not isinstance(state, dict) or state.get(_STATE_KEY) != 1:
+        saved at the end of an epoch makes the next iter() start the following one. Every field
+        read is checked (type and range) before anything changes: a bad one is a ValueError
+        naming it, and the loader stays as it was."""
+        version = state.get(_STATE_KEY) if isinstance(state, dict) else None
+        if type(version) is not int or version != 1:
             raise ValueError("not a dlcache TokenLoader state_dict")
         if self._mix != ("mixture" in state):
             raise ValueError("state_dict is a %s's and this loader reads %s"
                              % ("mixture" if "mixture" in state else "single store",
                                 "a mixture" if self._mix else "one store"))
-        keys = ("seed", "seq_len", "packing", "shuffle") + (() if self._mix else ("num_windows",))
-        for key in keys:
-            if state[key] != getattr(self, key):
+        # Python ints went on as they were: epoch 2**64 + 1 resumed epoch 1 in C while
+        # self.epoch said 2**64 + 1, position 2**64 + 8 resumed at 8, and epoch_finished="no"
+        # skipped the rest of the epoch.
+        for key in ("seed", "seq_len", "packing", "shuffle", "epoch", "position") + \
+                (() if self._mix else ("num_windows",)):
+            if key not in state:
+                raise ValueError("state_dict has no %r: not a dlcache TokenLoader state_dict"
+                                 % key)
+        saved = {"seed": _uint(state["seed"], "state_dict['seed']", 0, 2**64 - 1),
+                 "seq_len": _uint(state["seq_len"], "state_dict['seq_len']", 1, 2**32 - 1),
+                 "packing": state["packing"], "shuffle": state["shuffle"]}
+        if not isinstance(saved["packing"], str) or saved["packing"] not in _PACKINGS:
+            raise ValueError("state_dict['packing'] must be one of %s, not %r"
+                             % (sorted(_PACKINGS), saved["packing"]))
+        finished = state.get("epoch_finished", False)  # states before it was kept had none
+        for key, value in (("shuffle", saved["shuffle"]), ("epoch_finished", finished)):
+            if not isinstance(value, bool):
+                raise ValueError("state_dict[%r] must be a bool, not %r" % (key, value))
+        if not self._mix:
+            saved["num_windows"] = _uint(state["num_windows"], "state_dict['num_windows']", 0,
+                                         2**64 - 1)
+        for key, value in saved.items():
+            if value != getattr(self, key):
                 raise ValueError("state_dict was saved with %s=%r, this loader has %r"
-                                 % (key, state[key], getattr(self, key)))
+                                 % (key, value, getattr(self, key)))
+        epoch = _uint(state["epoch"], "state_dict['epoch']", 0, 2**63 - 1)  # as set_epoch()
+        position = _uint(state["position"], "state_dict['position']", 0, int(self.num_windows))
+        raw = None
+        if self._mix:
+            raw = state["mixture"]
+            if not isinstance(raw, (bytes, bytearray)) or not 40 <= len(raw) <= _MIX_STATE_MAX:
+                raise ValueError("state_dict['mixture'] must be a token mixture's state, 40 to %d "
+                                 "bytes, not %s" % (_MIX_STATE_MAX, type(raw).__name__))
+            raw = bytes(raw)
+            # The C state holds the epoch at bytes 24..31 and the position at 32..39 (C checks
+            # the rest): the dict's copies must agree, or self.epoch and the next state_dict()
+            # would say other than where C resumes. At an epoch's end the dict's position is
+            # the epoch's length and C's may be short of it (drop_last).
+            c_epoch = int.from_bytes(raw[24:32], "little")
+            c_position = int.from_bytes(raw[32:40], "little")
+            if raw[:8] == b"DLCTMIX1" and (c_epoch != epoch or
+                                           (not finished and c_position != position)):
+                raise ValueError("state_dict['epoch'] and ['position'] are %d and %d and its "
+                                 "mixture state says %d and %d: the dict was edited or put "
+                                 "together from two states"
+                                 % (epoch, position, c_epoch, c_position))
         self._ptr()
         self._sync()
-        self._gen += 1  # iterators made before are stale
-        if self._mix:
-            raw = bytes(state["mixture"])
+        if raw is not None:
             check(lib.dlc_token_loader_mix_restore(self._ptr(), raw, len(raw)), self.path)
-        if state.get("epoch_finished"):
-            self._epoch, self._resume, self._pos = int(state["epoch"]), None, "ended"
+        self._gen += 1  # iterators made before are stale
+        if finished:
+            self._epoch, self._resume, self._pos = epoch, None, "ended"
             return
-        self._resume = (int(state["epoch"]), int(state["position"]), self._mix)
-        self._epoch = int(state["epoch"])
+        self._resume = (epoch, position, self._mix)
+        self._epoch = epoch
         self._pos = "fresh"
 
     def close(self):

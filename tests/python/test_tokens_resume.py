@@ -135,3 +135,53 @@ def test_the_resume_loop_does_not_replay_a_finished_epoch(stores, mixture):
         got[epoch] = [x["input_ids"] for x in b]
     assert got[0] == [] and len(got[1]) == len(want) > 0
     assert all(torch.equal(g, w) for g, w in zip(got[1], want))
+
+
+@pytest.mark.parametrize("mixture", [False, True])
+def test_load_state_dict_checks_every_field(stores, mixture):
+    """The fields were taken as they were: epoch 2**64 + 1 resumed epoch 1 while L.epoch said
+    2**64 + 1, position 2**64 + 8 resumed at 8, epoch -1 was reported as -1, and
+    epoch_finished="no" (true) skipped the rest of the epoch. Each is checked (type and range,
+    bools real bools) before anything changes: a ValueError naming it, the loader as it was."""
+    import re
+    src = stores if mixture else stores[0]
+    kw = dict(seq_len=16, seed=9, **({"weights": [2, 1]} if mixture else {}))
+    a = dlcache.Loader(src, 4, **kw)
+    it = iter(a)
+    next(it), next(it)
+    good = a.state_dict()
+    want = [x["input_ids"] for x in it]
+    b = dlcache.Loader(src, 4, **kw)
+    b.set_epoch(3)
+    itb = iter(b)
+    next(itb)
+    before = b.state_dict()
+    W = int(b.num_windows)
+    bad = [("epoch", 2**64 + 1), ("epoch", -1), ("epoch", 2**63), ("epoch", 1.0), ("epoch", "1"),
+           ("epoch", None), ("position", 2**64 + 8), ("position", -1), ("position", W + 1),
+           ("position", 8.0), ("epoch_finished", "no"), ("epoch_finished", 1),
+           ("epoch_finished", None), ("shuffle", 1), ("shuffle", "True"), ("seed", 9.0),
+           ("seed", -1), ("seed", 2**64 + 9), ("seq_len", 16.0), ("seq_len", 2**32 + 16),
+           ("packing", ["concat"]), ("packing", "best")]
+    bad += [("mixture", "x"), ("mixture", good["mixture"][:30]), ("mixture", None)] if mixture \
+        else [("num_windows", float(W)), ("num_windows", -1)]
+    for key, value in bad:
+        with pytest.raises(ValueError, match=re.escape("state_dict[%r]" % key)):
+            b.load_state_dict(dict(good, **{key: value}))
+        assert b.epoch == 3 and b.state_dict() == before, (key, value)
+    for key in ("epoch", "position", "seed"):
+        with pytest.raises(ValueError, match="state_dict has no '%s'" % key):
+            b.load_state_dict({k: v for k, v in good.items() if k != key})
+    with pytest.raises(ValueError, match="not a dlcache TokenLoader state_dict"):
+        b.load_state_dict(dict(good, dlcache_token_loader_state=True))
+    if mixture:  # the dict's epoch and position are the mixture state's
+        for key, value in (("epoch", 1), ("position", good["position"] + 4)):
+            with pytest.raises(ValueError, match="mixture state says 0 and %d: the dict was "
+                               "edited" % good["position"]):
+                b.load_state_dict(dict(good, **{key: value}))
+    assert b.epoch == 3 and b.state_dict() == before
+    next(itb)  # the iterator of before the refusals goes on
+    b.load_state_dict(good)
+    assert b.epoch == 0
+    got = [x["input_ids"] for x in b]
+    assert len(got) == len(want) > 0 and all(torch.equal(g, w) for g, w in zip(got, want))
