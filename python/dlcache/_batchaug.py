@@ -59,6 +59,8 @@ def _prob(value, name, default):
 def _alpha(value, name):
     if value is None or value is False:
         return 0.0
+    if isinstance(value, (str, bytes)):  # "4" was read as 4.0
+        raise ValueError("%s must be a Beta alpha >= 0 (0: off), got %r" % (name, value))
     try:
         value = float(value)
     except (TypeError, ValueError):

@@ -26,7 +26,7 @@ from . import _batchaug
 from . import _lib as L
 from ._lib import lib
 from .errors import InvalidArgumentError, check, error_for, redact
-from .store import _fspath, _read_schema, _uint, info as _store_info, public_path
+from .store import _flag, _fspath, _read_schema, _uint, info as _store_info, public_path
 
 __all__ = ["Loader"]
 
@@ -655,6 +655,11 @@ class Loader:
             if "shuffle" not in have and "sampler" not in have:
                 shuffle = chosen["shuffle"]
                 preset_shuffle = True
+        # Flags are bools: shuffle="False" shuffled, as any non-empty string is true.
+        shuffle, drop_last = _flag(shuffle, "shuffle"), _flag(drop_last, "drop_last")
+        random_crop = _flag(random_crop, "random_crop")
+        as_dict = None if as_dict is None else _flag(as_dict, "as_dict")  # None: decided later
+        return_indices = _flag(return_indices, "return_indices")
         self._preset = preset
         self._handle = None  # type: Any
         self._feed = None  # type: Any
@@ -884,8 +889,12 @@ class Loader:
 
         cfg.log = _LOG_CB
         if debug_poison is None:
-            debug_poison = os.environ.get("DLCACHE_DEBUG_POISON", "") not in ("", "0")
-        self._poison = bool(debug_poison)
+            env = os.environ.get("DLCACHE_DEBUG_POISON", "").strip().lower()
+            if env not in ("", "0", "1", "false", "true", "no", "yes", "off", "on"):
+                raise ValueError("$DLCACHE_DEBUG_POISON is %r: 1 (on) or 0 (off)"
+                                 % os.environ["DLCACHE_DEBUG_POISON"])
+            debug_poison = env in ("1", "true", "yes", "on")  # "no" was on
+        self._poison = _flag(debug_poison, "debug_poison")
         self._return_indices = bool(return_indices)
         self._config = cfg
         self._pair_names = None
@@ -2209,7 +2218,7 @@ class _Mix:
                         for i, o in enumerate(self.offsets)]
         self.samples_per_epoch = 0 if samples_per_epoch is None else \
             _uint(samples_per_epoch, "samples_per_epoch", 1)
-        self.return_source = bool(return_source)
+        self.return_source = _flag(return_source, "return_source")
         self.firsts = None
 
     def open_rc(self, cfg, h):

@@ -412,6 +412,7 @@ def info(path, verify=False):
     a dlcache store, or a newer format), CorruptError, ...
     with the C library's message naming the file and the reason.
     """
+    verify = _flag(verify, "verify")  # verify="no" verified
     with _Store(path, L.STORE_SEQUENTIAL if verify else 0) as st:
         out = _read_info(st)
         if verify:

@@ -28,7 +28,7 @@ import numpy as np
 from . import _lib as L
 from ._lib import lib
 from .errors import CODES, ExistsError, InvalidArgumentError, check, error_for
-from .store import _fspath, _Store, _read_info, _uint
+from .store import _flag, _fspath, _Store, _read_info, _uint
 
 __all__ = ["write", "WriteReport"]
 
@@ -903,7 +903,7 @@ def _open_writer(path, fields, label_names, force, build_json):
     if label_names is not None:
         names = (ctypes.c_char_p * len(label_names))(*[n.encode("utf-8") for n in label_names])
         cfg.label_names, cfg.num_labels = names, len(label_names)
-    cfg.force = 1 if force else 0
+    cfg.force = 1 if _flag(force, "force") else 0
     cfg.build_json = build_json.encode()
     h = ctypes.c_void_p()
     check(lib.dlc_writer_open(path, ctypes.byref(cfg), ctypes.byref(h)),

@@ -160,3 +160,31 @@ def test_the_hidden_bounds_of_crop_and_erasing_ratios_are_named(tmp_path):
     with dlcache.Loader(s, 2, crop=8, random_resized_crop=((0.1, 1), (1, 1e6)),
                         random_erasing={"ratio": (1, 999999.0)}) as ld:
         assert len(next(iter(ld))) == 2
+
+
+def test_flags_are_bools_not_any_truthy_value(tmp_path):
+    """shuffle="False" shuffled, as_dict="False" gave dicts, write(force="no") replaced a store,
+    info(verify="no") verified, mixup="4" mixed with alpha 4 and DLCACHE_DEBUG_POISON=no
+    poisoned: any non-empty string is true. Flags take bools (and 0/1, numpy's bools)."""
+    import numpy as np
+    samples = [{"image": np.zeros((8, 8, 3), np.uint8), "label": 0}] * 4
+    s = tmp_path / "s.dlc"
+    dlcache.write(samples, s, progress=False)
+    for kw in ("shuffle", "drop_last", "random_crop", "as_dict", "return_indices",
+               "debug_poison"):
+        with pytest.raises(TypeError, match="%s must be a bool, not 'False'" % kw):
+            dlcache.Loader(s, 2, crop=8, **{kw: "False"})
+    with dlcache.Loader(s, 2, crop=8, shuffle=np.bool_(False), drop_last=0) as ld:
+        assert len(list(ld)) == 2
+    with pytest.raises(TypeError, match="force must be a bool"):
+        dlcache.write(samples, s, force="no", progress=False)
+    with pytest.raises(TypeError, match="verify must be a bool"):
+        dlcache.info(s, verify="no")
+    with pytest.raises(ValueError, match="mixup must be a Beta alpha"):
+        dlcache.Loader(s, 2, crop=8, dtype="float32", mixup="4", num_classes=2)
+    r = subprocess.run([sys.executable, "-c", "import dlcache; dlcache.Loader(%r, 2, crop=8)"
+                        % str(s)], env=dict(os.environ, DLCACHE_DEBUG_POISON="nope"),
+                       capture_output=True, text=True, timeout=120)
+    assert "$DLCACHE_DEBUG_POISON is 'nope'" in r.stderr, r.stderr[-2000:]
+    with dlcache.Loader(s, 2, crop=8, debug_poison=None) as ld:
+        assert ld._poison is False
