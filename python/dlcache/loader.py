@@ -2200,6 +2200,8 @@ class _Mix:
             if len(vals) != n:
                 raise ValueError("%s has %d entries for %d sources" % (arg, len(vals), n))
         try:
+            if any(isinstance(w, (str, bytes)) for w in self.weights):
+                raise TypeError  # "2" read as 2.0
             self.weights = [float(w) for w in self.weights]
         except (TypeError, ValueError, OverflowError):
             raise ValueError("weights must be numbers, got %r" % (weights,)) from None

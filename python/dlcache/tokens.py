@@ -329,7 +329,7 @@ class TokenLoader:
         self._args = _without_secrets(
             {k: v for k, v in given.items()
              if k in ("path", "batch_size") or not _is_default(k, v)})
-        if packing not in _PACKINGS:
+        if not isinstance(packing, str) or packing not in _PACKINGS:
             raise ValueError("packing is one of %s, not %r" % (sorted(_PACKINGS), packing))
         if dtype is None:
             dtype = torch.int64
@@ -796,6 +796,8 @@ def _mix_weights(weights, n):
     if weights is None:
         return [1.0] * n
     try:
+        if isinstance(weights, (str, bytes)) or any(isinstance(w, (str, bytes)) for w in weights):
+            raise TypeError  # "2" read as 2.0
         out = [float(w) for w in weights]
     except (TypeError, ValueError, OverflowError):
         raise ValueError("weights must be numbers, got %r" % (weights,)) from None

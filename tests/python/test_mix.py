@@ -127,6 +127,8 @@ def test_refusals(sources, tmp_path):
         _loader(sources[:2], weights=[0, 0])
     with pytest.raises(ValueError, match="2 entries for 3 sources"):
         _loader(sources, weights=[1, 2])
+    with pytest.raises(ValueError, match="weights must be numbers"):  # "2" was read as 2.0
+        _loader(sources[:2], weights=["2", 1])
     with pytest.raises(ValueError, match="apply to a mixture"):
         dlcache.Loader(sources[0], 10, weights=[1])
     other = str(tmp_path / "other.dlc")

@@ -144,6 +144,7 @@ def test_bad_weights_are_refused_naming_weights(stores):
     """["a", 1] raised float()'s bare "could not convert string to float"; the weights are
     refused as the image Loader's mixture refuses them, naming weights, before a store opens."""
     for bad, why in ((["a", 1], "weights must be numbers"), ([None, 1], "weights must be numbers"),
+                     (["2", 1], "weights must be numbers"), ("21", "weights must be numbers"),
                      (5, "weights must be numbers"), ([1], "1 weights for 2 token stores"),
                      ([float("nan"), 1], r"weights\[0\] is nan"),
                      ([1, float("inf")], r"weights\[1\] is inf"),
@@ -154,3 +155,5 @@ def test_bad_weights_are_refused_naming_weights(stores):
         dlcache.Loader(stores, B, seq_len=S, seed=SEED, weights=[float("nan"), 1])
     L = dlcache.Loader(stores, B, seq_len=S, seed=SEED, weights=np.array([0, 2], np.int64))
     assert len(L) > 0
+    with pytest.raises(ValueError, match="packing is one of"):  # was "unhashable type"
+        dlcache.Loader(stores[0], B, seq_len=S, packing=["concat"])
