@@ -307,6 +307,7 @@ static dlc_status paths_init(dlc_writer *w, const char *final_path, int force)
 {
     dlc_status rc = DLC_OK;
     CHECK(check_destination(final_path, force));
+    w->force = force;
     w->final_path = strdup(final_path);
     const size_t tlen = strlen(final_path) + 32;
     w->temp_path = malloc(tlen);
@@ -473,6 +474,39 @@ fail:
     return rc;
 }
 
+/* Move the sealed temporary file to FINAL. Without force, never over a file that appeared there
+ * during the build (another run's store, a user's file): the check before is not enough, as
+ * the name may be taken between it and the rename. renameat2(RENAME_NOREPLACE) where the file
+ * system has it, else link() (which never replaces either) and unlink(), else, on a file system
+ * with neither (vfat), the checked rename. */
+static dlc_status publish(dlc_writer *w)
+{
+    if (w->force) {
+        if (rename(w->temp_path, w->final_path) != 0)
+            return dlc__errorf(-errno, "%s: cannot rename to %s: %s", w->temp_path, w->final_path,
+                               strerror(errno));
+        return DLC_OK;
+    }
+    int rc = renameat2(AT_FDCWD, w->temp_path, AT_FDCWD, w->final_path, RENAME_NOREPLACE);
+    if (rc != 0 && (errno == EINVAL || errno == ENOSYS)) {
+        rc = link(w->temp_path, w->final_path);
+        if (rc == 0)
+            (void)unlink(w->temp_path);
+        else if (errno == EPERM || errno == EOPNOTSUPP)
+            rc = rename(w->temp_path, w->final_path);
+    }
+    if (rc != 0 && errno == EEXIST)
+        return dlc__errorf(DLC_EEXIST,
+                           "%s: appeared while the store was written (another run's store, or "
+                           "someone's file) and is left as it is; the new store was not kept: "
+                           "build again to another name, or with --force to replace it",
+                           w->final_path);
+    if (rc != 0)
+        return dlc__errorf(-errno, "%s: cannot rename to %s: %s", w->temp_path, w->final_path,
+                           strerror(errno));
+    return DLC_OK;
+}
+
 /* Drop the bytes past the last used page (preallocated blocks included),
  * make the file durable, and move it over the final path. */
 dlc_status dlc__wfile_seal_file(dlc_writer *w, uint64_t used)
@@ -499,10 +533,9 @@ dlc_status dlc__wfile_seal_file(dlc_writer *w, uint64_t used)
     /* The rename is the commit point: before it FINAL is the old store (or
      * absent), after it the new one, whole and synced. What stands there now
      * is checked again: the build may have taken hours. */
-    CHECK(check_destination(w->final_path, 1));
+    CHECK(check_destination(w->final_path, 1)); /* its kind; publish() refuses what exists */
     CHECK(check_ours(w, -1, "was replaced while the store was written"));
-    FAIL_IF(rename(w->temp_path, w->final_path) != 0, -errno, "%s: cannot rename to %s: %s",
-            w->temp_path, w->final_path, strerror(errno));
+    CHECK(publish(w));
     /* Without this fsync a crash could forget the rename itself. */
     CHECK(dlc__fsync_dir(w->final_path));
 fail:

@@ -44,6 +44,7 @@ struct dlc_writer {
     uint64_t temp_dev, temp_ino; /* The file created there: what every later open of the path
                                     must find (a co-tenant may rename it and plant a link). */
     char *dir_path;              /* Directory of both, for statvfs and the final fsync. */
+    int force;                   /* FINAL may be replaced; else the rename never replaces. */
     MDB_env *env;
     MDB_txn *txn; /* The open write transaction, or NULL. */
     MDB_dbi dbi_meta;

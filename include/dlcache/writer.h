@@ -147,7 +147,8 @@ DLC_API dlc_status dlc_writer_append(dlc_writer *w, dlc_record_builder *b);
  *        (if any) is untouched.
  * @param[in] w The writer; not used after, whatever the result.
  * @return DLC_OK, DLC_EINVAL (no record, or a NULL @p w), DLC_ESTATE (an earlier write failed),
- *         -ENOSPC, -errno.
+ *         DLC_EEXIST (without force, a file appeared at PATH while the store was written: it is
+ *         left as it is, never replaced), -ENOSPC, -errno.
  */
 DLC_API dlc_status dlc_writer_finish(dlc_writer *w);
 

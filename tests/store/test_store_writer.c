@@ -765,6 +765,50 @@ Test(store_writer, public_writer_publishes_atomically)
     free(path);
 }
 
+/* Without force, a file that appears at PATH while the store is written (another run's store,
+ * a user's file) is never replaced at the rename: the check at open and the one before the
+ * rename both passed, and a plain rename() replaced it. */
+Test(store_writer, a_file_that_appears_during_the_build_is_never_replaced)
+{
+    char *path = tmp_path(dir, "late.dlc");
+    dlc_writer_config cfg = sk_config(0);
+    dlc_writer *w = NULL;
+    dlc_record_builder *b = NULL;
+    sk_record *r = malloc(sizeof *r);
+    cr_assert_eq(dlc_writer_open(path, &cfg, &w), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(dlc_record_builder_create(w, &b), DLC_OK);
+    cr_assert_eq(sk_set(b, r, 0), DLC_OK);
+    cr_assert_eq(dlc_record_seal(b), DLC_OK);
+    cr_assert_eq(dlc_writer_append(w, b), DLC_OK, "%s", dlc_errmsg());
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fputs("a user's notes\n", f);
+    fclose(f);
+    cr_assert_eq(dlc_writer_finish(w), DLC_EEXIST);
+    cr_assert(strstr(dlc_errmsg(), "appeared while the store was written"), "%s", dlc_errmsg());
+    char buf[64] = "";
+    f = fopen(path, "r");
+    cr_assert(f && fgets(buf, sizeof buf, f));
+    fclose(f);
+    cr_assert_str_eq(buf, "a user's notes\n", "the file that appeared was replaced");
+    cr_assert_not(tsu_has_temp(dir));
+    /* With force it is replaced, as before. */
+    cfg.force = 1;
+    cr_assert_eq(dlc_writer_open(path, &cfg, &w), DLC_OK, "%s", dlc_errmsg());
+    dlc_record_builder_destroy(b);
+    cr_assert_eq(dlc_record_builder_create(w, &b), DLC_OK);
+    cr_assert_eq(sk_set(b, r, 0), DLC_OK);
+    cr_assert_eq(dlc_record_seal(b), DLC_OK);
+    cr_assert_eq(dlc_writer_append(w, b), DLC_OK, "%s", dlc_errmsg());
+    cr_assert_eq(dlc_writer_finish(w), DLC_OK, "%s", dlc_errmsg());
+    dlc_store *s = NULL;
+    cr_assert_eq(dlc_store_open(path, 0, &s), DLC_OK, "%s", dlc_errmsg());
+    dlc_store_close(s);
+    dlc_record_builder_destroy(b);
+    free(r);
+    free(path);
+}
+
 /* Records of the smallest-image tests: (height, width). The smallest height, 30, is first at
  * record 1 and the smallest width, 20, at record 2; record 3 has both again (a later tie) and
  * record 6 the largest, 60x70. */
