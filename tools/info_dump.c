@@ -16,6 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static int has_ext(const char *path, const char *ext)
 {
@@ -201,6 +204,66 @@ static int read_checked(const dlc_store *s, uint64_t index, uint32_t f, dlc_valu
     return 0;
 }
 
+/* What may stand at @p path for the dump to replace: nothing or a regular file. A link is not
+ * followed (in a folder others may write, one planted there made a dump overwrite the file it
+ * named), and a FIFO or a device is not written to (the dump blocked on a FIFO). */
+static int check_output(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0 || S_ISREG(st.st_mode))
+        return 0;
+    tool_error(TOOL, "%s: is a %s, not a file to write: give -o a file's name", path,
+               S_ISLNK(st.st_mode)    ? "symbolic link"
+               : S_ISDIR(st.st_mode)  ? "directory"
+               : S_ISFIFO(st.st_mode) ? "FIFO"
+                                      : "device or special file");
+    return 2;
+}
+
+/* Write the value to PATH.tmp-PID (new, never through a link), check every write and sync, then
+ * rename it over PATH: a full disk or an error leaves PATH as it was, never cut short. */
+static int dump_to(const char *path, const dlc_field *fd, const dlc_value *v, char *what,
+                   size_t cap)
+{
+    if (check_output(path) != 0)
+        return 2;
+    const size_t tlen = strlen(path) + 32;
+    char *tmp = malloc(tlen);
+    if (!tmp) {
+        tool_error(TOOL, "%s: out of memory", path);
+        return 2;
+    }
+    snprintf(tmp, tlen, "%s.tmp-%ld", path, (long)getpid());
+    const int fd_out = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    FILE *out = fd_out >= 0 ? fdopen(fd_out, "wb") : NULL;
+    if (!out) {
+        tool_error(TOOL, "%s: cannot create: %s", tmp, strerror(errno));
+        if (fd_out >= 0) {
+            close(fd_out);
+            unlink(tmp);
+        }
+        free(tmp);
+        return 2;
+    }
+    int status = write_value(out, path, fd, v, what, cap);
+    if (status == 0 && (fflush(out) != 0 || ferror(out) || fsync(fileno(out)) != 0)) {
+        tool_error(TOOL, "%s: cannot write: %s", path, strerror(errno ? errno : EIO));
+        status = 2;
+    }
+    if (fclose(out) != 0 && status == 0) {
+        tool_error(TOOL, "%s: cannot write: %s", path, strerror(errno));
+        status = 2;
+    }
+    if (status == 0 && (status = check_output(path)) == 0 && rename(tmp, path) != 0) {
+        tool_error(TOOL, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
+        status = 2;
+    }
+    if (status != 0)
+        unlink(tmp);
+    free(tmp);
+    return status;
+}
+
 int info_dump(const dlc_store *s, const char *store, uint64_t index, const char *field,
               const char *path)
 {
@@ -212,21 +275,10 @@ int info_dump(const dlc_store *s, const char *store, uint64_t index, const char 
     if (status != 0)
         return status;
     const dlc_field *fd = &dlc_store_fields(s)[f];
-    FILE *out = fopen(path, "wb");
-    if (!out) {
-        tool_error(TOOL, "%s: %s", path, strerror(errno));
-        return 2;
-    }
     char what[96] = "";
-    status = write_value(out, path, fd, &values[f], what, sizeof what);
-    if (fclose(out) != 0 && status == 0) {
-        tool_error(TOOL, "%s: cannot write: %s", path, strerror(errno));
-        status = 2;
-    }
-    if (status != 0) {
-        remove(path);
+    status = dump_to(path, fd, &values[f], what, sizeof what);
+    if (status != 0)
         return status;
-    }
     const uint32_t lf = dlc_store_get_info(s)->label_field;
     if (fd->kind == DLC_FIELD_IMAGE && !field && lf != DLC_NO_FIELD)
         fprintf(stderr, "%s: record %" PRIu64 " (label %" PRId64 ", %s) written to %s\n", TOOL,

@@ -69,6 +69,31 @@ grep -q "no valid image" "$tmp/err" || fail "no images: $(cat "$tmp/err")"
 "$DLC_BIN/cacheinfo" "$tmp/s.dlc" --dump 3 -o "$tmp/r3.ppm" 2>/dev/null
 [ "$(head -c 2 "$tmp/r3.ppm")" = P6 ] || fail "--dump did not write a PPM"
 [ "$(stat -c %s "$tmp/r3.ppm")" -eq $((32 * 32 * 3 + 13)) ] || fail "--dump size"
+# --dump -o replaces a file only once the value is whole, and never through a link or into a
+# FIFO: a link planted at FILE made the dump overwrite the file it named, a FIFO held it for
+# ever, and a full disk left FILE cut short and reported success.
+echo "someone's notes" >"$tmp/notes"
+ln -s "$tmp/notes" "$tmp/r4.ppm"
+if "$DLC_BIN/cacheinfo" "$tmp/s.dlc" --dump 4 -o "$tmp/r4.ppm" 2>"$tmp/err"; then
+    fail "--dump wrote through a link"
+fi
+grep -q "r4.ppm: is a symbolic link, not a file to write" "$tmp/err" || fail "$(cat "$tmp/err")"
+[ "$(cat "$tmp/notes")" = "someone's notes" ] || fail "--dump changed the link's target"
+mkfifo "$tmp/r5.ppm"
+timeout 20 "$DLC_BIN/cacheinfo" "$tmp/s.dlc" --dump 4 -o "$tmp/r5.ppm" 2>"$tmp/err" && fail "a FIFO"
+grep -q "r5.ppm: is a FIFO" "$tmp/err" || fail "a FIFO at --dump's file: $(cat "$tmp/err")"
+if mkdir -p "$tmp/small" && mount -t tmpfs -o size=64k tmpfs "$tmp/small" 2>/dev/null; then
+    echo "old" >"$tmp/small/old.ppm"
+    head -c 60000 /dev/zero >"$tmp/small/fill" 2>/dev/null || true
+    if "$DLC_BIN/cacheinfo" "$tmp/s.dlc" --dump 4 -o "$tmp/small/old.ppm" 2>"$tmp/err"; then
+        umount -l "$tmp/small"
+        fail "--dump on a full disk said it wrote the file"
+    fi
+    grep -q "No space left on device" "$tmp/err" || { umount -l "$tmp/small"; fail "$(cat "$tmp/err")"; }
+    [ "$(cat "$tmp/small/old.ppm")" = old ] || { umount -l "$tmp/small"; fail "old file lost"; }
+    [ -z "$(ls "$tmp/small" | grep tmp-)" ] || { umount -l "$tmp/small"; fail "a temporary left"; }
+    umount -l "$tmp/small"
+fi
 # cacheinfo --verify names a damaged record and exits 1: flip one payload
 # byte of record 5 (found through python3-lmdb, as docs/FORMAT.md reads it).
 cp "$tmp/s.dlc" "$tmp/bad.dlc"
