@@ -3,8 +3,10 @@
  * nanoGPT token files, .npy arrays and Megatron-LM indexed datasets, written in source order
  * through the token writer. Every source is untrusted: each size is checked against the file
  * before it is used, and a bad one is named with the file, the line or record and the reason. */
+#include "build_internal.h"
 #include "common.h"
 #include "spm/spm_api.h"
+#include "store_set.h"
 #include "store_internal.h"
 
 #include <dlcache/set.h>
@@ -849,9 +851,31 @@ dlc_status dlc_tokens_build(const dlc_tokens_build_options *o, dlc_tokens_build_
         made_dir = mkdir(o->output, 0777) == 0;
         FAIL_IF(!made_dir && errno != EEXIST, -errno, "%s: cannot make the set's directory: %s",
                 o->output, strerror(errno));
+        struct stat st;
+        FAIL_IF(stat(o->output, &st) != 0, -errno, "%s: %s", o->output, strerror(errno));
+        FAIL_IF(!S_ISDIR(st.st_mode), DLC_EINVAL,
+                "%s: is a file (a single store?), not a set's directory: remove it or choose "
+                "another path",
+                o->output);
+        char index[PATH_MAX];
+        snprintf(index, sizeof index, "%s/" DLC__SET_INDEX_NAME, o->output);
+        const int had_index = stat(index, &st) == 0;
+        FAIL_IF(!o->force && !o->one_part && (had_index || dlc__build_set_files(o->output) > 0),
+                DLC_EEXIST, "%s: holds a set (or parts of one); it is replaced only with --force",
+                o->output);
+        FAIL_IF(!o->force && o->one_part && had_index, DLC_EEXIST,
+                "%s: holds a joined set; building the parts of a new one there needs --force (the "
+                "old set stays readable until the new one is joined)",
+                o->output);
         b.counting = 1;
         CHECK(read_sources(&b));
         b.counting = 0;
+        /* Before the first part is written over a name the old index holds: the old set is
+         * retired (readable under retired names until the new index replaces it), as an image
+         * set is (build_setdir.c). A failed or interrupted rebuild kept nothing readable. */
+        CHECK(dlc__build_retire(o->output, NULL, NULL));
+        if (!o->one_part)
+            (void)dlc__build_tidy(o->output, NULL, NULL);
         b.nitems = b.item;
         b.item = 0;
         b.part = UINT32_MAX;
@@ -882,6 +906,7 @@ dlc_status dlc_tokens_build(const dlc_tokens_build_options *o, dlc_tokens_build_
             CHECK(next_part(&b, UINT64_MAX));
             FAIL_IF(b.documents == 0, DLC_EINVAL, "%s: the sources hold no document", o->output);
             CHECK(dlc_set_join(o->output, NULL));
+            (void)dlc__build_tidy(o->output, NULL, NULL); /* the retired old set */
         }
         if (report) {
             memset(report, 0, sizeof *report);

@@ -84,3 +84,49 @@ def test_parts_on_several_machines_then_join(built, tmp_path):
         np.testing.assert_array_equal(a.offsets, b.offsets)
         for i in range(len(a)):
             np.testing.assert_array_equal(a.doc(i), b.doc(i))
+
+
+def _tokens_build(*args):
+    return subprocess.run([os.path.join(BIN, "cachebuild"), "--tokens", *map(str, args),
+                           "--eos", "0", "--vocab", "3000"], capture_output=True, text=True)
+
+
+def _docs(path):
+    with dlcache.TokenStore(path) as s:
+        return [s.doc(i).tolist() for i in range(len(s))]
+
+
+def test_a_failed_rebuild_keeps_the_old_set(built, tmp_path):
+    """cachebuild --tokens --shards N --force wrote its parts over the names the old index held:
+    a rebuild that failed midway (a bad line, Ctrl-C, a full disk) left a set that did not open
+    ("built from other sources"), and --part I/N --force broke a joined set even when it
+    succeeded. The old set is now retired first, as an image set is, and stays readable."""
+    src = os.path.join(os.path.dirname(built["single.dlc"][0]), "docs.jsonl")
+    out = tmp_path / "s"
+    assert _tokens_build(src, "-o", out, "--shards", "3").returncode == 0
+    old = _docs(out)
+    # Without --force a set there is refused, naming it.
+    r = _tokens_build(src, "-o", out, "--shards", "3")
+    assert r.returncode != 0 and "replaced only with --force" in r.stderr, r.stderr
+    # A rebuild whose last document is bad: parts 0 and 1 are written before it fails.
+    bad = tmp_path / "bad.jsonl"
+    lines = open(src).read().splitlines()
+    bad.write_text("\n".join(lines[::-1] + ['{"tokens": [1, 99999]}']) + "\n")
+    r = _tokens_build(bad, "-o", out, "--shards", "3", "--force")
+    assert r.returncode != 0 and "not below 3000" in r.stderr, r.stderr
+    assert _docs(out) == old
+    # One part of a new set over the joined one: the old set reads until the join.
+    r = _tokens_build(bad.with_name("rev.jsonl"), "-o", out, "--part", "0/3", "--force")
+    assert r.returncode != 0  # no such file: nothing changed
+    rev = tmp_path / "rev.jsonl"
+    rev.write_text("\n".join(lines[::-1]) + "\n")
+    assert _tokens_build(rev, "-o", out, "--part", "0/3", "--force").returncode == 0
+    assert _docs(out) == old
+    for i in (1, 2):
+        assert _tokens_build(rev, "-o", out, "--part", "%d/3" % i, "--force").returncode == 0
+    r = subprocess.run([os.path.join(BIN, "cachebuild"), "--join", str(out)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    new = _docs(out)
+    assert new != old and sorted(map(tuple, new)) == sorted(map(tuple, old))
+    assert not [f for f in os.listdir(out) if f.startswith("retired-")], os.listdir(out)
