@@ -455,7 +455,9 @@ static int report_failure(dlc_status rc, const char *out)
     else
         tool_report(TOOL, rc, NULL);
     if (rc == DLC_EEXIST) {
-        fprintf(stderr, "%s: pass --force to replace %s\n", TOOL, out);
+        char shown[1024];
+        fprintf(stderr, "%s: pass --force to replace %s\n", TOOL,
+                tool_printable(out, shown, sizeof shown));
         return 2;
     }
     return 1;
@@ -500,9 +502,10 @@ static int make_parents(const char *out)
 }
 
 /* The one line a finished build prints on stderr. */
-static void print_summary(const dlc_build_report *r, const char *out)
+static void print_summary(const dlc_build_report *r, const char *out_raw)
 {
-    char fb[32], el[32], what[96] = "";
+    char fb[32], el[32], what[96] = "", shown[1024];
+    const char *out = tool_printable(out_raw, shown, sizeof shown); /* a name is not a command */
     if (r->parts && r->num_built == 1 && r->parts > 1)
         snprintf(what, sizeof what, "part %u of %u (items %llu..%llu): ", r->built[0].part,
                  r->parts, (unsigned long long)r->built[0].first_item,
@@ -549,9 +552,10 @@ static int run_join(const char *dir, int json)
         tool_report(TOOL, rc, "join");
         return 1;
     }
-    char fb[32];
-    fprintf(stderr, "%s: %s: joined %u parts, %llu records, %s%s\n", TOOL, dir, jr.num_shards,
-            (unsigned long long)jr.count, tool_human_bytes(jr.file_bytes, fb, sizeof fb),
+    char fb[32], shown[1024];
+    fprintf(stderr, "%s: %s: joined %u parts, %llu records, %s%s\n", TOOL,
+            tool_printable(dir, shown, sizeof shown), jr.num_shards, (unsigned long long)jr.count,
+            tool_human_bytes(jr.file_bytes, fb, sizeof fb),
             jr.unchanged ? " (the index was already this one)" : "");
     return 0;
 }

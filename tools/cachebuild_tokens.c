@@ -217,10 +217,11 @@ int cachebuild_tokens_main(int argc, char **argv, volatile sig_atomic_t *signale
         tool_report(TOOL, rc, o.output);
         return rc == DLC_EEXIST ? 2 : 1;
     }
+    char shown[1024];
     if (!json)
-        printf("%s: %llu documents, %llu tokens (%s, end-of-document id %u)", o.output,
-               (unsigned long long)r.documents, (unsigned long long)r.tokens,
-               dlc_dtype_name(r.dtype), r.eos_id);
+        printf("%s: %llu documents, %llu tokens (%s, end-of-document id %u)",
+               tool_printable(o.output, shown, sizeof shown), (unsigned long long)r.documents,
+               (unsigned long long)r.tokens, dlc_dtype_name(r.dtype), r.eos_id);
     if (!json && r.skipped)
         printf(", %llu empty documents skipped", (unsigned long long)r.skipped);
     if (!json)

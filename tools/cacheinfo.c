@@ -466,17 +466,27 @@ static void print_text_build(const info_report *r)
         printf("built        %s\n", build ? "(unreadable build metadata)" : "(no build metadata)");
         return;
     }
-    char date[64], ver[64], cmd[4096];
+    /* The store's words, decoded from JSON: shown as \xHH where they hold control bytes (an
+     * output's name with an escape sequence, or a store made to hold one). */
+    char date[64], ver[64], cmd[4096], s1[256], s2[256], s3[16384];
     const char *vs, *ve;
     printf("built        %s by dlcache %s\n",
-           build_str(build, "date", date, sizeof date) ? date : "?",
-           build_str(build, "version", ver, sizeof ver) ? ver : "?");
+           build_str(build, "date", date, sizeof date) ? tool_printable(date, s1, sizeof s1) : "?",
+           build_str(build, "version", ver, sizeof ver) ? tool_printable(ver, s2, sizeof s2) : "?");
     if (build_str(build, "command", cmd, sizeof cmd))
-        printf("command      %s\n", cmd);
-    if (dlc__json_member(build, end, "options", &vs, &ve) == 0)
-        printf("options      %.*s\n", (int)(ve - vs), vs);
-    if (dlc__json_member(build, end, "sources", &vs, &ve) == 0)
-        printf("sources      %.*s\n", (int)(ve - vs), vs);
+        printf("command      %s\n", tool_printable(cmd, s3, sizeof s3));
+    static const char *const spans[2][2] = {{"options", "options      "},
+                                            {"sources", "sources      "}};
+    for (int k = 0; k < 2; k++) {
+        if (dlc__json_member(build, end, spans[k][0], &vs, &ve) != 0)
+            continue;
+        char *text = strndup(vs, (size_t)(ve - vs));
+        char *shown = text ? malloc(4 * (size_t)(ve - vs) + 8) : NULL;
+        if (shown)
+            printf("%s%s\n", spans[k][1], tool_printable(text, shown, 4 * (size_t)(ve - vs) + 8));
+        free(shown);
+        free(text);
+    }
 }
 
 /* "raw (uint8 RGB, HWC)": the first image field's encoding, in words. */
@@ -494,8 +504,8 @@ static const char *encoding_text(const dlc_store_info *info)
 static void print_text(const info_report *r)
 {
     const dlc_store_info *info = r->info;
-    char b1[32], b2[32], b3[32];
-    printf("store        %s\n", r->path);
+    char b1[32], b2[32], b3[32], shown[1024];
+    printf("store        %s\n", tool_printable(r->path, shown, sizeof shown));
     printf("records      %llu (%llu source files skipped when built)\n",
            (unsigned long long)info->count, (unsigned long long)info->skipped);
     if (info->image_field == DLC_NO_FIELD)

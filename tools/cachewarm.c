@@ -282,15 +282,16 @@ static void print_json(const cli *c, dlc_status rc, const dlc_warm_result *r, co
 
 static void print_summary(const cli *c, const dlc_warm_result *r, const char *shown, double rate)
 {
-    char total[32], got[32];
+    char total[32], got[32], dest_buf[1024];
+    const char *dest = tool_printable(c->dest, dest_buf, sizeof dest_buf);
     tool_human_bytes(r->bytes, total, sizeof total);
     tool_human_bytes(r->bytes_downloaded, got, sizeof got);
     if (r->already_complete)
-        fprintf(stderr, "%s: %s is already complete (%s from %s)%s\n", tool, c->dest, total, shown,
+        fprintf(stderr, "%s: %s is already complete (%s from %s)%s\n", tool, dest, total, shown,
                 r->waited ? "; another process downloaded it" : "");
     else
         fprintf(stderr, "%s: %s -> %s: %s, downloaded %s in %.2f s (%.1f MB/s)%s%s\n", tool, shown,
-                c->dest, total, got, r->seconds, rate, r->resumed ? ", resumed" : "",
+                dest, total, got, r->seconds, rate, r->resumed ? ", resumed" : "",
                 r->verified ? ", verified" : "");
 }
 
@@ -476,7 +477,7 @@ static int push_main(int argc, char **argv)
     dlc_warm_push_result r;
     const dlc_status rc = dlc_warm_push(c.path, c.url, &c.opt, &r);
     tool_progress_end(&c.u.bar);
-    char shown[2048], got[32], total[32];
+    char shown[2048], got[32], total[32], path_buf[1024];
     dlc_warm_redact_url(c.url, shown, sizeof shown);
     const double rate = r.seconds > 0 ? (double)r.bytes_uploaded / r.seconds / 1e6 : 0.0;
     if (c.json)
@@ -487,9 +488,10 @@ static int push_main(int argc, char **argv)
     }
     if (!c.u.quiet)
         fprintf(stderr, "%s: %s -> %s: %s%s, uploaded %s in %.2f s (%.1f MB/s)%s, checked\n", tool,
-                c.path, shown, tool_human_bytes(r.bytes, total, sizeof total),
-                r.is_set ? " (a set)" : "", tool_human_bytes(r.bytes_uploaded, got, sizeof got),
-                r.seconds, rate, r.resumed ? ", resumed" : "");
+                tool_printable(c.path, path_buf, sizeof path_buf), shown,
+                tool_human_bytes(r.bytes, total, sizeof total), r.is_set ? " (a set)" : "",
+                tool_human_bytes(r.bytes_uploaded, got, sizeof got), r.seconds, rate,
+                r.resumed ? ", resumed" : "");
     return 0;
 }
 

@@ -228,3 +228,26 @@ def test_a_name_cannot_split_a_warning_or_drive_the_terminal(tmp_path):
     lines = [x for x in r.stderr.splitlines() if "bad" in x]
     assert lines and all("bad\\x0a\\x1b[31mred.jpg" in x for x in lines), r.stderr
     assert "\x1b" not in r.stderr, r.stderr
+
+
+def test_an_output_name_cannot_drive_the_terminal_either(tmp_path):
+    """The summaries named the output raw: cachebuild's line (a store, a join), its "pass
+    --force" hint, cacheinfo's store line and a token build's line let an escape sequence in
+    the output's name reach the terminal."""
+    cls = tmp_path / "src" / "a"
+    cls.mkdir(parents=True)
+    from PIL import Image
+    Image.new("RGB", (20, 20), (10, 200, 30)).save(cls / "x.jpg")
+    out = tmp_path / "o\n\x1b[31mred.dlc"
+    shown = "o\\x0a\\x1b[31mred.dlc"
+    for args in (["--size", "16"], ["--size", "16"]):  # the second: the "pass --force" hint
+        r = subprocess.run([tool("cachebuild"), str(tmp_path / "src"), "-o", str(out)] + args,
+                           capture_output=True, text=True)
+        assert shown in r.stderr and "\x1b" not in r.stderr, r.stderr
+    r = subprocess.run([tool("cacheinfo"), str(out)], capture_output=True, text=True)
+    assert r.returncode == 0 and shown in r.stdout and "\x1b" not in r.stdout, r.stdout
+    (tmp_path / "t.jsonl").write_text('{"tokens": [1, 2]}\n')
+    tok = tmp_path / "t\x1b[31m.dlc"
+    r = subprocess.run([tool("cachebuild"), "--tokens", str(tmp_path / "t.jsonl"), "-o", str(tok),
+                        "--eos", "0"], capture_output=True, text=True)
+    assert r.returncode == 0 and "t\\x1b[31m.dlc" in r.stdout and "\x1b" not in r.stdout, r.stdout
