@@ -89,6 +89,12 @@ typedef struct dlc__build_job {
     const char *const *sources;
     size_t nsources;
     const char *out; /* the store, or the set's directory: for messages */
+    /* A set: its directory as found at the start (stat() of out). Every step that writes a part
+     * into it, or removes files there, goes by its path: one that holds another directory now
+     * (moved aside, a link to someone else's set put in its place) is refused, never written
+     * into or emptied (dlc__build_dir_same()). */
+    int dir_known;
+    uint64_t dir_dev, dir_ino;
     dlc_build_options o;
     double t0; /* dlc__now_s() at the start */
     dlc__source_set src;
@@ -227,6 +233,9 @@ dlc_status dlc__build_set_id(uint64_t items_digest, const dlc__build_job *job, u
  * replaces it. Without hard links the old index is removed instead (the old set is then gone).
  * Nothing to do without an index, or when it names no part file. DLC_OK or -errno. */
 dlc_status dlc__build_retire(const char *dir, dlc_log_fn log, void *user);
+/* DLC_OK when @p job's set directory (job->out) still is the one found at the start (or none
+ * was recorded); else DLC_ECHANGED, naming it. */
+dlc_status dlc__build_dir_same(const dlc__build_job *job);
 
 /* Take back retired parts: a part name missing in @p dir whose retired-NAME belongs to the same
  * set as the parts present (the same set_id) gets its name again (a hard link), so that one part

@@ -361,6 +361,8 @@ static dlc_status part_finish(part_writer *pw, dlc__build_part *part)
     if (job->parts)
         CHECK(dlc__writer_set_part(part->wr, part->index, job->parts, job->set_id, part->first,
                                    part->end));
+    /* The rename goes by the part's path: not into a directory put in the set's place. */
+    CHECK(dlc__build_dir_same(job));
     rc = dlc_writer_finish(part->wr);
     part->wr = NULL; /* finish frees it in every case */
     part->published = rc == DLC_OK;

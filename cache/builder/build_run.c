@@ -341,6 +341,9 @@ static dlc_status set_dir_check(build_run *b)
     FAIL_IF(!b->made_dir && errno != EEXIST, -errno, "%s: cannot create the set's directory: %s",
             dir, strerror(errno));
     FAIL_IF(stat(dir, &st) != 0, -errno, "%s: %s", dir, strerror(errno));
+    b->job.dir_known = 1;
+    b->job.dir_dev = (uint64_t)st.st_dev;
+    b->job.dir_ino = (uint64_t)st.st_ino;
     FAIL_IF(!S_ISDIR(st.st_mode), DLC_EINVAL,
             "%s: is a file (a single store?), not a set's directory: remove it or choose another "
             "path",
@@ -367,6 +370,21 @@ fail:
     return rc;
 }
 
+dlc_status dlc__build_dir_same(const dlc__build_job *job)
+{
+    struct stat st;
+    if (!job->dir_known)
+        return DLC_OK;
+    if (stat(job->out, &st) == 0 && (uint64_t)st.st_dev == job->dir_dev &&
+        (uint64_t)st.st_ino == job->dir_ino)
+        return DLC_OK;
+    return dlc__errorf(DLC_ECHANGED,
+                       "%s: the set's directory was replaced during the build (moved aside, or a "
+                       "link put in its place): nothing more is written to or removed from "
+                       "what is there now",
+                       job->out);
+}
+
 /* Just before the first part is written: the set in @p dir is retired (it stays readable under
  * its retired names until the new index replaces it) and, building every part here, stray part
  * files are removed, so that the join sees this build's parts alone. */
@@ -374,6 +392,9 @@ static dlc_status set_dir_clean(build_run *b)
 {
     const char *dir = b->job.out;
     const dlc_build_options *o = &b->job.o;
+    const dlc_status same = dlc__build_dir_same(&b->job);
+    if (same < 0)
+        return same;
     if (has_index(dir)) {
         const dlc_status rc = dlc__build_retire(dir, o->log, o->log_user);
         if (rc < 0)
@@ -440,8 +461,10 @@ static dlc_status set_finish(build_run *b)
     FAIL_IF(b->rep->count == 0, DLC_ENOIMAGES, "%s: no valid image among %zu items (%llu skipped)",
             b->job.sources[0], b->job.src.count, (unsigned long long)b->rep->skipped);
     dlc_set_join_report jr;
+    CHECK(dlc__build_dir_same(&b->job));
     CHECK(dlc__set_join(dir, &jr));
-    (void)dlc__build_tidy(dir, b->job.o.log, b->job.o.log_user);
+    if (dlc__build_dir_same(&b->job) == DLC_OK)
+        (void)dlc__build_tidy(dir, b->job.o.log, b->job.o.log_user);
     CHECK(fill_report(b, dir));
 fail:
     return rc;
@@ -474,7 +497,8 @@ static int joined(const build_run *b)
  * names (the old set, if any, is under its retired names). */
 static void remove_new_parts(const build_run *b)
 {
-    if (joined(b))
+    /* Not through a directory that is not the set's any more: those names are someone else's. */
+    if (joined(b) || dlc__build_dir_same(&b->job) != DLC_OK)
         return;
     for (uint32_t k = 0; k < b->nparts; k++)
         if (b->parts[k].path && b->parts[k].file_bytes)

@@ -3,6 +3,7 @@ session's demo store split into a set of three parts (tests/lib/set_split.c
 writes its records again as parts and joins them) reads the same records and
 loads the same batches as the store itself."""
 
+import os
 import subprocess
 
 import numpy as np
@@ -96,3 +97,39 @@ def test_build_shards_and_parts_then_join(demo_dir, store, tmp_path):
         dlcache.build(str(demo_dir), str(tmp_path / "x"), part=0)
     with pytest.raises(ValueError, match="part"):
         dlcache.build(str(demo_dir), str(tmp_path / "y"), shards=2, part=2)
+
+
+def test_a_set_directory_swapped_for_a_link_is_not_written_through(demo_dir, tmp_path):
+    """A co-tenant who owns the set's directory in a shared folder moves it aside mid-build and
+    puts a link to someone else's set in its place: the build wrote its parts there and, failing,
+    removed that set's part files through the link. It now stops, naming the directory, and
+    the other set is untouched."""
+    import time
+    victim = tmp_path / "victim"
+    dlcache.build(str(demo_dir), str(victim), size=16, threads=1, shards=16)  # the same names
+    before = {n: (victim / n).read_bytes() for n in os.listdir(victim)}
+    out = tmp_path / "set"
+    out.mkdir()
+    # Slow the build down: many parts, one thread, larger images.
+    p = subprocess.Popen([tool("cachebuild"), str(demo_dir), "-o", str(out), "--shards", "16",
+                          "--threads", "1", "--size", "160"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while p.poll() is None and time.monotonic() < deadline:
+            if any(n.startswith("part-") and n.endswith(".dlc") for n in os.listdir(out)):
+                break
+            time.sleep(0.005)
+        if p.poll() is not None:
+            pytest.skip("the build ended before the swap: %s" % p.communicate()[1][-500:])
+        os.rename(out, tmp_path / "set.moved")
+        os.symlink(victim, out)
+        _, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode != 0, err
+    # Which step notices first depends on when the swap lands (the part being written finds
+    # its temporary file gone, the folder is missing for a moment): each names the folder.
+    assert str(out) in err, err[-2000:]
+    assert {n: (victim / n).read_bytes() for n in os.listdir(victim)} == before
