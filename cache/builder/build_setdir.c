@@ -26,6 +26,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -259,8 +260,34 @@ static int named(const dlc__set_index *x, const char *name)
     return 0;
 }
 
+/* A dead writer's temporary file of a part: NAME.tmp-PID (or NAME.tmp-PID-lock) with NAME a
+ * part's name and PID no process. A build SIGKILLed leaves one; its part's next writer removes
+ * it, but a next build of another N writes other names and never would. */
+static int dead_part_temp(const char *name)
+{
+    const char *t = strstr(name, ".tmp-");
+    char part[PART_NAME_MAX + 1];
+    const size_t n = t ? (size_t)(t - name) : 0;
+    if (!t || n > PART_NAME_MAX)
+        return 0;
+    memcpy(part, name, n);
+    part[n] = '\0';
+    if (!is_part_name(part))
+        return 0;
+    char *end;
+    errno = 0;
+    const long pid = strtol(t + 5, &end, 10);
+    if (end == t + 5 || errno || pid <= 0 || pid == (long)getpid() ||
+        (*end && strcmp(end, "-lock") != 0))
+        return 0;
+    /* ESRCH only when no such process exists: a live one (even one we may not signal) keeps
+     * its file. */
+    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
 /* Visit the part and retired files of @p dir that its index does not name; @p remove them or
- * only count them. An index that cannot be read protects everything. */
+ * only count them (with @p remove, dead writers' temporary files of parts go too). An index
+ * that cannot be read protects everything. */
 static uint32_t sweep(const char *dir, int remove, dlc_log_fn log, void *user)
 {
     dlc__set_index x;
@@ -268,6 +295,12 @@ static uint32_t sweep(const char *dir, int remove, dlc_log_fn log, void *user)
     uint32_t n = 0;
     DIR *d = rc == DLC_OK || rc == -ENOENT ? opendir(dir) : NULL;
     for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
+        if (remove && dead_part_temp(e->d_name)) {
+            if (unlinkat(dirfd(d), e->d_name, 0) == 0)
+                dlc__logf(log, user, DLC_LOG_INFO, "%s/%s: removed (a dead build's temporary file)",
+                          dir, e->d_name);
+            continue;
+        }
         if ((!is_part_name(e->d_name) && !is_retired_name(e->d_name)) || named(&x, e->d_name))
             continue;
         if (!remove) {

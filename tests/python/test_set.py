@@ -133,3 +133,23 @@ def test_a_set_directory_swapped_for_a_link_is_not_written_through(demo_dir, tmp
     # its temporary file gone, the folder is missing for a moment): each names the folder.
     assert str(out) in err, err[-2000:]
     assert {n: (victim / n).read_bytes() for n in os.listdir(victim)} == before
+
+
+def test_a_dead_builds_temporaries_go_with_the_next_build_of_another_n(demo_dir, tmp_path):
+    """A set build SIGKILLed leaves part-I-of-N.dlc.tmp-PID (a whole part's bytes); its part's
+    next writer removes it, but the next build of another N writes other names and never did:
+    `--shards 3 --force` and `--join` left it for good. The tidy after a build removes a dead
+    writer's temporary files of parts; a live one's stay."""
+    out = tmp_path / "s"
+    dlcache.build(str(demo_dir), str(out), size=16, threads=1, shards=2)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = out / ("part-00000-of-00002.dlc.tmp-%d" % dead.pid)
+    stale.write_bytes(b"x" * 4096)
+    (out / (stale.name + "-lock")).write_bytes(b"")
+    live = out / ("part-00001-of-00002.dlc.tmp-%d" % os.getpid())
+    live.write_bytes(b"y")
+    dlcache.build(str(demo_dir), str(out), size=16, threads=1, shards=3, force=True)
+    left = sorted(os.listdir(out))
+    assert stale.name not in left and stale.name + "-lock" not in left, left
+    assert live.name in left, left
