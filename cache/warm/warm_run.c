@@ -57,6 +57,11 @@ static void drop_part(const paths *p)
     unlinkat(p->state_fd, dlc__at_name(p->state_fd, p->journal), 0);
 }
 
+static int64_t mtime_ns(const struct stat *st)
+{
+    return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+}
+
 /* The partial file is always beside DEST, since publishing it is a rename within DEST's directory;
  * the lock, journal and sidecar are named after @p state (DEST itself, or a set's shard's name in
  * the set's bookkeeping folder, dlc__warm_file()). */
@@ -186,7 +191,7 @@ static dlc_status publish(const char *dest, const paths *p, int fd, const dlc__w
     snprintf(sc.etag, sizeof sc.etag, "%s", obj->etag);
     sc.size = obj->size;
     sc.inode = (uint64_t)st.st_ino;
-    sc.mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    sc.mtime_ns = mtime_ns(&st);
     dlc_status rc = dlc__warm_sidecar_write_at(p->state_fd, p->sidecar, &sc);
     if (rc < 0)
         return rc;
@@ -249,6 +254,33 @@ static dlc_status check_options(dlc_warm_options *opt, const char *url, const ch
     return dlc__warm_check_net(opt, "dlc_warm");
 }
 
+/* A regular file at DEST is replaced by the rename that publishes the download, so it must be
+ * one this library published there, or DLC_WARM_FORCE must say to replace it: a user's file or
+ * a store built in place would be lost to a mistyped -o. Ours means the sidecar names it (inode
+ * and mtime, as publish() records them), or names the part file still beside it: a run killed
+ * between writing the sidecar and the rename. Checked before the lock, so that a refusal leaves
+ * nothing beside DEST; the holder of the lock changes DEST only by publishing, whose sidecar
+ * names its part file first. */
+static dlc_status check_dest_ours(const warm_call *w, const struct stat *dst)
+{
+    const paths *p = w->p;
+    dlc__warm_sidecar sc;
+    if (dlc__warm_sidecar_read_at(p->state_fd, p->sidecar, &sc) == DLC_OK) {
+        if (sc.inode == (uint64_t)dst->st_ino && sc.mtime_ns == mtime_ns(dst))
+            return DLC_OK;
+        struct stat pst;
+        if (fstatat(p->dir_fd, dlc__at_name(p->dir_fd, p->part), &pst, AT_SYMLINK_NOFOLLOW) == 0 &&
+            S_ISREG(pst.st_mode) && sc.inode == (uint64_t)pst.st_ino &&
+            sc.mtime_ns == mtime_ns(&pst))
+            return DLC_OK;
+    }
+    return dlc__errorf(DLC_EEXIST,
+                       "%s: a file that is not a download of cachewarm's (no %s beside it names "
+                       "it): publishing the download would replace it; name a new file, remove "
+                       "it, or pass --force (DLC_WARM_FORCE) to replace it",
+                       w->dest, p->sidecar);
+}
+
 /* The names beside DEST and their directories, libcurl and the resolved source. */
 static dlc_status prepare(warm_call *w, const char *url, int dest_dir, int state_dir)
 {
@@ -268,9 +300,9 @@ static dlc_status prepare(warm_call *w, const char *url, int dest_dir, int state
      * a regular file or a set's folder. /dev/null (the habit of curl -o /dev/null), a FIFO or a
      * link would be replaced by the rename that publishes the download. */
     struct stat st;
-    if (rc == DLC_OK &&
-        fstatat(p->dir_fd, dlc__at_name(p->dir_fd, w->dest), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-        !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
+    const int exists = rc == DLC_OK && fstatat(p->dir_fd, dlc__at_name(p->dir_fd, w->dest), &st,
+                                               AT_SYMLINK_NOFOLLOW) == 0;
+    if (exists && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
         rc = dlc__errorf(DLC_EINVAL,
                          "%s: is %s, not a regular file: a download is published by renaming "
                          "it over its destination, which would replace it; name a new file, a "
@@ -284,6 +316,10 @@ static dlc_status prepare(warm_call *w, const char *url, int dest_dir, int state
             p->own_state_fd = rc == DLC_OK;
         }
     }
+    /* A set's shards and index: its folder was checked as a whole (warm_set.c). */
+    if (rc == DLC_OK && exists && S_ISREG(st.st_mode) && dest_dir < 0 &&
+        !(w->opt.flags & DLC_WARM_FORCE))
+        rc = check_dest_ours(w, &st);
     if (rc < 0)
         return rc;
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
@@ -584,6 +620,18 @@ static dlc_status run_stages(warm_call *w, const char *url, int dest_dir, int st
     }
     if (rc < 0 || w->r.already_complete)
         return rc;
+    /* One object, and DEST a folder: the rename that publishes it would fail, but only after the
+     * whole download. (A set's shards are files its own folder check let through.) */
+    struct stat st;
+    if (dest_dir < 0 &&
+        fstatat(w->p->dir_fd, dlc__at_name(w->p->dir_fd, w->dest), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        S_ISDIR(st.st_mode))
+        return dlc__errorf(
+            DLC_EINVAL,
+            "%s: is a folder, and %s is one object, not a store set (no " DLC__WARM_SET_INDEX
+            " under it): the download is published by renaming it to its "
+            "destination; name a file, inside the folder if it should hold it",
+            w->dest, w->src.shown);
     rc = open_download(w);
     if (rc == DLC_OK)
         rc = fetch_missing(w);

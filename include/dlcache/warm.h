@@ -138,8 +138,11 @@ enum dlc_warm_flags {
     /** Fail fast: no request is tried again, whatever max_retries says (a zero max_retries
      *  means the default, so this flag is how a caller asks for none). */
     DLC_WARM_NO_RETRY = 1u << 3,
-    /** A set: write into a destination folder that holds files that are not this set's
-     *  (without it, such a folder is refused, naming what is in the way). */
+    /** Replace a regular file at dest that this library did not download there (no
+     *  `dest.warm` sidecar names it), or write a set into a folder that holds files that are
+     *  not this set's. Without it either is refused with DLC_EEXIST before anything is made
+     *  beside dest, naming the file or what is in the way. A file an earlier dlc_warm()
+     *  published at dest is ours and is refreshed without it. */
     DLC_WARM_FORCE = 1u << 4,
 };
 

@@ -71,14 +71,15 @@ dest=$out/train.dlc
 run=0
 
 # warm URL [env...]: one cachewarm run; stdout, stderr and the JSON report
-# land in $logs. Sets rc.
+# land in $logs. Sets rc. --force: the older file at DEST is a copy reset_dest
+# put there, not a download of cachewarm's, which it would otherwise refuse.
 warm() {
     local url=$1
     shift
     run=$((run + 1))
     set +e
     env "$@" "$DLC_BIN/cachewarm" "$url" -o "$dest" --chunk-size 64K --connections 4 \
-        --retries 2 --timeout 10 --json >"$logs/$run.json" 2>"$logs/$run.err"
+        --retries 2 --timeout 10 --force --json >"$logs/$run.json" 2>"$logs/$run.err"
     rc=$?
     set -e
 }
@@ -191,7 +192,7 @@ if mount -t tmpfs -o size=1m tmpfs "$mnt" 2>/dev/null; then
     cp "$tmp/old.dlc" "$mnt/train.dlc"
     small_sum=$(sha256sum <"$mnt/train.dlc")
     set +e
-    "$DLC_BIN/cachewarm" "$gs_url" -o "$mnt/train.dlc" --chunk-size 64K --json \
+    "$DLC_BIN/cachewarm" "$gs_url" -o "$mnt/train.dlc" --chunk-size 64K --force --json \
         >"$logs/full.json" 2>"$logs/full.err"
     rc=$?
     set -e

@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # Issue 32, items 7 and 8: files that are not cachewarm's to replace.
+# - A regular file at DEST that cachewarm did not download there (no DEST.warm names it) is
+#   refused, left as it was, with nothing beside it; --force replaces it; our own download is
+#   refreshed without it. A folder as DEST of one object is refused before the download.
 # - A destination that exists and is not a regular file (a FIFO; as root, a character device made
 #   with mknod like /dev/null, the habit of `curl -o /dev/null`) is refused, naming it and what it
 #   is, before anything is made beside it: the node stays what it was and no DEST.lock,
@@ -65,6 +68,47 @@ fi
 "$DLC_BIN/cachewarm" "$base/obj.bin" -o "$tmp/dst/plain.bin" --no-verify -q ||
     fail "a new file as the destination"
 cmp -s "$tmp/dst/plain.bin" "$tmp/root/files/obj.bin" || fail "the download differs"
+
+# warm_obj DEST [FLAGS...]: cachewarm of the object into DEST; its status, the output in $tmp/out.
+warm_obj() {
+    local d=$1
+    shift
+    set +e
+    "$DLC_BIN/cachewarm" "$base/obj.bin" -o "$d" --no-verify --retries 1 -q "$@" >"$tmp/out" 2>&1
+    local rc=$?
+    set -e
+    return $rc
+}
+# A regular file of the user's at DEST (a store built in place, a mistyped -o) is not replaced and
+# nothing is made beside it; --force replaces it.
+mkdir "$tmp/dst/u"
+echo "mine" >"$tmp/dst/u/mine.bin"
+! warm_obj "$tmp/dst/u/mine.bin" || fail "a file of the user's was replaced"
+grep -q "mine.bin: a file that is not a download of cachewarm's" "$tmp/out" ||
+    { cat "$tmp/out" >&2; fail "the refusal does not name the user's file"; }
+[ "$(cat "$tmp/dst/u/mine.bin")" = mine ] || fail "the user's file changed"
+[ "$(ls -A "$tmp/dst/u")" = mine.bin ] || fail "files were left beside the user's file"
+warm_obj "$tmp/dst/u/mine.bin" --force || { cat "$tmp/out" >&2; fail "--force over a file"; }
+cmp -s "$tmp/dst/u/mine.bin" "$tmp/root/files/obj.bin" || fail "--force: the download differs"
+# cachewarm's own download is refreshed when the object changes, and so is one whose sidecar names
+# the part file beside it: a run killed between writing the sidecar and the rename.
+head -c 70000 /dev/urandom >"$tmp/root/files/obj.bin"
+warm_obj "$tmp/dst/plain.bin" || { cat "$tmp/out" >&2; fail "the refresh of our own download"; }
+cmp -s "$tmp/dst/plain.bin" "$tmp/root/files/obj.bin" || fail "the refresh differs"
+head -c 80000 /dev/urandom >"$tmp/root/files/obj.bin"
+cp "$tmp/dst/plain.bin" "$tmp/dst/plain.bin.warm-part"
+read -r ino mns < <("$PY" -c 'import os,sys; s=os.stat(sys.argv[1]); print(s.st_ino, s.st_mtime_ns)' \
+    "$tmp/dst/plain.bin.warm-part")
+sed -i -e "s/^inode .*/inode $ino/" -e "s/^mtime_ns .*/mtime_ns $mns/" "$tmp/dst/plain.bin.warm"
+warm_obj "$tmp/dst/plain.bin" || { cat "$tmp/out" >&2; fail "a warm killed mid-publish, rerun"; }
+cmp -s "$tmp/dst/plain.bin" "$tmp/root/files/obj.bin" || fail "the rerun's download differs"
+# A folder as the destination of one object is refused before the download, not at the rename.
+mkdir "$tmp/dst/folder"
+! warm_obj "$tmp/dst/folder" || fail "one object into a folder"
+grep -q "folder: is a folder, and .* is one object" "$tmp/out" ||
+    { cat "$tmp/out" >&2; fail "the refusal does not say the destination is a folder"; }
+[ -z "$(ls -A "$tmp/dst/folder")" ] || fail "files were made in the folder"
+[ ! -e "$tmp/dst/folder.warm-part" ] || fail "the object was downloaded before the refusal"
 
 # warm_set DEST [FLAGS...]: cachewarm of the set into DEST; its status, the output in $tmp/out.
 warm_set() {
