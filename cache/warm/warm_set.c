@@ -2,7 +2,14 @@
  * reader of the index, cache/store/store_set.h), and the warm of a whole set: the index first into
  * a temporary name, the shards in parallel with dlc__warm_file() each, the index published last.
  * The shards' bookkeeping (locks, resume journals, sidecars) goes into one folder beside the set,
- * DEST.warm-set/, never into the set's directory, which a fetch leaves holding the set alone. */
+ * DEST.warm-set/, never into the set's directory, which a fetch leaves holding the set alone.
+ *
+ * A new version over an older set at DEST keeps the older one whole until the new one is in: a
+ * shard whose name the older index holds with other bytes is fetched to NAME.warm-next, and only
+ * once every shard is fetched and checked are the older index retired, the staged shards renamed
+ * over their names and the new index published (a few renames, not the whole download, during
+ * which DEST is no set). A rerun after a kill in that window moves the staged shards its sidecars
+ * vouch for before fetching what is missing. */
 #include "common.h"
 #include "store_set.h"
 #include "warm_internal.h"
@@ -18,6 +25,7 @@
 #include <dirent.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 _Static_assert(sizeof(((dlc__warm_set_list *)0)->names[0]) == DLC__SET_NAME_SIZE,
@@ -97,6 +105,9 @@ dlc_status dlc__warm_set_list_read(const char *dir, dlc__warm_set_list *out)
 
 /* ---- Fetching a set ---------------------------------------------------------------------- */
 
+/* What a shard of a new version is fetched as while the older set at DEST stays whole. */
+#define STAGED ".warm-next"
+
 /* The shards' downloads: worker threads take the next shard and run dlc_warm() on it; the
  * calling thread sums their progress for the caller. */
 typedef struct set_fetch {
@@ -107,6 +118,7 @@ typedef struct set_fetch {
     int state_fd;
     const dlc_warm_options *opt;
     const dlc__warm_set_list *list;
+    const uint8_t *staged;      /* Per shard: fetched to NAME.warm-next (a refresh; see the top). */
     dlc_warm_options shard_opt; /* The caller's, with connections split and our callbacks. */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -148,7 +160,8 @@ static dlc_status fetch_shard(set_fetch *sf, uint32_t i)
     char url[4096], dest[4096], state[4096];
     const char *name = sf->list->names[i];
     if (dlc__url_child(sf->url, name, url, sizeof url) >= sizeof url ||
-        (size_t)snprintf(dest, sizeof dest, "%s/%s", sf->dest, name) >= sizeof dest ||
+        (size_t)snprintf(dest, sizeof dest, "%s/%s%s", sf->dest, name,
+                         sf->staged[i] ? STAGED : "") >= sizeof dest ||
         (size_t)snprintf(state, sizeof state, "%s/%s", sf->state, name) >= sizeof state)
         return dlc__errorf(DLC_EINVAL, "%s: path too long", sf->dest);
     shard_ctx ctx = {sf, i};
@@ -253,14 +266,17 @@ static dlc_status fetch_shards(set_fetch *sf, uint64_t total, double t0)
 }
 
 /* Every shard is the one the index names: its size and its content digest (from its info block;
- * dlc_warm() has verified its records against it). */
-static dlc_status check_shards(const char *dest, int set_fd, const dlc__warm_set_list *list)
+ * dlc_warm() has verified its records against it). A staged shard is checked under its staged
+ * name, before anything of the older set is touched. */
+static dlc_status check_shards(const char *dest, int set_fd, const dlc__warm_set_list *list,
+                               const uint8_t *staged)
 {
     for (uint32_t i = 0; i < list->n; i++) {
-        char path[4096], held[4200];
-        snprintf(path, sizeof path, "%s/%s", dest, list->names[i]);
+        char path[4096], held[4200], name[DLC__SET_NAME_SIZE + 16];
+        snprintf(name, sizeof name, "%s%s", list->names[i], staged[i] ? STAGED : "");
+        snprintf(path, sizeof path, "%s/%s", dest, name);
         dlc_store *s = NULL;
-        dlc_status rc = dlc_store_open(fd_path(set_fd, list->names[i], held, sizeof held), 0, &s);
+        dlc_status rc = dlc_store_open(fd_path(set_fd, name, held, sizeof held), 0, &s);
         if (rc < 0)
             return rc;
         const dlc_store_info *info = dlc_store_get_info(s);
@@ -450,7 +466,118 @@ static dlc_status fetch_index(const set_paths *p, const dlc_warm_options *opt, d
     return rc;
 }
 
-/* An older index at DEST that differs goes before any of its shards is replaced. */
+/* Which shards are staged (see the top): those whose name the older index at DEST holds with
+ * another size or content digest. Without an older index, or with the same one, none. */
+static void plan_refresh(const set_paths *p, const dlc__warm_set_list *list, uint8_t *staged,
+                         uint32_t *nstaged)
+{
+    *nstaged = 0;
+    memset(staged, 0, list->n);
+    struct stat st;
+    char a[4200], b[4200];
+    if (fstatat(p->set_fd, DLC__WARM_SET_INDEX, &st, 0) < 0 ||
+        same_bytes(fd_path(p->set_fd, DLC__WARM_SET_INDEX, a, sizeof a),
+                   fd_path(p->set_fd, dlc__at_name(p->set_fd, p->tmp), b, sizeof b)))
+        return;
+    dlc__warm_set_list old;
+    if (list_index(a, p->index, &old) < 0) {
+        /* An index that does not decode (taken with DLC_WARM_FORCE) makes no set to keep. */
+        dlc__clear_error();
+        return;
+    }
+    for (uint32_t i = 0; i < list->n; i++) {
+        /* Shard i of both is the usual match (part-I-of-N): looked at first, so that a set of
+         * many shards costs no quadratic search. */
+        for (uint32_t k = 0; k <= old.n; k++) {
+            const uint32_t j = k == 0 ? i : k - 1;
+            if (j < old.n && strcmp(old.names[j], list->names[i]) == 0) {
+                staged[i] = old.bytes[j] != list->bytes[i] || old.digests[j] != list->digests[i];
+                break;
+            }
+        }
+        *nstaged += staged[i];
+    }
+    dlc__warm_set_list_free(&old);
+}
+
+/* Bytes the file @p name in the folder open at @p dirfd has on disk (0 if none). */
+static uint64_t allocated(int dirfd, const char *name)
+{
+    struct stat st;
+    return fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)
+               ? (uint64_t)st.st_blocks * 512
+               : 0;
+}
+
+/* A refresh holds the older set and the staged shards at once: refused before a byte is fetched
+ * when the disk cannot hold both, rather than failing on a full disk midway. What staged or
+ * partial files of an earlier run already take counts as there. */
+static dlc_status check_room(const set_paths *p, const char *dest, const dlc__warm_set_list *list,
+                             const uint8_t *staged)
+{
+    uint64_t need = 0, have = 0;
+    for (uint32_t i = 0; i < list->n; i++) {
+        if (!staged[i])
+            continue;
+        char name[DLC__SET_NAME_SIZE + 32];
+        snprintf(name, sizeof name, "%s" STAGED, list->names[i]);
+        const uint64_t done = allocated(p->set_fd, name);
+        snprintf(name, sizeof name, "%s" STAGED ".warm-part", list->names[i]);
+        const uint64_t part = allocated(p->set_fd, name);
+        need += list->bytes[i];
+        have += done + part < list->bytes[i] ? done + part : list->bytes[i];
+    }
+    struct statvfs sv;
+    if (need == have || fstatvfs(p->set_fd, &sv) != 0)
+        return DLC_OK;
+    const uint64_t free_bytes = (uint64_t)sv.f_bavail * sv.f_frsize;
+    if (free_bytes >= need - have)
+        return DLC_OK;
+    return dlc__errorf(-ENOSPC,
+                       "%s: the new version's changed shards need %" PRIu64
+                       " bytes more and the disk has %" PRIu64
+                       " free: a refresh keeps the older set whole, and readable, until the new "
+                       "one is in, so both must fit; free space, or remove %s to warm the new "
+                       "version in its place",
+                       dest, need - have, free_bytes, dest);
+}
+
+/* With no index at DEST, a staged shard that its sidecar vouches for (a run killed after retiring
+ * the older index and before every staged shard was moved) goes to its name, where the fetch
+ * then finds it complete, or refetches it if the server's has changed since. */
+static void finish_moves(const set_paths *p, const dlc__warm_set_list *list)
+{
+    for (uint32_t i = 0; i < list->n; i++) {
+        char next[DLC__SET_NAME_SIZE + 16], sidecar[DLC__SET_NAME_SIZE + 16];
+        snprintf(next, sizeof next, "%s" STAGED, list->names[i]);
+        snprintf(sidecar, sizeof sidecar, "%s.warm", list->names[i]);
+        dlc__warm_sidecar sc;
+        struct stat st;
+        if (fstatat(p->set_fd, next, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+            dlc__warm_sidecar_read_at(p->state_fd, sidecar, &sc) == DLC_OK &&
+            sc.inode == (uint64_t)st.st_ino &&
+            sc.mtime_ns == (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec)
+            (void)renameat(p->set_fd, next, p->set_fd, list->names[i]);
+    }
+    dlc__clear_error();
+}
+
+/* The staged shards over their names: the older index is gone by now (retire_old_index()). */
+static dlc_status move_staged(const set_paths *p, const char *dest, const dlc__warm_set_list *list,
+                              const uint8_t *staged, uint32_t nstaged)
+{
+    for (uint32_t i = 0; i < list->n; i++) {
+        char next[DLC__SET_NAME_SIZE + 16];
+        snprintf(next, sizeof next, "%s" STAGED, list->names[i]);
+        if (staged[i] && renameat(p->set_fd, next, p->set_fd, list->names[i]) < 0)
+            return dlc__errorf(-errno, "%s/%s: rename to %s: %s", dest, next, list->names[i],
+                               strerror(errno));
+    }
+    return nstaged ? dlc__fsync_dir_at(p->set_fd, p->index) : DLC_OK;
+}
+
+/* An older index at DEST that differs goes once the new shards are in, before any of its shards
+ * is replaced. */
 static dlc_status retire_old_index(const set_paths *p)
 {
     struct stat st;
@@ -496,7 +623,7 @@ static dlc_status make_dir(int parent_fd, const char *path, const char *what, in
  * folder kept it), or the bookkeeping those versions left in DEST. */
 static int ours(int set_fd, int state_fd, const char *name)
 {
-    static const char *const suffixes[] = {".warm", ".lock", ".warm-part", ".warm-journal"};
+    static const char *const suffixes[] = {".warm", ".lock", ".warm-part", ".warm-journal", STAGED};
     if (strncmp(name, DLC__WARM_SET_INDEX, strlen(DLC__WARM_SET_INDEX)) == 0)
         return 1;
     const size_t n = strlen(name);
@@ -608,6 +735,8 @@ static void remove_leftovers(const set_paths *p, const dlc__warm_set_list *list)
     unlinkat(p->state_fd, DLC__WARM_SET_INDEX ".warm", 0);
     unlinkat(p->state_fd, DLC__WARM_SET_INDEX ".lock", 0);
     for (uint32_t i = 0; i < list->n; i++) {
+        snprintf(name, sizeof name, "%s" STAGED, list->names[i]); /* Of a refresh left off. */
+        unlinkat(p->set_fd, name, 0);
         snprintf(name, sizeof name, "%s.warm", list->names[i]);
         unlinkat(p->set_fd, name, 0);
         snprintf(name, sizeof name, "%s.lock", list->names[i]);
@@ -656,23 +785,41 @@ dlc_status dlc__warm_set(const char *url, const char *dest, int parent_fd,
         if (rc < 0)
             unlinkat(p->set_fd, dlc__at_name(p->set_fd, p->tmp), 0);
     }
-    if (rc == DLC_OK)
-        rc = retire_old_index(p);
+    uint8_t *staged = NULL;
+    uint32_t nstaged = 0;
     if (rc == DLC_OK) {
         sf.url = p->url;
         sf.res = calloc(list.n, sizeof *sf.res);
         sf.pr = calloc(list.n, sizeof *sf.pr);
-        rc = sf.res && sf.pr ? DLC_OK : dlc__errorf(-ENOMEM, "warm: out of memory");
+        staged = calloc(list.n ? list.n : 1, 1);
+        rc = sf.res && sf.pr && staged ? DLC_OK : dlc__errorf(-ENOMEM, "warm: out of memory");
+        sf.staged = staged;
     }
+    if (rc == DLC_OK)
+        plan_refresh(p, &list, staged, &nstaged);
+    if (rc == DLC_OK && nstaged) {
+        rc = check_room(p, dest, &list, staged);
+        if (rc < 0)
+            unlinkat(p->set_fd, dlc__at_name(p->set_fd, p->tmp), 0);
+    }
+    struct stat ist;
+    if (rc == DLC_OK && fstatat(p->set_fd, DLC__WARM_SET_INDEX, &ist, AT_SYMLINK_NOFOLLOW) < 0)
+        finish_moves(p, &list);
     uint64_t total = ir.bytes;
     for (uint32_t i = 0; i < list.n; i++)
         total += list.bytes[i];
     if (rc == DLC_OK)
         rc = fetch_shards(&sf, total, t0);
     if (rc == DLC_OK)
-        rc = check_shards(dest, p->set_fd, &list);
+        rc = check_shards(dest, p->set_fd, &list, staged);
+    /* The commit: the older set goes, the staged shards take their names, the new index comes. */
+    if (rc == DLC_OK)
+        rc = retire_old_index(p);
+    if (rc == DLC_OK)
+        rc = move_staged(p, dest, &list, staged, nstaged);
     if (rc == DLC_OK)
         rc = publish_index(p, dest, &ir);
+    free(staged);
     if (sf.res)
         sum_results(r, &ir, sf.res, list.n);
     else

@@ -31,23 +31,28 @@
  *
  * Store sets (docs/FORMAT.md, "Store sets"): when URL names no object but URL/index.dlcset
  * exists, URL is a set and DEST becomes its directory. The index is fetched first, to
- * DEST/index.dlcset.warm-new, and decoded by the library's own reader; an older index at DEST
- * that differs is removed before any shard is replaced (DEST is then no set, never a set whose
- * shards disagree with its index); the shards are fetched in parallel, each exactly as a single
- * store above (its own journal, resume, verification and atomic publishing, as DEST/NAME), with
- * the connections split among them; each is checked against the index (size, content digest);
- * then the index is published last (rename, directory sync) and the set is opened once as a
- * whole. DEST.lock and DEST.warm work as for a file, so the ranks of a node fetch a set once.
- * The set's directory holds the set's files alone: the locks, resume journals and sidecars of
- * its shards and of its index are kept in one folder beside it, `DEST.warm-set/` (NAME.lock,
- * NAME.warm-journal, NAME.warm); only the partial files of a fetch under way are inside DEST
- * (NAME.warm-part, index.dlcset.warm-new), since each is published by a rename in DEST's
- * directory. DEST.warm-set/ stays after the fetch: its sidecars let the fetch of a new version
- * of the set keep the shards that did not change. Deleting it while nobody warms the set is
- * safe; the next fetch of a changed set then downloads every shard again.
- * For a set, the log callback runs on the threads fetching the shards, one call at a time.
- * An https URL's query string (a token valid for the set's prefix) stays on every object's URL,
- * after the object's name (URL/index.dlcset?QUERY).
+ * DEST/index.dlcset.warm-new, and decoded by the library's own reader; the shards are fetched in
+ * parallel, each exactly as a single store above (its own journal, resume, verification and
+ * atomic publishing, as DEST/NAME), with the connections split among them; each is checked
+ * against the index (size, content digest); then the index is published last (rename,
+ * directory sync) and the set is opened once as a whole. A new version over an older set keeps
+ * the older one whole and readable until the new one is in: a shard whose name the older index
+ * holds with other bytes is fetched to DEST/NAME.warm-next, and once every shard is fetched and
+ * checked, the older index is removed, the staged shards renamed to their names and the new
+ * index published (DEST is no set only for those renames, never a set whose shards disagree with
+ * its index; a rerun after a kill there finishes the moves). Both versions' changed shards must
+ * fit on the disk at once: that is checked before a byte is fetched (-ENOSPC, naming the bytes
+ * needed and free; remove DEST to warm the new version in its place). DEST.lock and DEST.warm work
+ * as for a file, so the ranks of a node fetch a set once. The set's directory holds the set's files
+ * alone: the locks, resume journals and sidecars of its shards and of its index are kept in one
+ * folder beside it, `DEST.warm-set/` (NAME.lock, NAME.warm-journal, NAME.warm); only the partial
+ * files of a fetch under way are inside DEST (NAME.warm-part, NAME.warm-next,
+ * index.dlcset.warm-new), since each is published by a rename in DEST's directory. DEST.warm-set/
+ * stays after the fetch: its sidecars let the fetch of a new version of the set keep the shards
+ * that did not change. Deleting it while nobody warms the set is safe; the next fetch of a changed
+ * set then downloads every shard again. For a set, the log callback runs on the threads fetching
+ * the shards, one call at a time. An https URL's query string (a token valid for the set's prefix)
+ * stays on every object's URL, after the object's name (URL/index.dlcset?QUERY).
  *
  * DEST's directory is opened once, before anything is created, and checked: a directory, not a
  * symbolic link (-ELOOP or DLC_EINVAL naming it; its owner is not checked, so a folder a group

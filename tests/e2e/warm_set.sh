@@ -4,8 +4,10 @@
 # a second run finds it complete; a push SIGKILLed after two of four shards is resumed (the
 # finished shards checked, not sent again) and the index is never on the server before every
 # shard; a fetch SIGKILLed midway leaves DEST no set and is resumed shard by shard; a new version
-# of the set replacing an old one at DEST, killed midway, leaves no index naming the old or new
-# shards; four ranks fetching the set at once download it once; secrets appear in no output.
+# of the set replacing an old one at DEST, killed midway, leaves the old set whole and readable,
+# and killed between its moves, a rerun that finishes them; a refresh that both versions cannot
+# fit is refused before fetching; four ranks fetching the set at once download it once; secrets
+# appear in no output.
 # A fetched set's directory holds the set's files alone: the shards' locks, journals and sidecars
 # are in DEST.warm-set/ beside it, and the leftovers of the layout before it are removed.
 set -euo pipefail
@@ -117,8 +119,10 @@ same_set "$out/k" "$set1"
 
 # kill_fetch DEST URL: fetch through a slow proxy of its own with two shards at a time, and
 # SIGKILL it once a shard is published (a part file newer than the start).
+# kill_fetch DEST URL [PATTERN]: SIGKILL a fetch of URL into DEST once a file matching PATTERN
+# (default: a shard) is new in DEST.
 kill_fetch() {
-    local dest=$1 url=$2 pid proxy i
+    local dest=$1 url=$2 pattern=${3:-part-*.dlc} pid proxy i
     warm_start_proxy "slow$(basename "$dest")$RANDOM" "$S3_PORT" --rate 20000000
     proxy=$!
     touch "$out/start.mark"
@@ -127,7 +131,7 @@ kill_fetch() {
         --connections 2 --chunk-size 1M -q 2>>"$out/killed.err" &
     pid=$!
     for i in $(seq 1 1500); do
-        [ -n "$(find "$dest" -name 'part-*.dlc' -newer "$out/start.mark" 2>/dev/null)" ] && break
+        [ -n "$(find "$dest" -name "$pattern" -newer "$out/start.mark" 2>/dev/null)" ] && break
         kill -0 "$pid" 2>/dev/null || break
         sleep 0.02
     done
@@ -135,12 +139,16 @@ kill_fetch() {
     wait "$pid" 2>/dev/null || true
     kill -9 "$proxy"
     wait "$proxy" 2>/dev/null || true
-    [ ! -e "$dest/index.dlcset" ] || fail "$dest is a set after the kill"
-    if "$DLC_BIN/cacheinfo" "$dest" >/dev/null 2>&1; then fail "$dest opens after the kill"; fi
+}
+# no_set DEST: a first fetch killed midway left no set.
+no_set() {
+    [ ! -e "$1/index.dlcset" ] || fail "$1 is a set after the kill"
+    if "$DLC_BIN/cacheinfo" "$1" >/dev/null 2>&1; then fail "$1 opens after the kill"; fi
 }
 
 note "a fetch SIGKILLed midway leaves no set; the rerun resumes shard by shard"
 kill_fetch "$out/b" s3://b/sets/a
+no_set "$out/b"
 "$DLC_BIN/cachewarm" s3://b/sets/a -o "$out/b" --endpoint "$S3_URL" --json \
     >"$out/get3.json" 2>"$out/get3.err" || fail "rerun: $(cat "$out/get3.err")"
 got=$(json_get "$out/get3.json" bytes_downloaded)
@@ -173,16 +181,82 @@ else
     note "the fault injector is not built here (sanitized build): the kill at the rename is skipped"
 fi
 
-note "a new version over the old one, killed midway: never a set of mixed shards"
+note "a new version over the old one, killed midway: the old set stays whole, then the new one"
 "$DLC_BIN/mkdemo" "$warm_tmp/demo2" --count 100 --seed 9 >/dev/null 2>&1
 "$DLC_BIN/cachebuild" "$warm_tmp/demo2/train" -o "$warm_tmp/v2.dlc" --size 448 >/dev/null 2>&1
 "$DLC_BIN/set_split" "$warm_tmp/v2.dlc" 4 "$warm_tmp/set2" >/dev/null
 "$DLC_BIN/cachewarm" push "$warm_tmp/set2" s3://b/sets/a --endpoint "$S3_URL" -q ||
     fail "push of the new version"
-kill_fetch "$out/a" s3://b/sets/a
+# Every shard changed: each is fetched to NAME.warm-next beside the old set, which still opens and
+# reads as it was when one of them is complete and the fetch is killed.
+kill_fetch "$out/a" s3://b/sets/a 'part-*.dlc.warm-next'
+[ -n "$(find "$out/a" -name 'part-*.dlc.warm-next')" ] || fail "no shard was staged"
+for f in "${files[@]}"; do
+    cmp "$set1/$f" "$out/a/$f" || fail "the old set's $f changed before the new one was in"
+done
+"$DLC_BIN/cacheinfo" "$out/a" >"$out/info.txt" 2>&1 ||
+    fail "the old set does not open during the refresh: $(cat "$out/info.txt")"
 "$DLC_BIN/cachewarm" s3://b/sets/a -o "$out/a" --endpoint "$S3_URL" -q 2>"$out/get4.err" ||
     fail "rerun of the new version: $(cat "$out/get4.err")"
 same_set "$out/a" "$warm_tmp/set2"
+
+# Killed in the commit itself, after the older index went and before the staged shards were all
+# moved: the rerun moves what its sidecars vouch for and fetches nothing again.
+if [ -n "${DLC_LIB:-}" ] && [ -f "$fi_lib" ]; then
+    note "a refresh killed between moving two staged shards: the rerun finishes it"
+    "$DLC_BIN/cachewarm" push "$set1" s3://b/sets/a --endpoint "$S3_URL" -q ||
+        fail "push of the first version again"
+    set +e
+    # The second rename naming part 1's staged file: the first published it, the second moves it.
+    env DLC_FAULT_CALLS=rename DLC_FAULT_PATH=part-00001-of-00004.dlc.warm-next DLC_FAULT_AT=2 \
+        DLC_FAULT_KILL=1 \
+        LD_PRELOAD="$fi_lib" "$DLC_BIN/cachewarm" s3://b/sets/a -o "$out/a" \
+        --endpoint "$S3_URL" --connections 1 -q 2>"$out/k2.err"
+    rc=$?
+    set -e
+    [ "$rc" = 137 ] || fail "the refresh was not killed at the move (exit $rc): $(cat "$out/k2.err")"
+    [ ! -e "$out/a/index.dlcset" ] || fail "an index is there mid-commit"
+    [ ! -e "$out/a/part-00001-of-00004.dlc.warm-next" ] || fail "the kill came before the move"
+    [ -e "$out/a/part-00002-of-00004.dlc.warm-next" ] || fail "the kill came after the moves"
+    "$DLC_BIN/cachewarm" s3://b/sets/a -o "$out/a" --endpoint "$S3_URL" --json \
+        >"$out/get6.json" 2>"$out/get6.err" || fail "rerun after the commit's kill: $(cat "$out/get6.err")"
+    idx=$(stat -c %s "$set1/index.dlcset")
+    [ "$(json_get "$out/get6.json" bytes_downloaded)" -le "$idx" ] ||
+        fail "the rerun fetched shards again: $(json_get "$out/get6.json" bytes_downloaded)"
+    same_set "$out/a" "$set1"
+fi
+
+note "a refresh that both versions cannot fit on the disk is refused before fetching"
+mnt=$warm_tmp/small
+mkdir -p "$mnt"
+if mount -t tmpfs -o size=$((total * 3 / 2)) tmpfs "$mnt" 2>/dev/null; then
+    warm_mnt=$mnt # warm_cleanup unmounts it if a step below fails.
+    "$DLC_BIN/cachewarm" push "$set1" s3://b/sets/r --endpoint "$S3_URL" -q || fail "push to r"
+    "$DLC_BIN/cachewarm" s3://b/sets/r -o "$mnt/r" --endpoint "$S3_URL" -q 2>"$out/r1.err" ||
+        fail "fetch into the small disk: $(cat "$out/r1.err")"
+    "$DLC_BIN/cachewarm" push "$warm_tmp/set2" s3://b/sets/r --endpoint "$S3_URL" -q ||
+        fail "push of the new version to r"
+    set +e
+    "$DLC_BIN/cachewarm" s3://b/sets/r -o "$mnt/r" --endpoint "$S3_URL" --json \
+        >"$out/r2.json" 2>"$out/r2.err"
+    rc=$?
+    set -e
+    left=$(ls -A "$mnt/r" | sort | tr '\n' ' ')
+    for f in "${files[@]}"; do
+        cmp -s "$set1/$f" "$mnt/r/$f" || fail "the refused refresh changed $f"
+    done
+    umount "$mnt"
+    warm_mnt=
+    [ "$rc" = 1 ] || fail "a refresh too big for the disk: exit $rc"
+    grep -q "need [0-9]* bytes more and the disk has [0-9]* free" "$out/r2.err" ||
+        fail "the refusal does not say what is missing: $(cat "$out/r2.err")"
+    [ "$(json_get "$out/r2.json" bytes_downloaded)" -le "$(stat -c %s "$warm_tmp/set2/index.dlcset")" ] ||
+        fail "shards were fetched before the refusal"
+    [ "$left" = "$(printf '%s\n' "${files[@]}" | sort | tr '\n' ' ')" ] ||
+        fail "the refused refresh left files in the set: $left"
+else
+    note "SKIP: mounting a tmpfs is not permitted here"
+fi
 
 note "four ranks fetch the set at once: one downloads"
 warm_start_proxy count "$S3_PORT" --rate 40000000
