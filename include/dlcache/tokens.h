@@ -362,7 +362,14 @@ typedef struct dlc_token_loader_config {
                                       set's parts and index is refused at open, naming the
                                       bytes needed. */
     uint32_t downloads;          /**< Parts downloaded at once (0, the default: 2). */
-    uint32_t reserved;           /**< Zero. */
+    uint32_t verify;             /**< A ::dlc_verify_mode (default DLC_VERIFY_OFF): check each
+                                      document's checksum (the store's XXH3 of its tokens) the
+                                      first time this loader reads it, or at every read. A
+                                      mismatch is DLC_ECORRUPT from dlc_token_loader_next(),
+                                      naming the store, the record and both digests: there is
+                                      no stand-in, a batch of other tokens would be wrong data.
+                                      A streamed set's parts are checked whole when they are
+                                      downloaded, whatever this says. (Was `reserved`, zero.) */
     const dlc_warm_options *net; /**< Endpoint, region, retries, timeouts, log of the downloads;
                                       NULL (default): dlc_warm_options_init()'s, which read the
                                       environment. Copied at open. */

@@ -10,6 +10,7 @@
 #include <dlcache/tokens.h>
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 /* The key purpose of the documents' order (the first word of dlc__key4), apart from the loader's
@@ -116,6 +117,12 @@ struct dlc_token_loader {
      * sampler.mix; every worker has a reader of each source. 0 and NULL for one store. */
     uint32_t nsrc;
     struct dlc_token_loader **src;
+
+    /* c.verify: one bit per document, set once its checksum passed (DLC_VERIFY_FIRST) or failed;
+     * NULL with DLC_VERIFY_OFF. Set from any worker, relaxed: a document checked twice by two
+     * workers at once costs a hash, not a wrong answer. */
+    _Atomic uint64_t *verified_ok;
+    _Atomic uint64_t *verified_bad;
     uint64_t *src_first;         /* nsrc + 1. */
     dlc_store_reader **mreaders; /* nworkers x nsrc. */
 };

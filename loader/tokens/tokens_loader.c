@@ -255,6 +255,31 @@ static inline void put(uint8_t *base, size_t esize, size_t i, int64_t v)
     }
 }
 
+/* Document @p d's tokens, as dlc_tokens_doc(), with its checksum checked as c.verify says (the
+ * image loader's verify=: the store's XXH3 of the field, checked where the bytes are read). */
+static dlc_status tl_doc(const dlc_token_loader *l, dlc_store_reader *reader, uint64_t d,
+                         const void **data, uint64_t *n)
+{
+    dlc_status rc = dlc_tokens_doc(l->tokens, reader, d, data, n);
+    if (rc != DLC_OK || l->c.verify == DLC_VERIFY_OFF)
+        return rc;
+    const uint64_t bit = 1ull << (d % 64);
+    if (atomic_load_explicit(&l->verified_bad[d / 64], memory_order_relaxed) & bit)
+        return dlc__errorf(DLC_ECORRUPT,
+                           "%s: document %" PRIu64 ": checksum mismatch (found earlier)",
+                           dlc_store_path(l->store), d);
+    if (l->c.verify == DLC_VERIFY_FIRST &&
+        (atomic_load_explicit(&l->verified_ok[d / 64], memory_order_relaxed) & bit))
+        return DLC_OK;
+    dlc_value v[DLC_MAX_FIELDS];
+    rc = dlc_store_read_values(reader, d, v);
+    if (rc == DLC_OK)
+        rc = dlc_value_verify(l->store, d, l->info.field, &v[l->info.field]);
+    atomic_fetch_or_explicit(rc == DLC_OK ? &l->verified_ok[d / 64] : &l->verified_bad[d / 64], bit,
+                             memory_order_relaxed);
+    return rc;
+}
+
 /* Window @p w's seq_len + 1 tokens as pieces of its documents, in the worker's list. */
 static dlc_status gather(const dlc_token_loader *l, dlc_store_reader *reader, tl_piece *pieces,
                          uint64_t w, uint32_t *npieces)
@@ -271,7 +296,7 @@ static dlc_status gather(const dlc_token_loader *l, dlc_store_reader *reader, tl
     for (;;) {
         const void *data;
         uint64_t n;
-        CHECK(dlc_tokens_doc(l->tokens, reader, c.d, &data, &n));
+        CHECK(tl_doc(l, reader, c.d, &data, &n));
         FAIL_IF(off >= n, DLC_ECORRUPT,
                 "%s: window %" PRIu64 ": document %" PRIu64 " has %" PRIu64
                 " tokens, not more than %" PRIu64 " as the prefix sums say",
@@ -303,7 +328,7 @@ static dlc_status fill_bestfit_row(const dlc_token_loader *l, tl_worker *wk, tl_
         const uint32_t off = dlc__ld32(it + 8), len = dlc__ld32(it + 12);
         const void *data;
         uint64_t n;
-        const dlc_status rc = dlc_tokens_doc(l->tokens, wk->reader, d, &data, &n);
+        const dlc_status rc = tl_doc(l, wk->reader, d, &data, &n);
         if (rc != DLC_OK)
             return rc;
         if ((uint64_t)off + len > n || j + len > S)
@@ -823,6 +848,8 @@ void dlc_token_loader_close(dlc_token_loader *l)
     free(l->blk_sums);
     free(l->bf_starts);
     free(l->bf_items);
+    free((void *)l->verified_ok);
+    free((void *)l->verified_bad);
     dlc__sampler_free(&l->sampler);
     dlc_tokens_close(l->tokens);
     if (l->cache)
@@ -896,15 +923,16 @@ static dlc_status check_config(const char *path, const dlc_token_loader_config *
     const dlc_token_loader_config *c = config;
     if (c->batch_size == 0 || c->seq_len == 0 || c->world_size == 0 || c->rank >= c->world_size ||
         c->threads > 256 || (c->out_dtype != DLC_DTYPE_INT64 && c->out_dtype != DLC_DTYPE_INT32) ||
-        c->packing > DLC_TOKEN_PACK_BEST_FIT ||
+        c->packing > DLC_TOKEN_PACK_BEST_FIT || c->verify > DLC_VERIFY_ALWAYS ||
         (uint64_t)c->batch_size * c->seq_len > INT32_MAX - 1)
         return dlc__errorf(
             DLC_EINVAL,
             "%s: token loader: batch_size %u, seq_len %u (batch x seq_len below "
             "2^31), rank %u of world_size %u, threads %u (0..256), out_dtype %s "
-            "(int64 or int32), packing %u (concat or best_fit): one of them is out of range",
+            "(int64 or int32), packing %u (concat or best_fit), verify %u (0..2): one of them "
+            "is out of range",
             path, c->batch_size, c->seq_len, c->rank, c->world_size, c->threads,
-            dlc_dtype_name(c->out_dtype), c->packing);
+            dlc_dtype_name(c->out_dtype), c->packing, c->verify);
     return DLC_OK;
 }
 
@@ -944,6 +972,14 @@ dlc_status dlc_token_loader_open(const char *path, const dlc_token_loader_config
     CHECK(dlc_tokens_open(l->store, &l->tokens));
     l->info = *dlc_tokens_get_info(l->tokens);
     l->offsets = dlc_tokens_offsets(l->tokens);
+    if (c->verify != DLC_VERIFY_OFF) {
+        const size_t words = (size_t)(l->info.num_docs / 64 + 1);
+        l->verified_ok = calloc(words, sizeof *l->verified_ok);
+        l->verified_bad = calloc(words, sizeof *l->verified_bad);
+        FAIL_IF(!l->verified_ok || !l->verified_bad, -ENOMEM,
+                "%s: out of memory for verify's bits of %" PRIu64 " documents", path,
+                l->info.num_docs);
+    }
     /* Best-fit's padding is an input id, and no embedding looks up a negative one. It may be at
      * or above the store's vocab_size: a model often has rows beyond its tokenizer's ids (a
      * vocabulary padded to a multiple of 64, a pad token of its own). */

@@ -230,7 +230,7 @@ class TokenLoaderConfig(ctypes.Structure):
                 ("seed", ctypes.c_uint64), ("shuffle", ctypes.c_int), ("drop_last", ctypes.c_int),
                 ("document_mask", ctypes.c_int), ("pad_id", ctypes.c_int32),
                 ("cache_dir", ctypes.c_char_p), ("cache_limit", ctypes.c_uint64),
-                ("downloads", ctypes.c_uint32), ("reserved", ctypes.c_uint32),
+                ("downloads", ctypes.c_uint32), ("verify", ctypes.c_uint32),
                 ("net", ctypes.c_void_p)]
 
 
@@ -299,6 +299,12 @@ class TokenLoader:
     epoch. ``state_dict()``/``load_state_dict()`` resume exactly, also under another world size.
     The tensors are the loader's own copies (the C slots are reused).
 
+    ``verify="first"`` checks each document's checksum (the store's XXH3 of its tokens) the
+    first time this loader reads it, ``"always"`` at every read, as the image Loader's verify=;
+    a mismatch raises ``CorruptError`` naming the store, the record and both digests (there is
+    no stand-in: other tokens would be wrong data). A streamed set's parts are checked whole
+    when they are downloaded in any case.
+
     It fits where a torch DataLoader goes as the image Loader does: ``len()``, ``batch_size``,
     ``drop_last``, ``dataset`` and ``sampler`` (``sampler.set_epoch(e)``), ``set_epoch()``,
     ``epoch``, ``stats()``, ``close()`` and ``with``, and pickling (a copy re-opens from the
@@ -316,7 +322,7 @@ class TokenLoader:
                  document_mask=False, packing="concat", dtype=None, rank=None, world_size=None,
                  threads=2, pad_id=0, weights=None, rows_per_epoch=None, device=None,
                  cache_dir=None, cache_limit=None, downloads=2, endpoint=None, region=None,
-                 timeout=None, retries=None):
+                 timeout=None, retries=None, verify="off"):
         import torch
         given = {k: v for k, v in locals().items() if k not in ("self", "torch")}
         self._torch = torch
@@ -362,6 +368,13 @@ class TokenLoader:
         cfg.shuffle, cfg.drop_last = int(self.shuffle), int(self.drop_last)
         cfg.document_mask = int(self.document_mask)
         cfg.pad_id = _uint(pad_id, "pad_id", 0, 2**31 - 1)
+        # As the image Loader's verify=: each document's checksum the first time it is read, or
+        # every time; a mismatch raises CorruptError naming the record (no stand-in).
+        from .loader import _VERIFY
+        if not isinstance(verify, (str, bool)) or verify not in _VERIFY:
+            raise ValueError("verify must be 'off', 'first' or 'always', got %r" % (verify,))
+        self.verify = verify
+        cfg.verify = _VERIFY[verify]
         self._mix = isinstance(path, (list, tuple))
         if self._mix:
             # Checked before anything opens: a ctypes uint64 kept the low bits of rows_per_epoch

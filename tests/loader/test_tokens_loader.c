@@ -120,6 +120,82 @@ Test(tokens_loader, options_are_checked)
     free(path);
 }
 
+/* config.verify: a bit flipped inside document 7 (ids 1500.., found by their bytes) is read as
+ * another id without it, and is DLC_ECORRUPT naming the record with it, from the workers (three
+ * threads: the bitmaps are shared) as from the caller's thread; a mode past DLC_VERIFY_ALWAYS is
+ * refused. */
+static uint64_t next_until_error(const char *path, uint32_t verify, uint32_t threads,
+                                 dlc_status *rc)
+{
+    dlc_token_loader_config c;
+    dlc_token_loader_config_init(&c);
+    c.batch_size = 2;
+    c.seq_len = 8;
+    c.threads = threads;
+    c.verify = verify;
+    dlc_token_loader *l = NULL;
+    cr_assert_eq(dlc_token_loader_open(path, &c, &l), DLC_OK, "%s", dlc_errmsg());
+    dlc_token_batch b;
+    uint64_t n = 0;
+    while ((*rc = dlc_token_loader_next(l, &b)) == DLC_OK)
+        n++;
+    dlc_token_loader_close(l);
+    return n;
+}
+
+Test(tokens_loader, verify_names_a_flipped_document)
+{
+    char *path = tmp_path(dir, "flip.dlc");
+    dlc_token_writer_config wc;
+    dlc_token_writer_config_init(&wc);
+    wc.vocab_size = 2000;
+    dlc_token_writer *w = NULL;
+    cr_assert_eq(dlc_token_writer_open(path, &wc, &w), DLC_OK, "%s", dlc_errmsg());
+    uint32_t ids[20];
+    for (uint32_t d = 0; d < 40; d++) {
+        for (uint32_t k = 0; k < 20; k++)
+            ids[k] = d == 7 ? 1500 + k : 1 + (d * 31 + k * 17) % 999;
+        cr_assert_eq(dlc_token_writer_add(w, ids, 20), DLC_OK, "%s", dlc_errmsg());
+    }
+    cr_assert_eq(dlc_token_writer_finish(w), DLC_OK, "%s", dlc_errmsg());
+    dlc_status rc;
+    const uint64_t all = next_until_error(path, DLC_VERIFY_ALWAYS, 3, &rc);
+    cr_assert_eq(rc, DLC_END, "a clean store passes: %s", dlc_errmsg());
+
+    FILE *f = fopen(path, "r+b");
+    cr_assert_not_null(f);
+    static uint8_t buf[1 << 20];
+    const size_t len = fread(buf, 1, sizeof buf, f);
+    const uint16_t want[4] = {1500, 1501, 1502, 1503};
+    uint8_t *at = memmem(buf, len, want, sizeof want);
+    cr_assert_not_null(at, "document 7's ids are in the file");
+    cr_assert_eq(fseek(f, (long)(at - buf) + 4, SEEK_SET), 0);
+    const uint8_t flipped = at[4] ^ 1;
+    cr_assert_eq(fwrite(&flipped, 1, 1, f), 1);
+    cr_assert_eq(fclose(f), 0);
+
+    cr_assert_eq(next_until_error(path, DLC_VERIFY_OFF, 3, &rc), all);
+    cr_assert_eq(rc, DLC_END, "without verify the flipped id is read as another");
+    for (uint32_t threads = 0; threads <= 3; threads += 3) {
+        for (uint32_t mode = DLC_VERIFY_FIRST; mode <= DLC_VERIFY_ALWAYS; mode++) {
+            next_until_error(path, mode, threads, &rc);
+            cr_assert_eq(rc, DLC_ECORRUPT, "verify %u, %u threads", mode, threads);
+            cr_assert(strstr(dlc_errmsg(), "flip.dlc: record 7: field \"tokens\": checksum "
+                                           "mismatch"),
+                      "%s", dlc_errmsg());
+        }
+    }
+    dlc_token_loader_config c;
+    dlc_token_loader_config_init(&c);
+    c.batch_size = 2;
+    c.seq_len = 8;
+    c.verify = DLC_VERIFY_ALWAYS + 1;
+    dlc_token_loader *l = NULL;
+    cr_assert_eq(dlc_token_loader_open(path, &c, &l), DLC_EINVAL);
+    cr_assert(strstr(dlc_errmsg(), "verify 3 (0..2)"), "%s", dlc_errmsg());
+    free(path);
+}
+
 /* Every array of every lent batch lies inside a block dlc_token_loader_host_slots() names: what
  * the Python device path page-locks covers what it copies. */
 static int inside(const void *p, size_t bytes, void **bases, const size_t *sizes, uint32_t n)
