@@ -273,7 +273,7 @@ def _variable_options(variable):
             max_len = _uint(mode[1], "variable[%r] pad_to length" % name, 1, 1 << 24)
             mode = "pad_to"
         elif isinstance(mode, dict):
-            # The form state_dict() and the docs' tables use: checked as ('pad_to', n) is
+            # C's dlc_field_option as a dict (mode, max_len): checked as ('pad_to', n) is
             # (max_len 2**32 + 3 was 3 to C, True was 1).
             extra = set(mode) - {"mode", "max_len"}
             if extra:
@@ -438,7 +438,8 @@ class Loader:
         variable: how fields of varying length go into a batch, by name:
             "pad" (zero-padded to the longest of the batch, the default),
             ("pad_to", n) (padded or cut to n), or "offsets" (end to end);
-            bytes fields always come as "offsets". The classes of boxes
+            {"mode": "pad_to", "max_len": n} is ("pad_to", n) as C's
+            dlc_field_option says it. Bytes fields always come as "offsets". The classes of boxes
             follow their boxes' mode unless given their own.
         views: view groups, a list of dicts (name, count, crop, augment,
             scale, ratio, flip): ``count`` differently augmented crops of
