@@ -285,18 +285,33 @@ static void pick_crop(uint64_t *s, uint32_t W, uint32_t H, uint32_t *x, uint32_t
     *y = (H - *h) / 2;
 }
 
+/* A regular file only: a link there is not followed (ELOOP) and a FIFO neither blocks the run
+ * (O_NONBLOCK: ENXIO without a reader) nor is written to (EINVAL), so that rerunning into a
+ * folder others can write to replaces no file of theirs through a name of ours. */
 static int write_file(const char *path, const uint8_t *data, size_t size)
 {
-    const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    const int fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
     if (fd < 0)
         return -errno;
+    struct stat st;
+    int e = 0;
+    if (fstat(fd, &st) != 0)
+        e = errno;
+    else if (!S_ISREG(st.st_mode))
+        e = EINVAL;
+    else if (ftruncate(fd, 0) != 0)
+        e = errno;
+    if (e) {
+        close(fd);
+        return -e;
+    }
     size_t off = 0;
     while (off < size) {
         const ssize_t n = write(fd, data + off, size - off);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
-            const int e = errno;
+            e = errno;
             close(fd);
             return -e;
         }
@@ -376,7 +391,11 @@ static dlc_status make_image(job *j, canvas *cv, uint64_t i)
     const int err = write_file(path, jpeg, jpeg_size);
     if (err < 0) {
         j->rc = err;
-        snprintf(j->err, sizeof j->err, "cannot write %.1000s: %s", path, strerror(-err));
+        snprintf(j->err, sizeof j->err, "cannot write %.1000s: %s", path,
+                 err == -ELOOP    ? "it is a symbolic link, which mkdemo does not follow"
+                 : err == -EINVAL ? "it is not a regular file"
+                 : err == -ENXIO  ? "it is a FIFO"
+                                  : strerror(-err));
         return j->rc;
     }
     j->bytes += jpeg_size;

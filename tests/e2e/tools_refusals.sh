@@ -3,7 +3,7 @@
 # a manifest or a tar shard should be is named and refused, never waited on (opening a FIFO for
 # reading blocks until a writer comes: cacheinfo FIFO hung forever); cachebuild creates the
 # missing folders above its output as mkdir -p would, and when it cannot, it names the folder
-# and says the reason once.
+# and says the reason once; mkdemo writes no image through a link or into a FIFO.
 . "$(dirname "$0")/../lib/e2e.sh" tools_refusals
 
 "$DLC_BIN/mkdemo" "$tmp/demo" --count 12 --classes 2 >/dev/null
@@ -50,4 +50,20 @@ refused "missing: cannot open source: No such file or directory" \
     "$DLC_BIN/cachebuild" missing -o y.dlc
 [ "$(grep -o "No such file or directory" err.txt | wc -l)" = 1 ] ||
     fail "the reason said more than once: $(cat err.txt)"
+# mkdemo rerun into its folder: a link or a FIFO in the place of one of its images is not
+# followed, truncated or waited on; the file the link names is left as it was.
+ls demo/train >classes.txt
+cls=$(head -1 classes.txt)
+echo "theirs" >victim.txt
+rm "demo/train/$cls/00001.jpg"
+ln -s "$tmp/victim.txt" "demo/train/$cls/00001.jpg"
+refused "00001.jpg: it is a symbolic link, which mkdemo does not follow" \
+    "$DLC_BIN/mkdemo" demo --count 12 --classes 2
+[ "$(cat victim.txt)" = theirs ] || fail "mkdemo wrote through a link"
+rm "demo/train/$cls/00001.jpg"
+mkfifo "demo/train/$cls/00001.jpg"
+refused "00001.jpg: it is a FIFO" "$DLC_BIN/mkdemo" demo --count 12 --classes 2
+rm "demo/train/$cls/00001.jpg"
+"$DLC_BIN/mkdemo" demo --count 12 --classes 2 >/dev/null 2>err.txt ||
+    fail "mkdemo rerun over its own images: $(cat err.txt)"
 echo "tools_refusals: ok"
