@@ -62,13 +62,14 @@ typedef struct mapped {
     size_t size;
 } mapped;
 
-static dlc_status map_file(const char *path, mapped *m)
+/* The file at @p path mapped, named @p what in a refusal. */
+static dlc_status map_file_as(const char *path, const char *what, mapped *m)
 {
     m->p = NULL;
     m->size = 0;
     struct stat st;
     /* Never blocks on a FIFO or a device: a regular file or a named refusal. */
-    const int fd = dlc__open_regular(path, 0, "token source", &st);
+    const int fd = dlc__open_regular(path, 0, what, &st);
     if (fd < 0)
         return fd;
     if (st.st_size > 0) {
@@ -84,6 +85,11 @@ static dlc_status map_file(const char *path, mapped *m)
     }
     close(fd);
     return DLC_OK;
+}
+
+static dlc_status map_file(const char *path, mapped *m)
+{
+    return map_file_as(path, "token source", m);
 }
 
 static void unmap_file(mapped *m)
@@ -636,14 +642,17 @@ static dlc_status load_tokenizer(tb *b, const char *model_path, uint64_t *digest
     if (!b->spm || b->spm->version != DLC__SPM_API_VERSION)
         return dlc__errorf(DLC_ENOSYS, "%s: not a SentencePiece plugin of interface version %u",
                            SPM_PLUGIN, DLC__SPM_API_VERSION);
-    char err[512] = "";
-    b->model = b->spm->load(model_path, err, sizeof err);
-    if (!b->model)
-        return dlc__errorf(DLC_EINVAL, "%s: not a SentencePiece model: %s", model_path, err);
+    /* Read once, as a regular file (a FIFO never stalls the build): the model is loaded from the
+     * very bytes its digest is of. */
     mapped m;
-    CHECK_RC(map_file(model_path, &m));
+    CHECK_RC(map_file_as(model_path, "SentencePiece model", &m));
+    char err[512] = "";
+    b->model = m.size ? b->spm->load(m.p, m.size, err, sizeof err) : NULL;
     *digest = XXH3_64bits(m.p, m.size);
     unmap_file(&m);
+    if (!b->model)
+        return dlc__errorf(DLC_EINVAL, "%s: not a SentencePiece model: %s", model_path,
+                           *err ? err : "an empty file");
     return DLC_OK;
 }
 

@@ -279,6 +279,26 @@ def test_fifo_source_refused_without_blocking(tmp_path):
     assert r.returncode == 1 and "f.jsonl: a FIFO, not a regular file" in r.stderr
 
 
+@pytest.mark.skipif(not os.path.exists(SPM_PLUGIN),
+                    reason="needs libdlcache_spm.so (libsentencepiece-dev)")
+def test_fifo_tokenizer_refused_without_blocking(tmp_path):
+    """--tokenizer was loaded by SentencePiece from its path: a FIFO there stalled the build
+    (SIGTERM too, until a writer came). The builder reads the model itself, as a regular file,
+    and loads it from those bytes, the ones its digest is of."""
+    (tmp_path / "d.jsonl").write_text('{"text": "a"}\n')
+    os.mkfifo(tmp_path / "m.model")
+    r = subprocess.run([CACHEBUILD, "--tokens", str(tmp_path / "d.jsonl"), "-o",
+                        str(tmp_path / "s.dlc"), "--tokenizer", str(tmp_path / "m.model")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    assert "m.model: a FIFO, not a regular file (a SentencePiece model must be one)" in r.stderr
+    (tmp_path / "e.model").write_bytes(b"")
+    r = subprocess.run([CACHEBUILD, "--tokens", str(tmp_path / "d.jsonl"), "-o",
+                        str(tmp_path / "s.dlc"), "--tokenizer", str(tmp_path / "e.model")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "e.model: not a SentencePiece model: an empty file" in r.stderr
+
+
 def test_sigterm_stops_a_token_build_cleanly(tmp_path):
     """SIGTERM (and SIGINT) cancel a token build through its progress callback: exit 143, no
     temporary file, the old store kept. It used to die with its temporary file (150 MB in a

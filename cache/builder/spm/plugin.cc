@@ -19,11 +19,12 @@ void say(char *err, size_t cap, const std::string &msg)
         std::snprintf(err, cap, "%s", msg.c_str());
 }
 
-void *load(const char *path, char *err, size_t cap)
+void *load(const void *data, size_t len, char *err, size_t cap)
 {
     try {
         auto *sp = new sentencepiece::SentencePieceProcessor();
-        const auto st = sp->Load(path);
+        const auto st =
+            sp->LoadFromSerializedProto(std::string(static_cast<const char *>(data), len));
         if (!st.ok()) {
             say(err, cap, st.ToString());
             delete sp;
@@ -77,7 +78,7 @@ const dlc__spm_api api = {DLC__SPM_API_VERSION, load, encode, eos_id, vocab_size
 
 } // namespace
 
-extern "C" __attribute__((visibility("default"))) const dlc__spm_api *dlc_spm_plugin_v1(void)
+extern "C" __attribute__((visibility("default"))) const dlc__spm_api *dlc_spm_plugin_v2(void)
 {
     return &api;
 }
