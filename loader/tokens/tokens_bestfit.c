@@ -304,7 +304,7 @@ dlc_status dlc__bf_plan(dlc_token_loader *l)
     const dlc_status drc =
         dlc__open_parent_dir(dlc_store_path(l->store), "the packing plan", &dirfd);
     if (drc == DLC_OK) {
-        const int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        const int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
         if (fd >= 0) {
             const int ok = bf_read(l, fd);
             close(fd);
