@@ -5,7 +5,7 @@
  * DEST.warm-set/, never into the set's directory, which a fetch leaves holding the set alone.
  *
  * A new version over an older set at DEST keeps the older one whole until the new one is in: a
- * shard whose name the older index holds with other bytes is fetched to NAME.warm-next, and only
+ * shard whose name the older index holds is fetched to NAME.warm-next (plan_refresh()), and only
  * once every shard is fetched and checked are the older index retired, the staged shards renamed
  * over their names and the new index published (a few renames, not the whole download, during
  * which DEST is no set). A rerun after a kill in that window moves the staged shards its sidecars
@@ -466,8 +466,11 @@ static dlc_status fetch_index(const set_paths *p, const dlc_warm_options *opt, d
     return rc;
 }
 
-/* Which shards are staged (see the top): those whose name the older index at DEST holds with
- * another size or content digest. Without an older index, or with the same one, none. */
+/* Which shards are staged (see the top): every shard whose name the older index at DEST holds.
+ * Not only those it holds with another size or digest: each shard carries its set's set_id, a
+ * hash of all the set's items, so a new version's shard of the same bytes of records is still
+ * another file, which the older index refuses ("built from other sources"). Without an older
+ * index, or with the same one, none. */
 static void plan_refresh(const set_paths *p, const dlc__warm_set_list *list, uint8_t *staged,
                          uint32_t *nstaged)
 {
@@ -491,7 +494,7 @@ static void plan_refresh(const set_paths *p, const dlc__warm_set_list *list, uin
         for (uint32_t k = 0; k <= old.n; k++) {
             const uint32_t j = k == 0 ? i : k - 1;
             if (j < old.n && strcmp(old.names[j], list->names[i]) == 0) {
-                staged[i] = old.bytes[j] != list->bytes[i] || old.digests[j] != list->digests[i];
+                staged[i] = 1;
                 break;
             }
         }
@@ -509,23 +512,22 @@ static uint64_t allocated(int dirfd, const char *name)
                : 0;
 }
 
-/* A refresh holds the older set and the staged shards at once: refused before a byte is fetched
- * when the disk cannot hold both, rather than failing on a full disk midway. What staged or
- * partial files of an earlier run already take counts as there. */
+/* A refresh holds the older set and the new one at once: refused before a byte is fetched when
+ * the disk cannot hold both, rather than failing on a full disk midway. What the new version's
+ * files (staged, in place, or partial) of an earlier run already take counts as there. Only for
+ * a refresh: a first fetch is not checked (file systems that compress report fewer blocks, and
+ * a wrong refusal would stop a fetch that fits), and fails cleanly on a full disk. */
 static dlc_status check_room(const set_paths *p, const char *dest, const dlc__warm_set_list *list,
                              const uint8_t *staged)
 {
     uint64_t need = 0, have = 0;
     for (uint32_t i = 0; i < list->n; i++) {
-        if (!staged[i])
-            continue;
-        char name[DLC__SET_NAME_SIZE + 32];
-        snprintf(name, sizeof name, "%s" STAGED, list->names[i]);
-        const uint64_t done = allocated(p->set_fd, name);
-        snprintf(name, sizeof name, "%s" STAGED ".warm-part", list->names[i]);
-        const uint64_t part = allocated(p->set_fd, name);
+        char name[DLC__SET_NAME_SIZE + 32], part[DLC__SET_NAME_SIZE + 48];
+        snprintf(name, sizeof name, "%s%s", list->names[i], staged[i] ? STAGED : "");
+        snprintf(part, sizeof part, "%s.warm-part", name);
+        const uint64_t done = allocated(p->set_fd, name) + allocated(p->set_fd, part);
         need += list->bytes[i];
-        have += done + part < list->bytes[i] ? done + part : list->bytes[i];
+        have += done < list->bytes[i] ? done : list->bytes[i];
     }
     struct statvfs sv;
     if (need == have || fstatvfs(p->set_fd, &sv) != 0)
@@ -534,7 +536,7 @@ static dlc_status check_room(const set_paths *p, const char *dest, const dlc__wa
     if (free_bytes >= need - have)
         return DLC_OK;
     return dlc__errorf(-ENOSPC,
-                       "%s: the new version's changed shards need %" PRIu64
+                       "%s: the new version's shards need %" PRIu64
                        " bytes more and the disk has %" PRIu64
                        " free: a refresh keeps the older set whole, and readable, until the new "
                        "one is in, so both must fit; free space, or remove %s to warm the new "
@@ -586,11 +588,17 @@ static dlc_status retire_old_index(const set_paths *p)
         same_bytes(fd_path(p->set_fd, DLC__WARM_SET_INDEX, a, sizeof a),
                    fd_path(p->set_fd, dlc__at_name(p->set_fd, p->tmp), b, sizeof b)))
         return DLC_OK;
-    if (unlinkat(p->parent_fd, dlc__at_name(p->parent_fd, p->sidecar), 0) < 0 && errno != ENOENT)
-        return dlc__errorf(-errno, "%s: unlink: %s", p->sidecar, strerror(errno));
+    /* The index first: a kill between the two leaves a sidecar naming no index (harmless:
+     * set_is_current() stats the index), never an older index whose sidecar, the proof it was
+     * warmed from this URL, is gone (a rerun would refuse it as another set's). */
     if (unlinkat(p->set_fd, DLC__WARM_SET_INDEX, 0) < 0)
         return dlc__errorf(-errno, "%s: unlink: %s", p->index, strerror(errno));
-    return dlc__fsync_dir_at(p->set_fd, p->index);
+    const dlc_status rc = dlc__fsync_dir_at(p->set_fd, p->index);
+    if (rc < 0)
+        return rc;
+    if (unlinkat(p->parent_fd, dlc__at_name(p->parent_fd, p->sidecar), 0) < 0 && errno != ENOENT)
+        return dlc__errorf(-errno, "%s: unlink: %s", p->sidecar, strerror(errno));
+    return DLC_OK;
 }
 
 /* DEST, or the folder of its bookkeeping (@p what says which, for the message), as a directory in
@@ -727,6 +735,31 @@ static dlc_status check_old_index(const set_paths *p, const dlc__warm_set_list *
                        p->index, was, list->set_id);
 }
 
+/* A refresh that failed or was killed, when the server went back to the set DEST holds: its
+ * staged shards, their partial files and its temporary index go (ours by name: the folder
+ * check counts them as ours). Called with DEST.lock held. */
+static void drop_staged(int set_fd)
+{
+    const int dfd = dup(set_fd);
+    DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+    if (!d) {
+        if (dfd >= 0)
+            close(dfd);
+        return;
+    }
+    rewinddir(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        const size_t n = strlen(e->d_name), a = strlen(STAGED), b = strlen(STAGED ".warm-part");
+        if ((n > a && strcmp(e->d_name + n - a, STAGED) == 0) ||
+            (n > b && strcmp(e->d_name + n - b, STAGED ".warm-part") == 0) ||
+            strcmp(e->d_name, DLC__WARM_SET_INDEX ".warm-new") == 0 ||
+            strcmp(e->d_name, DLC__WARM_SET_INDEX ".warm-new.warm-part") == 0)
+            unlinkat(set_fd, e->d_name, 0);
+    }
+    closedir(d);
+}
+
 /* The lock and sidecar of the index's own warm, which describe a temporary name that is gone,
  * and those that versions before DEST.warm-set/ left inside DEST beside each shard. */
 static void remove_leftovers(const set_paths *p, const dlc__warm_set_list *list)
@@ -762,6 +795,7 @@ dlc_status dlc__warm_set(const char *url, const char *dest, int parent_fd,
     if (rc == DLC_OK)
         rc = make_dir(parent_fd, dest, "the destination", &p->set_fd);
     if (rc == DLC_OK && set_is_current(p, opt, r)) {
+        drop_staged(p->set_fd);
         r->already_complete = 1;
         r->verified = !(opt->flags & DLC_WARM_NO_VERIFY);
         close(p->set_fd);

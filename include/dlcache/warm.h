@@ -37,20 +37,22 @@
  * against the index (size, content digest); then the index is published last (rename,
  * directory sync) and the set is opened once as a whole. A new version over an older set keeps
  * the older one whole and readable until the new one is in: a shard whose name the older index
- * holds with other bytes is fetched to DEST/NAME.warm-next, and once every shard is fetched and
- * checked, the older index is removed, the staged shards renamed to their names and the new
- * index published (DEST is no set only for those renames, never a set whose shards disagree with
- * its index; a rerun after a kill there finishes the moves). Both versions' changed shards must
- * fit on the disk at once: that is checked before a byte is fetched (-ENOSPC, naming the bytes
+ * holds is fetched to DEST/NAME.warm-next (each shard carries its set's set_id, so a new
+ * version's shard is another file even where its records are the same), and once every shard
+ * is fetched and checked, the older index is removed, the staged shards renamed to their names and
+ * the new index published (DEST is no set only for those renames, never a set whose shards disagree
+ * with its index; a rerun after a kill there finishes the moves; a rerun that finds DEST current
+ * again, the server having gone back to it, removes the staged files). Both versions' shards
+ * must fit on the disk at once: that is checked before a byte is fetched (-ENOSPC, naming the bytes
  * needed and free; remove DEST to warm the new version in its place). DEST.lock and DEST.warm work
  * as for a file, so the ranks of a node fetch a set once. The set's directory holds the set's files
  * alone: the locks, resume journals and sidecars of its shards and of its index are kept in one
  * folder beside it, `DEST.warm-set/` (NAME.lock, NAME.warm-journal, NAME.warm); only the partial
  * files of a fetch under way are inside DEST (NAME.warm-part, NAME.warm-next,
  * index.dlcset.warm-new), since each is published by a rename in DEST's directory. DEST.warm-set/
- * stays after the fetch: its sidecars let the fetch of a new version of the set keep the shards
- * that did not change. Deleting it while nobody warms the set is safe; the next fetch of a changed
- * set then downloads every shard again. For a set, the log callback runs on the threads fetching
+ * stays after the fetch: its sidecars let a rerun of a fetch cut short keep the shards it
+ * finished. Deleting it while nobody warms the set is safe; the next fetch then downloads every
+ * shard again. For a set, the log callback runs on the threads fetching
  * the shards, one call at a time. An https URL's query string (a token valid for the set's prefix)
  * stays on every object's URL, after the object's name (URL/index.dlcset?QUERY).
  *

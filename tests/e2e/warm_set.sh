@@ -200,6 +200,39 @@ done
     fail "rerun of the new version: $(cat "$out/get4.err")"
 same_set "$out/a" "$warm_tmp/set2"
 
+# A version that changes one image: its other shards keep their size and content digest but carry
+# the new set_id, so they are other files, which the old index refuses. Every shard the old index
+# names is staged: killed midway the old set still opens; a server gone back to the old version
+# makes the rerun find the set current and drop the staged files; the new version then comes in.
+note "a new version changing one image, killed midway, rolled back, then fetched"
+cp -r "$warm_tmp/demo2" "$warm_tmp/demo3"
+last=$(find "$warm_tmp/demo3/train" -name '*.jpg' | sort | tail -1)
+first=$(find "$(dirname "$last")" -name '*.jpg' | sort | head -1)
+cp "$first" "$last"
+"$DLC_BIN/cachebuild" "$warm_tmp/demo3/train" -o "$warm_tmp/v3.dlc" --size 448 >/dev/null 2>&1
+"$DLC_BIN/set_split" "$warm_tmp/v3.dlc" 4 "$warm_tmp/set3" >/dev/null
+cmp -s "$warm_tmp/set2/part-00000-of-00004.dlc" "$warm_tmp/set3/part-00000-of-00004.dlc" &&
+    fail "the versions' first shards are the same file: the case is not made"
+"$DLC_BIN/cachewarm" push "$warm_tmp/set3" s3://b/sets/a --endpoint "$S3_URL" -q ||
+    fail "push of the one-image version"
+kill_fetch "$out/a" s3://b/sets/a 'part-*.dlc.warm-next'
+for f in "${files[@]}"; do
+    cmp "$warm_tmp/set2/$f" "$out/a/$f" || fail "the old set's $f changed before the new one was in"
+done
+"$DLC_BIN/cacheinfo" "$out/a" >"$out/info.txt" 2>&1 ||
+    fail "the old set does not open during the refresh: $(cat "$out/info.txt")"
+"$DLC_BIN/cachewarm" push "$warm_tmp/set2" s3://b/sets/a --endpoint "$S3_URL" -q ||
+    fail "push of the old version back"
+"$DLC_BIN/cachewarm" s3://b/sets/a -o "$out/a" --endpoint "$S3_URL" --json >"$out/back.json" \
+    2>"$out/back.err" || fail "rerun after the rollback: $(cat "$out/back.err")"
+[ "$(json_get "$out/back.json" already_complete)" = true ] || fail "the old set is not current"
+same_set "$out/a" "$warm_tmp/set2" # and nothing staged is left
+"$DLC_BIN/cachewarm" push "$warm_tmp/set3" s3://b/sets/a --endpoint "$S3_URL" -q ||
+    fail "push of the one-image version again"
+"$DLC_BIN/cachewarm" s3://b/sets/a -o "$out/a" --endpoint "$S3_URL" -q 2>"$out/get7.err" ||
+    fail "fetch of the one-image version: $(cat "$out/get7.err")"
+same_set "$out/a" "$warm_tmp/set3"
+
 # Killed in the commit itself, after the older index went and before the staged shards were all
 # moved: the rerun moves what its sidecars vouch for and fetches nothing again.
 if [ -n "${DLC_LIB:-}" ] && [ -f "$fi_lib" ]; then
