@@ -259,25 +259,38 @@ static dlc_status check_options(dlc_warm_options *opt, const char *url, const ch
  * a store built in place would be lost to a mistyped -o. Ours means the sidecar names it (inode
  * and mtime, as publish() records them), or names the part file still beside it: a run killed
  * between writing the sidecar and the rename. Checked before the lock, so that a refusal leaves
- * nothing beside DEST; the holder of the lock changes DEST only by publishing, whose sidecar
- * names its part file first. */
-static dlc_status check_dest_ours(const warm_call *w, const struct stat *dst)
+ * nothing beside DEST. The holder of the lock changes DEST only by publishing (the sidecar, then
+ * the rename): DEST is looked at between two reads of the sidecar, and again when the sidecar
+ * changed between them, so that a publish under way is not taken for a stranger. */
+static dlc_status check_dest_ours(const warm_call *w)
 {
     const paths *p = w->p;
-    dlc__warm_sidecar sc;
-    if (dlc__warm_sidecar_read_at(p->state_fd, p->sidecar, &sc) == DLC_OK) {
-        if (sc.inode == (uint64_t)dst->st_ino && sc.mtime_ns == mtime_ns(dst))
+    const char *name = dlc__at_name(p->dir_fd, w->dest);
+    for (int attempt = 0; attempt < 3; attempt++) {
+        dlc__warm_sidecar sc, again;
+        struct stat dst, pst;
+        if (dlc__warm_sidecar_read_at(p->state_fd, p->sidecar, &sc) != DLC_OK)
+            break;
+        /* The part file before DEST: a rename between the two is then seen at DEST. */
+        const int part =
+            fstatat(p->dir_fd, dlc__at_name(p->dir_fd, p->part), &pst, AT_SYMLINK_NOFOLLOW) == 0 &&
+            S_ISREG(pst.st_mode);
+        if (fstatat(p->dir_fd, name, &dst, AT_SYMLINK_NOFOLLOW) != 0)
+            return DLC_OK; /* Gone since prepare() looked: nothing to replace. */
+        if (dlc__warm_sidecar_read_at(p->state_fd, p->sidecar, &again) != DLC_OK ||
+            again.inode != sc.inode || again.mtime_ns != sc.mtime_ns)
+            continue; /* A publish between the reads: look again. */
+        if (S_ISREG(dst.st_mode) && sc.inode == (uint64_t)dst.st_ino &&
+            sc.mtime_ns == mtime_ns(&dst))
             return DLC_OK;
-        struct stat pst;
-        if (fstatat(p->dir_fd, dlc__at_name(p->dir_fd, p->part), &pst, AT_SYMLINK_NOFOLLOW) == 0 &&
-            S_ISREG(pst.st_mode) && sc.inode == (uint64_t)pst.st_ino &&
-            sc.mtime_ns == mtime_ns(&pst))
+        if (part && sc.inode == (uint64_t)pst.st_ino && sc.mtime_ns == mtime_ns(&pst))
             return DLC_OK;
+        break;
     }
     return dlc__errorf(DLC_EEXIST,
-                       "%s: a file that is not a download of cachewarm's (no %s beside it names "
-                       "it): publishing the download would replace it; name a new file, remove "
-                       "it, or pass --force (DLC_WARM_FORCE) to replace it",
+                       "%s: a file that is not a download of cachewarm's (no sidecar %s names "
+                       "this file): publishing the download would replace it; name a new file, "
+                       "remove it, or pass --force (DLC_WARM_FORCE) to replace it",
                        w->dest, p->sidecar);
 }
 
@@ -319,7 +332,7 @@ static dlc_status prepare(warm_call *w, const char *url, int dest_dir, int state
     /* A set's shards and index: its folder was checked as a whole (warm_set.c). */
     if (rc == DLC_OK && exists && S_ISREG(st.st_mode) && dest_dir < 0 &&
         !(w->opt.flags & DLC_WARM_FORCE))
-        rc = check_dest_ours(w, &st);
+        rc = check_dest_ours(w);
     if (rc < 0)
         return rc;
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
