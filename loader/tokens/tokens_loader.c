@@ -266,17 +266,20 @@ static dlc_status tl_doc(const dlc_token_loader *l, dlc_store_reader *reader, ui
     const uint64_t bit = 1ull << (d % 64);
     if (atomic_load_explicit(&l->verified_bad[d / 64], memory_order_relaxed) & bit)
         return dlc__errorf(DLC_ECORRUPT,
-                           "%s: document %" PRIu64 ": checksum mismatch (found earlier)",
+                           "%s: record %" PRIu64 ": field \"tokens\": checksum mismatch (found at "
+                           "an earlier read)",
                            dlc_store_path(l->store), d);
     if (l->c.verify == DLC_VERIFY_FIRST &&
         (atomic_load_explicit(&l->verified_ok[d / 64], memory_order_relaxed) & bit))
         return DLC_OK;
     dlc_value v[DLC_MAX_FIELDS];
     rc = dlc_store_read_values(reader, d, v);
-    if (rc == DLC_OK)
-        rc = dlc_value_verify(l->store, d, l->info.field, &v[l->info.field]);
-    atomic_fetch_or_explicit(rc == DLC_OK ? &l->verified_ok[d / 64] : &l->verified_bad[d / 64], bit,
-                             memory_order_relaxed);
+    if (rc != DLC_OK)
+        return rc; /* Not a verdict on the bytes (a read that failed): nothing is recorded. */
+    rc = dlc_value_verify(l->store, d, l->info.field, &v[l->info.field]);
+    if (rc == DLC_OK || rc == DLC_ECORRUPT)
+        atomic_fetch_or_explicit(rc == DLC_OK ? &l->verified_ok[d / 64] : &l->verified_bad[d / 64],
+                                 bit, memory_order_relaxed);
     return rc;
 }
 
