@@ -274,7 +274,9 @@ static void bf_write(dlc_token_loader *l, int dirfd, const char *name)
     bf_header(l, h, XXH3_64bits(body, sbytes + ibytes));
     char tmp[600];
     snprintf(tmp, sizeof tmp, "%s.tmp-%ld", name, (long)getpid());
-    const int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    /* O_EXCL: a file already at the temporary name (a FIFO would stall a plain open) is not ours
+     * to truncate; the plan then stays in memory. */
+    const int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     int ok = fd >= 0;
     if (ok)
         ok = write(fd, h, BF_HEADER) == BF_HEADER;
@@ -287,6 +289,10 @@ static void bf_write(dlc_token_loader *l, int dirfd, const char *name)
     ok = ok && fsync(fd) == 0;
     if (fd >= 0)
         close(fd);
+    /* Over nothing, or over an earlier plan that did not read back: not over another kind of
+     * file with the plan's name. */
+    struct stat st;
+    ok = ok && (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || S_ISREG(st.st_mode));
     if (ok && renameat(dirfd, tmp, dirfd, name) == 0) {
         fsync(dirfd);
         l->bf_saved = 1;

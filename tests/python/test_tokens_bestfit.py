@@ -134,13 +134,15 @@ def test_the_largest_seed_and_no_shuffle_have_plans_of_their_own(corpus):
 def test_a_fifo_in_the_plans_place_does_not_stall_the_open(tmp_path):
     """The plan beside the store was opened for reading without O_NONBLOCK: a FIFO with its
     name (a co-tenant's, in a shared folder) held the loader's open until a writer came. It is
-    passed over as a plan that cannot be read, and the rows are made as without one."""
+    passed over as a plan that cannot be read, the rows are made as without one, and the plan
+    is kept in memory rather than renamed over it."""
     import subprocess
     import sys
     path = tmp_path / "c.dlc"
     dlcache.write_tokens([np.arange(1, 40 + i) for i in range(30)], path, eos_id=EOS,
                          vocab_size=1000)
-    os.mkfifo(str(path) + ".bestfit-16-%016x" % 5)
+    plan = str(path) + ".bestfit-16-%016x" % 5
+    os.mkfifo(plan)
     code = ("import dlcache, sys\n"
             "with dlcache.Loader(sys.argv[1], 2, seq_len=16, packing='best_fit', seed=5) as ld:\n"
             "    print(sum(1 for _ in ld))\n")
@@ -148,3 +150,5 @@ def test_a_fifo_in_the_plans_place_does_not_stall_the_open(tmp_path):
                        timeout=120, env=dict(os.environ))
     assert r.returncode == 0, r.stderr
     assert int(r.stdout) > 0
+    import stat
+    assert stat.S_ISFIFO(os.lstat(plan).st_mode), "the plan was not saved over the FIFO"
