@@ -646,10 +646,20 @@ static dlc_status load_tokenizer(tb *b, const char *model_path, uint64_t *digest
      * very bytes its digest is of. */
     mapped m;
     CHECK_RC(map_file_as(model_path, "SentencePiece model", &m));
-    char err[512] = "";
-    b->model = m.size ? b->spm->load(m.p, m.size, err, sizeof err) : NULL;
-    *digest = XXH3_64bits(m.p, m.size);
+    /* A private copy: a map shows later writes to the file, and the digest must be of the
+     * bytes loaded (a model is a few MB). */
+    uint8_t *copy = malloc(m.size ? m.size : 1);
+    if (!copy) {
+        unmap_file(&m);
+        return dlc__errorf(-ENOMEM, "%s: out of memory for %zu bytes", model_path, m.size);
+    }
+    if (m.size)
+        memcpy(copy, m.p, m.size);
     unmap_file(&m);
+    char err[512] = "";
+    b->model = m.size ? b->spm->load(copy, m.size, err, sizeof err) : NULL;
+    *digest = XXH3_64bits(copy, m.size);
+    free(copy);
     if (!b->model)
         return dlc__errorf(DLC_EINVAL, "%s: not a SentencePiece model: %s", model_path,
                            *err ? err : "an empty file");
