@@ -519,6 +519,10 @@ dlc_status dlc__warm_set_list_read(const char *dir, dlc__warm_set_list *out);
 /* Decode the index file at @p path. */
 dlc_status dlc__warm_set_list_file(const char *path, dlc__warm_set_list *out);
 void dlc__warm_set_list_free(dlc__warm_set_list *l);
+/* 1 when @p name is one cachewarm keeps for its own files in and beside a set's folder
+ * (index.dlcset*, *.warm, *.lock, *.warm-part, *.warm-journal, *.warm-next): no shard may have
+ * it. */
+int dlc__warm_set_name_kept(const char *name);
 
 /* dlc_warm() with its bookkeeping named after @p state rather than @p dest: the lock, journal and
  * sidecar are STATE.lock, STATE.warm-journal and STATE.warm, while the partial file stays

@@ -626,10 +626,7 @@ static dlc_status make_dir(int parent_fd, const char *path, const char *what, in
     return dlc__open_dir_at(parent_fd, path, what, fd_out);
 }
 
-/* Whether the entry @p name of DEST is of ours: the index and its temporary names, a shard we
- * published (its sidecar is in DEST.warm-set/, or beside it in DEST as versions before that
- * folder kept it), or the bookkeeping those versions left in DEST. */
-static int ours(int set_fd, int state_fd, const char *name)
+int dlc__warm_set_name_kept(const char *name)
 {
     static const char *const suffixes[] = {".warm", ".lock", ".warm-part", ".warm-journal", STAGED};
     if (strncmp(name, DLC__WARM_SET_INDEX, strlen(DLC__WARM_SET_INDEX)) == 0)
@@ -640,6 +637,17 @@ static int ours(int set_fd, int state_fd, const char *name)
         if (n > m && strcmp(name + n - m, suffixes[k]) == 0)
             return 1;
     }
+    return 0;
+}
+
+/* Whether the entry @p name of DEST is of ours: the index and its temporary names, a shard we
+ * published (its sidecar is in DEST.warm-set/, or beside it in DEST as versions before that
+ * folder kept it), or the bookkeeping those versions left in DEST. */
+static int ours(int set_fd, int state_fd, const char *name)
+{
+    if (dlc__warm_set_name_kept(name))
+        return 1;
+    const size_t n = strlen(name);
     char sidecar[DLC__SET_NAME_SIZE + 16];
     struct stat st;
     if (n >= DLC__SET_NAME_SIZE)
@@ -814,6 +822,19 @@ dlc_status dlc__warm_set(const char *url, const char *dest, int parent_fd,
     }
     if (rc == DLC_OK)
         rc = fetch_index(p, opt, &ir, &list);
+    /* The index's decoder keeps names to [A-Za-z0-9._-] and unique; a shard may not take a name
+     * of cachewarm's own files either (X and X.warm-next would share a part file, a shard named
+     * index.dlcset would be written over the index). */
+    for (uint32_t i = 0; rc == DLC_OK && i < list.n; i++) {
+        if (dlc__warm_set_name_kept(list.names[i])) {
+            rc = dlc__errorf(DLC_ECORRUPT,
+                             "%s: the set's index names a shard \"%s\", a name cachewarm keeps "
+                             "for its own files (index.dlcset*, *.warm, *.lock, *.warm-part, "
+                             "*.warm-journal, *.warm-next): refused",
+                             p->name, list.names[i]);
+            unlinkat(p->set_fd, dlc__at_name(p->set_fd, p->tmp), 0);
+        }
+    }
     if (rc == DLC_OK && has_index) {
         rc = check_old_index(p, &list);
         if (rc < 0)

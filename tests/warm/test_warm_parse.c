@@ -284,3 +284,20 @@ Test(warm_parse, long_etag_kept_whole_as_a_digest)
         cr_assert(strncmp(s->data, "If-Match", 8) != 0, "sent %s", s->data);
     curl_slist_free_all(h);
 }
+
+/* Shard names a set's index may not use in cachewarm: those of its own files in and beside the
+ * set's folder (X and X.warm-next would share X.warm-next.warm-part; index.dlcset would be
+ * written over the index). */
+Test(warm_parse, shard_names_kept_for_bookkeeping)
+{
+    static const char *const kept[] = {"index.dlcset",   "index.dlcset.warm-new",
+                                       "index.dlcsetx",  "a.warm",
+                                       "a.lock",         "a.warm-part",
+                                       "a.warm-journal", "part-00000-of-00002.dlc.warm-next"};
+    static const char *const shards[] = {
+        "part-00000-of-00002.dlc", "a", "warm", ".lock.dlc", "a.warmth", "lock", "index.dlc"};
+    for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++)
+        cr_assert(dlc__warm_set_name_kept(kept[i]), "%s", kept[i]);
+    for (size_t i = 0; i < sizeof shards / sizeof shards[0]; i++)
+        cr_assert(!dlc__warm_set_name_kept(shards[i]), "%s", shards[i]);
+}
