@@ -118,9 +118,9 @@ struct dlc_token_loader {
     uint32_t nsrc;
     struct dlc_token_loader **src;
 
-    /* c.verify: one bit per document, set once its checksum passed (DLC_VERIFY_FIRST) or failed;
-     * NULL with DLC_VERIFY_OFF. Set from any worker, relaxed: a document checked twice by two
-     * workers at once costs a hash, not a wrong answer. */
+    /* c.verify: one bit per document, set once its checksum passed (DLC_VERIFY_FIRST only: NULL
+     * else) or failed (NULL with DLC_VERIFY_OFF). Set from any worker, relaxed: a document checked
+     * twice by two workers at once costs a hash, not a wrong answer. */
     _Atomic uint64_t *verified_ok;
     _Atomic uint64_t *verified_bad;
     uint64_t *src_first;         /* nsrc + 1. */

@@ -277,9 +277,10 @@ static dlc_status tl_doc(const dlc_token_loader *l, dlc_store_reader *reader, ui
     if (rc != DLC_OK)
         return rc; /* Not a verdict on the bytes (a read that failed): nothing is recorded. */
     rc = dlc_value_verify(l->store, d, l->info.field, &v[l->info.field]);
-    if (rc == DLC_OK || rc == DLC_ECORRUPT)
-        atomic_fetch_or_explicit(rc == DLC_OK ? &l->verified_ok[d / 64] : &l->verified_bad[d / 64],
-                                 bit, memory_order_relaxed);
+    if (rc == DLC_ECORRUPT)
+        atomic_fetch_or_explicit(&l->verified_bad[d / 64], bit, memory_order_relaxed);
+    else if (rc == DLC_OK && l->verified_ok)
+        atomic_fetch_or_explicit(&l->verified_ok[d / 64], bit, memory_order_relaxed);
     return rc;
 }
 
@@ -976,10 +977,13 @@ dlc_status dlc_token_loader_open(const char *path, const dlc_token_loader_config
     l->info = *dlc_tokens_get_info(l->tokens);
     l->offsets = dlc_tokens_offsets(l->tokens);
     if (c->verify != DLC_VERIFY_OFF) {
+        /* A bit per document each: 125 MB per 10^9 documents; "always" needs no record of
+         * the documents that passed. */
         const size_t words = (size_t)(l->info.num_docs / 64 + 1);
-        l->verified_ok = calloc(words, sizeof *l->verified_ok);
+        if (c->verify == DLC_VERIFY_FIRST)
+            l->verified_ok = calloc(words, sizeof *l->verified_ok);
         l->verified_bad = calloc(words, sizeof *l->verified_bad);
-        FAIL_IF(!l->verified_ok || !l->verified_bad, -ENOMEM,
+        FAIL_IF((c->verify == DLC_VERIFY_FIRST && !l->verified_ok) || !l->verified_bad, -ENOMEM,
                 "%s: out of memory for verify's bits of %" PRIu64 " documents", path,
                 l->info.num_docs);
     }
