@@ -25,8 +25,9 @@ from . import _stream
 from . import _batchaug
 from . import _lib as L
 from ._lib import lib
-from .errors import InvalidArgumentError, check, error_for, redact
-from .store import _flag, _fspath, _read_schema, _uint, info as _store_info, public_path
+from .errors import check, error_for, redact
+from .store import _flag, _fspath, _mix_weights, _read_schema, _uint, info as _store_info, \
+    public_path
 
 __all__ = ["Loader"]
 
@@ -2200,23 +2201,7 @@ class _Mix:
         for arg, vals in (("weights", self.weights), ("label_offsets", self.offsets)):
             if len(vals) != n:
                 raise ValueError("%s has %d entries for %d sources" % (arg, len(vals), n))
-        try:
-            if any(isinstance(w, (str, bytes)) for w in self.weights):
-                raise TypeError  # "2" read as 2.0
-            self.weights = [float(w) for w in self.weights]
-        except (TypeError, ValueError, OverflowError):
-            raise ValueError("weights must be numbers, got %r" % (weights,)) from None
-        # As the C library would refuse them (an InvalidArgumentError, a ValueError), before
-        # anything is opened; the C sampler scales them by the largest before it adds them.
-        for i, w in enumerate(self.weights):
-            if not (math.isfinite(w) and w >= 0):
-                raise InvalidArgumentError(-1000, "invalid argument",
-                                           "weights[%d] is %r: a weight is a finite number, "
-                                           "0 or more" % (i, w))
-        if not any(self.weights):
-            raise InvalidArgumentError(-1000, "invalid argument",
-                                       "weights are all 0: a mixture draws from the sources of "
-                                       "weight > 0")
+        self.weights = _mix_weights(self.weights, n, "sources")
         self.offsets = [_uint(o, "label_offsets[%d]" % i, 0, 2**62)
                         for i, o in enumerate(self.offsets)]
         self.samples_per_epoch = 0 if samples_per_epoch is None else \

@@ -2,6 +2,7 @@
 
 import ctypes
 import json
+import math
 import operator
 import os
 import sys
@@ -9,7 +10,7 @@ from typing import Sequence
 
 from . import _lib as L
 from ._lib import lib
-from .errors import CorruptError, check, error_for, redact
+from .errors import CorruptError, InvalidArgumentError, check, error_for, redact
 
 __all__ = ["build", "info", "BuildReport", "StoreInfo", "Store"]
 
@@ -64,6 +65,33 @@ def _flag(value, name):
     if number not in (0, 1):
         raise TypeError("%s must be a bool, not %r" % (name, value))
     return number == 1
+
+
+def _mix_weights(weights, n, what):
+    """A mixture's @p weights for @p n sources (@p what they are, for messages) as floats, all
+    1.0 for None; refused as the C library would refuse them (an InvalidArgumentError, a
+    ValueError), before anything is opened. Shared by the image and the token mixtures."""
+    if weights is None:
+        return [1.0] * n
+    try:
+        if isinstance(weights, (str, bytes)) or any(isinstance(w, (str, bytes)) for w in weights):
+            raise TypeError  # "2" read as 2.0
+        out = [float(w) for w in weights]
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError("weights must be numbers, got %r" % (weights,)) from None
+    if len(out) != n:
+        raise ValueError("%d weights for %d %s" % (len(out), n, what))
+    # The C sampler scales them by the largest before it adds them.
+    for i, w in enumerate(out):
+        if not (math.isfinite(w) and w >= 0):
+            raise InvalidArgumentError(-1000, "invalid argument",
+                                       "weights[%d] is %r: a weight is a finite number, "
+                                       "0 or more" % (i, w))
+    if not any(out):
+        raise InvalidArgumentError(-1000, "invalid argument",
+                                   "weights are all 0: a mixture draws from the %s of "
+                                   "weight > 0" % what)
+    return out
 
 
 class BuildReport(dict):

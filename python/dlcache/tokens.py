@@ -8,7 +8,6 @@
 
 import ctypes
 import inspect
-import math
 import os
 
 import numpy as np
@@ -16,8 +15,8 @@ import numpy as np
 from . import _lib
 from . import _stream
 from ._lib import lib
-from .errors import InvalidArgumentError, check, redact
-from .store import _flag, _uint
+from .errors import check, redact
+from .store import _flag, _mix_weights, _uint
 
 _P = ctypes.c_void_p
 _S = _lib.c_status
@@ -380,7 +379,7 @@ class TokenLoader:
             # Checked before anything opens: a ctypes uint64 kept the low bits of rows_per_epoch
             # (2**64 + 40 was 40 rows, -1 was 2**64 - 1 and len() overflowed: it holds 2**63 - 1);
             # the weights are refused by name (["a", 1] was float()'s bare words).
-            mix_weights = _mix_weights(weights, len(path))
+            mix_weights = _mix_weights(weights, len(path), "token stores")
             rows = 0 if rows_per_epoch is None else \
                 _uint(rows_per_epoch, "rows_per_epoch", 1, 2**63 - 1)
         # A set's URL (or a mixture with some) is read through the streaming cache: every part
@@ -801,31 +800,6 @@ class TokenLoader:
             self.close()
         except Exception:
             pass
-
-
-def _mix_weights(weights, n):
-    """A mixture's @p weights for @p n token stores as floats (all 1.0 for None), refused as the
-    image Loader's mixture refuses them (loader.py, _Mix)."""
-    if weights is None:
-        return [1.0] * n
-    try:
-        if isinstance(weights, (str, bytes)) or any(isinstance(w, (str, bytes)) for w in weights):
-            raise TypeError  # "2" read as 2.0
-        out = [float(w) for w in weights]
-    except (TypeError, ValueError, OverflowError):
-        raise ValueError("weights must be numbers, got %r" % (weights,)) from None
-    if len(out) != n:
-        raise ValueError("%d weights for %d token stores" % (len(out), n))
-    for i, w in enumerate(out):
-        if not (math.isfinite(w) and w >= 0):
-            raise InvalidArgumentError(-1000, "invalid argument",
-                                       "weights[%d] is %r: a weight is a finite number, "
-                                       "0 or more" % (i, w))
-    if not any(out):
-        raise InvalidArgumentError(-1000, "invalid argument",
-                                   "weights are all 0: a mixture draws from the stores of "
-                                   "weight > 0")
-    return out
 
 
 _TL_DEFAULTS = {k: p.default for k, p in inspect.signature(TokenLoader.__init__).parameters.items()
