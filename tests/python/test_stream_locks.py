@@ -324,19 +324,16 @@ with dlcache.Loader(url, cache_dir=cache, cache_ranks=1, endpoint=endpoint, batc
 """
 
 
-def test_a_disk_smaller_than_the_set_works_as_a_limit(local_set, url, s3, tmp_path):
-    """Issue 32: no cache_limit, on a disk (a tmpfs) with room for the plan's windows but not for
-    the set: the epoch completes, evicting as a limit of what is free would, and the log says so
-    once. Before: 'cannot reserve N bytes: No space left on device' mid-epoch, for a temporary
-    file named without its folder."""
+def _windows_need(url, s3, tmp_path):
+    """The bytes the plan of _EPOCH_CHILD's loader pins at once."""
     import dlcache
-    need = dlcache.plan(url, 4, window_shards=2, streams=2, world_size=1, cache_ranks=1,
+    return dlcache.plan(url, 4, window_shards=2, streams=2, world_size=1, cache_ranks=1,
                         cache_dir=str(tmp_path / "plan"), endpoint=s3)["cache_needed_bytes"]
-    set_bytes = sum(os.path.getsize(os.path.join(local_set, f)) for f in os.listdir(local_set))
-    size = need + (1 << 20)
-    if size >= set_bytes:
-        pytest.skip("the set (%d bytes) is not larger than its windows need (%d)"
-                    % (set_bytes, need))
+
+
+def _epoch_on_tmpfs(url, s3, tmp_path, size):
+    """_EPOCH_CHILD's (rc, stdout, stderr), its cache on a tmpfs of @p size bytes and no
+    cache_limit; skips where mounting one is not permitted."""
     mnt = tmp_path / "small"
     mnt.mkdir()
     r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%d" % size, "tmpfs", str(mnt)],
@@ -344,9 +341,23 @@ def test_a_disk_smaller_than_the_set_works_as_a_limit(local_set, url, s3, tmp_pa
     if r.returncode != 0:
         pytest.skip("mounting a tmpfs is not permitted here: %s" % r.stderr.strip())
     try:
-        rc, out, err = _run(_EPOCH_CHILD, url, mnt / "c", s3)
+        return _run(_EPOCH_CHILD, url, mnt / "c", s3)
     finally:
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_a_disk_smaller_than_the_set_works_as_a_limit(local_set, url, s3, tmp_path):
+    """Issue 32: no cache_limit, on a disk (a tmpfs) with room for the plan's windows but not for
+    the set: the epoch completes, evicting as a limit of what is free would, and the log says so
+    once. Before: 'cannot reserve N bytes: No space left on device' mid-epoch, for a temporary
+    file named without its folder."""
+    need = _windows_need(url, s3, tmp_path)
+    set_bytes = sum(os.path.getsize(os.path.join(local_set, f)) for f in os.listdir(local_set))
+    size = need + (1 << 20)
+    if size >= set_bytes:
+        pytest.skip("the set (%d bytes) is not larger than its windows need (%d)"
+                    % (set_bytes, need))
+    rc, out, err = _epoch_on_tmpfs(url, s3, tmp_path, size)
     assert rc == 0, err[-2000:]
     words = out.split()
     assert words[:1] == ["records"] and int(words[1]) > 0 and int(words[3]) > 0, out + err
@@ -358,25 +369,14 @@ def test_a_disk_too_small_for_the_plan_is_named_not_other_processes(local_set, u
     """No cache_limit, on a disk (a tmpfs) with room for less than the plan's windows: the epoch
     fails naming the disk's free bytes and what to change. Before: it blamed 'other processes
     sharing the folder' and 'the cache's limit of 0 bytes', with no other process there."""
-    import dlcache
-    need = dlcache.plan(url, 4, window_shards=2, streams=2, world_size=1, cache_ranks=1,
-                        cache_dir=str(tmp_path / "plan"), endpoint=s3)["cache_needed_bytes"]
+    need = _windows_need(url, s3, tmp_path)
     biggest = max(os.path.getsize(os.path.join(local_set, f)) for f in os.listdir(local_set)
                   if f.endswith(".dlc"))
     size = biggest + (256 << 10)
     if size >= need:
         pytest.skip("the windows (%d bytes) are not much larger than a shard (%d)"
                     % (need, biggest))
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%d" % size, "tmpfs", str(mnt)],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip("mounting a tmpfs is not permitted here: %s" % r.stderr.strip())
-    try:
-        rc, out, err = _run(_EPOCH_CHILD, url, mnt / "c", s3)
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+    rc, out, err = _epoch_on_tmpfs(url, s3, tmp_path, size)
     assert rc != 0, out + err[-2000:]
     assert "the disk holding the cache has had too little free" in err, err[-2000:]
     assert "window_shards" in err and "limit of 0" not in err, err[-2000:]
