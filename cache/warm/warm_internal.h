@@ -207,6 +207,11 @@ dlc_status dlc__warm_sidecar_stat(const char *dest, dlc__warm_sidecar *sc);
 dlc_status dlc__warm_sidecar_read_at(int dirfd, const char *path, dlc__warm_sidecar *sc);
 dlc_status dlc__warm_sidecar_write_at(int dirfd, const char *path, const dlc__warm_sidecar *sc);
 dlc_status dlc__warm_sidecar_stat_at(int dirfd, const char *dest, dlc__warm_sidecar *sc);
+struct stat;
+/* A file's mtime in nanoseconds, as a sidecar records it. */
+int64_t dlc__warm_mtime_ns(const struct stat *st);
+/* 1 when @p st (an lstat) is the regular file @p sc names: its inode and mtime. */
+int dlc__warm_sidecar_names(const dlc__warm_sidecar *sc, const struct stat *st);
 
 /* How an ETag that does not fit DLC__WARM_ETAG_MAX is kept: this prefix, then the XXH3-128 of the
  * whole header value in 32 lowercase hex digits. */

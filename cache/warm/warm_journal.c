@@ -318,6 +318,17 @@ dlc_status dlc__warm_sidecar_stat(const char *dest, dlc__warm_sidecar *sc)
     return dlc__warm_sidecar_stat_at(AT_FDCWD, dest, sc);
 }
 
+int64_t dlc__warm_mtime_ns(const struct stat *st)
+{
+    return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+}
+
+int dlc__warm_sidecar_names(const dlc__warm_sidecar *sc, const struct stat *st)
+{
+    return S_ISREG(st->st_mode) && sc->inode == (uint64_t)st->st_ino &&
+           sc->mtime_ns == dlc__warm_mtime_ns(st);
+}
+
 dlc_status dlc__warm_sidecar_stat_at(int dirfd, const char *dest, dlc__warm_sidecar *sc)
 {
     struct stat st;
@@ -332,7 +343,7 @@ dlc_status dlc__warm_sidecar_stat_at(int dirfd, const char *dest, dlc__warm_side
             return -errno;
     }
     sc->inode = (uint64_t)st.st_ino;
-    sc->mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    sc->mtime_ns = dlc__warm_mtime_ns(&st);
     if (!S_ISREG(st.st_mode))
         return -EISDIR;
     if ((uint64_t)st.st_size != sc->size)

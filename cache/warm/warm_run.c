@@ -57,11 +57,6 @@ static void drop_part(const paths *p)
     unlinkat(p->state_fd, dlc__at_name(p->state_fd, p->journal), 0);
 }
 
-static int64_t mtime_ns(const struct stat *st)
-{
-    return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
-}
-
 /* The partial file is always beside DEST, since publishing it is a rename within DEST's directory;
  * the lock, journal and sidecar are named after @p state (DEST itself, or a set's shard's name in
  * the set's bookkeeping folder, dlc__warm_file()). */
@@ -191,7 +186,7 @@ static dlc_status publish(const char *dest, const paths *p, int fd, const dlc__w
     snprintf(sc.etag, sizeof sc.etag, "%s", obj->etag);
     sc.size = obj->size;
     sc.inode = (uint64_t)st.st_ino;
-    sc.mtime_ns = mtime_ns(&st);
+    sc.mtime_ns = dlc__warm_mtime_ns(&st);
     dlc_status rc = dlc__warm_sidecar_write_at(p->state_fd, p->sidecar, &sc);
     if (rc < 0)
         return rc;
@@ -273,17 +268,13 @@ static dlc_status check_dest_ours(const warm_call *w)
             break;
         /* The part file before DEST: a rename between the two is then seen at DEST. */
         const int part =
-            fstatat(p->dir_fd, dlc__at_name(p->dir_fd, p->part), &pst, AT_SYMLINK_NOFOLLOW) == 0 &&
-            S_ISREG(pst.st_mode);
+            fstatat(p->dir_fd, dlc__at_name(p->dir_fd, p->part), &pst, AT_SYMLINK_NOFOLLOW) == 0;
         if (fstatat(p->dir_fd, name, &dst, AT_SYMLINK_NOFOLLOW) != 0)
             return DLC_OK; /* Gone since prepare() looked: nothing to replace. */
         if (dlc__warm_sidecar_read_at(p->state_fd, p->sidecar, &again) != DLC_OK ||
             again.inode != sc.inode || again.mtime_ns != sc.mtime_ns)
             continue; /* A publish between the reads: look again. */
-        if (S_ISREG(dst.st_mode) && sc.inode == (uint64_t)dst.st_ino &&
-            sc.mtime_ns == mtime_ns(&dst))
-            return DLC_OK;
-        if (part && sc.inode == (uint64_t)pst.st_ino && sc.mtime_ns == mtime_ns(&pst))
+        if (dlc__warm_sidecar_names(&sc, &dst) || (part && dlc__warm_sidecar_names(&sc, &pst)))
             return DLC_OK;
         break;
     }

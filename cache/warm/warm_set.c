@@ -555,10 +555,9 @@ static void finish_moves(const set_paths *p, const dlc__warm_set_list *list)
         snprintf(sidecar, sizeof sidecar, "%s.warm", list->names[i]);
         dlc__warm_sidecar sc;
         struct stat st;
-        if (fstatat(p->set_fd, next, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+        if (fstatat(p->set_fd, next, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
             dlc__warm_sidecar_read_at(p->state_fd, sidecar, &sc) == DLC_OK &&
-            sc.inode == (uint64_t)st.st_ino &&
-            sc.mtime_ns == (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec)
+            dlc__warm_sidecar_names(&sc, &st))
             (void)renameat(p->set_fd, next, p->set_fd, list->names[i]);
     }
     dlc__clear_error();
@@ -626,17 +625,21 @@ static dlc_status make_dir(int parent_fd, const char *path, const char *what, in
     return dlc__open_dir_at(parent_fd, path, what, fd_out);
 }
 
+/* @p name is longer than @p suffix and ends with it. */
+static int ends_with(const char *name, const char *suffix)
+{
+    const size_t n = strlen(name), m = strlen(suffix);
+    return n > m && strcmp(name + n - m, suffix) == 0;
+}
+
 int dlc__warm_set_name_kept(const char *name)
 {
     static const char *const suffixes[] = {".warm", ".lock", ".warm-part", ".warm-journal", STAGED};
     if (strncmp(name, DLC__WARM_SET_INDEX, strlen(DLC__WARM_SET_INDEX)) == 0)
         return 1;
-    const size_t n = strlen(name);
-    for (size_t k = 0; k < sizeof suffixes / sizeof suffixes[0]; k++) {
-        const size_t m = strlen(suffixes[k]);
-        if (n > m && strcmp(name + n - m, suffixes[k]) == 0)
+    for (size_t k = 0; k < sizeof suffixes / sizeof suffixes[0]; k++)
+        if (ends_with(name, suffixes[k]))
             return 1;
-    }
     return 0;
 }
 
@@ -743,9 +746,10 @@ static dlc_status check_old_index(const set_paths *p, const dlc__warm_set_list *
                        p->index, was, list->set_id);
 }
 
-/* A refresh that failed or was killed, when the server went back to the set DEST holds: its
- * staged shards, their partial files and its temporary index go (ours by name: the folder
- * check counts them as ours). Called with DEST.lock held. */
+/* What a refresh leaves in DEST: its staged shards, their partial files and its temporary index
+ * (ours by name: the folder check counts them as ours). After a fetch, and when a refresh that
+ * failed or was killed finds the server back at the set DEST holds. Called with DEST.lock
+ * held. */
 static void drop_staged(int set_fd)
 {
     const int dfd = dup(set_fd);
@@ -758,9 +762,7 @@ static void drop_staged(int set_fd)
     rewinddir(d);
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
-        const size_t n = strlen(e->d_name), a = strlen(STAGED), b = strlen(STAGED ".warm-part");
-        if ((n > a && strcmp(e->d_name + n - a, STAGED) == 0) ||
-            (n > b && strcmp(e->d_name + n - b, STAGED ".warm-part") == 0) ||
+        if (ends_with(e->d_name, STAGED) || ends_with(e->d_name, STAGED ".warm-part") ||
             strcmp(e->d_name, DLC__WARM_SET_INDEX ".warm-new") == 0 ||
             strcmp(e->d_name, DLC__WARM_SET_INDEX ".warm-new.warm-part") == 0)
             unlinkat(set_fd, e->d_name, 0);
@@ -769,15 +771,15 @@ static void drop_staged(int set_fd)
 }
 
 /* The lock and sidecar of the index's own warm, which describe a temporary name that is gone,
- * and those that versions before DEST.warm-set/ left inside DEST beside each shard. */
+ * what a refresh left off under another version staged (drop_staged()), and the locks and
+ * sidecars that versions before DEST.warm-set/ left inside DEST beside each shard. */
 static void remove_leftovers(const set_paths *p, const dlc__warm_set_list *list)
 {
     char name[DLC__SET_NAME_SIZE + 16];
     unlinkat(p->state_fd, DLC__WARM_SET_INDEX ".warm", 0);
     unlinkat(p->state_fd, DLC__WARM_SET_INDEX ".lock", 0);
+    drop_staged(p->set_fd); /* Of a refresh left off under another version. */
     for (uint32_t i = 0; i < list->n; i++) {
-        snprintf(name, sizeof name, "%s" STAGED, list->names[i]); /* Of a refresh left off. */
-        unlinkat(p->set_fd, name, 0);
         snprintf(name, sizeof name, "%s.warm", list->names[i]);
         unlinkat(p->set_fd, name, 0);
         snprintf(name, sizeof name, "%s.lock", list->names[i]);
