@@ -4,6 +4,7 @@
 #include "common.h"
 #include "store_internal.h"
 #include "store_set.h"
+#include "store_tokens.h"
 
 #include <dlcache/tokens.h>
 #include <dlcache/writer.h>
@@ -333,10 +334,10 @@ uint64_t dlc_tokens_find(const dlc_tokens *t, uint64_t pos)
     return lo;
 }
 
-dlc_status dlc_tokens_doc(const dlc_tokens *t, dlc_store_reader *r, uint64_t doc, const void **data,
-                          uint64_t *n)
+dlc_status dlc__tokens_doc_value(const dlc_tokens *t, dlc_store_reader *r, uint64_t doc,
+                                 dlc_value *out)
 {
-    if (!t || !r || !data || !n)
+    if (!t || !r || !out)
         return dlc__errorf(DLC_EINVAL, "dlc_tokens_doc: NULL argument");
     if (doc >= t->info.num_docs)
         return dlc__errorf(DLC_ENOTFOUND, "%s: document %" PRIu64 " of %" PRIu64,
@@ -361,8 +362,21 @@ dlc_status dlc_tokens_doc(const dlc_tokens *t, dlc_store_reader *r, uint64_t doc
         return dlc__errorf(DLC_ECORRUPT,
                            "%s: document %" PRIu64 ": ends with %u, not the end-of-document id %u",
                            dlc_store_path(t->s), doc, last, t->info.eos_id);
-    *data = tv->data;
-    *n = want;
+    *out = *tv;
+    return DLC_OK;
+}
+
+dlc_status dlc_tokens_doc(const dlc_tokens *t, dlc_store_reader *r, uint64_t doc, const void **data,
+                          uint64_t *n)
+{
+    if (!data || !n)
+        return dlc__errorf(DLC_EINVAL, "dlc_tokens_doc: NULL argument");
+    dlc_value v;
+    const dlc_status rc = dlc__tokens_doc_value(t, r, doc, &v);
+    if (rc != DLC_OK)
+        return rc;
+    *data = v.data;
+    *n = v.dim0;
     return DLC_OK;
 }
 

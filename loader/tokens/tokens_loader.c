@@ -2,6 +2,7 @@
  * concatenated in a seeded order, cut into windows of seq_len + 1 tokens overlapping by one, the
  * windows dealt per epoch as DistributedSampler deals samples (loader/sampler.h), each batch
  * filled by one worker straight into a slot made at open. */
+#include "store_tokens.h"
 #include "tokens_internal.h"
 
 #include <errno.h>
@@ -260,9 +261,14 @@ static inline void put(uint8_t *base, size_t esize, size_t i, int64_t v)
 static dlc_status tl_doc(const dlc_token_loader *l, dlc_store_reader *reader, uint64_t d,
                          const void **data, uint64_t *n)
 {
-    dlc_status rc = dlc_tokens_doc(l->tokens, reader, d, data, n);
-    if (rc != DLC_OK || l->c.verify == DLC_VERIFY_OFF)
+    dlc_value v;
+    dlc_status rc = dlc__tokens_doc_value(l->tokens, reader, d, &v);
+    if (rc != DLC_OK)
         return rc;
+    *data = v.data;
+    *n = v.dim0;
+    if (l->c.verify == DLC_VERIFY_OFF)
+        return DLC_OK;
     const uint64_t bit = 1ull << (d % 64);
     if (atomic_load_explicit(&l->verified_bad[d / 64], memory_order_relaxed) & bit)
         return dlc__errorf(DLC_ECORRUPT,
@@ -272,11 +278,8 @@ static dlc_status tl_doc(const dlc_token_loader *l, dlc_store_reader *reader, ui
     if (l->c.verify == DLC_VERIFY_FIRST &&
         (atomic_load_explicit(&l->verified_ok[d / 64], memory_order_relaxed) & bit))
         return DLC_OK;
-    dlc_value v[DLC_MAX_FIELDS];
-    rc = dlc_store_read_values(reader, d, v);
-    if (rc != DLC_OK)
-        return rc; /* Not a verdict on the bytes (a read that failed): nothing is recorded. */
-    rc = dlc_value_verify(l->store, d, l->info.field, &v[l->info.field]);
+    /* The value as read, hashed where the window's tokens will be copied from. */
+    rc = dlc_value_verify(l->store, d, l->info.field, &v);
     if (rc == DLC_ECORRUPT)
         atomic_fetch_or_explicit(&l->verified_bad[d / 64], bit, memory_order_relaxed);
     else if (rc == DLC_OK && l->verified_ok)
