@@ -242,6 +242,16 @@ dlc_status dlc__build_dir_same(const dlc__build_job *job);
  * of a joined set can be rebuilt alone and joined with the others. Returns how many. */
 uint32_t dlc__build_restore(const char *dir, dlc_log_fn log, void *user);
 
+/* @p dir as a set's directory, checked before a build (of images or tokens) writes there: made
+ * when missing (*@p made says so; several machines may make it at once), refused when it is not a
+ * directory, or, without @p force, when it holds a set or parts of one (building every part) or
+ * a joined set (building one part, @p one_part). Its device and inode go to *@p dev and *@p ino
+ * for dlc__build_dir_same() (either may be NULL). */
+dlc_status dlc__build_set_dir_check(const char *dir, int force, int one_part, int *made,
+                                    uint64_t *dev, uint64_t *ino);
+/* Does @p dir hold a set's index? */
+int dlc__build_has_index(const char *dir);
+
 /* How many part files (part-*-of-*.dlc) and retired parts (retired-part-*) @p dir holds. */
 uint32_t dlc__build_set_files(const char *dir);
 

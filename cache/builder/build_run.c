@@ -317,16 +317,6 @@ static dlc_status check_set(const dlc_build_options *s)
     return DLC_OK;
 }
 
-/* Does @p dir hold its index? */
-static int has_index(const char *dir)
-{
-    char *index = dlc__set_path(dir, "/", DLC__SET_INDEX_NAME);
-    struct stat st;
-    const int has = index && stat(index, &st) == 0;
-    free(index);
-    return has;
-}
-
 /* @p dir as the set's directory, checked before the sources are scanned: made when missing,
  * refused when it is something else, or when it holds a set (or parts of one, or the part to
  * build) and force is not set. */
@@ -335,28 +325,12 @@ static dlc_status set_dir_check(build_run *b)
     dlc_status rc = DLC_OK;
     const char *dir = b->job.out;
     const int force = b->job.o.force;
-    struct stat st;
-    /* Several machines may create it at once: EEXIST is the usual answer. */
-    b->made_dir = mkdir(dir, 0777) == 0;
-    FAIL_IF(!b->made_dir && errno != EEXIST, -errno, "%s: cannot create the set's directory: %s",
-            dir, strerror(errno));
-    FAIL_IF(stat(dir, &st) != 0, -errno, "%s: %s", dir, strerror(errno));
+    CHECK(dlc__build_set_dir_check(dir, force, b->job.o.one_part, &b->made_dir, &b->job.dir_dev,
+                                   &b->job.dir_ino));
     b->job.dir_known = 1;
-    b->job.dir_dev = (uint64_t)st.st_dev;
-    b->job.dir_ino = (uint64_t)st.st_ino;
-    FAIL_IF(!S_ISDIR(st.st_mode), DLC_EINVAL,
-            "%s: is a file (a single store?), not a set's directory: remove it or choose another "
-            "path",
-            dir);
-    if (!b->job.o.one_part) {
-        FAIL_IF(!force && (has_index(dir) || dlc__build_set_files(dir) > 0), DLC_EEXIST,
-                "%s: holds a set (or parts of one); it is replaced only with force", dir);
+    if (!b->job.o.one_part)
         return DLC_OK;
-    }
-    FAIL_IF(!force && has_index(dir), DLC_EEXIST,
-            "%s: holds a joined set; building the parts of a new one there needs force (the old "
-            "set stays readable until the new one is joined)",
-            dir);
+    struct stat st;
     char name[DLC__SET_NAME_SIZE];
     dlc__set_part_name(name, b->job.o.part, b->job.o.parts);
     char *path = dlc__set_path(dir, "/", name);
@@ -395,7 +369,7 @@ static dlc_status set_dir_clean(build_run *b)
     const dlc_status same = dlc__build_dir_same(&b->job);
     if (same < 0)
         return same;
-    if (has_index(dir)) {
+    if (dlc__build_has_index(dir)) {
         const dlc_status rc = dlc__build_retire(dir, o->log, o->log_user);
         if (rc < 0)
             return rc;

@@ -191,6 +191,50 @@ static void unlink_parts(int dfd, const dlc__set_index *x)
     }
 }
 
+int dlc__build_has_index(const char *dir)
+{
+    char *index = dlc__set_path(dir, "/", DLC__SET_INDEX_NAME);
+    struct stat st;
+    const int has = index && stat(index, &st) == 0;
+    free(index);
+    return has;
+}
+
+dlc_status dlc__build_set_dir_check(const char *dir, int force, int one_part, int *made,
+                                    uint64_t *dev, uint64_t *ino)
+{
+    struct stat st;
+    *made = mkdir(dir, 0777) == 0; /* EEXIST is the usual answer. */
+    if (!*made && errno != EEXIST)
+        return dlc__errorf(-errno, "%s: cannot create the set's directory: %s", dir,
+                           strerror(errno));
+    if (stat(dir, &st) != 0)
+        return dlc__errorf(-errno, "%s: %s", dir, strerror(errno));
+    if (dev)
+        *dev = (uint64_t)st.st_dev;
+    if (ino)
+        *ino = (uint64_t)st.st_ino;
+    if (!S_ISDIR(st.st_mode))
+        return dlc__errorf(DLC_EINVAL,
+                           "%s: is a file (a single store?), not a set's directory: remove it or "
+                           "choose another path",
+                           dir);
+    if (force)
+        return DLC_OK;
+    if (!one_part && (dlc__build_has_index(dir) || dlc__build_set_files(dir) > 0))
+        return dlc__errorf(DLC_EEXIST,
+                           "%s: holds a set (or parts of one); it is replaced only with --force "
+                           "(force in the options)",
+                           dir);
+    if (one_part && dlc__build_has_index(dir))
+        return dlc__errorf(DLC_EEXIST,
+                           "%s: holds a joined set; building the parts of a new one there needs "
+                           "--force (force in the options; the old set stays readable until the "
+                           "new one is joined)",
+                           dir);
+    return DLC_OK;
+}
+
 dlc_status dlc__build_retire(const char *dir, dlc_log_fn log, void *user)
 {
     dlc_status rc;

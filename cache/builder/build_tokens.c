@@ -867,25 +867,7 @@ dlc_status dlc_tokens_build(const dlc_tokens_build_options *o, dlc_tokens_build_
     if (o->shards) {
         /* Made here, it goes again if the build fails before a part is in it (rmdir() takes
          * only an empty one: parts other builders wrote into it stay). */
-        made_dir = mkdir(o->output, 0777) == 0;
-        FAIL_IF(!made_dir && errno != EEXIST, -errno, "%s: cannot make the set's directory: %s",
-                o->output, strerror(errno));
-        struct stat st;
-        FAIL_IF(stat(o->output, &st) != 0, -errno, "%s: %s", o->output, strerror(errno));
-        FAIL_IF(!S_ISDIR(st.st_mode), DLC_EINVAL,
-                "%s: is a file (a single store?), not a set's directory: remove it or choose "
-                "another path",
-                o->output);
-        char index[PATH_MAX];
-        snprintf(index, sizeof index, "%s/" DLC__SET_INDEX_NAME, o->output);
-        const int had_index = stat(index, &st) == 0;
-        FAIL_IF(!o->force && !o->one_part && (had_index || dlc__build_set_files(o->output) > 0),
-                DLC_EEXIST, "%s: holds a set (or parts of one); it is replaced only with --force",
-                o->output);
-        FAIL_IF(!o->force && o->one_part && had_index, DLC_EEXIST,
-                "%s: holds a joined set; building the parts of a new one there needs --force (the "
-                "old set stays readable until the new one is joined)",
-                o->output);
+        CHECK(dlc__build_set_dir_check(o->output, o->force, o->one_part, &made_dir, NULL, NULL));
         b.counting = 1;
         CHECK(read_sources(&b));
         b.counting = 0;
