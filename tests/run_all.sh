@@ -123,12 +123,19 @@ for s in "${wanted[@]}"; do
         exit 2
     fi
 done
+# Each step's wall time, printed at the end: the whole run must stay under 30 minutes on 2
+# cores, and a CI log that says where the time went shows what to trim when it grows.
+declare -A took
 for s in "${wanted[@]}"; do
     step "${ABOUT[$s]}"
+    t0=$SECONDS
     "step_$s"
+    took[$s]=$((SECONDS - t0))
 done
 
-echo
+printf '\n== wall time per step\n'
+for s in "${wanted[@]}"; do printf '%-8s %5d s\n' "$s" "${took[$s]}"; done
+printf '%-8s %5d s\n\n' total "$SECONDS"
 if [ ${#failed[@]} -gt 0 ]; then
     echo "FAILED steps: ${failed[*]}"
     exit 1
