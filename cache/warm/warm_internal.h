@@ -547,17 +547,19 @@ dlc_status dlc__warm_file_capped(const char *url, const char *dest, const char *
                                  const char *what, dlc_warm_result *res);
 
 /* Warm the set at @p url (a prefix) into the directory @p dest; the caller holds DEST.lock.
- * The index is fetched first into DEST/index.dlcset.warm-new and decoded; an older index at
- * DEST is removed when it differs (DEST is then no set, rather than a set whose shards are being
- * replaced); the shards are fetched in parallel by dlc__warm_file() each (their own resume
- * journals, verification and atomic publishing inside DEST), the connections split among them;
- * every shard is checked against the index; then the index is published last (rename and
- * directory sync) and the set opened once as a whole. The shards' and the index's locks,
- * journals and sidecars are kept in one folder beside DEST, DEST.warm-set/ (NAME.lock,
- * NAME.warm-journal, NAME.warm), so that DEST holds the set's files and, during a fetch, the
- * partial files being fetched into it (NAME.warm-part, index.dlcset.warm-new). @p parent_fd: the
- * directory holding DEST, open and checked by the caller; DEST and DEST.warm-set are opened in it
- * once, checked, and every create, rename and unlink of the fetch goes relative to the three. */
+ * The index is fetched first into DEST/index.dlcset.warm-new and decoded; a shard an older
+ * index at DEST names is fetched beside it as NAME.warm-next (the older set stays whole until
+ * the new one is in; warm_set.c, plan_refresh()); the shards are fetched in parallel by
+ * dlc__warm_file() each (their own resume journals, verification and atomic publishing inside
+ * DEST), the connections split among them; every shard is checked against the index; then the older
+ * index goes, the staged shards are renamed over their names, the index is published last (rename
+ * and directory sync), the set opened once as a whole, and the older version's shards it does not
+ * name are removed. The shards' and the index's locks, journals and sidecars are kept in one folder
+ * beside DEST, DEST.warm-set/ (NAME.lock, NAME.warm-journal, NAME.warm), so that DEST holds the
+ * set's files and, during a fetch, the partial files being fetched into it (NAME.warm-part,
+ * index.dlcset.warm-new). @p parent_fd: the directory holding DEST, open and checked by the caller;
+ * DEST and DEST.warm-set are opened in it once, checked, and every create, rename and unlink of the
+ * fetch goes relative to the three. */
 dlc_status dlc__warm_set(const char *url, const char *dest, int parent_fd,
                          const dlc_warm_options *opt, dlc_warm_result *r, double t0);
 

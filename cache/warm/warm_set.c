@@ -344,8 +344,10 @@ static dlc_status make_set_paths(const char *url, const char *dest, set_paths *p
 }
 
 /* DEST is the set the server has: the sidecar names this set and the index at DEST, and the
- * server's index has the ETag and size it recorded (one request). */
-static int set_is_current(const set_paths *p, const dlc_warm_options *opt, dlc_warm_result *r)
+ * server's index has the ETag and size it recorded (one request). When it is, *held is the index
+ * at DEST, decoded (the caller frees it). */
+static int set_is_current(const set_paths *p, const dlc_warm_options *opt, dlc_warm_result *r,
+                          dlc__warm_set_list *held_list)
 {
     dlc__warm_sidecar sc, now;
     if (dlc__warm_sidecar_read_at(p->parent_fd, p->sidecar, &sc) != DLC_OK ||
@@ -363,16 +365,14 @@ static int set_is_current(const set_paths *p, const dlc_warm_options *opt, dlc_w
         current = obj.size == sc.size && strcmp(obj.etag, sc.etag) == 0;
     dlc__warm_source_free(&src);
     dlc__clear_error();
-    dlc__warm_set_list list;
     char held[4200];
     if (current && list_index(fd_path(p->set_fd, DLC__WARM_SET_INDEX, held, sizeof held), p->index,
-                              &list) == DLC_OK) {
+                              held_list) == DLC_OK) {
         snprintf(r->etag, sizeof r->etag, "%s", sc.etag);
         r->bytes = sc.size;
-        for (uint32_t i = 0; i < list.n; i++)
-            r->bytes += list.bytes[i];
-        r->files = list.n + 1;
-        dlc__warm_set_list_free(&list);
+        for (uint32_t i = 0; i < held_list->n; i++)
+            r->bytes += held_list->bytes[i];
+        r->files = held_list->n + 1;
         return 1;
     }
     dlc__clear_error();
@@ -770,6 +770,73 @@ static void drop_staged(int set_fd)
     closedir(d);
 }
 
+static int cmp_names(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The shards of an older version that the set's index no longer names: a version with another
+ * number of shards names every one of them otherwise (part-I-of-N), so without this each refresh
+ * would leave a whole set behind in DEST. A file goes only when its sidecar in DEST.warm-set/ says
+ * we published it from this set's URL and it is still that file (inode and mtime): a user's file,
+ * one from another URL (DLC_WARM_FORCE) or one changed since stays. After a refresh is published,
+ * and when a rerun finds the set current (a kill between the two). Called with DEST.lock held:
+ * the lock files of the shards in DEST.warm-set/ are taken only under it. A failure leaves the
+ * file for the next run (no error: the set is whole either way). */
+static void drop_retired(const set_paths *p, const dlc__warm_set_list *list)
+{
+    const int state_fd = p->state_fd >= 0
+                             ? dup(p->state_fd)
+                             : openat(p->parent_fd, dlc__at_name(p->parent_fd, p->state),
+                                      O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    char **names = malloc((list->n ? list->n : 1) * sizeof *names);
+    const int dfd = state_fd >= 0 && names ? dup(p->set_fd) : -1;
+    DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+    if (!d) {
+        if (dfd >= 0)
+            close(dfd);
+        if (state_fd >= 0)
+            close(state_fd);
+        free(names);
+        return;
+    }
+    for (uint32_t i = 0; i < list->n; i++)
+        names[i] = list->names[i];
+    qsort(names, list->n, sizeof *names, cmp_names);
+    rewinddir(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        const char *name = e->d_name;
+        const size_t n = strlen(name);
+        char sidecar[DLC__SET_NAME_SIZE + 16], lock[DLC__SET_NAME_SIZE + 16];
+        char url[4096], shown[4096];
+        dlc__warm_sidecar sc;
+        struct stat st;
+        if (n >= DLC__SET_NAME_SIZE || strcmp(name, ".") == 0 || strcmp(name, "..") == 0 ||
+            dlc__warm_set_name_kept(name) ||
+            bsearch(&name, names, list->n, sizeof *names, cmp_names) != NULL)
+            continue;
+        memcpy(sidecar, name, n); /* n < DLC__SET_NAME_SIZE: see ours(). */
+        memcpy(sidecar + n, ".warm", sizeof ".warm");
+        memcpy(lock, name, n);
+        memcpy(lock + n, ".lock", sizeof ".lock");
+        if (dlc__warm_sidecar_read_at(state_fd, sidecar, &sc) != DLC_OK ||
+            fstatat(p->set_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+            !dlc__warm_sidecar_names(&sc, &st) ||
+            dlc__url_child(p->url, name, url, sizeof url) >= sizeof url)
+            continue;
+        dlc_warm_redact_url(url, shown, sizeof shown);
+        if (strcmp(shown, sc.source) != 0 || unlinkat(p->set_fd, name, 0) != 0)
+            continue;
+        unlinkat(state_fd, sidecar, 0);
+        unlinkat(state_fd, lock, 0);
+    }
+    closedir(d);
+    close(state_fd);
+    free(names);
+    dlc__clear_error();
+}
+
 /* The lock and sidecar of the index's own warm, which describe a temporary name that is gone,
  * what a refresh left off under another version staged (drop_staged()), and the locks and
  * sidecars that versions before DEST.warm-set/ left inside DEST beside each shard. */
@@ -779,6 +846,7 @@ static void remove_leftovers(const set_paths *p, const dlc__warm_set_list *list)
     unlinkat(p->state_fd, DLC__WARM_SET_INDEX ".warm", 0);
     unlinkat(p->state_fd, DLC__WARM_SET_INDEX ".lock", 0);
     drop_staged(p->set_fd); /* Of a refresh left off under another version. */
+    drop_retired(p, list);
     for (uint32_t i = 0; i < list->n; i++) {
         snprintf(name, sizeof name, "%s.warm", list->names[i]);
         unlinkat(p->set_fd, name, 0);
@@ -804,8 +872,11 @@ dlc_status dlc__warm_set(const char *url, const char *dest, int parent_fd,
     dlc_status rc = p ? make_set_paths(url, dest, p) : dlc__errorf(-ENOMEM, "warm: out of memory");
     if (rc == DLC_OK)
         rc = make_dir(parent_fd, dest, "the destination", &p->set_fd);
-    if (rc == DLC_OK && set_is_current(p, opt, r)) {
+    dlc__warm_set_list held;
+    if (rc == DLC_OK && set_is_current(p, opt, r, &held)) {
         drop_staged(p->set_fd);
+        drop_retired(p, &held);
+        dlc__warm_set_list_free(&held);
         r->already_complete = 1;
         r->verified = !(opt->flags & DLC_WARM_NO_VERIFY);
         close(p->set_fd);

@@ -42,7 +42,9 @@
  * is fetched and checked, the older index is removed, the staged shards renamed to their names and
  * the new index published (DEST is no set only for those renames, never a set whose shards disagree
  * with its index; a rerun after a kill there finishes the moves; a rerun that finds DEST current
- * again, the server having gone back to it, removes the staged files). Both versions' shards
+ * again, the server having gone back to it, removes the staged files; the older version's shards
+ * the new index does not name are removed once it is in, each only when its sidecar says it is
+ * the file cachewarm published there from this URL). Both versions' shards
  * must fit on the disk at once: that is checked before a byte is fetched (-ENOSPC, naming the bytes
  * needed and free; remove DEST to warm the new version in its place). DEST.lock and DEST.warm work
  * as for a file, so the ranks of a node fetch a set once. The set's directory holds the set's files

@@ -259,6 +259,63 @@ if [ -n "${DLC_LIB:-}" ] && [ -f "$fi_lib" ]; then
     same_set "$out/a" "$set1"
 fi
 
+# Shards are named part-I-of-N: a version with another N names none of the older ones, which
+# stayed in DEST for good (a whole set left behind at each refresh). They go once the new index is
+# in, each only when its sidecar says it is the file cachewarm published there from this URL.
+note "versions of other shard counts: the older shards go, a file changed since stays"
+"$DLC_BIN/set_split" "$warm_tmp/v2.dlc" 2 "$warm_tmp/set2b" >/dev/null
+"$DLC_BIN/set_split" "$warm_tmp/v3.dlc" 3 "$warm_tmp/set3c" >/dev/null
+files2=(index.dlcset part-00000-of-00002.dlc part-00001-of-00002.dlc)
+files3=(index.dlcset part-00000-of-00003.dlc part-00001-of-00003.dlc part-00002-of-00003.dlc)
+nd=$out/nshards
+# holds_only DIR SRC FILE...: DIR holds FILE... (the set's files first, all from SRC but the
+# extra ones named after "--") and nothing else, and opens as a set.
+holds_only() {
+    local dir=$1 src=$2 f extra=false
+    shift 2
+    for f in "$@"; do
+        if [ "$f" = -- ]; then extra=true; elif ! $extra; then
+            cmp "$src/$f" "$dir/$f" || fail "$dir/$f differs from the new version's"
+        fi
+    done
+    [ "$(ls -A "$dir" | sort)" = "$(printf '%s\n' "$@" | grep -vx -- -- | sort)" ] ||
+        fail "$dir holds $(ls -A "$dir" | tr '\n' ' ')"
+    "$DLC_BIN/cacheinfo" "$dir" >"$out/info.txt" 2>&1 || fail "$dir does not open: $(cat "$out/info.txt")"
+}
+"$DLC_BIN/cachewarm" push "$set1" s3://b/sets/n --endpoint "$S3_URL" -q || fail "push to n"
+"$DLC_BIN/cachewarm" s3://b/sets/n -o "$nd" --endpoint "$S3_URL" -q 2>"$out/n1.err" ||
+    fail "fetch of n: $(cat "$out/n1.err")"
+same_set "$nd" "$set1"
+touch -d 2001-01-01 "$nd/part-00003-of-00004.dlc" # changed since it was published
+"$DLC_BIN/cachewarm" push "$warm_tmp/set2b" s3://b/sets/n --endpoint "$S3_URL" -q ||
+    fail "push of n's 2-shard version"
+"$DLC_BIN/cachewarm" s3://b/sets/n -o "$nd" --endpoint "$S3_URL" -q 2>"$out/n2.err" ||
+    fail "refresh of n: $(cat "$out/n2.err")"
+holds_only "$nd" "$warm_tmp/set2b" "${files2[@]}" -- part-00003-of-00004.dlc
+[ -z "$(ls "$nd.warm-set" | grep -e '-of-00004.dlc.warm$' | grep -v part-00003)" ] ||
+    fail "the sidecars of the removed shards are left: $(ls "$nd.warm-set" | tr '\n' ' ')"
+"$DLC_BIN/cachewarm" push "$warm_tmp/set3c" s3://b/sets/n --endpoint "$S3_URL" -q ||
+    fail "push of n's 3-shard version"
+if [ -n "${DLC_LIB:-}" ] && [ -f "$fi_lib" ]; then
+    # Killed right after the set's sidecar is written, before the older shards go: the rerun
+    # finds the set current and removes them.
+    set +e
+    env DLC_FAULT_CALLS=rename DLC_FAULT_PATH=nshards.warm DLC_FAULT_KILL=1 LD_PRELOAD="$fi_lib" \
+        "$DLC_BIN/cachewarm" s3://b/sets/n -o "$nd" --endpoint "$S3_URL" -q 2>"$out/n3.err"
+    rc=$?
+    set -e
+    [ "$rc" = 137 ] || fail "the refresh was not killed at its sidecar (exit $rc): $(cat "$out/n3.err")"
+    [ -e "$nd/part-00000-of-00002.dlc" ] || fail "the kill came after the older shards went"
+    "$DLC_BIN/cachewarm" s3://b/sets/n -o "$nd" --endpoint "$S3_URL" --json >"$out/n4.json" \
+        2>"$out/n4.err" || fail "rerun after the kill: $(cat "$out/n4.err")"
+    [ "$(json_get "$out/n4.json" already_complete)" = true ] || fail "the set is not current"
+else
+    "$DLC_BIN/cachewarm" s3://b/sets/n -o "$nd" --endpoint "$S3_URL" -q 2>"$out/n4.err" ||
+        fail "refresh of n: $(cat "$out/n4.err")"
+fi
+holds_only "$nd" "$warm_tmp/set3c" "${files3[@]}" -- part-00003-of-00004.dlc
+note "left after two refreshes: $(ls -A "$nd" | tr '\n' ' ')"
+
 note "a refresh that both versions cannot fit on the disk is refused before fetching"
 mnt=$warm_tmp/small
 mkdir -p "$mnt"
