@@ -344,8 +344,8 @@ static dlc_status make_set_paths(const char *url, const char *dest, set_paths *p
 }
 
 /* DEST is the set the server has: the sidecar names this set and the index at DEST, and the
- * server's index has the ETag and size it recorded (one request). When it is, *held is the index
- * at DEST, decoded (the caller frees it). */
+ * server's index has the ETag and size it recorded (one request). When it is, *held_list is the
+ * index at DEST, decoded (the caller frees it). */
 static int set_is_current(const set_paths *p, const dlc_warm_options *opt, dlc_warm_result *r,
                           dlc__warm_set_list *held_list)
 {
@@ -779,7 +779,8 @@ static int cmp_names(const void *a, const void *b)
  * number of shards names every one of them otherwise (part-I-of-N), so without this each refresh
  * would leave a whole set behind in DEST. A file goes only when its sidecar in DEST.warm-set/ says
  * we published it from this set's URL and it is still that file (inode and mtime): a user's file,
- * one from another URL (DLC_WARM_FORCE) or one changed since stays. After a refresh is published,
+ * one from another URL (DLC_WARM_FORCE) or one changed since stays, and so does every file when
+ * DEST.warm-set/ or the sidecar is not the caller's own. After a refresh is published,
  * and when a rerun finds the set current (a kill between the two). Called with DEST.lock held:
  * the lock files of the shards in DEST.warm-set/ are taken only under it. A failure leaves the
  * file for the next run (no error: the set is whole either way). */
@@ -789,8 +790,18 @@ static void drop_retired(const set_paths *p, const dlc__warm_set_list *list)
                              ? dup(p->state_fd)
                              : openat(p->parent_fd, dlc__at_name(p->parent_fd, p->state),
                                       O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    char **names = malloc((list->n ? list->n : 1) * sizeof *names);
-    const int dfd = state_fd >= 0 && names ? dup(p->set_fd) : -1;
+    /* The sidecars are the only proof a file is ours, so they must be: a folder of another user
+     * or that others may write could hold one written to name any of the user's files in DEST
+     * (a co-tenant who can write DEST's parent could make DEST.warm-set). Then nothing goes. A
+     * group that may write it must be one that may write DEST too (a umask of 002 makes both so):
+     * it could remove DEST's files itself. */
+    struct stat sst, dst;
+    const int trusted =
+        state_fd >= 0 && fstat(state_fd, &sst) == 0 && S_ISDIR(sst.st_mode) &&
+        sst.st_uid == geteuid() && !(sst.st_mode & S_IWOTH) && fstat(p->set_fd, &dst) == 0 &&
+        (!(sst.st_mode & S_IWGRP) || ((dst.st_mode & S_IWGRP) && dst.st_gid == sst.st_gid));
+    char **names = trusted ? malloc((list->n ? list->n : 1) * sizeof *names) : NULL;
+    const int dfd = names ? dup(p->set_fd) : -1;
     DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
     if (!d) {
         if (dfd >= 0)
@@ -820,13 +831,16 @@ static void drop_retired(const set_paths *p, const dlc__warm_set_list *list)
         memcpy(sidecar + n, ".warm", sizeof ".warm");
         memcpy(lock, name, n);
         memcpy(lock + n, ".lock", sizeof ".lock");
-        if (dlc__warm_sidecar_read_at(state_fd, sidecar, &sc) != DLC_OK ||
+        if (fstatat(state_fd, sidecar, &sst, AT_SYMLINK_NOFOLLOW) != 0 || sst.st_uid != geteuid() ||
+            dlc__warm_sidecar_read_at(state_fd, sidecar, &sc) != DLC_OK ||
             fstatat(p->set_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
             !dlc__warm_sidecar_names(&sc, &st) ||
             dlc__url_child(p->url, name, url, sizeof url) >= sizeof url)
             continue;
         dlc_warm_redact_url(url, shown, sizeof shown);
-        if (strcmp(shown, sc.source) != 0 || unlinkat(p->set_fd, name, 0) != 0)
+        /* A source the sidecar could not hold whole was cut when written: never a match. */
+        if (strlen(shown) >= sizeof sc.source - 1 || strcmp(shown, sc.source) != 0 ||
+            unlinkat(p->set_fd, name, 0) != 0)
             continue;
         unlinkat(state_fd, sidecar, 0);
         unlinkat(state_fd, lock, 0);

@@ -315,6 +315,27 @@ else
 fi
 holds_only "$nd" "$warm_tmp/set3c" "${files3[@]}" -- part-00003-of-00004.dlc
 note "left after two refreshes: $(ls -A "$nd" | tr '\n' ' ')"
+# The sidecars are the only proof that a file is cachewarm's: one in a DEST.warm-set/ of another
+# user (a co-tenant who can write DEST's parent can make that folder) naming a file of the user's
+# in DEST must not get it removed. Root here, so the folder is given to another uid.
+if [ "$(id -u)" = 0 ]; then
+    note "a sidecar in a DEST.warm-set/ of another user removes nothing"
+    echo "the user's own notes" >"$nd/notes.txt"
+    "$PY" - "$nd/notes.txt" "$nd.warm-set/notes.txt.warm" <<'PYEOF'
+import os, sys
+st = os.stat(sys.argv[1])
+with open(sys.argv[2], "w") as f:
+    f.write("dlcache-warm 1\nsource s3://b/sets/n/notes.txt\nsize %d\netag x\ninode %d\n"
+            "mtime_ns %d\n" % (st.st_size, st.st_ino, st.st_mtime_ns))
+PYEOF
+    chown 65534 "$nd.warm-set" "$nd.warm-set/notes.txt.warm"
+    "$DLC_BIN/cachewarm" s3://b/sets/n -o "$nd" --endpoint "$S3_URL" --json >"$out/n5.json" \
+        2>"$out/n5.err" || fail "rerun with a planted sidecar: $(cat "$out/n5.err")"
+    [ "$(json_get "$out/n5.json" already_complete)" = true ] || fail "the set is not current"
+    [ -f "$nd/notes.txt" ] || fail "a sidecar in another user's folder got the user's file removed"
+    chown 0 "$nd.warm-set"
+    rm -f "$nd/notes.txt" "$nd.warm-set/notes.txt.warm"
+fi
 
 note "a refresh that both versions cannot fit on the disk is refused before fetching"
 mnt=$warm_tmp/small
