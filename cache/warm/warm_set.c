@@ -643,6 +643,40 @@ int dlc__warm_set_name_kept(const char *name)
     return 0;
 }
 
+/* @p name (@p n < DLC__SET_NAME_SIZE characters) and @p suffix (a short literal) into @p buf of
+ * DLC__SET_NAME_SIZE + 16 bytes: a copy, not snprintf, whose bound GCC cannot see through strlen
+ * at -O2. */
+static void with_suffix(char *buf, const char *name, size_t n, const char *suffix)
+{
+    memcpy(buf, name, n);
+    memcpy(buf + n, suffix, strlen(suffix) + 1);
+}
+
+/* DEST.warm-set/, opened (a descriptor of the caller's own), or -1 when it is not there or not a
+ * folder: before dlc__warm_set() makes it, and for the checks that only read it. */
+static int open_state_dir(const set_paths *p)
+{
+    return p->state_fd >= 0 ? dup(p->state_fd)
+                            : openat(p->parent_fd, dlc__at_name(p->parent_fd, p->state),
+                                     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+}
+
+/* DEST's entries, listed from the start through a descriptor of their own (closedir() closes it),
+ * or NULL. */
+static DIR *list_dir(int set_fd)
+{
+    const int dfd = dup(set_fd);
+    DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+    if (!d && dfd >= 0) {
+        const int e = errno; /* For the caller's message. */
+        close(dfd);
+        errno = e;
+    }
+    if (d)
+        rewinddir(d);
+    return d;
+}
+
 /* Whether the entry @p name of DEST is of ours: the index and its temporary names, a shard we
  * published (its sidecar is in DEST.warm-set/, or beside it in DEST as versions before that
  * folder kept it), or the bookkeeping those versions left in DEST. */
@@ -655,10 +689,7 @@ static int ours(int set_fd, int state_fd, const char *name)
     struct stat st;
     if (n >= DLC__SET_NAME_SIZE)
         return 0;
-    /* n < DLC__SET_NAME_SIZE: the name and ".warm" fit (a copy, not snprintf, whose bound
-     * GCC cannot see through strlen at -O2). */
-    memcpy(sidecar, name, n);
-    memcpy(sidecar + n, ".warm", sizeof ".warm");
+    with_suffix(sidecar, name, n, ".warm");
     return (state_fd >= 0 && fstatat(state_fd, sidecar, &st, AT_SYMLINK_NOFOLLOW) == 0) ||
            fstatat(set_fd, sidecar, &st, AT_SYMLINK_NOFOLLOW) == 0;
 }
@@ -671,17 +702,12 @@ static int ours(int set_fd, int state_fd, const char *name)
 static dlc_status check_dest_folder(const set_paths *p, const char *dest, int *has_index)
 {
     *has_index = 0;
-    const int dfd = dup(p->set_fd);
-    DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+    DIR *d = list_dir(p->set_fd);
     if (!d) {
         const int e = errno;
-        if (dfd >= 0)
-            close(dfd);
         return dlc__errorf(-e, "%s: cannot list the folder: %s", dest, strerror(e));
     }
-    rewinddir(d);
-    const int state_fd = openat(p->parent_fd, dlc__at_name(p->parent_fd, p->state),
-                                O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    const int state_fd = open_state_dir(p);
     char first[256] = "";
     uint64_t others = 0;
     struct dirent *e;
@@ -746,28 +772,13 @@ static dlc_status check_old_index(const set_paths *p, const dlc__warm_set_list *
                        p->index, was, list->set_id);
 }
 
-/* What a refresh leaves in DEST: its staged shards, their partial files and its temporary index
- * (ours by name: the folder check counts them as ours). After a fetch, and when a refresh that
- * failed or was killed finds the server back at the set DEST holds. Called with DEST.lock
- * held. */
-static void drop_staged(int set_fd)
+/* What a refresh leaves in DEST under names of ours: its staged shards, their partial files and
+ * its temporary index (the folder check counts them as ours). */
+static int is_staged(const char *name)
 {
-    const int dfd = dup(set_fd);
-    DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
-    if (!d) {
-        if (dfd >= 0)
-            close(dfd);
-        return;
-    }
-    rewinddir(d);
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (ends_with(e->d_name, STAGED) || ends_with(e->d_name, STAGED ".warm-part") ||
-            strcmp(e->d_name, DLC__WARM_SET_INDEX ".warm-new") == 0 ||
-            strcmp(e->d_name, DLC__WARM_SET_INDEX ".warm-new.warm-part") == 0)
-            unlinkat(set_fd, e->d_name, 0);
-    }
-    closedir(d);
+    return ends_with(name, STAGED) || ends_with(name, STAGED ".warm-part") ||
+           strcmp(name, DLC__WARM_SET_INDEX ".warm-new") == 0 ||
+           strcmp(name, DLC__WARM_SET_INDEX ".warm-new.warm-part") == 0;
 }
 
 static int cmp_names(const void *a, const void *b)
@@ -775,24 +786,42 @@ static int cmp_names(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* The shards of an older version that the set's index no longer names: a version with another
- * number of shards names every one of them otherwise (part-I-of-N), so without this each refresh
- * would leave a whole set behind in DEST. A file goes only when its sidecar in DEST.warm-set/ says
- * we published it from this set's URL and it is still that file (inode and mtime): a user's file,
- * one from another URL (DLC_WARM_FORCE) or one changed since stays, and so does every file when
- * DEST.warm-set/ or the sidecar is not the caller's own. After a refresh is published,
- * and when a rerun finds the set current (a kill between the two). Called with DEST.lock held:
- * the lock files of the shards in DEST.warm-set/ are taken only under it. A failure leaves the
- * file for the next run (no error: the set is whole either way). */
-static void drop_retired(const set_paths *p, const dlc__warm_set_list *list)
+/* DEST's entry @p name (not a name of ours, not in the index) is a shard of an older version
+ * that we published from this set's URL and that is still that file: its sidecar in the trusted
+ * DEST.warm-set/ open at @p state_fd (named @p sidecar) is the caller's and names it. */
+static int is_retired(const set_paths *p, int state_fd, const char *name, const char *sidecar)
 {
-    const int state_fd = p->state_fd >= 0
-                             ? dup(p->state_fd)
-                             : openat(p->parent_fd, dlc__at_name(p->parent_fd, p->state),
-                                      O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    dlc__warm_sidecar sc;
+    struct stat st;
+    char url[4096], shown[4096];
+    if (fstatat(state_fd, sidecar, &st, AT_SYMLINK_NOFOLLOW) != 0 || st.st_uid != geteuid() ||
+        dlc__warm_sidecar_read_at(state_fd, sidecar, &sc) != DLC_OK ||
+        fstatat(p->set_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+        !dlc__warm_sidecar_names(&sc, &st) ||
+        dlc__url_child(p->url, name, url, sizeof url) >= sizeof url)
+        return 0;
+    dlc_warm_redact_url(url, shown, sizeof shown);
+    /* A source the sidecar could not hold whole was cut when written: never a match. */
+    return strlen(shown) < sizeof sc.source - 1 && strcmp(shown, sc.source) == 0;
+}
+
+/* DEST tidied in one pass, once the set @p list names is in it (after a fetch, and when a rerun
+ * finds the set current: a refresh that failed, was killed or was left off under another version
+ * finds the server back at the set DEST holds, or a kill came between a publish and this):
+ * - what a refresh left under names of ours (is_staged()) goes;
+ * - the shards of an older version the index no longer names go: a version with another number
+ *   of shards names none of them (part-I-of-N), so each refresh would leave a whole set behind.
+ *   A file goes only when its sidecar says we published it from this set's URL and it is still
+ *   that file (is_retired()): a user's file, one from another URL (DLC_WARM_FORCE) or one changed
+ *   since stays, and so does every file when DEST.warm-set/ is not the caller's own.
+ * Called with DEST.lock held: the lock files of the shards in DEST.warm-set/ are taken only under
+ * it. A failure leaves the file for the next run (no error: the set is whole either way). */
+static void tidy_dest(const set_paths *p, const dlc__warm_set_list *list)
+{
+    const int state_fd = open_state_dir(p);
     /* The sidecars are the only proof a file is ours, so they must be: a folder of another user
      * or that others may write could hold one written to name any of the user's files in DEST
-     * (a co-tenant who can write DEST's parent could make DEST.warm-set). Then nothing goes. A
+     * (a co-tenant who can write DEST's parent could make DEST.warm-set). Then no shard goes. A
      * group that may write it must be one that may write DEST too (a umask of 002 makes both so):
      * it could remove DEST's files itself. */
     struct stat sst, dst;
@@ -801,66 +830,48 @@ static void drop_retired(const set_paths *p, const dlc__warm_set_list *list)
         sst.st_uid == geteuid() && !(sst.st_mode & S_IWOTH) && fstat(p->set_fd, &dst) == 0 &&
         (!(sst.st_mode & S_IWGRP) || ((dst.st_mode & S_IWGRP) && dst.st_gid == sst.st_gid));
     char **names = trusted ? malloc((list->n ? list->n : 1) * sizeof *names) : NULL;
-    const int dfd = names ? dup(p->set_fd) : -1;
-    DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
-    if (!d) {
-        if (dfd >= 0)
-            close(dfd);
-        if (state_fd >= 0)
-            close(state_fd);
-        free(names);
-        return;
-    }
-    for (uint32_t i = 0; i < list->n; i++)
+    for (uint32_t i = 0; names && i < list->n; i++)
         names[i] = list->names[i];
-    qsort(names, list->n, sizeof *names, cmp_names);
-    rewinddir(d);
+    if (names)
+        qsort(names, list->n, sizeof *names, cmp_names);
+    DIR *d = list_dir(p->set_fd);
     struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
+    while (d && (e = readdir(d)) != NULL) {
         const char *name = e->d_name;
         const size_t n = strlen(name);
         char sidecar[DLC__SET_NAME_SIZE + 16], lock[DLC__SET_NAME_SIZE + 16];
-        char url[4096], shown[4096];
-        dlc__warm_sidecar sc;
-        struct stat st;
-        if (n >= DLC__SET_NAME_SIZE || strcmp(name, ".") == 0 || strcmp(name, "..") == 0 ||
-            dlc__warm_set_name_kept(name) ||
+        if (is_staged(name)) {
+            unlinkat(p->set_fd, name, 0);
+            continue;
+        }
+        if (!names || n >= DLC__SET_NAME_SIZE || strcmp(name, ".") == 0 ||
+            strcmp(name, "..") == 0 || dlc__warm_set_name_kept(name) ||
             bsearch(&name, names, list->n, sizeof *names, cmp_names) != NULL)
             continue;
-        memcpy(sidecar, name, n); /* n < DLC__SET_NAME_SIZE: see ours(). */
-        memcpy(sidecar + n, ".warm", sizeof ".warm");
-        memcpy(lock, name, n);
-        memcpy(lock + n, ".lock", sizeof ".lock");
-        if (fstatat(state_fd, sidecar, &sst, AT_SYMLINK_NOFOLLOW) != 0 || sst.st_uid != geteuid() ||
-            dlc__warm_sidecar_read_at(state_fd, sidecar, &sc) != DLC_OK ||
-            fstatat(p->set_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
-            !dlc__warm_sidecar_names(&sc, &st) ||
-            dlc__url_child(p->url, name, url, sizeof url) >= sizeof url)
-            continue;
-        dlc_warm_redact_url(url, shown, sizeof shown);
-        /* A source the sidecar could not hold whole was cut when written: never a match. */
-        if (strlen(shown) >= sizeof sc.source - 1 || strcmp(shown, sc.source) != 0 ||
-            unlinkat(p->set_fd, name, 0) != 0)
-            continue;
-        unlinkat(state_fd, sidecar, 0);
-        unlinkat(state_fd, lock, 0);
+        with_suffix(sidecar, name, n, ".warm");
+        with_suffix(lock, name, n, ".lock");
+        if (is_retired(p, state_fd, name, sidecar) && unlinkat(p->set_fd, name, 0) == 0) {
+            unlinkat(state_fd, sidecar, 0);
+            unlinkat(state_fd, lock, 0);
+        }
     }
-    closedir(d);
-    close(state_fd);
+    if (d)
+        closedir(d);
+    if (state_fd >= 0)
+        close(state_fd);
     free(names);
     dlc__clear_error();
 }
 
 /* The lock and sidecar of the index's own warm, which describe a temporary name that is gone,
- * what a refresh left off under another version staged (drop_staged()), and the locks and
- * sidecars that versions before DEST.warm-set/ left inside DEST beside each shard. */
+ * what tidy_dest() removes, and the locks and sidecars that versions before DEST.warm-set/ left
+ * inside DEST beside each shard. */
 static void remove_leftovers(const set_paths *p, const dlc__warm_set_list *list)
 {
     char name[DLC__SET_NAME_SIZE + 16];
     unlinkat(p->state_fd, DLC__WARM_SET_INDEX ".warm", 0);
     unlinkat(p->state_fd, DLC__WARM_SET_INDEX ".lock", 0);
-    drop_staged(p->set_fd); /* Of a refresh left off under another version. */
-    drop_retired(p, list);
+    tidy_dest(p, list);
     for (uint32_t i = 0; i < list->n; i++) {
         snprintf(name, sizeof name, "%s.warm", list->names[i]);
         unlinkat(p->set_fd, name, 0);
@@ -888,8 +899,7 @@ dlc_status dlc__warm_set(const char *url, const char *dest, int parent_fd,
         rc = make_dir(parent_fd, dest, "the destination", &p->set_fd);
     dlc__warm_set_list held;
     if (rc == DLC_OK && set_is_current(p, opt, r, &held)) {
-        drop_staged(p->set_fd);
-        drop_retired(p, &held);
+        tidy_dest(p, &held);
         dlc__warm_set_list_free(&held);
         r->already_complete = 1;
         r->verified = !(opt->flags & DLC_WARM_NO_VERIFY);
