@@ -30,26 +30,25 @@ export DLCACHE_STATE_DIR=$warm_tmp/state
 export AWS_SESSION_TOKEN=SessionTokenMustNotLeak123
 objects=$warm_tmp/s3data/b
 
-# same_set DIR SRC: every file of the set in DIR is bit-exact, and DIR opens as a set.
-same_set() {
-    local f
-    for f in "${files[@]}"; do
-        cmp "$2/$f" "$1/$f" || fail "$1/$f differs"
+# holds_only DIR SRC FILE... [-- EXTRA...]: DIR holds the FILEs, bit-exact copies of SRC's (the
+# index first), and the EXTRA files, and nothing else; it opens as a set, and the shards'
+# bookkeeping is in DIR.warm-set/ (a sidecar for each shard).
+holds_only() {
+    local dir=$1 src=$2 f extra=false
+    shift 2
+    for f in "$@"; do
+        if [ "$f" = -- ]; then extra=true; elif ! $extra; then
+            cmp "$src/$f" "$dir/$f" || fail "$dir/$f differs"
+            [ "$f" = index.dlcset ] || [ -s "$dir.warm-set/$f.warm" ] ||
+                fail "$dir.warm-set/$f.warm: no sidecar for the shard"
+        fi
     done
-    "$DLC_BIN/cacheinfo" "$1" >"$out/info.txt" 2>&1 || fail "$1 does not open: $(cat "$out/info.txt")"
-    only_the_set "$1"
+    [ "$(ls -A "$dir" | sort)" = "$(printf '%s\n' "$@" | grep -vx -- -- | sort)" ] ||
+        fail "$dir holds more than the set: $(ls -A "$dir" | tr '\n' ' ')"
+    "$DLC_BIN/cacheinfo" "$dir" >"$out/info.txt" 2>&1 || fail "$dir does not open: $(cat "$out/info.txt")"
 }
-# only_the_set DIR: DIR holds the files of the set and nothing else; the shards' bookkeeping is in
-# DIR.warm-set/.
-only_the_set() {
-    local have want f
-    have=$(ls -A "$1" | sort)
-    want=$(printf '%s\n' "${files[@]}" | sort)
-    [ "$have" = "$want" ] || fail "$1 holds more than the set: $(echo $have)"
-    for f in "${files[@]:1}"; do
-        [ -s "$1.warm-set/$f.warm" ] || fail "$1.warm-set/$f.warm: no sidecar for the shard"
-    done
-}
+# same_set DIR SRC: DIR holds the 4-shard set SRC and nothing else.
+same_set() { holds_only "$1" "$2" "${files[@]}"; }
 head_status() { curl -s -o /dev/null -w '%{http_code}' -I "$S3_URL/b/$1"; }
 # mtime_ns FILE: s3rver's file of an object, for the order in which objects were completed.
 mtime_ns() { "$PY" -c 'import os,sys; print(os.stat(sys.argv[1]).st_mtime_ns)' "$1"; }
@@ -268,20 +267,6 @@ note "versions of other shard counts: the older shards go, a file changed since 
 files2=(index.dlcset part-00000-of-00002.dlc part-00001-of-00002.dlc)
 files3=(index.dlcset part-00000-of-00003.dlc part-00001-of-00003.dlc part-00002-of-00003.dlc)
 nd=$out/nshards
-# holds_only DIR SRC FILE...: DIR holds FILE... (the set's files first, all from SRC but the
-# extra ones named after "--") and nothing else, and opens as a set.
-holds_only() {
-    local dir=$1 src=$2 f extra=false
-    shift 2
-    for f in "$@"; do
-        if [ "$f" = -- ]; then extra=true; elif ! $extra; then
-            cmp "$src/$f" "$dir/$f" || fail "$dir/$f differs from the new version's"
-        fi
-    done
-    [ "$(ls -A "$dir" | sort)" = "$(printf '%s\n' "$@" | grep -vx -- -- | sort)" ] ||
-        fail "$dir holds $(ls -A "$dir" | tr '\n' ' ')"
-    "$DLC_BIN/cacheinfo" "$dir" >"$out/info.txt" 2>&1 || fail "$dir does not open: $(cat "$out/info.txt")"
-}
 "$DLC_BIN/cachewarm" push "$set1" s3://b/sets/n --endpoint "$S3_URL" -q || fail "push to n"
 "$DLC_BIN/cachewarm" s3://b/sets/n -o "$nd" --endpoint "$S3_URL" -q 2>"$out/n1.err" ||
     fail "fetch of n: $(cat "$out/n1.err")"
